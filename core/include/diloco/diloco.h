@@ -1,0 +1,23 @@
+/*
+ * diloco.h - the whole public C API of libdiloco.
+ *
+ * Module headers, each documenting ownership for every function:
+ *   status.h    error codes, dlc_last_error(), DLC_ASSERT
+ *   tensor.h    f32 tensors, views, refcounting, the Philox random generator
+ *   ops.h       tensor operations (elementwise, matmul, norms, attention, ...)
+ *   autograd.h  reverse-mode differentiation over those ops
+ */
+#ifndef DILOCO_H
+#define DILOCO_H
+
+#define DLC_VERSION_MAJOR 0
+#define DLC_VERSION_MINOR 1
+#define DLC_VERSION_PATCH 0
+#define DLC_VERSION_STRING "0.1.0"
+
+#include "status.h"
+#include "tensor.h"
+#include "ops.h"
+#include "autograd.h"
+
+#endif
