@@ -1,0 +1,828 @@
+/*
+ * ops.c - elementwise ops with broadcasting, unary math, reductions, matmul, and the
+ * shape ops (reshape, transpose, slice, concat).  Forward and backward in pairs; the
+ * fused neural-network ops live in nnops.c.
+ */
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include <cblas.h>
+#include "internal.h"
+
+/* Attach the autograd node when needed.  Returns out, or NULL (out released) when
+ * recording failed.  *node is the new node or NULL when nothing was recorded. */
+static dlc_tensor *track(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in,
+                         dlc_node **node) {
+    if (node) *node = NULL;
+    if (!out || !dlcx_should_record(n, in)) return out;
+    dlc_node *nd = dlcx_record(out, op, n, in);
+    if (!nd) {
+        dlc_tensor_release(out);
+        return NULL;
+    }
+    if (node) *node = nd;
+    return out;
+}
+
+/* ------------------------------------------------------------------------------
+ * broadcasting binary ops
+ * ------------------------------------------------------------------------------ */
+
+enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
+static const char *const bin_names[] = {"add", "sub", "mul", "div"};
+static const dlc_op bin_ops[] = {DLC_OP_ADD, DLC_OP_SUB, DLC_OP_MUL, DLC_OP_DIV};
+
+/* Output shape and per-input strides (0 on broadcast dims), everything padded on the
+ * left to 4 dims. */
+typedef struct bcast {
+    int ndim;
+    int64_t shape[4], sa[4], sb[4];
+} bcast;
+
+static void pad4(const dlc_tensor *t, int64_t shape[4], int64_t stride[4]) {
+    int off = 4 - t->ndim;
+    for (int i = 0; i < 4; i++) shape[i] = i < off ? 1 : t->shape[i - off];
+    int64_t s = 1;
+    for (int i = 3; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i];
+    }
+}
+
+static int bcast_plan(const char *fn, const dlc_tensor *a, const dlc_tensor *b, bcast *p) {
+    int64_t as[4], bs[4], ast[4], bst[4];
+    pad4(a, as, ast);
+    pad4(b, bs, bst);
+    p->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < 4; i++) {
+        if (as[i] == bs[i] || bs[i] == 1) p->shape[i] = as[i];
+        else if (as[i] == 1) p->shape[i] = bs[i];
+        else {
+            char x[64], y[64];
+            dlc_error(DLC_ERR_SHAPE, "%s: %s and %s: shapes do not broadcast (%lld vs %lld at dim %d)",
+                      fn, dlc_shape_str(a, x, sizeof x), dlc_shape_str(b, y, sizeof y),
+                      (long long)as[i], (long long)bs[i], i - (4 - p->ndim) + 1);
+            return 0;
+        }
+        p->sa[i] = as[i] == 1 && p->shape[i] != 1 ? 0 : ast[i];
+        p->sb[i] = bs[i] == 1 && p->shape[i] != 1 ? 0 : bst[i];
+    }
+    return 1;
+}
+
+static void bin_inner(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb,
+                      int64_t n) {
+    switch (op) {
+    case BIN_ADD:
+        if (sa == 1 && sb == 1) for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i];
+        else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb];
+        break;
+    case BIN_SUB:
+        if (sa == 1 && sb == 1) for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i];
+        else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb];
+        break;
+    case BIN_MUL:
+        if (sa == 1 && sb == 1) for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+        else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb];
+        break;
+    default:
+        if (sa == 1 && sb == 1) for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i];
+        else for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb];
+        break;
+    }
+}
+
+static dlc_tensor *binary(int op, dlc_tensor *a, dlc_tensor *b) {
+    bcast p;
+    if (!bcast_plan(bin_names[op], a, b, &p)) return NULL;
+    int64_t oshape[4];
+    for (int i = 0; i < p.ndim; i++) oshape[i] = p.shape[4 - p.ndim + i];
+    dlc_tensor *out = dlc_tensor_new(p.ndim, oshape);
+    if (!out) return NULL;
+    float *o = out->data;
+    for (int64_t i0 = 0; i0 < p.shape[0]; i0++)
+        for (int64_t i1 = 0; i1 < p.shape[1]; i1++)
+            for (int64_t i2 = 0; i2 < p.shape[2]; i2++) {
+                const float *pa = a->data + i0 * p.sa[0] + i1 * p.sa[1] + i2 * p.sa[2];
+                const float *pb = b->data + i0 * p.sb[0] + i1 * p.sb[1] + i2 * p.sb[2];
+                bin_inner(op, o, pa, p.sa[3], pb, p.sb[3], p.shape[3]);
+                o += p.shape[3];
+            }
+    dlc_tensor *in[2] = {a, b};
+    dlc_node *nd;
+    return track(out, bin_ops[op], 2, in, &nd);
+}
+
+dlc_tensor *dlc_add(dlc_tensor *a, dlc_tensor *b) { return binary(BIN_ADD, a, b); }
+dlc_tensor *dlc_sub(dlc_tensor *a, dlc_tensor *b) { return binary(BIN_SUB, a, b); }
+dlc_tensor *dlc_mul(dlc_tensor *a, dlc_tensor *b) { return binary(BIN_MUL, a, b); }
+dlc_tensor *dlc_div(dlc_tensor *a, dlc_tensor *b) { return binary(BIN_DIV, a, b); }
+
+dlc_tensor *dlc_bias_add(dlc_tensor *x, dlc_tensor *b) {
+    if (b->ndim != 1 || x->ndim < 1 || b->shape[0] != x->shape[x->ndim - 1]) {
+        char s1[64], s2[64];
+        dlc_error(DLC_ERR_SHAPE, "bias_add: x %s and bias %s: bias must be 1-D with the size of x's last dim",
+                  dlc_shape_str(x, s1, sizeof s1), dlc_shape_str(b, s2, sizeof s2));
+        return NULL;
+    }
+    return binary(BIN_ADD, x, b);
+}
+
+/* d(a op b): walks the output index space once, accumulating into the (possibly
+ * broadcast, hence stride-0) positions of each input's gradient. */
+dlc_status dlcx_binary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_tensor *a = n->in[0], *b = n->in[1];
+    dlc_status err = DLC_OK;
+    float *ga = dlcx_grad(a, &err), *gb = dlcx_grad(b, &err);
+    if (err) return dlc_error(err, "backward of %s: out of memory", dlc_op_name(n->op));
+    bcast p;
+    if (!bcast_plan(dlc_op_name(n->op), a, b, &p)) return DLC_ERR_SHAPE;
+    int64_t k = 0;
+    for (int64_t i0 = 0; i0 < p.shape[0]; i0++)
+        for (int64_t i1 = 0; i1 < p.shape[1]; i1++)
+            for (int64_t i2 = 0; i2 < p.shape[2]; i2++) {
+                int64_t oa = i0 * p.sa[0] + i1 * p.sa[1] + i2 * p.sa[2];
+                int64_t ob = i0 * p.sb[0] + i1 * p.sb[1] + i2 * p.sb[2];
+                for (int64_t i3 = 0; i3 < p.shape[3]; i3++, k++) {
+                    int64_t ia = oa + i3 * p.sa[3], ib = ob + i3 * p.sb[3];
+                    float gv = g[k];
+                    switch (n->op) {
+                    case DLC_OP_ADD:
+                        if (ga) ga[ia] += gv;
+                        if (gb) gb[ib] += gv;
+                        break;
+                    case DLC_OP_SUB:
+                        if (ga) ga[ia] += gv;
+                        if (gb) gb[ib] -= gv;
+                        break;
+                    case DLC_OP_MUL:
+                        if (ga) ga[ia] += gv * b->data[ib];
+                        if (gb) gb[ib] += gv * a->data[ia];
+                        break;
+                    default:
+                        if (ga) ga[ia] += gv / b->data[ib];
+                        if (gb) gb[ib] -= gv * out->data[k] / b->data[ib];
+                        break;
+                    }
+                }
+            }
+    return DLC_OK;
+}
+
+/* ------------------------------------------------------------------------------
+ * affine, pow, unary
+ * ------------------------------------------------------------------------------ */
+
+dlc_tensor *dlc_affine(dlc_tensor *x, float alpha, float beta) {
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    if (!out) return NULL;
+    for (int64_t i = 0; i < x->numel; i++) out->data[i] = alpha * x->data[i] + beta;
+    dlc_node *nd;
+    out = track(out, DLC_OP_AFFINE, 1, &x, &nd);
+    if (nd) nd->f[0] = alpha;
+    return out;
+}
+
+dlc_tensor *dlc_scale(dlc_tensor *x, float alpha) { return dlc_affine(x, alpha, 0.0f); }
+
+dlc_status dlcx_affine_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(n->in[0], &err), alpha = (float)n->f[0];
+    if (err) return dlc_error(err, "backward of affine: out of memory");
+    if (gx)
+        for (int64_t i = 0; i < out->numel; i++) gx[i] += alpha * g[i];
+    return DLC_OK;
+}
+
+dlc_tensor *dlc_pow(dlc_tensor *x, float p) {
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    if (!out) return NULL;
+    if (p == 2.0f)
+        for (int64_t i = 0; i < x->numel; i++) out->data[i] = x->data[i] * x->data[i];
+    else
+        for (int64_t i = 0; i < x->numel; i++) out->data[i] = powf(x->data[i], p);
+    dlc_node *nd;
+    out = track(out, DLC_OP_POW, 1, &x, &nd);
+    if (nd) nd->f[0] = p;
+    return out;
+}
+
+dlc_status dlcx_pow_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *x = n->in[0];
+    float *gx = dlcx_grad(x, &err), p = (float)n->f[0];
+    if (err) return dlc_error(err, "backward of pow: out of memory");
+    if (gx)
+        for (int64_t i = 0; i < out->numel; i++) gx[i] += g[i] * p * powf(x->data[i], p - 1.0f);
+    return DLC_OK;
+}
+
+static const char *const unary_names[] = {
+    "neg", "exp", "log", "sqrt", "abs", "relu", "gelu", "silu", "tanh", "sigmoid", "sin", "cos",
+};
+_Static_assert(sizeof unary_names / sizeof unary_names[0] == DLC_UNARY_COUNT,
+               "unary name table out of sync with dlc_unary_op");
+
+const char *dlc_unary_name(dlc_unary_op op) {
+    return (unsigned)op < DLC_UNARY_COUNT ? unary_names[op] : NULL;
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
+    if ((unsigned)op >= DLC_UNARY_COUNT) {
+        dlc_error(DLC_ERR_ARG, "unary: op %d is not a dlc_unary_op", (int)op);
+        return NULL;
+    }
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    if (!out) return NULL;
+    const float *a = x->data;
+    float *o = out->data;
+    int64_t n = x->numel;
+    switch (op) {
+    case DLC_UNARY_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;
+    case DLC_UNARY_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(a[i]); break;
+    case DLC_UNARY_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
+    case DLC_UNARY_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrtf(a[i]); break;
+    case DLC_UNARY_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(a[i]); break;
+    case DLC_UNARY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0.0f; break;
+    case DLC_UNARY_GELU:
+        for (int64_t i = 0; i < n; i++) {
+            float v = a[i];
+            o[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+        }
+        break;
+    case DLC_UNARY_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + expf(-a[i])); break;
+    case DLC_UNARY_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
+    case DLC_UNARY_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
+    case DLC_UNARY_SIN: for (int64_t i = 0; i < n; i++) o[i] = sinf(a[i]); break;
+    case DLC_UNARY_COS: for (int64_t i = 0; i < n; i++) o[i] = cosf(a[i]); break;
+    case DLC_UNARY_COUNT: break;
+    }
+    dlc_node *nd;
+    out = track(out, DLC_OP_UNARY, 1, &x, &nd);
+    if (nd) nd->i[0] = op;
+    return out;
+}
+
+dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(n->in[0], &err);
+    if (err) return dlc_error(err, "backward of unary: out of memory");
+    if (!gx) return DLC_OK;
+    const float *a = n->in[0]->data, *o = out->data;
+    int64_t len = out->numel;
+    switch ((dlc_unary_op)n->i[0]) {
+    case DLC_UNARY_NEG: for (int64_t i = 0; i < len; i++) gx[i] -= g[i]; break;
+    case DLC_UNARY_EXP: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * o[i]; break;
+    case DLC_UNARY_LOG: for (int64_t i = 0; i < len; i++) gx[i] += g[i] / a[i]; break;
+    case DLC_UNARY_SQRT: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * 0.5f / o[i]; break;
+    case DLC_UNARY_ABS:
+        for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : a[i] < 0 ? -g[i] : 0.0f;
+        break;
+    case DLC_UNARY_RELU: for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : 0.0f; break;
+    case DLC_UNARY_GELU:
+        for (int64_t i = 0; i < len; i++) {
+            float v = a[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+            float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+            gx[i] += g[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+        }
+        break;
+    case DLC_UNARY_SILU:
+        for (int64_t i = 0; i < len; i++) {
+            float s = 1.0f / (1.0f + expf(-a[i]));
+            gx[i] += g[i] * s * (1.0f + a[i] * (1.0f - s));
+        }
+        break;
+    case DLC_UNARY_TANH: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * (1.0f - o[i] * o[i]); break;
+    case DLC_UNARY_SIGMOID: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * o[i] * (1.0f - o[i]); break;
+    case DLC_UNARY_SIN: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * cosf(a[i]); break;
+    case DLC_UNARY_COS: for (int64_t i = 0; i < len; i++) gx[i] -= g[i] * sinf(a[i]); break;
+    case DLC_UNARY_COUNT: break;
+    }
+    return DLC_OK;
+}
+
+/* ------------------------------------------------------------------------------
+ * reductions: x viewed as [outer, len, inner] around the reduced axis
+ * ------------------------------------------------------------------------------ */
+
+static void split_axis(const dlc_tensor *x, int ax, int64_t *outer, int64_t *len, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < ax; i++) *outer *= x->shape[i];
+    *len = x->shape[ax];
+    for (int i = ax + 1; i < x->ndim; i++) *inner *= x->shape[i];
+}
+
+static dlc_tensor *reduced_like(const dlc_tensor *x, int ax, int keepdim) {
+    int64_t s[DLC_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i != ax) s[nd++] = x->shape[i];
+        else if (keepdim) s[nd++] = 1;
+    }
+    return dlc_tensor_new(nd, s);
+}
+
+static dlc_tensor *sum_all(dlc_tensor *x, double scale) {
+    dlc_tensor *out = dlc_tensor_new(0, NULL);
+    if (!out) return NULL;
+    double acc = 0;
+    for (int64_t i = 0; i < x->numel; i++) acc += x->data[i];
+    out->data[0] = (float)(acc * scale);
+    dlc_node *nd;
+    out = track(out, DLC_OP_SUM_ALL, 1, &x, &nd);
+    if (nd) nd->f[0] = scale;
+    return out;
+}
+
+dlc_tensor *dlc_sum_all(dlc_tensor *x) { return sum_all(x, 1.0); }
+dlc_tensor *dlc_mean_all(dlc_tensor *x) {
+    if (x->numel == 0) {
+        dlc_error(DLC_ERR_SHAPE, "mean: the tensor is empty");
+        return NULL;
+    }
+    return sum_all(x, 1.0 / (double)x->numel);
+}
+
+dlc_status dlcx_sum_all_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *x = n->in[0];
+    float *gx = dlcx_grad(x, &err), v = (float)(g[0] * n->f[0]);
+    if (err) return dlc_error(err, "backward of sum: out of memory");
+    if (gx)
+        for (int64_t i = 0; i < x->numel; i++) gx[i] += v;
+    return DLC_OK;
+}
+
+static dlc_tensor *sum_axis(const char *fn, dlc_tensor *x, int axis, int keepdim, int mean) {
+    int ax = dlcx_axis(fn, axis, x->ndim);
+    if (ax < 0) return NULL;
+    int64_t outer, len, inner;
+    split_axis(x, ax, &outer, &len, &inner);
+    if (mean && len == 0) {
+        dlc_error(DLC_ERR_SHAPE, "mean: axis %d has size 0", axis);
+        return NULL;
+    }
+    dlc_tensor *out = reduced_like(x, ax, keepdim);
+    if (!out) return NULL;
+    float scale = mean ? 1.0f / (float)len : 1.0f;
+    for (int64_t o = 0; o < outer; o++) {
+        float *dst = out->data + o * inner;
+        const float *src = x->data + o * len * inner;
+        if (inner == 1) {
+            double acc = 0;
+            for (int64_t k = 0; k < len; k++) acc += src[k];
+            dst[0] = (float)acc * scale;
+            continue;
+        }
+        memset(dst, 0, (size_t)inner * sizeof(float));
+        for (int64_t k = 0; k < len; k++)
+            for (int64_t i = 0; i < inner; i++) dst[i] += src[k * inner + i];
+        for (int64_t i = 0; i < inner; i++) dst[i] *= scale;
+    }
+    dlc_node *nd;
+    out = track(out, DLC_OP_SUM, 1, &x, &nd);
+    if (nd) {
+        nd->i[0] = ax;
+        nd->f[0] = scale;
+    }
+    return out;
+}
+
+dlc_tensor *dlc_sum(dlc_tensor *x, int axis, int keepdim) { return sum_axis("sum", x, axis, keepdim, 0); }
+dlc_tensor *dlc_mean(dlc_tensor *x, int axis, int keepdim) { return sum_axis("mean", x, axis, keepdim, 1); }
+
+dlc_status dlcx_sum_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *x = n->in[0];
+    float *gx = dlcx_grad(x, &err), scale = (float)n->f[0];
+    if (err) return dlc_error(err, "backward of sum: out of memory");
+    if (!gx) return DLC_OK;
+    int64_t outer, len, inner;
+    split_axis(x, (int)n->i[0], &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < len; k++)
+            for (int64_t i = 0; i < inner; i++)
+                gx[(o * len + k) * inner + i] += scale * g[o * inner + i];
+    return DLC_OK;
+}
+
+/* Max along an axis; *arg (optional) receives the index of the first maximum. */
+static dlc_tensor *max_axis(const char *fn, dlc_tensor *x, int axis, int keepdim, dlc_tensor **arg,
+                            int want_value) {
+    int ax = dlcx_axis(fn, axis, x->ndim);
+    if (ax < 0) return NULL;
+    int64_t outer, len, inner;
+    split_axis(x, ax, &outer, &len, &inner);
+    if (len == 0) {
+        dlc_error(DLC_ERR_SHAPE, "%s: axis %d has size 0", fn, axis);
+        return NULL;
+    }
+    dlc_tensor *val = want_value ? reduced_like(x, ax, keepdim) : NULL;
+    dlc_tensor *idx = reduced_like(x, ax, keepdim);
+    if ((want_value && !val) || !idx) goto fail;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *src = x->data + o * len * inner + i;
+            float best = src[0];
+            int64_t bi = 0;
+            for (int64_t k = 1; k < len; k++)
+                if (src[k * inner] > best || (isnan(src[k * inner]) && !isnan(best))) {
+                    best = src[k * inner];
+                    bi = k;
+                }
+            if (val) val->data[o * inner + i] = best;
+            idx->data[o * inner + i] = (float)bi;
+        }
+    *arg = idx;
+    return want_value ? val : idx;
+fail:
+    dlc_tensor_release(val);
+    dlc_tensor_release(idx);
+    return NULL;
+}
+
+dlc_tensor *dlc_max(dlc_tensor *x, int axis, int keepdim) {
+    dlc_tensor *idx = NULL;
+    dlc_tensor *out = max_axis("max", x, axis, keepdim, &idx, 1);
+    if (!out) return NULL;
+    dlc_node *nd;
+    out = track(out, DLC_OP_MAX, 1, &x, &nd);
+    if (nd) {
+        nd->i[0] = dlcx_axis("max", axis, x->ndim);
+        nd->saved[0] = idx;
+        idx = NULL;
+    }
+    dlc_tensor_release(idx);
+    return out;
+}
+
+dlc_tensor *dlc_argmax(dlc_tensor *x, int axis, int keepdim) {
+    dlc_tensor *idx = NULL;
+    return max_axis("argmax", x, axis, keepdim, &idx, 0);
+}
+
+dlc_status dlcx_max_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *x = n->in[0], *idx = n->saved[0];
+    float *gx = dlcx_grad(x, &err);
+    if (err) return dlc_error(err, "backward of max: out of memory");
+    if (!gx) return DLC_OK;
+    int64_t outer, len, inner;
+    split_axis(x, (int)n->i[0], &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t k = (int64_t)idx->data[o * inner + i];
+            gx[(o * len + k) * inner + i] += g[o * inner + i];
+        }
+    return DLC_OK;
+}
+
+/* ------------------------------------------------------------------------------
+ * matmul
+ * ------------------------------------------------------------------------------ */
+
+typedef struct mm_plan {
+    int64_t M, N, K;     /* op(a) [M,K] . op(b) [K,N] */
+    int64_t batch;       /* number of output matrices */
+    int a_shared, b_shared;
+    int ta, tb;
+} mm_plan;
+
+static int mm_make_plan(const dlc_tensor *a, const dlc_tensor *b, int ta, int tb, mm_plan *p,
+                        int64_t *oshape, int *ondim) {
+    char s1[64], s2[64];
+    if (a->ndim < 2 || b->ndim < 2) {
+        dlc_error(DLC_ERR_SHAPE, "matmul: %s x %s: both operands need at least 2 dims",
+                  dlc_shape_str(a, s1, sizeof s1), dlc_shape_str(b, s2, sizeof s2));
+        return 0;
+    }
+    int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1];
+    int64_t br = b->shape[b->ndim - 2], bc = b->shape[b->ndim - 1];
+    p->ta = ta;
+    p->tb = tb;
+    p->M = ta ? ac : ar;
+    p->K = ta ? ar : ac;
+    int64_t kb = tb ? bc : br;
+    p->N = tb ? br : bc;
+    if (p->K != kb) {
+        dlc_error(DLC_ERR_SHAPE, "matmul: %s%s x %s%s: inner dimensions %lld and %lld differ",
+                  dlc_shape_str(a, s1, sizeof s1), ta ? "^T" : "", dlc_shape_str(b, s2, sizeof s2),
+                  tb ? "^T" : "", (long long)p->K, (long long)kb);
+        return 0;
+    }
+    p->a_shared = a->ndim == 2 && b->ndim > 2;
+    p->b_shared = b->ndim == 2;
+    const dlc_tensor *bt = p->b_shared ? a : b; /* the operand carrying the batch dims */
+    if (!p->a_shared && !p->b_shared) {
+        int same = a->ndim == b->ndim;
+        for (int i = 0; same && i < a->ndim - 2; i++) same = a->shape[i] == b->shape[i];
+        if (!same) {
+            dlc_error(DLC_ERR_SHAPE, "matmul: %s x %s: batch dimensions differ",
+                      dlc_shape_str(a, s1, sizeof s1), dlc_shape_str(b, s2, sizeof s2));
+            return 0;
+        }
+    }
+    p->batch = 1;
+    *ondim = bt->ndim;
+    for (int i = 0; i < bt->ndim - 2; i++) {
+        oshape[i] = bt->shape[i];
+        p->batch *= bt->shape[i];
+    }
+    oshape[bt->ndim - 2] = p->M;
+    oshape[bt->ndim - 1] = p->N;
+    return 1;
+}
+
+#define TR(t) ((t) ? CblasTrans : CblasNoTrans)
+
+dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb) {
+    mm_plan p;
+    int64_t oshape[DLC_MAX_DIMS];
+    int ondim;
+    if (!mm_make_plan(a, b, ta, tb, &p, oshape, &ondim)) return NULL;
+    dlc_tensor *out = dlc_tensor_new(ondim, oshape);
+    if (!out) return NULL;
+    int64_t M = p.M, N = p.N, K = p.K;
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    if (M == 0 || N == 0 || K == 0) {
+        memset(out->data, 0, (size_t)out->numel * sizeof(float));
+    } else if (p.b_shared && !ta) {
+        /* fold the batch into rows: one big sgemm */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, TR(tb), (int)(p.batch * M), (int)N, (int)K, 1.0f,
+                    a->data, lda, b->data, ldb, 0.0f, out->data, (int)N);
+    } else {
+        for (int64_t i = 0; i < p.batch; i++) {
+            const float *pa = a->data + (p.a_shared ? 0 : i * M * K);
+            const float *pb = b->data + (p.b_shared ? 0 : i * K * N);
+            cblas_sgemm(CblasRowMajor, TR(ta), TR(tb), (int)M, (int)N, (int)K, 1.0f, pa, lda, pb,
+                        ldb, 0.0f, out->data + i * M * N, (int)N);
+        }
+    }
+    dlc_tensor *in[2] = {a, b};
+    dlc_node *nd;
+    out = track(out, DLC_OP_MATMUL, 2, in, &nd);
+    if (nd) {
+        nd->i[0] = ta;
+        nd->i[1] = tb;
+    }
+    return out;
+}
+
+/* C = op(A) op(B).  d op(A) = dC op(B)^T and d op(B) = op(A)^T dC, transposed back
+ * into A's / B's storage layout; every call accumulates (beta = 1). */
+dlc_status dlcx_matmul_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_tensor *a = n->in[0], *b = n->in[1];
+    dlc_status err = DLC_OK;
+    float *ga = dlcx_grad(a, &err), *gb = dlcx_grad(b, &err);
+    if (err) return dlc_error(err, "backward of matmul: out of memory");
+    mm_plan p;
+    int64_t oshape[DLC_MAX_DIMS];
+    int ondim;
+    if (!mm_make_plan(a, b, (int)n->i[0], (int)n->i[1], &p, oshape, &ondim)) return DLC_ERR_SHAPE;
+    int ta = p.ta, tb = p.tb;
+    int M = (int)p.M, N = (int)p.N, K = (int)p.K;
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    if (M == 0 || N == 0 || K == 0) return DLC_OK;
+    int fold = p.b_shared && !ta;
+    int64_t reps = fold ? 1 : p.batch;
+    int Mf = fold ? (int)(p.batch * M) : M;
+    for (int64_t i = 0; i < reps; i++) {
+        const float *pa = a->data + (p.a_shared ? 0 : i * M * K);
+        const float *pb = b->data + (p.b_shared ? 0 : i * K * N);
+        const float *pg = g + i * (int64_t)M * N;
+        if (ga) {
+            float *d = ga + (p.a_shared ? 0 : i * M * K);
+            if (!ta) /* dA [M,K] = dC [M,N] . op(B)^T [N,K] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mf, K, N,
+                            1.0f, pg, N, pb, ldb, 1.0f, d, K);
+            else /* dA [K,M] = op(B) [K,N] . dC^T [N,M] */
+                cblas_sgemm(CblasRowMajor, TR(tb), CblasTrans, K, M, N, 1.0f, pb, ldb, pg, N, 1.0f,
+                            d, M);
+        }
+        if (gb) {
+            float *d = gb + (p.b_shared ? 0 : i * K * N);
+            if (!tb) /* dB [K,N] = op(A)^T [K,M] . dC [M,N] */
+                cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, K, N, Mf,
+                            1.0f, pa, lda, pg, N, 1.0f, d, N);
+            else /* dB [N,K] = dC^T [N,M] . op(A) [M,K] */
+                cblas_sgemm(CblasRowMajor, CblasTrans, TR(ta), N, K, Mf, 1.0f, pg, N, pa, lda, 1.0f,
+                            d, K);
+        }
+    }
+    return DLC_OK;
+}
+
+/* ------------------------------------------------------------------------------
+ * shape ops
+ * ------------------------------------------------------------------------------ */
+
+dlc_tensor *dlc_reshape(dlc_tensor *x, int ndim, const int64_t *shape) {
+    int64_t s[DLC_MAX_DIMS], known = 1;
+    int infer = -1;
+    char buf[64];
+    if (ndim < 0 || ndim > DLC_MAX_DIMS) {
+        dlc_error(DLC_ERR_SHAPE, "reshape: %d dims requested, at most %d supported", ndim, DLC_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        s[i] = shape[i];
+        if (s[i] == -1 && infer < 0) infer = i;
+        else if (s[i] < 0) {
+            dlc_error(DLC_ERR_SHAPE, "reshape: size %lld at dim %d is invalid (sizes are >= 0, one may be -1)",
+                      (long long)s[i], i + 1);
+            return NULL;
+        } else known *= s[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || x->numel % known) {
+            dlc_error(DLC_ERR_SHAPE, "reshape: cannot infer dim %d: %lld elements of %s are not a multiple of %lld",
+                      infer + 1, (long long)x->numel, dlc_shape_str(x, buf, sizeof buf), (long long)known);
+            return NULL;
+        }
+        s[infer] = x->numel / known;
+        known *= s[infer];
+    }
+    if (known != x->numel) {
+        dlc_error(DLC_ERR_SHAPE, "reshape: %s has %lld elements, the new shape has %lld",
+                  dlc_shape_str(x, buf, sizeof buf), (long long)x->numel, (long long)known);
+        return NULL;
+    }
+    dlc_tensor *out = dlc_tensor_view(x, 0, ndim, s);
+    return track(out, DLC_OP_RESHAPE, 1, &x, NULL);
+}
+
+dlc_status dlcx_reshape_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(n->in[0], &err);
+    if (err) return dlc_error(err, "backward of reshape: out of memory");
+    if (gx)
+        for (int64_t i = 0; i < out->numel; i++) gx[i] += g[i];
+    return DLC_OK;
+}
+
+/* out = x with axes a0, a1 swapped.  Walks the output in order; `acc` selects the
+ * backward direction (gx[src] += g[dst]) instead of the copy. */
+static void transpose_walk(const dlc_tensor *x, int a0, int a1, float *dst, const float *src, int acc) {
+    int64_t sh[4], st[4];
+    pad4(x, sh, st);
+    int off = 4 - x->ndim;
+    a0 += off;
+    a1 += off;
+    int64_t t = sh[a0];
+    sh[a0] = sh[a1];
+    sh[a1] = t;
+    t = st[a0];
+    st[a0] = st[a1];
+    st[a1] = t;
+    int64_t k = 0;
+    for (int64_t i0 = 0; i0 < sh[0]; i0++)
+        for (int64_t i1 = 0; i1 < sh[1]; i1++)
+            for (int64_t i2 = 0; i2 < sh[2]; i2++) {
+                int64_t base = i0 * st[0] + i1 * st[1] + i2 * st[2];
+                if (acc)
+                    for (int64_t i3 = 0; i3 < sh[3]; i3++, k++) dst[base + i3 * st[3]] += src[k];
+                else
+                    for (int64_t i3 = 0; i3 < sh[3]; i3++, k++) dst[k] = src[base + i3 * st[3]];
+            }
+}
+
+dlc_tensor *dlc_transpose(dlc_tensor *x, int axis0, int axis1) {
+    int a0 = dlcx_axis("transpose", axis0, x->ndim);
+    if (a0 < 0) return NULL;
+    int a1 = dlcx_axis("transpose", axis1, x->ndim);
+    if (a1 < 0) return NULL;
+    int64_t s[DLC_MAX_DIMS];
+    memcpy(s, x->shape, sizeof s);
+    s[a0] = x->shape[a1];
+    s[a1] = x->shape[a0];
+    dlc_tensor *out = dlc_tensor_new(x->ndim, s);
+    if (!out) return NULL;
+    transpose_walk(x, a0, a1, out->data, x->data, 0);
+    dlc_node *nd;
+    out = track(out, DLC_OP_TRANSPOSE, 1, &x, &nd);
+    if (nd) {
+        nd->i[0] = a0;
+        nd->i[1] = a1;
+    }
+    return out;
+}
+
+dlc_status dlcx_transpose_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(n->in[0], &err);
+    if (err) return dlc_error(err, "backward of transpose: out of memory");
+    if (gx) transpose_walk(n->in[0], (int)n->i[0], (int)n->i[1], gx, g, 1);
+    return DLC_OK;
+}
+
+dlc_tensor *dlc_slice(dlc_tensor *x, int axis, int64_t start, int64_t len) {
+    int ax = dlcx_axis("slice", axis, x->ndim);
+    if (ax < 0) return NULL;
+    if (start < 0 || len < 0 || start + len > x->shape[ax]) {
+        char buf[64];
+        dlc_error(DLC_ERR_RANGE, "slice: [%lld, %lld) is out of range for axis %d of %s (size %lld)",
+                  (long long)start, (long long)(start + len), axis, dlc_shape_str(x, buf, sizeof buf),
+                  (long long)x->shape[ax]);
+        return NULL;
+    }
+    int64_t outer, n, inner, s[DLC_MAX_DIMS];
+    split_axis(x, ax, &outer, &n, &inner);
+    memcpy(s, x->shape, sizeof s);
+    s[ax] = len;
+    dlc_tensor *out;
+    if (outer == 1) {
+        out = dlc_tensor_view(x, start * inner, x->ndim, s);
+    } else {
+        out = dlc_tensor_new(x->ndim, s);
+        if (out)
+            for (int64_t o = 0; o < outer; o++)
+                memcpy(out->data + o * len * inner, x->data + (o * n + start) * inner,
+                       (size_t)(len * inner) * sizeof(float));
+    }
+    dlc_node *nd;
+    out = track(out, DLC_OP_SLICE, 1, &x, &nd);
+    if (nd) {
+        nd->i[0] = ax;
+        nd->i[1] = start;
+    }
+    return out;
+}
+
+dlc_status dlcx_slice_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *x = n->in[0];
+    float *gx = dlcx_grad(x, &err);
+    if (err) return dlc_error(err, "backward of slice: out of memory");
+    if (!gx) return DLC_OK;
+    int64_t outer, len, inner, start = n->i[1], sl = out->shape[n->i[0]];
+    split_axis(x, (int)n->i[0], &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++) {
+        float *d = gx + (o * len + start) * inner;
+        const float *s = g + o * sl * inner;
+        for (int64_t i = 0; i < sl * inner; i++) d[i] += s[i];
+    }
+    return DLC_OK;
+}
+
+dlc_tensor *dlc_concat(int n, dlc_tensor *const *xs, int axis) {
+    char s1[64], s2[64];
+    if (n < 1) {
+        dlc_error(DLC_ERR_ARG, "concat: needs at least one tensor, got %d", n);
+        return NULL;
+    }
+    int ax = dlcx_axis("concat", axis, xs[0]->ndim);
+    if (ax < 0) return NULL;
+    int64_t s[DLC_MAX_DIMS];
+    memcpy(s, xs[0]->shape, sizeof s);
+    s[ax] = 0;
+    for (int k = 0; k < n; k++) {
+        int ok = xs[k]->ndim == xs[0]->ndim;
+        for (int i = 0; ok && i < xs[0]->ndim; i++) ok = i == ax || xs[k]->shape[i] == xs[0]->shape[i];
+        if (!ok) {
+            dlc_error(DLC_ERR_SHAPE, "concat: tensor %d %s does not match tensor 1 %s outside axis %d",
+                      k + 1, dlc_shape_str(xs[k], s1, sizeof s1), dlc_shape_str(xs[0], s2, sizeof s2), axis);
+            return NULL;
+        }
+        s[ax] += xs[k]->shape[ax];
+    }
+    dlc_tensor *out = dlc_tensor_new(xs[0]->ndim, s);
+    if (!out) return NULL;
+    int64_t outer, total, inner;
+    split_axis(out, ax, &outer, &total, &inner);
+    int64_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t len = xs[k]->shape[ax];
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out->data + (o * total + at) * inner, xs[k]->data + o * len * inner,
+                   (size_t)(len * inner) * sizeof(float));
+        at += len;
+    }
+    dlc_node *nd;
+    out = track(out, DLC_OP_CONCAT, n, xs, &nd);
+    if (nd) nd->i[0] = ax;
+    return out;
+}
+
+dlc_status dlcx_concat_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    int ax = (int)n->i[0];
+    int64_t outer, total, inner, at = 0;
+    split_axis(out, ax, &outer, &total, &inner);
+    for (int k = 0; k < n->n_in; k++) {
+        dlc_status err = DLC_OK;
+        dlc_tensor *x = n->in[k];
+        int64_t len = x->shape[ax];
+        float *gx = dlcx_grad(x, &err);
+        if (err) return dlc_error(err, "backward of concat: out of memory");
+        if (gx)
+            for (int64_t o = 0; o < outer; o++) {
+                float *d = gx + o * len * inner;
+                const float *s = g + (o * total + at) * inner;
+                for (int64_t i = 0; i < len * inner; i++) d[i] += s[i];
+            }
+        at += len;
+    }
+    return DLC_OK;
+}

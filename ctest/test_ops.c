@@ -1,0 +1,343 @@
+/* test_ops.c - ops.c against naive references, finite-difference gradient checks for
+ * every op in it, and the autograd mechanics (accumulation, retain_graph, no-grad). */
+#include "check.h"
+
+#define SHAPE(...) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+
+static dlc_tensor *rnd(uint64_t seed, int ndim, const int64_t *shape) {
+    dlc_tensor *t = check_randn(seed, 1.0f, ndim, shape);
+    dlc_tensor_set_requires_grad(t, 1);
+    return t;
+}
+
+static dlc_tensor *positive(uint64_t seed, int ndim, const int64_t *shape) {
+    dlc_tensor *t = check_randn(seed, 0.3f, ndim, shape);
+    for (int64_t i = 0; i < t->numel; i++) t->data[i] = 1.0f + fabsf(t->data[i]);
+    dlc_tensor_set_requires_grad(t, 1);
+    return t;
+}
+
+/* Values away from the kinks of relu/abs so central differences are exact enough. */
+static dlc_tensor *away_from_zero(uint64_t seed, int ndim, const int64_t *shape) {
+    dlc_tensor *t = rnd(seed, ndim, shape);
+    for (int64_t i = 0; i < t->numel; i++)
+        if (fabsf(t->data[i]) < 0.1f) t->data[i] += t->data[i] < 0 ? -0.2f : 0.2f;
+    return t;
+}
+
+static void release_all(int n, dlc_tensor **t) {
+    for (int i = 0; i < n; i++) dlc_tensor_release(t[i]);
+}
+
+/* ---- forward values ---- */
+
+static void test_broadcast_values(void) {
+    float av[6] = {1, 2, 3, 4, 5, 6}, bv[3] = {10, 20, 30}, cv[2] = {100, 200};
+    dlc_tensor *a = dlc_tensor_from_data(SHAPE(2, 3), av);
+    dlc_tensor *b = dlc_tensor_from_data(SHAPE(3), bv);
+    dlc_tensor *c = dlc_tensor_from_data(SHAPE(2, 1), cv);
+    dlc_tensor *s = dlc_add(a, b), *m = dlc_mul(a, c), *d = dlc_sub(b, a), *q = dlc_div(a, c);
+    CHECK_OK(s);
+    CHECK_OK(m);
+    float se[6] = {11, 22, 33, 14, 25, 36}, me[6] = {100, 200, 300, 800, 1000, 1200};
+    for (int i = 0; i < 6; i++) {
+        CHECK(s->data[i] == se[i]);
+        CHECK(m->data[i] == me[i]);
+        CHECK(d->data[i] == bv[i % 3] - av[i]);
+        CHECK_NEAR(q->data[i], av[i] / cv[i / 3], 1e-7);
+    }
+    CHECK(d->ndim == 2 && d->shape[0] == 2);
+    /* [2,1] + [3] -> [2,3] (both sides stretch) */
+    dlc_tensor *o = dlc_add(c, b);
+    CHECK(o->ndim == 2 && o->shape[0] == 2 && o->shape[1] == 3 && o->data[4] == 220);
+    dlc_tensor *bad = dlc_tensor_zeros(SHAPE(4));
+    CHECK_FAILS(dlc_add(a, bad), DLC_ERR_SHAPE, "add: [2,3] and [4]: shapes do not broadcast");
+    CHECK_FAILS(dlc_bias_add(a, bad), DLC_ERR_SHAPE, "bias must be 1-D");
+    dlc_tensor *all[] = {a, b, c, s, m, d, q, o, bad};
+    release_all(9, all);
+}
+
+static void test_reduce_values(void) {
+    float v[6] = {1, 5, 3, 4, 2, 6};
+    dlc_tensor *x = dlc_tensor_from_data(SHAPE(2, 3), v);
+    dlc_tensor *s0 = dlc_sum(x, 0, 0), *s1 = dlc_mean(x, -1, 1), *mx = dlc_max(x, 1, 0);
+    dlc_tensor *am = dlc_argmax(x, 0, 0), *all = dlc_sum_all(x), *mean = dlc_mean_all(x);
+    CHECK(s0->ndim == 1 && s0->data[0] == 5 && s0->data[1] == 7 && s0->data[2] == 9);
+    CHECK(s1->ndim == 2 && s1->shape[1] == 1 && s1->data[0] == 3 && s1->data[1] == 4);
+    CHECK(mx->data[0] == 5 && mx->data[1] == 6);
+    CHECK(am->data[0] == 1 && am->data[1] == 0 && am->data[2] == 1);
+    CHECK(all->ndim == 0 && all->data[0] == 21);
+    CHECK_NEAR(mean->data[0], 3.5, 1e-6);
+    CHECK_FAILS(dlc_sum(x, 2, 0), DLC_ERR_ARG, "axis 2 is out of range");
+    dlc_tensor *t[] = {x, s0, s1, mx, am, all, mean};
+    release_all(7, t);
+}
+
+/* matmul against a double triple loop for every transpose combination and batch mode */
+static void naive_mm(const dlc_tensor *a, const dlc_tensor *b, int ta, int tb, int64_t batch,
+                     int ash, int bsh, int64_t M, int64_t N, int64_t K, double *out) {
+    for (int64_t z = 0; z < batch; z++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                const float *pa = a->data + (ash ? 0 : z * M * K), *pb = b->data + (bsh ? 0 : z * K * N);
+                for (int64_t k = 0; k < K; k++)
+                    acc += (double)(ta ? pa[k * M + i] : pa[i * K + k]) * (tb ? pb[j * K + k] : pb[k * N + j]);
+                out[(z * M + i) * N + j] = acc;
+            }
+}
+
+static void test_matmul_values(void) {
+    const int64_t M = 5, N = 4, K = 3, B = 2;
+    for (int mode = 0; mode < 3; mode++) /* 0: 2-D x 2-D, 1: batched x 2-D, 2: 2-D x batched */
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t as[3] = {B, ta ? K : M, ta ? M : K}, bs[3] = {B, tb ? N : K, tb ? K : N};
+                int abat = mode == 1, bbat = mode == 2;
+                dlc_tensor *a = check_randn(1, 1, abat ? 3 : 2, abat ? as : as + 1);
+                dlc_tensor *b = check_randn(2, 1, bbat ? 3 : 2, bbat ? bs : bs + 1);
+                dlc_tensor *c = dlc_matmul(a, b, ta, tb);
+                CHECK_OK(c);
+                if (!c) continue;
+                int64_t batch = mode ? B : 1;
+                double ref[2 * 5 * 4];
+                naive_mm(a, b, ta, tb, batch, !abat, !bbat, M, N, K, ref);
+                double worst = 0;
+                for (int64_t i = 0; i < batch * M * N; i++) worst = fmax(worst, fabs(ref[i] - c->data[i]));
+                CHECK(worst < 1e-5);
+                CHECK(c->numel == batch * M * N && c->shape[c->ndim - 1] == N);
+                dlc_tensor *t[] = {a, b, c};
+                release_all(3, t);
+            }
+    dlc_tensor *a = dlc_tensor_zeros(SHAPE(4, 3)), *b = dlc_tensor_zeros(SHAPE(2, 5));
+    CHECK_FAILS(dlc_matmul(a, b, 0, 0), DLC_ERR_SHAPE, "matmul: [4,3] x [2,5]: inner dimensions 3 and 2 differ");
+    dlc_tensor *c3 = dlc_tensor_zeros(SHAPE(2, 4, 3)), *d3 = dlc_tensor_zeros(SHAPE(3, 3, 5));
+    CHECK_FAILS(dlc_matmul(c3, d3, 0, 0), DLC_ERR_SHAPE, "batch dimensions differ");
+    dlc_tensor *t[] = {a, b, c3, d3};
+    release_all(4, t);
+}
+
+static void test_shape_values(void) {
+    dlc_tensor *x = dlc_tensor_arange(0, 24, 1);
+    dlc_tensor *r = dlc_reshape(x, SHAPE(2, -1, 4));
+    CHECK(r->ndim == 3 && r->shape[1] == 3 && r->data == x->data); /* shares storage */
+    dlc_tensor *t = dlc_transpose(r, 0, 2); /* [4,3,2]: t[i,j,k] = r[k,j,i] */
+    CHECK(t->shape[0] == 4 && t->shape[2] == 2);
+    CHECK(t->data[(1 * 3 + 2) * 2 + 1] == r->data[(1 * 3 + 2) * 4 + 1]);
+    CHECK(t->data[(3 * 3 + 0) * 2 + 1] == r->data[(1 * 3 + 0) * 4 + 3]);
+    dlc_tensor *s = dlc_slice(r, 1, 1, 2); /* [2,2,4] */
+    CHECK(s->shape[1] == 2 && s->data[0] == 4 && s->data[8] == 16);
+    dlc_tensor *s0 = dlc_slice(r, 0, 1, 1);
+    CHECK(s0->data == x->data + 12);
+    dlc_tensor *parts[2] = {s, r};
+    dlc_tensor *c = dlc_concat(2, parts, 1); /* [2,5,4] */
+    CHECK(c->shape[1] == 5 && c->data[0] == 4 && c->data[8] == 0 && c->data[20] == 16);
+    CHECK_FAILS(dlc_reshape(x, SHAPE(5, -1)), DLC_ERR_SHAPE, "not a multiple of 5");
+    CHECK_FAILS(dlc_reshape(x, SHAPE(5, 5)), DLC_ERR_SHAPE, "has 24 elements, the new shape has 25");
+    CHECK_FAILS(dlc_slice(r, 1, 2, 2), DLC_ERR_RANGE, "out of range for axis 1");
+    dlc_tensor *parts2[2] = {x, r};
+    CHECK_FAILS(dlc_concat(2, parts2, 0), DLC_ERR_SHAPE, "does not match");
+    dlc_tensor *all[] = {x, r, t, s, s0, c};
+    release_all(6, all);
+}
+
+/* ---- gradient checks ---- */
+
+static dlc_tensor *f_add(dlc_tensor **in, void *c) { return dlc_add(in[0], in[1]); }
+static dlc_tensor *f_sub(dlc_tensor **in, void *c) { return dlc_sub(in[0], in[1]); }
+static dlc_tensor *f_mul(dlc_tensor **in, void *c) { return dlc_mul(in[0], in[1]); }
+static dlc_tensor *f_div(dlc_tensor **in, void *c) { return dlc_div(in[0], in[1]); }
+static dlc_tensor *f_bias(dlc_tensor **in, void *c) { return dlc_bias_add(in[0], in[1]); }
+static dlc_tensor *f_affine(dlc_tensor **in, void *c) { return dlc_affine(in[0], -1.5f, 0.25f); }
+static dlc_tensor *f_pow(dlc_tensor **in, void *c) { return dlc_pow(in[0], *(float *)c); }
+static dlc_tensor *f_unary(dlc_tensor **in, void *c) { return dlc_unary(*(dlc_unary_op *)c, in[0]); }
+static dlc_tensor *f_sum_all(dlc_tensor **in, void *c) { return dlc_sum_all(in[0]); }
+static dlc_tensor *f_mean_all(dlc_tensor **in, void *c) { return dlc_mean_all(in[0]); }
+static dlc_tensor *f_sum(dlc_tensor **in, void *c) { return dlc_sum(in[0], *(int *)c, 0); }
+static dlc_tensor *f_mean(dlc_tensor **in, void *c) { return dlc_mean(in[0], *(int *)c, 1); }
+static dlc_tensor *f_max(dlc_tensor **in, void *c) { return dlc_max(in[0], *(int *)c, 0); }
+static dlc_tensor *f_mm(dlc_tensor **in, void *c) {
+    int *t = c;
+    return dlc_matmul(in[0], in[1], t[0], t[1]);
+}
+static dlc_tensor *f_reshape(dlc_tensor **in, void *c) { return dlc_reshape(in[0], SHAPE(3, -1)); }
+static dlc_tensor *f_transpose(dlc_tensor **in, void *c) { return dlc_transpose(in[0], 0, -1); }
+static dlc_tensor *f_slice(dlc_tensor **in, void *c) {
+    int ax = *(int *)c;
+    return dlc_slice(in[0], ax, 1, 1);
+}
+static dlc_tensor *f_concat(dlc_tensor **in, void *c) { return dlc_concat(3, in, *(int *)c); }
+/* a chain reusing one input twice: sum((x*w + x) ^ 2) */
+static dlc_tensor *f_chain(dlc_tensor **in, void *c) {
+    dlc_tensor *a = dlc_mul(in[0], in[1]), *b = dlc_add(a, in[0]), *p = dlc_pow(b, 2.0f);
+    dlc_tensor *s = dlc_sum(p, 0, 0);
+    dlc_tensor_release(a);
+    dlc_tensor_release(b);
+    dlc_tensor_release(p);
+    return s;
+}
+
+static void test_grad_elementwise(void) {
+    int64_t A[3] = {2, 3, 4}, B[1] = {4}, C[3] = {2, 1, 4}, D[2] = {3, 1};
+    dlc_tensor *in[2];
+    gc_fn fs[4] = {f_add, f_sub, f_mul, f_div};
+    const char *names[4] = {"add", "sub", "mul", "div"};
+    for (int k = 0; k < 4; k++) {
+        /* same shape, suffix broadcast, size-1 broadcast, both sides stretching */
+        in[0] = rnd(1, 3, A);
+        in[1] = k == 3 ? positive(2, 3, A) : rnd(2, 3, A);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+        in[0] = rnd(3, 3, A);
+        in[1] = k == 3 ? positive(4, 1, B) : rnd(4, 1, B);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+        in[0] = rnd(5, 3, A);
+        in[1] = k == 3 ? positive(6, 3, C) : rnd(6, 3, C);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+        in[0] = rnd(7, 3, C);
+        in[1] = k == 3 ? positive(8, 2, D) : rnd(8, 2, D);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+    }
+    in[0] = rnd(9, 3, A);
+    in[1] = rnd(10, 1, B);
+    gradcheck("bias_add", f_bias, NULL, 2, in, 1e-3f, 1e-2);
+    release_all(2, in);
+    in[0] = rnd(11, 3, A);
+    gradcheck("affine", f_affine, NULL, 1, in, 1e-3f, 1e-2);
+    release_all(1, in);
+    float ps[3] = {2.0f, 3.0f, -0.5f};
+    for (int k = 0; k < 3; k++) {
+        in[0] = positive(12, 3, A);
+        gradcheck("pow", f_pow, &ps[k], 1, in, 1e-3f, 1e-2);
+        release_all(1, in);
+    }
+    for (int op = 0; op < DLC_UNARY_COUNT; op++) {
+        dlc_unary_op u = (dlc_unary_op)op;
+        int pos = u == DLC_UNARY_LOG || u == DLC_UNARY_SQRT;
+        in[0] = pos ? positive(13, 3, A) : away_from_zero(13, 3, A);
+        gradcheck(dlc_unary_name(u), f_unary, &u, 1, in, 1e-3f, 1e-2);
+        release_all(1, in);
+    }
+    in[0] = rnd(14, 2, D + 0);
+    in[0] = (dlc_tensor_release(in[0]), rnd(14, 3, A));
+    in[1] = rnd(15, 3, A);
+    gradcheck("chain (input used twice)", f_chain, NULL, 2, in, 1e-3f, 1e-2);
+    release_all(2, in);
+}
+
+static void test_grad_reduce_matmul_shape(void) {
+    int64_t A[3] = {2, 3, 4};
+    dlc_tensor *in[3];
+    in[0] = rnd(20, 3, A);
+    gradcheck("sum_all", f_sum_all, NULL, 1, in, 1e-3f, 1e-2);
+    gradcheck("mean_all", f_mean_all, NULL, 1, in, 1e-3f, 1e-2);
+    for (int ax = -1; ax < 3; ax++) {
+        gradcheck("sum(axis)", f_sum, &ax, 1, in, 1e-3f, 1e-2);
+        gradcheck("mean(axis)", f_mean, &ax, 1, in, 1e-3f, 1e-2);
+        gradcheck("max(axis)", f_max, &ax, 1, in, 1e-3f, 1e-2);
+    }
+    gradcheck("reshape", f_reshape, NULL, 1, in, 1e-3f, 1e-2);
+    gradcheck("transpose", f_transpose, NULL, 1, in, 1e-3f, 1e-2);
+    for (int ax = 0; ax < 3; ax++) gradcheck("slice", f_slice, &ax, 1, in, 1e-3f, 1e-2);
+    release_all(1, in);
+    for (int ax = 0; ax < 3; ax++) {
+        int64_t s1[3] = {2, 3, 4}, s2[3] = {2, 3, 4};
+        s2[ax] = 1;
+        in[0] = rnd(21, 3, s1);
+        in[1] = rnd(22, 3, s2);
+        in[2] = rnd(23, 3, s1);
+        gradcheck("concat", f_concat, &ax, 3, in, 1e-3f, 1e-2);
+        release_all(3, in);
+    }
+    const int64_t M = 4, N = 3, K = 5, Bt = 2;
+    for (int mode = 0; mode < 4; mode++) /* 2-D, batched x 2-D, 2-D x batched, both batched */
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t as[3] = {Bt, ta ? K : M, ta ? M : K}, bs[3] = {Bt, tb ? N : K, tb ? K : N};
+                int abat = mode == 1 || mode == 3, bbat = mode >= 2;
+                in[0] = rnd(30 + mode, abat ? 3 : 2, abat ? as : as + 1);
+                in[1] = rnd(40 + mode, bbat ? 3 : 2, bbat ? bs : bs + 1);
+                int t[2] = {ta, tb};
+                gradcheck("matmul", f_mm, t, 2, in, 1e-2f, 1e-2);
+                release_all(2, in);
+            }
+}
+
+/* ---- autograd mechanics ---- */
+
+static void test_autograd_mechanics(void) {
+    float wv[3] = {1, -2, 3};
+    dlc_tensor *w = dlc_tensor_from_data(SHAPE(3), wv);
+    dlc_tensor_set_requires_grad(w, 1);
+    dlc_tensor *sq = dlc_mul(w, w), *l = dlc_sum_all(sq);
+    CHECK(dlc_tensor_op(l) == DLC_OP_SUM_ALL && l->requires_grad);
+    CHECK(dlc_backward(l, NULL, 1) == DLC_OK);
+    CHECK(w->grad && w->grad->data[0] == 2 && w->grad->data[1] == -4 && w->grad->data[2] == 6);
+    CHECK(sq->grad == NULL); /* non-leaf grads are dropped */
+    CHECK(dlc_backward(l, NULL, 0) == DLC_OK); /* graph retained: works again, accumulates */
+    CHECK(w->grad->data[2] == 12);
+    CHECK(dlc_backward(l, NULL, 0) == DLC_ERR_STATE);
+    CHECK(strstr(dlc_last_error(), "already freed"));
+    dlc_tensor_zero_grad(w);
+    CHECK(w->grad->data[2] == 0);
+    CHECK(dlc_tensor_set_requires_grad(sq, 0) == DLC_ERR_STATE);
+    dlc_tensor_release(sq);
+    dlc_tensor_release(l);
+
+    /* retain_grad keeps an intermediate's gradient */
+    sq = dlc_mul(w, w);
+    sq->retain_grad = 1;
+    l = dlc_sum_all(sq);
+    CHECK(dlc_backward(l, NULL, 0) == DLC_OK);
+    CHECK(sq->grad && sq->grad->data[0] == 1);
+    dlc_tensor_release(sq);
+    dlc_tensor_release(l);
+
+    /* no-grad mode records nothing; backward then refuses */
+    int prev = dlc_set_grad_enabled(0);
+    CHECK(prev == 1 && !dlc_grad_enabled());
+    sq = dlc_mul(w, w);
+    CHECK(!sq->requires_grad && sq->node == NULL);
+    dlc_set_grad_enabled(prev);
+    CHECK(dlc_backward(sq, NULL, 0) == DLC_ERR_STATE);
+    dlc_tensor_release(sq);
+
+    /* non-scalar roots need an explicit gradient of matching size */
+    sq = dlc_mul(w, w);
+    CHECK(dlc_backward(sq, NULL, 0) == DLC_ERR_ARG);
+    dlc_tensor *g2 = dlc_tensor_zeros(SHAPE(2));
+    CHECK(dlc_backward(sq, g2, 0) == DLC_ERR_SHAPE);
+    dlc_tensor_release(g2);
+    dlc_tensor_release(sq);
+
+    /* a deep chain (10k nodes) must not overflow the C stack and frees cleanly */
+    dlc_tensor *x = dlc_tensor_retain(w);
+    for (int i = 0; i < 10000; i++) {
+        dlc_tensor *y = dlc_affine(x, 1.0f, 0.0f);
+        dlc_tensor_release(x);
+        x = y;
+    }
+    l = dlc_sum_all(x);
+    dlc_tensor_zero_grad(w);
+    CHECK(dlc_backward(l, NULL, 0) == DLC_OK);
+    CHECK(w->grad->data[0] == 1);
+    dlc_tensor_release(x);
+    dlc_tensor_release(l);
+    dlc_tensor_release(w);
+    CHECK(dlc_op_name(DLC_OP_MATMUL) && strcmp(dlc_op_name(DLC_OP_MATMUL), "matmul") == 0);
+    CHECK(dlc_op_name(DLC_OP_COUNT) == NULL);
+}
+
+int main(void) {
+    test_broadcast_values();
+    test_reduce_values();
+    test_matmul_values();
+    test_shape_values();
+    test_grad_elementwise();
+    test_grad_reduce_matmul_shape();
+    test_autograd_mechanics();
+    return check_done("ops");
+}
