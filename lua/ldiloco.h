@@ -1,0 +1,81 @@
+/*
+ * ldiloco.h - the Lua 5.4 binding of libdiloco: the module entry point and the
+ * helpers every per-type binding file (ltensor.c, ...) shares.
+ *
+ * Layering (as torch7's TH / luaT / per-type bindings): core/ knows nothing of Lua;
+ * this header is the thin helper layer; one l<module>.c file per core module adds
+ * its functions to the module table in its dlcL_open_<module>().
+ *
+ *     lua_State *L = luaL_newstate();
+ *     luaL_openlibs(L);
+ *     luaL_requiref(L, "diloco", luaopen_diloco, 0);   // or require "diloco"
+ *
+ * Ownership: a Tensor userdata is a box holding ONE reference to a dlc_tensor
+ * (NULL once released).  Boxes are created "closed" (NULL) BEFORE the tensor is
+ * acquired, so a memory error while creating the box never leaks a tensor:
+ *
+ *     dlc_tensor *a = dlcL_checktensor(L, 1), *b = dlcL_checktensor(L, 2);  // check first
+ *     dlc_tensor **slot = dlcL_newtensor(L);                     // push an empty box
+ *     return dlcL_settensor(L, dlcL_getstate(L), slot, dlc_matmul(a, b, 0, 0));
+ *                                                 // stores it and returns 1, or raises
+ *
+ * Conventions (see ltensor.c): positions and axes are 1-based in Lua, negative
+ * counts from the end; index VALUES stored in tensors are 0-based as in the core.
+ */
+#ifndef DILOCO_LDILOCO_H
+#define DILOCO_LDILOCO_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include "diloco/diloco.h"
+
+int luaopen_diloco(lua_State *L);
+
+/* Registry / metatable names. */
+#define DLCL_TENSOR "diloco.Tensor"
+#define DLCL_GENERATOR "diloco.Generator"
+
+/* Per-lua_State binding state: the default random generator (diloco.seed) and the
+ * allocation counter behind the GC hints.  Created by luaopen_diloco, kept in the
+ * registry (dlcL_getstate) and as upvalue 1 of every C function of the module
+ * (DLCL_UPSTATE, the cheap way for those functions). */
+typedef struct dlcL_state {
+    dlc_rng rng;        /* used by randn/rand/dropout when no Generator is given */
+    size_t since_hint;  /* tensor bytes allocated since the last GC hint */
+} dlcL_state;
+
+#define DLCL_UPSTATE(L) ((dlcL_state *)lua_touserdata((L), lua_upvalueindex(1)))
+
+/* The state of this lua_State; raises if diloco was never opened in it. */
+dlcL_state *dlcL_getstate(lua_State *L);
+
+/* ltensor.c: adds the Tensor methods, the op functions and diloco.Tensor (the
+ * methods table) to the module table at `mod`, with the state userdata at `st` as
+ * their upvalue, and registers the Tensor metatable. */
+void dlcL_open_tensor(lua_State *L, int mod, int st);
+
+/* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
+ * Tensor and "tensor has been freed" if it was released. */
+dlc_tensor *dlcL_checktensor(lua_State *L, int arg);
+/* As dlcL_checktensor, but nil/none gives NULL. */
+dlc_tensor *dlcL_opttensor(lua_State *L, int arg);
+/* The live tensor at `arg`, or NULL if it is not a Tensor (or freed); never raises. */
+dlc_tensor *dlcL_totensor(lua_State *L, int arg);
+
+/* Pushes an empty ("closed") Tensor box and returns its slot. */
+dlc_tensor **dlcL_newtensor(lua_State *L);
+/* Stores t (a NEW reference, owned by the box from now on) in `slot` of the box
+ * just pushed, accounts its bytes for the GC hints (see ltensor.c) and returns 1.
+ * t == NULL raises dlc_last_error(); the empty box is left to the collector. */
+int dlcL_settensor(lua_State *L, dlcL_state *st, dlc_tensor **slot, dlc_tensor *t);
+
+/* Reads a shape from the arguments first..last: one table {2, 3} or integers 2, 3.
+ * Sizes must be >= 0, or -1 (at most once) when allow_infer.  Returns ndim
+ * (0..DLC_MAX_DIMS); raises an argument error naming the bad entry. */
+int dlcL_checkshape(lua_State *L, int first, int last, int64_t *shape, int allow_infer);
+
+/* Raises dlc_last_error() as a Lua error (with the caller's position).  Release
+ * every C resource you hold first. */
+int dlcL_error(lua_State *L);
+
+#endif
