@@ -1,0 +1,480 @@
+/*
+ * main.c - the diloco-lua executable: Lua 5.4 with the `diloco` module preloaded.
+ *
+ * Modelled on Lua 5.4's lua.c: the same options (-e, -i, -v, script, `-`, `--`), the
+ * same `arg` table, the same REPL ("return " first, continuation on "<eof>"), the same
+ * Ctrl-C trick (a signal handler that only sets a hook).  Differences, on purpose:
+ * exit status 2 for usage errors, a traceback for syntax errors too, Ctrl-C at the
+ * prompt discards the line instead of killing the process, and the reserved
+ * subcommands of the CLI contract (docs: architecture.md, "CLI contract").
+ */
+#include <errno.h>
+#include <locale.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <editline/readline.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "diloco/status.h"
+#include "ldiloco.h"
+
+#ifndef DLC_LUA_CLI_VERSION
+#define DLC_LUA_CLI_VERSION "0.1.0"
+#endif
+
+#define PROGNAME "diloco-lua"
+#define EXIT_USAGE 2
+#define HISTORY_FILE ".diloco_history"
+#define HISTORY_MAX 1000
+#define EOFMARK "<eof>"
+
+enum { OPT_E = 1, OPT_I = 2, OPT_V = 4 };
+
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int flags;
+    int script; /* argv index of the script; argc if there is none */
+} cli_args;
+
+static const struct {
+    const char *name, *synopsis, *what;
+} reserved[] = {
+    {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR]", "train a recipe"},
+    {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator"},
+    {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP"},
+    {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner"},
+    {"goodput", "[--chips N] [--mtbi 1y] [--learners M] ...",
+     "estimate goodput of a large cluster under failures"},
+};
+#define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
+
+/* Signal handlers can reach no other state: these two are the only file statics. */
+static lua_State *volatile running_L;            /* set only while docall runs */
+static volatile sig_atomic_t prompt_interrupted; /* Ctrl-C while reading a line */
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "usage: " PROGNAME " [options] [script [args]]\n"
+            "       " PROGNAME " COMMAND ...\n"
+            "Options:\n"
+            "  -e CODE        run the Lua string CODE (repeatable, runs in order)\n"
+            "  -i             enter the REPL after running the script and -e code\n"
+            "  -v, --version  print version information\n"
+            "  -h, --help     print this help and exit\n"
+            "  --             stop handling options\n"
+            "  -              run stdin as the script and stop handling options\n"
+            "With no arguments: a REPL with `diloco` loaded if stdin is a terminal,\n"
+            "otherwise stdin is run as one chunk.\n"
+            "Commands (reserved, not available in this version yet):\n");
+    for (size_t i = 0; i < RESERVED_COUNT; i++)
+        fprintf(f, "  %-8s %s\n           %s\n", reserved[i].name, reserved[i].synopsis,
+                reserved[i].what);
+}
+
+static int usage_error(const char *problem, const char *opt) {
+    fprintf(stderr,
+            PROGNAME ": %s '%s'\nusage: " PROGNAME " [options] [script [args]]  (see " PROGNAME
+                     " --help)\n",
+            problem, opt);
+    return EXIT_USAGE;
+}
+
+static void print_version(void) {
+    printf(PROGNAME " " DLC_LUA_CLI_VERSION " (libdiloco %s, " LUA_RELEASE ")\n",
+           dlc_version());
+    fflush(stdout);
+}
+
+static void message(const char *prefix, const char *msg) {
+    if (prefix) fprintf(stderr, "%s: ", prefix);
+    fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+}
+
+/* Prints and pops the error on top of the stack, if status says there is one. */
+static int report(lua_State *L, int status, const char *prefix) {
+    if (status != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        if (msg == NULL) msg = "(error object is not a string)";
+        message(prefix, msg);
+        lua_pop(L, 1);
+    }
+    return status;
+}
+
+static int msghandler(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* A hook, not a longjmp from the handler: the error is raised at a safe point. */
+static void stop_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_error(L, "interrupted!");
+}
+
+static void on_call_sigint(int sig) {
+    (void)sig;
+    lua_sethook(running_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT,
+                1);
+}
+
+/* Calls the function below narg arguments with a traceback handler.  SA_RESETHAND:
+ * a second Ctrl-C kills a process stuck in C code, as with lua.c.  If SIGINT is
+ * ignored (a background job), it stays ignored. */
+static int docall(lua_State *L, int narg, int nres) {
+    int base = lua_gettop(L) - narg;
+    struct sigaction sa, old;
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    sigaction(SIGINT, NULL, &old);
+    int catch_int = old.sa_handler != SIG_IGN;
+    if (catch_int) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_call_sigint;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        running_L = L;
+        sigaction(SIGINT, &sa, NULL);
+    }
+    int status = lua_pcall(L, narg, nres, base);
+    if (catch_int) {
+        sigaction(SIGINT, &old, NULL);
+        running_L = NULL;
+        lua_sethook(L, NULL, 0, 0); /* a Ctrl-C that came too late must not hit the next chunk */
+    }
+    lua_remove(L, base);
+    return status;
+}
+
+/* A failed load: a syntax error gets the same "message + traceback" shape as a
+ * runtime error so every Lua error looks alike; a missing file is not a Lua error. */
+static int load_failed(lua_State *L, int status) {
+    if (status == LUA_ERRSYNTAX) {
+        luaL_traceback(L, L, lua_tostring(L, -1), 0);
+        lua_remove(L, -2);
+    }
+    return status;
+}
+
+static int dochunk(lua_State *L, int status) {
+    if (status == LUA_OK) status = docall(L, 0, 0);
+    else load_failed(L, status);
+    return report(L, status, PROGNAME);
+}
+
+static int dostring(lua_State *L, const char *s, const char *name) {
+    return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+}
+
+/* fname NULL means stdin. */
+static int dofile(lua_State *L, const char *fname) {
+    return dochunk(L, luaL_loadfile(L, fname));
+}
+
+/* Returns -1 to go on, else the exit status (after --help or a usage error). */
+static int collect_args(cli_args *a) {
+    int i;
+    for (i = 1; i < a->argc; i++) {
+        const char *opt = a->argv[i];
+        if (opt[0] != '-' || strcmp(opt, "-") == 0) break;
+        if (strcmp(opt, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(opt, "-h") == 0 || strcmp(opt, "--help") == 0) {
+            print_usage(stdout);
+            return EXIT_SUCCESS;
+        } else if (strcmp(opt, "-v") == 0 || strcmp(opt, "--version") == 0) {
+            a->flags |= OPT_V;
+        } else if (strcmp(opt, "-i") == 0) {
+            a->flags |= OPT_I | OPT_V; /* the REPL opens with the version line */
+        } else if (strncmp(opt, "-e", 2) == 0) {
+            a->flags |= OPT_E;
+            if (opt[2] == '\0' && ++i == a->argc)
+                return usage_error("missing argument for option", opt);
+        } else {
+            return usage_error("unrecognized option", opt);
+        }
+    }
+    a->script = i;
+    return -1;
+}
+
+/* The options were validated by collect_args; this pass runs the -e chunks in order. */
+static int run_e_args(lua_State *L, const cli_args *a) {
+    for (int i = 1; i < a->script; i++) {
+        const char *opt = a->argv[i];
+        if (strncmp(opt, "-e", 2) != 0) continue;
+        const char *code = opt[2] ? opt + 2 : a->argv[++i];
+        if (dostring(L, code, "=(command line)") != LUA_OK) return 0;
+    }
+    return 1;
+}
+
+/* arg[0] is the script, arg[1..] its arguments, arg[-k] what came before it. */
+static void create_arg_table(lua_State *L, const cli_args *a) {
+    int script = a->script == a->argc ? 0 : a->script;
+    lua_createtable(L, a->argc - script - 1 > 0 ? a->argc - script - 1 : 0, script + 1);
+    for (int i = 0; i < a->argc; i++) {
+        lua_pushstring(L, a->argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+static int handle_script(lua_State *L, const cli_args *a) {
+    const char *fname = a->argv[a->script];
+    if (strcmp(fname, "-") == 0 && strcmp(a->argv[a->script - 1], "--") != 0) fname = NULL;
+    int status = luaL_loadfile(L, fname);
+    if (status == LUA_OK) {
+        int n = a->argc - a->script - 1;
+        luaL_checkstack(L, n + 3, "too many arguments to script");
+        for (int i = 1; i <= n; i++) lua_pushstring(L, a->argv[a->script + i]);
+        status = docall(L, n, 0);
+    } else {
+        load_failed(L, status);
+    }
+    return report(L, status, PROGNAME);
+}
+
+/* ---- the REPL ---- */
+
+enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED };
+enum { CHUNK_EOF = -1, CHUNK_DROPPED = -2 }; /* never a lua load status */
+
+static void on_prompt_sigint(int sig) {
+    (void)sig;
+    prompt_interrupted = 1;
+}
+
+/* Pushes the next line without its newline.  SIGINT is caught only while waiting
+ * for input, with no SA_RESTART, so the blocked read returns and the line is dropped. */
+static int read_line(lua_State *L, int firstline, int tty) {
+    const char *prompt = firstline ? "> " : ">> ";
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_prompt_sigint;
+    sigemptyset(&sa.sa_mask);
+    prompt_interrupted = 0;
+    sigaction(SIGINT, &sa, &old);
+    int result = LINE_OK;
+    if (tty) {
+        char *line = readline(prompt);
+        if (prompt_interrupted) result = LINE_INTERRUPTED;
+        else if (line == NULL) result = LINE_EOF;
+        else {
+            if (line[0] != '\0') add_history(line);
+            lua_pushstring(L, line);
+        }
+        free(line);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        fputs(prompt, stdout);
+        fflush(stdout);
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0) {
+            result = prompt_interrupted ? LINE_INTERRUPTED : LINE_EOF;
+            clearerr(stdin);
+        } else {
+            if (n > 0 && line[n - 1] == '\n') line[--n] = '\0';
+            lua_pushlstring(L, line, (size_t)n);
+        }
+        free(line);
+    }
+    sigaction(SIGINT, &old, NULL);
+    if (result == LINE_INTERRUPTED) {
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    return result;
+}
+
+static int incomplete(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX) return 0;
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    size_t marklen = sizeof(EOFMARK) - 1;
+    if (len >= marklen && strcmp(msg + len - marklen, EOFMARK) == 0) {
+        lua_pop(L, 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* Reads one complete chunk and leaves it compiled (or its error) on the stack.
+ * Returns CHUNK_EOF, or CHUNK_DROPPED when Ctrl-C discarded the input. */
+static int load_chunk(lua_State *L, int tty) {
+    lua_settop(L, 0);
+    int r = read_line(L, 1, tty);
+    if (r == LINE_EOF) return CHUNK_EOF;
+    if (r == LINE_INTERRUPTED) return CHUNK_DROPPED;
+    /* "=expr" is the Lua 5.1 spelling of "return expr"; lua.c 5.4 still takes it. */
+    const char *line = lua_tostring(L, 1);
+    if (line[0] == '=') {
+        lua_pushfstring(L, "return %s", line + 1);
+        lua_replace(L, 1);
+        line = lua_tostring(L, 1);
+    }
+    const char *ret = lua_pushfstring(L, "return %s;", line);
+    int status = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
+    lua_remove(L, -2);
+    if (status != LUA_OK) {
+        lua_pop(L, 1);
+        for (;;) {
+            size_t len;
+            const char *chunk = lua_tolstring(L, 1, &len);
+            status = luaL_loadbuffer(L, chunk, len, "=stdin");
+            if (!incomplete(L, status)) break;
+            r = read_line(L, 0, tty);
+            if (r == LINE_INTERRUPTED) {
+                lua_settop(L, 0);
+                return CHUNK_DROPPED;
+            }
+            if (r == LINE_EOF) { /* report the incomplete chunk; the next read ends the REPL */
+                status = luaL_loadbuffer(L, chunk, len, "=stdin");
+                break;
+            }
+            lua_pushliteral(L, "\n");
+            lua_insert(L, -2);
+            lua_concat(L, 3);
+        }
+    }
+    lua_remove(L, 1);
+    return status;
+}
+
+static void print_results(lua_State *L) {
+    int n = lua_gettop(L);
+    if (n == 0) return;
+    luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
+    lua_getglobal(L, "print");
+    lua_insert(L, 1);
+    if (lua_pcall(L, n, 0, 0) != LUA_OK)
+        message(NULL, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
+}
+
+static void do_repl(lua_State *L) {
+    int tty = isatty(STDIN_FILENO);
+    char history[4096];
+    const char *home = getenv("HOME");
+    int have_history = 0;
+    if (tty) {
+        setlocale(LC_CTYPE, ""); /* libedit rejects non-ASCII keys in the "C" locale */
+        rl_readline_name = PROGNAME;
+        stifle_history(HISTORY_MAX);
+        if (home && snprintf(history, sizeof history, "%s/" HISTORY_FILE, home) <
+                        (int)sizeof history) {
+            have_history = 1;
+            read_history(history);
+        }
+    }
+    int status;
+    /* Unlike scripts, a syntax error here gets no traceback: the user just typed it. */
+    while ((status = load_chunk(L, tty)) != CHUNK_EOF) {
+        if (status == CHUNK_DROPPED) continue;
+        if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+        if (status == LUA_OK) print_results(L);
+        else report(L, status, NULL);
+    }
+    lua_settop(L, 0);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (have_history) write_history(history); /* best effort: a read-only HOME is fine */
+}
+
+/* ---- startup ---- */
+
+static void set_package_path(lua_State *L) {
+#ifdef DLC_LUA_SOURCE_DIR
+    /* The source tree's modules win, so a build runs the Lua code next to it. */
+    lua_getglobal(L, "package");
+    lua_pushliteral(L, DLC_LUA_SOURCE_DIR "/?.lua;" DLC_LUA_SOURCE_DIR "/?/init.lua;");
+    lua_getfield(L, -2, "path");
+    lua_concat(L, 2);
+    lua_setfield(L, -2, "path");
+    lua_pop(L, 1);
+#else
+    (void)L;
+#endif
+}
+
+/* Everything that touches Lua runs protected: an error here is reported, not fatal. */
+static int pmain(lua_State *L) {
+    const cli_args *a = lua_touserdata(L, 1);
+    luaL_checkversion(L);
+    luaL_openlibs(L);
+    set_package_path(L);
+    luaL_requiref(L, "diloco", luaopen_diloco, 0);
+    lua_setglobal(L, "diloco");
+    create_arg_table(L, a);
+    lua_settop(L, 0);
+
+    int failed = 0;
+    if (a->flags & OPT_V) print_version();
+    if (!run_e_args(L, a)) failed = 1;
+    else if (a->script < a->argc && handle_script(L, a) != LUA_OK) failed = 1;
+    else if (a->flags & OPT_I) do_repl(L);
+    else if (a->script == a->argc && !(a->flags & (OPT_E | OPT_V))) {
+        if (isatty(STDIN_FILENO)) {
+            print_version();
+            do_repl(L);
+        } else if (dofile(L, NULL) != LUA_OK) {
+            failed = 1;
+        }
+    }
+    lua_pushinteger(L, failed ? EXIT_FAILURE : EXIT_SUCCESS);
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2) {
+        for (size_t i = 0; i < RESERVED_COUNT; i++) {
+            if (strcmp(argv[1], reserved[i].name) == 0) {
+                fprintf(stderr,
+                        PROGNAME ": '%s' is not available in this version yet (planned: %s)\n",
+                        reserved[i].name, reserved[i].what);
+                return EXIT_USAGE;
+            }
+        }
+    }
+    cli_args a = {argc, argv, 0, 0};
+    if (argc == 0 || argv[0] == NULL) { /* exec'd without argv[0]: nothing to index */
+        static char *fallback[] = {PROGNAME, NULL};
+        a.argc = 1;
+        a.argv = fallback;
+    }
+    int early = collect_args(&a);
+    if (early >= 0) return early;
+
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        message(PROGNAME, "cannot create state: not enough memory");
+        return EXIT_FAILURE;
+    }
+    lua_pushcfunction(L, msghandler);
+    lua_pushcfunction(L, pmain);
+    lua_pushlightuserdata(L, &a);
+    int status = lua_pcall(L, 1, 1, 1);
+    int result = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
+    report(L, status, PROGNAME);
+    lua_close(L);
+    fflush(stdout);
+    return result;
+}
