@@ -40,16 +40,18 @@ typedef struct tbox {
 /* GC pressure.  Tensor storage lives outside Lua's heap: to the collector a 400 MB
  * activation is a 16-byte userdata, so without help it would let garbage tensors
  * pile up for a long time.  Every new tensor adds its bytes to a counter; once the
- * counter passes max(16 MiB, live tensor bytes / 4) we tell the collector that much
+ * counter passes max(1 MiB, live tensor bytes / 4) we tell the collector that much
  * memory was allocated (lua_gc(LUA_GCSTEP, kb) adds it to the GC debt and runs a
  * step), so dead temporaries of a training step are reclaimed promptly and the
  * collector's pace follows tensor memory.  Views are counted too (they keep their
  * storage alive).  A collector stopped by the user stays stopped. */
-#define GC_HINT_MIN ((size_t)16 << 20)
+#define GC_HINT_MIN ((size_t)1 << 20)
 #define GC_HINT_LIVE_FRACTION 4
 
 static void gc_account(lua_State *L, dlcL_state *st, const dlc_tensor *t) {
-    st->since_hint += (size_t)t->numel * sizeof(float);
+    /* + the C-side bookkeeping (tensor and storage structs, malloc headers), which
+     * dominates for small tensors */
+    st->since_hint += (size_t)t->numel * sizeof(float) + 256;
     if (st->since_hint < GC_HINT_MIN ||
         st->since_hint < dlc_tensor_bytes_live() / GC_HINT_LIVE_FRACTION)
         return;
