@@ -38,6 +38,11 @@ void dlcx_node_free(dlc_node *n);
  * allocation failed (then *err is set to DLC_ERR_NOMEM). */
 float *dlcx_grad(dlc_tensor *t, dlc_status *err);
 
+/* Re-points t into base's storage: t->data = base->data + offset, t's shape kept, t's
+ * old storage released (views made earlier keep it alive).  DLC_ERR_RANGE if t's numel
+ * elements at `offset` do not fit inside base.  Used by the parameter arena (params.c). */
+dlc_status dlcx_tensor_rebind(dlc_tensor *t, dlc_tensor *base, int64_t offset);
+
 /* Normalise axis (negative from the end) for an ndim tensor; -1 + error if invalid.
  * `fn` names the op in the message. */
 int dlcx_axis(const char *fn, int axis, int ndim);
@@ -46,6 +51,36 @@ int dlcx_axis(const char *fn, int axis, int ndim);
 dlc_status dlcx_check_index(const char *fn, const dlc_tensor *idx, int64_t n, int64_t allow);
 /* Uninitialised tensor with a given shape; like dlc_tensor_new. */
 #define dlcx_new dlc_tensor_new
+
+/* exp(x) in plain f32 arithmetic so loops over it vectorise (libm's expf does not
+ * at -O2/-O3 without -ffast-math): Cody-Waite range reduction and the Cephes degree-6
+ * polynomial, within 2 ulp of expf on [-87, 88]; larger inputs saturate at exp(88),
+ * smaller ones give 2^-126 (both ends matter only for softmax-style uses, which shift
+ * by the row max first).  NaN in gives NaN out. */
+static inline float dlcx_expf(float x) {
+    float xin = x;
+    x = x == x ? x : 0.0f;
+    x = x > 88.0f ? 88.0f : x;
+    x = x < -87.0f ? -87.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float q = 1.9875691500e-4f;
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    q = q * r * r + r + 1.0f;
+    union { int32_t i; float f; } s = {((int32_t)n + 127) << 23};
+    return q * s.f + (xin - xin);
+}
+
+/* tanh from dlcx_expf: absolute error ~1e-7 (relative error grows near 0, so the
+ * tanh op itself uses libm; GELU only needs the absolute accuracy). */
+static inline float dlcx_tanhf_abs(float x) {
+    return 1.0f - 2.0f / (dlcx_expf(2.0f * x) + 1.0f);
+}
 
 /* ---- backward functions, one per op family (ops.c, nnops.c) ---- */
 typedef dlc_status (*dlcx_backward_fn)(dlc_node *n, dlc_tensor *out, const float *gout);

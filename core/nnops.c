@@ -1,4 +1,4 @@
-/* nnops.c - softmax, cross-entropy, norms, indexing, top-k, causal attention and
+/* nnops.c - softmax, cross-entropy, norms, indexing, top-k, attention and
  * dropout.  Each forward sits next to its backward; backwards ACCUMULATE into the
  * inputs' gradient buffers (dlcx_grad).  Index inputs are recorded so the node keeps
  * them alive, but they never receive a gradient. */
@@ -566,15 +566,17 @@ dlc_status dlc_topk(dlc_tensor *x, int k, dlc_tensor **values, dlc_tensor **indi
     return DLC_OK;
 }
 
-/* ---- causal multi-head attention ----
+/* ---- multi-head attention (causal or not) ----
  * qkv [B, T, 3C]; per (batch, head) q, k, v are [T, hd] matrices read in place with
- * leading dimension 3C.  Rows are processed in blocks of ATT_BLOCK so the scores
- * above the diagonal block are never computed.  saved[0] = probabilities [B,H,T,T]
- * (zero above the diagonal); i[0] = heads. */
+ * leading dimension 3C.  Rows are processed in blocks of ATT_BLOCK; when causal, the
+ * scores above the diagonal block are never computed (a block of rows [r0, r1) sees
+ * columns [0, r1)), otherwise every block sees all T columns.  saved[0] =
+ * probabilities [B,H,T,T] (zero above the diagonal when causal); i[0] = heads,
+ * i[1] = causal. */
 
 #define ATT_BLOCK 64
 
-dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads) {
+dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
     char a[64];
     if (!qkv) FAIL(DLC_ERR_ARG, "attention: qkv is NULL");
     if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0 || qkv->shape[2] == 0)
@@ -603,22 +605,24 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads) {
         float *p = probs->data + (rec ? bt * T * T : 0), *o = out->data + b * T * C + h * hd;
         for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
-            /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)r1, (int)hd,
+            int64_t cols = causal ? r1 : T;
+            /* S[r0:r1, 0:cols] = scale Q[r0:r1] K[0:cols]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)hd,
                         scale, q + r0 * C3, (int)C3, k, (int)C3, 0.0f, p + r0 * T, (int)T);
             for (int64_t i = r0; i < r1; i++) {
+                int64_t lim = causal ? i + 1 : T;
                 float *pr = p + i * T, m = -INFINITY, sum = 0.0f;
-                for (int64_t j = 0; j <= i; j++) m = pr[j] > m ? pr[j] : m;
-                for (int64_t j = 0; j <= i; j++) {
+                for (int64_t j = 0; j < lim; j++) m = pr[j] > m ? pr[j] : m;
+                for (int64_t j = 0; j < lim; j++) {
                     pr[j] = expf(pr[j] - m);
                     sum += pr[j];
                 }
                 float inv = 1.0f / sum;
-                for (int64_t j = 0; j <= i; j++) pr[j] *= inv;
-                for (int64_t j = i + 1; j < T; j++) pr[j] = 0.0f;
+                for (int64_t j = 0; j < lim; j++) pr[j] *= inv;
+                for (int64_t j = lim; j < T; j++) pr[j] = 0.0f;
             }
-            /* O[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)r1,
+            /* O[r0:r1] = P[r0:r1, 0:cols] V[0:cols] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)cols,
                         1.0f, p + r0 * T, (int)T, v, (int)C3, 0.0f, o + r0 * C, (int)C);
         }
     }
@@ -629,6 +633,7 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads) {
     dlc_node *nd = attach(out, DLC_OP_ATTENTION, 1, in, probs, NULL);
     if (!nd) return NULL;
     nd->i[0] = heads;
+    nd->i[1] = causal != 0;
     return out;
 }
 
@@ -639,7 +644,7 @@ dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g)
     float *dqkv = dlcx_grad(qkv, &err);
     if (!dqkv) return err;
     int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, H = n->i[0];
-    int64_t hd = C / H, tt[2] = {T, T};
+    int64_t hd = C / H, tt[2] = {T, T}, causal = n->i[1];
     float scale = 1.0f / sqrtf((float)hd);
     dlc_tensor *scratch = dlc_tensor_new(2, tt);
     if (!scratch) return dlc_last_status();
@@ -651,24 +656,26 @@ dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g)
         float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
         for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
-            /* dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)r1, (int)hd,
+            int64_t cols = causal ? r1 : T;
+            /* dP[r0:r1, 0:cols] = dO[r0:r1] V[0:cols]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)hd,
                         1.0f, go + r0 * C, (int)C, v, (int)C3, 0.0f, ds + r0 * T, (int)T);
-            /* dV[0:r1] += P[r0:r1, 0:r1]^T dO[r0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hd, (int)rows,
+            /* dV[0:cols] += P[r0:r1, 0:cols]^T dO[r0:r1] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)hd, (int)rows,
                         1.0f, p + r0 * T, (int)T, go + r0 * C, (int)C, 1.0f, dv, (int)C3);
             for (int64_t i = r0; i < r1; i++) {
+                int64_t lim = causal ? i + 1 : T;
                 const float *pr = p + i * T;
                 float *d = ds + i * T, dot = 0.0f;
-                for (int64_t j = 0; j <= i; j++) dot += d[j] * pr[j];
-                for (int64_t j = 0; j <= i; j++) d[j] = pr[j] * (d[j] - dot) * scale;
-                for (int64_t j = i + 1; j < r1; j++) d[j] = 0.0f;
+                for (int64_t j = 0; j < lim; j++) dot += d[j] * pr[j];
+                for (int64_t j = 0; j < lim; j++) d[j] = pr[j] * (d[j] - dot) * scale;
+                for (int64_t j = lim; j < cols; j++) d[j] = 0.0f;
             }
-            /* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)r1,
+            /* dQ[r0:r1] += dS[r0:r1, 0:cols] K[0:cols] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)cols,
                         1.0f, ds + r0 * T, (int)T, k, (int)C3, 1.0f, dq + r0 * C3, (int)C3);
-            /* dK[0:r1] += dS[r0:r1, 0:r1]^T Q[r0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r1, (int)hd, (int)rows,
+            /* dK[0:cols] += dS[r0:r1, 0:cols]^T Q[r0:r1] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)hd, (int)rows,
                         1.0f, ds + r0 * T, (int)T, q + r0 * C3, (int)C3, 1.0f, dk, (int)C3);
         }
     }

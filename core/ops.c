@@ -128,6 +128,42 @@ dlc_tensor *dlc_bias_add(dlc_tensor *x, dlc_tensor *b) {
     return binary(BIN_ADD, x, b);
 }
 
+/* The two shapes training hits constantly, without the strided walk: equal shapes
+ * (residual adds, products), and b broadcast over the leading dims of a (bias adds,
+ * row-scaling).  Returns 0 when the shapes are neither. */
+static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
+                                const dlc_tensor *out, const float *g, float *ga, float *gb) {
+    int64_t n = out->numel;
+    if (a->numel != n || (b->numel != n && (b->numel == 0 || n % b->numel))) return 0;
+    for (int i = 1; i <= b->ndim; i++) /* b's shape must be a suffix of a's */
+        if (a->ndim < i || b->shape[b->ndim - i] != a->shape[a->ndim - i]) return 0;
+    int64_t m = b->numel, rows = n / m;
+    const float *av = a->data, *bv = b->data, *ov = out->data;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *gr = g + r * m, *ar = av + r * m, *orow = ov + r * m;
+        float *gar = ga ? ga + r * m : NULL;
+        switch (op) {
+        case DLC_OP_ADD:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j];
+            if (gb) for (int64_t j = 0; j < m; j++) gb[j] += gr[j];
+            break;
+        case DLC_OP_SUB:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j];
+            if (gb) for (int64_t j = 0; j < m; j++) gb[j] -= gr[j];
+            break;
+        case DLC_OP_MUL:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] * bv[j];
+            if (gb) for (int64_t j = 0; j < m; j++) gb[j] += gr[j] * ar[j];
+            break;
+        default:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] / bv[j];
+            if (gb) for (int64_t j = 0; j < m; j++) gb[j] -= gr[j] * orow[j] / bv[j];
+            break;
+        }
+    }
+    return 1;
+}
+
 /* d(a op b): walks the output index space once, accumulating into the (possibly
  * broadcast, hence stride-0) positions of each input's gradient. */
 dlc_status dlcx_binary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
@@ -137,6 +173,7 @@ dlc_status dlcx_binary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     if (err) return dlc_error(err, "backward of %s: out of memory", dlc_op_name(n->op));
     bcast p;
     if (!bcast_plan(dlc_op_name(n->op), a, b, &p)) return DLC_ERR_SHAPE;
+    if (binary_backward_fast(n->op, a, b, out, g, ga, gb)) return DLC_OK;
     int64_t k = 0;
     for (int64_t i0 = 0; i0 < p.shape[0]; i0++)
         for (int64_t i1 = 0; i1 < p.shape[1]; i1++)
@@ -250,12 +287,12 @@ dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     case DLC_UNARY_GELU:
         for (int64_t i = 0; i < n; i++) {
             float v = a[i];
-            o[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+            o[i] = 0.5f * v * (1.0f + dlcx_tanhf_abs(GELU_K * (v + GELU_C * v * v * v)));
         }
         break;
-    case DLC_UNARY_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + expf(-a[i])); break;
+    case DLC_UNARY_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + dlcx_expf(-a[i])); break;
     case DLC_UNARY_TANH: for (int64_t i = 0; i < n; i++) o[i] = tanhf(a[i]); break;
-    case DLC_UNARY_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + expf(-a[i])); break;
+    case DLC_UNARY_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (1.0f + dlcx_expf(-a[i])); break;
     case DLC_UNARY_SIN: for (int64_t i = 0; i < n; i++) o[i] = sinf(a[i]); break;
     case DLC_UNARY_COS: for (int64_t i = 0; i < n; i++) o[i] = cosf(a[i]); break;
     case DLC_UNARY_COUNT: break;
@@ -284,14 +321,14 @@ dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     case DLC_UNARY_RELU: for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : 0.0f; break;
     case DLC_UNARY_GELU:
         for (int64_t i = 0; i < len; i++) {
-            float v = a[i], t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+            float v = a[i], t = dlcx_tanhf_abs(GELU_K * (v + GELU_C * v * v * v));
             float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
             gx[i] += g[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
         }
         break;
     case DLC_UNARY_SILU:
         for (int64_t i = 0; i < len; i++) {
-            float s = 1.0f / (1.0f + expf(-a[i]));
+            float s = 1.0f / (1.0f + dlcx_expf(-a[i]));
             gx[i] += g[i] * s * (1.0f + a[i] * (1.0f - s));
         }
         break;

@@ -196,6 +196,21 @@ dlc_tensor *dlc_tensor_view(dlc_tensor *t, int64_t offset, int ndim, const int64
     return v;
 }
 
+dlc_status dlcx_tensor_rebind(dlc_tensor *t, dlc_tensor *base, int64_t offset) {
+    int64_t b = base->data - base->storage->data;
+    if (offset < 0 || offset > base->numel - t->numel || b + offset + t->numel > base->storage->n) {
+        char buf[64];
+        return dlc_error(DLC_ERR_RANGE, "rebind: %lld elements at offset %lld do not fit in a tensor of shape %s",
+                         (long long)t->numel, (long long)offset, dlc_shape_str(base, buf, sizeof buf));
+    }
+    dlc_storage *old = t->storage;
+    base->storage->refs++; /* before the release: old may be base's own storage */
+    t->storage = base->storage;
+    t->data = base->data + offset;
+    storage_release(old);
+    return DLC_OK;
+}
+
 dlc_tensor *dlc_tensor_detach(dlc_tensor *t) {
     return dlc_tensor_view(t, 0, t->ndim, t->shape);
 }

@@ -41,6 +41,7 @@ static int same_shape(const dlc_tensor *t, int ndim, const int64_t *shape) {
 typedef struct {
     int ignore;
     int heads;
+    int noncausal; /* attention: 0 (the zero default) = causal */
     int k;
     float p;
     uint64_t seed;
@@ -70,7 +71,8 @@ static dlc_tensor *f_topk(dlc_tensor **in, void *c) {
     return v;
 }
 static dlc_tensor *f_attention(dlc_tensor **in, void *c) {
-    return dlc_attention(in[0], ((op_ctx *)c)->heads);
+    op_ctx *o = c;
+    return dlc_attention(in[0], o->heads, !o->noncausal);
 }
 static dlc_tensor *f_dropout(dlc_tensor **in, void *c) {
     op_ctx *o = c;
@@ -574,7 +576,8 @@ static void test_topk(void) {
 
 /* ---- attention ---- */
 
-static void attention_ref(const dlc_tensor *qkv, int H, double *out) {
+/* causal: row i sees columns 0..i; otherwise all T */
+static void attention_ref(const dlc_tensor *qkv, int H, int causal, double *out) {
     int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, hd = C / H;
     double scale = 1.0 / sqrt((double)hd), *p = malloc((size_t)T * sizeof *p);
     for (int64_t b = 0; b < B; b++)
@@ -582,17 +585,18 @@ static void attention_ref(const dlc_tensor *qkv, int H, double *out) {
             for (int64_t i = 0; i < T; i++) {
                 const float *q = qkv->data + (b * T + i) * C3 + h * hd;
                 double m = -INFINITY, s = 0;
-                for (int64_t j = 0; j <= i; j++) {
+                int64_t n = causal ? i + 1 : T;
+                for (int64_t j = 0; j < n; j++) {
                     const float *k = qkv->data + (b * T + j) * C3 + C + h * hd;
                     double d = 0;
                     for (int64_t e = 0; e < hd; e++) d += (double)q[e] * k[e];
                     p[j] = d * scale;
                     m = fmax(m, p[j]);
                 }
-                for (int64_t j = 0; j <= i; j++) s += (p[j] = exp(p[j] - m));
+                for (int64_t j = 0; j < n; j++) s += (p[j] = exp(p[j] - m));
                 for (int64_t e = 0; e < hd; e++) {
                     double o = 0;
-                    for (int64_t j = 0; j <= i; j++)
+                    for (int64_t j = 0; j < n; j++)
                         o += p[j] / s * qkv->data[(b * T + j) * C3 + 2 * C + h * hd + e];
                     out[(b * T + i) * C + h * hd + e] = o;
                 }
@@ -604,21 +608,40 @@ static void test_attention(void) {
     /* T = 70 spans two row blocks of the kernel */
     int64_t shapes[3][3] = {{2, 5, 24}, {1, 70, 24}, {2, 3, 12}};
     int heads[3] = {2, 4, 1};
-    for (int c = 0; c < 3; c++) {
-        dlc_tensor *qkv = check_randn(30 + (uint64_t)c, 1.0f, 3, shapes[c]);
-        dlc_tensor *y = dlc_attention(qkv, heads[c]);
+    for (int c = 0; c < 6; c++) {
+        int causal = c < 3, sc = c % 3;
+        dlc_tensor *qkv = check_randn(30 + (uint64_t)sc, 1.0f, 3, shapes[sc]);
+        dlc_tensor *y = dlc_attention(qkv, heads[sc], causal);
         CHECK_OK(y);
         if (y) {
-            int64_t want[3] = {shapes[c][0], shapes[c][1], shapes[c][2] / 3};
+            int64_t want[3] = {shapes[sc][0], shapes[sc][1], shapes[sc][2] / 3};
             CHECK(same_shape(y, 3, want));
             double *ref = malloc((size_t)y->numel * sizeof *ref);
-            attention_ref(qkv, heads[c], ref);
+            attention_ref(qkv, heads[sc], causal, ref);
             double d = maxdiff(y->data, ref, y->numel);
-            if (d >= 1e-5) fprintf(stderr, "attention case %d: max diff %g\n", c, d);
+            if (d >= 1e-5) fprintf(stderr, "attention case %d (causal %d): max diff %g\n", sc, causal, d);
             CHECK(d < 1e-5);
             free(ref);
         }
         dlc_tensor_release(y);
+        dlc_tensor_release(qkv);
+    }
+    /* non-causal: the first position sees the last one (causal: it does not) */
+    {
+        int64_t sh[3] = {1, 4, 6};
+        dlc_tensor *qkv = check_randn(35, 1.0f, 3, sh);
+        dlc_tensor *a = dlc_attention(qkv, 1, 1), *b = dlc_attention(qkv, 1, 0);
+        qkv->data[3 * 6 + 4] += 1.0f; /* v of the last position */
+        dlc_tensor *a2 = dlc_attention(qkv, 1, 1), *b2 = dlc_attention(qkv, 1, 0);
+        CHECK(a && b && a2 && b2);
+        if (a && b && a2 && b2) {
+            CHECK(a->data[0] == a2->data[0] && a->data[1] == a2->data[1]);
+            CHECK(b->data[0] != b2->data[0] && b->data[1] == b2->data[1]);
+        }
+        dlc_tensor_release(a);
+        dlc_tensor_release(b);
+        dlc_tensor_release(a2);
+        dlc_tensor_release(b2);
         dlc_tensor_release(qkv);
     }
 
@@ -628,23 +651,27 @@ static void test_attention(void) {
     dlc_tensor *in[1] = {qkv};
     gradcheck("attention B2 T5 H2 C8", f_attention, &c, 1, in, 1e-2f, 2e-2);
     check_accumulates("attention", f_attention, &c, 1, in);
-    dlc_tensor *y = dlc_attention(qkv, 2);
+    dlc_tensor *y = dlc_attention(qkv, 2, 1);
     CHECK(y && dlc_tensor_op(y) == DLC_OP_ATTENTION);
     dlc_tensor_release(y);
+    op_ctx nc = {.heads = 2, .noncausal = 1};
+    gradcheck("attention non-causal B2 T5 H2 C8", f_attention, &nc, 1, in, 1e-2f, 2e-2);
+    check_accumulates("attention non-causal", f_attention, &nc, 1, in);
     dlc_tensor_release(qkv);
     /* several row blocks */
     int64_t s2[3] = {1, 70, 12};
     dlc_tensor *qkv2 = leaf(41, 1.0f, 3, s2);
     dlc_tensor *in2[1] = {qkv2};
     gradcheck("attention T70 H2 C4", f_attention, &c, 1, in2, 1e-2f, 2e-2);
+    gradcheck("attention non-causal T70 H2 C4", f_attention, &nc, 1, in2, 1e-2f, 2e-2);
 
     /* errors */
     int64_t s2d[2] = {5, 24}, s25[3] = {2, 5, 25};
     dlc_tensor *q2 = dlc_tensor_zeros(2, s2d), *q25 = dlc_tensor_zeros(3, s25);
-    CHECK_FAILS(dlc_attention(q2, 2), DLC_ERR_SHAPE, "attention: qkv [5,24]: expected [B, T, 3C]");
-    CHECK_FAILS(dlc_attention(q25, 1), DLC_ERR_SHAPE, "attention: qkv [2,5,25]");
-    CHECK_FAILS(dlc_attention(qkv2, 3), DLC_ERR_ARG, "has C = 4, which heads = 3 does not divide");
-    CHECK_FAILS(dlc_attention(qkv2, 0), DLC_ERR_ARG, "heads = 0");
+    CHECK_FAILS(dlc_attention(q2, 2, 1), DLC_ERR_SHAPE, "attention: qkv [5,24]: expected [B, T, 3C]");
+    CHECK_FAILS(dlc_attention(q25, 1, 0), DLC_ERR_SHAPE, "attention: qkv [2,5,25]");
+    CHECK_FAILS(dlc_attention(qkv2, 3, 1), DLC_ERR_ARG, "has C = 4, which heads = 3 does not divide");
+    CHECK_FAILS(dlc_attention(qkv2, 0, 0), DLC_ERR_ARG, "heads = 0");
     dlc_tensor_release(q2);
     dlc_tensor_release(q25);
     dlc_tensor_release(qkv2);

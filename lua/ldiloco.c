@@ -293,6 +293,27 @@ static const luaL_Reg generator_methods[] = {
     {NULL, NULL},
 };
 
+/* __index of the module table: diloco.NAME -> require("diloco.NAME") when
+ * package.searchpath finds it, cached with rawset; otherwise nil. */
+static int lazy_submodule(lua_State *L) {
+    if (lua_type(L, 2) != LUA_TSTRING) return 0;
+    const char *name = lua_pushfstring(L, "diloco.%s", lua_tostring(L, 2));
+    lua_getglobal(L, "package");
+    if (!lua_istable(L, -1)) return 0;
+    lua_getfield(L, -1, "searchpath");
+    lua_pushstring(L, name);
+    lua_getfield(L, -3, "path");
+    lua_call(L, 2, 1);
+    if (lua_isnil(L, -1)) return 0;
+    lua_getglobal(L, "require");
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, 1);
+    return 1;
+}
+
 int luaopen_diloco(lua_State *L) {
     luaL_checkversion(L);
     lua_createtable(L, 0, 96);
@@ -320,6 +341,18 @@ int luaopen_diloco(lua_State *L) {
     lua_pop(L, 1);
 
     dlcL_open_tensor(L, mod, sti);
+    dlcL_open_sys(L, mod, sti);
+    dlcL_open_data(L, mod, sti);
+    dlcL_open_ckpt(L, mod, sti);
+    dlcL_open_optim(L, mod, sti);
+
+    /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on
+     * first use as diloco.NAME, so `local diloco = require "diloco"` is all a recipe
+     * needs. */
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, lazy_submodule);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, mod);
 
     lua_pushstring(L, dlc_version());
     lua_setfield(L, mod, "version");

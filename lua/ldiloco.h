@@ -53,6 +53,14 @@ dlcL_state *dlcL_getstate(lua_State *L);
  * methods table) to the module table at `mod`, with the state userdata at `st` as
  * their upvalue, and registers the Tensor metatable. */
 void dlcL_open_tensor(lua_State *L, int mod, int st);
+/* lsys.c: clock, isatty, the Ctrl-C flag, OpenBLAS threads. */
+void dlcL_open_sys(lua_State *L, int mod, int st);
+/* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */
+void dlcL_open_data(lua_State *L, int mod, int st);
+/* lckpt.c: safetensors save/load and JSON encode/decode. */
+void dlcL_open_ckpt(lua_State *L, int mod, int st);
+/* loptim.c: diloco.Params (one arena per model), diloco.Optimizer, lr schedules. */
+void dlcL_open_optim(lua_State *L, int mod, int st);
 
 /* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
  * Tensor and "tensor has been freed" if it was released. */

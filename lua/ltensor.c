@@ -642,11 +642,13 @@ static int t_topk(lua_State *L) {
     return 2;
 }
 
+/* t:attention(heads[, causal = true]); nil counts as the default. */
 static int t_attention(lua_State *L) {
     dlc_tensor *qkv = checkt(L, 1);
     int heads = checkint(L, 2);
+    int causal = lua_isnoneornil(L, 3) ? 1 : lua_toboolean(L, 3);
     dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_attention(qkv, heads));
+    return RESULT(L, slot, dlc_attention(qkv, heads, causal));
 }
 
 /* ---------------------------------------------------------------------------

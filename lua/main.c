@@ -41,17 +41,24 @@ typedef struct cli_args {
     char **argv;
     int flags;
     int script; /* argv index of the script; argc if there is none */
+    int command; /* 1 when argv[1] is an implemented subcommand */
 } cli_args;
 
+/* Subcommands.  Implemented ones run lua/diloco/cli.lua's main(name, args); the
+ * others are reserved for later issues and say so. */
 static const struct {
     const char *name, *synopsis, *what;
+    int implemented;
 } reserved[] = {
-    {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR]", "train a recipe"},
-    {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator"},
-    {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP"},
-    {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner"},
+    {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR] [--resume CKPT]",
+     "train a recipe", 1},
+    {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]",
+     "generate text from a trained byte-level GPT", 1},
+    {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator", 0},
+    {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
+    {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner", 0},
     {"goodput", "[--chips N] [--mtbi 1y] [--learners M] ...",
-     "estimate goodput of a large cluster under failures"},
+     "estimate goodput of a large cluster under failures", 0},
 };
 #define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
 
@@ -72,10 +79,10 @@ static void print_usage(FILE *f) {
             "  -              run stdin as the script and stop handling options\n"
             "With no arguments: a REPL with `diloco` loaded if stdin is a terminal,\n"
             "otherwise stdin is run as one chunk.\n"
-            "Commands (reserved, not available in this version yet):\n");
+            "Commands:\n");
     for (size_t i = 0; i < RESERVED_COUNT; i++)
-        fprintf(f, "  %-8s %s\n           %s\n", reserved[i].name, reserved[i].synopsis,
-                reserved[i].what);
+        fprintf(f, "  %-8s %s\n           %s%s\n", reserved[i].name, reserved[i].synopsis,
+                reserved[i].what, reserved[i].implemented ? "" : " (not available yet)");
 }
 
 static int usage_error(const char *problem, const char *opt) {
@@ -426,6 +433,23 @@ static int pmain(lua_State *L) {
     create_arg_table(L, a);
     lua_settop(L, 0);
 
+    if (a->command) { /* diloco-lua COMMAND args...: exit status from cli.main */
+        lua_getglobal(L, "require");
+        lua_pushliteral(L, "diloco.cli");
+        lua_call(L, 1, 1);
+        lua_getfield(L, -1, "main");
+        lua_pushstring(L, a->argv[1]);
+        lua_createtable(L, a->argc - 2, 0);
+        for (int i = 2; i < a->argc; i++) {
+            lua_pushstring(L, a->argv[i]);
+            lua_rawseti(L, -2, i - 1);
+        }
+        lua_call(L, 2, 1);
+        lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : EXIT_FAILURE;
+        lua_pushinteger(L, code);
+        return 1;
+    }
+
     int failed = 0;
     if (a->flags & OPT_V) print_version();
     if (!run_e_args(L, a)) failed = 1;
@@ -444,8 +468,13 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
+    int command = 0;
     if (argc >= 2) {
         for (size_t i = 0; i < RESERVED_COUNT; i++) {
+            if (strcmp(argv[1], reserved[i].name) == 0 && reserved[i].implemented) {
+                command = 1;
+                break;
+            }
             if (strcmp(argv[1], reserved[i].name) == 0) {
                 fprintf(stderr,
                         PROGNAME ": '%s' is not available in this version yet (planned: %s)\n",
@@ -454,14 +483,19 @@ int main(int argc, char **argv) {
             }
         }
     }
-    cli_args a = {argc, argv, 0, 0};
+    cli_args a = {argc, argv, 0, 0, 0};
     if (argc == 0 || argv[0] == NULL) { /* exec'd without argv[0]: nothing to index */
         static char *fallback[] = {PROGNAME, NULL};
         a.argc = 1;
         a.argv = fallback;
     }
-    int early = collect_args(&a);
-    if (early >= 0) return early;
+    if (command) {
+        a.command = 1;
+        a.script = a.argc;
+    } else {
+        int early = collect_args(&a);
+        if (early >= 0) return early;
+    }
 
     lua_State *L = luaL_newstate();
     if (L == NULL) {

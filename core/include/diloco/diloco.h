@@ -6,6 +6,9 @@
  *   tensor.h    f32 tensors, views, refcounting, the Philox random generator
  *   ops.h       tensor operations (elementwise, matmul, norms, attention, ...)
  *   autograd.h  reverse-mode differentiation over those ops
+ *   ckpt.h      safetensors checkpoints (save with atomic replace, validating load)
+ *   params.h    the parameter arena: all of a model's parameters (and grads) in one buffer
+ *   optim.h     AdamW and SGD as one loop over the arena; learning-rate schedules
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -19,5 +22,9 @@
 #include "tensor.h"
 #include "ops.h"
 #include "autograd.h"
+#include "data.h"
+#include "ckpt.h"
+#include "params.h"
+#include "optim.h"
 
 #endif

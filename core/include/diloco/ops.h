@@ -99,11 +99,12 @@ DLC_API dlc_tensor *dlc_gather(dlc_tensor *x, dlc_tensor *idx);
 DLC_API dlc_status dlc_topk(dlc_tensor *x, int k, dlc_tensor **values, dlc_tensor **indices);
 
 /* ---- attention ----
- * Causal multi-head self-attention as one fused op.  qkv [B, T, 3C] holds q, k, v
- * side by side (as produced by one fused projection), C = heads * head_dim.
- * Returns [B, T, C]: softmax(q k^T / sqrt(head_dim) + causal mask) v per head, heads
- * concatenated. */
-DLC_API dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads);
+ * Multi-head self-attention as one fused op.  qkv [B, T, 3C] holds q, k, v side by
+ * side (as produced by one fused projection), C = heads * head_dim.
+ * Returns [B, T, C]: softmax(q k^T / sqrt(head_dim) [+ causal mask]) v per head, heads
+ * concatenated.  causal != 0: position t attends to positions <= t (GPT); causal == 0:
+ * every position attends to all T (ViT, encoders). */
+DLC_API dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal);
 
 /* ---- shape ---- */
 /* Same data, new shape (one entry may be -1); shares storage. */

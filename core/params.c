@@ -1,0 +1,255 @@
+/* params.c - the parameter arena: packing tensors into one buffer, grad norm, clipping. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+struct dlc_params {
+    int n;
+    char **names;         /* [n] owned copies */
+    dlc_tensor **t;       /* [n] retained */
+    int64_t *off;         /* [n] offsets in floats, multiples of DLC_PARAMS_ALIGN */
+    int64_t numel, size;  /* values; arena length with padding */
+    dlc_tensor *flat;     /* [size] the value arena (our reference to its storage) */
+    dlc_tensor *gflat;    /* [size] the grad arena */
+    dlc_params *next;     /* registry link */
+};
+
+/* Live dlc_params, so a tensor is never packed into two at once (the second would
+ * re-point it and leave the first with a stale slot).  Any thread may create one. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static dlc_params *registry;
+
+/* Name of the tensor of q whose memory contains addr (or "?"). */
+static const char *name_at(const dlc_params *q, const float *addr) {
+    for (int i = 0; i < q->n; i++) {
+        const float *s = q->flat->data + q->off[i];
+        int64_t k = q->t[i]->numel;
+        if (addr >= s && (addr < s + k || (k == 0 && addr == s))) return q->names[i];
+    }
+    return "?";
+}
+
+/* DLC_OK, or the error for a tensor that lives in the arena of a live dlc_params. */
+static dlc_status check_unpacked(const char *name, const dlc_tensor *t) {
+    dlc_status st = DLC_OK;
+    pthread_mutex_lock(&registry_lock);
+    for (const dlc_params *q = registry; q; q = q->next) {
+        if (q->flat->storage != t->storage) continue;
+        st = dlc_error(DLC_ERR_STATE,
+                       "params: tensor '%s' is already in the arena of another live Params (as '%s'); "
+                       "free that Params first, or pack each tensor once",
+                       name, name_at(q, t->data));
+        break;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return st;
+}
+
+static void registry_remove(dlc_params *p) {
+    pthread_mutex_lock(&registry_lock);
+    for (dlc_params **q = &registry; *q; q = &(*q)->next) {
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Everything that can fail without touching a tensor. */
+static dlc_status validate(int n, const char *const *names, dlc_tensor *const *ts) {
+    if (n < 1) return dlc_error(DLC_ERR_ARG, "params: %d tensors given, need at least 1", n);
+    if (!names || !ts) return dlc_error(DLC_ERR_ARG, "params: names or tensors is NULL");
+    for (int i = 0; i < n; i++) {
+        if (!names[i] || !names[i][0])
+            return dlc_error(DLC_ERR_ARG, "params: tensor %d has an empty name; every tensor needs a unique name", i);
+        if (!ts[i]) return dlc_error(DLC_ERR_ARG, "params: tensor '%s' is NULL", names[i]);
+        if (ts[i]->node || ts[i]->graph_freed)
+            return dlc_error(DLC_ERR_STATE,
+                             "params: tensor '%s' is the result of an op (%s), not a leaf; pack the "
+                             "model's own parameter tensors",
+                             names[i], ts[i]->node ? dlc_op_name(ts[i]->node->op) : "freed graph");
+        for (int j = 0; j < i; j++) {
+            if (!strcmp(names[i], names[j]))
+                return dlc_error(DLC_ERR_ARG, "params: the name '%s' is used twice (tensors %d and %d)",
+                                 names[i], j, i);
+            if (ts[i] == ts[j])
+                return dlc_error(DLC_ERR_ARG, "params: the same tensor is given twice, as '%s' and '%s'",
+                                 names[j], names[i]);
+            if (ts[i]->storage == ts[j]->storage && ts[i]->numel && ts[j]->numel &&
+                ts[i]->data < ts[j]->data + ts[j]->numel && ts[j]->data < ts[i]->data + ts[i]->numel)
+                return dlc_error(DLC_ERR_ARG,
+                                 "params: tensors '%s' and '%s' share memory (views of one another); "
+                                 "packing would give each its own copy",
+                                 names[j], names[i]);
+        }
+        dlc_status st = check_unpacked(names[i], ts[i]);
+        if (st != DLC_OK) return st;
+    }
+    return DLC_OK;
+}
+
+dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *tensors) {
+    if (validate(n, names, tensors) != DLC_OK) return NULL;
+    dlc_tensor **grads = NULL;
+    dlc_params *p = calloc(1, sizeof *p);
+    if (!p) goto nomem;
+    p->n = n;
+    p->names = calloc((size_t)n, sizeof *p->names);
+    p->t = calloc((size_t)n, sizeof *p->t);
+    p->off = calloc((size_t)n, sizeof *p->off);
+    grads = calloc((size_t)n, sizeof *grads);
+    if (!p->names || !p->t || !p->off || !grads) goto nomem;
+
+    const int64_t A = DLC_PARAMS_ALIGN, limit = INT64_MAX / 8;
+    for (int i = 0; i < n; i++) {
+        int64_t k = tensors[i]->numel;
+        if (k > limit - p->size - A) {
+            dlc_error(DLC_ERR_RANGE, "params: the arena would exceed %lld floats at tensor '%s'",
+                      (long long)limit, names[i]);
+            goto fail;
+        }
+        p->off[i] = p->size;
+        p->size += (k + A - 1) / A * A;
+        p->numel += k;
+        size_t len = strlen(names[i]) + 1;
+        if (!(p->names[i] = malloc(len))) goto nomem;
+        memcpy(p->names[i], names[i], len);
+    }
+    if (p->size == 0) p->size = A; /* all tensors empty: keep the arenas non-empty */
+
+    /* Acquire everything before changing any tensor, so failure leaves them as given. */
+    p->flat = dlc_tensor_zeros(1, &p->size);
+    p->gflat = dlc_tensor_zeros(1, &p->size);
+    if (!p->flat || !p->gflat) goto fail;
+    for (int i = 0; i < n; i++) {
+        grads[i] = dlc_tensor_view(p->gflat, p->off[i], tensors[i]->ndim, tensors[i]->shape);
+        if (!grads[i]) goto fail;
+    }
+
+    for (int i = 0; i < n; i++) {
+        dlc_tensor *t = tensors[i];
+        if (t->numel) memcpy(p->flat->data + p->off[i], t->data, (size_t)t->numel * sizeof(float));
+        dlc_status st = dlcx_tensor_rebind(t, p->flat, p->off[i]); /* fits by construction */
+        DLC_ASSERT(st == DLC_OK);
+        t->requires_grad = 1;
+        dlc_tensor_release(t->grad);
+        t->grad = grads[i];
+        grads[i] = NULL;
+        p->t[i] = dlc_tensor_retain(t);
+    }
+    free(grads);
+    pthread_mutex_lock(&registry_lock);
+    p->next = registry;
+    registry = p;
+    pthread_mutex_unlock(&registry_lock);
+    return p;
+
+nomem:
+    dlc_error(DLC_ERR_NOMEM, "params: out of memory packing %d tensors", n);
+fail:
+    if (grads)
+        for (int i = 0; i < n; i++) dlc_tensor_release(grads[i]);
+    free(grads);
+    if (p) {
+        p->n = 0; /* no tensor retained yet: dlc_params_free must not release them */
+        if (p->names)
+            for (int i = 0; i < n; i++) free(p->names[i]);
+        dlc_params_free(p);
+    }
+    return NULL;
+}
+
+void dlc_params_free(dlc_params *p) {
+    if (!p) return;
+    if (p->n) registry_remove(p);
+    for (int i = 0; i < p->n; i++) {
+        free(p->names[i]);
+        dlc_tensor_release(p->t[i]);
+    }
+    free(p->names);
+    free(p->t);
+    free(p->off);
+    dlc_tensor_release(p->flat);
+    dlc_tensor_release(p->gflat);
+    free(p);
+}
+
+int dlc_params_count(const dlc_params *p) { return p->n; }
+int64_t dlc_params_numel(const dlc_params *p) { return p->numel; }
+int64_t dlc_params_size(const dlc_params *p) { return p->size; }
+
+const char *dlc_params_name(const dlc_params *p, int i) {
+    return i >= 0 && i < p->n ? p->names[i] : NULL;
+}
+
+dlc_tensor *dlc_params_tensor(const dlc_params *p, int i) {
+    return i >= 0 && i < p->n ? p->t[i] : NULL;
+}
+
+int64_t dlc_params_offset(const dlc_params *p, int i) {
+    return i >= 0 && i < p->n ? p->off[i] : -1;
+}
+
+int dlc_params_find(const dlc_params *p, const char *name) {
+    if (!name) return -1;
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->names[i], name)) return i;
+    return -1;
+}
+
+float *dlc_params_data(const dlc_params *p) { return p->flat->data; }
+float *dlc_params_grad(const dlc_params *p) { return p->gflat->data; }
+
+dlc_tensor *dlc_params_flat(const dlc_params *p) { return dlc_tensor_detach(p->flat); }
+dlc_tensor *dlc_params_flat_grad(const dlc_params *p) { return dlc_tensor_detach(p->gflat); }
+
+void dlc_params_zero_grad(dlc_params *p) {
+    memset(p->gflat->data, 0, (size_t)p->size * sizeof(float));
+}
+
+/* The arena length is a multiple of DLC_PARAMS_ALIGN: the fixed-size inner loops
+ * vectorise at -O2 without a scalar tail. */
+double dlc_params_grad_norm(const dlc_params *p) {
+    enum { B = DLC_PARAMS_ALIGN };
+    const float *g = p->gflat->data;
+    double acc[B] = {0};
+    for (int64_t i = 0; i < p->size; i += B)
+        for (int j = 0; j < B; j++) acc[j] += (double)g[i + j] * g[i + j];
+    double s = 0;
+    for (int j = 0; j < B; j++) s += acc[j];
+    return sqrt(s);
+}
+
+double dlc_params_clip_grad_norm(dlc_params *p, double max_norm) {
+    if (!(max_norm > 0) || !isfinite(max_norm)) {
+        dlc_error(DLC_ERR_ARG, "clip_grad_norm: max_norm = %g, expected a finite number > 0", max_norm);
+        return -1.0;
+    }
+    double norm = dlc_params_grad_norm(p);
+    double coef = max_norm / (norm + 1e-6);
+    if (isfinite(norm) && coef < 1.0) {
+        enum { B = DLC_PARAMS_ALIGN };
+        float c = (float)coef, *g = p->gflat->data;
+        for (int64_t i = 0; i < p->size; i += B)
+            for (int j = 0; j < B; j++) g[i + j] *= c;
+    }
+    return norm;
+}
+
+dlc_status dlc_params_check(const dlc_params *p, const char *fn) {
+    for (int i = 0; i < p->n; i++) {
+        const dlc_tensor *t = p->t[i];
+        if (t->data != p->flat->data + p->off[i] || t->storage != p->flat->storage)
+            return dlc_error(DLC_ERR_STATE, "%s: tensor '%s' no longer points into the parameter arena",
+                             fn, p->names[i]);
+        if (!t->grad || t->grad->data != p->gflat->data + p->off[i])
+            return dlc_error(DLC_ERR_STATE,
+                             "%s: the .grad of tensor '%s' is no longer the grad arena's view (was it "
+                             "replaced or released?); its gradients would be lost",
+                             fn, p->names[i]);
+    }
+    return DLC_OK;
+}

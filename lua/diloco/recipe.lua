@@ -1,0 +1,312 @@
+-- diloco.recipe: the recipe schema, its defaults, validation and --set overrides.
+--
+-- A recipe file returns diloco.recipe{...}.  Every field has a default and a meaning
+-- (docs/recipes.md lists them); validation reports EVERY bad field at once, each with
+-- its dotted name, the value and what is allowed.  `--set a.b=v` overrides any field
+-- before validation.
+local M = {}
+
+-- Field specs.  kind: "number" | "integer" | "string" | "boolean" | "table" | "any".
+-- check(v) returns nil when fine, else the "expected ..." text.  A table field
+-- with `fields` is a nested section; `open = true` lets it carry extra keys that a
+-- later stage validates (model options go to the nn constructor).
+local function range(lo, hi, integer)
+  return function(v)
+    if integer and math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) then
+      return string.format("an integer in [%s, %s]", lo, hi)
+    end
+    if v < lo or v > hi then
+      return string.format("a%s in [%s, %s]", integer and "n integer" or " number", lo, hi)
+    end
+  end
+end
+
+local function oneof(...)
+  local set, list = {}, { ... }
+  for _, v in ipairs(list) do set[v] = true end
+  return function(v)
+    if not set[v] then return "one of " .. table.concat(list, ", ") end
+  end
+end
+
+local INF = math.huge
+
+M.schema = {
+  name = { kind = "string", default = nil, doc = "run name (default: the recipe file name)" },
+  seed = { kind = "integer", default = 0, check = range(0, 2 ^ 53, true),
+    doc = "seed of model init, data order and dropout" },
+  steps = { kind = "integer", default = 1000, check = range(1, 1e12, true), doc = "inner steps to train" },
+  threads = { kind = "integer", default = nil, check = range(1, 256, true),
+    doc = "OpenBLAS threads (default: all cores for one learner)" },
+  model = { kind = "table|function", default = nil, required = true,
+    doc = "{arch = 'gpt'|'vit'|'mlp', ...options of diloco.nn} or a function returning a module" },
+  data = { kind = "table", required = true, open = true, fields = {
+    kind = { kind = "string", default = nil, required = true,
+      check = oneof("text", "fashion", "images", "synthetic_text", "synthetic_images"),
+      doc = "dataset kind" },
+    path = { kind = "string", default = nil, doc = "text: a file or a directory" },
+    images = { kind = "string", default = nil, doc = "images: IDX images file (.gz or plain)" },
+    labels = { kind = "string", default = nil, doc = "images: IDX labels file" },
+    test_images = { kind = "string", default = nil, doc = "images: held-out IDX images" },
+    test_labels = { kind = "string", default = nil, doc = "images: held-out IDX labels" },
+    dir = { kind = "string", default = "/usr/share/datasets/fashion-mnist",
+      doc = "fashion: directory of the four Fashion-MNIST files" },
+    batch = { kind = "integer", default = 16, check = range(1, 1e6, true), doc = "sequences/images per step" },
+    ctx = { kind = "integer", default = 64, check = range(1, 1e6, true), doc = "text: tokens per sequence" },
+    eval_fraction = { kind = "number", default = 0.05, check = range(0, 0.5), doc = "text: share held out" },
+    chunk = { kind = "integer", default = 4096, check = range(64, 1e9, true), doc = "text: split granularity in bytes" },
+    drop_line = { kind = "string", default = nil, doc = "text: drop lines equal to this (fortunes: '%')" },
+    bytes = { kind = "integer", default = 200000, check = range(1000, 1e9, true), doc = "synthetic_text: size" },
+    count = { kind = "integer", default = 2000, check = range(10, 1e8, true), doc = "synthetic_images: examples" },
+    classes = { kind = "integer", default = 10, check = range(2, 1e6, true), doc = "images: number of classes" },
+  } },
+  inner = { kind = "table", fields = {
+    kind = { kind = "string", default = "adamw", check = oneof("adamw", "sgd", "nesterov"), doc = "inner optimizer" },
+    lr = { kind = "number", default = 3e-3, check = range(0, INF), doc = "peak learning rate" },
+    beta1 = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "adamw beta1" },
+    beta2 = { kind = "number", default = 0.95, check = range(0, 0.999999), doc = "adamw beta2" },
+    eps = { kind = "number", default = 1e-8, check = range(0, 1), doc = "adamw epsilon" },
+    weight_decay = { kind = "number", default = 0.1, check = range(0, INF), doc = "decoupled weight decay" },
+    momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "sgd/nesterov momentum" },
+    schedule = { kind = "string", default = "cosine", check = oneof("constant", "cosine", "linear"),
+      doc = "learning-rate schedule after warm-up" },
+    warmup = { kind = "integer", default = nil, check = range(0, 1e12, true),
+      doc = "linear warm-up steps (default: min(100, steps / 10))" },
+    min_lr = { kind = "number", default = 0, check = range(0, INF), doc = "final learning rate of the decay" },
+    clip = { kind = "number", default = 1.0, check = range(0, INF), doc = "global grad-norm clip (0 = off)" },
+    no_decay = { kind = "table", default = nil, doc = "Lua patterns of parameter names without weight decay" },
+  } },
+  outer = { kind = "table", fields = {
+    kind = { kind = "string", default = "nesterov", check = oneof("nesterov", "sgd"), doc = "outer optimizer" },
+    lr = { kind = "number", default = 0.7, check = range(0, INF), doc = "outer learning rate" },
+    momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "outer momentum" },
+  } },
+  sync = { kind = "table", fields = {
+    preset = { kind = "string", default = "decoupled", check = oneof("dp", "diloco", "streaming", "decoupled"),
+      doc = "algorithm preset (used when islands.count > 1)" },
+    H = { kind = "integer", default = 24, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
+    fragments = { kind = "integer", default = 4, check = range(1, 4096, true), doc = "fragments P" },
+    tau = { kind = "integer", default = 2, check = range(0, 1e6, true), doc = "overlap steps" },
+    quorum = { kind = "integer", default = 1, check = range(1, 1e6, true), doc = "minimum quorum K" },
+    codec = { kind = "string", default = "f32", check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0"),
+      doc = "outer-gradient codec" },
+  } },
+  islands = { kind = "table", fields = {
+    count = { kind = "integer", default = 1, check = range(1, 1, true),
+      doc = "learners; this version trains one (multi-island training arrives with the syncer)" },
+    speed = { kind = "table", default = nil, doc = "relative speed per island" },
+  } },
+  eval = { kind = "table", fields = {
+    every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
+    batches = { kind = "integer", default = 8, check = range(1, 1e9, true), doc = "held-out batches per eval" },
+  } },
+  log = { kind = "table", fields = {
+    every = { kind = "integer", default = nil, check = range(1, 1e12, true),
+      doc = "steps between step metrics / plain progress lines (default: steps / 20)" },
+  } },
+  checkpoint = { kind = "table", fields = {
+    every = { kind = "integer", default = 0, check = range(0, 1e12, true),
+      doc = "steps between checkpoints in the output directory (0 = at the end only)" },
+  } },
+  out = { kind = "string", default = nil, doc = "output directory (default runs/NAME)" },
+  hooks = { kind = "table", fields = {
+    on_step = { kind = "function", default = nil, doc = "f(info) after each step" },
+    on_eval = { kind = "function", default = nil, doc = "f(info) after each eval" },
+    lr = { kind = "function", default = nil, doc = "f(step, lr) -> lr for this step (overrides the schedule)" },
+  } },
+  chaos = { kind = "any", default = nil, check = function(v)
+    return "nil: fault injection arrives with multi-island training" end,
+    doc = "failure schedule (not available in this version)" },
+}
+
+local function describe(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+local function kind_ok(spec_kind, v)
+  if spec_kind == "any" then return true end
+  for k in spec_kind:gmatch("[^|]+") do
+    if k == "integer" then
+      if type(v) == "number" and v == math.floor(v) then return true end
+    elseif type(v) == k then
+      return true
+    end
+  end
+  return false
+end
+
+-- Fills defaults into t (in place) and appends problems to errs.
+local function check_section(t, fields, prefix, errs, open)
+  for key, v in pairs(t) do
+    if type(key) ~= "string" then
+      errs[#errs + 1] = string.format("%s: key %s is not a field name", prefix ~= "" and prefix or "recipe", describe(key))
+    elseif not fields[key] and not open then
+      local names = {}
+      for k in pairs(fields) do names[#names + 1] = k end
+      table.sort(names)
+      errs[#errs + 1] = string.format("%s%s: unknown field (allowed: %s)", prefix, key, table.concat(names, ", "))
+    end
+  end
+  for key, spec in pairs(fields) do
+    local v, name = t[key], prefix .. key
+    if v == nil then
+      if spec.required then
+        errs[#errs + 1] = string.format("%s: missing (%s)", name, spec.doc)
+      elseif spec.fields then
+        v = {}
+        t[key] = v
+      else
+        t[key] = spec.default
+      end
+    end
+    if v ~= nil then
+      if not kind_ok(spec.kind, v) then
+        errs[#errs + 1] = string.format("%s = %s: expected %s (%s)", name, describe(v),
+          spec.kind:gsub("|", " or "), spec.doc or "")
+      elseif spec.check then
+        local expected = spec.check(v)
+        if expected then errs[#errs + 1] = string.format("%s = %s: expected %s", name, describe(v), expected) end
+      end
+      if spec.fields and type(v) == "table" then check_section(v, spec.fields, name .. ".", errs, spec.open) end
+      if spec.kind == "integer" and type(v) == "number" and math.type(v) == "float" and v == math.floor(v) then
+        t[key] = math.tointeger(v)
+      end
+    end
+  end
+end
+
+-- Cross-field rules that one field's spec cannot see.
+local function check_relations(r, errs)
+  local d = r.data
+  if d.kind == "text" and not d.path then
+    errs[#errs + 1] = "data.path: missing (data.kind = \"text\" needs a file or directory)"
+  end
+  if d.kind == "images" and not (d.images and d.labels) then
+    errs[#errs + 1] = "data.images / data.labels: missing (data.kind = \"images\" needs both IDX files)"
+  end
+  if type(r.model) == "table" then
+    local arch = r.model.arch
+    if arch ~= "gpt" and arch ~= "vit" and arch ~= "mlp" then
+      errs[#errs + 1] = string.format("model.arch = %s: expected one of gpt, vit, mlp", describe(arch))
+    elseif arch == "gpt" and not (d.kind == "text" or d.kind == "synthetic_text") then
+      errs[#errs + 1] = string.format("model.arch = \"gpt\" needs text data, data.kind is %s", describe(d.kind))
+    elseif arch ~= "gpt" and (d.kind == "text" or d.kind == "synthetic_text") then
+      errs[#errs + 1] = string.format("model.arch = %s classifies images, data.kind is %s", describe(arch), describe(d.kind))
+    elseif arch == "gpt" and r.model.ctx and r.model.ctx < d.ctx then
+      errs[#errs + 1] = string.format("data.ctx = %d is longer than model.ctx = %d", d.ctx, r.model.ctx)
+    end
+  end
+  if r.inner.warmup == nil then r.inner.warmup = math.min(100, r.steps // 10) end
+  if r.inner.warmup >= r.steps and r.inner.warmup > 0 and r.inner.schedule ~= "constant" then
+    errs[#errs + 1] = string.format("inner.warmup = %d: must be below steps = %d", r.inner.warmup, r.steps)
+  end
+end
+
+-- diloco.recipe{...}: marks the table as a recipe (validation happens in M.validate,
+-- after --set overrides).
+local recipe_mt = { __name = "diloco.recipe" }
+function M.new(t)
+  if type(t) ~= "table" then error("diloco.recipe: expected a table, got " .. type(t), 2) end
+  return setmetatable(t, recipe_mt)
+end
+
+function M.is_recipe(t)
+  return getmetatable(t) == recipe_mt
+end
+
+-- Validates and fills defaults in place.  Returns r, or nil and the list of problems.
+function M.validate(r)
+  local errs = {}
+  check_section(r, M.schema, "", errs, false)
+  if #errs == 0 then check_relations(r, errs) end
+  if #errs > 0 then return nil, errs end
+  return r
+end
+
+-- Parses the v of --set k=v: numbers, true/false, Lua table literals {…}, quoted or
+-- bare strings.
+local function parse_value(s)
+  if s == "true" then return true end
+  if s == "false" then return false end
+  if s == "nil" then return nil end
+  local n = math.tointeger(tonumber(s)) or tonumber(s)
+  if n then return n end
+  if s:match("^%s*{") or s:match("^%s*[\"']") then
+    local f = load("return " .. s, "--set", "t", {})
+    local ok, v = pcall(f or error)
+    if f and ok then return v end
+    error(string.format("cannot parse %q as a Lua value", s), 0)
+  end
+  return s
+end
+
+-- Applies one "a.b.c=value" override.  Raises a message naming the key on error.
+function M.set(r, assignment)
+  local key, value = assignment:match("^([%w_%.]+)=(.*)$")
+  if not key then
+    error(string.format("--set %s: expected KEY=VALUE with a dotted key (e.g. inner.lr=1e-3)", assignment), 0)
+  end
+  local parts = {}
+  for p in key:gmatch("[^%.]+") do parts[#parts + 1] = p end
+  local t, spec = r, { fields = M.schema }
+  for i = 1, #parts - 1 do
+    local p = parts[i]
+    local sub = spec and spec.fields and spec.fields[p]
+    if type(t[p]) == "function" then
+      error(string.format("--set %s: %s is a function in this recipe; edit the recipe instead", assignment,
+        table.concat(parts, ".", 1, i)), 0)
+    end
+    if t[p] == nil then
+      if sub or (spec and (spec.open or spec.kind == "table|function")) then
+        t[p] = {}
+      else
+        error(string.format("--set %s: unknown field %s", assignment, table.concat(parts, ".", 1, i)), 0)
+      end
+    elseif type(t[p]) ~= "table" then
+      error(string.format("--set %s: %s is a %s, not a section", assignment, table.concat(parts, ".", 1, i),
+        type(t[p])), 0)
+    end
+    t, spec = t[p], sub or { open = true }
+  end
+  local ok, v = pcall(parse_value, value)
+  if not ok then error("--set " .. assignment .. ": " .. v, 0) end
+  t[parts[#parts]] = v
+end
+
+-- Loads a recipe file: runs it and checks it returned diloco.recipe{...} (or a table).
+function M.load(path)
+  local f, err = loadfile(path)
+  if not f then return nil, err end
+  local ok, r = pcall(f)
+  if not ok then return nil, string.format("%s: error while running the recipe: %s", path, tostring(r)) end
+  if type(r) ~= "table" then
+    return nil, string.format("%s: the recipe must return diloco.recipe{...}, it returned %s", path, type(r))
+  end
+  if not r.name then r.name = path:match("([^/]+)%.lua$") or path:match("[^/]+$") end
+  return r
+end
+
+-- Lines of documentation for docs/recipes.md and `diloco-lua run --help`.
+function M.describe_schema()
+  local lines = {}
+  local function walk(fields, prefix)
+    local keys = {}
+    for k in pairs(fields) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local s = fields[k]
+      if s.fields then
+        walk(s.fields, prefix .. k .. ".")
+      else
+        lines[#lines + 1] = string.format("%-22s %-10s %-12s %s", prefix .. k, s.kind,
+          s.default == nil and (s.required and "(required)" or "-") or tostring(s.default), s.doc or "")
+      end
+    end
+  end
+  walk(M.schema, "")
+  return lines
+end
+
+setmetatable(M, { __call = function(_, t) return M.new(t) end })
+return M

@@ -1,0 +1,738 @@
+/*
+ * lckpt.c - checkpoints and JSON for Lua: diloco.save_safetensors,
+ * diloco.load_safetensors (core/ckpt.h), diloco.json_encode, diloco.json_decode and
+ * the diloco.json_null sentinel.
+ *
+ *     assert(diloco.save_safetensors("m.safetensors", { {"wte", wte}, {"wpe", wpe} },
+ *                                    { step = 1200, recipe = "gpt-tiny" }))
+ *     local ts, meta, names = assert(diloco.load_safetensors("m.safetensors"))
+ *     -- ts.wte is a Tensor, meta.step == "1200", names == {"wte", "wpe"}
+ *
+ *     diloco.json_encode({ step = 3, loss = 2.5 })           --> {"step":3,"loss":2.5}
+ *     diloco.json_encode(t, { indent = 2, sort_keys = true })  -- pretty, stable order
+ *     local v = assert(diloco.json_decode('{"a":[1,null,2.5]}'))
+ *     -- v.a[1] == 1 (integer), v.a[2] == diloco.json_null, v.a[3] == 2.5 (float)
+ *
+ * Errors (liolib's convention): wrong arguments raise; an environmental failure
+ * returns nil, message: a file that cannot be written or read, a file that is not
+ * valid safetensors, a string that is not valid JSON.
+ *
+ * JSON mapping.  Encoding: a table whose keys are exactly 1..n is an array; an empty
+ * table is the empty array []; any other table is an object and every key must be a
+ * string.  Integers stay integers, floats are written as the shortest decimal that
+ * reads back as the same double and always with a '.' or exponent (2.0 -> 2.0), so
+ * decode(encode(x)) keeps Lua's integer/float subtype.  NaN and +-inf, functions,
+ * userdata other than json_null, non-UTF-8 strings and nesting deeper than 100 raise
+ * an error naming the path (".summary.loss", ".losses[3]").  Objects come out in
+ * table order unless sort_keys is set.  The default is compact, one line (JSON lines).
+ * Decoding: objects and arrays become tables, null is nil in an object (the key is
+ * absent) and diloco.json_null in an array or at the top level, so arrays keep their
+ * length; duplicate object keys are an error.  The encoder is written here by hand
+ * (jansson prints doubles with 17 digits: 0.1 -> 0.10000000000000001); the decoder
+ * is jansson.
+ *
+ * Lifetime: C resources held across calls that may raise (the open checkpoint, the
+ * encoder's buffer, the decoded document) live in a "closed-first" box userdata
+ * whose __gc releases them, so a Lua error never leaks them.
+ */
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "ldiloco.h"
+
+#define STATE(L) DLCL_UPSTATE(L)
+#define DLCL_CBOX "diloco.CResource"
+#define DLCL_JSONNULL "diloco.json_null"
+#define DLCL_JSON_MAX_DEPTH 100
+#define DLCL_JSON_MAX_INDENT 16
+
+static const char json_null_key = 0; /* registry key of the json_null sentinel */
+
+/* ---------------------------------------------------------------------------
+ * resource boxes
+ * --------------------------------------------------------------------------- */
+
+typedef struct cbox {
+    void *p;                 /* owned; NULL when released or not yet acquired */
+    void (*release)(void *); /* frees p */
+} cbox;
+
+static int cbox_gc(lua_State *L) {
+    cbox *b = luaL_checkudata(L, 1, DLCL_CBOX);
+    void *p = b->p;
+    b->p = NULL;
+    if (p) b->release(p);
+    return 0;
+}
+
+/* Pushes an empty box. */
+static cbox *newcbox(lua_State *L) {
+    cbox *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->p = NULL;
+    b->release = NULL;
+    luaL_setmetatable(L, DLCL_CBOX);
+    return b;
+}
+
+static void cbox_release(cbox *b) {
+    void *p = b->p;
+    b->p = NULL;
+    if (p) b->release(p);
+}
+
+/* ---------------------------------------------------------------------------
+ * shared helpers
+ * --------------------------------------------------------------------------- */
+
+/* Strict UTF-8, the same rule jansson and core/ckpt.c apply. */
+static int utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int len;
+        unsigned long cp;
+        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+        else return 0;
+        if (n - i < (size_t)len) return 0;
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+static const char *checkpath(lua_State *L, int arg) {
+    size_t len;
+    const char *p = luaL_checklstring(L, arg, &len);
+    luaL_argcheck(L, len > 0, arg, "path is empty");
+    luaL_argcheck(L, strlen(p) == len, arg, "path contains a NUL byte");
+    return p;
+}
+
+/* ---------------------------------------------------------------------------
+ * safetensors
+ * --------------------------------------------------------------------------- */
+
+typedef struct named {
+    const char *name; /* borrowed from a Lua string kept alive by the caller's tables */
+    dlc_tensor *t;    /* borrowed from a Tensor box likewise */
+} named;
+
+static int cmp_named(const void *a, const void *b) {
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+typedef struct kv {
+    const char *k, *v; /* borrowed: k from the metadata table, v anchored by the caller */
+} kv;
+
+static int cmp_kv(const void *a, const void *b) { return strcmp(((const kv *)a)->k, ((const kv *)b)->k); }
+
+/* The Tensor at idx (borrowed), or raises "<what> is a <type>, expected a Tensor". */
+static dlc_tensor *tensor_entry(lua_State *L, int idx, const char *what) {
+    dlc_tensor *t = dlcL_totensor(L, idx);
+    if (t) return t;
+    if (luaL_testudata(L, idx, DLCL_TENSOR))
+        luaL_error(L, "save_safetensors: %s has been freed", what);
+    luaL_error(L, "save_safetensors: %s must be a Tensor, got %s", what, luaL_typename(L, idx));
+    return NULL;
+}
+
+/* A Lua string key/name without NUL bytes (C names cannot hold them). */
+static const char *cname(lua_State *L, int idx, const char *what) {
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (strlen(s) != len) luaL_error(L, "save_safetensors: %s contains a NUL byte", what);
+    return s;
+}
+
+/* diloco.save_safetensors(path, tensors, metadata) -> true | nil, msg */
+static int l_save_safetensors(lua_State *L) {
+    const char *path = checkpath(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 3);
+
+    /* Which form: {{name, tensor}, ...} (order kept) or {name = tensor} (sorted). */
+    lua_Integer nkeys = 0, len = (lua_Integer)lua_rawlen(L, 2);
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+        nkeys++;
+        lua_pop(L, 1);
+    }
+    int pairs = len > 0;
+    if (pairs && nkeys != len)
+        return luaL_argerror(L, 2, "mixes {name, tensor} array entries with other keys; use an array "
+                                   "of {name, tensor} pairs or a map name -> Tensor");
+    luaL_argcheck(L, nkeys <= 1 << 24, 2, "too many tensors");
+    int n = (int)nkeys;
+    named *ts = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *ts, 0); /* 4 */
+    if (pairs) {
+        for (int i = 0; i < n; i++) {
+            if (lua_rawgeti(L, 2, i + 1) != LUA_TTABLE || lua_rawgeti(L, -1, 1) != LUA_TSTRING)
+                luaL_error(L, "save_safetensors: tensors[%d] must be a {name, tensor} pair with a "
+                              "string name", i + 1);
+            char what[64];
+            snprintf(what, sizeof what, "tensors[%d] name", i + 1);
+            ts[i].name = cname(L, -1, what);
+            lua_rawgeti(L, -2, 2);
+            snprintf(what, sizeof what, "tensors[%d][2]", i + 1);
+            ts[i].t = tensor_entry(L, -1, what);
+            lua_pop(L, 3); /* the pair table, in tensors, keeps name and tensor alive */
+        }
+    } else {
+        int i = 0;
+        lua_pushnil(L);
+        while (lua_next(L, 2)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                luaL_error(L, "save_safetensors: tensors has a %s key; use a map name -> Tensor or an "
+                              "array of {name, tensor} pairs", luaL_typename(L, -2));
+            const char *k = cname(L, -2, "a tensor name");
+            const char *what = lua_pushfstring(L, "tensors[\"%s\"]", k);
+            ts[i].name = k;
+            ts[i].t = tensor_entry(L, -2, what);
+            lua_pop(L, 2);
+            i++;
+        }
+        qsort(ts, (size_t)n, sizeof *ts, cmp_named);
+    }
+
+    /* metadata: string keys, string or number values (numbers through tostring) */
+    int nm = 0;
+    if (!lua_isnil(L, 3)) {
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            nm++;
+            lua_pop(L, 1);
+        }
+    }
+    luaL_argcheck(L, nm <= 1 << 20, 3, "too many metadata entries");
+    kv *meta = lua_newuserdatauv(L, (size_t)(nm ? nm : 1) * sizeof *meta, 0); /* 5 */
+    lua_createtable(L, nm, 0); /* 6: anchors the values converted to strings */
+    if (nm) {
+        int i = 0;
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                luaL_error(L, "save_safetensors: metadata has a %s key, keys must be strings",
+                           luaL_typename(L, -2));
+            const char *k = cname(L, -2, "a metadata key");
+            int vt = lua_type(L, -1);
+            if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
+                luaL_error(L, "save_safetensors: metadata[\"%s\"] must be a string or a number, got %s",
+                           k, luaL_typename(L, -1));
+            size_t vlen;
+            const char *v = luaL_tolstring(L, -1, &vlen);
+            if (strlen(v) != vlen)
+                luaL_error(L, "save_safetensors: metadata[\"%s\"] contains a NUL byte", k);
+            meta[i].k = k;
+            meta[i].v = v;
+            lua_rawseti(L, 6, ++i); /* anchored */
+            lua_pop(L, 1);
+        }
+        qsort(meta, (size_t)nm, sizeof *meta, cmp_kv);
+    }
+    /* C arrays of what the core wants, in userdata so an error leaks nothing */
+    const char **arr = lua_newuserdatauv(L, (size_t)(n + 2 * nm + 1) * sizeof *arr, 0);
+    dlc_tensor **tarr = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *tarr, 0);
+    const char **names = arr, **mk = arr + n, **mv = arr + n + nm;
+    for (int i = 0; i < n; i++) {
+        names[i] = ts[i].name;
+        tarr[i] = ts[i].t;
+    }
+    for (int i = 0; i < nm; i++) {
+        mk[i] = meta[i].k;
+        mv[i] = meta[i].v;
+    }
+    dlc_status s = dlc_safetensors_save(path, n, names, tarr, nm, mk, mv);
+    if (s == DLC_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (s == DLC_ERR_IO) {
+        lua_pushnil(L);
+        lua_pushstring(L, dlc_last_error());
+        return 2;
+    }
+    return dlcL_error(L);
+}
+
+static void st_release(void *p) { dlc_safetensors_close(p); }
+
+/* diloco.load_safetensors(path) -> {name = Tensor}, metadata, {names in file order}
+ *                                 | nil, msg */
+static int l_load_safetensors(lua_State *L) {
+    const char *path = checkpath(L, 1);
+    dlcL_state *state = STATE(L);
+    lua_settop(L, 1);
+    cbox *b = newcbox(L); /* 2 */
+    dlc_safetensors *st = dlc_safetensors_open(path);
+    if (!st) {
+        if (dlc_last_status() == DLC_ERR_NOMEM) return dlcL_error(L);
+        lua_pushnil(L);
+        lua_pushstring(L, dlc_last_error());
+        return 2;
+    }
+    b->p = st;
+    b->release = st_release;
+    int n = dlc_safetensors_count(st), nm = dlc_safetensors_meta_count(st);
+    lua_createtable(L, 0, n);  /* 3 */
+    lua_createtable(L, 0, nm); /* 4 */
+    lua_createtable(L, n, 0);  /* 5 */
+    for (int i = 0; i < n; i++) {
+        const char *name = dlc_safetensors_name(st, i);
+        lua_pushstring(L, name);
+        lua_rawseti(L, 5, i + 1);
+        dlc_tensor **slot = dlcL_newtensor(L);
+        dlcL_settensor(L, state, slot, dlc_safetensors_get(st, name));
+        lua_setfield(L, 3, name);
+    }
+    for (int i = 0; i < nm; i++) {
+        const char *k = dlc_safetensors_meta_key(st, i);
+        lua_pushstring(L, dlc_safetensors_meta(st, k));
+        lua_setfield(L, 4, k);
+    }
+    cbox_release(b);
+    return 3;
+}
+
+/* ---------------------------------------------------------------------------
+ * JSON encoding (by hand, see the top of the file)
+ * --------------------------------------------------------------------------- */
+
+typedef struct jpath {
+    const char *key; /* object key (borrowed from the table being encoded), or NULL */
+    size_t keylen;
+    lua_Integer index; /* 1-based array index when key == NULL */
+} jpath;
+
+typedef struct jenc {
+    char *p; /* owned output buffer */
+    size_t len, cap;
+    int indent, sort_keys, depth;
+    int null_idx; /* stack index of the json_null sentinel */
+    char point;   /* the locale's decimal point, replaced by '.' */
+    jpath path[DLCL_JSON_MAX_DEPTH + 1];
+} jenc;
+
+static void jenc_release(void *p) {
+    jenc *e = p;
+    free(e->p);
+    free(e);
+}
+
+static void put(lua_State *L, jenc *e, const char *s, size_t n) {
+    if (e->cap - e->len < n) {
+        size_t cap = e->cap ? e->cap : 256;
+        while (cap - e->len < n) {
+            if (cap > ((size_t)-1) / 2) luaL_error(L, "json_encode: output too large");
+            cap *= 2;
+        }
+        char *np = realloc(e->p, cap);
+        if (!np) luaL_error(L, "json_encode: out of memory");
+        e->p = np;
+        e->cap = cap;
+    }
+    memcpy(e->p + e->len, s, n);
+    e->len += n;
+}
+
+#define PUTS(L, e, lit) put((L), (e), (lit), sizeof(lit) - 1)
+
+/* Pushes the path of the value being encoded: ".summary.loss", ".losses[3]". */
+static const char *push_path(lua_State *L, const jenc *e) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    if (e->depth == 0) luaL_addstring(&b, "(top level)");
+    int first = e->depth > 10 ? e->depth - 8 : 0; /* deep (a cycle?): the last 8 steps */
+    if (first) luaL_addstring(&b, "(...)");
+    for (int i = first; i < e->depth; i++) {
+        const jpath *p = &e->path[i];
+        if (p->key) {
+            luaL_addchar(&b, '.');
+            luaL_addlstring(&b, p->key, p->keylen > 60 ? 60 : p->keylen);
+            if (p->keylen > 60) luaL_addstring(&b, "...");
+        } else {
+            char tmp[32];
+            snprintf(tmp, sizeof tmp, "[%lld]", (long long)p->index);
+            luaL_addstring(&b, tmp);
+        }
+    }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+static int encode_fail(lua_State *L, const jenc *e, const char *what) {
+    const char *path = push_path(L, e);
+    lua_pushfstring(L, "json_encode: value at %s %s", path, what);
+    return lua_error(L);
+}
+
+static void put_string(lua_State *L, jenc *e, const char *s, size_t n) {
+    if (!utf8_valid((const unsigned char *)s, n)) encode_fail(L, e, "is a string that is not valid UTF-8");
+    PUTS(L, e, "\"");
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        put(L, e, s + run, i - run);
+        char esc[8];
+        switch (c) {
+        case '"': PUTS(L, e, "\\\""); break;
+        case '\\': PUTS(L, e, "\\\\"); break;
+        case '\b': PUTS(L, e, "\\b"); break;
+        case '\f': PUTS(L, e, "\\f"); break;
+        case '\n': PUTS(L, e, "\\n"); break;
+        case '\r': PUTS(L, e, "\\r"); break;
+        case '\t': PUTS(L, e, "\\t"); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            put(L, e, esc, 6);
+        }
+        run = i + 1;
+    }
+    put(L, e, s + run, n - run);
+    PUTS(L, e, "\"");
+}
+
+/* Shortest of %.15g..%.17g that reads back as d, always with '.' or an exponent. */
+static void put_real(lua_State *L, jenc *e, double d) {
+    if (isnan(d)) encode_fail(L, e, "is nan (JSON has no NaN)");
+    if (isinf(d)) encode_fail(L, e, d > 0 ? "is inf (JSON has no infinity)" : "is -inf (JSON has no infinity)");
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    int frac = 0;
+    for (char *c = buf; *c; c++) {
+        if (*c == e->point) *c = '.';
+        if (*c == '.' || *c == 'e') frac = 1;
+    }
+    size_t n = strlen(buf);
+    put(L, e, buf, n);
+    if (!frac) PUTS(L, e, ".0");
+}
+
+static void newline(lua_State *L, jenc *e, int depth) {
+    if (!e->indent) return;
+    PUTS(L, e, "\n");
+    for (int i = 0; i < depth * e->indent; i++) PUTS(L, e, " ");
+}
+
+static void encode(lua_State *L, jenc *e, int idx);
+
+static int cmp_keys(const void *a, const void *b) {
+    const jpath *x = a, *y = b;
+    size_t n = x->keylen < y->keylen ? x->keylen : y->keylen;
+    int c = memcmp(x->key, y->key, n);
+    return c ? c : (x->keylen > y->keylen) - (x->keylen < y->keylen);
+}
+
+static void encode_table(lua_State *L, jenc *e, int idx) {
+    if (e->depth >= DLCL_JSON_MAX_DEPTH) encode_fail(L, e, "is nested deeper than 100 levels (a cycle?)");
+    luaL_checkstack(L, 6, "json_encode: nesting too deep");
+    lua_Integer nkeys = 0, maxint = 0;
+    int all_int = 1;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        nkeys++;
+        if (lua_isinteger(L, -2)) {
+            lua_Integer k = lua_tointeger(L, -2);
+            if (k < 1) all_int = 0;
+            else if (k > maxint) maxint = k;
+        } else {
+            all_int = 0;
+        }
+        lua_pop(L, 1);
+    }
+    jpath *slot = &e->path[e->depth];
+    if (all_int && maxint == nkeys) { /* an array, [] when empty */
+        PUTS(L, e, "[");
+        e->depth++;
+        for (lua_Integer i = 1; i <= nkeys; i++) {
+            if (i > 1) PUTS(L, e, ",");
+            newline(L, e, e->depth);
+            slot->key = NULL;
+            slot->index = i;
+            lua_rawgeti(L, idx, i);
+            encode(L, e, lua_gettop(L));
+            lua_pop(L, 1);
+        }
+        e->depth--;
+        if (nkeys) newline(L, e, e->depth);
+        PUTS(L, e, "]");
+        return;
+    }
+    if (all_int) {
+        const char *what = lua_pushfstring(L, "is an array with holes (%I entries, largest key %I): "
+                                              "JSON arrays need exactly the keys 1..n",
+                                           (LUAI_UACINT)nkeys, (LUAI_UACINT)maxint);
+        encode_fail(L, e, what);
+    }
+    /* an object: collect the keys (checked to be strings) first */
+    jpath *keys = lua_newuserdatauv(L, (size_t)nkeys * sizeof *keys, 0);
+    int keys_idx = lua_gettop(L);
+    lua_Integer k = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING) {
+            lua_pop(L, 1);
+            const char *ks = luaL_tolstring(L, -1, NULL);
+            const char *what = lua_pushfstring(L, "is a table with a %s key %s%s%s: JSON object keys must "
+                                                  "be strings (arrays need exactly the keys 1..n)",
+                                               luaL_typename(L, -2), lua_isnumber(L, -2) ? "" : "(",
+                                               ks, lua_isnumber(L, -2) ? "" : ")");
+            encode_fail(L, e, what);
+        }
+        keys[k].key = lua_tolstring(L, -2, &keys[k].keylen); /* alive: the table holds it */
+        k++;
+        lua_pop(L, 1);
+    }
+    if (e->sort_keys) qsort(keys, (size_t)nkeys, sizeof *keys, cmp_keys);
+    PUTS(L, e, "{");
+    e->depth++;
+    for (lua_Integer i = 0; i < nkeys; i++) {
+        if (i) PUTS(L, e, ",");
+        newline(L, e, e->depth);
+        *slot = keys[i];
+        put_string(L, e, keys[i].key, keys[i].keylen);
+        if (e->indent) PUTS(L, e, ": ");
+        else PUTS(L, e, ":");
+        lua_pushlstring(L, keys[i].key, keys[i].keylen);
+        lua_rawget(L, idx);
+        encode(L, e, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    e->depth--;
+    if (nkeys) newline(L, e, e->depth);
+    PUTS(L, e, "}");
+    lua_remove(L, keys_idx);
+}
+
+static void encode(lua_State *L, jenc *e, int idx) {
+    char buf[32];
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL: PUTS(L, e, "null"); break;
+    case LUA_TBOOLEAN:
+        if (lua_toboolean(L, idx)) PUTS(L, e, "true");
+        else PUTS(L, e, "false");
+        break;
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx)) {
+            snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
+            put(L, e, buf, strlen(buf));
+        } else {
+            put_real(L, e, (double)lua_tonumber(L, idx));
+        }
+        break;
+    case LUA_TSTRING: {
+        size_t n;
+        const char *s = lua_tolstring(L, idx, &n);
+        put_string(L, e, s, n);
+        break;
+    }
+    case LUA_TTABLE: encode_table(L, e, idx); break;
+    default:
+        if (lua_rawequal(L, idx, e->null_idx)) {
+            PUTS(L, e, "null");
+            break;
+        }
+        encode_fail(L, e, lua_pushfstring(L, "is a %s, which JSON cannot represent", luaL_typename(L, idx)));
+    }
+}
+
+static void check_known(lua_State *L, int opts, const char *fn, const char *const *known) {
+    lua_pushnil(L);
+    while (lua_next(L, opts)) {
+        int ok = 0;
+        if (lua_type(L, -2) == LUA_TSTRING)
+            for (const char *const *k = known; *k; k++)
+                if (strcmp(lua_tostring(L, -2), *k) == 0) ok = 1;
+        if (!ok) {
+            lua_pop(L, 1);
+            luaL_error(L, "%s: unknown option %s", fn, luaL_tolstring(L, -1, NULL));
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* diloco.json_encode(value[, {indent = n, sort_keys = bool}]) -> string */
+static int l_json_encode(lua_State *L) {
+    int indent = 0, sort_keys = 0;
+    luaL_checkany(L, 1);
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        static const char *const known[] = {"indent", "sort_keys", NULL};
+        check_known(L, 2, "json_encode", known);
+        int ty = lua_getfield(L, 2, "indent");
+        if (ty != LUA_TNIL) {
+            int isint;
+            lua_Integer v = lua_tointegerx(L, -1, &isint);
+            if (!isint || v < 0 || v > DLCL_JSON_MAX_INDENT)
+                luaL_error(L, "json_encode: option indent must be an integer in 0..%d", DLCL_JSON_MAX_INDENT);
+            indent = (int)v;
+        }
+        ty = lua_getfield(L, 2, "sort_keys");
+        if (ty != LUA_TNIL && ty != LUA_TBOOLEAN)
+            luaL_error(L, "json_encode: option sort_keys must be a boolean, got %s", luaL_typename(L, -1));
+        sort_keys = lua_toboolean(L, -1);
+    }
+    lua_settop(L, 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &json_null_key); /* 2 */
+    cbox *b = newcbox(L);                              /* 3 */
+    jenc *e = calloc(1, sizeof *e);
+    if (!e) return luaL_error(L, "json_encode: out of memory");
+    b->p = e;
+    b->release = jenc_release;
+    e->indent = indent;
+    e->sort_keys = sort_keys;
+    e->null_idx = 2;
+    e->point = localeconv()->decimal_point[0];
+    encode(L, e, 1);
+    lua_pushlstring(L, e->p ? e->p : "", e->len);
+    cbox_release(b);
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * JSON decoding (jansson)
+ * --------------------------------------------------------------------------- */
+
+static int json_depth(const json_t *j) {
+    int d = 0;
+    if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            int k = json_depth(json_array_get(j, i));
+            if (k > d) d = k;
+        }
+        return d + 1;
+    }
+    if (json_is_object(j)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)j, key, v) {
+            int k = json_depth(v);
+            if (k > d) d = k;
+        }
+        return d + 1;
+    }
+    return 0;
+}
+
+static void push_json(lua_State *L, const json_t *j, int in_array) {
+    luaL_checkstack(L, 4, "json_decode: nesting too deep");
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        size_t n = json_object_size(j);
+        lua_createtable(L, 0, n > 1 << 20 ? 1 << 20 : (int)n); /* a hint only */
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)j, key, v) {
+            if (json_is_null(v)) continue; /* null in an object: the key is absent */
+            lua_pushstring(L, key);
+            push_json(L, v, 0);
+            lua_rawset(L, -3);
+        }
+        break;
+    }
+    case JSON_ARRAY: {
+        size_t n = json_array_size(j);
+        lua_createtable(L, n > 1 << 20 ? 1 << 20 : (int)n, 0);
+        for (size_t i = 0; i < n; i++) {
+            push_json(L, json_array_get(j, i), 1);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        break;
+    }
+    case JSON_STRING: lua_pushlstring(L, json_string_value(j), json_string_length(j)); break;
+    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(j)); break;
+    case JSON_REAL: lua_pushnumber(L, (lua_Number)json_real_value(j)); break;
+    case JSON_TRUE: lua_pushboolean(L, 1); break;
+    case JSON_FALSE: lua_pushboolean(L, 0); break;
+    default: /* null: only reached in arrays and at the top level */
+        (void)in_array;
+        lua_rawgetp(L, LUA_REGISTRYINDEX, &json_null_key);
+    }
+}
+
+static void json_release(void *p) { json_decref(p); }
+
+/* diloco.json_decode(str) -> value | nil, msg */
+static int l_json_decode(lua_State *L) {
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    lua_settop(L, 1);
+    cbox *b = newcbox(L);
+    json_error_t err;
+    json_t *j = json_loadb(s, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+    if (!j) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "json_decode: %s (line %d, column %d)", err.text, err.line, err.column);
+        return 2;
+    }
+    b->p = j;
+    b->release = json_release;
+    if (json_depth(j) > DLCL_JSON_MAX_DEPTH) {
+        cbox_release(b);
+        lua_pushnil(L);
+        lua_pushfstring(L, "json_decode: nested deeper than %d levels", DLCL_JSON_MAX_DEPTH);
+        return 2;
+    }
+    push_json(L, j, 0);
+    cbox_release(b);
+    return 1;
+}
+
+static int null_tostring(lua_State *L) {
+    lua_pushliteral(L, "json_null");
+    return 1;
+}
+
+static const luaL_Reg ckpt_funcs[] = {
+    {"save_safetensors", l_save_safetensors},
+    {"load_safetensors", l_load_safetensors},
+    {"json_encode", l_json_encode},
+    {"json_decode", l_json_decode},
+    {NULL, NULL},
+};
+
+void dlcL_open_ckpt(lua_State *L, int mod, int st) {
+    mod = lua_absindex(L, mod);
+    st = lua_absindex(L, st);
+
+    luaL_newmetatable(L, DLCL_CBOX);
+    lua_pushcfunction(L, cbox_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, cbox_gc);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+
+    /* json_null: one empty userdata per Lua state, tostring "json_null" */
+    lua_newuserdatauv(L, 0, 0);
+    luaL_newmetatable(L, DLCL_JSONNULL);
+    lua_pushcfunction(L, null_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, "locked");
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &json_null_key);
+    lua_setfield(L, mod, "json_null");
+
+    lua_pushvalue(L, mod);
+    lua_pushvalue(L, st);
+    luaL_setfuncs(L, ckpt_funcs, 1);
+    lua_pop(L, 1);
+}

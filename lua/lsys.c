@@ -1,0 +1,83 @@
+/*
+ * lsys.c - the few process-level services the Lua front end needs and Lua lacks:
+ * a monotonic wall clock, isatty, a Ctrl-C flag for long runs, OpenBLAS threads.
+ *
+ *   diloco.clock()              seconds (float) on a monotonic clock
+ *   diloco.isatty(fd)           true if fd (0, 1 or 2) is a terminal
+ *   diloco.catch_sigint()       from now on the first Ctrl-C only raises a flag (the
+ *                               training loop finishes its step, saves and exits); a
+ *                               second Ctrl-C kills the process as usual
+ *   diloco.sigint_pending()     true once Ctrl-C was pressed after catch_sigint()
+ *   diloco.set_num_threads(n)   OpenBLAS threads; diloco.num_threads() reads it
+ */
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include <cblas.h>
+#include "ldiloco.h"
+
+static volatile sig_atomic_t sigint_count;
+
+static void on_sigint(int sig) {
+    sigint_count++;
+    signal(sig, SIG_DFL); /* the next Ctrl-C is not caught */
+}
+
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static int l_isatty(lua_State *L) {
+    lua_Integer fd = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, fd >= 0 && fd <= 2, 1, "expected 0, 1 or 2");
+    lua_pushboolean(L, isatty((int)fd));
+    return 1;
+}
+
+static int l_catch_sigint(lua_State *L) {
+    struct sigaction sa;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    sa.sa_handler = on_sigint;
+    sigint_count = 0;
+    sigaction(SIGINT, &sa, NULL);
+    (void)L;
+    return 0;
+}
+
+static int l_sigint_pending(lua_State *L) {
+    lua_pushboolean(L, sigint_count > 0);
+    return 1;
+}
+
+static int l_set_num_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n >= 1 && n <= 256, 1, "expected a thread count in [1, 256]");
+    openblas_set_num_threads((int)n);
+    return 0;
+}
+
+static int l_num_threads(lua_State *L) {
+    lua_pushinteger(L, openblas_get_num_threads());
+    return 1;
+}
+
+static const luaL_Reg sys_funcs[] = {
+    {"clock", l_clock},
+    {"isatty", l_isatty},
+    {"catch_sigint", l_catch_sigint},
+    {"sigint_pending", l_sigint_pending},
+    {"set_num_threads", l_set_num_threads},
+    {"num_threads", l_num_threads},
+    {NULL, NULL},
+};
+
+void dlcL_open_sys(lua_State *L, int mod, int st) {
+    (void)st;
+    lua_pushvalue(L, mod);
+    luaL_setfuncs(L, sys_funcs, 0);
+    lua_pop(L, 1);
+}

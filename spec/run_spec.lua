@@ -1,0 +1,205 @@
+-- `diloco-lua run` and `sample` end to end: recipe validation messages, CLI flag
+-- errors, bad data files, a real (tiny) training run with metrics, resume, Ctrl-C.
+local diloco = require "diloco"
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"__status=$?\"")
+  local out = p:read("a")
+  p:close()
+  local status = tonumber(out:match("__status=(%d+)%s*$"))
+  return out:gsub("__status=%d+%s*$", ""), status
+end
+
+local tmp = os.tmpname()
+os.remove(tmp)
+os.execute("mkdir -p " .. tmp)
+
+local function write(name, text)
+  local path = tmp .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+local TINY = [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2 },
+  data = diloco.data.synthetic_text { bytes = 20000, ctx = 16, batch = 4 },
+  inner = diloco.optim.adamw { lr = 3e-3, warmup = 2 },
+  steps = 30, eval = { every = 10, batches = 2 }, seed = 3,
+  %s
+}
+]]
+
+local function run(recipe_extra, flags)
+  local path = write("r.lua", TINY:format(recipe_extra or ""))
+  return sh(string.format("%s run %s --out %s/out %s", exe, path, tmp, flags or ""))
+end
+
+local function read_lines(path)
+  local lines = {}
+  for l in io.lines(path) do lines[#lines + 1] = l end
+  return lines
+end
+
+describe("diloco-lua run validates the recipe", function()
+  it("reports every bad field with its value and what is allowed", function()
+    local out, status = run("islands = { count = 2 }, inner2 = 1, eval = { every = -1 },")
+    assert.are.equal(2, status)
+    assert.matches("3 problems in the recipe", out, 1, true)
+    assert.matches("islands.count = 2: expected an integer in [1, 1]", out, 1, true)
+    assert.matches("inner2: unknown field (allowed:", out, 1, true)
+    assert.matches("eval.every = -1: expected an integer in [0,", out, 1, true)
+  end)
+  it("names wrong types and choices", function()
+    local out, status = run("log = { every = 'often' }, sync = { codec = 'int3' },")
+    assert.are.equal(2, status)
+    assert.matches('log.every = "often": expected integer', out, 1, true)
+    assert.matches('sync.codec = "int3": expected one of f32, bf16, fp8, int8, int4, e3m0', out, 1, true)
+  end)
+  it("refuses fault injection in a single-island run", function()
+    local out, status = run("chaos = { mtbf = '30s' },")
+    assert.are.equal(2, status)
+    assert.matches("chaos = table: .-: expected nil: fault injection arrives with multi%-island training", out)
+  end)
+  it("checks fields against each other", function()
+    local out, status = run("", "--set data.kind=synthetic_images")
+    assert.are.equal(2, status)
+    assert.matches('model.arch = "gpt" needs text data, data.kind is "synthetic_images"', out, 1, true)
+  end)
+  it("reports an error raised by the model constructor", function()
+    local out, status = run("", "--set model.heads=3")
+    assert.are.equal(1, status)
+    assert.matches("model: .*heads", out)
+  end)
+end)
+
+describe("diloco-lua run flags", function()
+  it("rejects an unknown option with usage", function()
+    local out, status = run("", "--frobnicate")
+    assert.are.equal(2, status)
+    assert.matches("run: unknown option '--frobnicate'", out, 1, true)
+    assert.matches("usage: diloco-lua run RECIPE.lua", out, 1, true)
+  end)
+  it("rejects a malformed --set", function()
+    local out, status = run("", "--set steps")
+    assert.are.equal(2, status)
+    assert.matches("--set steps: expected KEY=VALUE", out, 1, true)
+  end)
+  it("rejects --set of an unknown section", function()
+    local out, status = run("", "--set nosuch.x=1")
+    assert.are.equal(2, status)
+    assert.matches("--set nosuch.x=1: unknown field nosuch", out, 1, true)
+  end)
+  it("rejects a missing recipe file", function()
+    local out, status = sh(exe .. " run " .. tmp .. "/missing.lua")
+    assert.are.equal(2, status)
+    assert.matches("missing.lua", out, 1, true)
+  end)
+  it("lists the recipe fields", function()
+    local out, status = sh(exe .. " run --fields")
+    assert.are.equal(0, status)
+    assert.matches("inner.lr", out, 1, true)
+    assert.matches("data.batch", out, 1, true)
+  end)
+end)
+
+describe("diloco-lua run with bad data files", function()
+  it("names a missing text path", function()
+    local out, status = run("", "--set data.kind=text --set data.path=" .. tmp .. "/nope.txt")
+    assert.are.equal(1, status)
+    assert.matches("data: .*nope%.txt", out)
+  end)
+  it("names a malformed IDX file", function()
+    local bad = write("bad-images.idx", "not an idx file at all")
+    local lbl = write("bad-labels.idx", "nor this")
+    local path = write("img.lua", [[
+local diloco = require "diloco"
+return diloco.recipe { model = { arch = "mlp", input = 784, hidden = { 8 }, classes = 10 },
+  data = diloco.data.images { images = "]] .. bad .. [[", labels = "]] .. lbl .. [[", batch = 4 }, steps = 2 }
+]])
+    local out, status = sh(string.format("%s run %s --out %s/img", exe, path, tmp))
+    assert.are.equal(1, status)
+    assert.matches("bad%-images%.idx", out)
+  end)
+end)
+
+describe("a tiny training run", function()
+  local metrics = tmp .. "/m.jsonl"
+  it("trains, evaluates, writes metrics ending in the summary, and saves the model", function()
+    local out, status = run("", "--metrics " .. metrics .. " --set steps=40")
+    assert.are.equal(0, status, out)
+    local lines = read_lines(metrics)
+    local first, last = diloco.json_decode(lines[1]), diloco.json_decode(lines[#lines])
+    assert.are.equal("step", first.event)
+    assert.are.equal("summary", last.event)
+    for _, k in ipairs { "preset", "learners", "steps", "tokens", "final_eval_loss", "goodput", "uptime",
+      "bytes_up", "bytes_down", "wall_s" } do
+      assert.is_not_nil(last[k], "summary field " .. k)
+    end
+    assert.are.equal(40, last.steps)
+    assert.are.equal(40 * 4 * 16, last.tokens)
+    assert.is_true(last.final_eval_loss < math.log(256), "the model learned something")
+    local evals = 0
+    for _, l in ipairs(lines) do
+      if diloco.json_decode(l).event == "eval" then evals = evals + 1 end
+    end
+    assert.are.equal(4, evals) -- steps 10, 20, 30 and the final one
+    local t = diloco.load_safetensors(tmp .. "/out/model.safetensors")
+    assert.is_truthy(t and t["wte.weight"])
+  end)
+
+  it("resumes from the checkpoint and continues the step count", function()
+    local m2 = tmp .. "/m2.jsonl"
+    local out, status = run("", "--set steps=60 --metrics " .. m2 .. " --resume " .. tmp .. "/out/checkpoint.safetensors")
+    assert.are.equal(0, status, out)
+    local lines = read_lines(m2)
+    local first, last = diloco.json_decode(lines[1]), diloco.json_decode(lines[#lines])
+    assert.is_true(first.step > 40)
+    assert.are.equal(60, last.steps)
+    assert.are.equal(60 * 4 * 16, last.tokens)
+  end)
+
+  it("continues exactly: 20 + resume 20 equals 40 straight", function()
+    local a, b = tmp .. "/a.jsonl", tmp .. "/b.jsonl"
+    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. a)
+    local straight = diloco.json_decode(read_lines(a)[#read_lines(a)])
+    run("", "--set steps=20 --set inner.schedule=constant")
+    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. b .. " --resume " .. tmp ..
+      "/out/checkpoint.safetensors")
+    local resumed = diloco.json_decode(read_lines(b)[#read_lines(b)])
+    assert.are.equal(straight.final_eval_loss, resumed.final_eval_loss)
+  end)
+
+  it("samples text from the trained model", function()
+    local out, status = sh(exe .. " sample " .. tmp .. "/out/model.safetensors --prompt 'ab' --tokens 20 --seed 1")
+    assert.are.equal(0, status, out)
+    assert.is_true(#out >= 22)
+    assert.are.equal("ab", out:sub(1, 2))
+  end)
+
+  it("refuses to sample from a file that is not a model", function()
+    local bad = write("bad.safetensors", "garbage")
+    local out, status = sh(exe .. " sample " .. bad)
+    assert.are.equal(1, status)
+    assert.matches("bad%.safetensors", out)
+  end)
+
+  it("stops cleanly on Ctrl-C: model saved, metrics end with the summary", function()
+    local m3 = tmp .. "/m3.jsonl"
+    local path = write("long.lua", TINY:format(""))
+    local out, status = sh(string.format(
+      "%s run %s --out %s/long --set steps=100000 --metrics %s --quiet & pid=$!; sleep 3; kill -INT $pid; wait $pid",
+      exe, path, tmp, m3))
+    assert.are.equal(130, status, out)
+    local lines = read_lines(m3)
+    local last = diloco.json_decode(lines[#lines])
+    assert.are.equal("summary", last.event)
+    assert.is_true(last.interrupted)
+    assert.is_true(last.steps > 0 and last.steps < 100000)
+    assert.is_truthy(diloco.load_safetensors(tmp .. "/long/model.safetensors"))
+  end)
+end)
