@@ -183,7 +183,8 @@ describe("nn.GPT parameters", function()
     std_is(0.02 / math.sqrt(16), "blocks.3.mlp.proj.weight")
     std_is(0.02 / math.sqrt(16), "blocks.0.attn.proj.weight")
     assert.are.equal(0, g:parameter("blocks.1.attn.qkv.bias"):abs():max():item())
-    assert.are.same({ 1, 1 }, { g:parameter("blocks.1.ln2.weight"):max():item(), -(-g:parameter("blocks.1.ln2.weight")):max():item() })
+    local ln2 = g:parameter("blocks.1.ln2.weight")
+    assert.are.same({ 1, -1 }, { ln2:max():item(), (-ln2):max():item() }) -- all ones
     assert.are.equal(1, g:parameter("ln_f.weight"):mean():item())
     assert.are.equal(0, g:parameter("ln_f.bias"):abs():max():item())
     for _, p in ipairs(g:parameters()) do
@@ -634,6 +635,20 @@ describe("layers", function()
     assert.is_true(g.blocks[2].mlp.fc.training and g.wte.training)
   end)
 
+  it("nn.class makes user modules with the same machinery", function()
+    local Net = nn.class("Net")
+    function Net:_init(n)
+      self:add_module("body", nn.Linear(n, 4, { rng = diloco.Generator(1) }))
+      self:add_parameter("gain", diloco.ones(4):requires_grad_())
+    end
+    function Net:forward(x) return self.body(x) * self.gain end
+    local m = Net(3)
+    assert.are.same({ "gain 4", "body.weight 4x3", "body.bias 4" }, layout(m))
+    assert.are.same({ 2, 4 }, m(diloco.randn(2, 3)).shape)
+    assert.is_nil(nn.Net) -- user classes do not land in nn
+    assert.is_truthy(tostring(m):find("^Net%(%)"))
+  end)
+
   it("tostring describes the tree and the parameter count", function()
     local g = nn.GPT { vocab = 8, ctx = 4, dim = 8, layers = 1, heads = 2, seed = 1 }
     local s = tostring(g)
@@ -648,8 +663,8 @@ end)
 describe("constructor options", function()
   it("name the option, the value and what is allowed", function()
     assert_error_has("GPT: heads = 3 does not divide dim = 128", nn.GPT, { heads = 3 })
-    assert_error_has('GPT: unknown option "layer" (allowed: act, ctx, dim, heads, layers, mlp_ratio, moe, norm, rng, seed, std, tied, vocab)',
-      nn.GPT, { layer = 2 })
+    assert_error_has('GPT: unknown option "layer" (allowed: act, ctx, dim, heads, layers, mlp_ratio, moe, norm, '
+      .. "rng, seed, std, tied, vocab)", nn.GPT, { layer = 2 })
     assert_error_has('GPT: dim = "128" (a string): expected a positive integer', nn.GPT, { dim = "128" })
     assert_error_has("GPT: layers = 0 (a number): expected a positive integer", nn.GPT, { layers = 0 })
     assert_error_has("GPT: vocab = 2.5 (a number): expected a positive integer", nn.GPT, { vocab = 2.5 })
@@ -660,7 +675,8 @@ describe("constructor options", function()
     assert_error_has("GPT: options must be a table, got 5", nn.GPT, 5)
     assert_error_has('GPT: moe: unknown option "expert"', nn.GPT, { moe = { expert = 4 } })
     assert_error_has("GPT: moe.top_k = 5 exceeds moe.experts = 4", nn.GPT, { moe = { experts = 4, top_k = 5 } })
-    assert_error_has("GPT: mlp_ratio = 0.3 times dim = 128 is 38.4, not a positive integer", nn.GPT, { mlp_ratio = 0.3 })
+    assert_error_has("GPT: mlp_ratio = 0.3 times dim = 128 is 38.4, not a positive integer", nn.GPT,
+      { mlp_ratio = 0.3 })
     assert_error_has("ViT: patch = 5 does not divide image = 28", nn.ViT, { patch = 5 })
     assert_error_has("ViT: heads = 5 does not divide dim = 64", nn.ViT, { heads = 5 })
     assert_error_has("MLPClassifier: hidden = {256, 0} (a table): expected a list of positive integers",

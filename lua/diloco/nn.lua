@@ -14,8 +14,9 @@
 -- dotted paths in construction order (docs/nn.md lists them), so a PyTorch mirror
 -- of a model has the same state-dict keys in the same order.
 --
--- This file: option checking, the Module base, and the layers.  The whole models
--- (GPT, ViT, MLPClassifier) are in diloco/nn/models.lua.
+-- This file: option checking, the Module base, and the layers; the mixture of
+-- experts is in diloco/nn/moe.lua and the whole models (GPT, ViT, MLPClassifier) in
+-- diloco/nn/models.lua.
 local diloco = require "diloco"
 
 local nn = {}
@@ -144,7 +145,8 @@ end
 local function ratio_width(fn, dim, ratio)
   local h = dim * ratio
   if h ~= floor(h) or h < 1 then
-    raise(("%s: mlp_ratio = %s times dim = %d is %s, not a positive integer"):format(fn, show(ratio), dim, show(h)))
+    raise(("%s: mlp_ratio = %s times dim = %d is %s, not a positive integer"):format(
+      fn, show(ratio), dim, show(h)))
   end
   return floor(h)
 end
@@ -175,7 +177,8 @@ nn.Module = Module
 
 function Module.__call(self, ...) return self:forward(...) end
 
--- class(name[, parent]): nn.<name>(...) creates an instance and runs _init(self, ...).
+-- class(name[, parent]) -> C: C(...) creates an instance and runs C._init(self, ...),
+-- which registers parameters and children with add_parameter / add_module.
 local function class(name, parent)
   parent = parent or Module
   local c = {}
@@ -192,29 +195,38 @@ local function class(name, parent)
     end,
     __tostring = function() return "nn." .. name end,
   })
-  nn[name] = c
   return c
 end
 nn.class = class
 
+-- the built-in classes are also nn.<name>
+local function defclass(name)
+  local c = class(name)
+  nn[name] = c
+  return c
+end
+
 function Module:_init() end
 
--- Registers a parameter: self[name] = t, and name in the ordered parameter list.
+-- add_parameter(name, t) -> t: self[name] = t, and name joins the ordered parameter
+-- list (t should be a leaf with requires_grad).
 function Module:_param(name, t)
   self[name] = t
   local ps = self._params
   ps[#ps + 1] = { name, t }
   return t
 end
+Module.add_parameter = Module._param
 
--- Registers a child module under name (dots allowed: "blocks.0"); also stored as
--- self[field] unless field is false (default: name).
+-- add_module(name, m[, field]) -> m: a child under name (dots allowed: "blocks.0"),
+-- also stored as self[field] unless field is false (default: name).
 function Module:_child(name, m, field)
   local cs = self._children
   cs[#cs + 1] = { name, m }
   if field ~= false then self[field or name] = m end
   return m
 end
+Module.add_module = Module._child
 
 local function collect(m, prefix, out)
   for _, p in ipairs(m._params) do
@@ -308,7 +320,7 @@ end
 -- ---------------------------------------------------------------------------
 
 -- Linear(in, out, {bias = true, std = 0.02, rng}): weight [out, in], bias [out].
-local Linear = class("Linear")
+local Linear = defclass("Linear")
 
 function Linear:_init(nin, nout, opts)
   nin = check_arg("Linear", "in", nin, "posint")
@@ -333,7 +345,7 @@ function Linear:extra_repr()
 end
 
 -- Embedding(n, dim, {std = 0.02, rng}): weight [n, dim]; forward(idx) -> [idx..., dim].
-local Embedding = class("Embedding")
+local Embedding = defclass("Embedding")
 
 function Embedding:_init(n, dim, opts)
   n = check_arg("Embedding", "n", n, "posint")
@@ -348,7 +360,7 @@ function Embedding:forward(idx) return self.weight:embedding(idx) end
 function Embedding:extra_repr() return ("%d, %d"):format(self.n, self.dim) end
 
 -- LayerNorm(dim, {eps = 1e-5}): weight ones, bias zeros, over the last dim.
-local LayerNorm = class("LayerNorm")
+local LayerNorm = defclass("LayerNorm")
 
 function LayerNorm:_init(dim, opts)
   dim = check_arg("LayerNorm", "dim", dim, "posint")
@@ -363,7 +375,7 @@ function LayerNorm:forward(x) return x:layernorm(self.weight, self.bias, self.ep
 function LayerNorm:extra_repr() return ("%d, eps=%g"):format(self.dim, self.eps) end
 
 -- RMSNorm(dim, {eps = 1e-5}): weight ones.
-local RMSNorm = class("RMSNorm")
+local RMSNorm = defclass("RMSNorm")
 
 function RMSNorm:_init(dim, opts)
   dim = check_arg("RMSNorm", "dim", dim, "posint")
@@ -380,7 +392,7 @@ local NORMS = { layernorm = LayerNorm, rmsnorm = RMSNorm }
 local NORM_NAMES = { "layernorm", "rmsnorm" }
 
 -- Dropout(p, {rng}): zeroes with probability p in training mode; identity in eval.
-local Dropout = class("Dropout")
+local Dropout = defclass("Dropout")
 
 function Dropout:_init(p, opts)
   self.p = check_arg("Dropout", "p", p, "prob")
@@ -395,7 +407,7 @@ end
 function Dropout:extra_repr() return ("p=%g"):format(self.p) end
 
 -- Sequential(m1, m2, ...): children "0", "1", ...; forward chains them.
-local Sequential = class("Sequential")
+local Sequential = defclass("Sequential")
 
 function Sequential:_init(...)
   self.n = select("#", ...)
@@ -418,7 +430,7 @@ local ACTS = { "gelu", "relu", "silu" }
 
 -- MLP(dim, hidden, {act = "gelu", std = 0.02, proj_std = std, rng}):
 -- fc (dim -> hidden), act, proj (hidden -> dim).
-local MLP = class("MLP")
+local MLP = defclass("MLP")
 
 function MLP:_init(dim, hidden, opts)
   dim = check_arg("MLP", "dim", dim, "posint")
@@ -439,7 +451,7 @@ function MLP:extra_repr() return ("%d, %d, act=%s"):format(self.dim, self.hidden
 
 -- CausalSelfAttention(dim, heads, {causal = true, std = 0.02, proj_std = std, rng}):
 -- qkv (dim -> 3 dim, fused q|k|v), one fused attention op, proj (dim -> dim).
-local Attention = class("CausalSelfAttention")
+local Attention = defclass("CausalSelfAttention")
 
 function Attention:_init(dim, heads, opts)
   dim = check_arg("CausalSelfAttention", "dim", dim, "posint")
@@ -462,113 +474,13 @@ function Attention:extra_repr()
 end
 
 -- ---------------------------------------------------------------------------
--- mixture of experts
--- ---------------------------------------------------------------------------
-
--- MoE(dim, hidden, {experts = 4, top_k = 2, aux_weight = 0.01, act = "gelu", std = 0.02,
--- proj_std = std, rng}): router (dim -> experts, no bias) and experts.0.. (MLPs).
--- Each token goes to its top_k experts, weighted by the router probabilities
--- renormalised over those k (top_k = 1: the probability itself); self.aux_loss is the Switch Transformer load-balancing
--- loss  E * sum_e f_e P_e  (f_e: share of routing slots sent to e, a constant;
--- P_e: mean router probability of e, differentiable).
-local MoE = class("MoE")
-
-local MOE_SCHEMA = { experts = { "posint", 4 }, top_k = { "posint", 2 }, aux_weight = { "nonneg", 0.01 },
-  act = { ACTS, "gelu" }, std = { "nonneg", 0.02 }, proj_std = { "nonneg" }, rng = { "generator" } }
-
-function MoE:_init(dim, hidden, opts)
-  dim = check_arg("MoE", "dim", dim, "posint")
-  hidden = check_arg("MoE", "hidden", hidden, "posint")
-  local o = check_opts("MoE", opts, MOE_SCHEMA)
-  if o.top_k > o.experts then
-    raise(("MoE: top_k = %d exceeds experts = %d"):format(o.top_k, o.experts))
-  end
-  self.dim, self.hidden, self.n_experts, self.top_k = dim, hidden, o.experts, o.top_k
-  self.aux_weight, self.act = o.aux_weight, o.act
-  self:_child("router", Linear(dim, o.experts, { bias = false, std = o.std, rng = o.rng }))
-  self.experts = {}
-  for e = 1, o.experts do
-    self.experts[e] = self:_child("experts." .. (e - 1),
-      MLP(dim, hidden, { act = o.act, std = o.std, proj_std = o.proj_std, rng = o.rng }), false)
-  end
-end
-
--- x [..., dim] -> [..., dim]; sets self.aux_loss (scalar) and self.load (tokens
--- routed to each expert, a Lua array).
-function MoE:forward(x)
-  local C, E, k = self.dim, self.n_experts, self.top_k
-  local shape = x.ndim ~= 2 and x.shape or nil
-  local xf = shape and x:reshape(-1, C) or x
-  local N = xf:size(1)
-  local probs = self.router:forward(xf):softmax()          -- [N, E]
-  local vals, idx = probs:topk(k)                           -- [N, k]
-  -- top_k = 1 keeps the raw probability (Switch): renormalising one value gives 1 and
-  -- would leave the router with no gradient from the task loss
-  local w = k > 1 and vals / vals:sum(2, true) or vals
-
-  -- counting sort of the N*k routing slots by expert
-  local flat = idx:reshape(-1):tolist()
-  local NK = #flat
-  local count, start = {}, {}
-  for e = 1, E do count[e] = 0 end
-  for p = 1, NK do
-    local e = floor(flat[p]) + 1
-    flat[p] = e
-    count[e] = count[e] + 1
-  end
-  local s = 0
-  for e = 1, E do
-    start[e] = s
-    s = s + count[e]
-  end
-  local rows, slots, nxt = {}, {}, {}
-  for e = 1, E do nxt[e] = start[e] + 1 end
-  for p = 1, NK do
-    local e = flat[p]
-    local q = nxt[e]
-    nxt[e] = q + 1
-    rows[q] = (p - 1) // k
-    slots[q] = p - 1
-  end
-  local rows_t = diloco.tensor(rows)
-
-  local xs = xf:index_select(rows_t)                        -- [N*k, C], grouped by expert
-  local ys = {}
-  for e = 1, E do
-    local c = count[e]
-    if c > 0 then
-      ys[#ys + 1] = self.experts[e]:forward(xs:slice(1, start[e] + 1, start[e] + c))
-    end
-  end
-  local y = #ys == 1 and ys[1] or diloco.concat(ys)
-  local ws = w:reshape(NK, 1):index_select(diloco.tensor(slots))     -- [N*k, 1]
-  local out = diloco.zeros(N, C):index_add(rows_t, y * ws)
-
-  local f = {}
-  for e = 1, E do f[e] = count[e] / NK end
-  self.aux_loss = (probs:mean(1) * diloco.tensor(f)):sum():scale(E)
-  self.load = count
-  if shape then return out:reshape(shape) end
-  return out
-end
-
-function MoE:num_active_params()
-  return self.router:num_active_params() + self.top_k * self.experts[1]:num_active_params()
-end
-
-function MoE:extra_repr()
-  return ("%d, %d, experts=%d, top_k=%d, act=%s"):format(self.dim, self.hidden, self.n_experts,
-    self.top_k, self.act)
-end
-
--- ---------------------------------------------------------------------------
 -- transformer block
 -- ---------------------------------------------------------------------------
 
 -- Block(dim, heads, {mlp_ratio = 4, norm = "layernorm", moe = nil | {experts, top_k,
 -- aux_weight, act}, causal = true, act = "gelu", std = 0.02, proj_std = std, rng}):
 -- pre-norm GPT-2 block  x = x + attn(ln1(x));  x = x + mlp(ln2(x))  (or moe).
-local Block = class("Block")
+local Block = defclass("Block")
 
 function Block:_init(dim, heads, opts)
   dim = check_arg("Block", "dim", dim, "posint")
@@ -587,7 +499,7 @@ function Block:_init(dim, heads, opts)
   if o.moe then
     local m = check_opts("Block: moe", o.moe, { experts = { "posint" }, top_k = { "posint" },
       aux_weight = { "nonneg" }, act = { ACTS } })
-    self.ffn = self:_child("moe", MoE(dim, hidden, { experts = m.experts, top_k = m.top_k,
+    self.ffn = self:_child("moe", nn.MoE(dim, hidden, { experts = m.experts, top_k = m.top_k,
       aux_weight = m.aux_weight, act = m.act or o.act, std = o.std, proj_std = o.proj_std, rng = o.rng }))
   else
     self.ffn = self:_child("mlp", MLP(dim, hidden, { act = o.act, std = o.std, proj_std = o.proj_std,
@@ -604,12 +516,13 @@ function Block:extra_repr() return ("%d, heads=%d"):format(self.dim, self.heads)
 
 -- shared with diloco/nn/models.lua
 nn._util = {
-  raise = raise, check_opts = check_opts, check_arg = check_arg, check_value = check_value,
+  defclass = defclass, raise = raise, check_opts = check_opts, check_arg = check_arg, check_value = check_value,
   check_divides = check_divides, ratio_width = ratio_width, randn_param = randn_param,
   const_param = const_param, is_generator = is_generator, show = show, group = group,
   NORMS = NORMS, NORM_NAMES = NORM_NAMES, ACTS = ACTS,
 }
 
+require("diloco.nn.moe")(nn)
 require("diloco.nn.models")(nn)
 
 return nn

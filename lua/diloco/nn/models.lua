@@ -6,7 +6,7 @@ local diloco = require "diloco"
 return function(nn)
   local U = nn._util
   local raise, check_opts, check_divides = U.raise, U.check_opts, U.check_divides
-  local class, Linear, Embedding, Block = nn.class, nn.Linear, nn.Embedding, nn.Block
+  local class, Linear, Embedding, Block = U.defclass, nn.Linear, nn.Embedding, nn.Block
   local sqrt, floor = math.sqrt, math.floor
 
   -- rng from opts: an explicit Generator, or one seeded from opts.seed, or nil (the
