@@ -4,12 +4,8 @@
 -- cross-checks with the independent Python reader/writer
 -- (scripts/reference/safetensors_check.py).
 local diloco = require "diloco"
-
-local function error_of(fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
-end
+local H = require "spec.helpers"
+local error_of = H.error_of
 
 local function flat(v, out)
   out = out or {}

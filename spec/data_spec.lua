@@ -2,12 +2,8 @@
 -- contents of batches, 1-based shards, resumable cursors, lifetimes, and the error
 -- messages for every way a caller can get the options wrong.
 local diloco = require "diloco"
-
-local function error_of(fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
-end
+local H = require "spec.helpers"
+local error_of = H.error_of
 
 local function assert_error_contains(needle, fn, ...)
   local err = error_of(fn, ...)

@@ -3,15 +3,11 @@
 -- the decay rule, AdamW/SGD against closed forms, state for checkpoints, a tiny model
 -- that learns, and the error messages.
 local diloco = require "diloco"
+local H = require "spec.helpers"
+local error_of = H.error_of
 
 local function close(a, b, tol)
   return math.abs(a - b) <= (tol or 1e-6) * math.max(1, math.abs(a), math.abs(b))
-end
-
-local function error_of(fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
 end
 
 local function flat_list(t)

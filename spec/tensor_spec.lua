@@ -2,29 +2,10 @@
 -- storage, views that share memory, arithmetic, reductions, matmul, formatting,
 -- reproducible randomness, and every way a caller can get it wrong.
 local diloco = require "diloco"
-
-local function close(a, b, tol)
-  return math.abs(a - b) <= (tol or 1e-5) * math.max(1, math.abs(a), math.abs(b))
-end
-
--- Asserts that nested tables/numbers `got` and `want` agree elementwise.
-local function assert_near(want, got, tol, path)
-  path = path or "x"
-  if type(want) == "number" then
-    assert.is_number(got, path)
-    assert(close(want, got, tol), ("%s: expected %.7g, got %.7g"):format(path, want, got))
-    return
-  end
-  assert.is_table(got, path)
-  assert.are.equal(#want, #got, path .. ": length")
-  for i = 1, #want do assert_near(want[i], got[i], tol, path .. "[" .. i .. "]") end
-end
-
-local function error_of(fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error")
-  return tostring(err)
-end
+local H = require "spec.helpers"
+local close = H.close
+local assert_near = H.assert_near
+local error_of = H.error_of
 
 describe("creating tensors", function()
   it("builds a tensor from a nested table and reports its shape", function()

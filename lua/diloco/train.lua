@@ -204,11 +204,12 @@ function M.run(r, opts)
     end
     local x, y = loaders.train:next()
     params:zero_grad()
-    local loss = model:loss(x, y)
+    local loss, ce = model:loss(x, y)
     loss:backward()
     local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
     opt:step(lr)
     local lv = loss:item()
+    local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
     loss:free()
     step = step + 1
     tokens = tokens + loaders.tokens_per_batch
@@ -223,7 +224,7 @@ function M.run(r, opts)
 
     if step % log_every == 0 or step == r.steps then
       local now = diloco.clock()
-      metrics:write("step", { step = step, loss = lv, lr = lr, grad_norm = gnorm, tokens = tokens,
+      metrics:write("step", { step = step, loss = lv, aux_loss = aux, lr = lr, grad_norm = gnorm, tokens = tokens,
         tokens_per_s = tok_window / math.max(now - t_window, 1e-9), wall_s = now - t_start })
       t_window, tok_window = now, 0
     end

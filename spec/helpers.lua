@@ -1,0 +1,32 @@
+-- Shared by the busted specs: approximate comparison of numbers and nested tables,
+-- and capturing an expected error.  Load with `local H = require "spec.helpers"`
+-- (specs run from the repository root).
+local assert = require "luassert"
+local H = {}
+
+-- |a - b| <= tol * max(1, |a|, |b|)
+function H.close(a, b, tol)
+  return math.abs(a - b) <= (tol or 1e-5) * math.max(1, math.abs(a), math.abs(b))
+end
+
+-- Asserts that nested tables/numbers `got` and `want` agree elementwise.
+function H.assert_near(want, got, tol, path)
+  path = path or "x"
+  if type(want) == "number" then
+    assert.is_number(got, path)
+    assert(H.close(want, got, tol), ("%s: expected %.7g, got %.7g"):format(path, want, got))
+    return
+  end
+  assert.is_table(got, path)
+  assert.are.equal(#want, #got, path .. ": length")
+  for i = 1, #want do H.assert_near(want[i], got[i], tol, path .. "[" .. i .. "]") end
+end
+
+-- The error message of fn(...), which must fail.
+function H.error_of(fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error")
+  return tostring(err)
+end
+
+return H

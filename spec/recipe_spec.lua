@@ -1,0 +1,100 @@
+-- diloco.recipe in process: defaults, --set parsing, every-field reporting, and the
+-- trainer's hooks (a recipe setting the learning rate per step).
+local diloco = require "diloco"
+
+local function tiny(extra)
+  local r = diloco.recipe {
+    model = { arch = "gpt", vocab = 256, ctx = 8, dim = 16, layers = 1, heads = 2 },
+    data = diloco.data.synthetic_text { bytes = 5000, ctx = 8, batch = 2 },
+    steps = 6, eval = { every = 0, batches = 1 },
+  }
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+
+describe("diloco.recipe", function()
+  it("fills every default and keeps given values", function()
+    local r = assert(diloco.recipe.validate(tiny()))
+    assert.are.equal(0.003, r.inner.lr)
+    assert.are.equal("cosine", r.inner.schedule)
+    assert.are.equal(0, r.inner.warmup) -- min(100, steps // 10)
+    assert.are.equal(1, r.islands.count)
+    assert.are.equal(8, r.data.ctx)
+    assert.are.equal(0, r.seed)
+  end)
+
+  it("parses --set values by type and creates nested sections", function()
+    local r = tiny()
+    diloco.recipe.set(r, "inner.lr=1e-4")
+    diloco.recipe.set(r, "steps=12")
+    diloco.recipe.set(r, "inner.schedule=linear")
+    diloco.recipe.set(r, "inner.no_decay={'bias', 'ln'}")
+    diloco.recipe.set(r, "model.tied=false")
+    assert.are.equal(1e-4, r.inner.lr)
+    assert.are.equal(12, r.steps)
+    assert.are.equal("linear", r.inner.schedule)
+    assert.are.same({ "bias", "ln" }, r.inner.no_decay)
+    assert.is_false(r.model.tied)
+    assert.is_truthy(diloco.recipe.validate(r))
+  end)
+
+  it("refuses --set into a value or a function", function()
+    local r = tiny()
+    assert.has_error(function() diloco.recipe.set(r, "steps.x=1") end, "--set steps.x=1: steps is a number, not a section")
+    r.model = function() end
+    assert.has_error(function() diloco.recipe.set(r, "model.dim=8") end,
+      "--set model.dim=8: model is a function in this recipe; edit the recipe instead")
+  end)
+
+  it("reports all problems, not just the first", function()
+    local r = tiny { steps = 0, seed = -1, threads = "two" }
+    r.inner = { lr = -1, schedule = "step" }
+    local ok, errs = diloco.recipe.validate(r)
+    assert.is_nil(ok)
+    local text = table.concat(errs, "\n")
+    assert.matches("steps = 0: expected an integer in [1,", text, 1, true)
+    assert.matches("seed = -1: expected an integer in [0,", text, 1, true)
+    assert.matches('threads = "two": expected integer', text, 1, true)
+    assert.matches("inner.lr = -1: expected a number in [0,", text, 1, true)
+    assert.matches('inner.schedule = "step": expected one of constant, cosine, linear', text, 1, true)
+    assert.are.equal(5, #errs)
+  end)
+
+  it("requires a model and data", function()
+    local ok, errs = diloco.recipe.validate(diloco.recipe {})
+    assert.is_nil(ok)
+    local text = table.concat(errs, "\n")
+    assert.matches("model: missing", text, 1, true)
+    assert.matches("data: missing", text, 1, true)
+  end)
+end)
+
+describe("recipe hooks", function()
+  it("lets hooks.lr set the rate of every step and reports each step to on_step", function()
+    local seen, steps = {}, {}
+    local r = tiny { hooks = {
+      lr = function(step, lr) seen[#seen + 1] = step; return 0 end,
+      on_step = function(info) steps[#steps + 1] = info.lr end,
+    } }
+    r = assert(diloco.recipe.validate(r))
+    local out = os.tmpname()
+    os.remove(out)
+    local summary = diloco.train.run(r, { out = out, quiet = true })
+    assert.are.same({ 1, 2, 3, 4, 5, 6 }, seen)
+    assert.are.same({ 0, 0, 0, 0, 0, 0 }, steps)
+    assert.are.equal(6, summary.steps)
+    -- lr 0 everywhere: AdamW only decays weights by lr*wd = 0, so the model is unchanged
+    local t = diloco.load_safetensors(out .. "/model.safetensors")
+    local fresh = diloco.nn.GPT { vocab = 256, ctx = 8, dim = 16, layers = 1, heads = 2, seed = 0 }
+    for _, p in ipairs(fresh:parameters()) do
+      assert.are.same(p[2]:tolist(), t[p[1]]:tolist())
+    end
+  end)
+
+  it("stops with a clear error when hooks.lr returns nonsense", function()
+    local r = assert(diloco.recipe.validate(tiny { hooks = { lr = function() return "fast" end } }))
+    local ok, e = pcall(diloco.train.run, r, { out = os.tmpname() .. "d", quiet = true })
+    assert.is_false(ok)
+    assert.matches('hooks.lr%(1%) returned fast: expected a learning rate >= 0', e.diloco_error)
+  end)
+end)
