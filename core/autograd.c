@@ -8,7 +8,7 @@ static const char *const op_names[] = {
     "none", "add", "sub", "mul", "div", "affine", "pow", "unary", "sum_all", "sum",
     "max", "matmul", "softmax", "log_softmax", "cross_entropy", "layernorm", "rmsnorm",
     "index_select", "index_add", "gather", "attention", "reshape", "transpose", "slice",
-    "concat", "dropout",
+    "concat", "dropout", "linear",
 };
 static_assert(sizeof op_names / sizeof op_names[0] == DLC_OP_COUNT,
               "op name table out of sync with dlc_op");
@@ -112,6 +112,7 @@ static dlc_status node_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     case DLC_OP_SLICE: return dlcx_slice_backward(n, out, g);
     case DLC_OP_CONCAT: return dlcx_concat_backward(n, out, g);
     case DLC_OP_DROPOUT: return dlcx_dropout_backward(n, out, g);
+    case DLC_OP_LINEAR: return dlcx_linear_backward(n, out, g);
     case DLC_OP_NONE:
     case DLC_OP_COUNT: break;
     }

@@ -52,6 +52,16 @@ dlc_status dlcx_check_index(const char *fn, const dlc_tensor *idx, int64_t n, in
 /* Uninitialised tensor with a given shape; like dlc_tensor_new. */
 #define dlcx_new dlc_tensor_new
 
+/* Hot memory-bound kernels are compiled twice, baseline and AVX2, and the loader
+ * picks one per machine (GCC target_clones, glibc ifunc), so a portable build still
+ * runs 8-wide where it can.  Both clones give bit-identical results: C11 mode does
+ * not contract to FMA and GCC does not reorder float reductions. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DLC_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define DLC_HOT
+#endif
+
 /* exp(x) in plain f32 arithmetic so loops over it vectorise (libm's expf does not
  * at -O2/-O3 without -ffast-math): Cody-Waite range reduction and the Cephes degree-6
  * polynomial, within 2 ulp of expf on [-87, 88]; larger inputs saturate at exp(88),
@@ -93,6 +103,7 @@ dlc_status dlcx_sum_all_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_sum_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_max_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_matmul_backward(dlc_node *n, dlc_tensor *out, const float *g);
+dlc_status dlcx_linear_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_reshape_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_transpose_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_slice_backward(dlc_node *n, dlc_tensor *out, const float *g);

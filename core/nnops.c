@@ -210,7 +210,7 @@ static int check_eps(const char *fn, float eps) {
 }
 
 /* saved[0] = mean [R], saved[1] = rstd [R]. */
-dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+DLC_HOT dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
     if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
         !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
         return NULL;
@@ -249,7 +249,7 @@ dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps
 
 /* xhat = (x - mean) rstd, dn = g w:
  * dx += rstd (dn - mean(dn) - xhat mean(dn xhat)); dw += g xhat; db += g. */
-dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
     float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = dlcx_grad(n->in[2], &err);

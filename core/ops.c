@@ -70,7 +70,7 @@ static int bcast_plan(const char *fn, const dlc_tensor *a, const dlc_tensor *b, 
     return 1;
 }
 
-static void bin_inner(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb,
+DLC_HOT static void bin_inner(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb,
                       int64_t n) {
     switch (op) {
     case BIN_ADD:
@@ -131,7 +131,7 @@ dlc_tensor *dlc_bias_add(dlc_tensor *x, dlc_tensor *b) {
 /* The two shapes training hits constantly, without the strided walk: equal shapes
  * (residual adds, products), and b broadcast over the leading dims of a (bias adds,
  * row-scaling).  Returns 0 when the shapes are neither. */
-static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
+DLC_HOT static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
                                 const dlc_tensor *out, const float *g, float *ga, float *gb) {
     int64_t n = out->numel;
     if (a->numel != n || (b->numel != n && (b->numel == 0 || n % b->numel))) return 0;
@@ -267,7 +267,7 @@ const char *dlc_unary_name(dlc_unary_op op) {
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
+DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     if ((unsigned)op >= DLC_UNARY_COUNT) {
         dlc_error(DLC_ERR_ARG, "unary: op %d is not a dlc_unary_op", (int)op);
         return NULL;
@@ -303,7 +303,7 @@ dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     return out;
 }
 
-dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     float *gx = dlcx_grad(n->in[0], &err);
     if (err) return dlc_error(err, "backward of unary: out of memory");
@@ -649,6 +649,60 @@ dlc_status dlcx_matmul_backward(dlc_node *n, dlc_tensor *out, const float *g) {
                             d, K);
         }
     }
+    return DLC_OK;
+}
+
+static int linear_check(const dlc_tensor *x, const dlc_tensor *w, const dlc_tensor *b) {
+    char s1[64], s2[64];
+    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1]) {
+        dlc_error(DLC_ERR_SHAPE, "linear: x %s and weight %s: weight must be [out, in] with in = %lld, "
+                  "the last dim of x", dlc_shape_str(x, s1, sizeof s1), dlc_shape_str(w, s2, sizeof s2),
+                  x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL);
+        return 0;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
+        dlc_error(DLC_ERR_SHAPE, "linear: bias %s: expected [%lld] (the out size of weight %s)",
+                  dlc_shape_str(b, s1, sizeof s1), (long long)w->shape[0], dlc_shape_str(w, s2, sizeof s2));
+        return 0;
+    }
+    return 1;
+}
+
+dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b) {
+    if (!linear_check(x, w, b)) return NULL;
+    int64_t in = w->shape[1], nout = w->shape[0], rows = in ? x->numel / in : 0, s[DLC_MAX_DIMS];
+    memcpy(s, x->shape, sizeof s);
+    s[x->ndim - 1] = nout;
+    dlc_tensor *out = dlc_tensor_new(x->ndim, s);
+    if (!out) return NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = out->data + r * nout;
+        if (b) memcpy(o, b->data, (size_t)nout * sizeof(float));
+        else memset(o, 0, (size_t)nout * sizeof(float));
+    }
+    if (rows && nout && in)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nout, (int)in, 1.0f, x->data,
+                    (int)in, w->data, (int)in, 1.0f, out->data, (int)nout);
+    dlc_tensor *inputs[3] = {x, w, b};
+    return track(out, DLC_OP_LINEAR, 3, inputs, NULL);
+}
+
+DLC_HOT dlc_status dlcx_linear_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(x, &err), *gw = dlcx_grad(w, &err), *gb = dlcx_grad(b, &err);
+    if (err) return dlc_error(err, "backward of linear: out of memory");
+    int in = (int)w->shape[1], nout = (int)w->shape[0], rows = in ? (int)(x->numel / in) : 0;
+    if (!rows || !nout || !in) return DLC_OK;
+    if (gx) /* dX [rows,in] = G [rows,out] . W [out,in] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, nout, 1.0f, g, nout, w->data, in,
+                    1.0f, gx, in);
+    if (gw) /* dW [out,in] = G^T [out,rows] . X [rows,in] */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, in, rows, 1.0f, g, nout, x->data, in,
+                    1.0f, gw, in);
+    if (gb)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < nout; j++) gb[j] += g[(int64_t)r * nout + j];
     return DLC_OK;
 }
 

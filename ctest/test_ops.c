@@ -160,6 +160,7 @@ static dlc_tensor *f_mm(dlc_tensor **in, void *c) {
     int *t = c;
     return dlc_matmul(in[0], in[1], t[0], t[1]);
 }
+static dlc_tensor *f_linear(dlc_tensor **in, void *c) { return dlc_linear(in[0], in[1], in[2]); }
 static dlc_tensor *f_reshape(dlc_tensor **in, void *c) { return dlc_reshape(in[0], SHAPE(3, -1)); }
 static dlc_tensor *f_transpose(dlc_tensor **in, void *c) { return dlc_transpose(in[0], 0, -1); }
 static dlc_tensor *f_slice(dlc_tensor **in, void *c) {
@@ -331,7 +332,30 @@ static void test_autograd_mechanics(void) {
     CHECK(dlc_op_name(DLC_OP_COUNT) == NULL);
 }
 
+static void test_linear(void) {
+    /* value: linear == matmul(x, w^T) + b */
+    int64_t xs[3] = {2, 3, 5}, ws[2] = {4, 5}, bs[1] = {4};
+    dlc_tensor *in[3] = {rnd(50, 3, xs), rnd(51, 2, ws), rnd(52, 1, bs)};
+    dlc_tensor *y = dlc_linear(in[0], in[1], in[2]);
+    dlc_tensor *mm = dlc_matmul(in[0], in[1], 0, 1), *ref = dlc_bias_add(mm, in[2]);
+    CHECK_OK(y);
+    double worst = 0;
+    for (int64_t i = 0; y && i < y->numel; i++) worst = fmax(worst, fabs(y->data[i] - ref->data[i]));
+    CHECK(y && y->ndim == 3 && y->shape[2] == 4 && worst < 1e-5);
+    dlc_tensor *t[] = {y, mm, ref};
+    release_all(3, t);
+    gradcheck("linear", f_linear, NULL, 3, in, 1e-2f, 1e-2);
+    dlc_tensor *nob[3] = {in[0], in[1], NULL};
+    gradcheck("linear (no bias)", f_linear, NULL, 3, nob, 1e-2f, 1e-2);
+    dlc_tensor *bad = dlc_tensor_zeros(SHAPE(4, 3));
+    CHECK_FAILS(dlc_linear(in[0], bad, NULL), DLC_ERR_SHAPE, "weight must be [out, in] with in = 5");
+    CHECK_FAILS(dlc_linear(in[0], in[1], in[0]), DLC_ERR_SHAPE, "linear: bias [2,3,5]: expected [4]");
+    dlc_tensor_release(bad);
+    release_all(3, in);
+}
+
 int main(void) {
+    test_linear();
     test_broadcast_values();
     test_reduce_values();
     test_matmul_values();

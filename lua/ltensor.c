@@ -550,6 +550,13 @@ static int t_argmax(lua_State *L) { return reduce(L, RD_ARGMAX); }
  * linear algebra, normalisation, losses
  * --------------------------------------------------------------------------- */
 
+/* x:linear(w[, b]): x . w^T + b with w [out, in] (fused; one pass over the output). */
+static int t_linear(lua_State *L) {
+    dlc_tensor *x = dlcL_checktensor(L, 1), *w = dlcL_checktensor(L, 2), *b = dlcL_opttensor(L, 3);
+    dlc_tensor **slot = dlcL_newtensor(L);
+    return RESULT(L, slot, dlc_linear(x, w, b));
+}
+
 /* a:matmul(b[, ta, tb]) or a:matmul(b, {ta = bool, tb = bool}). */
 static int t_matmul(lua_State *L) {
     dlc_tensor *a = checkt(L, 1), *b = checkt(L, 2);
@@ -811,6 +818,7 @@ static const luaL_Reg op_funcs[] = {
     {"max", t_max},
     {"argmax", t_argmax},
     {"matmul", t_matmul},
+    {"linear", t_linear},
     {"softmax", t_softmax},
     {"log_softmax", t_log_softmax},
     {"cross_entropy", t_cross_entropy},

@@ -332,12 +332,10 @@ function Linear:_init(nin, nout, opts)
   if o.bias then self:_param("bias", const_param({ nout }, 0)) end
 end
 
--- x [..., in] -> [..., out]: one sgemm over all leading rows, then the bias.
+-- x [..., in] -> [..., out]: one fused op (bias written first, one sgemm over all
+-- leading rows accumulating onto it).
 function Linear:forward(x)
-  local y = x:matmul(self.weight, false, true)
-  local b = self.bias
-  if b then return y:bias_add(b) end
-  return y
+  return x:linear(self.weight, self.bias)
 end
 
 function Linear:extra_repr()

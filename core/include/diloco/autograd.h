@@ -50,6 +50,7 @@ typedef enum dlc_op {
     DLC_OP_SLICE,
     DLC_OP_CONCAT,
     DLC_OP_DROPOUT,
+    DLC_OP_LINEAR,
     DLC_OP_COUNT
 } dlc_op;
 

@@ -72,6 +72,11 @@ DLC_API dlc_tensor *dlc_argmax(dlc_tensor *x, int axis, int keepdim);
  * all batch rows. */
 DLC_API dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb);
 
+/* x [..., in] . w [out, in]^T + b [out] -> [..., out] (PyTorch's nn.Linear layout).
+ * The bias is written into the output first and the sgemm accumulates onto it, so
+ * the layer is one pass over its output.  b may be NULL. */
+DLC_API dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b);
+
 /* ---- normalisation and losses (over the last dim) ---- */
 DLC_API dlc_tensor *dlc_softmax(dlc_tensor *x);
 DLC_API dlc_tensor *dlc_log_softmax(dlc_tensor *x);
