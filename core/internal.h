@@ -64,14 +64,13 @@ dlc_status dlcx_check_index(const char *fn, const dlc_tensor *idx, int64_t n, in
 
 /* exp(x) in plain f32 arithmetic so loops over it vectorise (libm's expf does not
  * at -O2/-O3 without -ffast-math): Cody-Waite range reduction and the Cephes degree-6
- * polynomial, within 2 ulp of expf on [-87, 88]; larger inputs saturate at exp(88),
- * smaller ones give 2^-126 (both ends matter only for softmax-style uses, which shift
- * by the row max first).  NaN in gives NaN out. */
+ * polynomial, within 2 ulp of expf; the power of two is applied in two halves so
+ * overflow gives inf, underflow is gradual down to 0, exp(-inf) = 0 and NaN stays NaN. */
 static inline float dlcx_expf(float x) {
     float xin = x;
     x = x == x ? x : 0.0f;
-    x = x > 88.0f ? 88.0f : x;
-    x = x < -87.0f ? -87.0f : x;
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -82,8 +81,10 @@ static inline float dlcx_expf(float x) {
     q = q * r + 1.6666665459e-1f;
     q = q * r + 5.0000001201e-1f;
     q = q * r * r + r + 1.0f;
-    union { int32_t i; float f; } s = {((int32_t)n + 127) << 23};
-    return q * s.f + (xin - xin);
+    int32_t ni = (int32_t)n, h = ni / 2;
+    union { int32_t i; float f; } s1 = {(h + 127) << 23}, s2 = {(ni - h + 127) << 23};
+    float res = q * s1.f * s2.f;
+    return xin == xin ? res : xin;
 }
 
 /* tanh from dlcx_expf: absolute error ~1e-7 (relative error grows near 0, so the

@@ -65,7 +65,7 @@ static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
         float m = -INFINITY, sum = 0.0f;
         for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
         for (int64_t j = 0; j < C; j++) {
-            yr[j] = expf(xr[j] - m);
+            yr[j] = dlcx_expf(xr[j] - m);
             sum += yr[j];
         }
         if (log) {
@@ -111,7 +111,7 @@ dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *
         const float *y = out->data + r * C, *gr = g + r * C;
         float *d = dx + r * C, sum = 0.0f;
         for (int64_t j = 0; j < C; j++) sum += gr[j];
-        for (int64_t j = 0; j < C; j++) d[j] += gr[j] - expf(y[j]) * sum;
+        for (int64_t j = 0; j < C; j++) d[j] += gr[j] - dlcx_expf(y[j]) * sum;
     }
     return DLC_OK;
 }
@@ -150,7 +150,7 @@ dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignor
         const float *xr = logits->data + r * V;
         float m = -INFINITY, sum = 0.0f;
         for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
-        for (int64_t j = 0; j < V; j++) sum += expf(xr[j] - m);
+        for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
         float ls = logf(sum);
         if (lse) lse->data[r] = m + ls;
         loss += (double)(m - xr[(int64_t)t]) + (double)ls;
@@ -181,7 +181,7 @@ dlc_status dlcx_cross_entropy_backward(dlc_node *n, dlc_tensor *out, const float
         if (t == ignore) continue;
         const float *xr = logits->data + r * V;
         float *d = dx + r * V, l = lse[r];
-        for (int64_t j = 0; j < V; j++) d[j] += s * expf(xr[j] - l);
+        for (int64_t j = 0; j < V; j++) d[j] += s * dlcx_expf(xr[j] - l);
         d[(int64_t)t] -= s;
     }
     return DLC_OK;
@@ -614,7 +614,7 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
                 float *pr = p + i * T, m = -INFINITY, sum = 0.0f;
                 for (int64_t j = 0; j < lim; j++) m = pr[j] > m ? pr[j] : m;
                 for (int64_t j = 0; j < lim; j++) {
-                    pr[j] = expf(pr[j] - m);
+                    pr[j] = dlcx_expf(pr[j] - m);
                     sum += pr[j];
                 }
                 float inv = 1.0f / sum;

@@ -1,6 +1,7 @@
 /* test_ops.c - ops.c against naive references, finite-difference gradient checks for
  * every op in it, and the autograd mechanics (accumulation, retain_graph, no-grad). */
 #include "check.h"
+#include "internal.h"
 
 #define SHAPE(...) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 
@@ -354,7 +355,25 @@ static void test_linear(void) {
     release_all(3, in);
 }
 
+/* The vectorisable exp used by GELU, SiLU, sigmoid, softmax and cross-entropy. */
+static void test_fast_exp(void) {
+    double worst = 0;
+    for (float x = -103.9f; x < 88.7f; x += 0.0037f) {
+        float a = dlcx_expf(x), b = expf(x);
+        if (b > 1.2e-38f) worst = fmax(worst, fabs((double)a - b) / b); /* normal range */
+        else CHECK_NEAR(a, b, 1e-44);                                   /* gradual underflow */
+    }
+    CHECK(worst < 2.5e-7); /* about 2 ulp */
+    CHECK(dlcx_expf(-INFINITY) == 0.0f && dlcx_expf(-200.0f) == 0.0f);
+    CHECK(isinf(dlcx_expf(INFINITY)) && isinf(dlcx_expf(89.0f)));
+    CHECK(isnan(dlcx_expf(NAN)));
+    CHECK(dlcx_expf(0.0f) == 1.0f);
+    CHECK_NEAR(dlcx_tanhf_abs(0.3f), tanh(0.3), 2e-7);
+    CHECK(dlcx_tanhf_abs(20.0f) == 1.0f && dlcx_tanhf_abs(-20.0f) == -1.0f);
+}
+
 int main(void) {
+    test_fast_exp();
     test_linear();
     test_broadcast_values();
     test_reduce_values();
