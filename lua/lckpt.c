@@ -19,23 +19,23 @@
  *
  * JSON mapping.  Encoding: a table whose keys are exactly 1..n is an array; an empty
  * table is the empty array []; any other table is an object and every key must be a
- * string.  Integers stay integers, floats are written as the shortest decimal that
- * reads back as the same double and always with a '.' or exponent (2.0 -> 2.0), so
- * decode(encode(x)) keeps Lua's integer/float subtype.  NaN and +-inf, functions,
- * userdata other than json_null, non-UTF-8 strings and nesting deeper than 100 raise
- * an error naming the path (".summary.loss", ".losses[3]").  Objects come out in
+ * string.  Integers stay integers, floats are written with 17 significant digits, so
+ * every double reads back exactly (0.1 -> 0.10000000000000001, -0.0 keeps its sign),
+ * always with a '.' or exponent (2.0 -> 2.0), so decode(encode(x)) keeps Lua's
+ * integer/float subtype.  NaN and +-inf, functions, userdata other than json_null,
+ * non-UTF-8 strings and nesting deeper than 100 raise an error naming the path
+ * (".summary.loss", ".losses[3]").  Objects come out in
  * table order unless sort_keys is set.  The default is compact, one line (JSON lines).
  * Decoding: objects and arrays become tables, null is nil in an object (the key is
  * absent) and diloco.json_null in an array or at the top level, so arrays keep their
- * length; duplicate object keys are an error.  The encoder is written here by hand
- * (jansson prints doubles with 17 digits: 0.1 -> 0.10000000000000001); the decoder
- * is jansson.
+ * length; duplicate object keys are an error.  Both directions use jansson: the
+ * encoder walks the Lua value into a json_t tree (checking it as above) and
+ * serialises it with json_dumps.
  *
  * Lifetime: C resources held across calls that may raise (the open checkpoint, the
- * encoder's buffer, the decoded document) live in a "closed-first" box userdata
- * whose __gc releases them, so a Lua error never leaks them.
+ * encoder's tree and its text, the decoded document) live in a "closed-first" box
+ * userdata whose __gc releases them, so a Lua error never leaks them.
  */
-#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,34 +83,11 @@ static void cbox_release(cbox *b) {
     if (p) b->release(p);
 }
 
+static void json_release(void *p) { json_decref(p); }
+
 /* ---------------------------------------------------------------------------
  * shared helpers
  * --------------------------------------------------------------------------- */
-
-/* Strict UTF-8, the same rule jansson and core/ckpt.c apply. */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int len;
-        unsigned long cp;
-        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-        else return 0;
-        if (n - i < (size_t)len) return 0;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
 
 static const char *checkpath(lua_State *L, int arg) {
     size_t len;
@@ -308,7 +285,7 @@ static int l_load_safetensors(lua_State *L) {
 }
 
 /* ---------------------------------------------------------------------------
- * JSON encoding (by hand, see the top of the file)
+ * JSON encoding: the Lua value is walked into a jansson tree, then json_dumps
  * --------------------------------------------------------------------------- */
 
 typedef struct jpath {
@@ -318,37 +295,11 @@ typedef struct jpath {
 } jpath;
 
 typedef struct jenc {
-    char *p; /* owned output buffer */
-    size_t len, cap;
-    int indent, sort_keys, depth;
+    cbox *root;   /* owns the tree: every node is attached before anything below it may raise */
+    int depth;
     int null_idx; /* stack index of the json_null sentinel */
-    char point;   /* the locale's decimal point, replaced by '.' */
     jpath path[DLCL_JSON_MAX_DEPTH + 1];
 } jenc;
-
-static void jenc_release(void *p) {
-    jenc *e = p;
-    free(e->p);
-    free(e);
-}
-
-static void put(lua_State *L, jenc *e, const char *s, size_t n) {
-    if (e->cap - e->len < n) {
-        size_t cap = e->cap ? e->cap : 256;
-        while (cap - e->len < n) {
-            if (cap > ((size_t)-1) / 2) luaL_error(L, "json_encode: output too large");
-            cap *= 2;
-        }
-        char *np = realloc(e->p, cap);
-        if (!np) luaL_error(L, "json_encode: out of memory");
-        e->p = np;
-        e->cap = cap;
-    }
-    memcpy(e->p + e->len, s, n);
-    e->len += n;
-}
-
-#define PUTS(L, e, lit) put((L), (e), (lit), sizeof(lit) - 1)
 
 /* Pushes the path of the value being encoded: ".summary.loss", ".losses[3]". */
 static const char *push_path(lua_State *L, const jenc *e) {
@@ -379,68 +330,34 @@ static int encode_fail(lua_State *L, const jenc *e, const char *what) {
     return lua_error(L);
 }
 
-static void put_string(lua_State *L, jenc *e, const char *s, size_t n) {
-    if (!utf8_valid((const unsigned char *)s, n)) encode_fail(L, e, "is a string that is not valid UTF-8");
-    PUTS(L, e, "\"");
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        put(L, e, s + run, i - run);
-        char esc[8];
-        switch (c) {
-        case '"': PUTS(L, e, "\\\""); break;
-        case '\\': PUTS(L, e, "\\\\"); break;
-        case '\b': PUTS(L, e, "\\b"); break;
-        case '\f': PUTS(L, e, "\\f"); break;
-        case '\n': PUTS(L, e, "\\n"); break;
-        case '\r': PUTS(L, e, "\\r"); break;
-        case '\t': PUTS(L, e, "\\t"); break;
-        default:
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            put(L, e, esc, 6);
-        }
-        run = i + 1;
+static int encode_oom(lua_State *L) { return luaL_error(L, "json_encode: out of memory"); }
+
+/* jansson refuses a string (json_stringn, or a key in json_object_setn) that is not
+ * valid UTF-8, and fails the same way when out of memory: tell the two apart. */
+static int string_fail(lua_State *L, const jenc *e, const char *s, size_t n) {
+    json_t *probe = json_stringn(s, n);
+    int bad = !probe && (probe = json_stringn_nocheck(s, n)) != NULL; /* _nocheck fails only on OOM */
+    json_decref(probe);
+    return bad ? encode_fail(L, e, "is a string that is not valid UTF-8") : encode_oom(L);
+}
+
+/* Hands the new reference v (stolen, also on failure) to parent: appended to an
+ * array, set under the current path key in an object, or made the root (parent NULL). */
+static void attach(lua_State *L, jenc *e, json_t *parent, json_t *v) {
+    if (!v) encode_oom(L);
+    if (!parent) {
+        e->root->p = v;
+    } else if (json_is_array(parent)) {
+        if (json_array_append_new(parent, v)) encode_oom(L);
+    } else {
+        const jpath *k = &e->path[e->depth - 1];
+        if (json_object_setn_new(parent, k->key, k->keylen, v)) string_fail(L, e, k->key, k->keylen);
     }
-    put(L, e, s + run, n - run);
-    PUTS(L, e, "\"");
 }
 
-/* Shortest of %.15g..%.17g that reads back as d, always with '.' or an exponent. */
-static void put_real(lua_State *L, jenc *e, double d) {
-    if (isnan(d)) encode_fail(L, e, "is nan (JSON has no NaN)");
-    if (isinf(d)) encode_fail(L, e, d > 0 ? "is inf (JSON has no infinity)" : "is -inf (JSON has no infinity)");
-    char buf[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, d);
-        if (strtod(buf, NULL) == d) break;
-    }
-    int frac = 0;
-    for (char *c = buf; *c; c++) {
-        if (*c == e->point) *c = '.';
-        if (*c == '.' || *c == 'e') frac = 1;
-    }
-    size_t n = strlen(buf);
-    put(L, e, buf, n);
-    if (!frac) PUTS(L, e, ".0");
-}
+static void encode(lua_State *L, jenc *e, int idx, json_t *parent);
 
-static void newline(lua_State *L, jenc *e, int depth) {
-    if (!e->indent) return;
-    PUTS(L, e, "\n");
-    for (int i = 0; i < depth * e->indent; i++) PUTS(L, e, " ");
-}
-
-static void encode(lua_State *L, jenc *e, int idx);
-
-static int cmp_keys(const void *a, const void *b) {
-    const jpath *x = a, *y = b;
-    size_t n = x->keylen < y->keylen ? x->keylen : y->keylen;
-    int c = memcmp(x->key, y->key, n);
-    return c ? c : (x->keylen > y->keylen) - (x->keylen < y->keylen);
-}
-
-static void encode_table(lua_State *L, jenc *e, int idx) {
+static void encode_table(lua_State *L, jenc *e, int idx, json_t *parent) {
     if (e->depth >= DLCL_JSON_MAX_DEPTH) encode_fail(L, e, "is nested deeper than 100 levels (a cycle?)");
     luaL_checkstack(L, 6, "json_encode: nesting too deep");
     lua_Integer nkeys = 0, maxint = 0;
@@ -459,20 +376,17 @@ static void encode_table(lua_State *L, jenc *e, int idx) {
     }
     jpath *slot = &e->path[e->depth];
     if (all_int && maxint == nkeys) { /* an array, [] when empty */
-        PUTS(L, e, "[");
+        json_t *a = json_array();
+        attach(L, e, parent, a);
         e->depth++;
         for (lua_Integer i = 1; i <= nkeys; i++) {
-            if (i > 1) PUTS(L, e, ",");
-            newline(L, e, e->depth);
             slot->key = NULL;
             slot->index = i;
             lua_rawgeti(L, idx, i);
-            encode(L, e, lua_gettop(L));
+            encode(L, e, lua_gettop(L), a);
             lua_pop(L, 1);
         }
         e->depth--;
-        if (nkeys) newline(L, e, e->depth);
-        PUTS(L, e, "]");
         return;
     }
     if (all_int) {
@@ -481,10 +395,7 @@ static void encode_table(lua_State *L, jenc *e, int idx) {
                                            (LUAI_UACINT)nkeys, (LUAI_UACINT)maxint);
         encode_fail(L, e, what);
     }
-    /* an object: collect the keys (checked to be strings) first */
-    jpath *keys = lua_newuserdatauv(L, (size_t)nkeys * sizeof *keys, 0);
-    int keys_idx = lua_gettop(L);
-    lua_Integer k = 0;
+    /* an object: every key must be a string, checked before any value is encoded */
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING) {
@@ -496,61 +407,50 @@ static void encode_table(lua_State *L, jenc *e, int idx) {
                                                ks, lua_isnumber(L, -2) ? "" : ")");
             encode_fail(L, e, what);
         }
-        keys[k].key = lua_tolstring(L, -2, &keys[k].keylen); /* alive: the table holds it */
-        k++;
         lua_pop(L, 1);
     }
-    if (e->sort_keys) qsort(keys, (size_t)nkeys, sizeof *keys, cmp_keys);
-    PUTS(L, e, "{");
+    json_t *o = json_object(); /* keeps insertion (table) order; json_dumps sorts if asked */
+    attach(L, e, parent, o);
     e->depth++;
-    for (lua_Integer i = 0; i < nkeys; i++) {
-        if (i) PUTS(L, e, ",");
-        newline(L, e, e->depth);
-        *slot = keys[i];
-        put_string(L, e, keys[i].key, keys[i].keylen);
-        if (e->indent) PUTS(L, e, ": ");
-        else PUTS(L, e, ":");
-        lua_pushlstring(L, keys[i].key, keys[i].keylen);
-        lua_rawget(L, idx);
-        encode(L, e, lua_gettop(L));
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        slot->key = lua_tolstring(L, -2, &slot->keylen); /* a string: alive while on the stack */
+        encode(L, e, lua_gettop(L), o);
         lua_pop(L, 1);
     }
     e->depth--;
-    if (nkeys) newline(L, e, e->depth);
-    PUTS(L, e, "}");
-    lua_remove(L, keys_idx);
 }
 
-static void encode(lua_State *L, jenc *e, int idx) {
-    char buf[32];
+static void encode(lua_State *L, jenc *e, int idx, json_t *parent) {
+    json_t *v;
     switch (lua_type(L, idx)) {
-    case LUA_TNIL: PUTS(L, e, "null"); break;
-    case LUA_TBOOLEAN:
-        if (lua_toboolean(L, idx)) PUTS(L, e, "true");
-        else PUTS(L, e, "false");
-        break;
+    case LUA_TNIL: v = json_null(); break;
+    case LUA_TBOOLEAN: v = json_boolean(lua_toboolean(L, idx)); break;
     case LUA_TNUMBER:
         if (lua_isinteger(L, idx)) {
-            snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
-            put(L, e, buf, strlen(buf));
+            v = json_integer((json_int_t)lua_tointeger(L, idx));
         } else {
-            put_real(L, e, (double)lua_tonumber(L, idx));
+            double d = (double)lua_tonumber(L, idx);
+            if (isnan(d)) encode_fail(L, e, "is nan (JSON has no NaN)");
+            if (isinf(d))
+                encode_fail(L, e, d > 0 ? "is inf (JSON has no infinity)" : "is -inf (JSON has no infinity)");
+            v = json_real(d);
         }
         break;
     case LUA_TSTRING: {
         size_t n;
         const char *s = lua_tolstring(L, idx, &n);
-        put_string(L, e, s, n);
+        v = json_stringn(s, n);
+        if (!v) string_fail(L, e, s, n);
         break;
     }
-    case LUA_TTABLE: encode_table(L, e, idx); break;
+    case LUA_TTABLE: encode_table(L, e, idx, parent); return;
     default:
-        if (lua_rawequal(L, idx, e->null_idx)) {
-            PUTS(L, e, "null");
-            break;
-        }
-        encode_fail(L, e, lua_pushfstring(L, "is a %s, which JSON cannot represent", luaL_typename(L, idx)));
+        if (!lua_rawequal(L, idx, e->null_idx))
+            encode_fail(L, e, lua_pushfstring(L, "is a %s, which JSON cannot represent", luaL_typename(L, idx)));
+        v = json_null();
     }
+    attach(L, e, parent, v);
 }
 
 static void check_known(lua_State *L, int opts, const char *fn, const char *const *known) {
@@ -591,18 +491,22 @@ static int l_json_encode(lua_State *L) {
     }
     lua_settop(L, 1);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &json_null_key); /* 2 */
-    cbox *b = newcbox(L);                              /* 3 */
-    jenc *e = calloc(1, sizeof *e);
-    if (!e) return luaL_error(L, "json_encode: out of memory");
-    b->p = e;
-    b->release = jenc_release;
-    e->indent = indent;
-    e->sort_keys = sort_keys;
-    e->null_idx = 2;
-    e->point = localeconv()->decimal_point[0];
-    encode(L, e, 1);
-    lua_pushlstring(L, e->p ? e->p : "", e->len);
-    cbox_release(b);
+    jenc e;
+    e.root = newcbox(L); /* 3: decrefs the tree if the walk raises */
+    e.root->release = json_release;
+    e.depth = 0;
+    e.null_idx = 2;
+    encode(L, &e, 1, NULL);
+    /* 17 significant digits: every double reads back exactly (0.1 -> 0.10000000000000001) */
+    size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) | (indent ? JSON_INDENT(indent) : JSON_COMPACT) |
+                   (sort_keys ? JSON_SORT_KEYS : 0);
+    char *out = json_dumps(e.root->p, flags);
+    cbox_release(e.root);
+    if (!out) return encode_oom(L);
+    e.root->p = out; /* now the box frees the text if pushing it raises */
+    e.root->release = free;
+    lua_pushstring(L, out);
+    cbox_release(e.root);
     return 1;
 }
 
@@ -666,8 +570,6 @@ static void push_json(lua_State *L, const json_t *j, int in_array) {
         lua_rawgetp(L, LUA_REGISTRYINDEX, &json_null_key);
     }
 }
-
-static void json_release(void *p) { json_decref(p); }
 
 /* diloco.json_decode(str) -> value | nil, msg */
 static int l_json_decode(lua_State *L) {

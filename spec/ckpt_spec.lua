@@ -187,10 +187,16 @@ describe("json_encode", function()
     assert.are.equal("3", enc(3))
     assert.are.equal("3.0", enc(3.0))
     assert.are.equal("-0.0", enc(-0.0))
-    assert.are.equal("0.1", enc(0.1))
-    assert.are.equal("0.3333333333333333", enc(1 / 3))
-    assert.are.equal("1e+300", enc(1e300))
+    -- jansson with 17 significant digits: exact, not always the shortest
+    assert.are.equal("0.10000000000000001", enc(0.1))
+    assert.are.equal("0.33333333333333331", enc(1 / 3))
+    assert.are.equal("1.0000000000000001e300", enc(1e300))
+    assert.are.equal("2.5", enc(2.5))
+    assert.are.equal("9007199254740992.0", enc(2.0 ^ 53))
+    assert.are.equal("1e22", enc(1e22))
     assert.are.equal("9223372036854775807", enc(math.maxinteger))
+    assert.are.equal("-9223372036854775808", enc(math.mininteger))
+    assert.are.equal("false", enc(false))
     assert.are.equal("true", enc(true))
     assert.are.equal("null", enc(nil))
     assert.are.equal("null", enc(diloco.json_null))
@@ -199,6 +205,27 @@ describe("json_encode", function()
 
   it("escapes strings and keeps UTF-8", function()
     assert.are.equal([["a\"b\\c\n\t\u0001\u0000é"]], enc('a"b\\c\n\t\1\0é'))
+    assert.are.equal('{"k\\u0000é":"/\\r\\b\\f\x7f"}', enc({ ["k\0é"] = "/\r\b\f\x7f" }))
+    assert.are.equal('"\u{10FFFF}"', enc("\u{10FFFF}"))
+  end)
+
+  it("round-trips every float exactly, keeping integers and floats apart", function()
+    local dec = diloco.json_decode
+    for _, x in ipairs({ 0.1, 1 / 3, 1e300, -1e-300, 2.0 ^ 53, 2.0 ^ 53 + 2, 5e-324, 1.7976931348623157e308,
+      123456.789, -2.0, 0.0 }) do
+      local y = dec(enc(x))
+      assert.are.equal("float", math.type(y), enc(x))
+      assert.is_true(x == y, enc(x))
+    end
+    -- -0.0 keeps its sign
+    local z = dec(enc(-0.0))
+    assert.is_true(z == 0 and 1 / z == -math.huge)
+    for _, n in ipairs({ 0, 1, -1, 1 << 53, math.maxinteger, math.mininteger }) do
+      assert.are.equal("integer", math.type(dec(enc(n))))
+      assert.are.equal(n, dec(enc(n)))
+    end
+    local v = { loss = 0.1, lr = 3e-4, step = 7, xs = { 1 / 3, 2.0, -0.5 } }
+    assert.are.same(v, dec(enc(v)))
   end)
 
   it("maps 1..n tables to arrays, others to objects, {} to []", function()
@@ -211,6 +238,13 @@ describe("json_encode", function()
     local v = { step = 3, loss = 2.5, tags = { "a", "b" }, sub = { z = 1, a = {} } }
     local compact = enc(v)
     assert.is_nil(compact:find("[\n ]"))
+    assert.is_nil(enc({ a = { 1, 2, { b = "x y" } }, c = 0.1 }):find("[\n\r\t]"))
+    assert.is_nil(enc({ a = { 1, 2, { b = "xy" } }, c = 0.1 }):find(" "))
+    assert.are.equal('{"a":[1,2]}', enc({ a = { 1, 2 } }, { indent = 0 }))
+    assert.are.equal("[]", enc({}, { indent = 4 }))
+    assert.are.equal("[\n    1\n]", enc({ 1 }, { indent = 4 }))
+    assert.are.equal('{"a":1,"a\\u0000":2,"ab":3,"b":4}',
+      enc({ b = 4, ab = 3, ["a\0"] = 2, a = 1 }, { sort_keys = true }))
     assert.are.equal('{"loss":2.5,"step":3,"sub":{"a":[],"z":1},"tags":["a","b"]}', enc(v, { sort_keys = true }))
     assert.are.equal('{\n  "loss": 2.5,\n  "step": 3,\n  "sub": {\n    "a": [],\n    "z": 1\n  },\n'
       .. '  "tags": [\n    "a",\n    "b"\n  ]\n}', enc(v, { indent = 2, sort_keys = true }))
@@ -230,6 +264,10 @@ describe("json_encode", function()
     assert.matches("value at .f is a function, which JSON cannot represent", error_of(enc, { f = print }))
     assert.matches("is a userdata", error_of(enc, { diloco.ones(1) }))
     assert.matches("value at %[1%] is a string that is not valid UTF%-8", error_of(enc, { "\xff" }))
+    assert.matches("value at .s is a string that is not valid UTF%-8", error_of(enc, { s = "\xed\xa0\x80" }))
+    assert.matches("value at .a.bad\xc0 is a string that is not valid UTF%-8", error_of(enc, { a = { ["bad\xc0"] = 1 } }))
+    assert.matches("value at %(top level%) is a string that is not valid UTF%-8", error_of(enc, "\xc0\x80"))
+    assert.matches("value at .a%[2%].b is a thread", error_of(enc, { a = { 1, { b = coroutine.create(print) } } }))
     local cyc = {}
     cyc.next = cyc
     assert.matches("nested deeper than 100 levels %(a cycle%?%)", error_of(enc, cyc))
