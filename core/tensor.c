@@ -224,12 +224,28 @@ dlc_tensor *dlc_tensor_retain(dlc_tensor *t) {
     return t;
 }
 
+/* Freeing a tensor frees its autograd node, which releases the node's inputs, and so
+ * on down the graph.  Done recursively that would use one C stack frame per op of a
+ * chain (a REPL loop of a million `x = x + 1` would overflow the stack), so tensors
+ * that reach zero are queued and the outermost release drains the queue. */
+static _Thread_local dlc_tensor *release_queue;
+static _Thread_local int releasing;
+
 void dlc_tensor_release(dlc_tensor *t) {
     if (!t || --t->refs > 0) return;
-    if (t->node) dlcx_node_free(t->node);
-    dlc_tensor_release(t->grad);
-    storage_release(t->storage);
-    free(t);
+    t->release_next = release_queue;
+    release_queue = t;
+    if (releasing) return;
+    releasing = 1;
+    while (release_queue) {
+        dlc_tensor *x = release_queue;
+        release_queue = x->release_next;
+        if (x->node) dlcx_node_free(x->node);
+        dlc_tensor_release(x->grad);
+        storage_release(x->storage);
+        free(x);
+    }
+    releasing = 0;
 }
 
 void dlc_tensor_fill(dlc_tensor *t, float value) {

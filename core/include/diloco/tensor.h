@@ -47,6 +47,7 @@ typedef struct dlc_tensor {
     unsigned mark;                 /* scratch for graph traversals */
     struct dlc_tensor *grad;       /* owned; NULL until a backward reaches it */
     struct dlc_node *node;         /* owned; op that produced it, NULL for leaves */
+    struct dlc_tensor *release_next; /* internal: queue of tensors being freed */
     dlc_storage *storage;          /* owned reference */
 } dlc_tensor;
 
