@@ -66,6 +66,21 @@ fail:
     return NULL;
 }
 
+/* Attach the autograd node when needed.  Returns out, or NULL (out released) when
+ * recording failed.  *node is the new node or NULL when nothing was recorded. */
+dlc_tensor *dlcx_track(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in,
+                         dlc_node **node) {
+    if (node) *node = NULL;
+    if (!out || !dlcx_should_record(n, in)) return out;
+    dlc_node *nd = dlcx_record(out, op, n, in);
+    if (!nd) {
+        dlc_tensor_release(out);
+        return NULL;
+    }
+    if (node) *node = nd;
+    return out;
+}
+
 void dlcx_node_free(dlc_node *n) {
     for (int i = 0; i < n->n_in; i++) dlc_tensor_release(n->in[i]);
     for (int i = 0; i < DLC_NODE_MAX_SAVED; i++) dlc_tensor_release(n->saved[i]);

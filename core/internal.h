@@ -34,6 +34,9 @@ int dlcx_should_record(int n, dlc_tensor *const *in);
  * untracked and an error is recorded). */
 dlc_node *dlcx_record(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in);
 void dlcx_node_free(dlc_node *n);
+/* dlcx_record when dlcx_should_record says so.  Returns out, or NULL (out released)
+ * when recording failed; *node (optional) is the new node or NULL if none. */
+dlc_tensor *dlcx_track(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in, dlc_node **node);
 /* Gradient buffer of t (zero-filled on first use), NULL if t needs no gradient or
  * allocation failed (then *err is set to DLC_ERR_NOMEM). */
 float *dlcx_grad(dlc_tensor *t, dlc_status *err);
