@@ -21,6 +21,10 @@
  *
  * Conventions (see ltensor.c): positions and axes are 1-based in Lua, negative
  * counts from the end; index VALUES stored in tensors are 0-based as in the core.
+ *
+ * The Tensor binding is two files: ltensor.c (the type: boxes, lifetime, properties,
+ * element access, registration) and lops.c (the op methods and diloco.<op>); the
+ * helpers they share are declared at the end of this header.
  */
 #ifndef DILOCO_LDILOCO_H
 #define DILOCO_LDILOCO_H
@@ -49,9 +53,9 @@ typedef struct dlcL_state {
 /* The state of this lua_State; raises if diloco was never opened in it. */
 dlcL_state *dlcL_getstate(lua_State *L);
 
-/* ltensor.c: adds the Tensor methods, the op functions and diloco.Tensor (the
- * methods table) to the module table at `mod`, with the state userdata at `st` as
- * their upvalue, and registers the Tensor metatable. */
+/* ltensor.c: adds the Tensor methods, the op functions (lops.c) and diloco.Tensor
+ * (the methods table) to the module table at `mod`, with the state userdata at `st`
+ * as their upvalue, and registers the Tensor metatable. */
 void dlcL_open_tensor(lua_State *L, int mod, int st);
 /* lsys.c: clock, isatty, the Ctrl-C flag, OpenBLAS threads. */
 void dlcL_open_sys(lua_State *L, int mod, int st);
@@ -85,5 +89,26 @@ int dlcL_checkshape(lua_State *L, int first, int last, int64_t *shape, int allow
 /* Raises dlc_last_error() as a Lua error (with the caller's position).  Release
  * every C resource you hold first. */
 int dlcL_error(lua_State *L);
+
+/* ---- shared by ltensor.c and lops.c (the Tensor binding) ---- */
+
+/* Finish an op (C function with the state as upvalue 1): dlcL_settensor of expr. */
+#define DLCL_RESULT(L, slot, expr) dlcL_settensor((L), DLCL_UPSTATE(L), (slot), (expr))
+
+/* The slot of the Tensor box at `arg` (borrowed; *slot is NULL once freed), or NULL
+ * if it is not a Tensor; never raises. */
+dlc_tensor **dlcL_testtensor(lua_State *L, int arg);
+/* Raises the argument error "tensor has been freed" for `arg`; does not return. */
+int dlcL_freed_error(lua_State *L, int arg);
+/* Adds the bytes of t (borrowed, already owned by a box) to the GC hints; may step the GC. */
+void dlcL_gc_account(lua_State *L, dlcL_state *st, const dlc_tensor *t);
+/* The 1-based (negative = from the end) axis argument `arg` as a 0-based axis; raises
+ * an argument error unless it is in range for an ndim-dimensional tensor. */
+int dlcL_checkaxis(lua_State *L, int arg, int ndim);
+/* Sets every function of l in the table at `tab` with the state at `st` as upvalue 1. */
+void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l);
+/* lops.c: adds the op methods to `methods`, the ops to the module `mod` (with concat
+ * and the unary ops), the arithmetic metamethods to `mt`; state at `st`. */
+void dlcL_register_ops(lua_State *L, int methods, int mt, int mod, int st);
 
 #endif
