@@ -174,6 +174,17 @@ describe("a tiny training run", function()
     assert.are.equal(straight.final_eval_loss, resumed.final_eval_loss)
   end)
 
+  it("ends the metrics with a summary naming the error when training diverges", function()
+    local m = tmp .. "/nan.jsonl"
+    local out, status = run("", "--set inner.lr=1e6 --set inner.clip=0 --metrics " .. m)
+    assert.are.equal(1, status)
+    assert.matches("the loss is %-?nan; lower inner.lr", out)
+    local lines = read_lines(m)
+    local last = diloco.json_decode(lines[#lines])
+    assert.are.equal("summary", last.event)
+    assert.matches("the loss is %-?nan", last.error)
+  end)
+
   it("samples text from the trained model", function()
     local out, status = sh(exe .. " sample " .. tmp .. "/out/model.safetensors --prompt 'ab' --tokens 20 --seed 1")
     assert.are.equal(0, status, out)

@@ -188,63 +188,74 @@ function M.run(r, opts)
   local interrupted, last_eval = false, nil
   local train_time, t_window, tok_window, loss_ema = 0.0, diloco.clock(), 0, nil
   local first_step = step
-  while step < r.steps do
-    if diloco.sigint_pending() then
-      interrupted = true
-      break
-    end
-    local t0 = diloco.clock()
-    local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, r.steps)
-    if hooks.lr then
-      local v = hooks.lr(step + 1, lr)
-      if type(v) ~= "number" or v < 0 or v ~= v then
-        fail("hooks.lr(%d) returned %s: expected a learning rate >= 0", step + 1, tostring(v))
+  -- The loop runs protected so that a failure (NaN loss, a hook error, a failed
+  -- checkpoint) still ends the metrics file with a summary naming the error.
+  local ok_loop, loop_err = pcall(function()
+    while step < r.steps do
+      if diloco.sigint_pending() then
+        interrupted = true
+        break
       end
-      lr = v
-    end
-    local x, y = loaders.train:next()
-    params:zero_grad()
-    local loss, ce = model:loss(x, y)
-    loss:backward()
-    local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
-    opt:step(lr)
-    local lv = loss:item()
-    local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
-    loss:free()
-    step = step + 1
-    tokens = tokens + loaders.tokens_per_batch
-    tok_window = tok_window + loaders.tokens_per_batch
-    train_time = train_time + (diloco.clock() - t0)
-    if lv ~= lv or lv == math.huge then
-      if bar then bar:finish() end
-      fail("step %d: the loss is %s; lower inner.lr (%g) or check the data", step, tostring(lv), r.inner.lr)
-    end
-    loss_ema = loss_ema and (0.9 * loss_ema + 0.1 * lv) or lv
-    local rate = tokens > 0 and (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9) or 0
+      local t0 = diloco.clock()
+      local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, r.steps)
+      if hooks.lr then
+        local v = hooks.lr(step + 1, lr)
+        if type(v) ~= "number" or v < 0 or v ~= v then
+          fail("hooks.lr(%d) returned %s: expected a learning rate >= 0", step + 1, tostring(v))
+        end
+        lr = v
+      end
+      local x, y = loaders.train:next()
+      params:zero_grad()
+      local loss, ce = model:loss(x, y)
+      loss:backward()
+      local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
+      opt:step(lr)
+      local lv = loss:item()
+      local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
+      loss:free()
+      step = step + 1
+      tokens = tokens + loaders.tokens_per_batch
+      tok_window = tok_window + loaders.tokens_per_batch
+      train_time = train_time + (diloco.clock() - t0)
+      if lv ~= lv or lv == math.huge then
+        fail("step %d: the loss is %s; lower inner.lr (%g) or check the data", step, tostring(lv), r.inner.lr)
+      end
+      loss_ema = loss_ema and (0.9 * loss_ema + 0.1 * lv) or lv
+      local rate = tokens > 0 and (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9) or 0
 
-    if step % log_every == 0 or step == r.steps then
-      local now = diloco.clock()
-      metrics:write("step", { step = step, loss = lv, aux_loss = aux, lr = lr, grad_norm = gnorm, tokens = tokens,
-        tokens_per_s = tok_window / math.max(now - t_window, 1e-9), wall_s = now - t_start })
-      t_window, tok_window = now, 0
+      if step % log_every == 0 or step == r.steps then
+        local now = diloco.clock()
+        metrics:write("step", { step = step, loss = lv, aux_loss = aux, lr = lr, grad_norm = gnorm, tokens = tokens,
+          tokens_per_s = tok_window / math.max(now - t_window, 1e-9), wall_s = now - t_start })
+        t_window, tok_window = now, 0
+      end
+      if r.eval.every > 0 and step % r.eval.every == 0 and step < r.steps then
+        last_eval = M.evaluate(model, loaders, r.eval.batches)
+        last_eval.step = step
+        metrics:write("eval", { step = step, loss = last_eval.loss, accuracy = last_eval.accuracy, tokens = tokens,
+          wall_s = diloco.clock() - t_start })
+        if hooks.on_eval then hooks.on_eval(last_eval) end
+      end
+      if r.checkpoint.every > 0 and step % r.checkpoint.every == 0 then
+        local okc, cerr = save_all(ctx, step, tokens)
+        if not okc then fail("checkpoint at step %d: %s", step, cerr) end
+      end
+      if bar then
+        bar:update({ step = step, loss = loss_ema, rate = rate,
+          eta = (r.steps - step) * (train_time / math.max(step - first_step, 1)),
+          eval_loss = last_eval and last_eval.loss })
+      end
+      if hooks.on_step then hooks.on_step { step = step, loss = lv, lr = lr, grad_norm = gnorm, tokens = tokens } end
     end
-    if r.eval.every > 0 and step % r.eval.every == 0 and step < r.steps then
-      last_eval = M.evaluate(model, loaders, r.eval.batches)
-      last_eval.step = step
-      metrics:write("eval", { step = step, loss = last_eval.loss, accuracy = last_eval.accuracy, tokens = tokens,
-        wall_s = diloco.clock() - t_start })
-      if hooks.on_eval then hooks.on_eval(last_eval) end
-    end
-    if r.checkpoint.every > 0 and step % r.checkpoint.every == 0 then
-      local okc, cerr = save_all(ctx, step, tokens)
-      if not okc then fail("checkpoint at step %d: %s", step, cerr) end
-    end
-    if bar then
-      bar:update({ step = step, loss = loss_ema, rate = rate,
-        eta = (r.steps - step) * (train_time / math.max(step - first_step, 1)),
-        eval_loss = last_eval and last_eval.loss })
-    end
-    if hooks.on_step then hooks.on_step { step = step, loss = lv, lr = lr, grad_norm = gnorm, tokens = tokens } end
+  end)
+  if not ok_loop then
+    if bar then bar:finish() end
+    local msg = type(loop_err) == "table" and loop_err.diloco_error or plain(loop_err)
+    metrics:write("summary", { preset = "single", learners = 1, steps = step, tokens = tokens,
+      wall_s = diloco.clock() - t_start, interrupted = false, error = tostring(msg), recipe = r.name, out = out })
+    metrics:close()
+    error(loop_err, 0)
   end
   if bar then bar:finish() end
 
