@@ -103,13 +103,15 @@ static int utf8_valid(const unsigned char *s, size_t n) {
 }
 
 /* A name as it appears in messages (names come from hostile files): control bytes
- * as \xNN, cut to about 80 bytes at a character boundary with "...". */
+ * as \xNN, cut to about 80 bytes at a character boundary with "...".  Callers' names
+ * need not be UTF-8: a run of continuation bytes has no boundary, so past 92 bytes
+ * the cut happens anyway (at most 4 + 1 bytes are written per step, and "...\0"). */
 #define SHOW_CAP 100
 static const char *show(char out[SHOW_CAP], const char *s) {
     size_t o = 0;
     for (size_t i = 0; s[i]; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (o >= 80 && (c & 0xc0) != 0x80) {
+        if (o >= 80 && ((c & 0xc0) != 0x80 || o >= 92)) {
             memcpy(out + o, "...", 4);
             return out;
         }

@@ -427,6 +427,35 @@ static void test_hostile(void) {
     dlc_tensor_release(t);
 }
 
+/* Names from the caller need not be UTF-8.  A long run of continuation bytes has no
+ * character boundary to cut at; showing it in the message overflowed a stack buffer
+ * (found by ctest/fuzz_safetensors.c).  Both paths must fail cleanly and say so. */
+static void test_caller_names_not_utf8(void) {
+    char p[256], name[400];
+    pathf(p, "names.safetensors");
+    memset(name, 0x80, sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    name[0] = 'w';
+    dlc_tensor *t = dlc_tensor_full(1, (int64_t[]){2}, 2.0f);
+    const char *nm[1] = {name};
+    CHECK(dlc_safetensors_save(p, 1, nm, &t, 0, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "is not valid UTF-8") && strstr(dlc_last_error(), "..."));
+    nm[0] = "w";
+    CHECK(dlc_safetensors_save(p, 1, nm, &t, 0, NULL, NULL) == DLC_OK);
+    dlc_safetensors *st = dlc_safetensors_open(p);
+    CHECK_OK(st);
+    CHECK(!dlc_safetensors_get(st, name) && dlc_last_status() == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "has no tensor 'w\x80") && strstr(dlc_last_error(), "...'"));
+    name[300] = 0x01; /* control bytes are escaped to 4 bytes each: still bounded */
+    memset(name + 85, 0x02, 20);
+    CHECK(!dlc_safetensors_get(st, name) && strstr(dlc_last_error(), "...'"));
+    dlc_tensor *w = dlc_safetensors_get(st, "w");
+    CHECK(w && w->numel == 2 && w->data[1] == 2.0f);
+    dlc_tensor_release(w);
+    dlc_safetensors_close(st);
+    dlc_tensor_release(t);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dlc_ckpt_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -438,6 +467,7 @@ int main(void) {
     test_atomic_replace();
     test_conversions();
     test_hostile();
+    test_caller_names_not_utf8();
     /* clean up the scratch directory */
     DIR *d = opendir(dir);
     struct dirent *e;
