@@ -203,8 +203,10 @@ describe("a tiny training run", function()
     local m3 = tmp .. "/m3.jsonl"
     local path = write("long.lua", TINY:format(""))
     local out, status = sh(string.format(
-      "%s run %s --out %s/long --set steps=100000 --metrics %s --quiet & pid=$!; sleep 3; kill -INT $pid; wait $pid",
-      exe, path, tmp, m3))
+      "%s run %s --out %s/long --set steps=100000 --set log.every=1 --metrics %s --quiet & pid=$!; " ..
+      -- interrupt once training is under way (the first step line is written), at most 30 s
+      "for i in $(seq 300); do [ -s %s ] && break; sleep 0.1; done; sleep 0.5; kill -INT $pid; wait $pid",
+      exe, path, tmp, m3, m3))
     assert.are.equal(130, status, out)
     local lines = read_lines(m3)
     local last = diloco.json_decode(lines[#lines])
