@@ -52,7 +52,7 @@ static const struct {
 } reserved[] = {
     {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR] [--resume CKPT]",
      "train a recipe", 1},
-    {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]",
+    {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]",
      "generate text from a trained byte-level GPT", 1},
     {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator", 0},
     {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
