@@ -9,8 +9,13 @@
  *                               second Ctrl-C kills the process as usual
  *   diloco.sigint_pending()     true once Ctrl-C was pressed after catch_sigint()
  *   diloco.set_num_threads(n)   OpenBLAS threads; diloco.num_threads() reads it
+ *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
+ *                               true, or nil + message naming the part that failed
  */
+#include <errno.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <cblas.h>
@@ -65,7 +70,36 @@ static int l_num_threads(lua_State *L) {
     return 1;
 }
 
+static int l_mkdir_p(lua_State *L) {
+    size_t len;
+    const char *path = luaL_checklstring(L, 1, &len);
+    luaL_argcheck(L, len > 0 && strlen(path) == len, 1, "expected a non-empty path without NUL bytes");
+    luaL_Buffer b;
+    char *p = luaL_buffinitsize(L, &b, len + 1);
+    memcpy(p, path, len + 1);
+    for (size_t i = 1; i <= len; i++) { /* each prefix ending before a '/', then the whole */
+        if (i < len && p[i] != '/') continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "cannot create directory %s: %s", p, strerror(errno));
+            return 2;
+        }
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s exists and is not a directory", p);
+            return 2;
+        }
+        p[i] = c;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static const luaL_Reg sys_funcs[] = {
+    {"mkdir_p", l_mkdir_p},
     {"clock", l_clock},
     {"isatty", l_isatty},
     {"catch_sigint", l_catch_sigint},

@@ -47,20 +47,6 @@ function M.build_model(spec, seed)
   return m
 end
 
-local function ensure_dir(path)
-  -- mkdir -p without a shell: create each prefix in turn
-  local cur = path:sub(1, 1) == "/" and "/" or ""
-  for part in path:gmatch("[^/]+") do
-    cur = cur .. part .. "/"
-    local ok = os.rename(cur, cur)
-    if not ok then
-      local created = os.execute(string.format("mkdir '%s' 2>/dev/null", cur:gsub("'", "'\\''")))
-      if not created and not os.rename(cur, cur) then return nil, "cannot create directory " .. cur end
-    end
-  end
-  return true
-end
-
 -- Mean loss (and accuracy for classifiers) over `batches` held-out batches.
 function M.evaluate(model, loaders, batches)
   model:eval()
@@ -150,7 +136,7 @@ function M.run(r, opts)
   if r.threads then diloco.set_num_threads(r.threads) end
   diloco.seed(r.seed)
   local out = opts.out or r.out or ("runs/" .. (r.name or "run"))
-  local ok, err = ensure_dir(out)
+  local ok, err = diloco.mkdir_p(out)
   if not ok then fail("--out %s: %s", out, err) end
 
   local model = M.build_model(r.model, r.seed)
