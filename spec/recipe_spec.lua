@@ -98,3 +98,20 @@ describe("recipe hooks", function()
     assert.matches('hooks.lr%(1%) returned fast: expected a learning rate >= 0', e.diloco_error)
   end)
 end)
+
+describe("an image classifier recipe", function()
+  it("trains on synthetic images and reports test accuracy in the summary", function()
+    local r = assert(diloco.recipe.validate(diloco.recipe {
+      model = { arch = "mlp", input = 784, hidden = { 32 }, classes = 4 },
+      data = diloco.data.synthetic_images { count = 400, classes = 4, batch = 20 },
+      inner = diloco.optim.adamw { lr = 3e-3 },
+      steps = 60, eval = { every = 30, batches = 2 },
+    }))
+    local out = os.tmpname()
+    os.remove(out)
+    local summary = diloco.train.run(r, { out = out, quiet = true })
+    assert.are.equal(60 * 20, summary.tokens) -- images count as tokens for images
+    assert.is_number(summary.final_eval_accuracy)
+    assert.is_true(summary.final_eval_accuracy > 0.6, "accuracy " .. summary.final_eval_accuracy)
+  end)
+end)

@@ -48,10 +48,12 @@ function M.open(d, shard, shards, seed)
     r.tokens_per_batch = d.batch * d.ctx
   else
     local train, test
+    local train_split, test_split = "all", "all"
     if d.kind == "synthetic_images" then
-      train = diloco.ImageData { synthetic = d.count, classes = d.classes, rows = 28, cols = 28, seed = seed }
-      test = diloco.ImageData { synthetic = math.max(200, d.count // 5), classes = d.classes, rows = 28, cols = 28,
-        seed = seed + 7919 }
+      -- one set (the class patterns come from the seed) with a held-out fifth
+      train = diloco.ImageData { synthetic = d.count, classes = d.classes, rows = 28, cols = 28, seed = seed,
+        eval_fraction = 0.2 }
+      test, train_split, test_split = train, "train", "eval"
     else
       local files = {}
       for k, name in pairs(FASHION) do
@@ -67,9 +69,11 @@ function M.open(d, shard, shards, seed)
     r.dataset = { train = train, test = test }
     r.classes = d.classes
     r.rows, r.cols = train.rows, train.cols
-    r.train = train:loader { batch = d.batch, shard = shard, shards = shards, seed = seed, shuffle = true }
-    r.eval = test:loader { batch = d.batch, shard = 1, shards = 1, seed = seed, shuffle = false }
-    r.eval_batches_all = math.ceil(test.count / d.batch)
+    r.train = train:loader { split = train_split, batch = d.batch, shard = shard, shards = shards, seed = seed,
+      shuffle = true }
+    r.eval = test:loader { split = test_split, batch = d.batch, shard = 1, shards = 1, seed = seed, shuffle = false }
+    local _, held_out = test:sizes()
+    r.eval_batches_all = math.ceil((test_split == "eval" and held_out or test.count) / d.batch)
     r.tokens_per_batch = d.batch
   end
   return r
