@@ -124,7 +124,8 @@ local function sample(args)
   end
   local spec_json = meta["diloco.model"]
   if not spec_json then
-    err("%s: no diloco.model metadata: not a model saved by diloco-lua run", pos[1])
+    err("%s: no diloco.model metadata, so the architecture is unknown (the recipe gave its model as a function, " ..
+      "or the file was not written by diloco-lua run); sample needs model = { arch = \"gpt\", ... }", pos[1])
     return 1
   end
   local spec, jerr = diloco.json_decode(spec_json)
