@@ -152,7 +152,7 @@ static int tvec_push(tvec *a, dlc_tensor *t) {
     return 1;
 }
 
-static unsigned mark_gen;
+static _Thread_local unsigned mark_gen; /* per thread: concurrent backward passes on separate graphs */
 
 /* Post-order DFS (iterative, so deep graphs cannot overflow the C stack): `tape`
  * ends in topological order, inputs before the tensors computed from them. */
@@ -195,6 +195,19 @@ out:
     return st;
 }
 
+/* Gives t back the grad *k set aside by dlc_backward (added into t's new grad if it
+ * has one), or drops it when `drop`. */
+static void keep_merge(dlc_tensor *t, dlc_tensor **k, int drop) {
+    if (!drop && !t->grad) {
+        t->grad = *k;
+    } else {
+        if (!drop)
+            for (int64_t j = 0; j < t->grad->numel; j++) t->grad->data[j] += (*k)->data[j];
+        dlc_tensor_release(*k);
+    }
+    *k = NULL;
+}
+
 dlc_status dlc_backward(dlc_tensor *root, dlc_tensor *grad, int retain_graph) {
     char a[64], b[64];
     if (!root->requires_grad)
@@ -214,8 +227,22 @@ dlc_status dlc_backward(dlc_tensor *root, dlc_tensor *grad, int retain_graph) {
                          dlc_shape_str(grad, b, sizeof b), dlc_shape_str(root, a, sizeof a));
 
     tvec tape = {0};
+    dlc_tensor **kept = NULL; /* [tape.n] grads non-leaves kept from earlier passes */
     dlc_status st = build_tape(root, &tape);
     if (st != DLC_OK) goto out;
+
+    /* A non-leaf's .grad from an earlier pass (retain_grad + retain_graph) must not be
+     * propagated again: set it aside and add it back once this pass has used the grad. */
+    for (size_t i = 0; i < tape.n; i++) {
+        dlc_tensor *t = tape.v[i];
+        if (!t->node || !t->grad) continue;
+        if (!kept && !(kept = calloc(tape.n, sizeof *kept))) {
+            st = dlc_error(DLC_ERR_NOMEM, "backward: out of memory");
+            goto out;
+        }
+        kept[i] = t->grad;
+        t->grad = NULL;
+    }
 
     /* Seed the root's gradient. */
     float *g = dlcx_grad(root, &st);
@@ -233,6 +260,7 @@ dlc_status dlc_backward(dlc_tensor *root, dlc_tensor *grad, int retain_graph) {
             dlc_tensor_release(t->grad);
             t->grad = NULL;
         }
+        if (kept && kept[i]) keep_merge(t, &kept[i], !t->retain_grad);
         if (!retain_graph) {
             dlcx_node_free(t->node);
             t->node = NULL;
@@ -240,7 +268,11 @@ dlc_status dlc_backward(dlc_tensor *root, dlc_tensor *grad, int retain_graph) {
         }
     }
 out:
-    for (size_t i = 0; i < tape.n; i++) dlc_tensor_release(tape.v[i]);
+    for (size_t i = 0; i < tape.n; i++) {
+        if (kept && kept[i]) keep_merge(tape.v[i], &kept[i], 0);
+        dlc_tensor_release(tape.v[i]);
+    }
+    free(kept);
     free(tape.v);
     return st;
 }

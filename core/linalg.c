@@ -2,6 +2,7 @@
  * linalg.c - matmul (batched, transpose flags, 2-D weights folded into one sgemm) and
  * the fused linear layer, forward and backward on cblas_sgemm.
  */
+#include <limits.h>
 #include <string.h>
 #include <cblas.h>
 #include "internal.h"
@@ -59,6 +60,14 @@ static int mm_make_plan(const dlc_tensor *a, const dlc_tensor *b, int ta, int tb
     }
     oshape[bt->ndim - 2] = p->M;
     oshape[bt->ndim - 1] = p->N;
+    /* cblas takes int sizes; a folded 2-D-weight product has batch * M rows */
+    if (p->M > INT_MAX || p->N > INT_MAX || p->K > INT_MAX ||
+        (p->b_shared && !ta && p->batch * p->M > INT_MAX)) {
+        dlc_error(DLC_ERR_SHAPE, "matmul: %s%s x %s%s: matrix sizes must fit in an int (BLAS)",
+                  dlc_shape_str(a, s1, sizeof s1), ta ? "^T" : "", dlc_shape_str(b, s2, sizeof s2),
+                  tb ? "^T" : "");
+        return 0;
+    }
     return 1;
 }
 
@@ -152,6 +161,12 @@ static int linear_check(const dlc_tensor *x, const dlc_tensor *w, const dlc_tens
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0])) {
         dlc_error(DLC_ERR_SHAPE, "linear: bias %s: expected [%lld] (the out size of weight %s)",
                   dlc_shape_str(b, s1, sizeof s1), (long long)w->shape[0], dlc_shape_str(w, s2, sizeof s2));
+        return 0;
+    }
+    int64_t in = w->shape[1], rows = in ? x->numel / in : 0;
+    if (in > INT_MAX || w->shape[0] > INT_MAX || rows > INT_MAX) {
+        dlc_error(DLC_ERR_SHAPE, "linear: x %s and weight %s: rows, in and out must fit in an int (BLAS)",
+                  dlc_shape_str(x, s1, sizeof s1), dlc_shape_str(w, s2, sizeof s2));
         return 0;
     }
     return 1;

@@ -118,6 +118,7 @@ dlc_tensor *dlc_bias_add(dlc_tensor *x, dlc_tensor *b) {
 DLC_HOT static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
                                 const dlc_tensor *out, const float *g, float *ga, float *gb) {
     int64_t n = out->numel;
+    if (n == 0) return 1; /* empty: nothing to accumulate (and no division by b->numel = 0) */
     if (a->numel != n || (b->numel != n && (b->numel == 0 || n % b->numel))) return 0;
     for (int i = 1; i <= b->ndim; i++) /* b's shape must be a suffix of a's */
         if (a->ndim < i || b->shape[b->ndim - i] != a->shape[a->ndim - i]) return 0;
@@ -520,6 +521,10 @@ dlc_tensor *dlc_reshape(dlc_tensor *x, int ndim, const int64_t *shape) {
             dlc_error(DLC_ERR_SHAPE, "reshape: size %lld at dim %d is invalid (sizes are >= 0, one may be -1)",
                       (long long)s[i], i + 1);
             return NULL;
+        } else if (s[i] > 0 && known > INT64_MAX / 4 / s[i]) {
+            dlc_error(DLC_ERR_SHAPE, "reshape: the new shape has too many elements (size %lld at dim %d)",
+                      (long long)s[i], i + 1);
+            return NULL;
         } else known *= s[i];
     }
     if (infer >= 0) {
@@ -607,11 +612,11 @@ dlc_status dlcx_transpose_backward(dlc_node *n, dlc_tensor *out, const float *g)
 dlc_tensor *dlc_slice(dlc_tensor *x, int axis, int64_t start, int64_t len) {
     int ax = dlcx_axis("slice", axis, x->ndim);
     if (ax < 0) return NULL;
-    if (start < 0 || len < 0 || start + len > x->shape[ax]) {
+    if (start < 0 || len < 0 || start > x->shape[ax] || len > x->shape[ax] - start) {
         char buf[64];
         dlc_error(DLC_ERR_RANGE, "slice: [%lld, %lld) is out of range for axis %d of %s (size %lld)",
-                  (long long)start, (long long)(start + len), axis, dlc_shape_str(x, buf, sizeof buf),
-                  (long long)x->shape[ax]);
+                  (long long)start, (long long)((unsigned long long)start + (unsigned long long)len), axis,
+                  dlc_shape_str(x, buf, sizeof buf), (long long)x->shape[ax]);
         return NULL;
     }
     int64_t outer, n, inner, s[DLC_MAX_DIMS];

@@ -182,7 +182,7 @@ dlc_tensor *dlc_tensor_wrap(int ndim, const int64_t *shape, float *data,
 dlc_tensor *dlc_tensor_view(dlc_tensor *t, int64_t offset, int ndim, const int64_t *shape) {
     int64_t n = dlc_shape_numel(ndim, shape);
     int64_t base = t->data - t->storage->data;
-    if (n < 0 || offset < 0 || offset + n > t->numel || base + offset + n > t->storage->n) {
+    if (n < 0 || offset < 0 || offset > t->numel - n || base + offset + n > t->storage->n) {
         char buf[64];
         dlc_error(DLC_ERR_RANGE, "view: %lld elements at offset %lld do not fit in a tensor of shape %s",
                   (long long)n, (long long)offset, dlc_shape_str(t, buf, sizeof buf));

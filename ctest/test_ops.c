@@ -385,7 +385,56 @@ static void test_fast_exp(void) {
     CHECK(dlcx_tanhf_abs(20.0f) == 1.0f && dlcx_tanhf_abs(-20.0f) == -1.0f);
 }
 
+/* Corner cases: empty tensors through backward, sizes that overflow int64 or int
+ * (BLAS), and a retained non-leaf grad across two retain_graph backwards. */
+static void test_corner_cases(void) {
+    /* backward of an elementwise op on empty tensors (the fast path divided by 0) */
+    dlc_tensor *a = rnd(1, SHAPE(0, 3)), *b = rnd(2, SHAPE(0, 3));
+    dlc_tensor *c = dlc_mul(a, b), *l = c ? dlc_sum_all(c) : NULL;
+    CHECK_OK(l);
+    CHECK(l && dlc_backward(l, NULL, 0) == DLC_OK);
+    CHECK(a->grad && a->grad->numel == 0 && b->grad && b->grad->numel == 0);
+    dlc_tensor *t[] = {a, b, c, l};
+    release_all(4, t);
+
+    /* slice start + len overflowing int64 */
+    dlc_tensor *x = dlc_tensor_zeros(SHAPE(4)), *x2 = dlc_tensor_zeros(SHAPE(2, 4));
+    CHECK_FAILS(dlc_slice(x, 0, INT64_MAX, 1), DLC_ERR_RANGE, "out of range");
+    CHECK_FAILS(dlc_slice(x2, 1, INT64_MAX, 2), DLC_ERR_RANGE, "out of range");
+    dlc_tensor_release(x2);
+
+    /* reshape to a shape whose size product overflows int64 */
+    dlc_tensor *e = dlc_tensor_zeros(SHAPE(0));
+    CHECK_FAILS(dlc_reshape(e, SHAPE((int64_t)1 << 62, 8, 0)), DLC_ERR_SHAPE, "reshape");
+    dlc_tensor_release(e);
+
+    /* BLAS takes int sizes: K = 2^31 must be rejected, not wrapped (the data is never read) */
+    static float dummy[16];
+    int64_t big = (int64_t)1 << 31;
+    dlc_tensor *wa = dlc_tensor_wrap(SHAPE(1, big), dummy, NULL, NULL);
+    dlc_tensor *wb = dlc_tensor_wrap(SHAPE(big, 1), dummy, NULL, NULL);
+    CHECK_FAILS(dlc_matmul(wa, wb, 0, 0), DLC_ERR_SHAPE, "int");
+    CHECK_FAILS(dlc_matmul(wa, wa, 0, 1), DLC_ERR_SHAPE, "int");
+    CHECK_FAILS(dlc_linear(wa, wa, NULL), DLC_ERR_SHAPE, "int");
+    dlc_tensor_release(wa);
+    dlc_tensor_release(wb);
+
+    /* a retained non-leaf grad accumulates across backwards, but each pass must only
+     * propagate that pass's gradient */
+    dlc_tensor *w = rnd(3, SHAPE(2));
+    dlc_tensor *y = dlc_scale(w, 2.0f);
+    y->retain_grad = 1;
+    l = dlc_sum_all(y);
+    CHECK(dlc_backward(l, NULL, 1) == DLC_OK);
+    CHECK(dlc_backward(l, NULL, 1) == DLC_OK);
+    CHECK(w->grad && w->grad->data[0] == 4.0f && w->grad->data[1] == 4.0f);
+    CHECK(y->grad && y->grad->data[0] == 2.0f);
+    dlc_tensor *t2[] = {w, y, l, x};
+    release_all(4, t2);
+}
+
 int main(void) {
+    test_corner_cases();
     test_fast_exp();
     test_linear();
     test_broadcast_values();

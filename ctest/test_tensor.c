@@ -122,8 +122,17 @@ static void test_rng(void) {
     CHECK(lo >= -1.0 && hi < 3.0 && lo < -0.99 && hi > 2.99);
 }
 
+/* A window whose offset + size overflows int64 must not wrap into one that "fits". */
+static void test_view_overflow(void) {
+    int64_t s8[1] = {8}, s4[1] = {4};
+    dlc_tensor *t = dlc_tensor_zeros(1, s8);
+    CHECK_FAILS(dlc_tensor_view(t, INT64_MAX - 1, 1, s4), DLC_ERR_RANGE, "do not fit");
+    dlc_tensor_release(t);
+}
+
 int main(void) {
     test_creation();
+    test_view_overflow();
     test_views();
     test_wrap();
     test_pool_reuse();
