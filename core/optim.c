@@ -149,8 +149,9 @@ int dlc_optim_decays(const dlc_optim *o, int i) { return i >= 0 && i < o->n ? o-
 int64_t dlc_optim_step_count(const dlc_optim *o) { return o->steps; }
 
 dlc_status dlc_optim_set_step_count(dlc_optim *o, int64_t n) {
-    if (n < 0)
-        return dlc_error(DLC_ERR_ARG, "optimizer: step count = %lld, expected >= 0", (long long)n);
+    if (n < 0 || n > ((int64_t)1 << 53))
+        return dlc_error(DLC_ERR_ARG, "optimizer: step count = %lld, expected an integer in [0, 2^53]",
+                         (long long)n);
     o->steps = n;
     return DLC_OK;
 }

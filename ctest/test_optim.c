@@ -628,7 +628,22 @@ static void test_schedules(void) {
     CHECK(!strcmp(dlc_lr_kind_name(DLC_LR_COSINE), "cosine") && !dlc_lr_kind_name(DLC_LR_KIND_COUNT));
 }
 
+/* a restored step count past 2^53 would overflow the counter (and lose f32 meaning) */
+static void test_step_count_bounds(void) {
+    dlc_tensor *w = dlc_tensor_zeros(1, (int64_t[]){4});
+    dlc_params *p = dlc_params_new(1, (const char *[]){"w"}, &w);
+    dlc_optim_params op = dlc_optim_default_params(DLC_OPTIM_ADAMW);
+    dlc_optim *o = dlc_optim_new(p, &op);
+    CHECK(dlc_optim_set_step_count(o, INT64_MAX) == DLC_ERR_ARG);
+    CHECK(strstr(dlc_last_error(), "expected an integer in [0, 2^53]") != NULL);
+    CHECK(dlc_optim_set_step_count(o, 1000) == DLC_OK && dlc_optim_step_count(o) == 1000);
+    dlc_optim_free(o);
+    dlc_params_free(p);
+    dlc_tensor_release(w);
+}
+
 int main(void) {
+    test_step_count_bounds();
     test_layout();
     test_rebind();
     test_pack_errors();

@@ -210,7 +210,8 @@ static int l_save_safetensors(lua_State *L) {
                 luaL_error(L, "save_safetensors: metadata[\"%s\"] must be a string or a number, got %s",
                            k, luaL_typename(L, -1));
             size_t vlen;
-            const char *v = luaL_tolstring(L, -1, &vlen);
+            lua_pushvalue(L, -1); /* converted raw: a __tostring could free a tensor in ts */
+            const char *v = lua_tolstring(L, -1, &vlen);
             if (strlen(v) != vlen)
                 luaL_error(L, "save_safetensors: metadata[\"%s\"] contains a NUL byte", k);
             meta[i].k = k;

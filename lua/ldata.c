@@ -249,10 +249,14 @@ static int ld_set_state(lua_State *L) {
     check_known(L, 2, b->tl ? "Loader:set_state (text)" : "Loader:set_state (images)",
                 "field", b->tl ? text_keys : image_keys);
     dlc_status s;
+    /* read every field first: their __index may close the loader (checked again) */
     if (b->tl) {
-        s = dlc_text_loader_set_cursor(b->tl, (int64_t)state_field(L, "cursor"));
+        lua_Integer c = state_field(L, "cursor");
+        b = checkloader(L);
+        s = dlc_text_loader_set_cursor(b->tl, (int64_t)c);
     } else {
         lua_Integer e = state_field(L, "epoch"), p = state_field(L, "position");
+        b = checkloader(L);
         s = dlc_image_loader_set_cursor(b->il, (int64_t)e, (int64_t)p);
     }
     if (s != DLC_OK) return dlcL_error(L);
@@ -394,6 +398,7 @@ static int td_loader(lua_State *L) {
     opt_shard(L, 2, fn, &o.shard, &o.shards);
     o.seed = opt_seed(L, 2, fn, "seed");
     o.sequential = opt_bool(L, 2, fn, "sequential", o.split == DLC_SPLIT_EVAL);
+    t = checktext(L); /* the options' __index may have closed it */
     loaderbox *b = newloader(L, 1);
     if (!(b->tl = dlc_text_loader_new(t, &o))) return dlcL_error(L);
     b->is_text = 1;
@@ -536,6 +541,7 @@ static int id_loader(lua_State *L) {
     opt_shard(L, 2, fn, &o.shard, &o.shards);
     o.seed = opt_seed(L, 2, fn, "seed");
     o.shuffle = opt_bool(L, 2, fn, "shuffle", o.split != DLC_SPLIT_EVAL);
+    d = checkimages(L); /* the options' __index may have closed it */
     loaderbox *b = newloader(L, 1);
     if (!(b->il = dlc_image_loader_new(d, &o))) return dlcL_error(L);
     b->batch = o.batch;

@@ -192,6 +192,8 @@ static int t_matmul(lua_State *L) {
         ta = lua_toboolean(L, 3);
         tb = lua_toboolean(L, 4);
     }
+    a = checkt(L, 1); /* the options' __index may have freed them */
+    b = checkt(L, 2);
     dlc_tensor **slot = newbox(L);
     return RESULT(L, slot, dlc_matmul(a, b, ta, tb));
 }
@@ -321,6 +323,7 @@ static int t_slice(lua_State *L) {
 #define CONCAT_STACK 16
 static int t_concat(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 2); /* the scratch array below must not land at the axis position */
     lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
     if (n < 1) return luaL_argerror(L, 1, "needs at least one tensor");
     if (n > INT_MAX / (lua_Integer)sizeof(dlc_tensor *)) return luaL_argerror(L, 1, "too many tensors");

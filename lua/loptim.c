@@ -399,11 +399,19 @@ static int l_optimizer(lua_State *L) {
     if (!lua_istable(L, -1)) return luaL_error(L, "Optimizer: the string library is not loaded");
     lua_getfield(L, -1, "find");
     int find = lua_gettop(L);
+    /* Lua code has run since the check (the options' metamethods) and runs in decays
+     * (string.find): p may have been closed, so check it again before each use and keep
+     * the name on the stack rather than borrowing it from p. */
+    p = checkparams(L, 1);
     int n = dlc_params_count(p);
     unsigned char *flags = lua_newuserdatauv(L, (size_t)n, 0);
-    for (int i = 0; i < n; i++)
-        flags[i] = (unsigned char)decays(L, find, no_decay, decay, dlc_params_name(p, i),
-                                         dlc_params_tensor(p, i));
+    for (int i = 0; i < n; i++) {
+        p = checkparams(L, 1);
+        const char *name = lua_pushstring(L, dlc_params_name(p, i));
+        flags[i] = (unsigned char)decays(L, find, no_decay, decay, name, dlc_params_tensor(p, i));
+        lua_pop(L, 1);
+    }
+    p = checkparams(L, 1);
 
     obox *b = lua_newuserdatauv(L, sizeof *b, 1);
     b->o = NULL;

@@ -326,6 +326,20 @@ static int t_len(lua_State *L) {
     return 1;
 }
 
+/* Tables (tolist) or brace pairs (tostring) of the nested rendering: 1 + shape[0] +
+ * shape[0]*shape[1] + ...  Without elements this is unbounded ([2^40, 0] has none but
+ * 2^40 rows); the prefix products stay below INT64_MAX / 4 (dlc_shape_numel). */
+static int64_t nested_groups(const dlc_tensor *t) {
+    int64_t g = 0, p = 1;
+    for (int i = 0; i < t->ndim && p > 0; i++) {
+        g += p;
+        p *= t->shape[i];
+    }
+    return g;
+}
+
+#define TOLIST_EMPTY_MAX ((int64_t)1 << 24)
+
 static void pushlist(lua_State *L, const float *d, const int64_t *shape, int ndim) {
     if (ndim == 0) {
         lua_pushnumber(L, *d);
@@ -343,6 +357,11 @@ static void pushlist(lua_State *L, const float *d, const int64_t *shape, int ndi
 
 static int t_tolist(lua_State *L) {
     dlc_tensor *t = checkt(L, 1);
+    if (t->numel == 0 && nested_groups(t) > TOLIST_EMPTY_MAX) {
+        char buf[64];
+        return luaL_error(L, "tolist: a %s tensor has no elements but would need %I empty tables",
+                          dlc_shape_str(t, buf, sizeof buf), (LUAI_UACINT)nested_groups(t));
+    }
     pushlist(L, t->data, t->shape, t->ndim);
     return 1;
 }
@@ -386,7 +405,9 @@ static int t_tostring(lua_State *L) {
     luaL_addstring(&B, "Tensor");
     luaL_addstring(&B, dlc_shape_str(t, shp, sizeof shp));
     luaL_addchar(&B, ' ');
-    if (t->numel <= TOSTRING_FULL_MAX) {
+    if (t->numel == 0 && nested_groups(t) > TOSTRING_FULL_MAX) {
+        luaL_addstring(&B, "{...}"); /* e.g. [2^40, 0]: no values, too many empty rows */
+    } else if (t->numel <= TOSTRING_FULL_MAX) {
         addnested(&B, t->data, t->shape, t->ndim);
     } else {
         luaL_addchar(&B, '{');

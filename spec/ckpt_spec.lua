@@ -127,6 +127,18 @@ describe("save_safetensors / load_safetensors", function()
     assert.is_nil(read_all(p)) -- nothing was written
   end)
 
+  it("writes metadata values as they are, running no __tostring that could free a tensor", function()
+    local p, t = file("meta.safetensors"), diloco.ones(2)
+    local smt = getmetatable("")
+    smt.__tostring = function(s) t:free(); collectgarbage(); return "changed" end
+    local ok, err = pcall(diloco.save_safetensors, p, { { "w", t } }, { note = "hi", step = 3 })
+    smt.__tostring = nil
+    assert.is_true(ok, err)
+    local ts, meta = diloco.load_safetensors(p)
+    assert.are.same({ note = "hi", step = "3" }, meta)
+    assert.are.same({ 1, 1 }, ts.w:tolist())
+  end)
+
   it("returns nil, msg when the file cannot be written or read", function()
     local ok, msg = diloco.save_safetensors(dir .. "/no/such/dir/x.safetensors", { a = diloco.ones(1) })
     assert.is_nil(ok)

@@ -216,6 +216,16 @@ describe("text loaders", function()
     do local l3 <close> = d:loader { batch = 2, ctx = 8 } end
   end)
 
+  it("refuses a dataset or loader closed by a metamethod of its own option/state table", function()
+    local d2 = diloco.TextData { synthetic = 5000 }
+    local opts = setmetatable({ batch = 2, ctx = 8 }, {
+      __index = function(_, k) if k == "seed" then d2:close(); collectgarbage() end end })
+    assert_error_contains("the dataset has been closed", d2.loader, d2, opts)
+    local l = diloco.TextData { synthetic = 5000 }:loader { batch = 2, ctx = 8 }
+    local st = setmetatable({}, { __index = function() l:close(); collectgarbage(); return 0 end })
+    assert_error_contains("the loader has been closed", l.set_state, l, st)
+  end)
+
   it("draws a batch in microseconds", function()
     local l = d:loader { batch = 16, ctx = 64 }
     local t0 = os.clock()
@@ -366,6 +376,16 @@ describe("ImageData", function()
     assert_error_contains("fewer than one shuffled batch", d.loader, d, { batch = 11 })
     assert_error_contains("eval shard 1 of 1 has 0 examples", d.loader, d, { split = "eval" })
     assert_error_contains("shuffle = \"yes\", expected true or false", d.loader, d, { shuffle = "yes" })
+  end)
+
+  it("refuses a dataset or loader closed by a metamethod of its own option/state table", function()
+    local d = diloco.ImageData { synthetic = 40, rows = 2, cols = 2 }
+    local opts = setmetatable({ batch = 4 }, {
+      __index = function(_, k) if k == "seed" then d:close(); collectgarbage() end end })
+    assert_error_contains("the dataset has been closed", d.loader, d, opts)
+    local l = diloco.ImageData { synthetic = 40, rows = 2, cols = 2 }:loader { batch = 4 }
+    local st = setmetatable({ epoch = 0 }, { __index = function() l:close(); collectgarbage(); return 0 end })
+    assert_error_contains("the loader has been closed", l.set_state, l, st)
   end)
 
   it("reads Fashion-MNIST when it is installed", function()

@@ -347,6 +347,19 @@ describe("diloco.Optimizer", function()
     assert.matches("its Params has been closed", error_of(opt.step, opt))
   end)
 
+  it("refuses a Params closed while it is being built (option metamethod, replaced string.find)", function()
+    local p = diloco.Params { { "w", diloco.randn(3, 3) } }
+    local opts = setmetatable({}, { __index = function(_, k) if k == "lr" then p:close() end end })
+    assert.matches("Params has been closed", error_of(diloco.Optimizer, p, opts))
+    local p2 = diloco.Params { { "w", diloco.randn(3, 3) }, { "v", diloco.randn(3, 3) } }
+    local find = string.find
+    string.find = function(...) p2:close(); collectgarbage(); return find(...) end
+    local ok, err = pcall(diloco.Optimizer, p2, {})
+    string.find = find
+    assert.is_false(ok)
+    assert.matches("Params has been closed", tostring(err))
+  end)
+
   it("names the bad option or hyper-parameter", function()
     local p = diloco.Params { { "w", diloco.randn(2, 2) } }
     local function err(o) return error_of(diloco.Optimizer, p, o) end
@@ -368,7 +381,7 @@ describe("diloco.Optimizer", function()
     assert.matches("no_decay pattern '%[a': malformed pattern", err { no_decay = { "[a" } })
     local opt = diloco.Optimizer(p, { kind = "adamw" })
     assert.matches("adamw: step lr = %-1", error_of(opt.step, opt, -1))
-    assert.matches("step count = %-1, expected >= 0", error_of(opt.set_step_count, opt, -1))
+    assert.matches("step count = %-1, expected an integer in %[0, 2%^53%]", error_of(opt.set_step_count, opt, -1))
     assert.matches("Optimizer%(adamw, lr=0.001, weight_decay=0.1, step 0%)", tostring(opt))
   end)
 end)

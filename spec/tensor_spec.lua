@@ -168,6 +168,15 @@ describe("element access and views", function()
     assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 } }, diloco.concat({ t }):tolist())
   end)
 
+  it("concatenates more tensors than fit in its small scratch array, with or without an axis", function()
+    local many = {}
+    for i = 1, 40 do many[i] = diloco.tensor { i } end
+    local t = diloco.concat(many)
+    assert.are.same({ 40 }, t.shape)
+    assert.are.equal(40, t[40])
+    assert.are.same({ 40 }, diloco.concat(many, 1).shape)
+  end)
+
   it("raises on out-of-range positions, naming the index and the size", function()
     local v = diloco.tensor { 1, 2, 3 }
     local m = diloco.zeros(2, 3)
@@ -308,6 +317,12 @@ describe("reductions", function()
 end)
 
 describe("matmul", function()
+  it("an options table whose metamethod frees an operand gives an error, not a dangling pointer", function()
+    local a, b = diloco.randn(3, 3), diloco.randn(3, 3)
+    local opts = setmetatable({}, { __index = function() a:free(); collectgarbage() end })
+    assert.matches("tensor has been freed", error_of(a.matmul, a, b, opts))
+  end)
+
   local function lua_matmul(A, B)
     local C = {}
     for i = 1, #A do
@@ -368,6 +383,18 @@ describe("tostring", function()
     assert.are.equal("Tensor[3] {0.5, -1, 2}", tostring(diloco.tensor { 0.5, -1, 2 }))
     assert.are.equal("Tensor[] 3", tostring(diloco.tensor(3)))
     assert.are.equal("Tensor[0] {}", tostring(diloco.zeros(0)))
+  end)
+
+  it("prints an empty tensor with a huge leading dim without walking it", function()
+    assert.are.equal("Tensor[2,0] {{}, {}}", tostring(diloco.zeros(2, 0)))
+    local t = diloco.zeros(1 << 40, 0) -- 0 elements, but 2^40 empty rows
+    assert.are.equal("Tensor[1099511627776,0] {...}", tostring(t))
+  end)
+
+  it("tolist refuses an empty tensor that would need billions of empty tables", function()
+    assert.are.same({ {}, {} }, diloco.zeros(2, 0):tolist())
+    local t = diloco.zeros(1 << 40, 0)
+    assert.matches("tolist: .*%[1099511627776,0%]", error_of(t.tolist, t))
   end)
 
   it("prints the shape and the first values of large tensors", function()

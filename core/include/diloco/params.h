@@ -12,6 +12,11 @@
  * single loops: zero_grad is one memset, the grad norm one pass, an optimizer step
  * one loop (optim.h), a checkpoint one write.
  *
+ * Only the tensors passed in are re-pointed.  Other views of their old storage (a row
+ * view taken before packing, or the tensor a packed view was taken from) keep the old
+ * memory and no longer share data with the packed tensor: pack whole parameters, and
+ * take views of them after packing.
+ *
  *     dlc_tensor *w = ..., *b = ...;                    // leaves of the model
  *     dlc_params *p = dlc_params_new(2, (const char *[]){"fc.w", "fc.b"},
  *                                    (dlc_tensor *[]){w, b});
