@@ -234,7 +234,7 @@ dlc_status dlcx_pow_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_tensor *x = n->in[0];
     float *gx = dlcx_grad(x, &err), p = (float)n->f[0];
     if (err) return dlc_error(err, "backward of pow: out of memory");
-    if (gx)
+    if (gx && p != 0.0f) /* d/dx x^0 = 0 everywhere, also at x = 0 where powf(0, -1) = inf */
         for (int64_t i = 0; i < out->numel; i++) gx[i] += g[i] * p * powf(x->data[i], p - 1.0f);
     return DLC_OK;
 }

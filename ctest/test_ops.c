@@ -270,6 +270,19 @@ static void test_grad_reduce_matmul_shape(void) {
 
 /* ---- autograd mechanics ---- */
 
+/* x^0: gradient 0 everywhere, including x = 0 (not 0 * inf = NaN) */
+static void test_pow_zero(void) {
+    float v[3] = {0.0f, 2.0f, -1.0f};
+    dlc_tensor *x = dlc_tensor_from_data(SHAPE(3), v);
+    dlc_tensor_set_requires_grad(x, 1);
+    dlc_tensor *y = dlc_pow(x, 0.0f), *l = dlc_sum_all(y);
+    CHECK(dlc_backward(l, NULL, 0) == DLC_OK);
+    CHECK(y->data[0] == 1.0f && x->grad && x->grad->data[0] == 0.0f && x->grad->data[1] == 0.0f);
+    dlc_tensor_release(l);
+    dlc_tensor_release(y);
+    dlc_tensor_release(x);
+}
+
 static void test_autograd_mechanics(void) {
     float wv[3] = {1, -2, 3};
     dlc_tensor *w = dlc_tensor_from_data(SHAPE(3), wv);
@@ -443,6 +456,7 @@ int main(void) {
     test_shape_values();
     test_grad_elementwise();
     test_grad_reduce_matmul_shape();
+    test_pow_zero();
     test_autograd_mechanics();
     return check_done("ops");
 }
