@@ -19,6 +19,8 @@ struct dlc_storage {
     dlc_storage *next; /* cache list link */
 };
 
+#include <pthread.h>
+
 #define POOL_BUCKETS 256
 #define POOL_MAX_BYTES ((size_t)1 << 30)
 static _Thread_local dlc_storage *pool[POOL_BUCKETS];
@@ -26,6 +28,32 @@ static _Thread_local size_t pool_bytes;
 static atomic_size_t live_bytes;
 
 size_t dlc_tensor_bytes_live(void) { return atomic_load(&live_bytes); }
+
+/* The cache is per thread; a thread that exits hands its cached buffers back to
+ * malloc through a pthread key destructor (registered the first time it caches). */
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pool_key;
+static _Thread_local int pool_registered;
+
+void dlc_tensor_cache_clear(void) {
+    for (int b = 0; b < POOL_BUCKETS; b++)
+        while (pool[b]) {
+            dlc_storage *s = pool[b];
+            pool[b] = s->next;
+            free(s->data);
+            free(s);
+        }
+    pool_bytes = 0;
+}
+
+static void pool_thread_exit(void *unused) {
+    (void)unused;
+    dlc_tensor_cache_clear();
+}
+
+static void pool_key_init(void) {
+    if (pthread_key_create(&pool_key, pool_thread_exit) != 0) pool_key = 0;
+}
 
 static dlc_storage *storage_alloc(int64_t n) {
     unsigned b = (unsigned)((uint64_t)n * 0x9E3779B97F4A7C15ull >> 56) % POOL_BUCKETS;
@@ -64,6 +92,11 @@ static void storage_release(dlc_storage *s) {
     }
     size_t bytes = (size_t)s->n * sizeof(float);
     atomic_fetch_sub(&live_bytes, bytes);
+    if (!pool_registered) {
+        pthread_once(&pool_once, pool_key_init);
+        pthread_setspecific(pool_key, (void *)1);
+        pool_registered = 1;
+    }
     if (pool_bytes + bytes <= POOL_MAX_BYTES) {
         unsigned b = (unsigned)((uint64_t)s->n * 0x9E3779B97F4A7C15ull >> 56) % POOL_BUCKETS;
         s->next = pool[b];
