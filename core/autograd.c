@@ -93,7 +93,9 @@ float *dlcx_grad(dlc_tensor *t, dlc_status *err) {
     if (!t->grad) {
         t->grad = dlc_tensor_zeros(t->ndim, t->shape);
         if (!t->grad) {
-            *err = DLC_ERR_NOMEM;
+            char buf[64];
+            *err = dlc_error(DLC_ERR_NOMEM, "backward: out of memory for the gradient of a %s tensor",
+                             dlc_shape_str(t, buf, sizeof buf));
             return NULL;
         }
     }
