@@ -200,6 +200,20 @@ describe("a tiny training run", function()
     assert.are.equal("ab", out:sub(1, 2))
   end)
 
+  it("names a bad sample option and what is allowed", function()
+    local model = tmp .. "/out/model.safetensors"
+    for flag, want in pairs {
+      ["--tokens 0"] = "--tokens 0: expected an integer in [1,",
+      ["--temperature -1"] = "--temperature -1: expected a number in [0,",
+      ["--top-k 300"] = "--top-k 300: expected an integer in [1, 256]",
+      ["--bogus 1"] = "unknown option '--bogus'",
+    } do
+      local out, status = sh(exe .. " sample " .. model .. " " .. flag)
+      assert.are.equal(2, status, flag)
+      assert.matches(want, out, 1, true)
+    end
+  end)
+
   it("refuses to sample from a file that is not a model", function()
     local bad = write("bad.safetensors", "garbage")
     local out, status = sh(exe .. " sample " .. bad)
