@@ -55,15 +55,21 @@ dlc_status dlcx_check_index(const char *fn, const dlc_tensor *idx, int64_t n, in
 /* Uninitialised tensor with a given shape; like dlc_tensor_new. */
 #define dlcx_new dlc_tensor_new
 
-/* Hot memory-bound kernels are compiled twice, baseline and AVX2, and the loader
- * picks one per machine (GCC target_clones, glibc ifunc), so a portable build still
- * runs 8-wide where it can.  Both clones give bit-identical results: C11 mode does
- * not contract to FMA and GCC does not reorder float reductions. */
+/* Hot kernels are compiled three times, baseline, AVX2 and x86-64-v4 (AVX-512), and
+ * the loader picks one per machine (GCC target_clones, glibc ifunc), so a portable
+ * build still runs 8- or 16-wide where it can.  The clones may round differently:
+ * FMA contraction is on (-ffp-contract=fast) and DLC_SIMD_REDUCE lets float sums be
+ * split across vector lanes, so the order of additions depends on the vector width. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define DLC_HOT __attribute__((target_clones("avx2", "default")))
+#define DLC_HOT __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define DLC_HOT
 #endif
+
+/* Before a loop whose only cross-iteration dependence is a reduction: lets the compiler
+ * vectorise it (OpenMP SIMD, -fopenmp-simd; no OpenMP runtime involved). */
+#define DLC_PRAGMA(x) _Pragma(#x)
+#define DLC_SIMD_REDUCE(...) DLC_PRAGMA(omp simd reduction(__VA_ARGS__))
 
 /* exp(x) in plain f32 arithmetic so loops over it vectorise (libm's expf does not
  * at -O2/-O3 without -ffast-math): Cody-Waite range reduction and the Cephes degree-6
@@ -123,5 +129,10 @@ dlc_status dlcx_index_add_backward(dlc_node *n, dlc_tensor *out, const float *g)
 dlc_status dlcx_gather_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_dropout_backward(dlc_node *n, dlc_tensor *out, const float *g);
+
+/* gemm.c: row-major C = alpha op(A) op(B) + beta C on the selected backend (C is not
+ * read when beta = 0).  Callers check that sizes fit the tensors; no-op if M or N is 0; K = 0 gives beta C. */
+void dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 #endif

@@ -1,10 +1,9 @@
 /*
  * linalg.c - matmul (batched, transpose flags, 2-D weights folded into one sgemm) and
- * the fused linear layer, forward and backward on cblas_sgemm.
+ * the fused linear layer, forward and backward on dlcx_sgemm (gemm.c).
  */
 #include <limits.h>
 #include <string.h>
-#include <cblas.h>
 #include "internal.h"
 
 /* ------------------------------------------------------------------------------
@@ -71,8 +70,6 @@ static int mm_make_plan(const dlc_tensor *a, const dlc_tensor *b, int ta, int tb
     return 1;
 }
 
-#define TR(t) ((t) ? CblasTrans : CblasNoTrans)
-
 dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb) {
     mm_plan p;
     int64_t oshape[DLC_MAX_DIMS];
@@ -86,14 +83,12 @@ dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb) {
         memset(out->data, 0, (size_t)out->numel * sizeof(float));
     } else if (p.b_shared && !ta) {
         /* fold the batch into rows: one big sgemm */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, TR(tb), (int)(p.batch * M), (int)N, (int)K, 1.0f,
-                    a->data, lda, b->data, ldb, 0.0f, out->data, (int)N);
+        dlcx_sgemm(0, tb, p.batch * M, N, K, 1.0f, a->data, lda, b->data, ldb, 0.0f, out->data, N);
     } else {
         for (int64_t i = 0; i < p.batch; i++) {
             const float *pa = a->data + (p.a_shared ? 0 : i * M * K);
             const float *pb = b->data + (p.b_shared ? 0 : i * K * N);
-            cblas_sgemm(CblasRowMajor, TR(ta), TR(tb), (int)M, (int)N, (int)K, 1.0f, pa, lda, pb,
-                        ldb, 0.0f, out->data + i * M * N, (int)N);
+            dlcx_sgemm(ta, tb, M, N, K, 1.0f, pa, lda, pb, ldb, 0.0f, out->data + i * M * N, N);
         }
     }
     dlc_tensor *in[2] = {a, b};
@@ -131,20 +126,16 @@ dlc_status dlcx_matmul_backward(dlc_node *n, dlc_tensor *out, const float *g) {
         if (ga) {
             float *d = ga + (p.a_shared ? 0 : i * M * K);
             if (!ta) /* dA [M,K] = dC [M,N] . op(B)^T [N,K] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mf, K, N,
-                            1.0f, pg, N, pb, ldb, 1.0f, d, K);
+                dlcx_sgemm(0, !tb, Mf, K, N, 1.0f, pg, N, pb, ldb, 1.0f, d, K);
             else /* dA [K,M] = op(B) [K,N] . dC^T [N,M] */
-                cblas_sgemm(CblasRowMajor, TR(tb), CblasTrans, K, M, N, 1.0f, pb, ldb, pg, N, 1.0f,
-                            d, M);
+                dlcx_sgemm(tb, 1, K, M, N, 1.0f, pb, ldb, pg, N, 1.0f, d, M);
         }
         if (gb) {
             float *d = gb + (p.b_shared ? 0 : i * K * N);
             if (!tb) /* dB [K,N] = op(A)^T [K,M] . dC [M,N] */
-                cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, K, N, Mf,
-                            1.0f, pa, lda, pg, N, 1.0f, d, N);
+                dlcx_sgemm(!ta, 0, K, N, Mf, 1.0f, pa, lda, pg, N, 1.0f, d, N);
             else /* dB [N,K] = dC^T [N,M] . op(A) [M,K] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, TR(ta), N, K, Mf, 1.0f, pg, N, pa, lda, 1.0f,
-                            d, K);
+                dlcx_sgemm(1, ta, N, K, Mf, 1.0f, pg, N, pa, lda, 1.0f, d, K);
         }
     }
     return DLC_OK;
@@ -185,8 +176,7 @@ dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b) {
         else memset(o, 0, (size_t)nout * sizeof(float));
     }
     if (rows && nout && in)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)nout, (int)in, 1.0f, x->data,
-                    (int)in, w->data, (int)in, 1.0f, out->data, (int)nout);
+        dlcx_sgemm(0, 1, rows, nout, in, 1.0f, x->data, in, w->data, in, 1.0f, out->data, nout);
     dlc_tensor *inputs[3] = {x, w, b};
     return dlcx_track(out, DLC_OP_LINEAR, 3, inputs, NULL);
 }
@@ -199,11 +189,9 @@ DLC_HOT dlc_status dlcx_linear_backward(dlc_node *n, dlc_tensor *out, const floa
     int in = (int)w->shape[1], nout = (int)w->shape[0], rows = in ? (int)(x->numel / in) : 0;
     if (!rows || !nout || !in) return DLC_OK;
     if (gx) /* dX [rows,in] = G [rows,out] . W [out,in] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, nout, 1.0f, g, nout, w->data, in,
-                    1.0f, gx, in);
+        dlcx_sgemm(0, 0, rows, in, nout, 1.0f, g, nout, w->data, in, 1.0f, gx, in);
     if (gw) /* dW [out,in] = G^T [out,rows] . X [rows,in] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, in, rows, 1.0f, g, nout, x->data, in,
-                    1.0f, gw, in);
+        dlcx_sgemm(1, 0, nout, in, rows, 1.0f, g, nout, x->data, in, 1.0f, gw, in);
     if (gb)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < nout; j++) gb[j] += g[(int64_t)r * nout + j];

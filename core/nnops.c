@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include <cblas.h>
 #include "internal.h"
 
 #define SHP(t, buf) dlc_shape_str((t), (buf), sizeof(buf))
@@ -53,7 +52,7 @@ static int check_last_dim(const char *fn, const dlc_tensor *x) {
 
 /* ---- softmax / log_softmax over the last dim ---- */
 
-static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
+DLC_HOT static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
     const char *fn = log ? "log_softmax" : "softmax";
     if (!check_last_dim(fn, x)) return NULL;
     int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
@@ -63,7 +62,9 @@ static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
         const float *xr = x->data + r * C;
         float *yr = out->data + r * C;
         float m = -INFINITY, sum = 0.0f;
+        DLC_SIMD_REDUCE(max : m)
         for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
+        DLC_SIMD_REDUCE(+ : sum)
         for (int64_t j = 0; j < C; j++) {
             yr[j] = dlcx_expf(xr[j] - m);
             sum += yr[j];
@@ -87,7 +88,7 @@ dlc_tensor *dlc_softmax(dlc_tensor *x) { return softmax_forward(x, 0); }
 dlc_tensor *dlc_log_softmax(dlc_tensor *x) { return softmax_forward(x, 1); }
 
 /* dx = y * (g - sum(g * y)) */
-dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     float *dx = dlcx_grad(n->in[0], &err);
     if (!dx) return err;
@@ -95,6 +96,7 @@ dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     for (int64_t r = 0; r < R; r++) {
         const float *y = out->data + r * C, *gr = g + r * C;
         float *d = dx + r * C, dot = 0.0f;
+        DLC_SIMD_REDUCE(+ : dot)
         for (int64_t j = 0; j < C; j++) dot += gr[j] * y[j];
         for (int64_t j = 0; j < C; j++) d[j] += y[j] * (gr[j] - dot);
     }
@@ -102,7 +104,7 @@ dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
 }
 
 /* dx = g - softmax * sum(g), softmax = exp(y) */
-dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     float *dx = dlcx_grad(n->in[0], &err);
     if (!dx) return err;
@@ -110,6 +112,7 @@ dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *
     for (int64_t r = 0; r < R; r++) {
         const float *y = out->data + r * C, *gr = g + r * C;
         float *d = dx + r * C, sum = 0.0f;
+        DLC_SIMD_REDUCE(+ : sum)
         for (int64_t j = 0; j < C; j++) sum += gr[j];
         for (int64_t j = 0; j < C; j++) d[j] += gr[j] - dlcx_expf(y[j]) * sum;
     }
@@ -119,7 +122,7 @@ dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *
 /* ---- cross-entropy: fused log-softmax + NLL, mean over non-ignored rows ----
  * saved[0] = per-row logsumexp [N]; i[0] = counted rows; i[1] = ignore_index. */
 
-dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignore_index) {
+DLC_HOT dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignore_index) {
     char a[64], b[64];
     if (!logits || !targets) FAIL(DLC_ERR_ARG, "cross_entropy: logits or targets is NULL");
     if (logits->ndim != 2)
@@ -149,7 +152,9 @@ dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignor
         }
         const float *xr = logits->data + r * V;
         float m = -INFINITY, sum = 0.0f;
+        DLC_SIMD_REDUCE(max : m)
         for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
+        DLC_SIMD_REDUCE(+ : sum)
         for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
         float ls = logf(sum);
         if (lse) lse->data[r] = m + ls;
@@ -167,7 +172,7 @@ dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignor
 }
 
 /* dlogits[r] += g / count * (softmax(logits[r]) - onehot(target[r])) */
-dlc_status dlcx_cross_entropy_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_cross_entropy_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *logits = n->in[0], *targets = n->in[1];
     float *dx = dlcx_grad(logits, &err);
@@ -229,8 +234,10 @@ DLC_HOT dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, f
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x->data + r * C;
         float *y = out->data + r * C, m = 0.0f, v = 0.0f;
+        DLC_SIMD_REDUCE(+ : m)
         for (int64_t j = 0; j < C; j++) m += xr[j];
         m *= invC;
+        DLC_SIMD_REDUCE(+ : v)
         for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
         float s = 1.0f / sqrtf(v * invC + eps);
         for (int64_t j = 0; j < C; j++) y[j] = (xr[j] - m) * s;
@@ -255,35 +262,51 @@ DLC_HOT dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const f
     float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = dlcx_grad(n->in[2], &err);
     if (err != DLC_OK) return err;
     int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    const float *mean = n->saved[0]->data, *rstd = n->saved[1]->data;
+    const float *mean = n->saved[0]->data, *rstd = n->saved[1]->data, *wd = w ? w->data : NULL;
     float invC = C ? 1.0f / (float)C : 0.0f;
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x->data + r * C, *gr = g + r * C;
         float m = mean[r], s = rstd[r], sdn = 0.0f, sdnx = 0.0f;
-        for (int64_t j = 0; j < C; j++) {
-            float xh = (xr[j] - m) * s, dn = gr[j] * (w ? w->data[j] : 1.0f);
-            sdn += dn;
-            sdnx += dn * xh;
+        if (wd) {
+            DLC_SIMD_REDUCE(+ : sdn, sdnx)
+            for (int64_t j = 0; j < C; j++) {
+                float dn = gr[j] * wd[j];
+                sdn += dn;
+                sdnx += dn * (xr[j] - m) * s;
+            }
+        } else {
+            DLC_SIMD_REDUCE(+ : sdn, sdnx)
+            for (int64_t j = 0; j < C; j++) {
+                sdn += gr[j];
+                sdnx += gr[j] * (xr[j] - m) * s;
+            }
         }
         sdn *= invC;
         sdnx *= invC;
-        if (dx) {
+        if (dx) { /* dx, dw, db are gradient buffers, never x or g themselves */
             float *d = dx + r * C;
-            for (int64_t j = 0; j < C; j++) {
-                float xh = (xr[j] - m) * s, dn = gr[j] * (w ? w->data[j] : 1.0f);
-                d[j] += s * (dn - sdn - xh * sdnx);
+            if (wd) {
+                DLC_PRAGMA(omp simd)
+                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * wd[j] - sdn - (xr[j] - m) * s * sdnx);
+            } else {
+                DLC_PRAGMA(omp simd)
+                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] - sdn - (xr[j] - m) * s * sdnx);
             }
         }
-        if (dw)
+        if (dw) {
+            DLC_PRAGMA(omp simd)
             for (int64_t j = 0; j < C; j++) dw[j] += gr[j] * (xr[j] - m) * s;
-        if (db)
+        }
+        if (db) {
+            DLC_PRAGMA(omp simd)
             for (int64_t j = 0; j < C; j++) db[j] += gr[j];
+        }
     }
     return DLC_OK;
 }
 
 /* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
-dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
+DLC_HOT dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
     if (!check_last_dim("rmsnorm", x) || !check_norm_param("rmsnorm", "weight", x, w) ||
         !check_eps("rmsnorm", eps))
         return NULL;
@@ -301,6 +324,7 @@ dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x->data + r * C;
         float *y = out->data + r * C, ss = 0.0f;
+        DLC_SIMD_REDUCE(+ : ss)
         for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
         float s = 1.0f / sqrtf(ss * invC + eps);
         for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
@@ -313,7 +337,7 @@ dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
 }
 
 /* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat. */
-dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
     float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err);
@@ -324,6 +348,7 @@ dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x->data + r * C, *gr = g + r * C;
         float s = rstd[r], sdnx = 0.0f;
+        DLC_SIMD_REDUCE(+ : sdnx)
         for (int64_t j = 0; j < C; j++) sdnx += gr[j] * (w ? w->data[j] : 1.0f) * xr[j] * s;
         sdnx *= invC;
         if (dx) {
@@ -576,7 +601,7 @@ dlc_status dlc_topk(dlc_tensor *x, int k, dlc_tensor **values, dlc_tensor **indi
 
 #define ATT_BLOCK 64
 
-dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
+DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
     char a[64];
     if (!qkv) FAIL(DLC_ERR_ARG, "attention: qkv is NULL");
     if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0 || qkv->shape[2] == 0)
@@ -607,12 +632,13 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
             /* S[r0:r1, 0:cols] = scale Q[r0:r1] K[0:cols]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)hd,
-                        scale, q + r0 * C3, (int)C3, k, (int)C3, 0.0f, p + r0 * T, (int)T);
+            dlcx_sgemm(0, 1, rows, cols, hd, scale, q + r0 * C3, C3, k, C3, 0.0f, p + r0 * T, T);
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
                 float *pr = p + i * T, m = -INFINITY, sum = 0.0f;
+                DLC_SIMD_REDUCE(max : m)
                 for (int64_t j = 0; j < lim; j++) m = pr[j] > m ? pr[j] : m;
+                DLC_SIMD_REDUCE(+ : sum)
                 for (int64_t j = 0; j < lim; j++) {
                     pr[j] = dlcx_expf(pr[j] - m);
                     sum += pr[j];
@@ -622,8 +648,7 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
                 for (int64_t j = lim; j < T; j++) pr[j] = 0.0f;
             }
             /* O[r0:r1] = P[r0:r1, 0:cols] V[0:cols] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)cols,
-                        1.0f, p + r0 * T, (int)T, v, (int)C3, 0.0f, o + r0 * C, (int)C);
+            dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, p + r0 * T, T, v, C3, 0.0f, o + r0 * C, C);
         }
     }
     if (!rec) {
@@ -638,7 +663,7 @@ dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
 }
 
 /* dP = dO V^T; dV += P^T dO; dS = P (dP - rowsum(dP P)) scale; dQ += dS K; dK += dS^T Q. */
-dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *qkv = n->in[0];
     float *dqkv = dlcx_grad(qkv, &err);
@@ -658,25 +683,22 @@ dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g)
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
             /* dP[r0:r1, 0:cols] = dO[r0:r1] V[0:cols]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)hd,
-                        1.0f, go + r0 * C, (int)C, v, (int)C3, 0.0f, ds + r0 * T, (int)T);
+            dlcx_sgemm(0, 1, rows, cols, hd, 1.0f, go + r0 * C, C, v, C3, 0.0f, ds + r0 * T, T);
             /* dV[0:cols] += P[r0:r1, 0:cols]^T dO[r0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)hd, (int)rows,
-                        1.0f, p + r0 * T, (int)T, go + r0 * C, (int)C, 1.0f, dv, (int)C3);
+            dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, p + r0 * T, T, go + r0 * C, C, 1.0f, dv, C3);
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
                 const float *pr = p + i * T;
                 float *d = ds + i * T, dot = 0.0f;
+                DLC_SIMD_REDUCE(+ : dot)
                 for (int64_t j = 0; j < lim; j++) dot += d[j] * pr[j];
                 for (int64_t j = 0; j < lim; j++) d[j] = pr[j] * (d[j] - dot) * scale;
                 for (int64_t j = lim; j < cols; j++) d[j] = 0.0f;
             }
             /* dQ[r0:r1] += dS[r0:r1, 0:cols] K[0:cols] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)cols,
-                        1.0f, ds + r0 * T, (int)T, k, (int)C3, 1.0f, dq + r0 * C3, (int)C3);
+            dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, ds + r0 * T, T, k, C3, 1.0f, dq + r0 * C3, C3);
             /* dK[0:cols] += dS[r0:r1, 0:cols]^T Q[r0:r1] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)hd, (int)rows,
-                        1.0f, ds + r0 * T, (int)T, q + r0 * C3, (int)C3, 1.0f, dk, (int)C3);
+            dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, ds + r0 * T, T, q + r0 * C3, C3, 1.0f, dk, C3);
         }
     }
     dlc_tensor_release(scratch);

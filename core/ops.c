@@ -270,9 +270,10 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     case DLC_UNARY_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(a[i]); break;
     case DLC_UNARY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0.0f; break;
     case DLC_UNARY_GELU:
+        /* 0.5 v (1 + tanh(u)) = v sigmoid(2u): one exp and one division */
         for (int64_t i = 0; i < n; i++) {
             float v = a[i];
-            o[i] = 0.5f * v * (1.0f + dlcx_tanhf_abs(GELU_K * (v + GELU_C * v * v * v)));
+            o[i] = v / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
         }
         break;
     case DLC_UNARY_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + dlcx_expf(-a[i])); break;
@@ -305,10 +306,10 @@ DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float
         break;
     case DLC_UNARY_RELU: for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : 0.0f; break;
     case DLC_UNARY_GELU:
+        /* d/dv v s(2u) = s + v s (1 - s) 2u'(v) */
         for (int64_t i = 0; i < len; i++) {
-            float v = a[i], t = dlcx_tanhf_abs(GELU_K * (v + GELU_C * v * v * v));
-            float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-            gx[i] += g[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+            float v = a[i], s = 1.0f / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
+            gx[i] += g[i] * (s + v * s * (1.0f - s) * 2.0f * GELU_K * (1.0f + 3.0f * GELU_C * v * v));
         }
         break;
     case DLC_UNARY_SILU:

@@ -195,7 +195,7 @@ typedef struct adamw_k {
     float eps;
 } adamw_k;
 
-static void adamw_run(float *restrict p, float *restrict m, float *restrict v,
+DLC_HOT static void adamw_run(float *restrict p, float *restrict m, float *restrict v,
                       const float *restrict g, int64_t n, const adamw_k *k) {
     const float decay = k->decay, b1 = k->b1, c1 = k->c1, b2 = k->b2, c2 = k->c2;
     const float ss = k->step_size, ib = k->inv_bc2_sqrt, eps = k->eps;

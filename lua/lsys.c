@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <cblas.h>
 #include "ldiloco.h"
 
 static volatile sig_atomic_t sigint_count;
@@ -61,12 +60,20 @@ static int l_sigint_pending(lua_State *L) {
 static int l_set_num_threads(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
     luaL_argcheck(L, n >= 1 && n <= 256, 1, "expected a thread count in [1, 256]");
-    openblas_set_num_threads((int)n);
+    dlc_set_num_threads((int)n);
     return 0;
 }
 
 static int l_num_threads(lua_State *L) {
-    lua_pushinteger(L, openblas_get_num_threads());
+    lua_pushinteger(L, dlc_num_threads());
+    return 1;
+}
+
+/* gemm_backend() -> name; gemm_backend(name) selects "onednn" or "openblas". */
+static int l_gemm_backend(lua_State *L) {
+    if (!lua_isnoneornil(L, 1) && dlc_set_gemm_backend(luaL_checkstring(L, 1)) != DLC_OK)
+        return luaL_argerror(L, 1, dlc_last_error());
+    lua_pushstring(L, dlc_gemm_backend());
     return 1;
 }
 
@@ -106,6 +113,7 @@ static const luaL_Reg sys_funcs[] = {
     {"sigint_pending", l_sigint_pending},
     {"set_num_threads", l_set_num_threads},
     {"num_threads", l_num_threads},
+    {"gemm_backend", l_gemm_backend},
     {NULL, NULL},
 };
 

@@ -21,6 +21,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "diloco/ops.h"
 #include "diloco/status.h"
 #include "ldiloco.h"
 
@@ -94,8 +95,8 @@ static int usage_error(const char *problem, const char *opt) {
 }
 
 static void print_version(void) {
-    printf(PROGNAME " " DLC_LUA_CLI_VERSION " (libdiloco %s, " LUA_RELEASE ")\n",
-           dlc_version());
+    printf(PROGNAME " " DLC_LUA_CLI_VERSION " (libdiloco %s, " LUA_RELEASE ", gemm %s, %d threads)\n",
+           dlc_version(), dlc_gemm_backend(), dlc_num_threads());
     fflush(stdout);
 }
 
@@ -482,6 +483,11 @@ int main(int argc, char **argv) {
                 return EXIT_USAGE;
             }
         }
+    }
+    const char *gemm = getenv("DILOCO_GEMM");
+    if (gemm && *gemm && dlc_set_gemm_backend(gemm) != DLC_OK) {
+        fprintf(stderr, PROGNAME ": DILOCO_GEMM: %s\n", dlc_last_error());
+        return EXIT_USAGE;
     }
     cli_args a = {argc, argv, 0, 0, 0};
     if (argc == 0 || argv[0] == NULL) { /* exec'd without argv[0]: nothing to index */

@@ -59,9 +59,27 @@ describe("diloco-lua", function()
     for _, opt in ipairs({ "-v", "--version" }) do
       local out, code = run(opt)
       assert.are.equal(0, code)
-      assert.truthy(out:match("^diloco%-lua 0%.1%.0 %(libdiloco %d+%.%d+%.%d+, Lua 5%.4%.%d+%)\n$"),
-        out)
+      assert.truthy(out:match("^diloco%-lua 0%.1%.0 %(libdiloco %d+%.%d+%.%d+, Lua 5%.4%.%d+, "
+        .. "gemm %l+, %d+ threads%)\n$"), out)
     end
+  end)
+
+  it("takes the matrix-product backend from DILOCO_GEMM and refuses unknown ones", function()
+    local p = assert(io.popen("DILOCO_GEMM=openblas OPENBLAS_NUM_THREADS=1 " .. q(exe)
+      .. " -v -e 'print(diloco.gemm_backend(), diloco.num_threads())' 2>&1 </dev/null"))
+    local out = p:read("a")
+    p:close()
+    assert.matches("gemm openblas, 1 threads", out, 1, true)
+    assert.matches("\nopenblas\t1\n", out, 1, true)
+    p = assert(io.popen("DILOCO_GEMM=mkl " .. q(exe) .. " -v 2>&1 </dev/null"))
+    out = p:read("a")
+    local _, _, code = p:close()
+    assert.are.equal(2, code)
+    assert.matches('diloco-lua: DILOCO_GEMM: gemm backend "mkl": expected "openblas" or "onednn"', out, 1, true)
+    out = run([[-e 'print(pcall(diloco.gemm_backend, "blis"))']])
+    assert.matches('false\t.*gemm backend "blis": expected "openblas" or "onednn"', out)
+    out = run([[-e 'diloco.gemm_backend("openblas") print(diloco.gemm_backend())']])
+    assert.are.equal("openblas\n", out)
   end)
 
   it("prints usage with --help, listing the options and the subcommands", function()

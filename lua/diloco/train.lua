@@ -196,17 +196,19 @@ function M.run(r, opts)
       local loss, ce = model:loss(x, y)
       loss:backward()
       local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
-      opt:step(lr)
       local lv = loss:item()
       local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
       loss:free()
+      -- checked before the update, so the parameters stay those of the last good step
+      if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
+        fail("step %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
+          .. "lower inner.lr (%g) or check the data", step + 1, tostring(lv), tostring(gnorm), r.inner.lr)
+      end
+      opt:step(lr)
       step = step + 1
       tokens = tokens + loaders.tokens_per_batch
       tok_window = tok_window + loaders.tokens_per_batch
       train_time = train_time + (diloco.clock() - t0)
-      if lv ~= lv or lv == math.huge then
-        fail("step %d: the loss is %s; lower inner.lr (%g) or check the data", step, tostring(lv), r.inner.lr)
-      end
       loss_ema = loss_ema and (0.9 * loss_ema + 0.1 * lv) or lv
       local rate = tokens > 0 and (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9) or 0
 

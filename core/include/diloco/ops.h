@@ -77,6 +77,20 @@ DLC_API dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb);
  * the layer is one pass over its output.  b may be NULL. */
 DLC_API dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b);
 
+/* ---- compute backend and threads ----
+ * Every matrix product runs on one sgemm with two backends: "onednn" (oneDNN's kernels,
+ * chosen at run time for the CPU's widest vector ISA; the default when libdiloco was
+ * built with oneDNN) and "openblas".  DILOCO_GEMM=openblas|onednn in the environment
+ * picks one at start-up.  dlc_set_gemm_backend fails (DLC_ERR_ARG) on any other name,
+ * or on "onednn" in a build without it.  Process-wide; not to be switched while another
+ * thread is inside a matrix product. */
+DLC_API const char *dlc_gemm_backend(void);
+DLC_API dlc_status dlc_set_gemm_backend(const char *name);
+/* Threads of the compute kernels, both backends (1..1024).  Starts as OpenBLAS's count:
+ * OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else all cores. */
+DLC_API dlc_status dlc_set_num_threads(int n);
+DLC_API int dlc_num_threads(void);
+
 /* ---- normalisation and losses (over the last dim) ---- */
 DLC_API dlc_tensor *dlc_softmax(dlc_tensor *x);
 DLC_API dlc_tensor *dlc_log_softmax(dlc_tensor *x);
