@@ -3,13 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
-#if defined(__SSE__) || defined(__x86_64__)
-#include <immintrin.h>
-#define HAVE_SSE 1
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-#include <arm_neon.h>
-#define HAVE_NEON 1
-#endif
 
 /* Blocks of B floats: every run starts and ends on a multiple of DLC_PARAMS_ALIGN, so
  * the fixed-size inner loops need no scalar tail and GCC vectorises them at -O2. */
@@ -173,20 +166,6 @@ dlc_tensor *dlc_optim_state_tensor(const dlc_optim *o, int k) {
 
 /* ---- kernels: outputs first, then inputs, then sizes; n is a multiple of B ---- */
 
-/* x[j] = sqrt(x[j]) for one block.  Explicit vector instructions because without
- * -fno-math-errno GCC will not vectorise sqrtf (it may set errno). */
-static inline void sqrt_block(float *x) {
-#if defined(__AVX__)
-    for (int j = 0; j < B; j += 8) _mm256_storeu_ps(x + j, _mm256_sqrt_ps(_mm256_loadu_ps(x + j)));
-#elif defined(HAVE_SSE)
-    for (int j = 0; j < B; j += 4) _mm_storeu_ps(x + j, _mm_sqrt_ps(_mm_loadu_ps(x + j)));
-#elif defined(HAVE_NEON)
-    for (int j = 0; j < B; j += 4) vst1q_f32(x + j, vsqrtq_f32(vld1q_f32(x + j)));
-#else
-    for (int j = 0; j < B; j++) x[j] = sqrtf(x[j]);
-#endif
-}
-
 typedef struct adamw_k {
     float decay;           /* 1 - lr*wd, or 1 */
     float b1, c1, b2, c2;  /* c = 1 - b */
@@ -199,31 +178,27 @@ DLC_HOT static void adamw_run(float *restrict p, float *restrict m, float *restr
                       const float *restrict g, int64_t n, const adamw_k *k) {
     const float decay = k->decay, b1 = k->b1, c1 = k->c1, b2 = k->b2, c2 = k->c2;
     const float ss = k->step_size, ib = k->inv_bc2_sqrt, eps = k->eps;
-    for (int64_t i = 0; i < n; i += B) {
-        float d[B];
-        for (int j = 0; j < B; j++) {
-            float gj = g[i + j];
-            float mj = b1 * m[i + j] + c1 * gj;
-            float vj = b2 * v[i + j] + c2 * gj * gj;
-            m[i + j] = mj;
-            v[i + j] = vj;
-            d[j] = vj;
-        }
-        sqrt_block(d);
-        for (int j = 0; j < B; j++)
-            p[i + j] = p[i + j] * decay - ss * m[i + j] / (d[j] * ib + eps);
+    /* plain sqrtf vectorises: the library is built with -fno-math-errno */
+    DLC_PRAGMA(omp simd)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - ss * mi / (sqrtf(vi) * ib + eps);
     }
 }
 
 /* momentum == 0 */
-static void sgd_plain_run(float *restrict p, const float *restrict g, int64_t n, float lr, float wd) {
+DLC_HOT static void sgd_plain_run(float *restrict p, const float *restrict g, int64_t n, float lr, float wd) {
     for (int64_t i = 0; i < n; i += B)
         for (int j = 0; j < B; j++) p[i + j] -= lr * (g[i + j] + wd * p[i + j]);
 }
 
 /* first: buf = g'; else buf = mu*buf + damp1*g' (damp1 = 1 - dampening); then
  * p -= lr * (nesterov ? g' + mu*buf : buf). */
-static void sgd_momentum_run(float *restrict p, float *restrict buf, const float *restrict g,
+DLC_HOT static void sgd_momentum_run(float *restrict p, float *restrict buf, const float *restrict g,
                              int64_t n, float lr, float wd, float mu, float damp1, int first,
                              int nesterov) {
     const float keep = first ? 0.0f : mu, add = first ? 1.0f : damp1, nest = nesterov ? 1.0f : 0.0f;
