@@ -57,7 +57,7 @@ dlcL_state *dlcL_getstate(lua_State *L);
  * (the methods table) to the module table at `mod`, with the state userdata at `st`
  * as their upvalue, and registers the Tensor metatable. */
 void dlcL_open_tensor(lua_State *L, int mod, int st);
-/* lsys.c: clock, isatty, the Ctrl-C flag, OpenBLAS threads. */
+/* lsys.c: clock, isatty, the Ctrl-C flag, compute threads, gemm backend. */
 void dlcL_open_sys(lua_State *L, int mod, int st);
 /* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */
 void dlcL_open_data(lua_State *L, int mod, int st);

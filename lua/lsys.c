@@ -1,6 +1,6 @@
 /*
  * lsys.c - the few process-level services the Lua front end needs and Lua lacks:
- * a monotonic wall clock, isatty, a Ctrl-C flag for long runs, OpenBLAS threads.
+ * a monotonic wall clock, isatty, a Ctrl-C flag for long runs, compute threads and the gemm backend.
  *
  *   diloco.clock()              seconds (float) on a monotonic clock
  *   diloco.isatty(fd)           true if fd (0, 1 or 2) is a terminal
@@ -8,7 +8,8 @@
  *                               training loop finishes its step, saves and exits); a
  *                               second Ctrl-C kills the process as usual
  *   diloco.sigint_pending()     true once Ctrl-C was pressed after catch_sigint()
- *   diloco.set_num_threads(n)   OpenBLAS threads; diloco.num_threads() reads it
+ *   diloco.set_num_threads(n)   compute threads (oneDNN and OpenBLAS); diloco.num_threads() reads it
+ *   diloco.gemm_backend([name]) "onednn" or "openblas"; with a name, selects it
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
  *                               true, or nil + message naming the part that failed
  */

@@ -37,7 +37,7 @@ M.schema = {
     doc = "seed of model init, data order and dropout" },
   steps = { kind = "integer", default = 1000, check = range(1, 1e12, true), doc = "inner steps to train" },
   threads = { kind = "integer", default = nil, check = range(1, 256, true),
-    doc = "OpenBLAS threads (default: all cores for one learner)" },
+    doc = "compute threads, oneDNN and OpenBLAS (default: all cores for one learner)" },
   model = { kind = "table|function", default = nil, required = true,
     doc = "{arch = 'gpt'|'vit'|'mlp', ...options of diloco.nn} or a function returning a module" },
   data = { kind = "table", required = true, open = true, fields = {
