@@ -89,26 +89,30 @@ dlc_status dlc_set_num_threads(int n) {
     return DLC_OK;
 }
 
-void dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+dlc_status dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    if (M <= 0 || N <= 0) return;
+    if (M <= 0 || N <= 0) return DLC_OK;
     if (K <= 0) { /* C = beta C; the libraries disagree with BLAS here (they leave C) */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-        return;
+        return DLC_OK;
     }
 #ifdef DLC_HAVE_ONEDNN
     if (backend() == GEMM_ONEDNN) {
         int n = dlc_num_threads();
         if (omp_get_max_threads() != n) omp_set_num_threads(n);
-        /* dnnl_sgemm is row-major like ours; its only failures are bad arguments,
-         * which the callers have ruled out (sizes checked against the tensors). */
+        /* dnnl_sgemm is row-major like ours.  Bad arguments are ruled out by the callers
+         * (sizes checked against the tensors); what remains is its scratch allocation
+         * failing, possibly after other threads wrote part of C. */
         dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
                                       C, ldc);
-        DLC_ASSERT(st == dnnl_success);
-        return;
+        if (st == dnnl_success) return DLC_OK;
+        return dlc_error(st == dnnl_out_of_memory ? DLC_ERR_NOMEM : DLC_ERR_INTERNAL,
+                         "sgemm %lldx%lldx%lld (onednn): %s", (long long)M, (long long)N, (long long)K,
+                         st == dnnl_out_of_memory ? "out of memory" : "rejected the arguments");
     }
 #endif
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return DLC_OK;
 }

@@ -131,8 +131,10 @@ dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g)
 dlc_status dlcx_dropout_backward(dlc_node *n, dlc_tensor *out, const float *g);
 
 /* gemm.c: row-major C = alpha op(A) op(B) + beta C on the selected backend (C is not
- * read when beta = 0).  Callers check that sizes fit the tensors; no-op if M or N is 0; K = 0 gives beta C. */
-void dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+ * read when beta = 0).  Callers check that sizes fit the tensors; no-op if M or N is 0;
+ * K = 0 gives beta C.  Fails only if oneDNN cannot allocate its scratch (message set;
+ * C may then be partly written). */
+dlc_status dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 #endif

@@ -79,17 +79,22 @@ dlc_tensor *dlc_matmul(dlc_tensor *a, dlc_tensor *b, int ta, int tb) {
     if (!out) return NULL;
     int64_t M = p.M, N = p.N, K = p.K;
     int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    dlc_status st = DLC_OK;
     if (M == 0 || N == 0 || K == 0) {
         memset(out->data, 0, (size_t)out->numel * sizeof(float));
     } else if (p.b_shared && !ta) {
         /* fold the batch into rows: one big sgemm */
-        dlcx_sgemm(0, tb, p.batch * M, N, K, 1.0f, a->data, lda, b->data, ldb, 0.0f, out->data, N);
+        st = dlcx_sgemm(0, tb, p.batch * M, N, K, 1.0f, a->data, lda, b->data, ldb, 0.0f, out->data, N);
     } else {
-        for (int64_t i = 0; i < p.batch; i++) {
+        for (int64_t i = 0; i < p.batch && st == DLC_OK; i++) {
             const float *pa = a->data + (p.a_shared ? 0 : i * M * K);
             const float *pb = b->data + (p.b_shared ? 0 : i * K * N);
-            dlcx_sgemm(ta, tb, M, N, K, 1.0f, pa, lda, pb, ldb, 0.0f, out->data + i * M * N, N);
+            st = dlcx_sgemm(ta, tb, M, N, K, 1.0f, pa, lda, pb, ldb, 0.0f, out->data + i * M * N, N);
         }
+    }
+    if (st != DLC_OK) {
+        dlc_tensor_release(out);
+        return NULL;
     }
     dlc_tensor *in[2] = {a, b};
     dlc_node *nd;
@@ -119,26 +124,27 @@ dlc_status dlcx_matmul_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     int fold = p.b_shared && !ta;
     int64_t reps = fold ? 1 : p.batch;
     int Mf = fold ? (int)(p.batch * M) : M;
-    for (int64_t i = 0; i < reps; i++) {
+    dlc_status st = DLC_OK;
+    for (int64_t i = 0; i < reps && st == DLC_OK; i++) {
         const float *pa = a->data + (p.a_shared ? 0 : i * M * K);
         const float *pb = b->data + (p.b_shared ? 0 : i * K * N);
         const float *pg = g + i * (int64_t)M * N;
         if (ga) {
             float *d = ga + (p.a_shared ? 0 : i * M * K);
             if (!ta) /* dA [M,K] = dC [M,N] . op(B)^T [N,K] */
-                dlcx_sgemm(0, !tb, Mf, K, N, 1.0f, pg, N, pb, ldb, 1.0f, d, K);
+                st = dlcx_sgemm(0, !tb, Mf, K, N, 1.0f, pg, N, pb, ldb, 1.0f, d, K);
             else /* dA [K,M] = op(B) [K,N] . dC^T [N,M] */
-                dlcx_sgemm(tb, 1, K, M, N, 1.0f, pb, ldb, pg, N, 1.0f, d, M);
+                st = dlcx_sgemm(tb, 1, K, M, N, 1.0f, pb, ldb, pg, N, 1.0f, d, M);
         }
-        if (gb) {
+        if (gb && st == DLC_OK) {
             float *d = gb + (p.b_shared ? 0 : i * K * N);
             if (!tb) /* dB [K,N] = op(A)^T [K,M] . dC [M,N] */
-                dlcx_sgemm(!ta, 0, K, N, Mf, 1.0f, pa, lda, pg, N, 1.0f, d, N);
+                st = dlcx_sgemm(!ta, 0, K, N, Mf, 1.0f, pa, lda, pg, N, 1.0f, d, N);
             else /* dB [N,K] = dC^T [N,M] . op(A) [M,K] */
-                dlcx_sgemm(1, ta, N, K, Mf, 1.0f, pg, N, pa, lda, 1.0f, d, K);
+                st = dlcx_sgemm(1, ta, N, K, Mf, 1.0f, pg, N, pa, lda, 1.0f, d, K);
         }
     }
-    return DLC_OK;
+    return st;
 }
 
 static int linear_check(const dlc_tensor *x, const dlc_tensor *w, const dlc_tensor *b) {
@@ -175,8 +181,11 @@ dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b) {
         if (b) memcpy(o, b->data, (size_t)nout * sizeof(float));
         else memset(o, 0, (size_t)nout * sizeof(float));
     }
-    if (rows && nout && in)
-        dlcx_sgemm(0, 1, rows, nout, in, 1.0f, x->data, in, w->data, in, 1.0f, out->data, nout);
+    if (rows && nout && in &&
+        dlcx_sgemm(0, 1, rows, nout, in, 1.0f, x->data, in, w->data, in, 1.0f, out->data, nout) != DLC_OK) {
+        dlc_tensor_release(out);
+        return NULL;
+    }
     dlc_tensor *inputs[3] = {x, w, b};
     return dlcx_track(out, DLC_OP_LINEAR, 3, inputs, NULL);
 }
@@ -189,9 +198,10 @@ DLC_HOT dlc_status dlcx_linear_backward(dlc_node *n, dlc_tensor *out, const floa
     int in = (int)w->shape[1], nout = (int)w->shape[0], rows = in ? (int)(x->numel / in) : 0;
     if (!rows || !nout || !in) return DLC_OK;
     if (gx) /* dX [rows,in] = G [rows,out] . W [out,in] */
-        dlcx_sgemm(0, 0, rows, in, nout, 1.0f, g, nout, w->data, in, 1.0f, gx, in);
-    if (gw) /* dW [out,in] = G^T [out,rows] . X [rows,in] */
-        dlcx_sgemm(1, 0, nout, in, rows, 1.0f, g, nout, x->data, in, 1.0f, gw, in);
+        err = dlcx_sgemm(0, 0, rows, in, nout, 1.0f, g, nout, w->data, in, 1.0f, gx, in);
+    if (gw && err == DLC_OK) /* dW [out,in] = G^T [out,rows] . X [rows,in] */
+        err = dlcx_sgemm(1, 0, nout, in, rows, 1.0f, g, nout, x->data, in, 1.0f, gw, in);
+    if (err != DLC_OK) return err;
     if (gb)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < nout; j++) gb[j] += g[(int64_t)r * nout + j];

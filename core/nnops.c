@@ -624,7 +624,8 @@ DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
         dlc_tensor_release(probs);
         return NULL;
     }
-    for (int64_t bt = 0; bt < B * H; bt++) {
+    dlc_status st = DLC_OK;
+    for (int64_t bt = 0; bt < B * H && st == DLC_OK; bt++) {
         int64_t b = bt / H, h = bt % H;
         const float *q = qkv->data + b * T * C3 + h * hd, *k = q + C, *v = q + 2 * C;
         float *p = probs->data + (rec ? bt * T * T : 0), *o = out->data + b * T * C + h * hd;
@@ -632,7 +633,8 @@ DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
             /* S[r0:r1, 0:cols] = scale Q[r0:r1] K[0:cols]^T */
-            dlcx_sgemm(0, 1, rows, cols, hd, scale, q + r0 * C3, C3, k, C3, 0.0f, p + r0 * T, T);
+            st = dlcx_sgemm(0, 1, rows, cols, hd, scale, q + r0 * C3, C3, k, C3, 0.0f, p + r0 * T, T);
+            if (st != DLC_OK) break;
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
                 float *pr = p + i * T, m = -INFINITY, sum = 0.0f;
@@ -648,8 +650,14 @@ DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
                 for (int64_t j = lim; j < T; j++) pr[j] = 0.0f;
             }
             /* O[r0:r1] = P[r0:r1, 0:cols] V[0:cols] */
-            dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, p + r0 * T, T, v, C3, 0.0f, o + r0 * C, C);
+            st = dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, p + r0 * T, T, v, C3, 0.0f, o + r0 * C, C);
+            if (st != DLC_OK) break;
         }
+    }
+    if (st != DLC_OK) {
+        dlc_tensor_release(out);
+        dlc_tensor_release(probs);
+        return NULL;
     }
     if (!rec) {
         dlc_tensor_release(probs);
@@ -674,7 +682,7 @@ DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const f
     dlc_tensor *scratch = dlc_tensor_new(2, tt);
     if (!scratch) return dlc_last_status();
     float *ds = scratch->data;
-    for (int64_t bt = 0; bt < B * H; bt++) {
+    for (int64_t bt = 0; bt < B * H && err == DLC_OK; bt++) {
         int64_t b = bt / H, h = bt % H, off = b * T * C3 + h * hd;
         const float *q = qkv->data + off, *k = q + C, *v = q + 2 * C;
         const float *p = n->saved[0]->data + bt * T * T, *go = g + b * T * C + h * hd;
@@ -683,9 +691,11 @@ DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const f
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
             /* dP[r0:r1, 0:cols] = dO[r0:r1] V[0:cols]^T */
-            dlcx_sgemm(0, 1, rows, cols, hd, 1.0f, go + r0 * C, C, v, C3, 0.0f, ds + r0 * T, T);
+            err = dlcx_sgemm(0, 1, rows, cols, hd, 1.0f, go + r0 * C, C, v, C3, 0.0f, ds + r0 * T, T);
             /* dV[0:cols] += P[r0:r1, 0:cols]^T dO[r0:r1] */
-            dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, p + r0 * T, T, go + r0 * C, C, 1.0f, dv, C3);
+            if (err == DLC_OK)
+                err = dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, p + r0 * T, T, go + r0 * C, C, 1.0f, dv, C3);
+            if (err != DLC_OK) break;
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
                 const float *pr = p + i * T;
@@ -696,13 +706,15 @@ DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const f
                 for (int64_t j = lim; j < cols; j++) d[j] = 0.0f;
             }
             /* dQ[r0:r1] += dS[r0:r1, 0:cols] K[0:cols] */
-            dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, ds + r0 * T, T, k, C3, 1.0f, dq + r0 * C3, C3);
+            err = dlcx_sgemm(0, 0, rows, hd, cols, 1.0f, ds + r0 * T, T, k, C3, 1.0f, dq + r0 * C3, C3);
             /* dK[0:cols] += dS[r0:r1, 0:cols]^T Q[r0:r1] */
-            dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, ds + r0 * T, T, q + r0 * C3, C3, 1.0f, dk, C3);
+            if (err == DLC_OK)
+                err = dlcx_sgemm(1, 0, cols, hd, rows, 1.0f, ds + r0 * T, T, q + r0 * C3, C3, 1.0f, dk, C3);
+            if (err != DLC_OK) break;
         }
     }
     dlc_tensor_release(scratch);
-    return DLC_OK;
+    return err;
 }
 
 /* ---- dropout: saved[0] = mask (0 or 1/(1-p)) ---- */

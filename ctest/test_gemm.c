@@ -1,8 +1,9 @@
 /* test_gemm.c - the sgemm behind every matrix product, on each backend this build has:
  * all transpose combinations, odd sizes, padded leading dimensions, alpha and beta
  * (beta = 0 must not read C, even when C holds NaN), against a double-precision
- * reference; backend and thread-count selection and their errors; matmul, linear and
- * attention giving the same numbers on both backends. */
+ * reference; backend and thread-count selection and their errors; a oneDNN failure
+ * returned as a status; matmul, linear and attention giving the same numbers on both
+ * backends. */
 #include "check.h"
 #include "internal.h"
 
@@ -21,7 +22,7 @@ static void check_one(int ta, int tb, int M, int N, int K, float alpha, float be
     for (int i = 0; i < ar * lda; i++) A[i] = frand();
     for (int i = 0; i < br * ldb; i++) B[i] = frand();
     for (int i = 0; i < M * ldc; i++) C0[i] = C[i] = beta == 0.0f ? NAN : frand();
-    dlcx_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    CHECK(dlcx_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == DLC_OK);
     double worst = 0;
     int pad_kept = 1;
     for (int i = 0; i < M; i++) {
@@ -61,7 +62,7 @@ static void test_backend_numbers(void) {
         }
     /* K = 0: C = beta C */
     float c[2] = {3.0f, NAN}, a = 1.0f;
-    dlcx_sgemm(0, 0, 1, 1, 0, 1.0f, &a, 1, &a, 1, 0.5f, c, 2);
+    CHECK(dlcx_sgemm(0, 0, 1, 1, 0, 1.0f, &a, 1, &a, 1, 0.5f, c, 2) == DLC_OK);
     CHECK_NEAR(c[0], 1.5, 0);
 }
 
@@ -115,6 +116,12 @@ int main(void) {
     if (have == 3) { /* same numbers from both backends, to float rounding */
         CHECK_NEAR(loss[0], loss[1], 1e-5 * fabs(loss[0]));
         CHECK_NEAR(gsum[0], gsum[1], 1e-5 * fabs(gsum[0]));
+    }
+    if (have & 2) { /* a failure inside oneDNN comes back as a status with a message */
+        float a[4] = {0}, c[4] = {0};
+        dlc_set_gemm_backend("onednn");
+        CHECK(dlcx_sgemm(0, 0, 2, 2, 2, 1.0f, a, 1 /* < K */, a, 2, 0.0f, c, 2) == DLC_ERR_INTERNAL);
+        CHECK(strstr(dlc_last_error(), "sgemm 2x2x2 (onednn): rejected the arguments") != NULL);
     }
     CHECK(dlc_set_gemm_backend("mkl") == DLC_ERR_ARG);
     CHECK(strstr(dlc_last_error(), "\"mkl\": expected \"openblas\" or \"onednn\"") != NULL);
