@@ -7,11 +7,15 @@
 #include "internal.h"
 
 /* A storage is a float buffer with a refcount.  Buffers we allocate are recycled
- * through a per-thread cache keyed by exact size: training repeats the same shapes
- * every step, so after the first step no op touches malloc or the page-fault path. */
+ * through a per-thread cache keyed by size class: training repeats the same shapes
+ * every step, so after the first step no op touches malloc or the page-fault path.
+ * Classes are exact below 4096 floats; above, sizes round up to the next eighth of a
+ * power of two (at most 12.5% slack), so ops whose sizes vary a little from step to
+ * step (an MoE expert sees a different number of tokens each step) reuse buffers too. */
 struct dlc_storage {
     float *data;
-    int64_t n;
+    int64_t n;   /* floats in use (views are bounded by it) */
+    int64_t cap; /* floats allocated: the size class of n */
     int refs;
     void (*release)(void *ctx); /* external memory (dlc_tensor_wrap); NULL = ours */
     void *ctx;
@@ -55,14 +59,25 @@ static void pool_key_init(void) {
     if (pthread_key_create(&pool_key, pool_thread_exit) != 0) pool_key = 0;
 }
 
+static int64_t size_class(int64_t n) {
+    if (n < 4096) return n;
+    int64_t step = ((int64_t)1 << (63 - __builtin_clzll((uint64_t)n))) / 8;
+    return (n + step - 1) / step * step;
+}
+
+static unsigned pool_bucket(int64_t cap) {
+    return (unsigned)((uint64_t)cap * 0x9E3779B97F4A7C15ull >> 56) % POOL_BUCKETS;
+}
+
 static dlc_storage *storage_alloc(int64_t n) {
-    unsigned b = (unsigned)((uint64_t)n * 0x9E3779B97F4A7C15ull >> 56) % POOL_BUCKETS;
-    for (dlc_storage **p = &pool[b]; *p; p = &(*p)->next) {
-        if ((*p)->n == n) {
+    int64_t cap = size_class(n);
+    for (dlc_storage **p = &pool[pool_bucket(cap)]; *p; p = &(*p)->next) {
+        if ((*p)->cap == cap) {
             dlc_storage *s = *p;
             *p = s->next;
-            pool_bytes -= (size_t)n * sizeof(float);
+            pool_bytes -= (size_t)cap * sizeof(float);
             s->next = NULL;
+            s->n = n;
             s->refs = 1;
             atomic_fetch_add(&live_bytes, (size_t)n * sizeof(float));
             return s;
@@ -70,10 +85,11 @@ static dlc_storage *storage_alloc(int64_t n) {
     }
     dlc_storage *s = calloc(1, sizeof *s);
     if (!s) goto fail;
-    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    size_t bytes = ((size_t)(cap > 0 ? cap : 1) * sizeof(float) + 63) & ~(size_t)63;
     s->data = aligned_alloc(64, bytes);
     if (!s->data) goto fail;
     s->n = n;
+    s->cap = cap;
     s->refs = 1;
     atomic_fetch_add(&live_bytes, (size_t)n * sizeof(float));
     return s;
@@ -90,15 +106,15 @@ static void storage_release(dlc_storage *s) {
         free(s);
         return;
     }
-    size_t bytes = (size_t)s->n * sizeof(float);
-    atomic_fetch_sub(&live_bytes, bytes);
+    atomic_fetch_sub(&live_bytes, (size_t)s->n * sizeof(float));
+    size_t bytes = (size_t)s->cap * sizeof(float);
     if (!pool_registered) {
         pthread_once(&pool_once, pool_key_init);
         pthread_setspecific(pool_key, (void *)1);
         pool_registered = 1;
     }
     if (pool_bytes + bytes <= POOL_MAX_BYTES) {
-        unsigned b = (unsigned)((uint64_t)s->n * 0x9E3779B97F4A7C15ull >> 56) % POOL_BUCKETS;
+        unsigned b = pool_bucket(s->cap);
         s->next = pool[b];
         pool[b] = s;
         pool_bytes += bytes;
@@ -202,7 +218,7 @@ dlc_tensor *dlc_tensor_wrap(int ndim, const int64_t *shape, float *data,
         return NULL;
     }
     s->data = data;
-    s->n = t->numel;
+    s->n = s->cap = t->numel;
     s->refs = 1;
     s->release = release;
     s->ctx = ctx;

@@ -78,6 +78,29 @@ static void test_pool_reuse(void) {
     for (int i = 0; i < 1000; i++) clean &= b->data[i] == 0.0f;
     CHECK(clean);
     dlc_tensor_release(b);
+
+    /* above 4096 floats a buffer serves any size of its class (an eighth of a power of
+     * two): 5000 and 5100 share the class 5120, 5200 is in the next one */
+    dlc_tensor_cache_clear();
+    int64_t n1[1] = {5000}, n2[1] = {5100}, n3[1] = {5200};
+    a = dlc_tensor_full(1, n1, 2.0f);
+    float *buf = a->data;
+    dlc_tensor_release(a);
+    b = dlc_tensor_zeros(1, n2);
+    CHECK(b->data == buf);
+    clean = 1;
+    for (int i = 0; i < 5100; i++) clean &= b->data[i] == 0.0f;
+    CHECK(clean);
+    /* views are bounded by the tensor's 5100 floats, not by the buffer's 5120 */
+    CHECK_FAILS(dlc_tensor_view(b, 5090, 1, (int64_t[]){20}), DLC_ERR_RANGE, "do not fit");
+    dlc_tensor *v = dlc_tensor_view(b, 5090, 1, (int64_t[]){10});
+    CHECK_OK(v);
+    dlc_tensor_release(v);
+    dlc_tensor_release(b);
+    b = dlc_tensor_zeros(1, n3);
+    CHECK(b->data != buf);
+    dlc_tensor_release(b);
+    dlc_tensor_cache_clear();
 }
 
 static void test_rng(void) {

@@ -94,8 +94,10 @@ DLC_API char *dlc_shape_str(const dlc_tensor *t, char *buf, size_t size);
 DLC_API int64_t dlc_shape_numel(int ndim, const int64_t *shape);
 /* Bytes of tensor storage currently allocated by this process (for GC hints). */
 DLC_API size_t dlc_tensor_bytes_live(void);
-/* Freed storages are cached per thread by exact size (training repeats its shapes, so
- * after the first step nothing reaches malloc).  This hands the calling thread's cache
+/* Freed storages are cached per thread by size class: exact below 4096 floats, above
+ * rounded up to an eighth of a power of two (training repeats its shapes, so after the
+ * first step nothing reaches malloc; sizes that vary a little, like an MoE expert's
+ * token count, still hit the cache).  This hands the calling thread's cache
  * back to malloc now; a thread's cache is also released when the thread exits. */
 DLC_API void dlc_tensor_cache_clear(void);
 
