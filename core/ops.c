@@ -149,6 +149,49 @@ DLC_HOT static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dl
     return 1;
 }
 
+/* b [..., 1] broadcast along a's last dim (per-row scaling: MoE gates, masks), same
+ * leading dims.  Returns 0 when the shapes are not that. */
+DLC_HOT static int binary_backward_col(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
+                                       const dlc_tensor *out, const float *g, float *ga, float *gb) {
+    if (a->ndim < 1 || a->ndim != b->ndim || b->shape[b->ndim - 1] != 1 || out->numel != a->numel) return 0;
+    for (int i = 0; i < a->ndim - 1; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    int64_t rows = b->numel, m = a->shape[a->ndim - 1];
+    if (rows == 0 || m == 0) return 1;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *gr = g + r * m, *ar = a->data + r * m, *orow = out->data + r * m;
+        float *gar = ga ? ga + r * m : NULL, bv = b->data[r], acc = 0.0f;
+        switch (op) {
+        case DLC_OP_ADD:
+        case DLC_OP_SUB:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j];
+            if (gb) {
+                DLC_SIMD_REDUCE(+ : acc)
+                for (int64_t j = 0; j < m; j++) acc += gr[j];
+                gb[r] += op == DLC_OP_ADD ? acc : -acc;
+            }
+            break;
+        case DLC_OP_MUL:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] * bv;
+            if (gb) {
+                DLC_SIMD_REDUCE(+ : acc)
+                for (int64_t j = 0; j < m; j++) acc += gr[j] * ar[j];
+                gb[r] += acc;
+            }
+            break;
+        default:
+            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] / bv;
+            if (gb) {
+                DLC_SIMD_REDUCE(+ : acc)
+                for (int64_t j = 0; j < m; j++) acc += gr[j] * orow[j];
+                gb[r] -= acc / bv;
+            }
+            break;
+        }
+    }
+    return 1;
+}
+
 /* d(a op b): walks the output index space once, accumulating into the (possibly
  * broadcast, hence stride-0) positions of each input's gradient. */
 dlc_status dlcx_binary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
@@ -159,6 +202,7 @@ dlc_status dlcx_binary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     bcast p;
     if (!bcast_plan(dlc_op_name(n->op), a, b, &p)) return DLC_ERR_SHAPE;
     if (binary_backward_fast(n->op, a, b, out, g, ga, gb)) return DLC_OK;
+    if (binary_backward_col(n->op, a, b, out, g, ga, gb)) return DLC_OK;
     int64_t k = 0;
     for (int64_t i0 = 0; i0 < p.shape[0]; i0++)
         for (int64_t i1 = 0; i1 < p.shape[1]; i1++)

@@ -180,7 +180,7 @@ static dlc_tensor *f_chain(dlc_tensor **in, void *c) {
 }
 
 static void test_grad_elementwise(void) {
-    int64_t A[3] = {2, 3, 4}, B[1] = {4}, C[3] = {2, 1, 4}, D[2] = {3, 1};
+    int64_t A[3] = {2, 3, 4}, B[1] = {4}, C[3] = {2, 1, 4}, D[2] = {3, 1}, E[3] = {2, 3, 1};
     dlc_tensor *in[2];
     gc_fn fs[4] = {f_add, f_sub, f_mul, f_div};
     const char *names[4] = {"add", "sub", "mul", "div"};
@@ -200,6 +200,15 @@ static void test_grad_elementwise(void) {
         release_all(2, in);
         in[0] = rnd(7, 3, C);
         in[1] = k == 3 ? positive(8, 2, D) : rnd(8, 2, D);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+        /* per-row scaling, b [..., 1] (its own fast path), and the mirror case */
+        in[0] = rnd(12, 3, A);
+        in[1] = k == 3 ? positive(13, 3, E) : rnd(13, 3, E);
+        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+        release_all(2, in);
+        in[0] = rnd(14, 3, E);
+        in[1] = k == 3 ? positive(15, 3, A) : rnd(15, 3, A);
         gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
         release_all(2, in);
     }
