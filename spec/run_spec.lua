@@ -150,6 +150,8 @@ describe("a tiny training run", function()
     end
     assert.are.equal(40, last.steps)
     assert.are.equal(40 * 4 * 16, last.tokens)
+    assert.are.equal(diloco.gemm_backend(), last.gemm) -- same build, same environment
+    assert.are.equal(1, last.threads)                   -- the specs run with OPENBLAS_NUM_THREADS=1
     assert.is_true(last.final_eval_loss < math.log(256), "the model learned something")
     local evals = 0
     for _, l in ipairs(lines) do

@@ -261,6 +261,7 @@ function M.run(r, opts)
     wall_s = diloco.clock() - t_start, train_s = train_time,
     tokens_per_s = (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9),
     params = n_params, interrupted = interrupted, recipe = r.name, out = out,
+    gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
   }
   metrics:write("summary", summary)
   metrics:close()
