@@ -81,7 +81,7 @@ DLC_API dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b);
  * Every matrix product runs on one sgemm with two backends: "onednn" (oneDNN's kernels,
  * chosen at run time for the CPU's widest vector ISA; the default when libdiloco was
  * built with oneDNN) and "openblas".  DILOCO_GEMM=openblas|onednn in the environment
- * picks one at start-up.  dlc_set_gemm_backend fails (DLC_ERR_ARG) on any other name,
+ * picks one at start-up (the library ignores other values; diloco-lua refuses them).  dlc_set_gemm_backend fails (DLC_ERR_ARG) on any other name,
  * or on "onednn" in a build without it.  Process-wide; not to be switched while another
  * thread is inside a matrix product. */
 DLC_API const char *dlc_gemm_backend(void);
