@@ -181,37 +181,21 @@ static dlc_tensor *f_chain(dlc_tensor **in, void *c) {
 
 static void test_grad_elementwise(void) {
     int64_t A[3] = {2, 3, 4}, B[1] = {4}, C[3] = {2, 1, 4}, D[2] = {3, 1}, E[3] = {2, 3, 1};
+    /* same shape, suffix broadcast, size-1 broadcast, both sides stretching, per-row
+     * scaling b [..., 1] (its own fast path) and its mirror */
+    struct { int na; const int64_t *a; int nb; const int64_t *b; } pairs[] = {
+        {3, A, 3, A}, {3, A, 1, B}, {3, A, 3, C}, {3, C, 2, D}, {3, A, 3, E}, {3, E, 3, A},
+    };
     dlc_tensor *in[2];
     gc_fn fs[4] = {f_add, f_sub, f_mul, f_div};
     const char *names[4] = {"add", "sub", "mul", "div"};
-    for (int k = 0; k < 4; k++) {
-        /* same shape, suffix broadcast, size-1 broadcast, both sides stretching */
-        in[0] = rnd(1, 3, A);
-        in[1] = k == 3 ? positive(2, 3, A) : rnd(2, 3, A);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-        in[0] = rnd(3, 3, A);
-        in[1] = k == 3 ? positive(4, 1, B) : rnd(4, 1, B);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-        in[0] = rnd(5, 3, A);
-        in[1] = k == 3 ? positive(6, 3, C) : rnd(6, 3, C);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-        in[0] = rnd(7, 3, C);
-        in[1] = k == 3 ? positive(8, 2, D) : rnd(8, 2, D);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-        /* per-row scaling, b [..., 1] (its own fast path), and the mirror case */
-        in[0] = rnd(12, 3, A);
-        in[1] = k == 3 ? positive(13, 3, E) : rnd(13, 3, E);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-        in[0] = rnd(14, 3, E);
-        in[1] = k == 3 ? positive(15, 3, A) : rnd(15, 3, A);
-        gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
-        release_all(2, in);
-    }
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < (int)(sizeof pairs / sizeof pairs[0]); i++) {
+            in[0] = rnd(1 + 2 * i, pairs[i].na, pairs[i].a);
+            in[1] = k == 3 ? positive(2 + 2 * i, pairs[i].nb, pairs[i].b) : rnd(2 + 2 * i, pairs[i].nb, pairs[i].b);
+            gradcheck(names[k], fs[k], NULL, 2, in, 1e-3f, 1e-2);
+            release_all(2, in);
+        }
     in[0] = rnd(9, 3, A);
     in[1] = rnd(10, 1, B);
     gradcheck("bias_add", f_bias, NULL, 2, in, 1e-3f, 1e-2);
