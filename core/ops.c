@@ -301,8 +301,16 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
         dlc_error(DLC_ERR_ARG, "unary: op %d is not a dlc_unary_op", (int)op);
         return NULL;
     }
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape), *sig = NULL;
     if (!out) return NULL;
+    /* GELU keeps sigmoid(2u) for its backward, which then needs no exp or division */
+    if (op == DLC_UNARY_GELU && dlcx_should_record(1, &x)) {
+        sig = dlc_tensor_new(x->ndim, x->shape);
+        if (!sig) {
+            dlc_tensor_release(out);
+            return NULL;
+        }
+    }
     const float *a = x->data;
     float *o = out->data;
     int64_t n = x->numel;
@@ -315,9 +323,18 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     case DLC_UNARY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0.0f; break;
     case DLC_UNARY_GELU:
         /* 0.5 v (1 + tanh(u)) = v sigmoid(2u): one exp and one division */
-        for (int64_t i = 0; i < n; i++) {
-            float v = a[i];
-            o[i] = v / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
+        if (sig) {
+            float *sg = sig->data;
+            for (int64_t i = 0; i < n; i++) {
+                float v = a[i];
+                sg[i] = 1.0f / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
+                o[i] = v * sg[i];
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                float v = a[i];
+                o[i] = v / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
+            }
         }
         break;
     case DLC_UNARY_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (1.0f + dlcx_expf(-a[i])); break;
@@ -329,7 +346,12 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     }
     dlc_node *nd;
     out = dlcx_track(out, DLC_OP_UNARY, 1, &x, &nd);
-    if (nd) nd->i[0] = op;
+    if (nd) {
+        nd->i[0] = op;
+        nd->saved[0] = sig;
+    } else {
+        dlc_tensor_release(sig);
+    }
     return out;
 }
 
@@ -349,13 +371,15 @@ DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float
         for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : a[i] < 0 ? -g[i] : 0.0f;
         break;
     case DLC_UNARY_RELU: for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : 0.0f; break;
-    case DLC_UNARY_GELU:
-        /* d/dv v s(2u) = s + v s (1 - s) 2u'(v) */
+    case DLC_UNARY_GELU: {
+        /* d/dv v s(2u) = s + v s (1 - s) 2u'(v), s saved by the forward */
+        const float *sg = n->saved[0]->data;
         for (int64_t i = 0; i < len; i++) {
-            float v = a[i], s = 1.0f / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
+            float v = a[i], s = sg[i];
             gx[i] += g[i] * (s + v * s * (1.0f - s) * 2.0f * GELU_K * (1.0f + 3.0f * GELU_C * v * v));
         }
         break;
+    }
     case DLC_UNARY_SILU:
         for (int64_t i = 0; i < len; i++) {
             float s = 1.0f / (1.0f + dlcx_expf(-a[i]));
