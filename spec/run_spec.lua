@@ -162,6 +162,17 @@ describe("a tiny training run", function()
     assert.is_truthy(t and t["wte.weight"])
   end)
 
+  it("takes its thread count from the recipe and its gemm backend from DILOCO_GEMM", function()
+    local m = tmp .. "/threads.jsonl"
+    local path = write("r.lua", TINY:format(""))
+    local out, status = sh(string.format("DILOCO_GEMM=openblas %s run %s --out %s/thr --set steps=3 "
+      .. "--set threads=2 --metrics %s", exe, path, tmp, m))
+    assert.are.equal(0, status, out)
+    local last = diloco.json_decode(read_lines(m)[#read_lines(m)])
+    assert.are.equal(2, last.threads)
+    assert.are.equal("openblas", last.gemm)
+  end)
+
   it("resumes from the checkpoint and continues the step count", function()
     local m2 = tmp .. "/m2.jsonl"
     local out, status = run("", "--set steps=60 --metrics " .. m2 .. " --resume " .. tmp .. "/out/checkpoint.safetensors")
