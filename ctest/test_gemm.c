@@ -7,11 +7,7 @@
 #include "check.h"
 #include "internal.h"
 
-static unsigned long long lcg = 12345;
-static float frand(void) {
-    lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((lcg >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
-}
+static dlc_rng rng; /* seeded in main */
 
 /* C = alpha op(A) op(B) + beta C with A, B, C padded by `pad` columns. */
 static void check_one(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad) {
@@ -19,9 +15,10 @@ static void check_one(int ta, int tb, int M, int N, int K, float alpha, float be
     int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
     float *A = malloc(sizeof(float) * (size_t)ar * lda), *B = malloc(sizeof(float) * (size_t)br * ldb);
     float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
-    for (int i = 0; i < ar * lda; i++) A[i] = frand();
-    for (int i = 0; i < br * ldb; i++) B[i] = frand();
-    for (int i = 0; i < M * ldc; i++) C0[i] = C[i] = beta == 0.0f ? NAN : frand();
+    dlc_rng_uniform(&rng, A, (int64_t)ar * lda, -1.0f, 1.0f);
+    dlc_rng_uniform(&rng, B, (int64_t)br * ldb, -1.0f, 1.0f);
+    dlc_rng_uniform(&rng, C0, (int64_t)M * ldc, -1.0f, 1.0f);
+    for (int i = 0; i < M * ldc; i++) C[i] = C0[i] = beta == 0.0f ? NAN : C0[i];
     CHECK(dlcx_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == DLC_OK);
     double worst = 0;
     int pad_kept = 1;
@@ -95,6 +92,7 @@ static void run_model(double *loss, double *gsum) {
 }
 
 int main(void) {
+    dlc_rng_init(&rng, 12345);
     const char *backends[] = {"openblas", "onednn"};
     double loss[2] = {0}, gsum[2] = {0};
     int have = 0;

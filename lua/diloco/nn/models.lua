@@ -22,6 +22,14 @@ return function(nn)
     return diloco.tensor(v)
   end
 
+  -- The classifiers' loss(x, y [B] class ids) -> loss, loss (the cross-entropy twice,
+  -- as GPT returns total and cross-entropy), logits
+  local function classifier_loss(self, x, y)
+    local logits = self:forward(x)
+    local l = logits:cross_entropy(as_tensor(y))
+    return l, l, logits
+  end
+
   -- -------------------------------------------------------------------------
   -- GPT
   -- -------------------------------------------------------------------------
@@ -247,12 +255,7 @@ return function(nn)
     return self.head:forward(self.ln_f:forward(h):mean(2))
   end
 
-  -- loss(x, y [B] class ids) -> loss, loss (the cross-entropy twice, as GPT), logits
-  function ViT:loss(x, y)
-    local logits = self:forward(x)
-    local l = logits:cross_entropy(as_tensor(y))
-    return l, l, logits
-  end
+  ViT.loss = classifier_loss
 
   function ViT:extra_repr()
     return ("image=%d, patch=%d, channels=%d, dim=%d, layers=%d, heads=%d, classes=%d"):format(
@@ -297,12 +300,7 @@ return function(nn)
     return self.head:forward(h)
   end
 
-  -- loss(x, y [B] class ids) -> loss, loss, logits
-  function MLPClassifier:loss(x, y)
-    local logits = self:forward(x)
-    local l = logits:cross_entropy(as_tensor(y))
-    return l, l, logits
-  end
+  MLPClassifier.loss = classifier_loss
 
   function MLPClassifier:extra_repr()
     return ("input=%d, hidden={%s}, classes=%d, act=%s"):format(self.input, table.concat(self.hidden, ", "),
