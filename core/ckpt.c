@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,10 @@ static const struct {
     int size;
 } dtypes[] = {{"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}};
 static_assert(sizeof dtypes / sizeof dtypes[0] == DT_COUNT, "dtype table out of sync");
+
+/* Temporary names tried per save before giving up (each taken one is a stale file of a
+ * dead process with our pid, or a concurrent save of the same path in this process). */
+#define TMP_ATTEMPTS 1000
 
 static int dtype_find(const char *s) {
     for (int i = 0; i < DT_COUNT; i++)
@@ -360,15 +365,24 @@ dlc_status dlc_safetensors_save(const char *path, int n, const char *const *name
     err = build_header(&hdr, path, n, names, tensors, n_meta, meta_keys, meta_values);
     if (err != DLC_OK) goto fail;
 
-    size_t tlen = strlen(path) + 32;
+    size_t tlen = strlen(path) + 48; /* ".tmp." PID "." N NUL */
     tmp = malloc(tlen);
     if (!tmp) {
         err = dlc_error(DLC_ERR_NOMEM, "safetensors_save: out of memory");
         goto fail;
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-    /* O_EXCL: never write through a file (or symlink) someone else put there. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* PATH.tmp.PID.N, created O_EXCL (never through a file or symlink someone else put
+     * there).  A dead run of the same pid may have left PATH.tmp.PID.N behind: then the
+     * next N is tried, so a save never fails on a stale file.  The pid lets a cleaner
+     * tell a live writer's file from a dead one's. */
+    static atomic_uint tmp_serial;
+    int fd = -1;
+    for (int attempt = 0; attempt < TMP_ATTEMPTS && fd < 0; attempt++) {
+        snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&tmp_serial, 1u));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
         err = dlc_error(DLC_ERR_IO, "safetensors_save: %s: cannot create the temporary file %s: %s",
                         path, tmp, strerror(errno));

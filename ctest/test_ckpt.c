@@ -456,6 +456,30 @@ static void test_caller_names_not_utf8(void) {
     dlc_tensor_release(t);
 }
 
+/* A dead run with our pid left PATH.tmp.PID.0 .. .2 behind (kill -9 mid-save): the save
+ * still succeeds, takes another name, and leaves the stale files for the run's cleaner. */
+static void test_stale_temp_same_pid(void) {
+    char p[600], stale[700];
+    snprintf(p, sizeof p, "%s/stale.safetensors", dir);
+    for (int k = 0; k < 3; k++) {
+        snprintf(stale, sizeof stale, "%s.tmp.%ld.%d", p, (long)getpid(), k);
+        write_bytes(stale, (const unsigned char *)"junk", 4);
+    }
+    snprintf(stale, sizeof stale, "%s.tmp.%ld", p, (long)getpid()); /* the old naming */
+    write_bytes(stale, (const unsigned char *)"junk", 4);
+    int before = count_temp_files();
+    float v[2] = {1.0f, 2.0f};
+    int64_t shape[1] = {2};
+    dlc_tensor *t = dlc_tensor_from_data(1, shape, v);
+    const char *nm[1] = {"w"};
+    CHECK(dlc_safetensors_save(p, 1, nm, &t, 0, NULL, NULL) == DLC_OK);
+    CHECK(count_temp_files() == before);
+    dlc_safetensors *st = dlc_safetensors_open(p);
+    CHECK_OK(st);
+    dlc_safetensors_close(st);
+    dlc_tensor_release(t);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dlc_ckpt_XXXXXX");
     if (!mkdtemp(dir)) {
@@ -468,6 +492,7 @@ int main(void) {
     test_conversions();
     test_hostile();
     test_caller_names_not_utf8();
+    test_stale_temp_same_pid();
     /* clean up the scratch directory */
     DIR *d = opendir(dir);
     struct dirent *e;
