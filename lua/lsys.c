@@ -10,6 +10,8 @@
  *   diloco.sigint_pending()     true once Ctrl-C was pressed after catch_sigint()
  *   diloco.set_num_threads(n)   compute threads (oneDNN and OpenBLAS); diloco.num_threads() reads it
  *   diloco.gemm_backend([name]) "onednn" or "openblas"; with a name, selects it
+ *   diloco.physical_memory()    bytes of RAM of this machine (sysconf), the bound for
+ *                               the memory estimate that validation checks
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
  *                               true, or nil + message naming the part that failed
  */
@@ -78,6 +80,13 @@ static int l_gemm_backend(lua_State *L) {
     return 1;
 }
 
+static int l_physical_memory(lua_State *L) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || size <= 0) lua_pushnil(L); /* unknown: callers skip the check */
+    else lua_pushinteger(L, (lua_Integer)pages * size);
+    return 1;
+}
+
 static int l_mkdir_p(lua_State *L) {
     size_t len;
     const char *path = luaL_checklstring(L, 1, &len);
@@ -108,6 +117,7 @@ static int l_mkdir_p(lua_State *L) {
 
 static const luaL_Reg sys_funcs[] = {
     {"mkdir_p", l_mkdir_p},
+    {"physical_memory", l_physical_memory},
     {"clock", l_clock},
     {"isatty", l_isatty},
     {"catch_sigint", l_catch_sigint},
