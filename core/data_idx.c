@@ -35,8 +35,8 @@ struct dlc_images {
     float mean, std;
 };
 
-dlc_images_opts dlc_images_default_opts(void) {
-    dlc_images_opts o;
+dlc_images_params dlc_images_default_params(void) {
+    dlc_images_params o;
     memset(&o, 0, sizeof o);
     o.classes = 10;
     o.mean = 0.2860f;
@@ -178,7 +178,7 @@ static void idx_close(idx_file *x) {
     x->f = NULL;
 }
 
-static dlc_status read_idx(dlc_images *d, const dlc_images_opts *o) {
+static dlc_status read_idx(dlc_images *d, const dlc_images_params *o) {
     idx_file im = {0}, lb = {0};
     char desc[96];
     dlc_status s;
@@ -225,7 +225,7 @@ done:
  * synthetic images
  * --------------------------------------------------------------------------- */
 
-static dlc_status synthesize(dlc_images *d, const dlc_images_opts *o) {
+static dlc_status synthesize(dlc_images *d, const dlc_images_params *o) {
     const int R = o->rows, C = o->cols, K = o->classes, P = R * C;
     const int64_t n = o->synthetic;
     float *proto = malloc((size_t)K * (size_t)P * sizeof *proto);
@@ -286,7 +286,7 @@ static dlc_status synthesize(dlc_images *d, const dlc_images_opts *o) {
  * the image set
  * --------------------------------------------------------------------------- */
 
-static dlc_status check_opts(const dlc_images_opts *o) {
+static dlc_status check_params(const dlc_images_params *o) {
     if (o->synthetic < 0)
         return dlc_error(DLC_ERR_ARG, "images: synthetic = %lld, expected >= 0",
                          (long long)o->synthetic);
@@ -321,8 +321,8 @@ static dlc_status check_opts(const dlc_images_opts *o) {
     return DLC_OK;
 }
 
-dlc_images *dlc_images_open(const dlc_images_opts *o) {
-    if (check_opts(o)) return NULL;
+dlc_images *dlc_images_open(const dlc_images_params *o) {
+    if (check_params(o)) return NULL;
     dlc_images *d = calloc(1, sizeof *d);
     if (!d) {
         dlc_error(DLC_ERR_NOMEM, "images: out of memory");
@@ -343,11 +343,11 @@ dlc_images *dlc_images_open(const dlc_images_opts *o) {
     return d;
 fail:
     d->refs = 1;
-    dlc_images_free(d);
+    dlc_images_release(d);
     return NULL;
 }
 
-void dlc_images_free(dlc_images *d) {
+void dlc_images_release(dlc_images *d) {
     if (!d || --d->refs > 0) return;
     free(d->pixels);
     free(d->labels);
@@ -388,8 +388,8 @@ struct dlc_image_loader {
     float lut[256];     /* pixel byte -> normalised value */
 };
 
-dlc_image_loader_opts dlc_image_loader_default_opts(void) {
-    dlc_image_loader_opts o;
+dlc_image_loader_params dlc_image_loader_default_params(void) {
+    dlc_image_loader_params o;
     memset(&o, 0, sizeof o);
     o.split = DLC_SPLIT_ALL;
     o.batch = 64;
@@ -398,7 +398,7 @@ dlc_image_loader_opts dlc_image_loader_default_opts(void) {
     return o;
 }
 
-dlc_image_loader *dlc_image_loader_new(dlc_images *d, const dlc_image_loader_opts *o) {
+dlc_image_loader *dlc_image_loader_new(dlc_images *d, const dlc_image_loader_params *o) {
     if ((unsigned)o->split >= DLC_SPLIT_COUNT) {
         dlc_error(DLC_ERR_ARG, "image loader: split = %d, expected train, eval or all", (int)o->split);
         return NULL;
@@ -454,7 +454,7 @@ dlc_image_loader *dlc_image_loader_new(dlc_images *d, const dlc_image_loader_opt
 
 void dlc_image_loader_free(dlc_image_loader *l) {
     if (!l) return;
-    dlc_images_free(l->d);
+    dlc_images_release(l->d);
     free(l->idx);
     free(l->order);
     free(l);

@@ -82,8 +82,8 @@ struct dlc_text {
     int64_t files;
 };
 
-dlc_text_opts dlc_text_default_opts(void) {
-    dlc_text_opts o;
+dlc_text_params dlc_text_default_params(void) {
+    dlc_text_params o;
     memset(&o, 0, sizeof o);
     o.chunk = DEFAULT_CHUNK;
     o.eval_fraction = DEFAULT_EVAL_FRACTION;
@@ -296,7 +296,7 @@ static dlc_status synthesize(builder *b, int64_t want, uint64_t seed) {
     return DLC_OK;
 }
 
-static dlc_status check_opts(const dlc_text_opts *o) {
+static dlc_status check_params(const dlc_text_params *o) {
     if (o->synthetic_bytes < 0)
         return dlc_error(DLC_ERR_ARG, "text: synthetic_bytes = %lld, expected >= 0",
                          (long long)o->synthetic_bytes);
@@ -322,8 +322,8 @@ static dlc_status check_opts(const dlc_text_opts *o) {
     return DLC_OK;
 }
 
-dlc_text *dlc_text_open(const dlc_text_opts *o) {
-    if (check_opts(o)) return NULL;
+dlc_text *dlc_text_open(const dlc_text_params *o) {
+    if (check_params(o)) return NULL;
     builder b = {.max = o->max_bytes, .drop = o->drop_line,
                  .drop_len = o->drop_line ? strlen(o->drop_line) : 0,
                  .path = o->path ? o->path : "synthetic"};
@@ -389,7 +389,7 @@ static dlc_text *text_retain(dlc_text *t) {
     return t;
 }
 
-void dlc_text_free(dlc_text *t) {
+void dlc_text_release(dlc_text *t) {
     if (!t || --t->refs > 0) return;
     free(t->bytes);
     free(t->is_eval);
@@ -427,8 +427,8 @@ struct dlc_text_loader {
     int64_t windows;   /* sequential: windows per pass */
 };
 
-dlc_text_loader_opts dlc_text_loader_default_opts(void) {
-    dlc_text_loader_opts o;
+dlc_text_loader_params dlc_text_loader_default_params(void) {
+    dlc_text_loader_params o;
     memset(&o, 0, sizeof o);
     o.split = DLC_SPLIT_TRAIN;
     o.batch = 16;
@@ -437,7 +437,7 @@ dlc_text_loader_opts dlc_text_loader_default_opts(void) {
     return o;
 }
 
-dlc_text_loader *dlc_text_loader_new(dlc_text *t, const dlc_text_loader_opts *o) {
+dlc_text_loader *dlc_text_loader_new(dlc_text *t, const dlc_text_loader_params *o) {
     if ((unsigned)o->split >= DLC_SPLIT_COUNT) {
         dlc_error(DLC_ERR_ARG, "text loader: split = %d, expected train, eval or all", (int)o->split);
         return NULL;
@@ -498,7 +498,7 @@ dlc_text_loader *dlc_text_loader_new(dlc_text *t, const dlc_text_loader_opts *o)
 
 void dlc_text_loader_free(dlc_text_loader *l) {
     if (!l) return;
-    dlc_text_free(l->t);
+    dlc_text_release(l->t);
     free(l->buf);
     free(l);
 }

@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     write_file(images_path, data + 2, rest - nl, flags & 1);
     write_file(labels_path, data + 2 + rest - nl, nl, flags & 2);
 
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.images = images_path;
     o.labels = labels_path;
     o.max_elements = flags & 128 ? MAX_ELEMENTS_LARGE : MAX_ELEMENTS;
@@ -99,11 +99,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dlc_images_count(d, DLC_SPLIT_TRAIN) + dlc_images_count(d, DLC_SPLIT_EVAL) != count)
         abort();
     if (count * dlc_images_rows(d) * dlc_images_cols(d) > MAX_ELEMENTS) {
-        dlc_images_free(d); /* batches of megapixel images would only be slow */
+        dlc_images_release(d); /* batches of megapixel images would only be slow */
         return 0;
     }
 
-    dlc_image_loader_opts lo = dlc_image_loader_default_opts();
+    dlc_image_loader_params lo = dlc_image_loader_default_params();
     lo.split = !(flags & 16) ? DLC_SPLIT_ALL : flags & 32 ? DLC_SPLIT_EVAL : DLC_SPLIT_TRAIN;
     lo.batch = flags & 64 ? 3 : 1;
     lo.shuffle = (flags & 4) != 0;
@@ -125,6 +125,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         draw(l, d, lo.batch, lo.shuffle);
         dlc_image_loader_free(l);
     }
-    dlc_images_free(d);
+    dlc_images_release(d);
     return 0;
 }

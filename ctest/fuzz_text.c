@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0) abort();
 
-    dlc_text_opts o = dlc_text_default_opts();
+    dlc_text_params o = dlc_text_default_params();
     o.path = cfg & 64 ? dir : path;
     o.chunk = chunks[cfg & 7];
     o.eval_fraction = 0.3;
@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dlc_text_chunks(t, DLC_SPLIT_ALL) != (n + o.chunk - 1) / o.chunk)
         abort();
 
-    dlc_text_loader_opts lo = dlc_text_loader_default_opts();
+    dlc_text_loader_params lo = dlc_text_loader_default_params();
     lo.batch = 3;
     lo.ctx = ctxs[(cfg >> 3) & 3];
     lo.shards = 2;
@@ -110,6 +110,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             draw(l, lo.batch, lo.ctx);
             dlc_text_loader_free(l);
         }
-    dlc_text_free(t);
+    dlc_text_release(t);
     return 0;
 }

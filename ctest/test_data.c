@@ -44,7 +44,7 @@ static void write_file(const char *path, const void *data, size_t n) {
     } while (0)
 
 static dlc_text *open_text_file(const char *path, const char *drop) {
-    dlc_text_opts o = dlc_text_default_opts();
+    dlc_text_params o = dlc_text_default_params();
     o.path = path;
     o.drop_line = drop;
     return dlc_text_open(&o);
@@ -71,37 +71,37 @@ static void test_clean(void) {
     CHECK_OK(t);
     if (t) CHECK(text_equals(t, "abc\nd\te\n%\nx%\n%\n  %\n%\nend\n"));
     CHECK(t && dlc_text_files(t) == 1);
-    dlc_text_free(t);
+    dlc_text_release(t);
 
     /* "%" lines dropped, including "%\r\n" (\r is stripped first); "x%" and "  %" stay */
     t = open_text_file(p, "%");
     CHECK_OK(t);
     if (t) CHECK(text_equals(t, "abc\nd\te\nx%\n  %\nend\n"));
-    dlc_text_free(t);
+    dlc_text_release(t);
 
     /* a file of nothing but dropped lines and control bytes is "no text" */
     write_file(tpath("only.txt"), "%\n\x01\x02\n%\n", 7);
-    dlc_text_opts o = dlc_text_default_opts();
+    dlc_text_params o = dlc_text_default_params();
     o.path = tpath("only.txt");
     o.drop_line = "%";
     t = dlc_text_open(&o);
     CHECK(t && text_equals(t, "\n")); /* the blank line survives */
-    dlc_text_free(t);
+    dlc_text_release(t);
     write_file(tpath("empty.txt"), "", 0);
     CHECK_ERR(open_text_file(tpath("empty.txt"), NULL), DLC_ERR_FORMAT, "no text");
 
     CHECK_ERR(open_text_file("/nonexistent/dir/x.txt", NULL), DLC_ERR_IO,
               "/nonexistent/dir/x.txt: No such file or directory");
-    o = dlc_text_default_opts();
+    o = dlc_text_default_params();
     o.path = p;
     o.drop_line = "a\nb";
     CHECK_ERR(dlc_text_open(&o), DLC_ERR_ARG, "drop_line must be one line");
-    o = dlc_text_default_opts();
+    o = dlc_text_default_params();
     o.path = p;
     o.max_bytes = 5;
     CHECK_ERR(dlc_text_open(&o), DLC_ERR_RANGE, "max_bytes = 5");
     CHECK_ERR(open_text_file("/dev/zero", NULL), DLC_ERR_ARG, "/dev/zero: not a regular file");
-    o = dlc_text_default_opts();
+    o = dlc_text_default_params();
     CHECK_ERR(dlc_text_open(&o), DLC_ERR_ARG, "no path given");
     o.path = p;
     o.synthetic_bytes = 100;
@@ -139,7 +139,7 @@ static void test_directory(void) {
         CHECK(n >= 6 && !memcmp(p, "A\nB\nZ\n", 6));
         CHECK(n == 5010 && p[6] == 'q' && p[6 + 4997] == 'q' && p[6 + 4998] == '\n' && !memcmp(p + 5005, "last\n", 5));
     }
-    dlc_text_free(t);
+    dlc_text_release(t);
 
     /* a directory with nothing readable is an error naming it */
     char emp[256];
@@ -155,7 +155,7 @@ static void test_directory(void) {
 
 static dlc_text *synthetic_text(int64_t bytes, uint64_t seed, int64_t chunk, double frac,
                                 uint64_t split_seed) {
-    dlc_text_opts o = dlc_text_default_opts();
+    dlc_text_params o = dlc_text_default_params();
     o.synthetic_bytes = bytes;
     o.seed = seed;
     o.chunk = chunk;
@@ -188,9 +188,9 @@ static void test_split(void) {
     CHECK(dlc_text_chunks(a, DLC_SPLIT_TRAIN) + ev == 200);
     CHECK(dlc_text_size(a, DLC_SPLIT_TRAIN) + dlc_text_size(a, DLC_SPLIT_EVAL) == 200000);
     CHECK(dlc_text_size(a, DLC_SPLIT_EVAL) == ev * 1000);
-    dlc_text_free(a);
-    dlc_text_free(b);
-    dlc_text_free(c);
+    dlc_text_release(a);
+    dlc_text_release(b);
+    dlc_text_release(c);
 
     /* at least one chunk on each side when there are two or more */
     uint8_t m[2];
@@ -210,7 +210,7 @@ static void test_split(void) {
         CHECK(e == (dlc_text_chunk_is_eval(a, 0) + dlc_text_chunk_is_eval(a, 1)) * 1000 +
                        dlc_text_chunk_is_eval(a, 2) * 500);
     }
-    dlc_text_free(a);
+    dlc_text_release(a);
 }
 
 /* The bytes shard s of S of `split` should hold, built independently of the loader. */
@@ -231,7 +231,7 @@ static uint8_t *expected_shard(const dlc_text *t, dlc_split split, int s, int S,
 
 static dlc_text_loader *text_loader(dlc_text *t, dlc_split split, int64_t B, int64_t T, int shard,
                                     int shards, uint64_t seed, int seq) {
-    dlc_text_loader_opts o = dlc_text_loader_default_opts();
+    dlc_text_loader_params o = dlc_text_loader_default_params();
     o.split = split;
     o.batch = B;
     o.ctx = T;
@@ -284,7 +284,7 @@ static void test_shards(void) {
         free(want);
     }
     CHECK(total == dlc_text_size(t, DLC_SPLIT_TRAIN)); /* disjoint and complete */
-    dlc_text_free(t);
+    dlc_text_release(t);
 }
 
 static void test_random_windows(void) {
@@ -295,7 +295,7 @@ static void test_random_windows(void) {
     int64_t len;
     uint8_t *want = expected_shard(t, DLC_SPLIT_TRAIN, 1, 2, &len);
     dlc_text_loader *l = text_loader(t, DLC_SPLIT_TRAIN, B, T, 1, 2, 42, 0);
-    dlc_text_free(t); /* the loader keeps the corpus alive */
+    dlc_text_release(t); /* the loader keeps the corpus alive */
     CHECK_OK(l);
     if (!l) {
         free(want);
@@ -382,7 +382,7 @@ static void test_random_windows(void) {
     dlc_text_loader_free(fresh);
     dlc_text_loader_free(shard0);
     dlc_text_loader_free(seed43);
-    dlc_text_free(t);
+    dlc_text_release(t);
 }
 
 static void test_text_loader_errors(void) {
@@ -412,7 +412,7 @@ static void test_text_loader_errors(void) {
         dlc_tensor_release(y);
     }
     dlc_text_loader_free(l);
-    dlc_text_free(t);
+    dlc_text_release(t);
 }
 
 /* The synthetic text has structure a model can learn: the next byte given the
@@ -440,8 +440,8 @@ static void test_synthetic_text(void) {
     CHECK(h < 3.0);
     CHECK(ctl == 0);
     if (getenv("DLC_VERBOSE")) printf("synthetic text: H(next | prev) = %.2f bits\n", h);
-    dlc_text_free(t);
-    dlc_text_free(u);
+    dlc_text_release(t);
+    dlc_text_release(u);
 }
 
 static void test_text_speed(void) {
@@ -463,7 +463,7 @@ static void test_text_speed(void) {
     CHECK(us < 200); /* ~1 us in a release build; generous for sanitizers */
     if (getenv("DLC_VERBOSE")) printf("text next() B=16 T=64: %.2f us\n", us);
     dlc_text_loader_free(l);
-    dlc_text_free(t);
+    dlc_text_release(t);
 }
 
 static void test_fortunes(void) {
@@ -480,7 +480,7 @@ static void test_fortunes(void) {
     }
     CHECK(bad == 0 && pct == 0 && n > 100000);
     CHECK(dlc_text_size(t, DLC_SPLIT_EVAL) > 0);
-    dlc_text_free(t);
+    dlc_text_release(t);
 }
 
 /* ---------------------------------------------------------------------------
@@ -540,7 +540,7 @@ static void write_set(const char *im, const char *lb, int gz) {
 }
 
 static dlc_images *open_idx(const char *im, const char *lb, int classes) {
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.images = im;
     o.labels = lb;
     o.classes = classes;
@@ -551,7 +551,7 @@ static dlc_images *open_idx(const char *im, const char *lb, int classes) {
 
 static dlc_image_loader *image_loader(dlc_images *d, dlc_split split, int64_t B, int shard,
                                       int shards, uint64_t seed, int shuffle) {
-    dlc_image_loader_opts o = dlc_image_loader_default_opts();
+    dlc_image_loader_params o = dlc_image_loader_default_params();
     o.split = split;
     o.batch = B;
     o.shard = shard;
@@ -602,11 +602,11 @@ static void test_idx_round_trip(void) {
         if (l) dlc_image_loader_cursor(l, &e, &p);
         CHECK(l && e == 1 && p == 5);
         dlc_image_loader_free(l);
-        dlc_images_free(d);
+        dlc_images_release(d);
     }
 
     /* normalisation with the Fashion-MNIST defaults */
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.images = tpath("im.gz");
     o.labels = tpath("lb.gz");
     dlc_images *d = dlc_images_open(&o);
@@ -620,7 +620,7 @@ static void test_idx_round_trip(void) {
         dlc_tensor_release(y);
     }
     dlc_image_loader_free(l);
-    dlc_images_free(d);
+    dlc_images_release(d);
 }
 
 static void test_idx_hostile(void) {
@@ -684,7 +684,7 @@ static void test_idx_hostile(void) {
         /* and the next valid request still works */
         dlc_images *d = open_idx(goodi, goodl, 10);
         CHECK_OK(d);
-        dlc_images_free(d);
+        dlc_images_release(d);
     }
     /* a corrupt gzip stream (valid header, garbage deflate data) */
     uint8_t gzbad[64] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
@@ -692,7 +692,7 @@ static void test_idx_hostile(void) {
     write_file(bad, gzbad, sizeof gzbad);
     dlc_images *d = open_idx(bad, goodl, 10);
     CHECK(!d && strstr(dlc_last_error(), tpath("bad")));
-    dlc_images_free(d);
+    dlc_images_release(d);
     /* a gzip file cut in the middle */
     write_set(tpath("cut-im.gz"), tpath("cut-lb.gz"), 1);
     FILE *f = fopen(tpath("cut-im.gz"), "rb");
@@ -702,10 +702,10 @@ static void test_idx_hostile(void) {
     write_file(tpath("cut-im.gz"), buf, n / 2);
     d = open_idx(tpath("cut-im.gz"), goodl, 10);
     CHECK(!d && dlc_last_status() == DLC_ERR_FORMAT && strstr(dlc_last_error(), "cut-im.gz"));
-    dlc_images_free(d);
+    dlc_images_release(d);
     CHECK_ERR(open_idx(tpath("missing.gz"), goodl, 10), DLC_ERR_IO, "missing.gz: cannot open the images file");
 
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     CHECK_ERR(dlc_images_open(&o), DLC_ERR_ARG, "need both an images and a labels path");
     o.synthetic = 10;
     o.classes = 1;
@@ -815,12 +815,12 @@ static void test_image_loaders(void) {
     a = image_loader(d, DLC_SPLIT_ALL, 100, 0, 1, 0, 0);
     CHECK_OK(a);
     dlc_image_loader_free(a);
-    dlc_images_free(d);
+    dlc_images_release(d);
 }
 
 static dlc_images *synthetic_images(int64_t n, int classes, int rows, int cols, uint64_t seed,
                                     double frac) {
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.synthetic = n;
     o.classes = classes;
     o.rows = rows;
@@ -899,9 +899,9 @@ static void test_synthetic_images(void) {
     }
     dlc_image_loader_free(tr);
     dlc_image_loader_free(ev);
-    dlc_images_free(a);
-    dlc_images_free(b);
-    dlc_images_free(c);
+    dlc_images_release(a);
+    dlc_images_release(b);
+    dlc_images_release(c);
     CHECK_ERR(synthetic_images(1000000, 10, 1000, 1000, 0, 0), DLC_ERR_RANGE, "max_elements");
     CHECK_ERR(synthetic_images(10, 10, 0, 5, 0, 0), DLC_ERR_ARG, "rows = 0");
 }
@@ -911,7 +911,7 @@ static void test_fashion_mnist(void) {
     const char *lb = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
     struct stat st;
     if (stat(im, &st) != 0 || stat(lb, &st) != 0) return;
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.images = im;
     o.labels = lb;
     dlc_images *d = dlc_images_open(&o);
@@ -923,7 +923,7 @@ static void test_fashion_mnist(void) {
     double sum = 0;
     for (int64_t i = 0; i < n * 784; i++) sum += px[i];
     CHECK_NEAR(sum / (double)(n * 784) / 255.0, 0.2860, 1e-3); /* the default mean */
-    dlc_images_free(d);
+    dlc_images_release(d);
 }
 
 int main(void) {

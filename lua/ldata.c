@@ -352,7 +352,7 @@ static int l_textdata(lua_State *L) {
     const char *fn = "TextData";
     luaL_checktype(L, 1, LUA_TTABLE);
     check_known(L, 1, fn, "option", known);
-    dlc_text_opts o = dlc_text_default_opts();
+    dlc_text_params o = dlc_text_default_params();
     o.path = opt_str(L, 1, fn, "path");
     o.synthetic_bytes = opt_int(L, 1, fn, "synthetic", 0, 0, (lua_Integer)1 << 40);
     o.seed = opt_seed(L, 1, fn, "seed");
@@ -391,7 +391,7 @@ static int td_loader(lua_State *L) {
     }
     luaL_checktype(L, 2, LUA_TTABLE);
     check_known(L, 2, fn, "option", known);
-    dlc_text_loader_opts o = dlc_text_loader_default_opts();
+    dlc_text_loader_params o = dlc_text_loader_default_params();
     o.split = opt_split(L, 2, fn, DLC_SPLIT_TRAIN);
     o.batch = opt_int(L, 2, fn, "batch", o.batch, 1, 1 << 20);
     o.ctx = opt_int(L, 2, fn, "ctx", o.ctx, 1, 1 << 24);
@@ -415,7 +415,7 @@ static int td_close(lua_State *L) {
     textbox *b = luaL_checkudata(L, 1, DLCL_TEXTDATA);
     dlc_text *t = b->t;
     b->t = NULL;
-    dlc_text_free(t);
+    dlc_text_release(t);
     return 0;
 }
 
@@ -489,7 +489,7 @@ static int l_imagedata(lua_State *L) {
     const char *fn = "ImageData";
     luaL_checktype(L, 1, LUA_TTABLE);
     check_known(L, 1, fn, "option", known);
-    dlc_images_opts o = dlc_images_default_opts();
+    dlc_images_params o = dlc_images_default_params();
     o.images = opt_str(L, 1, fn, "images");
     o.labels = opt_str(L, 1, fn, "labels");
     o.synthetic = opt_int(L, 1, fn, "synthetic", 0, 0, (lua_Integer)1 << 32);
@@ -535,7 +535,7 @@ static int id_loader(lua_State *L) {
     }
     luaL_checktype(L, 2, LUA_TTABLE);
     check_known(L, 2, fn, "option", known);
-    dlc_image_loader_opts o = dlc_image_loader_default_opts();
+    dlc_image_loader_params o = dlc_image_loader_default_params();
     o.split = opt_split(L, 2, fn, DLC_SPLIT_ALL);
     o.batch = opt_int(L, 2, fn, "batch", o.batch, 1, 1 << 20);
     opt_shard(L, 2, fn, &o.shard, &o.shards);
@@ -556,7 +556,7 @@ static int id_close(lua_State *L) {
     imagebox *b = luaL_checkudata(L, 1, DLCL_IMAGEDATA);
     dlc_images *d = b->d;
     b->d = NULL;
-    dlc_images_free(d);
+    dlc_images_release(d);
     return 0;
 }
 

@@ -4,15 +4,15 @@
  * (one per learner) and loaders whose position ("cursor") can be saved and restored
  * so a resumed learner sees exactly the batches it would have seen.
  *
- *     dlc_text_opts o = dlc_text_default_opts();
+ *     dlc_text_params o = dlc_text_default_params();
  *     o.path = "/usr/share/games/fortunes";
  *     o.drop_line = "%";                       // fortune separators
  *     dlc_text *txt = dlc_text_open(&o);       // NULL + dlc_last_error() on failure
  *
- *     dlc_text_loader_opts lo = dlc_text_loader_default_opts();
+ *     dlc_text_loader_params lo = dlc_text_loader_default_params();
  *     lo.batch = 16; lo.ctx = 64; lo.shard = m; lo.shards = M; lo.seed = 1;
  *     dlc_text_loader *ld = dlc_text_loader_new(txt, &lo);
- *     dlc_text_free(txt);                      // fine: the loader holds a reference
+ *     dlc_text_release(txt);                   // fine: the loader holds a reference
  *     dlc_tensor *x, *y;
  *     dlc_text_loader_next(ld, &x, &y);        // x, y [16,64] byte ids; y = x shifted by 1
  *     int64_t c = dlc_text_loader_cursor(ld);  // save c with the checkpoint ...
@@ -20,9 +20,9 @@
  *     dlc_tensor_release(x); dlc_tensor_release(y);
  *     dlc_text_loader_free(ld);
  *
- * Ownership.  Datasets are refcounted: *_open returns one reference, *_free drops
- * one, and every loader holds one for as long as it lives, so a dataset may be
- * freed before its loaders.  Loaders are plain owned objects (*_new / *_free; free
+ * Ownership.  Datasets are refcounted: *_open returns one reference, *_release
+ * drops one, and every loader holds one for as long as it lives, so a dataset may
+ * be released before its loaders.  Loaders are plain owned objects (*_new / *_free; free
  * accepts NULL).  Tensors returned by the loaders are new references the caller
  * releases.  Option structs and the strings in them are borrowed for the duration
  * of the call only.  Nothing here is thread-safe: use one loader per thread.
@@ -85,7 +85,7 @@ DLC_API dlc_status dlc_split_mark(uint8_t *is_eval, int64_t n, double eval_fract
 typedef struct dlc_text dlc_text;               /* opaque, refcounted */
 typedef struct dlc_text_loader dlc_text_loader; /* opaque, owned */
 
-typedef struct dlc_text_opts {
+typedef struct dlc_text_params {
     /* A file, or a directory read recursively: regular files (symlinks are
      * skipped: fortune's *.u8 are links to the same files) in sorted name order,
      * skipping hidden names (".*"), names ending in ".dat" (strfile indexes) and
@@ -106,17 +106,17 @@ typedef struct dlc_text_opts {
      * reading files.  Deterministic; already clean (drop_line does not apply). */
     int64_t synthetic_bytes;
     uint64_t seed;          /* for synthetic text (default 0) */
-} dlc_text_opts;
+} dlc_text_params;
 
-DLC_API dlc_text_opts dlc_text_default_opts(void);
+DLC_API dlc_text_params dlc_text_default_params(void);
 
 /* Reads (or generates), cleans and splits a corpus.  Cleaning removes bytes < 0x20
  * except '\n' and '\t', and 0x7f (so "\r\n" becomes "\n"), then drops drop_line
- * lines.  Returns one reference (dlc_text_free), or NULL: a missing path (the path
+ * lines.  Returns one reference (dlc_text_release), or NULL: a missing path (the path
  * and strerror), an empty corpus, a corpus over max_bytes, bad options. */
-DLC_API dlc_text *dlc_text_open(const dlc_text_opts *opts);
+DLC_API dlc_text *dlc_text_open(const dlc_text_params *opts);
 /* Drops one reference; the data goes when the last loader is freed too.  NULL ok. */
-DLC_API void dlc_text_free(dlc_text *t);
+DLC_API void dlc_text_release(dlc_text *t);
 
 /* Bytes in a split (DLC_SPLIT_ALL: the whole cleaned corpus). */
 DLC_API int64_t dlc_text_size(const dlc_text *t, dlc_split split);
@@ -131,7 +131,7 @@ DLC_API const uint8_t *dlc_text_bytes(const dlc_text *t, int64_t *n);
 /* Number of files read (0 for synthetic text). */
 DLC_API int64_t dlc_text_files(const dlc_text *t);
 
-typedef struct dlc_text_loader_opts {
+typedef struct dlc_text_loader_params {
     dlc_split split;  /* (default TRAIN) */
     int64_t batch;    /* B >= 1 (default 16) */
     int64_t ctx;      /* T >= 1 (default 64) */
@@ -142,15 +142,15 @@ typedef struct dlc_text_loader_opts {
      * 1: non-overlapping windows in order (window k starts at k*T), wrapping
      *    around; for evaluation.  (default 0) */
     int sequential;
-} dlc_text_loader_opts;
+} dlc_text_loader_params;
 
-DLC_API dlc_text_loader_opts dlc_text_loader_default_opts(void);
+DLC_API dlc_text_loader_params dlc_text_loader_default_params(void);
 
 /* A loader over the chunks of `split` that belong to shard `shard`, concatenated
  * in chunk order (a private copy: next() does no I/O).  t is borrowed; the loader
  * takes its own reference.  Fails when the shard has fewer than ctx + 1 bytes
  * ("text: shard 3 of 4 has 50 bytes, fewer than ctx + 1 = 65; ..."). */
-DLC_API dlc_text_loader *dlc_text_loader_new(dlc_text *t, const dlc_text_loader_opts *opts);
+DLC_API dlc_text_loader *dlc_text_loader_new(dlc_text *t, const dlc_text_loader_params *opts);
 DLC_API void dlc_text_loader_free(dlc_text_loader *l);
 
 /* Next batch: *x and *y get new tensors [B, T] with x = window[0..T) and
@@ -178,7 +178,7 @@ DLC_API int64_t dlc_text_loader_batches_per_epoch(const dlc_text_loader *l);
 typedef struct dlc_images dlc_images;               /* opaque, refcounted */
 typedef struct dlc_image_loader dlc_image_loader;   /* opaque, owned */
 
-typedef struct dlc_images_opts {
+typedef struct dlc_images_params {
     /* IDX files, gzip-compressed or plain: images magic 0x00000803 (u8, 3 dims:
      * count x rows x cols), labels magic 0x00000801 (u8, 1 dim: count).  Both NULL
      * when synthetic > 0. */
@@ -197,9 +197,9 @@ typedef struct dlc_images_opts {
     int64_t synthetic;
     int rows, cols;         /* synthetic only, [1, 1024] (default 28 x 28) */
     uint64_t seed;          /* synthetic only (default 0) */
-} dlc_images_opts;
+} dlc_images_params;
 
-DLC_API dlc_images_opts dlc_images_default_opts(void);
+DLC_API dlc_images_params dlc_images_default_params(void);
 
 /* Reads and validates (or generates) an image set.  Every check happens before
  * the corresponding allocation, and buffers grow with the data actually read, so a
@@ -207,8 +207,8 @@ DLC_API dlc_images_opts dlc_images_default_opts(void);
  * what was expected: wrong magic, dims of 0 or over the limits, count mismatch
  * between the files, truncated data, trailing bytes, a label >= classes, gzip
  * corruption, a missing file. */
-DLC_API dlc_images *dlc_images_open(const dlc_images_opts *opts);
-DLC_API void dlc_images_free(dlc_images *d); /* drops one reference; NULL ok */
+DLC_API dlc_images *dlc_images_open(const dlc_images_params *opts);
+DLC_API void dlc_images_release(dlc_images *d); /* drops one reference; NULL ok */
 
 DLC_API int64_t dlc_images_count(const dlc_images *d, dlc_split split);
 DLC_API int dlc_images_rows(const dlc_images *d);
@@ -221,7 +221,7 @@ DLC_API const uint8_t *dlc_images_labels(const dlc_images *d, int64_t *count);
 /* 1 if example i is in the eval split. */
 DLC_API int dlc_images_is_eval(const dlc_images *d, int64_t i);
 
-typedef struct dlc_image_loader_opts {
+typedef struct dlc_image_loader_params {
     dlc_split split;  /* (default ALL) */
     int64_t batch;    /* >= 1 (default 64) */
     int shard;        /* 0-based, < shards (default 0) */
@@ -233,13 +233,13 @@ typedef struct dlc_image_loader_opts {
      * 0: the shard in order; the last batch of an epoch may be short, so every
      *    example is seen exactly once per epoch.  (default 1) */
     int shuffle;
-} dlc_image_loader_opts;
+} dlc_image_loader_params;
 
-DLC_API dlc_image_loader_opts dlc_image_loader_default_opts(void);
+DLC_API dlc_image_loader_params dlc_image_loader_default_params(void);
 
 /* A loader over shard `shard` of `split`.  d is borrowed; the loader takes its own
  * reference.  Fails on an empty shard or (shuffle) a shard smaller than a batch. */
-DLC_API dlc_image_loader *dlc_image_loader_new(dlc_images *d, const dlc_image_loader_opts *opts);
+DLC_API dlc_image_loader *dlc_image_loader_new(dlc_images *d, const dlc_image_loader_params *opts);
 DLC_API void dlc_image_loader_free(dlc_image_loader *l);
 
 /* Next batch: *x [b, rows * cols] normalised pixels and *y [b] labels (0-based),
