@@ -10,17 +10,17 @@ end
 
 local RUN_USAGE = [==[
 usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--metrics FILE.jsonl] [--out DIR]
-                                 [--resume CHECKPOINT] [--quiet]
+                                 [--resume CHECKPOINT] [--quiet] [--debug]
   --set KEY=VALUE   override a recipe field, nested with dots (--set inner.lr=1e-3)
   --metrics FILE    write JSON-lines metrics (step, eval, summary events)
   --out DIR         output directory (default: the recipe's out, else runs/NAME)
   --resume CKPT     continue from OUT/checkpoint.safetensors of an earlier run
   --quiet           no progress output
-  --fields          list every recipe field with its default and meaning]==]
+  --fields          list every recipe field with its default and meaning
+  --debug           on an internal error, print the Lua traceback]==]
 
-local SAMPLE_USAGE = [==[
-usage: diloco-lua sample MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T]
-                                          [--top-k K] [--seed S]]==]
+local RUN_OPTIONS = { set = "list", metrics = "value", out = "value", resume = "value",
+  quiet = "flag", help = "flag", fields = "flag", debug = "flag" }
 
 -- Parses "--flag value" / "--flag=value" options.  spec: name -> "value" | "flag" |
 -- "list".  Returns opts, positional list; raises a usage message on error.
@@ -34,6 +34,7 @@ local function parse(args, spec, usage)
       local kind = spec[name]
       if not kind then error({ usage = string.format("unknown option '--%s'", name) }, 0) end
       if kind == "flag" then
+        if inline then error({ usage = string.format("option '--%s' takes no value (got '%s')", name, a) }, 0) end
         opts[name] = true
       else
         local v = inline
@@ -60,8 +61,7 @@ local function parse(args, spec, usage)
 end
 
 local function run(args)
-  local opts, pos = parse(args, { set = "list", metrics = "value", out = "value", resume = "value",
-    quiet = "flag", help = "flag", fields = "flag" })
+  local opts, pos = parse(args, RUN_OPTIONS)
   if opts.help then
     print(RUN_USAGE)
     return 0
@@ -95,72 +95,53 @@ local function run(args)
   return interrupted and 130 or 0
 end
 
-local function sample(args)
-  local opts, pos = parse(args, { prompt = "value", tokens = "value", temperature = "value", ["top-k"] = "value",
-    seed = "value", help = "flag" })
-  if opts.help then
-    print(SAMPLE_USAGE)
-    return 0
-  end
-  if #pos ~= 1 then error({ usage = "expected one MODEL.safetensors" }, 0) end
-  local function num(name, default, lo, hi, integer)
-    local v = opts[name]
-    if v == nil then return default end
-    local n = tonumber(v)
-    if not n or n < lo or n > hi or (integer and n ~= math.floor(n)) then
-      error({ usage = string.format("--%s %s: expected %s in [%s, %s]", name, v, integer and "an integer" or "a number",
-        lo, hi) }, 0)
+local sample = require "diloco.sample"
+
+local commands = {
+  run = { run, RUN_USAGE, RUN_OPTIONS },
+  sample = { function(args) return sample.main(args, parse) end, sample.USAGE, sample.OPTIONS },
+}
+
+-- "--debug" anywhere among the options (not as the value of a value option): removed
+-- from args, and returned as true.
+local function take_debug(args, spec)
+  local rest, debug, i = {}, false, 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--debug" then
+      debug = true
+    else
+      rest[#rest + 1] = a
+      local name = a:match("^%-%-([%w%-]+)$")
+      if name and spec[name] and spec[name] ~= "flag" and args[i + 1] ~= nil then
+        i = i + 1
+        rest[#rest + 1] = args[i]
+      end
     end
-    return integer and math.tointeger(n) or n
+    i = i + 1
   end
-  local ntok = num("tokens", 200, 1, 1e6, true)
-  local temperature = num("temperature", 0.8, 0, 100, false)
-  local top_k = num("top-k", nil, 1, 256, true)
-  local seed = num("seed", 0, 0, 2 ^ 53, true)
-  local t, meta = diloco.load_safetensors(pos[1])
-  if not t then
-    err("%s", meta)
-    return 1
-  end
-  local spec_json = meta["diloco.model"]
-  if not spec_json then
-    err("%s: no diloco.model metadata, so the architecture is unknown (the recipe gave its model as a function, " ..
-      "or the file was not written by diloco-lua run); sample needs model = { arch = \"gpt\", ... }", pos[1])
-    return 1
-  end
-  local spec, jerr = diloco.json_decode(spec_json)
-  if type(spec) ~= "table" then
-    err("%s: metadata diloco.model is not a JSON object: %s", pos[1], tostring(jerr))
-    return 1
-  end
-  if spec.arch ~= "gpt" then
-    err("%s: the model is a %s, sample needs a byte-level GPT", pos[1], tostring(spec.arch))
-    return 1
-  end
-  local model = diloco.train.build_model(spec, 0)
-  for _, p in ipairs(model:parameters()) do
-    local src = t[p[1]]
-    if not src or src.numel ~= p[2].numel then
-      err("%s: tensor '%s' is missing or has the wrong size", pos[1], p[1])
-      return 1
-    end
-    p[2]:copy(src)
-  end
-  model:eval()
-  local prompt = opts.prompt or "\n"
-  local ids = { prompt:byte(1, -1) }
-  local out = model:generate(ids, ntok, { temperature = temperature, top_k = top_k, rng = diloco.Generator(seed) })
-  local chars = {}
-  for i, id in ipairs(out) do chars[i] = string.char(id) end
-  io.write(prompt, table.concat(chars), "\n")
-  return 0
+  return rest, debug
 end
 
-local commands = { run = { run, RUN_USAGE }, sample = { sample, SAMPLE_USAGE } }
+-- An error message without the "file.lua:12: " positions of our own code.
+local function strip_positions(msg)
+  return (tostring(msg):gsub("[%w_%./%-]*%.lua:%d+: ", ""))
+end
 
+-- Errors: {usage = msg} -> exit 2 with the usage; {diloco_error = msg[, code = n]} ->
+-- exit code (default 1); anything else is an internal error: its message without
+-- positions and exit 1, or with --debug the message and the Lua traceback.
 function M.main(name, args)
   local cmd = commands[name]
-  local ok, res = pcall(cmd[1], args)
+  local rest, trace = take_debug(args, cmd[3])
+  local ok, res = xpcall(cmd[1], function(e)
+    if not trace then return e end
+    if type(e) == "table" then
+      e.traceback = debug.traceback("", 2)
+      return e
+    end
+    return debug.traceback(tostring(e), 2)
+  end, rest)
   if ok then return res end
   if type(res) == "table" and res.usage then
     err("%s: %s", name, res.usage)
@@ -169,9 +150,15 @@ function M.main(name, args)
   end
   if type(res) == "table" and res.diloco_error then
     err("%s", res.diloco_error)
-    return 1
+    if res.traceback then io.stderr:write(res.traceback, "\n") end
+    return math.tointeger(res.code) or 1
   end
-  error(res, 0)
+  if trace then
+    err("%s: internal error: %s", name, tostring(res))
+  else
+    err("%s: internal error: %s (run again with --debug for a traceback)", name, strip_positions(res))
+  end
+  return 1
 end
 
 return M

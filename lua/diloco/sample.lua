@@ -1,0 +1,82 @@
+-- diloco.sample: the `diloco-lua sample` subcommand, text from a saved byte-level GPT.
+--
+--   diloco-lua sample runs/charlm/model.safetensors --prompt "The " --tokens 100
+--
+-- main(args, parse) returns the exit status; errors are raised as {usage = msg}
+-- (exit 2, bad options) or {diloco_error = msg[, code]} (exit 1, a bad file), which
+-- diloco.cli reports.
+local diloco = require "diloco"
+local M = {}
+
+M.USAGE = [==[
+usage: diloco-lua sample MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T]
+                                          [--top-k K] [--seed S] [--debug]]==]
+
+M.OPTIONS = { prompt = "value", tokens = "value", temperature = "value", ["top-k"] = "value",
+  seed = "value", help = "flag", debug = "flag" }
+
+local function usage(fmt, ...)
+  error({ usage = string.format(fmt, ...) }, 0)
+end
+
+local function bad_file(fmt, ...)
+  error({ diloco_error = string.format(fmt, ...) }, 0)
+end
+
+-- parse: diloco.cli's option parser (args, spec) -> opts, positional.
+function M.main(args, parse)
+  local opts, pos = parse(args, M.OPTIONS)
+  if opts.help then
+    print(M.USAGE)
+    return 0
+  end
+  if #pos ~= 1 then usage("expected one MODEL.safetensors") end
+  local function num(name, default, lo, hi, integer)
+    local v = opts[name]
+    if v == nil then return default end
+    local n = tonumber(v)
+    if not n or n ~= n or n < lo or n > hi or (integer and n ~= math.floor(n)) then
+      usage("--%s %s: expected %s in [%s, %s]", name, v, integer and "an integer" or "a number", lo, hi)
+    end
+    return integer and math.tointeger(n) or n
+  end
+  local ntok = num("tokens", 200, 1, 1e6, true)
+  local temperature = num("temperature", 0.8, 0, 100, false)
+  local top_k = num("top-k", nil, 1, 256, true)
+  local seed = num("seed", 0, 0, 2 ^ 53, true)
+  local prompt = opts.prompt or "\n"
+  if prompt == "" then usage("--prompt \"\": expected a non-empty text (the model continues it)") end
+  local path = pos[1]
+  local t, meta = diloco.load_safetensors(path)
+  if not t then bad_file("%s", meta) end
+  local spec_json = meta["diloco.model"]
+  if not spec_json then
+    bad_file("%s: no diloco.model metadata, so the architecture is unknown (the recipe gave its model as a "
+      .. "function, or the file was not written by diloco-lua run); sample needs model = { arch = \"gpt\", ... }",
+      path)
+  end
+  local spec, jerr = diloco.json_decode(spec_json)
+  if type(spec) ~= "table" then
+    bad_file("%s: metadata diloco.model is not a JSON object: %s", path, tostring(jerr))
+  end
+  if spec.arch ~= "gpt" then
+    bad_file("%s: the model is a %s, sample needs a byte-level GPT", path, tostring(spec.arch))
+  end
+  local model = diloco.train.build_model(spec, 0)
+  for _, p in ipairs(model:parameters()) do
+    local src = t[p[1]]
+    if not src or src.numel ~= p[2].numel then
+      bad_file("%s: tensor '%s' is missing or has the wrong size", path, p[1])
+    end
+    p[2]:copy(src)
+  end
+  model:eval()
+  local ids = { prompt:byte(1, -1) }
+  local out = model:generate(ids, ntok, { temperature = temperature, top_k = top_k, rng = diloco.Generator(seed) })
+  local chars = {}
+  for i, id in ipairs(out) do chars[i] = string.char(id) end
+  io.write(prompt, table.concat(chars), "\n")
+  return 0
+end
+
+return M
