@@ -57,8 +57,17 @@ dlcL_state *dlcL_getstate(lua_State *L);
  * (the methods table) to the module table at `mod`, with the state userdata at `st`
  * as their upvalue, and registers the Tensor metatable. */
 void dlcL_open_tensor(lua_State *L, int mod, int st);
-/* lsys.c: clock, isatty, the Ctrl-C flag, compute threads, gemm backend. */
+/* lsys.c: clocks, isatty, signal flags, compute threads, gemm backend, run-directory
+ * locks and listings. */
 void dlcL_open_sys(lua_State *L, int mod, int st);
+/* lsys.c: gives the calling thread an alternate signal stack if it has none (so a
+ * handler never writes below the stack pointer of a JIT kernel it interrupted);
+ * 0, or -1 if none could be made. */
+int dlcL_signal_stack(void);
+/* lsys.c: blocks SIGINT, SIGTERM, SIGHUP and SIGPIPE in the OpenMP worker threads of
+ * the calling thread's pool, so those signals reach the thread with the handlers and
+ * the alternate stack. */
+void dlcL_block_signals_in_workers(void);
 /* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */
 void dlcL_open_data(lua_State *L, int mod, int st);
 /* lckpt.c: safetensors save/load and JSON encode/decode. */

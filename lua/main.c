@@ -8,6 +8,7 @@
  * prompt discards the line instead of killing the process, and the reserved
  * subcommands of the CLI contract (docs: architecture.md, "CLI contract").
  */
+#define _XOPEN_SOURCE 700 /* sigaltstack, SA_ONSTACK */
 #include <errno.h>
 #include <locale.h>
 #include <signal.h>
@@ -155,7 +156,7 @@ static int docall(lua_State *L, int narg, int nres) {
     if (catch_int) {
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_call_sigint;
-        sa.sa_flags = SA_RESETHAND;
+        sa.sa_flags = SA_RESETHAND | SA_ONSTACK; /* ONSTACK: see dlcL_signal_stack */
         sigemptyset(&sa.sa_mask);
         running_L = L;
         sigaction(SIGINT, &sa, NULL);
@@ -278,6 +279,7 @@ static int read_line(lua_State *L, int firstline, int tty) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_prompt_sigint;
+    sa.sa_flags = SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     prompt_interrupted = 0;
     sigaction(SIGINT, &sa, &old);
@@ -484,6 +486,8 @@ int main(int argc, char **argv) {
             }
         }
     }
+    /* Before any thread exists: every handler of this process runs on this stack. */
+    dlcL_signal_stack();
     const char *gemm = getenv("DILOCO_GEMM");
     if (gemm && *gemm && dlc_set_gemm_backend(gemm) != DLC_OK) {
         fprintf(stderr, PROGNAME ": DILOCO_GEMM: %s\n", dlc_last_error());
