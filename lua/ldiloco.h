@@ -68,6 +68,9 @@ int dlcL_signal_stack(void);
  * the calling thread's pool, so those signals reach the thread with the handlers and
  * the alternate stack. */
 void dlcL_block_signals_in_workers(void);
+/* lsys.c: diloco.catch_signals() from C (the CLI calls it first thing for `run`, so a
+ * signal during startup is not lost). */
+void dlcL_catch_signals(void);
 /* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */
 void dlcL_open_data(lua_State *L, int mod, int st);
 /* lckpt.c: safetensors save/load and JSON encode/decode. */
@@ -99,6 +102,59 @@ int dlcL_checkshape(lua_State *L, int first, int last, int64_t *shape, int allow
  * every C resource you hold first. */
 int dlcL_error(lua_State *L);
 
+/* ---- userdata types that hold a C resource (every type of the binding) ----
+ *
+ * liolib's pattern, in one place.  A box is a userdata whose FIRST field is the
+ * pointer to its resource (a dlc_tensor *, dlc_text *, ...; NULL = closed).  It is
+ * pushed closed (dlcL_newbox, zero-filled) BEFORE the resource is acquired, so a
+ * failure in between leaves an empty box for the collector and leaks nothing.
+ *
+ *     static void text_release(void *box) { dlc_text_release(((textbox *)box)->t); }
+ *     static const dlcL_type text_type = {"diloco.TextData", text_release, text_methods,
+ *                                         text_meta, td_index};
+ *     dlcL_newtype(L, st, &text_type); lua_pop(L, 2);        // at registration
+ *     textbox *b = dlcL_newbox(L, text_type.name, sizeof *b, 0);
+ *     if (!(b->t = dlc_text_open(&o))) return dlcL_error(L);
+ *
+ * dlcL_newtype gives the type ONE close function, used as __gc, __close and the
+ * :close() method: on an open box it calls release(box) once, then sets the first
+ * field to NULL; on a closed box it does nothing.  So release never sees a closed
+ * box and never runs twice.  Using a closed box is each type's own check (with its
+ * own message, e.g. "tensor has been freed"). */
+typedef struct dlcL_type {
+    const char *name;            /* metatable name in the registry: "diloco.TextData" */
+    void (*release)(void *box);  /* frees what an OPEN box holds; must not raise */
+    const luaL_Reg *methods;     /* methods (upvalue 1: the state); "close" is added */
+    const luaL_Reg *meta;        /* other metamethods, e.g. __tostring (upvalue 1: the
+                                  * state); NULL for none */
+    lua_CFunction index;         /* __index closure with upvalues (state, methods), which
+                                  * looks up methods itself; NULL: __index = methods */
+} dlcL_type;
+
+/* Registers ty (borrowed; must outlive the Lua state: make it static) with the state
+ * at `st` and pushes its metatable and methods table (2 values), which the caller
+ * may extend before popping them. */
+void dlcL_newtype(lua_State *L, int st, const dlcL_type *ty);
+/* Pushes a closed box of `size` bytes (>= one pointer), zero-filled, with `nuv` user
+ * values and metatable `tname` (registered by dlcL_newtype), and returns it. */
+void *dlcL_newbox(lua_State *L, const char *tname, size_t size, int nuv);
+/* Closes `box` (of type ty) now, as :close() would; idempotent; never raises. */
+void dlcL_closebox(void *box, const dlcL_type *ty);
+/* Sets every function of l in the table at `tab` with the state at `st` as upvalue 1. */
+void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l);
+
+/* A C resource held across calls that may raise (an open checkpoint, a JSON tree,
+ * a malloc'd text): an internal box type ("diloco.CResource") of the same kind, so
+ * a Lua error never leaks it.  dlcL_newres pushes an empty one; set p and release
+ * (which frees p) together once acquired; dlcL_freeres frees it now (idempotent), or
+ * the collector does. */
+typedef struct dlcL_res {
+    void *p;                 /* owned; NULL when released or not yet acquired */
+    void (*release)(void *); /* frees p */
+} dlcL_res;
+dlcL_res *dlcL_newres(lua_State *L);
+void dlcL_freeres(dlcL_res *r);
+
 /* ---- shared by ltensor.c and lops.c (the Tensor binding) ---- */
 
 /* Finish an op (C function with the state as upvalue 1): dlcL_settensor of expr. */
@@ -114,8 +170,6 @@ void dlcL_gc_account(lua_State *L, dlcL_state *st, const dlc_tensor *t);
 /* The 1-based (negative = from the end) axis argument `arg` as a 0-based axis; raises
  * an argument error unless it is in range for an ndim-dimensional tensor. */
 int dlcL_checkaxis(lua_State *L, int arg, int ndim);
-/* Sets every function of l in the table at `tab` with the state at `st` as upvalue 1. */
-void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l);
 /* lops.c: adds the op methods to `methods`, the ops to the module `mod` (with concat
  * and the unary ops), the arithmetic metamethods to `mt`; state at `st`. */
 void dlcL_register_ops(lua_State *L, int methods, int mt, int mod, int st);

@@ -10,7 +10,10 @@
  *                               128 + the signal's number); a second one of them kills the
  *                               process as the default action would.  SIGPIPE only raises
  *                               a flag too: a write to a closed pipe fails with EPIPE and
- *                               the writer reports it.  Idempotent; also resets the flags.
+ *                               the writer reports it.  Idempotent; keeps the flags (a
+ *                               signal caught earlier, e.g. by the CLI at startup, stays
+ *                               pending).
+ *   diloco.clear_signals()      forgets the caught signals (a run that handled one calls it)
  *   diloco.signal_pending()     nil, or the name ("SIGINT", "SIGTERM", "SIGHUP") and
  *                               number of the first signal caught since catch_signals()
  *   diloco.pipe_broken()        true once a SIGPIPE was caught since catch_signals()
@@ -30,11 +33,28 @@
  *   diloco.gemm_backend([name]) "onednn" or "openblas"; with a name, selects it
  *   diloco.physical_memory()    bytes of RAM of this machine (sysconf), the bound for
  *                               the memory estimate that validation checks
+ *   diloco.lock_dir(lockfile, info)
+ *                               an exclusive flock on lockfile (created if missing) held
+ *                               by the returned Lock until :close() (or GC, or exit; the
+ *                               kernel drops it when the process dies, even by kill -9);
+ *                               info (the holder's pid and command) is written into the
+ *                               file.  If another process holds it: nil, "PATH is locked
+ *                               by INFO-of-the-holder", "DLC_ERR_STATE"
+ *   diloco.listdir(path)        the names in a directory (no . and ..), unsorted, or nil,
+ *                               message, "DLC_ERR_IO"
+ *   diloco.file_id(path)        "DEV:INODE" of the file path names (following links), or
+ *                               nil if it does not exist: two paths of one file compare equal
+ *   diloco.pid()                this process's id
+ *   diloco.pid_alive(pid)       false only if no process pid exists (kill(pid, 0) == ESRCH)
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
  *                               true, or nil + message naming the part that failed
  */
 #define _XOPEN_SOURCE 700 /* sigaltstack, SA_ONSTACK */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -102,17 +122,13 @@ void dlcL_block_signals_in_workers(void) {
 #endif
 }
 
-static int l_catch_signals(lua_State *L) {
-    (void)L;
+void dlcL_catch_signals(void) {
     dlcL_signal_stack(); /* without one the handlers still work, as before */
-    dlcL_block_signals_in_workers();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < N_STOP_SIGNALS; i++) sigaddset(&sa.sa_mask, stop_signals[i]);
     sa.sa_flags = SA_ONSTACK | SA_RESTART;
-    pending_signal = 0;
-    pipe_broken = 0;
     sa.sa_handler = on_stop_signal;
     for (int i = 0; i < N_STOP_SIGNALS; i++) {
         struct sigaction old;
@@ -126,6 +142,21 @@ static int l_catch_signals(lua_State *L) {
     }
     sa.sa_handler = on_sigpipe;
     sigaction(SIGPIPE, &sa, NULL);
+}
+
+static int l_catch_signals(lua_State *L) {
+    (void)L;
+    dlcL_catch_signals();
+    /* Here, not in dlcL_catch_signals: this starts the OpenMP pool, which the CLI must
+     * not do at startup (a process that will fork should not have one yet). */
+    dlcL_block_signals_in_workers();
+    return 0;
+}
+
+static int l_clear_signals(lua_State *L) {
+    (void)L;
+    pending_signal = 0;
+    pipe_broken = 0;
     return 0;
 }
 
@@ -208,6 +239,127 @@ static int l_physical_memory(lua_State *L) {
     return 1;
 }
 
+/* ---- run-directory locks ---- */
+
+typedef struct lockbox {
+    char *path; /* first field: non-NULL while the lock is held (dlcL_type's rule) */
+    int fd;
+} lockbox;
+
+static void lock_release(void *box) {
+    lockbox *b = box;
+    close(b->fd); /* drops the flock; the file stays (unlinking it would race a new locker) */
+    free(b->path);
+}
+
+static int lock_tostring(lua_State *L) {
+    lockbox *b = luaL_checkudata(L, 1, "diloco.Lock");
+    lua_pushfstring(L, "diloco.Lock(%s%s)", b->path ? b->path : "", b->path ? "" : "closed");
+    return 1;
+}
+
+static const luaL_Reg lock_meta[] = {{"__tostring", lock_tostring}, {NULL, NULL}};
+static const luaL_Reg lock_methods[] = {{NULL, NULL}};
+static const dlcL_type lock_type = {"diloco.Lock", lock_release, lock_methods, lock_meta, NULL};
+
+/* What the holder wrote, for the message; at most 200 bytes, one line. */
+static void read_holder(int fd, char *buf, size_t cap) {
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    if (n < 0) n = 0;
+    buf[n] = '\0';
+    for (char *c = buf; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    if (n == 0) snprintf(buf, cap, "another process (it wrote nothing into the lock file)");
+}
+
+static int l_lock_dir(lua_State *L) {
+    size_t len, ilen;
+    const char *path = luaL_checklstring(L, 1, &len);
+    const char *info = luaL_optlstring(L, 2, "", &ilen);
+    luaL_argcheck(L, len > 0 && strlen(path) == len, 1, "expected a non-empty path without NUL bytes");
+    lockbox *b = dlcL_newbox(L, lock_type.name, sizeof *b, 0);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot create the lock file %s: %s", path, strerror(errno));
+        lua_pushliteral(L, "DLC_ERR_IO");
+        return 3;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[201];
+        if (e == EWOULDBLOCK) read_holder(fd, holder, sizeof holder);
+        close(fd);
+        lua_pushnil(L);
+        if (e == EWOULDBLOCK) {
+            lua_pushfstring(L, "%s is locked by %s", path, holder);
+            lua_pushliteral(L, "DLC_ERR_STATE");
+        } else {
+            lua_pushfstring(L, "cannot lock %s: %s", path, strerror(e));
+            lua_pushliteral(L, "DLC_ERR_IO");
+        }
+        return 3;
+    }
+    char *copy = malloc(len + 1);
+    if (copy == NULL || ftruncate(fd, 0) != 0 ||
+        (ilen > 0 && pwrite(fd, info, ilen, 0) != (ssize_t)ilen)) {
+        int e = copy ? errno : ENOMEM;
+        free(copy);
+        close(fd);
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot write the lock file %s: %s", path, strerror(e));
+        lua_pushliteral(L, "DLC_ERR_IO");
+        return 3;
+    }
+    memcpy(copy, path, len + 1);
+    b->fd = fd;
+    b->path = copy;
+    return 1;
+}
+
+static int l_listdir(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot list %s: %s", path, strerror(errno));
+        lua_pushliteral(L, "DLC_ERR_IO");
+        return 3;
+    }
+    lua_newtable(L);
+    lua_Integer n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        lua_pushstring(L, e->d_name); /* may raise on memory: then d leaks, as lua_ does */
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    return 1;
+}
+
+static int l_file_id(lua_State *L) {
+    struct stat st;
+    if (stat(luaL_checkstring(L, 1), &st) != 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushfstring(L, "%d:%I", (int)st.st_dev, (lua_Integer)st.st_ino);
+    return 1;
+}
+
+static int l_pid(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)getpid());
+    return 1;
+}
+
+static int l_pid_alive(lua_State *L) {
+    lua_Integer pid = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, pid > 0 && pid <= 0x7fffffff, 1, "expected a process id");
+    lua_pushboolean(L, !(kill((pid_t)pid, 0) != 0 && errno == ESRCH));
+    return 1;
+}
+
 static int l_mkdir_p(lua_State *L) {
     size_t len;
     const char *path = luaL_checklstring(L, 1, &len);
@@ -238,11 +390,17 @@ static int l_mkdir_p(lua_State *L) {
 
 static const luaL_Reg sys_funcs[] = {
     {"mkdir_p", l_mkdir_p},
+    {"lock_dir", l_lock_dir},
+    {"listdir", l_listdir},
+    {"file_id", l_file_id},
+    {"pid", l_pid},
+    {"pid_alive", l_pid_alive},
     {"physical_memory", l_physical_memory},
     {"clock", l_clock},
     {"isatty", l_isatty},
     {"wall_time", l_wall_time},
     {"catch_signals", l_catch_signals},
+    {"clear_signals", l_clear_signals},
     {"signal_pending", l_signal_pending},
     {"pipe_broken", l_pipe_broken},
     {"catch_sigint", l_catch_signals},
@@ -254,7 +412,8 @@ static const luaL_Reg sys_funcs[] = {
 };
 
 void dlcL_open_sys(lua_State *L, int mod, int st) {
-    (void)st;
+    dlcL_newtype(L, st, &lock_type);
+    lua_pop(L, 2);
     lua_pushvalue(L, mod);
     luaL_setfuncs(L, sys_funcs, 0);
     lua_pop(L, 1);

@@ -500,6 +500,9 @@ int main(int argc, char **argv) {
         a.argv = fallback;
     }
     if (command) {
+        /* A run (and later every learner) turns SIGINT/TERM/HUP into "finish the step,
+         * save, exit 128 + signal" from its first instruction on. */
+        if (strcmp(argv[1], "run") == 0) dlcL_catch_signals();
         a.command = 1;
         a.script = a.argc;
     } else {
