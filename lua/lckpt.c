@@ -33,8 +33,8 @@
  * serialises it with json_dumps.
  *
  * Lifetime: C resources held across calls that may raise (the open checkpoint, the
- * encoder's tree and its text, the decoded document) live in a "closed-first" box
- * userdata whose __gc releases them, so a Lua error never leaks them.
+ * encoder's tree and its text, the decoded document) live in a dlcL_res box
+ * (ldiloco.h) whose __gc releases them, so a Lua error never leaks them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,44 +44,11 @@
 #include "ldiloco.h"
 
 #define STATE(L) DLCL_UPSTATE(L)
-#define DLCL_CBOX "diloco.CResource"
 #define DLCL_JSONNULL "diloco.json_null"
 #define DLCL_JSON_MAX_DEPTH 100
 #define DLCL_JSON_MAX_INDENT 16
 
 static const char json_null_key = 0; /* registry key of the json_null sentinel */
-
-/* ---------------------------------------------------------------------------
- * resource boxes
- * --------------------------------------------------------------------------- */
-
-typedef struct cbox {
-    void *p;                 /* owned; NULL when released or not yet acquired */
-    void (*release)(void *); /* frees p */
-} cbox;
-
-static int cbox_gc(lua_State *L) {
-    cbox *b = luaL_checkudata(L, 1, DLCL_CBOX);
-    void *p = b->p;
-    b->p = NULL;
-    if (p) b->release(p);
-    return 0;
-}
-
-/* Pushes an empty box. */
-static cbox *newcbox(lua_State *L) {
-    cbox *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->p = NULL;
-    b->release = NULL;
-    luaL_setmetatable(L, DLCL_CBOX);
-    return b;
-}
-
-static void cbox_release(cbox *b) {
-    void *p = b->p;
-    b->p = NULL;
-    if (p) b->release(p);
-}
 
 static void json_release(void *p) { json_decref(p); }
 
@@ -254,7 +221,7 @@ static int l_load_safetensors(lua_State *L) {
     const char *path = checkpath(L, 1);
     dlcL_state *state = STATE(L);
     lua_settop(L, 1);
-    cbox *b = newcbox(L); /* 2 */
+    dlcL_res *b = dlcL_newres(L); /* 2 */
     dlc_safetensors *st = dlc_safetensors_open(path);
     if (!st) {
         if (dlc_last_status() == DLC_ERR_NOMEM) return dlcL_error(L);
@@ -281,7 +248,7 @@ static int l_load_safetensors(lua_State *L) {
         lua_pushstring(L, dlc_safetensors_meta(st, k));
         lua_setfield(L, 4, k);
     }
-    cbox_release(b);
+    dlcL_freeres(b);
     return 3;
 }
 
@@ -296,7 +263,7 @@ typedef struct jpath {
 } jpath;
 
 typedef struct jenc {
-    cbox *root;   /* owns the tree: every node is attached before anything below it may raise */
+    dlcL_res *root;   /* owns the tree: every node is attached before anything below it may raise */
     int depth;
     int null_idx; /* stack index of the json_null sentinel */
     jpath path[DLCL_JSON_MAX_DEPTH + 1];
@@ -493,7 +460,7 @@ static int l_json_encode(lua_State *L) {
     lua_settop(L, 1);
     lua_rawgetp(L, LUA_REGISTRYINDEX, &json_null_key); /* 2 */
     jenc e;
-    e.root = newcbox(L); /* 3: decrefs the tree if the walk raises */
+    e.root = dlcL_newres(L); /* 3: decrefs the tree if the walk raises */
     e.root->release = json_release;
     e.depth = 0;
     e.null_idx = 2;
@@ -502,12 +469,12 @@ static int l_json_encode(lua_State *L) {
     size_t flags = JSON_ENCODE_ANY | JSON_REAL_PRECISION(17) | (indent ? JSON_INDENT(indent) : JSON_COMPACT) |
                    (sort_keys ? JSON_SORT_KEYS : 0);
     char *out = json_dumps(e.root->p, flags);
-    cbox_release(e.root);
+    dlcL_freeres(e.root);
     if (!out) return encode_oom(L);
     e.root->p = out; /* now the box frees the text if pushing it raises */
     e.root->release = free;
     lua_pushstring(L, out);
-    cbox_release(e.root);
+    dlcL_freeres(e.root);
     return 1;
 }
 
@@ -577,7 +544,7 @@ static int l_json_decode(lua_State *L) {
     size_t len;
     const char *s = luaL_checklstring(L, 1, &len);
     lua_settop(L, 1);
-    cbox *b = newcbox(L);
+    dlcL_res *b = dlcL_newres(L);
     json_error_t err;
     json_t *j = json_loadb(s, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
     if (!j) {
@@ -588,13 +555,13 @@ static int l_json_decode(lua_State *L) {
     b->p = j;
     b->release = json_release;
     if (json_depth(j) > DLCL_JSON_MAX_DEPTH) {
-        cbox_release(b);
+        dlcL_freeres(b);
         lua_pushnil(L);
         lua_pushfstring(L, "json_decode: nested deeper than %d levels", DLCL_JSON_MAX_DEPTH);
         return 2;
     }
     push_json(L, j, 0);
-    cbox_release(b);
+    dlcL_freeres(b);
     return 1;
 }
 
@@ -614,13 +581,6 @@ static const luaL_Reg ckpt_funcs[] = {
 void dlcL_open_ckpt(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
-
-    luaL_newmetatable(L, DLCL_CBOX);
-    lua_pushcfunction(L, cbox_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, cbox_gc);
-    lua_setfield(L, -2, "__close");
-    lua_pop(L, 1);
 
     /* json_null: one empty userdata per Lua state, tostring "json_null" */
     lua_newuserdatauv(L, 0, 0);

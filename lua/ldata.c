@@ -10,9 +10,9 @@
  * Shard indices are 1-based here (shard = 1..shards), 0-based in the core.  Label and
  * byte VALUES in the tensors are 0-based, as everywhere.
  *
- * Lifetime (liolib's pattern, as ltensor.c): every userdata is a box created empty
- * BEFORE the core object is acquired; __gc, __close and :close() share one idempotent
- * release; using a closed object raises.  A Loader keeps its dataset userdata in its
+ * Lifetime (liolib's pattern, dlcL_newtype in ldiloco.h): every userdata is a box
+ * created empty BEFORE the core object is acquired; __gc, __close and :close() share
+ * one idempotent release; using a closed object raises.  A Loader keeps its dataset userdata in its
  * uservalue (and the core loader holds its own reference to the data), so the
  * dataset may be closed or collected before its loaders.  Every option is checked,
  * with a message naming the field, its value and what is allowed, before anything
@@ -37,7 +37,8 @@ typedef struct imagebox {
 } imagebox;
 
 typedef struct loaderbox {
-    dlc_text_loader *tl;  /* exactly one of these is set while open */
+    void *l;              /* owned dlc_text_loader (is_text) or dlc_image_loader; NULL when closed */
+    dlc_text_loader *tl;  /* l as the one of these it is, the other NULL (borrowed) */
     dlc_image_loader *il;
     int is_text;
     int64_t batch, ctx;   /* ctx: text only */
@@ -171,28 +172,19 @@ static void opt_shard(lua_State *L, int idx, const char *fn, int *shard, int *sh
     *shard = (int)s - 1;
 }
 
-static void setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l) {
-    lua_pushvalue(L, tab);
-    lua_pushvalue(L, st);
-    luaL_setfuncs(L, l, 1);
-    lua_pop(L, 1);
-}
-
 /* ---------------------------------------------------------------------------
  * Loader
  * --------------------------------------------------------------------------- */
 
 static loaderbox *checkloader(lua_State *L) {
     loaderbox *b = luaL_checkudata(L, 1, DLCL_LOADER);
-    if (!b->tl && !b->il) luaL_error(L, "Loader: the loader has been closed");
+    if (!b->l) luaL_error(L, "Loader: the loader has been closed");
     return b;
 }
 
 /* Pushes an empty Loader box whose uservalue is the dataset at `data`. */
 static loaderbox *newloader(lua_State *L, int data) {
-    loaderbox *b = lua_newuserdatauv(L, sizeof *b, 1);
-    memset(b, 0, sizeof *b);
-    luaL_setmetatable(L, DLCL_LOADER);
+    loaderbox *b = dlcL_newbox(L, DLCL_LOADER, sizeof *b, 1);
     lua_pushvalue(L, data);
     lua_setiuservalue(L, -2, 1);
     return b;
@@ -272,23 +264,20 @@ static int ld_reset(lua_State *L) {
     return 1;
 }
 
-/* __gc, __close and l:close(): one idempotent release. */
-static int ld_close(lua_State *L) {
-    loaderbox *b = luaL_checkudata(L, 1, DLCL_LOADER);
-    dlc_text_loader *tl = b->tl;
-    dlc_image_loader *il = b->il;
+/* The release behind __gc, __close and l:close() (dlcL_newtype). */
+static void loader_release(void *box) {
+    loaderbox *b = box;
+    dlc_text_loader_free(b->tl);
+    dlc_image_loader_free(b->il);
     b->tl = NULL;
     b->il = NULL;
-    dlc_text_loader_free(tl);
-    dlc_image_loader_free(il);
-    return 0;
 }
 
 static int ld_index(lua_State *L) {
     loaderbox *b = luaL_checkudata(L, 1, DLCL_LOADER);
     const char *k = luaL_checkstring(L, 2);
     if (lua_getfield(L, lua_upvalueindex(2), k) != LUA_TNIL) return 1;
-    if (!strcmp(k, "closed")) return lua_pushboolean(L, !b->tl && !b->il), 1;
+    if (!strcmp(k, "closed")) return lua_pushboolean(L, !b->l), 1;
     if (!strcmp(k, "kind")) return lua_pushstring(L, b->is_text ? "text" : "images"), 1;
     b = checkloader(L);
     if (!strcmp(k, "batch")) return lua_pushinteger(L, (lua_Integer)b->batch), 1;
@@ -309,7 +298,7 @@ static int ld_index(lua_State *L) {
 
 static int ld_tostring(lua_State *L) {
     loaderbox *b = luaL_checkudata(L, 1, DLCL_LOADER);
-    if (!b->tl && !b->il) return lua_pushliteral(L, "Loader(closed)"), 1;
+    if (!b->l) return lua_pushliteral(L, "Loader(closed)"), 1;
     if (b->tl)
         lua_pushfstring(L, "Loader(text %s, shard %d of %d, batch %I, ctx %I, %s, cursor %I)",
                         dlc_split_name(b->split), b->shard + 1, b->shards, (LUAI_UACINT)b->batch,
@@ -327,12 +316,13 @@ static int ld_tostring(lua_State *L) {
 
 static const luaL_Reg loader_methods[] = {
     {"next", ld_next}, {"state", ld_state}, {"set_state", ld_set_state},
-    {"reset", ld_reset}, {"close", ld_close}, {NULL, NULL},
+    {"reset", ld_reset}, {NULL, NULL},
 };
 
-static const luaL_Reg loader_meta[] = {
-    {"__gc", ld_close}, {"__close", ld_close}, {"__tostring", ld_tostring}, {NULL, NULL},
-};
+static const luaL_Reg loader_meta[] = {{"__tostring", ld_tostring}, {NULL, NULL}};
+
+static const dlcL_type loader_type = {DLCL_LOADER, loader_release, loader_methods, loader_meta,
+                                      ld_index};
 
 /* ---------------------------------------------------------------------------
  * TextData
@@ -364,9 +354,7 @@ static int l_textdata(lua_State *L) {
     if ((o.path != NULL) == (o.synthetic_bytes > 0))
         return luaL_error(L, "%s: give either path = a file or directory, or synthetic = a byte "
                              "count > 0 (got %s)", fn, o.path ? "both" : "neither");
-    textbox *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->t = NULL;
-    luaL_setmetatable(L, DLCL_TEXTDATA);
+    textbox *b = dlcL_newbox(L, DLCL_TEXTDATA, sizeof *b, 0);
     if (!(b->t = dlc_text_open(&o))) return dlcL_error(L);
     return 1;
 }
@@ -400,7 +388,7 @@ static int td_loader(lua_State *L) {
     o.sequential = opt_bool(L, 2, fn, "sequential", o.split == DLC_SPLIT_EVAL);
     t = checktext(L); /* the options' __index may have closed it */
     loaderbox *b = newloader(L, 1);
-    if (!(b->tl = dlc_text_loader_new(t, &o))) return dlcL_error(L);
+    if (!(b->l = b->tl = dlc_text_loader_new(t, &o))) return dlcL_error(L);
     b->is_text = 1;
     b->batch = o.batch;
     b->ctx = o.ctx;
@@ -411,13 +399,7 @@ static int td_loader(lua_State *L) {
     return 1;
 }
 
-static int td_close(lua_State *L) {
-    textbox *b = luaL_checkudata(L, 1, DLCL_TEXTDATA);
-    dlc_text *t = b->t;
-    b->t = NULL;
-    dlc_text_release(t);
-    return 0;
-}
+static void text_release(void *box) { dlc_text_release(((textbox *)box)->t); }
 
 static int td_index(lua_State *L) {
     textbox *b = luaL_checkudata(L, 1, DLCL_TEXTDATA);
@@ -462,13 +444,12 @@ static int td_tostring(lua_State *L) {
 }
 
 static const luaL_Reg text_methods[] = {
-    {"sizes", td_sizes}, {"loader", td_loader}, {"text", td_text}, {"close", td_close},
-    {NULL, NULL},
+    {"sizes", td_sizes}, {"loader", td_loader}, {"text", td_text}, {NULL, NULL},
 };
 
-static const luaL_Reg text_meta[] = {
-    {"__gc", td_close}, {"__close", td_close}, {"__tostring", td_tostring}, {NULL, NULL},
-};
+static const luaL_Reg text_meta[] = {{"__tostring", td_tostring}, {NULL, NULL}};
+
+static const dlcL_type text_type = {DLCL_TEXTDATA, text_release, text_methods, text_meta, td_index};
 
 /* ---------------------------------------------------------------------------
  * ImageData
@@ -509,9 +490,7 @@ static int l_imagedata(lua_State *L) {
     if (files && (lua_getfield(L, 1, "rows") != LUA_TNIL || lua_getfield(L, 1, "cols") != LUA_TNIL))
         return luaL_error(L, "%s: rows and cols are for synthetic data; IDX files carry their own",
                           fn);
-    imagebox *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->d = NULL;
-    luaL_setmetatable(L, DLCL_IMAGEDATA);
+    imagebox *b = dlcL_newbox(L, DLCL_IMAGEDATA, sizeof *b, 0);
     if (!(b->d = dlc_images_open(&o))) return dlcL_error(L);
     return 1;
 }
@@ -543,7 +522,7 @@ static int id_loader(lua_State *L) {
     o.shuffle = opt_bool(L, 2, fn, "shuffle", o.split != DLC_SPLIT_EVAL);
     d = checkimages(L); /* the options' __index may have closed it */
     loaderbox *b = newloader(L, 1);
-    if (!(b->il = dlc_image_loader_new(d, &o))) return dlcL_error(L);
+    if (!(b->l = b->il = dlc_image_loader_new(d, &o))) return dlcL_error(L);
     b->batch = o.batch;
     b->shard = o.shard;
     b->shards = o.shards;
@@ -552,13 +531,7 @@ static int id_loader(lua_State *L) {
     return 1;
 }
 
-static int id_close(lua_State *L) {
-    imagebox *b = luaL_checkudata(L, 1, DLCL_IMAGEDATA);
-    dlc_images *d = b->d;
-    b->d = NULL;
-    dlc_images_release(d);
-    return 0;
-}
+static void images_release(void *box) { dlc_images_release(((imagebox *)box)->d); }
 
 static int id_index(lua_State *L) {
     imagebox *b = luaL_checkudata(L, 1, DLCL_IMAGEDATA);
@@ -587,40 +560,27 @@ static int id_tostring(lua_State *L) {
 }
 
 static const luaL_Reg image_methods[] = {
-    {"sizes", id_sizes}, {"loader", id_loader}, {"close", id_close}, {NULL, NULL},
+    {"sizes", id_sizes}, {"loader", id_loader}, {NULL, NULL},
 };
 
-static const luaL_Reg image_meta[] = {
-    {"__gc", id_close}, {"__close", id_close}, {"__tostring", id_tostring}, {NULL, NULL},
-};
+static const luaL_Reg image_meta[] = {{"__tostring", id_tostring}, {NULL, NULL}};
+
+static const dlcL_type image_type = {DLCL_IMAGEDATA, images_release, image_methods, image_meta,
+                                     id_index};
 
 /* ---------------------------------------------------------------------------
  * registration
  * --------------------------------------------------------------------------- */
 
-/* Metatable `name` with metamethods `meta` and an __index closure (st, methods). */
-static void newtype(lua_State *L, int st, const char *name, const luaL_Reg *meta,
-                    const luaL_Reg *methods, lua_CFunction index) {
-    luaL_newmetatable(L, name);
-    int mt = lua_gettop(L);
-    setfuncs(L, mt, st, meta);
-    lua_createtable(L, 0, 8);
-    setfuncs(L, lua_gettop(L), st, methods);
-    lua_pushvalue(L, st);
-    lua_insert(L, -2);
-    lua_pushcclosure(L, index, 2);
-    lua_setfield(L, mt, "__index");
-    lua_pop(L, 1);
-}
-
 void dlcL_open_data(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
-    newtype(L, st, DLCL_TEXTDATA, text_meta, text_methods, td_index);
-    newtype(L, st, DLCL_IMAGEDATA, image_meta, image_methods, id_index);
-    newtype(L, st, DLCL_LOADER, loader_meta, loader_methods, ld_index);
+    dlcL_newtype(L, st, &text_type);
+    dlcL_newtype(L, st, &image_type);
+    dlcL_newtype(L, st, &loader_type);
+    lua_pop(L, 6);
     static const luaL_Reg funcs[] = {
         {"TextData", l_textdata}, {"ImageData", l_imagedata}, {NULL, NULL},
     };
-    setfuncs(L, mod, st, funcs);
+    dlcL_setfuncs(L, mod, st, funcs);
 }

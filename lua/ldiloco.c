@@ -29,6 +29,82 @@ dlcL_state *dlcL_getstate(lua_State *L) {
 }
 
 /* ---------------------------------------------------------------------------
+ * userdata types (ldiloco.h: dlcL_type)
+ * --------------------------------------------------------------------------- */
+
+/* The first field of every box is a pointer to its resource; read and written as
+ * a void * (all object pointers share one representation on the platforms we
+ * build for, as POSIX requires of dlsym). */
+_Static_assert(sizeof(dlc_tensor *) == sizeof(void *), "boxes begin with an object pointer");
+
+void dlcL_closebox(void *box, const dlcL_type *ty) {
+    void *res, *closed = NULL;
+    memcpy(&res, box, sizeof res);
+    if (!res) return;
+    ty->release(box);
+    memcpy(box, &closed, sizeof closed);
+}
+
+/* __gc, __close and :close() of every type: upvalue 1 is its dlcL_type. */
+static int box_close(lua_State *L) {
+    const dlcL_type *ty = lua_touserdata(L, lua_upvalueindex(1));
+    dlcL_closebox(luaL_checkudata(L, 1, ty->name), ty);
+    return 0;
+}
+
+void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l) {
+    lua_pushvalue(L, tab);
+    lua_pushvalue(L, st);
+    luaL_setfuncs(L, l, 1);
+    lua_pop(L, 1);
+}
+
+void dlcL_newtype(lua_State *L, int st, const dlcL_type *ty) {
+    st = lua_absindex(L, st);
+    luaL_newmetatable(L, ty->name);
+    int mt = lua_gettop(L);
+    lua_createtable(L, 0, 16);
+    int methods = lua_gettop(L);
+    if (ty->methods) dlcL_setfuncs(L, methods, st, ty->methods);
+    if (ty->meta) dlcL_setfuncs(L, mt, st, ty->meta);
+    lua_pushlightuserdata(L, (void *)ty);
+    lua_pushcclosure(L, box_close, 1);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mt, "__gc");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mt, "__close");
+    lua_setfield(L, methods, "close");
+    if (ty->index) {
+        lua_pushvalue(L, st);
+        lua_pushvalue(L, methods);
+        lua_pushcclosure(L, ty->index, 2);
+    } else {
+        lua_pushvalue(L, methods);
+    }
+    lua_setfield(L, mt, "__index");
+}
+
+void *dlcL_newbox(lua_State *L, const char *tname, size_t size, int nuv) {
+    void *box = lua_newuserdatauv(L, size, nuv);
+    memset(box, 0, size);
+    luaL_setmetatable(L, tname);
+    return box;
+}
+
+#define DLCL_RES "diloco.CResource"
+
+static void res_release(void *box) {
+    dlcL_res *r = box;
+    r->release(r->p);
+}
+
+static const dlcL_type res_type = {DLCL_RES, res_release, NULL, NULL, NULL};
+
+dlcL_res *dlcL_newres(lua_State *L) { return dlcL_newbox(L, DLCL_RES, sizeof(dlcL_res), 0); }
+
+void dlcL_freeres(dlcL_res *r) { dlcL_closebox(r, &res_type); }
+
+/* ---------------------------------------------------------------------------
  * creation
  * --------------------------------------------------------------------------- */
 
@@ -339,6 +415,9 @@ int luaopen_diloco(lua_State *L) {
     luaL_setfuncs(L, generator_methods, 1);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
+
+    dlcL_newtype(L, sti, &res_type);
+    lua_pop(L, 2);
 
     dlcL_open_tensor(L, mod, sti);
     dlcL_open_sys(L, mod, sti);

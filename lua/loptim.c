@@ -82,9 +82,7 @@ static int l_params(lua_State *L) {
         lua_rawseti(L, objs, i);
         lua_pop(L, 2);
     }
-    pbox *b = lua_newuserdatauv(L, sizeof *b, 1);
-    b->p = NULL;
-    luaL_setmetatable(L, DLCL_PARAMS);
+    pbox *b = dlcL_newbox(L, DLCL_PARAMS, sizeof *b, 1);
     lua_pushvalue(L, objs);
     lua_setiuservalue(L, -2, 1);
     b->p = dlc_params_new((int)n, names, ts);
@@ -92,13 +90,8 @@ static int l_params(lua_State *L) {
     return 1;
 }
 
-static int p_close(lua_State *L) {
-    pbox *b = luaL_checkudata(L, 1, DLCL_PARAMS);
-    dlc_params *p = b->p;
-    b->p = NULL;
-    dlc_params_free(p);
-    return 0;
-}
+/* The release behind __gc, __close and params:close() (dlcL_newtype). */
+static void params_release(void *box) { dlc_params_free(((pbox *)box)->p); }
 
 static int p_count(lua_State *L) {
     lua_pushinteger(L, dlc_params_count(checkparams(L, 1)));
@@ -413,9 +406,7 @@ static int l_optimizer(lua_State *L) {
     }
     p = checkparams(L, 1);
 
-    obox *b = lua_newuserdatauv(L, sizeof *b, 1);
-    b->o = NULL;
-    luaL_setmetatable(L, DLCL_OPTIM);
+    obox *b = dlcL_newbox(L, DLCL_OPTIM, sizeof *b, 1);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     b->o = dlc_optim_new(p, &op);
@@ -424,13 +415,8 @@ static int l_optimizer(lua_State *L) {
     return 1;
 }
 
-static int o_close(lua_State *L) {
-    obox *b = luaL_checkudata(L, 1, DLCL_OPTIM);
-    dlc_optim *o = b->o;
-    b->o = NULL;
-    dlc_optim_free(o);
-    return 0;
-}
+/* The release behind __gc, __close and opt:close() (dlcL_newtype). */
+static void optim_release(void *box) { dlc_optim_free(((obox *)box)->o); }
 
 /* opt:step([lr]): lr defaults to the optimizer's lr option. */
 static int o_step(lua_State *L) {
@@ -575,44 +561,30 @@ static const luaL_Reg params_methods[] = {
     {"names", p_names},         {"get", p_get},           {"offset", p_offset},
     {"tensors", p_tensors},     {"zero_grad", p_zero_grad}, {"grad_norm", p_grad_norm},
     {"clip_grad_norm", p_clip_grad_norm}, {"flat", p_flat}, {"flat_grad", p_flat_grad},
-    {"close", p_close},         {NULL, NULL},
+    {NULL, NULL},
 };
 
 static const luaL_Reg optim_methods[] = {
     {"step", o_step},       {"step_count", o_step_count}, {"set_step_count", o_set_step_count},
     {"state", o_state},     {"decays", o_decays},         {"set_decay", o_set_decay},
-    {"close", o_close},     {NULL, NULL},
+    {NULL, NULL},
 };
 
-/* Metatable `tname` with __index = methods, __gc/__close = close, __tostring. */
-static void new_type(lua_State *L, int st, const char *tname, const luaL_Reg *methods,
-                     lua_CFunction close, lua_CFunction tostring) {
-    luaL_newmetatable(L, tname);
-    lua_createtable(L, 0, 16);
-    lua_pushvalue(L, st);
-    luaL_setfuncs(L, methods, 1);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pop(L, 1);
-}
+static const luaL_Reg params_meta[] = {{"__tostring", p_tostring}, {NULL, NULL}};
+static const luaL_Reg optim_meta[] = {{"__tostring", o_tostring}, {NULL, NULL}};
+static const dlcL_type params_type = {DLCL_PARAMS, params_release, params_methods, params_meta, NULL};
+static const dlcL_type optim_type = {DLCL_OPTIM, optim_release, optim_methods, optim_meta, NULL};
 
 void dlcL_open_optim(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
-    new_type(L, st, DLCL_PARAMS, params_methods, p_close, p_tostring);
-    new_type(L, st, DLCL_OPTIM, optim_methods, o_close, o_tostring);
+    dlcL_newtype(L, st, &params_type);
+    dlcL_newtype(L, st, &optim_type);
+    lua_pop(L, 4);
     static const luaL_Reg funcs[] = {
         {"Params", l_params}, {"Optimizer", l_optimizer}, {"lr_at", l_lr_at}, {NULL, NULL},
     };
-    lua_pushvalue(L, mod);
-    lua_pushvalue(L, st);
-    luaL_setfuncs(L, funcs, 1);
-    lua_pop(L, 1);
+    dlcL_setfuncs(L, mod, st, funcs);
     /* a copy of the default no-decay patterns, for reference (changing it changes nothing) */
     lua_createtable(L, N_DEFAULT_NO_DECAY, 0);
     for (int i = 0; i < N_DEFAULT_NO_DECAY; i++) {

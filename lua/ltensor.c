@@ -17,8 +17,9 @@
  * Lifetime (liolib's pattern): a Tensor is a box holding one reference to a
  * dlc_tensor.  The box is created empty BEFORE the core is asked for a tensor, so a
  * Lua memory error never leaks one, and a core failure leaves an empty box for the
- * collector.  __gc, __close and t:free() share one idempotent release; any other
- * use of a freed tensor raises "tensor has been freed".  Every argument is checked
+ * collector.  __gc, __close and t:close() (alias t:free()) share one idempotent
+ * release (dlcL_newtype); any other use of a freed tensor raises "tensor has been
+ * freed".  Every argument is checked
  * before anything is acquired; the rare op that holds a temporary (n / x) releases
  * it before raising.
  *
@@ -65,9 +66,7 @@ void dlcL_gc_account(lua_State *L, dlcL_state *st, const dlc_tensor *t) {
 int dlcL_error(lua_State *L) { return luaL_error(L, "%s", dlc_last_error()); }
 
 dlc_tensor **dlcL_newtensor(lua_State *L) {
-    tbox *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->t = NULL;
-    luaL_setmetatable(L, DLCL_TENSOR);
+    tbox *b = dlcL_newbox(L, DLCL_TENSOR, sizeof *b, 0);
     return &b->t;
 }
 
@@ -185,14 +184,8 @@ static void pushshape(lua_State *L, const dlc_tensor *t) {
  * lifetime
  * --------------------------------------------------------------------------- */
 
-/* __gc, __close and t:free(): one idempotent release. */
-static int t_free(lua_State *L) {
-    tbox *b = luaL_checkudata(L, 1, DLCL_TENSOR);
-    dlc_tensor *t = b->t;
-    b->t = NULL;
-    dlc_tensor_release(t);
-    return 0;
-}
+/* The release behind __gc, __close and t:close() / t:free() (dlcL_newtype). */
+static void tensor_release(void *box) { dlc_tensor_release(((tbox *)box)->t); }
 
 /* ---------------------------------------------------------------------------
  * properties and element access
@@ -427,7 +420,6 @@ static int t_tostring(lua_State *L) {
 
 /* Methods only; the op methods are added by dlcL_register_ops (lops.c). */
 static const luaL_Reg tensor_methods[] = {
-    {"free", t_free},
     {"get", t_get},
     {"set", t_set},
     {"item", t_item},
@@ -438,37 +430,25 @@ static const luaL_Reg tensor_methods[] = {
 
 /* The arithmetic metamethods are added by dlcL_register_ops (lops.c). */
 static const luaL_Reg tensor_meta[] = {
-    {"__gc", t_free},
-    {"__close", t_free},
     {"__tostring", t_tostring},
     {"__len", t_len},
     {"__newindex", t_newindex},
     {NULL, NULL},
 };
 
-void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l) {
-    lua_pushvalue(L, tab);
-    lua_pushvalue(L, st);
-    luaL_setfuncs(L, l, 1);
-    lua_pop(L, 1);
-}
+/* __gc, __close, :close() from dlcL_newtype; __index looks up methods itself. */
+static const dlcL_type tensor_type = {DLCL_TENSOR, tensor_release, tensor_methods, tensor_meta,
+                                      t_index};
 
 void dlcL_open_tensor(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
 
-    lua_createtable(L, 0, 64); /* methods; also exposed as diloco.Tensor */
-    int methods = lua_gettop(L);
-    luaL_newmetatable(L, DLCL_TENSOR);
-    int mt = lua_gettop(L);
+    dlcL_newtype(L, st, &tensor_type);
+    int mt = lua_gettop(L) - 1, methods = mt + 1;
+    lua_getfield(L, methods, "close");
+    lua_setfield(L, methods, "free"); /* the older name, kept as an alias */
     dlcL_register_ops(L, methods, mt, mod, st); /* ops: methods, diloco.<op>, metamethods */
-    dlcL_setfuncs(L, methods, st, tensor_methods);
-    dlcL_setfuncs(L, mt, st, tensor_meta);
-    lua_pushvalue(L, st);
-    lua_pushvalue(L, methods);
-    lua_pushcclosure(L, t_index, 2);
-    lua_setfield(L, mt, "__index");
-    lua_pop(L, 1);
-
     lua_setfield(L, mod, "Tensor"); /* the methods table: Lua code may add methods */
+    lua_pop(L, 1);
 }
