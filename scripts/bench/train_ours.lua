@@ -1,57 +1,32 @@
--- Training speed of the charlm GPT in diloco-lua (run by scripts/bench/train).
--- Prints: tokens_per_s, flops_per_token, gemm (the backend used), peak_gflops (the
--- faster backend's matmul at 1024^3 on this thread count) and each backend's peak.
--- Same model, optimizer step and clip as recipes/charlm.lua; random token batches so
--- data loading is not measured (it is not on either side).
+-- Training speed of the GPT in diloco-lua (run by scripts/bench/train).
+-- Usage: diloco-lua train_ours.lua [--dim 128] [--layers 4] [--heads 4] [--ctx 64]
+--          [--batch 16] [--steps 50] [--reps 2] [--threads N] [--peak]
+-- Prints "key value" lines: tokens_per_s (best of --reps timed runs of --steps steps
+-- after 5 warm-up steps), params, flops_per_token, gemm (the backend used, from
+-- DILOCO_GEMM), threads; with --peak only each backend's sgemm GF/s at 1024^3 on this
+-- thread count.  Same model, optimizer step and clip as recipes/charlm.lua (at charlm's
+-- size); random token batches so data loading is measured on neither side.
 local diloco = require "diloco"
-local steps = tonumber(arg[1]) or 60
-local cfg = { vocab = 256, ctx = 64, dim = 128, layers = 4, heads = 4, tied = true, seed = 1 }
-local B, T = 16, 64
 
-local model = diloco.nn.GPT(cfg)
-local plist = model:parameters()
-local params = diloco.Params(plist)
-local opt = diloco.Optimizer(params, { kind = "adamw", lr = 1e-3, beta1 = 0.9, beta2 = 0.95, weight_decay = 0.1 })
-local g = diloco.Generator(5)
-local batches = {}
-for i = 1, 8 do
-  local x = (g:rand(B, T + 1) * 255.99):tolist()
-  local xs, ys = {}, {}
-  for b = 1, B do
-    xs[b], ys[b] = {}, {}
-    for t = 1, T do
-      xs[b][t] = math.floor(x[b][t])
-      ys[b][t] = math.floor(x[b][t + 1])
-    end
+local o = { dim = 128, layers = 4, heads = 4, ctx = 64, batch = 16, steps = 50, reps = 2 }
+local i = 1
+while arg[i] do
+  local k = arg[i]:match("^%-%-(%w+)$")
+  if k == "peak" then
+    o.peak = true
+    i = i + 1
+  elseif k and (o[k] or k == "threads") and tonumber(arg[i + 1]) then
+    o[k] = math.tointeger(tonumber(arg[i + 1])) or error("train_ours: " .. arg[i] .. " wants an integer")
+    i = i + 2
+  else
+    error("train_ours: unknown or incomplete argument " .. arg[i])
   end
-  batches[i] = { diloco.tensor(xs), diloco.tensor(ys) }
 end
+if o.threads then diloco.set_num_threads(o.threads) end
 
-local function step(i)
-  local bt = batches[(i - 1) % #batches + 1]
-  params:zero_grad()
-  local loss = model:loss(bt[1], bt[2])
-  loss:backward()
-  params:clip_grad_norm(1.0)
-  opt:step(1e-3)
-  loss:free()
-end
-
-for i = 1, 5 do step(i) end -- warm-up: sizes the storage cache
-collectgarbage()
-local best = math.huge
-for _ = 1, 3 do
-  local t0 = diloco.clock()
-  for i = 1, steps do step(i) end
-  best = math.min(best, diloco.clock() - t0)
-end
-local tps = steps * B * T / best
-
-local C, L, V = cfg.dim, cfg.layers, cfg.vocab
-local fwd = 2 * (L * 12 * C * C + C * V) + L * 2 * 2 * T * C
--- sgemm peak at 1024^3 on each backend this build has, same thread count
-local a, b = diloco.randn(1024, 1024), diloco.randn(1024, 1024)
+-- sgemm at 1024^3, best of 5 rounds of 10 calls
 local function peak()
+  local a, b = diloco.randn(1024, 1024), diloco.randn(1024, 1024)
   for _ = 1, 3 do a:matmul(b):free() end
   local tb = math.huge
   for _ = 1, 5 do
@@ -61,17 +36,58 @@ local function peak()
   end
   return 2 * 1024 ^ 3 / tb / 1e9
 end
-local used, peaks, best = diloco.gemm_backend(), {}, 0
-for _, name in ipairs({ "openblas", "onednn" }) do
-  if pcall(diloco.gemm_backend, name) then
-    peaks[name] = peak()
-    best = math.max(best, peaks[name])
+
+if o.peak then
+  local used = diloco.gemm_backend()
+  for _, name in ipairs({ "openblas", "onednn" }) do
+    if pcall(diloco.gemm_backend, name) then print(string.format("peak_%s %.1f", name, peak())) end
   end
+  diloco.gemm_backend(used)
+  return
 end
-diloco.gemm_backend(used)
-print(string.format("tokens_per_s %.1f", tps))
-print(string.format("flops_per_token %.0f", 3 * fwd))
-print(string.format("gemm %s", used))
-print(string.format("peak_gflops %.1f", best))
-print(string.format("peak_gflops_openblas %.1f", peaks.openblas))
-print(string.format("peak_gflops_onednn %.1f", peaks.onednn or 0))
+
+local B, T, C, L, V = o.batch, o.ctx, o.dim, o.layers, 256
+local model = diloco.nn.GPT { vocab = V, ctx = T, dim = C, layers = L, heads = o.heads, tied = true, seed = 1 }
+local params = diloco.Params(model:parameters())
+local opt = diloco.Optimizer(params, { kind = "adamw", lr = 1e-3, beta1 = 0.9, beta2 = 0.95, weight_decay = 0.1 })
+local g = diloco.Generator(5)
+local batches = {}
+for n = 1, 8 do
+  local x = (g:rand(B, T + 1) * (V - 0.01)):tolist()
+  local xs, ys = {}, {}
+  for b = 1, B do
+    xs[b], ys[b] = {}, {}
+    for t = 1, T do
+      xs[b][t] = math.floor(x[b][t])
+      ys[b][t] = math.floor(x[b][t + 1])
+    end
+  end
+  batches[n] = { diloco.tensor(xs), diloco.tensor(ys) }
+end
+
+local function step(n)
+  local bt = batches[(n - 1) % #batches + 1]
+  params:zero_grad()
+  local loss = model:loss(bt[1], bt[2])
+  loss:backward()
+  params:clip_grad_norm(1.0)
+  opt:step(1e-3)
+  loss:free()
+end
+
+for n = 1, 5 do step(n) end -- warm-up: sizes the storage cache
+collectgarbage()
+local best = math.huge
+for _ = 1, o.reps do
+  local t0 = diloco.clock()
+  for n = 1, o.steps do step(n) end
+  best = math.min(best, diloco.clock() - t0)
+end
+
+-- PaLM counting: 6 x the parameters of the products (blocks and the tied head) + attention
+local fwd = 2 * (L * 12 * C * C + C * V) + L * 2 * 2 * T * C
+print(string.format("tokens_per_s %.1f", o.steps * B * T / best))
+print(string.format("params %d", model:num_params()))
+print(string.format("flops_per_token %d", 3 * fwd))
+print(string.format("gemm %s", diloco.gemm_backend()))
+print(string.format("threads %d", diloco.num_threads()))
