@@ -90,3 +90,142 @@ describe("diloco-lua sample options", function()
     assert_clean(out)
   end)
 end)
+
+describe("diloco-lua run refuses a bad recipe value, naming the field (exit 2)", function()
+  local cases = {
+    { "--set model.ctx=abc", 'model: GPT: ctx = "abc" (a string): expected a positive integer' },
+    { "--set .=1", "--set .=1: malformed key '.': expected field names joined by single dots" },
+    { "--set .steps=5", "--set .steps=5: malformed key '.steps'" },
+    { "--set steps..=5", "--set steps..=5: malformed key 'steps..'" },
+    { "--set model.vocab=3", "model.vocab = 3: expected 256 (text data is byte-level" },
+    { "--set inner.eps=0", "inner.eps = 0: expected a finite number in (0, 1]" },
+    { "--set inner.lr=1e400", "inner.lr = inf: expected a finite number >= 0" },
+    { "--set inner.min_lr=0.5 --set inner.lr=0.1", "inner.min_lr = 0.5 is above inner.lr = 0.1" },
+    { "--set \"inner.no_decay={'bias', '[a'}\"",
+      "inner.no_decay = {\"bias\", \"[a\"}: expected a list of Lua patterns, item 2 (\"[a\") is malformed" },
+    { "--set inner.kind=nesterov --set inner.momentum=0", "inner.momentum = 0: nesterov needs momentum > 0" },
+    { "--set data.bacth=64", 'data.bacth: unknown field for data.kind = "synthetic_text" (allowed: batch, bytes,' },
+    { "--set inner=5", "inner = 5: expected table (inner optimizer" },
+    { "--set model.heads=3", "model: GPT: heads = 3 does not divide dim = 16" },
+    { "--set model.moe={experts=2,top_k=3}", "model: GPT: moe.top_k = 3 exceeds moe.experts = 2" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function() assert_refused(c[1], c[2]) end)
+  end
+
+  it("says what a section is when a section has the wrong type, never an empty ()", function()
+    local out = assert_refused("--set eval=1", "eval = 1: expected table (held-out evaluation)")
+    assert.is_nil(out:find("()", 1, true), out)
+  end)
+
+  it("refuses NaN in a number field", function()
+    local path = write("nan.lua", [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 },
+  data = diloco.data.synthetic_text { bytes = 5000, ctx = 16, batch = 2 },
+  inner = { clip = 0/0 }, steps = 2,
+}
+]])
+    local out, status = sh(string.format("%s run %s --out %s/nan --quiet", exe, path, tmp))
+    assert.are.equal(2, status, out)
+    assert.matches("inner.clip = [-]?nan: expected a finite number >= 0", out)
+  end)
+end)
+
+describe("diloco-lua run checks an image classifier against its data", function()
+  local IMG = write("img.lua", [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "mlp", input = 784, hidden = { 8 }, classes = 4 },
+  data = diloco.data.synthetic_images { count = 40, classes = 4, batch = 4 },
+  steps = 2, eval = { every = 0, batches = 1 },
+}
+]])
+  local function img(flags) return sh(string.format("%s run %s --out %s/img --quiet %s", exe, IMG, tmp, flags)) end
+  local cases = {
+    { "--set model.input=100", "model.input = 100 but the data's images have 784 values (synthetic_images)" },
+    { "--set data.classes=300", "data.classes = 300: expected an integer in [2, 256]" },
+    { "--set data.classes=5", "model.classes = 4 but data.classes = 5" },
+    { "--set data.kind=fashion --set data.count=nil --set model.classes=11 --set data.classes=11",
+      "data.classes = 11: Fashion-MNIST has 10 classes" },
+    { "--set model.arch=vit --set model.input=nil --set model.hidden=nil --set model.image=32 --set model.patch=8",
+      "model.channels * model.image^2 = 1024 but the data's images have 784 values" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      local out, status = img(c[1])
+      assert.are.equal(2, status, out)
+      assert.matches(c[2], out, 1, true)
+      assert_clean(out)
+    end)
+  end
+  it("still trains when they match", function()
+    local out, status = img("")
+    assert.are.equal(0, status, out)
+  end)
+end)
+
+describe("the memory bound", function()
+  it("refuses a model too large for the machine, with the estimate", function()
+    local out = assert_refused("--set model.layers=1e9", "memory: the model and its training step would need about")
+    assert.matches("parameters", out, 1, true)
+    assert.matches("more than this machine's", out, 1, true)
+  end)
+  it("refuses a batch whose activations do not fit", function()
+    assert_refused("--set data.batch=1000000", "activations: ")
+  end)
+
+  local est, nn = diloco.estimate, diloco.nn
+  it("counts the parameters of every architecture exactly", function()
+    for _, c in ipairs {
+      { "gpt", {} },
+      { "gpt", { vocab = 256, ctx = 16, dim = 32, layers = 3, heads = 4, tied = false, norm = "rmsnorm" } },
+      { "gpt", { dim = 32, heads = 2, layers = 2, moe = { experts = 3, top_k = 2 }, mlp_ratio = 3 } },
+      { "gpt", { dim = 24, heads = 3, layers = 1, moe = { experts = 2, top_k = 1 }, mlp_ratio = 1.5, vocab = 100 } },
+      { "vit", {} },
+      { "vit", { image = 8, patch = 2, channels = 3, dim = 16, heads = 2, layers = 1, classes = 5, norm = "rmsnorm" } },
+      { "mlp", {} },
+      { "mlp", { input = 20, hidden = { 7, 5, 3 }, classes = 4 } },
+      { "mlp", { input = 20, hidden = {}, classes = 4 } },
+    } do
+      local o = nn.model_options(c[1], c[2])
+      assert.are.equal(nn.ARCHS[c[1]](c[2]):num_params(), est.params(c[1], o), c[1])
+    end
+  end)
+
+  it("estimates without allocating, however large the options", function()
+    local o = nn.model_options("gpt", { layers = 1e15, dim = 2 ^ 20, heads = 1 })
+    local e = est.training("gpt", o, { batch = 1e6, ctx = 64 }, "adamw")
+    assert.is_true(e.bytes > 1e30)
+    assert.is_nil((est.check(e)))
+  end)
+
+  it("counts the optimizer's state: AdamW two moments, momentum SGD one", function()
+    local o = nn.model_options("mlp", { input = 10, hidden = { 10 }, classes = 2 })
+    local a = est.training("mlp", o, { batch = 1 }, "adamw")
+    local s = est.training("mlp", o, { batch = 1 }, "sgd")
+    assert.are.equal(o and est.params("mlp", o) * 4 * 4, a.param_bytes)
+    assert.are.equal(est.params("mlp", o) * 4 * 3, s.param_bytes)
+  end)
+
+  it("is at least the peak resident set of a real training step", function()
+    -- a step whose activations (~100 MB) dwarf the process itself
+    local script = write("peak.lua", [[
+local r = diloco.recipe { model = { arch = "gpt", ctx = 128, dim = 64, layers = 2, heads = 4 },
+  data = diloco.data.synthetic_text { bytes = 20000, ctx = 128, batch = 32 }, steps = 2,
+  eval = { every = 0, batches = 1 } }
+assert(diloco.recipe.validate(r))
+local e = diloco.estimate.training("gpt", diloco.recipe.model_options(r.model), r.data, "adamw")
+diloco.train.run(r, { out = ]] .. string.format("%q", tmp .. "/peak") .. [[, quiet = true })
+local hwm = io.open("/proc/self/status"):read("a"):match("VmHWM:%s*(%d+)") * 1024
+print(string.format("estimate %d peak %d", math.floor(e.bytes), hwm))
+]])
+    local out, status = sh(exe .. " " .. script)
+    assert.are.equal(0, status, out)
+    local e, peak = out:match("estimate (%d+) peak (%d+)")
+    e, peak = tonumber(e), tonumber(peak)
+    assert.is_true(e >= peak, out)
+    assert.is_true(e <= 3 * peak, out) -- and not wildly above it
+  end)
+end)

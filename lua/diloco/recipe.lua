@@ -10,14 +10,25 @@ local M = {}
 -- check(v) returns nil when fine, else the "expected ..." text.  A table field
 -- with `fields` is a nested section; `open = true` lets it carry extra keys that a
 -- later stage validates (model options go to the nn constructor).
-local function range(lo, hi, integer)
+-- range(lo, hi[, integer[, lo_open]]): a finite number (or integer) in [lo, hi]
+-- ((lo, hi] with lo_open); hi = INF means no upper bound, still finite.
+local function num(v)
+  if v == math.floor(v) and math.abs(v) < 2 ^ 63 then return string.format("%d", v) end
+  return string.format("%g", v)
+end
+
+local function range(lo, hi, integer, lo_open)
+  local what = integer and "an integer" or "a finite number"
+  local text
+  if hi == math.huge then
+    text = string.format("%s %s %s", what, lo_open and ">" or ">=", num(lo))
+  else
+    text = string.format("%s in %s%s, %s]", what, lo_open and "(" or "[", num(lo), num(hi))
+  end
   return function(v)
-    if integer and math.type(v) ~= "integer" and not (type(v) == "number" and v == math.floor(v)) then
-      return string.format("an integer in [%s, %s]", lo, hi)
-    end
-    if v < lo or v > hi then
-      return string.format("a%s in [%s, %s]", integer and "n integer" or " number", lo, hi)
-    end
+    if v ~= v or v == math.huge or v == -math.huge then return text end
+    if integer and v ~= math.floor(v) then return text end
+    if v < lo or v > hi or (lo_open and v == lo) then return text end
   end
 end
 
@@ -31,6 +42,16 @@ end
 
 local INF = math.huge
 
+-- The data fields each data.kind reads (besides kind); any other is refused, so a
+-- typo (data.bacth) is not silently ignored.
+local DATA_FIELDS = {
+  text = { "path", "batch", "ctx", "eval_fraction", "chunk", "drop_line" },
+  synthetic_text = { "bytes", "batch", "ctx", "eval_fraction", "chunk" },
+  fashion = { "dir", "batch", "classes", "images", "labels", "test_images", "test_labels" },
+  images = { "images", "labels", "test_images", "test_labels", "batch", "classes" },
+  synthetic_images = { "count", "classes", "batch" },
+}
+
 M.schema = {
   name = { kind = "string", default = nil, doc = "run name (default: the recipe file name)" },
   seed = { kind = "integer", default = 0, check = range(0, 2 ^ 53, true),
@@ -40,7 +61,8 @@ M.schema = {
     doc = "compute threads, oneDNN and OpenBLAS (default: all cores for one learner)" },
   model = { kind = "table|function", default = nil, required = true,
     doc = "{arch = 'gpt'|'vit'|'mlp', ...options of diloco.nn} or a function returning a module" },
-  data = { kind = "table", required = true, open = true, fields = {
+  data = { kind = "table", required = true, doc = "the dataset: diloco.data.text{...} etc.",
+    per_kind = DATA_FIELDS, fields = {
     kind = { kind = "string", default = nil, required = true,
       check = oneof("text", "fashion", "images", "synthetic_text", "synthetic_images"),
       doc = "dataset kind" },
@@ -58,14 +80,15 @@ M.schema = {
     drop_line = { kind = "string", default = nil, doc = "text: drop lines equal to this (fortunes: '%')" },
     bytes = { kind = "integer", default = 200000, check = range(1000, 1e9, true), doc = "synthetic_text: size" },
     count = { kind = "integer", default = 2000, check = range(10, 1e8, true), doc = "synthetic_images: examples" },
-    classes = { kind = "integer", default = 10, check = range(2, 1e6, true), doc = "images: number of classes" },
+    classes = { kind = "integer", default = 10, check = range(2, 256, true),
+      doc = "images, synthetic_images: number of classes (fashion: 10)" },
   } },
-  inner = { kind = "table", fields = {
+  inner = { kind = "table", doc = "inner optimizer: diloco.optim.adamw{...} etc.", fields = {
     kind = { kind = "string", default = "adamw", check = oneof("adamw", "sgd", "nesterov"), doc = "inner optimizer" },
     lr = { kind = "number", default = 3e-3, check = range(0, INF), doc = "peak learning rate" },
     beta1 = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "adamw beta1" },
     beta2 = { kind = "number", default = 0.95, check = range(0, 0.999999), doc = "adamw beta2" },
-    eps = { kind = "number", default = 1e-8, check = range(0, 1), doc = "adamw epsilon" },
+    eps = { kind = "number", default = 1e-8, check = range(0, 1, false, true), doc = "adamw epsilon" },
     weight_decay = { kind = "number", default = 0.1, check = range(0, INF), doc = "decoupled weight decay" },
     momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "sgd/nesterov momentum" },
     schedule = { kind = "string", default = "cosine", check = oneof("constant", "cosine", "linear"),
@@ -74,14 +97,26 @@ M.schema = {
       doc = "linear warm-up steps (default: min(100, steps / 10))" },
     min_lr = { kind = "number", default = 0, check = range(0, INF), doc = "final learning rate of the decay" },
     clip = { kind = "number", default = 1.0, check = range(0, INF), doc = "global grad-norm clip (0 = off)" },
-    no_decay = { kind = "table", default = nil, doc = "Lua patterns of parameter names without weight decay" },
+    no_decay = { kind = "table", default = nil, check = function(v)
+      local n = 0
+      for _ in pairs(v) do n = n + 1 end
+      if n ~= #v then return "a list of Lua patterns (strings)" end
+      for i, p in ipairs(v) do
+        if type(p) ~= "string" then return string.format("a list of Lua patterns, item %d is a %s", i, type(p)) end
+        local ok, e = pcall(string.find, "", p)
+        if not ok then
+          return string.format("a list of Lua patterns, item %d (%q) is malformed: %s", i, p,
+            tostring(e):gsub("^.-:%d+: ", ""))
+        end
+      end
+    end, doc = "Lua patterns of parameter names without weight decay" },
   } },
-  outer = { kind = "table", fields = {
+  outer = { kind = "table", doc = "outer optimizer: diloco.optim.nesterov{...}", fields = {
     kind = { kind = "string", default = "nesterov", check = oneof("nesterov", "sgd"), doc = "outer optimizer" },
     lr = { kind = "number", default = 0.7, check = range(0, INF), doc = "outer learning rate" },
     momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "outer momentum" },
   } },
-  sync = { kind = "table", fields = {
+  sync = { kind = "table", doc = "synchronisation between islands", fields = {
     preset = { kind = "string", default = "decoupled", check = oneof("dp", "diloco", "streaming", "decoupled"),
       doc = "algorithm preset (used when islands.count > 1)" },
     H = { kind = "integer", default = 24, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
@@ -91,25 +126,25 @@ M.schema = {
     codec = { kind = "string", default = "f32", check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0"),
       doc = "outer-gradient codec" },
   } },
-  islands = { kind = "table", fields = {
+  islands = { kind = "table", doc = "the learners", fields = {
     count = { kind = "integer", default = 1, check = range(1, 1, true),
       doc = "learners; this version trains one (multi-island training arrives with the syncer)" },
     speed = { kind = "table", default = nil, doc = "relative speed per island" },
   } },
-  eval = { kind = "table", fields = {
+  eval = { kind = "table", doc = "held-out evaluation", fields = {
     every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
     batches = { kind = "integer", default = 8, check = range(1, 1e9, true), doc = "held-out batches per eval" },
   } },
-  log = { kind = "table", fields = {
+  log = { kind = "table", doc = "progress and step metrics", fields = {
     every = { kind = "integer", default = nil, check = range(1, 1e12, true),
       doc = "steps between step metrics / plain progress lines (default: steps / 20)" },
   } },
-  checkpoint = { kind = "table", fields = {
+  checkpoint = { kind = "table", doc = "periodic checkpoints", fields = {
     every = { kind = "integer", default = 0, check = range(0, 1e12, true),
       doc = "steps between checkpoints in the output directory (0 = at the end only)" },
   } },
   out = { kind = "string", default = nil, doc = "output directory (default runs/NAME)" },
-  hooks = { kind = "table", fields = {
+  hooks = { kind = "table", doc = "functions called during training", fields = {
     on_step = { kind = "function", default = nil, doc = "f(info) after each step" },
     on_eval = { kind = "function", default = nil, doc = "f(info) after each eval" },
     lr = { kind = "function", default = nil, doc = "f(step, lr) -> lr for this step (overrides the schedule)" },
@@ -119,8 +154,14 @@ M.schema = {
     doc = "failure schedule (not available in this version)" },
 }
 
-local function describe(v)
+local function describe(v, depth)
   if type(v) == "string" then return string.format("%q", v) end
+  if type(v) == "table" and #v > 0 and (depth or 0) < 2 then
+    local parts = {}
+    for i = 1, math.min(#v, 8) do parts[i] = describe(v[i], (depth or 0) + 1) end
+    if #v > 8 then parts[#parts + 1] = "..." end
+    return "{" .. table.concat(parts, ", ") .. "}"
+  end
   return tostring(v)
 end
 
@@ -137,15 +178,22 @@ local function kind_ok(spec_kind, v)
 end
 
 -- Fills defaults into t (in place) and appends problems to errs.
-local function check_section(t, fields, prefix, errs, open)
-  for key, v in pairs(t) do
+local function check_section(t, fields, prefix, errs, open, per_kind)
+  local allowed, for_kind = fields, ""
+  if per_kind and type(t.kind) == "string" and per_kind[t.kind] then
+    allowed, for_kind = { kind = true }, string.format(" for %skind = %q", prefix, t.kind)
+    for _, k in ipairs(per_kind[t.kind]) do allowed[k] = true end
+  end
+  for key in pairs(t) do
     if type(key) ~= "string" then
-      errs[#errs + 1] = string.format("%s: key %s is not a field name", prefix ~= "" and prefix or "recipe", describe(key))
-    elseif not fields[key] and not open then
+      errs[#errs + 1] = string.format("%s: key %s is not a field name", prefix ~= "" and prefix:sub(1, -2) or "recipe",
+        describe(key))
+    elseif not allowed[key] and not open then
       local names = {}
-      for k in pairs(fields) do names[#names + 1] = k end
+      for k in pairs(allowed) do names[#names + 1] = k end
       table.sort(names)
-      errs[#errs + 1] = string.format("%s%s: unknown field (allowed: %s)", prefix, key, table.concat(names, ", "))
+      errs[#errs + 1] = string.format("%s%s: unknown field%s (allowed: %s)", prefix, key, for_kind,
+        table.concat(names, ", "))
     end
   end
   for key, spec in pairs(fields) do
@@ -162,16 +210,81 @@ local function check_section(t, fields, prefix, errs, open)
     end
     if v ~= nil then
       if not kind_ok(spec.kind, v) then
-        errs[#errs + 1] = string.format("%s = %s: expected %s (%s)", name, describe(v),
-          spec.kind:gsub("|", " or "), spec.doc or "")
+        errs[#errs + 1] = string.format("%s = %s: expected %s%s", name, describe(v),
+          (spec.kind:gsub("|", " or ")), spec.doc and " (" .. spec.doc .. ")" or "")
       elseif spec.check then
         local expected = spec.check(v)
         if expected then errs[#errs + 1] = string.format("%s = %s: expected %s", name, describe(v), expected) end
       end
-      if spec.fields and type(v) == "table" then check_section(v, spec.fields, name .. ".", errs, spec.open) end
+      if spec.fields and type(v) == "table" then
+        check_section(v, spec.fields, name .. ".", errs, spec.open, spec.per_kind)
+      end
       if spec.kind == "integer" and type(v) == "number" and math.type(v) == "float" and v == math.floor(v) then
         t[key] = math.tointeger(v)
       end
+    end
+  end
+end
+
+-- An error raised by diloco.nn's option checks, without its position.
+local function plain(msg)
+  if type(msg) == "table" and msg.diloco_error then return tostring(msg.diloco_error) end
+  return (tostring(msg):gsub("^[^%s:]+%.lua:%d+: ", ""))
+end
+
+-- The model options of a recipe's (or a file's) model table, checked by diloco.nn
+-- with every default filled: opts, or nil and the message ("model.arch ...",
+-- "model: GPT: heads = 3 does not divide dim = 32").  Allocates nothing.
+function M.model_options(model)
+  local arch = model.arch
+  if arch ~= "gpt" and arch ~= "vit" and arch ~= "mlp" then
+    return nil, string.format("model.arch = %s: expected one of \"gpt\", \"vit\", \"mlp\"", describe(arch))
+  end
+  local o = {}
+  for k, v in pairs(model) do
+    if k ~= "arch" then o[k] = v end
+  end
+  local ok, res = pcall(require("diloco.nn").model_options, arch, o)
+  if not ok then return nil, "model: " .. plain(res) end
+  return res
+end
+
+-- The input the data gives a classifier, when known without opening files
+-- (images: only the IDX header knows, see M.check_data).
+local IMAGE_PIXELS = { fashion = 28 * 28, synthetic_images = 28 * 28 }
+
+-- Rules between the model and the data it is given.  o: the checked model options.
+local function check_model_data(arch, o, d, pixels, errs)
+  local text = d.kind == "text" or d.kind == "synthetic_text"
+  if arch == "gpt" then
+    if not text then
+      errs[#errs + 1] = string.format("model.arch = \"gpt\" needs text data, data.kind is %s", describe(d.kind))
+      return
+    end
+    if o.vocab ~= 256 then
+      errs[#errs + 1] = string.format("model.vocab = %d: expected 256 (text data is byte-level: tokens 0..255)", o.vocab)
+    end
+    if o.ctx < d.ctx then
+      errs[#errs + 1] = string.format("data.ctx = %d is longer than model.ctx = %d", d.ctx, o.ctx)
+    end
+    return
+  end
+  if text then
+    errs[#errs + 1] = string.format("model.arch = %s classifies images, data.kind is %s", describe(arch), describe(d.kind))
+    return
+  end
+  if o.classes ~= d.classes then
+    errs[#errs + 1] = string.format("model.classes = %d but data.classes = %d: the model needs one output per class",
+      o.classes, d.classes)
+  end
+  if pixels then
+    local input = arch == "mlp" and o.input or o.channels * o.image * o.image
+    if input ~= pixels then
+      errs[#errs + 1] = arch == "mlp"
+        and string.format("model.input = %d but the data's images have %d values (%s): expected input = %d",
+          input, pixels, d.kind, pixels)
+        or string.format("model.channels * model.image^2 = %d but the data's images have %d values (%s)",
+          input, pixels, d.kind)
     end
   end
 end
@@ -185,22 +298,48 @@ local function check_relations(r, errs)
   if d.kind == "images" and not (d.images and d.labels) then
     errs[#errs + 1] = "data.images / data.labels: missing (data.kind = \"images\" needs both IDX files)"
   end
+  if d.kind == "fashion" and d.classes ~= 10 then
+    errs[#errs + 1] = string.format("data.classes = %d: Fashion-MNIST has 10 classes", d.classes)
+  end
+  local inner = r.inner
+  if inner.min_lr > inner.lr then
+    errs[#errs + 1] = string.format("inner.min_lr = %s is above inner.lr = %s: the schedule decays from lr to min_lr",
+      describe(inner.min_lr), describe(inner.lr))
+  end
+  if inner.kind == "nesterov" and inner.momentum <= 0 then
+    errs[#errs + 1] = string.format("inner.momentum = %s: nesterov needs momentum > 0 (or inner.kind = \"sgd\")",
+      describe(inner.momentum))
+  end
   if type(r.model) == "table" then
-    local arch = r.model.arch
-    if arch ~= "gpt" and arch ~= "vit" and arch ~= "mlp" then
-      errs[#errs + 1] = string.format("model.arch = %s: expected one of gpt, vit, mlp", describe(arch))
-    elseif arch == "gpt" and not (d.kind == "text" or d.kind == "synthetic_text") then
-      errs[#errs + 1] = string.format("model.arch = \"gpt\" needs text data, data.kind is %s", describe(d.kind))
-    elseif arch ~= "gpt" and (d.kind == "text" or d.kind == "synthetic_text") then
-      errs[#errs + 1] = string.format("model.arch = %s classifies images, data.kind is %s", describe(arch), describe(d.kind))
-    elseif arch == "gpt" and r.model.ctx and r.model.ctx < d.ctx then
-      errs[#errs + 1] = string.format("data.ctx = %d is longer than model.ctx = %d", d.ctx, r.model.ctx)
+    local o, e = M.model_options(r.model)
+    if not o then
+      errs[#errs + 1] = e
+    else
+      local before = #errs
+      check_model_data(r.model.arch, o, d, IMAGE_PIXELS[d.kind], errs)
+      if #errs == before then
+        local est = require("diloco.estimate")
+        local okm, merr = est.check(est.training(r.model.arch, o, d, inner.kind))
+        if not okm then errs[#errs + 1] = "memory: " .. merr end
+      end
     end
   end
   if r.inner.warmup == nil then r.inner.warmup = math.min(100, r.steps // 10) end
   if r.inner.warmup >= r.steps and r.inner.warmup > 0 and r.inner.schedule ~= "constant" then
     errs[#errs + 1] = string.format("inner.warmup = %d: must be below steps = %d", r.inner.warmup, r.steps)
   end
+end
+
+-- After the data is open (diloco.data.open's result): the rules that need what only
+-- the files know (an IDX set's image size).  Returns true, or nil and the problems.
+function M.check_data(r, loaders)
+  if type(r.model) ~= "table" or loaders.kind ~= "images" or not (loaders.rows and loaders.cols) then return true end
+  local o, e = M.model_options(r.model)
+  if not o then return nil, { e } end
+  local errs = {}
+  check_model_data(r.model.arch, o, r.data, loaders.rows * loaders.cols, errs)
+  if #errs > 0 then return nil, errs end
+  return true
 end
 
 -- diloco.recipe{...}: marks the table as a recipe (validation happens in M.validate,
@@ -248,7 +387,13 @@ function M.set(r, assignment)
     error(string.format("--set %s: expected KEY=VALUE with a dotted key (e.g. inner.lr=1e-3)", assignment), 0)
   end
   local parts = {}
-  for p in key:gmatch("[^%.]+") do parts[#parts + 1] = p end
+  for p in (key .. "."):gmatch("([^%.]*)%.") do parts[#parts + 1] = p end
+  for _, p in ipairs(parts) do
+    if not p:match("^[%a_][%w_]*$") then
+      error(string.format("--set %s: malformed key '%s': expected field names joined by single dots "
+        .. "(e.g. inner.lr=1e-3)", assignment, key), 0)
+    end
+  end
   local t, spec = r, { fields = M.schema }
   for i = 1, #parts - 1 do
     local p = parts[i]

@@ -49,18 +49,28 @@ return function(nn)
     moe = { "table" }, std = { "nonneg", 0.02 }, seed = { "int" }, rng = { "generator" },
   }
 
-  function GPT:_init(opts)
+  -- The checked options of GPT{...} (defaults filled, moe normalised), or a raise
+  -- naming the bad one.  Allocates nothing: diloco.recipe and diloco.estimate use it
+  -- before a model is built.
+  local function gpt_options(opts)
     local o = check_opts("GPT", opts, GPT_SCHEMA)
     check_divides("GPT", o.heads, o.dim)
     U.ratio_width("GPT", o.dim, o.mlp_ratio)
-    local moe
     if o.moe then
-      moe = check_opts("GPT: moe", o.moe, { experts = { "posint", 4 }, top_k = { "posint", 2 },
+      local moe = check_opts("GPT: moe", o.moe, { experts = { "posint", 4 }, top_k = { "posint", 2 },
         aux_weight = { "nonneg", 0.01 }, act = { U.ACTS } })
       if moe.top_k > moe.experts then
         raise(("GPT: moe.top_k = %d exceeds moe.experts = %d"):format(moe.top_k, moe.experts))
       end
+      o.moe = moe
     end
+    if o.seed ~= nil and o.rng ~= nil then raise("GPT: give seed or rng, not both") end
+    return o
+  end
+
+  function GPT:_init(opts)
+    local o = gpt_options(opts)
+    local moe = o.moe
     local rng = model_rng("GPT", o)
     for k, v in pairs(o) do
       if k ~= "rng" and k ~= "moe" then self[k] = v end
@@ -206,13 +216,19 @@ return function(nn)
     std = { "nonneg", 0.02 }, seed = { "int" }, rng = { "generator" },
   }
 
-  function ViT:_init(opts)
+  local function vit_options(opts)
     local o = check_opts("ViT", opts, VIT_SCHEMA)
     if o.image % o.patch ~= 0 then
       raise(("ViT: patch = %d does not divide image = %d"):format(o.patch, o.image))
     end
     check_divides("ViT", o.heads, o.dim)
     U.ratio_width("ViT", o.dim, o.mlp_ratio)
+    if o.seed ~= nil and o.rng ~= nil then raise("ViT: give seed or rng, not both") end
+    return o
+  end
+
+  function ViT:_init(opts)
+    local o = vit_options(opts)
     local rng = model_rng("ViT", o)
     self.image, self.patch_size, self.channels, self.dim = o.image, o.patch, o.channels, o.dim
     self.layers, self.heads, self.classes, self.norm = o.layers, o.heads, o.classes, o.norm
@@ -273,10 +289,18 @@ return function(nn)
   -- mode only.
   local MLPClassifier = class("MLPClassifier")
 
+  local MLP_SCHEMA = { input = { "posint", 784 }, hidden = { "intlist", { 256, 128 } },
+    classes = { "posint", 10 }, act = { U.ACTS, "relu" }, dropout = { "prob", 0 }, std = { "nonneg" },
+    seed = { "int" }, rng = { "generator" } }
+
+  local function mlp_options(opts)
+    local o = check_opts("MLPClassifier", opts, MLP_SCHEMA)
+    if o.seed ~= nil and o.rng ~= nil then raise("MLPClassifier: give seed or rng, not both") end
+    return o
+  end
+
   function MLPClassifier:_init(opts)
-    local o = check_opts("MLPClassifier", opts, { input = { "posint", 784 }, hidden = { "intlist", { 256, 128 } },
-      classes = { "posint", 10 }, act = { U.ACTS, "relu" }, dropout = { "prob", 0 }, std = { "nonneg" },
-      seed = { "int" }, rng = { "generator" } })
+    local o = mlp_options(opts)
     local rng = model_rng("MLPClassifier", o)
     self.input, self.hidden, self.classes, self.act = o.input, o.hidden, o.classes, o.act
     self._act = diloco[o.act]
@@ -305,5 +329,17 @@ return function(nn)
   function MLPClassifier:extra_repr()
     return ("input=%d, hidden={%s}, classes=%d, act=%s"):format(self.input, table.concat(self.hidden, ", "),
       self.classes, self.act)
+  end
+
+  -- nn.model_options(arch, opts) -> the checked options of the model `arch` ("gpt",
+  -- "vit", "mlp") with every default filled; raises naming the bad option.  Builds
+  -- nothing, so a recipe or a file's metadata can be checked (and its size
+  -- estimated, diloco.estimate) before any memory is committed to it.
+  local OPTIONS = { gpt = gpt_options, vit = vit_options, mlp = mlp_options }
+  nn.ARCHS = { gpt = GPT, vit = ViT, mlp = MLPClassifier }
+  function nn.model_options(arch, opts)
+    local f = OPTIONS[arch]
+    if not f then raise(("model: arch = %s: expected one of gpt, vit, mlp"):format(U.show(arch))) end
+    return f(opts)
   end
 end
