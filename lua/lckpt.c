@@ -13,9 +13,10 @@
  *     local v = assert(diloco.json_decode('{"a":[1,null,2.5]}'))
  *     -- v.a[1] == 1 (integer), v.a[2] == diloco.json_null, v.a[3] == 2.5 (float)
  *
- * Errors (liolib's convention): wrong arguments raise; an environmental failure
- * returns nil, message: a file that cannot be written or read, a file that is not
- * valid safetensors, a string that is not valid JSON.
+ * Errors (liolib's convention, ldiloco.h): wrong arguments raise; an environmental
+ * failure returns nil, message, code (the status name, "DLC_ERR_IO" / "DLC_ERR_FORMAT"):
+ * a file that cannot be written or read, a file that is not valid safetensors, a
+ * string that is not valid JSON.
  *
  * JSON mapping.  Encoding: a table whose keys are exactly 1..n is an array; an empty
  * table is the empty array []; any other table is an object and every key must be a
@@ -101,7 +102,7 @@ static const char *cname(lua_State *L, int idx, const char *what) {
     return s;
 }
 
-/* diloco.save_safetensors(path, tensors, metadata) -> true | nil, msg */
+/* diloco.save_safetensors(path, tensors, metadata) -> true | nil, msg, code */
 static int l_save_safetensors(lua_State *L) {
     const char *path = checkpath(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -205,30 +206,21 @@ static int l_save_safetensors(lua_State *L) {
         lua_pushboolean(L, 1);
         return 1;
     }
-    if (s == DLC_ERR_IO) {
-        lua_pushnil(L);
-        lua_pushstring(L, dlc_last_error());
-        return 2;
-    }
+    if (s == DLC_ERR_IO) return dlcL_fail(L, s);
     return dlcL_error(L);
 }
 
 static void st_release(void *p) { dlc_safetensors_close(p); }
 
 /* diloco.load_safetensors(path) -> {name = Tensor}, metadata, {names in file order}
- *                                 | nil, msg */
+ *                                 | nil, msg, code */
 static int l_load_safetensors(lua_State *L) {
     const char *path = checkpath(L, 1);
     dlcL_state *state = STATE(L);
     lua_settop(L, 1);
     dlcL_res *b = dlcL_newres(L); /* 2 */
     dlc_safetensors *st = dlc_safetensors_open(path);
-    if (!st) {
-        if (dlc_last_status() == DLC_ERR_NOMEM) return dlcL_error(L);
-        lua_pushnil(L);
-        lua_pushstring(L, dlc_last_error());
-        return 2;
-    }
+    if (!st) return dlcL_fail(L, dlc_last_status()); /* raises on NOMEM */
     b->p = st;
     b->release = st_release;
     int n = dlc_safetensors_count(st), nm = dlc_safetensors_meta_count(st);
@@ -539,7 +531,7 @@ static void push_json(lua_State *L, const json_t *j, int in_array) {
     }
 }
 
-/* diloco.json_decode(str) -> value | nil, msg */
+/* diloco.json_decode(str) -> value | nil, msg, "DLC_ERR_FORMAT" */
 static int l_json_decode(lua_State *L) {
     size_t len;
     const char *s = luaL_checklstring(L, 1, &len);
@@ -550,7 +542,8 @@ static int l_json_decode(lua_State *L) {
     if (!j) {
         lua_pushnil(L);
         lua_pushfstring(L, "json_decode: %s (line %d, column %d)", err.text, err.line, err.column);
-        return 2;
+        lua_pushstring(L, dlcL_status_name(DLC_ERR_FORMAT));
+        return 3;
     }
     b->p = j;
     b->release = json_release;
@@ -558,7 +551,8 @@ static int l_json_decode(lua_State *L) {
         dlcL_freeres(b);
         lua_pushnil(L);
         lua_pushfstring(L, "json_decode: nested deeper than %d levels", DLCL_JSON_MAX_DEPTH);
-        return 2;
+        lua_pushstring(L, dlcL_status_name(DLC_ERR_FORMAT));
+        return 3;
     }
     push_json(L, j, 0);
     dlcL_freeres(b);

@@ -7,6 +7,10 @@
  *     local saved = train:state()        -- { cursor = 1 }: plain integers, JSON-friendly
  *     train:set_state(saved)             -- the same batches follow again
  *
+ * Errors (ldiloco.h): bad options raise; a dataset whose files cannot be read (missing,
+ * unreadable, not valid IDX, larger than max_bytes / max_elements) returns
+ * nil, message, code ("DLC_ERR_IO", "DLC_ERR_FORMAT", ...), like io.open.
+ *
  * Shard indices are 1-based here (shard = 1..shards), 0-based in the core.  Label and
  * byte VALUES in the tensors are 0-based, as everywhere.
  *
@@ -355,7 +359,8 @@ static int l_textdata(lua_State *L) {
         return luaL_error(L, "%s: give either path = a file or directory, or synthetic = a byte "
                              "count > 0 (got %s)", fn, o.path ? "both" : "neither");
     textbox *b = dlcL_newbox(L, DLCL_TEXTDATA, sizeof *b, 0);
-    if (!(b->t = dlc_text_open(&o))) return dlcL_error(L);
+    if (!(b->t = dlc_text_open(&o))) /* the options are checked: a path's failure is the file's */
+        return o.path ? dlcL_fail(L, dlc_last_status()) : dlcL_error(L);
     return 1;
 }
 
@@ -491,7 +496,8 @@ static int l_imagedata(lua_State *L) {
         return luaL_error(L, "%s: rows and cols are for synthetic data; IDX files carry their own",
                           fn);
     imagebox *b = dlcL_newbox(L, DLCL_IMAGEDATA, sizeof *b, 0);
-    if (!(b->d = dlc_images_open(&o))) return dlcL_error(L);
+    if (!(b->d = dlc_images_open(&o))) /* the options are checked: a failure is the files' */
+        return files ? dlcL_fail(L, dlc_last_status()) : dlcL_error(L);
     return 1;
 }
 

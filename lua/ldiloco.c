@@ -29,6 +29,30 @@ dlcL_state *dlcL_getstate(lua_State *L) {
 }
 
 /* ---------------------------------------------------------------------------
+ * errors
+ * --------------------------------------------------------------------------- */
+
+static const char *const status_names[] = {
+    "DLC_OK",         "DLC_ERR_ARG",   "DLC_ERR_SHAPE", "DLC_ERR_NOMEM",    "DLC_ERR_IO",
+    "DLC_ERR_FORMAT", "DLC_ERR_STATE", "DLC_ERR_RANGE", "DLC_ERR_INTERNAL",
+};
+_Static_assert(sizeof status_names / sizeof status_names[0] == DLC_STATUS_COUNT,
+               "status name table out of sync with dlc_status");
+
+const char *dlcL_status_name(int s) {
+    if (s > 0 || -s >= DLC_STATUS_COUNT) return "DLC_ERR_UNKNOWN";
+    return status_names[-s];
+}
+
+int dlcL_fail(lua_State *L, dlc_status s) {
+    if (s == DLC_ERR_NOMEM) return dlcL_error(L);
+    lua_pushnil(L);
+    lua_pushstring(L, dlc_last_error());
+    lua_pushstring(L, dlcL_status_name(s));
+    return 3;
+}
+
+/* ---------------------------------------------------------------------------
  * userdata types (ldiloco.h: dlcL_type)
  * --------------------------------------------------------------------------- */
 

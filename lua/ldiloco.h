@@ -102,6 +102,16 @@ int dlcL_checkshape(lua_State *L, int first, int last, int64_t *shape, int allow
  * every C resource you hold first. */
 int dlcL_error(lua_State *L);
 
+/* The error convention of the binding (liolib's, luv's): misuse (a wrong argument
+ * type or value) raises; an environmental failure (a missing or unreadable file, a
+ * file that is not valid, later a refused connection) returns nil, message, code,
+ * where code is the status's enum name ("DLC_ERR_IO", "DLC_ERR_FORMAT", ...).
+ * dlcL_fail pushes those three values for status s with dlc_last_error() and
+ * returns 3; DLC_ERR_NOMEM is never environmental: it raises. */
+int dlcL_fail(lua_State *L, dlc_status s);
+/* "DLC_OK", "DLC_ERR_ARG", ... for a status; "DLC_ERR_UNKNOWN" outside the enum. */
+const char *dlcL_status_name(int s);
+
 /* ---- userdata types that hold a C resource (every type of the binding) ----
  *
  * liolib's pattern, in one place.  A box is a userdata whose FIRST field is the

@@ -10,6 +10,15 @@ local function assert_error_contains(needle, fn, ...)
   assert(err:find(needle, 1, true), ("expected an error containing %q, got %q"):format(needle, err))
 end
 
+-- An environmental failure (a file that is missing, unreadable or not valid) is
+-- returned as nil, message, code, like io.open; asserts that and the message.
+local function assert_fails(needle, code, fn, ...)
+  local v, msg, c = fn(...)
+  assert.is_nil(v)
+  assert(tostring(msg):find(needle, 1, true), ("expected a message containing %q, got %q"):format(needle, tostring(msg)))
+  assert.are.equal(code, c)
+end
+
 local tmp = os.tmpname()
 os.remove(tmp)
 assert(os.execute("mkdir -p '" .. tmp .. "'"))
@@ -82,10 +91,12 @@ describe("TextData", function()
       diloco.TextData, { pth = "/tmp" })
     assert_error_contains("give either path", diloco.TextData, {})
     assert_error_contains("got both", diloco.TextData, { path = "/tmp", synthetic = 10 })
-    assert_error_contains(tpath("missing") .. ": No such file or directory",
+    assert_fails(tpath("missing") .. ": No such file or directory", "DLC_ERR_IO",
       diloco.TextData, { path = tpath("missing") })
     write(tpath("empty"), "")
-    assert_error_contains("no text", diloco.TextData, { path = tpath("empty") })
+    local _, _, code = diloco.TextData { path = tpath("empty") }
+    assert_fails("no text", code, diloco.TextData, { path = tpath("empty") })
+    assert.matches("^DLC_ERR_", code)
     assert.has_error(function() diloco.TextData("x") end)
   end)
 
@@ -320,19 +331,25 @@ describe("ImageData", function()
   it("refuses hostile files with the path and what is wrong", function()
     local good = tpath("im")
     write(tpath("trunc"), idx_images(N, 2, 3, function() return 1 end):sub(1, -5))
-    assert_error_contains(tpath("trunc") .. ": images header says 20 x 2 x 3 = 120 bytes, file has 116 " ..
-      "after the header (truncated?)", diloco.ImageData, { images = tpath("trunc"), labels = tpath("lb") })
+    assert_fails(tpath("trunc") .. ": images header says 20 x 2 x 3 = 120 bytes, file has 116 " ..
+      "after the header (truncated?)", "DLC_ERR_FORMAT", diloco.ImageData, { images = tpath("trunc"), labels = tpath("lb") })
     write(tpath("trail"), idx_labels(labels) .. "xx")
-    assert_error_contains("file has 2 more after them (trailing bytes",
+    assert_fails("file has 2 more after them (trailing bytes", "DLC_ERR_FORMAT",
       diloco.ImageData, { images = good, labels = tpath("trail") })
-    assert_error_contains("magic 0x00000801, expected 0x00000803",
+    assert_fails("magic 0x00000801, expected 0x00000803", "DLC_ERR_FORMAT",
       diloco.ImageData, { images = tpath("lb"), labels = tpath("lb") })
     write(tpath("huge"), be32(0x803) .. be32(1000000) .. be32(1000) .. be32(1000))
-    assert_error_contains("more than max_elements", diloco.ImageData, { images = tpath("huge"), labels = tpath("lb") })
-    assert_error_contains("label 5 at index 5, expected < classes = 5",
+    assert_fails("more than max_elements", "DLC_ERR_RANGE",
+      diloco.ImageData, { images = tpath("huge"), labels = tpath("lb") })
+    assert_fails("label 5 at index 5, expected < classes = 5", "DLC_ERR_RANGE",
       diloco.ImageData, { images = good, labels = tpath("lb"), classes = 5 })
-    assert_error_contains(tpath("nope") .. ": cannot open the images file",
+    assert_fails(tpath("nope") .. ": cannot open the images file", "DLC_ERR_IO",
       diloco.ImageData, { images = tpath("nope"), labels = tpath("lb") })
+    assert_fails(tpath("nope") .. ": cannot open the labels file", "DLC_ERR_IO",
+      diloco.ImageData, { images = good, labels = tpath("nope") })
+    -- misuse still raises: the options are wrong, not the files
+    assert_error_contains("rows and cols are for synthetic data",
+      diloco.ImageData, { images = tpath("nope"), labels = tpath("lb"), rows = 3 })
     -- and a valid set still opens afterwards
     assert.are.equal(N, diloco.ImageData { images = good, labels = tpath("lb") }.count)
   end)
@@ -399,5 +416,18 @@ describe("ImageData", function()
     assert.are.equal(28, d.rows)
     local x = d:loader { batch = 10000, shuffle = false }:next()
     assert.is_true(math.abs(x:mean():item()) < 0.05) -- normalised with the training statistics
+  end)
+end)
+
+describe("diloco.data.open", function()
+  it("raises the file's plain message (no position) when a dataset cannot be opened", function()
+    local ok, err = pcall(diloco.data.open, { kind = "text", path = tpath("absent.txt"), batch = 2, ctx = 8 }, 1, 1, 0)
+    assert.is_false(ok)
+    assert.are.equal("string", type(err))
+    assert.are.equal(tpath("absent.txt") .. ": No such file or directory", err:match("^text: (.*)$"))
+    ok, err = pcall(diloco.data.open, { kind = "images", images = tpath("absent-im"), labels = tpath("absent-lb"),
+      classes = 10, batch = 4 }, 1, 1, 0)
+    assert.is_false(ok)
+    assert.matches("^" .. tpath("absent%-im"):gsub("%.", "%%.") .. ": cannot open the images file", err)
   end)
 end)

@@ -23,6 +23,14 @@ M.images = spec("images")
 M.synthetic_text = spec("synthetic_text")
 M.synthetic_images = spec("synthetic_images")
 
+-- diloco.TextData / ImageData return nil, message, code when their files cannot be
+-- read (and raise on bad options).  M.open keeps its callers' view: such a failure
+-- is raised as the plain message, as it was before the C side returned it.
+local function opened(ds, msg)
+  if not ds then error(msg, 0) end
+  return ds
+end
+
 local FASHION = {
   images = "train-images-idx3-ubyte.gz", labels = "train-labels-idx1-ubyte.gz",
   test_images = "t10k-images-idx3-ubyte.gz", test_labels = "t10k-labels-idx1-ubyte.gz",
@@ -36,8 +44,8 @@ function M.open(d, shard, shards, seed)
   if r.kind == "text" then
     local ds
     if d.kind == "text" then
-      ds = diloco.TextData { path = d.path, chunk = d.chunk, eval_fraction = d.eval_fraction,
-        split_seed = 0, drop_line = d.drop_line }
+      ds = opened(diloco.TextData { path = d.path, chunk = d.chunk, eval_fraction = d.eval_fraction,
+        split_seed = 0, drop_line = d.drop_line })
     else
       ds = diloco.TextData { synthetic = d.bytes, seed = seed, chunk = d.chunk, eval_fraction = d.eval_fraction }
     end
@@ -59,9 +67,10 @@ function M.open(d, shard, shards, seed)
       for k, name in pairs(FASHION) do
         files[k] = d[k] or (d.kind == "fashion" and (d.dir .. "/" .. name)) or nil
       end
-      train = diloco.ImageData { images = files.images, labels = files.labels, classes = d.classes }
+      train = opened(diloco.ImageData { images = files.images, labels = files.labels, classes = d.classes })
       if files.test_images and files.test_labels then
-        test = diloco.ImageData { images = files.test_images, labels = files.test_labels, classes = d.classes }
+        test = opened(diloco.ImageData { images = files.test_images, labels = files.test_labels,
+          classes = d.classes })
       else
         test = train
       end
