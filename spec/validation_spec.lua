@@ -229,3 +229,86 @@ print(string.format("estimate %d peak %d", math.floor(e.bytes), hwm))
     assert.is_true(e <= 3 * peak, out) -- and not wildly above it
   end)
 end)
+
+describe("diloco-lua sample checks the file before trusting it", function()
+  local OPTS = { vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 }
+  local function model_file(name, meta_model, edit)
+    local m = diloco.nn.GPT(OPTS)
+    local list = {}
+    for _, p in ipairs(m:parameters()) do list[#list + 1] = { p[1], p[2] } end
+    if edit then list = edit(list) or list end
+    local path = tmp .. "/" .. name
+    assert(diloco.save_safetensors(path, list, { ["diloco.model"] = diloco.json_encode(meta_model) }))
+    return path
+  end
+  local function spec_with(over)
+    local s = { arch = "gpt" }
+    for k, v in pairs(OPTS) do s[k] = v end
+    for k, v in pairs(over or {}) do s[k] = v end
+    return s
+  end
+  local function sample(path)
+    return sh(string.format("%s sample %s --tokens 3 --prompt ab", exe, path))
+  end
+
+  it("samples from a good file", function()
+    local out, status = sample(model_file("good.safetensors", spec_with()))
+    assert.are.equal(0, status, out)
+    assert.are.equal("ab", out:sub(1, 2))
+  end)
+  it("estimates the model from its metadata and refuses one too large, before building it", function()
+    local t0 = os.time()
+    local out, status = sample(model_file("huge.safetensors", spec_with { layers = 1000000000 }))
+    assert.are.equal(2, status, out)
+    assert.matches("huge.safetensors: metadata diloco.model: the model would need about", out, 1, true)
+    assert.matches("more than this machine's", out, 1, true)
+    assert.is_true(os.time() - t0 < 5)
+    assert_clean(out)
+  end)
+  it("validates the metadata's options as a recipe's model section", function()
+    local out, status = sample(model_file("ctx.safetensors", spec_with { ctx = "abc" }))
+    assert.are.equal(2, status, out)
+    assert.matches('metadata diloco.model: model: GPT: ctx = "abc" (a string): expected a positive integer', out, 1,
+      true)
+    assert_clean(out)
+    out, status = sample(model_file("vocab.safetensors", spec_with { vocab = 300 }))
+    assert.are.equal(2, status, out)
+    assert.matches("vocab = 300: sample needs a byte-level GPT (vocab 256)", out, 1, true)
+  end)
+  it("refuses a weight of the right size but the wrong shape", function()
+    local path = model_file("transposed.safetensors", spec_with(), function(list)
+      for _, p in ipairs(list) do
+        if p[1] == "blocks.0.attn.qkv.weight" then p[2] = p[2]:transpose(1, 2):clone() end
+      end
+    end)
+    local out, status = sample(path)
+    assert.are.equal(1, status, out)
+    assert.matches("tensor 'blocks.0.attn.qkv.weight' has shape [16, 48], the model described by its metadata "
+      .. "needs [48, 16]", out, 1, true)
+    assert_clean(out)
+  end)
+  it("refuses NaN and infinite weights", function()
+    for _, v in ipairs { 0 / 0, math.huge } do
+      local path = model_file("nan.safetensors", spec_with(), function(list)
+        local w = list[1][2]:tolist()
+        w[3][5] = v
+        list[1][2] = diloco.tensor(w)
+      end)
+      local out, status = sample(path)
+      assert.are.equal(1, status, out)
+      assert.matches("tensor 'wte.weight' holds NaN or infinite values", out, 1, true)
+    end
+  end)
+  it("refuses a missing and an extra tensor", function()
+    local out, status = sample(model_file("missing.safetensors", spec_with(), function(list)
+      table.remove(list)
+    end))
+    assert.are.equal(1, status, out)
+    assert.matches("tensor 'ln_f.bias' of the model is missing from the file", out, 1, true)
+    out, status = sample(model_file("extra.safetensors", spec_with(), function(list)
+      list[#list + 1] = { "stray", diloco.zeros(2) }
+    end))
+    assert.are.equal(1, status, out)
+    assert.matches("tensor 'stray' is not a parameter of the model", out, 1, true)
+  end)
+end)
