@@ -95,7 +95,7 @@ describe("recipe hooks", function()
     local r = assert(diloco.recipe.validate(tiny { hooks = { lr = function() return "fast" end } }))
     local ok, e = pcall(diloco.train.run, r, { out = os.tmpname() .. "d", quiet = true })
     assert.is_false(ok)
-    assert.matches('hooks.lr%(1%) returned fast: expected a learning rate >= 0', e.diloco_error)
+    assert.matches('hooks.lr%(1%) returned "fast" %(a string%): expected a finite learning rate >= 0', e.diloco_error)
   end)
 end)
 

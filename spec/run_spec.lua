@@ -175,29 +175,33 @@ describe("a tiny training run", function()
 
   it("resumes from the checkpoint and continues the step count", function()
     local m2 = tmp .. "/m2.jsonl"
-    local out, status = run("", "--set steps=60 --metrics " .. m2 .. " --resume " .. tmp .. "/out/checkpoint.safetensors")
+    local out, status = run("", "--set steps=60 --metrics " .. m2 .. " --resume latest")
     assert.are.equal(0, status, out)
     local lines = read_lines(m2)
-    local first, last = diloco.json_decode(lines[1]), diloco.json_decode(lines[#lines])
-    assert.is_true(first.step > 40)
+    local first, second, last = diloco.json_decode(lines[1]), diloco.json_decode(lines[2]),
+      diloco.json_decode(lines[#lines])
+    assert.are.equal("resume", first.event)
+    assert.are.equal(40, first.step)
+    assert.are.equal("step", second.event)
+    assert.is_true(second.step > 40)
     assert.are.equal(60, last.steps)
     assert.are.equal(60 * 4 * 16, last.tokens)
   end)
 
   it("continues exactly: 20 + resume 20 equals 40 straight", function()
     local a, b = tmp .. "/a.jsonl", tmp .. "/b.jsonl"
-    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. a)
+    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. a .. " --out " .. tmp .. "/straight")
     local straight = diloco.json_decode(read_lines(a)[#read_lines(a)])
-    run("", "--set steps=20 --set inner.schedule=constant")
-    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. b .. " --resume " .. tmp ..
-      "/out/checkpoint.safetensors")
+    run("", "--set steps=20 --set inner.schedule=constant --out " .. tmp .. "/half --metrics " .. b)
+    run("", "--set steps=40 --set inner.schedule=constant --metrics " .. b .. " --out " .. tmp ..
+      "/half --resume latest")
     local resumed = diloco.json_decode(read_lines(b)[#read_lines(b)])
     assert.are.equal(straight.final_eval_loss, resumed.final_eval_loss)
   end)
 
   it("ends the metrics with a summary naming the error when training diverges", function()
     local m = tmp .. "/nan.jsonl"
-    local out, status = run("", "--set inner.lr=1e6 --set inner.clip=0 --metrics " .. m)
+    local out, status = run("", "--set inner.lr=1e6 --set inner.clip=0 --metrics " .. m .. " --out " .. tmp .. "/nan")
     assert.are.equal(1, status)
     assert.matches("step %d+: training diverged %(loss [^,]+, gradient norm [^)]+%), the update was not applied; "
       .. "lower inner.lr", out)

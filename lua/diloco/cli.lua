@@ -1,6 +1,6 @@
 -- diloco.cli: the `diloco-lua run` and `diloco-lua sample` subcommands.
 -- main(name, args) returns the process exit status: 0 ok, 1 failure, 2 usage or
--- recipe error, 130 interrupted by Ctrl-C (after saving).
+-- recipe error, 128 + N stopped by signal N (after saving).
 local diloco = require "diloco"
 local M = {}
 
@@ -9,18 +9,23 @@ local function err(fmt, ...)
 end
 
 local RUN_USAGE = [==[
-usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--metrics FILE.jsonl] [--out DIR]
-                                 [--resume CHECKPOINT] [--quiet] [--debug]
+usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--resume latest|CHECKPOINT]
+                                 [--overwrite] [--metrics FILE.jsonl] [--quiet] [--debug]
   --set KEY=VALUE   override a recipe field, nested with dots (--set inner.lr=1e-3)
-  --metrics FILE    write JSON-lines metrics (step, eval, summary events)
-  --out DIR         output directory (default: the recipe's out, else runs/NAME)
-  --resume CKPT     continue from OUT/checkpoint.safetensors of an earlier run
-  --quiet           no progress output
+  --out DIR         run directory (default: the recipe's out, else runs/NAME): metrics.jsonl,
+                    recipe.json, checkpoint-STEP.safetensors, model.safetensors
+  --resume latest   continue the run in OUT from its newest checkpoint (or give a
+                    checkpoint file); the metrics are appended to
+  --overwrite       replace the run already in OUT (without it, an existing run is refused)
+  --metrics FILE    write the JSON-lines metrics here instead of OUT/metrics.jsonl
+  --quiet           no progress output; print the summary as JSON at the end
   --fields          list every recipe field with its default and meaning
-  --debug           on an internal error, print the Lua traceback]==]
+  --debug           on an internal error, print the Lua traceback
+Exit status: 0 done, 1 failed (saved what it could), 2 bad recipe or options,
+128 + N stopped by signal N after saving (130 SIGINT, 143 SIGTERM, 129 SIGHUP).]==]
 
 local RUN_OPTIONS = { set = "list", metrics = "value", out = "value", resume = "value",
-  quiet = "flag", help = "flag", fields = "flag", debug = "flag" }
+  quiet = "flag", help = "flag", fields = "flag", debug = "flag", overwrite = "flag" }
 
 -- Parses "--flag value" / "--flag=value" options.  spec: name -> "value" | "flag" |
 -- "list".  Returns opts, positional list; raises a usage message on error.
@@ -89,10 +94,21 @@ local function run(args)
     for _, p in ipairs(problems) do io.stderr:write("  ", p, "\n") end
     return 2
   end
-  local summary, interrupted = diloco.train.run(r, { metrics = opts.metrics, out = opts.out, resume = opts.resume,
-    quiet = opts.quiet })
-  if opts.quiet then print(diloco.json_encode(summary)) end
-  return interrupted and 130 or 0
+  local ok, summary, interrupted, signo = pcall(diloco.train.run, r, { metrics = opts.metrics, out = opts.out,
+    resume = opts.resume, overwrite = opts.overwrite, quiet = opts.quiet,
+    command = "diloco-lua run " .. table.concat(args, " ") })
+  if not ok then
+    local e = summary
+    if type(e) == "table" and e.summary and opts.quiet then
+      io.stdout:write(diloco.metrics.line("summary", e.summary, diloco.wall_time()), "\n")
+    end
+    error(e, 0)
+  end
+  if opts.quiet then
+    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
+    io.stdout:flush() -- a closed stdout here loses nothing: the run is saved
+  end
+  return interrupted and 128 + (signo or 2) or 0
 end
 
 local sample = require "diloco.sample"

@@ -1,34 +1,150 @@
 -- diloco.metrics: the JSON-lines metrics file of the CLI contract.
--- One object per line, `event` in {step, merge, eval, fault, summary}; the summary is
--- always the last line.  Every line is flushed as written, so an interrupted run
--- leaves a complete file.
+--
+--   local m = assert(diloco.metrics.open("runs/x/metrics.jsonl", { append = true }))
+--   assert(m:write("step", { step = 10, loss = 2.5 }))  --> {"event":"step","time":...,"step":10,"loss":2.5}
+--
+-- One object per line.  `event` comes first, then `time` (wall clock, seconds since the
+-- Unix epoch, to the millisecond), then the event's fields in a fixed order (FIELDS
+-- below; fields an event does not list follow in sorted order), so the lines diff and
+-- grep well.  A float that is exactly an f32 (losses, gradient norms: what the engine
+-- computes) is printed with the fewest digits that read back to the same f32; any other
+-- float with the fewest that read back to the same double; integers as integers.  The
+-- summary always carries every field of SUMMARY, null where unknown.
+--
+-- Every line is flushed as written, so an interrupted run leaves a complete file, and
+-- every write is checked: the first failure (a full disk, /dev/full, a closed pipe) is
+-- returned as nil, message, and the writer stays failed (later writes return the same
+-- error), so the run can stop, save and report it.  Appending to a file whose last line
+-- was cut short (a kill -9 mid-write) starts on a new line.
 local diloco = require "diloco"
 local M = {}
 M.__index = M
 
--- Opens path for writing (nil path: a writer that drops everything).
-function M.open(path)
+M.FIELDS = {
+  step = { "step", "loss", "aux_loss", "lr", "grad_norm", "tokens", "tokens_per_s", "wall_s" },
+  eval = { "step", "loss", "accuracy", "tokens", "wall_s", "final" },
+  checkpoint = { "step", "path", "seconds", "error", "kept", "removed" },
+  resume = { "step", "tokens", "from", "changed" },
+  start = { "recipe", "out", "steps", "params", "resume", "pid" },
+  summary = nil, -- M.SUMMARY
+}
+
+-- The summary's fields: the CLI contract's, then what a single run adds.
+M.SUMMARY = { "preset", "learners", "steps", "tokens", "final_eval_loss", "final_eval_accuracy", "goodput",
+  "uptime", "bytes_up", "bytes_down", "wall_s", "train_s", "tokens_per_s", "params", "interrupted", "signal",
+  "error", "save_error", "checkpoint", "checkpoint_step", "recipe", "out", "gemm", "threads" }
+M.FIELDS.summary = M.SUMMARY
+
+local pack, unpack = string.pack, string.unpack
+
+-- The shortest decimal text of a float: the f32 rule or the double rule (see above).
+local function float_text(v)
+  if v ~= v or v == math.huge or v == -math.huge then return "null" end
+  local is_f32 = unpack("<f", pack("<f", v)) == v
+  local s
+  for digits = 1, 17 do
+    s = string.format("%." .. digits .. "g", v)
+    local back = tonumber(s)
+    if is_f32 then
+      if pack("<f", back) == pack("<f", v) then break end
+    elseif back == v then
+      break
+    end
+  end
+  if not s:find("[%.eEn]") then s = s .. ".0" end -- stays a float when read back
+  return s
+end
+M.float_text = float_text
+
+local function value_text(v)
+  local t = type(v)
+  if v == nil then return "null" end
+  if t == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    return float_text(v)
+  end
+  if t == "boolean" then return tostring(v) end
+  if t == "string" then return diloco.json_encode(v) end
+  if t == "table" then return diloco.json_encode(v, { sort_keys = true }) end
+  return diloco.json_encode(tostring(v))
+end
+
+-- The line for one event (without its newline).
+function M.line(event, fields, time)
+  local order = M.FIELDS[event] or {}
+  local parts = { '{"event":' .. diloco.json_encode(event), '"time":' .. string.format("%.3f", time) }
+  local listed = {}
+  for _, k in ipairs(order) do
+    listed[k] = true
+    local v = fields[k]
+    if v ~= nil or event == "summary" then parts[#parts + 1] = diloco.json_encode(k) .. ":" .. value_text(v) end
+  end
+  local extra = {}
+  for k in pairs(fields) do
+    if not listed[k] and k ~= "event" and k ~= "time" then extra[#extra + 1] = k end
+  end
+  table.sort(extra)
+  for _, k in ipairs(extra) do parts[#parts + 1] = diloco.json_encode(k) .. ":" .. value_text(fields[k]) end
+  return table.concat(parts, ",") .. "}"
+end
+
+-- Opens path (nil: a writer that keeps nothing).  opts.append: add to the end of an
+-- existing file instead of replacing it.  Returns the writer, or nil and a message.
+function M.open(path, opts)
+  opts = opts or {}
   local self = setmetatable({ path = path }, M)
-  if path then
-    local f, err = io.open(path, "w")
-    if not f then return nil, string.format("--metrics %s: %s", path, err) end
-    self.file = f
+  if not path then return self end
+  local prefix = ""
+  if opts.append then
+    local r = io.open(path, "rb")
+    if r then
+      local size = r:seek("end")
+      if size and size > 0 then
+        r:seek("set", size - 1)
+        if r:read(1) ~= "\n" then prefix = "\n" end
+      end
+      r:close()
+    end
+  end
+  local f, err = io.open(path, opts.append and "a" or "w")
+  if not f then return nil, string.format("metrics %s: %s", path, err) end
+  self.file = f
+  if prefix ~= "" then
+    local ok, werr = self:raw(prefix)
+    if not ok then return nil, werr end
   end
   return self
 end
 
-function M:write(event, fields)
-  if not self.file then return end
-  fields.event = event
-  self.file:write(diloco.json_encode(fields), "\n")
-  self.file:flush()
+-- Writes text and flushes; the first failure sticks.
+function M:raw(text)
+  if self.failed then return nil, self.failed end
+  if not self.file then return true end
+  local ok, err = self.file:write(text)
+  if ok then ok, err = self.file:flush() end
+  if not ok then
+    self.failed = string.format("metrics %s: writing failed: %s", self.path, tostring(err))
+    return nil, self.failed
+  end
+  return true
 end
 
+-- Writes one event; true, or nil and the message of the (first) write failure.
+function M:write(event, fields)
+  return self:raw(M.line(event, fields, diloco.wall_time()) .. "\n")
+end
+
+-- Closes the file; true, or nil and the message if a write or the close failed.
 function M:close()
   if self.file then
-    self.file:close()
+    local ok, err = self.file:close()
     self.file = nil
+    if not ok and not self.failed then
+      self.failed = string.format("metrics %s: closing failed: %s", self.path, tostring(err))
+    end
   end
+  if self.failed then return nil, self.failed end
+  return true
 end
 
 return M

@@ -21,6 +21,8 @@ M.human = human
 
 -- opts: total (steps), every (plain-line period in steps), tty (default: stdout is a
 -- terminal), out (default io.stdout), unit ("tok" or "img").
+-- Every write is checked: after the first failure (a closed pipe: `run ... | head`)
+-- self.failed holds its message and nothing more is written; the caller decides.
 function M.new(opts)
   local self = setmetatable({}, M)
   self.total = opts.total
@@ -44,24 +46,28 @@ function M:update(info, force)
     self.last_draw = now
     local width, frac = 24, info.step / self.total
     local fill = math.floor(frac * width + 0.5)
-    self.out:write(string.format("\r[%s%s] %s\027[K", string.rep("=", fill), string.rep(" ", width - fill), text))
-    self.out:flush()
+    self:emit(string.format("\r[%s%s] %s\027[K", string.rep("=", fill), string.rep(" ", width - fill), text))
   elseif force or info.step % self.every == 0 or info.step == self.total then
-    self.out:write(text, "\n")
-    self.out:flush()
+    self:emit(text, "\n")
   end
+end
+
+-- Writes and flushes; records the first failure.
+function M:emit(...)
+  if self.failed then return end
+  local ok, err = self.out:write(...)
+  if ok then ok, err = self.out:flush() end
+  if not ok then self.failed = string.format("writing the progress to %s failed: %s",
+    self.out == io.stdout and "stdout" or "its file", tostring(err)) end
 end
 
 -- A line that must not be overwritten by the bar (eval results, messages).
 function M:print(line)
-  if self.tty then self.out:write("\r\027[K") end
-  self.out:write(line, "\n")
-  self.out:flush()
+  self:emit(self.tty and "\r\027[K" or "", line, "\n")
 end
 
 function M:finish()
-  if self.tty then self.out:write("\n") end
-  self.out:flush()
+  self:emit(self.tty and "\n" or "")
 end
 
 return M

@@ -141,7 +141,11 @@ M.schema = {
   } },
   checkpoint = { kind = "table", doc = "periodic checkpoints", fields = {
     every = { kind = "integer", default = 0, check = range(0, 1e12, true),
-      doc = "steps between checkpoints in the output directory (0 = at the end only)" },
+      doc = "steps between checkpoints in the output directory (0 = by minutes only)" },
+    minutes = { kind = "number", default = 5, check = range(0, 1e6),
+      doc = "minutes between checkpoints (0 = by steps only); a run always saves at its end" },
+    keep = { kind = "integer", default = 3, check = range(1, 1e6, true),
+      doc = "step-numbered checkpoints kept in the output directory (the newest)" },
   } },
   out = { kind = "string", default = nil, doc = "output directory (default runs/NAME)" },
   hooks = { kind = "table", doc = "functions called during training", fields = {

@@ -1,25 +1,39 @@
 -- diloco.train: one learner training a validated recipe (islands.count = 1).
 --
 --   local r = assert(diloco.recipe.validate(diloco.recipe.load("recipes/charlm.lua")))
---   local summary = diloco.train.run(r, { metrics = "m.jsonl", out = "runs/charlm" })
+--   local summary, interrupted, signo = diloco.train.run(r, { out = "runs/charlm" })
 --
--- Inner loop: batch -> loss -> backward -> clip -> AdamW step over one parameter
--- arena.  Evaluates every eval.every steps, writes JSON-lines metrics, checkpoints to
--- OUT/checkpoint.safetensors (parameters, optimizer state, data cursor) and the model
--- to OUT/model.safetensors.  Ctrl-C finishes the current step, saves, and returns.
+-- The run in pieces a learner reuses: M.prepare (run directory, model, optimizer,
+-- data, metrics, resume), M.inner_step (batch -> loss -> backward -> clip -> step),
+-- M.maybe_eval, M.maybe_checkpoint, M.report (metrics and progress), M.finish (final
+-- eval, save, summary).  M.run strings them together.
+--
+-- What a run guarantees (docs/cli.md, "What a run guarantees"):
+--   * SIGINT, SIGTERM or SIGHUP: the step under way finishes, the run saves, writes its
+--     summary and returns; the CLI exits 128 + the signal's number (130, 143, 129).
+--   * A closed stdout (`run ... | head`), a metrics write that fails (full disk,
+--     /dev/full) or an error in training (divergence, a hook): the run stops, saves what
+--     it has, and fails with the error (exit 1) after the summary.
+--   * A save that fails keeps the previous checkpoint and model; the summary names the
+--     error and the last good checkpoint.
+-- Errors are one type: a raised {diloco_error = message, code = exit status} table.
 local diloco = require "diloco"
 local M = {}
 
 -- A Lua error message without its "file.lua:12: " position prefix (the position of
 -- our own loader code means nothing to the user).
 local function plain(msg)
+  if type(msg) == "table" and msg.diloco_error then return msg.diloco_error end
   return (tostring(msg):gsub("^[^%s:]+%.lua:%d+: ", ""))
 end
 M.plain = plain
 
-local function fail(fmt, ...)
-  error({ diloco_error = string.format(fmt, ...) }, 0)
+-- Raises the one error type; code is the CLI's exit status (1: the run failed,
+-- 2: something the user gave is wrong).
+local function fail_code(code, fmt, ...)
+  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
 end
+local function fail(fmt, ...) fail_code(1, fmt, ...) end
 M.fail = fail
 
 -- Model options without `arch`, as given in the recipe (saved as JSON metadata so
@@ -32,18 +46,27 @@ local function model_options(spec)
   return o
 end
 
+local function is_module(m)
+  return type(m) == "table" and type(m.parameters) == "function" and type(m.loss) == "function" and
+    type(m.train) == "function" and type(m.eval) == "function"
+end
+
 function M.build_model(spec, seed)
   local nn = diloco.nn
   if type(spec) == "function" then
     local ok, m = pcall(spec)
-    if not ok then fail("model: the model function failed: %s", plain(m)) end
+    if not ok then fail_code(2, "model: the model function failed: %s", plain(m)) end
+    if not is_module(m) then
+      fail_code(2, "model: the model function returned %s: expected a diloco.nn module (with :parameters(), " ..
+        ":loss(), :train() and :eval())", type(m) == "table" and "a table that is not a module" or type(m))
+    end
     return m
   end
   local o = model_options(spec)
   if o.seed == nil then o.seed = seed end
   local ctor = ({ gpt = nn.GPT, vit = nn.ViT, mlp = nn.MLPClassifier })[spec.arch]
   local ok, m = pcall(ctor, o)
-  if not ok then fail("model: %s", type(m) == "table" and tostring(m.diloco_error) or plain(m)) end
+  if not ok then fail_code(2, "model: %s", plain(m)) end
   return m
 end
 
@@ -73,205 +96,450 @@ function M.evaluate(model, loaders, batches)
   return r
 end
 
-local function save_all(ctx, step, tokens)
-  local r, out = ctx.recipe, ctx.out
+-- ---- the effective recipe: saved in OUT/recipe.json and in every checkpoint ----
+
+-- The recipe as plain data (functions as "<function FILE:LINE>"), for JSON.
+function M.effective_recipe(r)
+  local seen = {}
+  local function conv(v)
+    local t = type(v)
+    if t == "function" then
+      local info = debug.getinfo(v, "S")
+      return string.format("<function %s:%d>", info.short_src, info.linedefined)
+    elseif t == "table" then
+      if seen[v] then return "<cycle>" end
+      seen[v] = true
+      local c, n = {}, #v
+      for k, x in pairs(v) do
+        local key = k
+        if not (math.type(k) == "integer" and k >= 1 and k <= n) then key = tostring(k) end
+        c[key] = conv(x)
+      end
+      seen[v] = nil
+      return c
+    elseif t == "number" then
+      if v ~= v or v == math.huge or v == -math.huge then return tostring(v) end
+      return v
+    elseif t == "string" or t == "boolean" then
+      return v
+    end
+    return tostring(v)
+  end
+  return conv(r)
+end
+
+-- { ["inner.lr"] = <json text of the value>, ... } for every leaf (arrays are leaves).
+local function flatten(t, prefix, into)
+  into = into or {}
+  for k, v in pairs(t) do
+    local name = prefix .. tostring(k)
+    if type(v) == "table" and next(v) ~= nil and #v == 0 then
+      flatten(v, name .. ".", into)
+    else
+      into[name] = diloco.json_encode(v, { sort_keys = true })
+    end
+  end
+  return into
+end
+
+-- Fields that differ between two effective recipes: sorted list of {field, old, new}
+-- (JSON texts; nil where absent).
+function M.recipe_changes(old, new)
+  local a, b = flatten(old, ""), flatten(new, "")
+  local names, seen = {}, {}
+  for k in pairs(a) do names[#names + 1], seen[k] = k, true end
+  for k in pairs(b) do
+    if not seen[k] then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local changes = {}
+  for _, k in ipairs(names) do
+    if a[k] ~= b[k] then changes[#changes + 1] = { field = k, old = a[k], new = b[k] } end
+  end
+  return changes
+end
+
+-- ---- checkpoints ----
+
+local function checkpoint_meta(ctx)
+  local r = ctx.recipe
   local meta = {
     ["diloco.format"] = "1",
     ["diloco.recipe"] = r.name or "",
-    ["diloco.step"] = tostring(step),
-    ["diloco.tokens"] = tostring(tokens),
+    ["diloco.step"] = tostring(ctx.step),
+    ["diloco.tokens"] = tostring(ctx.tokens),
     ["diloco.loader"] = diloco.json_encode(ctx.loaders.train:state()),
+    ["diloco.optim_steps"] = tostring(ctx.opt:step_count()),
+    ["diloco.recipe_json"] = ctx.recipe_json,
   }
-  if type(r.model) == "table" then
-    meta["diloco.model"] = diloco.json_encode(r.model)
-  end
-  local tensors = {}
-  for _, p in ipairs(ctx.plist) do tensors[#tensors + 1] = p end
-  local ok, err = diloco.save_safetensors(out .. "/model.safetensors", tensors,
-    { ["diloco.model"] = meta["diloco.model"], ["diloco.step"] = meta["diloco.step"],
-      ["diloco.recipe"] = meta["diloco.recipe"] })
-  if not ok then return nil, err end
-  for _, s in ipairs(ctx.opt:state()) do tensors[#tensors + 1] = s end
-  meta["diloco.optim_steps"] = tostring(ctx.opt:step_count())
-  return diloco.save_safetensors(out .. "/checkpoint.safetensors", tensors, meta)
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
+  return meta
 end
 
--- Loads a checkpoint written by save_all into the live parameters and optimizer.
--- Returns step, tokens.
+-- Saves the checkpoint of the current step and the model beside it (rundir:save).
+-- Returns the rundir's result or nil, err; records the outcome in ctx.
+local function save(ctx)
+  local meta = checkpoint_meta(ctx)
+  local t0 = diloco.clock()
+  local params = {}
+  for _, p in ipairs(ctx.plist) do params[#params + 1] = p end
+  local res, err = ctx.rd:save(ctx.step, function(path)
+    local all = {}
+    for _, p in ipairs(params) do all[#all + 1] = p end
+    for _, s in ipairs(ctx.opt:state()) do all[#all + 1] = s end
+    return diloco.save_safetensors(path, all, meta)
+  end, function(path)
+    return diloco.save_safetensors(path, params, { ["diloco.model"] = meta["diloco.model"],
+      ["diloco.step"] = meta["diloco.step"], ["diloco.recipe"] = meta["diloco.recipe"],
+      ["diloco.recipe_json"] = meta["diloco.recipe_json"] })
+  end)
+  ctx.last_save = diloco.clock()
+  if res then
+    ctx.checkpoint, ctx.checkpoint_step, ctx.save_error = res.path, ctx.step, nil
+    ctx.metrics:write("checkpoint", { step = ctx.step, path = res.path, seconds = diloco.clock() - t0,
+      removed = #res.removed > 0 and res.removed or nil })
+    return res
+  end
+  ctx.save_error = string.format("saving step %d to %s: %s", ctx.step, ctx.out, plain(err))
+  ctx.metrics:write("checkpoint", { step = ctx.step, error = ctx.save_error })
+  ctx:warn("%s (the previous checkpoint%s is kept)", ctx.save_error,
+    ctx.checkpoint and (" " .. ctx.checkpoint) or "")
+  return nil, ctx.save_error
+end
+
+-- An integer metadata value of a checkpoint: nil if absent; raises if malformed.
+local function meta_int(meta, key, path, lo)
+  local s = meta[key]
+  if s == nil then return nil end
+  local n = math.tointeger(tonumber(s))
+  if not n or n < lo or n > 2 ^ 53 or not tostring(s):match("^%-?%d+$") then
+    fail_code(2, "--resume %s: metadata %s = %q: expected an integer in [%d, 2^53]", path, key, tostring(s), lo)
+  end
+  return n
+end
+
+local function shape_text(shape)
+  return "[" .. table.concat(shape, ", ") .. "]"
+end
+
+-- Loads a checkpoint written by save into the live parameters and optimizer.
+-- Returns step, tokens and the recipe changes since it was written.
 local function resume(ctx, path)
   local t, meta = diloco.load_safetensors(path)
-  if not t then fail("--resume %s", meta) end
+  if not t then fail("--resume %s", plain(meta)) end
+  local step = meta_int(meta, "diloco.step", path, 0)
+  if not step then fail_code(2, "--resume %s: metadata diloco.step is missing (not a diloco checkpoint?)", path) end
+  local optim_steps = meta_int(meta, "diloco.optim_steps", path, 0) or step
+  local tokens = meta_int(meta, "diloco.tokens", path, 0) or 0
+
+  local changes = {}
+  if meta["diloco.recipe_json"] then
+    local old = diloco.json_decode(meta["diloco.recipe_json"])
+    if type(old) ~= "table" then
+      fail_code(2, "--resume %s: metadata diloco.recipe_json is not a JSON object", path)
+    end
+    changes = M.recipe_changes(old, diloco.json_decode(ctx.recipe_json))
+    local model = {}
+    for _, c in ipairs(changes) do
+      if c.field == "model" or c.field:match("^model%.") then
+        model[#model + 1] = string.format("%s %s -> %s", c.field, c.old or "(absent)", c.new or "(absent)")
+      end
+    end
+    if #model > 0 then
+      fail_code(2, "--resume %s: the recipe's model differs from the checkpoint's (%s); a checkpoint continues " ..
+        "the model it was written for", path, table.concat(model, ", "))
+    end
+  end
+
   local function copy_into(list, what)
     for _, p in ipairs(list) do
       local name, dst = p[1], p[2]
       local src = t[name]
-      if not src then fail("--resume %s: %s tensor '%s' is missing from the checkpoint", path, what, name) end
-      if src.numel ~= dst.numel then
-        fail("--resume %s: tensor '%s' has %d elements, this model expects %d (a different model?)", path, name,
-          src.numel, dst.numel)
+      if not src then fail_code(2, "--resume %s: %s tensor '%s' is missing from the checkpoint", path, what, name) end
+      local ss, ds = src.shape, dst.shape
+      if shape_text(ss) ~= shape_text(ds) then
+        fail_code(2, "--resume %s: tensor '%s' has shape %s, this model expects %s (a different model?)", path,
+          name, shape_text(ss), shape_text(ds))
       end
       dst:copy(src)
     end
   end
   copy_into(ctx.plist, "parameter")
   copy_into(ctx.opt:state(), "optimizer")
-  local step = math.tointeger(tonumber(meta["diloco.step"] or ""))
-  if not step then fail("--resume %s: metadata diloco.step is missing (not a diloco checkpoint?)", path) end
-  ctx.opt:set_step_count(math.tointeger(tonumber(meta["diloco.optim_steps"] or "")) or step)
+  ctx.opt:set_step_count(optim_steps)
   if meta["diloco.loader"] then
     local state, jerr = diloco.json_decode(meta["diloco.loader"])
-    if type(state) ~= "table" then fail("--resume %s: metadata diloco.loader is not JSON: %s", path, tostring(jerr)) end
+    if type(state) ~= "table" then
+      fail_code(2, "--resume %s: metadata diloco.loader is not a JSON object: %s", path, tostring(jerr))
+    end
     local oks, serr = pcall(ctx.loaders.train.set_state, ctx.loaders.train, state)
-    if not oks then fail("--resume %s: data cursor: %s", path, tostring(serr)) end
+    if not oks then fail_code(2, "--resume %s: data cursor: %s", path, plain(serr)) end
   end
-  return step, math.tointeger(tonumber(meta["diloco.tokens"] or "")) or 0
+  return step, tokens, changes
 end
 
--- Trains recipe r (validated).  opts: metrics (path), out (dir), resume (path),
--- quiet (no progress output), progress_out (file).  Returns the summary table and
--- whether the run was interrupted.
-function M.run(r, opts)
+-- ---- the pieces of a run ----
+
+local Ctx = {}
+Ctx.__index = Ctx
+
+-- A line for the user: on the progress display when there is one, else stderr.
+function Ctx:warn(fmt, ...)
+  local line = string.format(fmt, ...)
+  io.stderr:write("diloco-lua: ", line, "\n")
+  io.stderr:flush()
+end
+
+function Ctx:say(fmt, ...)
+  if self.bar then self.bar:print(string.format(fmt, ...)) end
+end
+
+-- Sets up everything a run needs; raises the one error type (the run directory is
+-- released again on failure).  opts: out, metrics, resume ("latest" or a path),
+-- overwrite, quiet, progress_out, command.
+function M.prepare(r, opts)
   opts = opts or {}
-  local t_start = diloco.clock()
+  local ctx = setmetatable({ recipe = r, opts = opts, t_start = diloco.clock(), step = 0, tokens = 0,
+    train_time = 0.0 }, Ctx)
   if r.threads then diloco.set_num_threads(r.threads) end
+  diloco.catch_signals()
   diloco.seed(r.seed)
-  local out = opts.out or r.out or ("runs/" .. (r.name or "run"))
-  local ok, err = diloco.mkdir_p(out)
-  if not ok then fail("--out %s: %s", out, err) end
+  ctx.out = opts.out or r.out or ("runs/" .. (r.name or "run"))
+  ctx.rd = diloco.rundir.open(ctx.out, { resume = opts.resume, overwrite = opts.overwrite, metrics = opts.metrics,
+    command = opts.command, keep = r.checkpoint.keep })
+  local ok, err = pcall(function()
+    ctx.recipe_json = diloco.json_encode(M.effective_recipe(r), { sort_keys = true })
+    ctx.model = M.build_model(r.model, r.seed)
+    ctx.model:train()
+    ctx.plist = ctx.model:parameters()
+    ctx.params = diloco.Params(ctx.plist)
+    ctx.opt = diloco.optim.build(ctx.params, r.inner)
+    local okd, loaders = pcall(diloco.data.open, r.data, 1, 1, r.seed)
+    if not okd then fail("data: %s", plain(loaders)) end
+    ctx.loaders = loaders
 
-  local model = M.build_model(r.model, r.seed)
-  model:train()
-  local plist = model:parameters()
-  local params = diloco.Params(plist)
-  local opt = diloco.optim.build(params, r.inner)
-  local okd, loaders = pcall(diloco.data.open, r.data, 1, 1, r.seed)
-  if not okd then fail("data: %s", plain(loaders)) end
-  local metrics, merr = diloco.metrics.open(opts.metrics)
-  if not metrics then fail("%s", merr) end
-
-  local ctx = { recipe = r, out = out, plist = plist, params = params, opt = opt, loaders = loaders }
-  local step, tokens = 0, 0
-  if opts.resume then step, tokens = resume(ctx, opts.resume) end
-  if step >= r.steps and opts.resume then
-    fail("--resume %s: the checkpoint is at step %d, the recipe trains %d steps: nothing to do (raise steps)",
-      opts.resume, step, r.steps)
-  end
-
-  local unit = loaders.kind == "text" and "tok" or "img"
-  local log_every = r.log.every or math.max(1, r.steps // 20)
-  local bar = not opts.quiet and diloco.progress.new { total = r.steps, every = log_every, unit = unit,
-    out = opts.progress_out } or nil
-  local hooks = r.hooks
-  diloco.catch_sigint()
-
-  local n_params = params:numel()
-  if bar then
-    bar:print(string.format("%s: %s parameters, %d steps of %d %s%s", r.name or "run",
-      diloco.progress.human(n_params), r.steps, loaders.tokens_per_batch, unit == "tok" and "tokens" or "images",
-      opts.resume and string.format(", resuming at step %d", step) or ""))
-  end
-
-  local interrupted, last_eval = false, nil
-  local train_time, t_window, tok_window, loss_ema = 0.0, diloco.clock(), 0, nil
-  local first_step = step
-  -- The loop runs protected so that a failure (NaN loss, a hook error, a failed
-  -- checkpoint) still ends the metrics file with a summary naming the error.
-  local ok_loop, loop_err = pcall(function()
-    while step < r.steps do
-      if diloco.sigint_pending() then
-        interrupted = true
-        break
+    local changes = {}
+    if ctx.rd.resume_path then
+      ctx.step, ctx.tokens, changes = resume(ctx, ctx.rd.resume_path)
+      if ctx.step >= r.steps then
+        fail_code(2, "--resume %s: the checkpoint is at step %d, the recipe trains %d steps: nothing to do " ..
+          "(raise steps)", ctx.rd.resume_path, ctx.step, r.steps)
       end
-      local t0 = diloco.clock()
-      local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, r.steps)
-      if hooks.lr then
-        local v = hooks.lr(step + 1, lr)
-        if type(v) ~= "number" or v < 0 or v ~= v then
-          fail("hooks.lr(%d) returned %s: expected a learning rate >= 0", step + 1, tostring(v))
-        end
-        lr = v
+    end
+    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
+    if not metrics then fail("%s", merr) end
+    ctx.metrics = metrics
+    local wok, werr = ctx.rd:write_file("recipe.json",
+      diloco.json_encode(M.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+    if not wok then fail("writing the effective recipe: %s", werr) end
+    ctx.first_step, ctx.last_save = ctx.step, diloco.clock()
+    if ctx.rd.resume_path then
+      local changed = {}
+      for _, c in ipairs(changes) do
+        changed[c.field] = { old = c.old and diloco.json_decode(c.old), new = c.new and diloco.json_decode(c.new) }
+        local note = c.field == "steps" and " (the learning-rate schedule now spans the new total)" or ""
+        ctx:warn("--resume: %s changed since the checkpoint: %s -> %s%s", c.field, c.old or "(absent)",
+          c.new or "(absent)", note)
       end
-      local x, y = loaders.train:next()
-      params:zero_grad()
-      local loss, ce = model:loss(x, y)
-      loss:backward()
-      local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
-      local lv = loss:item()
-      local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
-      loss:free()
-      -- checked before the update, so the parameters stay those of the last good step
-      if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
-        fail("step %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
-          .. "lower inner.lr (%g) or check the data", step + 1, tostring(lv), tostring(gnorm), r.inner.lr)
-      end
-      opt:step(lr)
-      step = step + 1
-      tokens = tokens + loaders.tokens_per_batch
-      tok_window = tok_window + loaders.tokens_per_batch
-      train_time = train_time + (diloco.clock() - t0)
-      loss_ema = loss_ema and (0.9 * loss_ema + 0.1 * lv) or lv
-      local rate = tokens > 0 and (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9) or 0
-
-      if step % log_every == 0 or step == r.steps then
-        local now = diloco.clock()
-        metrics:write("step", { step = step, loss = lv, aux_loss = aux, lr = lr, grad_norm = gnorm, tokens = tokens,
-          tokens_per_s = tok_window / math.max(now - t_window, 1e-9), wall_s = now - t_start })
-        t_window, tok_window = now, 0
-      end
-      if r.eval.every > 0 and step % r.eval.every == 0 and step < r.steps then
-        last_eval = M.evaluate(model, loaders, r.eval.batches)
-        last_eval.step = step
-        metrics:write("eval", { step = step, loss = last_eval.loss, accuracy = last_eval.accuracy, tokens = tokens,
-          wall_s = diloco.clock() - t_start })
-        if hooks.on_eval then hooks.on_eval(last_eval) end
-      end
-      if r.checkpoint.every > 0 and step % r.checkpoint.every == 0 then
-        local okc, cerr = save_all(ctx, step, tokens)
-        if not okc then fail("checkpoint at step %d: %s", step, cerr) end
-      end
-      if bar then
-        bar:update({ step = step, loss = loss_ema, rate = rate,
-          eta = (r.steps - step) * (train_time / math.max(step - first_step, 1)),
-          eval_loss = last_eval and last_eval.loss })
-      end
-      if hooks.on_step then hooks.on_step { step = step, loss = lv, lr = lr, grad_norm = gnorm, tokens = tokens } end
+      ctx.metrics:write("resume", { step = ctx.step, tokens = ctx.tokens, from = ctx.rd.resume_path,
+        changed = next(changed) and changed or nil })
     end
   end)
-  if not ok_loop then
-    if bar then bar:finish() end
-    local msg = type(loop_err) == "table" and loop_err.diloco_error or plain(loop_err)
-    metrics:write("summary", { preset = "single", learners = 1, steps = step, tokens = tokens,
-      wall_s = diloco.clock() - t_start, interrupted = false, error = tostring(msg), recipe = r.name, out = out })
-    metrics:close()
-    error(loop_err, 0)
+  if not ok then
+    if ctx.metrics then ctx.metrics:close() end
+    ctx.rd:close()
+    error(err, 0)
   end
-  if bar then bar:finish() end
 
-  local final_batches = loaders.kind == "images" and loaders.eval_batches_all or r.eval.batches
-  local final = M.evaluate(model, loaders, final_batches)
-  metrics:write("eval", { step = step, loss = final.loss, accuracy = final.accuracy, tokens = tokens,
-    wall_s = diloco.clock() - t_start, final = true })
-  local oks, serr = save_all(ctx, step, tokens)
-  if not oks then fail("saving to %s: %s", out, serr) end
+  local loaders = ctx.loaders
+  ctx.unit = loaders.kind == "text" and "tok" or "img"
+  ctx.log_every = r.log.every or math.max(1, r.steps // 20)
+  ctx.t_window, ctx.tok_window = diloco.clock(), 0
+  if not opts.quiet then
+    ctx.bar = diloco.progress.new { total = r.steps, every = ctx.log_every, unit = ctx.unit, out = opts.progress_out }
+  end
+  ctx.n_params = ctx.params:numel()
+  ctx:say("%s: %s parameters, %d steps of %d %s%s", r.name or "run", diloco.progress.human(ctx.n_params), r.steps,
+    loaders.tokens_per_batch, ctx.unit == "tok" and "tokens" or "images",
+    ctx.rd.resume_path and string.format(", resuming at step %d from %s", ctx.step, ctx.rd.resume_path) or "")
+  if ctx.rd.overwritten then ctx:say("replaced the earlier run in %s (--overwrite)", ctx.out) end
+  if #ctx.rd.removed_temps > 0 then
+    ctx:say("removed %d temporary file%s of an earlier run that died while saving", #ctx.rd.removed_temps,
+      #ctx.rd.removed_temps == 1 and "" or "s")
+  end
+  return ctx
+end
+
+-- The learning rate of the next step: the schedule's, or hooks.lr's (checked).
+local function next_lr(ctx)
+  local r = ctx.recipe
+  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, r.steps)
+  if r.hooks.lr then
+    local v = r.hooks.lr(ctx.step + 1, lr)
+    if math.type(v) == nil or v ~= v or v < 0 or v > 3.4e38 then
+      fail("hooks.lr(%d) returned %s%s: expected a finite learning rate >= 0 (a number)", ctx.step + 1,
+        type(v) == "string" and string.format("%q", v) or tostring(v), type(v) == "string" and " (a string)" or "")
+    end
+    lr = v
+  end
+  return lr
+end
+
+-- One inner step: batch -> loss -> backward -> clip -> optimizer step.  Returns
+-- {loss, aux, grad_norm, lr}.  A diverged step raises before the update, so the
+-- parameters stay those of the last good step.
+function M.inner_step(ctx)
+  local r, loaders = ctx.recipe, ctx.loaders
+  local t0 = diloco.clock()
+  local lr = next_lr(ctx)
+  local x, y = loaders.train:next()
+  ctx.params:zero_grad()
+  local loss, ce = ctx.model:loss(x, y)
+  loss:backward()
+  local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
+  local lv = loss:item()
+  local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
+  loss:free()
+  if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
+    fail("step %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
+      .. "lower inner.lr (%g) or check the data", ctx.step + 1, tostring(lv), tostring(gnorm), r.inner.lr)
+  end
+  ctx.opt:step(lr)
+  ctx.step = ctx.step + 1
+  ctx.tokens = ctx.tokens + loaders.tokens_per_batch
+  ctx.tok_window = ctx.tok_window + loaders.tokens_per_batch
+  ctx.train_time = ctx.train_time + (diloco.clock() - t0)
+  ctx.loss_ema = ctx.loss_ema and (0.9 * ctx.loss_ema + 0.1 * lv) or lv
+  return { loss = lv, aux = aux, grad_norm = gnorm, lr = lr }
+end
+
+local function rate(ctx)
+  return (ctx.step - ctx.first_step) * ctx.loaders.tokens_per_batch / math.max(ctx.train_time, 1e-9)
+end
+
+-- Step metrics every log.every steps, the progress display, hooks.on_step.
+function M.report(ctx, info)
+  local r = ctx.recipe
+  if ctx.step % ctx.log_every == 0 or ctx.step == r.steps then
+    local now = diloco.clock()
+    local ok, err = ctx.metrics:write("step", { step = ctx.step, loss = info.loss, aux_loss = info.aux, lr = info.lr,
+      grad_norm = info.grad_norm, tokens = ctx.tokens, tokens_per_s = ctx.tok_window / math.max(now - ctx.t_window, 1e-9),
+      wall_s = now - ctx.t_start })
+    if not ok then fail("%s", err) end
+    ctx.t_window, ctx.tok_window = now, 0
+  end
+  if ctx.bar then
+    ctx.bar:update({ step = ctx.step, loss = ctx.loss_ema, rate = rate(ctx),
+      eta = (r.steps - ctx.step) * (ctx.train_time / math.max(ctx.step - ctx.first_step, 1)),
+      eval_loss = ctx.last_eval and ctx.last_eval.loss })
+    if ctx.bar.failed then fail("%s", ctx.bar.failed) end
+  end
+  if r.hooks.on_step then
+    r.hooks.on_step { step = ctx.step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm, tokens = ctx.tokens }
+  end
+end
+
+-- Periodic evaluation (eval.every; the final one is M.finish's).
+function M.maybe_eval(ctx)
+  local r = ctx.recipe
+  if not (r.eval.every > 0 and ctx.step % r.eval.every == 0 and ctx.step < r.steps) then return end
+  local e = M.evaluate(ctx.model, ctx.loaders, r.eval.batches)
+  e.step = ctx.step
+  ctx.last_eval = e
+  local ok, err = ctx.metrics:write("eval", { step = ctx.step, loss = e.loss, accuracy = e.accuracy,
+    tokens = ctx.tokens, wall_s = diloco.clock() - ctx.t_start })
+  if not ok then fail("%s", err) end
+  if r.hooks.on_eval then r.hooks.on_eval(e) end
+end
+
+-- Periodic checkpoint: every checkpoint.every steps, or checkpoint.minutes after the
+-- last save.  A failed save is reported and training goes on (the next period retries).
+function M.maybe_checkpoint(ctx)
+  local c = ctx.recipe.checkpoint
+  local by_steps = c.every > 0 and ctx.step % c.every == 0
+  local by_time = (c.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= c.minutes * 60
+  if (by_steps or by_time) and ctx.step < ctx.recipe.steps then save(ctx) end
+end
+
+-- Why the loop must stop now: nil, or the signal's name.
+local function stop_reason(ctx)
+  local name, signo = diloco.signal_pending()
+  if name and not ctx.signal then
+    ctx.signal, ctx.signo = name, signo
+  end
+  return ctx.signal
+end
+
+-- The end of every run, whatever stopped it: final eval, save, summary.
+-- err: the error that stopped the loop (a message), or nil.
+function M.finish(ctx, err)
+  local r, loaders = ctx.recipe, ctx.loaders
+  if ctx.bar then ctx.bar:finish() end
+  -- (after a divergence too: the update was not applied, the parameters are good)
+  local final
+  local ok, e = pcall(M.evaluate, ctx.model, loaders,
+    loaders.kind == "images" and loaders.eval_batches_all or r.eval.batches)
+  if ok then
+    final = e
+    ctx.metrics:write("eval", { step = ctx.step, loss = e.loss, accuracy = e.accuracy, tokens = ctx.tokens,
+      wall_s = diloco.clock() - ctx.t_start, final = true })
+  else
+    err = err or string.format("final evaluation: %s", plain(e))
+  end
+  if ctx.checkpoint_step ~= ctx.step or ctx.save_error then save(ctx) end
+  stop_reason(ctx) -- a signal during the final eval or save: done now, but it counts
+  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
+  if not err and ctx.save_error then err = ctx.save_error end
 
   local summary = {
-    preset = "single", learners = 1, steps = step, tokens = tokens,
-    final_eval_loss = final.loss, final_eval_accuracy = final.accuracy,
+    preset = "single", learners = 1, steps = ctx.step, tokens = ctx.tokens,
+    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
     goodput = 1.0, uptime = 1.0, bytes_up = 0, bytes_down = 0,
-    wall_s = diloco.clock() - t_start, train_s = train_time,
-    tokens_per_s = (step - first_step) * loaders.tokens_per_batch / math.max(train_time, 1e-9),
-    params = n_params, interrupted = interrupted, recipe = r.name, out = out,
-    gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
+    wall_s = diloco.clock() - ctx.t_start, train_s = ctx.train_time, tokens_per_s = rate(ctx),
+    params = ctx.n_params, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
+    save_error = ctx.save_error, checkpoint = ctx.checkpoint, checkpoint_step = ctx.checkpoint_step,
+    recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
   }
-  metrics:write("summary", summary)
-  metrics:close()
-  if bar then
-    bar:print(string.format("%s after %d steps: eval loss %.4f%s, %s %s/s; saved %s/model.safetensors",
-      interrupted and "interrupted" or "done", step, final.loss,
-      final.accuracy and string.format(", accuracy %.2f%%", 100 * final.accuracy) or "",
-      diloco.progress.human(summary.tokens_per_s), unit, out))
+  ctx.metrics:write("summary", summary)
+  local cok, cerr = ctx.metrics:close()
+  if not cok and not err then
+    err = cerr
+    summary.error = err
   end
-  return summary, interrupted
+  ctx.rd:close()
+  diloco.clear_signals()
+  if ctx.bar and not ctx.bar.failed then
+    ctx.bar:print(string.format("%s after %d steps%s%s; %s", ctx.signal and ("stopped by " .. ctx.signal) or
+      (err and "failed" or "done"), ctx.step,
+      final and string.format(": eval loss %.4f", final.loss) or "",
+      final and final.accuracy and string.format(", accuracy %.2f%%", 100 * final.accuracy) or "",
+      ctx.checkpoint and string.format("%s %s/s; saved %s", diloco.progress.human(summary.tokens_per_s), ctx.unit,
+        ctx.checkpoint) or "nothing saved"))
+  end
+  return summary, err
+end
+
+-- Trains recipe r (validated).  opts: see M.prepare.  Returns the summary, whether a
+-- signal stopped the run, and that signal's number.  A failed run (an error in
+-- training, a failed save or metrics write, a closed stdout) saves what it can, writes
+-- its summary, then raises the one error type with code 1.
+function M.run(r, opts)
+  local ctx = M.prepare(r, opts)
+  local ok_loop, loop_err = pcall(function()
+    while ctx.step < r.steps do
+      if stop_reason(ctx) then break end
+      local info = M.inner_step(ctx)
+      M.report(ctx, info)
+      M.maybe_eval(ctx)
+      M.maybe_checkpoint(ctx)
+    end
+    stop_reason(ctx) -- a signal during the last step still counts
+  end)
+  local summary, err = M.finish(ctx, not ok_loop and plain(loop_err) or nil)
+  if err then
+    error({ diloco_error = tostring(err), code = 1, summary = summary }, 0)
+  end
+  return summary, ctx.signal ~= nil, ctx.signo
 end
 
 return M

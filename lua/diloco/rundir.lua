@@ -1,0 +1,216 @@
+-- diloco.rundir: the run directory OUT and what a run may do to it.
+--
+--   local rd = diloco.rundir.open("runs/charlm", { resume = "latest" })  -- raises a diloco error
+--   rd.resume_path, rd.metrics_path              -- what to read, where to log
+--   local ok, err = rd:save(step, write_checkpoint, write_model)
+--   rd:close()
+--
+-- OUT holds metrics.jsonl (appended on resume), recipe.json (the effective recipe),
+-- checkpoint-STEP.safetensors (the last checkpoint.keep of them), model.safetensors
+-- (the parameters of the newest checkpoint) and .lock.  Opening it:
+--   * creates it and proves it writable (a probe file) before anything is trained;
+--   * takes an exclusive flock on OUT/.lock, so a second run on OUT is refused with a
+--     message naming the first (pid, command, start time); the kernel drops the lock
+--     when a run dies, even by kill -9;
+--   * removes temporary files (NAME.tmp.PID.N) of saves whose process is gone;
+--   * refuses a directory that already holds a run unless resuming it or --overwrite;
+--   * refuses a metrics path that names a checkpoint or model file.
+-- Saving writes the step's checkpoint, then the model; if the model cannot be written
+-- the new checkpoint is removed again, so model.safetensors and the newest checkpoint
+-- are always of one step (the old pair is kept).  Each file is written to a temporary
+-- name, synced and renamed (core/ckpt.c), so no file is ever half written.
+local diloco = require "diloco"
+local M = {}
+M.__index = M
+
+local function fail(code, fmt, ...)
+  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
+end
+
+local CKPT_PATTERN = "^checkpoint%-(%d+)%.safetensors$"
+M.LEGACY_CHECKPOINT = "checkpoint.safetensors" -- written by diloco-lua 0.1 runs
+local RUN_FILES = { "metrics.jsonl", "recipe.json", "model.safetensors", M.LEGACY_CHECKPOINT }
+
+function M.checkpoint_name(step)
+  return string.format("checkpoint-%08d.safetensors", step)
+end
+
+-- Checkpoints in dir, oldest first: { {step = n, name = "checkpoint-...", path = ...}, ... }.
+function M.checkpoints(dir)
+  local names = diloco.listdir(dir) or {}
+  local list = {}
+  for _, name in ipairs(names) do
+    local step = name:match(CKPT_PATTERN)
+    if step then list[#list + 1] = { step = math.tointeger(tonumber(step)), name = name, path = dir .. "/" .. name } end
+  end
+  table.sort(list, function(a, b) return a.step < b.step end)
+  return list
+end
+
+-- Is the file at path a safetensors file (8-byte little-endian header length, then '{')?
+local function looks_like_safetensors(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local head = f:read(9)
+  f:close()
+  return head ~= nil and #head == 9 and head:sub(9, 9) == "{"
+end
+
+local function exists(path)
+  return diloco.file_id(path) ~= nil
+end
+
+-- Removes NAME.tmp.PID.N (and the older NAME.tmp.PID) files whose writer is gone.
+local function remove_stale_temps(dir)
+  local removed = {}
+  for _, name in ipairs(diloco.listdir(dir) or {}) do
+    local pid = name:match("%.tmp%.(%d+)%.%d+$") or name:match("%.tmp%.(%d+)$")
+    pid = pid and math.tointeger(tonumber(pid))
+    if pid and (pid == diloco.pid() or not diloco.pid_alive(pid)) then
+      if os.remove(dir .. "/" .. name) then removed[#removed + 1] = name end
+    end
+  end
+  return removed
+end
+
+local function iso_now()
+  return os.date("!%Y-%m-%dT%H:%M:%SZ")
+end
+
+-- opts: resume (nil | "latest" | a checkpoint path), overwrite (bool), metrics (a path
+-- instead of OUT/metrics.jsonl), command (shown to a second run), keep (checkpoints to
+-- keep, >= 1).  Raises {diloco_error, code} errors: 2 for a refusal the user can fix
+-- with a flag, 1 for an environmental failure.
+function M.open(out, opts)
+  opts = opts or {}
+  local self = setmetatable({ out = out, keep = opts.keep or 3 }, M)
+  local ok, err = diloco.mkdir_p(out)
+  if not ok then fail(1, "--out %s: %s", out, err) end
+
+  local info = string.format("pid %d (%s, started %s)", diloco.pid(), opts.command or "diloco-lua run", iso_now())
+  local lock, lerr, code = diloco.lock_dir(out .. "/.lock", info)
+  if not lock then
+    if code == "DLC_ERR_STATE" then
+      fail(1, "--out %s: another run is using this directory: %s; wait for it, stop it, or pick another --out",
+        out, lerr)
+    end
+    fail(1, "--out %s: %s", out, lerr)
+  end
+  self.lock = lock
+  local okp, perr = pcall(function()
+    -- Writable?  (An existing .lock opens for writing even in a read-only directory.)
+    local probe = string.format("%s/.probe.%d", out, diloco.pid())
+    local f, ferr = io.open(probe, "w")
+    if not f then fail(1, "--out %s: the directory is not writable: %s", out, ferr) end
+    local wok, werr = f:write("ok")
+    local cok, cerr = f:close()
+    os.remove(probe)
+    if not (wok and cok) then fail(1, "--out %s: the directory is not writable: %s", out, tostring(werr or cerr)) end
+
+    self.removed_temps = remove_stale_temps(out)
+    self:resolve(opts)
+  end)
+  if not okp then
+    self:close()
+    error(perr, 0)
+  end
+  return self
+end
+
+-- Decides resume_path, metrics_path and whether the metrics are appended.
+function M:resolve(opts)
+  local out = self.out
+  local ckpts = M.checkpoints(out)
+  local present = {}
+  for _, name in ipairs(RUN_FILES) do
+    if exists(out .. "/" .. name) then present[#present + 1] = name end
+  end
+  for _, c in ipairs(ckpts) do present[#present + 1] = c.name end
+
+  if opts.resume == "latest" then
+    local last = ckpts[#ckpts]
+    if last then
+      self.resume_path = last.path
+    elseif exists(out .. "/" .. M.LEGACY_CHECKPOINT) then
+      self.resume_path = out .. "/" .. M.LEGACY_CHECKPOINT
+    else
+      fail(2, "--resume latest: %s holds no checkpoint (checkpoint-STEP.safetensors) to resume from", out)
+    end
+  elseif opts.resume ~= nil then
+    if opts.resume == "" then fail(2, "--resume: expected a checkpoint path or 'latest', got an empty string") end
+    if not exists(opts.resume) then fail(2, "--resume %s: no such file", opts.resume) end
+    self.resume_path = opts.resume
+  elseif #present > 0 then
+    if not opts.overwrite then
+      table.sort(present)
+      fail(2, "--out %s already holds a run (%s): --resume latest continues it, --overwrite replaces it, " ..
+        "--out DIR picks another directory", out, table.concat(present, ", "))
+    end
+    for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
+    self.overwritten = present
+  end
+
+  self.metrics_path = opts.metrics or (out .. "/metrics.jsonl")
+  local mp = self.metrics_path
+  if mp == "" then fail(2, "--metrics: expected a file path, got an empty string") end
+  local mid = diloco.file_id(mp)
+  if mp:match("%.safetensors$") or (mid and looks_like_safetensors(mp)) or
+      (self.resume_path and mid and mid == diloco.file_id(self.resume_path)) then
+    fail(2, "--metrics %s: names a checkpoint or model file; metrics go to a .jsonl file of their own", mp)
+  end
+  -- A metrics file of another run outside OUT is kept unless resuming or overwriting.
+  if opts.metrics and mid and not self.resume_path and not opts.overwrite then
+    fail(2, "--metrics %s already exists: --resume appends to it, --overwrite replaces it", mp)
+  end
+  self.append = self.resume_path ~= nil
+end
+
+-- Writes an auxiliary text file atomically (temporary name, then rename).
+function M:write_file(name, text)
+  local path = self.out .. "/" .. name
+  local tmp = string.format("%s.tmp.%d.0", path, diloco.pid())
+  local f, err = io.open(tmp, "w")
+  if not f then return nil, string.format("%s: %s", path, err) end
+  local ok, werr = f:write(text)
+  local cok, cerr = f:close()
+  if not (ok and cok) then
+    os.remove(tmp)
+    return nil, string.format("%s: %s", path, tostring(werr or cerr))
+  end
+  local rok, rerr = os.rename(tmp, path)
+  if not rok then
+    os.remove(tmp)
+    return nil, string.format("%s: %s", path, rerr)
+  end
+  return true
+end
+
+-- Saves step: write_checkpoint(path) then write_model(path), each true | nil, err.
+-- Returns { path, kept, removed } or nil, err; on failure the previous pair stays.
+function M:save(step, write_checkpoint, write_model)
+  local name = M.checkpoint_name(step)
+  local path = self.out .. "/" .. name
+  local ok, err = write_checkpoint(path)
+  if not ok then return nil, err end
+  ok, err = write_model(self.out .. "/model.safetensors")
+  if not ok then
+    os.remove(path) -- model.safetensors is still the old one: so is the newest checkpoint
+    return nil, err
+  end
+  local removed = {}
+  local list = M.checkpoints(self.out)
+  for i = 1, #list - self.keep do
+    if list[i].name ~= name and os.remove(list[i].path) then removed[#removed + 1] = list[i].name end
+  end
+  if os.remove(self.out .. "/" .. M.LEGACY_CHECKPOINT) then removed[#removed + 1] = M.LEGACY_CHECKPOINT end
+  return { path = path, removed = removed }
+end
+
+function M:close()
+  if self.lock then
+    self.lock:close()
+    self.lock = nil
+  end
+end
+
+return M
