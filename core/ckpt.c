@@ -15,6 +15,7 @@
 #include <assert.h>
 #include <jansson.h>
 #include "internal.h"
+#include "strbuf.h"
 
 #define META_KEY "__metadata__"
 
@@ -82,54 +83,11 @@ static float f64_to_f32(double d) {
  * strings: UTF-8 check, names in messages, a growable buffer with JSON escaping
  * --------------------------------------------------------------------------- */
 
-/* Strict UTF-8 (no overlong forms, no surrogates, <= U+10FFFF), as jansson checks. */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int len;
-        uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-        else return 0;
-        if (n - i < (size_t)len) return 0;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
-/* A name as it appears in messages (names come from hostile files): control bytes
- * as \xNN, cut to about 80 bytes at a character boundary with "...".  Callers' names
- * need not be UTF-8: a run of continuation bytes has no boundary, so past 92 bytes
- * the cut happens anyway (at most 4 + 1 bytes are written per step, and "...\0"). */
-#define SHOW_CAP 100
-static const char *show(char out[SHOW_CAP], const char *s) {
-    size_t o = 0;
-    for (size_t i = 0; s[i]; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (o >= 80 && ((c & 0xc0) != 0x80 || o >= 92)) {
-            memcpy(out + o, "...", 4);
-            return out;
-        }
-        if (c < 0x20 || c == 0x7f) {
-            snprintf(out + o, SHOW_CAP - o, "\\x%02x", c);
-            o += 4;
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    out[o] = 0;
-    return out;
-}
+/* The string helpers live in strbuf.c; the short names below are this file's. */
+typedef dlcx_sbuf sbuf;
+#define SHOW_CAP DLCX_SHOW_CAP
+static const char *show(char out[SHOW_CAP], const char *s) { return dlcx_show(out, s); }
+static int utf8_valid(const unsigned char *s, size_t n) { return dlcx_utf8_valid(s, n); }
 
 static char *shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     size_t o = (size_t)snprintf(buf, size, "[");
@@ -137,65 +95,6 @@ static char *shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
         o += (size_t)snprintf(buf + o, size - o, i ? ",%lld" : "%lld", (long long)shape[i]);
     if (o < size) snprintf(buf + o, size - o, "]");
     return buf;
-}
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) { b->oom = 1; return; }
-            cap *= 2;
-        }
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-static void sb_int(sbuf *b, long long v) {
-    char tmp[32];
-    int k = snprintf(tmp, sizeof tmp, "%lld", v);
-    sb_add(b, tmp, (size_t)k);
-}
-
-/* s (valid UTF-8) as a JSON string literal. */
-static void sb_json_str(sbuf *b, const char *s) {
-    sb_add(b, "\"", 1);
-    const char *run = s;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        sb_add(b, run, (size_t)(s - run));
-        char esc[8];
-        switch (c) {
-        case '"': sb_add(b, "\\\"", 2); break;
-        case '\\': sb_add(b, "\\\\", 2); break;
-        case '\b': sb_add(b, "\\b", 2); break;
-        case '\f': sb_add(b, "\\f", 2); break;
-        case '\n': sb_add(b, "\\n", 2); break;
-        case '\r': sb_add(b, "\\r", 2); break;
-        case '\t': sb_add(b, "\\t", 2); break;
-        default:
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            sb_add(b, esc, 6);
-        }
-        run = s + 1;
-    }
-    sb_add(b, run, (size_t)(s - run));
-    sb_add(b, "\"", 1);
 }
 
 /* ---------------------------------------------------------------------------
@@ -245,17 +144,17 @@ static dlc_status check_names(const char *path, int n, const char *const *strs, 
 static dlc_status build_header(sbuf *b, const char *path, int n, const char *const *names,
                                dlc_tensor *const *tensors, int n_meta, const char *const *mk,
                                const char *const *mv) {
-    sb_add(b, "{", 1);
+    dlcx_sb_add(b, "{", 1);
     if (n_meta > 0) {
-        sb_json_str(b, META_KEY);
-        sb_add(b, ":{", 2);
+        dlcx_sb_json_str(b, META_KEY);
+        dlcx_sb_add(b, ":{", 2);
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_add(b, ",", 1);
-            sb_json_str(b, mk[i]);
-            sb_add(b, ":", 1);
-            sb_json_str(b, mv[i]);
+            if (i) dlcx_sb_add(b, ",", 1);
+            dlcx_sb_json_str(b, mk[i]);
+            dlcx_sb_add(b, ":", 1);
+            dlcx_sb_json_str(b, mv[i]);
         }
-        sb_add(b, "}", 1);
+        dlcx_sb_add(b, "}", 1);
     }
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -263,22 +162,22 @@ static dlc_status build_header(sbuf *b, const char *path, int n, const char *con
         if (t->numel > (INT64_MAX - off) / 4)
             return dlc_error(DLC_ERR_ARG, "safetensors_save: %s: total size overflows", path);
         int64_t end = off + t->numel * 4;
-        if (i || n_meta > 0) sb_add(b, ",", 1);
-        sb_json_str(b, names[i]);
-        sb_str(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        if (i || n_meta > 0) dlcx_sb_add(b, ",", 1);
+        dlcx_sb_json_str(b, names[i]);
+        dlcx_sb_str(b, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_add(b, ",", 1);
-            sb_int(b, (long long)t->shape[d]);
+            if (d) dlcx_sb_add(b, ",", 1);
+            dlcx_sb_int(b, (long long)t->shape[d]);
         }
-        sb_str(b, "],\"data_offsets\":[");
-        sb_int(b, (long long)off);
-        sb_add(b, ",", 1);
-        sb_int(b, (long long)end);
-        sb_str(b, "]}");
+        dlcx_sb_str(b, "],\"data_offsets\":[");
+        dlcx_sb_int(b, (long long)off);
+        dlcx_sb_add(b, ",", 1);
+        dlcx_sb_int(b, (long long)end);
+        dlcx_sb_str(b, "]}");
         off = end;
     }
-    sb_add(b, "}", 1);
-    while (!b->oom && b->len % 8) sb_add(b, " ", 1);
+    dlcx_sb_add(b, "}", 1);
+    while (!b->oom && b->len % 8) dlcx_sb_add(b, " ", 1);
     if (b->oom) return dlc_error(DLC_ERR_NOMEM, "safetensors_save: %s: out of memory building the header", path);
     if (b->len > DLC_SAFETENSORS_MAX_HEADER)
         return dlc_error(DLC_ERR_ARG, "safetensors_save: %s: header is %zu bytes, more than the %llu "

@@ -447,6 +447,7 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_sys(L, mod, sti);
     dlcL_open_data(L, mod, sti);
     dlcL_open_ckpt(L, mod, sti);
+    dlcL_open_json(L, mod, sti);
     dlcL_open_optim(L, mod, sti);
 
     /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on

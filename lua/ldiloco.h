@@ -73,8 +73,10 @@ void dlcL_block_signals_in_workers(void);
 void dlcL_catch_signals(void);
 /* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */
 void dlcL_open_data(lua_State *L, int mod, int st);
-/* lckpt.c: safetensors save/load and JSON encode/decode. */
+/* lckpt.c: safetensors save/load. */
 void dlcL_open_ckpt(lua_State *L, int mod, int st);
+/* ljson.c: json_encode, json_decode, json_null. */
+void dlcL_open_json(lua_State *L, int mod, int st);
 /* loptim.c: diloco.Params (one arena per model), diloco.Optimizer, lr schedules. */
 void dlcL_open_optim(lua_State *L, int mod, int st);
 
