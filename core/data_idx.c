@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 #include "diloco/data.h"
 
@@ -85,11 +88,30 @@ static dlc_status idx_open(idx_file *x, const char *path, const char *what, uint
     int ndims = (int)(magic & 0xff);
     x->path = path;
     x->what = what;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular
+     * file is refused before a byte is read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dlc_error(DLC_ERR_ARG, "%s: the %s file is not a regular file (a FIFO, device or "
+                         "directory?); expected an IDX file", path, what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     errno = 0;
-    x->f = gzopen(path, "rb");
-    if (!x->f)
-        return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what,
-                         errno ? strerror(errno) : "out of memory");
+    x->f = gzdopen(fd, "rb");
+    if (!x->f) {
+        close(fd);
+        return dlc_error(DLC_ERR_NOMEM, "%s: cannot open the %s file: out of memory", path, what);
+    }
     gzbuffer(x->f, 1 << 17);
     uint8_t h[16];
     int64_t want = 4 + 4 * (int64_t)ndims;

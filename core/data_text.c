@@ -95,6 +95,7 @@ dlc_text_params dlc_text_default_params(void) {
 typedef struct builder {
     uint8_t *p;
     int64_t n, cap, max;
+    int64_t read;          /* raw bytes read, before cleaning: also bounded by max */
     int64_t line_start;    /* offset of the line being written */
     const char *drop;      /* NULL or the line to drop */
     size_t drop_len;
@@ -151,14 +152,29 @@ static dlc_status read_file(builder *b, const char *path, int sniff, int *used) 
     const char *saved = b->path;
     b->path = path;
     dlc_status s = DLC_OK;
-    uint8_t *blk = malloc(READ_BLOCK);
-    if (!blk) {
+    uint8_t *blk = NULL;
+    /* max bounds the bytes read too, not just the text kept: a huge file of NUL or
+     * control bytes (a sparse file) is refused at once instead of read for hours */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (int64_t)st.st_size > b->max - b->read) {
+        s = dlc_error(DLC_ERR_RANGE, "text: %s: %lld bytes, more than max_bytes = %lld bytes of "
+                      "input (%lld read before it); raise max_bytes or read less", path,
+                      (long long)st.st_size, (long long)b->max, (long long)b->read);
+        goto done;
+    }
+    if (!(blk = malloc(READ_BLOCK))) {
         s = dlc_error(DLC_ERR_NOMEM, "text: out of memory");
         goto done;
     }
     size_t got;
     for (int first = 1; (got = fread(blk, 1, READ_BLOCK, f)) > 0; first = 0) {
         if (first && sniff && memchr(blk, 0, got < SNIFF_BYTES ? got : SNIFF_BYTES)) goto done;
+        b->read += (int64_t)got;
+        if (b->read > b->max) { /* the file grew while being read */
+            s = dlc_error(DLC_ERR_RANGE, "text: %s: more than max_bytes = %lld bytes of input; "
+                          "raise max_bytes or read less", path, (long long)b->max);
+            goto done;
+        }
         if ((s = clean_append(b, blk, (int64_t)got))) goto done;
     }
     if (ferror(f)) {
@@ -208,7 +224,7 @@ static dlc_status read_dir(builder *b, const char *dir, int depth, int64_t *file
     }
     closedir(d);
     d = NULL;
-    qsort(names, n, sizeof *names, cmp_names);
+    if (n > 1) qsort(names, n, sizeof *names, cmp_names); /* names is NULL when n == 0 */
     size_t dlen = strlen(dir);
     for (size_t i = 0; i < n && !s; i++) {
         free(path);

@@ -147,6 +147,48 @@ static void test_directory(void) {
     mkdir(emp, 0700);
     write_file(tpath("nothing/x.dat"), "abc\n", 4);
     CHECK_ERR(open_text_file(emp, NULL), DLC_ERR_FORMAT, "nothing: no text (0 files read");
+    /* an empty directory: a clear error (was qsort(NULL, 0, ...), undefined behaviour) */
+    snprintf(emp, sizeof emp, "%s/empty", tmpdir);
+    mkdir(emp, 0700);
+    CHECK_ERR(open_text_file(emp, NULL), DLC_ERR_FORMAT, "empty: no text (0 files read");
+}
+
+/* A huge file is refused by its size before it is read: a sparse 1 TB file of NUL
+ * bytes (no disk used) was read for tens of minutes, every byte cleaned away. */
+static void test_text_size_bound(void) {
+    const char *huge = tpath("sparse-1tb");
+    FILE *f = fopen(huge, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fclose(f);
+    CHECK(truncate(huge, (off_t)1 << 40) == 0);
+    clock_t t0 = clock();
+    CHECK_ERR(open_text_file(huge, NULL), DLC_ERR_RANGE,
+              "sparse-1tb: 1099511627776 bytes, more than max_bytes = 268435456 bytes of input");
+    CHECK((double)(clock() - t0) / CLOCKS_PER_SEC < 1.0);
+    remove(huge);
+    /* the bound is on the input, NUL bytes included: 3000 NULs with max_bytes 1000 */
+    char zeros[3000] = {0};
+    write_file(tpath("nuls"), zeros, sizeof zeros);
+    dlc_text_params o = dlc_text_default_params();
+    o.path = tpath("nuls");
+    o.max_bytes = 1000;
+    CHECK_ERR(dlc_text_open(&o), DLC_ERR_RANGE, "nuls: 3000 bytes, more than max_bytes = 1000");
+    /* a directory's files count together */
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/two", tmpdir);
+    mkdir(dir, 0700);
+    char text[600];
+    memset(text, 'a', sizeof text);
+    write_file(tpath("two/a"), text, sizeof text);
+    write_file(tpath("two/b"), text, sizeof text);
+    o.path = dir;
+    CHECK_ERR(dlc_text_open(&o), DLC_ERR_RANGE, "two/b: 600 bytes, more than max_bytes = 1000 bytes of "
+              "input (600 read before it)");
+    o.max_bytes = 1300; /* 1200 bytes and a newline ending each file */
+    dlc_text *t = dlc_text_open(&o);
+    CHECK_OK(t);
+    dlc_text_release(t);
 }
 
 /* ---------------------------------------------------------------------------
@@ -704,6 +746,12 @@ static void test_idx_hostile(void) {
     CHECK(!d && dlc_last_status() == DLC_ERR_FORMAT && strstr(dlc_last_error(), "cut-im.gz"));
     dlc_images_release(d);
     CHECK_ERR(open_idx(tpath("missing.gz"), goodl, 10), DLC_ERR_IO, "missing.gz: cannot open the images file");
+    /* a FIFO is refused without waiting for a writer (open() used to hang), a
+     * directory likewise */
+    CHECK(mkfifo(tpath("fifo"), 0600) == 0);
+    CHECK_ERR(open_idx(tpath("fifo"), goodl, 10), DLC_ERR_ARG, "fifo: the images file is not a regular file");
+    CHECK_ERR(open_idx(tpath("good-im.gz"), tpath("fifo"), 10), DLC_ERR_ARG, "fifo: the labels file is not a regular file");
+    CHECK_ERR(open_idx(tmpdir, goodl, 10), DLC_ERR_ARG, "the images file is not a regular file");
 
     dlc_images_params o = dlc_images_default_params();
     CHECK_ERR(dlc_images_open(&o), DLC_ERR_ARG, "need both an images and a labels path");
@@ -934,6 +982,7 @@ int main(void) {
     }
     test_clean();
     test_directory();
+    test_text_size_bound();
     test_split();
     test_shards();
     test_random_windows();
