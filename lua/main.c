@@ -27,7 +27,7 @@
 #include "ldiloco.h"
 
 #ifndef DLC_LUA_CLI_VERSION
-#define DLC_LUA_CLI_VERSION "0.1.0"
+#define DLC_LUA_CLI_VERSION DLC_VERSION_STRING /* CMakeLists.txt's project(VERSION) */
 #endif
 
 #define PROGNAME "diloco-lua"

@@ -13,10 +13,8 @@
 #ifndef DILOCO_H
 #define DILOCO_H
 
-#define DLC_VERSION_MAJOR 0
-#define DLC_VERSION_MINOR 1
-#define DLC_VERSION_PATCH 0
-#define DLC_VERSION_STRING "0.1.0"
+/* DLC_VERSION_MAJOR/MINOR/PATCH/STRING, generated from CMakeLists.txt's project(VERSION). */
+#include "diloco/version.h"
 
 #include "status.h"
 #include "tensor.h"
