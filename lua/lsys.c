@@ -42,8 +42,9 @@
  *                               by INFO-of-the-holder", "DLC_ERR_STATE"
  *   diloco.listdir(path)        the names in a directory (no . and ..), unsorted, or nil,
  *                               message, "DLC_ERR_IO"
- *   diloco.file_id(path)        "DEV:INODE" of the file path names (following links), or
- *                               nil if it does not exist: two paths of one file compare equal
+ *   diloco.file_id(path)        "DEV:INODE" of the file path names (following links), its
+ *                               kind ("file", "directory", "other") and size; nil if it
+ *                               does not exist.  Two paths of one file give one id
  *   diloco.pid()                this process's id
  *   diloco.pid_alive(pid)       false only if no process pid exists (kill(pid, 0) == ESRCH)
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
@@ -345,7 +346,9 @@ static int l_file_id(lua_State *L) {
         return 1;
     }
     lua_pushfstring(L, "%d:%I", (int)st.st_dev, (lua_Integer)st.st_ino);
-    return 1;
+    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : "other");
+    lua_pushinteger(L, (lua_Integer)st.st_size);
+    return 3;
 }
 
 static int l_pid(lua_State *L) {

@@ -56,6 +56,17 @@ local function float_text(v)
 end
 M.float_text = float_text
 
+-- The shortest decimal text that reads back to the same double (no f32 rule).
+function M.double_text(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v or v == math.huge or v == -math.huge then return tostring(v) end
+  for digits = 1, 17 do
+    local s = string.format("%." .. digits .. "g", v)
+    if tonumber(s) == v then return s end
+  end
+  return string.format("%.17g", v)
+end
+
 local function value_text(v)
   local t = type(v)
   if v == nil then return "null" end

@@ -153,13 +153,13 @@ function M:resolve(opts)
   self.metrics_path = opts.metrics or (out .. "/metrics.jsonl")
   local mp = self.metrics_path
   if mp == "" then fail(2, "--metrics: expected a file path, got an empty string") end
-  local mid = diloco.file_id(mp)
-  if mp:match("%.safetensors$") or (mid and looks_like_safetensors(mp)) or
+  local mid, mkind, msize = diloco.file_id(mp)
+  if mp:match("%.safetensors$") or (mkind == "file" and looks_like_safetensors(mp)) or
       (self.resume_path and mid and mid == diloco.file_id(self.resume_path)) then
     fail(2, "--metrics %s: names a checkpoint or model file; metrics go to a .jsonl file of their own", mp)
   end
   -- A metrics file of another run outside OUT is kept unless resuming or overwriting.
-  if opts.metrics and mid and not self.resume_path and not opts.overwrite then
+  if opts.metrics and mkind == "file" and msize > 0 and not self.resume_path and not opts.overwrite then
     fail(2, "--metrics %s already exists: --resume appends to it, --overwrite replaces it", mp)
   end
   self.append = self.resume_path ~= nil

@@ -135,6 +135,8 @@ local function flatten(t, prefix, into)
     local name = prefix .. tostring(k)
     if type(v) == "table" and next(v) ~= nil and #v == 0 then
       flatten(v, name .. ".", into)
+    elseif type(v) == "number" then
+      into[name] = diloco.metrics.double_text(v)
     else
       into[name] = diloco.json_encode(v, { sort_keys = true })
     end
@@ -317,6 +319,8 @@ function M.prepare(r, opts)
     local okd, loaders = pcall(diloco.data.open, r.data, 1, 1, r.seed)
     if not okd then fail("data: %s", plain(loaders)) end
     ctx.loaders = loaders
+    local fits, problems = diloco.recipe.check_data(r, loaders) -- what only the files know
+    if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
 
     local changes = {}
     if ctx.rd.resume_path then
