@@ -48,7 +48,7 @@
  *   diloco.pid()                this process's id
  *   diloco.pid_alive(pid)       false only if no process pid exists (kill(pid, 0) == ESRCH)
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
- *                               true, or nil + message naming the part that failed
+ *                               true, or nil, message naming the part that failed, "DLC_ERR_IO"
  */
 #define _XOPEN_SOURCE 700 /* sigaltstack, SA_ONSTACK */
 #include <dirent.h>
@@ -378,12 +378,14 @@ static int l_mkdir_p(lua_State *L) {
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
             lua_pushnil(L);
             lua_pushfstring(L, "cannot create directory %s: %s", p, strerror(errno));
-            return 2;
+            lua_pushliteral(L, "DLC_ERR_IO");
+            return 3;
         }
         if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
             lua_pushnil(L);
             lua_pushfstring(L, "%s exists and is not a directory", p);
-            return 2;
+            lua_pushliteral(L, "DLC_ERR_IO");
+            return 3;
         }
         p[i] = c;
     }
