@@ -225,7 +225,9 @@ print(string.format("estimate %d peak %d", math.floor(e.bytes), hwm))
     assert.are.equal(0, status, out)
     local e, peak = out:match("estimate (%d+) peak (%d+)")
     e, peak = tonumber(e), tonumber(peak)
-    assert.is_true(e >= peak, out)
+    -- AddressSanitizer's shadow memory and redzones inflate the resident set, so under the
+    -- sanitizers only the upper bound is checked (the release build checks both)
+    if os.getenv("DILOCO_SANITIZED") ~= "1" then assert.is_true(e >= peak, out) end
     assert.is_true(e <= 3 * peak, out) -- and not wildly above it
   end)
 end)
