@@ -24,10 +24,10 @@ M.synthetic_text = spec("synthetic_text")
 M.synthetic_images = spec("synthetic_images")
 
 -- diloco.TextData / ImageData return nil, message, code when their files cannot be
--- read (and raise on bad options).  M.open keeps its callers' view: such a failure
--- is raised as the plain message, as it was before the C side returned it.
-local function opened(ds, msg)
-  if not ds then error(msg, 0) end
+-- read (and raise on bad options).  M.open raises such a failure as the one error
+-- type of the pure Lua, {diloco_error = message, code = 1, status = code}.
+local function opened(ds, msg, code)
+  if not ds then error({ diloco_error = msg, code = 1, status = code }, 0) end
   return ds
 end
 
