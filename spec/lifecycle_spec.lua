@@ -113,6 +113,21 @@ describe("the run directory", function()
     assert.is_nil(out:match('"event"'), "nothing was trained")
   end)
 
+  it("refuses a read-only --out before training", function()
+    local ro = tmp .. "/ro"
+    os.execute("mkdir -p " .. ro)
+    local _, mounted = sh("mount -t tmpfs -o ro,size=64k tmpfs " .. ro)
+    if mounted ~= 0 then
+      pending("needs root to mount a read-only tmpfs (CI runs as root)")
+      return
+    end
+    local out, status = sh(string.format("%s run %s --out %s --quiet", exe, recipe, ro))
+    sh("umount " .. ro)
+    assert.are.equal(1, status, out)
+    assert.matches("Read%-only file system", out)
+    assert.is_nil(out:match('"event"'), "nothing was trained")
+  end)
+
   -- Seen: kill -9 left full-size *.tmp.<pid> files that were never removed.
   it("removes the temporary files of a run that died while saving", function()
     local out, status = run("stale", "--set steps=10")
