@@ -102,6 +102,33 @@ static inline float dlcx_tanhf_abs(float x) {
     return 1.0f - 2.0f / (dlcx_expf(2.0f * x) + 1.0f);
 }
 
+/* ---- the compute threads for the engine's own kernels (parallel.c) ----
+ * A kernel splits an index space [0, n) (rows, heads, floats) into `parts` contiguous
+ * ranges, run at once on the OpenMP team, part p on [lo, hi).  Ranges depend only on
+ * n and parts, so a row-wise kernel gives the same bits at any thread count; a kernel
+ * that sums across rows keeps per-chunk partial sums over fixed row ranges and adds
+ * them in order (see layernorm's backward).  Range functions must not allocate tensors
+ * (the storage cache is per thread) or report errors with dlc_error (the message is
+ * per thread): they leave a status in their context for the caller. */
+#define DLCX_PAR_GRAIN 16384 /* floats of memory traffic per thread, at least */
+typedef void (*dlcx_range_fn)(void *ctx, int64_t lo, int64_t hi, int part);
+/* Parts to split n items of `work` floats of traffic into: 1 (serial) for small work,
+ * one thread, or inside a parallel region; else up to dlc_num_threads(), at most n. */
+int dlcx_par_parts(int64_t n, int64_t work);
+/* Runs fn over [0, n) in `parts` ranges (parts from dlcx_par_parts; 1 = this thread). */
+void dlcx_par_run(int parts, int64_t n, dlcx_range_fn fn, void *ctx);
+/* dlcx_par_run(dlcx_par_parts(n, work), n, fn, ctx). */
+void dlcx_parallel_for(int64_t n, int64_t work, dlcx_range_fn fn, void *ctx);
+/* memset(dst, 0, n floats), split when large (fresh gradient buffers). */
+void dlcx_par_zero(float *dst, int64_t n);
+/* dst[i] += src[i] for n floats (dst and src distinct), split when large. */
+void dlcx_par_acc(float *dst, const float *src, int64_t n);
+/* For tests: the grain (floats per thread) in place of DLCX_PAR_GRAIN or the
+ * environment's DILOCO_PAR_GRAIN (< 1 restores the default); and the number of
+ * dispatches so far that used more than one part. */
+void dlcx_set_par_grain(int64_t grain);
+int64_t dlcx_par_regions(void);
+
 /* ---- backward functions, one per op family (ops.c, nnops.c) ---- */
 typedef dlc_status (*dlcx_backward_fn)(dlc_node *n, dlc_tensor *out, const float *gout);
 
