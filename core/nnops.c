@@ -4,6 +4,7 @@
  * them alive, but they never receive a gradient. */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "internal.h"
 
@@ -50,17 +51,23 @@ static int check_last_dim(const char *fn, const dlc_tensor *x) {
     return 1;
 }
 
-/* ---- softmax / log_softmax over the last dim ---- */
+/* ---- softmax / log_softmax over the last dim ----
+ * Every row-wise kernel below runs on rows [r0, r1) of a context, so dlcx_parallel_for
+ * can hand each compute thread a block of rows; results do not depend on the split. */
 
-DLC_HOT static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
-    const char *fn = log ? "log_softmax" : "softmax";
-    if (!check_last_dim(fn, x)) return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
-    if (!out) return NULL;
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * C;
-        float *yr = out->data + r * C;
+typedef struct {
+    float *y, *dx;          /* output, or the input's gradient (backward) */
+    const float *x, *g;     /* input (or the forward's output), output gradient */
+    int64_t C;
+    int log;
+} softmax_ctx;
+
+DLC_HOT static void softmax_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const softmax_ctx *c = ctx;
+    int64_t C = c->C;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * C;
+        float *yr = c->y + r * C;
         float m = -INFINITY, sum = 0.0f;
         DLC_SIMD_REDUCE(max : m)
         for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
@@ -69,7 +76,7 @@ DLC_HOT static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
             yr[j] = dlcx_expf(xr[j] - m);
             sum += yr[j];
         }
-        if (log) {
+        if (c->log) {
             float ls = logf(sum); /* (x - m) - ls keeps precision for large logits */
             for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) - ls;
         } else {
@@ -77,6 +84,16 @@ DLC_HOT static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
             for (int64_t j = 0; j < C; j++) yr[j] *= inv;
         }
     }
+}
+
+static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
+    const char *fn = log ? "log_softmax" : "softmax";
+    if (!check_last_dim(fn, x)) return NULL;
+    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    if (!out) return NULL;
+    softmax_ctx c = {.y = out->data, .x = x->data, .C = C, .log = log};
+    dlcx_parallel_for(R, 3 * R * C, softmax_rows, &c);
     dlc_tensor *in[1] = {x};
     if (dlcx_should_record(1, in) &&
         !attach(out, log ? DLC_OP_LOG_SOFTMAX : DLC_OP_SOFTMAX, 1, in, NULL, NULL))
@@ -87,42 +104,77 @@ DLC_HOT static dlc_tensor *softmax_forward(dlc_tensor *x, int log) {
 dlc_tensor *dlc_softmax(dlc_tensor *x) { return softmax_forward(x, 0); }
 dlc_tensor *dlc_log_softmax(dlc_tensor *x) { return softmax_forward(x, 1); }
 
-/* dx = y * (g - sum(g * y)) */
-DLC_HOT dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+/* softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g) */
+DLC_HOT static void softmax_backward_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const softmax_ctx *c = ctx;
+    int64_t C = c->C;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *y = c->x + r * C, *gr = c->g + r * C;
+        float *d = c->dx + r * C, acc = 0.0f;
+        if (c->log) {
+            DLC_SIMD_REDUCE(+ : acc)
+            for (int64_t j = 0; j < C; j++) acc += gr[j];
+            for (int64_t j = 0; j < C; j++) d[j] += gr[j] - dlcx_expf(y[j]) * acc;
+        } else {
+            DLC_SIMD_REDUCE(+ : acc)
+            for (int64_t j = 0; j < C; j++) acc += gr[j] * y[j];
+            for (int64_t j = 0; j < C; j++) d[j] += y[j] * (gr[j] - acc);
+        }
+    }
+}
+
+static dlc_status softmax_backward(dlc_node *n, dlc_tensor *out, const float *g, int log) {
     dlc_status err = DLC_OK;
     float *dx = dlcx_grad(n->in[0], &err);
     if (!dx) return err;
     int64_t C = out->shape[out->ndim - 1], R = rows_of(out);
-    for (int64_t r = 0; r < R; r++) {
-        const float *y = out->data + r * C, *gr = g + r * C;
-        float *d = dx + r * C, dot = 0.0f;
-        DLC_SIMD_REDUCE(+ : dot)
-        for (int64_t j = 0; j < C; j++) dot += gr[j] * y[j];
-        for (int64_t j = 0; j < C; j++) d[j] += y[j] * (gr[j] - dot);
-    }
+    softmax_ctx c = {.dx = dx, .x = out->data, .g = g, .C = C, .log = log};
+    dlcx_parallel_for(R, 3 * R * C, softmax_backward_rows, &c);
     return DLC_OK;
 }
 
-/* dx = g - softmax * sum(g), softmax = exp(y) */
-DLC_HOT dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
-    dlc_status err = DLC_OK;
-    float *dx = dlcx_grad(n->in[0], &err);
-    if (!dx) return err;
-    int64_t C = out->shape[out->ndim - 1], R = rows_of(out);
-    for (int64_t r = 0; r < R; r++) {
-        const float *y = out->data + r * C, *gr = g + r * C;
-        float *d = dx + r * C, sum = 0.0f;
-        DLC_SIMD_REDUCE(+ : sum)
-        for (int64_t j = 0; j < C; j++) sum += gr[j];
-        for (int64_t j = 0; j < C; j++) d[j] += gr[j] - dlcx_expf(y[j]) * sum;
-    }
-    return DLC_OK;
+dlc_status dlcx_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    return softmax_backward(n, out, g, 0);
+}
+
+dlc_status dlcx_log_softmax_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    return softmax_backward(n, out, g, 1);
 }
 
 /* ---- cross-entropy: fused log-softmax + NLL, mean over non-ignored rows ----
  * saved[0] = per-row logsumexp [N]; i[0] = counted rows; i[1] = ignore_index. */
 
-DLC_HOT dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignore_index) {
+typedef struct {
+    const float *logits, *targets, *lse;
+    float *lse_out, *dx;  /* forward: logsumexp per row (or NULL); backward: dlogits */
+    double *row_loss;     /* forward: [N] */
+    int64_t V;
+    float ignore, s;      /* s: backward scale g / count */
+} ce_ctx;
+
+DLC_HOT static void ce_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const ce_ctx *c = ctx;
+    int64_t V = c->V;
+    for (int64_t r = r0; r < r1; r++) {
+        float t = c->targets[r];
+        if (t == c->ignore) {
+            if (c->lse_out) c->lse_out[r] = 0.0f;
+            c->row_loss[r] = 0.0;
+            continue;
+        }
+        const float *xr = c->logits + r * V;
+        float m = -INFINITY, sum = 0.0f;
+        DLC_SIMD_REDUCE(max : m)
+        for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
+        DLC_SIMD_REDUCE(+ : sum)
+        for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
+        float ls = logf(sum);
+        if (c->lse_out) c->lse_out[r] = m + ls;
+        c->row_loss[r] = (double)(m - xr[(int64_t)t]) + (double)ls;
+    }
+}
+
+dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, int ignore_index) {
     char a[64], b[64];
     if (!logits || !targets) FAIL(DLC_ERR_ARG, "cross_entropy: logits or targets is NULL");
     if (logits->ndim != 2)
@@ -137,30 +189,27 @@ DLC_HOT dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, i
     int rec = dlcx_should_record(1, in);
     dlc_tensor *out = dlc_tensor_new(0, NULL);
     dlc_tensor *lse = rec ? dlc_tensor_new(1, &N) : NULL;
-    if (!out || (rec && !lse)) {
+    /* per-row losses, summed in row order afterwards: the same sum at any thread count */
+    double *row_loss = malloc((size_t)(N ? N : 1) * sizeof(double));
+    if (!out || (rec && !lse) || !row_loss) {
+        if (!row_loss) dlc_error(DLC_ERR_NOMEM, "cross_entropy: out of memory for %lld rows", (long long)N);
+        free(row_loss);
         dlc_tensor_release(out);
         dlc_tensor_release(lse);
         return NULL;
     }
+    float ignore = (float)ignore_index;
+    ce_ctx c = {.logits = logits->data, .targets = targets->data, .lse_out = lse ? lse->data : NULL,
+                .row_loss = row_loss, .V = V, .ignore = ignore};
+    dlcx_parallel_for(N, 2 * N * V, ce_rows, &c);
     double loss = 0.0;
     int64_t count = 0;
     for (int64_t r = 0; r < N; r++) {
-        float t = targets->data[r];
-        if (t == (float)ignore_index) {
-            if (lse) lse->data[r] = 0.0f;
-            continue;
-        }
-        const float *xr = logits->data + r * V;
-        float m = -INFINITY, sum = 0.0f;
-        DLC_SIMD_REDUCE(max : m)
-        for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
-        DLC_SIMD_REDUCE(+ : sum)
-        for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
-        float ls = logf(sum);
-        if (lse) lse->data[r] = m + ls;
-        loss += (double)(m - xr[(int64_t)t]) + (double)ls;
+        if (targets->data[r] == ignore) continue;
+        loss += row_loss[r];
         count++;
     }
+    free(row_loss);
     out->data[0] = count ? (float)(loss / (double)count) : 0.0f;
     if (rec) {
         dlc_node *nd = attach(out, DLC_OP_CROSS_ENTROPY, 2, in, lse, NULL);
@@ -172,23 +221,30 @@ DLC_HOT dlc_tensor *dlc_cross_entropy(dlc_tensor *logits, dlc_tensor *targets, i
 }
 
 /* dlogits[r] += g / count * (softmax(logits[r]) - onehot(target[r])) */
-DLC_HOT dlc_status dlcx_cross_entropy_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT static void ce_backward_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const ce_ctx *c = ctx;
+    int64_t V = c->V;
+    float s = c->s;
+    for (int64_t r = r0; r < r1; r++) {
+        float t = c->targets[r];
+        if (t == c->ignore) continue;
+        const float *xr = c->logits + r * V;
+        float *d = c->dx + r * V, l = c->lse[r];
+        for (int64_t j = 0; j < V; j++) d[j] += s * dlcx_expf(xr[j] - l);
+        d[(int64_t)t] -= s;
+    }
+}
+
+dlc_status dlcx_cross_entropy_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *logits = n->in[0], *targets = n->in[1];
     float *dx = dlcx_grad(logits, &err);
     if (!dx) return err;
     int64_t count = n->i[0], N = logits->shape[0], V = logits->shape[1];
     if (count == 0) return DLC_OK;
-    float ignore = (float)n->i[1], s = g[0] / (float)count;
-    const float *lse = n->saved[0]->data;
-    for (int64_t r = 0; r < N; r++) {
-        float t = targets->data[r];
-        if (t == ignore) continue;
-        const float *xr = logits->data + r * V;
-        float *d = dx + r * V, l = lse[r];
-        for (int64_t j = 0; j < V; j++) d[j] += s * dlcx_expf(xr[j] - l);
-        d[(int64_t)t] -= s;
-    }
+    ce_ctx c = {.logits = logits->data, .targets = targets->data, .lse = n->saved[0]->data, .dx = dx,
+                .V = V, .ignore = (float)n->i[1], .s = g[0] / (float)count};
+    dlcx_parallel_for(N, 3 * N * V, ce_backward_rows, &c);
     return DLC_OK;
 }
 
@@ -214,8 +270,52 @@ static int check_eps(const char *fn, float eps) {
     return 1;
 }
 
+/* Forward and backward share one context.  The backward's weight and bias gradients
+ * sum over rows: each chunk of NORM_CHUNK rows sums into its own partial row (part),
+ * and the chunks are added in order afterwards, so the result depends on the shape
+ * only, not on the thread count. */
+#define NORM_CHUNK 16
+
+typedef struct {
+    const float *x, *w, *b, *g;
+    float *y, *mean, *rstd;   /* forward output; saved statistics (NULL when not recorded) */
+    float *dx, *dw, *db;      /* backward: gradient buffers (NULL when not needed) */
+    float *part;              /* backward: [chunks][2C] partial dw | db */
+    const float *smean, *srstd;
+    int64_t R, C;
+    float eps;
+} norm_ctx;
+
+static int64_t norm_chunks(int64_t R) { return (R + NORM_CHUNK - 1) / NORM_CHUNK; }
+
 /* saved[0] = mean [R], saved[1] = rstd [R]. */
-DLC_HOT dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const norm_ctx *c = ctx;
+    int64_t C = c->C;
+    const float *wd = c->w, *bd = c->b;
+    float invC = C ? 1.0f / (float)C : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * C;
+        float *y = c->y + r * C, m = 0.0f, v = 0.0f;
+        DLC_SIMD_REDUCE(+ : m)
+        for (int64_t j = 0; j < C; j++) m += xr[j];
+        m *= invC;
+        DLC_SIMD_REDUCE(+ : v)
+        for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
+        float s = 1.0f / sqrtf(v * invC + c->eps);
+        for (int64_t j = 0; j < C; j++) y[j] = (xr[j] - m) * s;
+        if (wd)
+            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
+        if (bd)
+            for (int64_t j = 0; j < C; j++) y[j] += bd[j];
+        if (c->mean) {
+            c->mean[r] = m;
+            c->rstd[r] = s;
+        }
+    }
+}
+
+dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
     if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
         !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
         return NULL;
@@ -230,83 +330,126 @@ DLC_HOT dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, f
         dlc_tensor_release(rstd);
         return NULL;
     }
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * C;
-        float *y = out->data + r * C, m = 0.0f, v = 0.0f;
-        DLC_SIMD_REDUCE(+ : m)
-        for (int64_t j = 0; j < C; j++) m += xr[j];
-        m *= invC;
-        DLC_SIMD_REDUCE(+ : v)
-        for (int64_t j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
-        float s = 1.0f / sqrtf(v * invC + eps);
-        for (int64_t j = 0; j < C; j++) y[j] = (xr[j] - m) * s;
-        if (w)
-            for (int64_t j = 0; j < C; j++) y[j] *= w->data[j];
-        if (b)
-            for (int64_t j = 0; j < C; j++) y[j] += b->data[j];
-        if (rec) {
-            mean->data[r] = m;
-            rstd->data[r] = s;
-        }
-    }
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = out->data,
+                  .mean = rec ? mean->data : NULL, .rstd = rec ? rstd->data : NULL, .R = R, .C = C,
+                  .eps = eps};
+    dlcx_parallel_for(R, 3 * R * C, layernorm_rows, &c);
     if (rec && !attach(out, DLC_OP_LAYERNORM, 3, in, mean, rstd)) return NULL;
     return out;
 }
 
 /* xhat = (x - mean) rstd, dn = g w:
- * dx += rstd (dn - mean(dn) - xhat mean(dn xhat)); dw += g xhat; db += g. */
-DLC_HOT dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+ * dx += rstd (dn - mean(dn) - xhat mean(dn xhat)); dw += g xhat; db += g.
+ * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
+DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
+    const norm_ctx *c = ctx;
+    int64_t C = c->C;
+    const float *wd = c->w;
+    float invC = C ? 1.0f / (float)C : 0.0f;
+    for (int64_t k = k0; k < k1; k++) {
+        float *pw = c->dw ? c->part + k * 2 * C : NULL, *pb = c->db ? c->part + k * 2 * C + C : NULL;
+        if (pw) memset(pw, 0, (size_t)C * sizeof(float));
+        if (pb) memset(pb, 0, (size_t)C * sizeof(float));
+        int64_t r1 = (k + 1) * NORM_CHUNK < c->R ? (k + 1) * NORM_CHUNK : c->R;
+        for (int64_t r = k * NORM_CHUNK; r < r1; r++) {
+            const float *xr = c->x + r * C, *gr = c->g + r * C;
+            float m = c->smean[r], s = c->srstd[r], sdn = 0.0f, sdnx = 0.0f;
+            if (wd) {
+                DLC_SIMD_REDUCE(+ : sdn, sdnx)
+                for (int64_t j = 0; j < C; j++) {
+                    float dn = gr[j] * wd[j];
+                    sdn += dn;
+                    sdnx += dn * (xr[j] - m) * s;
+                }
+            } else {
+                DLC_SIMD_REDUCE(+ : sdn, sdnx)
+                for (int64_t j = 0; j < C; j++) {
+                    sdn += gr[j];
+                    sdnx += gr[j] * (xr[j] - m) * s;
+                }
+            }
+            sdn *= invC;
+            sdnx *= invC;
+            if (c->dx) { /* dx, dw, db are gradient buffers, never x or g themselves */
+                float *d = c->dx + r * C;
+                if (wd) {
+                    DLC_PRAGMA(omp simd)
+                    for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * wd[j] - sdn - (xr[j] - m) * s * sdnx);
+                } else {
+                    DLC_PRAGMA(omp simd)
+                    for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] - sdn - (xr[j] - m) * s * sdnx);
+                }
+            }
+            if (pw) {
+                DLC_PRAGMA(omp simd)
+                for (int64_t j = 0; j < C; j++) pw[j] += gr[j] * (xr[j] - m) * s;
+            }
+            if (pb) {
+                DLC_PRAGMA(omp simd)
+                for (int64_t j = 0; j < C; j++) pb[j] += gr[j];
+            }
+        }
+    }
+}
+
+/* dw += partial dw of every chunk, db likewise, in chunk order. */
+static void norm_add_partials(const norm_ctx *c, int64_t chunks) {
+    int64_t C = c->C;
+    for (int64_t k = 0; k < chunks; k++) {
+        const float *pw = c->part + k * 2 * C, *pb = pw + C;
+        if (c->dw)
+            for (int64_t j = 0; j < C; j++) c->dw[j] += pw[j];
+        if (c->db)
+            for (int64_t j = 0; j < C; j++) c->db[j] += pb[j];
+    }
+}
+
+/* Scratch for the chunks' partial rows, or NULL when there are no weight gradients. */
+static dlc_tensor *norm_partials(norm_ctx *c, dlc_status *err) {
+    if (!c->dw && !c->db) return NULL;
+    int64_t n = norm_chunks(c->R) * 2 * c->C;
+    dlc_tensor *t = dlc_tensor_new(1, &n);
+    if (!t) *err = dlc_last_status();
+    else c->part = t->data;
+    return t;
+}
+
+dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
     float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = dlcx_grad(n->in[2], &err);
     if (err != DLC_OK) return err;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    const float *mean = n->saved[0]->data, *rstd = n->saved[1]->data, *wd = w ? w->data : NULL;
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * C, *gr = g + r * C;
-        float m = mean[r], s = rstd[r], sdn = 0.0f, sdnx = 0.0f;
-        if (wd) {
-            DLC_SIMD_REDUCE(+ : sdn, sdnx)
-            for (int64_t j = 0; j < C; j++) {
-                float dn = gr[j] * wd[j];
-                sdn += dn;
-                sdnx += dn * (xr[j] - m) * s;
-            }
-        } else {
-            DLC_SIMD_REDUCE(+ : sdn, sdnx)
-            for (int64_t j = 0; j < C; j++) {
-                sdn += gr[j];
-                sdnx += gr[j] * (xr[j] - m) * s;
-            }
-        }
-        sdn *= invC;
-        sdnx *= invC;
-        if (dx) { /* dx, dw, db are gradient buffers, never x or g themselves */
-            float *d = dx + r * C;
-            if (wd) {
-                DLC_PRAGMA(omp simd)
-                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * wd[j] - sdn - (xr[j] - m) * s * sdnx);
-            } else {
-                DLC_PRAGMA(omp simd)
-                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] - sdn - (xr[j] - m) * s * sdnx);
-            }
-        }
-        if (dw) {
-            DLC_PRAGMA(omp simd)
-            for (int64_t j = 0; j < C; j++) dw[j] += gr[j] * (xr[j] - m) * s;
-        }
-        if (db) {
-            DLC_PRAGMA(omp simd)
-            for (int64_t j = 0; j < C; j++) db[j] += gr[j];
-        }
-    }
+    int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw, .db = db,
+                  .smean = n->saved[0]->data, .srstd = n->saved[1]->data, .R = R, .C = C};
+    dlc_tensor *part = norm_partials(&c, &err);
+    if (err != DLC_OK) return err;
+    dlcx_parallel_for(chunks, 4 * R * C, layernorm_backward_chunks, &c);
+    norm_add_partials(&c, chunks);
+    dlc_tensor_release(part);
     return DLC_OK;
 }
 
 /* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
-DLC_HOT dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
+DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const norm_ctx *c = ctx;
+    int64_t C = c->C;
+    const float *wd = c->w;
+    float invC = C ? 1.0f / (float)C : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * C;
+        float *y = c->y + r * C, ss = 0.0f;
+        DLC_SIMD_REDUCE(+ : ss)
+        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
+        float s = 1.0f / sqrtf(ss * invC + c->eps);
+        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
+        if (wd)
+            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
+        if (c->rstd) c->rstd[r] = s;
+    }
+}
+
+dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
     if (!check_last_dim("rmsnorm", x) || !check_norm_param("rmsnorm", "weight", x, w) ||
         !check_eps("rmsnorm", eps))
         return NULL;
@@ -320,49 +463,81 @@ DLC_HOT dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
         dlc_tensor_release(rstd);
         return NULL;
     }
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * C;
-        float *y = out->data + r * C, ss = 0.0f;
-        DLC_SIMD_REDUCE(+ : ss)
-        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
-        float s = 1.0f / sqrtf(ss * invC + eps);
-        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
-        if (w)
-            for (int64_t j = 0; j < C; j++) y[j] *= w->data[j];
-        if (rec) rstd->data[r] = s;
-    }
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .y = out->data, .rstd = rec ? rstd->data : NULL,
+                  .R = R, .C = C, .eps = eps};
+    dlcx_parallel_for(R, 2 * R * C, rmsnorm_rows, &c);
     if (rec && !attach(out, DLC_OP_RMSNORM, 2, in, rstd, NULL)) return NULL;
     return out;
 }
 
-/* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat. */
-DLC_HOT dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+/* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat.
+ * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
+DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
+    const norm_ctx *c = ctx;
+    int64_t C = c->C;
+    const float *wd = c->w;
+    float invC = C ? 1.0f / (float)C : 0.0f;
+    for (int64_t k = k0; k < k1; k++) {
+        float *pw = c->dw ? c->part + k * 2 * C : NULL;
+        if (pw) memset(pw, 0, (size_t)C * sizeof(float));
+        int64_t r1 = (k + 1) * NORM_CHUNK < c->R ? (k + 1) * NORM_CHUNK : c->R;
+        for (int64_t r = k * NORM_CHUNK; r < r1; r++) {
+            const float *xr = c->x + r * C, *gr = c->g + r * C;
+            float s = c->srstd[r], sdnx = 0.0f;
+            DLC_SIMD_REDUCE(+ : sdnx)
+            for (int64_t j = 0; j < C; j++) sdnx += gr[j] * (wd ? wd[j] : 1.0f) * xr[j] * s;
+            sdnx *= invC;
+            if (c->dx) {
+                float *d = c->dx + r * C;
+                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * (wd ? wd[j] : 1.0f) - xr[j] * s * sdnx);
+            }
+            if (pw)
+                for (int64_t j = 0; j < C; j++) pw[j] += gr[j] * xr[j] * s;
+        }
+    }
+}
+
+dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
     float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err);
     if (err != DLC_OK) return err;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    const float *rstd = n->saved[0]->data;
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x->data + r * C, *gr = g + r * C;
-        float s = rstd[r], sdnx = 0.0f;
-        DLC_SIMD_REDUCE(+ : sdnx)
-        for (int64_t j = 0; j < C; j++) sdnx += gr[j] * (w ? w->data[j] : 1.0f) * xr[j] * s;
-        sdnx *= invC;
-        if (dx) {
-            float *d = dx + r * C;
-            for (int64_t j = 0; j < C; j++)
-                d[j] += s * (gr[j] * (w ? w->data[j] : 1.0f) - xr[j] * s * sdnx);
-        }
-        if (dw)
-            for (int64_t j = 0; j < C; j++) dw[j] += gr[j] * xr[j] * s;
-    }
+    int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw,
+                  .srstd = n->saved[0]->data, .R = R, .C = C};
+    dlc_tensor *part = norm_partials(&c, &err);
+    if (err != DLC_OK) return err;
+    dlcx_parallel_for(chunks, 4 * R * C, rmsnorm_backward_chunks, &c);
+    norm_add_partials(&c, chunks);
+    dlc_tensor_release(part);
     return DLC_OK;
 }
 
 /* ---- index_select / embedding: rows of x [N, ...] picked by idx [I...] ---- */
+
+typedef struct {
+    float *out;                 /* forward: [n, D]; backward: the table's gradient [N, D] */
+    const float *x, *idx, *g;   /* table [N, D], indices [n], backward: gradient [n, D] */
+    int64_t n, D;
+} select_ctx;
+
+static void select_rows_range(void *ctx, int64_t i0, int64_t i1, int part) {
+    const select_ctx *c = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(c->out + i * c->D, c->x + (int64_t)c->idx[i] * c->D, (size_t)c->D * sizeof(float));
+}
+
+/* Columns [j0, j1) of every picked row: repeated indices accumulate in index order
+ * whatever the split, and no two threads write one element. */
+DLC_HOT static void select_backward_cols(void *ctx, int64_t j0, int64_t j1, int part) {
+    const select_ctx *c = ctx;
+    int64_t D = c->D;
+    for (int64_t i = 0; i < c->n; i++) {
+        float *d = c->out + (int64_t)c->idx[i] * D;
+        const float *gi = c->g + i * D;
+        for (int64_t j = j0; j < j1; j++) d[j] += gi[j];
+    }
+}
 
 static dlc_tensor *select_rows(const char *fn, dlc_tensor *x, dlc_tensor *idx) {
     char a[64], b[64];
@@ -381,8 +556,8 @@ static dlc_tensor *select_rows(const char *fn, dlc_tensor *x, dlc_tensor *idx) {
     }
     dlc_tensor *out = dlc_tensor_new(ndim, shape);
     if (!out) return NULL;
-    for (int64_t i = 0; i < idx->numel; i++)
-        memcpy(out->data + i * D, x->data + (int64_t)idx->data[i] * D, (size_t)D * sizeof(float));
+    select_ctx c = {.out = out->data, .x = x->data, .idx = idx->data, .n = idx->numel, .D = D};
+    dlcx_parallel_for(idx->numel, 2 * idx->numel * D, select_rows_range, &c);
     dlc_tensor *in[2] = {x, idx};
     if (dlcx_should_record(1, in) && !attach(out, DLC_OP_INDEX_SELECT, 2, in, NULL, NULL))
         return NULL;
@@ -404,11 +579,8 @@ dlc_status dlcx_index_select_backward(dlc_node *n, dlc_tensor *out, const float 
     float *dx = dlcx_grad(x, &err);
     if (!dx) return err;
     int64_t D = x->shape[0] ? x->numel / x->shape[0] : 0;
-    for (int64_t i = 0; i < idx->numel; i++) {
-        float *d = dx + (int64_t)idx->data[i] * D;
-        const float *gi = g + i * D;
-        for (int64_t j = 0; j < D; j++) d[j] += gi[j];
-    }
+    select_ctx c = {.out = dx, .idx = idx->data, .g = g, .n = idx->numel, .D = D};
+    dlcx_parallel_for(D, 3 * idx->numel * D, select_backward_cols, &c);
     return DLC_OK;
 }
 
@@ -601,39 +773,34 @@ dlc_status dlc_topk(dlc_tensor *x, int k, dlc_tensor **values, dlc_tensor **indi
 
 #define ATT_BLOCK 64
 
-DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
-    char a[64];
-    if (!qkv) FAIL(DLC_ERR_ARG, "attention: qkv is NULL");
-    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0 || qkv->shape[2] == 0)
-        FAIL(DLC_ERR_SHAPE, "attention: qkv %s: expected [B, T, 3C] with C > 0", SHP(qkv, a));
-    int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, H = heads;
-    if (heads < 1 || C % heads != 0)
-        FAIL(DLC_ERR_ARG, "attention: qkv %s has C = %lld, which heads = %d does not divide",
-             SHP(qkv, a), (long long)C, heads);
-    if (T > INT_MAX || C3 > INT_MAX)
-        FAIL(DLC_ERR_SHAPE, "attention: qkv %s: T and 3C must fit in an int (BLAS)", SHP(qkv, a));
-    int64_t hd = C / H;
-    float scale = 1.0f / sqrtf((float)hd);
-    dlc_tensor *in[1] = {qkv};
-    int rec = dlcx_should_record(1, in);
-    int64_t oshape[3] = {B, T, C}, pshape[4] = {B, H, T, T};
-    dlc_tensor *out = dlc_tensor_new(3, oshape);
-    dlc_tensor *probs = rec ? dlc_tensor_new(4, pshape) : dlc_tensor_new(2, pshape + 2);
-    if (!out || !probs) {
-        dlc_tensor_release(out);
-        dlc_tensor_release(probs);
-        return NULL;
-    }
+/* The (batch, head) pairs [bt0, bt1) of one part: each pair is independent (its own
+ * rows of the output and its own slices of dqkv), so the pairs are split across the
+ * compute threads and each pair's products run on one thread.  `scratch` holds one
+ * [T, T] matrix per part (the forward's probabilities when not recorded; the
+ * backward's dS). */
+typedef struct {
+    const float *qkv, *g, *probs;
+    float *out, *p, *dqkv, *scratch;
+    int64_t T, C, H, hd;
+    int causal, rec;
+    float scale;
+    _Atomic int err;          /* the first failing sgemm's status */
+} att_ctx;
+
+DLC_HOT static void attention_heads(void *ctx, int64_t bt0, int64_t bt1, int part) {
+    att_ctx *c = ctx;
+    int64_t T = c->T, C = c->C, C3 = 3 * C, H = c->H, hd = c->hd;
+    int causal = c->causal;
     dlc_status st = DLC_OK;
-    for (int64_t bt = 0; bt < B * H && st == DLC_OK; bt++) {
+    for (int64_t bt = bt0; bt < bt1 && st == DLC_OK; bt++) {
         int64_t b = bt / H, h = bt % H;
-        const float *q = qkv->data + b * T * C3 + h * hd, *k = q + C, *v = q + 2 * C;
-        float *p = probs->data + (rec ? bt * T * T : 0), *o = out->data + b * T * C + h * hd;
+        const float *q = c->qkv + b * T * C3 + h * hd, *k = q + C, *v = q + 2 * C;
+        float *p = c->rec ? c->p + bt * T * T : c->scratch + part * T * T, *o = c->out + b * T * C + h * hd;
         for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
             /* S[r0:r1, 0:cols] = scale Q[r0:r1] K[0:cols]^T */
-            st = dlcx_sgemm(0, 1, rows, cols, hd, scale, q + r0 * C3, C3, k, C3, 0.0f, p + r0 * T, T);
+            st = dlcx_sgemm(0, 1, rows, cols, hd, c->scale, q + r0 * C3, C3, k, C3, 0.0f, p + r0 * T, T);
             if (st != DLC_OK) break;
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
@@ -654,7 +821,47 @@ DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
             if (st != DLC_OK) break;
         }
     }
-    if (st != DLC_OK) {
+    if (st != DLC_OK) c->err = st;
+}
+
+/* Parts for the B*H pairs of an attention of this size: about 4 T^2 hd flops a pair. */
+static int attention_parts(int64_t BH, int64_t T, int64_t hd) { return dlcx_par_parts(BH, BH * T * (T + 4 * hd)); }
+
+/* A failed product in another thread left its message there: say it here too. */
+static dlc_status attention_status(att_ctx *c, int parts, const char *fn) {
+    dlc_status st = c->err;
+    if (st != DLC_OK && parts > 1)
+        dlc_error(st, "%s: a matrix product failed: %s", fn, dlc_status_str(st));
+    return st;
+}
+
+dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
+    char a[64];
+    if (!qkv) FAIL(DLC_ERR_ARG, "attention: qkv is NULL");
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0 || qkv->shape[2] == 0)
+        FAIL(DLC_ERR_SHAPE, "attention: qkv %s: expected [B, T, 3C] with C > 0", SHP(qkv, a));
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, H = heads;
+    if (heads < 1 || C % heads != 0)
+        FAIL(DLC_ERR_ARG, "attention: qkv %s has C = %lld, which heads = %d does not divide",
+             SHP(qkv, a), (long long)C, heads);
+    if (T > INT_MAX || C3 > INT_MAX)
+        FAIL(DLC_ERR_SHAPE, "attention: qkv %s: T and 3C must fit in an int (BLAS)", SHP(qkv, a));
+    int64_t hd = C / H;
+    dlc_tensor *in[1] = {qkv};
+    int rec = dlcx_should_record(1, in), parts = attention_parts(B * H, T, hd);
+    int64_t oshape[3] = {B, T, C}, pshape[4] = {B, H, T, T}, sshape[3] = {parts, T, T};
+    dlc_tensor *out = dlc_tensor_new(3, oshape);
+    dlc_tensor *probs = rec ? dlc_tensor_new(4, pshape) : dlc_tensor_new(3, sshape);
+    if (!out || !probs) {
+        dlc_tensor_release(out);
+        dlc_tensor_release(probs);
+        return NULL;
+    }
+    att_ctx c = {.qkv = qkv->data, .out = out->data, .p = probs->data, .scratch = probs->data,
+                 .T = T, .C = C, .H = H, .hd = hd, .causal = causal != 0, .rec = rec,
+                 .scale = 1.0f / sqrtf((float)hd), .err = DLC_OK};
+    dlcx_par_run(parts, B * H, attention_heads, &c);
+    if (attention_status(&c, parts, "attention") != DLC_OK) {
         dlc_tensor_release(out);
         dlc_tensor_release(probs);
         return NULL;
@@ -671,22 +878,17 @@ DLC_HOT dlc_tensor *dlc_attention(dlc_tensor *qkv, int heads, int causal) {
 }
 
 /* dP = dO V^T; dV += P^T dO; dS = P (dP - rowsum(dP P)) scale; dQ += dS K; dK += dS^T Q. */
-DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+DLC_HOT static void attention_backward_heads(void *ctx, int64_t bt0, int64_t bt1, int part) {
+    att_ctx *c = ctx;
+    int64_t T = c->T, C = c->C, C3 = 3 * C, H = c->H, hd = c->hd;
+    int causal = c->causal;
+    float scale = c->scale, *ds = c->scratch + part * T * T;
     dlc_status err = DLC_OK;
-    dlc_tensor *qkv = n->in[0];
-    float *dqkv = dlcx_grad(qkv, &err);
-    if (!dqkv) return err;
-    int64_t B = qkv->shape[0], T = qkv->shape[1], C3 = qkv->shape[2], C = C3 / 3, H = n->i[0];
-    int64_t hd = C / H, tt[2] = {T, T}, causal = n->i[1];
-    float scale = 1.0f / sqrtf((float)hd);
-    dlc_tensor *scratch = dlc_tensor_new(2, tt);
-    if (!scratch) return dlc_last_status();
-    float *ds = scratch->data;
-    for (int64_t bt = 0; bt < B * H && err == DLC_OK; bt++) {
+    for (int64_t bt = bt0; bt < bt1 && err == DLC_OK; bt++) {
         int64_t b = bt / H, h = bt % H, off = b * T * C3 + h * hd;
-        const float *q = qkv->data + off, *k = q + C, *v = q + 2 * C;
-        const float *p = n->saved[0]->data + bt * T * T, *go = g + b * T * C + h * hd;
-        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        const float *q = c->qkv + off, *k = q + C, *v = q + 2 * C;
+        const float *p = c->probs + bt * T * T, *go = c->g + b * T * C + h * hd;
+        float *dq = c->dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
         for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
             int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
             int64_t cols = causal ? r1 : T;
@@ -713,8 +915,25 @@ DLC_HOT dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const f
             if (err != DLC_OK) break;
         }
     }
+    if (err != DLC_OK) c->err = err;
+}
+
+dlc_status dlcx_attention_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    dlc_tensor *qkv = n->in[0];
+    float *dqkv = dlcx_grad(qkv, &err);
+    if (!dqkv) return err;
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, H = n->i[0], hd = C / H;
+    int parts = attention_parts(B * H, T, hd);
+    int64_t sshape[3] = {parts, T, T};
+    dlc_tensor *scratch = dlc_tensor_new(3, sshape);
+    if (!scratch) return dlc_last_status();
+    att_ctx c = {.qkv = qkv->data, .g = g, .probs = n->saved[0]->data, .dqkv = dqkv,
+                 .scratch = scratch->data, .T = T, .C = C, .H = H, .hd = hd, .causal = (int)n->i[1],
+                 .scale = 1.0f / sqrtf((float)hd), .err = DLC_OK};
+    dlcx_par_run(parts, B * H, attention_backward_heads, &c);
     dlc_tensor_release(scratch);
-    return err;
+    return attention_status(&c, parts, "backward of attention");
 }
 
 /* ---- dropout: saved[0] = mask (0 or 1/(1-p)) ---- */

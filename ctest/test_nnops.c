@@ -3,6 +3,7 @@
  * for every differentiable input, accumulation, no-grad mode, and the error paths. */
 #include <stdint.h>
 #include "check.h"
+#include "internal.h" /* dlcx_set_par_grain, dlcx_par_regions: the thread split */
 
 /* ---- helpers ---- */
 
@@ -726,13 +727,142 @@ static void test_dropout(void) {
     dlc_tensor_release(xl);
 }
 
+/* Layernorm's and rmsnorm's weight gradients sum over rows in chunks of 16 rows:
+ * 40 rows make three chunks, so the chunks' partial sums (and their split across
+ * threads) are exercised. */
+static void test_norms_chunked(void) {
+    int64_t sh[3] = {2, 20, 4}, c4 = 4;
+    dlc_tensor *x = leaf(15, 1.0f, 3, sh), *w = leaf(16, 0.5f, 1, &c4), *b = leaf(17, 0.5f, 1, &c4);
+    dlc_tensor *in[3] = {x, w, b};
+    gradcheck("layernorm x,w,b 40 rows", f_layernorm, NULL, 3, in, 1e-2f, 2e-2);
+    dlc_tensor *in_r[2] = {x, w};
+    gradcheck("rmsnorm x,w 40 rows", f_rmsnorm, NULL, 2, in_r, 1e-2f, 2e-2);
+    dlc_tensor_release(x);
+    dlc_tensor_release(w);
+    dlc_tensor_release(b);
+}
+
+/* ---- results independent of the thread count ----
+ * At the default grain, shapes of the charlm model's size are split across two
+ * threads; each op's output and every input gradient must be the same bits as on one
+ * thread (row-wise kernels, head-wise attention, chunked partial sums). */
+
+/* out = f(in); backward with a fixed upstream; returns the output then every input
+ * gradient, flattened into one fresh tensor. */
+static dlc_tensor *fwd_bwd(gc_fn f, void *ctx, int n, dlc_tensor **in) {
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->requires_grad) dlc_tensor_zero_grad(in[i]);
+    dlc_tensor *out = f(in, ctx);
+    if (!out) return NULL;
+    dlc_tensor *r = check_randn(77, 1.0f, out->ndim, out->shape);
+    int64_t total = out->numel;
+    if (dlc_backward(out, r, 0) != DLC_OK) total = -1;
+    for (int i = 0; i < n && total >= 0; i++)
+        if (in[i] && in[i]->requires_grad) total = in[i]->grad ? total + in[i]->numel : -1;
+    dlc_tensor *all = total >= 0 ? dlc_tensor_new(1, &total) : NULL;
+    if (all) {
+        memcpy(all->data, out->data, (size_t)out->numel * sizeof(float));
+        int64_t at = out->numel;
+        for (int i = 0; i < n; i++)
+            if (in[i] && in[i]->requires_grad) {
+                memcpy(all->data + at, in[i]->grad->data, (size_t)in[i]->numel * sizeof(float));
+                at += in[i]->numel;
+            }
+    }
+    dlc_tensor_release(r);
+    dlc_tensor_release(out);
+    return all;
+}
+
+static void check_same_bits(const char *name, gc_fn f, void *ctx, int n, dlc_tensor **in) {
+    dlc_set_num_threads(1);
+    dlc_tensor *one = fwd_bwd(f, ctx, n, in);
+    dlc_set_num_threads(2);
+    int64_t before = dlcx_par_regions();
+    dlc_tensor *two = fwd_bwd(f, ctx, n, in);
+    int64_t split = dlcx_par_regions() - before;
+    CHECK_OK(one);
+    CHECK_OK(two);
+    int same = one && two && one->numel == two->numel &&
+               memcmp(one->data, two->data, (size_t)one->numel * sizeof(float)) == 0;
+    if (!same) fprintf(stderr, "%s: results differ between 1 and 2 threads\n", name);
+    CHECK(same);
+#ifdef _OPENMP
+    /* forward and backward both split at this size */
+    if (split < 2) fprintf(stderr, "%s: split %lld times at 2 threads, expected >= 2\n", name, (long long)split);
+    CHECK(split >= 2);
+#else
+    (void)split;
+#endif
+    dlc_tensor_release(one);
+    dlc_tensor_release(two);
+}
+
+static dlc_tensor *f_softmax_ce(dlc_tensor **in, void *c) {
+    (void)c;
+    dlc_tensor *ls = dlc_log_softmax(in[0]);
+    dlc_tensor *ce = dlc_cross_entropy(ls, in[1], -1);
+    dlc_tensor_release(ls);
+    return ce;
+}
+
+static void test_thread_count_independence(void) {
+    dlcx_set_par_grain(0); /* the default */
+    int64_t sh[3] = {8, 64, 128}, c128 = 128, lg[2] = {1024, 256}, n1024 = 1024;
+    dlc_tensor *x = leaf(40, 1.0f, 3, sh), *w = leaf(41, 0.5f, 1, &c128), *b = leaf(42, 0.5f, 1, &c128);
+    dlc_tensor *in[3] = {x, w, b};
+    check_same_bits("layernorm", f_layernorm, NULL, 3, in);
+    check_same_bits("rmsnorm", f_rmsnorm, NULL, 2, in);
+    check_same_bits("softmax", f_softmax, NULL, 1, in);
+
+    dlc_tensor *logits = leaf(43, 2.0f, 2, lg), *tg = dlc_tensor_new(1, &n1024);
+    for (int64_t i = 0; i < n1024; i++) tg->data[i] = (float)((i * 37) % 256);
+    tg->data[5] = -1.0f; /* one ignored row */
+    op_ctx ci = {.ignore = -1};
+    dlc_tensor *in_ce[2] = {logits, tg};
+    check_same_bits("cross_entropy", f_ce, &ci, 2, in_ce);
+    check_same_bits("log_softmax + cross_entropy", f_softmax_ce, NULL, 2, in_ce);
+
+    int64_t vshape[2] = {256, 128}, ishape[2] = {16, 64};
+    dlc_tensor *table = leaf(44, 1.0f, 2, vshape), *ids = dlc_tensor_new(2, ishape);
+    for (int64_t i = 0; i < ids->numel; i++) ids->data[i] = (float)((i * 11) % 200); /* repeats */
+    dlc_tensor *in_e[2] = {table, ids};
+    check_same_bits("embedding", f_embedding, NULL, 2, in_e);
+
+    int64_t qs[3] = {4, 64, 3 * 64};
+    dlc_tensor *qkv = leaf(45, 1.0f, 3, qs);
+    dlc_tensor *in_a[1] = {qkv};
+    op_ctx ca = {.heads = 4}, cn = {.heads = 4, .noncausal = 1};
+    check_same_bits("attention", f_attention, &ca, 1, in_a);
+    check_same_bits("attention non-causal", f_attention, &cn, 1, in_a);
+
+    dlc_tensor *all[] = {x, w, b, logits, tg, table, ids, qkv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dlc_tensor_release(all[i]);
+    dlc_set_num_threads(1);
+}
+
+/* Every case at 1 and at 2 compute threads, with the grain at 1 float so that even the
+ * gradchecks' small shapes are split across both threads; then the charlm-sized
+ * shapes at the default grain. */
 int main(void) {
-    test_softmax();
-    test_cross_entropy();
-    test_norms();
-    test_indexing();
-    test_topk();
-    test_attention();
-    test_dropout();
+    for (int nt = 1; nt <= 2; nt++) {
+        CHECK(dlc_set_num_threads(nt) == DLC_OK);
+        dlcx_set_par_grain(1);
+        int64_t before = dlcx_par_regions();
+        test_softmax();
+        test_cross_entropy();
+        test_norms();
+        test_norms_chunked();
+        test_indexing();
+        test_topk();
+        test_attention();
+        test_dropout();
+#ifdef _OPENMP
+        CHECK(nt == 1 ? dlcx_par_regions() == before : dlcx_par_regions() > before + 100);
+#else
+        (void)before;
+#endif
+    }
+    test_thread_count_independence();
     return check_done("nnops");
 }
