@@ -76,6 +76,32 @@ DLC_HOT static void bin_inner(int op, float *o, const float *a, int64_t sa, cons
     }
 }
 
+typedef struct {
+    int op;
+    const bcast *p;
+    float *o;
+    const float *a, *b;
+} binary_ctx;
+
+/* Output rows [r0, r1) of length shape[3], r = (i0 shape[1] + i1) shape[2] + i2. */
+static void binary_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const binary_ctx *c = ctx;
+    const bcast *p = c->p;
+    int64_t n = p->shape[3];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i2 = r % p->shape[2], i1 = r / p->shape[2] % p->shape[1], i0 = r / p->shape[2] / p->shape[1];
+        const float *pa = c->a + i0 * p->sa[0] + i1 * p->sa[1] + i2 * p->sa[2];
+        const float *pb = c->b + i0 * p->sb[0] + i1 * p->sb[1] + i2 * p->sb[2];
+        bin_inner(c->op, c->o + r * n, pa, p->sa[3], pb, p->sb[3], n);
+    }
+}
+
+/* Both inputs contiguous with the output's shape: floats [lo, hi). */
+static void binary_flat(void *ctx, int64_t lo, int64_t hi, int part) {
+    const binary_ctx *c = ctx;
+    bin_inner(c->op, c->o + lo, c->a + lo, 1, c->b + lo, 1, hi - lo);
+}
+
 static dlc_tensor *binary(int op, dlc_tensor *a, dlc_tensor *b) {
     bcast p;
     if (!bcast_plan(bin_names[op], a, b, &p)) return NULL;
@@ -83,15 +109,11 @@ static dlc_tensor *binary(int op, dlc_tensor *a, dlc_tensor *b) {
     for (int i = 0; i < p.ndim; i++) oshape[i] = p.shape[4 - p.ndim + i];
     dlc_tensor *out = dlc_tensor_new(p.ndim, oshape);
     if (!out) return NULL;
-    float *o = out->data;
-    for (int64_t i0 = 0; i0 < p.shape[0]; i0++)
-        for (int64_t i1 = 0; i1 < p.shape[1]; i1++)
-            for (int64_t i2 = 0; i2 < p.shape[2]; i2++) {
-                const float *pa = a->data + i0 * p.sa[0] + i1 * p.sa[1] + i2 * p.sa[2];
-                const float *pb = b->data + i0 * p.sb[0] + i1 * p.sb[1] + i2 * p.sb[2];
-                bin_inner(op, o, pa, p.sa[3], pb, p.sb[3], p.shape[3]);
-                o += p.shape[3];
-            }
+    binary_ctx c = {.op = op, .p = &p, .o = out->data, .a = a->data, .b = b->data};
+    if (a->numel == out->numel && b->numel == out->numel) /* nothing broadcast: one flat range */
+        dlcx_parallel_for(out->numel, 3 * out->numel, binary_flat, &c);
+    else
+        dlcx_parallel_for(p.shape[0] * p.shape[1] * p.shape[2], 3 * out->numel, binary_rows, &c);
     dlc_tensor *in[2] = {a, b};
     dlc_node *nd;
     return dlcx_track(out, bin_ops[op], 2, in, &nd);
@@ -115,37 +137,55 @@ dlc_tensor *dlc_bias_add(dlc_tensor *x, dlc_tensor *b) {
 /* The two shapes training hits constantly, without the strided walk: equal shapes
  * (residual adds, products), and b broadcast over the leading dims of a (bias adds,
  * row-scaling).  Returns 0 when the shapes are neither. */
-DLC_HOT static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
+typedef struct {
+    dlc_op op;
+    const float *a, *b, *o, *g;
+    float *ga, *gb;
+    int64_t rows, m;
+} bwd_fast_ctx;
+
+/* Columns [j0, j1) of every row: b's gradient sums over rows in row order whatever the
+ * split, and no two threads write one element. */
+DLC_HOT static void binary_backward_cols(void *ctx, int64_t j0, int64_t j1, int part) {
+    const bwd_fast_ctx *c = ctx;
+    int64_t m = c->m, w = j1 - j0;
+    const float *bv = c->b + j0;
+    float *gb = c->gb ? c->gb + j0 : NULL;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const float *gr = c->g + r * m + j0, *ar = c->a + r * m + j0, *orow = c->o + r * m + j0;
+        float *gar = c->ga ? c->ga + r * m + j0 : NULL;
+        switch (c->op) {
+        case DLC_OP_ADD:
+            if (gar) for (int64_t j = 0; j < w; j++) gar[j] += gr[j];
+            if (gb) for (int64_t j = 0; j < w; j++) gb[j] += gr[j];
+            break;
+        case DLC_OP_SUB:
+            if (gar) for (int64_t j = 0; j < w; j++) gar[j] += gr[j];
+            if (gb) for (int64_t j = 0; j < w; j++) gb[j] -= gr[j];
+            break;
+        case DLC_OP_MUL:
+            if (gar) for (int64_t j = 0; j < w; j++) gar[j] += gr[j] * bv[j];
+            if (gb) for (int64_t j = 0; j < w; j++) gb[j] += gr[j] * ar[j];
+            break;
+        default:
+            if (gar) for (int64_t j = 0; j < w; j++) gar[j] += gr[j] / bv[j];
+            if (gb) for (int64_t j = 0; j < w; j++) gb[j] -= gr[j] * orow[j] / bv[j];
+            break;
+        }
+    }
+}
+
+static int binary_backward_fast(dlc_op op, const dlc_tensor *a, const dlc_tensor *b,
                                 const dlc_tensor *out, const float *g, float *ga, float *gb) {
     int64_t n = out->numel;
     if (n == 0) return 1; /* empty: nothing to accumulate (and no division by b->numel = 0) */
     if (a->numel != n || (b->numel != n && (b->numel == 0 || n % b->numel))) return 0;
     for (int i = 1; i <= b->ndim; i++) /* b's shape must be a suffix of a's */
         if (a->ndim < i || b->shape[b->ndim - i] != a->shape[a->ndim - i]) return 0;
-    int64_t m = b->numel, rows = n / m;
-    const float *av = a->data, *bv = b->data, *ov = out->data;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *gr = g + r * m, *ar = av + r * m, *orow = ov + r * m;
-        float *gar = ga ? ga + r * m : NULL;
-        switch (op) {
-        case DLC_OP_ADD:
-            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j];
-            if (gb) for (int64_t j = 0; j < m; j++) gb[j] += gr[j];
-            break;
-        case DLC_OP_SUB:
-            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j];
-            if (gb) for (int64_t j = 0; j < m; j++) gb[j] -= gr[j];
-            break;
-        case DLC_OP_MUL:
-            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] * bv[j];
-            if (gb) for (int64_t j = 0; j < m; j++) gb[j] += gr[j] * ar[j];
-            break;
-        default:
-            if (gar) for (int64_t j = 0; j < m; j++) gar[j] += gr[j] / bv[j];
-            if (gb) for (int64_t j = 0; j < m; j++) gb[j] -= gr[j] * orow[j] / bv[j];
-            break;
-        }
-    }
+    int64_t m = b->numel;
+    bwd_fast_ctx c = {.op = op, .a = a->data, .b = b->data, .o = out->data, .g = g, .ga = ga, .gb = gb,
+                      .rows = n / m, .m = m};
+    dlcx_parallel_for(m, 4 * n, binary_backward_cols, &c);
     return 1;
 }
 
@@ -296,25 +336,23 @@ const char *dlc_unary_name(dlc_unary_op op) {
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
-    if ((unsigned)op >= DLC_UNARY_COUNT) {
-        dlc_error(DLC_ERR_ARG, "unary: op %d is not a dlc_unary_op", (int)op);
-        return NULL;
-    }
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape), *sig = NULL;
-    if (!out) return NULL;
-    /* GELU keeps sigmoid(2u) for its backward, which then needs no exp or division */
-    if (op == DLC_UNARY_GELU && dlcx_should_record(1, &x)) {
-        sig = dlc_tensor_new(x->ndim, x->shape);
-        if (!sig) {
-            dlc_tensor_release(out);
-            return NULL;
-        }
-    }
-    const float *a = x->data;
-    float *o = out->data;
-    int64_t n = x->numel;
-    switch (op) {
+/* Elementwise kernels run on ranges [lo, hi) of the flat tensor, split across the
+ * compute threads when large (dlcx_parallel_for); each element is computed alone, so
+ * the result does not depend on the split. */
+typedef struct {
+    dlc_unary_op op;
+    float *o, *sg;           /* forward: output, GELU's saved sigmoid (or NULL) */
+    float *gx;               /* backward: input gradient */
+    const float *a, *y, *g;  /* input, forward output, output gradient */
+    const float *sgs;        /* backward: GELU's saved sigmoid */
+} unary_ctx;
+
+DLC_HOT static void unary_range(void *ctx, int64_t lo, int64_t hi, int part) {
+    const unary_ctx *c = ctx;
+    const float *a = c->a + lo;
+    float *o = c->o + lo, *sg = c->sg ? c->sg + lo : NULL;
+    int64_t n = hi - lo;
+    switch (c->op) {
     case DLC_UNARY_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;
     case DLC_UNARY_EXP: for (int64_t i = 0; i < n; i++) o[i] = expf(a[i]); break;
     case DLC_UNARY_LOG: for (int64_t i = 0; i < n; i++) o[i] = logf(a[i]); break;
@@ -323,8 +361,7 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     case DLC_UNARY_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? a[i] : 0.0f; break;
     case DLC_UNARY_GELU:
         /* 0.5 v (1 + tanh(u)) = v sigmoid(2u): one exp and one division */
-        if (sig) {
-            float *sg = sig->data;
+        if (sg) {
             for (int64_t i = 0; i < n; i++) {
                 float v = a[i];
                 sg[i] = 1.0f / (1.0f + dlcx_expf(-2.0f * GELU_K * (v + GELU_C * v * v * v)));
@@ -344,6 +381,25 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     case DLC_UNARY_COS: for (int64_t i = 0; i < n; i++) o[i] = cosf(a[i]); break;
     case DLC_UNARY_COUNT: break;
     }
+}
+
+dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
+    if ((unsigned)op >= DLC_UNARY_COUNT) {
+        dlc_error(DLC_ERR_ARG, "unary: op %d is not a dlc_unary_op", (int)op);
+        return NULL;
+    }
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape), *sig = NULL;
+    if (!out) return NULL;
+    /* GELU keeps sigmoid(2u) for its backward, which then needs no exp or division */
+    if (op == DLC_UNARY_GELU && dlcx_should_record(1, &x)) {
+        sig = dlc_tensor_new(x->ndim, x->shape);
+        if (!sig) {
+            dlc_tensor_release(out);
+            return NULL;
+        }
+    }
+    unary_ctx c = {.op = op, .o = out->data, .sg = sig ? sig->data : NULL, .a = x->data};
+    dlcx_parallel_for(x->numel, 3 * x->numel, unary_range, &c);
     dlc_node *nd;
     out = dlcx_track(out, DLC_OP_UNARY, 1, &x, &nd);
     if (nd) {
@@ -355,14 +411,12 @@ DLC_HOT dlc_tensor *dlc_unary(dlc_unary_op op, dlc_tensor *x) {
     return out;
 }
 
-DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
-    dlc_status err = DLC_OK;
-    float *gx = dlcx_grad(n->in[0], &err);
-    if (err) return dlc_error(err, "backward of unary: out of memory");
-    if (!gx) return DLC_OK;
-    const float *a = n->in[0]->data, *o = out->data;
-    int64_t len = out->numel;
-    switch ((dlc_unary_op)n->i[0]) {
+DLC_HOT static void unary_backward_range(void *ctx, int64_t lo, int64_t hi, int part) {
+    const unary_ctx *c = ctx;
+    const float *a = c->a + lo, *o = c->y + lo, *g = c->g + lo, *sg = c->sgs ? c->sgs + lo : NULL;
+    float *gx = c->gx + lo;
+    int64_t len = hi - lo;
+    switch (c->op) {
     case DLC_UNARY_NEG: for (int64_t i = 0; i < len; i++) gx[i] -= g[i]; break;
     case DLC_UNARY_EXP: for (int64_t i = 0; i < len; i++) gx[i] += g[i] * o[i]; break;
     case DLC_UNARY_LOG: for (int64_t i = 0; i < len; i++) gx[i] += g[i] / a[i]; break;
@@ -373,7 +427,6 @@ DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float
     case DLC_UNARY_RELU: for (int64_t i = 0; i < len; i++) gx[i] += a[i] > 0 ? g[i] : 0.0f; break;
     case DLC_UNARY_GELU: {
         /* d/dv v s(2u) = s + v s (1 - s) 2u'(v), s saved by the forward */
-        const float *sg = n->saved[0]->data;
         for (int64_t i = 0; i < len; i++) {
             float v = a[i], s = sg[i];
             gx[i] += g[i] * (s + v * s * (1.0f - s) * 2.0f * GELU_K * (1.0f + 3.0f * GELU_C * v * v));
@@ -392,6 +445,17 @@ DLC_HOT dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float
     case DLC_UNARY_COS: for (int64_t i = 0; i < len; i++) gx[i] -= g[i] * sinf(a[i]); break;
     case DLC_UNARY_COUNT: break;
     }
+}
+
+dlc_status dlcx_unary_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+    dlc_status err = DLC_OK;
+    float *gx = dlcx_grad(n->in[0], &err);
+    if (err) return dlc_error(err, "backward of unary: out of memory");
+    if (!gx) return DLC_OK;
+    dlc_unary_op op = (dlc_unary_op)n->i[0];
+    unary_ctx c = {.op = op, .gx = gx, .a = n->in[0]->data, .y = out->data, .g = g,
+                   .sgs = op == DLC_UNARY_GELU ? n->saved[0]->data : NULL};
+    dlcx_parallel_for(out->numel, 4 * out->numel, unary_backward_range, &c);
     return DLC_OK;
 }
 
@@ -618,8 +682,7 @@ dlc_status dlcx_reshape_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     dlc_status err = DLC_OK;
     float *gx = dlcx_grad(n->in[0], &err);
     if (err) return dlc_error(err, "backward of reshape: out of memory");
-    if (gx)
-        for (int64_t i = 0; i < out->numel; i++) gx[i] += g[i];
+    if (gx) dlcx_par_acc(gx, g, out->numel);
     return DLC_OK;
 }
 
@@ -719,11 +782,7 @@ dlc_status dlcx_slice_backward(dlc_node *n, dlc_tensor *out, const float *g) {
     if (!gx) return DLC_OK;
     int64_t outer, len, inner, start = n->i[1], sl = out->shape[n->i[0]];
     split_axis(x, (int)n->i[0], &outer, &len, &inner);
-    for (int64_t o = 0; o < outer; o++) {
-        float *d = gx + (o * len + start) * inner;
-        const float *s = g + o * sl * inner;
-        for (int64_t i = 0; i < sl * inner; i++) d[i] += s[i];
-    }
+    for (int64_t o = 0; o < outer; o++) dlcx_par_acc(gx + (o * len + start) * inner, g + o * sl * inner, sl * inner);
     return DLC_OK;
 }
 
@@ -777,11 +836,8 @@ dlc_status dlcx_concat_backward(dlc_node *n, dlc_tensor *out, const float *g) {
         float *gx = dlcx_grad(x, &err);
         if (err) return dlc_error(err, "backward of concat: out of memory");
         if (gx)
-            for (int64_t o = 0; o < outer; o++) {
-                float *d = gx + o * len * inner;
-                const float *s = g + (o * total + at) * inner;
-                for (int64_t i = 0; i < len * inner; i++) d[i] += s[i];
-            }
+            for (int64_t o = 0; o < outer; o++)
+                dlcx_par_acc(gx + o * len * inner, g + (o * total + at) * inner, len * inner);
         at += len;
     }
     return DLC_OK;

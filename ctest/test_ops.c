@@ -439,17 +439,102 @@ static void test_corner_cases(void) {
     release_all(4, t2);
 }
 
+/* ---- results independent of the thread count ----
+ * Shapes of the charlm model's size cross the split threshold at the default grain:
+ * output and input gradients must be the same bits on one and on two threads. */
+
+static dlc_tensor *fwd_bwd(gc_fn f, void *ctx, int n, dlc_tensor **in) {
+    for (int i = 0; i < n; i++)
+        if (in[i]->requires_grad) dlc_tensor_zero_grad(in[i]);
+    dlc_tensor *out = f(in, ctx);
+    if (!out) return NULL;
+    dlc_tensor *r = check_randn(77, 1.0f, out->ndim, out->shape);
+    int64_t total = out->numel;
+    if (dlc_backward(out, r, 0) != DLC_OK) total = -1;
+    for (int i = 0; i < n && total >= 0; i++) total = in[i]->grad ? total + in[i]->numel : -1;
+    dlc_tensor *all = total >= 0 ? dlc_tensor_new(1, &total) : NULL;
+    if (all) {
+        memcpy(all->data, out->data, (size_t)out->numel * sizeof(float));
+        int64_t at = out->numel;
+        for (int i = 0; i < n; i++) {
+            memcpy(all->data + at, in[i]->grad->data, (size_t)in[i]->numel * sizeof(float));
+            at += in[i]->numel;
+        }
+    }
+    dlc_tensor_release(r);
+    dlc_tensor_release(out);
+    return all;
+}
+
+/* min_split: kernels that must have been split (forward and backward: 2) */
+static void check_same_bits(const char *name, gc_fn f, void *ctx, int n, dlc_tensor **in, int min_split) {
+    dlc_set_num_threads(1);
+    dlc_tensor *one = fwd_bwd(f, ctx, n, in);
+    dlc_set_num_threads(2);
+    int64_t before = dlcx_par_regions();
+    dlc_tensor *two = fwd_bwd(f, ctx, n, in);
+    int64_t split = dlcx_par_regions() - before;
+    CHECK_OK(one);
+    CHECK_OK(two);
+    int same = one && two && one->numel == two->numel &&
+               memcmp(one->data, two->data, (size_t)one->numel * sizeof(float)) == 0;
+    if (!same) fprintf(stderr, "%s: results differ between 1 and 2 threads\n", name);
+    CHECK(same);
+#ifdef _OPENMP
+    if (split < min_split)
+        fprintf(stderr, "%s: split %lld times at 2 threads, expected >= %d\n", name, (long long)split, min_split);
+    CHECK(split >= min_split);
+#else
+    (void)split;
+#endif
+    dlc_tensor_release(one);
+    dlc_tensor_release(two);
+}
+
+static void test_thread_count_independence(void) {
+    dlcx_set_par_grain(0); /* the default */
+    int64_t X[3] = {16, 64, 96}, P[2] = {64, 96}, H[2] = {1024, 512}; /* 3 divides X (f_reshape) */
+    dlc_tensor *in[2] = {rnd(50, 3, X), rnd(51, 3, X)};
+    check_same_bits("add", f_add, NULL, 2, in, 2);
+    check_same_bits("mul", f_mul, NULL, 2, in, 2);
+    check_same_bits("reshape", f_reshape, NULL, 1, in, 1); /* a view: only the backward runs */
+    dlc_tensor_release(in[1]);
+    in[1] = rnd(52, 2, P); /* token + position embeddings: b's gradient sums over the batch */
+    check_same_bits("add broadcast", f_add, NULL, 2, in, 2);
+    check_same_bits("mul broadcast", f_mul, NULL, 2, in, 2);
+    release_all(2, in);
+    in[0] = rnd(53, 2, H);
+    dlc_unary_op ops[3] = {DLC_UNARY_GELU, DLC_UNARY_SILU, DLC_UNARY_TANH};
+    for (int k = 0; k < 3; k++) check_same_bits(dlc_unary_name(ops[k]), f_unary, &ops[k], 1, in, 2);
+    release_all(1, in);
+    dlc_set_num_threads(1);
+}
+
+/* Every case at 1 and at 2 compute threads, with the grain at 1 float so that even the
+ * gradchecks' small shapes are split across both threads; then the charlm-sized
+ * shapes at the default grain. */
 int main(void) {
-    test_corner_cases();
-    test_fast_exp();
-    test_linear();
-    test_broadcast_values();
-    test_reduce_values();
-    test_matmul_values();
-    test_shape_values();
-    test_grad_elementwise();
-    test_grad_reduce_matmul_shape();
-    test_pow_zero();
-    test_autograd_mechanics();
+    for (int nt = 1; nt <= 2; nt++) {
+        CHECK(dlc_set_num_threads(nt) == DLC_OK);
+        dlcx_set_par_grain(1);
+        int64_t before = dlcx_par_regions();
+        test_corner_cases();
+        test_fast_exp();
+        test_linear();
+        test_broadcast_values();
+        test_reduce_values();
+        test_matmul_values();
+        test_shape_values();
+        test_grad_elementwise();
+        test_grad_reduce_matmul_shape();
+        test_pow_zero();
+        test_autograd_mechanics();
+#ifdef _OPENMP
+        CHECK(nt == 1 ? dlcx_par_regions() == before : dlcx_par_regions() > before + 100);
+#else
+        (void)before;
+#endif
+    }
+    test_thread_count_independence();
     return check_done("ops");
 }
