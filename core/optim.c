@@ -190,6 +190,33 @@ DLC_HOT static void adamw_run(float *restrict p, float *restrict m, float *restr
     }
 }
 
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    const run *runs;
+    int nr;
+    adamw_k k;            /* .decay is set per run */
+    float decay_on;       /* 1 - lr*wd for runs that decay */
+} adamw_ctx;
+
+/* Blocks [b0, b1) of B floats of the runs laid end to end: each element's update is
+ * independent, so any split gives the same bits. */
+static void adamw_blocks(void *ctx, int64_t b0, int64_t b1, int part) {
+    const adamw_ctx *c = ctx;
+    adamw_k k = c->k;
+    int64_t lo = b0 * B, hi = b1 * B, at = 0; /* at: where run r starts, end to end */
+    for (int r = 0; r < c->nr && at < hi; r++) {
+        const run *u = &c->runs[r];
+        int64_t s = lo > at ? lo : at, e = hi < at + u->len ? hi : at + u->len;
+        if (s < e) {
+            int64_t off = u->start + (s - at);
+            k.decay = u->decay ? c->decay_on : 1.0f;
+            adamw_run(c->p + off, c->m + off, c->v + off, c->g + off, e - s, &k);
+        }
+        at += u->len;
+    }
+}
+
 /* momentum == 0 */
 DLC_HOT static void sgd_plain_run(float *restrict p, const float *restrict g, int64_t n, float lr, float wd) {
     for (int64_t i = 0; i < n; i += B)
@@ -252,12 +279,12 @@ dlc_status dlc_optim_step(dlc_optim *o, float lr) {
             .inv_bc2_sqrt = (float)(1 / sqrt(1 - pow(op->beta2, t))),
             .eps = (float)op->eps,
         };
-        float *m = o->state[0]->data, *v = o->state[1]->data;
-        for (int r = 0; r < nr; r++) {
-            const run *u = &o->runs[r];
-            k.decay = u->decay ? (float)(1 - (double)lr * wd) : 1.0f;
-            adamw_run(pd + u->start, m + u->start, v + u->start, gd + u->start, u->len, &k);
-        }
+        adamw_ctx c = {.p = pd, .m = o->state[0]->data, .v = o->state[1]->data, .g = gd, .runs = o->runs,
+                       .nr = nr, .k = k, .decay_on = (float)(1 - (double)lr * wd)};
+        int64_t total = 0;
+        for (int r = 0; r < nr; r++) total += o->runs[r].len;
+        /* one region over the runs laid end to end, split in blocks of B floats */
+        dlcx_parallel_for(total / B, 7 * total, adamw_blocks, &c);
     } else {
         for (int r = 0; r < nr; r++) {
             const run *u = &o->runs[r];

@@ -206,20 +206,54 @@ float *dlc_params_grad(const dlc_params *p) { return p->gflat->data; }
 dlc_tensor *dlc_params_flat(const dlc_params *p) { return dlc_tensor_detach(p->flat); }
 dlc_tensor *dlc_params_flat_grad(const dlc_params *p) { return dlc_tensor_detach(p->gflat); }
 
-void dlc_params_zero_grad(dlc_params *p) {
-    memset(p->gflat->data, 0, (size_t)p->size * sizeof(float));
-}
+void dlc_params_zero_grad(dlc_params *p) { dlcx_par_zero(p->gflat->data, p->size); }
 
 /* The arena length is a multiple of DLC_PARAMS_ALIGN: the fixed-size inner loops
- * vectorise at -O2 without a scalar tail. */
+ * vectorise at -O2 without a scalar tail.  The sum of squares runs over at most
+ * NORM_PARTS chunks whose length depends on the arena size only, each summed alone and
+ * the sums added in order: the same norm at any thread count. */
+enum { B = DLC_PARAMS_ALIGN, NORM_PARTS = 64, NORM_MIN_CHUNK = 16384 };
+
+typedef struct {
+    float *g;
+    int64_t size, chunk;
+    double part[NORM_PARTS];
+    float coef;
+} norm_ctx;
+
+static int64_t norm_chunk(int64_t size) {
+    int64_t c = (size + NORM_PARTS - 1) / NORM_PARTS;
+    c = c < NORM_MIN_CHUNK ? NORM_MIN_CHUNK : c;
+    return (c + B - 1) / B * B;
+}
+
+static void sumsq_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
+    norm_ctx *c = ctx;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t lo = k * c->chunk, hi = lo + c->chunk < c->size ? lo + c->chunk : c->size;
+        const float *g = c->g;
+        double acc[B] = {0};
+        for (int64_t i = lo; i < hi; i += B)
+            for (int j = 0; j < B; j++) acc[j] += (double)g[i + j] * g[i + j];
+        double s = 0;
+        for (int j = 0; j < B; j++) s += acc[j];
+        c->part[k] = s;
+    }
+}
+
+static void scale_blocks(void *ctx, int64_t b0, int64_t b1, int part) {
+    norm_ctx *c = ctx;
+    float k = c->coef, *g = c->g;
+    for (int64_t i = b0 * B; i < b1 * B; i += B)
+        for (int j = 0; j < B; j++) g[i + j] *= k;
+}
+
 double dlc_params_grad_norm(const dlc_params *p) {
-    enum { B = DLC_PARAMS_ALIGN };
-    const float *g = p->gflat->data;
-    double acc[B] = {0};
-    for (int64_t i = 0; i < p->size; i += B)
-        for (int j = 0; j < B; j++) acc[j] += (double)g[i + j] * g[i + j];
+    norm_ctx c = {.g = p->gflat->data, .size = p->size, .chunk = norm_chunk(p->size)};
+    int64_t chunks = (p->size + c.chunk - 1) / c.chunk;
+    dlcx_parallel_for(chunks, p->size, sumsq_chunks, &c);
     double s = 0;
-    for (int j = 0; j < B; j++) s += acc[j];
+    for (int64_t k = 0; k < chunks; k++) s += c.part[k];
     return sqrt(s);
 }
 
@@ -231,10 +265,8 @@ double dlc_params_clip_grad_norm(dlc_params *p, double max_norm) {
     double norm = dlc_params_grad_norm(p);
     double coef = max_norm / (norm + 1e-6);
     if (isfinite(norm) && coef < 1.0) {
-        enum { B = DLC_PARAMS_ALIGN };
-        float c = (float)coef, *g = p->gflat->data;
-        for (int64_t i = 0; i < p->size; i += B)
-            for (int j = 0; j < B; j++) g[i + j] *= c;
+        norm_ctx c = {.g = p->gflat->data, .coef = (float)coef};
+        dlcx_parallel_for(p->size / B, 2 * p->size, scale_blocks, &c);
     }
     return norm;
 }

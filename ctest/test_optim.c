@@ -642,17 +642,97 @@ static void test_step_count_bounds(void) {
     dlc_tensor_release(w);
 }
 
+/* ---- two compute threads ----
+ * An arena of the charlm model's size: the norm, the clip, AdamW and zero_grad split
+ * across two threads and give the same bits as on one (the norm sums fixed chunks in
+ * order; the updates are per element). */
+
+typedef struct {
+    dlc_tensor *w, *b;
+    dlc_params *p;
+    dlc_optim *o;
+    double norm;
+} big_run;
+
+static int big_start(big_run *r) {
+    int64_t s1[2] = {512, 384}, s2[1] = {3001};
+    r->w = randn(60, 2, s1);
+    r->b = randn(61, 1, s2);
+    r->p = dlc_params_new(2, (const char *[]){"w", "b"}, (dlc_tensor *[]){r->w, r->b});
+    dlc_optim_params op = dlc_optim_default_params(DLC_OPTIM_ADAMW);
+    r->o = r->p ? dlc_optim_new(r->p, &op) : NULL;
+    return r->o != NULL;
+}
+
+/* Two steps of: fixed gradients, clip to 1, AdamW. */
+static void big_steps(big_run *r) {
+    for (int step = 0; step < 2; step++) {
+        dlc_params_zero_grad(r->p);
+        dlc_rng_normal(&(dlc_rng){70 + step, 0}, r->w->grad->data, r->w->numel, 0.0f, 0.1f);
+        dlc_rng_normal(&(dlc_rng){80 + step, 0}, r->b->grad->data, r->b->numel, 0.0f, 0.1f);
+        r->norm = dlc_params_clip_grad_norm(r->p, 1.0);
+        CHECK(dlc_optim_step(r->o, 1e-3f) == DLC_OK);
+    }
+}
+
+static void big_free(big_run *r) {
+    dlc_optim_free(r->o);
+    dlc_params_free(r->p);
+    dlc_tensor_release(r->w);
+    dlc_tensor_release(r->b);
+}
+
+static void test_two_threads(void) {
+    dlcx_set_par_grain(0); /* the default */
+    big_run one = {0}, two = {0};
+    CHECK(big_start(&one) && big_start(&two));
+    if (!one.o || !two.o) return;
+    /* the norm of known gradients, against a double reference */
+    dlc_set_num_threads(2);
+    dlc_rng_normal(&(dlc_rng){90, 0}, dlc_params_grad(one.p), dlc_params_size(one.p), 0.0f, 1.0f);
+    double ss = 0;
+    const float *g = dlc_params_grad(one.p);
+    for (int64_t i = 0; i < dlc_params_size(one.p); i++) ss += (double)g[i] * g[i];
+    CHECK(rel_ok(dlc_params_grad_norm(one.p), sqrt(ss)));
+
+    dlc_set_num_threads(1);
+    big_steps(&one);
+    dlc_set_num_threads(2);
+    int64_t before = dlcx_par_regions();
+    big_steps(&two);
+#ifdef _OPENMP
+    CHECK(dlcx_par_regions() - before >= 2 * 4); /* zero_grad, norm, clip, AdamW per step */
+#else
+    (void)before;
+#endif
+    CHECK(one.norm == two.norm && one.norm > 1.0);
+    int64_t n = dlc_params_size(one.p);
+    CHECK(memcmp(dlc_params_data(one.p), dlc_params_data(two.p), (size_t)n * sizeof(float)) == 0);
+    for (int k = 0; k < 2; k++)
+        CHECK(memcmp(dlc_optim_state(one.o, k), dlc_optim_state(two.o, k), (size_t)n * sizeof(float)) == 0);
+    big_free(&one);
+    big_free(&two);
+    dlc_set_num_threads(1);
+}
+
+/* Every case at 1 and at 2 compute threads, with the grain at 1 float so that even
+ * small arenas are split across both threads. */
 int main(void) {
-    test_step_count_bounds();
-    test_layout();
-    test_rebind();
-    test_pack_errors();
-    test_backward_into_arena();
-    test_grad_norm_and_clip();
-    test_adamw();
-    test_adamw_other_hyperparameters();
-    test_sgd();
-    test_bad_hyperparameters();
-    test_schedules();
+    for (int nt = 1; nt <= 2; nt++) {
+        CHECK(dlc_set_num_threads(nt) == DLC_OK);
+        dlcx_set_par_grain(1);
+        test_step_count_bounds();
+        test_layout();
+        test_rebind();
+        test_pack_errors();
+        test_backward_into_arena();
+        test_grad_norm_and_clip();
+        test_adamw();
+        test_adamw_other_hyperparameters();
+        test_sgd();
+        test_bad_hyperparameters();
+        test_schedules();
+    }
+    test_two_threads();
     return check_done("optim");
 }
