@@ -123,6 +123,12 @@ void dlcx_parallel_for(int64_t n, int64_t work, dlcx_range_fn fn, void *ctx);
 void dlcx_par_zero(float *dst, int64_t n);
 /* dst[i] += src[i] for n floats (dst and src distinct), split when large. */
 void dlcx_par_acc(float *dst, const float *src, int64_t n);
+/* Each of `rows` rows of n floats at dst := row (or zeros when row is NULL): a bias
+ * written before an accumulating product. */
+void dlcx_par_fill_rows(float *dst, const float *row, int64_t rows, int64_t n);
+/* dst[j] += sum over r of src[r n + j] (a bias gradient), split by columns so every
+ * column adds its rows in order: the same bits at any thread count. */
+void dlcx_par_acc_col_sums(float *dst, const float *src, int64_t rows, int64_t n);
 /* For tests: the grain (floats per thread) in place of DLCX_PAR_GRAIN or the
  * environment's DILOCO_PAR_GRAIN (< 1 restores the default); and the number of
  * dispatches so far that used more than one part. */

@@ -176,11 +176,7 @@ dlc_tensor *dlc_linear(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b) {
     s[x->ndim - 1] = nout;
     dlc_tensor *out = dlc_tensor_new(x->ndim, s);
     if (!out) return NULL;
-    for (int64_t r = 0; r < rows; r++) {
-        float *o = out->data + r * nout;
-        if (b) memcpy(o, b->data, (size_t)nout * sizeof(float));
-        else memset(o, 0, (size_t)nout * sizeof(float));
-    }
+    dlcx_par_fill_rows(out->data, b ? b->data : NULL, rows, nout);
     if (rows && nout && in &&
         dlcx_sgemm(0, 1, rows, nout, in, 1.0f, x->data, in, w->data, in, 1.0f, out->data, nout) != DLC_OK) {
         dlc_tensor_release(out);
@@ -202,8 +198,6 @@ DLC_HOT dlc_status dlcx_linear_backward(dlc_node *n, dlc_tensor *out, const floa
     if (gw && err == DLC_OK) /* dW [out,in] = G^T [out,rows] . X [rows,in] */
         err = dlcx_sgemm(1, 0, nout, in, rows, 1.0f, g, nout, x->data, in, 1.0f, gw, in);
     if (err != DLC_OK) return err;
-    if (gb)
-        for (int r = 0; r < rows; r++)
-            for (int j = 0; j < nout; j++) gb[j] += g[(int64_t)r * nout + j];
+    if (gb) dlcx_par_acc_col_sums(gb, g, rows, nout);
     return DLC_OK;
 }

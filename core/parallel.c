@@ -125,3 +125,39 @@ void dlcx_par_acc(float *dst, const float *src, int64_t n) {
     copy_ctx c = {dst, src};
     dlcx_parallel_for(n, 3 * n, acc_range, &c);
 }
+
+typedef struct {
+    float *dst;
+    const float *row, *src;
+    int64_t rows, n;
+} rows_ctx;
+
+static void fill_rows_range(void *ctx, int64_t r0, int64_t r1, int part) {
+    const rows_ctx *c = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *o = c->dst + r * c->n;
+        if (c->row) memcpy(o, c->row, (size_t)c->n * sizeof(float));
+        else memset(o, 0, (size_t)c->n * sizeof(float));
+    }
+}
+
+void dlcx_par_fill_rows(float *dst, const float *row, int64_t rows, int64_t n) {
+    rows_ctx c = {.dst = dst, .row = row, .rows = rows, .n = n};
+    dlcx_parallel_for(rows, rows * n, fill_rows_range, &c);
+}
+
+/* Columns [j0, j1): each column sums its rows in row order, whatever the split. */
+DLC_HOT static void col_sums_range(void *ctx, int64_t j0, int64_t j1, int part) {
+    const rows_ctx *c = ctx;
+    float *d = c->dst + j0;
+    int64_t w = j1 - j0;
+    for (int64_t r = 0; r < c->rows; r++) {
+        const float *s = c->src + r * c->n + j0;
+        for (int64_t j = 0; j < w; j++) d[j] += s[j];
+    }
+}
+
+void dlcx_par_acc_col_sums(float *dst, const float *src, int64_t rows, int64_t n) {
+    rows_ctx c = {.dst = dst, .src = src, .rows = rows, .n = n};
+    dlcx_parallel_for(n, rows * n, col_sums_range, &c);
+}

@@ -168,7 +168,7 @@ dlc_tensor *dlc_tensor_new(int ndim, const int64_t *shape) {
 
 dlc_tensor *dlc_tensor_zeros(int ndim, const int64_t *shape) {
     dlc_tensor *t = dlc_tensor_new(ndim, shape);
-    if (t) memset(t->data, 0, (size_t)t->numel * sizeof(float));
+    if (t) dlcx_par_zero(t->data, t->numel);
     return t;
 }
 
