@@ -2,7 +2,8 @@
  * loaders.  See data.h for the contract.  Everything read from a file is checked
  * against a hard limit before anything is allocated for it, and payload buffers
  * grow with the bytes actually read, so a header claiming 10^8 pixels in a 1 KB
- * file costs at most one small buffer. */
+ * file costs at most one small buffer.  gzip is inflated here rather than by gzread,
+ * which silently skips whatever follows the last member. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 #define MAX_SIDE 4096                /* rows, cols */
 #define DEFAULT_MAX_ELEMENTS 100000000
 #define FIRST_BUFFER ((size_t)1 << 20)
+#define IN_BUFFER ((size_t)1 << 17)  /* file bytes read at a time */
 
 static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser, as in data_text.c */
     z += 0x9E3779B97F4A7C15ull;
@@ -54,69 +56,182 @@ dlc_images_params dlc_images_default_params(void) {
  * IDX reading
  * --------------------------------------------------------------------------- */
 
+/* Why the last idx_read failed, for the caller's message. */
+typedef enum { RD_IO, RD_NOMEM, RD_CORRUPT, RD_TRUNCATED, RD_GARBAGE } read_failure;
+
 typedef struct idx_file {
-    gzFile f;
+    int fd;                  /* -1 when closed */
     const char *path, *what; /* "images" / "labels" */
     uint32_t dims[3];
+    int gz;                  /* the file starts with the gzip magic: inflate it */
+    int zinit;               /* z needs inflateEnd */
+    int eof;                 /* read() has returned 0 */
+    int done;                /* gzip: the last member ended at the end of the file */
+    z_stream z;
+    uint8_t *in;             /* [IN_BUFFER] bytes read from the file */
+    uint8_t *next;           /* unconsumed bytes next[0 .. avail) inside `in` */
+    size_t avail;
+    uint64_t in_end;         /* file offset just past the bytes read so far */
+    read_failure fail;
+    int err;                 /* RD_IO: errno */
+    const char *zmsg;        /* RD_CORRUPT: zlib's message (static) */
+    uint64_t garbage;        /* RD_GARBAGE: bytes after the last member */
 } idx_file;
 
-static dlc_status gz_fail(idx_file *x, const char *doing) {
-    int code = 0;
-    const char *msg = gzerror(x->f, &code);
-    if (code == Z_ERRNO)
-        return dlc_error(DLC_ERR_IO, "%s: %s: %s", x->path, doing, strerror(errno));
-    return dlc_error(DLC_ERR_FORMAT, "%s: %s: %s (corrupt or truncated gzip data?)", x->path,
-                     doing, msg ? msg : "gzip error");
+/* The file offset of the next unconsumed byte. */
+static uint64_t in_offset(const idx_file *x) { return x->in_end - x->avail; }
+
+/* Moves the unconsumed bytes to the front of `in` and reads more after them. */
+static int fill(idx_file *x) {
+    if (x->avail) memmove(x->in, x->next, x->avail);
+    x->next = x->in;
+    ssize_t r;
+    do r = read(x->fd, x->in + x->avail, IN_BUFFER - x->avail);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        x->fail = RD_IO;
+        x->err = errno;
+        return -1;
+    }
+    if (r == 0) x->eof = 1;
+    x->avail += (size_t)r;
+    x->in_end += (uint64_t)r;
+    return 0;
 }
 
-/* Reads up to n bytes; returns the count (< n only at end of data) or -1 on error. */
-static int64_t gz_read_full(gzFile f, uint8_t *p, int64_t n) {
-    int64_t have = 0;
-    while (have < n) {
-        int64_t ask = n - have > (1 << 30) ? (1 << 30) : n - have;
-        int got = gzread(f, p + have, (unsigned)ask);
-        if (got < 0) return -1;
-        if (got == 0) break;
-        have += got;
+/* At the end of a gzip member: the file ends there (done), or another member
+ * follows (reset for it, as gzip -d reads `cat a.gz b.gz`), or anything else follows:
+ * an error, where zlib's gzread would have skipped it silently. */
+static int next_member(idx_file *x) {
+    while (x->avail < 2 && !x->eof)
+        if (fill(x)) return -1;
+    if (x->avail == 0) {
+        x->done = 1;
+        return 0;
     }
-    return have;
+    if (x->avail >= 2 && x->next[0] == 0x1f && x->next[1] == 0x8b) {
+        if (inflateReset(&x->z) != Z_OK) {
+            x->fail = RD_CORRUPT;
+            x->zmsg = "inflateReset failed";
+            return -1;
+        }
+        return 0;
+    }
+    struct stat st; /* count to the end of the file without reading it */
+    x->garbage = fstat(x->fd, &st) == 0 && (uint64_t)st.st_size > in_offset(x)
+                     ? (uint64_t)st.st_size - in_offset(x) : x->avail;
+    x->fail = RD_GARBAGE;
+    return -1;
+}
+
+static int read_gz(idx_file *x, uint8_t *p, size_t n, size_t *got) {
+    while (*got < n && !x->done) {
+        if (x->avail == 0 && !x->eof && fill(x)) return -1;
+        size_t ask = n - *got > (1u << 30) ? (1u << 30) : n - *got;
+        x->z.next_in = x->next;
+        x->z.avail_in = (uInt)x->avail;
+        x->z.next_out = p + *got;
+        x->z.avail_out = (uInt)ask;
+        int zr = inflate(&x->z, Z_NO_FLUSH);
+        x->avail -= (size_t)(x->z.next_in - x->next);
+        x->next = x->z.next_in;
+        *got += ask - x->z.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (next_member(x)) return -1;
+        } else if (zr == Z_BUF_ERROR && x->avail == 0 && x->eof) {
+            x->fail = RD_TRUNCATED; /* no progress, no input left, the member not ended */
+            return -1;
+        } else if (zr == Z_MEM_ERROR) {
+            x->fail = RD_NOMEM;
+            return -1;
+        } else if (zr != Z_OK && !(zr == Z_BUF_ERROR && x->avail == 0)) {
+            x->fail = RD_CORRUPT; /* Z_DATA_ERROR (also a bad CRC or length), Z_NEED_DICT */
+            x->zmsg = x->z.msg;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Reads up to n bytes of data (decompressed when gzip) into p; *got says how many,
+ * fewer than n only at the end of the data.  Returns 0, or -1 with x->fail set
+ * (*got then counts what came before the failure). */
+static int idx_read(idx_file *x, uint8_t *p, size_t n, size_t *got) {
+    *got = 0;
+    if (x->gz) return read_gz(x, p, n, got);
+    while (*got < n) {
+        if (x->avail == 0) {
+            if (x->eof) break;
+            if (fill(x)) return -1;
+            continue;
+        }
+        size_t k = n - *got < x->avail ? n - *got : x->avail;
+        memcpy(p + *got, x->next, k);
+        x->next += k;
+        x->avail -= k;
+        *got += k;
+    }
+    return 0;
+}
+
+static dlc_status read_fail(const idx_file *x, const char *doing) {
+    switch (x->fail) {
+    case RD_IO:
+        return dlc_error(DLC_ERR_IO, "%s: %s: %s", x->path, doing, strerror(x->err));
+    case RD_NOMEM:
+        return dlc_error(DLC_ERR_NOMEM, "%s: %s: out of memory", x->path, doing);
+    case RD_TRUNCATED:
+        return dlc_error(DLC_ERR_FORMAT, "%s: %s: the file ends at offset %llu inside a gzip "
+                         "stream (truncated?)", x->path, doing, (unsigned long long)x->in_end);
+    case RD_GARBAGE:
+        return dlc_error(DLC_ERR_FORMAT, "%s: %llu bytes of garbage after the gzip stream at "
+                         "offset %llu; expected the end of the file or another gzip member "
+                         "(damaged file, or something appended to it?)", x->path,
+                         (unsigned long long)x->garbage, (unsigned long long)in_offset(x));
+    case RD_CORRUPT:
+        break;
+    }
+    return dlc_error(DLC_ERR_FORMAT, "%s: %s: %s near offset %llu (corrupt gzip data)", x->path,
+                     doing, x->zmsg ? x->zmsg : "invalid data", (unsigned long long)in_offset(x));
 }
 
 /* Opens path and reads and checks an IDX header: magic, then ndims big-endian u32
- * dims into x->dims. */
+ * dims into x->dims.  x->fd must be -1; idx_close releases x whatever this returns. */
 static dlc_status idx_open(idx_file *x, const char *path, const char *what, uint32_t magic) {
     int ndims = (int)(magic & 0xff);
     x->path = path;
     x->what = what;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular
      * file is refused before a byte is read */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
+    x->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (x->fd < 0)
         return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstat(x->fd, &st) != 0)
+        return dlc_error(DLC_ERR_IO, "%s: cannot open the %s file: %s", path, what, strerror(errno));
+    if (!S_ISREG(st.st_mode))
         return dlc_error(DLC_ERR_ARG, "%s: the %s file is not a regular file (a FIFO, device or "
                          "directory?); expected an IDX file", path, what);
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    errno = 0;
-    x->f = gzdopen(fd, "rb");
-    if (!x->f) {
-        close(fd);
+    int fl = fcntl(x->fd, F_GETFL);
+    if (fl >= 0) fcntl(x->fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (!(x->in = malloc(IN_BUFFER)))
         return dlc_error(DLC_ERR_NOMEM, "%s: cannot open the %s file: out of memory", path, what);
+    x->next = x->in;
+    while (x->avail < 2 && !x->eof)
+        if (fill(x)) return read_fail(x, "reading the IDX header");
+    /* gzip or plain, as zlib's gzread decides: by the first two bytes */
+    if (x->avail >= 2 && x->in[0] == 0x1f && x->in[1] == 0x8b) {
+        x->gz = 1;
+        int zr = inflateInit2(&x->z, 16 + MAX_WBITS); /* gzip only, no zlib or raw */
+        if (zr != Z_OK)
+            return dlc_error(zr == Z_MEM_ERROR ? DLC_ERR_NOMEM : DLC_ERR_FORMAT,
+                             "%s: cannot open the %s file: %s", path, what,
+                             zr == Z_MEM_ERROR ? "out of memory" : "zlib initialisation failed");
+        x->zinit = 1;
     }
-    gzbuffer(x->f, 1 << 17);
     uint8_t h[16];
-    int64_t want = 4 + 4 * (int64_t)ndims;
-    int64_t got = gz_read_full(x->f, h, want);
-    if (got < 0) return gz_fail(x, "reading the IDX header");
+    size_t want = 4 + 4 * (size_t)ndims, got;
+    if (idx_read(x, h, want, &got)) return read_fail(x, "reading the IDX header");
     if (got < want)
         return dlc_error(DLC_ERR_FORMAT, "%s: %lld bytes, too short for an IDX %s header "
                          "(%lld bytes)", path, (long long)got, what, (long long)want);
@@ -135,13 +250,14 @@ static dlc_status idx_open(idx_file *x, const char *path, const char *what, uint
 }
 
 /* Reads exactly `want` payload bytes into a new buffer and checks that nothing
- * follows.  `desc` describes the header's claim for the messages ("60000 x 28 x 28"). */
+ * follows: no more data, and in a gzip file nothing after the last member.  `desc`
+ * describes the header's claim for the messages ("60000 x 28 x 28"). */
 static dlc_status idx_payload(idx_file *x, uint64_t want, const char *desc, uint8_t **out) {
     *out = NULL;
     size_t cap = want < FIRST_BUFFER ? (size_t)want : FIRST_BUFFER;
     uint8_t *p = malloc(cap ? cap : 1);
     if (!p) return dlc_error(DLC_ERR_NOMEM, "%s: out of memory", x->path);
-    size_t have = 0;
+    size_t have = 0, got;
     while (have < want) {
         if (have == cap) {
             size_t nc = cap * 2 < want ? cap * 2 : (size_t)want;
@@ -153,18 +269,15 @@ static dlc_status idx_payload(idx_file *x, uint64_t want, const char *desc, uint
             p = np;
             cap = nc;
         }
-        int64_t got = gz_read_full(x->f, p + have, (int64_t)(cap - have));
-        if (got < 0) {
-            int code = 0;
-            gzerror(x->f, &code);
+        if (idx_read(x, p + have, cap - have, &got)) {
             free(p);
-            if (code == Z_BUF_ERROR)
+            if (x->fail == RD_TRUNCATED)
                 return dlc_error(DLC_ERR_FORMAT, "%s: %s header says %s = %llu bytes, the gzip "
                                  "stream ends after %llu (truncated?)", x->path, x->what, desc,
-                                 (unsigned long long)want, (unsigned long long)have);
-            return gz_fail(x, "reading the payload");
+                                 (unsigned long long)want, (unsigned long long)(have + got));
+            return read_fail(x, "reading the payload");
         }
-        have += (size_t)got;
+        have += got;
         if (have < cap) { /* a short read is the end of the data */
             free(p);
             return dlc_error(DLC_ERR_FORMAT, "%s: %s header says %s = %llu bytes, file has "
@@ -172,18 +285,18 @@ static dlc_status idx_payload(idx_file *x, uint64_t want, const char *desc, uint
                              (unsigned long long)want, (unsigned long long)have);
         }
     }
+    /* reading on to the end also checks the last member's CRC and length, and what
+     * follows it; decompressed trailing bytes are counted up to 2^32 */
     uint8_t extra[4096];
     uint64_t trailing = 0;
-    int64_t got;
-    while ((got = gz_read_full(x->f, extra, sizeof extra)) > 0 && trailing < ((uint64_t)1 << 32))
-        trailing += (uint64_t)got;
-    if (got < 0 && trailing == 0) {
-        int code = 0;
-        gzerror(x->f, &code);
-        if (code != Z_BUF_ERROR) {
-            free(p);
-            return gz_fail(x, "reading past the payload");
-        }
+    int rc;
+    do {
+        rc = idx_read(x, extra, sizeof extra, &got);
+        trailing += got;
+    } while (rc == 0 && got == sizeof extra && trailing < ((uint64_t)1 << 32));
+    if (rc && trailing == 0) {
+        free(p);
+        return read_fail(x, "reading past the payload");
     }
     if (trailing) {
         free(p);
@@ -196,12 +309,16 @@ static dlc_status idx_payload(idx_file *x, uint64_t want, const char *desc, uint
 }
 
 static void idx_close(idx_file *x) {
-    if (x->f) gzclose(x->f);
-    x->f = NULL;
+    if (x->zinit) inflateEnd(&x->z);
+    x->zinit = 0;
+    free(x->in);
+    x->in = NULL;
+    if (x->fd >= 0) close(x->fd);
+    x->fd = -1;
 }
 
 static dlc_status read_idx(dlc_images *d, const dlc_images_params *o) {
-    idx_file im = {0}, lb = {0};
+    idx_file im = {.fd = -1}, lb = {.fd = -1};
     char desc[96];
     dlc_status s;
     if ((s = idx_open(&im, o->images, "images", IDX_IMAGES_MAGIC))) goto done;

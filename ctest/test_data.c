@@ -1,6 +1,6 @@
 /* test_data.c - text corpus (cleaning, directory walk, split, shards, windows,
- * cursors), IDX image sets (gzip and plain round trips, hostile files), synthetic
- * sets, loaders and their cursors. */
+ * cursors), IDX image sets (gzip and plain round trips, hostile files, gzip members
+ * and what may follow them), synthetic sets, loaders and their cursors. */
 #define _DEFAULT_SOURCE /* mkdtemp, symlink */
 #include <stdint.h>
 #include <sys/stat.h>
@@ -763,6 +763,131 @@ static void test_idx_hostile(void) {
     CHECK_ERR(dlc_images_open(&o), DLC_ERR_ARG, "std > 0");
 }
 
+/* The bytes of a file (at most cap), for building gzip files by hand. */
+static size_t read_all(const char *path, uint8_t *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* One gzip member holding p[0..n), written at out; returns its length. */
+static size_t gz_member(const uint8_t *p, size_t n, uint8_t *out, size_t cap) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) exit(2);
+    z.next_in = (Bytef *)(uintptr_t)p;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    if (deflate(&z, Z_FINISH) != Z_STREAM_END) exit(2);
+    size_t len = cap - z.avail_out;
+    deflateEnd(&z);
+    return len;
+}
+
+/* What follows a gzip member: another member (read as the concatenation, as gzip -d
+ * does), or nothing.  zlib's gzread skipped anything else silently. */
+static void test_idx_gzip_members(void) {
+    const char *plaini = tpath("m-im.idx"), *plainl = tpath("m-lb.idx");
+    const char *goodi = tpath("m-im.gz"), *goodl = tpath("m-lb.gz"), *bad = tpath("m-bad.gz");
+    write_set(plaini, plainl, 0);
+    write_set(goodi, goodl, 1);
+    static uint8_t raw[4096], gz[8192], buf[8192];
+    size_t nraw = read_all(plaini, raw, sizeof raw), ngz = read_all(goodi, gz, sizeof gz);
+    char want[512];
+
+    /* garbage after the stream names the file, the count and the offset */
+    memcpy(buf, gz, ngz);
+    memcpy(buf + ngz, "not gzip, garbage", 17);
+    write_file(bad, buf, ngz + 17);
+    snprintf(want, sizeof want, "%s: 17 bytes of garbage after the gzip stream at offset %zu", bad,
+             ngz);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, want);
+    /* zero padding (as some copying tools leave) is garbage too */
+    memset(buf + ngz, 0, 512);
+    write_file(bad, buf, ngz + 512);
+    snprintf(want, sizeof want, "%s: 512 bytes of garbage after the gzip stream at offset %zu", bad,
+             ngz);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, want);
+    /* one stray byte, even the first byte of the gzip magic */
+    buf[ngz] = 0x1f;
+    write_file(bad, buf, ngz + 1);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, "1 bytes of garbage after the gzip stream");
+    /* in the labels file */
+    size_t nl = read_all(goodl, buf, sizeof buf);
+    buf[nl] = 0;
+    write_file(bad, buf, nl + 1);
+    snprintf(want, sizeof want, "%s: 1 bytes of garbage after the gzip stream at offset %zu", bad, nl);
+    CHECK_ERR(open_idx(goodi, bad, 10), DLC_ERR_FORMAT, want);
+    /* the gzip magic, then no valid member: corrupt or truncated, never ignored */
+    memcpy(buf, gz, ngz);
+    memcpy(buf + ngz, "\x1f\x8bjunk after the magic", 22);
+    write_file(bad, buf, ngz + 22);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, bad);
+    write_file(bad, buf, ngz + 2);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, "(truncated?)");
+
+    /* members split inside the header and inside the payload, plus an empty member:
+     * the concatenation, equal to the plain file */
+    size_t n = gz_member(raw, 6, buf, sizeof buf);
+    n += gz_member(raw + 6, 50, buf + n, sizeof buf - n);
+    n += gz_member(raw, 0, buf + n, sizeof buf - n);
+    n += gz_member(raw + 56, nraw - 56, buf + n, sizeof buf - n);
+    write_file(tpath("cat-im.gz"), buf, n);
+    size_t nlraw = read_all(plainl, raw, sizeof raw);
+    n = gz_member(raw, nlraw - 1, buf, sizeof buf);
+    n += gz_member(raw + nlraw - 1, 1, buf + n, sizeof buf - n);
+    write_file(tpath("cat-lb.gz"), buf, n);
+    dlc_images *p = open_idx(plaini, plainl, 10), *c = open_idx(tpath("cat-im.gz"), tpath("cat-lb.gz"), 10);
+    CHECK_OK(p);
+    CHECK_OK(c);
+    if (p && c) {
+        int64_t np, nc;
+        CHECK(!memcmp(dlc_images_pixels(p, &np), dlc_images_pixels(c, &nc), NIMG * ROWS * COLS) &&
+              np == NIMG && nc == NIMG);
+        CHECK(!memcmp(dlc_images_labels(p, NULL), dlc_images_labels(c, NULL), NIMG));
+        CHECK(dlc_images_rows(c) == ROWS && dlc_images_cols(c) == COLS);
+    }
+    dlc_images_release(c);
+    /* concatenated members followed by garbage */
+    n = read_all(tpath("cat-im.gz"), buf, sizeof buf);
+    memcpy(buf + n, "xyz", 3);
+    write_file(bad, buf, n + 3);
+    snprintf(want, sizeof want, "3 bytes of garbage after the gzip stream at offset %zu", n);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, want);
+
+    /* truncated: in the second member, in the trailer's length, without the whole
+     * trailer (the payload is complete, the CRC unchecked), in the middle */
+    n = read_all(tpath("cat-im.gz"), buf, sizeof buf);
+    size_t cuts[4] = {n - 5, ngz - 1, ngz - 8, ngz / 2};
+    for (int k = 0; k < 4; k++) {
+        write_file(bad, k == 0 ? buf : gz, cuts[k]);
+        dlc_images *d = open_idx(bad, goodl, 10);
+        CHECK(!d && dlc_last_status() == DLC_ERR_FORMAT && strstr(dlc_last_error(), bad) &&
+              strstr(dlc_last_error(), "truncated"));
+        if (d || !strstr(dlc_last_error(), "truncated"))
+            fprintf(stderr, "cut %d at %zu: %s\n", k, cuts[k], d ? "read" : dlc_last_error());
+        dlc_images_release(d);
+    }
+    /* a wrong CRC is corrupt data */
+    memcpy(buf, gz, ngz);
+    buf[ngz - 8] ^= 1;
+    write_file(bad, buf, ngz);
+    CHECK_ERR(open_idx(bad, goodl, 10), DLC_ERR_FORMAT, "incorrect data check");
+
+    /* and the next valid request still works */
+    dlc_images *d = open_idx(goodi, goodl, 10);
+    CHECK_OK(d);
+    if (d && p) CHECK(!memcmp(dlc_images_pixels(d, NULL), dlc_images_pixels(p, NULL), NIMG * ROWS * COLS));
+    dlc_images_release(d);
+    dlc_images_release(p);
+}
+
 /* Shards of the image set are disjoint and cover it; shuffled epochs are
  * permutations; cursors restore. */
 static void test_image_loaders(void) {
@@ -992,6 +1117,7 @@ int main(void) {
     test_fortunes();
     test_idx_round_trip();
     test_idx_hostile();
+    test_idx_gzip_members();
     test_image_loaders();
     test_synthetic_images();
     test_fashion_mnist();
