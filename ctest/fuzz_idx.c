@@ -9,8 +9,8 @@
  *               0.25, bit 5 load the eval split (else train; ALL without bit 4),
  *               bit 6 batch 3 (else 1), bit 7 the large max_elements
  *   rest        images file bytes, then labels file bytes
- * Raw inputs that are themselves gzip streams go through zlib's transparent
- * decoding, so corrupt and truncated gzip is covered too; the flag bits add valid
+ * Raw inputs that are themselves gzip streams go through the reader's inflate loop
+ * (several members, trailing bytes), so corrupt and truncated gzip is covered too; the flag bits add valid
  * gzip around whatever the fuzzer built.  max_elements is small (4096 pixels) so a
  * header that asks for more must be refused before anything is allocated for it; the
  * large limit (2^21) is just past the reader's first 1 MiB buffer, so a header that
