@@ -2,6 +2,7 @@
  * forward values against naive double references, finite-difference gradient checks
  * for every differentiable input, accumulation, no-grad mode, and the error paths. */
 #include <stdint.h>
+#include <stdlib.h>
 #include "check.h"
 #include "internal.h" /* dlcx_set_par_grain, dlcx_par_regions: the thread split */
 
@@ -844,7 +845,25 @@ static void test_thread_count_independence(void) {
 /* Every case at 1 and at 2 compute threads, with the grain at 1 float so that even the
  * gradchecks' small shapes are split across both threads; then the charlm-sized
  * shapes at the default grain. */
+/* DILOCO_PAR_GRAIN (read once, at the first kernel) is how the golden spec splits a
+ * tiny model: a 4x8 softmax at 2 threads must then split. */
+static void test_grain_from_environment(void) {
+    CHECK(setenv("DILOCO_PAR_GRAIN", "1", 1) == 0);
+    CHECK(dlc_set_num_threads(2) == DLC_OK);
+    int64_t sh[2] = {4, 8}, before = dlcx_par_regions();
+    dlc_tensor *x = check_randn(3, 1.0f, 2, sh), *y = dlc_softmax(x);
+    CHECK_OK(y);
+#ifdef _OPENMP
+    CHECK(dlcx_par_regions() == before + 1);
+#else
+    (void)before;
+#endif
+    dlc_tensor_release(x);
+    dlc_tensor_release(y);
+}
+
 int main(void) {
+    test_grain_from_environment();
     for (int nt = 1; nt <= 2; nt++) {
         CHECK(dlc_set_num_threads(nt) == DLC_OK);
         dlcx_set_par_grain(1);
