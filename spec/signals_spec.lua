@@ -109,6 +109,27 @@ describe("signals at random moments", function()
     end
   end)
 
+  -- The REPL's and scripts' Ctrl-C handler (lua.c's hook trick) had the same exposure.
+  it("Ctrl-C in a script interrupts it between matrix products, never corrupting the heap", function()
+    local script = tmp .. "/loop.lua"
+    local f = assert(io.open(script, "w"))
+    f:write("diloco.set_num_threads(2)\nlocal a = diloco.randn(384, 384)\n" ..
+      "for _ = 1, 1e9 do local c = a:matmul(a); c:close() end\n")
+    f:close()
+    for i = 1, sanitized and 3 or 10 do
+      local delay = 0.2 + math.random() * (sanitized and 2.0 or 0.8)
+      -- env --default-signal: sh starts background jobs with SIGINT ignored, which a script keeps (as lua.c)
+      local p = io.popen(string.format("env --default-signal=INT %s %s 2>&1 & pid=$!; sleep %.3f; kill -INT $pid; wait $pid; " ..
+        "echo \"status=$?\"",
+        exe, script, delay))
+      local out = p:read("a")
+      p:close()
+      local where = string.format("script #%d after %.3f s (DILOCO_SIGNAL_SEED=%d): ", i, delay, seed)
+      assert.matches("status=1%s*$", out, 1, false, where .. out)
+      assert.matches("interrupted!", out, 1, true, where .. out)
+    end
+  end)
+
   it("SIGHUP does the same with 129", function()
     CODES.HUP = 129
     check_one("HUP", sanitized and 3.0 or 1.0, 0)
