@@ -112,8 +112,12 @@ static inline float dlcx_tanhf_abs(float x) {
  * per thread): they leave a status in their context for the caller. */
 #define DLCX_PAR_GRAIN 16384 /* floats of memory traffic per thread, at least */
 typedef void (*dlcx_range_fn)(void *ctx, int64_t lo, int64_t hi, int part);
+/* 1 when kernels can split: built with OpenMP and the gemm backend is oneDNN (whose
+ * OpenMP team they share; OpenBLAS's own thread pool would fight that team). */
+int dlcx_par_available(void);
 /* Parts to split n items of `work` floats of traffic into: 1 (serial) for small work,
- * one thread, or inside a parallel region; else up to dlc_num_threads(), at most n. */
+ * one thread, inside a parallel region, or !dlcx_par_available(); else up to
+ * dlc_num_threads(), at most n. */
 int dlcx_par_parts(int64_t n, int64_t work);
 /* Runs fn over [0, n) in `parts` ranges (parts from dlcx_par_parts; 1 = this thread). */
 void dlcx_par_run(int parts, int64_t n, dlcx_range_fn fn, void *ctx);

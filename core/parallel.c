@@ -5,7 +5,8 @@
  * softmax, attention, GELU, cross-entropy, AdamW, residual adds: a fifth of it on one
  * thread) is split here, by rows, heads or contiguous chunks, on the same OpenMP team
  * of dlc_num_threads() threads that oneDNN uses.  Only OpenMP creates threads (the
- * front end blocks signals in its workers once, and the team persists).
+ * front end blocks signals in its workers once, and the team persists).  With the
+ * OpenBLAS backend everything stays serial (dlcx_par_available).
  *
  * Small tensors stay on the caller's thread: waking the team costs a few microseconds,
  * so a kernel gets one thread per DLCX_PAR_GRAIN floats of memory traffic, at most
@@ -43,11 +44,22 @@ void dlcx_set_par_grain(int64_t g) { atomic_store(&g_grain, g < 1 ? DLCX_PAR_GRA
 
 int64_t dlcx_par_regions(void) { return (int64_t)atomic_load(&g_regions); }
 
+/* OpenBLAS keeps its own pthread pool: an OpenMP team spinning after each of our
+ * kernels would fight it for the cores (two-thread charlm on OpenBLAS fell from 30k to
+ * 10k tokens/s), so with that backend the kernels stay on the caller's thread. */
+int dlcx_par_available(void) {
+#ifdef _OPENMP
+    return strcmp(dlc_gemm_backend(), "onednn") == 0;
+#else
+    return 0;
+#endif
+}
+
 int dlcx_par_parts(int64_t n, int64_t work) {
 #ifdef _OPENMP
     if (n < 2 || omp_in_parallel()) return 1;
     int nt = dlc_num_threads();
-    if (nt < 2) return 1;
+    if (nt < 2 || !dlcx_par_available()) return 1;
     int64_t by_work = work / grain();
     int64_t parts = by_work < nt ? by_work : nt;
     if (parts > n) parts = n;
