@@ -29,4 +29,40 @@ function H.error_of(fn, ...)
   return tostring(err)
 end
 
+-- Runs a shell command; returns its stdout and stderr together, and its exit status.
+function H.sh(cmd)
+  local p = io.popen(cmd .. " 2>&1 </dev/null; echo \"__status=$?\"")
+  local out = p:read("a")
+  p:close()
+  local status = tonumber(out:match("__status=(%d+)%s*$"))
+  return (out:gsub("__status=%d+%s*$", "")), status
+end
+
+-- A fresh scratch directory; write(name, text) -> its path inside; read_lines(path) ->
+-- the lines of a file ({} if it does not exist); cleanup() removes it all.
+function H.scratch()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  local S = { dir = dir }
+  function S.write(name, text)
+    local path = dir .. "/" .. name
+    local f = assert(io.open(path, "wb"))
+    f:write(text)
+    f:close()
+    return path
+  end
+  function S.cleanup() os.execute("rm -rf '" .. dir .. "'") end
+  return S
+end
+
+function H.read_lines(path)
+  local lines = {}
+  local f = io.open(path)
+  if not f then return lines end
+  for l in f:lines() do lines[#lines + 1] = l end
+  f:close()
+  return lines
+end
+
 return H

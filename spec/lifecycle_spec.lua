@@ -5,34 +5,10 @@
 local diloco = require "diloco"
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"__status=$?\"")
-  local out = p:read("a")
-  p:close()
-  local status = tonumber(out:match("__status=(%d+)%s*$"))
-  return out:gsub("__status=%d+%s*$", ""), status
-end
-
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
-
-local function write(name, text)
-  local path = tmp .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
-local function read_lines(path)
-  local lines = {}
-  local f = io.open(path)
-  if not f then return lines end
-  for l in f:lines() do lines[#lines + 1] = l end
-  f:close()
-  return lines
-end
+local H = require "spec.helpers"
+local sh, read_lines = H.sh, H.read_lines
+local scratch = H.scratch()
+local tmp, write = scratch.dir, scratch.write
 
 local function file_size(path)
   local f = io.open(path, "rb")
@@ -402,4 +378,4 @@ return diloco.recipe { model = function() return 42 end,
   end
 end)
 
-teardown(function() os.execute("rm -rf '" .. tmp .. "'") end)
+teardown(scratch.cleanup)

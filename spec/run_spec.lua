@@ -3,25 +3,10 @@
 local diloco = require "diloco"
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"__status=$?\"")
-  local out = p:read("a")
-  p:close()
-  local status = tonumber(out:match("__status=(%d+)%s*$"))
-  return out:gsub("__status=%d+%s*$", ""), status
-end
-
-local tmp = os.tmpname()
-os.remove(tmp)
-os.execute("mkdir -p " .. tmp)
-
-local function write(name, text)
-  local path = tmp .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local H = require "spec.helpers"
+local sh, read_lines = H.sh, H.read_lines
+local scratch = H.scratch()
+local tmp, write = scratch.dir, scratch.write
 
 local TINY = [[
 local diloco = require "diloco"
@@ -39,11 +24,6 @@ local function run(recipe_extra, flags)
   return sh(string.format("%s run %s --out %s/out %s", exe, path, tmp, flags or ""))
 end
 
-local function read_lines(path)
-  local lines = {}
-  for l in io.lines(path) do lines[#lines + 1] = l end
-  return lines
-end
 
 describe("diloco-lua run validates the recipe", function()
   it("reports every bad field with its value and what is allowed", function()

@@ -14,9 +14,10 @@ local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
 local seed = tonumber(os.getenv("DILOCO_SIGNAL_SEED") or "") or os.time()
 math.randomseed(seed)
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
+local H = require "spec.helpers"
+local read_lines = H.read_lines
+local scratch = H.scratch()
+local tmp = scratch.dir
 
 local RECIPE = [[
 local diloco = require "diloco"
@@ -28,21 +29,7 @@ return diloco.recipe {
   checkpoint = { every = 7, keep = 2 }, seed = 1, threads = 2, -- workers block the signals
 }
 ]]
-local recipe = tmp .. "/big.lua"
-do
-  local f = assert(io.open(recipe, "w"))
-  f:write(RECIPE)
-  f:close()
-end
-
-local function read_lines(path)
-  local lines = {}
-  local f = io.open(path)
-  if not f then return lines end
-  for l in f:lines() do lines[#lines + 1] = l end
-  f:close()
-  return lines
-end
+local recipe = scratch.write("big.lua", RECIPE)
 
 -- Starts a run, sends sig after delay seconds, waits; returns the exit status and log.
 local function run_and_signal(sig, delay, out)
@@ -135,5 +122,5 @@ describe("signals at random moments", function()
     check_one("HUP", sanitized and 3.0 or 1.0, 0)
   end)
 
-  teardown(function() os.execute("rm -rf '" .. tmp .. "'") end)
+  teardown(scratch.cleanup)
 end)

@@ -10,25 +10,10 @@ local function q(s) -- single-quote for /bin/sh
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1 </dev/null; echo \"__status=$?\"")
-  local out = p:read("a")
-  p:close()
-  local status = tonumber(out:match("__status=(%d+)%s*$"))
-  return out:gsub("__status=%d+%s*$", ""), status
-end
-
-local tmp = os.tmpname()
-os.remove(tmp)
-os.execute("mkdir -p " .. tmp)
-
-local function write(name, text)
-  local path = tmp .. "/" .. name
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  return path
-end
+local H = require "spec.helpers"
+local sh, read_lines = H.sh, H.read_lines
+local scratch = H.scratch()
+local tmp, write = scratch.dir, scratch.write
 
 local TINY = write("tiny.lua", [[
 local diloco = require "diloco"
