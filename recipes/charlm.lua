@@ -1,5 +1,6 @@
 -- charlm: a byte-level GPT on the fortunes corpus (Debian package `fortunes`).
--- 0.87M parameters; finishes in a few minutes on 2 cores.
+-- 0.83M parameters (834,304); 3000 steps in ~1.2 min on 2 cores whose oneDNN sgemm peaks
+-- at ~430 GF/s (docs/performance.md), proportionally longer on slower cores.
 --   diloco-lua run recipes/charlm.lua [--set steps=500] [--metrics charlm.jsonl]
 --   diloco-lua sample runs/charlm/model.safetensors --prompt "The "
 local diloco = require "diloco"
