@@ -66,6 +66,21 @@ fail:
     return NULL;
 }
 
+/* Attaches the node; on failure releases out and the saved tensors (all NULL-safe). */
+dlc_node *dlcx_attach(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in,
+                        dlc_tensor *s0, dlc_tensor *s1) {
+    dlc_node *nd = dlcx_record(out, op, n, in);
+    if (!nd) {
+        dlc_tensor_release(out);
+        dlc_tensor_release(s0);
+        dlc_tensor_release(s1);
+        return NULL;
+    }
+    nd->saved[0] = s0;
+    nd->saved[1] = s1;
+    return nd;
+}
+
 /* Attach the autograd node when needed.  Returns out, or NULL (out released) when
  * recording failed.  *node is the new node or NULL when nothing was recorded. */
 dlc_tensor *dlcx_track(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in,

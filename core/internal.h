@@ -34,6 +34,10 @@ int dlcx_should_record(int n, dlc_tensor *const *in);
  * untracked and an error is recorded). */
 dlc_node *dlcx_record(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in);
 void dlcx_node_free(dlc_node *n);
+/* dlcx_record, then the node keeps s0 and s1 (new references, NULL allowed) as
+ * saved[0] and saved[1].  On failure releases out, s0 and s1 and returns NULL. */
+dlc_node *dlcx_attach(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in, dlc_tensor *s0,
+                      dlc_tensor *s1);
 /* dlcx_record when dlcx_should_record says so.  Returns out, or NULL (out released)
  * when recording failed; *node (optional) is the new node or NULL if none. */
 dlc_tensor *dlcx_track(dlc_tensor *out, dlc_op op, int n, dlc_tensor *const *in, dlc_node **node);
