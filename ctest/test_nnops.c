@@ -3,7 +3,7 @@
  * for every differentiable input, accumulation, no-grad mode, and the error paths. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "check.h"
+#include "check_threads.h"
 #include "internal.h" /* dlcx_set_par_grain, dlcx_par_regions: the thread split */
 
 /* ---- helpers ---- */
@@ -748,55 +748,6 @@ static void test_norms_chunked(void) {
  * threads; each op's output and every input gradient must be the same bits as on one
  * thread (row-wise kernels, head-wise attention, chunked partial sums). */
 
-/* out = f(in); backward with a fixed upstream; returns the output then every input
- * gradient, flattened into one fresh tensor. */
-static dlc_tensor *fwd_bwd(gc_fn f, void *ctx, int n, dlc_tensor **in) {
-    for (int i = 0; i < n; i++)
-        if (in[i] && in[i]->requires_grad) dlc_tensor_zero_grad(in[i]);
-    dlc_tensor *out = f(in, ctx);
-    if (!out) return NULL;
-    dlc_tensor *r = check_randn(77, 1.0f, out->ndim, out->shape);
-    int64_t total = out->numel;
-    if (dlc_backward(out, r, 0) != DLC_OK) total = -1;
-    for (int i = 0; i < n && total >= 0; i++)
-        if (in[i] && in[i]->requires_grad) total = in[i]->grad ? total + in[i]->numel : -1;
-    dlc_tensor *all = total >= 0 ? dlc_tensor_new(1, &total) : NULL;
-    if (all) {
-        memcpy(all->data, out->data, (size_t)out->numel * sizeof(float));
-        int64_t at = out->numel;
-        for (int i = 0; i < n; i++)
-            if (in[i] && in[i]->requires_grad) {
-                memcpy(all->data + at, in[i]->grad->data, (size_t)in[i]->numel * sizeof(float));
-                at += in[i]->numel;
-            }
-    }
-    dlc_tensor_release(r);
-    dlc_tensor_release(out);
-    return all;
-}
-
-static void check_same_bits(const char *name, gc_fn f, void *ctx, int n, dlc_tensor **in) {
-    dlc_set_num_threads(1);
-    dlc_tensor *one = fwd_bwd(f, ctx, n, in);
-    dlc_set_num_threads(2);
-    int64_t before = dlcx_par_regions();
-    dlc_tensor *two = fwd_bwd(f, ctx, n, in);
-    int64_t split = dlcx_par_regions() - before;
-    CHECK_OK(one);
-    CHECK_OK(two);
-    int same = one && two && one->numel == two->numel &&
-               memcmp(one->data, two->data, (size_t)one->numel * sizeof(float)) == 0;
-    if (!same) fprintf(stderr, "%s: results differ between 1 and 2 threads\n", name);
-    CHECK(same);
-    /* forward and backward both split at this size */
-    if (dlcx_par_available()) { /* else the kernels never split (OpenBLAS backend, no OpenMP) */
-        if (split < 2) fprintf(stderr, "%s: split %lld times at 2 threads, expected >= 2\n", name, (long long)split);
-        CHECK(split >= 2);
-    }
-    dlc_tensor_release(one);
-    dlc_tensor_release(two);
-}
-
 static dlc_tensor *f_softmax_ce(dlc_tensor **in, void *c) {
     (void)c;
     dlc_tensor *ls = dlc_log_softmax(in[0]);
@@ -810,30 +761,30 @@ static void test_thread_count_independence(void) {
     int64_t sh[3] = {8, 64, 128}, c128 = 128, lg[2] = {1024, 256}, n1024 = 1024;
     dlc_tensor *x = leaf(40, 1.0f, 3, sh), *w = leaf(41, 0.5f, 1, &c128), *b = leaf(42, 0.5f, 1, &c128);
     dlc_tensor *in[3] = {x, w, b};
-    check_same_bits("layernorm", f_layernorm, NULL, 3, in);
-    check_same_bits("rmsnorm", f_rmsnorm, NULL, 2, in);
-    check_same_bits("softmax", f_softmax, NULL, 1, in);
+    check_same_bits("layernorm", f_layernorm, NULL, 3, in, 2);
+    check_same_bits("rmsnorm", f_rmsnorm, NULL, 2, in, 2);
+    check_same_bits("softmax", f_softmax, NULL, 1, in, 2);
 
     dlc_tensor *logits = leaf(43, 2.0f, 2, lg), *tg = dlc_tensor_new(1, &n1024);
     for (int64_t i = 0; i < n1024; i++) tg->data[i] = (float)((i * 37) % 256);
     tg->data[5] = -1.0f; /* one ignored row */
     op_ctx ci = {.ignore = -1};
     dlc_tensor *in_ce[2] = {logits, tg};
-    check_same_bits("cross_entropy", f_ce, &ci, 2, in_ce);
-    check_same_bits("log_softmax + cross_entropy", f_softmax_ce, NULL, 2, in_ce);
+    check_same_bits("cross_entropy", f_ce, &ci, 2, in_ce, 2);
+    check_same_bits("log_softmax + cross_entropy", f_softmax_ce, NULL, 2, in_ce, 2);
 
     int64_t vshape[2] = {256, 128}, ishape[2] = {16, 64};
     dlc_tensor *table = leaf(44, 1.0f, 2, vshape), *ids = dlc_tensor_new(2, ishape);
     for (int64_t i = 0; i < ids->numel; i++) ids->data[i] = (float)((i * 11) % 200); /* repeats */
     dlc_tensor *in_e[2] = {table, ids};
-    check_same_bits("embedding", f_embedding, NULL, 2, in_e);
+    check_same_bits("embedding", f_embedding, NULL, 2, in_e, 2);
 
     int64_t qs[3] = {4, 64, 3 * 64};
     dlc_tensor *qkv = leaf(45, 1.0f, 3, qs);
     dlc_tensor *in_a[1] = {qkv};
     op_ctx ca = {.heads = 4}, cn = {.heads = 4, .noncausal = 1};
-    check_same_bits("attention", f_attention, &ca, 1, in_a);
-    check_same_bits("attention non-causal", f_attention, &cn, 1, in_a);
+    check_same_bits("attention", f_attention, &ca, 1, in_a, 2);
+    check_same_bits("attention non-causal", f_attention, &cn, 1, in_a, 2);
 
     dlc_tensor *all[] = {x, w, b, logits, tg, table, ids, qkv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dlc_tensor_release(all[i]);

@@ -1,6 +1,6 @@
 /* test_ops.c - ops.c against naive references, finite-difference gradient checks for
  * every op in it, and the autograd mechanics (accumulation, retain_graph, no-grad). */
-#include "check.h"
+#include "check_threads.h"
 #include "internal.h"
 
 #define SHAPE(...) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
@@ -442,52 +442,6 @@ static void test_corner_cases(void) {
 /* ---- results independent of the thread count ----
  * Shapes of the charlm model's size cross the split threshold at the default grain:
  * output and input gradients must be the same bits on one and on two threads. */
-
-static dlc_tensor *fwd_bwd(gc_fn f, void *ctx, int n, dlc_tensor **in) {
-    for (int i = 0; i < n; i++)
-        if (in[i]->requires_grad) dlc_tensor_zero_grad(in[i]);
-    dlc_tensor *out = f(in, ctx);
-    if (!out) return NULL;
-    dlc_tensor *r = check_randn(77, 1.0f, out->ndim, out->shape);
-    int64_t total = out->numel;
-    if (dlc_backward(out, r, 0) != DLC_OK) total = -1;
-    for (int i = 0; i < n && total >= 0; i++) total = in[i]->grad ? total + in[i]->numel : -1;
-    dlc_tensor *all = total >= 0 ? dlc_tensor_new(1, &total) : NULL;
-    if (all) {
-        memcpy(all->data, out->data, (size_t)out->numel * sizeof(float));
-        int64_t at = out->numel;
-        for (int i = 0; i < n; i++) {
-            memcpy(all->data + at, in[i]->grad->data, (size_t)in[i]->numel * sizeof(float));
-            at += in[i]->numel;
-        }
-    }
-    dlc_tensor_release(r);
-    dlc_tensor_release(out);
-    return all;
-}
-
-/* min_split: kernels that must have been split (forward and backward: 2) */
-static void check_same_bits(const char *name, gc_fn f, void *ctx, int n, dlc_tensor **in, int min_split) {
-    dlc_set_num_threads(1);
-    dlc_tensor *one = fwd_bwd(f, ctx, n, in);
-    dlc_set_num_threads(2);
-    int64_t before = dlcx_par_regions();
-    dlc_tensor *two = fwd_bwd(f, ctx, n, in);
-    int64_t split = dlcx_par_regions() - before;
-    CHECK_OK(one);
-    CHECK_OK(two);
-    int same = one && two && one->numel == two->numel &&
-               memcmp(one->data, two->data, (size_t)one->numel * sizeof(float)) == 0;
-    if (!same) fprintf(stderr, "%s: results differ between 1 and 2 threads\n", name);
-    CHECK(same);
-    if (dlcx_par_available()) { /* else the kernels never split (OpenBLAS backend, no OpenMP) */
-        if (split < min_split)
-            fprintf(stderr, "%s: split %lld times at 2 threads, expected >= %d\n", name, (long long)split, min_split);
-        CHECK(split >= min_split);
-    }
-    dlc_tensor_release(one);
-    dlc_tensor_release(two);
-}
 
 static void test_thread_count_independence(void) {
     dlcx_set_par_grain(0); /* the default */

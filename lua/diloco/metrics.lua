@@ -25,7 +25,6 @@ M.FIELDS = {
   eval = { "step", "loss", "accuracy", "tokens", "wall_s", "final" },
   checkpoint = { "step", "path", "seconds", "error", "kept", "removed" },
   resume = { "step", "tokens", "from", "changed" },
-  start = { "recipe", "out", "steps", "params", "resume", "pid" },
   summary = nil, -- M.SUMMARY
 }
 
