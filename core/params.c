@@ -1,6 +1,6 @@
 /* params.c - the parameter arena: packing tensors into one buffer, grad norm, clipping. */
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -18,8 +18,16 @@ struct dlc_params {
 
 /* Live dlc_params, so a tensor is never packed into two at once (the second would
  * re-point it and leave the first with a stale slot).  Any thread may create one. */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_flag registry_flag = ATOMIC_FLAG_INIT;
 static dlc_params *registry;
+
+/* A spin lock (core/ has no thread library: it stays sans-IO); the sections it guards
+ * walk a short list of live arenas. */
+static void registry_lock(void) {
+    while (atomic_flag_test_and_set_explicit(&registry_flag, memory_order_acquire)) {
+    }
+}
+static void registry_unlock(void) { atomic_flag_clear_explicit(&registry_flag, memory_order_release); }
 
 /* Name of the tensor of q whose memory contains addr (or "?"). */
 static const char *name_at(const dlc_params *q, const float *addr) {
@@ -34,7 +42,7 @@ static const char *name_at(const dlc_params *q, const float *addr) {
 /* DLC_OK, or the error for a tensor that lives in the arena of a live dlc_params. */
 static dlc_status check_unpacked(const char *name, const dlc_tensor *t) {
     dlc_status st = DLC_OK;
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     for (const dlc_params *q = registry; q; q = q->next) {
         if (q->flat->storage != t->storage) continue;
         st = dlc_error(DLC_ERR_STATE,
@@ -43,19 +51,19 @@ static dlc_status check_unpacked(const char *name, const dlc_tensor *t) {
                        name, name_at(q, t->data));
         break;
     }
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     return st;
 }
 
 static void registry_remove(dlc_params *p) {
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     for (dlc_params **q = &registry; *q; q = &(*q)->next) {
         if (*q == p) {
             *q = p->next;
             break;
         }
     }
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
 }
 
 /* Everything that can fail without touching a tensor. */
@@ -141,10 +149,10 @@ dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *t
         p->t[i] = dlc_tensor_retain(t);
     }
     free(grads);
-    pthread_mutex_lock(&registry_lock);
+    registry_lock();
     p->next = registry;
     registry = p;
-    pthread_mutex_unlock(&registry_lock);
+    registry_unlock();
     return p;
 
 nomem:

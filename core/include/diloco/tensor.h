@@ -15,6 +15,12 @@
  *     dlc_tensor_release(r);
  *     dlc_tensor_release(w);
  *
+ * Threads: a tensor never crosses threads.  Refcounts (of tensors and storages) are
+ * plain ints, not atomics, so a tensor and every view of it belong to the thread that
+ * made them; hand bytes to another thread (the I/O thread's mailbox does), never a
+ * tensor.  The compute kernels' own OpenMP threads only read and write the data of
+ * tensors owned by the calling thread, inside one call.
+ *
  * Index tensors (token ids, class labels, gather/topk indices) are ordinary f32
  * tensors holding 0-based integer values; ops check that every value is an
  * integer in range.
