@@ -9,6 +9,8 @@
  *   ckpt.h      safetensors checkpoints (save with atomic replace, validating load)
  *   params.h    the parameter arena: all of a model's parameters (and grads) in one buffer
  *   optim.h     AdamW and SGD as one loop over the arena; learning-rate schedules
+ *   codec.h     wire codecs for contributions: f32, bf16, fp8, int8/int4/E3M0 with block scales
+ *   frag.h      fragment plans (balanced, strided, sequential) over the arena; layout hashes
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -24,5 +26,7 @@
 #include "ckpt.h"
 #include "params.h"
 #include "optim.h"
+#include "codec.h"
+#include "frag.h"
 
 #endif
