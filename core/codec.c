@@ -83,7 +83,12 @@ INLINE uint32_t q_int(float v, float lim) {
     v = v < -lim ? -lim : v;
     return (uint32_t)(int32_t)v;
 }
-INLINE float int4_val(uint32_t nib, float s) { return (float)(((int32_t)(nib & 15u) ^ 8) - 8) * s; }
+/* The encoders never write -8 (int4) or -128 (int8); a decoder reads them as -7 / -127 so
+ * a scale that passed the check cannot overflow. */
+INLINE float int4_val(uint32_t nib, float s) {
+    int32_t q = ((int32_t)(nib & 15u) ^ 8) - 8;
+    return (float)(q < -7 ? -7 : q) * s;
+}
 
 /* E3M0: a = |x| / absmax in [0, 1]; nearest level of {0, 2^-6, ..., 2^-1, 1}.  The
  * midpoints are 0.75 * 2^k, so the level is 2^floor(log2(a * 4/3)) (the exponent field
@@ -200,7 +205,7 @@ INLINE void dec_chunk(dlc_codec_kind kind, const uint8_t *in, const uint8_t *cod
     float s = ((const f32u *)in)[bi];
     if (kind == DLC_CODEC_INT8) {
         const int8_t *p = (const int8_t *)(codes + i0);
-        for (int i = 0; i < len; i++) y[i] = (float)p[i] * s;
+        for (int i = 0; i < len; i++) y[i] = (float)(p[i] < -127 ? -127 : p[i]) * s;
         return;
     }
     const uint8_t *p = codes + i0 / 2;

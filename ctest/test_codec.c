@@ -379,6 +379,23 @@ static void test_rejects(void) {
     free(buf);
 }
 
+/* Codes the encoders never write (-128, the int4 nibble 8) under the largest scale an
+ * encoder can write must still decode to finite values. */
+static void test_unwritten_codes(void) {
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = i % 2 ? FLT_MAX : -FLT_MAX;
+    dlc_codec_params p = {32};
+    uint8_t buf[4 + 32];
+    float y[32];
+    CHECK(dlc_codec_encode(DLC_CODEC_INT8, &p, x, 32, buf, sizeof buf, NULL) == 36);
+    buf[4] = 0x80; /* -128 */
+    CHECK(dlc_codec_decode(DLC_CODEC_INT8, &p, buf, 36, y, 32) == DLC_OK && isfinite(y[0]) && y[0] == y[2]);
+    CHECK(dlc_codec_encode(DLC_CODEC_INT4, &p, x, 32, buf, sizeof buf, NULL) == 20);
+    buf[4] = 0x88; /* -8, -8 */
+    CHECK(dlc_codec_decode(DLC_CODEC_INT4, &p, buf, 20, y, 32) == DLC_OK && isfinite(y[0]) && isfinite(y[1]));
+    CHECK(y[0] == y[2] && y[1] == y[2]);
+}
+
 static void test_error_feedback(void) {
     int64_t n = 4096;
     int K = 64;
@@ -456,6 +473,7 @@ int main(void) {
     test_fp8();
     test_e3m0_mapping();
     test_rejects();
+    test_unwritten_codes();
     test_error_feedback();
     test_axpy();
     return check_done("test_codec");
