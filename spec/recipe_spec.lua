@@ -69,6 +69,59 @@ describe("diloco.recipe", function()
   end)
 end)
 
+describe("the sync section", function()
+  local function problems(sync, islands)
+    local r = tiny { sync = sync, islands = islands }
+    local ok, errs = diloco.recipe.validate(r)
+    if ok then return "" end
+    return table.concat(errs, "\n")
+  end
+
+  it("has a default for every field", function()
+    local r = assert(diloco.recipe.validate(tiny()))
+    local sy = r.sync
+    assert.are.same({ "decoupled", 24, 4, 2, 1, "f32", "f32", 128, false, "balanced", false, 0, "adaptive",
+      "tokens2_steps", "rda", 4 }, { sy.preset, sy.H, sy.fragments, sy.tau, sy.quorum, sy.codec, sy.codec_down,
+      sy.block, sy.error_feedback, sy.plan, sy.split_rows, sy.alpha, sy.grace, sy.weighting, sy.merge, sy.ring })
+  end)
+
+  it("names the field, the value and what is allowed for each bad value", function()
+    for _, case in ipairs {
+      { { quorum = 5 }, "sync.quorum = 5 but islands.count = 1: quorum must be <= the number of learners" },
+      { { tau = 24 }, "sync.tau = 24: the overlap must be below sync.H = 24" },
+      { { alpha = 1.5 }, "sync.alpha = 1.5: expected a finite number in [0, 1]" },
+      { { alpha = -0.1 }, "sync.alpha = -0.1: expected a finite number in [0, 1]" },
+      { { block = 33 }, "sync.block = 33: expected an even integer in [32, 256]" },
+      { { block = 512 }, "sync.block = 512: expected an even integer in [32, 256]" },
+      { { codec = "int3" }, 'sync.codec = "int3": expected one of f32, bf16, fp8, int8, int4, e3m0' },
+      { { codec_down = "int4" }, 'sync.codec_down = "int4": expected one of f32, bf16' },
+      { { plan = "random" }, 'sync.plan = "random": expected one of balanced, strided, sequential' },
+      { { weighting = "loss" }, 'sync.weighting = "loss": expected one of tokens2_steps, tokens, uniform' },
+      { { merge = "median" }, 'sync.merge = "median": expected one of rda, mean' },
+      { { ring = 0 }, "sync.ring = 0: expected an integer in [1, 64]" },
+      { { grace = "soon" }, 'sync.grace = "soon": expected adaptive, off, or a duration such as "5s"' },
+      { { grace = "5 parsecs" }, 'sync.grace = "5 parsecs": expected adaptive, off, or a duration' },
+    } do
+      assert.matches(case[2], problems(case[1]), 1, true)
+    end
+  end)
+
+  it("accepts durations and checks island speeds", function()
+    assert.are.equal("", problems { grace = "250ms" })
+    assert.are.equal("", problems { grace = "off" })
+    assert.are.equal("", problems { grace = 2.5 })
+    assert.are.equal(0.25, diloco.recipe.parse_duration("250ms"))
+    assert.are.equal(90, diloco.recipe.parse_duration("1.5m"))
+    assert.are.equal(7200, diloco.recipe.parse_duration("2h"))
+    assert.is_nil(diloco.recipe.parse_duration("2 weeks"))
+    assert.is_nil(diloco.recipe.parse_duration("-3s"))
+    assert.matches("islands.speed[1] = 0: expected a finite number > 0", problems(nil, { speed = { 0 } }), 1, true)
+    assert.matches("islands.speed has 2 entries: expected one per island (islands.count = 1)",
+      problems(nil, { speed = { 1, 0.5 } }), 1, true)
+    assert.are.equal("", problems(nil, { speed = { 0.5 } }))
+  end)
+end)
+
 describe("recipe hooks", function()
   it("lets hooks.lr set the rate of every step and reports each step to on_step", function()
     local seen, steps = {}, {}

@@ -42,6 +42,21 @@ end
 
 local INF = math.huge
 
+-- "250ms", "30s", "5m", "1.5h", "2d" (or a number of seconds) -> seconds; nil if malformed.
+local DURATION_UNITS = { ms = 1e-3, s = 1, m = 60, h = 3600, d = 86400 }
+function M.parse_duration(v)
+  if type(v) == "number" then return (v == v and v >= 0 and v < INF) and v or nil end
+  if type(v) ~= "string" then return nil end
+  local num, unit = v:match("^%s*(%d+%.?%d*)%s*(%a+)%s*$")
+  local k = unit and DURATION_UNITS[unit]
+  if not (num and k) then return nil end
+  return tonumber(num) * k
+end
+local function grace_check(v)
+  if v == "adaptive" or v == "off" or M.parse_duration(v) then return nil end
+  return 'adaptive, off, or a duration such as "5s", "250ms", "2m"'
+end
+
 -- The data fields each data.kind reads (besides kind); any other is refused, so a
 -- typo (data.bacth) is not silently ignored.
 local DATA_FIELDS = {
@@ -124,7 +139,26 @@ M.schema = {
     tau = { kind = "integer", default = 2, check = range(0, 1e6, true), doc = "overlap steps" },
     quorum = { kind = "integer", default = 1, check = range(1, 1e6, true), doc = "minimum quorum K" },
     codec = { kind = "string", default = "f32", check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0"),
-      doc = "outer-gradient codec" },
+      doc = "outer-gradient codec, uplink (docs/codecs.md)" },
+    codec_down = { kind = "string", default = "f32", check = oneof("f32", "bf16"),
+      doc = "codec of the merged fragments sent to the learners" },
+    block = { kind = "integer", default = 128, check = function(v)
+      if v < 32 or v > 256 or v % 2 ~= 0 then return "an even integer in [32, 256]" end
+    end, doc = "block size of the int8/int4/e3m0 scales" },
+    error_feedback = { kind = "boolean", default = false,
+      doc = "add each contribution's quantization error to the next" },
+    plan = { kind = "string", default = "balanced", check = oneof("balanced", "strided", "sequential"),
+      doc = "how tensors are assigned to fragments (docs/fragments.md)" },
+    split_rows = { kind = "boolean", default = false, doc = "split a tensor larger than total/P by rows" },
+    alpha = { kind = "number", default = 0, check = range(0, 1), doc = "mixing on arrival: alpha*local + (1-alpha)*global" },
+    grace = { kind = "string|number", default = "adaptive", check = grace_check,
+      doc = "wait after quorum: adaptive, off, or a duration" },
+    weighting = { kind = "string", default = "tokens2_steps", check = oneof("tokens2_steps", "tokens", "uniform"),
+      doc = "contribution weight: tokens^2/steps, tokens or uniform" },
+    merge = { kind = "string", default = "rda", check = oneof("rda", "mean"),
+      doc = "merge of contributions: radial-directional averaging or weighted mean" },
+    ring = { kind = "integer", default = 4, check = range(1, 64, true),
+      doc = "versions of each fragment kept to anchor stale contributions" },
   } },
   islands = { kind = "table", doc = "the learners", fields = {
     count = { kind = "integer", default = 1, check = range(1, 1, true),
@@ -294,7 +328,32 @@ local function check_model_data(arch, o, d, pixels, errs)
 end
 
 -- Cross-field rules that one field's spec cannot see.
+local function check_sync(r, errs)
+  local sy, isl = r.sync, r.islands
+  if sy.quorum > isl.count then
+    errs[#errs + 1] = string.format("sync.quorum = %d but islands.count = %d: quorum must be <= the number of "
+      .. "learners", sy.quorum, isl.count)
+  end
+  if sy.tau >= sy.H then
+    errs[#errs + 1] = string.format("sync.tau = %d: the overlap must be below sync.H = %d (a fragment is applied "
+      .. "before it is due again)", sy.tau, sy.H)
+  end
+  if isl.speed ~= nil then
+    if #isl.speed ~= isl.count then
+      errs[#errs + 1] = string.format("islands.speed has %d entries: expected one per island (islands.count = %d)",
+        #isl.speed, isl.count)
+    end
+    for i, v in pairs(isl.speed) do
+      if math.type(i) ~= "integer" or type(v) ~= "number" or v ~= v or v <= 0 or v == INF then
+        errs[#errs + 1] = string.format("islands.speed[%s] = %s: expected a finite number > 0 (relative speed)",
+          tostring(i), tostring(v))
+      end
+    end
+  end
+end
+
 local function check_relations(r, errs)
+  check_sync(r, errs)
   local d = r.data
   if d.kind == "text" and not d.path then
     errs[#errs + 1] = "data.path: missing (data.kind = \"text\" needs a file or directory)"
