@@ -449,6 +449,8 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_ckpt(L, mod, sti);
     dlcL_open_json(L, mod, sti);
     dlcL_open_optim(L, mod, sti);
+    dlcL_open_codec(L, mod, sti);
+    dlcL_open_plan(L, mod, sti);
 
     /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on
      * first use as diloco.NAME, so `local diloco = require "diloco"` is all a recipe

@@ -79,6 +79,13 @@ void dlcL_open_ckpt(lua_State *L, int mod, int st);
 void dlcL_open_json(lua_State *L, int mod, int st);
 /* loptim.c: diloco.Params (one arena per model), diloco.Optimizer, lr schedules. */
 void dlcL_open_optim(lua_State *L, int mod, int st);
+/* loptim.c: the live dlc_params of the Params box at `arg` (borrowed: valid while the
+ * box is open and reachable); raises a type error, or "Params has been closed". */
+dlc_params *dlcL_checkparams(lua_State *L, int arg);
+/* lcodec.c: diloco.codec_encode, codec_decode, codec_size, codecs (core/codec.h). */
+void dlcL_open_codec(lua_State *L, int mod, int st);
+/* lplan.c: diloco.Plan, fragment plans over a Params arena (core/frag.h). */
+void dlcL_open_plan(lua_State *L, int mod, int st);
 
 /* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
  * Tensor and "tensor has been freed" if it was released. */

@@ -49,6 +49,8 @@ static dlc_params *checkparams(lua_State *L, int arg) {
     return b->p;
 }
 
+dlc_params *dlcL_checkparams(lua_State *L, int arg) { return checkparams(L, arg); }
+
 /* diloco.Params(list): list = array of {name, tensor}. */
 static int l_params(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);

@@ -65,6 +65,13 @@ local TYPES = {
     use = function(o) return o:step() end,
     message = "Optimizer has been closed",
   },
+  {
+    name = "Plan",
+    make = function() return diloco.Plan(diloco.Params { { "w", tensor() } }) end,
+    is_closed = function(p) return p.closed end,
+    use = function(p) return p:views(1) end,
+    message = "Plan has been closed",
+  },
 }
 
 describe("every userdata type", function()
