@@ -11,6 +11,7 @@
  *   optim.h     AdamW and SGD as one loop over the arena; learning-rate schedules
  *   codec.h     wire codecs for contributions: f32, bf16, fp8, int8/int4/E3M0 with block scales
  *   frag.h      fragment plans (balanced, strided, sequential) over the arena; layout hashes
+ *   merge.h     the merge of one fragment: RDA or weighted mean of encoded contributions, one pass
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -28,5 +29,6 @@
 #include "optim.h"
 #include "codec.h"
 #include "frag.h"
+#include "merge.h"
 
 #endif
