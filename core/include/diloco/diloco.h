@@ -12,6 +12,7 @@
  *   codec.h     wire codecs for contributions: f32, bf16, fp8, int8/int4/E3M0 with block scales
  *   frag.h      fragment plans (balanced, strided, sequential) over the arena; layout hashes
  *   merge.h     the merge of one fragment: RDA or weighted mean of encoded contributions, one pass
+ *   outer.h     one fragment's syncer state: global Θ, version, outer SGD/Nesterov, version ring
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -30,5 +31,6 @@
 #include "codec.h"
 #include "frag.h"
 #include "merge.h"
+#include "outer.h"
 
 #endif

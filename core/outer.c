@@ -1,0 +1,169 @@
+/* outer.c - one fragment's global parameters, outer optimizer and version ring
+ * (outer.h, docs/outer.md).
+ *
+ * The ring is one block of R·n floats; version v lives in slot v mod R, so the current
+ * Θ is a slot too and a step writes slot (cur+1) mod R from slot cur mod R, overwriting
+ * exactly the version that falls out.  With R = 1 both are the same slot and the step is
+ * in place, which the elementwise loop allows.  Every check (finiteness of the delta,
+ * version overflow) runs before the first write, so a refused call changes nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/outer.h"
+
+struct dlc_fragstate {
+    dlc_fragstate_params p;
+    int64_t n;
+    int64_t cur;   /* current version */
+    int64_t reset; /* version of the last new/set: nothing older is kept */
+    float *ring;   /* [R][n] */
+    float *buf;    /* [n] momentum buffer, NULL for plain SGD */
+};
+
+dlc_fragstate_params dlc_fragstate_default_params(void) {
+    dlc_fragstate_params p = {0.7, 0.9, 1, 4};
+    return p;
+}
+
+dlc_status dlc_fragstate_params_check(const dlc_fragstate_params *p) {
+    if (!p) return dlc_error(DLC_ERR_ARG, "fragstate: params is NULL");
+    if (!isfinite(p->lr) || p->lr < 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate: lr = %g, expected a finite number >= 0", p->lr);
+    if (!isfinite(p->momentum) || p->momentum < 0 || p->momentum >= 1)
+        return dlc_error(DLC_ERR_ARG, "fragstate: momentum = %g, expected a finite number in [0, 1)", p->momentum);
+    if (p->nesterov != 0 && p->nesterov != 1)
+        return dlc_error(DLC_ERR_ARG, "fragstate: nesterov = %d, expected 0 or 1", p->nesterov);
+    if (p->nesterov && p->momentum == 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate: nesterov = 1 with momentum = 0: Nesterov needs momentum > 0");
+    if (p->ring < 1 || p->ring > DLC_FRAGSTATE_RING_MAX)
+        return dlc_error(DLC_ERR_ARG, "fragstate: ring = %d, expected 1..%d versions kept", p->ring,
+                         DLC_FRAGSTATE_RING_MAX);
+    return DLC_OK;
+}
+
+/* Index of the first non-finite value, or -1. */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+static float *slot(const dlc_fragstate *fs, int64_t v) {
+    return fs->ring + (size_t)(v % fs->p.ring) * (size_t)fs->n;
+}
+
+static int64_t oldest(const dlc_fragstate *fs) {
+    int64_t o = fs->cur - fs->p.ring + 1;
+    return o > fs->reset ? o : fs->reset;
+}
+
+dlc_fragstate *dlc_fragstate_new(const dlc_fragstate_params *p, const float *theta, int64_t n) {
+    if (dlc_fragstate_params_check(p) != DLC_OK) return NULL;
+    if (!theta) return dlc_error(DLC_ERR_ARG, "dlc_fragstate_new: theta is NULL"), NULL;
+    if (n < 1 || (uint64_t)n > SIZE_MAX / sizeof(float) / (size_t)(p->ring + 1))
+        return dlc_error(DLC_ERR_ARG, "dlc_fragstate_new: n = %lld floats with ring = %d, expected n >= 1 and (ring + 1)·n floats to fit in memory",
+                         (long long)n, p->ring),
+               NULL;
+    int64_t bad = first_nonfinite(theta, n);
+    if (bad >= 0)
+        return dlc_error(DLC_ERR_ARG, "dlc_fragstate_new: theta[%lld] = %g: initial parameters must be finite",
+                         (long long)bad, (double)theta[bad]),
+               NULL;
+    dlc_fragstate *fs = calloc(1, sizeof *fs);
+    if (!fs) goto fail;
+    fs->p = *p;
+    fs->n = n;
+    fs->ring = malloc(sizeof(float) * (size_t)n * (size_t)p->ring);
+    if (!fs->ring) goto fail;
+    if (p->momentum > 0) {
+        fs->buf = calloc((size_t)n, sizeof(float));
+        if (!fs->buf) goto fail;
+    }
+    memcpy(slot(fs, 0), theta, sizeof(float) * (size_t)n);
+    return fs;
+fail:
+    dlc_fragstate_free(fs);
+    dlc_error(DLC_ERR_NOMEM, "dlc_fragstate_new: out of memory for %lld floats x %d versions", (long long)n, p->ring);
+    return NULL;
+}
+
+void dlc_fragstate_free(dlc_fragstate *fs) {
+    if (!fs) return;
+    free(fs->ring);
+    free(fs->buf);
+    free(fs);
+}
+
+dlc_status dlc_fragstate_step(dlc_fragstate *fs, const float *delta) {
+    if (!fs || !delta) return dlc_error(DLC_ERR_ARG, "fragstate_step: %s is NULL", fs ? "delta" : "fs");
+    int64_t bad = first_nonfinite(delta, fs->n);
+    if (bad >= 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate_step: delta[%lld] = %g: the merged outer gradient must be finite; nothing was changed",
+                         (long long)bad, (double)delta[bad]);
+    if (fs->cur == INT64_MAX)
+        return dlc_error(DLC_ERR_RANGE, "fragstate_step: version %lld cannot be incremented", (long long)fs->cur);
+    const float *old = slot(fs, fs->cur);
+    float *next = slot(fs, fs->cur + 1); /* == old when R == 1: in place */
+    const float lr = (float)fs->p.lr, mu = (float)fs->p.momentum;
+    const int64_t n = fs->n;
+    if (!fs->buf) {
+        for (int64_t i = 0; i < n; i++) next[i] = old[i] - lr * delta[i];
+    } else if (fs->p.nesterov) {
+        float *b = fs->buf;
+        for (int64_t i = 0; i < n; i++) {
+            b[i] = mu * b[i] + delta[i];
+            next[i] = old[i] - lr * (delta[i] + mu * b[i]);
+        }
+    } else {
+        float *b = fs->buf;
+        for (int64_t i = 0; i < n; i++) {
+            b[i] = mu * b[i] + delta[i];
+            next[i] = old[i] - lr * b[i];
+        }
+    }
+    fs->cur++;
+    return DLC_OK;
+}
+
+dlc_status dlc_fragstate_anchor(const dlc_fragstate *fs, int64_t base, float *d) {
+    if (!fs || !d) return dlc_error(DLC_ERR_ARG, "fragstate_anchor: %s is NULL", fs ? "delta_inout" : "fs");
+    int64_t lo = oldest(fs);
+    if (base < lo || base > fs->cur)
+        return dlc_error(DLC_ERR_STATE,
+                         "fragstate_anchor: base version %lld is not kept: the ring holds versions %lld..%lld (current %lld); drop the contribution and resync the learner",
+                         (long long)base, (long long)lo, (long long)fs->cur, (long long)fs->cur);
+    if (base == fs->cur) return DLC_OK;
+    const float *c = slot(fs, fs->cur), *b = slot(fs, base);
+    for (int64_t i = 0; i < fs->n; i++) d[i] = d[i] + (c[i] - b[i]);
+    return DLC_OK;
+}
+
+dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t version) {
+    if (!fs || !theta) return dlc_error(DLC_ERR_ARG, "fragstate_set: %s is NULL", fs ? "theta" : "fs");
+    if (version < 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate_set: version = %lld, expected >= 0", (long long)version);
+    int64_t bad = first_nonfinite(theta, fs->n);
+    if (bad >= 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate_set: theta[%lld] = %g: parameters must be finite; nothing was changed",
+                         (long long)bad, (double)theta[bad]);
+    memmove(slot(fs, version), theta, sizeof(float) * (size_t)fs->n); /* theta may be dlc_fragstate_theta() */
+    fs->cur = fs->reset = version;
+    return DLC_OK;
+}
+
+int64_t dlc_fragstate_size(const dlc_fragstate *fs) { return fs ? fs->n : 0; }
+const dlc_fragstate_params *dlc_fragstate_get_params(const dlc_fragstate *fs) { return fs ? &fs->p : NULL; }
+const float *dlc_fragstate_theta(const dlc_fragstate *fs) { return fs ? slot(fs, fs->cur) : NULL; }
+int64_t dlc_fragstate_version(const dlc_fragstate *fs) { return fs ? fs->cur : 0; }
+int64_t dlc_fragstate_oldest(const dlc_fragstate *fs) { return fs ? oldest(fs) : 0; }
+float *dlc_fragstate_momentum(dlc_fragstate *fs) { return fs ? fs->buf : NULL; }
+
+const float *dlc_fragstate_at(const dlc_fragstate *fs, int64_t version) {
+    if (!fs) return dlc_error(DLC_ERR_ARG, "fragstate_at: fs is NULL"), NULL;
+    int64_t lo = oldest(fs);
+    if (version < lo || version > fs->cur)
+        return dlc_error(DLC_ERR_STATE, "fragstate_at: version %lld is not kept: the ring holds versions %lld..%lld",
+                         (long long)version, (long long)lo, (long long)fs->cur),
+               NULL;
+    return slot(fs, version);
+}
