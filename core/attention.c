@@ -6,13 +6,6 @@
 #include <string.h>
 #include "internal.h"
 
-#define SHP(t, buf) dlc_shape_str((t), (buf), sizeof(buf))
-#define FAIL(st, ...)                                                                  \
-    do {                                                                               \
-        dlc_error((st), __VA_ARGS__);                                                  \
-        return NULL;                                                                   \
-    } while (0)
-
 /* ---- multi-head attention (causal or not) ----
  * qkv [B, T, 3C]; per (batch, head) q, k, v are [T, hd] matrices read in place with
  * leading dimension 3C.  Rows are processed in blocks of ATT_BLOCK; when causal, the

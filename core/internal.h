@@ -178,4 +178,13 @@ dlc_status dlcx_dropout_backward(dlc_node *n, dlc_tensor *out, const float *g);
 dlc_status dlcx_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                       int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* For op implementations: a shape as text into a local buffer, and "record the error and
+ * return NULL" from a function returning a tensor. */
+#define SHP(t, buf) dlc_shape_str((t), (buf), sizeof(buf))
+#define FAIL(st, ...)                                                                  \
+    do {                                                                               \
+        dlc_error((st), __VA_ARGS__);                                                  \
+        return NULL;                                                                   \
+    } while (0)
+
 #endif

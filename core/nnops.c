@@ -8,13 +8,6 @@
 #include <string.h>
 #include "internal.h"
 
-#define SHP(t, buf) dlc_shape_str((t), (buf), sizeof(buf))
-#define FAIL(st, ...)                                                                  \
-    do {                                                                               \
-        dlc_error((st), __VA_ARGS__);                                                  \
-        return NULL;                                                                   \
-    } while (0)
-
 /* Rows of a [..., C] tensor: the product of every dim but the last. */
 static int64_t rows_of(const dlc_tensor *x) {
     int64_t r = 1;

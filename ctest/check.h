@@ -46,6 +46,21 @@ static int check_pass, check_fail;
         }                                                                              \
     } while (0)
 
+/* A call returning a pointer (not a tensor, so nothing is released) that is expected
+ * to fail with `status` and a message containing `needle`. */
+#define CHECK_PFAILS(expr, status, needle)                                             \
+    do {                                                                               \
+        void *pf_ = (void *)(expr);                                                    \
+        if (!pf_ && dlc_last_status() == (status) && strstr(dlc_last_error(), (needle))) \
+            check_pass++;                                                              \
+        else {                                                                         \
+            check_fail++;                                                              \
+            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %s: %s\n",     \
+                    __FILE__, __LINE__, #expr, (needle), pf_ ? "success" : "error",     \
+                    dlc_last_error());                                                 \
+        }                                                                              \
+    } while (0)
+
 /* An op expected to fail: NULL, with `status` and a message containing `needle`. */
 #define CHECK_FAILS(expr, status, needle)                                              \
     do {                                                                               \

@@ -4,19 +4,6 @@
 #include <stdint.h>
 #include "check.h"
 
-#define CHECK_PFAILS(expr, status, needle)                                             \
-    do {                                                                               \
-        void *pf_ = (void *)(expr);                                                    \
-        if (!pf_ && dlc_last_status() == (status) && strstr(dlc_last_error(), (needle))) \
-            check_pass++;                                                              \
-        else {                                                                         \
-            check_fail++;                                                              \
-            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %s: %s\n",     \
-                    __FILE__, __LINE__, #expr, (needle), pf_ ? "success" : "error",     \
-                    dlc_last_error());                                                 \
-        }                                                                              \
-    } while (0)
-
 /* ---- a model: names and shapes packed into an arena ---- */
 
 typedef struct model {

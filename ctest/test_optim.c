@@ -4,20 +4,6 @@
 #include "check.h"
 #include "internal.h" /* dlcx_tensor_rebind */
 
-/* A call returning a pointer that is expected to fail with `status` and `needle`. */
-#define CHECK_PFAILS(expr, status, needle)                                             \
-    do {                                                                               \
-        void *pf_ = (expr);                                                            \
-        if (!pf_ && dlc_last_status() == (status) && strstr(dlc_last_error(), (needle))) \
-            check_pass++;                                                              \
-        else {                                                                         \
-            check_fail++;                                                              \
-            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %s: %s\n",     \
-                    __FILE__, __LINE__, #expr, (needle), pf_ ? "success" : "error",     \
-                    dlc_last_error());                                                 \
-        }                                                                              \
-    } while (0)
-
 /* A call returning a dlc_status expected to fail the same way. */
 #define CHECK_SFAILS(expr, status, needle)                                             \
     do {                                                                               \
