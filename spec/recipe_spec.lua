@@ -122,6 +122,24 @@ describe("the sync section", function()
   end)
 end)
 
+describe("the checkpoint section", function()
+  it("has periodic defaults and names each bad value", function()
+    local r = assert(diloco.recipe.validate(tiny()))
+    assert.are.same({ 0, 5, 3 }, { r.checkpoint.every, r.checkpoint.minutes, r.checkpoint.keep })
+    for _, case in ipairs {
+      { { keep = 0 }, "checkpoint.keep = 0: expected an integer in [1, 1000000]" },
+      { { keep = 2.5 }, "checkpoint.keep = 2.5: expected integer" },
+      { { minutes = -1 }, "checkpoint.minutes = -1: expected a finite number in [0," },
+      { { minutes = 0 / 0 }, "checkpoint.minutes = " },
+      { { every = -3 }, "checkpoint.every = -3: expected an integer in [0," },
+    } do
+      local ok, errs = diloco.recipe.validate(tiny { checkpoint = case[1] })
+      assert.is_nil(ok)
+      assert.matches(case[2], table.concat(errs, "\n"), 1, true)
+    end
+  end)
+end)
+
 describe("recipe hooks", function()
   it("lets hooks.lr set the rate of every step and reports each step to on_step", function()
     local seen, steps = {}, {}
