@@ -183,15 +183,12 @@ end
 local function save(ctx)
   local meta = checkpoint_meta(ctx)
   local t0 = diloco.clock()
-  local params = {}
-  for _, p in ipairs(ctx.plist) do params[#params + 1] = p end
   local res, err = ctx.rd:save(ctx.step, function(path)
-    local all = {}
-    for _, p in ipairs(params) do all[#all + 1] = p end
-    for _, s in ipairs(ctx.opt:state()) do all[#all + 1] = s end
+    local all, state = table.move(ctx.plist, 1, #ctx.plist, 1, {}), ctx.opt:state()
+    table.move(state, 1, #state, #all + 1, all)
     return diloco.save_safetensors(path, all, meta)
   end, function(path)
-    return diloco.save_safetensors(path, params, { ["diloco.model"] = meta["diloco.model"],
+    return diloco.save_safetensors(path, ctx.plist, { ["diloco.model"] = meta["diloco.model"],
       ["diloco.step"] = meta["diloco.step"], ["diloco.recipe"] = meta["diloco.recipe"],
       ["diloco.recipe_json"] = meta["diloco.recipe_json"] })
   end)
