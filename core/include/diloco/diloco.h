@@ -13,6 +13,7 @@
  *   frag.h      fragment plans (balanced, strided, sequential) over the arena; layout hashes
  *   merge.h     the merge of one fragment: RDA or weighted mean of encoded contributions, one pass
  *   outer.h     one fragment's syncer state: global Θ, version, outer SGD/Nesterov, version ring
+ *   chaos.h     fault schedules (kill, slow, cut, syncer down) as data, fixed or Poisson, seeded
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -32,5 +33,6 @@
 #include "frag.h"
 #include "merge.h"
 #include "outer.h"
+#include "chaos.h"
 
 #endif

@@ -1,0 +1,334 @@
+/* chaos.c - fault schedules (chaos.h, docs/chaos.md).
+ *
+ * The faults live in one array sorted by `at`, ties in insertion order, and the on/off
+ * kinds (kill, cut, syncer) are kept disjoint per target by a merge sweep after every
+ * change: in time order, a fault that starts before (or when) the last kept fault of
+ * its target ends is folded into it.  Since everything before the change was already
+ * disjoint, that single pass is enough.  One add is a binary-search insert plus a sweep
+ * of its target; a poisson batch is sorted, merged with the array into a new one and
+ * swept once, so a long random schedule costs O(n log n), not O(n²).  Every check and
+ * allocation runs before the first write, so a refused call changes nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/chaos.h"
+
+static const char *const kind_names[] = {"kill", "slow", "cut", "syncer"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
+               "one name per dlc_fault_kind");
+
+struct dlc_chaos {
+    int learners;
+    int n, cap;
+    dlc_fault *f;        /* [cap], n used, sorted by at (stable) */
+    int *last;           /* [2·learners + 1] scratch of the merge sweep: last kept index per target */
+    dlc_chaos_event *tl; /* cached timeline, ntl events; valid when tl_ok */
+    int ntl, tl_ok;
+};
+
+const char *dlc_fault_kind_name(dlc_fault_kind k) {
+    return (unsigned)k < DLC_FAULT_KIND_COUNT ? kind_names[k] : "?";
+}
+
+dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out) {
+    if (!name || !out) return dlc_error(DLC_ERR_ARG, "fault_kind_parse: %s is NULL", name ? "out" : "name");
+    for (int k = 0; k < DLC_FAULT_KIND_COUNT; k++)
+        if (!strcmp(name, kind_names[k])) return *out = (dlc_fault_kind)k, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut or syncer", name);
+}
+
+/* ---- the random source: splitmix64 seeds xoshiro256** (Blackman & Vigna) ---- */
+
+typedef struct rng { uint64_t s[4]; } rng;
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *x) { return mix64(*x += 0x9e3779b97f4a7c15ULL); }
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro(rng *g) {
+    uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Learner m's stream: a function of (seed, m) only.  mix64 is a bijection, so distinct
+ * learners of one seed start their splitmix64 sequences at unrelated points. */
+static void rng_stream(rng *g, uint64_t seed, int m) {
+    uint64_t x = mix64(mix64(seed) ^ (uint64_t)(uint32_t)m);
+    for (int i = 0; i < 4; i++) g->s[i] = splitmix64(&x);
+}
+
+/* -mean·log(1 - u), u in [0, 1) from the top 53 bits (log1p for accuracy near 0). */
+static double expo(rng *g, double mean) {
+    double u = (double)(xoshiro(g) >> 11) * 0x1.0p-53;
+    return -mean * log1p(-u);
+}
+
+/* ---- the schedule ---- */
+
+dlc_chaos *dlc_chaos_new(int learners) {
+    if (learners < 1 || learners > DLC_CHAOS_MAX_LEARNERS)
+        return dlc_error(DLC_ERR_ARG, "chaos: learners = %d: expected 1..%d (DLC_CHAOS_MAX_LEARNERS)", learners,
+                         DLC_CHAOS_MAX_LEARNERS),
+               NULL;
+    dlc_chaos *c = calloc(1, sizeof *c);
+    if (!c) goto fail;
+    c->learners = learners;
+    c->last = malloc(sizeof(int) * (size_t)(2 * learners + 1));
+    if (!c->last) goto fail;
+    return c;
+fail:
+    dlc_chaos_free(c);
+    dlc_error(DLC_ERR_NOMEM, "chaos: out of memory for a schedule of %d learners", learners);
+    return NULL;
+}
+
+void dlc_chaos_free(dlc_chaos *c) {
+    if (!c) return;
+    free(c->f);
+    free(c->last);
+    free(c->tl);
+    free(c);
+}
+
+static double end_of(const dlc_fault *f) { return f->at + f->duration; }
+
+/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M; -1 for slow. */
+static int target(const dlc_chaos *c, const dlc_fault *f) {
+    switch (f->kind) {
+    case DLC_FAULT_KILL: return f->learner;
+    case DLC_FAULT_CUT: return c->learners + f->learner;
+    case DLC_FAULT_SYNCER: return 2 * c->learners;
+    default: return -1;
+    }
+}
+
+/* One pass in time order folding each fault into the last kept one of its target when
+ * they overlap or touch; only target `only`, or all of them when only < 0. */
+static void sweep(dlc_chaos *c, int only) {
+    int single = -1, w = 0;
+    if (only < 0)
+        for (int k = 0; k < 2 * c->learners + 1; k++) c->last[k] = -1;
+    for (int r = 0; r < c->n; r++) {
+        dlc_fault f = c->f[r];
+        int k = target(c, &f);
+        if (k < 0 || (only >= 0 && k != only)) {
+            c->f[w++] = f;
+            continue;
+        }
+        int *last = only >= 0 ? &single : &c->last[k];
+        if (*last >= 0 && end_of(&c->f[*last]) >= f.at) {
+            dlc_fault *keep = &c->f[*last];
+            double e = fmax(end_of(keep), end_of(&f));
+            keep->duration = e - keep->at;
+            continue;
+        }
+        *last = w;
+        c->f[w++] = f;
+    }
+    c->n = w;
+    c->tl_ok = 0;
+}
+
+static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
+    if (!isfinite(f->at) || f->at < 0)
+        return dlc_error(DLC_ERR_ARG, "chaos: at = %g: expected a finite time >= 0 s", f->at);
+    if ((unsigned)f->kind >= DLC_FAULT_KIND_COUNT)
+        return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer)", (int)f->kind,
+                         DLC_FAULT_KIND_COUNT - 1);
+    if (f->kind == DLC_FAULT_SYNCER) {
+        if (f->learner != -1)
+            return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected -1 for a syncer fault (it has no learner)",
+                             f->learner);
+    } else if (f->learner < 0 || f->learner >= c->learners) {
+        return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected an index in [0, %d] (%d learners)", f->learner,
+                         c->learners - 1, c->learners);
+    }
+    if (!(f->duration > 0))
+        return dlc_error(DLC_ERR_ARG, "chaos: duration = %g: expected > 0 s (INFINITY = for the rest of the run)",
+                         f->duration);
+    if (f->kind == DLC_FAULT_SLOW && (!isfinite(f->factor) || f->factor <= 0))
+        return dlc_error(DLC_ERR_ARG, "chaos: factor = %g: expected a finite step-time multiplier > 0 (>= 1 slower)",
+                         f->factor);
+    return DLC_OK;
+}
+
+static dlc_status reserve(dlc_chaos *c, int extra, const char *who) {
+    if (extra > DLC_CHAOS_MAX_FAULTS - c->n)
+        return dlc_error(DLC_ERR_RANGE, "%s: %d faults + %d would exceed DLC_CHAOS_MAX_FAULTS = %d", who, c->n, extra,
+                         DLC_CHAOS_MAX_FAULTS);
+    if (c->n + extra <= c->cap) return DLC_OK;
+    int cap = c->cap ? c->cap : 16;
+    while (cap < c->n + extra) cap = cap > DLC_CHAOS_MAX_FAULTS / 2 ? DLC_CHAOS_MAX_FAULTS : 2 * cap;
+    dlc_fault *f = realloc(c->f, sizeof *f * (size_t)cap);
+    if (!f) return dlc_error(DLC_ERR_NOMEM, "%s: out of memory for %d faults", who, cap);
+    c->f = f;
+    c->cap = cap;
+    return DLC_OK;
+}
+
+dlc_status dlc_chaos_add(dlc_chaos *c, const dlc_fault *fin) {
+    if (!c || !fin) return dlc_error(DLC_ERR_ARG, "chaos_add: %s is NULL", c ? "f" : "c");
+    dlc_status s = check_fault(c, fin);
+    if (s != DLC_OK) return s;
+    if ((s = reserve(c, 1, "chaos_add")) != DLC_OK) return s;
+    dlc_fault f = *fin;
+    if (f.kind != DLC_FAULT_SLOW) f.factor = 0;
+    int lo = 0, hi = c->n; /* first index with at > f.at: after every equal one */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (c->f[mid].at <= f.at) lo = mid + 1;
+        else hi = mid;
+    }
+    memmove(c->f + lo + 1, c->f + lo, sizeof *c->f * (size_t)(c->n - lo));
+    c->f[lo] = f;
+    c->n++;
+    c->tl_ok = 0;
+    int k = target(c, &f);
+    if (k >= 0) sweep(c, k);
+    return DLC_OK;
+}
+
+typedef struct ordered { dlc_fault f; int ord; } ordered;
+
+static int cmp_ordered(const void *pa, const void *pb) {
+    const ordered *a = pa, *b = pb;
+    if (a->f.at != b->f.at) return a->f.at < b->f.at ? -1 : 1;
+    return (a->ord > b->ord) - (a->ord < b->ord);
+}
+
+dlc_status dlc_chaos_add_poisson(dlc_chaos *c, int learner, double mtbf, double down, int exponential_down,
+                                 double horizon, uint64_t seed) {
+    if (!c) return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: c is NULL");
+    if (learner < -1 || learner >= c->learners)
+        return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: learner = %d: expected -1 (all) or an index in [0, %d] (%d learners)",
+                         learner, c->learners - 1, c->learners);
+    if (!isfinite(mtbf) || mtbf <= 0)
+        return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: mtbf = %g: expected a finite mean time between failures > 0 s", mtbf);
+    if (!isfinite(down) || down <= 0)
+        return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: down = %g: expected a finite down time > 0 s", down);
+    if (exponential_down != 0 && exponential_down != 1)
+        return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: exponential_down = %d: expected 0 (fixed) or 1", exponential_down);
+    if (!isfinite(horizon) || horizon < 0)
+        return dlc_error(DLC_ERR_ARG, "chaos_add_poisson: horizon = %g: expected a finite time >= 0 s", horizon);
+    int room = DLC_CHAOS_MAX_FAULTS - c->n, nn = 0, capn = 0;
+    ordered *nw = NULL;
+    dlc_fault *merged = NULL;
+    int m0 = learner < 0 ? 0 : learner, m1 = learner < 0 ? c->learners : learner + 1;
+    for (int m = m0; m < m1; m++) {
+        rng g;
+        rng_stream(&g, seed, m);
+        for (double t = 0;;) {
+            double at = t + expo(&g, mtbf);
+            if (!(at < horizon)) break;
+            double d = exponential_down ? expo(&g, down) : down;
+            if (d <= 0) d = 0x1p-30; /* u = 0 gives 0; a fault lasts > 0 */
+            if (nn == room) {
+                free(nw);
+                return dlc_error(DLC_ERR_RANGE,
+                                 "chaos_add_poisson: more than DLC_CHAOS_MAX_FAULTS = %d faults (%d already there; mtbf = %g s over horizon = %g s for %d learner(s)): raise mtbf or shorten the horizon",
+                                 DLC_CHAOS_MAX_FAULTS, c->n, mtbf, horizon, m1 - m0);
+            }
+            if (nn == capn) {
+                int nc = capn ? (capn > room / 2 ? room : 2 * capn) : 64;
+                ordered *p = realloc(nw, sizeof *p * (size_t)nc);
+                if (!p) goto nomem;
+                nw = p;
+                capn = nc;
+            }
+            nw[nn].f = (dlc_fault){.at = at, .kind = DLC_FAULT_KILL, .learner = m, .duration = d, .factor = 0};
+            nw[nn].ord = nn;
+            nn++;
+            t = at + d;
+        }
+    }
+    if (nn == 0) return free(nw), DLC_OK;
+    qsort(nw, (size_t)nn, sizeof *nw, cmp_ordered);
+    int total = c->n + nn;
+    merged = malloc(sizeof *merged * (size_t)total);
+    if (!merged) goto nomem;
+    for (int i = 0, j = 0, w = 0; w < total; w++) /* the existing faults first on ties */
+        merged[w] = j >= nn || (i < c->n && c->f[i].at <= nw[j].f.at) ? c->f[i++] : nw[j++].f;
+    free(nw);
+    free(c->f);
+    c->f = merged;
+    c->n = c->cap = total;
+    sweep(c, -1);
+    return DLC_OK;
+nomem:
+    free(nw);
+    return dlc_error(DLC_ERR_NOMEM, "chaos_add_poisson: out of memory for %d faults", nn);
+}
+
+int dlc_chaos_learners(const dlc_chaos *c) { return c ? c->learners : 0; }
+int dlc_chaos_count(const dlc_chaos *c) { return c ? c->n : 0; }
+
+const dlc_fault *dlc_chaos_get(const dlc_chaos *c, int i) {
+    if (!c) return dlc_error(DLC_ERR_ARG, "chaos_get: c is NULL"), NULL;
+    if (i < 0 || i >= c->n)
+        return dlc_error(DLC_ERR_RANGE, "chaos_get: i = %d: expected an index in [0, %d) (%d faults)", i, c->n, c->n),
+               NULL;
+    return &c->f[i];
+}
+
+static int cmp_event(const void *pa, const void *pb) {
+    const dlc_chaos_event *a = pa, *b = pb;
+    if (a->t != b->t) return a->t < b->t ? -1 : 1;
+    if (a->begin != b->begin) return a->begin - b->begin; /* ends (0) first */
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+const dlc_chaos_event *dlc_chaos_timeline(dlc_chaos *c, int *n) {
+    if (n) *n = 0;
+    if (!c || !n) return dlc_error(DLC_ERR_ARG, "chaos_timeline: %s is NULL", c ? "n" : "c"), NULL;
+    if (!c->tl_ok) {
+        dlc_chaos_event *e = c->n ? malloc(sizeof *e * 2 * (size_t)c->n) : NULL;
+        if (c->n && !e)
+            return dlc_error(DLC_ERR_NOMEM, "chaos_timeline: out of memory for %d events", 2 * c->n), NULL;
+        int k = 0;
+        for (int i = 0; i < c->n; i++) {
+            e[k++] = (dlc_chaos_event){c->f[i].at, i, 1};
+            double t = end_of(&c->f[i]);
+            if (isfinite(t)) e[k++] = (dlc_chaos_event){t, i, 0};
+        }
+        if (k) qsort(e, (size_t)k, sizeof *e, cmp_event);
+        free(c->tl);
+        c->tl = e;
+        c->ntl = k;
+        c->tl_ok = 1;
+    }
+    *n = c->ntl;
+    return c->tl;
+}
+
+double dlc_chaos_down_share(const dlc_chaos *c, int learner, double horizon) {
+    if (!c || learner < 0 || learner >= c->learners || !isfinite(horizon) || horizon <= 0) return NAN;
+    double down = 0;
+    for (int i = 0; i < c->n && c->f[i].at < horizon; i++) {
+        const dlc_fault *f = &c->f[i];
+        if (f->kind != DLC_FAULT_KILL || f->learner != learner) continue;
+        down += fmin(end_of(f), horizon) - f->at; /* kills of one learner are disjoint */
+    }
+    return down / horizon;
+}
+
+double dlc_chaos_slow_factor(const dlc_chaos *c, int learner, double t) {
+    if (!c || learner < 0 || learner >= c->learners) return NAN;
+    double x = 1;
+    for (int i = 0; i < c->n && c->f[i].at <= t; i++) {
+        const dlc_fault *f = &c->f[i];
+        if (f->kind == DLC_FAULT_SLOW && f->learner == learner && t < end_of(f)) x *= f->factor;
+    }
+    return x;
+}
