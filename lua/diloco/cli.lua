@@ -21,6 +21,8 @@ usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--resume late
   --quiet           no progress output; print the summary as JSON at the end
   --fields          list every recipe field with its default and meaning
   --debug           on an internal error, print the Lua traceback
+run trains one island: a recipe with islands.count > 1 or chaos is refused (exit 2);
+train several islands, with faults, on the virtual-time driver: diloco-lua sim RECIPE.
 Exit status: 0 done, 1 failed (saved what it could), 2 bad recipe or options,
 128 + N stopped by signal N after saving (130 SIGINT, 143 SIGTERM, 129 SIGHUP).]==]
 
@@ -92,6 +94,11 @@ local function run(args)
   if not valid then
     err("%s: %d problem%s in the recipe:", pos[1], #problems, #problems == 1 and "" or "s")
     for _, p in ipairs(problems) do io.stderr:write("  ", p, "\n") end
+    return 2
+  end
+  local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
+  if #refused > 0 then
+    for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
     return 2
   end
   local ok, summary, interrupted, signo = pcall(diloco.train.run, r, { metrics = opts.metrics, out = opts.out,

@@ -43,7 +43,8 @@ end
 local INF = math.huge
 
 -- "250ms", "30s", "5m", "1.5h", "2d" (or a number of seconds) -> seconds; nil if malformed.
-local DURATION_UNITS = { ms = 1e-3, s = 1, m = 60, h = 3600, d = 86400 }
+-- Units: us, ms, s, m, h, d, y (365 d).
+local DURATION_UNITS = { us = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600, d = 86400, y = 365 * 86400 }
 function M.parse_duration(v)
   if type(v) == "number" then return (v == v and v >= 0 and v < INF) and v or nil end
   if type(v) ~= "string" then return nil end
@@ -56,6 +57,89 @@ local function grace_check(v)
   if v == "adaptive" or v == "off" or M.parse_duration(v) then return nil end
   return 'adaptive, off, or a duration such as "5s", "250ms", "2m"'
 end
+
+local DURATION_FORM = 'a duration such as "20s", "250ms", "5m", "1.5h" (units us, ms, s, m, h, d, y) or seconds as '
+  .. "a number"
+-- check of a duration field: >= 0, or > 0 with positive.
+local function duration_check(positive)
+  return function(v)
+    local s = M.parse_duration(v)
+    if not s then return DURATION_FORM end
+    if positive and s <= 0 then return "a duration > 0: " .. DURATION_FORM end
+  end
+end
+
+-- "10Gbps", "2.5Gbps", "100Mbps", "1MB/s", "500kB/s", "inf" (or a number of bytes per
+-- second, math.huge allowed) -> bytes per second > 0; nil if malformed.  bps are bits.
+local RATE_UNITS = {
+  bps = 1 / 8, kbps = 1e3 / 8, Kbps = 1e3 / 8, Mbps = 1e6 / 8, Gbps = 1e9 / 8, Tbps = 1e12 / 8,
+  ["B/s"] = 1, ["kB/s"] = 1e3, ["KB/s"] = 1e3, ["MB/s"] = 1e6, ["GB/s"] = 1e9, ["TB/s"] = 1e12,
+  ["KiB/s"] = 1024, ["MiB/s"] = 1024 ^ 2, ["GiB/s"] = 1024 ^ 3,
+}
+function M.parse_rate(v)
+  if type(v) == "number" then return (v == v and v > 0) and v or nil end
+  if type(v) ~= "string" then return nil end
+  if v:match("^%s*inf%s*$") then return INF end
+  local num, unit = v:match("^%s*(%d+%.?%d*)%s*([%a/]+)%s*$")
+  local k = unit and RATE_UNITS[unit]
+  if not (num and k) or tonumber(num) <= 0 then return nil end
+  return tonumber(num) * k
+end
+local RATE_FORM = 'a rate > 0 such as "10Gbps", "2.5Gbps", "100Mbps", "1MB/s", "500kB/s", "inf", or bytes per '
+  .. "second as a number"
+local function rate_check(v)
+  if not M.parse_rate(v) then return RATE_FORM end
+end
+
+-- A list of Lua patterns (strings that compile).
+local function pattern_list(v)
+  local n = 0
+  for _ in pairs(v) do n = n + 1 end
+  if n ~= #v then return "a list of Lua patterns (strings)" end
+  for i, p in ipairs(v) do
+    if type(p) ~= "string" then return string.format("a list of Lua patterns, item %d is a %s", i, type(p)) end
+    local ok, e = pcall(string.find, "", p)
+    if not ok then
+      return string.format("a list of Lua patterns, item %d (%q) is malformed: %s", i, p,
+        tostring(e):gsub("^.-:%d+: ", ""))
+    end
+  end
+end
+
+-- The sync presets (algorithm.md section 5): the defaults of every field a recipe does
+-- not set.  The recipe's own fields (and --set) always win.
+M.PRESETS = {
+  dp = { H = 1, fragments = 1, tau = 0, quorum = "all", grace = "off", weighting = "uniform", merge = "mean",
+    alpha = 0, blocking = true },
+  diloco = { H = 24, fragments = 1, tau = 0, quorum = "all", grace = "off", weighting = "uniform", merge = "mean",
+    alpha = 0, blocking = true },
+  streaming = { H = 24, fragments = 4, tau = 2, quorum = "all", grace = "off", weighting = "uniform",
+    merge = "mean", alpha = 0.5, blocking = false },
+  decoupled = { H = 24, fragments = 4, tau = 2, quorum = 1, grace = "adaptive", weighting = "tokens2_steps",
+    merge = "rda", alpha = 0, blocking = false },
+}
+local DEFAULT_PRESET = "decoupled"
+
+local function quorum_check(v)
+  local text = 'an integer >= 1, "all" (every live learner) or a function(live_count, info) -> integer'
+  if type(v) == "function" or v == "all" then return nil end
+  if type(v) ~= "number" or v ~= v or v == INF or v ~= math.floor(v) or v < 1 then return text end
+end
+
+-- Island fields: the defaults at the top of islands, each island's own in its table.
+local function speed_check(v)
+  if v ~= v or v <= 0 or v == INF then return "a finite number > 0 (relative speed)" end
+end
+local ISLAND_FIELDS = {
+  speed = { kind = "number", default = nil, check = speed_check, doc = "relative speed" },
+  batch = { kind = "integer", default = nil, check = range(1, 1e6, true),
+    doc = "sequences/images per step" },
+  shard = { kind = "integer", default = nil, doc = "data shard" },
+  latency = { kind = "string|number", default = nil, check = duration_check(false),
+    doc = "one-way latency of its link to the syncer" },
+  bandwidth = { kind = "string|number", default = nil, check = rate_check,
+    doc = "bandwidth of its link" },
+}
 
 -- The data fields each data.kind reads (besides kind); any other is refused, so a
 -- typo (data.bacth) is not silently ignored.
@@ -112,19 +196,8 @@ M.schema = {
       doc = "linear warm-up steps (default: min(100, steps / 10))" },
     min_lr = { kind = "number", default = 0, check = range(0, INF), doc = "final learning rate of the decay" },
     clip = { kind = "number", default = 1.0, check = range(0, INF), doc = "global grad-norm clip (0 = off)" },
-    no_decay = { kind = "table", default = nil, check = function(v)
-      local n = 0
-      for _ in pairs(v) do n = n + 1 end
-      if n ~= #v then return "a list of Lua patterns (strings)" end
-      for i, p in ipairs(v) do
-        if type(p) ~= "string" then return string.format("a list of Lua patterns, item %d is a %s", i, type(p)) end
-        local ok, e = pcall(string.find, "", p)
-        if not ok then
-          return string.format("a list of Lua patterns, item %d (%q) is malformed: %s", i, p,
-            tostring(e):gsub("^.-:%d+: ", ""))
-        end
-      end
-    end, doc = "Lua patterns of parameter names without weight decay" },
+    no_decay = { kind = "table", default = nil, check = pattern_list,
+      doc = "Lua patterns of parameter names without weight decay" },
   } },
   outer = { kind = "table", doc = "outer optimizer: diloco.optim.nesterov{...}", fields = {
     kind = { kind = "string", default = "nesterov", check = oneof("nesterov", "sgd"), doc = "outer optimizer" },
@@ -132,12 +205,16 @@ M.schema = {
     momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "outer momentum" },
   } },
   sync = { kind = "table", doc = "synchronisation between islands", fields = {
-    preset = { kind = "string", default = "decoupled", check = oneof("dp", "diloco", "streaming", "decoupled"),
-      doc = "algorithm preset (used when islands.count > 1)" },
-    H = { kind = "integer", default = 24, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
-    fragments = { kind = "integer", default = 4, check = range(1, 4096, true), doc = "fragments P" },
-    tau = { kind = "integer", default = 2, check = range(0, 1e6, true), doc = "overlap steps" },
-    quorum = { kind = "integer", default = 1, check = range(1, 1e6, true), doc = "minimum quorum K" },
+    preset = { kind = "string", default = DEFAULT_PRESET, check = oneof("dp", "diloco", "streaming", "decoupled"),
+      doc = "algorithm preset: the defaults of the fields marked (preset) (algorithm.md section 5)" },
+    H = { kind = "integer", preset = true, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
+    fragments = { kind = "integer", preset = true, check = range(1, 4096, true), doc = "fragments P" },
+    tau = { kind = "integer", preset = true, check = range(0, 1e6, true),
+      doc = "overlap steps: a fragment sent after step t is applied after step t + tau" },
+    quorum = { kind = "integer|string|function", preset = true, check = quorum_check,
+      doc = "minimum quorum K: an integer, \"all\" (live learners) or f(live_count, info) -> integer" },
+    blocking = { kind = "boolean", preset = true,
+      doc = "the learner waits for the merged fragment tau steps after sending it" },
     codec = { kind = "string", default = "f32", check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0"),
       doc = "outer-gradient codec, uplink (docs/codecs.md)" },
     codec_down = { kind = "string", default = "f32", check = oneof("f32", "bf16"),
@@ -150,20 +227,43 @@ M.schema = {
     plan = { kind = "string", default = "balanced", check = oneof("balanced", "strided", "sequential"),
       doc = "how tensors are assigned to fragments (docs/fragments.md)" },
     split_rows = { kind = "boolean", default = false, doc = "split a tensor larger than total/P by rows" },
-    alpha = { kind = "number", default = 0, check = range(0, 1), doc = "mixing on arrival: alpha*local + (1-alpha)*global" },
-    grace = { kind = "string|number", default = "adaptive", check = grace_check,
+    alpha = { kind = "number", preset = true, check = range(0, 1),
+      doc = "mixing on arrival: alpha*local + (1-alpha)*global" },
+    grace = { kind = "string|number", preset = true, check = grace_check,
       doc = "wait after quorum: adaptive, off, or a duration" },
-    weighting = { kind = "string", default = "tokens2_steps", check = oneof("tokens2_steps", "tokens", "uniform"),
+    grace_s = { kind = "number", default = nil, check = range(0, INF),
+      doc = "set by validation: sync.grace in seconds when it is a duration, else nil" },
+    grace_gamma = { kind = "number", default = 0.8, check = range(0, 1, false, true),
+      doc = "gamma of the adaptive grace window" },
+    ema = { kind = "number", default = 0.5, check = range(0, 1, false, true),
+      doc = "EMA factor of the adaptive grace estimates" },
+    weighting = { kind = "string", preset = true, check = oneof("tokens2_steps", "tokens", "uniform"),
       doc = "contribution weight: tokens^2/steps, tokens or uniform" },
-    merge = { kind = "string", default = "rda", check = oneof("rda", "mean"),
+    merge = { kind = "string", preset = true, check = oneof("rda", "mean"),
       doc = "merge of contributions: radial-directional averaging or weighted mean" },
+    embeddings = { kind = "table", default = { "^wte%.", "^wpe%.", "emb" }, check = pattern_list,
+      doc = "Lua patterns of tensor names merged by weighted mean under rda" },
+    schedule = { kind = "function", default = nil,
+      doc = "f(learner, step, fragments) -> list of 1-based fragments due after that step (replaces H/offsets)" },
     ring = { kind = "integer", default = 4, check = range(1, 64, true),
       doc = "versions of each fragment kept to anchor stale contributions" },
   } },
-  islands = { kind = "table", doc = "the learners", fields = {
-    count = { kind = "integer", default = 1, check = range(1, 1, true),
-      doc = "learners; this version trains one (multi-island training arrives with the syncer)" },
-    speed = { kind = "table", default = nil, doc = "relative speed per island" },
+  islands = { kind = "table", after = true,
+    doc = "the learners: {count = M, speed = ...} or a list of island tables {speed, batch, shard, latency, "
+      .. "bandwidth}", fields = {
+    count = { kind = "integer", default = nil, check = range(1, 64, true),
+      doc = "learners M (default: the length of the list, else 1)" },
+    speed = { kind = "number|table", default = nil,
+      doc = "relative speed: one number for all, or one per island (count form)" },
+    step_time = { kind = "string|number", default = 1.0, check = duration_check(true),
+      doc = "virtual seconds of one inner step at speed 1 with data.batch (sim)" },
+    latency = { kind = "string|number", default = 0.02, check = duration_check(false),
+      doc = "default one-way latency of a link to the syncer" },
+    bandwidth = { kind = "string|number", default = 312500000, check = rate_check,
+      doc = "default link bandwidth: bytes/s, or \"2.5Gbps\", \"100Mbps\", \"1MB/s\", \"inf\"" },
+    batch = { kind = "integer", default = nil, check = range(1, 1e6, true),
+      doc = "default batch of every island (default data.batch)" },
+    list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
   } },
   eval = { kind = "table", doc = "held-out evaluation", fields = {
     every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
@@ -186,10 +286,13 @@ M.schema = {
     on_step = { kind = "function", default = nil, doc = "f(info) after each step" },
     on_eval = { kind = "function", default = nil, doc = "f(info) after each eval" },
     lr = { kind = "function", default = nil, doc = "f(step, lr) -> lr for this step (overrides the schedule)" },
+    on_merge = { kind = "function", default = nil,
+      doc = "sim: f(info) after each merge decision (fragment, version, contributors, ...)" },
+    on_fault = { kind = "function", default = nil, doc = "sim: f(info) at each fault and recovery" },
   } },
-  chaos = { kind = "any", default = nil, check = function(v)
-    return "nil: fault injection arrives with multi-island training" end,
-    doc = "failure schedule (not available in this version)" },
+  chaos = { kind = "table", default = nil, after = true,
+    doc = "faults for sim: scripted events in the array part, random = {mtbf, down, learners, "
+      .. "exponential_down}, seed (diloco.chaos)" },
 }
 
 local function describe(v, depth)
@@ -242,6 +345,8 @@ local function check_section(t, fields, prefix, errs, open, per_kind)
       elseif spec.fields then
         v = {}
         t[key] = v
+      elseif type(spec.default) == "table" then -- a copy: recipes never share a default
+        t[key] = table.move(spec.default, 1, #spec.default, 1, {})
       else
         t[key] = spec.default
       end
@@ -254,7 +359,7 @@ local function check_section(t, fields, prefix, errs, open, per_kind)
         local expected = spec.check(v)
         if expected then errs[#errs + 1] = string.format("%s = %s: expected %s", name, describe(v), expected) end
       end
-      if spec.fields and type(v) == "table" then
+      if spec.fields and type(v) == "table" and not spec.after then
         check_section(v, spec.fields, name .. ".", errs, spec.open, spec.per_kind)
       end
       if spec.kind == "integer" and type(v) == "number" and math.type(v) == "float" and v == math.floor(v) then
@@ -327,29 +432,386 @@ local function check_model_data(arch, o, d, pixels, errs)
   end
 end
 
--- Cross-field rules that one field's spec cannot see.
-local function check_sync(r, errs)
-  local sy, isl = r.sync, r.islands
-  if sy.quorum > isl.count then
-    errs[#errs + 1] = string.format("sync.quorum = %d but islands.count = %d: quorum must be <= the number of "
-      .. "learners", sy.quorum, isl.count)
+local function is_int(v)
+  return type(v) == "number" and v == v and v == math.floor(v) and math.abs(v) < 2 ^ 53
+end
+local function count_keys(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+-- Fills the sync fields the recipe does not set from its preset (before validation,
+-- so a given field, or one from --set, wins).
+local function fill_preset(r)
+  if r.sync == nil then r.sync = {} end
+  local sy = r.sync
+  if type(sy) ~= "table" then return end
+  local p = M.PRESETS[sy.preset == nil and DEFAULT_PRESET or sy.preset]
+  if not p then return end
+  for k, v in pairs(p) do
+    if sy[k] == nil then sy[k] = v end
   end
-  if sy.tau >= sy.H then
-    errs[#errs + 1] = string.format("sync.tau = %d: the overlap must be below sync.H = %d (a fragment is applied "
-      .. "before it is due again)", sy.tau, sy.H)
+end
+
+-- islands, either form, -> { count = M, step_time = s, list = { {speed, batch, shard,
+-- latency = s, bandwidth = bytes/s}, ... } }.  Runs after the other sections (for
+-- data.batch).
+local function normalize_islands(r, errs)
+  local isl = r.islands
+  if type(isl) ~= "table" then return end -- its type error is reported already
+  local before = #errs
+  local lprefix = "islands.list"
+  if #isl > 0 then
+    if isl.list ~= nil then
+      errs[#errs + 1] = string.format("islands: %d island tables in its array part and islands.list = %s: "
+        .. "expected one of the two", #isl, describe(isl.list))
+      return
+    end
+    local arr = {}
+    for i = 1, #isl do
+      arr[i] = isl[i]
+      isl[i] = nil
+    end
+    isl.list, lprefix = arr, "islands"
   end
-  if isl.speed ~= nil then
-    if #isl.speed ~= isl.count then
+  check_section(isl, M.schema.islands.fields, "islands.", errs, false)
+  if #errs > before then return end
+  local list, count = isl.list, isl.count
+  if list ~= nil then
+    if #list == 0 or count_keys(list) ~= #list then
+      errs[#errs + 1] = string.format("%s = %s: expected a non-empty list of island tables", lprefix, describe(list))
+      return
+    end
+    if #list > 64 then
+      errs[#errs + 1] = string.format("islands: %d island tables: expected at most 64", #list)
+      return
+    end
+    if count ~= nil and count ~= #list then
+      errs[#errs + 1] = string.format("islands.count = %d but islands lists %d island tables: expected count = %d "
+        .. "(or no count: a list fixes it)", count, #list, #list)
+      return
+    end
+    count = #list
+    if type(isl.speed) == "table" then
+      errs[#errs + 1] = string.format("islands.speed = %s: expected a number (the default of every island) when "
+        .. "islands is a list of island tables; give each island its speed in its table", describe(isl.speed))
+    end
+  end
+  count = count or 1
+  if type(isl.speed) == "number" and speed_check(isl.speed) then
+    errs[#errs + 1] = string.format("islands.speed = %s: expected %s", describe(isl.speed), speed_check(isl.speed))
+  elseif type(isl.speed) == "table" and list == nil then
+    if #isl.speed ~= count or count_keys(isl.speed) ~= #isl.speed then
       errs[#errs + 1] = string.format("islands.speed has %d entries: expected one per island (islands.count = %d)",
-        #isl.speed, isl.count)
+        count_keys(isl.speed), count)
     end
     for i, v in pairs(isl.speed) do
-      if math.type(i) ~= "integer" or type(v) ~= "number" or v ~= v or v <= 0 or v == INF then
+      if math.type(i) ~= "integer" or type(v) ~= "number" or speed_check(v) then
         errs[#errs + 1] = string.format("islands.speed[%s] = %s: expected a finite number > 0 (relative speed)",
-          tostring(i), tostring(v))
+          describe(i), describe(v))
       end
     end
   end
+  local dbatch = type(r.data) == "table" and is_int(r.data.batch) and r.data.batch or 16
+  local out = {}
+  for i = 1, count do
+    local e, name = list and list[i] or {}, string.format("%s[%d]", lprefix, i)
+    if type(e) ~= "table" then
+      errs[#errs + 1] = string.format("%s = %s: expected an island table {speed, batch, shard, latency, bandwidth}",
+        name, describe(e))
+    else
+      local c = {}
+      for k, v in pairs(e) do c[k] = v end
+      local b = #errs
+      check_section(c, ISLAND_FIELDS, name .. ".", errs, false)
+      if c.shard ~= nil and is_int(c.shard) and (c.shard < 1 or c.shard > count) then
+        errs[#errs + 1] = string.format("%s.shard = %s: expected a data shard in [1, %d] (islands.count = %d)", name,
+          describe(c.shard), count, count)
+      end
+      if #errs == b then
+        local speed = c.speed
+        if speed == nil then
+          speed = type(isl.speed) == "number" and isl.speed or type(isl.speed) == "table" and isl.speed[i] or 1
+        end
+        out[i] = { speed = speed, batch = c.batch or isl.batch or dbatch, shard = c.shard or i,
+          latency = M.parse_duration(c.latency or isl.latency) + 0.0,
+          bandwidth = M.parse_rate(c.bandwidth or isl.bandwidth) + 0.0 }
+      end
+    end
+  end
+  if #errs > before then return end
+  r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out }
+end
+
+-- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted
+-- by at (stable), random = nil or {mtbf, down, learners, exponential_down} }.  After
+-- islands (the learner indices are checked against islands.count).
+local EVENT_KINDS = { "kill", "slow", "cut", "syncer" }
+local EVENT_FIELDS = {
+  kill = { at = true, kill = true, down = true },
+  slow = { at = true, slow = true, factor = true, duration = true },
+  cut = { at = true, cut = true, down = true },
+  syncer = { at = true, syncer = true, down = true },
+  normalized = { at = true, kind = true, learner = true, duration = true, factor = true },
+}
+local EVENT_FORM = '{ at = "20s", kill = 2, down = "10s" }, { at = "30s", slow = 1, factor = 3, duration = "15s" }, '
+  .. '{ at = "40s", cut = 3, down = "5s" } or { at = "50s", syncer = "down", down = "8s" }'
+
+local function sorted_keys(t)
+  local names = {}
+  for k in pairs(t) do names[#names + 1] = tostring(k) end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
+
+-- A duration that may be "inf" / math.huge (forever); nil -> forever.
+local function lasting(v)
+  if v == nil or v == INF or v == "inf" or v == "never" then return INF end
+  local s = M.parse_duration(v)
+  return s and s + 0.0
+end
+
+local function check_event(ev, name, count, errs)
+  if type(ev) ~= "table" then
+    errs[#errs + 1] = string.format("%s = %s: expected an event table such as %s", name, describe(ev), EVENT_FORM)
+    return
+  end
+  local kinds = {}
+  for _, k in ipairs(EVENT_KINDS) do
+    if ev[k] ~= nil then kinds[#kinds + 1] = k end
+  end
+  local kind = kinds[1]
+  if ev.kind ~= nil and #kinds == 0 then -- the normalized form, as validation writes it
+    kind = ev.kind
+    if EVENT_FIELDS[kind] == nil or kind == "normalized" then
+      errs[#errs + 1] = string.format("%s.kind = %s: expected one of kill, slow, cut, syncer", name, describe(kind))
+      return
+    end
+  elseif #kinds ~= 1 then
+    local got = {}
+    for i, k in ipairs(kinds) do got[i] = k .. " = " .. describe(ev[k]) end
+    errs[#errs + 1] = string.format("%s %s: expected exactly one of kill, slow, cut, syncer per event (%s)", name,
+      #kinds == 0 and "names no fault" or "has " .. table.concat(got, " and "), EVENT_FORM)
+    return
+  end
+  local normalized = ev.kind ~= nil and #kinds == 0
+  local allowed = EVENT_FIELDS[normalized and "normalized" or kind]
+  local before = #errs
+  for k in pairs(ev) do
+    if not allowed[k] then
+      errs[#errs + 1] = string.format("%s.%s: unknown field for a %s event (allowed: %s)", name, tostring(k), kind,
+        sorted_keys(allowed))
+    end
+  end
+  local out = { kind = kind }
+  if ev.at == nil then
+    errs[#errs + 1] = string.format("%s.at: missing (when it happens, virtual time from the start: %s)", name,
+      DURATION_FORM)
+  else
+    out.at = M.parse_duration(ev.at)
+    out.at = out.at and out.at + 0.0
+    if not out.at then errs[#errs + 1] = string.format("%s.at = %s: expected %s", name, describe(ev.at), DURATION_FORM) end
+  end
+  local lkey = normalized and "learner" or kind
+  if kind == "syncer" then
+    if not normalized and ev.syncer ~= "down" then
+      errs[#errs + 1] = string.format("%s.syncer = %s: expected \"down\"", name, describe(ev.syncer))
+    end
+    if normalized and ev.learner ~= nil then
+      errs[#errs + 1] = string.format("%s.learner = %s: expected nil (a syncer event names no learner)", name,
+        describe(ev.learner))
+    end
+  else
+    local l = ev[lkey]
+    if not (is_int(l) and l >= 1 and (count == nil or l <= count)) then
+      errs[#errs + 1] = count
+        and string.format("%s.%s = %s: expected a learner index in [1, %d] (islands.count = %d)", name, lkey,
+          describe(l), count, count)
+        or string.format("%s.%s = %s: expected a learner index >= 1", name, lkey, describe(l))
+    else
+      out.learner = math.tointeger(l)
+    end
+  end
+  local dkey = (normalized or kind == "slow") and "duration" or "down"
+  out.duration = lasting(ev[dkey])
+  if not out.duration then
+    errs[#errs + 1] = string.format("%s.%s = %s: expected %s, or nil/\"inf\" for %s", name, dkey, describe(ev[dkey]),
+      DURATION_FORM, kind == "slow" and "the rest of the run" or "never back")
+  end
+  if kind == "slow" then
+    local f = ev.factor
+    if f == nil then
+      errs[#errs + 1] = string.format("%s.factor: missing (a slow event multiplies the learner's step time by it)",
+        name)
+    elseif type(f) ~= "number" or f ~= f or f <= 0 or f == INF then
+      errs[#errs + 1] = string.format("%s.factor = %s: expected a finite number > 0 (the learner's step time is "
+        .. "multiplied by it)", name, describe(f))
+    else
+      out.factor = f
+    end
+  elseif normalized and ev.factor ~= nil then
+    errs[#errs + 1] = string.format("%s.factor = %s: expected nil (only a slow event has a factor)", name,
+      describe(ev.factor))
+  end
+  if #errs == before then return out end
+end
+
+local RANDOM_FORM = '{ mtbf = "60s", down = "15s", learners = {1, 2}, exponential_down = false }'
+local function check_random(rd, count, errs)
+  if type(rd) ~= "table" then
+    errs[#errs + 1] = string.format("chaos.random = %s: expected a table %s", describe(rd), RANDOM_FORM)
+    return
+  end
+  local before = #errs
+  local allowed = { mtbf = true, down = true, learners = true, exponential_down = true }
+  for k in pairs(rd) do
+    if not allowed[k] then
+      errs[#errs + 1] = string.format("chaos.random.%s: unknown field (allowed: %s)", tostring(k), sorted_keys(allowed))
+    end
+  end
+  local out = { exponential_down = rd.exponential_down == true }
+  if rd.mtbf == nil then
+    errs[#errs + 1] = "chaos.random.mtbf: missing (mean time between failures of each learner: " .. DURATION_FORM .. ")"
+  else
+    out.mtbf = M.parse_duration(rd.mtbf)
+    out.mtbf = out.mtbf and out.mtbf + 0.0
+    if not out.mtbf or out.mtbf <= 0 then
+      errs[#errs + 1] = string.format("chaos.random.mtbf = %s: expected a duration > 0 (mean time between failures "
+        .. "of each learner): %s", describe(rd.mtbf), DURATION_FORM)
+    end
+  end
+  if rd.down == nil then
+    errs[#errs + 1] = "chaos.random.down: missing (how long a failed learner stays down: " .. DURATION_FORM .. ")"
+  else
+    out.down = M.parse_duration(rd.down)
+    out.down = out.down and out.down + 0.0
+    if not out.down then
+      errs[#errs + 1] = string.format("chaos.random.down = %s: expected %s", describe(rd.down), DURATION_FORM)
+    end
+  end
+  if rd.exponential_down ~= nil and type(rd.exponential_down) ~= "boolean" then
+    errs[#errs + 1] = string.format("chaos.random.exponential_down = %s: expected boolean (down times exponential "
+      .. "with mean down, else fixed)", describe(rd.exponential_down))
+  end
+  if rd.learners == nil then
+    out.learners = {}
+    for i = 1, count or 0 do out.learners[i] = i end
+  elseif type(rd.learners) ~= "table" or count_keys(rd.learners) ~= #rd.learners then
+    errs[#errs + 1] = string.format("chaos.random.learners = %s: expected a list of learner indices", describe(rd.learners))
+  else
+    out.learners = {}
+    local seen = {}
+    for i, l in ipairs(rd.learners) do
+      if not (is_int(l) and l >= 1 and (count == nil or l <= count)) then
+        errs[#errs + 1] = count
+          and string.format("chaos.random.learners[%d] = %s: expected a learner index in [1, %d] (islands.count = %d)",
+            i, describe(l), count, count)
+          or string.format("chaos.random.learners[%d] = %s: expected a learner index >= 1", i, describe(l))
+      elseif seen[l] then
+        errs[#errs + 1] = string.format("chaos.random.learners[%d] = %s: expected each learner once", i, describe(l))
+      else
+        seen[l] = true
+        out.learners[#out.learners + 1] = math.tointeger(l)
+      end
+    end
+  end
+  if #errs == before then return out end
+end
+
+local function normalize_chaos(r, errs)
+  local c = r.chaos
+  if type(c) ~= "table" then return end -- nil, or its type error is reported already
+  local count = type(r.islands) == "table" and is_int(r.islands.count) and r.islands.count or nil
+  local before = #errs
+  local src, prefix = c, "chaos"
+  for k in pairs(c) do
+    if not (math.type(k) == "integer" and k >= 1 and k <= #c) and k ~= "random" and k ~= "seed" and k ~= "events" then
+      errs[#errs + 1] = string.format("chaos.%s: unknown field (allowed: random, seed, and scripted events in the "
+        .. "array part, or as events)", tostring(k))
+    end
+  end
+  if c.events ~= nil then
+    if #c > 0 then
+      errs[#errs + 1] = string.format("chaos: %d events in its array part and chaos.events = %s: expected one of the "
+        .. "two", #c, describe(c.events))
+    elseif type(c.events) ~= "table" or count_keys(c.events) ~= #c.events then
+      errs[#errs + 1] = string.format("chaos.events = %s: expected a list of events", describe(c.events))
+    end
+    src, prefix = c.events, "chaos.events"
+  end
+  local seed = c.seed
+  if seed == nil then
+    seed = is_int(r.seed) and r.seed or 0
+  elseif not (is_int(seed) and seed >= 0) then
+    errs[#errs + 1] = string.format("chaos.seed = %s: expected an integer >= 0 (default: the recipe's seed)",
+      describe(seed))
+  end
+  local events, random = {}, nil
+  if #errs == before then
+    for i = 1, #src do
+      local ev = check_event(src[i], string.format("%s[%d]", prefix, i), count, errs)
+      if ev then
+        ev.i = i
+        events[#events + 1] = ev
+      end
+    end
+  end
+  if c.random ~= nil then random = check_random(c.random, count, errs) end
+  if #errs > before then return end
+  table.sort(events, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return a.i < b.i
+  end)
+  for _, ev in ipairs(events) do ev.i = nil end
+  r.chaos = { seed = math.tointeger(seed), events = events, random = random }
+end
+
+-- Cross-field rules that one field's spec cannot see.
+local function check_sync(r, errs)
+  local sy, isl = r.sync, r.islands
+  if math.type(sy.quorum) == "float" then sy.quorum = math.tointeger(sy.quorum) end
+  if type(sy.quorum) == "number" and sy.quorum > isl.count then
+    errs[#errs + 1] = string.format("sync.quorum = %d but islands.count = %d: quorum must be <= the number of "
+      .. "learners", sy.quorum, isl.count)
+  end
+  if sy.preset ~= "dp" and sy.tau >= sy.H then
+    errs[#errs + 1] = string.format("sync.tau = %d: the overlap must be below sync.H = %d (a fragment is applied "
+      .. "before it is due again)", sy.tau, sy.H)
+  end
+  if sy.preset == "dp" and sy.fragments ~= 1 then
+    errs[#errs + 1] = string.format("sync.fragments = %d: expected 1 with sync.preset = \"dp\" (data parallel "
+      .. "exchanges the whole gradient every step)", sy.fragments)
+  end
+  sy.grace_s = nil
+  if sy.grace ~= "adaptive" and sy.grace ~= "off" then sy.grace_s = M.parse_duration(sy.grace) + 0.0 end
+end
+
+-- Once the model is built (the driver calls it): nil, or the error text when there
+-- are more fragments than tensors to put in them.
+function M.check_fragments(r, n_tensors)
+  local P = r.sync.fragments
+  if P > n_tensors and not r.sync.split_rows then
+    return string.format("sync.fragments = %d but the model has %d tensors: expected at most %d "
+      .. "(or sync.split_rows = true)", P, n_tensors, n_tensors)
+  end
+end
+
+-- What `diloco-lua run` (one island, no faults) refuses in a validated recipe: a list
+-- of messages, empty when it can run it.
+function M.single_island_problems(r)
+  local out = {}
+  if r.islands.count > 1 then
+    out[#out + 1] = string.format("islands.count = %d: `diloco-lua run` trains one island; train several on the "
+      .. "virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime arrives later)", r.islands.count)
+  end
+  local c = r.chaos
+  if c and (#c.events > 0 or c.random) then
+    out[#out + 1] = string.format("chaos: %d scripted event%s%s: `diloco-lua run` trains one island without "
+      .. "faults; inject them on the virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime "
+      .. "arrives later)", #c.events, #c.events == 1 and "" or "s", c.random and " and a random policy" or "")
+  end
+  return out
 end
 
 local function check_relations(r, errs)
@@ -420,7 +882,10 @@ end
 -- Validates and fills defaults in place.  Returns r, or nil and the list of problems.
 function M.validate(r)
   local errs = {}
+  fill_preset(r)
   check_section(r, M.schema, "", errs, false)
+  normalize_islands(r, errs)
+  normalize_chaos(r, errs)
   if #errs == 0 then check_relations(r, errs) end
   if #errs > 0 then return nil, errs end
   return r
@@ -507,8 +972,9 @@ function M.describe_schema()
       if s.fields then
         walk(s.fields, prefix .. k .. ".")
       else
-        lines[#lines + 1] = string.format("%-22s %-10s %-12s %s", prefix .. k, s.kind,
-          s.default == nil and (s.required and "(required)" or "-") or tostring(s.default), s.doc or "")
+        local default = s.preset and "(preset)" or s.required and "(required)" or s.default == nil and "-"
+          or type(s.default) == "table" and describe(s.default) or tostring(s.default)
+        lines[#lines + 1] = string.format("%-22s %-10s %-12s %s", prefix .. k, s.kind, default, s.doc or "")
       end
     end
   end
