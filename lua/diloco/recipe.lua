@@ -458,8 +458,9 @@ end
 -- latency = s, bandwidth = bytes/s}, ... } }.  Runs after the other sections (for
 -- data.batch).
 local function normalize_islands(r, errs)
-  local isl = r.islands
-  if type(isl) ~= "table" then return end -- its type error is reported already
+  if type(r.islands) ~= "table" then return end -- its type error is reported already
+  local isl = {} -- a copy: the recipe's own table is left as written
+  for k, v in pairs(r.islands) do isl[k] = v end
   local before = #errs
   local lprefix = "islands.list"
   if #isl > 0 then
