@@ -34,5 +34,6 @@
 #include "merge.h"
 #include "outer.h"
 #include "chaos.h"
+#include "goodput.h"
 
 #endif

@@ -1,0 +1,397 @@
+/* goodput.c - the goodput simulator (goodput.h, docs/goodput.md).
+ *
+ * One event loop over all learners.  A learner's next event is the earliest of its next
+ * interruption, the return of the oldest slice under repair (repair times are all equal,
+ * so slices return in the order they left: a FIFO) and the end of its pause; a tournament
+ * tree over the learners gives the global earliest in O(log M).  The interruption process
+ * of a learner is ONE Poisson process of rate live_chips / mtbi, redrawn whenever
+ * live_chips changes (exponential gaps are memoryless, so redrawing is exact).  Steps and
+ * checkpoints are not events: the work done in a run segment is computed in closed form
+ * from the segment's start when something interrupts it or when it is sampled. */
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/goodput.h"
+
+static const char *const policy_names[] = {"dp", "elastic-dp", "decoupled"};
+static const char *const pause_names[] = {"absorb", "extend"};
+static_assert(sizeof policy_names / sizeof policy_names[0] == DLC_GOODPUT_POLICY_COUNT, "policy name table");
+static_assert(sizeof pause_names / sizeof pause_names[0] == DLC_GOODPUT_PAUSE_COUNT, "pause name table");
+
+const char *dlc_goodput_policy_name(int p) {
+    return p >= 0 && p < DLC_GOODPUT_POLICY_COUNT ? policy_names[p] : "?";
+}
+const char *dlc_goodput_pause_name(int p) { return p >= 0 && p < DLC_GOODPUT_PAUSE_COUNT ? pause_names[p] : "?"; }
+
+dlc_status dlc_goodput_policy_parse(const char *name, dlc_goodput_policy *out) {
+    for (int i = 0; name && out && i < DLC_GOODPUT_POLICY_COUNT; i++)
+        if (!strcmp(name, policy_names[i])) return *out = (dlc_goodput_policy)i, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "goodput: policy = \"%s\", expected dp, elastic-dp or decoupled", name ? name : "(null)");
+}
+
+dlc_status dlc_goodput_pause_parse(const char *name, dlc_goodput_pause *out) {
+    for (int i = 0; name && out && i < DLC_GOODPUT_PAUSE_COUNT; i++)
+        if (!strcmp(name, pause_names[i])) return *out = (dlc_goodput_pause)i, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "goodput: pause = \"%s\", expected absorb or extend", name ? name : "(null)");
+}
+
+#define DAY 86400.0
+#define YEAR (365 * DAY)
+
+dlc_goodput_params dlc_goodput_default_params(void) {
+    dlc_goodput_params p;
+    memset(&p, 0, sizeof p);
+    p.policy = DLC_GOODPUT_ELASTIC;
+    p.chips = 1200000;       /* paper */
+    p.slice_chips = 256;     /* estimate */
+    p.learners = 1;
+    p.mtbi = YEAR;           /* paper */
+    p.repair = 3600;         /* estimate */
+    p.downscale = 7.5;       /* calibrated: elastic-dp 58% at 1.2M chips */
+    p.upscale = 7.5;         /* calibrated together with downscale (equal) */
+    p.step = 2;              /* estimate */
+    p.checkpoint = 30;       /* estimate */
+    p.checkpoint_cost = 0;   /* estimate: asynchronous in-memory checkpoints */
+    p.restart = 30;          /* estimate */
+    p.pause = DLC_GOODPUT_ABSORB;
+    p.duration = 30 * DAY;
+    p.sample = 3600;
+    p.seed = 0;
+    return p;
+}
+
+static int bad_dur(double v, double lo, int open) { return !isfinite(v) || v < lo || (open && v == lo); }
+
+dlc_status dlc_goodput_params_check(const dlc_goodput_params *p) {
+    if (!p) return dlc_error(DLC_ERR_ARG, "goodput: params is NULL");
+    if ((int)p->policy < 0 || p->policy >= DLC_GOODPUT_POLICY_COUNT)
+        return dlc_error(DLC_ERR_ARG, "goodput: policy = %d, expected 0..%d (dp, elastic-dp, decoupled)", (int)p->policy,
+                         DLC_GOODPUT_POLICY_COUNT - 1);
+    if (p->chips < 1 || p->chips > DLC_GOODPUT_MAX_CHIPS)
+        return dlc_error(DLC_ERR_ARG, "goodput: chips = %lld, expected 1..%lld", (long long)p->chips,
+                         (long long)DLC_GOODPUT_MAX_CHIPS);
+    if (p->learners < 1 || p->learners > DLC_GOODPUT_MAX_LEARNERS || p->learners > p->chips)
+        return dlc_error(DLC_ERR_ARG, "goodput: learners = %d, expected 1..%d and at most chips (%lld)", p->learners,
+                         DLC_GOODPUT_MAX_LEARNERS, (long long)p->chips);
+    if (p->learners != 1 && p->policy != DLC_GOODPUT_DECOUPLED)
+        return dlc_error(DLC_ERR_ARG, "goodput: learners = %d with policy %s: only decoupled has several learners",
+                         p->learners, policy_names[p->policy]);
+    int64_t per = p->chips / p->learners;
+    if (p->slice_chips < 1 || p->slice_chips > per)
+        return dlc_error(DLC_ERR_ARG, "goodput: slice_chips = %lld, expected 1..%lld (the chips of one learner)",
+                         (long long)p->slice_chips, (long long)per);
+    if (bad_dur(p->mtbi, 0, 1))
+        return dlc_error(DLC_ERR_ARG, "goodput: mtbi = %g, expected a finite duration > 0 (seconds)", p->mtbi);
+    if (bad_dur(p->step, 0, 1))
+        return dlc_error(DLC_ERR_ARG, "goodput: step = %g, expected a finite duration > 0 (seconds)", p->step);
+    const struct { const char *name; double v; } nonneg[] = {{"repair", p->repair}, {"downscale", p->downscale},
+        {"upscale", p->upscale}, {"checkpoint_cost", p->checkpoint_cost}, {"restart", p->restart}};
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+        if (bad_dur(nonneg[i].v, 0, 0))
+            return dlc_error(DLC_ERR_ARG, "goodput: %s = %g, expected a finite duration >= 0 (seconds)", nonneg[i].name,
+                             nonneg[i].v);
+    if (!isfinite(p->checkpoint) || p->checkpoint < p->step)
+        return dlc_error(DLC_ERR_ARG, "goodput: checkpoint = %g, expected a finite duration >= step (%g s)", p->checkpoint,
+                         p->step);
+    if ((int)p->pause < 0 || p->pause >= DLC_GOODPUT_PAUSE_COUNT)
+        return dlc_error(DLC_ERR_ARG, "goodput: pause = %d, expected 0 (absorb) or 1 (extend)", (int)p->pause);
+    if (bad_dur(p->duration, 0, 1) || p->duration > 1e6 * YEAR)
+        return dlc_error(DLC_ERR_ARG, "goodput: duration = %g, expected a finite duration in (0, 1e6 years] (seconds)",
+                         p->duration);
+    if (!isfinite(p->sample) || p->sample < 0 || (p->sample > 0 && p->duration / p->sample >= DLC_GOODPUT_MAX_SAMPLES))
+        return dlc_error(DLC_ERR_ARG, "goodput: sample = %g, expected 0 (no series) or a duration >= duration / %d (%g s)",
+                         p->sample, DLC_GOODPUT_MAX_SAMPLES, p->duration / DLC_GOODPUT_MAX_SAMPLES);
+    return DLC_OK;
+}
+
+/* ---- randomness: xoshiro256** seeded by splitmix64, one stream per learner ---- */
+
+typedef struct xo {
+    uint64_t s[4];
+} xo;
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void xo_seed(xo *g, uint64_t seed, uint64_t stream) {
+    uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
+    for (int i = 0; i < 4; i++) g->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xo_next(xo *g) {
+    uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in (0, 1]. */
+static double xo_open01(xo *g) { return (double)((xo_next(g) >> 11) + 1) * 0x1p-53; }
+
+/* ---- one learner ---- */
+
+enum { RUN, PAUSE, DOWN };
+
+typedef struct repair {
+    double t;  /* return time */
+    int last;  /* 1: the learner's last (remainder) slice */
+} repair;
+
+typedef struct learner {
+    xo rng;
+    int64_t chips, nslices, rem; /* nslices - 1 slices of slice_chips, one of rem (1..slice_chips) */
+    int64_t live_full;           /* live full slices */
+    int rem_live;                /* the last slice is live */
+    repair *rq;                  /* FIFO of nslices entries */
+    int64_t rq_head, rq_len;
+    int state;
+    double next_fail, pause_end;
+    double run_start; /* RUN: start of the current segment */
+    int64_t working;  /* RUN: chips computing in it */
+    double pos;       /* useful chip-seconds at run_start (or now, when not running) */
+} learner;
+
+typedef struct sim {
+    const dlc_goodput_params *p;
+    int dp;
+    int64_t ckpt_steps; /* dp: steps per checkpoint */
+    learner *l;
+    int m;
+    int *tree; /* tournament tree over learners: tree[1] is the one with the earliest event */
+    int leaves;
+    int running; /* learners in RUN */
+    int64_t live_total;
+    int64_t events, interruptions, rollbacks;
+    double first; /* time of the first interruption */
+} sim;
+
+static int64_t live_chips(const sim *s, const learner *l) {
+    return s->dp ? l->chips : l->live_full * s->p->slice_chips + (l->rem_live ? l->rem : 0);
+}
+
+static double next_time(const learner *l) {
+    double t = l->next_fail;
+    if (l->rq_len && l->rq[l->rq_head].t < t) t = l->rq[l->rq_head].t;
+    if (l->state == PAUSE && l->pause_end < t) t = l->pause_end;
+    return t;
+}
+
+static double tree_time(const sim *s, int node) {
+    int i = s->tree[node];
+    return i < 0 ? INFINITY : next_time(&s->l[i]);
+}
+
+static void tree_update(sim *s, int i) {
+    for (int n = (s->leaves + i) / 2; n >= 1; n /= 2) {
+        int a = s->tree[2 * n], b = s->tree[2 * n + 1];
+        s->tree[n] = (b >= 0 && (a < 0 || tree_time(s, 2 * n + 1) < tree_time(s, 2 * n))) ? b : a;
+    }
+}
+
+/* Work of a run segment of length e: completed steps, and for dp the steps already covered
+ * by a completed checkpoint (each checkpoint_cost seconds after its ckpt_steps steps). */
+static void segment(const sim *s, double e, double *steps, double *committed) {
+    const double st = s->p->step;
+    if (!s->dp) {
+        *steps = floor(e / st);
+        *committed = *steps;
+        return;
+    }
+    const double k = (double)s->ckpt_steps, cycle = k * st + s->p->checkpoint_cost;
+    double c = floor(e / cycle), r = e - c * cycle;
+    double in = floor(r / st);
+    *steps = c * k + (in < k ? in : k);
+    *committed = c * k;
+}
+
+static double progress_at(const sim *s, const learner *l, double t) {
+    if (l->state != RUN) return l->pos;
+    double steps, committed;
+    segment(s, t - l->run_start, &steps, &committed);
+    return l->pos + steps * s->p->step * (double)l->working;
+}
+
+static void redraw_fail(sim *s, learner *l, double t) {
+    int64_t c = live_chips(s, l);
+    l->next_fail = c > 0 ? t - log(xo_open01(&l->rng)) * s->p->mtbi / (double)c : INFINITY;
+}
+
+/* Ends the running segment at t (keeping its completed steps, or for dp rolling back to the
+ * last checkpoint) and pauses for d seconds; during a pause, absorbs or extends. */
+static void pause_for(sim *s, learner *l, double t, double d) {
+    if (l->state == RUN) {
+        double steps, committed;
+        segment(s, t - l->run_start, &steps, &committed);
+        double keep = s->dp ? committed : steps;
+        if (s->dp && steps > committed) s->rollbacks++;
+        l->pos += keep * s->p->step * (double)l->working;
+        l->state = PAUSE;
+        l->pause_end = t + d;
+        s->running--;
+    } else if (l->state == DOWN) {
+        l->state = PAUSE;
+        l->pause_end = t + d;
+    } else if (s->p->pause == DLC_GOODPUT_EXTEND && t + d > l->pause_end) {
+        l->pause_end = t + d;
+    }
+}
+
+static void interrupt(sim *s, learner *l, double t) {
+    if (s->interruptions++ == 0) s->first = t;
+    if (s->dp) { /* a spare takes the slice's place: the job keeps its chips */
+        pause_for(s, l, t, s->p->restart);
+        redraw_fail(s, l, t);
+        return;
+    }
+    int64_t live = live_chips(s, l);
+    int last = l->rem_live && xo_open01(&l->rng) * (double)live <= (double)l->rem;
+    if (last) l->rem_live = 0;
+    else l->live_full--;
+    int64_t gone = last ? l->rem : s->p->slice_chips;
+    s->live_total -= gone;
+    int64_t tail = (l->rq_head + l->rq_len) % l->nslices;
+    l->rq[tail].t = t + s->p->repair;
+    l->rq[tail].last = last;
+    l->rq_len++;
+    pause_for(s, l, t, s->p->downscale);
+    if (live - gone == 0) l->state = DOWN; /* nothing to compute with until a slice returns */
+    redraw_fail(s, l, t);
+}
+
+static void slice_returns(sim *s, learner *l, double t) {
+    repair r = l->rq[l->rq_head];
+    l->rq_head = (l->rq_head + 1) % l->nslices;
+    l->rq_len--;
+    if (r.last) l->rem_live = 1;
+    else l->live_full++;
+    s->live_total += r.last ? l->rem : s->p->slice_chips;
+    pause_for(s, l, t, s->p->upscale);
+    redraw_fail(s, l, t);
+}
+
+static void pause_ends(sim *s, learner *l, double t) {
+    l->state = RUN;
+    l->run_start = t;
+    l->working = live_chips(s, l);
+    s->running++;
+}
+
+static void sim_free(sim *s) {
+    if (s->l)
+        for (int i = 0; i < s->m; i++) free(s->l[i].rq);
+    free(s->l);
+    free(s->tree);
+}
+
+void dlc_goodput_result_free(dlc_goodput_result *r) {
+    if (!r) return;
+    free(r->learner_goodput);
+    free(r->t);
+    free(r->live_chips);
+    free(r->progress);
+    memset(r, 0, sizeof *r);
+}
+
+dlc_status dlc_goodput_run(const dlc_goodput_params *p, dlc_goodput_result *out) {
+    if (!out) return dlc_error(DLC_ERR_ARG, "goodput_run: out is NULL");
+    memset(out, 0, sizeof *out);
+    dlc_status st = dlc_goodput_params_check(p);
+    if (st != DLC_OK) return st;
+    sim s;
+    memset(&s, 0, sizeof s);
+    s.p = p;
+    s.first = -1;
+    s.dp = p->policy == DLC_GOODPUT_DP;
+    s.ckpt_steps = (int64_t)floor(p->checkpoint / p->step * (1 + 1e-12));
+    if (s.ckpt_steps < 1) s.ckpt_steps = 1;
+    s.m = p->learners;
+    for (s.leaves = 1; s.leaves < s.m; s.leaves *= 2) {}
+    s.l = calloc((size_t)s.m, sizeof *s.l);
+    s.tree = malloc(sizeof(int) * 2 * (size_t)s.leaves);
+    out->learners = s.m;
+    out->learner_goodput = calloc((size_t)s.m, sizeof(double));
+    int64_t ns = p->sample > 0 ? (int64_t)floor(p->duration / p->sample) + 1 : 0;
+    if (ns) {
+        out->t = malloc(sizeof(double) * (size_t)ns);
+        out->live_chips = malloc(sizeof(double) * (size_t)ns);
+        out->progress = malloc(sizeof(double) * (size_t)ns);
+    }
+    if (!s.l || !s.tree || !out->learner_goodput || (ns && (!out->t || !out->live_chips || !out->progress)))
+        goto nomem;
+    for (int i = 0; i < s.m; i++) {
+        learner *l = &s.l[i];
+        l->chips = p->chips / s.m + (i < p->chips % s.m);
+        l->nslices = (l->chips + p->slice_chips - 1) / p->slice_chips;
+        l->rem = l->chips - (l->nslices - 1) * p->slice_chips;
+        l->live_full = l->nslices - 1;
+        l->rem_live = 1;
+        if (!s.dp && !(l->rq = malloc(sizeof(repair) * (size_t)l->nslices))) goto nomem;
+        xo_seed(&l->rng, p->seed, (uint64_t)i);
+        l->state = PAUSE; /* a zero-length pause: the first event starts the run at t = 0 */
+        l->pause_end = 0;
+        s.live_total += l->chips;
+        redraw_fail(&s, l, 0);
+    }
+    for (int n = 0; n < 2 * s.leaves; n++) s.tree[n] = -1;
+    for (int i = 0; i < s.m; i++) s.tree[s.leaves + i] = i;
+    for (int i = 0; i < s.m; i++) tree_update(&s, i);
+
+    double now = 0, up = 0;
+    int64_t next_sample = 0;
+    for (;;) {
+        int i = s.tree[1];
+        double te = tree_time(&s, 1);
+        double stop = te < p->duration ? te : p->duration;
+        for (; next_sample < ns && (double)next_sample * p->sample < te; next_sample++) {
+            double ts = (double)next_sample * p->sample, prog = 0;
+            for (int j = 0; j < s.m; j++) prog += progress_at(&s, &s.l[j], ts);
+            out->t[next_sample] = ts;
+            out->live_chips[next_sample] = (double)s.live_total;
+            out->progress[next_sample] = prog / (double)p->chips;
+        }
+        if (s.running > 0) up += stop - now;
+        now = stop;
+        if (te > p->duration) break;
+        learner *l = &s.l[i];
+        s.events++;
+        if (l->state == PAUSE && l->pause_end <= l->next_fail && (!l->rq_len || l->pause_end <= l->rq[l->rq_head].t))
+            pause_ends(&s, l, te);
+        else if (l->rq_len && l->rq[l->rq_head].t <= l->next_fail)
+            slice_returns(&s, l, te);
+        else
+            interrupt(&s, l, te);
+        tree_update(&s, i);
+    }
+    double useful = 0;
+    for (int i = 0; i < s.m; i++) {
+        double u = progress_at(&s, &s.l[i], p->duration);
+        out->learner_goodput[i] = u / ((double)s.l[i].chips * p->duration);
+        useful += u;
+    }
+    out->useful = useful;
+    out->goodput = useful / ((double)p->chips * p->duration);
+    out->uptime = up / p->duration;
+    out->interruptions = s.interruptions;
+    out->rollbacks = s.rollbacks;
+    out->first_interruption = s.first;
+    out->events = s.events;
+    out->samples = ns;
+    sim_free(&s);
+    return DLC_OK;
+nomem:
+    sim_free(&s);
+    dlc_goodput_result_free(out);
+    return dlc_error(DLC_ERR_NOMEM, "goodput_run: out of memory for %d learners and %lld samples", p->learners,
+                     (long long)ns);
+}
