@@ -414,6 +414,9 @@ static int lazy_submodule(lua_State *L) {
     return 1;
 }
 
+/* lchaos.c: diloco.Chaos, fault schedules (core/chaos.h). */
+void dlcL_open_chaos(lua_State *L, int mod, int st);
+
 int luaopen_diloco(lua_State *L) {
     luaL_checkversion(L);
     lua_createtable(L, 0, 96);
@@ -451,6 +454,7 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_optim(L, mod, sti);
     dlcL_open_codec(L, mod, sti);
     dlcL_open_plan(L, mod, sti);
+    dlcL_open_chaos(L, mod, sti);
 
     /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on
      * first use as diloco.NAME, so `local diloco = require "diloco"` is all a recipe
