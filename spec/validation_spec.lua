@@ -118,6 +118,90 @@ return diloco.recipe {
   end)
 end)
 
+describe("diloco-lua run checks multi-island fields and points to sim (exit 2)", function()
+  local cases = {
+    { "--set islands.count=4 --set sync.quorum=5",
+      "sync.quorum = 5 but islands.count = 4: quorum must be <= the number of learners" },
+    { "--set sync.tau=24", "sync.tau = 24: the overlap must be below sync.H = 24" },
+    { "--set sync.preset=streaming --set sync.H=2", "sync.tau = 2: the overlap must be below sync.H = 2" },
+    { "--set sync.alpha=1.5", "sync.alpha = 1.5: expected a finite number in [0, 1]" },
+    { "--set sync.preset=dp --set sync.fragments=2", 'sync.fragments = 2: expected 1 with sync.preset = "dp"' },
+    { "--set islands.count=2 --set islands.speed=0", "islands.speed = 0: expected a finite number > 0 (relative speed)" },
+    { "--set islands.count=2 --set islands.speed={1,-2}",
+      "islands.speed[2] = -2: expected a finite number > 0 (relative speed)" },
+    { "--set islands.count=3 --set islands.list={{},{}}",
+      "islands.count = 3 but islands lists 2 island tables: expected count = 2" },
+    { "--set islands.bandwidth=fast", 'islands.bandwidth = "fast": expected a rate > 0 such as "10Gbps"' },
+    { "--set islands.latency=5parsecs", 'islands.latency = "5parsecs": expected a duration such as "20s"' },
+    { "--set sync.grace=soon", 'sync.grace = "soon": expected adaptive, off, or a duration' },
+    { "--set islands.count=65", "islands.count = 65: expected an integer in [1, 64]" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function() assert_refused(c[1], c[2]) end)
+  end
+
+  local function recipe(name, extra)
+    return write(name, [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 },
+  data = diloco.data.synthetic_text { bytes = 5000, ctx = 16, batch = 2 },
+  steps = 2, eval = { every = 0, batches = 1 },
+]] .. extra .. "\n}\n")
+  end
+  local function refused(path, flags, want)
+    local out, status = sh(string.format("%s run %s --out %s/multi --quiet %s", exe, path, tmp, flags or ""))
+    assert.are.equal(2, status, out)
+    assert.matches(want, out, 1, true)
+    assert_clean(out)
+    return out
+  end
+
+  it("names a chaos event's learner that does not exist, two kinds, a malformed duration", function()
+    local path = recipe("chaos_bad.lua", [[
+  islands = { count = 4 },
+  chaos = diloco.chaos.timeline {
+    { at = "20s", kill = 5, down = "10s" },
+    { at = "30s", kill = 1, slow = 2, factor = 3 },
+    { at = "40 sec", cut = 3 },
+  },]])
+    local out = refused(path, "", "chaos[1].kill = 5: expected a learner index in [1, 4] (islands.count = 4)")
+    assert.matches("chaos[2] has kill = 1 and slow = 2: expected exactly one of kill, slow, cut, syncer", out, 1, true)
+    assert.matches('chaos[3].at = "40 sec": expected a duration such as "20s"', out, 1, true)
+    assert.matches("3 problems in the recipe", out, 1, true)
+  end)
+
+  it("names a malformed bandwidth and a speed <= 0 in an island table", function()
+    local path = recipe("islands_bad.lua", [[
+  islands = { { speed = 1 }, { speed = 0, bandwidth = "1 gigabit" } },]])
+    local out = refused(path, "", "islands[2].speed = 0: expected a finite number > 0 (relative speed)")
+    assert.matches('islands[2].bandwidth = "1 gigabit": expected a rate > 0', out, 1, true)
+  end)
+
+  it("refuses more than one island, pointing to sim", function()
+    local out = assert_refused("--set islands.count=4", "islands.count = 4: `diloco-lua run` trains one island; "
+      .. "train several on the virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime arrives "
+      .. "later)")
+    assert.is_nil(out:find("problem", 1, true), out)
+    local path = recipe("list.lua", [[
+  islands = { { speed = 1 }, { speed = 0.5 } },]])
+    refused(path, "", "islands.count = 2: `diloco-lua run` trains one island")
+  end)
+
+  it("refuses chaos on one island, pointing to sim", function()
+    local path = recipe("chaos_one.lua", [[
+  chaos = diloco.chaos.poisson { mtbf = "60s", down = "15s" },]])
+    refused(path, "", "chaos: 0 scripted events and a random policy: `diloco-lua run` trains one island without "
+      .. "faults; inject them on the virtual-time driver with `diloco-lua sim RECIPE`")
+  end)
+
+  it("says so in --help", function()
+    local out, status = sh(exe .. " run --help")
+    assert.are.equal(0, status, out)
+    assert.matches("diloco-lua sim RECIPE", out, 1, true)
+  end)
+end)
+
 describe("diloco-lua run checks an image classifier against its data", function()
   local IMG = write("img.lua", [[
 local diloco = require "diloco"
