@@ -33,6 +33,9 @@
 #include "frag.h"
 #include "merge.h"
 #include "outer.h"
+#include "msg.h"
+#include "learner.h"
+#include "syncer.h"
 #include "chaos.h"
 #include "goodput.h"
 

@@ -1,0 +1,179 @@
+/*
+ * learner.h - one learner (island) of Decoupled DiLoCo as a sans-IO state machine
+ * (algorithm.md §4.1, §5).  It never touches a socket, a thread or a clock: the driver
+ * (vtime.h in one process, the network runtime later, or a C host) runs the inner steps,
+ * passes the time in, delivers messages and performs the actions it returns.
+ *
+ * The learner borrows the model's parameter arena (params.h) and the fragment plan
+ * (frag.h); both must outlive it.  It writes the arena only inside dlc_learner_* calls,
+ * which the driver makes between inner steps: applying a merged fragment (mixing
+ * θ = α·θ + (1 − α)·Θ) and, in data parallel, writing the averaged gradient into the
+ * grad arena.  It owns: the last global value Θ̂ of every fragment it received (one copy
+ * of the model), the fragments that arrived and wait to be applied (a second copy), the
+ * encoded contribution of each fragment (its encoded size), and with error feedback one
+ * more copy.
+ *
+ *     dlc_learner_params lp = dlc_learner_default_params();
+ *     lp.id = 2; lp.H = 24; lp.tau = 2;
+ *     dlc_learner *l = dlc_learner_new(&lp, params, plan);      // state JOINING
+ *     // the syncer's full model arrives as P FRAGMENT messages flagged DLC_MSG_RESYNC:
+ *     dlc_learner_receive(l, &msg, now);                        // -> TRAINING
+ *     while (dlc_learner_state_of(l) == DLC_LEARNER_TRAINING) {
+ *         run one inner step (forward, backward, optimizer) on params;
+ *         dlc_learner_step_done(l, tokens, step_seconds, now);
+ *         dlc_learner_action a;
+ *         while (dlc_learner_poll(l, &a)) if (a.type == DLC_LACT_SEND) send a.msg;
+ *     }
+ *     // timers: call dlc_learner_handle_expiry(l, now) at dlc_learner_expiry(l)
+ *
+ * Schedule: fragment p (0-based, P fragments) is due after inner step t (counted since
+ * the learner (re)joined, 1-based) when t >= off_p and (t − off_p) mod H == 0, with
+ * off_p = floor(p·H / P); H = 0 turns the built-in schedule off and the driver calls
+ * dlc_learner_contribute itself (a recipe's own schedule).  A contribution is the
+ * encoded outer gradient Θ̂_p − θ_p with the base version and the steps and tokens
+ * counted since fragment p was last received.  A merged fragment that arrives is
+ * applied at the first step boundary at least τ steps after p was last sent (at once
+ * if p was not sent since it was last received); with `blocking`, the learner stops
+ * stepping (state WAITING) while a fragment sent τ or more steps ago has not come back.
+ * A fragment flagged DLC_MSG_RESYNC is taken at once and whole (no mixing).
+ *
+ * Data parallel (dp = 1): after the backward pass the driver calls
+ * dlc_learner_gradient (the grads go out as one f32 GRADIENT, the learner WAITs), the
+ * GRADIENT_AVG that comes back is written into the grad arena (action
+ * DLC_LACT_GRADIENT_READY, state TRAINING), then the driver runs the optimizer step
+ * and calls dlc_learner_step_done.
+ */
+#ifndef DILOCO_LEARNER_H
+#define DILOCO_LEARNER_H
+
+#include <stdint.h>
+#include "codec.h"
+#include "frag.h"
+#include "msg.h"
+#include "params.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The learner's states.  Legal transitions (asserted by the one set_state):
+ *   JOINING  -> TRAINING (the whole model arrived) | STOPPED
+ *   TRAINING -> WAITING | STOPPED
+ *   WAITING  -> TRAINING | STOPPED
+ *   STOPPED  -> JOINING (dlc_learner_restart) */
+typedef enum dlc_learner_state {
+    DLC_LEARNER_JOINING,  /* new or restarted: no global model yet, may not step */
+    DLC_LEARNER_TRAINING, /* inner steps allowed */
+    DLC_LEARNER_WAITING,  /* blocked: a merged fragment (or dp: the averaged gradient) is due */
+    DLC_LEARNER_STOPPED,  /* killed or finished: takes no events but restart */
+    DLC_LEARNER_STATE_COUNT
+} dlc_learner_state;
+
+/* "joining", "training", "waiting", "stopped"; NULL when out of range. */
+DLC_API const char *dlc_learner_state_name(dlc_learner_state s);
+
+typedef struct dlc_learner_params {
+    int id;                       /* 0-based learner index, >= 0 */
+    int dp;                       /* 0/1: data parallel (gradients every step) */
+    int H;                        /* inner steps between two syncs of a fragment; 0 = manual */
+    int tau;                      /* steps from sending a fragment to applying its merge; < H */
+    double alpha;                 /* mixing on arrival, [0, 1]; 0 = overwrite */
+    int blocking;                 /* 0/1: wait for a fragment sent tau steps ago */
+    dlc_codec_kind codec;         /* uplink codec of contributions */
+    dlc_codec_params codec_params;
+    int error_feedback;           /* 0/1: carry each contribution's quantization error */
+    double heartbeat;             /* seconds between heartbeats, 0 = none */
+    double ema;                   /* (0, 1]: weight of a new sample in the step-time and
+                                   * transit moving averages */
+} dlc_learner_params;
+
+/* id 0, dp 0, H 24, tau 2, alpha 0, blocking 0, f32 with default block, no error
+ * feedback, heartbeat 1 s, ema 0.5. */
+DLC_API dlc_learner_params dlc_learner_default_params(void);
+/* DLC_OK or DLC_ERR_ARG naming the field: "learner: tau = 30: expected 0 <= tau < H = 24". */
+DLC_API dlc_status dlc_learner_params_check(const dlc_learner_params *p);
+
+typedef struct dlc_learner dlc_learner; /* opaque */
+
+/* A learner in state JOINING.  params and plan are borrowed and must outlive it; the
+ * plan must be made for params (same tensor count).  dp needs a plan of one fragment.
+ * NULL with DLC_ERR_ARG or DLC_ERR_NOMEM. */
+DLC_API dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan);
+DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
+
+/* ---- events (each may queue actions; read them with dlc_learner_poll) ---- */
+
+/* An inner step finished: `tokens` (>= 0) trained in `seconds` (>= 0, the step's compute
+ * time, for the step-time average).  TRAINING only (DLC_ERR_STATE otherwise).  Sends the
+ * contributions that are due, applies arrived fragments that may now be applied, and may
+ * enter WAITING. */
+DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now);
+
+/* Sends fragment p's contribution now (the driver's own schedule; also allowed with
+ * H > 0).  TRAINING or WAITING. */
+DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
+
+/* dp: the gradient of the step is in the grad arena; sends it and WAITs.  TRAINING only. */
+DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);
+
+/* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A
+ * malformed one (wrong fragment, size, codec, non-finite values) is refused with
+ * DLC_ERR_FORMAT and changes nothing; a FRAGMENT older than the one held is ignored
+ * (DLC_OK).  STOPPED learners ignore every message. */
+DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now);
+
+/* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
+DLC_API double dlc_learner_expiry(const dlc_learner *l);
+/* Timers due at `now`: the heartbeat. */
+DLC_API dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now);
+
+/* The learner dies (or finishes): STOPPED, pending fragments and timers dropped. */
+DLC_API void dlc_learner_stop(dlc_learner *l);
+/* STOPPED -> JOINING: counters, versions and error feedback reset; the driver resets the
+ * inner optimizer (or restores it from the learner's checkpoint).  DLC_ERR_STATE unless
+ * STOPPED. */
+DLC_API dlc_status dlc_learner_restart(dlc_learner *l, double now);
+
+/* ---- actions ---- */
+
+typedef enum dlc_learner_action_type {
+    DLC_LACT_SEND,           /* send msg to the syncer */
+    DLC_LACT_APPLIED,        /* fragment `fragment` of `version` was applied to the arena */
+    DLC_LACT_GRADIENT_READY, /* dp: the averaged gradient is in the grad arena: step now */
+    DLC_LACT_TYPE_COUNT
+} dlc_learner_action_type;
+
+typedef struct dlc_learner_action {
+    dlc_learner_action_type type;
+    dlc_msg msg;          /* SEND: payload owned by the learner, valid until the next
+                           * call into it other than poll */
+    int fragment;         /* APPLIED */
+    int64_t version;      /* APPLIED */
+    int64_t lag;          /* APPLIED: inner steps since the fragment was last sent (-1 if
+                           * it was not) */
+    int resync;           /* APPLIED: 1 for a resync (taken whole) */
+} dlc_learner_action;
+
+/* Pops the oldest queued action into *a: 1, or 0 when there is none. */
+DLC_API int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a);
+
+/* ---- queries ---- */
+
+DLC_API dlc_learner_state dlc_learner_state_of(const dlc_learner *l);
+DLC_API int dlc_learner_id(const dlc_learner *l);
+/* Inner steps since the learner (re)joined, and tokens. */
+DLC_API int64_t dlc_learner_steps(const dlc_learner *l);
+DLC_API int64_t dlc_learner_tokens(const dlc_learner *l);
+/* Version of fragment p the learner last received (-1 before any), its counters. */
+DLC_API int64_t dlc_learner_base_version(const dlc_learner *l, int p);
+DLC_API int64_t dlc_learner_fragment_steps(const dlc_learner *l, int p);
+DLC_API int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p);
+/* EMAs reported to the syncer (s), 0 before the first sample. */
+DLC_API double dlc_learner_step_time(const dlc_learner *l);
+DLC_API double dlc_learner_transit(const dlc_learner *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,86 @@
+/*
+ * msg.h - the messages the learner and syncer state machines exchange (learner.h,
+ * syncer.h), as plain structs: what a message says, not how it is framed.  Drivers move
+ * them: the virtual-time driver (vtime.h) through simulated links, the network driver
+ * (issue 9, core/proto.c) through msgpack frames.  Sans-IO.
+ *
+ * A dlc_msg never owns its payload: `payload` points into a buffer owned by whoever
+ * produced the message (the state machine that emitted it, or the driver that received
+ * it), valid only for the call it is passed to or, for an emitted action, until the next
+ * call into the emitting state machine.  A driver that needs it longer copies it.
+ *
+ *   type          direction         fields used
+ *   HEARTBEAT     learner -> syncer learner, steps (total), tokens (total), step_time, transit
+ *   CONTRIBUTION  learner -> syncer learner, fragment, version (base), steps, tokens
+ *                                   (counted since the fragment was last received),
+ *                                   step_time, transit, codec, payload (the encoded outer
+ *                                   gradient Θ̂_p − θ_p of the fragment's floats)
+ *   FRAGMENT      syncer -> learner learner (destination), fragment, version (new),
+ *                                   flags (DLC_MSG_RESYNC), held, codec, payload (Θ_p)
+ *   GRADIENT      learner -> syncer learner, version (the step), tokens, codec (f32),
+ *                                   payload (the gradient of every float of the model)
+ *   GRADIENT_AVG  syncer -> learner learner, version (the step), codec (f32), payload
+ *                                   (the averaged gradient)
+ *   BYE           learner -> syncer learner: leaves for good (the run is over for it)
+ */
+#ifndef DILOCO_MSG_H
+#define DILOCO_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "codec.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dlc_msg_type {
+    DLC_MSG_HEARTBEAT,
+    DLC_MSG_CONTRIBUTION,
+    DLC_MSG_FRAGMENT,
+    DLC_MSG_GRADIENT,
+    DLC_MSG_GRADIENT_AVG,
+    DLC_MSG_BYE,
+    DLC_MSG_TYPE_COUNT
+} dlc_msg_type;
+
+/* "heartbeat", "contribution", "fragment", "gradient", "gradient_avg", "bye"; NULL when
+ * out of range. */
+DLC_API const char *dlc_msg_type_name(dlc_msg_type type);
+
+/* FRAGMENT flag: part of a full-model resync (a join, a dropped or rejected contribution):
+ * the learner takes it at once, whatever it was waiting for. */
+#define DLC_MSG_RESYNC 1u
+
+/* Bytes a message costs on a link besides its payload (the frame and header, an upper
+ * bound of what core/proto.c will write); the virtual-time driver charges it. */
+#define DLC_MSG_OVERHEAD 64
+
+typedef struct dlc_msg {
+    dlc_msg_type type;
+    int learner;          /* sender (to the syncer) or destination (from it), 0-based */
+    int fragment;         /* CONTRIBUTION, FRAGMENT: 0-based */
+    int64_t version;      /* CONTRIBUTION: base version; FRAGMENT: new version;
+                           * GRADIENT, GRADIENT_AVG: the inner step (1-based) */
+    int64_t steps;        /* CONTRIBUTION: c_steps; HEARTBEAT: inner steps so far */
+    int64_t tokens;       /* CONTRIBUTION: c_tokens; GRADIENT: tokens of the step;
+                           * HEARTBEAT: tokens so far */
+    double step_time;     /* CONTRIBUTION, HEARTBEAT: EMA of the inner step time (s), 0 unknown */
+    double transit;       /* CONTRIBUTION, HEARTBEAT: EMA of the time a contribution and its
+                           * merged fragment spend on the links (s), 0 unknown */
+    double held;          /* FRAGMENT: seconds the syncer held this learner's contribution
+                           * before sending the merge (0 if it had none in the round) */
+    uint32_t flags;       /* FRAGMENT: DLC_MSG_RESYNC */
+    dlc_codec_kind codec; /* payload encoding */
+    const uint8_t *payload; /* borrowed, see above */
+    size_t len;
+} dlc_msg;
+
+/* Bytes the message costs on a link: DLC_MSG_OVERHEAD + len. */
+DLC_API int64_t dlc_msg_wire_bytes(const dlc_msg *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,230 @@
+/*
+ * syncer.h - the syncer of Decoupled DiLoCo as a sans-IO state machine (algorithm.md
+ * §4.2-§4.7, §5): the global parameters Θ per fragment with their outer optimizer and
+ * version ring (outer.h), one round per fragment, the minimum quorum K, the adaptive
+ * grace window, token weighting, RDA or mean merging (merge.h), resyncs.  It never
+ * touches a socket, a thread or a clock: the driver passes the time in, delivers
+ * messages, asks for the next deadline, and performs the actions it returns.
+ *
+ *     dlc_syncer_params sp = dlc_syncer_default_params();     // decoupled: K = 1, adaptive grace
+ *     sp.learners = 4;
+ *     dlc_syncer *s = dlc_syncer_new(&sp, plan, dlc_params_data(model));  // Θ0 copied
+ *     dlc_syncer_join(s, 0, now);                              // learner 0: full model out
+ *     dlc_syncer_receive(s, &msg, now);                        // contributions, heartbeats
+ *     dlc_syncer_handle_expiry(s, now);                        // at dlc_syncer_expiry(s)
+ *     dlc_syncer_action a;
+ *     while (dlc_syncer_poll(s, &a)) switch (a.type) { case DLC_SACT_SEND: ... }
+ *
+ * A round of fragment p (state per fragment, below) collects at most one contribution
+ * per learner (a second one from the same learner replaces the first).  Each arriving
+ * contribution is checked at once: its payload must decode to finite values (else it is
+ * rejected and the learner resynced) and its base version must be in the ring (else it
+ * is dropped and the learner resynced); a contribution with no steps is ignored.  When
+ * the round holds K contributions (K = DLC_QUORUM_ALL: every live learner) it waits
+ * for the grace window g, cut short as soon as every live learner has sent:
+ *   grace ADAPTIVE  g = clamp(γ·(τ·ξ_step − ξ_quorum − ξ_sync), 0, ξ_step)
+ *                   ξ_step = median over live learners of their reported step time,
+ *                   ξ_sync = median of their reported transit time (msg.h), ξ_quorum =
+ *                   EMA of the time from a round's first contribution to its quorum;
+ *   grace OFF       g = 0;  grace FIXED  g = grace_s.
+ * Then every contribution is re-anchored at the current Θ_p through the ring, weighted
+ * (uniform 1, tokens c_tokens, tokens2_steps c_tokens²/c_steps), merged in one pass,
+ * the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
+ * learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
+ * learner, averaged and sent back as GRADIENT_AVG, with no outer step.
+ *
+ * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
+ * flagged DLC_MSG_RESYNC), lost (the driver saw it die: its contributions leave the open
+ * rounds), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
+ * message from a learner that is not live makes it join again (action JOINED, full
+ * resync; the message itself is dropped).  dlc_syncer_restart models the syncer
+ * restarting from its checkpoint: Θ, momentum and versions are kept, the rings and open
+ * rounds are not, so learners based on older versions are resynced.
+ *
+ * Memory: per fragment the ring (R copies), momentum, a merge accumulator, the encoded
+ * bytes of the round's contributions (at most one per learner, stored as they arrive:
+ * this is the receive buffer a network driver holds anyway), the encoded Θ_p to send;
+ * plus one scratch fragment.  The accumulator never grows with the number of learners.
+ */
+#ifndef DILOCO_SYNCER_H
+#define DILOCO_SYNCER_H
+
+#include <stdint.h>
+#include "codec.h"
+#include "frag.h"
+#include "merge.h"
+#include "msg.h"
+#include "outer.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The states of one fragment's round.  Legal transitions (asserted by set_round_state):
+ *   IDLE       -> COLLECTING (a first contribution, below the quorum)
+ *              -> GRACE      (a first contribution that is the quorum, K = 1)
+ *   COLLECTING -> GRACE      (quorum reached)
+ *              -> IDLE       (its contributions left with lost learners; or a flush)
+ *   GRACE      -> IDLE       (merged: grace over, every live learner sent, or a flush)
+ *              -> COLLECTING (lost learners took it below the quorum) */
+typedef enum dlc_round_state {
+    DLC_ROUND_IDLE,       /* no contribution yet */
+    DLC_ROUND_COLLECTING, /* fewer than K */
+    DLC_ROUND_GRACE,      /* K or more: waiting for the grace deadline or the last live learner */
+    DLC_ROUND_STATE_COUNT
+} dlc_round_state;
+DLC_API const char *dlc_round_state_name(dlc_round_state s); /* "idle", "collecting", "grace" */
+
+typedef enum dlc_grace_mode { DLC_GRACE_ADAPTIVE, DLC_GRACE_OFF, DLC_GRACE_FIXED, DLC_GRACE_MODE_COUNT } dlc_grace_mode;
+DLC_API const char *dlc_grace_mode_name(dlc_grace_mode m); /* "adaptive", "off", "fixed" */
+
+typedef enum dlc_weighting {
+    DLC_WEIGHT_TOKENS2_STEPS, /* c_tokens² / c_steps: quantity × quality (§4.4) */
+    DLC_WEIGHT_TOKENS,        /* c_tokens */
+    DLC_WEIGHT_UNIFORM,       /* 1 */
+    DLC_WEIGHTING_COUNT
+} dlc_weighting;
+DLC_API const char *dlc_weighting_name(dlc_weighting w); /* "tokens2_steps", "tokens", "uniform" */
+DLC_API dlc_status dlc_weighting_parse(const char *name, dlc_weighting *out);
+
+#define DLC_QUORUM_ALL 0      /* quorum = every live learner */
+#define DLC_SYNCER_LEARNERS_MAX 4096
+
+typedef struct dlc_syncer_params {
+    int learners;                /* M: learner ids 0..M-1, 1..DLC_SYNCER_LEARNERS_MAX */
+    int dp;                      /* 0/1: data parallel rounds of gradients */
+    int quorum;                  /* K >= 1, or DLC_QUORUM_ALL */
+    dlc_grace_mode grace;
+    double grace_s;              /* FIXED: seconds >= 0 */
+    double grace_gamma;          /* γ in (0, 1] */
+    double ema;                  /* (0, 1]: weight of a new ξ_quorum sample */
+    int tau;                     /* the learners' overlap (steps), for ADAPTIVE */
+    dlc_weighting weighting;
+    dlc_merge_mode merge;
+    dlc_fragstate_params outer;  /* outer optimizer and ring R */
+    dlc_codec_kind codec_up;     /* contributions' codec (and block) */
+    dlc_codec_params codec_params;
+    dlc_codec_kind codec_down;   /* FRAGMENT codec: f32 or bf16 */
+    const uint8_t *embedding;    /* per tensor of the model (plan tensor index): nonzero =
+                                  * weighted mean under RDA; NULL = none (borrowed, copied) */
+    double timeout;              /* seconds of silence that make a learner lost, 0 = never */
+} dlc_syncer_params;
+
+/* Decoupled defaults: M = 1, K = 1, adaptive grace γ 0.8, ema 0.5, τ 2, tokens2_steps, RDA,
+ * Nesterov 0.7 / 0.9 with R = 4, f32 up and down, no embeddings, no timeout. */
+DLC_API dlc_syncer_params dlc_syncer_default_params(void);
+DLC_API dlc_status dlc_syncer_params_check(const dlc_syncer_params *p);
+
+typedef struct dlc_syncer dlc_syncer; /* opaque */
+
+/* A syncer whose Θ^(0) is `theta0`: an arena laid out as the plan's model (the plan's
+ * view offsets address it; borrowed, copied).  plan is borrowed and must outlive the
+ * syncer; dp needs a plan of one fragment.  No learner is live yet.  NULL with
+ * DLC_ERR_ARG (bad params, non-finite theta0 named) or DLC_ERR_NOMEM. */
+DLC_API dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0);
+DLC_API void dlc_syncer_free(dlc_syncer *s); /* NULL ok */
+
+/* ---- events: each queues actions (read with dlc_syncer_poll before the next call:
+ * the queue and the payloads it points to are reused by every call) ---- */
+
+/* Learner m joins (or rejoins): live, and sent the full model. */
+DLC_API dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now);
+/* Learner m is gone: not live; its contributions leave the open rounds, which may
+ * then merge (every remaining live learner has sent). */
+DLC_API dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now);
+/* A message from a learner (CONTRIBUTION, GRADIENT, HEARTBEAT, BYE; borrowed for the
+ * call).  A malformed one is refused with DLC_ERR_FORMAT naming what was wrong (and a
+ * contribution that cannot be merged leads to a REJECTED action and a resync); the
+ * syncer is then exactly as before apart from that. */
+DLC_API dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now);
+/* The earliest time dlc_syncer_handle_expiry wants to be called (INFINITY: none). */
+DLC_API double dlc_syncer_expiry(const dlc_syncer *s);
+/* Grace deadlines and timeouts due at `now`. */
+DLC_API dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now);
+/* The minimum quorum changes (a recipe's quorum function of the live learners): open
+ * rounds are re-checked. */
+DLC_API dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int quorum, double now);
+/* Merges every open round that holds a contribution, quorum or not (the end of a run). */
+DLC_API dlc_status dlc_syncer_flush(dlc_syncer *s, double now);
+/* The syncer restarted from its checkpoint: rings reset to the current versions, open
+ * rounds dropped, every live learner counted as heard from at `now`. */
+DLC_API dlc_status dlc_syncer_restart(dlc_syncer *s, double now);
+
+/* ---- actions ---- */
+
+typedef enum dlc_syncer_action_type {
+    DLC_SACT_SEND,     /* send msg to learner msg.learner */
+    DLC_SACT_MERGED,   /* a round closed: merge (below) */
+    DLC_SACT_REJECTED, /* a contribution was not merged: learner, fragment, reason */
+    DLC_SACT_JOINED,   /* learner (re)joined: learner */
+    DLC_SACT_LOST,     /* learner timed out: learner */
+    DLC_SACT_TYPE_COUNT
+} dlc_syncer_action_type;
+
+typedef enum dlc_reject_reason {
+    DLC_REJECT_STALE,     /* base version older than the ring */
+    DLC_REJECT_NONFINITE, /* payload decodes to NaN/Inf */
+    DLC_REJECT_MALFORMED, /* wrong size, codec or fragment */
+    DLC_REJECT_REASON_COUNT
+} dlc_reject_reason;
+DLC_API const char *dlc_reject_reason_name(dlc_reject_reason r); /* "stale", "nonfinite", "malformed" */
+
+typedef struct dlc_merge_contrib {
+    int learner;
+    double weight;           /* as used (before normalisation) */
+    int64_t base_version, staleness; /* staleness = version merged into − base version */
+    int64_t steps, tokens;
+    double arrived;          /* time it arrived */
+} dlc_merge_contrib;
+
+typedef struct dlc_merge_info {
+    int fragment;
+    int64_t version;         /* the new version (dp: the step) */
+    int count;               /* contributions merged */
+    const dlc_merge_contrib *contribs; /* count entries, owned by the syncer */
+    int live;                /* live learners at the merge */
+    int quorum;              /* the K in force */
+    double opened;           /* first contribution's arrival */
+    double quorum_at;        /* when K was reached (= now for a flush below K) */
+    double grace;            /* the window chosen at quorum (s) */
+    double waited;           /* now − quorum_at */
+    int all_sent;            /* 1: cut short because every live learner had sent */
+    int flushed;             /* 1: by dlc_syncer_flush */
+    int64_t bytes_in;        /* payload bytes of the merged contributions */
+    int64_t bytes_out;       /* payload bytes sent (the encoded Θ_p × live learners) */
+    double useful_tokens;    /* Σ c_tokens / P of the merged contributions (§7) */
+} dlc_merge_info;
+
+typedef struct dlc_syncer_action {
+    dlc_syncer_action_type type;
+    dlc_msg msg;             /* SEND: payload owned by the syncer */
+    dlc_merge_info merge;    /* MERGED */
+    int learner, fragment;   /* REJECTED, JOINED, LOST */
+    dlc_reject_reason reason;/* REJECTED */
+} dlc_syncer_action;
+
+/* Pops the oldest queued action into *a: 1, or 0 when there is none. */
+DLC_API int dlc_syncer_poll(dlc_syncer *s, dlc_syncer_action *a);
+
+/* ---- queries ---- */
+
+DLC_API int dlc_syncer_fragments(const dlc_syncer *s);
+DLC_API int64_t dlc_syncer_version(const dlc_syncer *s, int p);
+DLC_API dlc_round_state dlc_syncer_round_state(const dlc_syncer *s, int p);
+/* Contributions in fragment p's open round. */
+DLC_API int dlc_syncer_round_count(const dlc_syncer *s, int p);
+DLC_API int dlc_syncer_live(const dlc_syncer *s);   /* live learners */
+DLC_API int dlc_syncer_is_live(const dlc_syncer *s, int m);
+/* The current global fragment p (its floats in payload order), borrowed until the next
+ * event. */
+DLC_API const float *dlc_syncer_theta(const dlc_syncer *s, int p);
+/* Writes the current global model into `arena` (laid out as the plan's model). */
+DLC_API dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena);
+/* The adaptive-grace estimates (s): ξ_step, ξ_quorum, ξ_sync. */
+DLC_API void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum, double *sync);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,478 @@
+/* learner.c - one learner as a sans-IO state machine (learner.h, docs/sim.md).
+ *
+ * Per fragment p the learner keeps Θ̂_p (the last global value received, contiguous in
+ * the fragment's payload order), a slot for a merged fragment that arrived and waits for
+ * its step boundary, and the counters of algorithm.md §4.1.  Actions go to a small queue
+ * that the driver drains with dlc_learner_poll; payloads live in per-fragment buffers,
+ * so several contributions sent in one call never share one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/learner.h"
+
+static const char *const state_names[] = {"joining", "training", "waiting", "stopped"};
+_Static_assert(sizeof state_names / sizeof state_names[0] == DLC_LEARNER_STATE_COUNT,
+               "one name per learner state");
+
+const char *dlc_learner_state_name(dlc_learner_state s) {
+    return (unsigned)s < DLC_LEARNER_STATE_COUNT ? state_names[s] : NULL;
+}
+
+typedef struct lfrag {
+    int64_t n, off;        /* floats; offset of the fragment in the contiguous copies */
+    int64_t base_version;  /* -1 before the first receive */
+    int64_t c_steps, c_tokens;
+    int64_t sent_step;     /* step of the last send since the last receive, -1 none */
+    double sent_time;
+    int pending;           /* a merged fragment waits in pend[off..] */
+    int64_t pend_version;
+    double pend_held;
+    int received;          /* JOINING: got it */
+    uint8_t *enc;          /* encoded contribution, enc_cap bytes */
+    int64_t enc_cap;
+} lfrag;
+
+
+struct dlc_learner {
+    dlc_learner_params p;
+    dlc_learner_state state;
+    dlc_params *params;
+    const dlc_plan *plan;
+    int P;
+    int64_t n;             /* floats of all fragments */
+    lfrag *f;
+    float *hat;            /* [n] Θ̂, fragments concatenated */
+    float *pend;           /* [n] arrived, not yet applied */
+    float *scratch;        /* [max n_p] */
+    float *ef;             /* [n] error feedback, NULL when off */
+    uint8_t *grad_enc;     /* dp: 4n bytes */
+    int64_t steps, tokens;
+    double step_ema, transit_ema;
+    double next_heartbeat;
+    int joined;            /* fragments received while JOINING */
+    dlc_learner_action *q; /* ring of queued actions */
+    int qcap, qhead, qlen;
+};
+
+dlc_learner_params dlc_learner_default_params(void) {
+    dlc_learner_params p;
+    memset(&p, 0, sizeof p);
+    p.H = 24;
+    p.tau = 2;
+    p.codec = DLC_CODEC_F32;
+    p.codec_params = dlc_codec_default_params();
+    p.heartbeat = 1.0;
+    p.ema = 0.5;
+    return p;
+}
+
+dlc_status dlc_learner_params_check(const dlc_learner_params *p) {
+    if (!p) return dlc_error(DLC_ERR_ARG, "learner: params is NULL");
+    if (p->id < 0) return dlc_error(DLC_ERR_ARG, "learner: id = %d: expected an index >= 0", p->id);
+    if (p->dp != 0 && p->dp != 1) return dlc_error(DLC_ERR_ARG, "learner: dp = %d: expected 0 or 1", p->dp);
+    if (p->H < 0) return dlc_error(DLC_ERR_ARG, "learner: H = %d: expected >= 0 (0 = manual schedule)", p->H);
+    if (p->tau < 0 || (p->H > 0 && p->tau >= p->H))
+        return dlc_error(DLC_ERR_ARG, "learner: tau = %d: expected 0 <= tau < H = %d", p->tau, p->H);
+    if (!(p->alpha >= 0 && p->alpha <= 1))
+        return dlc_error(DLC_ERR_ARG, "learner: alpha = %g: expected a number in [0, 1]", p->alpha);
+    if (p->blocking != 0 && p->blocking != 1)
+        return dlc_error(DLC_ERR_ARG, "learner: blocking = %d: expected 0 or 1", p->blocking);
+    if (p->error_feedback != 0 && p->error_feedback != 1)
+        return dlc_error(DLC_ERR_ARG, "learner: error_feedback = %d: expected 0 or 1", p->error_feedback);
+    if (!(p->heartbeat >= 0) || !isfinite(p->heartbeat))
+        return dlc_error(DLC_ERR_ARG, "learner: heartbeat = %g: expected seconds >= 0 (0 = none)", p->heartbeat);
+    if (!(p->ema > 0 && p->ema <= 1))
+        return dlc_error(DLC_ERR_ARG, "learner: ema = %g: expected a number in (0, 1]", p->ema);
+    dlc_status s = dlc_codec_check(p->codec, &p->codec_params);
+    if (s != DLC_OK) return s;
+    return DLC_OK;
+}
+
+/* The one place the state changes. */
+static void set_state(dlc_learner *l, dlc_learner_state to) {
+    dlc_learner_state from = l->state;
+    DLC_ASSERT((unsigned)to < DLC_LEARNER_STATE_COUNT);
+    int ok = 0;
+    switch (from) {
+    case DLC_LEARNER_JOINING: ok = to == DLC_LEARNER_TRAINING || to == DLC_LEARNER_STOPPED; break;
+    case DLC_LEARNER_TRAINING: ok = to == DLC_LEARNER_WAITING || to == DLC_LEARNER_STOPPED; break;
+    case DLC_LEARNER_WAITING: ok = to == DLC_LEARNER_TRAINING || to == DLC_LEARNER_STOPPED; break;
+    case DLC_LEARNER_STOPPED: ok = to == DLC_LEARNER_JOINING; break;
+    default: break;
+    }
+    if (!ok) dlc_assert_fail("learner: illegal transition", __FILE__, __LINE__);
+    l->state = to;
+}
+
+static dlc_status push(dlc_learner *l, const dlc_learner_action *a) {
+    if (l->qlen == l->qcap) {
+        int cap = l->qcap * 2;
+        dlc_learner_action *q = malloc((size_t)cap * sizeof *q);
+        if (!q) return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for %d actions", cap);
+        for (int i = 0; i < l->qlen; i++) q[i] = l->q[(l->qhead + i) % l->qcap];
+        free(l->q);
+        l->q = q, l->qcap = cap, l->qhead = 0;
+    }
+    l->q[(l->qhead + l->qlen) % l->qcap] = *a;
+    l->qlen++;
+    return DLC_OK;
+}
+
+int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a) {
+    if (!l || !a || l->qlen == 0) return 0;
+    *a = l->q[l->qhead];
+    l->qhead = (l->qhead + 1) % l->qcap;
+    l->qlen--;
+    return 1;
+}
+
+/* Drops actions left from an earlier call: their payloads are about to be reused. */
+static void clear_queue(dlc_learner *l) { l->qhead = l->qlen = 0; }
+
+dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan) {
+    if (dlc_learner_params_check(lp) != DLC_OK) return NULL;
+    if (!params || !plan) {
+        dlc_error(DLC_ERR_ARG, "learner_new: params and plan are required");
+        return NULL;
+    }
+    if (dlc_plan_tensors(plan) != dlc_params_count(params)) {
+        dlc_error(DLC_ERR_ARG, "learner_new: the plan is for %d tensors, the model has %d", dlc_plan_tensors(plan),
+                  dlc_params_count(params));
+        return NULL;
+    }
+    if (lp->dp && dlc_plan_count(plan) != 1) {
+        dlc_error(DLC_ERR_ARG, "learner_new: data parallel needs a plan of 1 fragment, got %d", dlc_plan_count(plan));
+        return NULL;
+    }
+    dlc_learner *l = calloc(1, sizeof *l);
+    if (!l) goto nomem;
+    l->p = *lp;
+    l->params = params, l->plan = plan;
+    l->P = dlc_plan_count(plan);
+    l->f = calloc((size_t)l->P, sizeof *l->f);
+    if (!l->f) goto nomem;
+    int64_t maxn = 0;
+    for (int p = 0; p < l->P; p++) {
+        lfrag *f = &l->f[p];
+        f->n = dlc_plan_numel(plan, p);
+        f->off = l->n;
+        l->n += f->n;
+        if (f->n > maxn) maxn = f->n;
+        f->enc_cap = dlc_codec_encoded_size(lp->codec, &lp->codec_params, f->n);
+        if (f->enc_cap < 0) goto fail;
+        f->enc = malloc((size_t)(f->enc_cap > 0 ? f->enc_cap : 1));
+        if (!f->enc) goto nomem;
+    }
+    l->hat = malloc((size_t)l->n * sizeof(float));
+    l->pend = malloc((size_t)l->n * sizeof(float));
+    l->scratch = malloc((size_t)maxn * sizeof(float));
+    if (!l->hat || !l->pend || !l->scratch) goto nomem;
+    if (lp->error_feedback && !(l->ef = calloc((size_t)l->n, sizeof(float)))) goto nomem;
+    if (lp->dp && !(l->grad_enc = malloc((size_t)l->n * sizeof(float)))) goto nomem;
+    l->qcap = 16;
+    if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
+    l->state = DLC_LEARNER_STOPPED; /* so that restart's transition is the legal one */
+    dlc_learner_restart(l, 0);
+    return l;
+nomem:
+    dlc_error(DLC_ERR_NOMEM, "learner_new: out of memory");
+fail:
+    dlc_learner_free(l);
+    return NULL;
+}
+
+void dlc_learner_free(dlc_learner *l) {
+    if (!l) return;
+    if (l->f)
+        for (int p = 0; p < l->P; p++) free(l->f[p].enc);
+    free(l->f);
+    free(l->hat);
+    free(l->pend);
+    free(l->scratch);
+    free(l->ef);
+    free(l->grad_enc);
+    free(l->q);
+    free(l);
+}
+
+/* ---- the fragment <-> arena copies ---- */
+
+static void gather(const dlc_learner *l, int p, float *dst, int grad) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(l->plan, p, &nv);
+    const float *base = grad ? dlc_params_grad(l->params) : dlc_params_data(l->params);
+    for (int j = 0; j < nv; j++) {
+        memcpy(dst, base + v[j].offset, (size_t)v[j].numel * sizeof(float));
+        dst += v[j].numel;
+    }
+}
+
+/* arena_p = a·arena_p + (1 − a)·src (a = 0: copy). */
+static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int grad) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(l->plan, p, &nv);
+    float *base = grad ? dlc_params_grad(l->params) : dlc_params_data(l->params);
+    for (int j = 0; j < nv; j++) {
+        float *d = base + v[j].offset;
+        if (a == 0) {
+            memcpy(d, src, (size_t)v[j].numel * sizeof(float));
+        } else {
+            float b = 1.0f - a;
+            for (int64_t i = 0; i < v[j].numel; i++) d[i] = a * d[i] + b * src[i];
+        }
+        src += v[j].numel;
+    }
+}
+
+static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k) * old + k * x; }
+
+/* Applies the waiting merged fragment p (pend) to the arena. */
+static dlc_status apply(dlc_learner *l, int p, int resync, double now) {
+    lfrag *f = &l->f[p];
+    const float *src = l->pend + f->off;
+    scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
+    memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
+    dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version,
+                            .lag = f->sent_step >= 0 ? l->steps - f->sent_step : -1, .resync = resync};
+    if (!resync && f->sent_step >= 0) {
+        double transit = (now - f->sent_time) - f->pend_held;
+        if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
+    }
+    f->base_version = f->pend_version;
+    f->c_steps = f->c_tokens = 0;
+    f->sent_step = -1;
+    f->pending = 0;
+    return push(l, &a);
+}
+
+/* May fragment p's waiting merge be applied at this step boundary? */
+static int applicable(const dlc_learner *l, const lfrag *f) {
+    return f->pending && (f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+}
+
+/* WAITING while a blocking fragment is overdue, else TRAINING. */
+static void update_blocking(dlc_learner *l) {
+    if (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING) return;
+    int wait = 0;
+    if (l->p.blocking && !l->p.dp)
+        for (int p = 0; p < l->P && !wait; p++) {
+            const lfrag *f = &l->f[p];
+            wait = f->sent_step >= 0 && !f->pending && l->steps - f->sent_step >= l->p.tau;
+        }
+    if (l->p.dp) return; /* dp waits in dlc_learner_gradient and resumes on the average */
+    if (wait && l->state == DLC_LEARNER_TRAINING) set_state(l, DLC_LEARNER_WAITING);
+    if (!wait && l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+}
+
+static dlc_status send_contribution(dlc_learner *l, int p, double now) {
+    lfrag *f = &l->f[p];
+    float *d = l->scratch;
+    gather(l, p, d, 0);
+    const float *hat = l->hat + f->off;
+    for (int64_t i = 0; i < f->n; i++) d[i] = hat[i] - d[i];
+    int64_t w = dlc_codec_encode(l->p.codec, &l->p.codec_params, d, f->n, f->enc, (size_t)f->enc_cap,
+                                 l->ef ? l->ef + f->off : NULL);
+    if (w < 0) return (dlc_status)w; /* non-finite parameters: the codec names the element */
+    dlc_learner_action a = {.type = DLC_LACT_SEND};
+    a.msg = (dlc_msg){.type = DLC_MSG_CONTRIBUTION, .learner = l->p.id, .fragment = p,
+                      .version = f->base_version, .steps = f->c_steps, .tokens = f->c_tokens,
+                      .step_time = l->step_ema, .transit = l->transit_ema, .codec = l->p.codec,
+                      .payload = f->enc, .len = (size_t)w};
+    f->sent_step = l->steps;
+    f->sent_time = now;
+    return push(l, &a);
+}
+
+static int due(const dlc_learner *l, int p) {
+    int H = l->p.H;
+    if (H <= 0 || l->p.dp) return 0;
+    int64_t off = (int64_t)p * H / l->P;
+    return l->steps >= off && l->steps > 0 && (l->steps - off) % H == 0;
+}
+
+dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_done: NULL learner");
+    if (l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training",
+                         l->p.id, state_names[l->state]);
+    if (tokens < 0 || !(seconds >= 0) || !isfinite(seconds))
+        return dlc_error(DLC_ERR_ARG, "learner_step_done: tokens = %lld, seconds = %g: expected >= 0",
+                         (long long)tokens, seconds);
+    clear_queue(l);
+    l->steps++;
+    l->tokens += tokens;
+    if (seconds > 0) l->step_ema = ema(l->step_ema, seconds, l->p.ema);
+    for (int p = 0; p < l->P; p++) {
+        l->f[p].c_steps++;
+        l->f[p].c_tokens += tokens;
+    }
+    dlc_status s = DLC_OK;
+    for (int p = 0; p < l->P && s == DLC_OK; p++)
+        if (due(l, p)) s = send_contribution(l, p, now);
+    for (int p = 0; p < l->P && s == DLC_OK; p++)
+        if (applicable(l, &l->f[p])) s = apply(l, p, 0, now);
+    update_blocking(l);
+    return s;
+}
+
+dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_contribute: NULL learner");
+    if (p < 0 || p >= l->P)
+        return dlc_error(DLC_ERR_RANGE, "learner_contribute: fragment %d: expected 0..%d", p, l->P - 1);
+    if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
+        return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id, state_names[l->state],
+                         l->p.dp ? " (data parallel sends gradients)" : "");
+    clear_queue(l);
+    dlc_status s = send_contribution(l, p, now);
+    update_blocking(l);
+    return s;
+}
+
+dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_gradient: NULL learner");
+    if (!l->p.dp || l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id, state_names[l->state],
+                         l->p.dp ? "" : " and not data parallel");
+    clear_queue(l);
+    gather(l, 0, (float *)(void *)l->grad_enc, 1);
+    int64_t bad = -1;
+    const float *g = (const float *)(void *)l->grad_enc;
+    for (int64_t i = 0; i < l->n && bad < 0; i++)
+        if (!isfinite(g[i])) bad = i;
+    if (bad >= 0)
+        return dlc_error(DLC_ERR_ARG, "learner_gradient: gradient element %lld is not finite", (long long)bad);
+    dlc_learner_action a = {.type = DLC_LACT_SEND};
+    a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + 1, .tokens = tokens,
+                      .step_time = l->step_ema, .codec = DLC_CODEC_F32, .payload = l->grad_enc,
+                      .len = (size_t)l->n * sizeof(float)};
+    set_state(l, DLC_LEARNER_WAITING);
+    return push(l, &a);
+}
+
+static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
+    if (m->fragment < 0 || m->fragment >= l->P)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
+                         m->fragment, l->P - 1);
+    lfrag *f = &l->f[m->fragment];
+    int resync = (m->flags & DLC_MSG_RESYNC) != 0;
+    if (m->version < 0)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d version %lld: expected >= 0", l->p.id, m->fragment,
+                         (long long)m->version);
+    if (!resync && (m->version <= f->base_version || (f->pending && m->version <= f->pend_version)))
+        return DLC_OK; /* older than what we hold: late or duplicate */
+    if (!resync && l->state == DLC_LEARNER_JOINING) return DLC_OK; /* the resync will follow */
+    if (m->codec != DLC_CODEC_F32 && m->codec != DLC_CODEC_BF16)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d codec %s: expected f32 or bf16", l->p.id,
+                         m->fragment, dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
+    /* decode into scratch first: a malformed payload leaves the waiting one intact */
+    dlc_status s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n);
+    if (s != DLC_OK) return s;
+    memcpy(l->pend + f->off, l->scratch, (size_t)f->n * sizeof(float));
+    f->pending = 1;
+    f->pend_version = m->version;
+    f->pend_held = m->held;
+    if (resync) {
+        f->sent_step = -1;
+        s = apply(l, m->fragment, 1, now);
+        if (s != DLC_OK) return s;
+        if (l->state == DLC_LEARNER_JOINING && !f->received) {
+            f->received = 1;
+            if (++l->joined == l->P) {
+                set_state(l, DLC_LEARNER_TRAINING);
+                l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
+            }
+        }
+    } else if (applicable(l, f)) {
+        s = apply(l, m->fragment, 0, now);
+    }
+    update_blocking(l);
+    return s;
+}
+
+static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
+    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + 1)
+        return DLC_OK; /* not waiting for this one: late, or from before a restart */
+    if (m->codec != DLC_CODEC_F32)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id,
+                         dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
+    dlc_status s = dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, l->pend, l->n);
+    if (s != DLC_OK) return s;
+    scatter_mix(l, 0, l->pend, 0.0f, 1);
+    set_state(l, DLC_LEARNER_TRAINING);
+    dlc_learner_action a = {.type = DLC_LACT_GRADIENT_READY, .version = m->version};
+    return push(l, &a);
+}
+
+dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
+    if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
+    if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
+    clear_queue(l);
+    switch (m->type) {
+    case DLC_MSG_FRAGMENT: return receive_fragment(l, m, now);
+    case DLC_MSG_GRADIENT_AVG: return receive_gradient(l, m);
+    default:
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s message: a learner takes fragment and gradient_avg",
+                         l->p.id, dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)");
+    }
+}
+
+double dlc_learner_expiry(const dlc_learner *l) {
+    if (!l || l->state == DLC_LEARNER_STOPPED || l->state == DLC_LEARNER_JOINING) return INFINITY;
+    return l->next_heartbeat;
+}
+
+dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: NULL learner");
+    clear_queue(l);
+    if (now < dlc_learner_expiry(l)) return DLC_OK;
+    dlc_learner_action a = {.type = DLC_LACT_SEND};
+    a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps, .tokens = l->tokens,
+                      .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32};
+    while (l->next_heartbeat <= now) l->next_heartbeat += l->p.heartbeat;
+    return push(l, &a);
+}
+
+void dlc_learner_stop(dlc_learner *l) {
+    if (!l || l->state == DLC_LEARNER_STOPPED) return;
+    clear_queue(l);
+    set_state(l, DLC_LEARNER_STOPPED);
+}
+
+dlc_status dlc_learner_restart(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_restart: NULL learner");
+    if (l->state != DLC_LEARNER_STOPPED)
+        return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
+                         state_names[l->state]);
+    clear_queue(l);
+    for (int p = 0; p < l->P; p++) {
+        lfrag *f = &l->f[p];
+        f->base_version = -1;
+        f->c_steps = f->c_tokens = 0;
+        f->sent_step = -1;
+        f->pending = f->received = 0;
+    }
+    if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
+    l->steps = l->tokens = 0;
+    l->step_ema = l->transit_ema = 0;
+    l->joined = 0;
+    l->next_heartbeat = INFINITY;
+    (void)now;
+    set_state(l, DLC_LEARNER_JOINING);
+    return DLC_OK;
+}
+
+dlc_learner_state dlc_learner_state_of(const dlc_learner *l) { return l ? l->state : DLC_LEARNER_STOPPED; }
+int dlc_learner_id(const dlc_learner *l) { return l ? l->p.id : -1; }
+int64_t dlc_learner_steps(const dlc_learner *l) { return l ? l->steps : 0; }
+int64_t dlc_learner_tokens(const dlc_learner *l) { return l ? l->tokens : 0; }
+int64_t dlc_learner_base_version(const dlc_learner *l, int p) {
+    return l && p >= 0 && p < l->P ? l->f[p].base_version : -1;
+}
+int64_t dlc_learner_fragment_steps(const dlc_learner *l, int p) {
+    return l && p >= 0 && p < l->P ? l->f[p].c_steps : 0;
+}
+int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p) {
+    return l && p >= 0 && p < l->P ? l->f[p].c_tokens : 0;
+}
+double dlc_learner_step_time(const dlc_learner *l) { return l ? l->step_ema : 0; }
+double dlc_learner_transit(const dlc_learner *l) { return l ? l->transit_ema : 0; }

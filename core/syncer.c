@@ -1,0 +1,682 @@
+/* syncer.c - the syncer as a sans-IO state machine (syncer.h, docs/sim.md).
+ *
+ * One sfrag per fragment: its outer state (Θ, momentum, ring), a merge accumulator, the
+ * round (state, one contribution slot per learner holding the encoded bytes as they
+ * arrived) and the encoded Θ_p last sent.  A contribution is checked when it arrives
+ * (size, finiteness, base version in the ring), so closing a round cannot fail on a
+ * learner's data: it decodes each stored contribution once more, anchors it at the
+ * current Θ_p and adds it to the accumulator, in learner order (so a run is
+ * reproducible bit for bit). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/syncer.h"
+
+static const char *const round_names[] = {"idle", "collecting", "grace"};
+_Static_assert(sizeof round_names / sizeof round_names[0] == DLC_ROUND_STATE_COUNT, "one name per round state");
+static const char *const grace_names[] = {"adaptive", "off", "fixed"};
+_Static_assert(sizeof grace_names / sizeof grace_names[0] == DLC_GRACE_MODE_COUNT, "one name per grace mode");
+static const char *const weighting_names[] = {"tokens2_steps", "tokens", "uniform"};
+_Static_assert(sizeof weighting_names / sizeof weighting_names[0] == DLC_WEIGHTING_COUNT, "one name per weighting");
+static const char *const reject_names[] = {"stale", "nonfinite", "malformed"};
+_Static_assert(sizeof reject_names / sizeof reject_names[0] == DLC_REJECT_REASON_COUNT, "one name per reason");
+
+const char *dlc_round_state_name(dlc_round_state s) {
+    return (unsigned)s < DLC_ROUND_STATE_COUNT ? round_names[s] : NULL;
+}
+const char *dlc_grace_mode_name(dlc_grace_mode m) {
+    return (unsigned)m < DLC_GRACE_MODE_COUNT ? grace_names[m] : NULL;
+}
+const char *dlc_weighting_name(dlc_weighting w) {
+    return (unsigned)w < DLC_WEIGHTING_COUNT ? weighting_names[w] : NULL;
+}
+const char *dlc_reject_reason_name(dlc_reject_reason r) {
+    return (unsigned)r < DLC_REJECT_REASON_COUNT ? reject_names[r] : NULL;
+}
+
+dlc_status dlc_weighting_parse(const char *name, dlc_weighting *out) {
+    for (int i = 0; name && out && i < DLC_WEIGHTING_COUNT; i++)
+        if (strcmp(name, weighting_names[i]) == 0) return *out = (dlc_weighting)i, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "weighting = \"%s\": expected tokens2_steps, tokens or uniform",
+                     name ? name : "(null)");
+}
+
+typedef struct contrib {
+    int present;
+    int64_t base, steps, tokens;
+    double arrived;
+    dlc_codec_kind codec;
+    uint8_t *bytes;
+    size_t len, cap;
+} contrib;
+
+typedef struct sfrag {
+    dlc_fragstate *fs;
+    dlc_merge *mg;
+    int64_t n;
+    dlc_round_state state;
+    int count;
+    double opened, quorum_at, grace, deadline;
+    int64_t dp_step;
+    contrib *c;             /* [M] */
+    dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
+    uint8_t *out;           /* encoded Θ_p (or dp: the averaged gradient) */
+    int64_t out_cap, out_len, out_version;
+} sfrag;
+
+struct dlc_syncer {
+    dlc_syncer_params p;
+    const dlc_plan *plan;
+    int P, M;
+    sfrag *f;
+    float *scratch;          /* [max n_p] */
+    double *sorted;          /* [M], for medians */
+    uint8_t *live;
+    double *heard, *step_t, *transit;
+    int nlive;
+    double xi_quorum;
+    dlc_syncer_action *q;
+    int qcap, qhead, qlen;
+};
+
+dlc_syncer_params dlc_syncer_default_params(void) {
+    dlc_syncer_params p;
+    memset(&p, 0, sizeof p);
+    p.learners = 1;
+    p.quorum = 1;
+    p.grace = DLC_GRACE_ADAPTIVE;
+    p.grace_gamma = 0.8;
+    p.ema = 0.5;
+    p.tau = 2;
+    p.weighting = DLC_WEIGHT_TOKENS2_STEPS;
+    p.merge = DLC_MERGE_RDA;
+    p.outer = dlc_fragstate_default_params();
+    p.codec_up = DLC_CODEC_F32;
+    p.codec_params = dlc_codec_default_params();
+    p.codec_down = DLC_CODEC_F32;
+    return p;
+}
+
+dlc_status dlc_syncer_params_check(const dlc_syncer_params *p) {
+    if (!p) return dlc_error(DLC_ERR_ARG, "syncer: params is NULL");
+    if (p->learners < 1 || p->learners > DLC_SYNCER_LEARNERS_MAX)
+        return dlc_error(DLC_ERR_ARG, "syncer: learners = %d: expected 1..%d", p->learners, DLC_SYNCER_LEARNERS_MAX);
+    if (p->dp != 0 && p->dp != 1) return dlc_error(DLC_ERR_ARG, "syncer: dp = %d: expected 0 or 1", p->dp);
+    if (p->quorum < 0 || p->quorum > p->learners)
+        return dlc_error(DLC_ERR_ARG, "syncer: quorum = %d but learners = %d: quorum must be <= the number of "
+                         "learners (0 = every live learner)", p->quorum, p->learners);
+    if ((unsigned)p->grace >= DLC_GRACE_MODE_COUNT)
+        return dlc_error(DLC_ERR_ARG, "syncer: grace mode %d: expected adaptive, off or fixed", (int)p->grace);
+    if (!(p->grace_s >= 0) || !isfinite(p->grace_s))
+        return dlc_error(DLC_ERR_ARG, "syncer: grace_s = %g: expected seconds >= 0", p->grace_s);
+    if (!(p->grace_gamma > 0 && p->grace_gamma <= 1))
+        return dlc_error(DLC_ERR_ARG, "syncer: grace_gamma = %g: expected a number in (0, 1]", p->grace_gamma);
+    if (!(p->ema > 0 && p->ema <= 1))
+        return dlc_error(DLC_ERR_ARG, "syncer: ema = %g: expected a number in (0, 1]", p->ema);
+    if (p->tau < 0) return dlc_error(DLC_ERR_ARG, "syncer: tau = %d: expected >= 0", p->tau);
+    if ((unsigned)p->weighting >= DLC_WEIGHTING_COUNT)
+        return dlc_error(DLC_ERR_ARG, "syncer: weighting %d: expected tokens2_steps, tokens or uniform",
+                         (int)p->weighting);
+    if ((unsigned)p->merge >= DLC_MERGE_MODE_COUNT)
+        return dlc_error(DLC_ERR_ARG, "syncer: merge %d: expected rda or mean", (int)p->merge);
+    dlc_status s = dlc_fragstate_params_check(&p->outer);
+    if (s == DLC_OK) s = dlc_codec_check(p->codec_up, &p->codec_params);
+    if (s != DLC_OK) return s;
+    if (p->codec_down != DLC_CODEC_F32 && p->codec_down != DLC_CODEC_BF16)
+        return dlc_error(DLC_ERR_ARG, "syncer: codec_down = %s: expected f32 or bf16",
+                         dlc_codec_name(p->codec_down) ? dlc_codec_name(p->codec_down) : "(unknown)");
+    if (!(p->timeout >= 0) || !isfinite(p->timeout))
+        return dlc_error(DLC_ERR_ARG, "syncer: timeout = %g: expected seconds >= 0 (0 = never)", p->timeout);
+    return DLC_OK;
+}
+
+/* The one place a round's state changes. */
+static void set_round_state(sfrag *f, dlc_round_state to) {
+    DLC_ASSERT((unsigned)to < DLC_ROUND_STATE_COUNT);
+    int ok = 0;
+    switch (f->state) {
+    case DLC_ROUND_IDLE: ok = to == DLC_ROUND_COLLECTING || to == DLC_ROUND_GRACE; break;
+    case DLC_ROUND_COLLECTING: ok = to == DLC_ROUND_GRACE || to == DLC_ROUND_IDLE; break;
+    case DLC_ROUND_GRACE: ok = to == DLC_ROUND_IDLE || to == DLC_ROUND_COLLECTING; break;
+    default: break;
+    }
+    if (!ok) dlc_assert_fail("syncer: illegal round transition", __FILE__, __LINE__);
+    f->state = to;
+}
+
+static dlc_status push(dlc_syncer *s, const dlc_syncer_action *a) {
+    if (s->qlen == s->qcap) {
+        int cap = s->qcap * 2;
+        dlc_syncer_action *q = malloc((size_t)cap * sizeof *q);
+        if (!q) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for %d actions", cap);
+        for (int i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
+        free(s->q);
+        s->q = q, s->qcap = cap, s->qhead = 0;
+    }
+    s->q[(s->qhead + s->qlen) % s->qcap] = *a;
+    s->qlen++;
+    return DLC_OK;
+}
+
+int dlc_syncer_poll(dlc_syncer *s, dlc_syncer_action *a) {
+    if (!s || !a || s->qlen == 0) return 0;
+    *a = s->q[s->qhead];
+    s->qhead = (s->qhead + 1) % s->qcap;
+    s->qlen--;
+    return 1;
+}
+
+static void clear_queue(dlc_syncer *s) { s->qhead = s->qlen = 0; }
+
+dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0) {
+    if (dlc_syncer_params_check(sp) != DLC_OK) return NULL;
+    if (!plan || !theta0) {
+        dlc_error(DLC_ERR_ARG, "syncer_new: plan and theta0 are required");
+        return NULL;
+    }
+    if (sp->dp && dlc_plan_count(plan) != 1) {
+        dlc_error(DLC_ERR_ARG, "syncer_new: data parallel needs a plan of 1 fragment, got %d", dlc_plan_count(plan));
+        return NULL;
+    }
+    dlc_syncer *s = calloc(1, sizeof *s);
+    int64_t *seg = NULL;
+    uint8_t *emb = NULL;
+    if (!s) goto nomem;
+    s->p = *sp;
+    s->p.embedding = NULL;
+    s->plan = plan;
+    s->P = dlc_plan_count(plan);
+    s->M = sp->learners;
+    s->f = calloc((size_t)s->P, sizeof *s->f);
+    s->sorted = malloc((size_t)s->M * sizeof(double));
+    s->live = calloc((size_t)s->M, 1);
+    s->heard = calloc((size_t)s->M, sizeof(double));
+    s->step_t = calloc((size_t)s->M, sizeof(double));
+    s->transit = calloc((size_t)s->M, sizeof(double));
+    s->qcap = 16;
+    s->q = malloc((size_t)s->qcap * sizeof *s->q);
+    if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->q) goto nomem;
+    int64_t maxn = 0;
+    for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
+    s->scratch = malloc((size_t)maxn * sizeof(float));
+    if (!s->scratch) goto nomem;
+    for (int p = 0; p < s->P; p++) {
+        sfrag *f = &s->f[p];
+        int nv;
+        const dlc_frag_view *v = dlc_plan_views(plan, p, &nv);
+        f->n = dlc_plan_numel(plan, p);
+        f->out_version = -1;
+        seg = malloc((size_t)nv * sizeof *seg);
+        emb = malloc((size_t)nv);
+        if (!seg || !emb) goto nomem;
+        float *t = s->scratch;
+        for (int j = 0; j < nv; j++) {
+            seg[j] = v[j].numel;
+            emb[j] = sp->embedding ? sp->embedding[v[j].tensor] != 0 : 0;
+            memcpy(t, theta0 + v[j].offset, (size_t)v[j].numel * sizeof(float));
+            t += v[j].numel;
+        }
+        dlc_merge_params mp = {sp->dp ? DLC_MERGE_MEAN : sp->merge, nv, seg, emb};
+        f->mg = dlc_merge_new(&mp);
+        free(seg), free(emb);
+        seg = NULL, emb = NULL;
+        if (!f->mg) goto fail;
+        if (!(f->fs = dlc_fragstate_new(&sp->outer, s->scratch, f->n))) goto fail;
+        f->c = calloc((size_t)s->M, sizeof *f->c);
+        f->mc = calloc((size_t)s->M, sizeof *f->mc);
+        f->out_cap = f->n * (int64_t)sizeof(float);
+        f->out = malloc((size_t)f->out_cap);
+        if (!f->c || !f->mc || !f->out) goto nomem;
+    }
+    return s;
+nomem:
+    dlc_error(DLC_ERR_NOMEM, "syncer_new: out of memory");
+fail:
+    free(seg);
+    free(emb);
+    dlc_syncer_free(s);
+    return NULL;
+}
+
+void dlc_syncer_free(dlc_syncer *s) {
+    if (!s) return;
+    for (int p = 0; s->f && p < s->P; p++) {
+        sfrag *f = &s->f[p];
+        dlc_fragstate_free(f->fs);
+        dlc_merge_free(f->mg);
+        for (int m = 0; f->c && m < s->M; m++) free(f->c[m].bytes);
+        free(f->c);
+        free(f->mc);
+        free(f->out);
+    }
+    free(s->f);
+    free(s->scratch);
+    free(s->sorted);
+    free(s->live);
+    free(s->heard);
+    free(s->step_t);
+    free(s->transit);
+    free(s->q);
+    free(s);
+}
+
+/* ---- estimates for the adaptive grace window ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over live learners of v[m] > 0 (0 if none reported). */
+static double live_median(const dlc_syncer *s, const double *v) {
+    int k = 0;
+    for (int m = 0; m < s->M; m++)
+        if (s->live[m] && v[m] > 0) s->sorted[k++] = v[m];
+    if (k == 0) return 0;
+    qsort(s->sorted, (size_t)k, sizeof(double), cmp_double);
+    return k % 2 ? s->sorted[k / 2] : 0.5 * (s->sorted[k / 2 - 1] + s->sorted[k / 2]);
+}
+
+static double grace_window(dlc_syncer *s) {
+    switch (s->p.grace) {
+    case DLC_GRACE_OFF: return 0;
+    case DLC_GRACE_FIXED: return s->p.grace_s;
+    default: break;
+    }
+    double step = live_median(s, s->step_t), sync = live_median(s, s->transit);
+    double g = s->p.grace_gamma * (s->p.tau * step - s->xi_quorum - sync);
+    return g < 0 ? 0 : g > step ? step : g;
+}
+
+/* ---- rounds ---- */
+
+static int quorum(const dlc_syncer *s) { return s->p.quorum == DLC_QUORUM_ALL ? s->nlive : s->p.quorum; }
+
+static double weight_of(const dlc_syncer *s, const contrib *c) {
+    if (s->p.dp) return 1;
+    switch (s->p.weighting) {
+    case DLC_WEIGHT_UNIFORM: return 1;
+    case DLC_WEIGHT_TOKENS: return (double)c->tokens;
+    default: return (double)c->tokens * (double)c->tokens / (double)c->steps;
+    }
+}
+
+static void clear_round(sfrag *f, int M) {
+    for (int m = 0; m < M; m++) f->c[m].present = 0;
+    f->count = 0;
+    if (f->state != DLC_ROUND_IDLE) set_round_state(f, DLC_ROUND_IDLE);
+}
+
+/* Encodes Θ_p (codec_down) into f->out unless it already holds this version. */
+static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
+    int64_t v = dlc_fragstate_version(f->fs);
+    if (f->out_version == v) return DLC_OK;
+    int64_t w = dlc_codec_encode(s->p.codec_down, NULL, dlc_fragstate_theta(f->fs), f->n, f->out, (size_t)f->out_cap,
+                                 NULL);
+    if (w < 0) return (dlc_status)w;
+    f->out_len = w;
+    f->out_version = v;
+    return DLC_OK;
+}
+
+static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held) {
+    sfrag *f = &s->f[p];
+    dlc_status st = encode_theta(s, f);
+    if (st != DLC_OK) return st;
+    dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p};
+    a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
+                      .flags = flags, .held = held, .codec = s->p.codec_down, .payload = f->out,
+                      .len = (size_t)f->out_len};
+    return push(s, &a);
+}
+
+static dlc_status resync_all(dlc_syncer *s, int m) {
+    dlc_status st = DLC_OK;
+    for (int p = 0; p < s->P && st == DLC_OK; p++) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0);
+    return st;
+}
+
+/* Merges fragment p's round and sends the result. */
+static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
+    sfrag *f = &s->f[p];
+    dlc_merge_reset(f->mg);
+    int k = 0;
+    int64_t bytes_in = 0;
+    double useful = 0;
+    dlc_status st = DLC_OK;
+    for (int m = 0; m < s->M && st == DLC_OK; m++) {
+        contrib *c = &f->c[m];
+        if (!c->present) continue;
+        double w = weight_of(s, c);
+        if (!(w > 0)) continue;
+        st = dlc_codec_decode(c->codec, &s->p.codec_params, c->bytes, c->len, s->scratch, f->n);
+        if (st == DLC_OK && !s->p.dp) st = dlc_fragstate_anchor(f->fs, c->base, s->scratch);
+        if (st == DLC_OK)
+            st = dlc_merge_add(f->mg, DLC_CODEC_F32, NULL, (const uint8_t *)s->scratch, (size_t)f->n * sizeof(float), w);
+        if (st != DLC_OK) break;
+        f->mc[k++] = (dlc_merge_contrib){.learner = m, .weight = w, .base_version = c->base,
+                                         .staleness = dlc_fragstate_version(f->fs) - c->base, .steps = c->steps,
+                                         .tokens = c->tokens, .arrived = c->arrived};
+        bytes_in += (int64_t)c->len;
+        useful += (double)c->tokens / s->P;
+    }
+    if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
+    if (st != DLC_OK || k == 0) {
+        clear_round(f, s->M);
+        return st;
+    }
+    dlc_syncer_action a = {.type = DLC_SACT_MERGED, .fragment = p};
+    dlc_merge_info *mi = &a.merge;
+    *mi = (dlc_merge_info){.fragment = p, .count = k, .contribs = f->mc, .live = s->nlive, .quorum = quorum(s),
+                           .opened = f->opened, .quorum_at = f->state == DLC_ROUND_GRACE ? f->quorum_at : now,
+                           .grace = f->state == DLC_ROUND_GRACE ? f->grace : 0, .flushed = flushed,
+                           .bytes_in = bytes_in, .useful_tokens = useful};
+    mi->waited = now - mi->quorum_at;
+    mi->all_sent = f->count >= s->nlive;
+    int64_t sent = 0;
+    if (s->p.dp) {
+        memcpy(f->out, s->scratch, (size_t)f->n * sizeof(float));
+        f->out_len = f->n * (int64_t)sizeof(float);
+        f->out_version = -1; /* not Θ */
+        mi->version = f->dp_step;
+        for (int m = 0; m < s->M && st == DLC_OK; m++) {
+            if (!s->live[m]) continue;
+            dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
+            g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->dp_step,
+                              .codec = DLC_CODEC_F32, .payload = f->out, .len = (size_t)f->out_len};
+            st = push(s, &g);
+            sent += f->out_len;
+        }
+    } else {
+        st = dlc_fragstate_step(f->fs, s->scratch);
+        mi->version = dlc_fragstate_version(f->fs);
+        for (int m = 0; m < s->M && st == DLC_OK; m++) {
+            if (!s->live[m]) continue;
+            double held = f->c[m].present ? now - f->c[m].arrived : 0;
+            st = send_fragment(s, p, m, 0, held);
+            sent += f->out_len;
+        }
+    }
+    mi->bytes_out = sent;
+    clear_round(f, s->M);
+    if (st == DLC_OK) st = push(s, &a);
+    return st;
+}
+
+/* Re-checks fragment p's round against the quorum, the grace deadline and the live set. */
+static dlc_status evaluate(dlc_syncer *s, int p, double now) {
+    sfrag *f = &s->f[p];
+    if (f->state == DLC_ROUND_IDLE) return DLC_OK;
+    if (f->count == 0) {
+        clear_round(f, s->M);
+        return DLC_OK;
+    }
+    int K = quorum(s);
+    if (f->count >= K) {
+        if (f->state != DLC_ROUND_GRACE) {
+            double sample = now - f->opened;
+            s->xi_quorum = s->xi_quorum == 0 ? sample : (1 - s->p.ema) * s->xi_quorum + s->p.ema * sample;
+            f->quorum_at = now;
+            f->grace = s->p.dp ? 0 : grace_window(s);
+            f->deadline = now + f->grace;
+            set_round_state(f, DLC_ROUND_GRACE);
+        }
+        if (f->count >= s->nlive || now >= f->deadline) return close_round(s, p, now, 0);
+    } else if (f->state == DLC_ROUND_GRACE) {
+        set_round_state(f, DLC_ROUND_COLLECTING);
+    }
+    return DLC_OK;
+}
+
+static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
+    dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
+    dlc_status st = push(s, &a);
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0) : st;
+}
+
+static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
+    s->heard[m->learner] = now;
+    if (m->step_time > 0 && isfinite(m->step_time)) s->step_t[m->learner] = m->step_time;
+    if (m->transit > 0 && isfinite(m->transit)) s->transit[m->learner] = m->transit;
+}
+
+static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double now) {
+    int L = m->learner, p = m->fragment;
+    if (s->p.dp)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a contribution from learner %d in a data-parallel run "
+                         "(expected gradients)", L);
+    if (p < 0 || p >= s->P)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: expected 0..%d", L, p,
+                         s->P - 1);
+    sfrag *f = &s->f[p];
+    int64_t want = dlc_codec_encoded_size(s->p.codec_up, &s->p.codec_params, f->n);
+    if (m->codec != s->p.codec_up || (int64_t)m->len != want || (!m->payload && m->len) || m->tokens < 0 ||
+        m->steps < 0) {
+        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s %zu bytes, "
+                                 "steps %lld, tokens %lld: expected %s, %lld bytes, steps and tokens >= 0", L, p,
+                                 dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown codec)", m->len,
+                                 (long long)m->steps, (long long)m->tokens, dlc_codec_name(s->p.codec_up),
+                                 (long long)want);
+        dlc_status st = reject(s, L, p, DLC_REJECT_MALFORMED);
+        return st != DLC_OK ? st : e;
+    }
+    if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
+    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
+    if (dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
+        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L, p,
+                                 dlc_last_error());
+        dlc_status st = reject(s, L, p, DLC_REJECT_NONFINITE);
+        return st != DLC_OK ? st : e;
+    }
+    contrib *c = &f->c[L];
+    if (c->cap < m->len) {
+        uint8_t *b = realloc(c->bytes, m->len);
+        if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte contribution", m->len);
+        c->bytes = b, c->cap = m->len;
+    }
+    memcpy(c->bytes, m->payload, m->len);
+    c->len = m->len, c->codec = m->codec;
+    c->base = m->version, c->steps = m->steps, c->tokens = m->tokens, c->arrived = now;
+    if (!c->present) {
+        c->present = 1;
+        f->count++;
+    }
+    if (f->state == DLC_ROUND_IDLE) {
+        f->opened = now;
+        set_round_state(f, DLC_ROUND_COLLECTING);
+    }
+    return evaluate(s, p, now);
+}
+
+static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) {
+    int L = m->learner;
+    if (!s->p.dp)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a gradient from learner %d in a DiLoCo run (expected "
+                         "contributions)", L);
+    sfrag *f = &s->f[0];
+    if (m->codec != DLC_CODEC_F32 || (int64_t)m->len != f->n * (int64_t)sizeof(float) || !m->payload)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %zu bytes: expected f32, %lld bytes", L,
+                         m->len, (long long)(f->n * (int64_t)sizeof(float)));
+    if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
+    contrib *c = &f->c[L];
+    if (c->cap < m->len) {
+        uint8_t *b = realloc(c->bytes, m->len);
+        if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte gradient", m->len);
+        c->bytes = b, c->cap = m->len;
+    }
+    memcpy(c->bytes, m->payload, m->len);
+    c->len = m->len, c->codec = DLC_CODEC_F32;
+    c->base = m->version, c->steps = 1, c->tokens = m->tokens, c->arrived = now;
+    if (!c->present) c->present = 1, f->count++;
+    if (f->state == DLC_ROUND_IDLE) {
+        f->opened = now;
+        f->dp_step = m->version;
+        set_round_state(f, DLC_ROUND_COLLECTING);
+    }
+    return evaluate(s, 0, now);
+}
+
+static dlc_status make_live(dlc_syncer *s, int m, double now) {
+    if (!s->live[m]) s->nlive++;
+    s->live[m] = 1;
+    s->heard[m] = now;
+    s->step_t[m] = s->transit[m] = 0;
+    return resync_all(s, m);
+}
+
+static dlc_status check_learner(const dlc_syncer *s, int m, const char *fn) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "%s: NULL syncer", fn);
+    if (m < 0 || m >= s->M)
+        return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 0..%d", fn, m, s->M - 1);
+    return DLC_OK;
+}
+
+dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
+    dlc_status st = check_learner(s, m, "syncer_join");
+    if (st != DLC_OK) return st;
+    clear_queue(s);
+    return make_live(s, m, now);
+}
+
+/* m leaves the live set; its contributions leave the open rounds. */
+static dlc_status drop_learner(dlc_syncer *s, int m, double now) {
+    if (!s->live[m]) return DLC_OK;
+    s->live[m] = 0;
+    s->nlive--;
+    dlc_status st = DLC_OK;
+    for (int p = 0; p < s->P; p++) {
+        sfrag *f = &s->f[p];
+        if (f->c[m].present) f->c[m].present = 0, f->count--;
+    }
+    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
+    return st;
+}
+
+dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now) {
+    dlc_status st = check_learner(s, m, "syncer_lost");
+    if (st != DLC_OK) return st;
+    clear_queue(s);
+    return drop_learner(s, m, now);
+}
+
+dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
+    if (!s || !m) return dlc_error(DLC_ERR_ARG, "syncer_receive: NULL argument");
+    dlc_status st = check_learner(s, m->learner, "syncer_receive");
+    if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
+    clear_queue(s);
+    if (!s->live[m->learner]) {
+        /* a learner we had given up on (timeout, restart) is back: resync it whole */
+        dlc_syncer_action a = {.type = DLC_SACT_JOINED, .learner = m->learner};
+        st = push(s, &a);
+        return st == DLC_OK ? make_live(s, m->learner, now) : st;
+    }
+    heard_from(s, m, now);
+    switch (m->type) {
+    case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
+    case DLC_MSG_GRADIENT: return receive_gradient(s, m, now);
+    case DLC_MSG_HEARTBEAT: return DLC_OK;
+    case DLC_MSG_BYE: return drop_learner(s, m->learner, now);
+    default:
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
+                         "heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
+                         m->learner);
+    }
+}
+
+double dlc_syncer_expiry(const dlc_syncer *s) {
+    double t = INFINITY;
+    if (!s) return t;
+    for (int p = 0; p < s->P; p++)
+        if (s->f[p].state == DLC_ROUND_GRACE && s->f[p].deadline < t) t = s->f[p].deadline;
+    if (s->p.timeout > 0)
+        for (int m = 0; m < s->M; m++)
+            if (s->live[m] && s->heard[m] + s->p.timeout < t) t = s->heard[m] + s->p.timeout;
+    return t;
+}
+
+dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_handle_expiry: NULL syncer");
+    clear_queue(s);
+    dlc_status st = DLC_OK;
+    if (s->p.timeout > 0)
+        for (int m = 0; m < s->M && st == DLC_OK; m++)
+            if (s->live[m] && s->heard[m] + s->p.timeout <= now) {
+                dlc_syncer_action a = {.type = DLC_SACT_LOST, .learner = m};
+                st = push(s, &a);
+                if (st == DLC_OK) st = drop_learner(s, m, now);
+            }
+    for (int p = 0; p < s->P && st == DLC_OK; p++)
+        if (s->f[p].state == DLC_ROUND_GRACE && s->f[p].deadline <= now) st = evaluate(s, p, now);
+    return st;
+}
+
+dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int k, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_set_quorum: NULL syncer");
+    if (k < 0 || k > s->M)
+        return dlc_error(DLC_ERR_ARG, "syncer_set_quorum: quorum = %d: expected 1..%d (0 = every live learner)", k,
+                         s->M);
+    clear_queue(s);
+    s->p.quorum = k;
+    dlc_status st = DLC_OK;
+    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
+    return st;
+}
+
+dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_flush: NULL syncer");
+    clear_queue(s);
+    dlc_status st = DLC_OK;
+    for (int p = 0; p < s->P && st == DLC_OK; p++)
+        if (s->f[p].count > 0) st = close_round(s, p, now, 1);
+    return st;
+}
+
+dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_restart: NULL syncer");
+    clear_queue(s);
+    for (int p = 0; p < s->P; p++) {
+        sfrag *f = &s->f[p];
+        clear_round(f, s->M);
+        memcpy(s->scratch, dlc_fragstate_theta(f->fs), (size_t)f->n * sizeof(float));
+        dlc_status st = dlc_fragstate_set(f->fs, s->scratch, dlc_fragstate_version(f->fs));
+        if (st != DLC_OK) return st;
+    }
+    for (int m = 0; m < s->M; m++)
+        if (s->live[m]) s->heard[m] = now;
+    return DLC_OK;
+}
+
+int dlc_syncer_fragments(const dlc_syncer *s) { return s ? s->P : 0; }
+int64_t dlc_syncer_version(const dlc_syncer *s, int p) {
+    return s && p >= 0 && p < s->P ? dlc_fragstate_version(s->f[p].fs) : -1;
+}
+dlc_round_state dlc_syncer_round_state(const dlc_syncer *s, int p) {
+    return s && p >= 0 && p < s->P ? s->f[p].state : DLC_ROUND_IDLE;
+}
+int dlc_syncer_round_count(const dlc_syncer *s, int p) { return s && p >= 0 && p < s->P ? s->f[p].count : 0; }
+int dlc_syncer_live(const dlc_syncer *s) { return s ? s->nlive : 0; }
+int dlc_syncer_is_live(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->live[m] : 0; }
+const float *dlc_syncer_theta(const dlc_syncer *s, int p) {
+    return s && p >= 0 && p < s->P ? dlc_fragstate_theta(s->f[p].fs) : NULL;
+}
+
+dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena) {
+    if (!s || !arena) return dlc_error(DLC_ERR_ARG, "syncer_copy_model: NULL argument");
+    for (int p = 0; p < s->P; p++) {
+        int nv;
+        const dlc_frag_view *v = dlc_plan_views(s->plan, p, &nv);
+        const float *src = dlc_fragstate_theta(s->f[p].fs);
+        for (int j = 0; j < nv; j++) {
+            memcpy(arena + v[j].offset, src, (size_t)v[j].numel * sizeof(float));
+            src += v[j].numel;
+        }
+    }
+    return DLC_OK;
+}
+
+void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum_s, double *sync) {
+    if (step) *step = s ? live_median(s, s->step_t) : 0;
+    if (quorum_s) *quorum_s = s ? s->xi_quorum : 0;
+    if (sync) *sync = s ? live_median(s, s->transit) : 0;
+}
