@@ -654,6 +654,32 @@ dlc_status dlc_image_loader_next(dlc_image_loader *l, dlc_tensor **x, dlc_tensor
     return DLC_OK;
 }
 
+dlc_status dlc_image_loader_batch_at(dlc_image_loader *l, int64_t first, dlc_tensor **x,
+                                     dlc_tensor **y) {
+    *x = *y = NULL;
+    if (first < 0 || first >= l->n)
+        return dlc_error(DLC_ERR_RANGE, "image loader: batch_at example %lld out of range [0, %lld) "
+                         "(the shard's examples)", (long long)first, (long long)l->n);
+    int64_t b = l->n - first < l->B ? l->n - first : l->B;
+    int64_t P = (int64_t)l->d->rows * l->d->cols;
+    int64_t xs[2] = {b, P}, ys[1] = {b};
+    *x = dlc_tensor_new(2, xs);
+    *y = *x ? dlc_tensor_new(1, ys) : NULL;
+    if (!*y) {
+        dlc_tensor_release(*x);
+        *x = NULL;
+        return dlc_last_status();
+    }
+    for (int64_t i = 0; i < b; i++) {
+        int64_t e = l->idx[first + i];
+        const uint8_t *px = l->d->pixels + e * P;
+        float *xr = (*x)->data + i * P;
+        for (int64_t j = 0; j < P; j++) xr[j] = l->lut[px[j]];
+        (*y)->data[i] = (float)l->d->labels[e];
+    }
+    return DLC_OK;
+}
+
 void dlc_image_loader_cursor(const dlc_image_loader *l, int64_t *epoch, int64_t *position) {
     if (epoch) *epoch = l->epoch;
     if (position) *position = l->pos;

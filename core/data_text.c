@@ -557,6 +557,35 @@ dlc_status dlc_text_loader_next(dlc_text_loader *l, dlc_tensor **x, dlc_tensor *
     return DLC_OK;
 }
 
+dlc_status dlc_text_loader_batch_at(dlc_text_loader *l, int64_t first, dlc_tensor **x,
+                                    dlc_tensor **y) {
+    *x = *y = NULL;
+    if (first < 0 || first >= l->windows)
+        return dlc_error(DLC_ERR_RANGE, "text loader: batch_at window %lld out of range [0, %lld) "
+                         "(the %s shard's windows of ctx + 1 = %lld bytes)", (long long)first,
+                         (long long)l->windows, dlc_split_name(l->split), (long long)(l->T + 1));
+    const int64_t T = l->T;
+    int64_t b = l->windows - first < l->B ? l->windows - first : l->B;
+    int64_t shape[2] = {b, T};
+    *x = dlc_tensor_new(2, shape);
+    *y = *x ? dlc_tensor_new(2, shape) : NULL;
+    if (!*y) {
+        dlc_tensor_release(*x);
+        *x = NULL;
+        return dlc_last_status();
+    }
+    float *xd = (*x)->data, *yd = (*y)->data;
+    for (int64_t r = 0; r < b; r++) {
+        const uint8_t *w = l->buf + (first + r) * T;
+        float *xr = xd + r * T, *yr = yd + r * T;
+        for (int64_t j = 0; j < T; j++) {
+            xr[j] = (float)w[j];
+            yr[j] = (float)w[j + 1];
+        }
+    }
+    return DLC_OK;
+}
+
 int64_t dlc_text_loader_cursor(const dlc_text_loader *l) { return l->cursor; }
 
 dlc_status dlc_text_loader_set_cursor(dlc_text_loader *l, int64_t cursor) {
@@ -570,6 +599,7 @@ dlc_status dlc_text_loader_set_cursor(dlc_text_loader *l, int64_t cursor) {
 
 void dlc_text_loader_reset(dlc_text_loader *l) { l->cursor = 0; }
 int64_t dlc_text_loader_size(const dlc_text_loader *l) { return l->n; }
+int64_t dlc_text_loader_windows(const dlc_text_loader *l) { return l->windows; }
 
 int64_t dlc_text_loader_batches_per_epoch(const dlc_text_loader *l) {
     if (l->sequential) return (l->windows + l->B - 1) / l->B;

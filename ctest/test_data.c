@@ -329,6 +329,76 @@ static void test_shards(void) {
     dlc_text_release(t);
 }
 
+/* batch_at: the batch of windows first .. first + b - 1 (b = min(B, windows - first)),
+ * straight from the shard, whatever the loader's mode; the cursor does not move. */
+static void test_text_batch_at(void) {
+    dlc_text *t = synthetic_text(100000, 4, 997, 0.1, 0);
+    CHECK_OK(t);
+    if (!t) return;
+    const int64_t B = 3, T = 32;
+    int64_t len;
+    uint8_t *want = expected_shard(t, DLC_SPLIT_EVAL, 0, 1, &len);
+    dlc_text_loader *seq = text_loader(t, DLC_SPLIT_EVAL, B, T, 0, 1, 0, 1);
+    dlc_text_loader *rnd = text_loader(t, DLC_SPLIT_EVAL, B, T, 0, 1, 7, 0);
+    CHECK(seq && rnd);
+    if (!seq || !rnd) goto out;
+    const int64_t W = dlc_text_loader_windows(seq);
+    CHECK(W == (len - 1) / T && W == dlc_text_loader_windows(rnd));
+    CHECK(W % B != 0); /* so the last batch is short */
+    int64_t bad = 0, firsts[] = {0, 1, 5, W / 2, W - B, W - 2, W - 1};
+    for (size_t i = 0; i < sizeof firsts / sizeof firsts[0]; i++) {
+        int64_t f = firsts[i], b = W - f < B ? W - f : B;
+        dlc_tensor *x, *y, *x2, *y2;
+        if (dlc_text_loader_batch_at(seq, f, &x, &y) != DLC_OK) {
+            bad++;
+            continue;
+        }
+        CHECK(x->ndim == 2 && x->shape[0] == b && x->shape[1] == T && dlc_tensor_same_shape(x, y));
+        for (int64_t r = 0; r < b; r++)
+            for (int64_t j = 0; j < T; j++)
+                bad += x->data[r * T + j] != want[(f + r) * T + j] ||
+                       y->data[r * T + j] != want[(f + r) * T + j + 1];
+        /* a random loader reads the same windows */
+        CHECK(dlc_text_loader_batch_at(rnd, f, &x2, &y2) == DLC_OK);
+        CHECK(same_tensor(x, x2) && same_tensor(y, y2));
+        dlc_tensor_release(x);
+        dlc_tensor_release(y);
+        dlc_tensor_release(x2);
+        dlc_tensor_release(y2);
+    }
+    CHECK(bad == 0);
+    CHECK(dlc_text_loader_cursor(seq) == 0 && dlc_text_loader_cursor(rnd) == 0);
+    /* batch k of a sequential pass is batch_at(k * B) for every full batch */
+    int same = 1;
+    for (int64_t k = 0; k < W / B; k++) {
+        dlc_tensor *x, *y, *x2, *y2;
+        dlc_text_loader_next(seq, &x, &y);
+        dlc_text_loader_batch_at(seq, k * B, &x2, &y2);
+        same &= same_tensor(x, x2) && same_tensor(y, y2);
+        dlc_tensor_release(x);
+        dlc_tensor_release(y);
+        dlc_tensor_release(x2);
+        dlc_tensor_release(y2);
+    }
+    CHECK(same && dlc_text_loader_cursor(seq) == W / B);
+    /* out of range: an error naming the index and the range, nothing returned */
+    char msg[96];
+    int64_t outside[] = {-1, W, W + 100};
+    for (size_t i = 0; i < 3; i++) {
+        dlc_tensor *x = (dlc_tensor *)1, *y = (dlc_tensor *)1;
+        CHECK(dlc_text_loader_batch_at(seq, outside[i], &x, &y) == DLC_ERR_RANGE);
+        CHECK(x == NULL && y == NULL);
+        snprintf(msg, sizeof msg, "window %lld out of range [0, %lld)", (long long)outside[i],
+                 (long long)W);
+        CHECK(strstr(dlc_last_error(), msg) != NULL);
+    }
+out:
+    dlc_text_loader_free(seq);
+    dlc_text_loader_free(rnd);
+    free(want);
+    dlc_text_release(t);
+}
+
 static void test_random_windows(void) {
     dlc_text *t = synthetic_text(60000, 9, 1000, 0.05, 0);
     CHECK_OK(t);
@@ -991,6 +1061,60 @@ static void test_image_loaders(void) {
     dlc_images_release(d);
 }
 
+/* batch_at on images: examples first .. first + b - 1 in shard order, shuffled or not. */
+static void test_image_batch_at(void) {
+    write_set(tpath("b-im"), tpath("b-lb"), 0);
+    dlc_images *d = open_idx(tpath("b-im"), tpath("b-lb"), 10);
+    CHECK_OK(d);
+    if (!d) return;
+    dlc_image_loader *in_order = image_loader(d, DLC_SPLIT_ALL, 5, 1, 2, 0, 0); /* 1, 3, .., 11 */
+    dlc_image_loader *shuffled = image_loader(d, DLC_SPLIT_ALL, 5, 1, 2, 9, 1);
+    CHECK(in_order && shuffled);
+    if (in_order && shuffled) {
+        int bad = 0;
+        for (int64_t f = 0; f < 6; f++) {
+            dlc_tensor *x, *y, *x2, *y2;
+            int64_t b = 6 - f < 5 ? 6 - f : 5;
+            if (dlc_image_loader_batch_at(in_order, f, &x, &y) != DLC_OK) {
+                bad++;
+                continue;
+            }
+            bad += x->shape[0] != b || x->shape[1] != ROWS * COLS || y->ndim != 1 || y->shape[0] != b;
+            for (int64_t r = 0; r < b && !bad; r++) {
+                int id = (int)(2 * (f + r) + 1);
+                bad += example_id(x, r) != id || y->data[r] != id % 10;
+            }
+            CHECK(dlc_image_loader_batch_at(shuffled, f, &x2, &y2) == DLC_OK);
+            bad += !same_tensor(x, x2) || !same_tensor(y, y2);
+            dlc_tensor_release(x);
+            dlc_tensor_release(y);
+            dlc_tensor_release(x2);
+            dlc_tensor_release(y2);
+        }
+        CHECK(bad == 0);
+        /* the first batch of an unshuffled epoch; the cursor does not move */
+        dlc_tensor *x, *y, *x2, *y2;
+        dlc_image_loader_next(in_order, &x, &y);
+        dlc_image_loader_batch_at(in_order, 0, &x2, &y2);
+        CHECK(same_tensor(x, x2) && same_tensor(y, y2));
+        int64_t e, p;
+        dlc_image_loader_cursor(in_order, &e, &p);
+        CHECK(e == 0 && p == 5);
+        dlc_tensor_release(x);
+        dlc_tensor_release(y);
+        dlc_tensor_release(x2);
+        dlc_tensor_release(y2);
+        x = y = (dlc_tensor *)1;
+        CHECK(dlc_image_loader_batch_at(in_order, 6, &x, &y) == DLC_ERR_RANGE && !x && !y);
+        CHECK(strstr(dlc_last_error(), "example 6 out of range [0, 6)") != NULL);
+        CHECK(dlc_image_loader_batch_at(shuffled, -1, &x, &y) == DLC_ERR_RANGE);
+        CHECK(strstr(dlc_last_error(), "example -1 out of range [0, 6)") != NULL);
+    }
+    dlc_image_loader_free(in_order);
+    dlc_image_loader_free(shuffled);
+    dlc_images_release(d);
+}
+
 static dlc_images *synthetic_images(int64_t n, int classes, int rows, int cols, uint64_t seed,
                                     double frac) {
     dlc_images_params o = dlc_images_default_params();
@@ -1110,6 +1234,7 @@ int main(void) {
     test_text_size_bound();
     test_split();
     test_shards();
+    test_text_batch_at();
     test_random_windows();
     test_text_loader_errors();
     test_synthetic_text();
@@ -1119,6 +1244,7 @@ int main(void) {
     test_idx_hostile();
     test_idx_gzip_members();
     test_image_loaders();
+    test_image_batch_at();
     test_synthetic_images();
     test_fashion_mnist();
     char cmd[128];

@@ -6,6 +6,7 @@
  *     local x, y = train:next()          -- Tensors [16,64]; y is x shifted by one byte
  *     local saved = train:state()        -- { cursor = 1 }: plain integers, JSON-friendly
  *     train:set_state(saved)             -- the same batches follow again
+ *     local x, y = eval:batch_at(1)      -- the batch starting at window 1, cursor untouched
  *
  * Errors (ldiloco.h): bad options raise; a dataset whose files cannot be read (missing,
  * unreadable, not valid IDX, larger than max_bytes / max_elements) returns
@@ -207,6 +208,35 @@ static int ld_next(lua_State *L) {
     return 2;
 }
 
+/* Windows (text) or examples (images) in the loader's shard: what batch_at indexes. */
+static int64_t ld_items(const loaderbox *b) {
+    return b->tl ? dlc_text_loader_windows(b->tl) : dlc_image_loader_size(b->il);
+}
+
+/* l:batch_at(i) -> x, y: the batch whose first window (text: the windows of a
+ * sequential pass) or example (images, in shard order) is number i, 1-based; up to
+ * `batch` rows, fewer at the end.  Never shuffled; the cursor does not move. */
+static int ld_batch_at(lua_State *L) {
+    loaderbox *b = checkloader(L);
+    int isint;
+    lua_Integer i = lua_tointegerx(L, 2, &isint);
+    int64_t n = ld_items(b);
+    if (!isint || lua_type(L, 2) != LUA_TNUMBER || i < 1 || i > n)
+        return luaL_error(L, "Loader:batch_at: index %s, expected an integer in [1, %I] (the %s %s's "
+                             "%s)",
+                          valstr(L, 2), (LUAI_UACINT)n, dlc_split_name(b->split),
+                          b->shards > 1 ? "shard" : "split", b->tl ? "windows" : "examples");
+    dlcL_state *st = STATE(L);
+    dlc_tensor **xs = dlcL_newtensor(L), **ys = dlcL_newtensor(L);
+    dlc_tensor *x, *y;
+    dlc_status s = b->tl ? dlc_text_loader_batch_at(b->tl, (int64_t)i - 1, &x, &y)
+                         : dlc_image_loader_batch_at(b->il, (int64_t)i - 1, &x, &y);
+    if (s != DLC_OK) return dlcL_error(L);
+    dlcL_settensor(L, st, xs, x);
+    dlcL_settensor(L, st, ys, y);
+    return 2;
+}
+
 /* l:state() -> {cursor=} (text) or {epoch=, position=} (images) */
 static int ld_state(lua_State *L) {
     loaderbox *b = checkloader(L);
@@ -294,6 +324,8 @@ static int ld_index(lua_State *L) {
     if (!strcmp(k, "size"))
         return lua_pushinteger(L, (lua_Integer)(b->tl ? dlc_text_loader_size(b->tl)
                                                       : dlc_image_loader_size(b->il))), 1;
+    if (!strcmp(k, "windows") && b->tl)
+        return lua_pushinteger(L, (lua_Integer)dlc_text_loader_windows(b->tl)), 1;
     if (!strcmp(k, "batches_per_epoch"))
         return lua_pushinteger(L, (lua_Integer)(b->tl ? dlc_text_loader_batches_per_epoch(b->tl)
                                                       : dlc_image_loader_batches_per_epoch(b->il))), 1;
@@ -320,7 +352,7 @@ static int ld_tostring(lua_State *L) {
 
 static const luaL_Reg loader_methods[] = {
     {"next", ld_next}, {"state", ld_state}, {"set_state", ld_set_state},
-    {"reset", ld_reset}, {NULL, NULL},
+    {"reset", ld_reset}, {"batch_at", ld_batch_at}, {NULL, NULL},
 };
 
 static const luaL_Reg loader_meta[] = {{"__tostring", ld_tostring}, {NULL, NULL}};

@@ -70,28 +70,57 @@ function M.build_model(spec, seed)
   return m
 end
 
--- Mean loss (and accuracy for classifiers) over `batches` held-out batches.
+-- The fixed evaluation subset: the 1-based first items (text: windows of a sequential
+-- pass, images: examples in order) of n batches of `batch` rows over `items` items.
+-- n >= ceil(items / batch): every item once, batches at 1, batch + 1, ... (the last may be
+-- short).  Fewer: starts (i * items) // n + 1 for i = 0 .. n - 1, evenly spread, full
+-- and disjoint (items / n > batch), the first at 1, the last in the last n-th.  Depends
+-- only on the three numbers, never on a seed or a run.
+function M.eval_starts(items, batch, n)
+  local starts = {}
+  if n * batch >= items then
+    for s = 1, items, batch do starts[#starts + 1] = s end
+  else
+    for i = 0, n - 1 do starts[i + 1] = i * items // n + 1 end
+  end
+  return starts
+end
+
+-- Iterator over the x, y of that subset of loaders.eval (loader:batch_at: never
+-- shuffled, the cursor untouched), for n = eval.batches:
+--   for x, y in train.eval_batches(loaders, 32) do ... end
+function M.eval_batches(loaders, n)
+  local l = loaders.eval
+  local starts = M.eval_starts(l.kind == "text" and l.windows or l.size, l.batch, n)
+  local i = 0
+  return function()
+    i = i + 1
+    if starts[i] then return l:batch_at(starts[i]) end
+  end
+end
+
+-- Mean loss (and accuracy for classifiers) over the fixed subset of `batches` held-out
+-- batches (M.eval_batches), weighted by rows: every window / example counts once.
 function M.evaluate(model, loaders, batches)
   model:eval()
-  loaders.eval:reset()
   local total, correct, seen = 0.0, 0, 0
   diloco.no_grad(function()
-    for _ = 1, batches do
-      local x, y = loaders.eval:next()
+    for x, y in M.eval_batches(loaders, batches) do
       local _, ce, logits = model:loss(x, y)
-      total = total + ce:item()
+      local rows = x.shape[1]
+      total = total + ce:item() * rows
+      seen = seen + rows
       if loaders.kind == "images" then
         local pred = (logits or model:forward(x)):argmax(-1)
         local p, l = pred:tolist(), y:tolist()
         for i = 1, #p do
           if p[i] == l[i] then correct = correct + 1 end
         end
-        seen = seen + #p
       end
     end
   end)
   model:train()
-  local r = { loss = total / batches }
+  local r = { loss = total / seen }
   if loaders.kind == "images" then r.accuracy = correct / seen end
   return r
 end

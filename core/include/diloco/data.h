@@ -166,6 +166,16 @@ DLC_API dlc_status dlc_text_loader_set_cursor(dlc_text_loader *l, int64_t cursor
 DLC_API void dlc_text_loader_reset(dlc_text_loader *l);
 /* Bytes in this loader's shard. */
 DLC_API int64_t dlc_text_loader_size(const dlc_text_loader *l);
+/* Non-overlapping windows of T + 1 bytes in the shard: (size - 1) / T; window k
+ * starts at byte k * T (the windows of a sequential pass). */
+DLC_API int64_t dlc_text_loader_windows(const dlc_text_loader *l);
+/* The batch of windows first, first + 1, ..., first + b - 1 in order, b = min(B,
+ * windows - first): *x, *y new tensors [b, T] as from next().  Random access for
+ * evaluation: the same for a random or sequential loader, never shuffled, never
+ * wrapped; the cursor does not move.  first outside [0, windows) is DLC_ERR_RANGE
+ * naming it and the range; on failure *x = *y = NULL. */
+DLC_API dlc_status dlc_text_loader_batch_at(dlc_text_loader *l, int64_t first, dlc_tensor **x,
+                                            dlc_tensor **y);
 /* Sequential: batches for one pass over the shard, ceil(windows / B) with
  * windows = (size - 1) / T.  Random: size / (B * T), at least 1 (the batches whose
  * tokens add up to the shard once). */
@@ -253,6 +263,13 @@ DLC_API dlc_status dlc_image_loader_set_cursor(dlc_image_loader *l, int64_t epoc
 DLC_API void dlc_image_loader_reset(dlc_image_loader *l); /* epoch 0, position 0 */
 /* Examples in this loader's shard. */
 DLC_API int64_t dlc_image_loader_size(const dlc_image_loader *l);
+/* The batch of the shard's examples first, ..., first + b - 1 in shard order (the
+ * order of a non-shuffled epoch, whatever `shuffle` says), b = min(B, size - first):
+ * *x [b, rows * cols], *y [b] as from next().  The cursor does not move.  first
+ * outside [0, size) is DLC_ERR_RANGE naming it and the range; on failure
+ * *x = *y = NULL. */
+DLC_API dlc_status dlc_image_loader_batch_at(dlc_image_loader *l, int64_t first, dlc_tensor **x,
+                                             dlc_tensor **y);
 /* shuffle: floor(n / B); otherwise ceil(n / B). */
 DLC_API int64_t dlc_image_loader_batches_per_epoch(const dlc_image_loader *l);
 
