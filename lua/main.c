@@ -59,8 +59,8 @@ static const struct {
     {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator", 0},
     {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
     {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner", 0},
-    {"goodput", "[--chips N] [--mtbi 1y] [--learners M] ...",
-     "estimate goodput of a large cluster under failures", 0},
+    {"goodput", "[--chips N] [--mtbi 1y] [--learners M] [--policy P] [--sweep K=V,..] [--plot F.png]",
+     "estimate goodput of a large cluster under failures", 1},
 };
 #define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
 

@@ -1,4 +1,4 @@
--- diloco.cli: the `diloco-lua run` and `diloco-lua sample` subcommands.
+-- diloco.cli: the `diloco-lua run`, `diloco-lua sample` and `diloco-lua goodput` subcommands.
 -- main(name, args) returns the process exit status: 0 ok, 1 failure, 2 usage or
 -- recipe error, 128 + N stopped by signal N (after saving).
 local diloco = require "diloco"
@@ -119,10 +119,12 @@ local function run(args)
 end
 
 local sample = require "diloco.sample"
+local goodput = require "diloco.goodput"
 
 local commands = {
   run = { run, RUN_USAGE, RUN_OPTIONS },
   sample = { function(args) return sample.main(args, parse) end, sample.USAGE, sample.OPTIONS },
+  goodput = { function(args) return goodput.main(args, parse) end, goodput.USAGE, goodput.OPTIONS },
 }
 
 -- "--debug" anywhere among the options (not as the value of a value option): removed
