@@ -1,0 +1,975 @@
+/* test_syncer.c - the syncer state machine (syncer.h) driven by scripted events, with
+ * every action checked (type, destination, version, flags, payload) against values the
+ * test computes itself in double: quorum then a fixed grace timer; the adaptive grace
+ * window from the reported step and transit times; grace cut short when every live
+ * learner has sent; a late contribution joining the next round, anchored through the
+ * ring; a duplicate replacing; stale (older than the ring), non-finite and malformed
+ * contributions rejected with a resync; joins with the full model; lost learners and
+ * timeouts; a message from a non-live learner; weighting; mean and RDA merges;
+ * restart; flush; data-parallel gradient averaging; refusals of bad calls. */
+#include <stdint.h>
+#include "check.h"
+#include "diloco/syncer.h"
+
+/* ---- a small model: 4 tensors (w [3,5], b [7], e [2,4], h [6]) in an arena ---- */
+
+typedef struct fx {
+    dlc_tensor *t[4];
+    dlc_params *p;
+    dlc_plan *plan;
+} fx;
+
+static void fx_make(fx *x, int P, uint64_t seed) {
+    static const char *const names[4] = {"w", "b", "e", "h"};
+    int64_t sh[4][2] = {{3, 5}, {7, 0}, {2, 4}, {6, 0}};
+    int nd[4] = {2, 1, 2, 1};
+    for (int i = 0; i < 4; i++) x->t[i] = check_randn(seed + (uint64_t)i, 1.0f, nd[i], sh[i]);
+    x->p = dlc_params_new(4, names, x->t);
+    dlc_plan_params pp = dlc_plan_default_params();
+    pp.fragments = P;
+    x->plan = dlc_plan_new(x->p, &pp);
+}
+
+static void fx_free(fx *x) {
+    dlc_plan_free(x->plan);
+    dlc_params_free(x->p);
+    for (int i = 0; i < 4; i++) dlc_tensor_release(x->t[i]);
+}
+
+/* Fragment p of the arena in payload order. */
+static void gather(const fx *x, int p, const float *arena, float *out) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(x->plan, p, &nv);
+    for (int j = 0; j < nv; j++) {
+        memcpy(out, arena + v[j].offset, (size_t)v[j].numel * sizeof(float));
+        out += v[j].numel;
+    }
+}
+
+#define NMAX 64
+
+static void randv(float *x, int64_t n, uint64_t seed, float std) {
+    int64_t s[1] = {n};
+    dlc_tensor *t = check_randn(seed, std, 1, s);
+    memcpy(x, t->data, sizeof(float) * (size_t)n);
+    dlc_tensor_release(t);
+}
+
+/* Plain SGD with lr 0.7 (no momentum), so Θ_new = Θ − 0.7·Δ is easy to check. */
+static dlc_syncer_params sgd_params(int M, int K, dlc_grace_mode g, double grace_s) {
+    dlc_syncer_params sp = dlc_syncer_default_params();
+    sp.learners = M;
+    sp.quorum = K;
+    sp.grace = g;
+    sp.grace_s = grace_s;
+    sp.weighting = DLC_WEIGHT_UNIFORM;
+    sp.merge = DLC_MERGE_MEAN;
+    sp.outer.lr = 0.7;
+    sp.outer.momentum = 0;
+    sp.outer.nesterov = 0;
+    return sp;
+}
+#define LR 0.7
+
+static dlc_msg contribution(int L, int p, int64_t base, int64_t steps, int64_t tokens, const float *d, int64_t n) {
+    return (dlc_msg){.type = DLC_MSG_CONTRIBUTION, .learner = L, .fragment = p, .version = base, .steps = steps,
+                     .tokens = tokens, .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d,
+                     .len = (size_t)n * sizeof(float)};
+}
+
+/* ---- the actions of one call ---- */
+
+typedef struct rec {
+    int n;
+    dlc_syncer_action a[64];
+} rec;
+
+static rec drain(dlc_syncer *s) {
+    rec r;
+    r.n = 0;
+    while (r.n < 64 && dlc_syncer_poll(s, &r.a[r.n])) r.n++;
+    return r;
+}
+
+static int count_type(const rec *r, dlc_syncer_action_type t) {
+    int k = 0;
+    for (int i = 0; i < r->n; i++) k += r->a[i].type == t;
+    return k;
+}
+
+static const dlc_syncer_action *find_type(const rec *r, dlc_syncer_action_type t) {
+    for (int i = 0; i < r->n; i++)
+        if (r->a[i].type == t) return &r->a[i];
+    return NULL;
+}
+
+/* The FRAGMENT sent to learner m for fragment p, NULL if none. */
+static const dlc_msg *sent_to(const rec *r, int m, int p) {
+    for (int i = 0; i < r->n; i++)
+        if (r->a[i].type == DLC_SACT_SEND && r->a[i].msg.type == DLC_MSG_FRAGMENT && r->a[i].msg.learner == m &&
+            r->a[i].msg.fragment == p)
+            return &r->a[i].msg;
+    return NULL;
+}
+
+static const dlc_merge_contrib *contrib_of(const dlc_merge_info *mi, int m) {
+    for (int i = 0; i < mi->count; i++)
+        if (mi->contribs[i].learner == m) return &mi->contribs[i];
+    return NULL;
+}
+
+static double maxdiff_fd(const float *a, const double *b, int64_t n) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - b[i]));
+    return w;
+}
+
+static int payload_is(const dlc_msg *m, const float *want, int64_t n) {
+    return m && m->codec == DLC_CODEC_F32 && m->len == (size_t)n * sizeof(float) &&
+           memcmp(m->payload, want, (size_t)n * sizeof(float)) == 0;
+}
+
+/* Joins learners 0..M-1 at `now`, draining the resyncs. */
+static void join_all(dlc_syncer *s, int M, double now) {
+    for (int m = 0; m < M; m++) {
+        CHECK(dlc_syncer_join(s, m, now) == DLC_OK);
+        rec r = drain(s);
+        CHECK(r.n == dlc_syncer_fragments(s));
+    }
+}
+
+/* ---- quorum, grace, late, duplicate ---- */
+
+/* K = 2 of 3, fixed grace 5 s: the second contribution starts the timer, the merge comes
+ * at the deadline with exactly 2 contributors; then a late contribution (base 0) joins
+ * the next round and is anchored at Θ1 (staleness 1), and that round is cut short when
+ * the third learner sends. */
+static void test_quorum_grace_late(void) {
+    fx x;
+    fx_make(&x, 1, 10);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], th1[NMAX], d0[NMAX], d1[NMAX], d2[NMAX], e0[NMAX], e1[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    randv(d0, n, 100, 0.1f);
+    randv(d1, n, 101, 0.1f);
+    randv(d2, n, 102, 0.1f);
+    randv(e0, n, 103, 0.1f);
+    randv(e1, n, 104, 0.1f);
+    join_all(s, 3, 0);
+    CHECK(dlc_syncer_live(s) == 3);
+    CHECK(dlc_syncer_expiry(s) == INFINITY);
+
+    dlc_msg m = contribution(0, 0, 0, 8, 800, d0, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 0);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    CHECK(dlc_syncer_round_count(s, 0) == 1);
+    CHECK(dlc_syncer_expiry(s) == INFINITY);
+
+    m = contribution(1, 0, 0, 8, 800, d1, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 0); /* no merge before the deadline */
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK(dlc_syncer_round_count(s, 0) == 2);
+    CHECK(dlc_syncer_expiry(s) == 2.0 + 5.0);
+
+    CHECK(dlc_syncer_handle_expiry(s, 6.5) == DLC_OK); /* early: nothing */
+    r = drain(s);
+    CHECK(r.n == 0);
+    CHECK(dlc_syncer_version(s, 0) == 0);
+
+    CHECK(dlc_syncer_handle_expiry(s, 7.0) == DLC_OK);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1);
+    CHECK(count_type(&r, DLC_SACT_SEND) == 3);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    if (ma) {
+        const dlc_merge_info *mi = &ma->merge;
+        CHECK(mi->fragment == 0 && mi->version == 1 && mi->count == 2);
+        CHECK(contrib_of(mi, 0) && contrib_of(mi, 1) && !contrib_of(mi, 2));
+        CHECK(mi->live == 3 && mi->quorum == 2);
+        CHECK(mi->opened == 1.0 && mi->quorum_at == 2.0 && mi->grace == 5.0 && mi->waited == 5.0);
+        CHECK(mi->all_sent == 0 && mi->flushed == 0);
+        CHECK(mi->bytes_in == 2 * n * 4 && mi->bytes_out == 3 * n * 4);
+        CHECK_NEAR(mi->useful_tokens, 1600, 1e-9);
+        for (int i = 0; i < mi->count; i++) CHECK(mi->contribs[i].staleness == 0 && mi->contribs[i].weight == 1);
+    }
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)d0[i] + d1[i]);
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+    for (int L = 0; L < 3; L++) {
+        const dlc_msg *f = sent_to(&r, L, 0);
+        CHECK(f && f->version == 1 && f->flags == 0);
+        CHECK(payload_is(f, th1, n));
+        if (f) CHECK(f->held == (L == 0 ? 6.0 : L == 1 ? 5.0 : 0.0));
+    }
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    CHECK(dlc_syncer_version(s, 0) == 1);
+
+    /* learner 2's contribution on version 0 arrives after the round closed: next round */
+    m = contribution(2, 0, 0, 9, 900, d2, n);
+    CHECK(dlc_syncer_receive(s, &m, 8.0) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 0);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING && dlc_syncer_round_count(s, 0) == 1);
+    m = contribution(0, 0, 1, 8, 800, e0, n);
+    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK(dlc_syncer_expiry(s) == 14.0);
+    m = contribution(1, 0, 1, 8, 800, e1, n);
+    CHECK(dlc_syncer_receive(s, &m, 10.0) == DLC_OK); /* every live learner sent: no wait */
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && count_type(&r, DLC_SACT_SEND) == 3);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    if (ma) {
+        const dlc_merge_info *mi = &ma->merge;
+        CHECK(mi->version == 2 && mi->count == 3 && mi->all_sent == 1);
+        CHECK(mi->quorum_at == 9.0 && mi->waited == 1.0 && mi->grace == 5.0);
+        const dlc_merge_contrib *c2 = contrib_of(mi, 2), *c0 = contrib_of(mi, 0);
+        CHECK(c2 && c2->base_version == 0 && c2->staleness == 1 && c2->steps == 9 && c2->tokens == 900 &&
+              c2->arrived == 8.0);
+        CHECK(c0 && c0->base_version == 1 && c0->staleness == 0);
+    }
+    /* Δ'_2 = Δ_2 + Θ1 − Θ0 */
+    for (int64_t i = 0; i < n; i++) {
+        double a2 = (double)d2[i] + ((double)th1[i] - th0[i]);
+        want[i] = (double)th1[i] - LR * (a2 + e0[i] + e1[i]) / 3.0;
+    }
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    const dlc_msg *f2 = sent_to(&r, 2, 0);
+    CHECK(f2 && f2->version == 2 && f2->held == 2.0);
+    CHECK(dlc_syncer_expiry(s) == INFINITY);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* K = 2 of 3, fixed grace: the third learner sending inside the window merges at once. */
+static void test_grace_cut_short(void) {
+    fx x;
+    fx_make(&x, 1, 20);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[3][NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    join_all(s, 3, 0);
+    for (int L = 0; L < 3; L++) {
+        randv(d[L], n, 200 + (uint64_t)L, 0.1f);
+        dlc_msg m = contribution(L, 0, 0, 4, 40, d[L], n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0 + L) == DLC_OK);
+        rec r = drain(s);
+        CHECK(count_type(&r, DLC_SACT_MERGED) == (L == 2));
+        if (L == 2) {
+            const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+            CHECK(ma && ma->merge.count == 3 && ma->merge.all_sent == 1 && ma->merge.waited == 1.0);
+            CHECK(count_type(&r, DLC_SACT_SEND) == 3);
+        }
+    }
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * ((double)d[0][i] + d[1][i] + d[2][i]) / 3.0;
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    CHECK(dlc_syncer_expiry(s) == INFINITY);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* Adaptive grace: g = clamp(γ(τ·ξ_step − ξ_quorum − ξ_sync), 0, ξ_step), ξ_step and ξ_sync
+ * medians of the reported times, ξ_quorum an EMA of the time to quorum. */
+static void test_adaptive_grace(void) {
+    fx x;
+    fx_make(&x, 1, 30);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_ADAPTIVE, 0);
+    sp.tau = 2;
+    sp.grace_gamma = 0.8;
+    sp.ema = 0.5;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float d[NMAX];
+    randv(d, n, 300, 0.1f);
+    join_all(s, 3, 0);
+    /* learner 2 reports by heartbeat: step 2.0, transit 0.6 */
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 2, .steps = 5, .tokens = 50, .step_time = 2.0,
+                  .transit = 0.6};
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    dlc_msg m = contribution(0, 0, 0, 4, 40, d, n);
+    m.step_time = 1.0, m.transit = 0.2;
+    CHECK(dlc_syncer_receive(s, &m, 10.0) == DLC_OK);
+    m = contribution(1, 0, 0, 4, 40, d, n);
+    m.step_time = 3.0, m.transit = 0.9;
+    CHECK(dlc_syncer_receive(s, &m, 11.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    double xs, xq, xy;
+    dlc_syncer_estimates(s, &xs, &xq, &xy);
+    CHECK(xs == 2.0 && xq == 1.0 && xy == 0.6); /* medians of {1,2,3}, {0.2,0.6,0.9}; first sample */
+    double g = 0.8 * (2 * 2.0 - 1.0 - 0.6); /* 1.92, inside [0, 2] */
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK_NEAR(dlc_syncer_expiry(s), 11.0 + g, 1e-12);
+    CHECK(dlc_syncer_handle_expiry(s, dlc_syncer_expiry(s)) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2);
+    if (ma) CHECK_NEAR(ma->merge.grace, g, 1e-12);
+
+    /* second round: 2 s to quorum, EMA ξ_quorum = 0.5·1 + 0.5·2 = 1.5 */
+    m = contribution(0, 0, 1, 4, 40, d, n);
+    m.step_time = 1.0, m.transit = 0.2;
+    CHECK(dlc_syncer_receive(s, &m, 20.0) == DLC_OK);
+    m = contribution(1, 0, 1, 4, 40, d, n);
+    m.step_time = 3.0, m.transit = 0.9;
+    CHECK(dlc_syncer_receive(s, &m, 22.0) == DLC_OK);
+    dlc_syncer_estimates(s, NULL, &xq, NULL);
+    CHECK_NEAR(xq, 1.5, 1e-12);
+    g = 0.8 * (2 * 2.0 - 1.5 - 0.6);
+    CHECK_NEAR(dlc_syncer_expiry(s), 22.0 + g, 1e-12);
+    CHECK(dlc_syncer_handle_expiry(s, 30.0) == DLC_OK);
+    CHECK(count_type((r = drain(s), &r), DLC_SACT_MERGED) == 1);
+
+    /* a huge transit clamps g to 0: merged at quorum */
+    hb.transit = 100, hb.learner = 2;
+    CHECK(dlc_syncer_receive(s, &hb, 30.0) == DLC_OK);
+    m = contribution(0, 0, 2, 4, 40, d, n);
+    m.transit = 100;
+    CHECK(dlc_syncer_receive(s, &m, 31.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    m = contribution(1, 0, 2, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 32.0) == DLC_OK);
+    r = drain(s);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.grace == 0 && ma->merge.count == 2 && ma->merge.all_sent == 0);
+
+    /* a long step time with tiny quorum and transit clamps g to ξ_step */
+    dlc_syncer_params sp2 = sp;
+    sp2.grace_gamma = 1.0;
+    dlc_syncer *s2 = dlc_syncer_new(&sp2, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s2);
+    if (s2) {
+        join_all(s2, 3, 0);
+        m = contribution(0, 0, 0, 4, 40, d, n);
+        m.step_time = 10.0, m.transit = 0.1;
+        CHECK(dlc_syncer_receive(s2, &m, 1.0) == DLC_OK);
+        m.learner = 1;
+        CHECK(dlc_syncer_receive(s2, &m, 1.5) == DLC_OK);
+        /* g = 1·(2·10 − 0.5 − 0.1) = 19.4 > ξ_step = 10 */
+        CHECK_NEAR(dlc_syncer_expiry(s2), 1.5 + 10.0, 1e-12);
+        dlc_syncer_free(s2);
+    }
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* A second contribution from the same learner replaces the first: the count stays and
+ * the second payload is what is merged. */
+static void test_duplicate(void) {
+    fx x;
+    fx_make(&x, 1, 40);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], da[NMAX], db[NMAX], d1[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    randv(da, n, 400, 0.1f);
+    randv(db, n, 401, 0.1f);
+    randv(d1, n, 402, 0.1f);
+    join_all(s, 3, 0);
+    dlc_msg m = contribution(0, 0, 0, 4, 40, da, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    m = contribution(0, 0, 0, 6, 60, db, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    m = contribution(1, 0, 0, 4, 40, d1, n);
+    CHECK(dlc_syncer_receive(s, &m, 3.0) == DLC_OK);
+    CHECK(dlc_syncer_round_count(s, 0) == 2 && dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK(dlc_syncer_handle_expiry(s, 8.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2);
+    if (ma) {
+        const dlc_merge_contrib *c0 = contrib_of(&ma->merge, 0);
+        CHECK(c0 && c0->steps == 6 && c0->tokens == 60 && c0->arrived == 2.0);
+        CHECK(ma->merge.opened == 1.0);
+    }
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)db[i] + d1[i]);
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- rejections ---- */
+
+/* R = 2: three versions on, base 0 and 1 are older than the ring: REJECTED stale, and the
+ * learner gets the current Θ flagged RESYNC; base 2 is still kept (staleness 1). */
+static void test_stale(void) {
+    fx x;
+    fx_make(&x, 1, 50);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 1, DLC_GRACE_OFF, 0);
+    sp.outer.ring = 2;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float d[NMAX], th2[NMAX], th3[NMAX];
+    randv(d, n, 500, 0.1f);
+    join_all(s, 3, 0);
+    for (int v = 0; v < 3; v++) {
+        if (v == 2) memcpy(th2, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+        dlc_msg m = contribution(0, 0, v, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0 + v) == DLC_OK);
+        rec r = drain(s);
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 1); /* K = 1, grace off: at once */
+    }
+    CHECK(dlc_syncer_version(s, 0) == 3);
+    memcpy(th3, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+    for (int base = 0; base < 2; base++) {
+        dlc_msg m = contribution(1, 0, base, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 5.0) == DLC_OK);
+        rec r = drain(s);
+        CHECK(r.n == 2);
+        const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+        CHECK(ra && ra->learner == 1 && ra->fragment == 0 && ra->reason == DLC_REJECT_STALE);
+        const dlc_msg *f = sent_to(&r, 1, 0);
+        CHECK(f && f->version == 3 && f->flags == DLC_MSG_RESYNC && payload_is(f, th3, n));
+        CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 3);
+        CHECK(memcmp(dlc_syncer_theta(s, 0), th3, (size_t)n * sizeof(float)) == 0);
+    }
+    CHECK(strcmp(dlc_reject_reason_name(DLC_REJECT_STALE), "stale") == 0);
+    /* base 2 is in the ring: anchored, merged with staleness 1 */
+    dlc_msg m = contribution(1, 0, 2, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 6.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 1 && ma->merge.contribs[0].staleness == 1 && ma->merge.version == 4);
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th3[i] - LR * ((double)d[i] + ((double)th3[i] - th2[i]));
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* A payload decoding to NaN or Inf: DLC_ERR_FORMAT, REJECTED nonfinite, a resync, never
+ * merged (Θ unchanged, the round empty). */
+static void test_nonfinite(void) {
+    fx x;
+    fx_make(&x, 1, 60);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    join_all(s, 3, 0);
+    for (int k = 0; k < 2; k++) {
+        randv(d, n, 600, 0.1f);
+        d[7] = k == 0 ? NAN : -INFINITY;
+        dlc_msg m = contribution(2, 0, 0, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_ERR_FORMAT);
+        rec r = drain(s);
+        CHECK(r.n == 2);
+        const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+        CHECK(ra && ra->learner == 2 && ra->reason == DLC_REJECT_NONFINITE);
+        const dlc_msg *f = sent_to(&r, 2, 0);
+        CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == 0 && payload_is(f, th0, n));
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 0);
+        CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
+        CHECK(dlc_syncer_version(s, 0) == 0);
+        CHECK(memcmp(dlc_syncer_theta(s, 0), th0, (size_t)n * sizeof(float)) == 0);
+    }
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* Wrong length: DLC_ERR_FORMAT, REJECTED malformed, a resync; the syncer keeps serving. */
+static void test_malformed(void) {
+    fx x;
+    fx_make(&x, 1, 70);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    randv(d, n, 700, 0.1f);
+    join_all(s, 2, 0);
+    dlc_msg m = contribution(1, 0, 0, 4, 40, d, n - 1);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "learner 1") != NULL);
+    rec r = drain(s);
+    const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(ra && ra->learner == 1 && ra->reason == DLC_REJECT_MALFORMED);
+    const dlc_msg *f = sent_to(&r, 1, 0);
+    CHECK(f && f->flags == DLC_MSG_RESYNC && payload_is(f, th0, n));
+    CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 0);
+    /* the wrong codec is malformed too */
+    m = contribution(1, 0, 0, 4, 40, d, n);
+    m.codec = DLC_CODEC_BF16;
+    CHECK(dlc_syncer_receive(s, &m, 1.5) == DLC_ERR_FORMAT);
+    r = drain(s);
+    ra = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(ra && ra->reason == DLC_REJECT_MALFORMED);
+    /* a fragment out of range: refused */
+    m = contribution(1, 3, 0, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.6) == DLC_ERR_FORMAT);
+    drain(s);
+    /* still serving: the next valid contribution merges */
+    m = contribution(1, 0, 0, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && count_type(&r, DLC_SACT_SEND) == 2);
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * d[i];
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    /* a contribution with no steps is ignored */
+    m = contribution(0, 0, 1, 0, 0, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 3.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- liveness ---- */
+
+/* A joining learner gets every fragment's Θ_p and version, flagged RESYNC. */
+static void test_join(void) {
+    fx x;
+    fx_make(&x, 4, 80);
+    dlc_syncer_params sp = sgd_params(3, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    CHECK(dlc_syncer_fragments(s) == 4 && dlc_syncer_live(s) == 0);
+    /* move fragment 2 to version 1 first: learner 0 joins, contributes */
+    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    drain(s);
+    int64_t n2 = dlc_plan_numel(x.plan, 2);
+    float d[NMAX];
+    randv(d, n2, 800, 0.1f);
+    dlc_msg m = contribution(0, 2, 0, 4, 40, d, n2);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_version(s, 2) == 1);
+    CHECK(dlc_syncer_join(s, 1, 2.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 4 && count_type(&r, DLC_SACT_SEND) == 4);
+    float model[256], frag[NMAX];
+    CHECK(dlc_syncer_copy_model(s, model) == DLC_OK);
+    for (int p = 0; p < 4; p++) {
+        const dlc_msg *f = sent_to(&r, 1, p);
+        CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == (p == 2 ? 1 : 0) && f->held == 0);
+        gather(&x, p, model, frag);
+        CHECK(payload_is(f, frag, dlc_plan_numel(x.plan, p)));
+        CHECK(memcmp(dlc_syncer_theta(s, p), frag, (size_t)dlc_plan_numel(x.plan, p) * sizeof(float)) == 0);
+        if (p != 2) {
+            gather(&x, p, dlc_params_data(x.p), frag);
+            CHECK(payload_is(f, frag, dlc_plan_numel(x.plan, p)));
+        }
+    }
+    CHECK(dlc_syncer_live(s) == 2 && dlc_syncer_is_live(s, 1) && !dlc_syncer_is_live(s, 2));
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* A lost learner's contribution leaves the round; the round then merges when every
+ * remaining live learner has sent. */
+static void test_lost(void) {
+    fx x;
+    fx_make(&x, 1, 90);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d0[NMAX], d1[NMAX], d2[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    randv(d0, n, 900, 0.1f);
+    randv(d1, n, 901, 0.1f);
+    randv(d2, n, 902, 0.1f);
+    join_all(s, 3, 0);
+    dlc_msg m = contribution(0, 0, 0, 4, 40, d0, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    m = contribution(2, 0, 0, 4, 40, d2, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    m = contribution(1, 0, 0, 4, 40, d1, n);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 2);
+    /* learner 2 dies: its contribution leaves; 1 of 2 live sent: K = all = 2 not reached */
+    CHECK(dlc_syncer_lost(s, 2, 3.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_live(s) == 2 && dlc_syncer_round_count(s, 0) == 1);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    CHECK(dlc_syncer_receive(s, &m, 4.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2 && ma->merge.all_sent == 1 && ma->merge.live == 2 && ma->merge.quorum == 2);
+    CHECK(count_type(&r, DLC_SACT_SEND) == 2 && !sent_to(&r, 2, 0));
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)d0[i] + d1[i]);
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+
+    /* K = all of 3 with 2 sent: the third dies and the round merges with the two */
+    CHECK(dlc_syncer_join(s, 2, 5.0) == DLC_OK);
+    drain(s);
+    float th1[NMAX];
+    memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+    m = contribution(0, 0, 1, 4, 40, d0, n);
+    CHECK(dlc_syncer_receive(s, &m, 6.0) == DLC_OK);
+    m = contribution(1, 0, 1, 4, 40, d1, n);
+    CHECK(dlc_syncer_receive(s, &m, 7.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    CHECK(dlc_syncer_lost(s, 2, 8.0) == DLC_OK);
+    r = drain(s);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2 && ma->merge.all_sent == 1 && ma->merge.version == 2);
+    CHECK(count_type(&r, DLC_SACT_SEND) == 2);
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th1[i] - LR * 0.5 * ((double)d0[i] + d1[i]);
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+
+    /* the only contributor dies: the round is empty again */
+    m = contribution(0, 0, 2, 4, 40, d0, n);
+    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    CHECK(dlc_syncer_lost(s, 0, 10.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    CHECK(dlc_syncer_version(s, 0) == 2);
+    /* lost twice is harmless */
+    CHECK(dlc_syncer_lost(s, 0, 10.5) == DLC_OK && dlc_syncer_live(s) == 1);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* Silence for `timeout` makes a learner LOST; a message from a non-live learner makes it
+ * JOINED with a full resync (the message itself dropped). */
+static void test_timeout_rejoin(void) {
+    fx x;
+    fx_make(&x, 2, 95);
+    int64_t n0 = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 1, DLC_GRACE_OFF, 0);
+    sp.timeout = 10;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 3, 0);
+    CHECK(dlc_syncer_expiry(s) == 10.0);
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .step_time = 1.0};
+    CHECK(dlc_syncer_receive(s, &hb, 5.0) == DLC_OK);
+    CHECK(dlc_syncer_handle_expiry(s, 9.99) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_live(s) == 3);
+    CHECK(dlc_syncer_handle_expiry(s, 10.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 2 && count_type(&r, DLC_SACT_LOST) == 2);
+    CHECK(r.a[0].learner == 1 && r.a[1].learner == 2);
+    CHECK(dlc_syncer_live(s) == 1 && dlc_syncer_is_live(s, 0) && !dlc_syncer_is_live(s, 1));
+    CHECK(dlc_syncer_expiry(s) == 15.0);
+    /* learner 1 comes back with a contribution: JOINED, resynced, the contribution dropped */
+    float d[NMAX];
+    randv(d, n0, 950, 0.1f);
+    dlc_msg m = contribution(1, 0, 0, 4, 40, d, n0);
+    CHECK(dlc_syncer_receive(s, &m, 11.0) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 3 && r.a[0].type == DLC_SACT_JOINED && r.a[0].learner == 1);
+    for (int p = 0; p < 2; p++) {
+        const dlc_msg *f = sent_to(&r, 1, p);
+        CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == 0);
+    }
+    CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 0);
+    CHECK(dlc_syncer_live(s) == 2 && dlc_syncer_is_live(s, 1));
+    CHECK(dlc_syncer_expiry(s) == 15.0); /* learner 0 heard at 5 */
+    /* BYE: gone for good */
+    dlc_msg bye = {.type = DLC_MSG_BYE, .learner = 0};
+    CHECK(dlc_syncer_receive(s, &bye, 12.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_live(s) == 1);
+    CHECK(dlc_syncer_expiry(s) == 21.0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- weighting and merging ---- */
+
+static void test_weighting(dlc_weighting wmode) {
+    fx x;
+    fx_make(&x, 1, 110);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    sp.weighting = wmode;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[3][NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    join_all(s, 3, 0);
+    int64_t steps[3] = {4, 2, 8}, tokens[3] = {400, 100, 1000};
+    double w[3], ws = 0;
+    for (int L = 0; L < 3; L++) {
+        w[L] = wmode == DLC_WEIGHT_TOKENS ? (double)tokens[L] : (double)tokens[L] * tokens[L] / steps[L];
+        ws += w[L];
+        randv(d[L], n, 1100 + (uint64_t)L, 0.1f);
+    }
+    rec r = {0};
+    for (int L = 0; L < 3; L++) {
+        dlc_msg m = contribution(L, 0, 0, steps[L], tokens[L], d[L], n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0 + L) == DLC_OK);
+        r = drain(s);
+    }
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 3);
+    if (ma)
+        for (int L = 0; L < 3; L++) {
+            const dlc_merge_contrib *c = contrib_of(&ma->merge, L);
+            CHECK(c && c->weight == w[L] && c->steps == steps[L] && c->tokens == tokens[L]);
+        }
+    if (ma) CHECK_NEAR(ma->merge.useful_tokens, 1500, 1e-9);
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) {
+        double acc = 0;
+        for (int L = 0; L < 3; L++) acc += w[L] * d[L][i];
+        want[i] = (double)th0[i] - LR * acc / ws;
+    }
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* RDA over identical contributions (any weights) equals their mean, Θ − lr·Δ; with
+ * Nesterov the outer step matches a double reference. */
+static void test_rda_identical(void) {
+    fx x;
+    fx_make(&x, 1, 120);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    sp.merge = DLC_MERGE_RDA;
+    sp.weighting = DLC_WEIGHT_TOKENS2_STEPS;
+    sp.outer = dlc_fragstate_default_params(); /* Nesterov 0.7 / 0.9 */
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    join_all(s, 3, 0);
+    double th[NMAX], buf[NMAX];
+    for (int64_t i = 0; i < n; i++) th[i] = th0[i];
+    for (int round = 0; round < 2; round++) {
+        randv(d, n, 1200 + (uint64_t)round, 0.1f);
+        for (int L = 0; L < 3; L++) {
+            dlc_msg m = contribution(L, 0, round, 1 + L, 100 * (1 + L), d, n);
+            CHECK(dlc_syncer_receive(s, &m, 1.0 + L) == DLC_OK);
+        }
+        rec r = drain(s);
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 1);
+        for (int64_t i = 0; i < n; i++) {
+            buf[i] = round == 0 ? d[i] : 0.9 * buf[i] + d[i];
+            th[i] -= 0.7 * (d[i] + 0.9 * buf[i]);
+        }
+        CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), th, n), 0, 4e-6);
+    }
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- restart, flush, quorum changes ---- */
+
+static void test_restart(void) {
+    fx x;
+    fx_make(&x, 1, 130);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float d[NMAX], th1[NMAX];
+    randv(d, n, 1300, 0.1f);
+    join_all(s, 3, 0);
+    dlc_msg m = contribution(0, 0, 0, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    m.learner = 1;
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    CHECK(dlc_syncer_handle_expiry(s, 6.0) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_version(s, 0) == 1);
+    memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+    /* an open round with one contribution, then the restart drops it */
+    m = contribution(0, 0, 1, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 7.0) == DLC_OK);
+    CHECK(dlc_syncer_round_count(s, 0) == 1);
+    CHECK(dlc_syncer_restart(s, 8.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
+    CHECK(dlc_syncer_version(s, 0) == 1 && dlc_syncer_live(s) == 3);
+    CHECK(memcmp(dlc_syncer_theta(s, 0), th1, (size_t)n * sizeof(float)) == 0);
+    /* version 0 was in the ring before; now it is stale */
+    m = contribution(2, 0, 0, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(ra && ra->learner == 2 && ra->reason == DLC_REJECT_STALE);
+    const dlc_msg *f = sent_to(&r, 2, 0);
+    CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == 1 && payload_is(f, th1, n));
+    /* the current version is accepted */
+    m = contribution(2, 0, 1, 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 10.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 1);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* flush merges below the quorum, flushed = 1; set_quorum re-checks open rounds. */
+static void test_flush_and_quorum(void) {
+    fx x;
+    fx_make(&x, 2, 140);
+    int64_t n0 = dlc_plan_numel(x.plan, 0), n1 = dlc_plan_numel(x.plan, 1);
+    dlc_syncer_params sp = sgd_params(3, 3, DLC_GRACE_FIXED, 5.0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], d[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    randv(d, n0, 1400, 0.1f);
+    join_all(s, 3, 0);
+    dlc_msg m = contribution(1, 0, 0, 4, 40, d, n0);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_flush(s, 3.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1); /* fragment 1 had nothing */
+    CHECK(ma && ma->merge.fragment == 0 && ma->merge.flushed == 1 && ma->merge.count == 1);
+    CHECK(ma && ma->merge.quorum_at == 3.0 && ma->merge.waited == 0 && ma->merge.grace == 0);
+    CHECK(count_type(&r, DLC_SACT_SEND) == 3);
+    double want[NMAX];
+    for (int64_t i = 0; i < n0; i++) want[i] = (double)th0[i] - LR * d[i];
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n0), 0, 2e-6);
+    CHECK(dlc_syncer_version(s, 0) == 1 && dlc_syncer_version(s, 1) == 0);
+    /* quorum 3 -> 1 with an open round of one: GRACE with the fixed window */
+    float d1[NMAX];
+    randv(d1, n1, 1401, 0.1f);
+    m = contribution(0, 1, 0, 4, 40, d1, n1);
+    CHECK(dlc_syncer_receive(s, &m, 4.0) == DLC_OK);
+    CHECK(dlc_syncer_round_state(s, 1) == DLC_ROUND_COLLECTING);
+    CHECK(dlc_syncer_set_quorum(s, 1, 5.0) == DLC_OK);
+    CHECK(dlc_syncer_round_state(s, 1) == DLC_ROUND_GRACE && dlc_syncer_expiry(s) == 10.0);
+    CHECK(dlc_syncer_set_quorum(s, 2, 6.0) == DLC_OK); /* back below: collecting */
+    CHECK(dlc_syncer_round_state(s, 1) == DLC_ROUND_COLLECTING && dlc_syncer_expiry(s) == INFINITY);
+    CHECK(dlc_syncer_set_quorum(s, 9, 6.0) == DLC_ERR_ARG);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- data parallel ---- */
+
+static void test_dp(void) {
+    fx x;
+    fx_make(&x, 1, 150);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    sp.dp = 1;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float th0[NMAX], g[3][NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    join_all(s, 3, 0);
+    for (int step = 1; step <= 2; step++) {
+        rec r = {0};
+        for (int L = 0; L < 3; L++) {
+            randv(g[L], n, 1500 + 10 * (uint64_t)step + (uint64_t)L, 1.0f);
+            dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = step, .tokens = 64,
+                         .codec = DLC_CODEC_F32, .payload = (const uint8_t *)g[L], .len = (size_t)n * 4};
+            CHECK(dlc_syncer_receive(s, &m, step + 0.1 * L) == DLC_OK);
+            r = drain(s);
+            if (L < 2) CHECK(r.n == 0);
+        }
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && count_type(&r, DLC_SACT_SEND) == 3);
+        const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+        CHECK(ma && ma->merge.version == step && ma->merge.count == 3);
+        double want[NMAX];
+        for (int64_t i = 0; i < n; i++) want[i] = ((double)g[0][i] + g[1][i] + g[2][i]) / 3.0;
+        for (int L = 0; L < 3; L++) {
+            const dlc_msg *a = NULL;
+            for (int i = 0; i < r.n; i++)
+                if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.learner == L) a = &r.a[i].msg;
+            CHECK(a && a->type == DLC_MSG_GRADIENT_AVG && a->version == step && a->codec == DLC_CODEC_F32 &&
+                  a->len == (size_t)n * 4);
+            if (a) CHECK_NEAR(maxdiff_fd((const float *)(const void *)a->payload, want, n), 0, 1e-6);
+        }
+        CHECK(dlc_syncer_version(s, 0) == 0); /* no outer step in dp */
+        CHECK(memcmp(dlc_syncer_theta(s, 0), th0, (size_t)n * sizeof(float)) == 0);
+    }
+    /* a contribution in a dp run is refused */
+    dlc_msg c = contribution(0, 0, 0, 1, 1, g[0], n);
+    CHECK(dlc_syncer_receive(s, &c, 9.0) == DLC_ERR_FORMAT);
+    /* a gradient of the wrong size is refused */
+    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 3, .codec = DLC_CODEC_F32,
+                 .payload = (const uint8_t *)g[0], .len = (size_t)(n - 1) * 4};
+    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_ERR_FORMAT);
+    CHECK(dlc_syncer_round_count(s, 0) == 0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* ---- refusals ---- */
+
+static void test_refusals(void) {
+    fx x;
+    fx_make(&x, 1, 160);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    CHECK(dlc_syncer_join(s, 2, 0) == DLC_ERR_RANGE);
+    CHECK(dlc_syncer_join(s, -1, 0) == DLC_ERR_RANGE);
+    CHECK(dlc_syncer_lost(s, 5, 0) == DLC_ERR_RANGE);
+    dlc_msg m = {.type = DLC_MSG_HEARTBEAT, .learner = 7};
+    CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT);
+    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    m = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = 0};
+    CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT); /* a syncer takes no fragments */
+    dlc_syncer_params bad = sp;
+    bad.quorum = 3;
+    CHECK_PFAILS(dlc_syncer_new(&bad, x.plan, dlc_params_data(x.p)), DLC_ERR_ARG, "quorum = 3");
+    bad = sp;
+    bad.codec_down = DLC_CODEC_INT4;
+    CHECK_PFAILS(dlc_syncer_new(&bad, x.plan, dlc_params_data(x.p)), DLC_ERR_ARG, "codec_down");
+    CHECK(strcmp(dlc_round_state_name(DLC_ROUND_GRACE), "grace") == 0 && !dlc_round_state_name(DLC_ROUND_STATE_COUNT));
+    dlc_weighting w;
+    CHECK(dlc_weighting_parse("tokens2_steps", &w) == DLC_OK && w == DLC_WEIGHT_TOKENS2_STEPS);
+    CHECK(dlc_weighting_parse("tokens3", &w) == DLC_ERR_ARG);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+int main(void) {
+    test_quorum_grace_late();
+    test_grace_cut_short();
+    test_adaptive_grace();
+    test_duplicate();
+    test_stale();
+    test_nonfinite();
+    test_malformed();
+    test_join();
+    test_lost();
+    test_timeout_rejoin();
+    test_weighting(DLC_WEIGHT_TOKENS2_STEPS);
+    test_weighting(DLC_WEIGHT_TOKENS);
+    test_rda_identical();
+    test_restart();
+    test_flush_and_quorum();
+    test_dp();
+    test_refusals();
+    return check_done("test_syncer");
+}
