@@ -36,6 +36,8 @@ static dlc_chaos *checkchaos(lua_State *L, int arg) {
 }
 
 /* Raises unless every key of the options table at `t` is in `known` (NULL-terminated). */
+dlc_chaos *dlcL_checkchaos(lua_State *L, int arg) { return checkchaos(L, arg); }
+
 static void check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *list) {
     lua_pushnil(L);
     while (lua_next(L, t)) {

@@ -86,6 +86,12 @@ dlc_params *dlcL_checkparams(lua_State *L, int arg);
 void dlcL_open_codec(lua_State *L, int mod, int st);
 /* lplan.c: diloco.Plan, fragment plans over a Params arena (core/frag.h). */
 void dlcL_open_plan(lua_State *L, int mod, int st);
+/* lplan.c: the live dlc_plan of the Plan box at `arg` (borrowed while the box is open). */
+dlc_plan *dlcL_checkplan(lua_State *L, int arg);
+/* lchaos.c: the live dlc_chaos of the Chaos box at `arg` (borrowed while the box is open). */
+dlc_chaos *dlcL_checkchaos(lua_State *L, int arg);
+/* lvtime.c: diloco.VTime, the virtual-time driver (core/vtime.h). */
+void dlcL_open_vtime(lua_State *L, int mod, int st);
 
 /* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
  * Tensor and "tensor has been freed" if it was released. */

@@ -34,6 +34,8 @@ static dlc_plan *checkplan(lua_State *L, int arg) {
     return b->p;
 }
 
+dlc_plan *dlcL_checkplan(lua_State *L, int arg) { return checkplan(L, arg); }
+
 /* The 1-based fragment at `arg` as a 0-based index; raises unless in 1..P. */
 static int checkfrag(lua_State *L, dlc_plan *p, int arg) {
     lua_Integer f = luaL_checkinteger(L, arg);

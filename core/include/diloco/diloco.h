@@ -36,6 +36,7 @@
 #include "msg.h"
 #include "learner.h"
 #include "syncer.h"
+#include "vtime.h"
 #include "chaos.h"
 #include "goodput.h"
 

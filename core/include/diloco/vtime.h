@@ -1,0 +1,167 @@
+/*
+ * vtime.h - the virtual-time driver: M learners (learner.h) and the syncer (syncer.h) in
+ * one process on a simulated clock and network.  The ML is real: the host (diloco-lua
+ * sim, or a C program) runs every inner step on its own models when told to; only time
+ * and the links are simulated, so a run is exactly reproducible.  Sans-IO like the
+ * state machines it drives: no clock, no thread, no socket.
+ *
+ *     dlc_vtime *vt = dlc_vtime_new(&vp, plan, models, dlc_params_data(models[0]));
+ *     dlc_vtime_event ev;
+ *     while (dlc_vtime_next(vt, &ev) == 1 && ev.type != DLC_VT_DONE) switch (ev.type) {
+ *     case DLC_VT_STEP:   run an inner step of learner ev.learner on models[ev.learner];
+ *                         dlc_vtime_step_done(vt, ev.learner, tokens); break;
+ *                         // dp: forward + backward only, then dlc_vtime_gradient_done
+ *     case DLC_VT_OPTIM:  dp: the averaged gradient is in the grad arena: clip, optimizer
+ *                         step, dlc_vtime_optim_done(vt, ev.learner); break;
+ *     case DLC_VT_EVAL:   dlc_vtime_global(vt, arena) and evaluate; break;
+ *     case DLC_VT_MERGE, DLC_VT_REJECT, DLC_VT_FAULT, ...: metrics, hooks; break;
+ *     }
+ *     dlc_vtime_stats st; dlc_vtime_get_stats(vt, &st);
+ *
+ * Time.  Learner m's inner step lasts step_time · scale_m / speed_m virtual seconds,
+ * times the factor of any SLOW fault active when it starts.  A step that would end
+ * after `end` is not started; after `end` the run drains (messages in flight are
+ * delivered, grace windows expire), every round still holding a contribution is
+ * flushed, and DONE follows.  Events at one instant are processed in a fixed order:
+ * message deliveries, step ends, faults, timers, step starts, evaluations; ties by the
+ * order they were scheduled.  Same inputs, same sequence of events.
+ *
+ * Links.  Each learner has an uplink and a downlink with a one-way latency and a
+ * bandwidth (bytes/s, INFINITY allowed): a message of b bytes (dlc_msg_wire_bytes)
+ * leaves when the link is free, occupies it b / bandwidth seconds and arrives latency
+ * later.  A CUT link loses every message sent or arriving while it is cut; a SYNCER
+ * fault loses every message to the syncer and stops its timers; a killed learner loses
+ * what arrives for it.
+ *
+ * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is
+ * lost), the syncer sees the connection drop (dlc_syncer_lost); when it returns it
+ * restarts (JOINING) and the syncer sends it the whole model; the host resets its
+ * inner optimizer on the FAULT event with begin = 0.  SLOW, CUT, SYNCER as above; a
+ * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint).
+ *
+ * Accounting (algorithm.md §7): useful tokens = Σ over merges of the merged
+ * contributions' tokens / P; goodput = useful tokens / Σ_m (end · nominal tokens/s of
+ * m); uptime = share of windows of H steps at speed 1 (one step for dp) in [0, end)
+ * holding at least one merge; idle = alive time neither computing nor dead.
+ */
+#ifndef DILOCO_VTIME_H
+#define DILOCO_VTIME_H
+
+#include <stdint.h>
+#include "chaos.h"
+#include "frag.h"
+#include "learner.h"
+#include "msg.h"
+#include "params.h"
+#include "syncer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dlc_vtime_island {
+    double speed;      /* > 0: relative compute speed */
+    double scale;      /* > 0: relative work of one step (its batch / the reference batch) */
+    int64_t tokens;    /* >= 1: tokens of one inner step */
+    double latency;    /* one-way seconds >= 0, both directions */
+    double bandwidth;  /* bytes/s > 0, INFINITY allowed, both directions */
+} dlc_vtime_island;
+
+typedef struct dlc_vtime_params {
+    int learners;                     /* M, 1..DLC_SYNCER_LEARNERS_MAX */
+    double step_time;                 /* virtual seconds of a step at speed 1, scale 1; > 0 */
+    double end;                       /* > 0: no step ends after this */
+    double eval_every;                /* seconds between EVAL events in (0, end]; 0 = none */
+    const dlc_vtime_island *islands;  /* [M], borrowed, copied */
+    dlc_learner_params learner;       /* for every learner (id set by vtime) */
+    dlc_syncer_params syncer;         /* learners must be M; dp must match learner.dp */
+    dlc_chaos *chaos;                 /* borrowed, must outlive the driver; NULL = none */
+} dlc_vtime_params;
+
+typedef enum dlc_vtime_event_type {
+    DLC_VT_STEP,    /* host: run learner's inner step (dp: forward + backward), then
+                     * dlc_vtime_step_done (dp: dlc_vtime_gradient_done) */
+    DLC_VT_OPTIM,   /* dp host: the averaged gradient is in the grad arena: optimizer
+                     * step, then dlc_vtime_optim_done */
+    DLC_VT_MERGE,   /* the syncer merged a round: merge */
+    DLC_VT_REJECT,  /* the syncer refused a contribution (learner, fragment, reason) */
+    DLC_VT_FAULT,   /* a chaos fault began (begin = 1) or ended (begin = 0) */
+    DLC_VT_LOST,    /* the syncer timed a learner out */
+    DLC_VT_JOINED,  /* a learner the syncer had lost came back (resynced whole) */
+    DLC_VT_EVAL,    /* host: evaluate the global model (dlc_vtime_global) */
+    DLC_VT_DONE,    /* the run is over */
+    DLC_VT_EVENT_COUNT
+} dlc_vtime_event_type;
+DLC_API const char *dlc_vtime_event_name(dlc_vtime_event_type t);
+
+typedef struct dlc_vtime_event {
+    dlc_vtime_event_type type;
+    double time;                 /* virtual seconds */
+    int learner;                 /* STEP, OPTIM, REJECT, FAULT (-1 for the syncer), LOST, JOINED */
+    int64_t step;                /* STEP, OPTIM: the learner's inner step about to run (1-based,
+                                  * counted since it (re)joined) */
+    dlc_merge_info merge;        /* MERGE: contribs valid until the next dlc_vtime_next */
+    int fragment;                /* REJECT */
+    dlc_reject_reason reason;    /* REJECT */
+    dlc_fault_kind fault;        /* FAULT */
+    int begin;                   /* FAULT */
+    double duration, factor;     /* FAULT: as scheduled */
+} dlc_vtime_event;
+
+typedef struct dlc_vtime dlc_vtime; /* opaque */
+
+/* A driver over M models (models[m] borrowed, all laid out as the plan's model, must
+ * outlive it) and the initial global model theta0 (borrowed, copied by the syncer).
+ * Every learner joins at time 0.  NULL with DLC_ERR_ARG naming the field, or NOMEM. */
+DLC_API dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_params *const *models,
+                                 const float *theta0);
+DLC_API void dlc_vtime_free(dlc_vtime *vt); /* NULL ok */
+
+/* The next event for the host: 1 with *ev filled, or a negative dlc_status (a state
+ * machine failed; the message names it).  DLC_ERR_STATE when a STEP or OPTIM has not
+ * been answered.  After DONE every call returns DONE again. */
+DLC_API int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev);
+/* Answers STEP: learner m's inner step ran (tokens >= 0; normally the island's). */
+DLC_API dlc_status dlc_vtime_step_done(dlc_vtime *vt, int m, int64_t tokens);
+/* dp, answers STEP: forward and backward ran, the gradient is in the grad arena. */
+DLC_API dlc_status dlc_vtime_gradient_done(dlc_vtime *vt, int m, int64_t tokens);
+/* dp, answers OPTIM: the optimizer step ran. */
+DLC_API dlc_status dlc_vtime_optim_done(dlc_vtime *vt, int m);
+/* The minimum quorum from now on (a recipe's function of the live learners). */
+DLC_API dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum);
+
+/* The current global model into `arena` (laid out as the plan's model): the syncer's Θ;
+ * for dp the model of the first live learner (every learner holds the same one). */
+DLC_API dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena);
+/* Borrowed state machines, for queries (not for events: vtime drives them). */
+DLC_API const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt);
+DLC_API const dlc_learner *dlc_vtime_learner(const dlc_vtime *vt, int m);
+DLC_API int dlc_vtime_live(const dlc_vtime *vt, int m); /* not killed */
+DLC_API int dlc_vtime_learners(const dlc_vtime *vt);    /* M */
+
+typedef struct dlc_vtime_learner_stats {
+    int64_t steps, tokens;        /* inner steps and tokens run (all incarnations) */
+    double busy_s, idle_s, down_s; /* within [0, end] */
+    int64_t bytes_up, bytes_down; /* link bytes sent by / to it (dropped ones included) */
+    int64_t merged;               /* contributions of it that entered a merge */
+    double nominal_tps;           /* tokens per virtual second at its speed, unslowed */
+} dlc_vtime_learner_stats;
+
+typedef struct dlc_vtime_stats {
+    double now, end;
+    int64_t merges, rejects, faults;
+    int64_t bytes_up, bytes_down;                 /* all links, link bytes */
+    int64_t bytes_up_type[DLC_MSG_TYPE_COUNT];    /* by message type */
+    int64_t bytes_down_type[DLC_MSG_TYPE_COUNT];
+    int64_t dropped;                              /* messages lost to faults */
+    double useful_tokens, goodput, uptime;
+    int learners;
+    const dlc_vtime_learner_stats *learner;       /* [M], borrowed until the next call */
+} dlc_vtime_stats;
+
+DLC_API dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

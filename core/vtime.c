@@ -1,0 +1,682 @@
+/* vtime.c - the virtual-time driver (vtime.h, docs/sim.md).
+ *
+ * One binary heap of timed events (deliveries, step ends, faults, step starts,
+ * evaluations) ordered by (time, class, sequence number); the state machines' timers
+ * are asked for their deadline each turn instead of being queued, since they move.
+ * What the host must see goes to a small FIFO of host events that dlc_vtime_next
+ * drains first.  Messages are copied when sent (a state machine's payload is valid
+ * only until its next call) and freed when delivered or lost. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/vtime.h"
+
+static const char *const event_names[] = {"step", "optim", "merge", "reject", "fault", "lost", "joined", "eval",
+                                          "done"};
+_Static_assert(sizeof event_names / sizeof event_names[0] == DLC_VT_EVENT_COUNT, "one name per vtime event");
+
+const char *dlc_vtime_event_name(dlc_vtime_event_type t) {
+    return (unsigned)t < DLC_VT_EVENT_COUNT ? event_names[t] : NULL;
+}
+
+/* Classes: the order of events at one instant. */
+enum { EV_DELIVER, EV_STEP_END, EV_CHAOS, EV_TIMER, EV_STEP_START, EV_EVAL };
+
+typedef struct qmsg {
+    dlc_msg m;          /* payload points at bytes */
+    uint8_t *bytes;
+    int to_syncer;
+} qmsg;
+
+typedef struct tev {
+    double t;
+    int cls;
+    uint64_t seq;
+    int learner;
+    uint64_t gen;       /* STEP_END, STEP_START: the learner's incarnation */
+    int index;          /* CHAOS: timeline index; EVAL: k */
+    qmsg *msg;          /* DELIVER */
+} tev;
+
+typedef struct hostev {
+    dlc_vtime_event e;
+    int mc_off;                 /* MERGE: its contributors at mc + mc_off */
+} hostev;
+
+typedef struct vlearner {
+    dlc_learner *l;
+    dlc_vtime_island is;
+    int alive, busy, start_queued, awaiting; /* awaiting: 1 STEP, 2 OPTIM */
+    uint64_t gen;
+    double step_start, step_dt;
+    int64_t step_tokens;
+    double up_free, down_free;  /* when each link is free again */
+    int cut;
+    double down_since;          /* killed at */
+    dlc_vtime_learner_stats st;
+} vlearner;
+
+struct dlc_vtime {
+    dlc_vtime_params p;
+    const dlc_plan *plan;
+    dlc_params *const *models;
+    int M, P;
+    dlc_syncer *s;
+    vlearner *L;
+    dlc_vtime_island *islands;
+    tev *heap;
+    int hlen, hcap;
+    uint64_t seq;
+    struct hostev *hq;          /* host events FIFO */
+    int hq_head, hq_len, hq_cap;
+    dlc_merge_contrib *mc;      /* copies of MERGE contributors, one block per queued merge */
+    int mc_len, mc_cap;
+    const dlc_chaos_event *tl;  /* chaos timeline */
+    int ntl;
+    double now;
+    int syncer_down, flushed, done, mc_reset;
+    int awaiting;               /* learner index + 1 whose STEP / OPTIM is unanswered */
+    double window;              /* uptime window (s) */
+    uint8_t *window_hit;
+    int64_t nwindows;
+    dlc_vtime_stats st;
+    dlc_vtime_learner_stats *lst; /* [M], what get_stats returns */
+};
+
+/* ---- heap ---- */
+
+static int before(const tev *a, const tev *b) {
+    if (a->t != b->t) return a->t < b->t;
+    if (a->cls != b->cls) return a->cls < b->cls;
+    return a->seq < b->seq;
+}
+
+static dlc_status heap_push(dlc_vtime *vt, tev e) {
+    if (vt->hlen == vt->hcap) {
+        int cap = vt->hcap ? vt->hcap * 2 : 256;
+        tev *h = realloc(vt->heap, (size_t)cap * sizeof *h);
+        if (!h) return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for %d events", cap);
+        vt->heap = h, vt->hcap = cap;
+    }
+    e.seq = vt->seq++;
+    int i = vt->hlen++;
+    while (i > 0) {
+        int up = (i - 1) / 2;
+        if (!before(&e, &vt->heap[up])) break;
+        vt->heap[i] = vt->heap[up];
+        i = up;
+    }
+    vt->heap[i] = e;
+    return DLC_OK;
+}
+
+static tev heap_pop(dlc_vtime *vt) {
+    tev top = vt->heap[0], last = vt->heap[--vt->hlen];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= vt->hlen) break;
+        if (c + 1 < vt->hlen && before(&vt->heap[c + 1], &vt->heap[c])) c++;
+        if (!before(&vt->heap[c], &last)) break;
+        vt->heap[i] = vt->heap[c];
+        i = c;
+    }
+    if (vt->hlen > 0) vt->heap[i] = last;
+    return top;
+}
+
+/* ---- host events ---- */
+
+static dlc_status host_push_at(dlc_vtime *vt, const dlc_vtime_event *e, int mc_off) {
+    if (vt->hq_len == vt->hq_cap) {
+        int cap = vt->hq_cap ? vt->hq_cap * 2 : 64;
+        hostev *q = malloc((size_t)cap * sizeof *q);
+        if (!q) return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for host events");
+        for (int i = 0; i < vt->hq_len; i++) q[i] = vt->hq[(vt->hq_head + i) % vt->hq_cap];
+        free(vt->hq);
+        vt->hq = q, vt->hq_cap = cap, vt->hq_head = 0;
+    }
+    hostev *h = &vt->hq[(vt->hq_head + vt->hq_len) % vt->hq_cap];
+    h->e = *e;
+    h->mc_off = mc_off;
+    vt->hq_len++;
+    return DLC_OK;
+}
+
+static dlc_status host_push(dlc_vtime *vt, const dlc_vtime_event *e) { return host_push_at(vt, e, -1); }
+
+/* ---- links ---- */
+
+static void free_msg(qmsg *q) {
+    if (!q) return;
+    free(q->bytes);
+    free(q);
+}
+
+/* Copies m and schedules its delivery over learner `lm`'s uplink (to_syncer) or
+ * downlink. */
+static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_syncer) {
+    vlearner *v = &vt->L[lm];
+    int64_t bytes = dlc_msg_wire_bytes(m);
+    if (to_syncer) {
+        v->st.bytes_up += bytes;
+        vt->st.bytes_up += bytes;
+        vt->st.bytes_up_type[m->type] += bytes;
+    } else {
+        v->st.bytes_down += bytes;
+        vt->st.bytes_down += bytes;
+        vt->st.bytes_down_type[m->type] += bytes;
+    }
+    if (v->cut || (to_syncer && vt->syncer_down) || (!to_syncer && !v->alive)) {
+        vt->st.dropped++;
+        return DLC_OK;
+    }
+    double *freeat = to_syncer ? &v->up_free : &v->down_free;
+    double depart = *freeat > vt->now ? *freeat : vt->now;
+    double busy = isinf(v->is.bandwidth) ? 0 : (double)bytes / v->is.bandwidth;
+    *freeat = depart + busy;
+    qmsg *q = calloc(1, sizeof *q);
+    if (!q) return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for a message");
+    q->m = *m;
+    q->to_syncer = to_syncer;
+    if (m->len) {
+        if (!(q->bytes = malloc(m->len))) {
+            free(q);
+            return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for a %zu-byte message", m->len);
+        }
+        memcpy(q->bytes, m->payload, m->len);
+    }
+    q->m.payload = q->bytes;
+    tev e = {.t = depart + busy + v->is.latency, .cls = EV_DELIVER, .learner = lm, .msg = q};
+    dlc_status st = heap_push(vt, e);
+    if (st != DLC_OK) free_msg(q);
+    return st;
+}
+
+/* ---- reacting to the state machines' actions ---- */
+
+static dlc_status maybe_start(dlc_vtime *vt, int m);
+
+static void window_mark(dlc_vtime *vt, double t) {
+    if (t < 0 || t >= vt->p.end) return;
+    int64_t w = (int64_t)(t / vt->window);
+    if (w >= 0 && w < vt->nwindows) vt->window_hit[w] = 1;
+}
+
+static dlc_status syncer_actions(dlc_vtime *vt) {
+    dlc_syncer_action a;
+    dlc_status st = DLC_OK;
+    while (dlc_syncer_poll(vt->s, &a) && st == DLC_OK) {
+        dlc_vtime_event e = {.time = vt->now, .learner = a.learner, .fragment = a.fragment};
+        switch (a.type) {
+        case DLC_SACT_SEND:
+            if (!vt->syncer_down) st = transmit(vt, a.msg.learner, &a.msg, 0);
+            break;
+        case DLC_SACT_MERGED: {
+            e.type = DLC_VT_MERGE;
+            e.merge = a.merge;
+            int k = a.merge.count;
+            if (vt->mc_len + k > vt->mc_cap) {
+                int cap = vt->mc_len + k > 2 * vt->mc_cap ? vt->mc_len + k : 2 * vt->mc_cap;
+                dlc_merge_contrib *mc = realloc(vt->mc, (size_t)cap * sizeof *mc);
+                if (!mc) {
+                    st = dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for merge records");
+                    break;
+                }
+                vt->mc = mc, vt->mc_cap = cap;
+            }
+            memcpy(vt->mc + vt->mc_len, a.merge.contribs, (size_t)k * sizeof *vt->mc);
+            int off = vt->mc_len;
+            vt->mc_len += k;
+            e.merge.contribs = NULL;
+            for (int i = 0; i < k; i++) vt->L[a.merge.contribs[i].learner].st.merged++;
+            vt->st.merges++;
+            vt->st.useful_tokens += a.merge.useful_tokens;
+            window_mark(vt, vt->now);
+            st = host_push_at(vt, &e, off);
+            break;
+        }
+        case DLC_SACT_REJECTED:
+            e.type = DLC_VT_REJECT;
+            e.reason = a.reason;
+            vt->st.rejects++;
+            st = host_push(vt, &e);
+            break;
+        case DLC_SACT_JOINED:
+            e.type = DLC_VT_JOINED;
+            st = host_push(vt, &e);
+            break;
+        case DLC_SACT_LOST:
+            e.type = DLC_VT_LOST;
+            st = host_push(vt, &e);
+            break;
+        default: break;
+        }
+    }
+    return st;
+}
+
+static dlc_status learner_actions(dlc_vtime *vt, int m) {
+    dlc_learner_action a;
+    dlc_status st = DLC_OK;
+    vlearner *v = &vt->L[m];
+    while (dlc_learner_poll(v->l, &a) && st == DLC_OK) {
+        if (a.type == DLC_LACT_SEND) {
+            st = transmit(vt, m, &a.msg, 1);
+        } else if (a.type == DLC_LACT_GRADIENT_READY) {
+            dlc_vtime_event e = {.type = DLC_VT_OPTIM, .time = vt->now, .learner = m,
+                                 .step = dlc_learner_steps(v->l) + 1};
+            v->awaiting = 2;
+            st = host_push(vt, &e);
+        }
+    }
+    if (st == DLC_OK) st = maybe_start(vt, m);
+    return st;
+}
+
+static double step_dt(const dlc_vtime *vt, int m, double t) {
+    const vlearner *v = &vt->L[m];
+    double f = vt->p.chaos ? dlc_chaos_slow_factor(vt->p.chaos, m, t) : 1.0;
+    if (!(f > 0) || !isfinite(f)) f = 1.0;
+    return vt->p.step_time * v->is.scale / v->is.speed * f;
+}
+
+/* Queues learner m's next step start if it may step now. */
+static dlc_status maybe_start(dlc_vtime *vt, int m) {
+    vlearner *v = &vt->L[m];
+    if (!v->alive || v->busy || v->start_queued || v->awaiting) return DLC_OK;
+    if (dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) return DLC_OK;
+    if (vt->now + step_dt(vt, m, vt->now) > vt->p.end * (1 + 1e-12)) return DLC_OK;
+    v->start_queued = 1;
+    tev e = {.t = vt->now, .cls = EV_STEP_START, .learner = m, .gen = v->gen};
+    return heap_push(vt, e);
+}
+
+/* ---- faults ---- */
+
+static dlc_status chaos_event(dlc_vtime *vt, int idx) {
+    const dlc_chaos_event *ce = &vt->tl[idx];
+    const dlc_fault *f = dlc_chaos_get(vt->p.chaos, ce->index);
+    if (!f) return dlc_error(DLC_ERR_INTERNAL, "vtime: chaos fault %d vanished", ce->index);
+    dlc_vtime_event e = {.type = DLC_VT_FAULT, .time = vt->now, .learner = f->learner, .fault = f->kind,
+                         .begin = ce->begin, .duration = f->duration, .factor = f->factor};
+    dlc_status st = DLC_OK;
+    vt->st.faults += ce->begin;
+    if (f->kind == DLC_FAULT_KILL) {
+        vlearner *v = &vt->L[f->learner];
+        if (ce->begin && v->alive) {
+            v->alive = 0;
+            v->gen++;
+            if (v->busy) { /* the step under way is lost: count only what ran before the kill */
+                v->st.busy_s -= v->step_start + v->step_dt - vt->now;
+                v->busy = 0;
+            }
+            v->start_queued = 0;
+            v->awaiting = 0;
+            if (vt->awaiting == f->learner + 1) vt->awaiting = 0;
+            v->down_since = vt->now;
+            dlc_learner_stop(v->l);
+            st = dlc_syncer_lost(vt->s, f->learner, vt->now);
+            if (st == DLC_OK) st = syncer_actions(vt);
+        } else if (!ce->begin && !v->alive) {
+            v->alive = 1;
+            double until = vt->now < vt->p.end ? vt->now : vt->p.end;
+            if (until > v->down_since) v->st.down_s += until - v->down_since;
+            st = dlc_learner_restart(v->l, vt->now);
+            if (st == DLC_OK && !vt->syncer_down) {
+                st = dlc_syncer_join(vt->s, f->learner, vt->now);
+                if (st == DLC_OK) st = syncer_actions(vt);
+            }
+        }
+    } else if (f->kind == DLC_FAULT_CUT) {
+        vt->L[f->learner].cut = ce->begin;
+    } else if (f->kind == DLC_FAULT_SYNCER) {
+        vt->syncer_down = ce->begin;
+        if (!ce->begin) {
+            st = dlc_syncer_restart(vt->s, vt->now);
+            /* learners that restarted while it was down wait for their model */
+            for (int m = 0; m < vt->M && st == DLC_OK; m++)
+                if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING)
+                    st = dlc_syncer_join(vt->s, m, vt->now);
+            if (st == DLC_OK) st = syncer_actions(vt);
+        }
+    }
+    if (st == DLC_OK) st = host_push(vt, &e);
+    return st;
+}
+
+/* ---- construction ---- */
+
+static dlc_status check_params(const dlc_vtime_params *p) {
+    if (!p) return dlc_error(DLC_ERR_ARG, "vtime: params is NULL");
+    if (p->learners < 1 || p->learners > DLC_SYNCER_LEARNERS_MAX)
+        return dlc_error(DLC_ERR_ARG, "vtime: learners = %d: expected 1..%d", p->learners, DLC_SYNCER_LEARNERS_MAX);
+    if (!(p->step_time > 0) || !isfinite(p->step_time))
+        return dlc_error(DLC_ERR_ARG, "vtime: step_time = %g: expected seconds > 0", p->step_time);
+    if (!(p->end > 0) || !isfinite(p->end)) return dlc_error(DLC_ERR_ARG, "vtime: end = %g: expected seconds > 0", p->end);
+    if (!(p->eval_every >= 0) || !isfinite(p->eval_every))
+        return dlc_error(DLC_ERR_ARG, "vtime: eval_every = %g: expected seconds >= 0", p->eval_every);
+    if (!p->islands) return dlc_error(DLC_ERR_ARG, "vtime: islands is NULL");
+    for (int m = 0; m < p->learners; m++) {
+        const dlc_vtime_island *is = &p->islands[m];
+        if (!(is->speed > 0) || !isfinite(is->speed))
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: speed = %g: expected a finite number > 0", m, is->speed);
+        if (!(is->scale > 0) || !isfinite(is->scale))
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: scale = %g: expected a finite number > 0", m, is->scale);
+        if (is->tokens < 1)
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: tokens = %lld: expected >= 1", m, (long long)is->tokens);
+        if (!(is->latency >= 0) || !isfinite(is->latency))
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: latency = %g: expected seconds >= 0", m, is->latency);
+        if (!(is->bandwidth > 0))
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: bandwidth = %g: expected bytes/s > 0", m, is->bandwidth);
+    }
+    if (p->syncer.learners != p->learners)
+        return dlc_error(DLC_ERR_ARG, "vtime: syncer.learners = %d but learners = %d", p->syncer.learners,
+                         p->learners);
+    if (p->syncer.dp != p->learner.dp)
+        return dlc_error(DLC_ERR_ARG, "vtime: syncer.dp = %d but learner.dp = %d", p->syncer.dp, p->learner.dp);
+    if (p->chaos && dlc_chaos_learners(p->chaos) != p->learners)
+        return dlc_error(DLC_ERR_ARG, "vtime: the chaos schedule is for %d learners, the run has %d",
+                         dlc_chaos_learners(p->chaos), p->learners);
+    return DLC_OK;
+}
+
+dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_params *const *models,
+                         const float *theta0) {
+    if (check_params(vp) != DLC_OK) return NULL;
+    if (!plan || !models || !theta0) {
+        dlc_error(DLC_ERR_ARG, "vtime_new: plan, models and theta0 are required");
+        return NULL;
+    }
+    dlc_vtime *vt = calloc(1, sizeof *vt);
+    if (!vt) goto nomem;
+    vt->p = *vp;
+    vt->plan = plan, vt->models = models;
+    vt->M = vp->learners, vt->P = dlc_plan_count(plan);
+    vt->islands = malloc((size_t)vt->M * sizeof *vt->islands);
+    vt->L = calloc((size_t)vt->M, sizeof *vt->L);
+    vt->lst = calloc((size_t)vt->M, sizeof *vt->lst);
+    if (!vt->islands || !vt->L || !vt->lst) goto nomem;
+    memcpy(vt->islands, vp->islands, (size_t)vt->M * sizeof *vt->islands);
+    vt->p.islands = vt->islands;
+    if (!(vt->s = dlc_syncer_new(&vp->syncer, plan, theta0))) goto fail;
+    for (int m = 0; m < vt->M; m++) {
+        vlearner *v = &vt->L[m];
+        dlc_learner_params lp = vp->learner;
+        lp.id = m;
+        if (!models[m]) {
+            dlc_error(DLC_ERR_ARG, "vtime_new: models[%d] is NULL", m);
+            goto fail;
+        }
+        if (!(v->l = dlc_learner_new(&lp, models[m], plan))) goto fail;
+        v->is = vt->islands[m];
+        v->alive = 1;
+        v->st.nominal_tps = (double)v->is.tokens / (vp->step_time * v->is.scale / v->is.speed);
+    }
+    int H = vp->learner.dp || vp->learner.H < 1 ? 1 : vp->learner.H;
+    vt->window = H * vp->step_time;
+    vt->nwindows = (int64_t)ceil(vp->end / vt->window);
+    if (vt->nwindows < 1) vt->nwindows = 1;
+    if (!(vt->window_hit = calloc((size_t)vt->nwindows, 1))) goto nomem;
+    vt->st.learners = vt->M;
+    if (vp->chaos) {
+        vt->tl = dlc_chaos_timeline(vp->chaos, &vt->ntl);
+        if (!vt->tl && dlc_chaos_count(vp->chaos) > 0) goto fail;
+        for (int i = 0; i < vt->ntl; i++) {
+            if (vt->tl[i].t > vp->end) break; /* sorted */
+            if (heap_push(vt, (tev){.t = vt->tl[i].t, .cls = EV_CHAOS, .index = i}) != DLC_OK) goto fail;
+        }
+    }
+    if (vp->eval_every > 0)
+        for (int k = 1; k * vp->eval_every <= vp->end * (1 + 1e-12); k++)
+            if (heap_push(vt, (tev){.t = k * vp->eval_every, .cls = EV_EVAL, .index = k}) != DLC_OK) goto fail;
+    for (int m = 0; m < vt->M; m++) {
+        if (dlc_syncer_join(vt->s, m, 0) != DLC_OK || syncer_actions(vt) != DLC_OK) goto fail;
+    }
+    return vt;
+nomem:
+    dlc_error(DLC_ERR_NOMEM, "vtime_new: out of memory");
+fail:
+    dlc_vtime_free(vt);
+    return NULL;
+}
+
+void dlc_vtime_free(dlc_vtime *vt) {
+    if (!vt) return;
+    for (int i = 0; i < vt->hlen; i++) free_msg(vt->heap[i].msg);
+    free(vt->heap);
+    for (int m = 0; vt->L && m < vt->M; m++) dlc_learner_free(vt->L[m].l);
+    free(vt->L);
+    dlc_syncer_free(vt->s);
+    free(vt->islands);
+    free(vt->hq);
+    free(vt->mc);
+    free(vt->window_hit);
+    free(vt->lst);
+    free(vt);
+}
+
+/* ---- the loop ---- */
+
+static dlc_status deliver(dlc_vtime *vt, tev *e) {
+    qmsg *q = e->msg;
+    vlearner *v = &vt->L[e->learner];
+    dlc_status st = DLC_OK;
+    if (v->cut || (q->to_syncer && vt->syncer_down) || (!q->to_syncer && !v->alive)) {
+        vt->st.dropped++;
+    } else if (q->to_syncer) {
+        st = dlc_syncer_receive(vt->s, &q->m, vt->now);
+        /* a refused message is the syncer's business (REJECT events say so): go on */
+        if (st == DLC_ERR_FORMAT) st = DLC_OK;
+        if (st == DLC_OK) st = syncer_actions(vt);
+    } else {
+        st = dlc_learner_receive(v->l, &q->m, vt->now);
+        if (st == DLC_OK) st = learner_actions(vt, e->learner);
+    }
+    free_msg(q);
+    e->msg = NULL;
+    return st;
+}
+
+static dlc_status step_end(dlc_vtime *vt, const tev *e) {
+    vlearner *v = &vt->L[e->learner];
+    if (e->gen != v->gen || !v->busy) return DLC_OK; /* killed during the step */
+    v->busy = 0;
+    dlc_status st;
+    if (vt->p.learner.dp) {
+        st = dlc_learner_gradient(v->l, v->step_tokens, vt->now);
+    } else {
+        v->st.steps++;
+        v->st.tokens += v->step_tokens;
+        st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
+    }
+    if (st == DLC_OK) st = learner_actions(vt, e->learner);
+    return st;
+}
+
+/* The earliest state-machine timer: *who = -1 for the syncer, else the learner. */
+static double next_timer(const dlc_vtime *vt, int *who) {
+    double t = INFINITY;
+    *who = -2;
+    if (!vt->syncer_down) {
+        double s = dlc_syncer_expiry(vt->s);
+        if (s < t) t = s, *who = -1;
+    }
+    if (vt->now < vt->p.end)
+        for (int m = 0; m < vt->M; m++) {
+            if (!vt->L[m].alive) continue;
+            double x = dlc_learner_expiry(vt->L[m].l);
+            if (x < t && x <= vt->p.end) t = x, *who = m;
+        }
+    return t;
+}
+
+int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
+    if (!vt || !ev) return dlc_error(DLC_ERR_ARG, "vtime_next: NULL argument");
+    if (vt->mc_reset) vt->mc_len = 0, vt->mc_reset = 0;
+    for (;;) {
+        if (vt->hq_len > 0) {
+            if (vt->awaiting) break; /* the STEP/OPTIM is out; later events wait for its answer */
+            const hostev *h = &vt->hq[vt->hq_head];
+            *ev = h->e;
+            if (h->mc_off >= 0) ev->merge.contribs = vt->mc + h->mc_off;
+            vt->hq_head = (vt->hq_head + 1) % vt->hq_cap;
+            vt->hq_len--;
+            vt->mc_reset = vt->hq_len == 0; /* the records stay valid until the next call */
+            if (ev->type == DLC_VT_STEP || ev->type == DLC_VT_OPTIM) vt->awaiting = ev->learner + 1;
+            return 1;
+        }
+        if (vt->awaiting)
+            return dlc_error(DLC_ERR_STATE, "vtime_next: learner %d's %s has not been answered", vt->awaiting - 1,
+                             vt->L[vt->awaiting - 1].awaiting == 2 ? "optim" : "step");
+        if (vt->done) {
+            *ev = (dlc_vtime_event){.type = DLC_VT_DONE, .time = vt->now, .learner = -1};
+            return 1;
+        }
+        int who;
+        double tt = next_timer(vt, &who);
+        dlc_status st = DLC_OK;
+        int heap_first = vt->hlen > 0 && (vt->heap[0].t < tt || (vt->heap[0].t == tt && vt->heap[0].cls < EV_TIMER));
+        if (heap_first) {
+            tev e = heap_pop(vt);
+            if (e.t > vt->now) vt->now = e.t;
+            switch (e.cls) {
+            case EV_DELIVER: st = deliver(vt, &e); break;
+            case EV_STEP_END: st = step_end(vt, &e); break;
+            case EV_CHAOS: st = chaos_event(vt, e.index); break;
+            case EV_STEP_START: {
+                vlearner *v = &vt->L[e.learner];
+                v->start_queued = 0;
+                if (e.gen != v->gen || !v->alive || dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) break;
+                double dt = step_dt(vt, e.learner, vt->now);
+                if (vt->now + dt > vt->p.end * (1 + 1e-12)) break;
+                v->busy = 1, v->awaiting = 1;
+                v->step_start = vt->now, v->step_dt = dt;
+                v->st.busy_s += dt;
+                dlc_vtime_event h = {.type = DLC_VT_STEP, .time = vt->now, .learner = e.learner,
+                                     .step = dlc_learner_steps(v->l) + 1};
+                st = host_push(vt, &h);
+                break;
+            }
+            case EV_EVAL: {
+                dlc_vtime_event h = {.type = DLC_VT_EVAL, .time = vt->now, .learner = -1};
+                st = host_push(vt, &h);
+                break;
+            }
+            default: break;
+            }
+        } else if (who != -2) {
+            if (tt > vt->now) vt->now = tt;
+            if (who == -1) {
+                st = dlc_syncer_handle_expiry(vt->s, vt->now);
+                if (st == DLC_OK) st = syncer_actions(vt);
+            } else {
+                st = dlc_learner_handle_expiry(vt->L[who].l, vt->now);
+                if (st == DLC_OK) st = learner_actions(vt, who);
+            }
+        } else if (!vt->flushed) {
+            vt->flushed = 1;
+            st = dlc_syncer_flush(vt->s, vt->now);
+            if (st == DLC_OK) st = syncer_actions(vt);
+        } else {
+            vt->done = 1;
+        }
+        if (st != DLC_OK) return st;
+    }
+    return dlc_error(DLC_ERR_INTERNAL, "vtime_next: unreachable");
+}
+
+static dlc_status answer(dlc_vtime *vt, int m, int kind, const char *fn) {
+    if (!vt) return dlc_error(DLC_ERR_ARG, "%s: NULL driver", fn);
+    if (m < 0 || m >= vt->M) return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 0..%d", fn, m, vt->M - 1);
+    if (vt->awaiting != m + 1 || vt->L[m].awaiting != kind)
+        return dlc_error(DLC_ERR_STATE, "%s: learner %d was not asked to %s", fn, m, kind == 2 ? "step its optimizer"
+                                                                                            : "step");
+    return DLC_OK;
+}
+
+static dlc_status schedule_end(dlc_vtime *vt, int m, int64_t tokens) {
+    vlearner *v = &vt->L[m];
+    v->step_tokens = tokens;
+    v->awaiting = 0;
+    vt->awaiting = 0;
+    return heap_push(vt, (tev){.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = m, .gen = v->gen});
+}
+
+dlc_status dlc_vtime_step_done(dlc_vtime *vt, int m, int64_t tokens) {
+    dlc_status st = answer(vt, m, 1, "vtime_step_done");
+    if (st != DLC_OK) return st;
+    if (vt->p.learner.dp) return dlc_error(DLC_ERR_STATE, "vtime_step_done: data parallel answers with gradient_done");
+    if (tokens < 0) return dlc_error(DLC_ERR_ARG, "vtime_step_done: tokens = %lld: expected >= 0", (long long)tokens);
+    return schedule_end(vt, m, tokens);
+}
+
+dlc_status dlc_vtime_gradient_done(dlc_vtime *vt, int m, int64_t tokens) {
+    dlc_status st = answer(vt, m, 1, "vtime_gradient_done");
+    if (st != DLC_OK) return st;
+    if (!vt->p.learner.dp) return dlc_error(DLC_ERR_STATE, "vtime_gradient_done: not a data-parallel run");
+    if (tokens < 0) return dlc_error(DLC_ERR_ARG, "vtime_gradient_done: tokens = %lld: expected >= 0", (long long)tokens);
+    return schedule_end(vt, m, tokens);
+}
+
+dlc_status dlc_vtime_optim_done(dlc_vtime *vt, int m) {
+    dlc_status st = answer(vt, m, 2, "vtime_optim_done");
+    if (st != DLC_OK) return st;
+    vlearner *v = &vt->L[m];
+    v->awaiting = 0;
+    vt->awaiting = 0;
+    v->st.steps++;
+    v->st.tokens += v->step_tokens;
+    st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
+    return st == DLC_OK ? learner_actions(vt, m) : st;
+}
+
+dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum) {
+    if (!vt) return dlc_error(DLC_ERR_ARG, "vtime_set_quorum: NULL driver");
+    dlc_status st = dlc_syncer_set_quorum(vt->s, quorum, vt->now);
+    return st == DLC_OK ? syncer_actions(vt) : st;
+}
+
+dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena) {
+    if (!vt || !arena) return dlc_error(DLC_ERR_ARG, "vtime_global: NULL argument");
+    if (!vt->p.learner.dp) return dlc_syncer_copy_model(vt->s, arena);
+    for (int m = 0; m < vt->M; m++)
+        if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) != DLC_LEARNER_JOINING) {
+            memcpy(arena, dlc_params_data(vt->models[m]), (size_t)dlc_params_size(vt->models[m]) * sizeof(float));
+            return DLC_OK;
+        }
+    return dlc_error(DLC_ERR_STATE, "vtime_global: data parallel with no live learner holds no model");
+}
+
+const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt) { return vt ? vt->s : NULL; }
+const dlc_learner *dlc_vtime_learner(const dlc_vtime *vt, int m) {
+    return vt && m >= 0 && m < vt->M ? vt->L[m].l : NULL;
+}
+int dlc_vtime_learners(const dlc_vtime *vt) { return vt ? vt->M : 0; }
+int dlc_vtime_live(const dlc_vtime *vt, int m) { return vt && m >= 0 && m < vt->M ? vt->L[m].alive : 0; }
+
+dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
+    if (!vt || !st) return dlc_error(DLC_ERR_ARG, "vtime_get_stats: NULL argument");
+    double end = vt->p.end, alloc = 0;
+    int64_t hit = 0;
+    for (int64_t w = 0; w < vt->nwindows; w++) hit += vt->window_hit[w];
+    for (int m = 0; m < vt->M; m++) {
+        const vlearner *v = &vt->L[m];
+        dlc_vtime_learner_stats *o = &vt->lst[m];
+        *o = v->st;
+        if (!v->alive) { /* an outage still going on */
+            double until = vt->now < end ? vt->now : end;
+            if (until > v->down_since) o->down_s += until - v->down_since;
+        }
+        double busy = o->busy_s < end ? o->busy_s : end;
+        o->idle_s = end - busy - o->down_s > 0 ? end - busy - o->down_s : 0;
+        alloc += end * o->nominal_tps;
+    }
+    *st = vt->st;
+    st->now = vt->now, st->end = end;
+    st->goodput = alloc > 0 ? st->useful_tokens / alloc : 0;
+    st->uptime = (double)hit / (double)vt->nwindows;
+    st->learners = vt->M;
+    st->learner = vt->lst;
+    return DLC_OK;
+}

@@ -1,0 +1,453 @@
+/*
+ * lvtime.c - diloco.VTime: the virtual-time driver (core/vtime.h) for `diloco-lua sim`
+ * (lua/diloco/sim.lua) and for scripts.
+ *
+ *     local vt = diloco.VTime {
+ *       params = { p1, p2, p3, p4 },        -- one Params per learner (same model layout)
+ *       plan = plan,                        -- diloco.Plan over that layout
+ *       step_time = 1.0, horizon = 3000, eval_every = 250,
+ *       islands = { {speed = 1, scale = 1, tokens = 1024, latency = 0.02, bandwidth = 3.1e8}, ... },
+ *       learner = { H = 24, tau = 2, alpha = 0, blocking = false, dp = false, codec = "int4",
+ *                   block = 128, error_feedback = false, heartbeat = 1, ema = 0.5 },
+ *       syncer = { quorum = 1 (0 = all live), grace = "adaptive" | "off" | seconds,
+ *                  grace_gamma = 0.8, ema = 0.5, weighting = "tokens2_steps", merge = "rda",
+ *                  outer = { lr = 0.7, momentum = 0.9, nesterov = true }, ring = 4,
+ *                  codec_down = "f32", embedding = { true, false, ... } (per tensor),
+ *                  timeout = 10 },
+ *       chaos = ch,                         -- optional diloco.Chaos
+ *     }
+ *     while true do
+ *       local ev = vt:next()                -- {type = "step", learner = 2, time =, step =}, ...
+ *       if ev.type == "done" then break end
+ *       ...
+ *     end
+ *
+ * Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
+ * Plan and Chaos (a user value), so they live as long as it does; closing one of them
+ * while the VTime runs is misuse the C side cannot see: don't.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ldiloco.h"
+
+#define DLCL_VTIME "diloco.VTime"
+
+typedef struct vtbox {
+    dlc_vtime *vt; /* owned; NULL when closed.  The models array it borrows is a userdata
+                    * in the box's reference table, so it lives as long as the box. */
+} vtbox;
+
+static dlc_vtime *checkvt(lua_State *L, int arg) {
+    vtbox *b = luaL_checkudata(L, arg, DLCL_VTIME);
+    if (!b->vt) luaL_argerror(L, arg, "VTime has been closed");
+    return b->vt;
+}
+
+/* ---- options ---- */
+
+static double optnum(lua_State *L, int t, const char *who, const char *k, double def) {
+    int ty = lua_getfield(L, t, k);
+    double v = def;
+    if (ty != LUA_TNIL) {
+        if (ty != LUA_TNUMBER) luaL_error(L, "VTime: %s.%s must be a number, got a %s", who, k, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static int optint(lua_State *L, int t, const char *who, const char *k, int def) {
+    double v = optnum(L, t, who, k, def);
+    if (v != floor(v) || v < -2147483647.0 || v > 2147483647.0)
+        luaL_error(L, "VTime: %s.%s = %g: expected an integer", who, k, v);
+    return (int)v;
+}
+
+static int optbool(lua_State *L, int t, const char *who, const char *k, int def) {
+    int ty = lua_getfield(L, t, k);
+    int v = def;
+    if (ty != LUA_TNIL) {
+        if (ty != LUA_TBOOLEAN) luaL_error(L, "VTime: %s.%s must be a boolean, got a %s", who, k, luaL_typename(L, -1));
+        v = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static const char *optstr(lua_State *L, int t, const char *who, const char *k, const char *def) {
+    int ty = lua_getfield(L, t, k);
+    const char *v = def;
+    if (ty != LUA_TNIL) {
+        if (ty != LUA_TSTRING) luaL_error(L, "VTime: %s.%s must be a string, got a %s", who, k, luaL_typename(L, -1));
+        v = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1); /* the string stays alive: it is a field of the options table */
+    return v;
+}
+
+/* Pushes the sub-table t[k] (an empty one when absent) and returns its index. */
+static int subtable(lua_State *L, int t, const char *k) {
+    int ty = lua_getfield(L, t, k);
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+    } else if (ty != LUA_TTABLE) {
+        luaL_error(L, "VTime: %s must be a table, got a %s", k, luaL_typename(L, -1));
+    }
+    return lua_gettop(L);
+}
+
+static void check_status(lua_State *L, dlc_status s) {
+    if (s != DLC_OK) dlcL_error(L);
+}
+
+static void read_learner(lua_State *L, int t, dlc_learner_params *lp) {
+    *lp = dlc_learner_default_params();
+    lp->dp = optbool(L, t, "learner", "dp", 0);
+    lp->H = optint(L, t, "learner", "H", lp->H);
+    lp->tau = optint(L, t, "learner", "tau", lp->tau);
+    lp->alpha = optnum(L, t, "learner", "alpha", lp->alpha);
+    lp->blocking = optbool(L, t, "learner", "blocking", 0);
+    check_status(L, dlc_codec_from_name(optstr(L, t, "learner", "codec", "f32"), &lp->codec));
+    lp->codec_params.block = optint(L, t, "learner", "block", lp->codec_params.block);
+    lp->error_feedback = optbool(L, t, "learner", "error_feedback", 0);
+    lp->heartbeat = optnum(L, t, "learner", "heartbeat", lp->heartbeat);
+    lp->ema = optnum(L, t, "learner", "ema", lp->ema);
+}
+
+static void read_syncer(lua_State *L, int t, dlc_syncer_params *sp, int M, int ntensors) {
+    *sp = dlc_syncer_default_params();
+    sp->learners = M;
+    sp->quorum = optint(L, t, "syncer", "quorum", sp->quorum);
+    int ty = lua_getfield(L, t, "grace");
+    if (ty == LUA_TNUMBER) {
+        sp->grace = DLC_GRACE_FIXED;
+        sp->grace_s = lua_tonumber(L, -1);
+    } else if (ty == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "off")) {
+        sp->grace = DLC_GRACE_OFF;
+    } else if (ty == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "adaptive")) {
+        sp->grace = DLC_GRACE_ADAPTIVE;
+    } else if (ty != LUA_TNIL) {
+        luaL_error(L, "VTime: syncer.grace = %s: expected \"adaptive\", \"off\" or seconds", luaL_tolstring(L, -1, NULL));
+    }
+    lua_pop(L, 1);
+    sp->grace_gamma = optnum(L, t, "syncer", "grace_gamma", sp->grace_gamma);
+    sp->ema = optnum(L, t, "syncer", "ema", sp->ema);
+    check_status(L, dlc_weighting_parse(optstr(L, t, "syncer", "weighting", "tokens2_steps"), &sp->weighting));
+    check_status(L, dlc_merge_mode_parse(optstr(L, t, "syncer", "merge", "rda"), &sp->merge));
+    check_status(L, dlc_codec_from_name(optstr(L, t, "syncer", "codec_down", "f32"), &sp->codec_down));
+    sp->timeout = optnum(L, t, "syncer", "timeout", 0);
+    sp->outer.ring = optint(L, t, "syncer", "ring", sp->outer.ring);
+    int o = subtable(L, t, "outer");
+    sp->outer.lr = optnum(L, o, "syncer.outer", "lr", sp->outer.lr);
+    sp->outer.momentum = optnum(L, o, "syncer.outer", "momentum", sp->outer.momentum);
+    sp->outer.nesterov = optbool(L, o, "syncer.outer", "nesterov", sp->outer.nesterov);
+    lua_pop(L, 1);
+    ty = lua_getfield(L, t, "embedding");
+    if (ty == LUA_TTABLE) {
+        uint8_t *emb = lua_newuserdatauv(L, (size_t)ntensors + 1, 0); /* lives until l_vtime returns */
+        lua_insert(L, -2);
+        for (int i = 0; i < ntensors; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            emb[i] = (uint8_t)lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+        sp->embedding = emb;
+    } else if (ty != LUA_TNIL) {
+        luaL_error(L, "VTime: syncer.embedding must be a list of booleans (one per tensor)");
+    }
+    lua_pop(L, 1);
+}
+
+/* diloco.VTime{...} */
+static int l_vtime(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    vtbox *b = dlcL_newbox(L, DLCL_VTIME, sizeof *b, 1); /* 2 */
+    lua_newtable(L);                                      /* 3: references kept */
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, 2, 1);
+
+    if (lua_getfield(L, 1, "params") != LUA_TTABLE) return luaL_error(L, "VTime: params must be a list of Params");
+    int M = (int)luaL_len(L, -1);
+    if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
+        return luaL_error(L, "VTime: params has %d entries: expected 1..%d learners", M, DLC_SYNCER_LEARNERS_MAX);
+    int pi = lua_gettop(L);
+    dlc_params **models = lua_newuserdatauv(L, (size_t)M * sizeof *models, 0);
+    lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+    for (int m = 0; m < M; m++) {
+        lua_rawgeti(L, pi, m + 1);
+        models[m] = dlcL_checkparams(L, lua_gettop(L));
+        lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "plan");
+    dlc_plan *plan = dlcL_checkplan(L, lua_gettop(L));
+    lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+    dlc_chaos *chaos = NULL;
+    if (lua_getfield(L, 1, "chaos") != LUA_TNIL) {
+        chaos = dlcL_checkchaos(L, lua_gettop(L));
+        lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+    } else {
+        lua_pop(L, 1);
+    }
+
+    dlc_vtime_params vp;
+    memset(&vp, 0, sizeof vp);
+    vp.learners = M;
+    vp.step_time = optnum(L, 1, "VTime", "step_time", 1.0);
+    vp.end = optnum(L, 1, "VTime", "horizon", 0);
+    vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
+    vp.chaos = chaos;
+    int li = subtable(L, 1, "learner");
+    read_learner(L, li, &vp.learner);
+    int si = subtable(L, 1, "syncer");
+    read_syncer(L, si, &vp.syncer, M, dlc_plan_tensors(plan));
+    vp.syncer.tau = vp.learner.tau;
+    vp.syncer.dp = vp.learner.dp;
+    vp.syncer.codec_up = vp.learner.codec;
+    vp.syncer.codec_params = vp.learner.codec_params;
+    if (lua_getfield(L, 1, "islands") != LUA_TTABLE || luaL_len(L, -1) != M)
+        return luaL_error(L, "VTime: islands must be a list of %d island tables (one per learner)", M);
+    int ii = lua_gettop(L);
+    dlc_vtime_island *is = lua_newuserdatauv(L, (size_t)M * sizeof *is, 0); /* freed by the GC */
+    for (int m = 0; m < M; m++) {
+        lua_rawgeti(L, ii, m + 1);
+        int t = lua_gettop(L);
+        if (!lua_istable(L, t)) return luaL_error(L, "VTime: islands[%d] must be a table", m + 1);
+        is[m].speed = optnum(L, t, "island", "speed", 1);
+        is[m].scale = optnum(L, t, "island", "scale", 1);
+        is[m].tokens = (int64_t)optnum(L, t, "island", "tokens", 1);
+        is[m].latency = optnum(L, t, "island", "latency", 0);
+        is[m].bandwidth = optnum(L, t, "island", "bandwidth", INFINITY);
+        lua_pop(L, 1);
+    }
+    vp.islands = is;
+    b->vt = dlc_vtime_new(&vp, plan, models, dlc_params_data(models[0]));
+    if (!b->vt) return dlcL_error(L);
+    lua_settop(L, 2);
+    return 1;
+}
+
+static void vt_release(void *box) {
+    vtbox *b = box;
+    dlc_vtime_free(b->vt);
+}
+
+static void setnum(lua_State *L, const char *k, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+static void setint(lua_State *L, const char *k, int64_t v) {
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_merge(lua_State *L, const dlc_merge_info *mi) {
+    lua_createtable(L, 0, 16);
+    setint(L, "fragment", mi->fragment + 1);
+    setint(L, "version", mi->version);
+    setint(L, "count", mi->count);
+    setint(L, "live", mi->live);
+    setint(L, "quorum", mi->quorum);
+    setnum(L, "opened", mi->opened);
+    setnum(L, "quorum_at", mi->quorum_at);
+    setnum(L, "grace", mi->grace);
+    setnum(L, "waited", mi->waited);
+    lua_pushboolean(L, mi->all_sent);
+    lua_setfield(L, -2, "all_sent");
+    lua_pushboolean(L, mi->flushed);
+    lua_setfield(L, -2, "flushed");
+    setint(L, "bytes_in", mi->bytes_in);
+    setint(L, "bytes_out", mi->bytes_out);
+    setnum(L, "useful_tokens", mi->useful_tokens);
+    lua_createtable(L, mi->count, 0);
+    for (int i = 0; i < mi->count; i++) {
+        const dlc_merge_contrib *c = &mi->contribs[i];
+        lua_createtable(L, 0, 7);
+        setint(L, "learner", c->learner + 1);
+        setnum(L, "weight", c->weight);
+        setint(L, "base_version", c->base_version);
+        setint(L, "staleness", c->staleness);
+        setint(L, "steps", c->steps);
+        setint(L, "tokens", c->tokens);
+        setnum(L, "arrived", c->arrived);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "contributors");
+}
+
+/* vt:next() -> event table */
+static int vt_next(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    dlc_vtime_event ev;
+    int r = dlc_vtime_next(vt, &ev);
+    if (r != 1) return dlcL_error(L);
+    lua_createtable(L, 0, 8);
+    lua_pushstring(L, dlc_vtime_event_name(ev.type));
+    lua_setfield(L, -2, "type");
+    setnum(L, "time", ev.time);
+    switch (ev.type) {
+    case DLC_VT_STEP:
+    case DLC_VT_OPTIM:
+        setint(L, "learner", ev.learner + 1);
+        setint(L, "step", ev.step);
+        break;
+    case DLC_VT_MERGE:
+        push_merge(L, &ev.merge);
+        lua_setfield(L, -2, "merge");
+        break;
+    case DLC_VT_REJECT:
+        setint(L, "learner", ev.learner + 1);
+        setint(L, "fragment", ev.fragment + 1);
+        lua_pushstring(L, dlc_reject_reason_name(ev.reason));
+        lua_setfield(L, -2, "reason");
+        break;
+    case DLC_VT_FAULT:
+        if (ev.learner >= 0) setint(L, "learner", ev.learner + 1);
+        lua_pushstring(L, dlc_fault_kind_name(ev.fault));
+        lua_setfield(L, -2, "fault");
+        lua_pushboolean(L, ev.begin);
+        lua_setfield(L, -2, "begin");
+        setnum(L, "duration", ev.duration);
+        if (ev.fault == DLC_FAULT_SLOW) setnum(L, "factor", ev.factor);
+        break;
+    case DLC_VT_LOST:
+    case DLC_VT_JOINED: setint(L, "learner", ev.learner + 1); break;
+    default: break;
+    }
+    return 1;
+}
+
+static int checklearner(lua_State *L, dlc_vtime *vt, int arg) {
+    lua_Integer m = luaL_checkinteger(L, arg);
+    int M = dlc_vtime_learners(vt);
+    if (m < 1 || m > M) luaL_argerror(L, arg, lua_pushfstring(L, "learner %I out of range 1..%d", (LUAI_UACINT)m, M));
+    return (int)m - 1;
+}
+
+static int vt_step_done(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    int m = checklearner(L, vt, 2);
+    if (dlc_vtime_step_done(vt, m, (int64_t)luaL_checkinteger(L, 3)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int vt_gradient_done(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    int m = checklearner(L, vt, 2);
+    if (dlc_vtime_gradient_done(vt, m, (int64_t)luaL_checkinteger(L, 3)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int vt_optim_done(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    if (dlc_vtime_optim_done(vt, checklearner(L, vt, 2)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int vt_set_quorum(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    lua_Integer k = luaL_checkinteger(L, 2);
+    if (k < 0 || k > 1 << 30) return luaL_argerror(L, 2, "quorum must be >= 0 (0 = every live learner)");
+    if (dlc_vtime_set_quorum(vt, (int)k) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+/* vt:global(params): the global model into that Params' arena (same layout). */
+static int vt_global(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    dlc_params *p = dlcL_checkparams(L, 2);
+    if (dlc_vtime_global(vt, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int vt_live(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    lua_pushboolean(L, dlc_vtime_live(vt, checklearner(L, vt, 2)));
+    return 1;
+}
+
+static int vt_live_count(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    lua_pushinteger(L, dlc_syncer_live(dlc_vtime_syncer(vt)));
+    return 1;
+}
+
+/* vt:learner_state(m) -> "joining" | "training" | "waiting" | "stopped" */
+static int vt_learner_state(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    lua_pushstring(L, dlc_learner_state_name(dlc_learner_state_of(dlc_vtime_learner(vt, checklearner(L, vt, 2)))));
+    return 1;
+}
+
+static int vt_stats(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    dlc_vtime_stats st;
+    if (dlc_vtime_get_stats(vt, &st) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, 0, 16);
+    setnum(L, "virtual_s", st.now);
+    setnum(L, "horizon", st.end);
+    setint(L, "merges", st.merges);
+    setint(L, "rejects", st.rejects);
+    setint(L, "faults", st.faults);
+    setint(L, "bytes_up", st.bytes_up);
+    setint(L, "bytes_down", st.bytes_down);
+    setint(L, "dropped", st.dropped);
+    setnum(L, "useful_tokens", st.useful_tokens);
+    setnum(L, "goodput", st.goodput);
+    setnum(L, "uptime", st.uptime);
+    lua_createtable(L, 0, DLC_MSG_TYPE_COUNT);
+    for (int t = 0; t < DLC_MSG_TYPE_COUNT; t++)
+        if (st.bytes_up_type[t] || st.bytes_down_type[t]) {
+            lua_createtable(L, 0, 2);
+            setint(L, "up", st.bytes_up_type[t]);
+            setint(L, "down", st.bytes_down_type[t]);
+            lua_setfield(L, -2, dlc_msg_type_name((dlc_msg_type)t));
+        }
+    lua_setfield(L, -2, "bytes_by_type");
+    lua_createtable(L, st.learners, 0);
+    for (int m = 0; m < st.learners; m++) {
+        const dlc_vtime_learner_stats *s = &st.learner[m];
+        lua_createtable(L, 0, 10);
+        setint(L, "steps", s->steps);
+        setint(L, "tokens", s->tokens);
+        setnum(L, "busy_s", s->busy_s);
+        setnum(L, "idle_s", s->idle_s);
+        setnum(L, "down_s", s->down_s);
+        setnum(L, "idle", st.end > 0 ? s->idle_s / st.end : 0);
+        setint(L, "bytes_up", s->bytes_up);
+        setint(L, "bytes_down", s->bytes_down);
+        setint(L, "merged", s->merged);
+        setnum(L, "nominal_tps", s->nominal_tps);
+        lua_rawseti(L, -2, m + 1);
+    }
+    lua_setfield(L, -2, "learners");
+    return 1;
+}
+
+static int vt_tostring(lua_State *L) {
+    vtbox *b = luaL_checkudata(L, 1, DLCL_VTIME);
+    if (!b->vt) return lua_pushliteral(L, "VTime(closed)"), 1;
+    lua_pushfstring(L, "VTime(%d learners)", dlc_vtime_learners(b->vt));
+    return 1;
+}
+
+static const luaL_Reg vt_methods[] = {
+    {"next", vt_next}, {"step_done", vt_step_done}, {"gradient_done", vt_gradient_done},
+    {"optim_done", vt_optim_done}, {"set_quorum", vt_set_quorum}, {"global", vt_global},
+    {"live", vt_live}, {"live_count", vt_live_count}, {"learner_state", vt_learner_state},
+    {"stats", vt_stats}, {NULL, NULL},
+};
+static const luaL_Reg vt_meta[] = {{"__tostring", vt_tostring}, {NULL, NULL}};
+static const dlcL_type vt_type = {DLCL_VTIME, vt_release, vt_methods, vt_meta, NULL};
+
+void dlcL_open_vtime(lua_State *L, int mod, int st) {
+    mod = lua_absindex(L, mod);
+    st = lua_absindex(L, st);
+    dlcL_newtype(L, st, &vt_type);
+    lua_pop(L, 2);
+    static const luaL_Reg funcs[] = {{"VTime", l_vtime}, {NULL, NULL}};
+    dlcL_setfuncs(L, mod, st, funcs);
+}
