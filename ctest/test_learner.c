@@ -1,0 +1,757 @@
+/* test_learner.c - the learner state machine (learner.h) driven by scripted events, every
+ * action checked: the staggered schedule (P = 4, H = 8) with base versions and counters;
+ * the contribution payload Θ̂ − θ bit for bit (f32); a merged fragment held until τ steps
+ * after sending, then mixed with α = 0.5; late arrivals applied at once; older versions
+ * ignored; malformed fragments refused with nothing changed; blocking (WAITING until the
+ * fragment is back); joining and restart (full model, zeroed counters); data parallel
+ * gradients; an int4 contribution within its codec bound; the DLC_ERR_STATE refusals and
+ * dlc_assert_fail aborting (in a forked child).  End to end: 3 learners and a syncer
+ * stepped by hand with a fake inner step and zero-latency delivery, decoupled settings
+ * (K = all, grace off, P = 1, τ = 0, uniform, mean) against diloco (blocking) after 5
+ * rounds, bit for bit; and dp through the syncer. */
+#include <signal.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+#include "diloco/learner.h"
+#include "diloco/syncer.h"
+
+/* ---- a small model: 4 tensors (w [3,5], b [7], e [2,4], h [6]) in an arena ---- */
+
+typedef struct fx {
+    dlc_tensor *t[4];
+    dlc_params *p;
+    dlc_plan *plan;
+} fx;
+
+static void fx_make(fx *x, int P, uint64_t seed) {
+    static const char *const names[4] = {"w", "b", "e", "h"};
+    int64_t sh[4][2] = {{3, 5}, {7, 0}, {2, 4}, {6, 0}};
+    int nd[4] = {2, 1, 2, 1};
+    for (int i = 0; i < 4; i++) x->t[i] = check_randn(seed + (uint64_t)i, 1.0f, nd[i], sh[i]);
+    x->p = dlc_params_new(4, names, x->t);
+    dlc_plan_params pp = dlc_plan_default_params();
+    pp.fragments = P;
+    x->plan = dlc_plan_new(x->p, &pp);
+}
+
+static void fx_free(fx *x) {
+    dlc_plan_free(x->plan);
+    dlc_params_free(x->p);
+    for (int i = 0; i < 4; i++) dlc_tensor_release(x->t[i]);
+}
+
+#define NMAX 64
+
+static void gather(const fx *x, int p, const float *arena, float *out) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(x->plan, p, &nv);
+    for (int j = 0; j < nv; j++) {
+        memcpy(out, arena + v[j].offset, (size_t)v[j].numel * sizeof(float));
+        out += v[j].numel;
+    }
+}
+
+static void scatter(const fx *x, int p, const float *in, float *arena) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(x->plan, p, &nv);
+    for (int j = 0; j < nv; j++) {
+        memcpy(arena + v[j].offset, in, (size_t)v[j].numel * sizeof(float));
+        in += v[j].numel;
+    }
+}
+
+static void randv(float *x, int64_t n, uint64_t seed, float std) {
+    int64_t s[1] = {n};
+    dlc_tensor *t = check_randn(seed, std, 1, s);
+    memcpy(x, t->data, sizeof(float) * (size_t)n);
+    dlc_tensor_release(t);
+}
+
+/* The fake inner step θ -= 0.01·(θ − target), over every tensor (not the padding). */
+static void inner_step(dlc_params *p, const float *target) {
+    float *th = dlc_params_data(p);
+    for (int k = 0; k < dlc_params_count(p); k++) {
+        int64_t o = dlc_params_offset(p, k), n = dlc_params_tensor(p, k)->numel;
+        for (int64_t i = o; i < o + n; i++) th[i] -= 0.01f * (th[i] - target[i]);
+    }
+}
+
+static dlc_msg fragment_msg(int L, int p, int64_t version, uint32_t flags, const float *v, int64_t n) {
+    return (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = L, .fragment = p, .version = version, .flags = flags,
+                     .codec = DLC_CODEC_F32, .payload = (const uint8_t *)v, .len = (size_t)n * sizeof(float)};
+}
+
+typedef struct lrec {
+    int n;
+    dlc_learner_action a[32];
+} lrec;
+
+static lrec drain(dlc_learner *l) {
+    lrec r;
+    r.n = 0;
+    while (r.n < 32 && dlc_learner_poll(l, &r.a[r.n])) r.n++;
+    return r;
+}
+
+static const dlc_learner_action *find(const lrec *r, dlc_learner_action_type t, int p) {
+    for (int i = 0; i < r->n; i++)
+        if (r->a[i].type == t && (t != DLC_LACT_APPLIED || r->a[i].fragment == p) &&
+            (t != DLC_LACT_SEND || r->a[i].msg.fragment == p))
+            return &r->a[i];
+    return NULL;
+}
+
+/* Delivers the whole model in the arena `model` as P RESYNC fragments of `version`. */
+static void resync(const fx *x, dlc_learner *l, const float *model, int64_t version, double now) {
+    for (int p = 0; p < dlc_plan_count(x->plan); p++) {
+        float v[NMAX];
+        gather(x, p, model, v);
+        dlc_msg m = fragment_msg(dlc_learner_id(l), p, version, DLC_MSG_RESYNC, v, dlc_plan_numel(x->plan, p));
+        CHECK(dlc_learner_receive(l, &m, now) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].resync == 1 && r.a[0].fragment == p &&
+              r.a[0].version == version);
+    }
+}
+
+static dlc_learner_params lparams(int id, int H, int tau, double alpha, int blocking) {
+    dlc_learner_params lp = dlc_learner_default_params();
+    lp.id = id, lp.H = H, lp.tau = tau, lp.alpha = alpha, lp.blocking = blocking;
+    lp.heartbeat = 0;
+    return lp;
+}
+
+/* ---- schedule and contributions ---- */
+
+static void test_schedule(void) {
+    fx x;
+    fx_make(&x, 4, 10);
+    CHECK(dlc_plan_count(x.plan) == 4);
+    dlc_learner_params lp = lparams(1, 8, 2, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * sizeof(float)), *target = malloc((size_t)size * sizeof(float));
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * sizeof(float));
+    randv(target, size, 11, 1.0f);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
+    resync(&x, l, theta0, 0, 0);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* fragment p is due after step t >= off_p with (t − off_p) mod 8 == 0, off_p = 2p */
+    for (int t = 1; t <= 16; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.5, t) == DLC_OK);
+        lrec r = drain(l);
+        int sent = 0;
+        for (int p = 0; p < 4; p++) {
+            int off = p * 8 / 4, want = t >= off && (t - off) % 8 == 0;
+            const dlc_learner_action *a = find(&r, DLC_LACT_SEND, p);
+            CHECK((a != NULL) == want);
+            if (!a) continue;
+            sent++;
+            const dlc_msg *m = &a->msg;
+            CHECK(m->type == DLC_MSG_CONTRIBUTION && m->learner == 1 && m->fragment == p && m->version == 0);
+            CHECK(m->steps == t && m->tokens == 10 * t); /* nothing came back: since the join */
+            CHECK(m->codec == DLC_CODEC_F32 && m->step_time == 0.5);
+            /* payload = Θ̂ − θ, exactly */
+            int64_t n = dlc_plan_numel(x.plan, p);
+            float hat[NMAX], th[NMAX], want_d[NMAX];
+            gather(&x, p, theta0, hat);
+            gather(&x, p, dlc_params_data(x.p), th);
+            for (int64_t i = 0; i < n; i++) want_d[i] = hat[i] - th[i];
+            CHECK(m->len == (size_t)n * 4 && memcmp(m->payload, want_d, (size_t)n * 4) == 0);
+        }
+        CHECK(r.n == sent);
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    }
+    CHECK(dlc_learner_steps(l) == 16 && dlc_learner_tokens(l) == 160);
+    for (int p = 0; p < 4; p++)
+        CHECK(dlc_learner_fragment_steps(l, p) == 16 && dlc_learner_fragment_tokens(l, p) == 160 &&
+              dlc_learner_base_version(l, p) == 0);
+    /* H = 0: the built-in schedule is off; contribute() sends on demand */
+    dlc_learner_free(l);
+    lp.H = 0, lp.tau = 0;
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        resync(&x, l, theta0, 3, 0);
+        for (int t = 1; t <= 9; t++) {
+            CHECK(dlc_learner_step_done(l, 1, 0, t) == DLC_OK);
+            CHECK(drain(l).n == 0);
+        }
+        CHECK(dlc_learner_contribute(l, 2, 10) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].msg.fragment == 2 && r.a[0].msg.version == 3 && r.a[0].msg.steps == 9);
+        CHECK(dlc_learner_contribute(l, 4, 10) == DLC_ERR_RANGE);
+        dlc_learner_free(l);
+    }
+    free(theta0);
+    free(target);
+    fx_free(&x);
+}
+
+/* A merge arriving before τ steps is held; applied at the step boundary τ steps after
+ * sending (lag τ) with θ = α·θ + (1 − α)·Θ; late ones at once; older ones ignored;
+ * malformed ones refused with nothing changed. */
+static void test_apply(void) {
+    fx x;
+    fx_make(&x, 4, 20);
+    dlc_learner_params lp = lparams(0, 8, 2, 0.5, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4), *snap = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * 4);
+    randv(target, size, 21, 1.0f);
+    resync(&x, l, theta0, 0, 0);
+    int64_t n1 = dlc_plan_numel(x.plan, 1), n2 = dlc_plan_numel(x.plan, 2);
+    float g1[NMAX], g2[NMAX];
+    randv(g1, n1, 22, 1.0f);
+    randv(g2, n2, 23, 1.0f);
+    for (int t = 1; t <= 2; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+    }
+    lrec r = drain(l);
+    CHECK(find(&r, DLC_LACT_SEND, 1) != NULL); /* fragment 1 left after step 2 */
+    /* its merge (version 1) comes back at once: held */
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
+    dlc_msg m = fragment_msg(0, 1, 1, 0, g1, n1);
+    m.held = 0.25;
+    CHECK(dlc_learner_receive(l, &m, 2.1) == DLC_OK);
+    CHECK(drain(l).n == 0);
+    CHECK(memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 1) == 0);
+    /* malformed: wrong size, wrong codec, fragment out of range; nothing changes */
+    m = fragment_msg(0, 1, 2, 0, g1, n1 - 1);
+    CHECK(dlc_learner_receive(l, &m, 2.2) == DLC_ERR_FORMAT);
+    m = fragment_msg(0, 1, 2, 0, g1, n1);
+    m.codec = DLC_CODEC_INT8;
+    CHECK(dlc_learner_receive(l, &m, 2.2) == DLC_ERR_FORMAT);
+    m = fragment_msg(0, 4, 2, 0, g1, n1);
+    CHECK(dlc_learner_receive(l, &m, 2.2) == DLC_ERR_FORMAT);
+    m = fragment_msg(0, 1, 2, DLC_MSG_RESYNC, g1, n1 + 1); /* even a resync */
+    CHECK(dlc_learner_receive(l, &m, 2.2) == DLC_ERR_FORMAT);
+    CHECK(drain(l).n == 0);
+    CHECK(memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 1) == 0);
+    /* step 3: lag 1 < τ, still held */
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 5, 0, 3) == DLC_OK);
+    CHECK(drain(l).n == 0);
+    /* step 4: lag 2 = τ: applied (fragment 2 also leaves) */
+    inner_step(x.p, target);
+    float th4[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), th4);
+    CHECK(dlc_learner_step_done(l, 5, 0, 4.0) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 2 && r.a[0].type == DLC_LACT_SEND && r.a[0].msg.fragment == 2);
+    const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 1);
+    CHECK(ap && ap->version == 1 && ap->lag == 2 && ap->resync == 0);
+    float now1[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), now1);
+    double worst = 0;
+    for (int64_t i = 0; i < n1; i++) worst = fmax(worst, fabs(now1[i] - (0.5 * (double)th4[i] + 0.5 * (double)g1[i])));
+    CHECK_NEAR(worst, 0, 1e-7);
+    CHECK(dlc_learner_base_version(l, 1) == 1 && dlc_learner_fragment_steps(l, 1) == 0 &&
+          dlc_learner_fragment_tokens(l, 1) == 0);
+    CHECK(dlc_learner_fragment_steps(l, 0) == 4 && dlc_learner_base_version(l, 0) == 0);
+    /* transit = (4.0 − 2.0) − held 0.25 */
+    CHECK_NEAR(dlc_learner_transit(l), 1.75, 1e-12);
+    /* the same version again, or an older one: ignored */
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
+    m = fragment_msg(0, 1, 1, 0, g2, n1);
+    CHECK(dlc_learner_receive(l, &m, 4.5) == DLC_OK);
+    m = fragment_msg(0, 1, 0, 0, g2, n1);
+    CHECK(dlc_learner_receive(l, &m, 4.5) == DLC_OK);
+    CHECK(drain(l).n == 0 && memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 1) == 1);
+    /* steps 5..7; fragment 2 (sent after step 4) comes back at step 7, lag 3 >= τ: at once */
+    for (int t = 5; t <= 7; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+    }
+    drain(l);
+    float th7[NMAX], now2[NMAX];
+    gather(&x, 2, dlc_params_data(x.p), th7);
+    m = fragment_msg(0, 2, 1, 0, g2, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.5) == DLC_OK);
+    r = drain(l);
+    ap = find(&r, DLC_LACT_APPLIED, 2);
+    CHECK(r.n == 1 && ap && ap->lag == 3 && ap->version == 1);
+    gather(&x, 2, dlc_params_data(x.p), now2);
+    worst = 0;
+    for (int64_t i = 0; i < n2; i++) worst = fmax(worst, fabs(now2[i] - (0.5 * (double)th7[i] + 0.5 * (double)g2[i])));
+    CHECK_NEAR(worst, 0, 1e-7);
+    /* a fragment that was not sent since it was last received: applied at once (lag -1) */
+    m = fragment_msg(0, 2, 2, 0, g2, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.6) == DLC_OK);
+    r = drain(l);
+    ap = find(&r, DLC_LACT_APPLIED, 2);
+    CHECK(ap && ap->lag == -1 && ap->version == 2);
+    /* fragment 1's next contribution (step 10) is against Θ̂ = g1, base 1, 6 steps */
+    for (int t = 8; t <= 10; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        r = drain(l);
+    }
+    const dlc_learner_action *sa = find(&r, DLC_LACT_SEND, 1);
+    CHECK(sa && sa->msg.version == 1 && sa->msg.steps == 6 && sa->msg.tokens == 30);
+    if (sa) {
+        float th[NMAX], want_d[NMAX];
+        gather(&x, 1, dlc_params_data(x.p), th);
+        for (int64_t i = 0; i < n1; i++) want_d[i] = g1[i] - th[i];
+        CHECK(memcmp(sa->msg.payload, want_d, (size_t)n1 * 4) == 0);
+    }
+    dlc_learner_free(l);
+    free(theta0);
+    free(target);
+    free(snap);
+    fx_free(&x);
+}
+
+/* Blocking: WAITING when τ steps pass without the fragment, TRAINING on arrival. */
+static void test_blocking(void) {
+    fx x;
+    fx_make(&x, 1, 30);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    for (int tau = 0; tau <= 1; tau++) {
+        dlc_learner_params lp = lparams(0, 4, tau, 0, 1);
+        dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) continue;
+        resync(&x, l, dlc_params_data(x.p), 0, 0);
+        int t = 0;
+        while (dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && t < 10) {
+            CHECK(dlc_learner_step_done(l, 1, 0, ++t) == DLC_OK);
+            drain(l);
+        }
+        CHECK(t == 4 + tau && dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+        CHECK(dlc_learner_step_done(l, 1, 0, 9) == DLC_ERR_STATE);
+        CHECK(dlc_learner_steps(l) == 4 + tau);
+        if (tau == 0) { /* contribute is allowed while waiting */
+            CHECK(dlc_learner_contribute(l, 0, 9) == DLC_OK);
+            drain(l);
+        }
+        float g[NMAX];
+        randv(g, n, 31, 1.0f);
+        dlc_msg m = fragment_msg(0, 0, 1, 0, g, n);
+        CHECK(dlc_learner_receive(l, &m, 10) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1);
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+        float th[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), th);
+        CHECK(memcmp(th, g, (size_t)n * 4) == 0); /* α = 0: overwritten */
+        CHECK(dlc_learner_step_done(l, 1, 0, 11) == DLC_OK);
+        dlc_learner_free(l);
+    }
+    fx_free(&x);
+}
+
+/* Joining until every RESYNC fragment arrived; restart zeroes counters and rejoins with
+ * the full model (from a real syncer); the refusals of each state. */
+static void test_join_restart(void) {
+    fx x;
+    fx_make(&x, 4, 40);
+    int64_t size = dlc_params_size(x.p);
+    float *model = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    randv(model, size, 41, 1.0f);
+    randv(target, size, 42, 1.0f);
+    dlc_learner_params lp = lparams(2, 8, 2, 0, 0);
+    lp.heartbeat = 1.0;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_expiry(l) == INFINITY);
+    /* a plain merged fragment while joining is ignored */
+    float v[NMAX];
+    gather(&x, 0, model, v);
+    dlc_msg m = fragment_msg(2, 0, 7, 0, v, dlc_plan_numel(x.plan, 0));
+    CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+    CHECK(drain(l).n == 0 && dlc_learner_base_version(l, 0) == -1);
+    for (int p = 0; p < 4; p++) {
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
+        gather(&x, p, model, v);
+        m = fragment_msg(2, p, 3 + p, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+        if (p == 0) { /* the same fragment twice does not count twice */
+            CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+            CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
+        }
+    }
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    for (int p = 0; p < 4; p++) {
+        float got[NMAX];
+        gather(&x, p, model, v);
+        gather(&x, p, dlc_params_data(x.p), got);
+        CHECK(memcmp(got, v, (size_t)dlc_plan_numel(x.plan, p) * 4) == 0);
+    }
+    for (int p = 0; p < 4; p++) CHECK(dlc_learner_base_version(l, p) == 3 + p);
+    CHECK(dlc_learner_expiry(l) == 1.5);
+    for (int t = 1; t <= 5; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 7, 0.2, 0.5 + t * 0.1) == DLC_OK);
+    }
+    CHECK(dlc_learner_handle_expiry(l, 1.6) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_HEARTBEAT && r.a[0].msg.steps == 5 && r.a[0].msg.tokens == 35 &&
+          r.a[0].msg.learner == 2);
+    CHECK_NEAR(r.a[0].msg.step_time, 0.2, 1e-12);
+    CHECK(dlc_learner_expiry(l) == 2.5);
+    CHECK(dlc_learner_steps(l) == 5 && dlc_learner_fragment_steps(l, 3) == 5);
+    /* killed: STOPPED ignores every message and refuses steps */
+    dlc_learner_stop(l);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_STOPPED && dlc_learner_expiry(l) == INFINITY);
+    CHECK(dlc_learner_receive(l, &m, 2) == DLC_OK && drain(l).n == 0);
+    CHECK(dlc_learner_step_done(l, 1, 0, 2) == DLC_ERR_STATE);
+    CHECK(dlc_learner_restart(l, 3) == DLC_OK);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
+    CHECK(dlc_learner_steps(l) == 0 && dlc_learner_tokens(l) == 0 && dlc_learner_step_time(l) == 0);
+    for (int p = 0; p < 4; p++)
+        CHECK(dlc_learner_base_version(l, p) == -1 && dlc_learner_fragment_steps(l, p) == 0 &&
+              dlc_learner_fragment_tokens(l, p) == 0);
+    /* the rejoin: a syncer (Θ0 = target, fragment 1 moved on) sends the full model */
+    dlc_syncer_params sp = dlc_syncer_default_params();
+    sp.learners = 3;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, target);
+    CHECK_OK(s);
+    if (s) {
+        CHECK(dlc_syncer_join(s, 0, 3) == DLC_OK);
+        while (dlc_syncer_poll(s, &(dlc_syncer_action){0})) {}
+        float d[NMAX];
+        randv(d, dlc_plan_numel(x.plan, 1), 43, 0.1f);
+        dlc_msg c = {.type = DLC_MSG_CONTRIBUTION, .learner = 0, .fragment = 1, .steps = 3, .tokens = 30,
+                     .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d,
+                     .len = (size_t)dlc_plan_numel(x.plan, 1) * 4};
+        CHECK(dlc_syncer_receive(s, &c, 3) == DLC_OK);
+        while (dlc_syncer_poll(s, &(dlc_syncer_action){0})) {}
+        CHECK(dlc_syncer_version(s, 1) == 1);
+        CHECK(dlc_syncer_join(s, 2, 4) == DLC_OK);
+        dlc_syncer_action a;
+        int k = 0;
+        while (dlc_syncer_poll(s, &a)) {
+            CHECK(a.type == DLC_SACT_SEND && a.msg.learner == 2 && (a.msg.flags & DLC_MSG_RESYNC));
+            CHECK(dlc_learner_receive(l, &a.msg, 4) == DLC_OK);
+            k++;
+        }
+        CHECK(k == 4 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+        float *want = malloc((size_t)size * 4);
+        memcpy(want, dlc_params_data(x.p), (size_t)size * 4); /* keeps the padding */
+        CHECK(dlc_syncer_copy_model(s, want) == DLC_OK);
+        CHECK(memcmp(dlc_params_data(x.p), want, (size_t)size * 4) == 0);
+        free(want);
+        CHECK(dlc_learner_base_version(l, 1) == 1 && dlc_learner_base_version(l, 0) == 0);
+        CHECK(dlc_learner_steps(l) == 0 && dlc_learner_fragment_steps(l, 1) == 0);
+        dlc_syncer_free(s);
+    }
+    dlc_learner_free(l);
+    free(model);
+    free(target);
+    fx_free(&x);
+}
+
+/* dp alone: gradient() sends the grads and WAITs; GRADIENT_AVG fills the grad arena. */
+static void test_dp_alone(void) {
+    fx x;
+    fx_make(&x, 1, 50);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_learner_params lp = lparams(0, 8, 0, 0, 0);
+    lp.dp = 1;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    resync(&x, l, dlc_params_data(x.p), 0, 0);
+    float g[NMAX], avg[NMAX], got[NMAX];
+    randv(g, n, 51, 1.0f);
+    randv(avg, n, 52, 1.0f);
+    scatter(&x, 0, g, dlc_params_grad(x.p));
+    CHECK(dlc_learner_gradient(l, 16, 1.0) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_SEND && r.a[0].msg.type == DLC_MSG_GRADIENT &&
+          r.a[0].msg.version == 1 && r.a[0].msg.tokens == 16 && r.a[0].msg.len == (size_t)n * 4 &&
+          memcmp(r.a[0].msg.payload, g, (size_t)n * 4) == 0);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+    CHECK(dlc_learner_step_done(l, 16, 0, 1.1) == DLC_ERR_STATE);
+    CHECK(dlc_learner_gradient(l, 16, 1.1) == DLC_ERR_STATE);
+    dlc_msg m = {.type = DLC_MSG_GRADIENT_AVG, .learner = 0, .version = 2, .codec = DLC_CODEC_F32,
+                 .payload = (const uint8_t *)avg, .len = (size_t)n * 4};
+    CHECK(dlc_learner_receive(l, &m, 1.2) == DLC_OK); /* not this step: ignored */
+    CHECK(drain(l).n == 0 && dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+    m.version = 1;
+    m.len = (size_t)(n - 1) * 4;
+    CHECK(dlc_learner_receive(l, &m, 1.2) == DLC_ERR_FORMAT);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+    m.len = (size_t)n * 4;
+    CHECK(dlc_learner_receive(l, &m, 1.3) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_GRADIENT_READY && r.a[0].version == 1);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    gather(&x, 0, dlc_params_grad(x.p), got);
+    CHECK(memcmp(got, avg, (size_t)n * 4) == 0);
+    CHECK(dlc_learner_step_done(l, 16, 0.1, 1.4) == DLC_OK);
+    CHECK(drain(l).n == 0 && dlc_learner_steps(l) == 1);
+    CHECK(dlc_learner_contribute(l, 0, 1.5) == DLC_ERR_STATE);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
+/* An int4 contribution decodes within the codec bound amax/14 per block. */
+static void test_int4(void) {
+    fx x;
+    fx_make(&x, 1, 60);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_learner_params lp = lparams(0, 3, 0, 0, 0);
+    lp.codec = DLC_CODEC_INT4;
+    lp.codec_params.block = 32;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *target = malloc((size_t)size * 4), hat[NMAX], th[NMAX], d[NMAX], dec[NMAX];
+    randv(target, size, 61, 1.0f);
+    gather(&x, 0, dlc_params_data(x.p), hat);
+    resync(&x, l, dlc_params_data(x.p), 0, 0);
+    lrec r;
+    for (int t = 1; t <= 3; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 1, 0, t) == DLC_OK);
+        r = drain(l);
+    }
+    CHECK(r.n == 1 && r.a[0].msg.codec == DLC_CODEC_INT4);
+    CHECK((int64_t)r.a[0].msg.len == dlc_codec_encoded_size(DLC_CODEC_INT4, &lp.codec_params, n));
+    CHECK(dlc_codec_decode(DLC_CODEC_INT4, &lp.codec_params, r.a[0].msg.payload, r.a[0].msg.len, dec, n) == DLC_OK);
+    gather(&x, 0, dlc_params_data(x.p), th);
+    for (int64_t i = 0; i < n; i++) d[i] = hat[i] - th[i];
+    int ok = 1;
+    for (int64_t b = 0; b < n; b += 32) {
+        int64_t e = b + 32 < n ? b + 32 : n;
+        double amax = 0;
+        for (int64_t i = b; i < e; i++) amax = fmax(amax, fabs(d[i]));
+        for (int64_t i = b; i < e; i++)
+            if (fabs((double)dec[i] - d[i]) > amax / 14 * (1 + 1e-5)) ok = 0;
+        CHECK(amax > 0);
+    }
+    CHECK(ok);
+    dlc_learner_free(l);
+    free(target);
+    fx_free(&x);
+}
+
+/* ---- end to end: 3 learners and a syncer, zero latency, lockstep ---- */
+
+typedef struct world {
+    fx x[3];
+    dlc_learner *l[3];
+    dlc_syncer *s;
+    float *target[3];
+    uint8_t *buf; /* copies of learner payloads before forwarding */
+} world;
+
+/* Forwards every queued syncer action to its learner. */
+static void syncer_out(world *w, double now) {
+    dlc_syncer_action a;
+    while (dlc_syncer_poll(w->s, &a))
+        if (a.type == DLC_SACT_SEND) {
+            CHECK(dlc_learner_receive(w->l[a.msg.learner], &a.msg, now) == DLC_OK);
+            while (dlc_learner_poll(w->l[a.msg.learner], &(dlc_learner_action){0})) {}
+        }
+}
+
+/* Forwards learner m's queued SENDs to the syncer (copied first: the syncer's replies
+ * reach learner m and would reuse its buffers). */
+static void learner_out(world *w, int m, double now) {
+    dlc_learner_action a[16];
+    int k = 0;
+    size_t used = 0;
+    while (k < 16 && dlc_learner_poll(w->l[m], &a[k]))
+        if (a[k].type == DLC_LACT_SEND) {
+            memcpy(w->buf + used, a[k].msg.payload, a[k].msg.len);
+            a[k].msg.payload = w->buf + used;
+            used += a[k].msg.len;
+            k++;
+        }
+    for (int i = 0; i < k; i++) {
+        CHECK(dlc_syncer_receive(w->s, &a[i].msg, now) == DLC_OK);
+        syncer_out(w, now);
+    }
+}
+
+static void world_make(world *w, int blocking, int dp) {
+    memset(w, 0, sizeof *w);
+    for (int m = 0; m < 3; m++) fx_make(&w->x[m], 1, 70); /* the same initial model */
+    int64_t size = dlc_params_size(w->x[0].p);
+    dlc_syncer_params sp = dlc_syncer_default_params();
+    sp.learners = 3;
+    sp.dp = dp;
+    sp.quorum = DLC_QUORUM_ALL;
+    sp.grace = DLC_GRACE_OFF;
+    sp.tau = 0;
+    sp.weighting = DLC_WEIGHT_UNIFORM;
+    sp.merge = DLC_MERGE_MEAN;
+    w->s = dlc_syncer_new(&sp, w->x[0].plan, dlc_params_data(w->x[0].p));
+    CHECK_OK(w->s);
+    w->buf = malloc((size_t)size * 4 * 4);
+    for (int m = 0; m < 3; m++) {
+        dlc_learner_params lp = lparams(m, dp ? 0 : 5, 0, 0, blocking);
+        lp.dp = dp;
+        w->l[m] = dlc_learner_new(&lp, w->x[m].p, w->x[m].plan);
+        CHECK_OK(w->l[m]);
+        w->target[m] = malloc((size_t)size * 4);
+        randv(w->target[m], size, 80 + (uint64_t)m, 1.0f);
+        /* a different start for each learner: the join must overwrite it */
+        randv(dlc_params_data(w->x[m].p), 15, 90 + (uint64_t)m, 1.0f); /* tensor w */
+    }
+    for (int m = 0; m < 3; m++) {
+        CHECK(dlc_syncer_join(w->s, m, 0) == DLC_OK);
+        syncer_out(w, 0);
+        CHECK(dlc_learner_state_of(w->l[m]) == DLC_LEARNER_TRAINING);
+    }
+}
+
+static void world_free(world *w) {
+    for (int m = 0; m < 3; m++) {
+        dlc_learner_free(w->l[m]);
+        fx_free(&w->x[m]);
+        free(w->target[m]);
+    }
+    dlc_syncer_free(w->s);
+    free(w->buf);
+}
+
+/* 25 lockstep steps (5 rounds of H = 5); returns the final global model in `out`. */
+static void run_diloco(int blocking, float *out, int64_t *waits) {
+    world w;
+    world_make(&w, blocking, 0);
+    *waits = 0;
+    for (int t = 1; t <= 25; t++) {
+        for (int m = 0; m < 3; m++) {
+            CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
+            inner_step(w.x[m].p, w.target[m]);
+            CHECK(dlc_learner_step_done(w.l[m], 100, 0.1, t) == DLC_OK);
+            *waits += dlc_learner_state_of(w.l[m]) == DLC_LEARNER_WAITING;
+            learner_out(&w, m, t);
+        }
+    }
+    CHECK(dlc_syncer_version(w.s, 0) == 5);
+    memcpy(out, dlc_params_data(w.x[0].p), (size_t)dlc_params_size(w.x[0].p) * 4);
+    CHECK(dlc_syncer_copy_model(w.s, out) == DLC_OK);
+    /* every learner holds the global model after the last merge (α = 0, τ = 0) */
+    for (int m = 0; m < 3; m++)
+        CHECK(memcmp(dlc_params_data(w.x[m].p), out, (size_t)dlc_params_size(w.x[m].p) * 4) == 0);
+    world_free(&w);
+}
+
+static void test_decoupled_equals_diloco(void) {
+    float a[256], b[256];
+    int64_t wa, wb;
+    run_diloco(0, a, &wa);
+    run_diloco(1, b, &wb);
+    CHECK(wa == 0 && wb == 15); /* blocking: with tau = 0 each learner waits after each send */
+    CHECK(memcmp(a, b, sizeof(float) * 64) == 0);
+    /* and the model moved */
+    fx x;
+    fx_make(&x, 1, 70);
+    CHECK(memcmp(a, dlc_params_data(x.p), sizeof(float) * 64) != 0);
+    fx_free(&x);
+}
+
+/* dp through the syncer: each learner's grad arena ends with the mean of the three. */
+static void test_dp_world(void) {
+    world w;
+    world_make(&w, 0, 1);
+    int64_t n = dlc_plan_numel(w.x[0].plan, 0);
+    for (int step = 1; step <= 3; step++) {
+        float g[3][NMAX];
+        for (int m = 0; m < 3; m++) {
+            randv(g[m], n, 700 + 10 * (uint64_t)step + (uint64_t)m, 1.0f);
+            scatter(&w.x[m], 0, g[m], dlc_params_grad(w.x[m].p));
+            CHECK(dlc_learner_gradient(w.l[m], 32, step) == DLC_OK);
+            learner_out(&w, m, step);
+            CHECK(dlc_learner_state_of(w.l[m]) == (m < 2 ? DLC_LEARNER_WAITING : DLC_LEARNER_TRAINING));
+        }
+        for (int m = 0; m < 3; m++) {
+            float got[NMAX];
+            gather(&w.x[m], 0, dlc_params_grad(w.x[m].p), got);
+            double worst = 0;
+            for (int64_t i = 0; i < n; i++)
+                worst = fmax(worst, fabs(got[i] - ((double)g[0][i] + g[1][i] + g[2][i]) / 3.0));
+            CHECK_NEAR(worst, 0, 1e-6);
+            CHECK(dlc_learner_step_done(w.l[m], 32, 0.1, step) == DLC_OK);
+        }
+    }
+    world_free(&w);
+}
+
+/* ---- the assert ---- */
+
+/* No public call reaches an illegal transition (each refuses with DLC_ERR_STATE, checked
+ * above and here); what is tested is that dlc_assert_fail / DLC_ASSERT abort. */
+static int aborts(int which) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        FILE *devnull = freopen("/dev/null", "w", stderr);
+        (void)devnull;
+        if (which == 0) dlc_assert_fail("learner: illegal transition", __FILE__, __LINE__);
+        else DLC_ASSERT(which == 0);
+        _exit(0);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid) return -1;
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void test_assert_and_refusals(void) {
+    CHECK(aborts(0) == 1);
+    CHECK(aborts(1) == 1);
+    fx x;
+    fx_make(&x, 1, 100);
+    dlc_learner_params lp = lparams(0, 4, 0, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+        CHECK(strstr(dlc_last_error(), "joining") != NULL);
+        CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
+        resync(&x, l, dlc_params_data(x.p), 0, 0);
+        CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE); /* not data parallel */
+        CHECK(dlc_learner_step_done(l, -1, 0, 0) == DLC_ERR_ARG);
+        dlc_msg hb = {.type = DLC_MSG_HEARTBEAT};
+        CHECK(dlc_learner_receive(l, &hb, 0) == DLC_ERR_FORMAT);
+        dlc_learner_stop(l);
+        dlc_learner_stop(l); /* twice: no transition */
+        CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE);
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_STOPPED);
+        dlc_learner_free(l);
+    }
+    lp.tau = 4;
+    CHECK_PFAILS(dlc_learner_new(&lp, x.p, x.plan), DLC_ERR_ARG, "tau = 4");
+    lp = lparams(0, 4, 0, 1.5, 0);
+    CHECK_PFAILS(dlc_learner_new(&lp, x.p, x.plan), DLC_ERR_ARG, "alpha");
+    CHECK(strcmp(dlc_learner_state_name(DLC_LEARNER_WAITING), "waiting") == 0);
+    CHECK(dlc_learner_state_name(DLC_LEARNER_STATE_COUNT) == NULL);
+    fx_free(&x);
+}
+
+int main(void) {
+    test_schedule();
+    test_apply();
+    test_blocking();
+    test_join_restart();
+    test_dp_alone();
+    test_int4();
+    test_decoupled_equals_diloco();
+    test_dp_world();
+    test_assert_and_refusals();
+    return check_done("test_learner");
+}
