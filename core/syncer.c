@@ -565,6 +565,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     dlc_status st = check_learner(s, m->learner, "syncer_receive");
     if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
     clear_queue(s);
+    if (!s->live[m->learner] && m->type == DLC_MSG_BYE) return DLC_OK; /* gone already: not a rejoin */
     if (!s->live[m->learner]) {
         /* a learner we had given up on (timeout, restart) is back: resync it whole */
         dlc_syncer_action a = {.type = DLC_SACT_JOINED, .learner = m->learner};

@@ -696,6 +696,11 @@ static void test_timeout_rejoin(void) {
     CHECK(dlc_syncer_receive(s, &bye, 12.0) == DLC_OK);
     CHECK(drain(s).n == 0 && dlc_syncer_live(s) == 1);
     CHECK(dlc_syncer_expiry(s) == 21.0);
+    /* a BYE from a learner that is not live (again, or after a timeout) is no rejoin */
+    CHECK(dlc_syncer_receive(s, &bye, 12.5) == DLC_OK);
+    bye.learner = 2;
+    CHECK(dlc_syncer_receive(s, &bye, 12.5) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_live(s) == 1 && !dlc_syncer_is_live(s, 0) && !dlc_syncer_is_live(s, 2));
     dlc_syncer_free(s);
     fx_free(&x);
 }

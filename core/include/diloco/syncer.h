@@ -37,9 +37,10 @@
  * flagged DLC_MSG_RESYNC), lost (the driver saw it die: its contributions leave the open
  * rounds), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
  * message from a learner that is not live makes it join again (action JOINED, full
- * resync; the message itself is dropped).  dlc_syncer_restart models the syncer
- * restarting from its checkpoint: Θ, momentum and versions are kept, the rings and open
- * rounds are not, so learners based on older versions are resynced.
+ * resync; the message itself is dropped), except a BYE, which is ignored.
+ * dlc_syncer_restart models the syncer restarting from its checkpoint: Θ, momentum and
+ * versions are kept, the rings and open rounds are not, so learners based on older
+ * versions are resynced.
  *
  * Memory: per fragment the ring (R copies), momentum, a merge accumulator, the encoded
  * bytes of the round's contributions (at most one per learner, stored as they arrive:
