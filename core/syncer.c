@@ -525,6 +525,8 @@ static dlc_status make_live(dlc_syncer *s, int m, double now) {
     return resync_all(s, m);
 }
 
+static dlc_status drop_learner(dlc_syncer *s, int m, double now);
+
 static dlc_status check_learner(const dlc_syncer *s, int m, const char *fn) {
     if (!s) return dlc_error(DLC_ERR_ARG, "%s: NULL syncer", fn);
     if (m < 0 || m >= s->M)
@@ -536,7 +538,10 @@ dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
     dlc_status st = check_learner(s, m, "syncer_join");
     if (st != DLC_OK) return st;
     clear_queue(s);
-    return make_live(s, m, now);
+    /* a learner that joins while still counted live restarted: what it sent before
+     * belongs to its previous incarnation */
+    if (s->live[m]) st = drop_learner(s, m, now);
+    return st == DLC_OK ? make_live(s, m, now) : st;
 }
 
 /* m leaves the live set; its contributions leave the open rounds. */

@@ -52,6 +52,7 @@ typedef struct vlearner {
     int64_t step_tokens;
     double up_free, down_free;  /* when each link is free again */
     int cut;
+    uint8_t *due;               /* [P]: fragments the host's schedule sends after this step */
     double down_since;          /* killed at */
     dlc_vtime_learner_stats st;
 } vlearner;
@@ -411,6 +412,7 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
         if (!(v->l = dlc_learner_new(&lp, models[m], plan))) goto fail;
         v->is = vt->islands[m];
         v->alive = 1;
+        if (!(v->due = calloc((size_t)vt->P, 1))) goto nomem;
         v->st.nominal_tps = (double)v->is.tokens / (vp->step_time * v->is.scale / v->is.speed);
     }
     int H = vp->learner.dp || vp->learner.H < 1 ? 1 : vp->learner.H;
@@ -445,7 +447,10 @@ void dlc_vtime_free(dlc_vtime *vt) {
     if (!vt) return;
     for (int i = 0; i < vt->hlen; i++) free_msg(vt->heap[i].msg);
     free(vt->heap);
-    for (int m = 0; vt->L && m < vt->M; m++) dlc_learner_free(vt->L[m].l);
+    for (int m = 0; vt->L && m < vt->M; m++) {
+        dlc_learner_free(vt->L[m].l);
+        free(vt->L[m].due);
+    }
     free(vt->L);
     dlc_syncer_free(vt->s);
     free(vt->islands);
@@ -489,6 +494,14 @@ static dlc_status step_end(dlc_vtime *vt, const tev *e) {
         v->st.steps++;
         v->st.tokens += v->step_tokens;
         st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
+        if (st == DLC_OK) st = learner_actions(vt, e->learner);
+        for (int p = 0; p < vt->P && st == DLC_OK; p++)
+            if (v->due[p]) {
+                v->due[p] = 0;
+                st = dlc_learner_contribute(v->l, p, vt->now);
+                if (st == DLC_OK) st = learner_actions(vt, e->learner);
+            }
+        return st;
     }
     if (st == DLC_OK) st = learner_actions(vt, e->learner);
     return st;
@@ -629,6 +642,15 @@ dlc_status dlc_vtime_optim_done(dlc_vtime *vt, int m) {
     v->st.tokens += v->step_tokens;
     st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
     return st == DLC_OK ? learner_actions(vt, m) : st;
+}
+
+dlc_status dlc_vtime_contribute(dlc_vtime *vt, int m, int p) {
+    dlc_status st = answer(vt, m, 1, "vtime_contribute");
+    if (st != DLC_OK) return st;
+    if (p < 0 || p >= vt->P) return dlc_error(DLC_ERR_RANGE, "vtime_contribute: fragment %d: expected 0..%d", p, vt->P - 1);
+    if (vt->p.learner.dp) return dlc_error(DLC_ERR_STATE, "vtime_contribute: data parallel has no fragments");
+    vt->L[m].due[p] = 1;
+    return DLC_OK;
 }
 
 dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum) {

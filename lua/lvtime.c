@@ -347,6 +347,16 @@ static int vt_optim_done(lua_State *L) {
     return 0;
 }
 
+/* vt:contribute(m, p): the recipe's schedule sends fragment p after m's current step. */
+static int vt_contribute(lua_State *L) {
+    dlc_vtime *vt = checkvt(L, 1);
+    int m = checklearner(L, vt, 2);
+    lua_Integer p = luaL_checkinteger(L, 3);
+    if (p < 1 || p > 1 << 30) return luaL_argerror(L, 3, "fragment must be >= 1");
+    if (dlc_vtime_contribute(vt, m, (int)p - 1) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
 static int vt_set_quorum(lua_State *L) {
     dlc_vtime *vt = checkvt(L, 1);
     lua_Integer k = luaL_checkinteger(L, 2);
@@ -436,7 +446,7 @@ static int vt_tostring(lua_State *L) {
 
 static const luaL_Reg vt_methods[] = {
     {"next", vt_next}, {"step_done", vt_step_done}, {"gradient_done", vt_gradient_done},
-    {"optim_done", vt_optim_done}, {"set_quorum", vt_set_quorum}, {"global", vt_global},
+    {"optim_done", vt_optim_done}, {"contribute", vt_contribute}, {"set_quorum", vt_set_quorum}, {"global", vt_global},
     {"live", vt_live}, {"live_count", vt_live_count}, {"learner_state", vt_learner_state},
     {"stats", vt_stats}, {NULL, NULL},
 };

@@ -56,7 +56,8 @@ static const struct {
      "train a recipe", 1},
     {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]",
      "generate text from a trained byte-level GPT", 1},
-    {"sim", "RECIPE ...", "run a recipe on the virtual-time simulator", 0},
+    {"sim", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR]",
+     "train a recipe's islands on the virtual-time simulator", 1},
     {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
     {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner", 0},
     {"goodput", "[--chips N] [--mtbi 1y] [--learners M] [--policy P] [--sweep K=V,..] [--plot F.png]",
@@ -502,7 +503,7 @@ int main(int argc, char **argv) {
     if (command) {
         /* A run (and later every learner) turns SIGINT/TERM/HUP into "finish the step,
          * save, exit 128 + signal" from its first instruction on. */
-        if (strcmp(argv[1], "run") == 0) dlcL_catch_signals();
+        if (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "sim") == 0) dlcL_catch_signals();
         a.command = 1;
         a.script = a.argc;
     } else {

@@ -21,8 +21,12 @@ local M = {}
 M.__index = M
 
 M.FIELDS = {
-  step = { "step", "loss", "aux_loss", "lr", "grad_norm", "tokens", "tokens_per_s", "wall_s" },
-  eval = { "step", "loss", "accuracy", "tokens", "wall_s", "final" },
+  step = { "learner", "step", "loss", "aux_loss", "lr", "grad_norm", "tokens", "tokens_per_s", "virtual_s", "wall_s" },
+  eval = { "step", "loss", "accuracy", "tokens", "virtual_s", "wall_s", "final" },
+  merge = { "fragment", "version", "contributors", "live", "quorum", "grace", "waited", "all_sent", "flushed",
+    "bytes_in", "bytes_out", "virtual_s" },
+  fault = { "kind", "learner", "begin", "duration", "factor", "optimizer", "virtual_s" },
+  reject = { "learner", "fragment", "reason", "virtual_s" },
   checkpoint = { "step", "path", "seconds", "error", "kept", "removed" },
   resume = { "step", "tokens", "from", "changed" },
   summary = nil, -- M.SUMMARY
@@ -31,7 +35,7 @@ M.FIELDS = {
 -- The summary's fields: the CLI contract's, then what a single run adds.
 M.SUMMARY = { "preset", "learners", "steps", "tokens", "final_eval_loss", "final_eval_accuracy", "goodput",
   "uptime", "bytes_up", "bytes_down", "wall_s", "train_s", "tokens_per_s", "params", "interrupted", "signal",
-  "error", "save_error", "checkpoint", "checkpoint_step", "recipe", "out", "gemm", "threads" }
+  "error", "save_error", "checkpoint", "checkpoint_step", "recipe", "out", "gemm", "threads", "virtual_s", "idle" }
 M.FIELDS.summary = M.SUMMARY
 
 local pack, unpack = string.pack, string.unpack

@@ -127,6 +127,9 @@ DLC_API dlc_status dlc_vtime_step_done(dlc_vtime *vt, int m, int64_t tokens);
 DLC_API dlc_status dlc_vtime_gradient_done(dlc_vtime *vt, int m, int64_t tokens);
 /* dp, answers OPTIM: the optimizer step ran. */
 DLC_API dlc_status dlc_vtime_optim_done(dlc_vtime *vt, int m);
+/* A host schedule (learner.H = 0): between STEP and its answer, marks fragment p of
+ * learner m to be sent when that step ends. */
+DLC_API dlc_status dlc_vtime_contribute(dlc_vtime *vt, int m, int p);
 /* The minimum quorum from now on (a recipe's function of the live learners). */
 DLC_API dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum);
 
