@@ -548,6 +548,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
         }
         int who;
         double tt = next_timer(vt, &who);
+        /* Drained: after end with nothing in flight, no timer can bring a contribution
+         * (the flush below merges what grace windows hold); the syncer's liveness
+         * timeouts would only declare every learner lost, a timeout later. */
+        if (vt->now >= vt->p.end && vt->hlen == 0) who = -2, tt = INFINITY;
         dlc_status st = DLC_OK;
         int heap_first = vt->hlen > 0 && (vt->heap[0].t < tt || (vt->heap[0].t == tt && vt->heap[0].cls < EV_TIMER));
         if (heap_first) {
