@@ -1,0 +1,390 @@
+-- `diloco-lua sim` end to end (lua/diloco/sim.lua over diloco.VTime): a tiny GPT on 3
+-- islands with H = 8 and 40 steps.  The metrics of a decoupled run, determinism, the
+-- first equivalence (decoupled with K = all, no grace, P = 1, tau = 0, uniform, mean
+-- == diloco bit for bit), dp == one model on the 2x batch (through diloco.VTime in Lua),
+-- a scripted kill, the hooks and sync.quorum as a function, and bad input (exit 2).
+-- Well under a minute in a release build; DILOCO_SANITIZED=1 trains fewer steps.
+local diloco = require "diloco"
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
+
+local H = require "spec.helpers"
+local sh, read_lines = H.sh, H.read_lines
+local scratch = H.scratch()
+local tmp, write = scratch.dir, scratch.write
+
+local STEPS = sanitized and 24 or 40
+local DP_STEPS = sanitized and 8 or 20
+
+local TINY = [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2 },
+  data = diloco.data.synthetic_text { bytes = 20000, ctx = 16, batch = 4 },
+  inner = diloco.optim.adamw { lr = 3e-3, warmup = 2 },
+  steps = ]] .. STEPS .. [[, eval = { every = 10, batches = 2 }, seed = 3, log = { every = 1 },
+  %s
+}
+]]
+
+-- The recipe's sync and islands sections (each a string of fields), and anything more.
+local function recipe(sync, islands, extra)
+  return TINY:format(string.format("sync = { H = 8, %s },\n  islands = { count = 3, %s },\n  %s", sync or "",
+    islands or "", extra or ""))
+end
+
+local n = 0
+-- Runs `sim` on that recipe into a fresh OUT; returns out, status, the output, the
+-- decoded metrics lines.
+local function sim(text, flags)
+  n = n + 1
+  local path = write("r" .. n .. ".lua", text)
+  local out = tmp .. "/out" .. n
+  local output, status = sh(string.format("%s sim %s --out %s --quiet %s", exe, path, out, flags or ""))
+  local events = {}
+  for i, l in ipairs(read_lines(out .. "/metrics.jsonl")) do
+    events[i] = assert(diloco.json_decode(l), "metrics line " .. i .. " is not JSON: " .. l)
+  end
+  return out, status, output, events
+end
+
+local function of(events, kind)
+  local r = {}
+  for _, e in ipairs(events) do
+    if e.event == kind then r[#r + 1] = e end
+  end
+  return r
+end
+
+local function summary(events)
+  local last = events[#events]
+  assert.is_table(last, "no metrics")
+  assert.are.equal("summary", last.event)
+  return last
+end
+
+-- Every tensor of a model.safetensors, as nested lists.
+local function tensors(path)
+  local t, meta = diloco.load_safetensors(path)
+  assert.is_truthy(t, tostring(meta))
+  local r = {}
+  for name, x in pairs(t) do r[name] = x:tolist() end
+  return r
+end
+
+describe("diloco-lua sim, decoupled on 3 islands", function()
+  local out, status, output, events
+  setup(function() out, status, output, events = sim(recipe("preset = 'decoupled'")) end)
+
+  it("exits 0 and writes merge events with their contributors", function()
+    assert.are.equal(0, status, output)
+    local merges = of(events, "merge")
+    assert.is_true(#merges >= STEPS // 8, "merges: " .. #merges)
+    local fragments = {}
+    for _, m in ipairs(merges) do
+      for _, k in ipairs { "fragment", "version", "grace", "waited", "virtual_s" } do
+        assert.is_number(m[k], "merge." .. k)
+      end
+      fragments[m.fragment] = true
+      assert.is_true(#m.contributors >= 1)
+      for _, c in ipairs(m.contributors) do
+        for _, k in ipairs { "learner", "weight", "staleness", "steps", "tokens" } do
+          assert.is_number(c[k], "contributor." .. k)
+        end
+        assert.is_true(c.learner >= 1 and c.learner <= 3)
+        assert.is_true(c.weight > 0 and c.steps > 0 and c.tokens == c.steps * 64)
+      end
+      assert.is_true(m.virtual_s <= STEPS + 1)
+    end
+    assert.is_truthy(fragments[1] and fragments[2], "several fragments merged")
+  end)
+
+  it("writes step events of each learner and evals of the global model", function()
+    local by = {}
+    for _, s in ipairs(of(events, "step")) do by[s.learner] = (by[s.learner] or 0) + 1 end
+    for m = 1, 3 do assert.is_true((by[m] or 0) >= STEPS - 1, "steps of learner " .. m) end
+    local evals = of(events, "eval")
+    assert.are.equal(STEPS // 10 + 1, #evals) -- every 10 virtual seconds and the final one
+    assert.is_true(evals[#evals].final)
+    assert.is_true(evals[#evals].loss < evals[1].loss, "the global model learned")
+    assert.is_true(evals[1].loss < math.log(256))
+  end)
+
+  it("ends with the summary", function()
+    local s = summary(events)
+    assert.are.equal("decoupled", s.preset)
+    assert.are.equal(3, s.learners)
+    assert.is_true(s.goodput > 0 and s.goodput <= 1, "goodput " .. s.goodput)
+    assert.is_true(s.uptime >= 0 and s.uptime <= 1, "uptime " .. s.uptime)
+    assert.is_true(s.bytes_up > 0 and s.bytes_down > 0)
+    -- steps * islands.step_time (1 s), and the drain: messages in flight, no timeouts
+    assert.is_true(s.virtual_s >= STEPS and s.virtual_s < STEPS + 1, "virtual_s " .. s.virtual_s)
+    assert.are.equal(3, #s.idle)
+    for m = 1, 3 do assert.is_true(s.idle[m] >= 0 and s.idle[m] < 1) end
+    assert.are.equal(0, #of(events, "fault"), "no faults: nobody is lost in the drain")
+    assert.are.equal(s.steps * 64, s.tokens)
+  end)
+
+  it("saves the global model for sample", function()
+    local o, st = sh(exe .. " sample " .. out .. "/model.safetensors --tokens 8 --seed 1")
+    assert.are.equal(0, st, o)
+    assert.is_true(#o >= 8)
+  end)
+end)
+
+-- The metrics without their wall-clock fields.
+local WALL = { time = true, wall_s = true, train_s = true, tokens_per_s = true }
+local function virtual(events)
+  local r = {}
+  for i, e in ipairs(events) do
+    local c = {}
+    for k, v in pairs(e) do
+      if not WALL[k] then c[k] = v end
+    end
+    r[i] = c
+  end
+  return r
+end
+
+describe("diloco-lua sim is deterministic", function()
+  it("the same recipe twice gives the same metrics, another seed others", function()
+    local text = recipe("preset = 'decoupled'")
+    local m1, m2, m3 = tmp .. "/d1.jsonl", tmp .. "/d2.jsonl", tmp .. "/d3.jsonl"
+    local path = write("det.lua", text)
+    local function go(metrics, flags)
+      local o, st = sh(string.format("%s sim %s --out %s/det --overwrite --quiet --metrics %s %s", exe, path, tmp,
+        metrics, flags or ""))
+      assert.are.equal(0, st, o)
+      local ev = {}
+      for i, l in ipairs(read_lines(metrics)) do ev[i] = diloco.json_decode(l) end
+      assert.is_true(#ev > 10)
+      return virtual(ev)
+    end
+    local a, b, c = go(m1), go(m2), go(m3, "--set seed=4")
+    assert.are.same(a, b)
+    assert.are_not.same(a, c)
+    assert.are_not.equal(a[#a].final_eval_loss, c[#c].final_eval_loss)
+  end)
+end)
+
+describe("the first equivalence", function()
+  local ZERO = "latency = 0, bandwidth = 'inf'"
+  local EQUIV = "preset = 'decoupled', quorum = 'all', grace = 'off', fragments = 1, tau = 0, weighting = 'uniform', "
+    .. "merge = 'mean', blocking = false"
+  it("decoupled with K = all, no grace, P = 1, tau = 0, uniform, mean is diloco bit for bit", function()
+    local o1, s1, t1, e1 = sim(recipe(EQUIV, ZERO))
+    assert.are.equal(0, s1, t1)
+    local o2, s2, t2, e2 = sim(recipe("preset = 'diloco'", ZERO))
+    assert.are.equal(0, s2, t2)
+    assert.is_true(#of(e1, "merge") >= STEPS // 8 and #of(e1, "merge") == #of(e2, "merge"))
+    local a, b = tensors(o1 .. "/model.safetensors"), tensors(o2 .. "/model.safetensors")
+    local names = 0
+    for name, x in pairs(b) do
+      names = names + 1
+      assert.are.same(x, a[name], name)
+    end
+    assert.is_true(names > 4)
+    assert.are.equal(summary(e2).final_eval_loss, summary(e1).final_eval_loss)
+    -- the control: decoupled's own quorum and grace give another model
+    local o3, s3, t3 = sim(recipe("preset = 'decoupled', fragments = 1, tau = 0, weighting = 'uniform', "
+      .. "merge = 'mean'", ZERO))
+    assert.are.equal(0, s3, t3)
+    local c, differs = tensors(o3 .. "/model.safetensors"), false
+    for name, x in pairs(b) do
+      if not require("luassert.util").deepcompare(x, c[name]) then differs = true end
+    end
+    assert.is_true(differs, "quorum 1 with an adaptive grace gave the diloco model")
+  end)
+end)
+
+describe("dp on diloco.VTime", function()
+  it("2 learners with averaged gradients equal one model on the 2x batch", function()
+    local spec = { vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, seed = 5 }
+    -- eps = 1e-6: Adam divides by sqrt(v) + eps, so with 1e-8 an element whose gradient
+    -- is a near-cancellation of the two halves (~1e-8) turns float rounding into a 1e-5
+    -- parameter difference in one step; the clip at 0.5 is active (the norm starts at ~2)
+    local opt = { kind = "adamw", lr = 1e-3, weight_decay = 0.1, eps = 1e-6 }
+    local CLIP = 0.5
+    local ds = diloco.TextData { synthetic = 20000, seed = 1 }
+    local la = ds:loader { split = "train", batch = 4, ctx = 16, shard = 1, shards = 2, seed = 1 }
+    local lb = ds:loader { split = "train", batch = 4, ctx = 16, shard = 2, shards = 2, seed = 1 }
+    local batches = {}
+    for s = 1, DP_STEPS do
+      local xa, ya = la:next()
+      local xb, yb = lb:next()
+      batches[s] = { { xa, ya }, { xb, yb } }
+    end
+    local function build()
+      local m = diloco.nn.GPT(spec)
+      m:train()
+      local pl = m:parameters()
+      local p = diloco.Params(pl)
+      return { model = m, plist = pl, params = p, opt = diloco.Optimizer(p, opt) }
+    end
+    -- the reference: one model on A ++ B
+    local ref = build()
+    for s = 1, DP_STEPS do
+      local a, b = batches[s][1], batches[s][2]
+      ref.params:zero_grad()
+      local loss = ref.model:loss(diloco.concat { a[1], b[1] }, diloco.concat { a[2], b[2] })
+      loss:backward()
+      loss:free()
+      ref.params:clip_grad_norm(CLIP)
+      ref.opt:step()
+    end
+    -- the driver: learner m on its batch, the averaged gradient clipped
+    local L = { build(), build() }
+    local vt = diloco.VTime {
+      params = { L[1].params, L[2].params }, plan = diloco.Plan(L[1].params, { fragments = 1 }),
+      step_time = 1, horizon = DP_STEPS, islands = { { tokens = 64 }, { tokens = 64 } },
+      learner = { dp = true }, syncer = { quorum = 0, grace = "off" },
+    }
+    local steps, optims = { 0, 0 }, 0
+    while true do
+      local ev = vt:next()
+      if ev.type == "done" then break end
+      if ev.type == "step" then
+        local l, xy = L[ev.learner], batches[ev.step][ev.learner]
+        l.params:zero_grad()
+        local loss = l.model:loss(xy[1], xy[2])
+        loss:backward()
+        loss:free()
+        vt:gradient_done(ev.learner, 64)
+      elseif ev.type == "optim" then
+        local l = L[ev.learner]
+        l.params:clip_grad_norm(CLIP)
+        l.opt:step()
+        vt:optim_done(ev.learner)
+        steps[ev.learner] = steps[ev.learner] + 1
+        optims = optims + 1
+      end
+    end
+    assert.are.same({ DP_STEPS, DP_STEPS }, steps)
+    local st = vt:stats()
+    assert.are.equal(DP_STEPS, st.learners[1].steps)
+    for m = 1, 2 do
+      for i, p in ipairs(L[m].plist) do
+        H.assert_near(ref.plist[i][2]:tolist(), p[2]:tolist(), 1e-5, "learner " .. m .. " " .. p[1])
+      end
+    end
+    -- and a control: one learner's batch alone is not the 2x batch
+    local solo = build()
+    for s = 1, DP_STEPS do
+      local a = batches[s][1]
+      solo.params:zero_grad()
+      local loss = solo.model:loss(a[1], a[2])
+      loss:backward()
+      loss:free()
+      solo.params:clip_grad_norm(CLIP)
+      solo.opt:step()
+    end
+    assert.is_false(pcall(H.assert_near, ref.plist[1][2]:tolist(), solo.plist[1][2]:tolist(), 1e-5))
+  end)
+end)
+
+describe("diloco-lua sim with a kill", function()
+  local marker = tmp .. "/faults.txt"
+  local KILL = "chaos = { { at = '10s', kill = 2, down = '8s' } },"
+
+  it("kills learner 2 for 8 s, restarts it with a fresh optimizer, calls hooks.on_fault", function()
+    local hook = string.format([[hooks = { on_fault = function(info)
+      local f = assert(io.open(%q, "a"))
+      f:write(info.kind, " ", tostring(info.learner), " ", tostring(info.begin), " ", tostring(info.virtual_s), "\n")
+      f:close()
+    end },]], marker)
+    local _, status, output, events = sim(recipe("preset = 'decoupled'", nil, KILL .. hook))
+    assert.are.equal(0, status, output)
+    local kills = {}
+    for _, f in ipairs(of(events, "fault")) do
+      if f.kind == "kill" then kills[#kills + 1] = f end
+    end
+    assert.are.equal(2, #kills)
+    assert.are.equal(2, kills[1].learner)
+    assert.is_true(kills[1].begin)
+    assert.are.equal(10, kills[1].virtual_s)
+    assert.are.equal(2, kills[2].learner)
+    assert.is_false(kills[2].begin)
+    assert.are.equal(18, kills[2].virtual_s)
+    assert.are.equal("fresh", kills[2].optimizer)
+    assert.is_nil(kills[1].optimizer)
+    local s = summary(events)
+    local per = s.per_learner
+    assert.is_true(per[2].steps < per[1].steps - 5 and per[2].steps < per[3].steps - 5,
+      string.format("steps %d %d %d", per[1].steps, per[2].steps, per[3].steps))
+    assert.is_true(per[2].down > 0)
+    assert.is_nil(s.error)
+    local lines = read_lines(marker)
+    assert.is_true(#lines >= 2)
+    assert.are.equal("kill 2 true 10.0", lines[1])
+    local ends = 0
+    for _, l in ipairs(lines) do
+      if l == "kill 2 false 18.0" then ends = ends + 1 end
+    end
+    assert.are.equal(1, ends, table.concat(lines, "\n"))
+  end)
+
+  it("stops with exit 1 when hooks.on_fault raises", function()
+    local _, status, output, events = sim(recipe("preset = 'decoupled'", nil, KILL ..
+      "hooks = { on_fault = function(info) error('no faults here') end },"))
+    assert.are.equal(1, status, output)
+    assert.matches("hooks.on_fault failed: ", output, 1, true)
+    assert.matches("no faults here", output, 1, true)
+    local s = summary(events)
+    assert.matches("hooks.on_fault", s.error, 1, true)
+  end)
+end)
+
+describe("diloco-lua sim hooks and a quorum function", function()
+  it("passes the contributors to hooks.on_merge and merges with the quorum the function gives", function()
+    local marker = tmp .. "/merges.txt"
+    local _, status, output, events = sim(recipe(string.format([[preset = 'decoupled',
+      quorum = function(live, info) return live >= 3 and 2 or 1 end]]), nil, string.format([[hooks = {
+      on_merge = function(info)
+        local f = assert(io.open(%q, "a"))
+        f:write(info.fragment, " ", info.version, " ", #info.contributors, " ", info.contributors[1].learner, "\n")
+        f:close()
+      end },]], marker)))
+    assert.are.equal(0, status, output)
+    local merges = of(events, "merge")
+    assert.is_true(#merges > 0)
+    for _, m in ipairs(merges) do
+      assert.are.equal(2, m.quorum)
+      assert.is_true(#m.contributors >= 2 or m.flushed, "a merge below the quorum")
+    end
+    local lines = read_lines(marker)
+    assert.are.equal(#merges, #lines)
+    assert.are.equal(string.format("%d %d %d %d", merges[1].fragment, merges[1].version, #merges[1].contributors,
+      merges[1].contributors[1].learner), lines[1])
+  end)
+end)
+
+describe("diloco-lua sim refuses bad input with exit 2", function()
+  local cases = {
+    { "a kill of a learner that does not exist", recipe("", "", "chaos = { { at = '10s', kill = 5, down = '8s' } },"),
+      "chaos[1].kill = 5: expected a learner index in [1, 3] (islands.count = 3)" },
+    { "more fragments than tensors", recipe("fragments = 1000"), "sync.fragments = 1000 but the model has " },
+    { "tau >= H", recipe("tau = 8"), "sync.tau = 8: the overlap must be below sync.H = 8" },
+    { "a quorum above the learners", recipe("quorum = 5"),
+      "sync.quorum = 5 but islands.count = 3: quorum must be <= the number of learners" },
+    { "a speed of 0", recipe("", "speed = 0"), "islands.speed = 0: expected a finite number > 0" },
+    { "a malformed duration", recipe("", "step_time = '10 parsecs'"),
+      'islands.step_time = "10 parsecs": expected a duration such as "20s", "250ms", "5m"' },
+    { "dp with chaos", recipe("preset = 'dp', H = 1", "", "chaos = { { at = '10s', kill = 2, down = '8s' } },"),
+      'chaos with sync.preset = "dp": faults in data parallel are not simulated in this version (the goodput '
+      .. "simulator, diloco-lua goodput, models them)" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      local _, status, output = sim(c[2])
+      assert.are.equal(2, status, output)
+      assert.matches(c[3], output, 1, true)
+    end)
+  end
+  it("--resume latest", function()
+    local _, status, output = sim(recipe(""), "--resume latest")
+    assert.are.equal(2, status, output)
+    assert.matches("--resume: a sim run is not resumed", output, 1, true)
+  end)
+end)
+
+teardown(scratch.cleanup)
