@@ -548,10 +548,11 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
         }
         int who;
         double tt = next_timer(vt, &who);
-        /* Drained: after end with nothing in flight, no timer can bring a contribution
-         * (the flush below merges what grace windows hold); the syncer's liveness
-         * timeouts would only declare every learner lost, a timeout later. */
-        if (vt->now >= vt->p.end && vt->hlen == 0) who = -2, tt = INFINITY;
+        /* Drained: nothing in flight and the syncer's next timer at or after end: it
+         * cannot bring a contribution (the flush below merges what grace windows
+         * hold); its liveness timeouts would only declare every learner lost, a
+         * timeout after the last heartbeat. */
+        if (vt->hlen == 0 && who == -1 && tt >= vt->p.end) who = -2, tt = INFINITY;
         dlc_status st = DLC_OK;
         int heap_first = vt->hlen > 0 && (vt->heap[0].t < tt || (vt->heap[0].t == tt && vt->heap[0].cls < EV_TIMER));
         if (heap_first) {
@@ -593,6 +594,7 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             }
         } else if (!vt->flushed) {
             vt->flushed = 1;
+            if (vt->now < vt->p.end) vt->now = vt->p.end; /* the run lasts until end at least */
             st = dlc_syncer_flush(vt->s, vt->now);
             if (st == DLC_OK) st = syncer_actions(vt);
         } else {
