@@ -26,7 +26,6 @@ typedef struct lfrag {
     double sent_time;
     int pending;           /* a merged fragment waits in pend[off..] */
     int64_t pend_version;
-    double pend_held;
     int received;          /* JOINING: got it */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
     int64_t enc_cap;
@@ -234,10 +233,6 @@ static dlc_status apply(dlc_learner *l, int p, int resync, double now) {
     memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
     dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version,
                             .lag = f->sent_step >= 0 ? l->steps - f->sent_step : -1, .resync = resync};
-    if (!resync && f->sent_step >= 0) {
-        double transit = (now - f->sent_time) - f->pend_held;
-        if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
-    }
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
     f->sent_step = -1;
@@ -368,9 +363,14 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     dlc_status s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n);
     if (s != DLC_OK) return s;
     memcpy(l->pend + f->off, l->scratch, (size_t)f->n * sizeof(float));
+    if (!resync && f->sent_step >= 0) {
+        /* the links' share of the round trip, measured on arrival (not on application, which
+         * waits for tau steps by design): what the syncer's grace window must leave room for */
+        double transit = (now - f->sent_time) - m->held;
+        if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
+    }
     f->pending = 1;
     f->pend_version = m->version;
-    f->pend_held = m->held;
     if (resync) {
         f->sent_step = -1;
         s = apply(l, m->fragment, 1, now);

@@ -35,7 +35,8 @@ typedef struct tev {
     int learner;
     uint64_t gen;       /* STEP_END, STEP_START: the learner's incarnation */
     int index;          /* CHAOS: timeline index; EVAL: k */
-    qmsg *msg;          /* DELIVER */
+    qmsg *msg;          /* DELIVER (and a delivery deferred to a step end) */
+    int deferred;       /* STEP_END class: a delivery held for the end of a step */
 } tev;
 
 typedef struct hostev {
@@ -76,6 +77,7 @@ struct dlc_vtime {
     int ntl;
     double now;
     int syncer_down, flushed, done, mc_reset;
+    int direct;                 /* construction: SENDs to learners are handed over at once */
     int awaiting;               /* learner index + 1 whose STEP / OPTIM is unanswered */
     double window;              /* uptime window (s) */
     uint8_t *window_hit;
@@ -197,6 +199,7 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
 /* ---- reacting to the state machines' actions ---- */
 
 static dlc_status maybe_start(dlc_vtime *vt, int m);
+static dlc_status learner_actions(dlc_vtime *vt, int m);
 
 static void window_mark(dlc_vtime *vt, double t) {
     if (t < 0 || t >= vt->p.end) return;
@@ -211,7 +214,12 @@ static dlc_status syncer_actions(dlc_vtime *vt) {
         dlc_vtime_event e = {.time = vt->now, .learner = a.learner, .fragment = a.fragment};
         switch (a.type) {
         case DLC_SACT_SEND:
-            if (!vt->syncer_down) st = transmit(vt, a.msg.learner, &a.msg, 0);
+            if (vt->direct) {
+                st = dlc_learner_receive(vt->L[a.msg.learner].l, &a.msg, vt->now);
+                if (st == DLC_OK) st = learner_actions(vt, a.msg.learner);
+            } else if (!vt->syncer_down) {
+                st = transmit(vt, a.msg.learner, &a.msg, 0);
+            }
             break;
         case DLC_SACT_MERGED: {
             e.type = DLC_VT_MERGE;
@@ -432,9 +440,13 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     if (vp->eval_every > 0)
         for (int k = 1; k * vp->eval_every <= vp->end * (1 + 1e-12); k++)
             if (heap_push(vt, (tev){.t = k * vp->eval_every, .cls = EV_EVAL, .index = k}) != DLC_OK) goto fail;
+    /* Every learner starts from the initial model: handed over at time 0, not sent over
+     * a link (a learner that joins later downloads it). */
+    vt->direct = 1;
     for (int m = 0; m < vt->M; m++) {
         if (dlc_syncer_join(vt->s, m, 0) != DLC_OK || syncer_actions(vt) != DLC_OK) goto fail;
     }
+    vt->direct = 0;
     return vt;
 nomem:
     dlc_error(DLC_ERR_NOMEM, "vtime_new: out of memory");
@@ -467,6 +479,14 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
     qmsg *q = e->msg;
     vlearner *v = &vt->L[e->learner];
     dlc_status st = DLC_OK;
+    if (!q->to_syncer && v->alive && v->busy && !v->cut) {
+        /* mid-step: the learner takes it at the step boundary, right after its step end
+         * (same instant and class, later sequence number) */
+        tev later = {.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = e->learner, .msg = q,
+                     .deferred = 1};
+        e->msg = NULL;
+        return heap_push(vt, later);
+    }
     if (v->cut || (q->to_syncer && vt->syncer_down) || (!q->to_syncer && !v->alive)) {
         vt->st.dropped++;
     } else if (q->to_syncer) {
@@ -560,7 +580,7 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             if (e.t > vt->now) vt->now = e.t;
             switch (e.cls) {
             case EV_DELIVER: st = deliver(vt, &e); break;
-            case EV_STEP_END: st = step_end(vt, &e); break;
+            case EV_STEP_END: st = e.deferred ? deliver(vt, &e) : step_end(vt, &e); break;
             case EV_CHAOS: st = chaos_event(vt, e.index); break;
             case EV_STEP_START: {
                 vlearner *v = &vt->L[e.learner];

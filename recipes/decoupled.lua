@@ -14,11 +14,12 @@ return diloco.recipe {
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1, schedule = "cosine", min_lr = 3e-4, clip = 1.0 },
   -- the outer step on the merged outer gradient (DiLoCo's Nesterov 0.7 / 0.9)
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  -- the preset fills every sync field this table leaves out (algorithm.md §5; docs/recipes.md):
+  -- decoupled is H = 24, 4 fragments (one leaves every 6 steps), tau = 2 (a merged fragment
+  -- is applied 2 steps after its contribution left), quorum 1, adaptive grace,
+  -- tokens^2/steps weights, RDA, alpha = 0.  --set sync.preset=diloco|streaming|dp switches.
   sync = {
-    preset = "decoupled", -- K = 1, adaptive grace, tokens^2/steps weights, RDA, alpha = 0
-    H = 24,               -- inner steps between two syncs of one fragment
-    fragments = 4,        -- one fragment leaves every 6 steps (staggered by H/P)
-    tau = 2,              -- a merged fragment is applied 2 steps after its contribution left
+    preset = "decoupled",
     codec = "f32",        -- outer gradients up: try "int4" or "e3m0" (docs/codecs.md)
   },
   -- four equal islands, each a virtual second per step, joined by 2.5 Gbps links

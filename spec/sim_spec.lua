@@ -99,6 +99,24 @@ describe("diloco-lua sim, decoupled on 3 islands", function()
     assert.is_truthy(fragments[1] and fragments[2], "several fragments merged")
   end)
 
+  it("on equal islands every round holds every island's contribution, in its grace window", function()
+    -- Equal islands send each fragment at the same instant: the adaptive window (tau = 2
+    -- steps minus the links' share) must keep the round open for all three, and a merged
+    -- fragment arriving as a step ends must wait for that step (it once reset the counters
+    -- under the step and the next rounds merged one island at a time, with 1-step work).
+    for _, m in ipairs(of(events, "merge")) do
+      if not m.flushed then
+        assert.are.equal(3, #m.contributors, "merge of fragment " .. m.fragment .. " v" .. m.version)
+        assert.is_true(m.all_sent)
+        assert.is_true(m.grace > 0, "grace window " .. m.grace)
+        for _, c in ipairs(m.contributors) do
+          assert.is_true(c.steps >= 2, "contribution of " .. c.steps .. " steps")
+          assert.are.equal(0, c.staleness)
+        end
+      end
+    end
+  end)
+
   it("writes step events of each learner and evals of the global model", function()
     local by = {}
     for _, s in ipairs(of(events, "step")) do by[s.learner] = (by[s.learner] or 0) + 1 end
