@@ -1,0 +1,435 @@
+-- The learning-quality experiments of docs/experiments.md: runs `diloco-lua sim` on
+-- charlm (M = 4 islands, equal tokens) in several settings, then writes the tables and
+-- PNG plots (gnuplot) of every group into docs/experiments.md and docs/experiments/.
+--
+--   diloco-lua scripts/experiments/run.lua [GROUP...] [--build DIR] [--jobs N] [--report-only]
+--   groups: parity quality codecs rda mixed chaos bytes   (default: all)
+--
+-- Runs land in runs/experiments/NAME/ and are reused when their command line is
+-- unchanged (delete a directory to redo it).  Each job trains with one compute thread;
+-- --jobs (default 2) run side by side.  Token budget: 4 islands x 600 steps x 1024
+-- tokens = 2,457,600 tokens per run (M = 8: 8 x 300); seeds: the recipe's (0).
+-- The report is regenerated from every run found, so groups can be run separately.
+local diloco = require "diloco"
+
+local root = (arg[0]:match("^(.*)/scripts/experiments/run%.lua$") or ".")
+local groups, build, jobs, report_only = {}, root .. "/build", 2, false
+do
+  local i = 1
+  while i <= #arg do
+    local a = arg[i]
+    if a == "--build" then build, i = arg[i + 1], i + 1
+    elseif a == "--jobs" then jobs, i = tonumber(arg[i + 1]), i + 1
+    elseif a == "--report-only" then report_only = true
+    else groups[#groups + 1] = a end
+    i = i + 1
+  end
+end
+local ALL = { "parity", "quality", "codecs", "rda", "mixed", "chaos", "bytes" }
+if #groups == 0 then groups = ALL end
+local want = {}
+for _, g in ipairs(groups) do want[g] = true end
+
+local EXE = build .. "/diloco-lua"
+local RUNS = root .. "/runs/experiments"
+local DOCS = root .. "/docs/experiments"
+local STEPS = 600
+local TOKENS = 4 * STEPS * 16 * 64
+local BASE = root .. "/recipes/decoupled.lua"
+local COMMON = { "threads=1", "eval.every=100", "eval.batches=32", "steps=" .. STEPS, "checkpoint.minutes=0" }
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  return ok
+end
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- ---- the runs ----
+
+local runs, by_name = {}, {}
+local function add(group, name, sets, recipe)
+  local r = { group = group, name = name, recipe = recipe or BASE, sets = {} }
+  for _, s in ipairs(COMMON) do r.sets[#r.sets + 1] = s end
+  for _, s in ipairs(sets) do r.sets[#r.sets + 1] = s end
+  runs[#runs + 1] = r
+  by_name[name] = r
+  return r
+end
+
+local LRS, HS = { 0.4, 0.7, 1.0 }, { 24, 96 }
+add("quality", "dp", { "sync.preset=dp" })
+for _, p in ipairs { "diloco", "streaming", "decoupled" } do
+  for _, lr in ipairs(LRS) do
+    for _, H in ipairs(HS) do
+      add("quality", string.format("%s-lr%.1f-H%d", p, lr, H), { "sync.preset=" .. p, "outer.lr=" .. lr, "sync.H=" .. H })
+    end
+  end
+end
+for _, c in ipairs { "int4", "e3m0" } do
+  for _, ef in ipairs { false, true } do
+    add("codecs", string.format("decoupled-%s%s", c, ef and "-ef" or ""),
+      { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=24", "sync.codec=" .. c, "sync.error_feedback=" .. tostring(ef) })
+  end
+end
+for _, m in ipairs { "rda", "mean" } do
+  add("rda", "m8-" .. m, { "sync.preset=decoupled", "islands.count=8", "steps=" .. STEPS // 2, "sync.merge=" .. m })
+end
+-- mixed: islands 1, 2 at speed 1 and 3, 4 at 0.5 for 800 virtual seconds = 2400 steps in all
+for _, q in ipairs { "1", "all" } do
+  add("mixed", "mixed-K" .. q, { "steps=800", "eval.every=50", "sync.quorum=" .. q }, root .. "/recipes/mixed.lua")
+end
+for _, p in ipairs { "decoupled", "diloco" } do
+  add("chaos", "chaos-" .. p, { "sync.preset=" .. p }, root .. "/recipes/chaos.lua")
+end
+
+local function command(r)
+  local parts = { quote(EXE), "sim", quote(r.recipe), "--out", quote(RUNS .. "/" .. r.name), "--quiet", "--overwrite" }
+  for _, s in ipairs(r.sets) do parts[#parts + 1] = "--set " .. quote(s) end
+  return table.concat(parts, " ")
+end
+
+local function done(r)
+  local dir = RUNS .. "/" .. r.name
+  if read(dir .. "/command.txt") ~= command(r) then return false end
+  local m = read(dir .. "/metrics.jsonl")
+  return m ~= nil and m:find('"event":"summary"', 1, true) ~= nil
+end
+
+-- ---- running ----
+
+local todo = {}
+for _, r in ipairs(runs) do
+  local needed = want[r.group] or (want.bytes and r.group == "quality")
+  if needed and not report_only and not done(r) then todo[#todo + 1] = r end
+end
+sh("mkdir -p " .. quote(RUNS) .. " " .. quote(DOCS))
+if #todo > 0 then
+  local list = {}
+  for _, r in ipairs(todo) do
+    local dir = RUNS .. "/" .. r.name
+    list[#list + 1] = string.format("mkdir -p %s && %s > %s/summary.json 2> %s/stderr.txt && printf %%s %s > %s/command.txt; echo done %s",
+      quote(dir), command(r), quote(dir), quote(dir), quote(command(r)), quote(dir), r.name)
+  end
+  write(RUNS .. "/jobs.txt", table.concat(list, "\n") .. "\n")
+  io.stderr:write(string.format("running %d sims, %d at a time\n", #todo, jobs))
+  sh(string.format("cd %s && xargs -P %d -d '\\n' -I{} sh -c {} < %s", quote(root), jobs, quote(RUNS .. "/jobs.txt")))
+end
+if want.parity and not report_only and read(RUNS .. "/parity.txt") == nil then
+  io.stderr:write("running the PyTorch parity of the four presets\n")
+  sh(string.format("cd %s && scripts/reference/presets_parity %s recipes/decoupled.lua --set steps=%d > %s",
+    quote(root), quote(build), STEPS, quote(RUNS .. "/parity.tmp")))
+  os.rename(RUNS .. "/parity.tmp", RUNS .. "/parity.txt")
+end
+
+-- ---- reading results ----
+
+local function events(name)
+  local text = read(RUNS .. "/" .. name .. "/metrics.jsonl")
+  if not text then return nil end
+  local ev = {}
+  for line in text:gmatch("[^\n]+") do ev[#ev + 1] = diloco.json_decode(line) end
+  return ev
+end
+
+local cache = {}
+local function result(name)
+  if cache[name] ~= nil then return cache[name] or nil end
+  local ev = events(name)
+  local r = false
+  if ev and ev[#ev] and ev[#ev].event == "summary" then
+    r = { summary = ev[#ev], evals = {} }
+    for _, e in ipairs(ev) do
+      if e.event == "eval" then r.evals[#r.evals + 1] = e end
+    end
+  end
+  cache[name] = r
+  return r or nil
+end
+
+local function f4(x) return x and string.format("%.4f", x) or "—" end
+local function pct(x, base) return (x and base) and string.format("%+.1f%%", 100 * (x - base) / base) or "—" end
+local function human(n)
+  if not n then return "—" end
+  if n >= 1e9 then return string.format("%.2f GB", n / 1e9) end
+  if n >= 1e6 then return string.format("%.1f MB", n / 1e6) end
+  return string.format("%.0f kB", n / 1e3)
+end
+
+-- gnuplot: curves = { {title, points = {{x, y}, ...}}, ... }
+local function plot(file, title, xlabel, ylabel, curves, opts)
+  opts = opts or {}
+  local dat = {}
+  for i, c in ipairs(curves) do
+    local lines = {}
+    for _, p in ipairs(c.points) do lines[#lines + 1] = string.format("%.10g %.10g", p[1], p[2]) end
+    local path = string.format("%s/.%s.%d.dat", DOCS, file, i)
+    write(path, table.concat(lines, "\n") .. "\n")
+    dat[i] = string.format("%s with %s lw 2 title %s", quote(path), opts.style or "linespoints", quote(c.title))
+  end
+  local script = {
+    "set terminal pngcairo size 900,560 font ',11'",
+    "set output " .. quote(DOCS .. "/" .. file .. ".png"),
+    "set title " .. quote(title), "set xlabel " .. quote(xlabel), "set ylabel " .. quote(ylabel),
+    "set grid", "set key top right",
+  }
+  if opts.logy then script[#script + 1] = "set logscale y" end
+  if opts.yrange then script[#script + 1] = "set yrange " .. opts.yrange end
+  if opts.boxes then
+    script[#script + 1] = "set style fill solid 0.7"
+    script[#script + 1] = "set boxwidth 0.6"
+    script[#script + 1] = "set xtics rotate by -30"
+  end
+  script[#script + 1] = "plot " .. table.concat(dat, ", ")
+  write(DOCS .. "/." .. file .. ".gp", table.concat(script, "\n") .. "\n")
+  local ok = sh("gnuplot " .. quote(DOCS .. "/." .. file .. ".gp") .. " 2>/dev/null")
+  for i = 1, #curves do os.remove(string.format("%s/.%s.%d.dat", DOCS, file, i)) end
+  os.remove(DOCS .. "/." .. file .. ".gp")
+  return ok and ("experiments/" .. file .. ".png") or nil
+end
+
+local function curve(name, title, x)
+  local r = result(name)
+  if not r then return nil end
+  local pts = {}
+  for _, e in ipairs(r.evals) do
+    pts[#pts + 1] = { x == "time" and e.virtual_s or (e.tokens or 0) / 1e6, e.loss }
+  end
+  return { title = title or name, points = pts }
+end
+
+local function img(md, path, alt)
+  if path then md[#md + 1] = string.format("\n![%s](%s)\n", alt, path) end
+end
+
+-- ---- the report ----
+
+local md = {}
+local function p(fmt, ...) md[#md + 1] = select("#", ...) > 0 and string.format(fmt, ...) or fmt end
+p("# Experiments: Decoupled DiLoCo and its baselines on charlm")
+p("")
+p("Generated by `diloco-lua scripts/experiments/run.lua` (%s); edit that script, not this file.", os.date("!%Y-%m-%d"))
+p("Every run is `diloco-lua sim` on the charlm GPT (0.83M parameters, byte-level fortunes,")
+p("ctx 64, batch 16 per island) with 4 islands of 600 inner steps each: **%s tokens per run**", tostring(TOKENS))
+p("(dp: 600 steps of 4 x 16 sequences), seed 0, one compute thread per run, the inner AdamW of")
+p("charlm (lr 3e-3 cosine to 3e-4, warm-up 60, weight decay 0.1, clip 1). Evaluation: the global")
+p("model on the same 32 evenly spread held-out batches (docs/data.md) every 100 steps and at the")
+p("end. Links: 20 ms, 2.5 Gbps unless stated. Loss values are mean cross-entropy in nats per byte.")
+p("")
+
+if result("dp") or read(RUNS .. "/parity.txt") then
+  p("## Correctness: each preset against an independent PyTorch implementation")
+  p("")
+  p("`scripts/reference/presets_parity` runs each preset on `sim` and on `scripts/reference/diloco_ref.py`")
+  p("(PyTorch 1.13, written from algorithm.md without our code) from the same initial parameters, batches,")
+  p("fragment plan and settings, on zero-latency infinite-bandwidth links where both are synchronous")
+  p("(outer Nesterov 0.7/0.9, H = 24; streaming and decoupled with 4 fragments, tau = 2). Goal: within 2%.")
+  p("")
+  local txt = read(RUNS .. "/parity.txt")
+  if txt then
+    p("| preset | ours | PyTorch | difference |")
+    p("|---|---|---|---|")
+    local bars = {}
+    for preset, a, b, d in txt:gmatch("(%S+)%s+ours (%S+)%s+pytorch (%S+)%s+difference (%S+)") do
+      p("| %s | %s | %s | %s |", preset, a, b, d)
+      bars[#bars + 1] = { preset, tonumber(a), tonumber(b) }
+    end
+    local ours, ref = { title = "diloco-lua sim", points = {} }, { title = "PyTorch mirror", points = {} }
+    for i, b in ipairs(bars) do
+      ours.points[i] = { i - 0.15, b[2] }
+      ref.points[i] = { i + 0.15, b[3] }
+    end
+    img(md, plot("parity", "final eval loss per preset (1 dp, 2 diloco, 3 streaming, 4 decoupled)", "preset",
+      "eval loss", { ours, ref }, { style = "points pt 7 ps 2" }), "parity")
+  else
+    p("(not run yet: `diloco-lua scripts/experiments/run.lua parity`)")
+  end
+  p("")
+end
+
+if want.quality or want.bytes or result("dp") then
+  p("## Quality: the gap to data parallel")
+  p("")
+  local dp = result("dp")
+  local base = dp and dp.summary.final_eval_loss
+  p("Final eval loss, and its gap to `dp` (%s), for outer learning rates 0.4 / 0.7 / 1.0 (Nesterov,", f4(base))
+  p("momentum 0.9) and H = 24 / 96. streaming: 4 balanced fragments, tau = 2, alpha = 0.5;")
+  p("decoupled: 4 fragments, tau = 2, quorum 1, adaptive grace, tokens²/steps, RDA.")
+  p("")
+  p("| preset | H | lr 0.4 | lr 0.7 | lr 1.0 |")
+  p("|---|---|---|---|---|")
+  local best = {}
+  for _, pr in ipairs { "diloco", "streaming", "decoupled" } do
+    for _, H in ipairs(HS) do
+      local cells = {}
+      for _, lr in ipairs(LRS) do
+        local name = string.format("%s-lr%.1f-H%d", pr, lr, H)
+        local r = result(name)
+        local l = r and r.summary.final_eval_loss
+        cells[#cells + 1] = l and string.format("%s (%s)", f4(l), pct(l, base)) or "—"
+        if l and (not best[pr] or l < best[pr].loss) then best[pr] = { loss = l, name = name } end
+      end
+      p("| %s | %d | %s |", pr, H, table.concat(cells, " | "))
+    end
+  end
+  p("")
+  local cs = { curve("dp", "dp") }
+  for _, pr in ipairs { "diloco", "streaming", "decoupled" } do
+    if best[pr] then
+      p("Best %s: `%s`, %s (%s from dp).", pr, best[pr].name, f4(best[pr].loss), pct(best[pr].loss, base))
+      cs[#cs + 1] = curve(best[pr].name, best[pr].name)
+    end
+  end
+  img(md, plot("quality", "global eval loss, best setting of each preset", "tokens (millions)", "eval loss", cs,
+    { yrange = "[*:3.2]" }), "quality")
+  p("")
+end
+
+if want.codecs or result("decoupled-int4") then
+  p("## Uplink codecs: int4 and E3M0 against f32, error feedback off and on")
+  p("")
+  local f32 = result("decoupled-lr0.7-H24")
+  local base = f32 and f32.summary.final_eval_loss
+  p("decoupled, outer lr 0.7, H = 24, same seed; f32 uplink: %s. Goal: within 1%% of f32.", f4(base))
+  p("")
+  p("| codec | error feedback | final eval loss | vs f32 | bytes up |")
+  p("|---|---|---|---|---|")
+  p("| f32 | — | %s | — | %s |", f4(base), human(f32 and f32.summary.bytes_up))
+  local cs = { curve("decoupled-lr0.7-H24", "f32") }
+  for _, c in ipairs { "int4", "e3m0" } do
+    for _, ef in ipairs { false, true } do
+      local name = string.format("decoupled-%s%s", c, ef and "-ef" or "")
+      local r = result(name)
+      local l = r and r.summary.final_eval_loss
+      p("| %s | %s | %s | %s | %s |", c, ef and "on" or "off", f4(l), pct(l, base), human(r and r.summary.bytes_up))
+      cs[#cs + 1] = curve(name, c .. (ef and " + error feedback" or ""))
+    end
+  end
+  img(md, plot("codecs", "global eval loss by uplink codec (decoupled, H 24)", "tokens (millions)", "eval loss", cs,
+    { yrange = "[*:3.2]" }), "codecs")
+  p("")
+end
+
+if want.rda or result("m8-rda") then
+  p("## RDA against the weighted mean at M = 8")
+  p("")
+  p("decoupled with 8 islands of 300 steps (the same %s tokens), outer lr 0.7, H = 24.", tostring(TOKENS))
+  p("")
+  p("| merge | final eval loss |")
+  p("|---|---|")
+  local cs = {}
+  for _, m in ipairs { "rda", "mean" } do
+    local r = result("m8-" .. m)
+    p("| %s | %s |", m, f4(r and r.summary.final_eval_loss))
+    cs[#cs + 1] = curve("m8-" .. m, m)
+  end
+  img(md, plot("rda", "M = 8: RDA vs mean", "tokens (millions)", "eval loss", cs, { yrange = "[*:3.2]" }), "rda")
+  p("")
+end
+
+if want.mixed or result("mixed-K1") then
+  p("## Mixed hardware: two islands at 1x, two at 0.5x")
+  p("")
+  p("recipes/mixed.lua: 800 virtual seconds (the fast islands train 800 steps, the slow ones 400: 2400")
+  p("steps in all, the same tokens), decoupled with quorum 1 and adaptive grace against quorum = all.")
+  local k1, ka = result("mixed-K1"), result("mixed-Kall")
+  local target
+  if ka then target = ka.summary.final_eval_loss end
+  local function reach(r)
+    if not (r and target) then return nil end
+    for _, e in ipairs(r.evals) do
+      if e.loss <= target * 1.0005 then return e.virtual_s end
+    end
+  end
+  p("Target loss: what quorum = all reaches at the end, %s.", f4(target))
+  p("")
+  p("| quorum | final eval loss | virtual s to the target | idle share per island (1, 2 fast; 3, 4 slow) |")
+  p("|---|---|---|---|")
+  for _, pair in ipairs { { "1", k1 }, { "all", ka } } do
+    local r = pair[2]
+    local idle = {}
+    for i, x in ipairs(r and r.summary.idle or {}) do idle[i] = string.format("%.1f%%", 100 * x) end
+    local t = reach(r)
+    p("| %s | %s | %s | %s |", pair[1], f4(r and r.summary.final_eval_loss), t and string.format("%.0f", t) or "—",
+      table.concat(idle, ", "))
+  end
+  img(md, plot("mixed", "mixed hardware: global eval loss against virtual time", "virtual seconds", "eval loss",
+    { curve("mixed-K1", "quorum 1, adaptive grace", "time"), curve("mixed-Kall", "quorum all", "time") },
+    { yrange = "[*:3.2]" }), "mixed")
+  p("")
+end
+
+if want.bytes or result("dp") then
+  p("## Bytes exchanged per preset")
+  p("")
+  p("Link bytes of each run (payload and a 64-byte frame per message), per direction, against dp")
+  p("(outer lr 0.7). Up = islands to the syncer (outer gradients, or gradients for dp); down = the syncer to")
+  p("the islands (merged fragments, or averaged gradients).")
+  p("")
+  p("| preset | H | up | down | up vs dp | down vs dp |")
+  p("|---|---|---|---|---|---|")
+  local dp = result("dp")
+  local du, dd = dp and dp.summary.bytes_up, dp and dp.summary.bytes_down
+  p("| dp | 1 | %s | %s | 1x | 1x |", human(du), human(dd))
+  local bars = { { title = "up", points = {} }, { title = "down", points = {} } }
+  local k = 0
+  if du then
+    k = 1
+    bars[1].points[1], bars[2].points[1] = { 0.85, du }, { 1.15, dd }
+  end
+  for _, pr in ipairs { "diloco", "streaming", "decoupled" } do
+    for _, H in ipairs(HS) do
+      local r = result(string.format("%s-lr0.7-H%d", pr, H))
+      if r then
+        local u, d = r.summary.bytes_up, r.summary.bytes_down
+        p("| %s | %d | %s | %s | 1/%.0f | 1/%.0f |", pr, H, human(u), human(d), du and du / u or 0, dd and dd / d or 0)
+        k = k + 1
+        bars[1].points[#bars[1].points + 1] = { k - 0.15, u }
+        bars[2].points[#bars[2].points + 1] = { k + 0.15, d }
+      end
+    end
+  end
+  img(md, plot("bytes", "bytes per run: 1 dp, then diloco/streaming/decoupled at H 24, 96", "run", "bytes",
+    bars, { logy = true, style = "impulses lw 12" }), "bytes")
+  p("")
+end
+
+if want.chaos or result("chaos-decoupled") then
+  p("## Failures: each island down 20% of the time")
+  p("")
+  p("recipes/chaos.lua: each island fails with exponential times between failures (mean 120 s) and")
+  p("stays down 30 s (seeded schedule, seed 7), over 600 virtual seconds. A restarted island gets the")
+  p("global model and a fresh AdamW. Goodput and uptime as algorithm.md §7.")
+  p("")
+  p("| preset | final eval loss | goodput | uptime | steps trained |")
+  p("|---|---|---|---|---|")
+  for _, pr in ipairs { "decoupled", "diloco" } do
+    local r = result("chaos-" .. pr)
+    local s = r and r.summary
+    p("| %s | %s | %s | %s | %s |", pr, f4(s and s.final_eval_loss), s and string.format("%.1f%%", 100 * s.goodput) or "—",
+      s and string.format("%.1f%%", 100 * s.uptime) or "—", s and tostring(s.steps) or "—")
+  end
+  img(md, plot("chaos", "under failures: global eval loss against virtual time", "virtual seconds", "eval loss",
+    { curve("chaos-decoupled", "decoupled", "time"), curve("chaos-diloco", "diloco (blocking)", "time") },
+    { yrange = "[*:3.2]" }), "chaos")
+  p("")
+end
+
+local notes = read(root .. "/scripts/experiments/notes.md")
+if notes then p(notes) end
+write(root .. "/docs/experiments.md", table.concat(md, "\n") .. "\n")
+io.stderr:write("wrote docs/experiments.md\n")
