@@ -53,6 +53,8 @@ typedef struct vlearner {
     int64_t step_tokens;
     double up_free, down_free;  /* when each link is free again */
     int cut;
+    double cut_until;           /* while cut: messages wait for this (a connection that
+                                 * stalls and retransmits, as TCP does) */
     uint8_t *due;               /* [P]: fragments the host's schedule sends after this step */
     double down_since;          /* killed at */
     dlc_vtime_learner_stats st;
@@ -170,12 +172,13 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
         vt->st.bytes_down += bytes;
         vt->st.bytes_down_type[m->type] += bytes;
     }
-    if (v->cut || (to_syncer && vt->syncer_down) || (!to_syncer && !v->alive)) {
+    if ((to_syncer && vt->syncer_down) || (!to_syncer && !v->alive)) {
         vt->st.dropped++;
         return DLC_OK;
     }
     double *freeat = to_syncer ? &v->up_free : &v->down_free;
     double depart = *freeat > vt->now ? *freeat : vt->now;
+    if (v->cut && depart < v->cut_until) depart = v->cut_until;
     double busy = isinf(v->is.bandwidth) ? 0 : (double)bytes / v->is.bandwidth;
     *freeat = depart + busy;
     qmsg *q = calloc(1, sizeof *q);
@@ -339,15 +342,22 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
         }
     } else if (f->kind == DLC_FAULT_CUT) {
         vt->L[f->learner].cut = ce->begin;
+        vt->L[f->learner].cut_until = ce->begin ? f->at + f->duration : vt->now;
     } else if (f->kind == DLC_FAULT_SYNCER) {
         vt->syncer_down = ce->begin;
         if (!ce->begin) {
             st = dlc_syncer_restart(vt->s, vt->now);
-            /* learners that restarted while it was down wait for their model */
-            for (int m = 0; m < vt->M && st == DLC_OK; m++)
-                if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING)
-                    st = dlc_syncer_join(vt->s, m, vt->now);
+            /* learners that restarted while it was down wait for their model, and a
+             * blocking one waits for a merge its lost contribution will never bring: both
+             * reconnect and are resynced whole */
             if (st == DLC_OK) st = syncer_actions(vt);
+            for (int m = 0; m < vt->M && st == DLC_OK; m++) {
+                dlc_learner_state ls = dlc_learner_state_of(vt->L[m].l);
+                if (vt->L[m].alive && (ls == DLC_LEARNER_JOINING || ls == DLC_LEARNER_WAITING)) {
+                    st = dlc_syncer_join(vt->s, m, vt->now); /* each call starts a new action queue */
+                    if (st == DLC_OK) st = syncer_actions(vt);
+                }
+            }
         }
     }
     if (st == DLC_OK) st = host_push(vt, &e);
@@ -479,7 +489,13 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
     qmsg *q = e->msg;
     vlearner *v = &vt->L[e->learner];
     dlc_status st = DLC_OK;
-    if (!q->to_syncer && v->alive && v->busy && !v->cut) {
+    if (v->cut && vt->now < v->cut_until) {
+        /* the link went down under it: it arrives when the link is back */
+        tev later = {.t = v->cut_until, .cls = EV_DELIVER, .learner = e->learner, .msg = q};
+        e->msg = NULL;
+        return heap_push(vt, later);
+    }
+    if (!q->to_syncer && v->alive && v->busy) {
         /* mid-step: the learner takes it at the step boundary, right after its step end
          * (same instant and class, later sequence number) */
         tev later = {.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = e->learner, .msg = q,
@@ -487,7 +503,7 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         e->msg = NULL;
         return heap_push(vt, later);
     }
-    if (v->cut || (q->to_syncer && vt->syncer_down) || (!q->to_syncer && !v->alive)) {
+    if ((q->to_syncer && vt->syncer_down) || (!q->to_syncer && !v->alive)) {
         vt->st.dropped++;
     } else if (q->to_syncer) {
         st = dlc_syncer_receive(vt->s, &q->m, vt->now);

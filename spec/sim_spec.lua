@@ -300,6 +300,30 @@ describe("dp on diloco.VTime", function()
   end)
 end)
 
+describe("diloco-lua sim with stalled links and a syncer outage", function()
+  -- blocking diloco (quorum = every live island) cannot lose a contribution silently:
+  -- a stalled link delivers late, a restarted syncer resyncs the islands blocked on it
+  local function merges_after(events, t)
+    local n = 0
+    for _, m in ipairs(of(events, "merge")) do
+      if m.virtual_s > t and not m.flushed then n = n + 1 end
+    end
+    return n
+  end
+  for _, c in ipairs {
+    { "a cut shorter than the timeout", "chaos = { { at = '7.5s', cut = 2, down = '3s' } }," },
+    { "a syncer outage", "chaos = { { at = '7.5s', syncer = 'down', down = '4s' } }," },
+  } do
+    it(c[1] .. " delays diloco, which then goes on merging every island", function()
+      local _, status, output, events = sim(recipe("preset = 'diloco'", nil, c[2]))
+      assert.are.equal(0, status, output)
+      assert.is_true(merges_after(events, 16) >= 2, "merges after the fault: " .. merges_after(events, 16))
+      local s = summary(events)
+      for m = 1, 3 do assert.is_true(s.per_learner[m].steps >= STEPS // 2, "island " .. m) end
+    end)
+  end
+end)
+
 describe("diloco-lua sim with a kill", function()
   local marker = tmp .. "/faults.txt"
   local KILL = "chaos = { { at = '10s', kill = 2, down = '8s' } },"

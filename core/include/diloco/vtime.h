@@ -29,15 +29,18 @@
  * Links.  Each learner has an uplink and a downlink with a one-way latency and a
  * bandwidth (bytes/s, INFINITY allowed): a message of b bytes (dlc_msg_wire_bytes)
  * leaves when the link is free, occupies it b / bandwidth seconds and arrives latency
- * later.  A CUT link loses every message sent or arriving while it is cut; a SYNCER
- * fault loses every message to the syncer and stops its timers; a killed learner loses
- * what arrives for it.
+ * later.  A CUT link holds every message sent or arriving while it is cut until it is
+ * back (a stalled connection that retransmits; the syncer may time the learner out
+ * meanwhile); a SYNCER fault loses every message to the syncer and stops its timers; a
+ * killed learner loses what arrives for it.
  *
  * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is
  * lost), the syncer sees the connection drop (dlc_syncer_lost); when it returns it
  * restarts (JOINING) and the syncer sends it the whole model; the host resets its
  * inner optimizer on the FAULT event with begin = 0.  SLOW, CUT, SYNCER as above; a
- * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint).
+ * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint),
+ * and the learners that are joining or blocked on a merge reconnect: each is sent the
+ * whole model.
  *
  * Accounting (algorithm.md §7): useful tokens = Σ over merges of the merged
  * contributions' tokens / P; goodput = useful tokens / Σ_m (end · nominal tokens/s of
