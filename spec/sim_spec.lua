@@ -400,6 +400,31 @@ describe("diloco-lua sim hooks and a quorum function", function()
   end)
 end)
 
+describe("diloco-lua sim with the recipe's own sync schedule", function()
+  it("sends the fragments sync.schedule returns, after the steps it names", function()
+    -- fragment 1 after every 5th step of each island, fragment 2 never (but at the flush)
+    local _, status, output, events = sim(recipe([[preset = 'diloco', fragments = 2, quorum = 'all',
+      schedule = function(learner, step, fragments)
+        assert(fragments == 2)
+        if step % 5 == 0 then return { 1 } end
+      end]]))
+    assert.are.equal(0, status, output)
+    local merges = of(events, "merge")
+    assert.is_true(#merges >= STEPS // 5 - 1, "merges: " .. #merges)
+    for _, m in ipairs(merges) do
+      assert.are.equal(1, m.fragment, "only fragment 1 is scheduled")
+      for _, c in ipairs(m.contributors) do assert.are.equal(5, c.steps) end
+    end
+  end)
+
+  it("stops with exit 1 naming the function when it returns a fragment that does not exist", function()
+    local _, status, output = sim(recipe([[preset = 'diloco', fragments = 2,
+      schedule = function() return { 3 } end]]))
+    assert.are.equal(1, status, output)
+    assert.matches("sync.schedule(1, 1) returned fragment 3: expected integers in [1, 2]", output, 1, true)
+  end)
+end)
+
 describe("diloco-lua sim refuses bad input with exit 2", function()
   local cases = {
     { "a kill of a learner that does not exist", recipe("", "", "chaos = { { at = '10s', kill = 5, down = '8s' } },"),
