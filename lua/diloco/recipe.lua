@@ -267,7 +267,8 @@ M.schema = {
   } },
   eval = { kind = "table", doc = "held-out evaluation", fields = {
     every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
-    batches = { kind = "integer", default = 8, check = range(1, 1e9, true), doc = "held-out batches per eval" },
+    batches = { kind = "integer", default = 8, check = range(1, 1e9, true),
+      doc = "held-out batches per eval, evenly spread over the eval split (>= its batches: all of it once)" },
   } },
   log = { kind = "table", doc = "progress and step metrics", fields = {
     every = { kind = "integer", default = nil, check = range(1, 1e12, true),
