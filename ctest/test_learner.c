@@ -14,44 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+#include "check_fx.h"
 #include "diloco/learner.h"
 #include "diloco/syncer.h"
-
-/* ---- a small model: 4 tensors (w [3,5], b [7], e [2,4], h [6]) in an arena ---- */
-
-typedef struct fx {
-    dlc_tensor *t[4];
-    dlc_params *p;
-    dlc_plan *plan;
-} fx;
-
-static void fx_make(fx *x, int P, uint64_t seed) {
-    static const char *const names[4] = {"w", "b", "e", "h"};
-    int64_t sh[4][2] = {{3, 5}, {7, 0}, {2, 4}, {6, 0}};
-    int nd[4] = {2, 1, 2, 1};
-    for (int i = 0; i < 4; i++) x->t[i] = check_randn(seed + (uint64_t)i, 1.0f, nd[i], sh[i]);
-    x->p = dlc_params_new(4, names, x->t);
-    dlc_plan_params pp = dlc_plan_default_params();
-    pp.fragments = P;
-    x->plan = dlc_plan_new(x->p, &pp);
-}
-
-static void fx_free(fx *x) {
-    dlc_plan_free(x->plan);
-    dlc_params_free(x->p);
-    for (int i = 0; i < 4; i++) dlc_tensor_release(x->t[i]);
-}
-
-#define NMAX 64
-
-static void gather(const fx *x, int p, const float *arena, float *out) {
-    int nv;
-    const dlc_frag_view *v = dlc_plan_views(x->plan, p, &nv);
-    for (int j = 0; j < nv; j++) {
-        memcpy(out, arena + v[j].offset, (size_t)v[j].numel * sizeof(float));
-        out += v[j].numel;
-    }
-}
 
 static void scatter(const fx *x, int p, const float *in, float *arena) {
     int nv;
@@ -60,13 +25,6 @@ static void scatter(const fx *x, int p, const float *in, float *arena) {
         memcpy(arena + v[j].offset, in, (size_t)v[j].numel * sizeof(float));
         in += v[j].numel;
     }
-}
-
-static void randv(float *x, int64_t n, uint64_t seed, float std) {
-    int64_t s[1] = {n};
-    dlc_tensor *t = check_randn(seed, std, 1, s);
-    memcpy(x, t->data, sizeof(float) * (size_t)n);
-    dlc_tensor_release(t);
 }
 
 /* The fake inner step θ -= 0.01·(θ − target), over every tensor (not the padding). */

@@ -67,76 +67,6 @@ local function parse(args, spec, usage)
   return opts, pos
 end
 
-local function run(args)
-  local opts, pos = parse(args, RUN_OPTIONS)
-  if opts.help then
-    print(RUN_USAGE)
-    return 0
-  end
-  if opts.fields then
-    for _, line in ipairs(diloco.recipe.describe_schema()) do print(line) end
-    return 0
-  end
-  if #pos ~= 1 then error({ usage = #pos == 0 and "missing RECIPE" or "expected one RECIPE, got " .. #pos }, 0) end
-  local r, lerr = diloco.recipe.load(pos[1])
-  if not r then
-    err("%s", lerr)
-    return 2
-  end
-  for _, s in ipairs(opts.set or {}) do
-    local ok, e = pcall(diloco.recipe.set, r, s)
-    if not ok then
-      err("%s", tostring(e))
-      return 2
-    end
-  end
-  local valid, problems = diloco.recipe.validate(r)
-  if not valid then
-    err("%s: %d problem%s in the recipe:", pos[1], #problems, #problems == 1 and "" or "s")
-    for _, p in ipairs(problems) do io.stderr:write("  ", p, "\n") end
-    return 2
-  end
-  local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
-  if #refused > 0 then
-    for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
-    return 2
-  end
-  local ok, summary, interrupted, signo = pcall(diloco.train.run, r, { metrics = opts.metrics, out = opts.out,
-    resume = opts.resume, overwrite = opts.overwrite, quiet = opts.quiet,
-    command = "diloco-lua run " .. table.concat(args, " ") })
-  if not ok then
-    local e = summary
-    if type(e) == "table" and e.summary and opts.quiet then
-      io.stdout:write(diloco.metrics.line("summary", e.summary, diloco.wall_time()), "\n")
-    end
-    error(e, 0)
-  end
-  if opts.quiet then
-    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
-    io.stdout:flush() -- a closed stdout here loses nothing: the run is saved
-  end
-  return interrupted and 128 + (signo or 2) or 0
-end
-
-local SIM_USAGE = [==[
-usage: diloco-lua sim RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--overwrite] [--metrics FILE.jsonl]
-                                 [--quiet] [--debug]
-Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one
-process on a simulated clock and network: every inner step is real, time and links are
-virtual (islands.step_time, speed, latency, bandwidth), faults come from chaos.  The
-same recipe and seed give the same metrics (wall-clock fields aside).  docs/sim.md.
-  --set KEY=VALUE   override a recipe field (--set sync.preset=diloco --set islands.count=4)
-  --out DIR         run directory (default: the recipe's out, else runs/NAME): metrics.jsonl,
-                    recipe.json, model.safetensors (the global model, for diloco-lua sample)
-  --overwrite       replace the run already in OUT
-  --metrics FILE    write the JSON-lines metrics here instead of OUT/metrics.jsonl
-  --quiet           no progress output; print the summary as JSON at the end
-  --fields          list every recipe field with its default and meaning
-Exit status: 0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N.]==]
-
-local SIM_OPTIONS = { set = "list", metrics = "value", out = "value", quiet = "flag", help = "flag",
-  fields = "flag", debug = "flag", overwrite = "flag", resume = "value" }
-
 -- The recipe of a run/sim command line, validated; or nil and the exit status after
 -- reporting the problems.
 local function load_recipe(pos, opts)
@@ -162,6 +92,65 @@ local function load_recipe(pos, opts)
   return r
 end
 
+-- Runs fn(r, run_opts) (diloco.train.run or diloco.sim.run): with --quiet the summary is
+-- printed as JSON, also after a failure (the run saved what it could); returns the exit
+-- status (128 + N after signal N) or raises the run's error.
+local function train(fn, r, opts, run_opts)
+  local ok, summary, interrupted, signo = pcall(fn, r, run_opts)
+  if not ok then
+    local e = summary
+    if type(e) == "table" and e.summary and opts.quiet then
+      io.stdout:write(diloco.metrics.line("summary", e.summary, diloco.wall_time()), "\n")
+    end
+    error(e, 0)
+  end
+  if opts.quiet then
+    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
+    io.stdout:flush() -- a closed stdout here loses nothing: the run is saved
+  end
+  return interrupted and 128 + (signo or 2) or 0
+end
+
+local function run(args)
+  local opts, pos = parse(args, RUN_OPTIONS)
+  if opts.help then
+    print(RUN_USAGE)
+    return 0
+  end
+  if opts.fields then
+    for _, line in ipairs(diloco.recipe.describe_schema()) do print(line) end
+    return 0
+  end
+  local r, code = load_recipe(pos, opts)
+  if not r then return code end
+  local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
+  if #refused > 0 then
+    for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
+    return 2
+  end
+  return train(diloco.train.run, r, opts, { metrics = opts.metrics, out = opts.out, resume = opts.resume,
+    overwrite = opts.overwrite, quiet = opts.quiet, command = "diloco-lua run " .. table.concat(args, " ") })
+end
+
+local SIM_USAGE = [==[
+usage: diloco-lua sim RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--overwrite] [--metrics FILE.jsonl]
+                                 [--quiet] [--debug]
+Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one
+process on a simulated clock and network: every inner step is real, time and links are
+virtual (islands.step_time, speed, latency, bandwidth), faults come from chaos.  The
+same recipe and seed give the same metrics (wall-clock fields aside).  docs/sim.md.
+  --set KEY=VALUE   override a recipe field (--set sync.preset=diloco --set islands.count=4)
+  --out DIR         run directory (default: the recipe's out, else runs/NAME): metrics.jsonl,
+                    recipe.json, model.safetensors (the global model, for diloco-lua sample)
+  --overwrite       replace the run already in OUT
+  --metrics FILE    write the JSON-lines metrics here instead of OUT/metrics.jsonl
+  --quiet           no progress output; print the summary as JSON at the end
+  --fields          list every recipe field with its default and meaning
+Exit status: 0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N.]==]
+
+local SIM_OPTIONS = { set = "list", metrics = "value", out = "value", quiet = "flag", help = "flag",
+  fields = "flag", debug = "flag", overwrite = "flag", resume = "value" }
+
 local function sim(args)
   local opts, pos = parse(args, SIM_OPTIONS)
   if opts.help then
@@ -174,21 +163,8 @@ local function sim(args)
   end
   local r, code = load_recipe(pos, opts)
   if not r then return code end
-  local ok, summary, interrupted, signo = pcall(diloco.sim.run, r, { metrics = opts.metrics, out = opts.out,
-    overwrite = opts.overwrite, quiet = opts.quiet, resume = opts.resume,
-    command = "diloco-lua sim " .. table.concat(args, " ") })
-  if not ok then
-    local e = summary
-    if type(e) == "table" and e.summary and opts.quiet then
-      io.stdout:write(diloco.metrics.line("summary", e.summary, diloco.wall_time()), "\n")
-    end
-    error(e, 0)
-  end
-  if opts.quiet then
-    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
-    io.stdout:flush()
-  end
-  return interrupted and 128 + (signo or 2) or 0
+  return train(diloco.sim.run, r, opts, { metrics = opts.metrics, out = opts.out, overwrite = opts.overwrite,
+    quiet = opts.quiet, resume = opts.resume, command = "diloco-lua sim " .. table.concat(args, " ") })
 end
 
 local sample = require "diloco.sample"
