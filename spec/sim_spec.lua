@@ -400,6 +400,35 @@ describe("diloco-lua sim hooks and a quorum function", function()
   end)
 end)
 
+describe("diloco-lua sim with mixed islands", function()
+  it("gives each island its speed and batch: step time, steps, tokens and weights follow", function()
+    -- island 1: speed 1, batch 4; island 2: speed 0.5; island 3: batch 8 (a step is twice the work)
+    local text = TINY:format([[sync = { H = 8, preset = 'decoupled' },
+      islands = { { speed = 1 }, { speed = 0.5 }, { batch = 8 }, latency = 0, bandwidth = 'inf' },]])
+    local _, status, output, events = sim(text)
+    assert.are.equal(0, status, output)
+    local per = summary(events).per_learner
+    assert.are.equal(STEPS, per[1].steps)
+    assert.are.equal(STEPS // 2, per[2].steps)
+    assert.are.equal(STEPS // 2, per[3].steps)
+    assert.are.equal(STEPS * 64, per[1].tokens)
+    assert.are.equal(STEPS // 2 * 64, per[2].tokens)
+    assert.are.equal(STEPS // 2 * 128, per[3].tokens)
+    -- tokens^2/steps: island 3's contribution over the same time weighs 4x island 2's
+    local seen = 0
+    for _, m in ipairs(of(events, "merge")) do
+      local w = {}
+      for _, c in ipairs(m.contributors) do w[c.learner] = c end
+      if w[2] and w[3] and w[2].steps == w[3].steps then
+        assert.are.equal(2 * w[2].tokens, w[3].tokens)
+        assert.is_true(math.abs(w[3].weight / w[2].weight - 4) < 1e-9)
+        seen = seen + 1
+      end
+    end
+    assert.is_true(seen > 0, "a merge with islands 2 and 3 of equal steps")
+  end)
+end)
+
 describe("diloco-lua sim with the recipe's own sync schedule", function()
   it("sends the fragments sync.schedule returns, after the steps it names", function()
     -- fragment 1 after every 5th step of each island, fragment 2 never (but at the flush)
