@@ -3,7 +3,7 @@
 -- PNG plots (gnuplot) of every group into docs/experiments.md and docs/experiments/.
 --
 --   diloco-lua scripts/experiments/run.lua [GROUP...] [--build DIR] [--jobs N] [--report-only]
---   groups: parity quality codecs rda mixed chaos bytes   (default: all)
+--   groups: parity quality gap codecs rda mixed chaos bytes   (default: all)
 --
 -- Runs land in runs/experiments/NAME/ and are reused when their command line is
 -- unchanged (delete a directory to redo it).  Each job trains with one compute thread;
@@ -25,7 +25,7 @@ do
     i = i + 1
   end
 end
-local ALL = { "parity", "quality", "codecs", "rda", "mixed", "chaos", "bytes" }
+local ALL = { "parity", "quality", "gap", "codecs", "rda", "mixed", "chaos", "bytes" }
 if #groups == 0 then groups = ALL end
 local want = {}
 for _, g in ipairs(groups) do want[g] = true end
@@ -78,6 +78,12 @@ for _, p in ipairs { "diloco", "streaming", "decoupled" } do
     for _, H in ipairs(HS) do
       add("quality", string.format("%s-lr%.1f-H%d", p, lr, H), { "sync.preset=" .. p, "outer.lr=" .. lr, "sync.H=" .. H })
     end
+  end
+end
+-- closing the gap: decoupled with more frequent syncs
+for _, H in ipairs { 6, 12 } do
+  for _, lr in ipairs { 0.7, 1.0 } do
+    add("gap", string.format("decoupled-lr%.1f-H%d", lr, H), { "sync.preset=decoupled", "outer.lr=" .. lr, "sync.H=" .. H })
   end
 end
 for _, c in ipairs { "int4", "e3m0" } do
@@ -296,6 +302,32 @@ if want.quality or want.bytes or result("dp") then
   end
   img(md, plot("quality", "global eval loss, best setting of each preset", "tokens (millions)", "eval loss", cs,
     { yrange = "[*:3.2]" }), "quality")
+  p("")
+end
+
+if want.gap or result("decoupled-lr0.7-H6") then
+  p("## Closing the gap: more frequent syncs")
+  p("")
+  local dp = result("dp")
+  local base = dp and dp.summary.final_eval_loss
+  p("decoupled (4 fragments, tau = 2) with H = 6 and 12 beside H = 24 and 96; gap to dp (%s).", f4(base))
+  p("")
+  p("| H | lr 0.7 | lr 1.0 | bytes up (lr 0.7) |")
+  p("|---|---|---|---|")
+  local cs = { curve("dp", "dp") }
+  for _, H in ipairs { 6, 12, 24, 96 } do
+    local cells = {}
+    for _, lr in ipairs { 0.7, 1.0 } do
+      local r = result(string.format("decoupled-lr%.1f-H%d", lr, H))
+      local l = r and r.summary.final_eval_loss
+      cells[#cells + 1] = l and string.format("%s (%s)", f4(l), pct(l, base)) or "—"
+    end
+    local r7 = result(string.format("decoupled-lr0.7-H%d", H))
+    p("| %d | %s | %s |", H, table.concat(cells, " | "), human(r7 and r7.summary.bytes_up))
+    cs[#cs + 1] = curve(string.format("decoupled-lr0.7-H%d", H), string.format("decoupled H %d, lr 0.7", H))
+  end
+  img(md, plot("gap", "decoupled: sync period against the gap to dp", "tokens (millions)", "eval loss", cs,
+    { yrange = "[*:3.2]" }), "gap")
   p("")
 end
 
