@@ -361,6 +361,12 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         useful += (double)c->tokens / s->P;
     }
     if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
+    if (st == DLC_OK && k == 0) {
+        /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
+         * be blocked on this round: they get the current fragment back */
+        for (int m = 0; m < s->M && st == DLC_OK; m++)
+            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0);
+    }
     if (st != DLC_OK || k == 0) {
         clear_round(f, s->M);
         return st;

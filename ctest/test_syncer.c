@@ -915,6 +915,34 @@ static void test_refusals(void) {
     fx_free(&x);
 }
 
+/* A round whose only contribution weighs 0 (tokens2_steps, no tokens) merges nothing and
+ * sends the sender the current fragment back as a resync, so a blocking learner is not
+ * left waiting for a merge that will not come. */
+static void test_zero_weight(void) {
+    fx x;
+    fx_make(&x, 1, 60);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    sp.weighting = DLC_WEIGHT_TOKENS2_STEPS;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    float d[NMAX], th0[NMAX];
+    randv(d, n, 61, 0.1f);
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    dlc_msg c = contribution(1, 0, 0, 3, 0, d, n);
+    CHECK(dlc_syncer_receive(s, &c, 1.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 0);
+    const dlc_msg *back = sent_to(&r, 1, 0);
+    CHECK(back && (back->flags & DLC_MSG_RESYNC) && back->version == 0 && payload_is(back, th0, n));
+    CHECK(sent_to(&r, 0, 0) == NULL);
+    CHECK(dlc_syncer_version(s, 0) == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 int main(void) {
     test_quorum_grace_late();
     test_grace_cut_short();
@@ -932,6 +960,7 @@ int main(void) {
     test_restart();
     test_flush_and_quorum();
     test_dp();
+    test_zero_weight();
     test_refusals();
     return check_done("test_syncer");
 }

@@ -27,6 +27,8 @@
  *                   ξ_sync = median of their reported transit time (msg.h), ξ_quorum =
  *                   EMA of the time from a round's first contribution to its quorum;
  *   grace OFF       g = 0;  grace FIXED  g = grace_s.
+ * (A round whose contributions all weigh 0 — no tokens — merges nothing; its senders get
+ * the current Θ_p back, flagged DLC_MSG_RESYNC, so none stays blocked on it.)
  * Then every contribution is re-anchored at the current Θ_p through the ring, weighted
  * (uniform 1, tokens c_tokens, tokens2_steps c_tokens²/c_steps), merged in one pass,
  * the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
