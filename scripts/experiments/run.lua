@@ -86,6 +86,11 @@ for _, H in ipairs { 6, 12 } do
     add("gap", string.format("decoupled-lr%.1f-H%d", lr, H), { "sync.preset=decoupled", "outer.lr=" .. lr, "sync.H=" .. H })
   end
 end
+-- and mixing on arrival (alpha = 0.5, as streaming) instead of overwriting
+for _, H in ipairs { 12, 24 } do
+  add("gap", string.format("decoupled-lr0.7-H%d-a0.5", H), { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=" .. H,
+    "sync.alpha=0.5" })
+end
 for _, c in ipairs { "int4", "e3m0" } do
   for _, ef in ipairs { false, true } do
     add("codecs", string.format("decoupled-%s%s", c, ef and "-ef" or ""),
@@ -312,8 +317,8 @@ if want.gap or result("decoupled-lr0.7-H6") then
   local base = dp and dp.summary.final_eval_loss
   p("decoupled (4 fragments, tau = 2) with H = 6 and 12 beside H = 24 and 96; gap to dp (%s).", f4(base))
   p("")
-  p("| H | lr 0.7 | lr 1.0 | bytes up (lr 0.7) |")
-  p("|---|---|---|---|")
+  p("| H | lr 0.7 | lr 1.0 | lr 0.7, alpha 0.5 | bytes up (lr 0.7) |")
+  p("|---|---|---|---|---|")
   local cs = { curve("dp", "dp") }
   for _, H in ipairs { 6, 12, 24, 96 } do
     local cells = {}
@@ -323,7 +328,10 @@ if want.gap or result("decoupled-lr0.7-H6") then
       cells[#cells + 1] = l and string.format("%s (%s)", f4(l), pct(l, base)) or "—"
     end
     local r7 = result(string.format("decoupled-lr0.7-H%d", H))
-    p("| %d | %s | %s |", H, table.concat(cells, " | "), human(r7 and r7.summary.bytes_up))
+    local ra = result(string.format("decoupled-lr0.7-H%d-a0.5", H))
+    local la = ra and ra.summary.final_eval_loss
+    p("| %d | %s | %s | %s |", H, table.concat(cells, " | "), la and string.format("%s (%s)", f4(la), pct(la, base)) or "—",
+      human(r7 and r7.summary.bytes_up))
     cs[#cs + 1] = curve(string.format("decoupled-lr0.7-H%d", H), string.format("decoupled H %d, lr 0.7", H))
   end
   img(md, plot("gap", "decoupled: sync period against the gap to dp", "tokens (millions)", "eval loss", cs,
