@@ -46,9 +46,13 @@ struct dlc_learner {
     float *ef;             /* [n] error feedback, NULL when off */
     uint8_t *grad_enc;     /* dp: 4n bytes */
     int64_t steps, tokens;
+    int64_t phase;         /* the run's schedule step when this learner joined (its resync) */
     double step_ema, transit_ema;
     double next_heartbeat;
     int joined;            /* fragments received while JOINING */
+    double best_age;       /* JOINING: the youngest round age a resync reported (-1 none) */
+    int64_t best_k;        /* steps until that fragment is next due for the others */
+    int best_p;
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
 };
@@ -281,8 +285,8 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
 static int due(const dlc_learner *l, int p) {
     int H = l->p.H;
     if (H <= 0 || l->p.dp) return 0;
-    int64_t off = (int64_t)p * H / l->P;
-    return l->steps >= off && l->steps > 0 && (l->steps - off) % H == 0;
+    int64_t off = (int64_t)p * H / l->P, t = l->steps + l->phase;
+    return t >= off && l->steps > 0 && (t - off) % H == 0;
 }
 
 dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {
@@ -376,8 +380,21 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
         s = apply(l, m->fragment, 1, now);
         if (s != DLC_OK) return s;
         if (l->state == DLC_LEARNER_JOINING && !f->received) {
+            if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
+            if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
+                /* the others sent this fragment `held` seconds ago and send it again H
+                 * steps after that: our step k ends then */
+                l->best_age = m->held;
+                l->best_p = m->fragment;
+                l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
+            }
             f->received = 1;
             if (++l->joined == l->P) {
+                if (l->best_age >= 0) {
+                    int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
+                    int64_t r = ((off - l->best_k) % H + H) % H;
+                    l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
+                }
                 set_state(l, DLC_LEARNER_TRAINING);
                 l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
             }
@@ -426,7 +443,7 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     clear_queue(l);
     if (now < dlc_learner_expiry(l)) return DLC_OK;
     dlc_learner_action a = {.type = DLC_LACT_SEND};
-    a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps, .tokens = l->tokens,
+    a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32};
     while (l->next_heartbeat <= now) l->next_heartbeat += l->p.heartbeat;
     return push(l, &a);
@@ -453,6 +470,10 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;
+    l->phase = 0;
+    l->best_age = -1;
+    l->best_k = 0;
+    l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
     l->joined = 0;
     l->next_heartbeat = INFINITY;

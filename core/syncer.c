@@ -58,6 +58,7 @@ typedef struct sfrag {
     int count;
     double opened, quorum_at, grace, deadline;
     int64_t dp_step;
+    double last_open;       /* when the latest round opened (-1: none yet) */
     contrib *c;             /* [M] */
     dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
     uint8_t *out;           /* encoded Θ_p (or dp: the averaged gradient) */
@@ -73,6 +74,8 @@ struct dlc_syncer {
     double *sorted;          /* [M], for medians */
     uint8_t *live;
     double *heard, *step_t, *transit;
+    double *joined_at;       /* [M]: when each live learner (re)joined */
+    int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
     int nlive;
     double xi_quorum;
     dlc_syncer_action *q;
@@ -193,9 +196,13 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->heard = calloc((size_t)s->M, sizeof(double));
     s->step_t = calloc((size_t)s->M, sizeof(double));
     s->transit = calloc((size_t)s->M, sizeof(double));
+    s->joined_at = calloc((size_t)s->M, sizeof(double));
+    s->sched = calloc((size_t)s->M, sizeof(int64_t));
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
-    if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->q) goto nomem;
+    if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched ||
+        !s->q)
+        goto nomem;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
     s->scratch = malloc((size_t)maxn * sizeof(float));
@@ -206,6 +213,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         const dlc_frag_view *v = dlc_plan_views(plan, p, &nv);
         f->n = dlc_plan_numel(plan, p);
         f->out_version = -1;
+        f->last_open = -1;
         seg = malloc((size_t)nv * sizeof *seg);
         emb = malloc((size_t)nv);
         if (!seg || !emb) goto nomem;
@@ -256,6 +264,8 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->heard);
     free(s->step_t);
     free(s->transit);
+    free(s->joined_at);
+    free(s->sched);
     free(s->q);
     free(s);
 }
@@ -290,7 +300,19 @@ static double grace_window(dlc_syncer *s) {
 
 /* ---- rounds ---- */
 
-static int quorum(const dlc_syncer *s) { return s->p.quorum == DLC_QUORUM_ALL ? s->nlive : s->p.quorum; }
+/* Live learners that take part in fragment p's open round: those that were live when it
+ * opened (one that joins during a round takes part from the next, so a blocking run does
+ * not wait a whole period for a newcomer). */
+static int expected(const dlc_syncer *s, const sfrag *f) {
+    if (f->state == DLC_ROUND_IDLE) return s->nlive;
+    int k = 0;
+    for (int m = 0; m < s->M; m++) k += s->live[m] && (s->joined_at[m] <= f->opened || f->c[m].present);
+    return k;
+}
+
+static int quorum_of(const dlc_syncer *s, const sfrag *f) {
+    return s->p.quorum == DLC_QUORUM_ALL ? expected(s, f) : s->p.quorum;
+}
 
 static double weight_of(const dlc_syncer *s, const contrib *c) {
     if (s->p.dp) return 1;
@@ -319,20 +341,47 @@ static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
     return DLC_OK;
 }
 
-static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held) {
+static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held, int64_t phase) {
     sfrag *f = &s->f[p];
     dlc_status st = encode_theta(s, f);
     if (st != DLC_OK) return st;
     dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p};
     a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
-                      .flags = flags, .held = held, .codec = s->p.codec_down, .payload = f->out,
+                      .steps = phase, .flags = flags, .held = held, .codec = s->p.codec_down, .payload = f->out,
                       .len = (size_t)f->out_len};
     return push(s, &a);
 }
 
-static dlc_status resync_all(dlc_syncer *s, int m) {
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The schedule step of the run for a (re)joining learner m: the median of what the other
+ * live learners last reported (0 before any report). */
+static int64_t run_phase(dlc_syncer *s, int m) {
+    int k = 0;
+    int64_t *v = (int64_t *)(void *)s->sorted; /* M doubles of room: as many int64s */
+    for (int j = 0; j < s->M; j++)
+        if (j != m && s->live[j] && s->sched[j] > 0) v[k++] = s->sched[j];
+    if (k == 0) return 0;
+    qsort(v, (size_t)k, sizeof *v, cmp_i64);
+    return v[k / 2];
+}
+
+/* The whole model to learner m, each fragment flagged RESYNC, with what a newcomer needs
+ * to sync its fragments in step with the others: the run's schedule step in `steps`, the
+ * age of the fragment's latest round in `held` (-1 if none) and the learners' median step
+ * time in `step_time`. */
+static dlc_status resync_all(dlc_syncer *s, int m, double now) {
     dlc_status st = DLC_OK;
-    for (int p = 0; p < s->P && st == DLC_OK; p++) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0);
+    int64_t phase = run_phase(s, m);
+    double step = live_median(s, s->step_t);
+    for (int p = 0; p < s->P && st == DLC_OK; p++) {
+        sfrag *f = &s->f[p];
+        st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, phase);
+        if (st == DLC_OK) s->q[(s->qhead + s->qlen - 1) % s->qcap].msg.step_time = step;
+    }
     return st;
 }
 
@@ -365,7 +414,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
          * be blocked on this round: they get the current fragment back */
         for (int m = 0; m < s->M && st == DLC_OK; m++)
-            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0);
+            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0);
     }
     if (st != DLC_OK || k == 0) {
         clear_round(f, s->M);
@@ -373,12 +422,12 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     }
     dlc_syncer_action a = {.type = DLC_SACT_MERGED, .fragment = p};
     dlc_merge_info *mi = &a.merge;
-    *mi = (dlc_merge_info){.fragment = p, .count = k, .contribs = f->mc, .live = s->nlive, .quorum = quorum(s),
+    *mi = (dlc_merge_info){.fragment = p, .count = k, .contribs = f->mc, .live = s->nlive, .quorum = quorum_of(s, f),
                            .opened = f->opened, .quorum_at = f->state == DLC_ROUND_GRACE ? f->quorum_at : now,
                            .grace = f->state == DLC_ROUND_GRACE ? f->grace : 0, .flushed = flushed,
                            .bytes_in = bytes_in, .useful_tokens = useful};
     mi->waited = now - mi->quorum_at;
-    mi->all_sent = f->count >= s->nlive;
+    mi->all_sent = f->count >= expected(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
         memcpy(f->out, s->scratch, (size_t)f->n * sizeof(float));
@@ -398,8 +447,10 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         mi->version = dlc_fragstate_version(f->fs);
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
-            double held = f->c[m].present ? now - f->c[m].arrived : 0;
-            st = send_fragment(s, p, m, 0, held);
+            /* contributors: how long their contribution waited here; the others: how old
+             * the round is (a newcomer takes its phase from it) */
+            double held = now - (f->c[m].present ? f->c[m].arrived : f->opened);
+            st = send_fragment(s, p, m, 0, held, 0);
             sent += f->out_len;
         }
     }
@@ -417,7 +468,7 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
         clear_round(f, s->M);
         return DLC_OK;
     }
-    int K = quorum(s);
+    int K = quorum_of(s, f);
     if (f->count >= K) {
         if (f->state != DLC_ROUND_GRACE) {
             double sample = now - f->opened;
@@ -427,7 +478,7 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
             f->deadline = now + f->grace;
             set_round_state(f, DLC_ROUND_GRACE);
         }
-        if (f->count >= s->nlive || now >= f->deadline) return close_round(s, p, now, 0);
+        if (f->count >= expected(s, f) || now >= f->deadline) return close_round(s, p, now, 0);
     } else if (f->state == DLC_ROUND_GRACE) {
         set_round_state(f, DLC_ROUND_COLLECTING);
     }
@@ -437,11 +488,12 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
 static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
     dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
     dlc_status st = push(s, &a);
-    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0) : st;
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0) : st;
 }
 
 static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
     s->heard[m->learner] = now;
+    if (m->type == DLC_MSG_HEARTBEAT && m->steps > 0) s->sched[m->learner] = m->steps;
     if (m->step_time > 0 && isfinite(m->step_time)) s->step_t[m->learner] = m->step_time;
     if (m->transit > 0 && isfinite(m->transit)) s->transit[m->learner] = m->transit;
 }
@@ -488,7 +540,7 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         f->count++;
     }
     if (f->state == DLC_ROUND_IDLE) {
-        f->opened = now;
+        f->opened = f->last_open = now;
         set_round_state(f, DLC_ROUND_COLLECTING);
     }
     return evaluate(s, p, now);
@@ -527,8 +579,10 @@ static dlc_status make_live(dlc_syncer *s, int m, double now) {
     if (!s->live[m]) s->nlive++;
     s->live[m] = 1;
     s->heard[m] = now;
+    s->joined_at[m] = now;
     s->step_t[m] = s->transit[m] = 0;
-    return resync_all(s, m);
+    s->sched[m] = 0;
+    return resync_all(s, m, now);
 }
 
 static dlc_status drop_learner(dlc_syncer *s, int m, double now);

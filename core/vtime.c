@@ -26,6 +26,8 @@ typedef struct qmsg {
     dlc_msg m;          /* payload points at bytes */
     uint8_t *bytes;
     int to_syncer;
+    uint64_t gen;       /* the learner's incarnation when sent: a message from or to an
+                         * earlier one is lost with it */
 } qmsg;
 
 typedef struct tev {
@@ -185,6 +187,7 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
     if (!q) return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for a message");
     q->m = *m;
     q->to_syncer = to_syncer;
+    q->gen = v->gen;
     if (m->len) {
         if (!(q->bytes = malloc(m->len))) {
             free(q);
@@ -503,7 +506,7 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         e->msg = NULL;
         return heap_push(vt, later);
     }
-    if ((q->to_syncer && vt->syncer_down) || (!q->to_syncer && !v->alive)) {
+    if ((q->to_syncer && vt->syncer_down) || !v->alive || q->gen != v->gen) {
         vt->st.dropped++;
     } else if (q->to_syncer) {
         st = dlc_syncer_receive(vt->s, &q->m, vt->now);

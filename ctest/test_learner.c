@@ -702,11 +702,85 @@ static void test_assert_and_refusals(void) {
     fx_free(&x);
 }
 
+/* A learner that joins a running run takes its schedule phase from the resync: with the
+ * run at schedule step 30 (P = 4, H = 8, off_p = 2p), fragment 0 is due after 2 more steps
+ * (32), fragment 1 after 4 (34), and its heartbeats report the schedule step. */
+static void test_phase(void) {
+    fx x;
+    fx_make(&x, 4, 95);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    lp.heartbeat = 1.0;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    float model[256];
+    memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * sizeof(float));
+    for (int p = 0; p < 4; p++) {
+        float v[NMAX];
+        gather(&x, p, model, v);
+        dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.steps = 30;
+        CHECK(dlc_learner_receive(l, &m, 5.0) == DLC_OK);
+        drain(l);
+    }
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    int sent_at[4] = {0, 0, 0, 0};
+    for (int t = 1; t <= 8; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 5.0 + 0.1 * t) == DLC_OK); /* before any heartbeat is due */
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION && !sent_at[r.a[i].msg.fragment])
+                sent_at[r.a[i].msg.fragment] = t;
+    }
+    CHECK(sent_at[0] == 2 && sent_at[1] == 4 && sent_at[2] == 6 && sent_at[3] == 8);
+    CHECK(dlc_learner_handle_expiry(l, 100.0) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_HEARTBEAT && r.a[0].msg.steps == 38);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
+/* The exact phase: a resync that says fragment 1's latest round opened 2.5 s ago with
+ * steps of 1 s (P = 4, H = 8, off_p = 2p) puts the newcomer's fragment 1 six steps on,
+ * where the others send it again (8 − 2.5 = 5.5, rounded), and the others in step:
+ * fragment 3 after 2 steps, 0 after 4, 2 after 8. */
+static void test_phase_from_age(void) {
+    fx x;
+    fx_make(&x, 4, 96);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    for (int p = 0; p < 4; p++) {
+        float v[NMAX];
+        gather(&x, p, dlc_params_data(x.p), v);
+        dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.steps = 30; /* the heartbeat estimate, overruled by the round's age */
+        m.held = p == 1 ? 2.5 : p == 2 ? 4.5 : -1;
+        m.step_time = 1.0;
+        CHECK(dlc_learner_receive(l, &m, 5.0) == DLC_OK);
+        drain(l);
+    }
+    int sent_at[4] = {0, 0, 0, 0};
+    for (int t = 1; t <= 8; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 5.0 + t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION && !sent_at[r.a[i].msg.fragment])
+                sent_at[r.a[i].msg.fragment] = t;
+    }
+    CHECK(sent_at[0] == 4 && sent_at[1] == 6 && sent_at[2] == 8 && sent_at[3] == 2);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
     test_blocking();
     test_join_restart();
+    test_phase();
+    test_phase_from_age();
     test_dp_alone();
     test_int4();
     test_decoupled_equals_diloco();

@@ -165,7 +165,8 @@ static void test_quorum_grace_late(void) {
         const dlc_msg *f = sent_to(&r, L, 0);
         CHECK(f && f->version == 1 && f->flags == 0);
         CHECK(payload_is(f, th1, n));
-        if (f) CHECK(f->held == (L == 0 ? 6.0 : L == 1 ? 5.0 : 0.0));
+        /* contributors: how long theirs waited; learner 2: the round's age */
+        if (f) CHECK(f->held == (L == 0 ? 6.0 : L == 1 ? 5.0 : 6.0));
     }
     CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
     CHECK(dlc_syncer_version(s, 0) == 1);
@@ -529,7 +530,8 @@ static void test_join(void) {
     CHECK(dlc_syncer_copy_model(s, model) == DLC_OK);
     for (int p = 0; p < 4; p++) {
         const dlc_msg *f = sent_to(&r, 1, p);
-        CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == (p == 2 ? 1 : 0) && f->held == 0);
+        /* held: the age of the fragment's latest round (fragment 2's opened at 1.0), -1 for none */
+        CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == (p == 2 ? 1 : 0) && f->held == (p == 2 ? 1.0 : -1.0));
         gather(&x, p, model, frag);
         CHECK(payload_is(f, frag, dlc_plan_numel(x.plan, p)));
         CHECK(memcmp(dlc_syncer_theta(s, p), frag, (size_t)dlc_plan_numel(x.plan, p) * sizeof(float)) == 0);
@@ -943,6 +945,51 @@ static void test_zero_weight(void) {
     fx_free(&x);
 }
 
+/* A learner that joins during a round takes part from the next one: with K = every live
+ * learner, the round learner 0 opened merges when learner 1 sends, not waiting for
+ * learner 2 who joined meanwhile; learner 2's resync carries the run's schedule step (the
+ * median of the others' heartbeats). */
+static void test_join_during_round(void) {
+    fx x;
+    fx_make(&x, 1, 70);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 40};
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    hb.learner = 1, hb.steps = 41;
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    float d0[NMAX], d1[NMAX];
+    randv(d0, n, 71, 0.1f);
+    randv(d1, n, 72, 0.1f);
+    dlc_msg c = contribution(0, 0, 0, 8, 64, d0, n);
+    CHECK(dlc_syncer_receive(s, &c, 1.0) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_join(s, 2, 2.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_msg *f = sent_to(&r, 2, 0);
+    CHECK(f && (f->flags & DLC_MSG_RESYNC) && f->steps == 41);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    c = contribution(1, 0, 0, 8, 64, d1, n);
+    CHECK(dlc_syncer_receive(s, &c, 3.0) == DLC_OK);
+    r = drain(s);
+    const dlc_syncer_action *mg = find_type(&r, DLC_SACT_MERGED);
+    CHECK(mg && mg->merge.count == 2 && mg->merge.all_sent && mg->merge.quorum == 2 && mg->merge.live == 3);
+    CHECK(sent_to(&r, 2, 0) != NULL); /* the merge goes to the newcomer too */
+    /* the next round expects all three */
+    c = contribution(0, 0, 1, 8, 64, d0, n);
+    CHECK(dlc_syncer_receive(s, &c, 4.0) == DLC_OK);
+    c = contribution(1, 0, 1, 8, 64, d1, n);
+    CHECK(dlc_syncer_receive(s, &c, 4.0) == DLC_OK);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 0 && dlc_syncer_round_count(s, 0) == 2);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 int main(void) {
     test_quorum_grace_late();
     test_grace_cut_short();
@@ -952,6 +999,7 @@ int main(void) {
     test_nonfinite();
     test_malformed();
     test_join();
+    test_join_during_round();
     test_lost();
     test_timeout_rejoin();
     test_weighting(DLC_WEIGHT_TOKENS2_STEPS);

@@ -359,6 +359,19 @@ describe("diloco-lua sim with a kill", function()
       string.format("steps %d %d %d", per[1].steps, per[2].steps, per[3].steps))
     assert.is_true(per[2].down > 0)
     assert.is_nil(s.error)
+    if not sanitized then
+      -- back in step: learner 2 resumed the run's schedule phase, so rounds after its
+      -- return hold all three islands again (each learner's own phase left it alone in
+      -- rounds of its own, overwriting the others' work)
+      local full = 0
+      for _, m in ipairs(of(events, "merge")) do
+        if m.virtual_s > 26 and not m.flushed then
+          assert.are.equal(3, #m.contributors, "merge of fragment " .. m.fragment .. " at " .. m.virtual_s)
+          full = full + 1
+        end
+      end
+      assert.is_true(full >= 2, "full rounds after the rejoin: " .. full)
+    end
     local lines = read_lines(marker)
     assert.is_true(#lines >= 2)
     assert.are.equal("kill 2 true 10.0", lines[1])

@@ -26,9 +26,11 @@
  *     }
  *     // timers: call dlc_learner_handle_expiry(l, now) at dlc_learner_expiry(l)
  *
- * Schedule: fragment p (0-based, P fragments) is due after inner step t (counted since
- * the learner (re)joined, 1-based) when t >= off_p and (t − off_p) mod H == 0, with
- * off_p = floor(p·H / P); H = 0 turns the built-in schedule off and the driver calls
+ * Schedule: fragment p (0-based, P fragments) is due after inner step t when t >= off_p
+ * and (t − off_p) mod H == 0, with off_p = floor(p·H / P) and t the schedule step: the
+ * steps since the learner (re)joined plus the phase its resync carried (the run's
+ * schedule step, 0 at the start), so a learner that rejoins syncs in step with the
+ * others; H = 0 turns the built-in schedule off and the driver calls
  * dlc_learner_contribute itself (a recipe's own schedule).  A contribution is the
  * encoded outer gradient Θ̂_p − θ_p with the base version and the steps and tokens
  * counted since fragment p was last received.  A merged fragment that arrives is

@@ -10,13 +10,17 @@
  * call into the emitting state machine.  A driver that needs it longer copies it.
  *
  *   type          direction         fields used
- *   HEARTBEAT     learner -> syncer learner, steps (total), tokens (total), step_time, transit
+ *   HEARTBEAT     learner -> syncer learner, steps (its schedule step: steps since it joined
+ *                                   plus the phase it joined at), tokens (total), step_time, transit
  *   CONTRIBUTION  learner -> syncer learner, fragment, version (base), steps, tokens
  *                                   (counted since the fragment was last received),
  *                                   step_time, transit, codec, payload (the encoded outer
  *                                   gradient Θ̂_p − θ_p of the fragment's floats)
  *   FRAGMENT      syncer -> learner learner (destination), fragment, version (new),
- *                                   flags (DLC_MSG_RESYNC), held, codec, payload (Θ_p)
+ *                                   flags (DLC_MSG_RESYNC), held, codec, payload (Θ_p);
+ *                                   a resync also carries steps (the run's schedule
+ *                                   step), held (the age of the fragment's latest round,
+ *                                   -1 if none) and step_time (the median step time)
  *   GRADIENT      learner -> syncer learner, version (the step), tokens, codec (f32),
  *                                   payload (the gradient of every float of the model)
  *   GRADIENT_AVG  syncer -> learner learner, version (the step), codec (f32), payload
@@ -63,14 +67,16 @@ typedef struct dlc_msg {
     int fragment;         /* CONTRIBUTION, FRAGMENT: 0-based */
     int64_t version;      /* CONTRIBUTION: base version; FRAGMENT: new version;
                            * GRADIENT, GRADIENT_AVG: the inner step (1-based) */
-    int64_t steps;        /* CONTRIBUTION: c_steps; HEARTBEAT: inner steps so far */
+    int64_t steps;        /* CONTRIBUTION: c_steps; HEARTBEAT: schedule step; FRAGMENT with
+                           * DLC_MSG_RESYNC: the run's schedule step for a joining learner */
     int64_t tokens;       /* CONTRIBUTION: c_tokens; GRADIENT: tokens of the step;
                            * HEARTBEAT: tokens so far */
     double step_time;     /* CONTRIBUTION, HEARTBEAT: EMA of the inner step time (s), 0 unknown */
     double transit;       /* CONTRIBUTION, HEARTBEAT: EMA of the time a contribution and its
                            * merged fragment spend on the links (s), 0 unknown */
     double held;          /* FRAGMENT: seconds the syncer held this learner's contribution
-                           * before sending the merge (0 if it had none in the round) */
+                           * before sending the merge; for a learner without one in the
+                           * round, the round's age (since its first contribution) */
     uint32_t flags;       /* FRAGMENT: DLC_MSG_RESYNC */
     dlc_codec_kind codec; /* payload encoding */
     const uint8_t *payload; /* borrowed, see above */

@@ -21,7 +21,9 @@
  * rejected and the learner resynced) and its base version must be in the ring (else it
  * is dropped and the learner resynced); a contribution with no steps is ignored.  When
  * the round holds K contributions (K = DLC_QUORUM_ALL: every live learner) it waits
- * for the grace window g, cut short as soon as every live learner has sent:
+ * for the grace window g, cut short as soon as every live learner has sent ("every live
+ * learner" of a round: those live when it opened; one that joins during a round takes
+ * part from the next):
  *   grace ADAPTIVE  g = clamp(γ·(τ·ξ_step − ξ_quorum − ξ_sync), 0, ξ_step)
  *                   ξ_step = median over live learners of their reported step time,
  *                   ξ_sync = median of their reported transit time (msg.h), ξ_quorum =
@@ -36,7 +38,8 @@
  * learner, averaged and sent back as GRADIENT_AVG, with no outer step.
  *
  * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
- * flagged DLC_MSG_RESYNC), lost (the driver saw it die: its contributions leave the open
+ * flagged DLC_MSG_RESYNC, carrying the run's schedule step: the median of the other live
+ * learners' heartbeats), lost (the driver saw it die: its contributions leave the open
  * rounds), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
  * message from a learner that is not live makes it join again (action JOINED, full
  * resync; the message itself is dropped), except a BYE, which is ignored.
