@@ -104,6 +104,7 @@ end
 for _, q in ipairs { "1", "all" } do
   add("mixed", "mixed-K" .. q, { "steps=800", "eval.every=50", "sync.quorum=" .. q }, root .. "/recipes/mixed.lua")
 end
+add("mixed", "mixed-diloco", { "steps=800", "eval.every=50", "sync.preset=diloco" }, root .. "/recipes/mixed.lua")
 for _, p in ipairs { "decoupled", "diloco" } do
   add("chaos", "chaos-" .. p, { "sync.preset=" .. p }, root .. "/recipes/chaos.lua")
 end
@@ -190,7 +191,9 @@ local function plot(file, title, xlabel, ylabel, curves, opts)
     for _, p in ipairs(c.points) do lines[#lines + 1] = string.format("%.10g %.10g", p[1], p[2]) end
     local path = string.format("%s/.%s.%d.dat", DOCS, file, i)
     write(path, table.concat(lines, "\n") .. "\n")
-    dat[i] = string.format("%s with %s lw 2 title %s", quote(path), opts.style or "linespoints", quote(c.title))
+    local style = opts.style or "linespoints"
+    if not style:find(" lw ") then style = style .. " lw 2" end
+    dat[i] = string.format("%s with %s title %s", quote(path), style, quote(c.title))
   end
   local script = {
     "set terminal pngcairo size 900,560 font ',11'",
@@ -385,8 +388,10 @@ if want.mixed or result("mixed-K1") then
   p("## Mixed hardware: two islands at 1x, two at 0.5x")
   p("")
   p("recipes/mixed.lua: 800 virtual seconds (the fast islands train 800 steps, the slow ones 400: 2400")
-  p("steps in all, the same tokens), decoupled with quorum 1 and adaptive grace against quorum = all.")
-  local k1, ka = result("mixed-K1"), result("mixed-Kall")
+  p("steps in all, the same tokens), decoupled with quorum 1 and adaptive grace against quorum = all")
+  p("(still non-blocking: every round waits for all four, the fast islands keep training and their later")
+  p("contribution replaces the earlier one), and blocking diloco (H = 24), where the fast islands wait.")
+  local k1, ka, kd = result("mixed-K1"), result("mixed-Kall"), result("mixed-diloco")
   local target
   if ka then target = ka.summary.final_eval_loss end
   local function reach(r)
@@ -399,7 +404,7 @@ if want.mixed or result("mixed-K1") then
   p("")
   p("| quorum | final eval loss | virtual s to the target | idle share per island (1, 2 fast; 3, 4 slow) |")
   p("|---|---|---|---|")
-  for _, pair in ipairs { { "1", k1 }, { "all", ka } } do
+  for _, pair in ipairs { { "1", k1 }, { "all", ka }, { "all (blocking diloco)", kd } } do
     local r = pair[2]
     local idle = {}
     for i, x in ipairs(r and r.summary.idle or {}) do idle[i] = string.format("%.1f%%", 100 * x) end
@@ -408,7 +413,8 @@ if want.mixed or result("mixed-K1") then
       table.concat(idle, ", "))
   end
   img(md, plot("mixed", "mixed hardware: global eval loss against virtual time", "virtual seconds", "eval loss",
-    { curve("mixed-K1", "quorum 1, adaptive grace", "time"), curve("mixed-Kall", "quorum all", "time") },
+    { curve("mixed-K1", "quorum 1, adaptive grace", "time"), curve("mixed-Kall", "quorum all", "time"),
+      curve("mixed-diloco", "blocking diloco", "time") },
     { yrange = "[*:3.2]" }), "mixed")
   p("")
 end
@@ -455,13 +461,19 @@ if want.chaos or result("chaos-decoupled") then
   p("stays down 30 s (seeded schedule, seed 7), over 600 virtual seconds. A restarted island gets the")
   p("global model and a fresh AdamW. Goodput and uptime as algorithm.md §7.")
   p("")
-  p("| preset | final eval loss | goodput | uptime | steps trained |")
-  p("|---|---|---|---|---|")
+  p("| preset | final eval loss | goodput | uptime | steps trained | down share per island | idle share per island |")
+  p("|---|---|---|---|---|---|---|")
   for _, pr in ipairs { "decoupled", "diloco" } do
     local r = result("chaos-" .. pr)
     local s = r and r.summary
-    p("| %s | %s | %s | %s | %s |", pr, f4(s and s.final_eval_loss), s and string.format("%.1f%%", 100 * s.goodput) or "—",
-      s and string.format("%.1f%%", 100 * s.uptime) or "—", s and tostring(s.steps) or "—")
+    local down, idle = {}, {}
+    for i, l in ipairs(s and s.per_learner or {}) do
+      down[i] = string.format("%.0f%%", 100 * l.down)
+      idle[i] = string.format("%.1f%%", 100 * l.idle)
+    end
+    p("| %s | %s | %s | %s | %s | %s | %s |", pr, f4(s and s.final_eval_loss),
+      s and string.format("%.1f%%", 100 * s.goodput) or "—", s and string.format("%.1f%%", 100 * s.uptime) or "—",
+      s and tostring(s.steps) or "—", table.concat(down, ", "), table.concat(idle, ", "))
   end
   img(md, plot("chaos", "under failures: global eval loss against virtual time", "virtual seconds", "eval loss",
     { curve("chaos-decoupled", "decoupled", "time"), curve("chaos-diloco", "diloco (blocking)", "time") },
