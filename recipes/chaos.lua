@@ -1,9 +1,10 @@
 -- chaos: Decoupled DiLoCo under failures, on the virtual-time driver.  Each of four
 -- islands fails at random (exponential time between failures, mean 60 virtual seconds)
 -- and stays down 15 s, so each is down about 20% of the time (15 / (60 + 15); the shares
--- drawn with seed 7 are in docs/experiments.md); the seeded schedule is the same on every run.  A failed island only stops itself: the others keep training, the
--- syncer merges whoever sends (quorum 1), and the island comes back with the whole
--- global model and a fresh optimizer.  Compare goodput, uptime and the final loss with
+-- drawn with seed 7 are in docs/experiments.md); the seeded schedule is the same on every
+-- run.  A failed island only stops itself: the others keep training, the syncer merges
+-- whoever sends (quorum 1), and the island comes back with the whole global model and a
+-- fresh optimizer, in step with the others.  Compare goodput, uptime and the final loss with
 -- the blocking baseline:
 --   diloco-lua sim recipes/chaos.lua
 --   diloco-lua sim recipes/chaos.lua --set sync.preset=diloco
