@@ -92,11 +92,16 @@ for _, H in ipairs { 6, 12 } do
     add("gap", string.format("decoupled-lr%.1f-H%d", lr, H), { "sync.preset=decoupled", "outer.lr=" .. lr, "sync.H=" .. H })
   end
 end
--- and mixing on arrival (alpha = 0.5, as streaming) instead of overwriting
+-- and mixing on arrival (alpha = 0.5, as streaming) instead of overwriting, and no
+-- overlap (tau = 0: a merge is applied at the first step boundary after it arrives)
 for _, H in ipairs { 12, 24 } do
   add("gap", string.format("decoupled-lr0.7-H%d-a0.5", H), { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=" .. H,
     "sync.alpha=0.5" })
+  add("gap", string.format("decoupled-lr0.7-H%d-t0", H), { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=" .. H,
+    "sync.tau=0" })
 end
+add("gap", "decoupled-lr0.7-H12-t0-a0.5", { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12", "sync.tau=0",
+  "sync.alpha=0.5" })
 for _, c in ipairs { "int4", "e3m0" } do
   for _, ef in ipairs { false, true } do
     add("codecs", string.format("decoupled-%s%s", c, ef and "-ef" or ""),
@@ -331,8 +336,8 @@ if want.gap or result("decoupled-lr0.7-H6") then
   local base = dp and dp.summary.final_eval_loss
   p("decoupled (4 fragments, tau = 2) with H = 6 and 12 beside H = 24 and 96; gap to dp (%s).", f4(base))
   p("")
-  p("| H | lr 0.7 | lr 1.0 | lr 0.7, alpha 0.5 | bytes up (lr 0.7) |")
-  p("|---|---|---|---|---|")
+  p("| H | lr 0.7 | lr 1.0 | lr 0.7, alpha 0.5 | lr 0.7, tau 0 | bytes up (lr 0.7) |")
+  p("|---|---|---|---|---|---|")
   local cs = { curve("dp", "dp") }
   for _, H in ipairs { 6, 12, 24, 96 } do
     local cells = {}
@@ -342,11 +347,21 @@ if want.gap or result("decoupled-lr0.7-H6") then
       cells[#cells + 1] = l and string.format("%s (%s)", f4(l), pct(l, base)) or "—"
     end
     local r7 = result(string.format("decoupled-lr0.7-H%d", H))
-    local ra = result(string.format("decoupled-lr0.7-H%d-a0.5", H))
-    local la = ra and ra.summary.final_eval_loss
-    p("| %d | %s | %s | %s |", H, table.concat(cells, " | "), la and string.format("%s (%s)", f4(la), pct(la, base)) or "—",
-      human(r7 and r7.summary.bytes_up))
+    local function cell(name)
+      local r = result(name)
+      local l = r and r.summary.final_eval_loss
+      return l and string.format("%s (%s)", f4(l), pct(l, base)) or "—"
+    end
+    p("| %d | %s | %s | %s | %s |", H, table.concat(cells, " | "), cell(string.format("decoupled-lr0.7-H%d-a0.5", H)),
+      cell(string.format("decoupled-lr0.7-H%d-t0", H)), human(r7 and r7.summary.bytes_up))
     cs[#cs + 1] = curve(string.format("decoupled-lr0.7-H%d", H), string.format("decoupled H %d, lr 0.7", H))
+  end
+  local t0a = result("decoupled-lr0.7-H12-t0-a0.5")
+  if t0a then
+    p("")
+    p("H = 12, lr 0.7, tau = 0 and alpha = 0.5 together: %s (%s).", f4(t0a.summary.final_eval_loss),
+      pct(t0a.summary.final_eval_loss, base))
+    cs[#cs + 1] = curve("decoupled-lr0.7-H12-t0-a0.5", "decoupled H 12, tau 0, alpha 0.5")
   end
   img(md, plot("gap", "decoupled: sync period against the gap to dp", "tokens (millions)", "eval loss", cs,
     { yrange = "[*:3.2]" }), "gap")
