@@ -17,7 +17,7 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%", ctx = 64, batch = 16 },
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1, schedule = "cosine", min_lr = 3e-4, clip = 1.0 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled", H = 24, fragments = 4, tau = 2 },
+  sync = { preset = "decoupled" }, -- H = 24, 4 fragments, tau = 2, quorum 1 (the preset's)
   islands = { count = 4, step_time = "1s", latency = "20ms", bandwidth = "2.5Gbps" },
   chaos = diloco.chaos.poisson { mtbf = "60s", down = "15s", seed = 7 },
   steps = 750,

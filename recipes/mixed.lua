@@ -13,7 +13,9 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%", ctx = 64, batch = 16 },
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1, schedule = "cosine", min_lr = 3e-4, clip = 1.0 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled", H = 24, fragments = 4, tau = 2, quorum = 1 },
+  -- the preset fills the rest (decoupled: H = 24, 4 fragments, tau = 2, quorum 1, adaptive
+  -- grace, tokens^2/steps, RDA); set only what differs, so --set sync.preset=... switches all
+  sync = { preset = "decoupled" },
   -- islands 1 and 2 run a step per virtual second, 3 and 4 one every two seconds
   islands = { { speed = 1 }, { speed = 1 }, { speed = 0.5 }, { speed = 0.5 },
     step_time = "1s", latency = "20ms", bandwidth = "2.5Gbps" },
