@@ -102,6 +102,13 @@ for _, H in ipairs { 12, 24 } do
 end
 add("gap", "decoupled-lr0.7-H12-t0-a0.5", { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12", "sync.tau=0",
   "sync.alpha=0.5" })
+-- around the best (H = 12, alpha = 0.5): more mixing, a smaller overlap, another outer lr
+for _, v in ipairs { { "a0.75", "sync.alpha=0.75" }, { "a0.5-t1", "sync.alpha=0.5", "sync.tau=1" },
+    { "a0.5-lr1.0", "sync.alpha=0.5", "outer.lr=1.0" }, { "a0.5-lr0.4", "sync.alpha=0.5", "outer.lr=0.4" } } do
+  local sets = { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12" }
+  for i = 2, #v do sets[#sets + 1] = v[i] end
+  add("gap", "decoupled-H12-" .. v[1], sets)
+end
 for _, c in ipairs { "int4", "e3m0" } do
   for _, ef in ipairs { false, true } do
     add("codecs", string.format("decoupled-%s%s", c, ef and "-ef" or ""),
@@ -355,6 +362,17 @@ if want.gap or result("decoupled-lr0.7-H6") then
     p("| %d | %s | %s | %s | %s |", H, table.concat(cells, " | "), cell(string.format("decoupled-lr0.7-H%d-a0.5", H)),
       cell(string.format("decoupled-lr0.7-H%d-t0", H)), human(r7 and r7.summary.bytes_up))
     cs[#cs + 1] = curve(string.format("decoupled-lr0.7-H%d", H), string.format("decoupled H %d, lr 0.7", H))
+  end
+  local around = {}
+  for _, v in ipairs { { "a0.75", "alpha 0.75" }, { "a0.5-t1", "alpha 0.5, tau 1" }, { "a0.5-lr1.0", "alpha 0.5, outer lr 1.0" },
+      { "a0.5-lr0.4", "alpha 0.5, outer lr 0.4" } } do
+    local r = result("decoupled-H12-" .. v[1])
+    if r then around[#around + 1] = string.format("%s: %s (%s)", v[2], f4(r.summary.final_eval_loss),
+      pct(r.summary.final_eval_loss, base)) end
+  end
+  if #around > 0 then
+    p("")
+    p("Around the best (H = 12, lr 0.7 unless stated): %s.", table.concat(around, "; "))
   end
   local t0a = result("decoupled-lr0.7-H12-t0-a0.5")
   if t0a then
