@@ -65,8 +65,7 @@ end
 local function build_chaos(r)
   local c = r.chaos
   if c == nil or (#(c.events or {}) == 0 and not c.random) then return nil end
-  local M_ = r.islands.count
-  local ch = diloco.Chaos(M_)
+  local ch = diloco.Chaos(r.islands.count)
   for _, e in ipairs(c.events or {}) do
     ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
       factor = e.kind == "slow" and e.factor or nil }
@@ -232,11 +231,10 @@ local function on_step_event(ctx, ev)
   local lr = next_lr(ctx, L)
   local x, y = L.loaders.train:next()
   L.params:zero_grad()
-  local loss, ce = L.model:loss(x, y)
+  local loss = L.model:loss(x, y)
   loss:backward()
   local lv = loss:item()
   loss:free()
-  local _ = ce
   ctx.total_tokens = ctx.total_tokens + L.loaders.tokens_per_batch
   if r.sync.preset == "dp" then
     check_finite(ctx, L, lv)
