@@ -479,3 +479,13 @@ int luaopen_diloco(lua_State *L) {
     lua_settop(L, mod);
     return 1;
 }
+
+void dlcL_setnum(lua_State *L, const char *k, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+void dlcL_setint(lua_State *L, const char *k, int64_t v) {
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
+}

@@ -93,6 +93,10 @@ dlc_chaos *dlcL_checkchaos(lua_State *L, int arg);
 /* lvtime.c: diloco.VTime, the virtual-time driver (core/vtime.h). */
 void dlcL_open_vtime(lua_State *L, int mod, int st);
 
+/* t[k] = v for the table on top of the stack (result tables of the bindings). */
+void dlcL_setnum(lua_State *L, const char *k, double v);
+void dlcL_setint(lua_State *L, const char *k, int64_t v);
+
 /* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
  * Tensor and "tensor has been freed" if it was released. */
 dlc_tensor *dlcL_checktensor(lua_State *L, int arg);

@@ -72,10 +72,7 @@ static lua_Integer opt_int(lua_State *L, const char *k, lua_Integer dflt, lua_In
     return v;
 }
 
-static void setnum(lua_State *L, const char *k, double v) {
-    lua_pushnumber(L, v);
-    lua_setfield(L, -2, k);
-}
+#define setnum dlcL_setnum
 
 static void pusharray(lua_State *L, const double *x, int64_t n) {
     lua_createtable(L, n > INT32_MAX ? INT32_MAX : (int)n, 0);

@@ -235,14 +235,8 @@ static void vt_release(void *box) {
     dlc_vtime_free(b->vt);
 }
 
-static void setnum(lua_State *L, const char *k, double v) {
-    lua_pushnumber(L, v);
-    lua_setfield(L, -2, k);
-}
-static void setint(lua_State *L, const char *k, int64_t v) {
-    lua_pushinteger(L, (lua_Integer)v);
-    lua_setfield(L, -2, k);
-}
+#define setnum dlcL_setnum
+#define setint dlcL_setint
 
 static void push_merge(lua_State *L, const dlc_merge_info *mi) {
     lua_createtable(L, 0, 16);
