@@ -1,6 +1,7 @@
 /* status.c - error codes and the thread-local last-error message. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <assert.h>
 #include "internal.h"
@@ -24,10 +25,14 @@ const char *dlc_last_error(void) { return last_msg; }
 dlc_status dlc_last_status(void) { return last_code; }
 
 dlc_status dlc_error(dlc_status status, const char *fmt, ...) {
+    /* formatted aside first: an argument may be dlc_last_error() itself (a caller adding
+     * its context to a callee's message), which vsnprintf must not read while writing */
+    char msg[sizeof last_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_msg, msg, sizeof msg);
     last_code = status;
     return status;
 }

@@ -774,6 +774,53 @@ static void test_phase_from_age(void) {
     fx_free(&x);
 }
 
+/* Hostile messages to a learner: a type a learner never takes, a NaN fragment, a NaN or
+ * wrong-codec averaged gradient; each refused with DLC_ERR_FORMAT, nothing changed. */
+static void test_hostile(void) {
+    fx x;
+    fx_make(&x, 1, 97);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_learner_params lp = lparams(0, 8, 0, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    resync(&x, l, dlc_params_data(x.p), 0, 0);
+    float v[NMAX], snap[256];
+    gather(&x, 0, dlc_params_data(x.p), v);
+    v[n / 3] = NAN;
+    memcpy(snap, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * 4);
+    dlc_msg cases[] = {
+        {.type = DLC_MSG_HEARTBEAT},
+        {.type = DLC_MSG_CONTRIBUTION},
+        {.type = DLC_MSG_TYPE_COUNT + 1},
+        fragment_msg(0, 0, 1, 0, v, n),
+        fragment_msg(0, 0, 1, DLC_MSG_RESYNC, v, n),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(dlc_learner_receive(l, &cases[i], 1.0) == DLC_ERR_FORMAT);
+        CHECK(drain(l).n == 0);
+        CHECK(memcmp(snap, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * 4) == 0);
+        CHECK(dlc_learner_base_version(l, 0) == 0 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    }
+    dlc_learner_free(l);
+    /* dp: the averaged gradient */
+    lp.dp = 1;
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    resync(&x, l, dlc_params_data(x.p), 0, 0);
+    CHECK(dlc_learner_gradient(l, 4, 1.0) == DLC_OK);
+    drain(l);
+    dlc_msg g = {.type = DLC_MSG_GRADIENT_AVG, .version = 1, .codec = DLC_CODEC_F32, .payload = (const uint8_t *)v,
+                 .len = (size_t)n * 4};
+    CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT); /* a NaN */
+    g.codec = DLC_CODEC_BF16;
+    CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING && drain(l).n == 0);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -782,6 +829,7 @@ int main(void) {
     test_phase();
     test_phase_from_age();
     test_dp_alone();
+    test_hostile();
     test_int4();
     test_decoupled_equals_diloco();
     test_dp_world();

@@ -8,6 +8,7 @@
  * timeouts; a message from a non-live learner; weighting; mean and RDA merges;
  * restart; flush; data-parallel gradient averaging; refusals of bad calls. */
 #include <stdint.h>
+#include <stdio.h>
 #include "check.h"
 #include "check_fx.h"
 #include "diloco/syncer.h"
@@ -990,6 +991,62 @@ static void test_join_during_round(void) {
     fx_free(&x);
 }
 
+/* Hostile messages, one at a time: each is refused with DLC_ERR_FORMAT naming what was
+ * wrong, changes no round, and the syncer then still merges a valid contribution. */
+static void test_hostile(void) {
+    fx x;
+    fx_make(&x, 1, 170);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 2, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    float d[NMAX], bad[NMAX];
+    randv(d, n, 171, 0.1f);
+    memcpy(bad, d, sizeof bad);
+    bad[n / 2] = NAN;
+    struct {
+        dlc_msg m;
+        const char *says;
+    } cases[] = {
+        {{.type = DLC_MSG_TYPE_COUNT + 3, .learner = 0}, "(unknown)"},
+        {{.type = DLC_MSG_FRAGMENT, .learner = 1}, "fragment message"},
+        {{.type = DLC_MSG_GRADIENT_AVG, .learner = 1}, "gradient_avg message"},
+        {{.type = DLC_MSG_HEARTBEAT, .learner = 2}, "learner 2"},
+        {{.type = DLC_MSG_HEARTBEAT, .learner = -1}, "learner -1"},
+        {{.type = DLC_MSG_GRADIENT, .learner = 0, .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d,
+          .len = (size_t)n * 4},
+         "gradient from learner 0 in a DiLoCo run"},
+        {contribution(0, 5, 0, 3, 30, d, n), "fragment 5"},
+        {contribution(0, 0, 0, -3, 30, d, n), "steps -3"},
+        {contribution(0, 0, 0, 3, -30, d, n), "tokens -30"},
+        {{.type = DLC_MSG_CONTRIBUTION, .learner = 0, .steps = 3, .tokens = 30, .codec = DLC_CODEC_INT4,
+          .payload = (const uint8_t *)d, .len = (size_t)n * 4},
+         "int4"},
+        {{.type = DLC_MSG_CONTRIBUTION, .learner = 0, .steps = 3, .tokens = 30, .codec = DLC_CODEC_F32, .payload = NULL,
+          .len = (size_t)n * 4},
+         "contribution from learner 0"},
+        {contribution(1, 0, 0, 3, 30, bad, n), "nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(dlc_syncer_receive(s, &cases[i].m, 1.0) == DLC_ERR_FORMAT);
+        if (!strstr(dlc_last_error(), cases[i].says))
+            fprintf(stderr, "case %zu: \"%s\" does not say \"%s\"\n", i, dlc_last_error(), cases[i].says);
+        CHECK(strstr(dlc_last_error(), cases[i].says) != NULL);
+        drain(s);
+        CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 0 && dlc_syncer_live(s) == 2);
+    }
+    dlc_msg c = contribution(0, 0, 0, 3, 30, d, n);
+    CHECK(dlc_syncer_receive(s, &c, 2.0) == DLC_OK);
+    c = contribution(1, 0, 0, 3, 30, d, n);
+    CHECK(dlc_syncer_receive(s, &c, 2.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && dlc_syncer_version(s, 0) == 1);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 int main(void) {
     test_quorum_grace_late();
     test_grace_cut_short();
@@ -1009,6 +1066,7 @@ int main(void) {
     test_flush_and_quorum();
     test_dp();
     test_zero_weight();
+    test_hostile();
     test_refusals();
     return check_done("test_syncer");
 }

@@ -49,7 +49,8 @@ DLC_API const char *dlc_last_error(void);
 DLC_API dlc_status dlc_last_status(void);
 
 /* Records a failure (printf-style message) and returns `status`, so library code
- * can write `return dlc_error(DLC_ERR_ARG, "lr = %g: must be > 0", lr);`. */
+ * can write `return dlc_error(DLC_ERR_ARG, "lr = %g: must be > 0", lr);`.  An argument
+ * may be dlc_last_error() itself, to add context to a callee's message. */
 DLC_API dlc_status dlc_error(dlc_status status, const char *fmt, ...)
 #ifdef __GNUC__
     __attribute__((format(printf, 2, 3)))
