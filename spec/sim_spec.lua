@@ -328,6 +328,46 @@ describe("diloco-lua sim with stalled links and a syncer outage", function()
   end
 end)
 
+describe("diloco.VTime refuses bad options", function()
+  local function params()
+    local m = diloco.nn.GPT { vocab = 256, ctx = 8, dim = 8, layers = 1, heads = 1, seed = 1 }
+    return diloco.Params(m:parameters())
+  end
+  local p1, p2 = params(), params()
+  local plan = diloco.Plan(p1, { fragments = 1 })
+  local function opts(change)
+    local o = { params = { p1, p2 }, plan = plan, step_time = 1, horizon = 10,
+      islands = { { tokens = 8 }, { tokens = 8 } }, learner = { H = 8, tau = 2 }, syncer = { quorum = 1 } }
+    change(o)
+    return o
+  end
+  local cases = {
+    { "no params", function(o) o.params = nil end, "params must be a list of Params" },
+    { "an island missing", function(o) o.islands[2] = nil end, "islands must be a list of 2 island tables" },
+    { "speed 0", function(o) o.islands[1].speed = 0 end, "island 0: speed = 0: expected a finite number > 0" },
+    { "no horizon", function(o) o.horizon = nil end, "end = 0: expected seconds > 0" },
+    { "tau >= H", function(o) o.learner.tau = 8 end, "tau = 8: expected 0 <= tau < H = 8" },
+    { "a bad grace", function(o) o.syncer.grace = "sometimes" end,
+      'syncer.grace = sometimes: expected "adaptive", "off" or seconds' },
+    { "a bad codec", function(o) o.learner.codec = "int3" end, "int3" },
+    { "a bad weighting", function(o) o.syncer.weighting = "heavy" end, "heavy" },
+    { "quorum above the learners", function(o) o.syncer.quorum = 3 end, "quorum = 3 but learners = 2" },
+    { "a number for a flag", function(o) o.learner.blocking = 1 end, "learner.blocking must be a boolean" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      local ok, err = pcall(diloco.VTime, opts(c[2]))
+      assert.is_false(ok)
+      assert.matches(c[3], tostring(err), 1, true)
+    end)
+  end
+  it("and still builds from good ones", function()
+    local vt = diloco.VTime(opts(function() end))
+    assert.are.equal("step", vt:next().type)
+    vt:close()
+  end)
+end)
+
 describe("diloco-lua sim with a kill", function()
   local marker = tmp .. "/faults.txt"
   local KILL = "chaos = { { at = '10s', kill = 2, down = '8s' } },"
