@@ -111,18 +111,26 @@ local function train(fn, r, opts, run_opts)
   return interrupted and 128 + (signo or 2) or 0
 end
 
-local function run(args)
-  local opts, pos = parse(args, RUN_OPTIONS)
+-- The options and recipe of a run/sim command line: opts, pos, r; or nil and the exit
+-- status when there is nothing to train (--help, --fields, or a recipe that failed).
+local function recipe_command(args, spec, usage)
+  local opts, pos = parse(args, spec)
   if opts.help then
-    print(RUN_USAGE)
-    return 0
+    print(usage)
+    return nil, 0
   end
   if opts.fields then
     for _, line in ipairs(diloco.recipe.describe_schema()) do print(line) end
-    return 0
+    return nil, 0
   end
   local r, code = load_recipe(pos, opts)
-  if not r then return code end
+  if not r then return nil, code end
+  return opts, pos, r
+end
+
+local function run(args)
+  local opts, pos, r = recipe_command(args, RUN_OPTIONS, RUN_USAGE)
+  if not opts then return pos end
   local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
   if #refused > 0 then
     for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
@@ -152,17 +160,8 @@ local SIM_OPTIONS = { set = "list", metrics = "value", out = "value", quiet = "f
   fields = "flag", debug = "flag", overwrite = "flag", resume = "value" }
 
 local function sim(args)
-  local opts, pos = parse(args, SIM_OPTIONS)
-  if opts.help then
-    print(SIM_USAGE)
-    return 0
-  end
-  if opts.fields then
-    for _, line in ipairs(diloco.recipe.describe_schema()) do print(line) end
-    return 0
-  end
-  local r, code = load_recipe(pos, opts)
-  if not r then return code end
+  local opts, pos, r = recipe_command(args, SIM_OPTIONS, SIM_USAGE)
+  if not opts then return pos end
   return train(diloco.sim.run, r, opts, { metrics = opts.metrics, out = opts.out, overwrite = opts.overwrite,
     quiet = opts.quiet, resume = opts.resume, command = "diloco-lua sim " .. table.concat(args, " ") })
 end
