@@ -34,6 +34,7 @@
 #include "merge.h"
 #include "outer.h"
 #include "msg.h"
+#include "proto.h"
 #include "learner.h"
 #include "syncer.h"
 #include "vtime.h"

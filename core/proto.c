@@ -1,0 +1,800 @@
+/* proto.c - frames: prefix, msgpack header, raw payload (proto.h, docs/protocol.md).
+ *
+ * Decoding is three gates, each before the next allocates or trusts anything:
+ *   1. the prefix (dlc_proto_peek): magic, version, type, lengths against the limits;
+ *   2. a walk over the header bytes (walk_obj): every declared count and length against
+ *      the bytes present and the named limits, the depth, the object count, one map
+ *      spanning the header exactly; only then does msgpack-c unpack it, so what it
+ *      allocates is bounded by the header's size;
+ *   3. the fields (read_fields, check_frame): each value's msgpack type and range, the
+ *      required keys of the type, the payload's length against the layout. */
+#include "diloco/proto.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static const char *const frame_names[] = {"auth",     "auth_challenge", "auth_proof",   "hello",
+                                          "welcome",  "heartbeat",      "contribution", "fragment",
+                                          "gradient", "gradient_avg",   "resync",       "bye",
+                                          "error"};
+_Static_assert(sizeof frame_names / sizeof frame_names[0] == DLC_FRAME_TYPE_COUNT, "one name per frame type");
+
+static const char *const errcode_names[] = {"none",     "malformed",  "too_large", "version",
+                                            "auth",     "unexpected", "mismatch",  "timeout",
+                                            "overloaded", "shutdown", "internal"};
+_Static_assert(sizeof errcode_names / sizeof errcode_names[0] == DLC_PERR_COUNT, "one name per error code");
+
+static const char *const cap_names[] = {"resync_phase", "gradient", "sharded"};
+_Static_assert(sizeof cap_names / sizeof cap_names[0] == 3 && DLC_CAP_ALL == 0x7u, "one name per capability bit");
+
+const char *dlc_frame_type_name(dlc_frame_type type) {
+    return (unsigned)type < DLC_FRAME_TYPE_COUNT ? frame_names[type] : NULL;
+}
+
+const char *dlc_proto_errcode_name(int code) {
+    return code >= 0 && code < DLC_PERR_COUNT ? errcode_names[code] : NULL;
+}
+
+const char *dlc_cap_name(uint32_t bit) {
+    for (unsigned i = 0; i < sizeof cap_names / sizeof cap_names[0]; i++)
+        if (bit == 1u << i) return cap_names[i];
+    return NULL;
+}
+
+/* ---- header keys: one table drives decoding, encoding and the required sets ---- */
+
+typedef enum key_id {
+    K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
+    K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
+    K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_COUNT
+} key_id;
+_Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
+
+static const char *const key_names[] = {"l",   "f",   "v",  "s",    "t",      "st",   "tr",  "h",
+                                        "fl",  "c",   "n",  "m",    "pmin",   "pmax", "run", "mh",
+                                        "ph",  "caps", "codecs", "blk", "eps", "own", "code", "text"};
+_Static_assert(sizeof key_names / sizeof key_names[0] == K_COUNT, "one name per header key");
+
+#define B(k) (1u << (k))
+#define MSG_COMMON (B(K_LEARNER))
+/* Keys each frame type carries (all required: the encoder writes every one). */
+static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
+    [DLC_FRAME_AUTH] = B(K_NONCE),
+    [DLC_FRAME_AUTH_CHALLENGE] = B(K_NONCE) | B(K_MAC),
+    [DLC_FRAME_AUTH_PROOF] = B(K_MAC),
+    [DLC_FRAME_HELLO] = B(K_PMIN) | B(K_PMAX) | B(K_RUN) | B(K_MODEL) | B(K_PLAN) | B(K_LEARNER) |
+                        B(K_CAPS) | B(K_CODECS) | B(K_BLOCK),
+    [DLC_FRAME_WELCOME] = B(K_PMIN) | B(K_PMAX) | B(K_RUN) | B(K_MODEL) | B(K_PLAN) | B(K_LEARNER) |
+                          B(K_CAPS) | B(K_CODECS) | B(K_BLOCK) | B(K_ENDPOINTS) | B(K_OWNER),
+    [DLC_FRAME_HEARTBEAT] = MSG_COMMON | B(K_STEPS) | B(K_TOKENS) | B(K_STEP_TIME) | B(K_TRANSIT),
+    [DLC_FRAME_CONTRIBUTION] = MSG_COMMON | B(K_FRAGMENT) | B(K_VERSION) | B(K_STEPS) | B(K_TOKENS) |
+                               B(K_STEP_TIME) | B(K_TRANSIT) | B(K_CODEC),
+    [DLC_FRAME_FRAGMENT] = MSG_COMMON | B(K_FRAGMENT) | B(K_VERSION) | B(K_STEPS) | B(K_HELD) |
+                           B(K_STEP_TIME) | B(K_FLAGS) | B(K_CODEC),
+    [DLC_FRAME_GRADIENT] = MSG_COMMON | B(K_VERSION) | B(K_TOKENS) | B(K_CODEC),
+    [DLC_FRAME_GRADIENT_AVG] = MSG_COMMON | B(K_VERSION) | B(K_CODEC),
+    [DLC_FRAME_RESYNC] = MSG_COMMON | B(K_FRAGMENT) | B(K_VERSION) | B(K_STEPS) | B(K_HELD) |
+                         B(K_STEP_TIME) | B(K_FLAGS) | B(K_CODEC),
+    [DLC_FRAME_BYE] = MSG_COMMON | B(K_TEXT),
+    [DLC_FRAME_ERROR] = B(K_CODE) | B(K_TEXT),
+};
+
+static bool has_payload(dlc_frame_type t) {
+    return t == DLC_FRAME_CONTRIBUTION || t == DLC_FRAME_FRAGMENT || t == DLC_FRAME_RESYNC ||
+           t == DLC_FRAME_GRADIENT || t == DLC_FRAME_GRADIENT_AVG;
+}
+
+static const dlc_msg_type frame_msg_type[DLC_FRAME_TYPE_COUNT] = {
+    [DLC_FRAME_HEARTBEAT] = DLC_MSG_HEARTBEAT,   [DLC_FRAME_CONTRIBUTION] = DLC_MSG_CONTRIBUTION,
+    [DLC_FRAME_FRAGMENT] = DLC_MSG_FRAGMENT,     [DLC_FRAME_GRADIENT] = DLC_MSG_GRADIENT,
+    [DLC_FRAME_GRADIENT_AVG] = DLC_MSG_GRADIENT_AVG, [DLC_FRAME_RESYNC] = DLC_MSG_FRAGMENT,
+    [DLC_FRAME_BYE] = DLC_MSG_BYE,
+};
+
+static bool carries_msg(dlc_frame_type t) {
+    return t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE;
+}
+
+void dlc_frame_init(dlc_frame *f, dlc_frame_type type) {
+    memset(f, 0, sizeof *f);
+    f->type = type;
+    if ((unsigned)type < DLC_FRAME_TYPE_COUNT && carries_msg(type)) f->msg.type = frame_msg_type[type];
+    if (type == DLC_FRAME_RESYNC) f->msg.flags = DLC_MSG_RESYNC;
+    f->hello.learner = -1;
+}
+
+dlc_status dlc_frame_from_msg(dlc_frame *f, const dlc_msg *m) {
+    if (!f || !m) return dlc_error(DLC_ERR_ARG, "dlc_frame_from_msg: NULL argument");
+    dlc_frame_type t;
+    switch (m->type) {
+    case DLC_MSG_HEARTBEAT: t = DLC_FRAME_HEARTBEAT; break;
+    case DLC_MSG_CONTRIBUTION: t = DLC_FRAME_CONTRIBUTION; break;
+    case DLC_MSG_FRAGMENT: t = (m->flags & DLC_MSG_RESYNC) ? DLC_FRAME_RESYNC : DLC_FRAME_FRAGMENT; break;
+    case DLC_MSG_GRADIENT: t = DLC_FRAME_GRADIENT; break;
+    case DLC_MSG_GRADIENT_AVG: t = DLC_FRAME_GRADIENT_AVG; break;
+    case DLC_MSG_BYE: t = DLC_FRAME_BYE; break;
+    default: return dlc_error(DLC_ERR_ARG, "dlc_frame_from_msg: message type %d is not one of msg.h's", (int)m->type);
+    }
+    dlc_frame_init(f, t);
+    f->msg = *m;
+    return DLC_OK;
+}
+
+/* ---- gate 1: the prefix ---- */
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static void wr32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+static dlc_status fail(int *why, int code, dlc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static dlc_status fail(int *why, int code, dlc_status st, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (why) *why = code;
+    return dlc_error(st, "%s", buf);
+}
+
+dlc_status dlc_proto_peek(const uint8_t *buf, size_t avail, size_t frame_max, size_t *frame_len,
+                          dlc_frame_type *type, int *why) {
+    if (why) *why = DLC_PERR_NONE;
+    if (!frame_len || (avail && !buf)) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_peek: NULL argument");
+    if (frame_max <= DLC_PROTO_PREFIX || frame_max > DLC_PROTO_FRAME_MAX_LIMIT)
+        return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "frame limit %zu: must be in %d..%zu", frame_max,
+                    DLC_PROTO_PREFIX + 1, DLC_PROTO_FRAME_MAX_LIMIT);
+    *frame_len = 0;
+    /* Reject a wrong magic as soon as its bytes are in: a stray HTTP request or a
+     * port scan is refused on its first bytes, not after 16. */
+    static const uint8_t magic[4] = {'D', 'L', 'C', 'W'};
+    for (size_t i = 0; i < 4 && i < avail; i++)
+        if (buf[i] != magic[i])
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "frame: byte %zu is 0x%02x, not the magic \"DLCW\" (is the peer a diloco-lua "
+                        "learner or syncer?)", i, buf[i]);
+    if (avail >= 5 && buf[4] != DLC_PROTO_FRAME_VERSION)
+        return fail(why, DLC_PERR_VERSION, DLC_ERR_FORMAT, "frame version %u, but this peer reads frame version %d",
+                    buf[4], DLC_PROTO_FRAME_VERSION);
+    if (avail < DLC_PROTO_PREFIX) return DLC_OK;
+    unsigned t = buf[5];
+    if (t == 0 || t > DLC_FRAME_TYPE_COUNT)
+        return fail(why, DLC_PERR_UNEXPECTED, DLC_ERR_FORMAT, "frame: unknown message type %u (this peer knows 1..%d)",
+                    t, DLC_FRAME_TYPE_COUNT);
+    if (buf[6] || buf[7])
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "frame: reserved bytes 6..7 are 0x%02x%02x, must be 0",
+                    buf[6], buf[7]);
+    uint32_t length = rd32(buf + 8), hlen = rd32(buf + 12);
+    if ((uint64_t)length + DLC_PROTO_PREFIX > frame_max)
+        return fail(why, DLC_PERR_TOO_LARGE, DLC_ERR_RANGE,
+                    "frame of %llu bytes (%s) exceeds this connection's limit of %zu bytes",
+                    (unsigned long long)length + DLC_PROTO_PREFIX, frame_names[t - 1], frame_max);
+    if (hlen > length)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "frame: header length %u exceeds the frame's length %u",
+                    hlen, length);
+    if (hlen > DLC_PROTO_HEADER_MAX)
+        return fail(why, DLC_PERR_TOO_LARGE, DLC_ERR_RANGE, "frame: header of %u bytes exceeds the limit of %d bytes",
+                    hlen, DLC_PROTO_HEADER_MAX);
+    if (hlen == 0)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "frame: header length 0 (a %s needs a msgpack map)",
+                    frame_names[t - 1]);
+    *frame_len = (size_t)length + DLC_PROTO_PREFIX;
+    if (type) *type = (dlc_frame_type)(t - 1);
+    return DLC_OK;
+}
+
+/* ---- gate 2: walk the header bytes before msgpack-c sees them ---- */
+
+typedef struct walker {
+    const uint8_t *base, *p, *end;
+    size_t objects;
+    int *why;
+} walker;
+
+static dlc_status walk_fail(walker *w, const uint8_t *at, const char *what, uint64_t n, const char *limit) {
+    return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: %s %llu, but %s", at - w->base, what,
+                (unsigned long long)n, limit);
+}
+
+/* Reads an n-byte big-endian count after the type byte. */
+static bool walk_len(walker *w, int n, uint64_t *out) {
+    if (w->end - w->p < n) return false;
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | *w->p++;
+    *out = v;
+    return true;
+}
+
+static dlc_status walk_obj(walker *w, int depth) {
+    if (w->p >= w->end) return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header ends inside a value (byte %td)", w->p - w->base);
+    if (++w->objects > DLC_PROTO_OBJECTS_MAX)
+        return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header holds more than %d values", DLC_PROTO_OBJECTS_MAX);
+    const uint8_t *at = w->p;
+    uint8_t b = *w->p++;
+    uint64_t n = 0;
+    int container = 0; /* 1 array, 2 map */
+    size_t skip = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return DLC_OK;
+    if (b >= 0x80 && b <= 0x8f) container = 2, n = b & 0x0f;
+    else if (b >= 0x90 && b <= 0x9f) container = 1, n = b & 0x0f;
+    else if (b >= 0xa0 && b <= 0xbf) n = b & 0x1f, skip = 1;
+    else {
+        static const struct { uint8_t byte; int lenbytes; int fixed; int container; const char *name; } t[] = {
+            {0xc4, 1, 0, 0, "bin8"},    {0xc5, 2, 0, 0, "bin16"},   {0xc6, 4, 0, 0, "bin32"},
+            {0xca, 0, 4, 0, "float32"}, {0xcb, 0, 8, 0, "float64"}, {0xcc, 0, 1, 0, "uint8"},
+            {0xcd, 0, 2, 0, "uint16"},  {0xce, 0, 4, 0, "uint32"},  {0xcf, 0, 8, 0, "uint64"},
+            {0xd0, 0, 1, 0, "int8"},    {0xd1, 0, 2, 0, "int16"},   {0xd2, 0, 4, 0, "int32"},
+            {0xd3, 0, 8, 0, "int64"},   {0xd9, 1, 0, 0, "str8"},    {0xda, 2, 0, 0, "str16"},
+            {0xdb, 4, 0, 0, "str32"},   {0xdc, 2, 0, 1, "array16"}, {0xdd, 4, 0, 1, "array32"},
+            {0xde, 2, 0, 2, "map16"},   {0xdf, 4, 0, 2, "map32"},
+        };
+        size_t i = 0;
+        while (i < sizeof t / sizeof t[0] && t[i].byte != b) i++;
+        if (i == sizeof t / sizeof t[0])
+            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "header byte %td: msgpack type 0x%02x is not allowed in a header (ext types and 0xc1 never are)",
+                        at - w->base, b);
+        if (t[i].fixed) {
+            if (w->end - w->p < t[i].fixed)
+                return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: a %s cut off by the header's end",
+                            at - w->base, t[i].name);
+            w->p += t[i].fixed;
+            return DLC_OK;
+        }
+        if (!walk_len(w, t[i].lenbytes, &n))
+            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: %s length cut off by the header's end",
+                        at - w->base, t[i].name);
+        container = t[i].container;
+        skip = container ? 0 : 1;
+    }
+    size_t left = (size_t)(w->end - w->p);
+    if (skip) { /* str or bin of n bytes */
+        if (n > DLC_PROTO_STR_MAX)
+            return walk_fail(w, at, "string or binary of bytes", n, "the limit is " STR(DLC_PROTO_STR_MAX));
+        if (n > left) return walk_fail(w, at, "string or binary of bytes", n, "fewer bytes follow");
+        w->p += n;
+        return DLC_OK;
+    }
+    /* A container: every entry takes at least one byte, so a count beyond the bytes
+     * left is a lie, refused before anything is read or allocated for it. */
+    if (depth + 1 > DLC_PROTO_DEPTH_MAX)
+        return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: nesting deeper than %d levels",
+                    at - w->base, DLC_PROTO_DEPTH_MAX);
+    if (n > DLC_PROTO_ITEMS_MAX)
+        return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
+                         "the limit is " STR(DLC_PROTO_ITEMS_MAX));
+    uint64_t values = container == 2 ? 2 * n : n;
+    if (values > left)
+        return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
+                         "fewer bytes follow than it needs");
+    for (uint64_t i = 0; i < values; i++) {
+        dlc_status st = walk_obj(w, depth + 1);
+        if (st < 0) return st;
+    }
+    return DLC_OK;
+}
+
+/* ---- gate 3: the fields ---- */
+
+static const char *mp_type_name(msgpack_object_type t) {
+    switch (t) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "boolean";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: return "integer";
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "negative integer";
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return "float";
+    case MSGPACK_OBJECT_STR: return "string";
+    case MSGPACK_OBJECT_ARRAY: return "array";
+    case MSGPACK_OBJECT_MAP: return "map";
+    case MSGPACK_OBJECT_BIN: return "binary";
+    default: return "ext";
+    }
+}
+
+static dlc_status field_type(int *why, key_id k, const msgpack_object *o, const char *want) {
+    return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\" is a %s, expected %s", key_names[k],
+                mp_type_name(o->type), want);
+}
+
+static dlc_status get_int(int *why, key_id k, const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out) {
+    int64_t v;
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        if (o->via.u64 > (uint64_t)INT64_MAX) v = INT64_MAX;
+        else v = (int64_t)o->via.u64;
+    } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        v = o->via.i64;
+    } else {
+        return field_type(why, k, o, "an integer");
+    }
+    if (v < lo || v > hi)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\" = %lld, expected %lld..%lld",
+                    key_names[k], (long long)v, (long long)lo, (long long)hi);
+    *out = v;
+    return DLC_OK;
+}
+
+static dlc_status get_num(int *why, key_id k, const msgpack_object *o, double lo, double *out) {
+    double v;
+    if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) v = o->via.f64;
+    else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) v = (double)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) v = (double)o->via.i64;
+    else return field_type(why, k, o, "a number");
+    if (!isfinite(v) || v < lo)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\" = %g, expected a finite number >= %g",
+                    key_names[k], v, lo);
+    *out = v;
+    return DLC_OK;
+}
+
+/* A string into dst[cap] (NUL-terminated); longer than cap-1 is an error. */
+static dlc_status get_str(int *why, key_id k, const msgpack_object *o, char *dst, size_t cap) {
+    if (o->type != MSGPACK_OBJECT_STR) return field_type(why, k, o, "a string");
+    if (o->via.str.size >= cap)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\": a string of %u bytes, at most %zu",
+                    key_names[k], o->via.str.size, cap - 1);
+    if (memchr(o->via.str.ptr, '\0', o->via.str.size))
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\": a string holding a NUL byte", key_names[k]);
+    memcpy(dst, o->via.str.ptr, o->via.str.size);
+    dst[o->via.str.size] = '\0';
+    return DLC_OK;
+}
+
+static dlc_status get_bin(int *why, key_id k, const msgpack_object *o, uint8_t *dst, size_t n) {
+    if (o->type != MSGPACK_OBJECT_BIN) return field_type(why, k, o, "binary");
+    if (o->via.bin.size != n)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\": %u bytes, expected %zu", key_names[k],
+                    o->via.bin.size, n);
+    memcpy(dst, o->via.bin.ptr, n);
+    return DLC_OK;
+}
+
+static bool str_eq(const msgpack_object *o, const char *s) {
+    size_t n = strlen(s);
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+static dlc_status get_codec(int *why, key_id k, const msgpack_object *o, dlc_codec_kind *out) {
+    if (o->type != MSGPACK_OBJECT_STR) return field_type(why, k, o, "a codec name");
+    for (int c = 0; c < DLC_CODEC_COUNT; c++)
+        if (str_eq(o, dlc_codec_name((dlc_codec_kind)c))) {
+            *out = (dlc_codec_kind)c;
+            return DLC_OK;
+        }
+    return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                "header field \"%s\" = \"%.*s\": not a codec (f32, bf16, fp8, int8, int4, e3m0)", key_names[k],
+                (int)(o->via.str.size > 32 ? 32 : o->via.str.size), o->via.str.ptr);
+}
+
+/* An array of strings matched against names[count]: bit i set for names[i]; the names
+ * not known are counted in *unknown. */
+static dlc_status get_names(int *why, key_id k, const msgpack_object *o, size_t max, const char *(*name)(int),
+                            int count, uint32_t *bits, int *unknown) {
+    if (o->type != MSGPACK_OBJECT_ARRAY) return field_type(why, k, o, "an array of strings");
+    if (o->via.array.size > max)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\": %u names, at most %zu", key_names[k],
+                    o->via.array.size, max);
+    *bits = 0;
+    if (unknown) *unknown = 0;
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_STR)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\"[%u] is a %s, expected a string",
+                        key_names[k], i, mp_type_name(e->type));
+        int j = 0;
+        while (j < count && !str_eq(e, name(j))) j++;
+        if (j < count) *bits |= 1u << j;
+        else if (unknown) (*unknown)++;
+    }
+    return DLC_OK;
+}
+
+static const char *cap_by_index(int i) { return cap_names[i]; }
+static const char *codec_by_index(int i) { return dlc_codec_name((dlc_codec_kind)i); }
+
+static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_frame *f) {
+    int64_t i = 0;
+    dlc_status st = DLC_OK;
+    dlc_hello *h = &f->hello;
+    switch (k) {
+    case K_LEARNER:
+        st = get_int(why, k, v, f->type == DLC_FRAME_HELLO ? -1 : 0, DLC_PROTO_LEARNERS_MAX - 1, &i);
+        f->msg.learner = h->learner = (int)i;
+        break;
+    case K_FRAGMENT:
+        st = get_int(why, k, v, 0, DLC_PROTO_FRAGMENTS_MAX - 1, &i);
+        f->msg.fragment = (int)i;
+        break;
+    case K_VERSION: st = get_int(why, k, v, 0, INT64_MAX, &f->msg.version); break;
+    case K_STEPS: st = get_int(why, k, v, 0, INT64_MAX, &f->msg.steps); break;
+    case K_TOKENS: st = get_int(why, k, v, 0, INT64_MAX, &f->msg.tokens); break;
+    case K_STEP_TIME: st = get_num(why, k, v, 0, &f->msg.step_time); break;
+    case K_TRANSIT: st = get_num(why, k, v, 0, &f->msg.transit); break;
+    case K_HELD: st = get_num(why, k, v, -1, &f->msg.held); break;
+    case K_FLAGS:
+        st = get_int(why, k, v, 0, UINT32_MAX, &i);
+        if (st == DLC_OK && (i & ~(int64_t)DLC_MSG_RESYNC))
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"fl\" = 0x%llx: unknown flag bits",
+                        (unsigned long long)i);
+        f->msg.flags = (uint32_t)i;
+        break;
+    case K_CODEC: st = get_codec(why, k, v, &f->msg.codec); break;
+    case K_NONCE: st = get_bin(why, k, v, f->nonce, DLC_PROTO_NONCE); break;
+    case K_MAC: st = get_bin(why, k, v, f->mac, DLC_PROTO_MAC); break;
+    case K_PMIN: st = get_int(why, k, v, 1, 255, &i), h->proto_min = (int)i; break;
+    case K_PMAX: st = get_int(why, k, v, 1, 255, &i), h->proto_max = (int)i; break;
+    case K_RUN: st = get_str(why, k, v, h->run, sizeof h->run); break;
+    case K_MODEL:
+    case K_PLAN:
+        if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return field_type(why, k, v, "an unsigned 64-bit hash");
+        *(k == K_MODEL ? &h->model_hash : &h->plan_hash) = v->via.u64;
+        break;
+    case K_CAPS:
+        st = get_names(why, k, v, DLC_PROTO_CAPS_MAX, cap_by_index, 3, &h->caps, &h->caps_unknown);
+        break;
+    case K_CODECS:
+        st = get_names(why, k, v, 2 * DLC_CODEC_COUNT + DLC_PROTO_CAPS_MAX, codec_by_index, DLC_CODEC_COUNT,
+                       &h->codecs, NULL);
+        break;
+    case K_BLOCK:
+        st = get_int(why, k, v, DLC_CODEC_BLOCK_MIN, DLC_CODEC_BLOCK_MAX, &i);
+        if (st == DLC_OK && (i & 1))
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"blk\" = %lld, expected an even block size",
+                        (long long)i);
+        h->block = (int)i;
+        break;
+    case K_ENDPOINTS:
+        if (v->type != MSGPACK_OBJECT_ARRAY) return field_type(why, k, v, "an array of endpoints");
+        if (v->via.array.size < 1 || v->via.array.size > DLC_PROTO_ENDPOINTS_MAX)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"eps\": %u endpoints, expected 1..%d",
+                        v->via.array.size, DLC_PROTO_ENDPOINTS_MAX);
+        h->endpoints = (int)v->via.array.size;
+        for (int e = 0; e < h->endpoints && st == DLC_OK; e++)
+            st = get_str(why, k, &v->via.array.ptr[e], h->endpoint[e], sizeof h->endpoint[e]);
+        break;
+    case K_OWNER:
+        if (v->type != MSGPACK_OBJECT_ARRAY) return field_type(why, k, v, "an array of endpoint indices");
+        if (v->via.array.size < 1 || v->via.array.size > DLC_PROTO_FRAGMENTS_MAX)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"own\": %u fragments, expected 1..%d",
+                        v->via.array.size, DLC_PROTO_FRAGMENTS_MAX);
+        h->fragments = (int)v->via.array.size;
+        for (int p = 0; p < h->fragments && st == DLC_OK; p++) {
+            st = get_int(why, k, &v->via.array.ptr[p], 0, DLC_PROTO_ENDPOINTS_MAX - 1, &i);
+            h->owner[p] = (uint16_t)i;
+        }
+        break;
+    case K_CODE:
+        st = get_int(why, k, v, 1, 255, &i);
+        f->code = (int)i;
+        break;
+    case K_TEXT: st = get_str(why, k, v, f->text, sizeof f->text); break;
+    case K_COUNT: DLC_ASSERT(0);
+    }
+    return st;
+}
+
+static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
+    size_t len = f->msg.len;
+    const char *name = frame_names[f->type];
+    if (!has_payload(f->type)) {
+        if (len)
+            return fail(why, DLC_PERR_MALFORMED, encoding ? DLC_ERR_ARG : DLC_ERR_FORMAT,
+                        "%s with a payload of %zu bytes: it carries none", name, len);
+        return DLC_OK;
+    }
+    if (!layout)
+        return fail(why, DLC_PERR_UNEXPECTED, encoding ? DLC_ERR_ARG : DLC_ERR_STATE,
+                    "%s before the model layout is known on this connection", name);
+    int64_t numel;
+    if (f->type == DLC_FRAME_GRADIENT || f->type == DLC_FRAME_GRADIENT_AVG) {
+        numel = layout->model_numel;
+    } else {
+        if (f->msg.fragment >= layout->fragments)
+            return fail(why, DLC_PERR_MISMATCH, encoding ? DLC_ERR_ARG : DLC_ERR_FORMAT,
+                        "%s of fragment %d, but the model has %d fragments", name, f->msg.fragment, layout->fragments);
+        numel = layout->numel[f->msg.fragment];
+    }
+    int64_t want = dlc_codec_encoded_size(f->msg.codec, &layout->codec, numel);
+    if (want < 0) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "%s: %s", name, dlc_last_error());
+    if ((uint64_t)want != (uint64_t)len)
+        return fail(why, DLC_PERR_MALFORMED, encoding ? DLC_ERR_ARG : DLC_ERR_FORMAT,
+                    "%s payload of %zu bytes, but %lld floats in %s take %lld bytes", name, len, (long long)numel,
+                    dlc_codec_name(f->msg.codec), (long long)want);
+    return DLC_OK;
+}
+
+static dlc_status check_layout(const dlc_proto_layout *l) {
+    if (!l) return DLC_OK;
+    if (l->fragments < 1 || l->fragments > DLC_PROTO_FRAGMENTS_MAX || !l->numel || l->model_numel < 0)
+        return dlc_error(DLC_ERR_ARG, "protocol layout: %d fragments (expected 1..%d with numel) and model_numel %lld",
+                         l->fragments, DLC_PROTO_FRAGMENTS_MAX, (long long)l->model_numel);
+    return dlc_codec_check(DLC_CODEC_INT8, &l->codec);
+}
+
+static dlc_status check_hello(const dlc_frame *f, int *why, dlc_status st) {
+    const dlc_hello *h = &f->hello;
+    if (f->type != DLC_FRAME_HELLO && f->type != DLC_FRAME_WELCOME) return DLC_OK;
+    if (h->proto_min < 1 || h->proto_max > 255 || h->proto_min > h->proto_max)
+        return fail(why, DLC_PERR_MALFORMED, st, "%s: protocol versions %d..%d, expected 1 <= min <= max <= 255",
+                    frame_names[f->type], h->proto_min, h->proto_max);
+    if (f->type == DLC_FRAME_WELCOME) {
+        if (h->proto_min != h->proto_max)
+            return fail(why, DLC_PERR_MALFORMED, st, "welcome: versions %d..%d, expected the one chosen (min = max)",
+                        h->proto_min, h->proto_max);
+        if (h->learner < 0)
+            return fail(why, DLC_PERR_MALFORMED, st, "welcome: learner %d, expected an id >= 0", h->learner);
+        if (h->endpoints < 1 || h->endpoints > DLC_PROTO_ENDPOINTS_MAX || h->fragments < 1 ||
+            h->fragments > DLC_PROTO_FRAGMENTS_MAX)
+            return fail(why, DLC_PERR_MALFORMED, st, "welcome: %d endpoints and %d fragments, expected 1..%d and 1..%d",
+                        h->endpoints, h->fragments, DLC_PROTO_ENDPOINTS_MAX, DLC_PROTO_FRAGMENTS_MAX);
+        for (int p = 0; p < h->fragments; p++)
+            if (h->owner[p] >= h->endpoints)
+                return fail(why, DLC_PERR_MALFORMED, st, "welcome: fragment %d owned by endpoint %u of %d", p,
+                            h->owner[p], h->endpoints);
+    }
+    return DLC_OK;
+}
+
+dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layout *layout, dlc_frame *out,
+                            int *why) {
+    if (why) *why = DLC_PERR_NONE;
+    if (!buf || !out) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_decode: NULL argument");
+    if (check_layout(layout) < 0) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "%s", dlc_last_error());
+    size_t need;
+    dlc_frame_type type;
+    dlc_status st = dlc_proto_peek(buf, len, DLC_PROTO_FRAME_MAX_LIMIT, &need, &type, why);
+    if (st < 0) return st;
+    if (need == 0 || need != len)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "frame: %zu bytes given, but its prefix declares %zu", len,
+                    need ? need : (size_t)DLC_PROTO_PREFIX);
+    size_t hlen = rd32(buf + 12);
+    const uint8_t *hdr = buf + DLC_PROTO_PREFIX;
+
+    walker w = {hdr, hdr, hdr + hlen, 0, why};
+    if (hdr[0] != 0xde && hdr[0] != 0xdf && (hdr[0] & 0xf0) != 0x80)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: starts with msgpack type 0x%02x, expected a map",
+                    hdr[0]);
+    if ((st = walk_obj(&w, 0)) < 0) return st;
+    if (w.p != w.end)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: %td bytes after its map", w.end - w.p);
+
+    dlc_frame_init(out, type);
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    msgpack_unpack_return r = msgpack_unpack_next(&up, (const char *)hdr, hlen, &off);
+    if (r != MSGPACK_UNPACK_SUCCESS || off != hlen || up.data.type != MSGPACK_OBJECT_MAP) {
+        msgpack_unpacked_destroy(&up);
+        return fail(why, r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_PERR_INTERNAL : DLC_PERR_MALFORMED,
+                    r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_ERR_NOMEM : DLC_ERR_FORMAT,
+                    "header: msgpack-c refused it (status %d) after it passed the walk", (int)r);
+    }
+    uint32_t present = 0;
+    const msgpack_object_map *map = &up.data.via.map;
+    for (uint32_t i = 0; i < map->size && st == DLC_OK; i++) {
+        const msgpack_object *key = &map->ptr[i].key;
+        if (key->type != MSGPACK_OBJECT_STR) {
+            st = fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: key %u is a %s, expected a string", i,
+                      mp_type_name(key->type));
+            break;
+        }
+        int k = 0;
+        while (k < K_COUNT && !str_eq(key, key_names[k])) k++;
+        if (k == K_COUNT || !(type_keys[type] & B(k))) continue; /* a newer peer's field: ignored */
+        if (present & B(k)) {
+            st = fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: field \"%s\" appears twice", key_names[k]);
+            break;
+        }
+        present |= B(k);
+        st = read_field(why, (key_id)k, &map->ptr[i].val, out);
+    }
+    msgpack_unpacked_destroy(&up);
+    if (st < 0) return st;
+    uint32_t missing = type_keys[type] & ~present;
+    if (missing) {
+        int k = __builtin_ctz(missing);
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "%s without its field \"%s\"", frame_names[type],
+                    key_names[k]);
+    }
+    if (type == DLC_FRAME_RESYNC && !(out->msg.flags & DLC_MSG_RESYNC))
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "resync without the resync flag");
+    if (type == DLC_FRAME_FRAGMENT && (out->msg.flags & DLC_MSG_RESYNC))
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "fragment with the resync flag (a resync is its own type)");
+    if ((st = check_hello(out, why, DLC_ERR_FORMAT)) < 0) return st;
+    out->msg.payload = buf + DLC_PROTO_PREFIX + hlen;
+    out->msg.len = len - DLC_PROTO_PREFIX - hlen;
+    if (out->msg.len == 0) out->msg.payload = NULL;
+    return check_payload(out, layout, why, false);
+}
+
+/* ---- encoding ---- */
+
+typedef struct outbuf {
+    uint8_t *p;
+    size_t len, cap;
+} outbuf;
+
+static int out_write(void *data, const char *buf, size_t len) {
+    outbuf *o = data;
+    if (len > o->cap - o->len) return -1;
+    memcpy(o->p + o->len, buf, len);
+    o->len += len;
+    return 0;
+}
+
+static int pack_cstr(msgpack_packer *pk, const char *s, size_t max) {
+    size_t n = strnlen(s, max);
+    return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, s, n);
+}
+
+static int pack_names(msgpack_packer *pk, uint32_t bits, const char *(*name)(int), int count) {
+    int n = 0;
+    for (int i = 0; i < count; i++) n += (bits >> i) & 1;
+    if (msgpack_pack_array(pk, (size_t)n)) return -1;
+    for (int i = 0; i < count; i++)
+        if (((bits >> i) & 1) && pack_cstr(pk, name(i), 64)) return -1;
+    return 0;
+}
+
+static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
+    const dlc_hello *h = &f->hello;
+    if (pack_cstr(pk, key_names[k], 8)) return -1;
+    switch (k) {
+    case K_LEARNER: return msgpack_pack_int64(pk, f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME ? h->learner : f->msg.learner);
+    case K_FRAGMENT: return msgpack_pack_int64(pk, f->msg.fragment);
+    case K_VERSION: return msgpack_pack_int64(pk, f->msg.version);
+    case K_STEPS: return msgpack_pack_int64(pk, f->msg.steps);
+    case K_TOKENS: return msgpack_pack_int64(pk, f->msg.tokens);
+    case K_STEP_TIME: return msgpack_pack_double(pk, f->msg.step_time);
+    case K_TRANSIT: return msgpack_pack_double(pk, f->msg.transit);
+    case K_HELD: return msgpack_pack_double(pk, f->msg.held);
+    case K_FLAGS: return msgpack_pack_uint32(pk, f->msg.flags);
+    case K_CODEC: return pack_cstr(pk, dlc_codec_name(f->msg.codec), 16);
+    case K_NONCE: return msgpack_pack_bin(pk, DLC_PROTO_NONCE) || msgpack_pack_bin_body(pk, f->nonce, DLC_PROTO_NONCE);
+    case K_MAC: return msgpack_pack_bin(pk, DLC_PROTO_MAC) || msgpack_pack_bin_body(pk, f->mac, DLC_PROTO_MAC);
+    case K_PMIN: return msgpack_pack_int(pk, h->proto_min);
+    case K_PMAX: return msgpack_pack_int(pk, h->proto_max);
+    case K_RUN: return pack_cstr(pk, h->run, DLC_PROTO_RUN_MAX);
+    case K_MODEL: return msgpack_pack_uint64(pk, h->model_hash);
+    case K_PLAN: return msgpack_pack_uint64(pk, h->plan_hash);
+    case K_CAPS: return pack_names(pk, h->caps & DLC_CAP_ALL, cap_by_index, 3);
+    case K_CODECS: return pack_names(pk, h->codecs, codec_by_index, DLC_CODEC_COUNT);
+    case K_BLOCK: return msgpack_pack_int(pk, h->block);
+    case K_ENDPOINTS:
+        if (msgpack_pack_array(pk, (size_t)h->endpoints)) return -1;
+        for (int e = 0; e < h->endpoints; e++)
+            if (pack_cstr(pk, h->endpoint[e], DLC_PROTO_ENDPOINT_MAX)) return -1;
+        return 0;
+    case K_OWNER:
+        if (msgpack_pack_array(pk, (size_t)h->fragments)) return -1;
+        for (int p = 0; p < h->fragments; p++)
+            if (msgpack_pack_uint16(pk, h->owner[p])) return -1;
+        return 0;
+    case K_CODE: return msgpack_pack_int(pk, f->code);
+    case K_TEXT: return pack_cstr(pk, f->text, DLC_PROTO_TEXT_MAX);
+    case K_COUNT: break;
+    }
+    return -1;
+}
+
+/* What the decoder would refuse, refused before it is sent. */
+static dlc_status check_encodable(const dlc_frame *f) {
+    const dlc_msg *m = &f->msg;
+    uint32_t keys = type_keys[f->type];
+    const char *name = frame_names[f->type];
+    if ((keys & B(K_LEARNER)) && f->type != DLC_FRAME_HELLO && f->type != DLC_FRAME_WELCOME &&
+        (m->learner < 0 || m->learner >= DLC_PROTO_LEARNERS_MAX))
+        return dlc_error(DLC_ERR_ARG, "%s: learner %d, expected 0..%d", name, m->learner, DLC_PROTO_LEARNERS_MAX - 1);
+    if (f->type == DLC_FRAME_HELLO && (f->hello.learner < -1 || f->hello.learner >= DLC_PROTO_LEARNERS_MAX))
+        return dlc_error(DLC_ERR_ARG, "hello: learner %d, expected -1..%d", f->hello.learner, DLC_PROTO_LEARNERS_MAX - 1);
+    if ((keys & B(K_FRAGMENT)) && (m->fragment < 0 || m->fragment >= DLC_PROTO_FRAGMENTS_MAX))
+        return dlc_error(DLC_ERR_ARG, "%s: fragment %d, expected 0..%d", name, m->fragment, DLC_PROTO_FRAGMENTS_MAX - 1);
+    if (((keys & B(K_VERSION)) && m->version < 0) || ((keys & B(K_STEPS)) && m->steps < 0) ||
+        ((keys & B(K_TOKENS)) && m->tokens < 0))
+        return dlc_error(DLC_ERR_ARG, "%s: version %lld, steps %lld, tokens %lld: none may be negative", name,
+                         (long long)m->version, (long long)m->steps, (long long)m->tokens);
+    if (((keys & B(K_STEP_TIME)) && !(isfinite(m->step_time) && m->step_time >= 0)) ||
+        ((keys & B(K_TRANSIT)) && !(isfinite(m->transit) && m->transit >= 0)) ||
+        ((keys & B(K_HELD)) && !(isfinite(m->held) && m->held >= -1)))
+        return dlc_error(DLC_ERR_ARG, "%s: step_time %g, transit %g, held %g: must be finite, >= 0 (held >= -1)", name,
+                         m->step_time, m->transit, m->held);
+    if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u))
+        return dlc_error(DLC_ERR_ARG, "%s: flags 0x%x, expected 0x%x", name, m->flags,
+                         f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u);
+    if ((keys & B(K_CODEC)) && (unsigned)m->codec >= DLC_CODEC_COUNT)
+        return dlc_error(DLC_ERR_ARG, "%s: codec %d out of range", name, (int)m->codec);
+    if (f->type == DLC_FRAME_ERROR && (f->code < 1 || f->code > 255))
+        return dlc_error(DLC_ERR_ARG, "error frame: code %d, expected 1..255", f->code);
+    if (f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME) {
+        if (f->hello.block < DLC_CODEC_BLOCK_MIN || f->hello.block > DLC_CODEC_BLOCK_MAX || (f->hello.block & 1))
+            return dlc_error(DLC_ERR_ARG, "%s: block %d, expected an even size in %d..%d", name, f->hello.block,
+                             DLC_CODEC_BLOCK_MIN, DLC_CODEC_BLOCK_MAX);
+        if (check_hello(f, NULL, DLC_ERR_ARG) < 0) return DLC_ERR_ARG;
+    }
+    if (m->len && !m->payload) return dlc_error(DLC_ERR_ARG, "%s: payload of %zu bytes at NULL", name, m->len);
+    return DLC_OK;
+}
+
+int64_t dlc_proto_encode(const dlc_frame *f, const dlc_proto_layout *layout, uint8_t *out, size_t cap) {
+    if (!f || !out) return dlc_error(DLC_ERR_ARG, "dlc_proto_encode: NULL argument");
+    if ((unsigned)f->type >= DLC_FRAME_TYPE_COUNT)
+        return dlc_error(DLC_ERR_ARG, "dlc_proto_encode: frame type %d out of range", (int)f->type);
+    dlc_status st;
+    if ((st = check_layout(layout)) < 0) return st;
+    if ((st = check_encodable(f)) < 0) return st;
+    if ((st = check_payload(f, layout, NULL, true)) < 0) return st;
+    if (cap < DLC_PROTO_PREFIX) return dlc_error(DLC_ERR_RANGE, "dlc_proto_encode: buffer of %zu bytes", cap);
+
+    outbuf ob = {out, DLC_PROTO_PREFIX, cap < DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX ? cap : DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &ob, out_write);
+    uint32_t keys = type_keys[f->type];
+    int bad = msgpack_pack_map(&pk, (size_t)__builtin_popcount(keys));
+    for (int k = 0; k < K_COUNT && !bad; k++)
+        if (keys & B(k)) bad = pack_field(&pk, (key_id)k, f);
+    if (bad)
+        return dlc_error(DLC_ERR_RANGE, "%s: header does not fit in %zu bytes (the limit is %d)", frame_names[f->type],
+                         ob.cap - DLC_PROTO_PREFIX, DLC_PROTO_HEADER_MAX);
+    size_t hlen = ob.len - DLC_PROTO_PREFIX;
+    uint64_t length = (uint64_t)hlen + f->msg.len;
+    if (length + DLC_PROTO_PREFIX > DLC_PROTO_FRAME_MAX_LIMIT)
+        return dlc_error(DLC_ERR_RANGE, "%s of %llu bytes exceeds the largest frame, %zu bytes", frame_names[f->type],
+                         (unsigned long long)length + DLC_PROTO_PREFIX, DLC_PROTO_FRAME_MAX_LIMIT);
+    memcpy(out, "DLCW", 4);
+    out[4] = DLC_PROTO_FRAME_VERSION;
+    out[5] = (uint8_t)(f->type + 1);
+    out[6] = out[7] = 0;
+    wr32(out + 8, (uint32_t)length);
+    wr32(out + 12, (uint32_t)hlen);
+    return (int64_t)ob.len;
+}
+
+/* ---- negotiation ---- */
+
+dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, dlc_hello *welcome, int *why) {
+    if (why) *why = DLC_PERR_NONE;
+    if (!ours || !theirs || !welcome) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_negotiate: NULL argument");
+    int lo = ours->proto_min > theirs->proto_min ? ours->proto_min : theirs->proto_min;
+    int hi = ours->proto_max < theirs->proto_max ? ours->proto_max : theirs->proto_max;
+    if (lo > hi)
+        return fail(why, DLC_PERR_VERSION, DLC_ERR_STATE,
+                    "protocol versions: the peer speaks %d..%d, this server %d..%d; upgrade the older side",
+                    theirs->proto_min, theirs->proto_max, ours->proto_min, ours->proto_max);
+    if (strcmp(ours->run, theirs->run) != 0)
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "run id \"%s\", but this server runs \"%s\"", theirs->run,
+                    ours->run);
+    if (ours->model_hash != theirs->model_hash)
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE,
+                    "model layout hash %016llx, but this server's model is %016llx (another model or recipe?)",
+                    (unsigned long long)theirs->model_hash, (unsigned long long)ours->model_hash);
+    if (ours->plan_hash != theirs->plan_hash)
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE,
+                    "fragment plan hash %016llx, but this server's plan is %016llx (sync.fragments or sync.plan differ)",
+                    (unsigned long long)theirs->plan_hash, (unsigned long long)ours->plan_hash);
+    if (ours->block != theirs->block)
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codec block %d, but this server uses %d", theirs->block,
+                    ours->block);
+    uint32_t codecs = ours->codecs & theirs->codecs;
+    if (!(codecs & (1u << DLC_CODEC_F32)))
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codecs in common lack f32, which every peer must speak");
+    *welcome = *ours;
+    welcome->proto_min = welcome->proto_max = hi;
+    welcome->caps = ours->caps & theirs->caps;
+    welcome->caps_unknown = 0;
+    welcome->codecs = codecs;
+    welcome->learner = theirs->learner;
+    return DLC_OK;
+}

@@ -1,0 +1,529 @@
+/*
+ * test_proto.c - the wire protocol (core/proto.c): every frame type round trips; every
+ * hostile frame (a lying prefix, lying msgpack counts, deep nesting, wrong types, a
+ * payload that does not fit the layout, ...) is refused with its ERROR code and a
+ * message naming the problem, and a valid frame decodes right after.
+ *
+ *   test_proto                  run the checks
+ *   test_proto --corpus DIR     also write every frame tried into DIR, one file each:
+ *                               the seed corpus of ctest/fuzz_proto.c
+ *                               (ctest/fuzz_corpus/proto is made this way)
+ */
+#include <stdint.h>
+#include "check.h"
+
+static const char *corpus_dir;
+static int corpus_n;
+
+static void corpus_write(const char *name, const uint8_t *buf, size_t len) {
+    if (!corpus_dir) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%03d_%s", corpus_dir, corpus_n++, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, len, f) != len) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+/* The layout every test uses: 3 fragments. */
+static const int64_t numel3[3] = {100, 256, 7};
+static dlc_proto_layout layout3 = {3, numel3, 363, {128}};
+
+/* The first occurrence of needle[0..n) in hay[0..len), or NULL. */
+static uint8_t *find(uint8_t *hay, size_t len, const char *needle, size_t n) {
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(hay + i, needle, n) == 0) return hay + i;
+    return NULL;
+}
+
+static uint8_t scratch[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX + 65536];
+
+/* Encodes f (+ payload) into scratch, returns the total frame length. */
+static size_t encode(const dlc_frame *f) {
+    int64_t n = dlc_proto_encode(f, &layout3, scratch, DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
+    if (n < 0) {
+        fprintf(stderr, "encode %s: %s\n", dlc_frame_type_name(f->type), dlc_last_error());
+        exit(1);
+    }
+    memcpy(scratch + n, f->msg.payload, f->msg.len);
+    return (size_t)n + f->msg.len;
+}
+
+/* A decode expected to fail with `why` and a message containing `needle`. */
+static void refuse(const char *name, const uint8_t *buf, size_t len, int want_why, const char *needle) {
+    corpus_write(name, buf, len);
+    size_t need = 0;
+    int why = -1;
+    dlc_frame f;
+    dlc_status st = dlc_proto_peek(buf, len, DLC_PROTO_FRAME_MAX_DEFAULT, &need, NULL, &why);
+    if (st == DLC_OK && need == len) st = dlc_proto_decode(buf, len, &layout3, &f, &why);
+    else if (st == DLC_OK) st = dlc_error(DLC_ERR_FORMAT, "incomplete: %zu of %zu", len, need), why = -2;
+    if (st < 0 && why == want_why && strstr(dlc_last_error(), needle)) {
+        check_pass++;
+    } else {
+        check_fail++;
+        fprintf(stderr, "%s: expected %s \"%s\", got status %d why %d: %s\n", name,
+                dlc_proto_errcode_name(want_why), needle, st, why, st < 0 ? dlc_last_error() : "(decoded)");
+    }
+    /* ...and the next valid frame decodes. */
+    dlc_frame hb;
+    dlc_frame_init(&hb, DLC_FRAME_HEARTBEAT);
+    hb.msg.learner = 1, hb.msg.steps = 5;
+    size_t n = encode(&hb);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &f, NULL) == DLC_OK && f.msg.steps == 5);
+}
+
+/* A raw frame: prefix declaring `type` with header hdr[0..hlen) and plen payload bytes
+ * (zeros).  Returns its length in out. */
+static size_t raw(uint8_t *out, int type, const void *hdr, size_t hlen, size_t plen) {
+    memcpy(out, "DLCW", 4);
+    out[4] = 1, out[5] = (uint8_t)(type + 1), out[6] = out[7] = 0;
+    uint32_t length = (uint32_t)(hlen + plen);
+    for (int i = 0; i < 4; i++) {
+        out[8 + i] = (uint8_t)(length >> (24 - 8 * i));
+        out[12 + i] = (uint8_t)(hlen >> (24 - 8 * i));
+    }
+    memcpy(out + 16, hdr, hlen);
+    memset(out + 16 + hlen, 0, plen);
+    return 16 + hlen + plen;
+}
+
+static void test_roundtrip(void) {
+    uint8_t pay[1024];
+    for (size_t i = 0; i < sizeof pay; i++) pay[i] = (uint8_t)(i * 7);
+    dlc_frame f, g;
+
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+    f.msg.learner = 3, f.msg.fragment = 1, f.msg.version = 42, f.msg.steps = 24, f.msg.tokens = 1 << 20;
+    f.msg.step_time = 0.125, f.msg.transit = 0.5, f.msg.codec = DLC_CODEC_INT4;
+    f.msg.payload = pay, f.msg.len = (size_t)dlc_codec_encoded_size(DLC_CODEC_INT4, &layout3.codec, 256);
+    size_t n = encode(&f);
+    corpus_write("contribution", scratch, n);
+    size_t need;
+    dlc_frame_type t;
+    CHECK(dlc_proto_peek(scratch, 3, DLC_PROTO_FRAME_MAX_DEFAULT, &need, &t, NULL) == DLC_OK && need == 0);
+    CHECK(dlc_proto_peek(scratch, 16, DLC_PROTO_FRAME_MAX_DEFAULT, &need, &t, NULL) == DLC_OK && need == n &&
+          t == DLC_FRAME_CONTRIBUTION);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK);
+    CHECK(g.type == DLC_FRAME_CONTRIBUTION && g.msg.type == DLC_MSG_CONTRIBUTION && g.msg.learner == 3 &&
+          g.msg.fragment == 1 && g.msg.version == 42 && g.msg.steps == 24 && g.msg.tokens == 1 << 20 &&
+          g.msg.step_time == 0.125 && g.msg.transit == 0.5 && g.msg.codec == DLC_CODEC_INT4);
+    CHECK(g.msg.len == f.msg.len && g.msg.payload == scratch + n - f.msg.len && memcmp(g.msg.payload, pay, g.msg.len) == 0);
+
+    /* a resync: the msg.h FRAGMENT with the resync flag travels as RESYNC */
+    dlc_msg m = {0};
+    m.type = DLC_MSG_FRAGMENT, m.learner = 2, m.fragment = 2, m.version = 9, m.steps = 100, m.held = -1;
+    m.step_time = 0.25, m.flags = DLC_MSG_RESYNC, m.codec = DLC_CODEC_F32, m.payload = pay, m.len = 28;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_RESYNC);
+    n = encode(&f);
+    corpus_write("resync", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.type == DLC_FRAME_RESYNC &&
+          g.msg.type == DLC_MSG_FRAGMENT && g.msg.flags == DLC_MSG_RESYNC && g.msg.held == -1 && g.msg.steps == 100 &&
+          g.msg.version == 9 && g.msg.len == 28);
+    m.flags = 0, m.held = 1.5;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_FRAGMENT);
+    n = encode(&f);
+    corpus_write("fragment", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.type == DLC_FRAME_FRAGMENT &&
+          g.msg.flags == 0 && g.msg.held == 1.5);
+
+    dlc_frame_init(&f, DLC_FRAME_GRADIENT);
+    f.msg.learner = 0, f.msg.version = 7, f.msg.tokens = 512, f.msg.codec = DLC_CODEC_BF16;
+    f.msg.payload = pay, f.msg.len = 363 * 2;
+    n = encode(&f);
+    corpus_write("gradient", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.type == DLC_MSG_GRADIENT &&
+          g.msg.len == 726 && g.msg.tokens == 512);
+    dlc_frame_init(&f, DLC_FRAME_GRADIENT_AVG);
+    f.msg.learner = 5, f.msg.version = 7, f.msg.payload = pay, f.msg.len = 363 * 4 > 1024 ? 0 : 0;
+    f.msg.codec = DLC_CODEC_FP8, f.msg.len = 363;
+    n = encode(&f);
+    corpus_write("gradient_avg", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.type == DLC_MSG_GRADIENT_AVG &&
+          g.msg.learner == 5);
+
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.learner = 65535, f.msg.steps = INT64_MAX, f.msg.tokens = 0, f.msg.step_time = 1e-9, f.msg.transit = 0;
+    n = encode(&f);
+    corpus_write("heartbeat", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.msg.type == DLC_MSG_HEARTBEAT &&
+          g.msg.learner == 65535 && g.msg.steps == INT64_MAX && g.msg.step_time == 1e-9 && g.msg.payload == NULL);
+
+    dlc_frame_init(&f, DLC_FRAME_BYE);
+    f.msg.learner = 4;
+    strcpy(f.text, "run over");
+    n = encode(&f);
+    corpus_write("bye", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.msg.type == DLC_MSG_BYE &&
+          g.msg.learner == 4 && strcmp(g.text, "run over") == 0);
+
+    dlc_frame_init(&f, DLC_FRAME_ERROR);
+    f.code = DLC_PERR_AUTH;
+    memset(f.text, 'x', DLC_PROTO_TEXT_MAX);
+    f.text[DLC_PROTO_TEXT_MAX] = '\0';
+    n = encode(&f);
+    corpus_write("error", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.code == DLC_PERR_AUTH &&
+          strlen(g.text) == DLC_PROTO_TEXT_MAX);
+
+    for (int k = 0; k < 3; k++) {
+        dlc_frame_type types[3] = {DLC_FRAME_AUTH, DLC_FRAME_AUTH_CHALLENGE, DLC_FRAME_AUTH_PROOF};
+        dlc_frame_init(&f, types[k]);
+        for (int i = 0; i < 32; i++) f.nonce[i] = (uint8_t)(i + k), f.mac[i] = (uint8_t)(255 - i);
+        n = encode(&f);
+        corpus_write(dlc_frame_type_name(types[k]), scratch, n);
+        CHECK(n <= DLC_PROTO_FRAME_MAX_UNAUTH);
+        CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.type == types[k]);
+        if (k < 2) CHECK(memcmp(g.nonce, f.nonce, 32) == 0);
+        if (k > 0) CHECK(memcmp(g.mac, f.mac, 32) == 0);
+    }
+}
+
+static dlc_hello server_hello(void) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    dlc_hello h = f.hello;
+    h.proto_min = 1, h.proto_max = 3;
+    strcpy(h.run, "charlm-7");
+    h.model_hash = 0x0123456789abcdefull, h.plan_hash = 0xfedcba9876543210ull;
+    h.learner = 0, h.caps = DLC_CAP_ALL, h.codecs = 0x3f, h.block = 128;
+    h.fragments = 3, h.endpoints = 2;
+    strcpy(h.endpoint[0], "");
+    strcpy(h.endpoint[1], "10.0.0.2:7070");
+    h.owner[0] = 0, h.owner[1] = 1, h.owner[2] = 0;
+    return h;
+}
+
+static void test_hello(void) {
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.proto_min = 1, f.hello.proto_max = 2, f.hello.learner = -1, f.hello.caps = DLC_CAP_GRADIENT;
+    f.hello.fragments = 0, f.hello.endpoints = 0;
+    f.hello.codecs = (1u << DLC_CODEC_F32) | (1u << DLC_CODEC_INT4);
+    size_t n = encode(&f);
+    corpus_write("hello", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK);
+    CHECK(g.hello.proto_min == 1 && g.hello.proto_max == 2 && strcmp(g.hello.run, "charlm-7") == 0 &&
+          g.hello.model_hash == 0x0123456789abcdefull && g.hello.plan_hash == 0xfedcba9876543210ull &&
+          g.hello.learner == -1 && g.hello.caps == DLC_CAP_GRADIENT && g.hello.block == 128 &&
+          g.hello.codecs == f.hello.codecs && g.hello.caps_unknown == 0);
+
+    dlc_hello ours = server_hello(), w;
+    int why;
+    CHECK(dlc_proto_negotiate(&ours, &g.hello, &w, &why) == DLC_OK && why == DLC_PERR_NONE);
+    CHECK(w.proto_min == 2 && w.proto_max == 2 && w.caps == DLC_CAP_GRADIENT && w.codecs == f.hello.codecs &&
+          w.fragments == 3 && w.endpoints == 2 && w.learner == -1);
+    w.learner = 6;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello = w;
+    n = encode(&f);
+    corpus_write("welcome", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.learner == 6 && g.hello.fragments == 3 &&
+          g.hello.endpoints == 2 && strcmp(g.hello.endpoint[1], "10.0.0.2:7070") == 0 && g.hello.owner[1] == 1 &&
+          g.hello.owner[2] == 0 && g.hello.proto_min == 2);
+
+    /* refusals name both sides */
+    dlc_hello c = ours;
+    c.proto_min = 4, c.proto_max = 5;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) == DLC_ERR_STATE && why == DLC_PERR_VERSION &&
+          strstr(dlc_last_error(), "the peer speaks 4..5, this server 1..3"));
+    c = ours, strcpy(c.run, "other");
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "\"other\"") && strstr(dlc_last_error(), "\"charlm-7\""));
+    c = ours, c.model_hash ^= 1;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "model layout hash 0123456789abcdee"));
+    c = ours, c.plan_hash ^= 2;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "fragment plan hash"));
+    c = ours, c.block = 64;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "codec block 64, but this server uses 128"));
+    c = ours, c.codecs = 1u << DLC_CODEC_INT4;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH && strstr(dlc_last_error(), "f32"));
+
+    /* a newer peer's unknown capabilities and codecs are counted and ignored; its
+     * unknown header keys too */
+    static const uint8_t hello_new[] = {
+        0x8b,                                     /* map of 11 */
+        0xa4, 'p', 'm', 'i', 'n', 0x01,           /* pmin 1 */
+        0xa4, 'p', 'm', 'a', 'x', 0x09,           /* pmax 9 */
+        0xa3, 'r', 'u', 'n', 0xa0,                /* run "" */
+        0xa2, 'm', 'h', 0x05, 0xa2, 'p', 'h', 0x06, 0xa1, 'l', 0xff, /* l -1 */
+        0xa4, 'c', 'a', 'p', 's', 0x92, 0xa8, 'g', 'r', 'a', 'd', 'i', 'e', 'n', 't', 0xa4, 'w', 'a', 'r', 'p',
+        0xa6, 'c', 'o', 'd', 'e', 'c', 's', 0x92, 0xa3, 'f', '3', '2', 0xa3, 'f', 'p', '4',
+        0xa3, 'b', 'l', 'k', 0xcc, 0x80,
+        0xa6, 'f', 'u', 't', 'u', 'r', 'e', 0x91, 0x01,    /* unknown key */
+        0xa3, 'e', 'p', 's', 0xc0,                /* a welcome's key in a hello: ignored */
+    };
+    uint8_t buf[256];
+    n = raw(buf, DLC_FRAME_HELLO, hello_new, sizeof hello_new, 0);
+    corpus_write("hello_newer_peer", buf, n);
+    CHECK(dlc_proto_decode(buf, n, NULL, &g, NULL) == DLC_OK && g.hello.proto_max == 9 &&
+          g.hello.caps == DLC_CAP_GRADIENT && g.hello.caps_unknown == 1 && g.hello.codecs == 1u && g.hello.learner == -1 &&
+          g.hello.model_hash == 5);
+}
+
+static void test_prefix(void) {
+    uint8_t buf[64], hdr[1] = {0x80};
+    size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[0] = 'G';
+    refuse("bad_magic", buf, 4, DLC_PERR_MALFORMED, "not the magic");
+    memcpy(buf, "GET / HTTP/1.1\r\n", 16);
+    refuse("http", buf, 16, DLC_PERR_MALFORMED, "byte 0 is 0x47");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[3] = 'X';
+    refuse("bad_magic_3", buf, n, DLC_PERR_MALFORMED, "byte 3 is 0x58");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[4] = 2;
+    refuse("frame_version", buf, n, DLC_PERR_VERSION, "frame version 2, but this peer reads frame version 1");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[5] = 200;
+    refuse("unknown_type", buf, n, DLC_PERR_UNEXPECTED, "unknown message type 200");
+    buf[5] = 0;
+    refuse("type_zero", buf, n, DLC_PERR_UNEXPECTED, "unknown message type 0");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[7] = 1;
+    refuse("reserved", buf, n, DLC_PERR_MALFORMED, "reserved bytes");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[8] = 0xff, buf[9] = 0xff, buf[10] = 0xff, buf[11] = 0xff;
+    refuse("length_4g", buf, n, DLC_PERR_TOO_LARGE, "exceeds this connection's limit of 536870912 bytes");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    buf[15] = 2;
+    refuse("hlen_beyond_length", buf, n, DLC_PERR_MALFORMED, "header length 2 exceeds the frame's length 1");
+    n = raw(buf, DLC_FRAME_CONTRIBUTION, hdr, 1, 0);
+    buf[8] = 0x01, buf[13] = 0x01; /* length 16M+1, header 64K+1 */
+    refuse("hlen_beyond_max", buf, 16, DLC_PERR_TOO_LARGE, "header of 65537 bytes exceeds the limit of 16384");
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 0, 0);
+    refuse("hlen_zero", buf, n, DLC_PERR_MALFORMED, "header length 0");
+
+    /* the connection's own limit, and a limit that makes no sense */
+    size_t need;
+    int why;
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 40);
+    CHECK(dlc_proto_peek(buf, n, 57, &need, NULL, &why) == DLC_OK && need == 57);
+    CHECK(dlc_proto_peek(buf, n, 56, &need, NULL, &why) == DLC_ERR_RANGE && why == DLC_PERR_TOO_LARGE &&
+          strstr(dlc_last_error(), "frame of 57 bytes (heartbeat) exceeds this connection's limit of 56 bytes"));
+    CHECK(dlc_proto_peek(buf, n, 0, &need, NULL, &why) == DLC_ERR_ARG && strstr(dlc_last_error(), "frame limit 0"));
+    CHECK(dlc_proto_peek(buf, n, DLC_PROTO_FRAME_MAX_LIMIT + 1, &need, NULL, &why) == DLC_ERR_ARG);
+    /* a whole frame with fewer bytes than its prefix says */
+    n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
+    CHECK(dlc_proto_decode(buf, n - 1, NULL, &(dlc_frame){0}, &why) == DLC_ERR_FORMAT && why == DLC_PERR_MALFORMED);
+    CHECK(dlc_proto_decode(buf, 10, NULL, &(dlc_frame){0}, &why) == DLC_ERR_FORMAT && why == DLC_PERR_MALFORMED);
+}
+
+static void test_header_walk(void) {
+    uint8_t buf[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX + 64];
+    size_t n;
+    /* msgpack-c would allocate on these counts; the walk refuses them first */
+    static const uint8_t arr32[] = {0x81, 0xa1, 'l', 0xdd, 0xff, 0xff, 0xff, 0xff, 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, arr32, sizeof arr32, 0);
+    refuse("array32_huge", buf, n, DLC_PERR_MALFORMED, "array of items 4294967295");
+    static const uint8_t str32[] = {0x81, 0xa1, 'l', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, str32, sizeof str32, 0);
+    refuse("str32_4g", buf, n, DLC_PERR_MALFORMED, "string or binary of bytes 4294967295");
+    static const uint8_t map32[] = {0xdf, 0x00, 0x00, 0x10, 0x00, 0x01, 0x02};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, map32, sizeof map32, 0);
+    refuse("map32_lies", buf, n, DLC_PERR_MALFORMED, "map of entries 4096, but fewer bytes follow");
+    static const uint8_t bin32[] = {0x81, 0xa1, 'n', 0xc6, 0x7f, 0xff, 0xff, 0xff};
+    n = raw(buf, DLC_FRAME_AUTH, bin32, sizeof bin32, 0);
+    refuse("bin32_2g", buf, n, DLC_PERR_MALFORMED, "string or binary of bytes 2147483647");
+    static const uint8_t arr_many[] = {0x81, 0xa1, 'l', 0xdc, 0x20, 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, arr_many, sizeof arr_many, 0);
+    refuse("array16_over_items", buf, n, DLC_PERR_MALFORMED, "array of items 8192, but the limit is 4096");
+    /* the count fits the bytes but no value is complete */
+    static const uint8_t cut[] = {0x82, 0xa1, 'l', 0xcd, 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, cut, sizeof cut, 0);
+    refuse("cut_uint16", buf, n, DLC_PERR_MALFORMED, "uint16 cut off");
+    static const uint8_t cut2[] = {0x82, 0xa1, 'l', 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, cut2, sizeof cut2, 0);
+    refuse("cut_map", buf, n, DLC_PERR_MALFORMED, "fewer bytes follow");
+    /* nesting: map > array > array > array */
+    static const uint8_t deep[] = {0x81, 0xa1, 'x', 0x91, 0x91, 0x91, 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, deep, sizeof deep, 0);
+    refuse("deep", buf, n, DLC_PERR_MALFORMED, "nesting deeper than 3 levels");
+    uint8_t deeper[200];
+    deeper[0] = 0x81, deeper[1] = 0xa1, deeper[2] = 'x';
+    for (int i = 3; i < 199; i++) deeper[i] = 0x91;
+    deeper[199] = 0x01;
+    n = raw(buf, DLC_FRAME_HEARTBEAT, deeper, sizeof deeper, 0);
+    refuse("deep_196", buf, n, DLC_PERR_MALFORMED, "nesting deeper");
+    static const uint8_t ext[] = {0x81, 0xa1, 'l', 0xd4, 0x01, 0x02};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, ext, sizeof ext, 0);
+    refuse("ext", buf, n, DLC_PERR_MALFORMED, "msgpack type 0xd4 is not allowed");
+    static const uint8_t never[] = {0x81, 0xa1, 'l', 0xc1};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, never, sizeof never, 0);
+    refuse("c1", buf, n, DLC_PERR_MALFORMED, "0xc1");
+    static const uint8_t trailing[] = {0x80, 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, trailing, sizeof trailing, 0);
+    refuse("trailing", buf, n, DLC_PERR_MALFORMED, "1 bytes after its map");
+    static const uint8_t notmap[] = {0x93, 0x01, 0x02, 0x03};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, notmap, sizeof notmap, 0);
+    refuse("not_a_map", buf, n, DLC_PERR_MALFORMED, "expected a map");
+    /* many small values: the object count bounds msgpack-c's zone */
+    uint8_t many[DLC_PROTO_HEADER_MAX];
+    size_t k = 0;
+    many[k++] = 0x84;
+    for (int e = 0; e < 4; e++) {
+        many[k++] = 0xa1, many[k++] = (uint8_t)('w' + e), many[k++] = 0xdc, many[k++] = 0x0f, many[k++] = 0xa0;
+        for (int i = 0; i < 4000; i++) many[k++] = 0x91;
+        k -= 4000;
+        for (int i = 0; i < 0xfa0 && k < sizeof many; i++) many[k++] = 0x00;
+    }
+    n = raw(buf, DLC_FRAME_HEARTBEAT, many, k, 0);
+    refuse("objects", buf, n, DLC_PERR_MALFORMED, "more than 8192 values");
+}
+
+static void test_fields(void) {
+    uint8_t buf[512];
+    size_t n;
+    /* a heartbeat with each field wrong in turn */
+    static const uint8_t str_learner[] = {0x85, 0xa1, 'l', 0xa1, '1', 0xa1, 's', 0x01, 0xa1, 't', 0x01,
+                                          0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, str_learner, sizeof str_learner, 0);
+    refuse("learner_string", buf, n, DLC_PERR_MALFORMED, "header field \"l\" is a string, expected an integer");
+    static const uint8_t neg_steps[] = {0x85, 0xa1, 'l', 0x01, 0xa1, 's', 0xff, 0xa1, 't', 0x01,
+                                        0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, neg_steps, sizeof neg_steps, 0);
+    refuse("steps_negative", buf, n, DLC_PERR_MALFORMED, "header field \"s\" = -1, expected 0..");
+    static const uint8_t big_learner[] = {0x85, 0xa1, 'l', 0xce, 0x00, 0x01, 0x00, 0x00, 0xa1, 's', 0x01, 0xa1, 't', 0x01,
+                                          0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, big_learner, sizeof big_learner, 0);
+    refuse("learner_65536", buf, n, DLC_PERR_MALFORMED, "\"l\" = 65536, expected 0..65535");
+    static const uint8_t nan_time[] = {0x85, 0xa1, 'l', 0x01, 0xa1, 's', 0x01, 0xa1, 't', 0x01,
+                                       0xa2, 's', 't', 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, nan_time, sizeof nan_time, 0);
+    refuse("step_time_nan", buf, n, DLC_PERR_MALFORMED, "\"st\" = nan, expected a finite number");
+    static const uint8_t missing[] = {0x84, 0xa1, 'l', 0x01, 0xa1, 's', 0x01, 0xa1, 't', 0x01, 0xa2, 's', 't', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, missing, sizeof missing, 0);
+    refuse("missing_transit", buf, n, DLC_PERR_MALFORMED, "heartbeat without its field \"tr\"");
+    static const uint8_t twice[] = {0x86, 0xa1, 'l', 0x01, 0xa1, 's', 0x01, 0xa1, 't', 0x01,
+                                    0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00, 0xa1, 'l', 0x02};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, twice, sizeof twice, 0);
+    refuse("duplicate_key", buf, n, DLC_PERR_MALFORMED, "field \"l\" appears twice");
+    static const uint8_t intkey[] = {0x81, 0x01, 0x01};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, intkey, sizeof intkey, 0);
+    refuse("int_key", buf, n, DLC_PERR_MALFORMED, "key 0 is a integer, expected a string");
+    static const uint8_t short_nonce[] = {0x81, 0xa1, 'n', 0xc4, 0x03, 1, 2, 3};
+    n = raw(buf, DLC_FRAME_AUTH, short_nonce, sizeof short_nonce, 0);
+    refuse("nonce_short", buf, n, DLC_PERR_MALFORMED, "\"n\": 3 bytes, expected 32");
+    static const uint8_t str_nonce[] = {0x81, 0xa1, 'n', 0xa3, 1, 2, 3};
+    n = raw(buf, DLC_FRAME_AUTH, str_nonce, sizeof str_nonce, 0);
+    refuse("nonce_string", buf, n, DLC_PERR_MALFORMED, "\"n\" is a string, expected binary");
+    static const uint8_t err_nul[] = {0x82, 0xa4, 'c', 'o', 'd', 'e', 0x01, 0xa4, 't', 'e', 'x', 't', 0xa3, 'a', 0, 'b'};
+    n = raw(buf, DLC_FRAME_ERROR, err_nul, sizeof err_nul, 0);
+    refuse("text_nul", buf, n, DLC_PERR_MALFORMED, "NUL byte");
+    static const uint8_t err_code0[] = {0x82, 0xa4, 'c', 'o', 'd', 'e', 0x00, 0xa4, 't', 'e', 'x', 't', 0xa0};
+    n = raw(buf, DLC_FRAME_ERROR, err_code0, sizeof err_code0, 0);
+    refuse("error_code_0", buf, n, DLC_PERR_MALFORMED, "\"code\" = 0, expected 1..255");
+    uint8_t bigtext[600];
+    size_t k = 0;
+    bigtext[k++] = 0x82, bigtext[k++] = 0xa4, memcpy(bigtext + k, "code", 4), k += 4, bigtext[k++] = 0x01;
+    bigtext[k++] = 0xa4, memcpy(bigtext + k, "text", 4), k += 4;
+    bigtext[k++] = 0xda, bigtext[k++] = 0x02, bigtext[k++] = 0x01;
+    memset(bigtext + k, 'y', 513), k += 513;
+    n = raw(buf, DLC_FRAME_ERROR, bigtext, k, 0);
+    refuse("text_513", buf, n, DLC_PERR_MALFORMED, "a string of 513 bytes, at most 512");
+}
+
+static void test_payload(void) {
+    uint8_t pay[1100] = {0}, buf[2048];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+    f.msg.learner = 1, f.msg.fragment = 0, f.msg.codec = DLC_CODEC_F32, f.msg.payload = pay, f.msg.len = 400;
+    size_t n = encode(&f);
+    memcpy(buf, scratch, n);
+    /* shorter and longer than the header and layout imply (the prefix kept consistent) */
+    uint8_t *p = buf;
+    uint32_t len = (uint32_t)(p[8] << 24 | p[9] << 16 | p[10] << 8 | p[11]);
+    uint32_t l2 = len - 4;
+    p[8] = (uint8_t)(l2 >> 24), p[9] = (uint8_t)(l2 >> 16), p[10] = (uint8_t)(l2 >> 8), p[11] = (uint8_t)l2;
+    refuse("payload_short", buf, n - 4, DLC_PERR_MALFORMED, "payload of 396 bytes, but 100 floats in f32 take 400 bytes");
+    l2 = len + 4;
+    p[8] = (uint8_t)(l2 >> 24), p[9] = (uint8_t)(l2 >> 16), p[10] = (uint8_t)(l2 >> 8), p[11] = (uint8_t)l2;
+    refuse("payload_long", buf, n + 4, DLC_PERR_MALFORMED, "payload of 404 bytes");
+    /* a fragment the layout does not have */
+    f.msg.fragment = 3, f.msg.len = 28;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "fragment 3, but the model has 3 fragments"));
+    dlc_proto_layout four = {4, (const int64_t[]){100, 256, 7, 7}, 370, {128}};
+    n = (size_t)dlc_proto_encode(&f, &four, scratch, sizeof scratch);
+    memcpy(scratch + n, pay, 28);
+    refuse("fragment_beyond_layout", scratch, n + 28, DLC_PERR_MISMATCH, "fragment 3, but the model has 3");
+    /* no layout on the connection yet */
+    f.msg.fragment = 2;
+    n = encode(&f);
+    int why;
+    dlc_frame g;
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, &why) == DLC_ERR_STATE && why == DLC_PERR_UNEXPECTED &&
+          strstr(dlc_last_error(), "contribution before the model layout is known"));
+    /* a payload on a frame that carries none */
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    n = encode(&f);
+    memcpy(buf, scratch, n);
+    buf[11] += 3;
+    memset(buf + n, 0, 3);
+    refuse("heartbeat_payload", buf, n + 3, DLC_PERR_MALFORMED, "heartbeat with a payload of 3 bytes");
+    f.msg.payload = pay, f.msg.len = 3;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG);
+    /* a bad codec name, a resync without its flag, unknown flag bits */
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.learner = 1, f.msg.codec = DLC_CODEC_F32, f.msg.payload = pay, f.msg.len = 400;
+    n = encode(&f);
+    memcpy(buf, scratch, n);
+    uint8_t *c = find(buf, n, "\xa1" "c" "\xa3" "f32", 6);
+    CHECK(c != NULL);
+    if (c) {
+        memcpy(c + 3, "f99", 3);
+        refuse("codec_unknown", buf, n, DLC_PERR_MALFORMED, "\"c\" = \"f99\": not a codec");
+        memcpy(c + 3, "f32", 3);
+    }
+    uint8_t *fl = find(buf, n, "\xa2" "fl", 3);
+    CHECK(fl != NULL);
+    if (fl) {
+        fl[3] = 0x01; /* the resync flag on a FRAGMENT */
+        refuse("fragment_resync_flag", buf, n, DLC_PERR_MALFORMED, "fragment with the resync flag");
+        fl[3] = 0x04;
+        refuse("unknown_flags", buf, n, DLC_PERR_MALFORMED, "unknown flag bits");
+        fl[3] = 0x00;
+        buf[5] = DLC_FRAME_RESYNC + 1;
+        refuse("resync_no_flag", buf, n, DLC_PERR_MALFORMED, "resync without the resync flag");
+    }
+}
+
+static void test_encode_refuses(void) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.learner = -1;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "learner -1"));
+    f.msg.learner = 0, f.msg.step_time = NAN;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "step_time nan"));
+    f.msg.step_time = 0;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, 20) == DLC_ERR_RANGE && strstr(dlc_last_error(), "does not fit"));
+    dlc_frame_init(&f, DLC_FRAME_ERROR);
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "code 0"));
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello.proto_min = f.hello.proto_max = 1, f.hello.block = 128, f.hello.learner = 0;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "0 endpoints"));
+    f.hello.endpoints = 1, f.hello.fragments = 2, f.hello.owner[1] = 1;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "fragment 1 owned by endpoint 1 of 1"));
+    CHECK(strcmp(dlc_frame_type_name(DLC_FRAME_GRADIENT_AVG), "gradient_avg") == 0 && !dlc_frame_type_name(DLC_FRAME_TYPE_COUNT));
+    CHECK(strcmp(dlc_proto_errcode_name(DLC_PERR_OVERLOADED), "overloaded") == 0 && !dlc_proto_errcode_name(-1));
+    CHECK(strcmp(dlc_cap_name(DLC_CAP_SHARDED), "sharded") == 0 && !dlc_cap_name(8));
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--corpus") == 0) corpus_dir = argv[2];
+    test_roundtrip();
+    test_hello();
+    test_prefix();
+    test_header_walk();
+    test_fields();
+    test_payload();
+    test_encode_refuses();
+    return check_done("test_proto");
+}
