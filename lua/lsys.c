@@ -4,6 +4,10 @@
  *
  *   diloco.clock()              seconds (float) on a monotonic clock
  *   diloco.isatty(fd)           true if fd (0, 1 or 2) is a terminal
+ *   diloco.terminal_size(fd)    columns, rows of the terminal on fd (0, 1 or 2), asked
+ *                               of the kernel now (TIOCGWINSZ), so a caller that asks at
+ *                               each redraw follows resizes; nil if fd is not a terminal
+ *                               or reports no size (0 x 0, as some pseudo-terminals do)
  *   diloco.wall_time()          seconds since the Unix epoch (float), for timestamps
  *   diloco.catch_signals()      from now on SIGINT, SIGTERM and SIGHUP only raise a flag
  *                               (the training loop finishes its step, saves and exits with
@@ -56,6 +60,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -210,6 +215,19 @@ static int l_isatty(lua_State *L) {
     luaL_argcheck(L, fd >= 0 && fd <= 2, 1, "expected 0, 1 or 2");
     lua_pushboolean(L, isatty((int)fd));
     return 1;
+}
+
+static int l_terminal_size(lua_State *L) {
+    lua_Integer fd = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, fd >= 0 && fd <= 2, 1, "expected 0, 1 or 2");
+    struct winsize ws;
+    if (ioctl((int)fd, TIOCGWINSZ, &ws) != 0 || ws.ws_col == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushinteger(L, ws.ws_col);
+    lua_pushinteger(L, ws.ws_row);
+    return 2;
 }
 
 static int l_set_num_threads(lua_State *L) {
@@ -403,6 +421,7 @@ static const luaL_Reg sys_funcs[] = {
     {"physical_memory", l_physical_memory},
     {"clock", l_clock},
     {"isatty", l_isatty},
+    {"terminal_size", l_terminal_size},
     {"wall_time", l_wall_time},
     {"catch_signals", l_catch_signals},
     {"clear_signals", l_clear_signals},

@@ -479,6 +479,7 @@ function M.maybe_eval(ctx)
   local ok, err = ctx.metrics:write("eval", { step = ctx.step, loss = e.loss, accuracy = e.accuracy,
     tokens = ctx.tokens, wall_s = diloco.clock() - ctx.t_start })
   if not ok then fail("%s", err) end
+  if ctx.bar then ctx.bar:eval(e) end
   if r.hooks.on_eval then r.hooks.on_eval(e) end
 end
 
