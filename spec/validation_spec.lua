@@ -84,7 +84,7 @@ describe("diloco-lua run refuses a bad recipe value, naming the field (exit 2)",
     { "--set steps..=5", "--set steps..=5: malformed key 'steps..'" },
     { "--set model.vocab=3", "model.vocab = 3: expected 256 (text data is byte-level" },
     { "--set inner.eps=0", "inner.eps = 0: expected a finite number in (0, 1]" },
-    { "--set inner.lr=1e400", "inner.lr = inf: expected a finite number >= 0" },
+    { "--set inner.lr=1e400", "inner.lr = 1e400: expected a finite number >= 0" }, -- as written
     { "--set inner.min_lr=0.5 --set inner.lr=0.1", "inner.min_lr = 0.5 is above inner.lr = 0.1" },
     { "--set \"inner.no_decay={'bias', '[a'}\"",
       "inner.no_decay = {\"bias\", \"[a\"}: expected a list of Lua patterns, item 2 (\"[a\") is malformed" },

@@ -1,47 +1,306 @@
--- diloco.cli: the `diloco-lua run`, `sim`, `sample` and `goodput` subcommands.
--- main(name, args) returns the process exit status: 0 ok, 1 failure, 2 usage or
--- recipe error, 128 + N stopped by signal N (after saving).
+-- diloco.cli: the subcommands of diloco-lua (run, sim, sample, goodput, plot) and every
+-- --help text, generated from one option table per command (M.commands, plain data that
+-- the docstring registry and the docs reuse).
+--
+-- main(name, args) returns the process exit status (M.EXIT): 0 ok, 1 the work failed,
+-- 2 a usage or recipe error, 128 + N stopped by signal N (after saving; 130 for Ctrl-C);
+-- or nil when no command has that name but a file does (main.c then runs the file as a
+-- script).  help() prints the top-level --help.
 local diloco = require "diloco"
 local M = {}
+
+M.EXIT = { ok = 0, failed = 1, usage = 2, signal_base = 128, interrupted = 130 }
 
 local function err(fmt, ...)
   io.stderr:write("diloco-lua: ", string.format(fmt, ...), "\n")
 end
 
-local RUN_USAGE = [==[
-usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--resume latest|CHECKPOINT]
-                                 [--overwrite] [--metrics FILE.jsonl] [--quiet] [--debug]
-  --set KEY=VALUE   override a recipe field, nested with dots (--set inner.lr=1e-3)
-  --out DIR         run directory (default: the recipe's out, else runs/NAME): metrics.jsonl,
-                    recipe.json, checkpoint-STEP.safetensors, model.safetensors
-  --resume latest   continue the run in OUT from its newest checkpoint (or give a
-                    checkpoint file); the metrics are appended to
-  --overwrite       replace the run already in OUT (without it, an existing run is refused)
-  --metrics FILE    write the JSON-lines metrics here instead of OUT/metrics.jsonl
-  --quiet           no progress output; print the summary as JSON at the end
-  --fields          list every recipe field with its default and meaning
-  --debug           on an internal error, print the Lua traceback
-run trains one island: a recipe with islands.count > 1 or chaos is refused (exit 2);
-train several islands, with faults, on the virtual-time driver: diloco-lua sim RECIPE.
-Exit status: 0 done, 1 failed (saved what it could), 2 bad recipe or options,
-128 + N stopped by signal N after saving (130 SIGINT, 143 SIGTERM, 129 SIGHUP).]==]
+-- A number as the user would write it: integers without ".0" (1e12 -> 1000000000000),
+-- other values with the fewest digits that read back the same.
+local function num_text(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v == math.floor(v) and math.abs(v) < 2 ^ 63 then return string.format("%d", v) end
+  return diloco.metrics.double_text(v)
+end
+M.num_text = num_text
 
-local RUN_OPTIONS = { set = "list", metrics = "value", out = "value", resume = "value",
-  quiet = "flag", help = "flag", fields = "flag", debug = "flag", overwrite = "flag" }
+-- The option tables.  A command: name, args (the positional part of its synopsis),
+-- summary (one line, for the top-level --help), about (paragraph lines), options, exit
+-- (what its statuses mean), available (false: reserved for a later issue).  An option:
+--   name     the long name (--name)
+--   arg      the value's placeholder; absent for a flag (which takes no value)
+--   list     repeatable, the values collected in order
+--   default  the value the parser fills in when the option is absent
+--   shown    how the help states the default when it is not a plain value
+--   type     "integer" or "number": the parser converts the value and checks min..max
+--   doc      what it does
+local COMMON_TAIL = {
+  { name = "debug", doc = "on an internal error, print the Lua traceback" },
+  { name = "help", doc = "print this help and exit" },
+}
+local function with_tail(options)
+  for _, o in ipairs(COMMON_TAIL) do options[#options + 1] = o end
+  return options
+end
 
--- Parses "--flag value" / "--flag=value" options.  spec: name -> "value" | "flag" |
--- "list".  Returns opts, positional list; raises a usage message on error.
-local function parse(args, spec, usage)
+local RUN_EXIT = "0 done, 1 failed (saved what it could), 2 bad recipe or options, 128 + N stopped by signal N "
+  .. "after saving (130 SIGINT, 143 SIGTERM, 129 SIGHUP)"
+
+M.commands = {
+  {
+    name = "run", args = "RECIPE.lua", summary = "train a recipe on one island (progress, metrics, checkpoints)",
+    about = {
+      "Trains one island: a recipe with islands.count > 1 or chaos is refused (exit 2); train several islands, "
+        .. "with faults, on the virtual-time driver: `diloco-lua sim RECIPE`.  docs/recipes.md lists every field.",
+    },
+    options = with_tail {
+      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
+        doc = "override a recipe field, nested with dots (--set inner.lr=1e-3); repeatable" },
+      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
+        doc = "run directory: metrics.jsonl, recipe.json, checkpoint-STEP.safetensors, model.safetensors" },
+      { name = "resume", arg = "latest|CHECKPOINT", shown = "none: a new run",
+        doc = "continue the run in OUT from its newest checkpoint (or the given one); the metrics are appended to" },
+      { name = "overwrite", doc = "replace the run already in OUT (without it, an existing run is refused)" },
+      { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl", doc = "write the JSON-lines metrics here" },
+      { name = "quiet", doc = "no progress output; print the summary as JSON at the end" },
+      { name = "fields", doc = "list every recipe field with its default and meaning, and exit" },
+    },
+    exit = RUN_EXIT,
+  },
+  {
+    name = "sim", args = "RECIPE.lua", summary = "train a recipe's islands on the virtual-time simulator",
+    about = {
+      "Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one process on a "
+        .. "simulated clock and network: every inner step is real, time and links are virtual "
+        .. "(islands.step_time, speed, latency, bandwidth), faults come from chaos.  The same recipe and seed "
+        .. "give the same metrics (wall-clock fields aside).  docs/sim.md.",
+    },
+    options = with_tail {
+      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
+        doc = "override a recipe field (--set sync.preset=diloco --set islands.count=4); repeatable" },
+      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
+        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)" },
+      { name = "overwrite", doc = "replace the run already in OUT" },
+      { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl", doc = "write the JSON-lines metrics here" },
+      { name = "quiet", doc = "no progress output; print the summary as JSON at the end" },
+      { name = "fields", doc = "list every recipe field with its default and meaning, and exit" },
+      { name = "resume", arg = "CHECKPOINT", shown = "none",
+        doc = "refused (exit 2): a sim is not resumed, the same recipe and seed give the same run again" },
+    },
+    exit = RUN_EXIT,
+  },
+  {
+    name = "sample", args = "MODEL.safetensors", summary = "generate text from a trained byte-level GPT",
+    about = {
+      "Generates bytes from a GPT saved by run or sim.  The file is treated as hostile: its diloco.model "
+        .. "metadata is validated like a recipe's model section and the model's memory estimated before "
+        .. "anything is built (exit 2), then every tensor is checked (a bad file: exit 1).",
+    },
+    options = with_tail {
+      { name = "prompt", arg = "TEXT", default = "\n", shown = '"\\n"', doc = "the text the model continues (not empty)" },
+      { name = "tokens", arg = "N", type = "integer", min = 1, max = 1e6, default = 200, doc = "bytes to generate" },
+      { name = "temperature", arg = "T", type = "number", min = 0, max = 100, default = 0.8,
+        doc = "softmax temperature (0 = greedy)" },
+      { name = "top-k", arg = "K", type = "integer", min = 1, max = 256, shown = "all 256",
+        doc = "sample among the K likeliest bytes only" },
+      { name = "seed", arg = "S", type = "integer", min = 0, max = 2 ^ 53, default = 0, doc = "random seed" },
+    },
+    exit = "0 done, 1 a bad model file, 2 bad options, a missing file or model options out of range",
+  },
+  {
+    name = "goodput", args = "", summary = "estimate the goodput of a large cluster under failures",
+    about = {
+      "Simulates a cluster under chip interruptions (docs/goodput.md) and prints one row per policy and per "
+        .. "--sweep value: goodput and uptime as mean ± standard deviation over the seeds.  Durations take "
+        .. "units ms, s, m, h, d, y (365 d).",
+    },
+    options = with_tail {
+      { name = "chips", arg = "N", shown = "1.2e6", doc = "chips in the cluster" },
+      { name = "mtbi", arg = "DURATION", shown = "1y", doc = "mean time between interruptions, per chip" },
+      { name = "learners", arg = "M", shown = "8", doc = "learners of the decoupled policy" },
+      { name = "policy", arg = "P", shown = "all", doc = "dp, elastic-dp, decoupled or all" },
+      { name = "days", arg = "D", shown = "30", doc = "simulated days" },
+      { name = "seed", arg = "S", shown = "0", doc = "first seed" },
+      { name = "seeds", arg = "K", shown = "10", doc = "seeds S..S+K-1, for mean ± standard deviation (1..1000)" },
+      { name = "sweep", arg = "KEY=V1,V2,...", shown = "none; chips=1e5,3e5,1.2e6,2.4e6 with --plot",
+        doc = "one row per value of KEY: chips, learners, mtbi, repair, downscale, upscale, pause (both), step, "
+          .. "checkpoint, restart, slice_chips" },
+      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
+        doc = "any other simulator parameter (diloco.goodput_defaults() lists them); repeatable" },
+      { name = "plot", arg = "FILE.png", shown = "none", doc = "draw goodput against chips for each policy (needs gnuplot)" },
+      { name = "series", arg = "FILE.tsv", shown = "none", doc = "the time series (t, live chips, progress) of the first row" },
+    },
+    exit = "0 done, 1 failed (--plot without gnuplot: the table is printed), 2 bad options",
+  },
+  {
+    name = "syncer", args = "RECIPE --listen HOST:PORT", summary = "serve a recipe's syncer over TCP",
+    available = false, options = {},
+  },
+  {
+    name = "learner", args = "RECIPE --connect HOST:PORT --id N", summary = "join a syncer as one learner",
+    available = false, options = {},
+  },
+}
+for _, c in ipairs(M.commands) do M.commands[c.name] = c end
+
+-- The interpreter's own options, parsed by main.c (documented here for --help).
+M.toplevel = {
+  usage = { "diloco-lua [options] [script [args]]", "diloco-lua COMMAND [options] [args]" },
+  options = {
+    { name = "-e", arg = "CODE", doc = "run the Lua string CODE (repeatable, runs in order)" },
+    { name = "-i", doc = "enter the REPL after running the script and -e code" },
+    { name = "-v, --version", doc = "print the versions of diloco-lua, libdiloco and Lua, the gemm backend and "
+      .. "the thread count" },
+    { name = "-h, --help", doc = "print this help and exit" },
+    { name = "--", doc = "stop handling options" },
+    { name = "-", doc = "run stdin as the script and stop handling options" },
+  },
+  about = "With no arguments: a REPL with `diloco` loaded if stdin is a terminal, otherwise stdin is run as one "
+    .. "chunk.",
+  exit = "0 ok, 1 failed (a Lua error, a failed run), 2 usage or recipe error, 128 + N stopped by signal N "
+    .. "(130 Ctrl-C)",
+}
+
+-- ---- help text ----
+
+local WIDTH = 79 -- of every help line
+
+-- items (a list of strings, or the words of a string) joined by spaces into lines of at
+-- most width columns where possible: the first line starts with first, the others
+-- with indent.
+local function wrap(items, width, indent, first)
+  if type(items) == "string" then -- words; a `code span` stays on one line
+    local words = {}
+    for w in items:gsub("`[^`]*`", function(span) return (span:gsub(" ", "\0")) end):gmatch("%S+") do
+      words[#words + 1] = w:gsub("%z", " ")
+    end
+    items = words
+  end
+  first = first or ""
+  local lines, line, empty = {}, first, true
+  for _, item in ipairs(items) do
+    if not empty and #line + 1 + #item > width then
+      lines[#lines + 1] = line
+      line, empty = indent .. item, false
+    elseif empty then
+      line, empty = line .. item, false
+    else
+      line = line .. " " .. item
+    end
+  end
+  lines[#lines + 1] = line
+  return lines
+end
+
+local function option_flag(o)
+  if o.name:sub(1, 1) == "-" then return o.name .. (o.arg and " " .. o.arg or "") end
+  return "--" .. o.name .. (o.arg and " " .. o.arg or "")
+end
+
+-- The help's statement of an option's default (nil: none to state).
+local function default_text(o)
+  if o.shown then return o.shown end
+  if o.default == nil then return nil end
+  if type(o.default) == "number" then return num_text(o.default) end
+  return tostring(o.default)
+end
+M.default_text = default_text
+
+-- A command's synopsis, "usage: diloco-lua run RECIPE.lua [--set KEY=VALUE]... [--out
+-- DIR] ...", as lines; lead replaces "usage: ", indent starts the continuation lines.
+local function synopsis(c, lead, indent)
+  lead = lead or "usage: "
+  local head = lead .. "diloco-lua " .. c.name
+  local parts = { head .. (c.args ~= "" and " " .. c.args or "") }
+  for _, o in ipairs(c.options) do
+    parts[#parts + 1] = "[" .. option_flag(o) .. "]" .. (o.list and "..." or "")
+  end
+  return wrap(parts, WIDTH, indent or string.rep(" ", #head + 1))
+end
+M.synopsis = function(c) return table.concat(synopsis(c), "\n") end
+
+local function option_lines(options, out)
+  for _, o in ipairs(options) do
+    local flag = option_flag(o)
+    local doc = o.doc
+    local d = default_text(o)
+    if d then doc = doc .. " (default: " .. d .. ")" end
+    if o.list then doc = doc:gsub("; repeatable$", "") .. " (repeatable)" end
+    if o.type and o.min then
+      doc = doc .. string.format(" [%s in %s..%s]", o.type == "integer" and "integer" or "number", num_text(o.min),
+        num_text(o.max))
+    end
+    local first = string.format("  %-22s ", flag)
+    if #flag > 22 then
+      out[#out + 1] = "  " .. flag
+      first = string.rep(" ", 25)
+    end
+    for _, l in ipairs(wrap(doc, WIDTH, string.rep(" ", 25), first)) do out[#out + 1] = l end
+  end
+end
+
+-- The --help text of one command.
+function M.command_help(name)
+  local c = assert(M.commands[name], name)
+  local out = synopsis(c)
+  for _, p in ipairs(c.about or {}) do
+    for _, l in ipairs(wrap(p, WIDTH, "")) do out[#out + 1] = l end
+  end
+  out[#out + 1] = "Options:"
+  option_lines(c.options, out)
+  if c.exit then
+    for _, l in ipairs(wrap("Exit status: " .. c.exit .. ".", WIDTH, "")) do out[#out + 1] = l end
+  end
+  return table.concat(out, "\n")
+end
+
+-- The top-level --help text: the interpreter's options, then every command's synopsis.
+function M.help_text()
+  local t = M.toplevel
+  local out = { "usage: " .. t.usage[1] }
+  for i = 2, #t.usage do out[#out + 1] = "       " .. t.usage[i] end
+  out[#out + 1] = "Options:"
+  option_lines(t.options, out)
+  for _, l in ipairs(wrap(t.about, WIDTH, "")) do out[#out + 1] = l end
+  out[#out + 1] = "Commands (diloco-lua COMMAND --help: each option's default and meaning):"
+  for _, c in ipairs(M.commands) do
+    out[#out + 1] = string.format("  %-8s %s%s", c.name, c.summary, c.available == false and " (not available yet)" or "")
+    if c.available ~= false then
+      for _, l in ipairs(synopsis(c, "    ", "        ")) do out[#out + 1] = l end
+    end
+  end
+  for _, l in ipairs(wrap("Exit status: " .. t.exit .. ".", WIDTH, "")) do out[#out + 1] = l end
+  return table.concat(out, "\n")
+end
+
+function M.help()
+  io.stdout:write(M.help_text(), "\n")
+end
+
+-- ---- parsing ----
+
+local function usage_error(fmt, ...)
+  error({ usage = string.format(fmt, ...) }, 0)
+end
+
+-- Parses "--name value" / "--name=value" options against a command's option table:
+-- flags are true when given; list options collect their values; typed options are
+-- converted and checked (message with the value as written and the range as integers
+-- when the type is); absent options get their default.  Returns opts, positional list;
+-- raises {usage = msg} on error.
+function M.parse(args, c)
+  local by = {}
+  for _, o in ipairs(c.options) do by[o.name] = o end
   local opts, pos, i = {}, {}, 1
   while i <= #args do
     local a = args[i]
     local name, inline = a:match("^%-%-([%w%-]+)=(.*)$")
     name = name or a:match("^%-%-([%w%-]+)$")
     if name then
-      local kind = spec[name]
-      if not kind then error({ usage = string.format("unknown option '--%s'", name) }, 0) end
-      if kind == "flag" then
-        if inline then error({ usage = string.format("option '--%s' takes no value (got '%s')", name, a) }, 0) end
+      local o = by[name]
+      if not o then usage_error("unknown option '--%s'", name) end
+      if not o.arg then
+        if inline then usage_error("option '--%s' takes no value (got '%s')", name, a) end
         opts[name] = true
       else
         local v = inline
@@ -49,8 +308,18 @@ local function parse(args, spec, usage)
           i = i + 1
           v = args[i]
         end
-        if v == nil then error({ usage = string.format("option '--%s' needs a value", name) }, 0) end
-        if kind == "list" then
+        if v == nil then usage_error("option '--%s' needs a value (%s)", name, o.arg) end
+        if o.type then
+          local n = tonumber(v)
+          local bad = not n or n ~= n or (o.type == "integer" and n ~= math.floor(n)) or (o.min and n < o.min)
+            or (o.max and n > o.max)
+          if bad then
+            usage_error("--%s %s: expected %s in [%s, %s]", name, v, o.type == "integer" and "an integer" or "a number",
+              num_text(o.min), num_text(o.max))
+          end
+          v = o.type == "integer" and math.tointeger(n) or n
+        end
+        if o.list then
           opts[name] = opts[name] or {}
           table.insert(opts[name], v)
         else
@@ -58,36 +327,41 @@ local function parse(args, spec, usage)
         end
       end
     elseif a:match("^%-") and a ~= "-" then
-      error({ usage = string.format("unknown option '%s'", a) }, 0)
+      usage_error("unknown option '%s'", a)
     else
       pos[#pos + 1] = a
     end
     i = i + 1
   end
+  for _, o in ipairs(c.options) do
+    if opts[o.name] == nil and o.default ~= nil then opts[o.name] = o.default end
+  end
   return opts, pos
 end
+
+-- ---- run and sim ----
 
 -- The recipe of a run/sim command line, validated; or nil and the exit status after
 -- reporting the problems.
 local function load_recipe(pos, opts)
-  if #pos ~= 1 then error({ usage = #pos == 0 and "missing RECIPE" or "expected one RECIPE, got " .. #pos }, 0) end
+  if #pos ~= 1 then usage_error(#pos == 0 and "missing RECIPE" or "expected one RECIPE, got " .. #pos) end
   local r, lerr = diloco.recipe.load(pos[1])
   if not r then
     err("%s", lerr)
-    return nil, 2
+    return nil, M.EXIT.usage
   end
   for _, s in ipairs(opts.set or {}) do
     local ok, e = pcall(diloco.recipe.set, r, s)
     if not ok then
       err("%s", tostring(e))
-      return nil, 2
+      return nil, M.EXIT.usage
     end
   end
   local valid, problems = diloco.recipe.validate(r)
   if not valid then
     err("%s: %d problem%s in the recipe:", pos[1], #problems, #problems == 1 and "" or "s")
     for _, p in ipairs(problems) do io.stderr:write("  ", p, "\n") end
-    return nil, 2
+    return nil, M.EXIT.usage
   end
   return r
 end
@@ -108,77 +382,54 @@ local function train(fn, r, opts, run_opts)
     io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
     io.stdout:flush() -- a closed stdout here loses nothing: the run is saved
   end
-  return interrupted and 128 + (signo or 2) or 0
+  return interrupted and M.EXIT.signal_base + (signo or 2) or M.EXIT.ok
 end
 
 -- The options and recipe of a run/sim command line: opts, pos, r; or nil and the exit
--- status when there is nothing to train (--help, --fields, or a recipe that failed).
-local function recipe_command(args, spec, usage)
-  local opts, pos = parse(args, spec)
-  if opts.help then
-    print(usage)
-    return nil, 0
-  end
+-- status when there is nothing to train (--fields, or a recipe that failed).
+local function recipe_command(args, parse)
+  local opts, pos = parse(args)
   if opts.fields then
     for _, line in ipairs(diloco.recipe.describe_schema()) do print(line) end
-    return nil, 0
+    return nil, M.EXIT.ok
   end
   local r, code = load_recipe(pos, opts)
   if not r then return nil, code end
   return opts, pos, r
 end
 
-local function run(args)
-  local opts, pos, r = recipe_command(args, RUN_OPTIONS, RUN_USAGE)
+local function run(args, parse)
+  local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
   local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
   if #refused > 0 then
     for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
-    return 2
+    return M.EXIT.usage
   end
   return train(diloco.train.run, r, opts, { metrics = opts.metrics, out = opts.out, resume = opts.resume,
     overwrite = opts.overwrite, quiet = opts.quiet, command = "diloco-lua run " .. table.concat(args, " ") })
 end
 
-local SIM_USAGE = [==[
-usage: diloco-lua sim RECIPE.lua [--set KEY=VALUE]... [--out DIR] [--overwrite] [--metrics FILE.jsonl]
-                                 [--quiet] [--debug]
-Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one
-process on a simulated clock and network: every inner step is real, time and links are
-virtual (islands.step_time, speed, latency, bandwidth), faults come from chaos.  The
-same recipe and seed give the same metrics (wall-clock fields aside).  docs/sim.md.
-  --set KEY=VALUE   override a recipe field (--set sync.preset=diloco --set islands.count=4)
-  --out DIR         run directory (default: the recipe's out, else runs/NAME): metrics.jsonl,
-                    recipe.json, model.safetensors (the global model, for diloco-lua sample)
-  --overwrite       replace the run already in OUT
-  --metrics FILE    write the JSON-lines metrics here instead of OUT/metrics.jsonl
-  --quiet           no progress output; print the summary as JSON at the end
-  --fields          list every recipe field with its default and meaning
-Exit status: 0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N.]==]
-
-local SIM_OPTIONS = { set = "list", metrics = "value", out = "value", quiet = "flag", help = "flag",
-  fields = "flag", debug = "flag", overwrite = "flag", resume = "value" }
-
-local function sim(args)
-  local opts, pos, r = recipe_command(args, SIM_OPTIONS, SIM_USAGE)
+local function sim(args, parse)
+  local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
   return train(diloco.sim.run, r, opts, { metrics = opts.metrics, out = opts.out, overwrite = opts.overwrite,
     quiet = opts.quiet, resume = opts.resume, command = "diloco-lua sim " .. table.concat(args, " ") })
 end
 
-local sample = require "diloco.sample"
-local goodput = require "diloco.goodput"
-
-local commands = {
-  run = { run, RUN_USAGE, RUN_OPTIONS },
-  sim = { sim, SIM_USAGE, SIM_OPTIONS },
-  sample = { function(args) return sample.main(args, parse) end, sample.USAGE, sample.OPTIONS },
-  goodput = { function(args) return goodput.main(args, parse) end, goodput.USAGE, goodput.OPTIONS },
+-- main(args, parse) of each available command; parse(args) -> opts, positional.
+local handlers = {
+  run = run,
+  sim = sim,
+  sample = function(args, parse) return require("diloco.sample").main(args, parse) end,
+  goodput = function(args, parse) return require("diloco.goodput").main(args, parse) end,
 }
 
 -- "--debug" anywhere among the options (not as the value of a value option): removed
 -- from args, and returned as true.
-local function take_debug(args, spec)
+local function take_debug(args, c)
+  local takes_value = {}
+  for _, o in ipairs(c.options) do takes_value[o.name] = o.arg ~= nil end
   local rest, debug, i = {}, false, 1
   while i <= #args do
     local a = args[i]
@@ -187,7 +438,7 @@ local function take_debug(args, spec)
     else
       rest[#rest + 1] = a
       local name = a:match("^%-%-([%w%-]+)$")
-      if name and spec[name] and spec[name] ~= "flag" and args[i + 1] ~= nil then
+      if name and takes_value[name] and args[i + 1] ~= nil then
         i = i + 1
         rest[#rest + 1] = args[i]
       end
@@ -197,42 +448,86 @@ local function take_debug(args, spec)
   return rest, debug
 end
 
+-- "--help" among the options (not as an option's value).
+local function wants_help(args, c)
+  local takes_value = {}
+  for _, o in ipairs(c.options) do takes_value[o.name] = o.arg ~= nil end
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--help" then return true end
+    local name = a:match("^%-%-([%w%-]+)$")
+    if name and takes_value[name] then i = i + 1 end
+    i = i + 1
+  end
+  return false
+end
+
 -- An error message without the "file.lua:12: " positions of our own code.
 local function strip_positions(msg)
   return (tostring(msg):gsub("[%w_%./%-]*%.lua:%d+: ", ""))
 end
 
--- Errors: {usage = msg} -> exit 2 with the usage; {diloco_error = msg[, code = n]} ->
+local function available_names()
+  local names, later = {}, {}
+  for _, c in ipairs(M.commands) do
+    if c.available == false then later[#later + 1] = c.name else names[#names + 1] = c.name end
+  end
+  return names, later
+end
+
+-- Errors: {usage = msg} -> exit 2 with the synopsis; {diloco_error = msg[, code = n]} ->
 -- exit code (default 1); anything else is an internal error: its message without
 -- positions and exit 1, or with --debug the message and the Lua traceback.
 function M.main(name, args)
-  local cmd = commands[name]
-  local rest, trace = take_debug(args, cmd[3])
-  local ok, res = xpcall(cmd[1], function(e)
+  local c = M.commands[name]
+  if not c then
+    local f = io.open(name, "r")
+    if f then -- a script named like a command word: main.c runs it
+      f:close()
+      return nil
+    end
+    local names, later = available_names()
+    err("unknown command '%s' (and no file of that name to run as a script); the commands are %s "
+      .. "(%s: not available yet); diloco-lua --help lists them", name, table.concat(names, ", "),
+      table.concat(later, ", "))
+    return M.EXIT.usage
+  end
+  if c.available == false then
+    err("'%s' is not available in this version yet (planned: %s)", name, c.summary)
+    return M.EXIT.usage
+  end
+  if wants_help(args, c) then
+    io.stdout:write(M.command_help(name), "\n")
+    return M.EXIT.ok
+  end
+  local rest, trace = take_debug(args, c)
+  local parse = function(a) return M.parse(a, c) end
+  local ok, res = xpcall(handlers[name], function(e)
     if not trace then return e end
     if type(e) == "table" then
       e.traceback = debug.traceback("", 2)
       return e
     end
     return debug.traceback(tostring(e), 2)
-  end, rest)
+  end, rest, parse)
   if ok then return res end
   if type(res) == "table" and res.usage then
     err("%s: %s", name, res.usage)
-    io.stderr:write(cmd[2], "\n")
-    return 2
+    io.stderr:write(M.synopsis(c), "\n(diloco-lua ", name, " --help: each option's default and meaning)\n")
+    return M.EXIT.usage
   end
   if type(res) == "table" and res.diloco_error then
     err("%s", res.diloco_error)
     if res.traceback then io.stderr:write(res.traceback, "\n") end
-    return math.tointeger(res.code) or 1
+    return math.tointeger(res.code) or M.EXIT.failed
   end
   if trace then
     err("%s: internal error: %s", name, tostring(res))
   else
     err("%s: internal error: %s (run again with --debug for a traceback)", name, strip_positions(res))
   end
-  return 1
+  return M.EXIT.failed
 end
 
 return M

@@ -10,27 +10,7 @@
 local diloco = require "diloco"
 local M = {}
 
-M.USAGE = [==[
-usage: diloco-lua goodput [--chips N] [--mtbi 1y] [--learners M] [--policy P] [--days D]
-                          [--seed S] [--seeds K] [--sweep KEY=V1,V2,...] [--plot FILE.png]
-                          [--set KEY=VALUE]... [--series FILE.tsv]
-  --policy P     dp, elastic-dp, decoupled or all (default all: dp, elastic-dp and
-                 decoupled with --learners M, default 8)
-  --chips N      chips in the cluster (default 1.2e6); --mtbi per chip (default 1y)
-  --days D       simulated days (default 30); durations take units ms, s, m, h, d, y
-  --seed S       first seed (default 0); --seeds K runs seeds S..S+K-1 (default 10) and
-                 prints mean ± standard deviation
-  --sweep KEY=.. one row per value of KEY: chips, learners, mtbi, repair, downscale,
-                 upscale, pause (both), step, checkpoint, restart, slice_chips
-  --set KEY=V    any other simulator parameter (diloco.goodput_defaults() lists them)
-  --plot F.png   goodput against chips for each policy (needs gnuplot; default sweep
-                 chips=1e5,3e5,1.2e6,2.4e6)
-  --series F     the time series (t, live chips, progress) of seed S, first row, as TSV]==]
-
-M.OPTIONS = { chips = "value", mtbi = "value", learners = "value", policy = "value", days = "value",
-  seed = "value", seeds = "value", sweep = "value", plot = "value", set = "list", series = "value",
-  help = "flag", debug = "flag" }
-
+-- The options and their help text are diloco.cli's M.commands.goodput.
 local function usage(fmt, ...) error({ usage = string.format(fmt, ...) }, 0) end
 
 local SWEEP_KEYS = { chips = true, learners = true, mtbi = true, repair = true, downscale = true,
@@ -124,11 +104,7 @@ local function plot(file, rows, policies)
 end
 
 function M.main(args, parse)
-  local opts, pos = parse(args, M.OPTIONS)
-  if opts.help then
-    print(M.USAGE)
-    return 0
-  end
+  local opts, pos = parse(args)
   if #pos > 0 then usage("unexpected argument '%s'", pos[1]) end
   local params = {}
   for _, s in ipairs(opts.set or {}) do

@@ -296,6 +296,10 @@ M.schema = {
       .. "exponential_down}, seed (diloco.chaos)" },
 }
 
+-- The text of each number given with --set, as the user wrote it ("1e13", "0x10"),
+-- so a message about the field shows that rather than 10000000000000: written[t][key].
+local written = setmetatable({}, { __mode = "k" })
+
 local function describe(v, depth)
   if type(v) == "string" then return string.format("%q", v) end
   if type(v) == "table" and #v > 0 and (depth or 0) < 2 then
@@ -353,12 +357,13 @@ local function check_section(t, fields, prefix, errs, open, per_kind)
       end
     end
     if v ~= nil then
+      local shown = written[t] and written[t][key] or describe(v)
       if not kind_ok(spec.kind, v) then
-        errs[#errs + 1] = string.format("%s = %s: expected %s%s", name, describe(v),
+        errs[#errs + 1] = string.format("%s = %s: expected %s%s", name, shown,
           (spec.kind:gsub("|", " or ")), spec.doc and " (" .. spec.doc .. ")" or "")
       elseif spec.check then
         local expected = spec.check(v)
-        if expected then errs[#errs + 1] = string.format("%s = %s: expected %s", name, describe(v), expected) end
+        if expected then errs[#errs + 1] = string.format("%s = %s: expected %s", name, shown, expected) end
       end
       if spec.fields and type(v) == "table" and not spec.after then
         check_section(v, spec.fields, name .. ".", errs, spec.open, spec.per_kind)
@@ -947,6 +952,8 @@ function M.set(r, assignment)
   local ok, v = pcall(parse_value, value)
   if not ok then error("--set " .. assignment .. ": " .. v, 0) end
   t[parts[#parts]] = v
+  written[t] = written[t] or {}
+  written[t][parts[#parts]] = type(v) == "number" and value:match("^%s*(.-)%s*$") or nil
 end
 
 -- Loads a recipe file: runs it and checks it returned diloco.recipe{...} (or a table).

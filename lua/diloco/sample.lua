@@ -3,17 +3,11 @@
 --   diloco-lua sample runs/charlm/model.safetensors --prompt "The " --tokens 100
 --
 -- main(args, parse) returns the exit status; errors are raised as {usage = msg}
--- (exit 2, bad options) or {diloco_error = msg[, code]} (exit 1, a bad file), which
--- diloco.cli reports.
+-- (exit 2, bad options), {diloco_error = msg, code = 2} (a missing file, model options
+-- out of range) or {diloco_error = msg} (exit 1, a bad file), which diloco.cli reports.
+-- The options, their defaults and ranges are diloco.cli's M.commands.sample.
 local diloco = require "diloco"
 local M = {}
-
-M.USAGE = [==[
-usage: diloco-lua sample MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T]
-                                          [--top-k K] [--seed S] [--debug]]==]
-
-M.OPTIONS = { prompt = "value", tokens = "value", temperature = "value", ["top-k"] = "value",
-  seed = "value", help = "flag", debug = "flag" }
 
 local function usage(fmt, ...)
   error({ usage = string.format(fmt, ...) }, 0)
@@ -76,30 +70,22 @@ function M.load_model(path, t, spec)
   return model
 end
 
--- parse: diloco.cli's option parser (args, spec) -> opts, positional.
+-- parse: diloco.cli's option parser, args -> opts (typed, checked, defaults filled in),
+-- positional.
 function M.main(args, parse)
-  local opts, pos = parse(args, M.OPTIONS)
-  if opts.help then
-    print(M.USAGE)
-    return 0
-  end
-  if #pos ~= 1 then usage("expected one MODEL.safetensors") end
-  local function num(name, default, lo, hi, integer)
-    local v = opts[name]
-    if v == nil then return default end
-    local n = tonumber(v)
-    if not n or n ~= n or n < lo or n > hi or (integer and n ~= math.floor(n)) then
-      usage("--%s %s: expected %s in [%s, %s]", name, v, integer and "an integer" or "a number", lo, hi)
-    end
-    return integer and math.tointeger(n) or n
-  end
-  local ntok = num("tokens", 200, 1, 1e6, true)
-  local temperature = num("temperature", 0.8, 0, 100, false)
-  local top_k = num("top-k", nil, 1, 256, true)
-  local seed = num("seed", 0, 0, 2 ^ 53, true)
-  local prompt = opts.prompt or "\n"
+  local opts, pos = parse(args)
+  if #pos ~= 1 then usage(#pos == 0 and "missing MODEL.safetensors" or "expected one MODEL.safetensors, got %d", #pos) end
+  local ntok, temperature, top_k, seed = opts.tokens, opts.temperature, opts["top-k"], opts.seed
+  local prompt = opts.prompt
   if prompt == "" then usage("--prompt \"\": expected a non-empty text (the model continues it)") end
   local path = pos[1]
+  local probe = io.open(path, "rb")
+  if not probe then
+    local _, oerr = io.open(path, "rb")
+    error({ diloco_error = string.format("%s: %s (expected a model.safetensors written by diloco-lua run or sim)",
+      path, tostring(oerr):gsub("^[^:]*: ", "")), code = 2 }, 0)
+  end
+  probe:close()
   local t, meta = diloco.load_safetensors(path)
   if not t then bad_file("%s", meta) end
   local spec_json = meta["diloco.model"]
