@@ -103,3 +103,48 @@ return diloco.recipe {
     assert.matches("inner.lr = -1e-3: expected a finite number >= 0", out, 1, true)
   end)
 end)
+
+describe("the top level", function()
+  local cli = require "diloco.cli"
+
+  it("--help lists the interpreter's options and every option of every command", function()
+    for _, opt in ipairs({ "--help", "-h" }) do
+      local out, code = run(opt)
+      assert.are.equal(0, code, out)
+      for _, o in ipairs(cli.toplevel.options) do
+        assert(out:find("\n  " .. o.name .. (o.arg and " " .. o.arg or ""), 1, true), o.name .. "\n" .. out)
+      end
+      for _, c in ipairs(cli.commands) do
+        assert(out:find("\n  " .. c.name .. " ", 1, true), c.name)
+        if c.available ~= false then
+          for _, o in ipairs(c.options) do
+            assert(out:find("[--" .. o.name .. (o.arg and " " .. o.arg or "") .. "]", 1, true),
+              c.name .. " --" .. o.name .. " missing from\n" .. out)
+          end
+        end
+      end
+      assert.matches("130 Ctrl-C", out, 1, true)
+    end
+  end)
+
+  it("names an unknown command, lists the commands and exits 2 (it once said 'cannot open frobnicate')", function()
+    local out, code = run("frobnicate --fast")
+    assert.are.equal(2, code, out)
+    assert.matches("diloco-lua: unknown command 'frobnicate' (and no file of that name to run as a script); the "
+      .. "commands are run, sim, sample, goodput", out, 1, true)
+    assert.matches("(syncer, learner: not available yet); diloco-lua --help lists them", out, 1, true)
+    assert.is_nil(out:find("cannot open", 1, true), out)
+  end)
+
+  it("still runs a script whose name looks like a command word, and still says 'cannot open' for a path", function()
+    local scratch = H.scratch()
+    scratch.write("hello", "print('hi from', arg[0], ...)")
+    local out, code = H.sh("cd " .. q(scratch.dir) .. " && " .. q(exe) .. " hello a b")
+    scratch.cleanup()
+    assert.are.equal(0, code, out)
+    assert.are.equal("hi from\thello\ta\tb\n", out)
+    out, code = run("/nonexistent/frobnicate.lua")
+    assert.are.equal(1, code, out)
+    assert.matches("cannot open /nonexistent/frobnicate.lua", out, 1, true)
+  end)
+end)
