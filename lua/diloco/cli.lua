@@ -133,6 +133,35 @@ M.commands = {
     exit = "0 done, 1 failed (--plot without gnuplot: the table is printed), 2 bad options",
   },
   {
+    name = "plot", args = "RUN_OR_METRICS...", summary = "draw the metrics of runs: loss and eval curves, any field",
+    about = {
+      "Overlays the curves of one or several runs; each argument is a run directory (its metrics.jsonl) or a "
+        .. "metrics file.  One curve per run, record kind (--events), field (--y) and, in a sim, learner; "
+        .. "the points a resumed run redid are replaced by the newer ones.  With --out a PNG is drawn with "
+        .. "gnuplot; without it, a text chart is printed on stdout (terminal width when stdout is one).  "
+        .. "docs/plots.md.",
+    },
+    options = with_tail {
+      { name = "out", arg = "FILE.png", shown = "none: a text chart on stdout", doc = "write a PNG (gnuplot)" },
+      { name = "x", arg = "AXIS", default = "steps",
+        doc = "steps, tokens, time (wall seconds since the file's first record), virtual (virtual_s of a sim) or "
+          .. "any numeric field" },
+      { name = "y", arg = "FIELD,...", default = "loss",
+        doc = "numeric fields to draw (loss, grad_norm, lr, accuracy, contributors, ...), or KIND.FIELD for one "
+          .. "kind; eval is eval.loss" },
+      { name = "events", arg = "KIND,...", shown = "every kind but summary",
+        doc = "record kinds to draw: step, eval, merge, fault, reject, checkpoint, resume" },
+      { name = "title", arg = "TEXT", shown = "the runs' names", doc = "the chart's title" },
+      { name = "log-y", doc = "logarithmic y axis" },
+      { name = "size", arg = "WxH", default = "900x600", doc = "PNG size in pixels" },
+      { name = "width", arg = "COLUMNS", type = "integer", min = 30, max = 1000, shown = "the terminal's, else 80",
+        doc = "text chart width" },
+      { name = "height", arg = "ROWS", type = "integer", min = 8, max = 500, default = 20, doc = "text chart height" },
+    },
+    exit = "0 drawn, 1 --out without gnuplot (the text chart is printed instead) or gnuplot failed, 2 bad "
+      .. "options or an input that is not metrics",
+  },
+  {
     name = "syncer", args = "RECIPE --listen HOST:PORT", summary = "serve a recipe's syncer over TCP",
     available = false, options = {},
   },
@@ -423,6 +452,7 @@ local handlers = {
   sim = sim,
   sample = function(args, parse) return require("diloco.sample").main(args, parse) end,
   goodput = function(args, parse) return require("diloco.goodput").main(args, parse) end,
+  plot = function(args, parse) return require("diloco.plot").main(args, parse) end,
 }
 
 -- "--debug" anywhere among the options (not as the value of a value option): removed
