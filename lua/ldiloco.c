@@ -393,18 +393,42 @@ static const luaL_Reg generator_methods[] = {
     {NULL, NULL},
 };
 
-/* __index of the module table: diloco.NAME -> require("diloco.NAME") when
- * package.searchpath finds it, cached with rawset; otherwise nil. */
-static int lazy_submodule(lua_State *L) {
-    if (lua_type(L, 2) != LUA_TSTRING) return 0;
-    const char *name = lua_pushfstring(L, "diloco.%s", lua_tostring(L, 2));
+/* package.searchpath(name, package.path), or nil. */
+static int search_lua(lua_State *L, const char *name) {
     lua_getglobal(L, "package");
-    if (!lua_istable(L, -1)) return 0;
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+        return 0;
+    }
     lua_getfield(L, -1, "searchpath");
     lua_pushstring(L, name);
     lua_getfield(L, -3, "path");
     lua_call(L, 2, 1);
-    if (lua_isnil(L, -1)) return 0;
+    lua_remove(L, -2);
+    return !lua_isnil(L, -1);
+}
+
+/* __index of the module table: diloco.NAME -> require("diloco.NAME") when
+ * package.searchpath finds it, cached with rawset.  A NAME that is not there is nil,
+ * as in any table, while the Lua half of diloco is on package.path (diloco/cli.lua
+ * found); without it every diloco.NAME raises an error saying where to point LUA_PATH,
+ * instead of diloco.nn being a silent nil. */
+static int lazy_submodule(lua_State *L) {
+    if (lua_type(L, 2) != LUA_TSTRING) return 0;
+    const char *key = lua_tostring(L, 2);
+    const char *name = lua_pushfstring(L, "diloco.%s", key);
+    if (!search_lua(L, name)) {
+        if (search_lua(L, "diloco.cli")) return 0;
+        lua_getglobal(L, "package");
+        lua_getfield(L, -1, "path");
+        return luaL_error(L,
+                          "diloco.%s: the Lua files of diloco (diloco/%s.lua, diloco/cli.lua, ...) "
+                          "are not on package.path (%s); they are installed in "
+                          "PREFIX/share/lua/5.4: add 'PREFIX/share/lua/5.4/?.lua' to LUA_PATH",
+                          key, key, lua_isstring(L, -1) ? lua_tostring(L, -1) : "unset");
+    }
+    lua_pop(L, 1);
     lua_getglobal(L, "require");
     lua_pushstring(L, name);
     lua_call(L, 1, 1);

@@ -36,30 +36,57 @@
 #define HISTORY_MAX 1000
 #define EOFMARK "<eof>"
 
-enum { OPT_E = 1, OPT_I = 2, OPT_V = 4, OPT_H = 8 };
+enum { OPT_E = 1, OPT_I = 2, OPT_V = 4 };
 
 typedef struct cli_args {
     int argc;
     char **argv;
     int flags;
     int script; /* argv index of the script; argc if there is none */
-    int command; /* 1 when argv[1] looks like a subcommand (command_word) */
+    int command; /* 1 when argv[1] is an implemented subcommand */
 } cli_args;
 
-/* A first argument that looks like a subcommand name (lowercase letters, digits, '-'):
- * lua/diloco/cli.lua's main(name, args) runs it, says so if it is unknown, or, when no
- * command has that name and a file does, returns nil so the file runs as a script.
- * The commands, their options and the --help text are cli.lua's M.commands. */
-static int command_word(const char *s) {
-    if (*s < 'a' || *s > 'z') return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-')) return 0;
-    return 1;
-}
+/* Subcommands.  Implemented ones run lua/diloco/cli.lua's main(name, args); the
+ * others are reserved for later issues and say so. */
+static const struct {
+    const char *name, *synopsis, *what;
+    int implemented;
+} reserved[] = {
+    {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR] [--resume CKPT]",
+     "train a recipe", 1},
+    {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]",
+     "generate text from a trained byte-level GPT", 1},
+    {"sim", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR]",
+     "train a recipe's islands on the virtual-time simulator", 1},
+    {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
+    {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner", 0},
+    {"goodput", "[--chips N] [--mtbi 1y] [--learners M] [--policy P] [--sweep K=V,..] [--plot F.png]",
+     "estimate goodput of a large cluster under failures", 1},
+};
+#define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
 
 /* Signal handlers can reach no other state: these two are the only file statics. */
 static lua_State *volatile running_L;            /* set only while docall runs */
 static volatile sig_atomic_t prompt_interrupted; /* Ctrl-C while reading a line */
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "usage: " PROGNAME " [options] [script [args]]\n"
+            "       " PROGNAME " COMMAND ...\n"
+            "Options:\n"
+            "  -e CODE        run the Lua string CODE (repeatable, runs in order)\n"
+            "  -i             enter the REPL after running the script and -e code\n"
+            "  -v, --version  print version information\n"
+            "  -h, --help     print this help and exit\n"
+            "  --             stop handling options\n"
+            "  -              run stdin as the script and stop handling options\n"
+            "With no arguments: a REPL with `diloco` loaded if stdin is a terminal,\n"
+            "otherwise stdin is run as one chunk.\n"
+            "Commands:\n");
+    for (size_t i = 0; i < RESERVED_COUNT; i++)
+        fprintf(f, "  %-8s %s\n           %s%s\n", reserved[i].name, reserved[i].synopsis,
+                reserved[i].what, reserved[i].implemented ? "" : " (not available yet)");
+}
 
 static int usage_error(const char *problem, const char *opt) {
     fprintf(stderr,
@@ -181,8 +208,8 @@ static int collect_args(cli_args *a) {
             break;
         }
         if (strcmp(opt, "-h") == 0 || strcmp(opt, "--help") == 0) {
-            a->flags |= OPT_H; /* printed by cli.lua's help(), from its tables */
-            break;
+            print_usage(stdout);
+            return EXIT_SUCCESS;
         } else if (strcmp(opt, "-v") == 0 || strcmp(opt, "--version") == 0) {
             a->flags |= OPT_V;
         } else if (strcmp(opt, "-i") == 0) {
@@ -385,45 +412,103 @@ static void do_repl(lua_State *L) {
 
 /* ---- startup ---- */
 
-static void set_package_path(lua_State *L) {
-#ifdef DLC_LUA_SOURCE_DIR
-    /* The source tree's modules win, so a build runs the Lua code next to it. */
+/* Where the Lua half of diloco (diloco/cli.lua, nn.lua, ...) is found, decided once at
+ * startup from the executable's own location (/proc/self/exe), never from a path fixed
+ * at build time, so an install works under any prefix:
+ *   - a build tree: the build directory holds DLC_SOURCE_MARKER, a one-line file naming
+ *     the source tree's lua/ directory (CMakeLists.txt writes it; install never copies it);
+ *   - an install: EXEDIR/DLC_LUA_RELDIR (../share/lua/5.4 from bin/) holding diloco/cli.lua;
+ *   - neither: package.path as Lua made it from LUA_PATH, said so by --version. */
+#ifndef DLC_LUA_RELDIR
+#define DLC_LUA_RELDIR "../share/lua/5.4"
+#endif
+#define DLC_SOURCE_MARKER "diloco-lua.srcdir"
+
+enum { LUA_DIR_NONE, LUA_DIR_SOURCE, LUA_DIR_INSTALLED };
+
+typedef struct lua_dir {
+    int kind;
+    char path[4096];
+} lua_dir;
+
+static int is_file(const char *dir, const char *name) {
+    char p[4200];
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p) return 0;
+    FILE *f = fopen(p, "r");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+static void find_lua_dir(lua_dir *d) {
+    char exe[4096], p[4200];
+    d->kind = LUA_DIR_NONE;
+    d->path[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = '\0'; /* exe is now the executable's directory */
+    if (snprintf(p, sizeof p, "%s/" DLC_SOURCE_MARKER, exe) < (int)sizeof p) {
+        FILE *f = fopen(p, "r");
+        if (f) {
+            int ok = fgets(d->path, sizeof d->path, f) != NULL;
+            fclose(f);
+            d->path[strcspn(d->path, "\r\n")] = '\0';
+            if (ok && d->path[0] && is_file(d->path, "diloco/cli.lua")) {
+                d->kind = LUA_DIR_SOURCE;
+                return;
+            }
+            d->path[0] = '\0';
+        }
+    }
+    if (snprintf(p, sizeof p, "%s/" DLC_LUA_RELDIR, exe) < (int)sizeof p &&
+        realpath(p, d->path) != NULL && is_file(d->path, "diloco/cli.lua")) {
+        d->kind = LUA_DIR_INSTALLED;
+        return;
+    }
+    d->path[0] = '\0';
+}
+
+/* The found directory goes first in package.path, so the files next to this executable
+ * win over an older install on LUA_PATH. */
+static void set_package_path(lua_State *L, const lua_dir *d) {
+    if (d->kind == LUA_DIR_NONE) return;
     lua_getglobal(L, "package");
-    lua_pushliteral(L, DLC_LUA_SOURCE_DIR "/?.lua;" DLC_LUA_SOURCE_DIR "/?/init.lua;");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d->path, d->path);
     lua_getfield(L, -2, "path");
     lua_concat(L, 2);
     lua_setfield(L, -2, "path");
     lua_pop(L, 1);
-#else
-    (void)L;
-#endif
+}
+
+/* --version: the first line is the contract (the `version` ctest), the second says
+ * which Lua files this executable runs. */
+static void print_lua_dir(const lua_dir *d) {
+    if (d->kind == LUA_DIR_SOURCE) printf("lua files: %s (build tree: the source's lua/)\n", d->path);
+    else if (d->kind == LUA_DIR_INSTALLED) printf("lua files: %s (installed)\n", d->path);
+    else
+        printf("lua files: not found next to the executable (" DLC_LUA_RELDIR
+               "); using package.path (LUA_PATH)\n");
+    fflush(stdout);
 }
 
 /* Everything that touches Lua runs protected: an error here is reported, not fatal. */
 static int pmain(lua_State *L) {
-    cli_args *a = lua_touserdata(L, 1);
+    const cli_args *a = lua_touserdata(L, 1);
+    lua_dir dir;
+    find_lua_dir(&dir);
     luaL_checkversion(L);
     luaL_openlibs(L);
-    set_package_path(L);
+    set_package_path(L, &dir);
     luaL_requiref(L, "diloco", luaopen_diloco, 0);
     lua_setglobal(L, "diloco");
     create_arg_table(L, a);
     lua_settop(L, 0);
 
-    if (a->flags & OPT_H) {
-        lua_getglobal(L, "require");
-        lua_pushliteral(L, "diloco.cli");
-        lua_call(L, 1, 1);
-        lua_getfield(L, -1, "help");
-        lua_call(L, 0, 0);
-        lua_pushinteger(L, EXIT_SUCCESS);
-        return 1;
-    }
-
     if (a->command) { /* diloco-lua COMMAND args...: exit status from cli.main */
-        lua_getglobal(L, "require");
-        lua_pushliteral(L, "diloco.cli");
-        lua_call(L, 1, 1);
+        lua_getglobal(L, "diloco"); /* diloco.cli: names LUA_PATH if the Lua files are missing */
+        lua_getfield(L, -1, "cli");
         lua_getfield(L, -1, "main");
         lua_pushstring(L, a->argv[1]);
         lua_createtable(L, a->argc - 2, 0);
@@ -432,19 +517,16 @@ static int pmain(lua_State *L) {
             lua_rawseti(L, -2, i - 1);
         }
         lua_call(L, 2, 1);
-        if (!lua_isnil(L, -1)) {
-            lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : EXIT_FAILURE;
-            lua_pushinteger(L, code);
-            return 1;
-        }
-        a->command = 0; /* not a command but a file of that name: run it as a script */
-        a->script = 1;
-        create_arg_table(L, a);
-        lua_settop(L, 0);
+        lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : EXIT_FAILURE;
+        lua_pushinteger(L, code);
+        return 1;
     }
 
     int failed = 0;
-    if (a->flags & OPT_V) print_version();
+    if (a->flags & OPT_V) {
+        print_version();
+        if (!(a->flags & OPT_I)) print_lua_dir(&dir); /* -i: the REPL banner, one line */
+    }
     if (!run_e_args(L, a)) failed = 1;
     else if (a->script < a->argc && handle_script(L, a) != LUA_OK) failed = 1;
     else if (a->flags & OPT_I) do_repl(L);
@@ -461,7 +543,21 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
-    int command = argc >= 2 && argv[1] != NULL && command_word(argv[1]);
+    int command = 0;
+    if (argc >= 2) {
+        for (size_t i = 0; i < RESERVED_COUNT; i++) {
+            if (strcmp(argv[1], reserved[i].name) == 0 && reserved[i].implemented) {
+                command = 1;
+                break;
+            }
+            if (strcmp(argv[1], reserved[i].name) == 0) {
+                fprintf(stderr,
+                        PROGNAME ": '%s' is not available in this version yet (planned: %s)\n",
+                        reserved[i].name, reserved[i].what);
+                return EXIT_USAGE;
+            }
+        }
+    }
     /* Before any thread exists: every handler of this process runs on this stack. */
     dlcL_signal_stack();
     const char *gemm = getenv("DILOCO_GEMM");

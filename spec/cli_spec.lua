@@ -55,12 +55,17 @@ describe("diloco-lua", function()
     assert.are.equal("10\nscript\t10\n", out)
   end)
 
-  it("prints its version with -v and --version", function()
+  it("prints its version with -v and --version, then where its Lua files come from", function()
     for _, opt in ipairs({ "-v", "--version" }) do
       local out, code = run(opt)
       assert.are.equal(0, code)
-      assert.truthy(out:match("^diloco%-lua 0%.1%.0 %(libdiloco %d+%.%d+%.%d+, Lua 5%.4%.%d+, "
-        .. "gemm %l+, %d+ threads%)\n$"), out)
+      -- a build-tree executable runs the source tree's lua/ (the one busted loads too)
+      local dir = out:match("^diloco%-lua 0%.1%.0 %(libdiloco %d+%.%d+%.%d+, Lua 5%.4%.%d+, "
+        .. "gemm %l+, %d+ threads%)\nlua files: (/[^\n]*) %(build tree: the source's lua/%)\n$")
+      assert.truthy(dir, out)
+      local f = io.open(dir .. "/diloco/cli.lua")
+      assert.truthy(f, dir)
+      f:close()
     end
   end)
 
