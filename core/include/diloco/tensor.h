@@ -41,20 +41,30 @@ extern "C" {
 typedef struct dlc_storage dlc_storage; /* opaque, refcounted float buffer */
 struct dlc_node;                         /* autograd node, see autograd.h */
 
+/* The fields are public so that kernels and hosts can read a tensor without a call per
+ * element.  What a host may do with each is stated at the field: "read" fields are API
+ * (stable, read them freely, never assign them: use the functions named); "internal:"
+ * fields are libdiloco's own bookkeeping, not API, and may change meaning in any release:
+ * a host neither reads nor writes them. */
 typedef struct dlc_tensor {
-    float *data;                   /* first element; contiguous, row-major */
-    int64_t shape[DLC_MAX_DIMS];   /* shape[i] >= 0; unused dims are 1 */
-    int64_t numel;                 /* product of shape[0..ndim) (1 for ndim 0) */
-    int ndim;                      /* 0..DLC_MAX_DIMS; 0 is a scalar */
-    int refs;                      /* reference count (not thread-safe) */
-    unsigned requires_grad : 1;    /* leaf asks for .grad, or result of a tracked op */
-    unsigned retain_grad : 1;      /* keep .grad of a non-leaf after backward */
-    unsigned graph_freed : 1;      /* its node was freed by a backward pass */
-    unsigned mark;                 /* scratch for graph traversals */
-    struct dlc_tensor *grad;       /* owned; NULL until a backward reaches it */
-    struct dlc_node *node;         /* owned; op that produced it, NULL for leaves */
+    float *data;                   /* read; the elements may be written (contiguous, row-major) */
+    int64_t shape[DLC_MAX_DIMS];   /* read: shape[i] >= 0; unused dims are 1 */
+    int64_t numel;                 /* read: product of shape[0..ndim) (1 for ndim 0) */
+    int ndim;                      /* read: 0..DLC_MAX_DIMS; 0 is a scalar */
+    int refs;                      /* read: reference count (not thread-safe); change it only
+                                      with dlc_tensor_retain / dlc_tensor_release */
+    unsigned requires_grad : 1;    /* read: leaf asks for .grad, or result of a tracked op;
+                                      set with dlc_tensor_set_requires_grad (autograd.h) */
+    unsigned retain_grad : 1;      /* read and write: keep .grad of a non-leaf after backward */
+    unsigned graph_freed : 1;      /* internal: its node was freed by a backward pass */
+    unsigned mark;                 /* internal: scratch for graph traversals */
+    struct dlc_tensor *grad;       /* read: borrowed; NULL until a backward reaches it (owned
+                                      by the tensor; dlc_tensor_zero_grad clears it) */
+    struct dlc_node *node;         /* read: NULL for a leaf, else the op that produced it (its
+                                      contents are internal: compare with NULL only) */
     struct dlc_tensor *release_next; /* internal: queue of tensors being freed */
-    dlc_storage *storage;          /* owned reference */
+    dlc_storage *storage;          /* read: identity of the shared storage (views of one
+                                      tensor compare equal); opaque, owned by the tensor */
 } dlc_tensor;
 
 /* ---- creation (all return a new reference, NULL on failure) ---- */
