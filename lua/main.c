@@ -263,10 +263,90 @@ static int handle_script(lua_State *L, const cli_args *a) {
     return report(L, status, PROGNAME);
 }
 
-/* ---- the REPL ---- */
+/* ---- the REPL ----
+ * The line editing is here (libedit); what the REPL does with values is Lua,
+ * lua/diloco/repl.lua: tab-completion candidates, the readable printing of results,
+ * and help() and the pretty print() it installs (repl.setup).  The completion hook is
+ * a plain callback of readline(), so it reaches the state through repl.L; no signal
+ * handler touches this struct. */
 
 enum { LINE_OK, LINE_EOF, LINE_INTERRUPTED };
 enum { CHUNK_EOF = -1, CHUNK_DROPPED = -2 }; /* never a lua load status */
+
+#define REPL_SHOW_KEY "diloco-lua.repl.show" /* registry: repl.show, the result printer */
+
+static struct {
+    lua_State *L;       /* the REPL's state, for the completion hook */
+    char history[4096]; /* the history file; "" when there is none */
+    char **matches;     /* the candidates of the word being completed (malloc'd) */
+    int nmatches, next;
+} repl;
+
+static void clear_matches(void) {
+    for (int i = 0; i < repl.nmatches; i++) free(repl.matches[i]);
+    free(repl.matches);
+    repl.matches = NULL;
+    repl.nmatches = repl.next = 0;
+}
+
+/* (word) -> repl.complete(word): run protected, so completion never raises. */
+static int completion_list(lua_State *L) {
+    luaL_checkstring(L, 1);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "diloco.repl");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "complete");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+static void load_matches(const char *word) {
+    lua_State *L = repl.L;
+    clear_matches();
+    if (L == NULL || !lua_checkstack(L, 4)) return;
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, completion_list);
+    lua_pushstring(L, word);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        repl.matches = n > 0 && n < 100000 ? calloc((size_t)n, sizeof *repl.matches) : NULL;
+        for (lua_Integer i = 1; repl.matches && i <= n; i++) {
+            lua_rawgeti(L, -1, i);
+            const char *c = lua_tostring(L, -1);
+            if (c && (repl.matches[repl.nmatches] = strdup(c)) != NULL) repl.nmatches++;
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, top);
+}
+
+/* readline's generator: state 0 starts a new word; each call returns one candidate,
+ * malloc'd (readline frees it), then NULL. */
+static char *completion_generator(const char *word, int state) {
+    if (state == 0) load_matches(word);
+    if (repl.next >= repl.nmatches) return NULL;
+    return strdup(repl.matches[repl.next++]);
+}
+
+static char **repl_complete(const char *word, int start, int end) {
+    (void)start;
+    (void)end;
+    rl_attempted_completion_over = 1; /* Lua names only: never file names */
+    return rl_completion_matches(word, completion_generator);
+}
+
+/* Words end at blanks, quotes and operators, not at '.' or ':', so "diloco.nn.G" and
+ * "t:resh" are completed as a whole. */
+static char repl_word_breaks[] = " \t\n\"\\'`@$><=;|&{(+-*/%^~#,[]})";
+
+static void repl_init_editline(void) {
+    rl_readline_name = PROGNAME;
+    rl_attempted_completion_function = repl_complete;
+    rl_basic_word_break_characters = repl_word_breaks;
+    rl_completer_word_break_characters = repl_word_breaks;
+    rl_completion_append_character = '\0'; /* the candidates end in "(" or "." themselves */
+}
 
 static void on_prompt_sigint(int sig) {
     (void)sig;
@@ -290,7 +370,12 @@ static int read_line(lua_State *L, int firstline, int tty) {
         if (prompt_interrupted) result = LINE_INTERRUPTED;
         else if (line == NULL) result = LINE_EOF;
         else {
-            if (line[0] != '\0') add_history(line);
+            if (line[0] != '\0') {
+                add_history(line);
+                /* now, not at exit: a closed terminal or a kill loses nothing (best
+                 * effort: a read-only HOME is fine) */
+                if (repl.history[0]) write_history(repl.history);
+            }
             lua_pushstring(L, line);
         }
         free(line);
@@ -371,30 +456,51 @@ static int load_chunk(lua_State *L, int tty) {
     return status;
 }
 
+/* Prints a chunk's results with repl.show (readable tables and tensors), or with
+ * print when the Lua side could not be loaded. */
 static void print_results(lua_State *L) {
     int n = lua_gettop(L);
     if (n == 0) return;
     luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-    lua_getglobal(L, "print");
+    lua_getfield(L, LUA_REGISTRYINDEX, REPL_SHOW_KEY);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_getglobal(L, "print");
+    }
     lua_insert(L, 1);
     if (lua_pcall(L, n, 0, 0) != LUA_OK)
-        message(NULL, lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
+        message(NULL, lua_pushfstring(L, "error printing the results (%s)", lua_tostring(L, -1)));
+}
+
+/* repl.setup() (help, the pretty print) and repl.show kept in the registry. */
+static int repl_setup(lua_State *L) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "diloco.repl");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "setup");
+    lua_call(L, 0, 0);
+    lua_getfield(L, -1, "show");
+    lua_setfield(L, LUA_REGISTRYINDEX, REPL_SHOW_KEY);
+    return 0;
 }
 
 static void do_repl(lua_State *L) {
     int tty = isatty(STDIN_FILENO);
-    char history[4096];
     const char *home = getenv("HOME");
-    int have_history = 0;
+    lua_pushcfunction(L, repl_setup);
+    if (report(L, docall(L, 0, 0), PROGNAME) != LUA_OK)
+        message(PROGNAME, "the REPL goes on without help() and readable printing");
+    repl.L = L;
+    repl.history[0] = '\0';
     if (tty) {
         setlocale(LC_CTYPE, ""); /* libedit rejects non-ASCII keys in the "C" locale */
-        rl_readline_name = PROGNAME;
+        repl_init_editline();
         stifle_history(HISTORY_MAX);
-        if (home && snprintf(history, sizeof history, "%s/" HISTORY_FILE, home) <
-                        (int)sizeof history) {
-            have_history = 1;
-            read_history(history);
-        }
+        if (home && snprintf(repl.history, sizeof repl.history, "%s/" HISTORY_FILE, home) <
+                        (int)sizeof repl.history)
+            read_history(repl.history);
+        else
+            repl.history[0] = '\0';
     }
     int status;
     /* Unlike scripts, a syntax error here gets no traceback: the user just typed it. */
@@ -407,7 +513,8 @@ static void do_repl(lua_State *L) {
     lua_settop(L, 0);
     fputc('\n', stdout);
     fflush(stdout);
-    if (have_history) write_history(history); /* best effort: a read-only HOME is fine */
+    clear_matches();
+    repl.L = NULL;
 }
 
 /* ---- startup ---- */
