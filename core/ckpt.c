@@ -18,6 +18,8 @@
 #include "strbuf.h"
 
 #define META_KEY "__metadata__"
+#define FORMAT_KEY "format" /* __metadata__ entry saying whose tensors these are */
+#define FORMAT_PT "pt"      /* what every writer of PyTorch weights puts there */
 
 /* ---------------------------------------------------------------------------
  * dtypes
@@ -144,25 +146,32 @@ static dlc_status check_names(const char *path, int n, const char *const *strs, 
 static dlc_status build_header(sbuf *b, const char *path, int n, const char *const *names,
                                dlc_tensor *const *tensors, int n_meta, const char *const *mk,
                                const char *const *mv) {
+    /* "format": "pt" first, as Hugging Face writers put it: transformers refuses a file
+     * whose __metadata__ lacks it.  A caller's own "format" pair replaces it. */
+    int own_format = 0;
+    for (int i = 0; i < n_meta; i++) own_format |= strcmp(mk[i], FORMAT_KEY) == 0;
     dlcx_sb_add(b, "{", 1);
-    if (n_meta > 0) {
-        dlcx_sb_json_str(b, META_KEY);
-        dlcx_sb_add(b, ":{", 2);
-        for (int i = 0; i < n_meta; i++) {
-            if (i) dlcx_sb_add(b, ",", 1);
-            dlcx_sb_json_str(b, mk[i]);
-            dlcx_sb_add(b, ":", 1);
-            dlcx_sb_json_str(b, mv[i]);
-        }
-        dlcx_sb_add(b, "}", 1);
+    dlcx_sb_json_str(b, META_KEY);
+    dlcx_sb_add(b, ":{", 2);
+    if (!own_format) {
+        dlcx_sb_json_str(b, FORMAT_KEY);
+        dlcx_sb_add(b, ":", 1);
+        dlcx_sb_json_str(b, FORMAT_PT);
     }
+    for (int i = 0; i < n_meta; i++) {
+        if (i || !own_format) dlcx_sb_add(b, ",", 1);
+        dlcx_sb_json_str(b, mk[i]);
+        dlcx_sb_add(b, ":", 1);
+        dlcx_sb_json_str(b, mv[i]);
+    }
+    dlcx_sb_add(b, "}", 1);
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         const dlc_tensor *t = tensors[i];
         if (t->numel > (INT64_MAX - off) / 4)
             return dlc_error(DLC_ERR_ARG, "safetensors_save: %s: total size overflows", path);
         int64_t end = off + t->numel * 4;
-        if (i || n_meta > 0) dlcx_sb_add(b, ",", 1);
+        dlcx_sb_add(b, ",", 1); /* after __metadata__ or the previous tensor */
         dlcx_sb_json_str(b, names[i]);
         dlcx_sb_str(b, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {

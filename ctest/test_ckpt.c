@@ -113,13 +113,15 @@ static void test_round_trip(void) {
             dlc_tensor_release(g);
         }
         CHECK(dlc_safetensors_name(st, 5) == NULL && dlc_safetensors_name(st, -1) == NULL);
-        CHECK(dlc_safetensors_meta_count(st) == 2);
-        CHECK(strcmp(dlc_safetensors_meta_key(st, 0), "step") == 0);
-        CHECK(strcmp(dlc_safetensors_meta_key(st, 1), "note") == 0);
+        CHECK(dlc_safetensors_meta_count(st) == 3); /* "format": "pt" first, then ours */
+        CHECK(strcmp(dlc_safetensors_meta_key(st, 0), "format") == 0);
+        CHECK(strcmp(dlc_safetensors_meta_key(st, 1), "step") == 0);
+        CHECK(strcmp(dlc_safetensors_meta_key(st, 2), "note") == 0);
+        CHECK(strcmp(dlc_safetensors_meta(st, "format"), "pt") == 0);
         CHECK(strcmp(dlc_safetensors_meta(st, "step"), "12") == 0);
         CHECK(strcmp(dlc_safetensors_meta(st, "note"), mv[1]) == 0);
         CHECK(dlc_safetensors_meta(st, "absent") == NULL);
-        CHECK(dlc_safetensors_meta_key(st, 2) == NULL);
+        CHECK(dlc_safetensors_meta_key(st, 3) == NULL);
         CHECK_FAILS(dlc_safetensors_get(st, "nope"), DLC_ERR_ARG, "has no tensor 'nope'");
         /* the returned tensor is a copy: writing it does not change the next get */
         dlc_tensor *g = dlc_safetensors_get(st, "scalar");
@@ -158,16 +160,16 @@ static void test_fixture_bytes(void) {
     dlc_tensor *t[2] = {dlc_tensor_from_data(1, s, av), dlc_tensor_full(0, NULL, 0.5f)};
     const char *names[2] = {"a", "b"}, *mk[1] = {"k"}, *mv[1] = {"v"};
     CHECK(dlc_safetensors_save(p, 2, names, t, 1, mk, mv) == DLC_OK);
-    static const char hdr[] = "{\"__metadata__\":{\"k\":\"v\"},"
+    static const char hdr[] = "{\"__metadata__\":{\"format\":\"pt\",\"k\":\"v\"},"
                               "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                               "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}"
-                              "    "; /* 132 bytes of JSON + 4 spaces = 136 */
-    unsigned char want[8 + 136 + 12] = {136, 0, 0, 0, 0, 0, 0, 0};
-    CHECK(sizeof hdr - 1 == 136);
-    memcpy(want + 8, hdr, 136);
+                              "      "; /* 146 bytes of JSON + 6 spaces = 152 */
+    unsigned char want[8 + 152 + 12] = {152, 0, 0, 0, 0, 0, 0, 0};
+    CHECK(sizeof hdr - 1 == 152);
+    memcpy(want + 8, hdr, 152);
     static const unsigned char data[12] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0,
                                            0x00, 0x00, 0x00, 0x3f};
-    memcpy(want + 144, data, 12);
+    memcpy(want + 160, data, 12);
     size_t n;
     unsigned char *got = read_bytes(p, &n);
     CHECK(got && n == sizeof want && memcmp(got, want, sizeof want) == 0);
@@ -179,15 +181,16 @@ static void test_fixture_bytes(void) {
             }
     free(got);
 
-    /* no tensors, no metadata: "{}" and 6 spaces */
+    /* no tensors, no metadata of ours: the format alone, 32 bytes of JSON */
     pathf(p, "none.safetensors");
     CHECK(dlc_safetensors_save(p, 0, NULL, NULL, 0, NULL, NULL) == DLC_OK);
     got = read_bytes(p, &n);
-    CHECK(got && n == 16 && got[0] == 8 && memcmp(got + 8, "{}      ", 8) == 0);
+    CHECK(got && n == 40 && got[0] == 32 &&
+          memcmp(got + 8, "{\"__metadata__\":{\"format\":\"pt\"}}", 32) == 0);
     free(got);
     dlc_safetensors *st = dlc_safetensors_open(p);
     CHECK_OK(st);
-    CHECK(dlc_safetensors_count(st) == 0 && dlc_safetensors_meta_count(st) == 0);
+    CHECK(dlc_safetensors_count(st) == 0 && dlc_safetensors_meta_count(st) == 1);
     dlc_safetensors_close(st);
     dlc_tensor_release(t[0]);
     dlc_tensor_release(t[1]);

@@ -79,7 +79,7 @@ describe("save_safetensors / load_safetensors", function()
       assert.are.same(e[2].shape, got.shape)
       assert.is_true(same_values(e[2], got), e[1])
     end
-    assert.are.same({ step = "12", lr = "0.5", recipe = "tiny" }, meta)
+    assert.are.same({ format = "pt", step = "12", lr = "0.5", recipe = "tiny" }, meta)
   end)
 
   it("saves a map name -> Tensor sorted by name", function()
@@ -87,7 +87,7 @@ describe("save_safetensors / load_safetensors", function()
     assert.is_true(diloco.save_safetensors(file("map.safetensors"), { zeta = a, alpha = b, mid = a }))
     local ts, meta, names = diloco.load_safetensors(file("map.safetensors"))
     assert.are.same({ "alpha", "mid", "zeta" }, names)
-    assert.are.same({}, meta)
+    assert.are.same({ format = "pt" }, meta) -- every saved file says so, for Hugging Face loaders
     assert.are.same({ 1, 1 }, ts.mid:tolist())
   end)
 
@@ -135,7 +135,7 @@ describe("save_safetensors / load_safetensors", function()
     smt.__tostring = nil
     assert.is_true(ok, err)
     local ts, meta = diloco.load_safetensors(p)
-    assert.are.same({ note = "hi", step = "3" }, meta)
+    assert.are.same({ format = "pt", note = "hi", step = "3" }, meta)
     assert.are.same({ 1, 1 }, ts.w:tolist())
   end)
 
@@ -402,7 +402,7 @@ describe("the independent Python checker", function()
     assert.is_true(r.ok)
     assert.is_true(r.padded)
     assert.are.equal(0, r.data_start % 8)
-    assert.are.same({ step = "42", note = "from lua" }, r.metadata)
+    assert.are.same({ format = "pt", step = "42", note = "from lua" }, r.metadata)
     assert.are.equal(#list, #r.tensors)
     for i, e in ipairs(list) do
       local t = r.tensors[i]

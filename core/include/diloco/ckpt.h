@@ -45,6 +45,8 @@ extern "C" {
  * Writes n tensors (borrowed; f32, written little-endian in the given order under
  * names[i]) and n_meta metadata pairs (borrowed strings) to `path`.
  *
+ * The metadata written starts with "format": "pt", which Hugging Face loaders require,
+ * unless the caller gives its own "format" pair; so every saved file has __metadata__.
  * Names and metadata keys must be non-empty, unique and valid UTF-8; a tensor may not
  * be called "__metadata__".  Violations are DLC_ERR_ARG and are detected before the
  * file system is touched.  n == 0 writes a valid file with no tensors.
