@@ -47,7 +47,7 @@ static size_t encode(const dlc_frame *f) {
         fprintf(stderr, "encode %s: %s\n", dlc_frame_type_name(f->type), dlc_last_error());
         exit(1);
     }
-    memcpy(scratch + n, f->msg.payload, f->msg.len);
+    if (f->msg.len) memcpy(scratch + n, f->msg.payload, f->msg.len);
     return (size_t)n + f->msg.len;
 }
 
@@ -378,7 +378,7 @@ static void test_header_walk(void) {
 }
 
 static void test_fields(void) {
-    uint8_t buf[512];
+    uint8_t buf[1024];
     size_t n;
     /* a heartbeat with each field wrong in turn */
     static const uint8_t str_learner[] = {0x85, 0xa1, 'l', 0xa1, '1', 0xa1, 's', 0x01, 0xa1, 't', 0x01,

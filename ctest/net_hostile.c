@@ -1,0 +1,647 @@
+/*
+ * net_hostile.c - the transport under hostile peers (issue 9's suite).  One server net
+ * runs for the whole test with an echo thread (a CONTRIBUTION is answered with a
+ * FRAGMENT of the same bytes).  Each case attacks it from raw sockets: truncated
+ * frames, lying lengths and counts, deep nesting, wrong types, payloads that do not fit,
+ * unknown types, messages before authentication, a wrong HMAC, a replayed proof, a peer
+ * that stops reading, one that sends nothing, one that sends a byte a second, 1,000
+ * connections at once.  Each gets its ERROR and a disconnect (or its timeout); after
+ * each, a fresh client completes a valid exchange.  Then bad configuration, graceful
+ * close and reconnects.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "check.h"
+#include "diloco/net.h"
+
+#define SECRET "correct horse battery staple"
+#define NUMEL 1024
+
+static const int64_t numel[1] = {NUMEL};
+static const dlc_proto_layout layout = {1, numel, NUMEL, {128}};
+static dlc_hello hello_server, hello_client;
+static dlc_net *server;
+static int port;
+static pthread_t echo_thread;
+static atomic_int echo_stop, last_ready = -1, refused[DLC_PERR_COUNT], lost[DLC_PERR_COUNT];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void free_copy(const void *p, void *arg) {
+    (void)arg;
+    free((void *)p);
+}
+
+static void *echo_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&echo_stop)) {
+        dlc_net_event ev;
+        if (dlc_net_poll(server, &ev, 50) != 1) continue;
+        if (ev.kind == DLC_NET_READY) atomic_store(&last_ready, ev.peer);
+        if (ev.kind == DLC_NET_REFUSED && ev.code >= 0 && ev.code < DLC_PERR_COUNT) atomic_fetch_add(&refused[ev.code], 1);
+        if (ev.kind == DLC_NET_LOST && ev.code >= 0 && ev.code < DLC_PERR_COUNT) atomic_fetch_add(&lost[ev.code], 1);
+        if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_CONTRIBUTION) {
+            dlc_frame f;
+            dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+            f.msg.learner = ev.frame.msg.learner, f.msg.version = ev.frame.msg.version + 1;
+            f.msg.codec = ev.frame.msg.codec;
+            void *copy = malloc(ev.frame.msg.len);
+            memcpy(copy, ev.frame.msg.payload, ev.frame.msg.len);
+            f.msg.payload = copy, f.msg.len = ev.frame.msg.len;
+            if (dlc_net_send(server, ev.peer, &f, free_copy, NULL) < 0) free(copy);
+        }
+        dlc_net_event_release(&ev);
+    }
+    return NULL;
+}
+
+static dlc_net_config base_config(void) {
+    dlc_net_config c = dlc_net_default_config();
+    c.secret = SECRET, c.secret_len = strlen(SECRET);
+    c.layout = &layout;
+    c.heartbeat_s = 0.3, c.timeout_s = 1.5, c.auth_timeout_s = 1.0, c.drain_timeout_s = 1.0;
+    c.frame_max = 1 << 20, c.out_max = 4 << 20;
+    c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.2;
+    return c;
+}
+
+static void start_server(void) {
+    dlc_net_config c = base_config();
+    c.hello = &hello_server;
+    c.max_peers = 64;
+    server = dlc_net_new(&c);
+    CHECK_OK(server);
+    port = dlc_net_listen(server, "127.0.0.1:0");
+    CHECK(port > 0);
+    atomic_store(&echo_stop, 0);
+    pthread_create(&echo_thread, NULL, echo_main, NULL);
+}
+
+static void stop_server(void) {
+    atomic_store(&echo_stop, 1);
+    pthread_join(echo_thread, NULL);
+    dlc_net_free(server);
+    server = NULL;
+}
+
+/* Waits for an event of `kind` (others dropped), up to secs. */
+static int wait_event(dlc_net *net, dlc_net_event_kind kind, double secs, dlc_net_event *out) {
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        dlc_net_event ev;
+        if (dlc_net_poll(net, &ev, 50) != 1) continue;
+        if (ev.kind == kind) {
+            *out = ev;
+            return 1;
+        }
+        dlc_net_event_release(&ev);
+    }
+    return 0;
+}
+
+/* A fresh client: connect, READY, a CONTRIBUTION out and its echo back. */
+static int valid_exchange(const char *after) {
+    dlc_net_config c = base_config();
+    c.hello = &hello_client;
+    dlc_net *cl = dlc_net_new(&c);
+    if (!cl) return 0;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    int ok = peer >= 0 && wait_event(cl, DLC_NET_READY, 5, &ev);
+    if (ok) {
+        ok = ev.frame.hello.learner >= 0;
+        dlc_net_event_release(&ev);
+        static float pay[NUMEL];
+        for (int i = 0; i < NUMEL; i++) pay[i] = (float)i * 0.5f;
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+        f.msg.learner = 0, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
+        f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+        ok = ok && dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK;
+        ok = ok && wait_event(cl, DLC_NET_FRAME, 5, &ev);
+        if (ok) {
+            ok = ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 8 && ev.frame.msg.len == sizeof pay &&
+                 memcmp(ev.frame.msg.payload, pay, sizeof pay) == 0;
+            dlc_net_event_release(&ev);
+        }
+    }
+    dlc_net_free(cl);
+    if (!ok) fprintf(stderr, "valid exchange after %s failed: %s\n", after, dlc_last_error());
+    return ok;
+}
+
+/* ---- raw sockets ---- */
+
+static int raw_connect(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void raw_send(int fd, const void *buf, size_t len) {
+    if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) { /* the server may have closed: fine */ }
+}
+
+static int read_full(int fd, uint8_t *buf, size_t n) {
+    size_t have = 0;
+    while (have < n) {
+        ssize_t r = recv(fd, buf + have, n - have, 0);
+        if (r <= 0) return (int)r; /* 0 EOF, -1 error or timeout */
+        have += (size_t)r;
+    }
+    return 1;
+}
+
+/* Reads one frame into f (payload into buf); 1 ok, 0 EOF, -1 error. */
+static int raw_read(int fd, dlc_frame *f, uint8_t *buf, size_t cap) {
+    int r = read_full(fd, buf, DLC_PROTO_PREFIX);
+    if (r <= 0) return r;
+    size_t need;
+    if (dlc_proto_peek(buf, DLC_PROTO_PREFIX, cap, &need, NULL, NULL) < 0) return -1;
+    if ((r = read_full(fd, buf + DLC_PROTO_PREFIX, need - DLC_PROTO_PREFIX)) <= 0) return -1;
+    return dlc_proto_decode(buf, need, &layout, f, NULL) == DLC_OK ? 1 : -1;
+}
+
+/* Reads until an ERROR frame; checks its code, then EOF.  Returns 1 if both came. */
+static int expect_error(int fd, int code, const char *needle) {
+    static uint8_t buf[2 << 20];
+    dlc_frame f;
+    int r;
+    while ((r = raw_read(fd, &f, buf, sizeof buf)) == 1 && f.type != DLC_FRAME_ERROR) {}
+    if (r != 1) {
+        fprintf(stderr, "expected ERROR %s, got %s\n", dlc_proto_errcode_name(code), r == 0 ? "EOF" : "a read error");
+        return 0;
+    }
+    if (f.code != code || (needle && !strstr(f.text, needle))) {
+        fprintf(stderr, "expected ERROR %s \"%s\", got %s \"%s\"\n", dlc_proto_errcode_name(code), needle ? needle : "",
+                dlc_proto_errcode_name(f.code), f.text);
+        return 0;
+    }
+    uint8_t b;
+    r = (int)recv(fd, &b, 1, 0);
+    if (r != 0) fprintf(stderr, "after ERROR %s: expected EOF, recv gave %d\n", dlc_proto_errcode_name(code), r);
+    return r == 0;
+}
+
+static size_t encode(const dlc_frame *f, uint8_t *out) {
+    int64_t n = dlc_proto_encode(f, &layout, out, DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
+    DLC_ASSERT(n > 0);
+    return (size_t)n;
+}
+
+/* Runs the handshake by hand up to READY (with a HELLO); returns 1 on WELCOME.  The
+ * AUTH and PROOF frames sent are kept in auth_out / proof_out if given. */
+static int raw_handshake(int fd, uint8_t *auth_out, size_t *auth_len, uint8_t *proof_out, size_t *proof_len) {
+    uint8_t buf[4096];
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    dlc_auth_nonce(f.nonce, sizeof f.nonce);
+    size_t n = encode(&f, buf);
+    if (auth_out) memcpy(auth_out, buf, n), *auth_len = n;
+    raw_send(fd, buf, n);
+    if (raw_read(fd, &g, buf, sizeof buf) != 1 || g.type != DLC_FRAME_AUTH_CHALLENGE) return 0;
+    uint8_t mac[32];
+    dlc_auth_proof(SECRET, strlen(SECRET), 1, f.nonce, g.nonce, mac);
+    if (!dlc_auth_equal(mac, g.mac)) return 0; /* the server proved it knows the secret */
+    dlc_frame p;
+    dlc_frame_init(&p, DLC_FRAME_AUTH_PROOF);
+    dlc_auth_proof(SECRET, strlen(SECRET), 0, f.nonce, g.nonce, p.mac);
+    n = encode(&p, buf);
+    if (proof_out) memcpy(proof_out, buf, n), *proof_len = n;
+    raw_send(fd, buf, n);
+    dlc_frame h;
+    dlc_frame_init(&h, DLC_FRAME_HELLO);
+    h.hello = hello_client;
+    n = encode(&h, buf);
+    raw_send(fd, buf, n);
+    while (raw_read(fd, &g, buf, sizeof buf) == 1)
+        if (g.type == DLC_FRAME_WELCOME) return 1;
+    return 0;
+}
+
+/* A raw frame: prefix of type with header hdr[0..hlen) and plen zero payload bytes. */
+static size_t raw_frame(uint8_t *out, int type, const void *hdr, size_t hlen, uint32_t declared_len) {
+    memcpy(out, "DLCW", 4);
+    out[4] = 1, out[5] = (uint8_t)(type + 1), out[6] = out[7] = 0;
+    for (int i = 0; i < 4; i++) {
+        out[8 + i] = (uint8_t)(declared_len >> (24 - 8 * i));
+        out[12 + i] = (uint8_t)(hlen >> (24 - 8 * i));
+    }
+    memcpy(out + 16, hdr, hlen);
+    return 16 + hlen;
+}
+
+/* One hostile case: bytes sent on a fresh socket, then the expected ERROR and close. */
+static void hostile(const char *name, const void *bytes, size_t len, int handshake, int code, const char *needle) {
+    int fd = raw_connect();
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    if (handshake) CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    raw_send(fd, bytes, len);
+    int ok = expect_error(fd, code, needle);
+    if (!ok) fprintf(stderr, "case %s failed\n", name);
+    CHECK(ok);
+    close(fd);
+    CHECK(valid_exchange(name));
+}
+
+static void test_hostile_frames(void) {
+    uint8_t buf[256];
+    dlc_frame f;
+    /* truncated: half an AUTH, then silence until the auth deadline */
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    size_t n = encode(&f, buf);
+    hostile("truncated", buf, n / 2, 0, DLC_PERR_TIMEOUT, "auth_timeout");
+    /* lengths beyond the limits: the unauthenticated one, and frame_max after the handshake */
+    static const uint8_t map0[] = {0x80};
+    n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1u << 30);
+    hostile("length_1g_unauth", buf, n, 0, DLC_PERR_TOO_LARGE, "limit of 1024 bytes (before authentication)");
+    n = raw_frame(buf, DLC_FRAME_HEARTBEAT, map0, 1, (2u << 20));
+    hostile("length_2m_ready", buf, n, 1, DLC_PERR_TOO_LARGE, "limit of 1048576 bytes");
+    n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1);
+    buf[0] = 'X';
+    hostile("magic", buf, n, 0, DLC_PERR_MALFORMED, "not the magic");
+    n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1);
+    buf[4] = 9;
+    hostile("version", buf, n, 0, DLC_PERR_VERSION, "frame version 9");
+    /* msgpack with huge declared counts, deep nesting, wrong types */
+    static const uint8_t arr32[] = {0x81, 0xa1, 'n', 0xdd, 0xff, 0xff, 0xff, 0xff, 0x01};
+    n = raw_frame(buf, DLC_FRAME_AUTH, arr32, sizeof arr32, sizeof arr32);
+    hostile("array32", buf, n, 0, DLC_PERR_MALFORMED, "array of items 4294967295");
+    static const uint8_t str32[] = {0x81, 0xa1, 'n', 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'};
+    n = raw_frame(buf, DLC_FRAME_AUTH, str32, sizeof str32, sizeof str32);
+    hostile("str32", buf, n, 0, DLC_PERR_MALFORMED, "string or binary of bytes 4294967295");
+    static const uint8_t deep[] = {0x81, 0xa1, 'x', 0x91, 0x91, 0x91, 0x91, 0x91, 0x01};
+    n = raw_frame(buf, DLC_FRAME_AUTH, deep, sizeof deep, sizeof deep);
+    hostile("deep", buf, n, 0, DLC_PERR_MALFORMED, "nesting deeper");
+    static const uint8_t strnonce[] = {0x81, 0xa1, 'n', 0xa3, 'a', 'b', 'c'};
+    n = raw_frame(buf, DLC_FRAME_AUTH, strnonce, sizeof strnonce, sizeof strnonce);
+    hostile("wrong_type", buf, n, 0, DLC_PERR_MALFORMED, "\"n\" is a string, expected binary");
+    /* an unknown type; a message before authentication */
+    n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1);
+    buf[5] = 77;
+    hostile("unknown_type", buf, n, 0, DLC_PERR_UNEXPECTED, "unknown message type 77");
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    n = encode(&f, buf);
+    hostile("before_auth", buf, n, 0, DLC_PERR_UNEXPECTED, "heartbeat before authentication: expected auth");
+    /* payloads that do not fit the layout: longer and shorter, prefix consistent */
+    static uint8_t big[DLC_PROTO_PREFIX + 256 + NUMEL * 4 + 8];
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = big, f.msg.len = NUMEL * 4;
+    n = encode(&f, big);
+    uint32_t L = (uint32_t)(big[8] << 24 | big[9] << 16 | big[10] << 8 | big[11]);
+    for (int d = -4; d <= 4; d += 8) {
+        uint32_t l2 = L + (uint32_t)d;
+        big[8] = (uint8_t)(l2 >> 24), big[9] = (uint8_t)(l2 >> 16), big[10] = (uint8_t)(l2 >> 8), big[11] = (uint8_t)l2;
+        memset(big + n, 0, NUMEL * 4 + 4);
+        hostile(d < 0 ? "payload_short" : "payload_long", big, n + NUMEL * 4 + (size_t)d, 1, DLC_PERR_MALFORMED,
+                d < 0 ? "payload of 4092 bytes, but 1024 floats in f32 take 4096" : "payload of 4100 bytes");
+    }
+    /* a payload shorter than its prefix declares, then silence: the peer is lost at its timeout */
+    big[8] = (uint8_t)(L >> 24), big[9] = (uint8_t)(L >> 16), big[10] = (uint8_t)(L >> 8), big[11] = (uint8_t)L;
+    hostile("payload_stalls", big, n + 100, 1, DLC_PERR_TIMEOUT, "no frame for");
+    /* a handshake message once ready */
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    n = encode(&f, buf);
+    hostile("auth_when_ready", buf, n, 1, DLC_PERR_UNEXPECTED, "auth after the handshake");
+}
+
+static void test_auth(void) {
+    uint8_t buf[4096], auth[256], proof[256];
+    size_t alen = 0, plen = 0;
+    int before = (int)atomic_load(&refused[DLC_PERR_AUTH]);
+    dlc_net_counters c0, c1;
+    CHECK(dlc_net_get_counters(server, -1, &c0) == DLC_OK);
+    /* a wrong HMAC */
+    int fd = raw_connect();
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    dlc_auth_nonce(f.nonce, 32);
+    raw_send(fd, buf, encode(&f, buf));
+    CHECK(raw_read(fd, &g, buf, sizeof buf) == 1 && g.type == DLC_FRAME_AUTH_CHALLENGE);
+    dlc_frame p;
+    dlc_frame_init(&p, DLC_FRAME_AUTH_PROOF);
+    dlc_auth_proof("wrong secret", 12, 0, f.nonce, g.nonce, p.mac);
+    raw_send(fd, buf, encode(&p, buf));
+    CHECK(expect_error(fd, DLC_PERR_AUTH, "does not match this run's secret"));
+    close(fd);
+    CHECK(valid_exchange("wrong_hmac"));
+    /* a replayed session: the AUTH and PROOF of a good one sent again */
+    fd = raw_connect();
+    CHECK(raw_handshake(fd, auth, &alen, proof, &plen));
+    close(fd);
+    fd = raw_connect();
+    raw_send(fd, auth, alen);
+    CHECK(raw_read(fd, &g, buf, sizeof buf) == 1 && g.type == DLC_FRAME_AUTH_CHALLENGE);
+    raw_send(fd, proof, plen);
+    CHECK(expect_error(fd, DLC_PERR_AUTH, "does not match"));
+    close(fd);
+    CHECK(valid_exchange("replay"));
+    /* a client that holds the wrong secret is told, and the server counts it */
+    dlc_net_config c = base_config();
+    c.secret = "not the secret", c.secret_len = 14, c.hello = &hello_client;
+    dlc_net *cl = dlc_net_new(&c);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_AUTH && strstr(ev.text, "does not know"));
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    sleep_s(0.2);
+    CHECK(dlc_net_get_counters(server, -1, &c1) == DLC_OK);
+    CHECK(c1.auth_failures >= c0.auth_failures + 2);
+    CHECK((int)atomic_load(&refused[DLC_PERR_AUTH]) >= before + 2);
+    CHECK(valid_exchange("wrong_secret_client"));
+}
+
+static void test_slow_peers(void) {
+    /* connects and sends nothing */
+    int fd = raw_connect();
+    double t0 = now_s();
+    CHECK(expect_error(fd, DLC_PERR_TIMEOUT, "not authenticated within 1 s"));
+    double dt = now_s() - t0;
+    CHECK(dt > 0.8 && dt < 3.0);
+    close(fd);
+    CHECK(valid_exchange("silent"));
+    /* one byte a second */
+    fd = raw_connect();
+    uint8_t buf[256];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    size_t n = encode(&f, buf);
+    int closed = 0;
+    for (size_t i = 0; i < n && !closed; i++) {
+        raw_send(fd, buf + i, 1);
+        struct pollfd pf = {fd, POLLIN, 0};
+        closed = poll(&pf, 1, 1000) == 1;
+    }
+    CHECK(closed);
+    CHECK(expect_error(fd, DLC_PERR_TIMEOUT, "auth_timeout"));
+    close(fd);
+    CHECK(valid_exchange("one_byte_a_second"));
+}
+
+static void test_stops_reading(void) {
+    int fd = raw_connect();
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    sleep_s(0.1);
+    int peer = atomic_load(&last_ready);
+    CHECK(peer >= 0);
+    /* the server's app sends 256 KiB frames to a peer that never reads: the queue fills
+     * and the sender is told, instead of the server buffering without limit */
+    dlc_proto_layout big_layout = layout;
+    (void)big_layout;
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    dlc_status st = DLC_OK;
+    int sent = 0;
+    for (; sent < 100000 && st == DLC_OK; sent++) st = dlc_net_send(server, peer, &f, NULL, NULL);
+    CHECK(st == DLC_ERR_RANGE && strstr(dlc_last_error(), "back-pressure"));
+    dlc_net_counters c;
+    CHECK(dlc_net_get_counters(server, peer, &c) == DLC_OK && c.queued <= (4u << 20) && c.state == DLC_CONN_READY);
+    CHECK(sent < 4000); /* 4 MiB out_max / 4 KiB frames, plus what the socket buffers took */
+    CHECK(valid_exchange("stops_reading"));
+    /* and since it sends nothing either, it is lost at its timeout (1.5 s), after at
+     * most the drain timeout (1 s) trying to flush the ERROR into its full socket */
+    int lost_before = atomic_load(&lost[DLC_PERR_TIMEOUT]);
+    double end = now_s() + 4;
+    while (dlc_net_get_counters(server, peer, &c) == DLC_OK && now_s() < end) sleep_s(0.05);
+    CHECK(dlc_net_get_counters(server, peer, &c) < 0);
+    sleep_s(0.1);
+    CHECK(atomic_load(&lost[DLC_PERR_TIMEOUT]) == lost_before + 1);
+    close(fd);
+}
+
+static void test_many_connections(void) {
+    enum { N = 1000 };
+    static int fds[N];
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2 * N + 64) {
+        rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fds[i] >= 0 && (connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0 || errno == EINPROGRESS)) opened++;
+    }
+    CHECK(opened == N);
+    /* every one gets ERROR overloaded (beyond max_peers = 64) or timeout (the 64 that
+     * never authenticate), then EOF */
+    int got_eof = 0, overloaded = 0, timeouts = 0;
+    static uint8_t bufs[N][256];
+    static size_t have[N];
+    static int done[N];
+    double end = now_s() + 10;
+    while (got_eof < N && now_s() < end) {
+        static struct pollfd pf[N];
+        for (int i = 0; i < N; i++) pf[i].fd = done[i] ? -1 : fds[i], pf[i].events = POLLIN, pf[i].revents = 0;
+        if (poll(pf, N, 200) <= 0) continue;
+        for (int i = 0; i < N; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t r = recv(fds[i], bufs[i] + have[i], sizeof bufs[i] - have[i], 0);
+            if (r > 0) {
+                have[i] += (size_t)r;
+                continue;
+            }
+            if (r < 0 && (errno == EAGAIN || errno == EINPROGRESS)) continue;
+            done[i] = 1, got_eof++;
+            dlc_frame f;
+            size_t need;
+            if (have[i] >= 16 && dlc_proto_peek(bufs[i], have[i], 4096, &need, NULL, NULL) == DLC_OK && need <= have[i] &&
+                dlc_proto_decode(bufs[i], need, NULL, &f, NULL) == DLC_OK && f.type == DLC_FRAME_ERROR) {
+                if (f.code == DLC_PERR_OVERLOADED) overloaded++;
+                if (f.code == DLC_PERR_TIMEOUT) timeouts++;
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) close(fds[i]);
+    CHECK(got_eof == N);
+    CHECK(overloaded + timeouts == N);
+    CHECK(overloaded >= N - 64 && timeouts <= 64);
+    if (got_eof != N || overloaded + timeouts != N)
+        fprintf(stderr, "1000 connections: %d closed, %d overloaded, %d timeouts\n", got_eof, overloaded, timeouts);
+    sleep_s(0.2);
+    CHECK(valid_exchange("1000_connections"));
+}
+
+static void test_bad_config(void) {
+    dlc_net_config c = base_config();
+    c.frame_max = 0;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "frame_max = 0");
+    c = base_config();
+    c.secret = NULL, c.secret_file = "/nonexistent/secret";
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_IO, "secret_file \"/nonexistent/secret\": cannot open it");
+    c = base_config();
+    c.secret = NULL;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "no secret");
+    c = base_config();
+    c.heartbeat_s = 2, c.timeout_s = 1;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "heartbeat_s = 2 >= timeout_s = 1");
+    c = base_config();
+    dlc_net *n = dlc_net_new(&c);
+    CHECK_OK(n);
+    CHECK(dlc_net_listen(n, "nonsense") == DLC_ERR_ARG && strstr(dlc_last_error(), "address \"nonsense\": expected HOST:PORT"));
+    CHECK(dlc_net_listen(n, "127.0.0.1:99999") == DLC_ERR_ARG);
+    CHECK(dlc_net_listen(n, "example.invalid:80") == DLC_ERR_ARG && strstr(dlc_last_error(), "numeric host"));
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    CHECK(dlc_net_listen(n, addr) == DLC_ERR_IO && strstr(dlc_last_error(), "port is in use"));
+    CHECK(dlc_net_connect(n, "127.0.0.1") == DLC_ERR_ARG);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    CHECK(dlc_net_send(n, 12345, &f, NULL, NULL) == DLC_ERR_STATE && strstr(dlc_last_error(), "peer 12345"));
+    dlc_frame_init(&f, DLC_FRAME_AUTH);
+    CHECK(dlc_net_send(n, 0, &f, NULL, NULL) == DLC_ERR_ARG && strstr(dlc_last_error(), "transport's own"));
+    CHECK(dlc_net_shape(n, -1, -5, 0) == DLC_ERR_ARG && strstr(dlc_last_error(), "rate = -5"));
+    dlc_net_free(n);
+    /* a secret file works, its trailing newline dropped */
+    char path[] = "/tmp/dlc_secretXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, SECRET "\n", strlen(SECRET) + 1) == (ssize_t)strlen(SECRET) + 1);
+    close(fd);
+    uint8_t s[64];
+    CHECK(dlc_auth_read_secret(path, s, sizeof s) == (int64_t)strlen(SECRET) && memcmp(s, SECRET, strlen(SECRET)) == 0);
+    unlink(path);
+}
+
+/* A frame queued just before close still arrives: close flushes. */
+static void test_graceful_close(void) {
+    dlc_net_config c = base_config();
+    c.hello = &hello_client;
+    dlc_net *cl = dlc_net_new(&c);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
+    dlc_net_event_release(&ev);
+    dlc_net_counters before;
+    dlc_net_get_counters(server, -1, &before);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_GRADIENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    for (int i = 0; i < 50; i++) CHECK(dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK);
+    CHECK(dlc_net_close(cl, peer) == DLC_OK);
+    CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && strstr(ev.text, "closed by this side"));
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    sleep_s(0.3);
+    dlc_net_counters after;
+    dlc_net_get_counters(server, -1, &after);
+    CHECK(after.frames_in[DLC_FRAME_GRADIENT] - before.frames_in[DLC_FRAME_GRADIENT] == 50);
+}
+
+/* A client whose server goes away comes back with backoff when it returns. */
+static void test_reconnect(void) {
+    dlc_net_config c = base_config();
+    c.hello = &hello_client;
+    dlc_net *cl = dlc_net_new(&c);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
+    dlc_net_event_release(&ev);
+    int old_port = port;
+    stop_server();
+    CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.peer == peer);
+    dlc_net_event_release(&ev);
+    /* the same port again */
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server;
+    server = dlc_net_new(&sc);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", old_port);
+    port = dlc_net_listen(server, addr);
+    CHECK(port == old_port);
+    atomic_store(&echo_stop, 0);
+    pthread_create(&echo_thread, NULL, echo_main, NULL);
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev) && ev.peer == peer);
+    dlc_net_event_release(&ev);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, -1, &k) == DLC_OK && k.reconnects == 1);
+    dlc_net_free(cl);
+}
+
+/* Heartbeats keep an idle connection alive past its timeout. */
+static void test_heartbeats(void) {
+    dlc_net_config c = base_config();
+    c.hello = &hello_client;
+    dlc_net *cl = dlc_net_new(&c);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
+    dlc_net_event_release(&ev);
+    CHECK(!wait_event(cl, DLC_NET_LOST, 3.0, &ev)); /* 2x the timeout, idle */
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, peer, &k) == DLC_OK && k.state == DLC_CONN_READY &&
+          k.frames_in[DLC_FRAME_HEARTBEAT] >= 5 && k.frames_out[DLC_FRAME_HEARTBEAT] >= 5);
+    dlc_net_free(cl);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    hello_server = f.hello;
+    hello_server.proto_min = DLC_PROTO_VERSION_MIN, hello_server.proto_max = DLC_PROTO_VERSION_MAX;
+    strcpy(hello_server.run, "hostile");
+    hello_server.model_hash = 11, hello_server.plan_hash = 22, hello_server.block = 128;
+    hello_server.caps = DLC_CAP_ALL, hello_server.codecs = 0x3f;
+    hello_server.fragments = 1, hello_server.endpoints = 1;
+    hello_client = hello_server;
+    hello_client.fragments = 0, hello_client.endpoints = 0, hello_client.learner = -1;
+    start_server();
+    test_hostile_frames();
+    test_auth();
+    test_slow_peers();
+    test_stops_reading();
+    test_many_connections();
+    test_bad_config();
+    test_graceful_close();
+    test_heartbeats();
+    test_reconnect();
+    stop_server();
+    return check_done("net_hostile");
+}

@@ -1,0 +1,200 @@
+/*
+ * net.h - the transport: framed connections over TCP (libevent 2.1), with
+ * authentication, the HELLO/WELCOME handshake, heartbeats, reconnects, back-pressure,
+ * per-peer counters and WAN emulation.  libdiloco_net, the only code of diloco with
+ * sockets and threads (core/ stays sans-IO); docs/transport.md is the guide.
+ *
+ * One dlc_net owns one I/O thread running an event loop.  Any other thread talks to it
+ * through two bounded queues of byte buffers, never tensors:
+ *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, ...): they never block;
+ *                a full queue or a peer over its output limit is an error the sender sees;
+ *   events out   (dlc_net_poll): frames received, peers connected, lost, refused.
+ * A dlc_net is a server (dlc_net_listen), a client of one or more servers
+ * (dlc_net_connect), or both.  Peers are named by small integer ids, unique in a net.
+ *
+ *   dlc_net_config cfg = dlc_net_default_config();
+ *   cfg.secret = "run secret"; cfg.secret_len = 10; cfg.hello = my_hello; cfg.layout = &l;
+ *   dlc_net *net = dlc_net_new(&cfg);             // starts the I/O thread
+ *   int peer = dlc_net_connect(net, "127.0.0.1:7070");
+ *   dlc_net_event ev;
+ *   while (dlc_net_poll(net, &ev, 1000) == 1) {    // 1 = an event, 0 = timed out
+ *       if (ev.kind == DLC_NET_READY) ...           // authenticated and welcomed
+ *       if (ev.kind == DLC_NET_FRAME) use(ev.frame.msg.payload, ev.frame.msg.len);
+ *       dlc_net_event_release(&ev);                // frees the received bytes
+ *   }
+ *   dlc_net_free(net);                            // flushes, closes, joins the thread
+ *
+ * Errors: negative dlc_status with the message in dlc_last_error() (of the calling
+ * thread), naming what was wrong: a malformed address, a port in use, an unreadable
+ * secret file, a frame limit of 0, a peer that is not connected, a full queue.
+ */
+#ifndef DILOCO_NET_H
+#define DILOCO_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "diloco/proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Connection states (docs/transport.md has the diagram):
+ *   CONNECTING      client: TCP connect in progress (or waiting to reconnect)
+ *   AUTHENTICATING  the HMAC challenge-response, then HELLO/WELCOME; tight frame limit
+ *   READY           messages flow both ways
+ *   DRAINING        closing: no more input, the output queue is flushed
+ *   CLOSED          gone (a client with reconnect goes back to CONNECTING) */
+typedef enum dlc_conn_state {
+    DLC_CONN_CONNECTING,
+    DLC_CONN_AUTHENTICATING,
+    DLC_CONN_READY,
+    DLC_CONN_DRAINING,
+    DLC_CONN_CLOSED,
+    DLC_CONN_STATE_COUNT
+} dlc_conn_state;
+
+/* "connecting", "authenticating", "ready", "draining", "closed"; NULL out of range. */
+DLC_API const char *dlc_conn_state_name(dlc_conn_state s);
+
+typedef struct dlc_net_config {
+    /* The run's secret (borrowed during dlc_net_new, copied): both ends prove they know it
+     * with HMAC-SHA256 before anything else.  Or secret_file, a file holding it (trailing
+     * newline dropped).  Neither: refused unless insecure = 1 (no authentication; for
+     * tests on loopback only). */
+    const void *secret;
+    size_t secret_len;
+    const char *secret_file;
+    int insecure;
+    /* The HELLO this side sends (client) or the terms it offers (server); NULL: no
+     * handshake beyond authentication (a bare transport; READY right after auth). */
+    const dlc_hello *hello;
+    /* Payload sizes of the model (copied); NULL: payload-carrying frames are refused. */
+    const dlc_proto_layout *layout;
+    size_t frame_max;        /* largest frame accepted after auth (DLC_PROTO_FRAME_MAX_DEFAULT) */
+    size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB) */
+    size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
+                              * the I/O thread stops reading sockets (512 MiB) */
+    int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
+    double heartbeat_s;      /* send a HEARTBEAT when nothing was sent for this long (1 s); 0 off */
+    double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout */
+    double auth_timeout_s;   /* a peer must be READY within this (5 s) */
+    double reconnect_min_s;  /* client: first reconnect delay (0.1 s), doubled per failure, */
+    double reconnect_max_s;  /*   up to this (10 s), each +-50% jitter; reconnect_max_s = 0: never */
+    double drain_timeout_s;  /* closing waits this long for the output to flush (5 s) */
+    /* TLS (OpenSSL bufferevents) on every connection of this net: a server needs
+     * tls_cert and tls_key (PEM files); a client checks the server's certificate
+     * against tls_ca (PEM) unless tls_ca is NULL and tls_insecure = 1. */
+    int tls;
+    const char *tls_cert, *tls_key, *tls_ca;
+    int tls_insecure;
+    uint64_t seed;           /* reconnect jitter; 0: from the clock */
+} dlc_net_config;
+
+DLC_API dlc_net_config dlc_net_default_config(void);
+
+typedef struct dlc_net dlc_net; /* opaque */
+
+/* Checks cfg (every error names the field) and starts the I/O thread; NULL on error. */
+DLC_API dlc_net *dlc_net_new(const dlc_net_config *cfg);
+/* Closes every peer (flushing output up to drain_timeout_s), joins the I/O thread, frees
+ * everything, including events not yet polled.  NULL is a no-op. */
+DLC_API void dlc_net_free(dlc_net *net);
+
+/* Listens on "HOST:PORT" (PORT 0: any free port; "[::1]:7070" for IPv6).  Returns the
+ * port bound (> 0) or a negative dlc_status: a malformed address, a port in use. */
+DLC_API int dlc_net_listen(dlc_net *net, const char *addr);
+/* Connects to "HOST:PORT" (numeric host, or a name resolved once now); returns the peer
+ * id at once; DLC_NET_READY or DLC_NET_LOST follow as events.  With reconnect, a lost
+ * connection is retried with backoff under the same id. */
+DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
+
+/* Queues frame f to peer.  The prefix and header are encoded now (into the queue);
+ * the payload f->msg.payload[0..len) is sent by reference, never copied: the net owns it
+ * from this call on and calls free_payload(payload, arg) once it is written or
+ * dropped (free_payload NULL: the caller keeps the payload alive until the
+ * DLC_NET_SENT event for this frame, or the peer's DLC_NET_LOST).  Returns DLC_OK, or
+ * without queuing anything (the payload still the caller's):
+ *   DLC_ERR_STATE  the peer is not READY (unknown, connecting, lost, closing);
+ *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max
+ *                  (retry after DLC_NET_DRAINED), or the command queue is full;
+ *   DLC_ERR_ARG    a frame that cannot be encoded (named).
+ * Thread-safe. */
+DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
+                                void (*free_payload)(const void *payload, void *arg), void *arg);
+/* Closes peer gracefully: stops reading, flushes what is queued, then closes (a client
+ * does not reconnect).  Thread-safe; an unknown peer is DLC_ERR_STATE. */
+DLC_API dlc_status dlc_net_close(dlc_net *net, int peer);
+
+/* WAN emulation of the link to peer, on this side's sending direction: a bandwidth cap
+ * in bytes/s (0 = none; a token bucket refilled every 5 ms) and an added one-way latency
+ * in seconds (frames are held that long before they reach the socket).  Takes effect
+ * at once, also on a running transfer; thread-safe.  peer -1: every current and future
+ * peer of this net. */
+DLC_API dlc_status dlc_net_shape(dlc_net *net, int peer, double rate_bytes_s, double latency_s);
+
+typedef enum dlc_net_event_kind {
+    DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
+                      * the WELCOME (client) or the peer's HELLO (server) */
+    DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event) */
+    DLC_NET_SENT,    /* a frame queued with free_payload NULL was written (arg = its arg) */
+    DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 after a refusal */
+    DLC_NET_LOST,    /* peer's connection ended: code (dlc_proto_errcode) and text say why;
+                      * a reconnecting client follows with READY again */
+    DLC_NET_REFUSED, /* server: a connection refused before READY (bad auth, version,
+                      * malformed first frame, overload, timeout); code and text say why */
+    DLC_NET_EVENT_COUNT
+} dlc_net_event_kind;
+
+typedef struct dlc_net_event {
+    dlc_net_event_kind kind;
+    int peer;
+    dlc_frame frame;        /* DLC_NET_FRAME; frame.hello for DLC_NET_READY */
+    int code;               /* DLC_NET_LOST, DLC_NET_REFUSED: dlc_proto_errcode */
+    char text[DLC_PROTO_TEXT_MAX + 128]; /* why, for LOST and REFUSED; the peer address for READY */
+    void *arg;              /* DLC_NET_SENT */
+    void *owned_;           /* the received bytes; freed by dlc_net_event_release */
+} dlc_net_event;
+
+/* Takes the next event into *ev: 1, or 0 when none arrived within timeout_ms (0: do
+ * not wait, -1: wait for ever), or a negative dlc_status.  Call dlc_net_event_release
+ * on every event taken. */
+DLC_API int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms);
+DLC_API void dlc_net_event_release(dlc_net_event *ev);
+
+/* Counters of one peer (or the sum of all, peer -1): bytes and frames by frame type and
+ * direction, plus the connection-level ones. */
+typedef struct dlc_net_counters {
+    uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
+    uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
+    uint64_t queued;         /* bytes queued for sending now */
+    uint64_t refused_full;   /* dlc_net_send refusals for back-pressure */
+    uint64_t auth_failures;  /* server: connections that failed authentication */
+    uint64_t protocol_errors; /* connections closed for a protocol violation */
+    uint64_t timeouts;       /* peers lost to silence */
+    uint64_t reconnects;     /* client: successful reconnects */
+    uint64_t accepted;       /* server: connections accepted */
+    uint64_t overloaded;     /* server: connections refused for max_peers */
+    int state;               /* dlc_conn_state of the peer (-1 for the sum) */
+} dlc_net_counters;
+
+DLC_API dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out);
+
+/* ---- authentication, exposed for tests and tools (net/auth.c) ---- */
+
+/* HMAC-SHA256 proofs: server = HMAC(secret, "diloco-server" | nc | ns),
+ * client = HMAC(secret, "diloco-client" | ns | nc). */
+DLC_API void dlc_auth_proof(const void *secret, size_t secret_len, int server, const uint8_t nc[DLC_PROTO_NONCE],
+                            const uint8_t ns[DLC_PROTO_NONCE], uint8_t mac[DLC_PROTO_MAC]);
+/* Fresh random bytes (OpenSSL RAND_bytes): DLC_OK or DLC_ERR_IO. */
+DLC_API dlc_status dlc_auth_nonce(uint8_t *out, size_t n);
+/* Constant-time comparison of two MACs: 1 equal, 0 not. */
+DLC_API int dlc_auth_equal(const uint8_t a[DLC_PROTO_MAC], const uint8_t b[DLC_PROTO_MAC]);
+/* Reads a secret file (at most 4096 bytes, trailing newlines dropped, not empty) into
+ * out[0..cap); returns its length or a negative dlc_status naming the path. */
+DLC_API int64_t dlc_auth_read_secret(const char *path, uint8_t *out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
