@@ -783,6 +783,9 @@ static void on_write(struct bufferevent *bev, void *arg) {
 static void on_event(struct bufferevent *bev, short what, void *arg) {
     conn *c = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        /* TLS reports CONNECTED once its handshake is done, also on accepted sockets,
+         * which are authenticating already */
+        if (c->state != DLC_CONN_CONNECTING) return;
         int fd = bufferevent_getfd(bev), one = 1;
         if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         set_state(c, DLC_CONN_AUTHENTICATING);
