@@ -442,6 +442,8 @@ static int lazy_submodule(lua_State *L) {
 void dlcL_open_chaos(lua_State *L, int mod, int st);
 /* lgoodput.c: diloco.goodput{...}, the goodput simulator (core/goodput.h). */
 void dlcL_open_goodput(lua_State *L, int mod, int st);
+/* lnet.c: diloco.net, the transport (net/include/diloco/net.h). */
+void dlcL_open_net(lua_State *L, int mod, int st);
 
 int luaopen_diloco(lua_State *L) {
     luaL_checkversion(L);
@@ -483,6 +485,7 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_chaos(L, mod, sti);
     dlcL_open_goodput(L, mod, sti);
     dlcL_open_vtime(L, mod, sti);
+    dlcL_open_net(L, mod, sti);
 
     /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on
      * first use as diloco.NAME, so `local diloco = require "diloco"` is all a recipe
