@@ -5,7 +5,7 @@
  * illegal transition. */
 #include <signal.h>
 #include <sys/wait.h>
-#include "../net/net.c"
+#include "../net/conn.c"
 #include "check.h"
 
 /* The documented table, written out again: from -> the states it may go to. */

@@ -1,184 +1,23 @@
-/* net.c - the transport (net.h, docs/transport.md): one I/O thread running a libevent
- * loop; connections as explicit state machines; framing through core/proto.c; bounded
- * queues between the I/O thread and everyone else.
+/* net.c - the transport's API (net.h, docs/transport.md): one I/O thread running a
+ * libevent loop, the bounded queues between it and everyone else, addresses, the
+ * configuration.  The connections themselves are conn.c.
  *
  * Threads and ownership:
  *   - The I/O thread owns every conn's libevent objects and input buffers.
  *   - net->lock guards the peer table, each conn's state, queued bytes and flags read by
- *     other threads, the command list and the event list.  A conn is freed only by the
- *     I/O thread with the lock held, so a thread holding the lock may read it.
+ *     other threads, the command list and the event list.  A conn leaves the peer
+ *     table only on the I/O thread with the lock held, and its memory waits in the
+ *     graveyard until reap(), so a thread holding the lock may read any conn in the
+ *     table, and a callback still running on a closed conn reads valid memory.
  *   - A frame's payload passed to dlc_net_send belongs to the net until its free
  *     function runs (on the I/O thread, when libevent has written the bytes or the conn
  *     is gone); it is handed to the socket by reference (evbuffer_add_reference).
  *   - A received frame is read once, from the socket buffer into one malloc'd buffer of
  *     the size its checked prefix declared; that buffer becomes the event's.
  */
-#define _GNU_SOURCE /* struct addrinfo flags, strerror_r is not needed */
-#include "diloco/net.h"
+#include "internal.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
-#include <event2/event.h>
-#include <event2/listener.h>
-#include <event2/thread.h>
-#include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
-
-/* Most commands waiting for the I/O thread (sends beyond it are refused: back-pressure
- * on a thread that outruns the loop). */
-#define NET_COMMANDS_MAX 65536
-/* Longest secret (a secret file longer than this is refused). */
-#define NET_SECRET_MAX 4096
-/* Largest peer id: ids are never reused within a net, up to this many connections. */
-#define NET_PEERS_MAX (1 << 22)
-/* libevent token-bucket tick of the WAN emulation. */
-#define NET_TICK_MS 5
-
-static const char *const state_names[] = {"connecting", "authenticating", "ready", "draining", "closed"};
-_Static_assert(sizeof state_names / sizeof state_names[0] == DLC_CONN_STATE_COUNT, "one name per conn state");
-
-const char *dlc_conn_state_name(dlc_conn_state s) {
-    return (unsigned)s < DLC_CONN_STATE_COUNT ? state_names[s] : NULL;
-}
-
-typedef struct outframe {
-    struct outframe *next;
-    struct dlc_net *net;
-    int peer;
-    unsigned gen;            /* the conn's generation it was queued on (reconnects) */
-    dlc_frame_type type;
-    double due;              /* monotonic seconds when it may reach the socket */
-    size_t hlen;             /* prefix + header bytes in hdr */
-    size_t total;            /* hlen + len: what it counts in the peer's queued bytes */
-    const void *payload;
-    size_t len;
-    void (*free_payload)(const void *, void *);
-    void *arg;
-    uint8_t hdr[];
-} outframe;
-
-typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_CONNECT, CMD_STOP } cmd_kind;
-
-typedef struct cmd {
-    struct cmd *next;
-    cmd_kind kind;
-    int peer;
-    outframe *frame;
-    double rate, latency;
-} cmd;
-
-typedef struct evnode {
-    struct evnode *next;
-    size_t bytes; /* received frame bytes it holds (counted against in_max) */
-    dlc_net_event ev;
-} evnode;
-
-typedef struct conn {
-    struct dlc_net *net;
-    struct conn *grave;      /* retired: freed by reap() on the I/O thread */
-    unsigned gen;            /* bumped at each connection attempt */
-    int id, client, learner;
-    dlc_conn_state state;
-    struct bufferevent *bev;
-    struct event *timer;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    char name[80];           /* "127.0.0.1:5555" */
-    char host[256];          /* for TLS verification (client) */
-    int step;                /* handshake step within AUTHENTICATING (see on_handshake) */
-    uint8_t nc[DLC_PROTO_NONCE], ns[DLC_PROTO_NONCE];
-    double deadline;         /* AUTHENTICATING: READY by then; CONNECTING: next attempt; DRAINING: close by then */
-    double last_rx, last_tx;
-    uint8_t *inbuf;          /* the frame being received: inlen bytes, inhave in */
-    size_t inlen, inhave;
-    outframe *delay_head, *delay_tail; /* held for the emulated latency */
-    size_t queued;           /* under net->lock */
-    int refused;             /* a send was refused since the last DRAINED */
-    int app_closed;          /* dlc_net_close: no reconnect */
-    int ready_once;
-    int failures;            /* client: connection attempts failed in a row */
-    int was_ready;           /* it reached READY (LOST rather than REFUSED) */
-    int end_code;            /* why it is closing */
-    char end_text[DLC_PROTO_TEXT_MAX + 128];
-    double rate, latency;
-    struct ev_token_bucket_cfg *bucket;
-    _Atomic uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
-    _Atomic uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
-} conn;
-
-struct dlc_net {
-    dlc_net_config cfg;
-    uint8_t secret[NET_SECRET_MAX];
-    size_t secret_len;
-    dlc_hello hello;
-    int has_hello;
-    dlc_proto_layout layout;
-    int64_t *numel;
-    int has_layout;
-    SSL_CTX *ssl;
-
-    struct event_base *base;
-    struct event *wake;
-    pthread_t thread;
-    int thread_started;
-    struct evconnlistener **listeners;
-    int nlisteners;
-
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    conn *grave;             /* conns closed for good, freed at the next reap() */
-    conn **peers;            /* by id */
-    int npeers;              /* ids handed out */
-    cmd *cmd_head, *cmd_tail;
-    int ncmds;
-    evnode *ev_head, *ev_tail;
-    size_t ev_bytes;
-    int paused;              /* reading stopped: the event queue is over in_max */
-    int stopping;
-    double stop_deadline;
-    double shape_rate, shape_latency; /* for peers to come (dlc_net_shape(-1)) */
-    uint64_t rng;
-    /* totals (under lock): connection-level counters, and bytes of conns gone */
-    dlc_net_counters total;
-};
-
-/* ---- small things ---- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static struct timeval tv_of(double s) {
-    if (s < 0) s = 0;
-    struct timeval tv = {(time_t)s, (suseconds_t)((s - floor(s)) * 1e6)};
-    return tv;
-}
-
-static double rng_unit(dlc_net *net) { /* xorshift64*, under lock or on the I/O thread */
-    net->rng ^= net->rng >> 12, net->rng ^= net->rng << 25, net->rng ^= net->rng >> 27;
-    return (double)((net->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
-}
-
-static void wake(dlc_net *net) { event_active(net->wake, EV_READ, 0); }
+/* ---- addresses ---- */
 
 /* Parses "HOST:PORT" or "[HOST]:PORT"; host and port into the buffers. */
 static dlc_status split_addr(const char *addr, char *host, size_t hcap, char *port, size_t pcap) {
@@ -221,855 +60,6 @@ static dlc_status resolve(const char *addr, int numeric, struct sockaddr_storage
     return DLC_OK;
 }
 
-static void addr_name(const struct sockaddr *sa, char *out, size_t cap) {
-    char h[64] = "?";
-    int port = 0;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *s = (const void *)sa;
-        inet_ntop(AF_INET, &s->sin_addr, h, sizeof h), port = ntohs(s->sin_port);
-        snprintf(out, cap, "%s:%d", h, port);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s = (const void *)sa;
-        inet_ntop(AF_INET6, &s->sin6_addr, h, sizeof h), port = ntohs(s->sin6_port);
-        snprintf(out, cap, "[%s]:%d", h, port);
-    } else {
-        snprintf(out, cap, "?");
-    }
-}
-
-/* ---- the event queue (I/O thread -> poll) ---- */
-
-static evnode *ev_new(dlc_net_event_kind kind, int peer) {
-    evnode *n = calloc(1, sizeof *n);
-    if (!n) return NULL;
-    n->ev.kind = kind, n->ev.peer = peer;
-    return n;
-}
-
-/* Takes ownership of n. */
-static void ev_post(dlc_net *net, evnode *n) {
-    if (!n) return;
-    pthread_mutex_lock(&net->lock);
-    if (net->ev_tail) net->ev_tail->next = n;
-    else net->ev_head = n;
-    net->ev_tail = n;
-    net->ev_bytes += n->bytes;
-    pthread_cond_broadcast(&net->cond);
-    pthread_mutex_unlock(&net->lock);
-}
-
-static void ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text) {
-    evnode *n = ev_new(kind, peer);
-    if (!n) return;
-    n->ev.code = code;
-    snprintf(n->ev.text, sizeof n->ev.text, "%s", text ? text : "");
-    ev_post(net, n);
-}
-
-/* ---- connection state ---- */
-
-/* The legal transitions (docs/transport.md has the diagram). */
-static bool legal(dlc_conn_state from, dlc_conn_state to) {
-    switch (from) {
-    case DLC_CONN_CONNECTING: return to == DLC_CONN_AUTHENTICATING || to == DLC_CONN_CLOSED;
-    case DLC_CONN_AUTHENTICATING: return to == DLC_CONN_READY || to == DLC_CONN_DRAINING || to == DLC_CONN_CLOSED;
-    case DLC_CONN_READY: return to == DLC_CONN_DRAINING || to == DLC_CONN_CLOSED;
-    case DLC_CONN_DRAINING: return to == DLC_CONN_CLOSED;
-    case DLC_CONN_CLOSED: return to == DLC_CONN_CONNECTING; /* a client's reconnect */
-    default: return false;
-    }
-}
-
-static void set_state(conn *c, dlc_conn_state to) {
-    DLC_ASSERT((unsigned)to < DLC_CONN_STATE_COUNT);
-    DLC_ASSERT(legal(c->state, to));
-    pthread_mutex_lock(&c->net->lock);
-    c->state = to;
-    pthread_mutex_unlock(&c->net->lock);
-}
-
-static void conn_arm(conn *c);
-static void conn_close_now(conn *c);
-static void conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void on_read(struct bufferevent *bev, void *arg);
-
-static double frame_limit(const conn *c) {
-    /* tight until the peer has proved it knows the secret: the server after the
-     * client's proof (step 2), the client after the server's challenge (step 1) */
-    return c->state == DLC_CONN_READY || (c->state == DLC_CONN_AUTHENTICATING && c->step >= (c->client ? 1 : 2))
-               ? (double)c->net->cfg.frame_max
-               : (double)DLC_PROTO_FRAME_MAX_UNAUTH;
-}
-
-/* ---- output ---- */
-
-static void outframe_free(outframe *f) {
-    if (f->free_payload) f->free_payload(f->payload, f->arg);
-    free(f);
-}
-
-/* The peer's queued bytes drop by n; DRAINED once below out_max / 2 after a refusal. */
-static void unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
-    int drained = 0;
-    pthread_mutex_lock(&net->lock);
-    conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
-    if (c && c->gen == gen) {
-        c->queued = c->queued > n ? c->queued - n : 0;
-        if (c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = 1;
-    }
-    pthread_mutex_unlock(&net->lock);
-    if (drained) ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
-}
-
-static void payload_written(const void *data, size_t len, void *arg) {
-    (void)data, (void)len;
-    outframe *f = arg;
-    dlc_net *net = f->net;
-    int peer = f->peer;
-    unsigned gen = f->gen;
-    size_t total = f->total;
-    if (!f->free_payload) {
-        evnode *n = ev_new(DLC_NET_SENT, peer);
-        if (n) n->ev.arg = f->arg, ev_post(net, n);
-    }
-    outframe_free(f);
-    unqueue(net, peer, gen, total);
-}
-
-/* Hands f to the socket buffer (header copied, payload by reference). */
-static void out_write(conn *c, outframe *f) {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
-    c->last_tx = now_s();
-    if (evbuffer_add(out, f->hdr, f->hlen) != 0) {
-        outframe_free(f);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a frame");
-        return;
-    }
-    if (f->len == 0) {
-        payload_written(NULL, 0, f);
-        return;
-    }
-    if (evbuffer_add_reference(out, f->payload, f->len, payload_written, f) != 0) {
-        payload_written(NULL, 0, f);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a payload");
-    }
-}
-
-/* Queues f behind any held frames; due now goes straight to the socket buffer. */
-static void out_queue(conn *c, outframe *f) {
-    f->due = now_s() + c->latency;
-    if (!c->delay_head && c->latency <= 0) {
-        out_write(c, f);
-        return;
-    }
-    f->next = NULL;
-    if (c->delay_tail) c->delay_tail->next = f;
-    else c->delay_head = f;
-    c->delay_tail = f;
-}
-
-static void out_release(conn *c) {
-    double t = now_s();
-    while (c->delay_head && c->delay_head->due <= t + 1e-4 && c->state != DLC_CONN_CLOSED) {
-        outframe *f = c->delay_head;
-        c->delay_head = f->next;
-        if (!c->delay_head) c->delay_tail = NULL;
-        out_write(c, f);
-    }
-}
-
-/* Encodes a frame of the transport's own (auth, hello, heartbeat, error) and queues it. */
-static void send_own(conn *c, dlc_frame *f) {
-    uint8_t hdr[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
-    int64_t n = dlc_proto_encode(f, NULL, hdr, sizeof hdr);
-    if (n < 0) {
-        conn_fail(c, DLC_PERR_INTERNAL, "cannot encode a %s: %s", dlc_frame_type_name(f->type), dlc_last_error());
-        return;
-    }
-    outframe *o = calloc(1, sizeof *o + (size_t)n);
-    if (!o) return;
-    o->net = c->net, o->peer = c->id, o->gen = c->gen, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n;
-    memcpy(o->hdr, hdr, (size_t)n);
-    pthread_mutex_lock(&c->net->lock);
-    c->queued += o->total;
-    pthread_mutex_unlock(&c->net->lock);
-    out_queue(c, o);
-    if (c->delay_head) conn_arm(c);
-}
-
-static void send_error(conn *c, int code, const char *text) {
-    dlc_frame f;
-    dlc_frame_init(&f, DLC_FRAME_ERROR);
-    f.code = code;
-    snprintf(f.text, sizeof f.text, "%s", text);
-    send_own(c, &f);
-}
-
-/* ---- closing ---- */
-
-static void count_end(conn *c) {
-    dlc_net *net = c->net;
-    pthread_mutex_lock(&net->lock);
-    if (c->end_code == DLC_PERR_AUTH && !c->client) net->total.auth_failures++;
-    else if (c->end_code == DLC_PERR_TIMEOUT) net->total.timeouts++;
-    else if (c->end_code == DLC_PERR_OVERLOADED) net->total.overloaded++;
-    else if (c->end_code != DLC_PERR_NONE && c->end_code != DLC_PERR_SHUTDOWN) net->total.protocol_errors++;
-    pthread_mutex_unlock(&net->lock);
-}
-
-/* Sends ERROR(code, text) if the connection is up, then drains and closes: the peer
- * is told why, and the rest of the server goes on. */
-static void conn_fail(conn *c, int code, const char *fmt, ...) {
-    if (c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->end_text, sizeof c->end_text, fmt, ap);
-    va_end(ap);
-    c->end_code = code;
-    count_end(c);
-    if (c->state == DLC_CONN_CONNECTING || !c->bev) {
-        conn_close_now(c);
-        return;
-    }
-    send_error(c, code, c->end_text);
-    out_release(c);
-    set_state(c, DLC_CONN_DRAINING);
-    bufferevent_disable(c->bev, EV_READ);
-    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
-    if (!c->delay_head && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_close_now(c);
-    else conn_arm(c);
-}
-
-/* Starts a graceful close: stop reading, flush, close. */
-static void conn_drain(conn *c, int code, const char *text) {
-    if (c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) return;
-    c->end_code = code;
-    if (text != c->end_text) snprintf(c->end_text, sizeof c->end_text, "%s", text);
-    if (c->state == DLC_CONN_CONNECTING || !c->bev) {
-        conn_close_now(c);
-        return;
-    }
-    set_state(c, DLC_CONN_DRAINING);
-    bufferevent_disable(c->bev, EV_READ);
-    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
-    out_release(c);
-    if (!c->delay_head && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_close_now(c);
-    else conn_arm(c);
-}
-
-/* Takes c out of the peer table for good; its memory waits in the graveyard until
- * reap(), so a callback still running on it (on_read after a frame closed it) reads
- * valid memory. */
-static void conn_retire(conn *c) {
-    dlc_net *net = c->net;
-    if (c->timer) event_del(c->timer);
-    pthread_mutex_lock(&net->lock);
-    net->peers[c->id] = NULL;
-    for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
-        net->total.bytes_out[t] += c->bytes_out[t], net->total.frames_out[t] += c->frames_out[t];
-        net->total.bytes_in[t] += c->bytes_in[t], net->total.frames_in[t] += c->frames_in[t];
-    }
-    c->grave = net->grave;
-    net->grave = c;
-    pthread_mutex_unlock(&net->lock);
-}
-
-/* Frees the retired conns (the I/O thread, between callbacks; or dlc_net_free). */
-static void reap(dlc_net *net) {
-    pthread_mutex_lock(&net->lock);
-    conn *c = net->grave;
-    net->grave = NULL;
-    pthread_mutex_unlock(&net->lock);
-    while (c) {
-        conn *next = c->grave;
-        if (c->timer) event_free(c->timer);
-        if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
-        free(c);
-        c = next;
-    }
-}
-
-static void start_connect(conn *c);
-
-/* Closes the socket now; posts LOST or REFUSED; a client that may reconnect waits. */
-static void conn_close_now(conn *c) {
-    dlc_net *net = c->net;
-    if (c->state == DLC_CONN_CLOSED) return;
-    bool was_connecting = c->state == DLC_CONN_CONNECTING;
-    set_state(c, DLC_CONN_CLOSED);
-    if (c->bev) {
-        bufferevent_free(c->bev); /* payloads still referenced are released by libevent */
-        c->bev = NULL;
-    }
-    while (c->delay_head) {
-        outframe *f = c->delay_head;
-        c->delay_head = f->next;
-        size_t total = f->total;
-        outframe_free(f);
-        unqueue(net, c->id, c->gen, total);
-    }
-    c->delay_tail = NULL;
-    free(c->inbuf);
-    c->inbuf = NULL, c->inlen = c->inhave = 0;
-    pthread_mutex_lock(&net->lock);
-    c->queued = 0;
-    pthread_mutex_unlock(&net->lock);
-    if (!was_connecting || c->client)
-        ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
-                       c->end_text[0] ? c->end_text : "connection closed");
-    bool permanent = c->end_code == DLC_PERR_AUTH || c->end_code == DLC_PERR_VERSION ||
-                     c->end_code == DLC_PERR_MISMATCH || c->end_code == DLC_PERR_SHUTDOWN;
-    if (c->client && !c->app_closed && !permanent && !net->stopping && net->cfg.reconnect_max_s > 0) {
-        c->failures++;
-        double d = net->cfg.reconnect_min_s * pow(2.0, c->failures - 1);
-        if (d > net->cfg.reconnect_max_s) d = net->cfg.reconnect_max_s;
-        d *= 0.5 + rng_unit(net); /* +-50% jitter: a cluster that lost its syncer does not return in lockstep */
-        c->deadline = now_s() + d;
-        c->was_ready = 0;
-        set_state(c, DLC_CONN_CONNECTING);
-        conn_arm(c);
-        return;
-    }
-    conn_retire(c);
-}
-
-/* ---- handshake ---- */
-
-static void become_ready(conn *c, const dlc_hello *h) {
-    dlc_net *net = c->net;
-    set_state(c, DLC_CONN_READY);
-    c->was_ready = 1;
-    if (c->client) {
-        pthread_mutex_lock(&net->lock);
-        if (c->ready_once) net->total.reconnects++;
-        pthread_mutex_unlock(&net->lock);
-        c->failures = 0;
-    }
-    c->ready_once = 1;
-    evnode *n = ev_new(DLC_NET_READY, c->id);
-    if (n) {
-        if (h) n->ev.frame.hello = *h;
-        else n->ev.frame.hello.learner = -1;
-        n->ev.frame.type = c->client ? DLC_FRAME_WELCOME : DLC_FRAME_HELLO;
-        snprintf(n->ev.text, sizeof n->ev.text, "%s", c->name);
-        ev_post(net, n);
-    }
-}
-
-static bool learner_taken(dlc_net *net, int id, conn *self) {
-    for (int i = 0; i < net->npeers; i++) {
-        conn *o = net->peers[i];
-        if (o && o != self && !o->client && o->state == DLC_CONN_READY && o->learner == id) return true;
-    }
-    return false;
-}
-
-/* Server steps: 0 wait AUTH, 1 wait AUTH_PROOF, 2 wait HELLO.  Client steps: 0 wait
- * AUTH_CHALLENGE, 1 wait WELCOME. */
-static void on_handshake(conn *c, dlc_frame *f) {
-    dlc_net *net = c->net;
-    bool auth = !net->cfg.insecure;
-    dlc_frame out;
-    if (!c->client) {
-        dlc_frame_type want = c->step == 0 ? DLC_FRAME_AUTH : c->step == 1 ? DLC_FRAME_AUTH_PROOF : DLC_FRAME_HELLO;
-        if (f->type != want) {
-            conn_fail(c, DLC_PERR_UNEXPECTED, "%s before authentication: expected %s", dlc_frame_type_name(f->type),
-                      dlc_frame_type_name(want));
-            return;
-        }
-        if (c->step == 0) {
-            memcpy(c->nc, f->nonce, DLC_PROTO_NONCE);
-            if (dlc_auth_nonce(c->ns, DLC_PROTO_NONCE) < 0) {
-                conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
-                return;
-            }
-            dlc_frame_init(&out, DLC_FRAME_AUTH_CHALLENGE);
-            memcpy(out.nonce, c->ns, DLC_PROTO_NONCE);
-            dlc_auth_proof(net->secret, net->secret_len, 1, c->nc, c->ns, out.mac);
-            send_own(c, &out);
-            c->step = 1;
-            return;
-        }
-        if (c->step == 1) {
-            uint8_t want_mac[DLC_PROTO_MAC];
-            dlc_auth_proof(net->secret, net->secret_len, 0, c->nc, c->ns, want_mac);
-            if (auth && !dlc_auth_equal(want_mac, f->mac)) {
-                conn_fail(c, DLC_PERR_AUTH, "authentication failed: the proof does not match this run's secret");
-                return;
-            }
-            if (!net->has_hello) {
-                become_ready(c, NULL);
-                return;
-            }
-            c->step = 2;
-            return;
-        }
-        dlc_hello w;
-        int why;
-        if (dlc_proto_negotiate(&net->hello, &f->hello, &w, &why) < 0) {
-            conn_fail(c, why, "%s", dlc_last_error());
-            return;
-        }
-        pthread_mutex_lock(&net->lock);
-        int id = f->hello.learner;
-        bool taken = id >= 0 && learner_taken(net, id, c);
-        if (id < 0)
-            for (id = 0; learner_taken(net, id, c); id++) {}
-        c->learner = id;
-        pthread_mutex_unlock(&net->lock);
-        if (taken) {
-            conn_fail(c, DLC_PERR_MISMATCH, "learner %d is already connected", id);
-            return;
-        }
-        w.learner = id;
-        dlc_frame_init(&out, DLC_FRAME_WELCOME);
-        out.hello = w;
-        send_own(c, &out);
-        dlc_hello theirs = f->hello;
-        theirs.learner = id;
-        become_ready(c, &theirs);
-        return;
-    }
-    dlc_frame_type want = c->step == 0 ? DLC_FRAME_AUTH_CHALLENGE : DLC_FRAME_WELCOME;
-    if (f->type != want) {
-        conn_fail(c, DLC_PERR_UNEXPECTED, "%s during the handshake: expected %s", dlc_frame_type_name(f->type),
-                  dlc_frame_type_name(want));
-        return;
-    }
-    if (c->step == 0) {
-        uint8_t want_mac[DLC_PROTO_MAC];
-        memcpy(c->ns, f->nonce, DLC_PROTO_NONCE);
-        dlc_auth_proof(net->secret, net->secret_len, 1, c->nc, c->ns, want_mac);
-        if (auth && !dlc_auth_equal(want_mac, f->mac)) {
-            conn_fail(c, DLC_PERR_AUTH, "authentication failed: the server does not know this run's secret");
-            return;
-        }
-        dlc_frame_init(&out, DLC_FRAME_AUTH_PROOF);
-        dlc_auth_proof(net->secret, net->secret_len, 0, c->nc, c->ns, out.mac);
-        send_own(c, &out);
-        if (!net->has_hello) {
-            become_ready(c, NULL);
-            return;
-        }
-        dlc_frame_init(&out, DLC_FRAME_HELLO);
-        out.hello = net->hello;
-        send_own(c, &out);
-        c->step = 1;
-        return;
-    }
-    const dlc_hello *w = &f->hello, *ours = &net->hello;
-    if (w->proto_min < ours->proto_min || w->proto_max > ours->proto_max || strcmp(w->run, ours->run) != 0 ||
-        w->model_hash != ours->model_hash || w->plan_hash != ours->plan_hash || w->block != ours->block) {
-        conn_fail(c, DLC_PERR_MISMATCH, "welcome does not match this hello (version %d, run \"%s\")", w->proto_max,
-                  w->run);
-        return;
-    }
-    c->learner = w->learner;
-    become_ready(c, w);
-}
-
-/* ---- input ---- */
-
-static void on_frame(conn *c, uint8_t *buf, size_t len) {
-    dlc_net *net = c->net;
-    evnode *n = ev_new(DLC_NET_FRAME, c->id);
-    if (!n) {
-        free(buf);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
-        return;
-    }
-    int why;
-    dlc_frame *f = &n->ev.frame;
-    if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
-        free(buf), free(n);
-        conn_fail(c, why, "%s", dlc_last_error());
-        return;
-    }
-    atomic_fetch_add_explicit(&c->bytes_in[f->type], len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->frames_in[f->type], 1, memory_order_relaxed);
-    c->last_rx = now_s();
-    if (f->type == DLC_FRAME_ERROR) {
-        c->end_code = f->code;
-        snprintf(c->end_text, sizeof c->end_text, "the peer reported %s: %.512s",
-                 dlc_proto_errcode_name(f->code) ? dlc_proto_errcode_name(f->code) : "an error", f->text);
-        free(buf), free(n);
-        conn_drain(c, c->end_code, c->end_text);
-        return;
-    }
-    if (c->state == DLC_CONN_AUTHENTICATING) {
-        on_handshake(c, f);
-        free(buf), free(n);
-        return;
-    }
-    if (f->type <= DLC_FRAME_WELCOME) {
-        conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
-        free(buf), free(n);
-        return;
-    }
-    n->ev.owned_ = buf;
-    n->bytes = len;
-    ev_post(net, n);
-}
-
-static void pause_reading(dlc_net *net, int pause) {
-    for (int i = 0; i < net->npeers; i++) {
-        conn *c = net->peers[i];
-        if (!c || !c->bev || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
-        if (pause) bufferevent_disable(c->bev, EV_READ);
-        else bufferevent_enable(c->bev, EV_READ);
-    }
-}
-
-static bool over_in_max(dlc_net *net) {
-    pthread_mutex_lock(&net->lock);
-    bool over = net->ev_bytes > net->cfg.in_max;
-    if (over && !net->paused) net->paused = 1;
-    pthread_mutex_unlock(&net->lock);
-    return over;
-}
-
-static void on_read(struct bufferevent *bev, void *arg) {
-    conn *c = arg;
-    dlc_net *net = c->net;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
-        if (!c->inbuf) {
-            if (over_in_max(net)) { /* the app is behind: stop reading until it polls */
-                pause_reading(net, 1);
-                return;
-            }
-            uint8_t prefix[DLC_PROTO_PREFIX];
-            ev_ssize_t have = evbuffer_copyout(in, prefix, sizeof prefix);
-            if (have <= 0) return;
-            size_t need;
-            dlc_frame_type type;
-            int why;
-            if (dlc_proto_peek(prefix, (size_t)have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
-                conn_fail(c, why, "%s%s", dlc_last_error(),
-                          c->state == DLC_CONN_AUTHENTICATING ? " (before authentication)" : "");
-                return;
-            }
-            if (need == 0) return;
-            c->inbuf = malloc(need);
-            if (!c->inbuf) {
-                conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
-                return;
-            }
-            c->inlen = need, c->inhave = 0;
-        }
-        size_t avail = evbuffer_get_length(in), take = c->inlen - c->inhave;
-        if (avail == 0) return;
-        if (take > avail) take = avail;
-        evbuffer_remove(in, c->inbuf + c->inhave, take);
-        c->inhave += take;
-        if (c->inhave < c->inlen) return;
-        uint8_t *buf = c->inbuf;
-        size_t len = c->inlen;
-        c->inbuf = NULL, c->inlen = c->inhave = 0;
-        on_frame(c, buf, len); /* may close c: the loop condition reads c->state, and a
-                                * closed conn is freed only when not reconnecting... */
-        if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
-    }
-}
-
-static void on_write(struct bufferevent *bev, void *arg) {
-    conn *c = arg;
-    (void)bev;
-    if (c->state == DLC_CONN_DRAINING && !c->delay_head) conn_close_now(c);
-}
-
-static void on_event(struct bufferevent *bev, short what, void *arg) {
-    conn *c = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        /* TLS reports CONNECTED once its handshake is done, also on accepted sockets,
-         * which are authenticating already */
-        if (c->state != DLC_CONN_CONNECTING) return;
-        int fd = bufferevent_getfd(bev), one = 1;
-        if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        set_state(c, DLC_CONN_AUTHENTICATING);
-        c->step = 0;
-        c->deadline = now_s() + c->net->cfg.auth_timeout_s;
-        c->last_rx = c->last_tx = now_s();
-        dlc_frame f;
-        dlc_frame_init(&f, DLC_FRAME_AUTH);
-        if (dlc_auth_nonce(c->nc, DLC_PROTO_NONCE) < 0) {
-            conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
-            return;
-        }
-        memcpy(f.nonce, c->nc, DLC_PROTO_NONCE);
-        send_own(c, &f);
-        conn_arm(c);
-        return;
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        if (c->state == DLC_CONN_CLOSED) return;
-        if (!c->end_code || c->state != DLC_CONN_DRAINING) {
-            unsigned long ssl_err = c->net->ssl ? bufferevent_get_openssl_error(bev) : 0;
-            int err = EVUTIL_SOCKET_ERROR();
-            if (ssl_err) {
-                char buf[160];
-                ERR_error_string_n(ssl_err, buf, sizeof buf);
-                c->end_code = DLC_PERR_AUTH;
-                snprintf(c->end_text, sizeof c->end_text, "TLS: %s", buf);
-            } else if (!c->end_code) {
-                c->end_code = DLC_PERR_NONE;
-                snprintf(c->end_text, sizeof c->end_text, "%s", (what & BEV_EVENT_EOF) ? "connection closed by the peer"
-                                                                : evutil_socket_error_to_string(err));
-            }
-        }
-        conn_close_now(c);
-    }
-}
-
-/* ---- timers ---- */
-
-static void on_timer(evutil_socket_t fd, short what, void *arg);
-
-/* Arms c's one timer at its nearest deadline. */
-static void conn_arm(conn *c) {
-    dlc_net *net = c->net;
-    double t = now_s(), next = INFINITY;
-    switch (c->state) {
-    case DLC_CONN_CONNECTING:
-    case DLC_CONN_AUTHENTICATING:
-    case DLC_CONN_DRAINING: next = c->deadline; break;
-    case DLC_CONN_READY:
-        if (net->cfg.timeout_s > 0) next = c->last_rx + net->cfg.timeout_s;
-        if (net->cfg.heartbeat_s > 0 && c->last_tx + net->cfg.heartbeat_s < next) next = c->last_tx + net->cfg.heartbeat_s;
-        break;
-    default: return;
-    }
-    if (c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
-    if (c->state == DLC_CONN_AUTHENTICATING && c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
-    if (next == INFINITY) return;
-    struct timeval tv = tv_of(next - t);
-    evtimer_add(c->timer, &tv);
-}
-
-static void on_timer(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
-    conn *c = arg;
-    dlc_net *net = c->net;
-    double t = now_s();
-    out_release(c);
-    switch (c->state) {
-    case DLC_CONN_CONNECTING:
-        if (t >= c->deadline) {
-            start_connect(c);
-            return;
-        }
-        break;
-    case DLC_CONN_AUTHENTICATING:
-        if (t >= c->deadline) {
-            conn_fail(c, DLC_PERR_TIMEOUT, "not authenticated within %.3g s (auth_timeout)", net->cfg.auth_timeout_s);
-            return;
-        }
-        break;
-    case DLC_CONN_READY:
-        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s) {
-            conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
-            return;
-        }
-        if (net->cfg.heartbeat_s > 0 && t - c->last_tx >= net->cfg.heartbeat_s) {
-            dlc_frame hb;
-            dlc_frame_init(&hb, DLC_FRAME_HEARTBEAT);
-            hb.msg.learner = c->learner >= 0 ? c->learner : 0;
-            send_own(c, &hb);
-            c->last_tx = t;
-        }
-        break;
-    case DLC_CONN_DRAINING:
-        if (t >= c->deadline) {
-            conn_close_now(c);
-            return;
-        }
-        break;
-    default: return;
-    }
-    conn_arm(c);
-}
-
-/* ---- connections ---- */
-
-static SSL *new_ssl(dlc_net *net, conn *c) {
-    SSL *ssl = SSL_new(net->ssl);
-    if (!ssl) return NULL;
-    if (c->client && !net->cfg.tls_insecure) {
-        X509_VERIFY_PARAM *p = SSL_get0_param(ssl);
-        struct in6_addr a6;
-        struct in_addr a4;
-        if (inet_pton(AF_INET, c->host, &a4) == 1 || inet_pton(AF_INET6, c->host, &a6) == 1)
-            X509_VERIFY_PARAM_set1_ip_asc(p, c->host);
-        else
-            X509_VERIFY_PARAM_set1_host(p, c->host, 0), SSL_set_tlsext_host_name(ssl, c->host);
-    }
-    return ssl;
-}
-
-static conn *conn_new(dlc_net *net, int client) {
-    conn *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->net = net, c->client = client, c->learner = -1;
-    c->timer = evtimer_new(net->base, on_timer, c);
-    if (!c->timer) {
-        free(c);
-        return NULL;
-    }
-    pthread_mutex_lock(&net->lock);
-    if (net->npeers >= NET_PEERS_MAX) {
-        pthread_mutex_unlock(&net->lock);
-        event_free(c->timer);
-        free(c);
-        return NULL;
-    }
-    if ((net->npeers & (net->npeers - 1)) == 0 || net->npeers < 16) { /* grow at powers of two */
-        size_t cap = net->npeers < 16 ? 16 : (size_t)net->npeers * 2;
-        conn **p = realloc(net->peers, cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&net->lock);
-            event_free(c->timer);
-            free(c);
-            return NULL;
-        }
-        net->peers = p;
-    }
-    c->id = net->npeers++;
-    net->peers[c->id] = c;
-    c->rate = net->shape_rate, c->latency = net->shape_latency;
-    pthread_mutex_unlock(&net->lock);
-    return c;
-}
-
-static void apply_shape(conn *c) {
-    if (!c->bev) return;
-    if (c->rate > 0) {
-        struct timeval tick = {0, NET_TICK_MS * 1000};
-        double per_tick = c->rate * NET_TICK_MS / 1000.0;
-        if (per_tick < 1) per_tick = 1;
-        size_t w = (size_t)per_tick;
-        struct ev_token_bucket_cfg *b = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, w, w, &tick);
-        if (b && bufferevent_set_rate_limit(c->bev, b) == 0) {
-            if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
-            c->bucket = b;
-        } else if (b) {
-            ev_token_bucket_cfg_free(b);
-        }
-    } else if (c->bucket) {
-        bufferevent_set_rate_limit(c->bev, NULL);
-        ev_token_bucket_cfg_free(c->bucket);
-        c->bucket = NULL;
-    }
-}
-
-static void conn_attach(conn *c, struct bufferevent *bev) {
-    c->bev = bev;
-    bufferevent_setcb(bev, on_read, on_write, on_event, c);
-    /* High read watermark: at most 4 MiB sit in libevent's input buffer; on_read moves
-     * them into the frame's own buffer, or stops (the app is behind) and libevent stops
-     * reading the socket: TCP pushes back on the peer. */
-    bufferevent_setwatermark(bev, EV_READ, 0, 4u << 20);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
-    apply_shape(c);
-}
-
-static void start_connect(conn *c) {
-    dlc_net *net = c->net;
-    struct bufferevent *bev;
-    pthread_mutex_lock(&net->lock);
-    c->gen++;
-    pthread_mutex_unlock(&net->lock);
-    int opts = BEV_OPT_CLOSE_ON_FREE;
-    if (net->ssl) {
-        SSL *ssl = new_ssl(net, c);
-        bev = ssl ? bufferevent_openssl_socket_new(net->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts) : NULL;
-        if (!bev && ssl) SSL_free(ssl);
-    } else {
-        bev = bufferevent_socket_new(net->base, -1, opts);
-    }
-    if (!bev) {
-        c->end_code = DLC_PERR_INTERNAL;
-        snprintf(c->end_text, sizeof c->end_text, "cannot create a connection to %s", c->name);
-        set_state(c, DLC_CONN_CLOSED), set_state(c, DLC_CONN_CONNECTING);
-        c->deadline = now_s() + net->cfg.reconnect_max_s;
-        conn_arm(c);
-        return;
-    }
-    conn_attach(c, bev);
-    c->deadline = now_s() + net->cfg.auth_timeout_s;
-    if (bufferevent_socket_connect(bev, (struct sockaddr *)&c->addr, (int)c->addrlen) < 0) {
-        c->end_code = DLC_PERR_NONE;
-        snprintf(c->end_text, sizeof c->end_text, "connect to %s failed", c->name);
-        conn_close_now(c);
-        return;
-    }
-    conn_arm(c);
-}
-
-static int count_server_conns(dlc_net *net) {
-    int n = 0;
-    for (int i = 0; i < net->npeers; i++)
-        if (net->peers[i] && !net->peers[i]->client) n++;
-    return n;
-}
-
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
-    (void)l, (void)salen;
-    dlc_net *net = arg;
-    pthread_mutex_lock(&net->lock);
-    net->total.accepted++;
-    int n = count_server_conns(net);
-    bool stopping = net->stopping;
-    pthread_mutex_unlock(&net->lock);
-    char name[80];
-    addr_name(sa, name, sizeof name);
-    if (n >= net->cfg.max_peers || stopping) {
-        /* refused before a conn exists: one best-effort ERROR frame, then close */
-        dlc_frame f;
-        dlc_frame_init(&f, DLC_FRAME_ERROR);
-        f.code = stopping ? DLC_PERR_SHUTDOWN : DLC_PERR_OVERLOADED;
-        snprintf(f.text, sizeof f.text, stopping ? "the server is shutting down"
-                                                 : "the server has its maximum of %d connections", net->cfg.max_peers);
-        uint8_t hdr[DLC_PROTO_PREFIX + 1024];
-        int64_t len = dlc_proto_encode(&f, NULL, hdr, sizeof hdr);
-        if (len > 0 && send(fd, hdr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
-        evutil_closesocket(fd);
-        pthread_mutex_lock(&net->lock);
-        net->total.overloaded++;
-        pthread_mutex_unlock(&net->lock);
-        ev_post_simple(net, DLC_NET_REFUSED, -1, f.code, f.text);
-        return;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    conn *c = conn_new(net, 0);
-    if (!c) {
-        evutil_closesocket(fd);
-        return;
-    }
-    memcpy(c->name, name, sizeof name);
-    struct bufferevent *bev;
-    if (net->ssl) {
-        SSL *ssl = new_ssl(net, c);
-        bev = ssl ? bufferevent_openssl_socket_new(net->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE)
-                  : NULL;
-        if (!bev && ssl) SSL_free(ssl);
-    } else {
-        bev = bufferevent_socket_new(net->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    }
-    if (!bev) {
-        evutil_closesocket(fd);
-        conn_retire(c);
-        return;
-    }
-    c->state = DLC_CONN_AUTHENTICATING; /* born there: accepted sockets skip CONNECTING */
-    conn_attach(c, bev);
-    c->deadline = now_s() + net->cfg.auth_timeout_s;
-    c->last_rx = c->last_tx = now_s();
-    conn_arm(c);
-}
-
 /* ---- commands (other threads -> I/O thread) ---- */
 
 static dlc_status cmd_push(dlc_net *net, cmd *k) {
@@ -1094,7 +84,7 @@ static void stop_check(dlc_net *net) {
 static void on_wake(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     dlc_net *net = arg;
-    reap(net);
+    dlcn_reap(net);
     pthread_mutex_lock(&net->lock);
     cmd *k = net->cmd_head;
     net->cmd_head = net->cmd_tail = NULL;
@@ -1103,10 +93,10 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
     if (resume) net->paused = 0;
     pthread_mutex_unlock(&net->lock);
     if (resume) {
-        pause_reading(net, 0);
+        dlcn_pause_reading(net, 0);
         for (int i = 0; i < net->npeers; i++) /* what waited in libevent's buffers */
             if (net->peers[i] && net->peers[i]->bev && net->peers[i]->state != DLC_CONN_CLOSED)
-                on_read(net->peers[i]->bev, net->peers[i]);
+                dlcn_on_read(net->peers[i]->bev, net->peers[i]);
     }
     while (k) {
         cmd *next = k->next;
@@ -1114,19 +104,19 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         switch (k->kind) {
         case CMD_SEND:
             if (c && c->state == DLC_CONN_READY && c->gen == k->frame->gen) {
-                out_queue(c, k->frame);
-                conn_arm(c);
+                dlcn_out_queue(c, k->frame);
+                dlcn_conn_arm(c);
             } else {
                 size_t total = k->frame->total;
                 unsigned gen = k->frame->gen;
-                outframe_free(k->frame);
-                unqueue(net, k->peer, gen, total);
+                dlcn_outframe_free(k->frame);
+                dlcn_unqueue(net, k->peer, gen, total);
             }
             break;
         case CMD_CLOSE:
             if (c) {
                 c->app_closed = 1;
-                conn_drain(c, DLC_PERR_NONE, "closed by this side");
+                dlcn_conn_drain(c, DLC_PERR_NONE, "closed by this side");
             }
             break;
         case CMD_SHAPE:
@@ -1134,13 +124,13 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 conn *s = net->peers[i];
                 if (!s) continue;
                 s->rate = k->rate, s->latency = k->latency;
-                apply_shape(s);
-                out_release(s);
-                if (s->state != DLC_CONN_CLOSED) conn_arm(s);
+                dlcn_apply_shape(s);
+                dlcn_out_release(s);
+                if (s->state != DLC_CONN_CLOSED) dlcn_conn_arm(s);
             }
             break;
         case CMD_CONNECT:
-            if (c) start_connect(c);
+            if (c) dlcn_start_connect(c);
             break;
         case CMD_STOP:
             net->stopping = 1;
@@ -1149,8 +139,8 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 conn *s = net->peers[i];
                 if (!s) continue;
                 s->app_closed = 1;
-                if (s->state == DLC_CONN_CONNECTING) conn_close_now(s);
-                else conn_drain(s, DLC_PERR_SHUTDOWN, "the transport is shutting down");
+                if (s->state == DLC_CONN_CONNECTING) dlcn_conn_close_now(s);
+                else dlcn_conn_drain(s, DLC_PERR_SHUTDOWN, "the transport is shutting down");
             }
             break;
         }
@@ -1163,7 +153,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 static void on_stop_tick(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     dlc_net *net = arg;
-    reap(net);
+    dlcn_reap(net);
     if (net->stopping) stop_check(net);
 }
 
@@ -1325,7 +315,7 @@ void dlc_net_free(dlc_net *net) {
         pthread_mutex_lock(&net->lock);
         if (k) k->kind = CMD_STOP, cmd_push(net, k);
         pthread_mutex_unlock(&net->lock);
-        wake(net);
+        dlcn_wake(net);
         pthread_join(net->thread, NULL);
     }
     for (int i = 0; i < net->nlisteners; i++) evconnlistener_free(net->listeners[i]);
@@ -1334,13 +324,13 @@ void dlc_net_free(dlc_net *net) {
         conn *c = net->peers[i];
         if (!c) continue;
         c->app_closed = 1;
-        if (c->state != DLC_CONN_CLOSED) conn_close_now(c);
-        else conn_retire(c);
+        if (c->state != DLC_CONN_CLOSED) dlcn_conn_close_now(c);
+        else dlcn_conn_retire(c);
     }
-    reap(net);
+    dlcn_reap(net);
     for (cmd *k = net->cmd_head, *n; k; k = n) {
         n = k->next;
-        if (k->frame) outframe_free(k->frame);
+        if (k->frame) dlcn_outframe_free(k->frame);
         free(k);
     }
     for (evnode *e = net->ev_head, *n; e; e = n) {
@@ -1387,7 +377,7 @@ int dlc_net_listen(dlc_net *net, const char *addr) {
     struct evconnlistener **l = realloc(net->listeners, (size_t)(net->nlisteners + 1) * sizeof *l);
     if (l) net->listeners = l;
     struct evconnlistener *el =
-        l ? evconnlistener_new(net->base, on_accept, net, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_THREADSAFE, 0, fd) : NULL;
+        l ? evconnlistener_new(net->base, dlcn_on_accept, net, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_THREADSAFE, 0, fd) : NULL;
     if (el) net->listeners[net->nlisteners++] = el;
     pthread_mutex_unlock(&net->lock);
     if (!el) {
@@ -1410,7 +400,7 @@ int dlc_net_connect(dlc_net *net, const char *addr) {
     if (!k) return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory");
     /* The conn is made here (its timer is created on the base, thread-safe) and started
      * on the I/O thread. */
-    conn *c = conn_new(net, 1);
+    conn *c = dlcn_conn_new(net, 1);
     if (!c) {
         free(k);
         return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory or peer ids");
@@ -1427,7 +417,7 @@ int dlc_net_connect(dlc_net *net, const char *addr) {
         free(k);
         return st;
     }
-    wake(net);
+    dlcn_wake(net);
     return c->id;
 }
 
@@ -1473,7 +463,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         free(o), free(k);
         return st;
     }
-    wake(net);
+    dlcn_wake(net);
     return DLC_OK;
 }
 
@@ -1492,7 +482,7 @@ static dlc_status push_simple(dlc_net *net, cmd_kind kind, int peer, double rate
         free(k);
         return st;
     }
-    wake(net);
+    dlcn_wake(net);
     return DLC_OK;
 }
 
@@ -1534,7 +524,7 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         resume = net->paused && net->ev_bytes <= net->cfg.in_max / 2;
     }
     pthread_mutex_unlock(&net->lock);
-    if (resume) wake(net);
+    if (resume) dlcn_wake(net);
     if (!n) return 0;
     memcpy(ev, &n->ev, sizeof *ev);
     free(n);

@@ -1,0 +1,181 @@
+/* internal.h - what net/conn.c and net/net.c share: limits, the queued frame, command
+ * and event nodes, the connection and the net (threads and ownership: net.c's opening
+ * comment).  Not installed. */
+#ifndef DLC_NET_INTERNAL_H
+#define DLC_NET_INTERNAL_H
+#define _GNU_SOURCE /* struct addrinfo flags, strerror_r is not needed */
+#include "diloco/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Most commands waiting for the I/O thread (sends beyond it are refused: back-pressure
+ * on a thread that outruns the loop). */
+#define NET_COMMANDS_MAX 65536
+/* Longest secret (a secret file longer than this is refused). */
+#define NET_SECRET_MAX 4096
+/* Largest peer id: ids are never reused within a net, up to this many connections. */
+#define NET_PEERS_MAX (1 << 22)
+/* libevent token-bucket tick of the WAN emulation. */
+#define NET_TICK_MS 5
+
+
+typedef struct outframe {
+    struct outframe *next;
+    struct dlc_net *net;
+    int peer;
+    unsigned gen;            /* the conn's generation it was queued on (reconnects) */
+    dlc_frame_type type;
+    double due;              /* monotonic seconds when it may reach the socket */
+    size_t hlen;             /* prefix + header bytes in hdr */
+    size_t total;            /* hlen + len: what it counts in the peer's queued bytes */
+    const void *payload;
+    size_t len;
+    void (*free_payload)(const void *, void *);
+    void *arg;
+    uint8_t hdr[];
+} outframe;
+
+typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_CONNECT, CMD_STOP } cmd_kind;
+
+typedef struct cmd {
+    struct cmd *next;
+    cmd_kind kind;
+    int peer;
+    outframe *frame;
+    double rate, latency;
+} cmd;
+
+typedef struct evnode {
+    struct evnode *next;
+    size_t bytes; /* received frame bytes it holds (counted against in_max) */
+    dlc_net_event ev;
+} evnode;
+
+typedef struct conn {
+    struct dlc_net *net;
+    struct conn *grave;      /* retired: freed by reap() on the I/O thread */
+    unsigned gen;            /* bumped at each connection attempt */
+    int id, client, learner;
+    dlc_conn_state state;
+    struct bufferevent *bev;
+    struct event *timer;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char name[80];           /* "127.0.0.1:5555" */
+    char host[256];          /* for TLS verification (client) */
+    int step;                /* handshake step within AUTHENTICATING (see on_handshake) */
+    uint8_t nc[DLC_PROTO_NONCE], ns[DLC_PROTO_NONCE];
+    double deadline;         /* AUTHENTICATING: READY by then; CONNECTING: next attempt; DRAINING: close by then */
+    double last_rx, last_tx;
+    uint8_t *inbuf;          /* the frame being received: inlen bytes, inhave in */
+    size_t inlen, inhave;
+    outframe *delay_head, *delay_tail; /* held for the emulated latency */
+    size_t queued;           /* under net->lock */
+    int refused;             /* a send was refused since the last DRAINED */
+    int app_closed;          /* dlc_net_close: no reconnect */
+    int ready_once;
+    int failures;            /* client: connection attempts failed in a row */
+    int was_ready;           /* it reached READY (LOST rather than REFUSED) */
+    int end_code;            /* why it is closing */
+    char end_text[DLC_PROTO_TEXT_MAX + 128];
+    double rate, latency;
+    struct ev_token_bucket_cfg *bucket;
+    _Atomic uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
+    _Atomic uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
+} conn;
+
+struct dlc_net {
+    dlc_net_config cfg;
+    uint8_t secret[NET_SECRET_MAX];
+    size_t secret_len;
+    dlc_hello hello;
+    int has_hello;
+    dlc_proto_layout layout;
+    int64_t *numel;
+    int has_layout;
+    SSL_CTX *ssl;
+
+    struct event_base *base;
+    struct event *wake;
+    pthread_t thread;
+    int thread_started;
+    struct evconnlistener **listeners;
+    int nlisteners;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    conn *grave;             /* conns closed for good, freed at the next reap() */
+    conn **peers;            /* by id */
+    int npeers;              /* ids handed out */
+    cmd *cmd_head, *cmd_tail;
+    int ncmds;
+    evnode *ev_head, *ev_tail;
+    size_t ev_bytes;
+    int paused;              /* reading stopped: the event queue is over in_max */
+    int stopping;
+    double stop_deadline;
+    double shape_rate, shape_latency; /* for peers to come (dlc_net_shape(-1)) */
+    uint64_t rng;
+    /* totals (under lock): connection-level counters, and bytes of conns gone */
+    dlc_net_counters total;
+};
+
+/* ---- shared between conn.c (the I/O thread's connection code) and net.c (the API,
+ * the queues, the loop) ---- */
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline struct timeval tv_of(double s) {
+    if (s < 0) s = 0;
+    struct timeval tv = {(time_t)s, (suseconds_t)((s - floor(s)) * 1e6)};
+    return tv;
+}
+
+void dlcn_wake(dlc_net *net);                                  /* any thread */
+evnode *dlcn_ev_new(dlc_net_event_kind kind, int peer);
+void dlcn_ev_post(dlc_net *net, evnode *n);                    /* takes n */
+void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text);
+/* I/O thread only: */
+conn *dlcn_conn_new(dlc_net *net, int client);                 /* also from dlc_net_connect */
+void dlcn_start_connect(conn *c);
+void dlcn_conn_drain(conn *c, int code, const char *text);
+void dlcn_conn_close_now(conn *c);
+void dlcn_conn_retire(conn *c);
+void dlcn_reap(dlc_net *net);
+void dlcn_conn_arm(conn *c);
+void dlcn_out_queue(conn *c, outframe *f);
+void dlcn_out_release(conn *c);
+void dlcn_apply_shape(conn *c);
+void dlcn_outframe_free(outframe *f);
+void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
+void dlcn_on_read(struct bufferevent *bev, void *arg);
+void dlcn_pause_reading(dlc_net *net, int pause);
+void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg);
+
+#endif
