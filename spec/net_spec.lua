@@ -314,6 +314,29 @@ describe("diloco.net", function()
     client:close()
   end)
 
+  it("refuses a send over out_max with nil, message, DLC_ERR_RANGE, then reports drained", function()
+    local server, client, cpeer = pair({}, { out_max = 4096 })
+    assert.is_true(client:shape(cpeer, { rate = 1000 })) -- bytes leave at 1000/s: the queue fills
+    local payload = f32(diloco.zeros(256)) -- 1 KiB
+    local sent, ok, msg, code = 0, nil, nil, nil
+    for _ = 1, 20 do
+      ok, msg, code = client:send(cpeer, { type = "contribution", fragment = 2, payload = payload })
+      if not ok then break end
+      sent = sent + 1
+    end
+    assert.is_nil(ok)
+    assert.are.equal("DLC_ERR_RANGE", code)
+    assert.matches("out_max = 4096", msg)
+    assert.is_true(sent >= 1 and sent <= 4, "sent " .. sent .. " frames of 1 KiB before the refusal")
+    assert.is_true(client:counters().refused_full >= 1)
+    assert.is_true(client:shape(cpeer, { rate = 0 })) -- uncapped: the queue empties
+    assert.are.equal(cpeer, wait(client, "drained").peer)
+    assert.is_true(client:send(cpeer, { type = "contribution", fragment = 2, payload = payload }))
+    for _ = 1, sent + 1 do assert.are.equal(payload, wait(server, "frame").frame.payload) end
+    server:close()
+    client:close()
+  end)
+
   it("closes a peer (the other side sees lost) and the whole net, idempotently", function()
     local server, client, cpeer, speer = pair()
     assert.is_true(client:close(cpeer))
