@@ -6,7 +6,8 @@
 # a fresh HOME and a minimal environment:
 #   - no installed file names the source or build tree;
 #   - the installed diloco-lua says it runs the installed Lua files and trains a tiny
-#     recipe from PREFIX/share/diloco/recipes (inside a private mount namespace where the
+#     recipe from PREFIX/share/diloco/recipes; a copy of it with no Lua files next to it
+#     says so in --version, and `run` fails naming LUA_PATH (inside a private mount namespace where the
 #     source and build trees are hidden under empty tmpfs mounts, when unshare(1) may make
 #     one; otherwise the path check above is what keeps them out);
 #   - a C consumer builds and runs with `pkg-config --cflags --libs diloco` and one with
@@ -118,6 +119,20 @@ hidden "$prefix/bin/diloco-lua" run "$prefix/share/diloco/recipes/charlm.lua" \
 grep -q '"event":"summary".*"steps":3' "$tmp/run.out" || fail "no summary of 3 steps: $(cat "$tmp/run.out")"
 [ -s "$work/run/metrics.jsonl" ] && [ -s "$work/run/model.safetensors" ] ||
     fail "the run left no metrics.jsonl or model.safetensors in $work/run"
+
+step "a diloco-lua with no Lua files next to it says so (--version, and run naming LUA_PATH)"
+mkdir -p "$work/lonely"
+cp "$prefix/bin/diloco-lua" "$work/lonely/"
+out=$(hidden "$work/lonely/diloco-lua" --version) || fail "lonely diloco-lua --version: $out"
+echo "$out" | grep -q "^lua files: not found next to the executable (../share/lua/5.4); using package.path (LUA_PATH)" ||
+    fail "lonely --version: $out"
+# (LUA_PATH set to an empty directory: an install in /usr/local would be on Lua's default)
+if out=$(hidden env LUA_PATH="$work/nothing/?.lua" "$work/lonely/diloco-lua" run \
+    "$prefix/share/diloco/recipes/charlm.lua" 2>&1); then
+    fail "lonely diloco-lua run succeeded without its Lua files: $out"
+fi
+echo "$out" | grep -q "diloco.cli: the Lua files of diloco (diloco/cli.lua, .*add 'PREFIX/share/lua/5.4/?.lua' to LUA_PATH" ||
+    fail "lonely diloco-lua run: $out"
 
 consumer_c='#include <diloco/diloco.h>
 #include <stdio.h>
