@@ -163,6 +163,40 @@ describe("diloco.net", function()
     S.cleanup()
   end)
 
+  it("speaks TLS behind the tls option: a server's certificate checked against the client's ca", function()
+    local S = H.scratch()
+    local function selfsigned(name)
+      local out, status = H.sh(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        .. "-keyout '%s/%s.key' -out '%s/%s.pem' -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1")
+        :format(S.dir, name, S.dir, name))
+      assert(status == 0, "openssl (scripts/setup installs it): " .. out)
+      return S.dir .. "/" .. name .. ".pem", S.dir .. "/" .. name .. ".key"
+    end
+    local cert, key = selfsigned("server")
+    local other = selfsigned("other")
+    local server, client, cpeer = pair({ tls = { cert = cert, key = key } }, { tls = { ca = cert } })
+    local payload = f32(diloco.arange(256))
+    assert(client:send(cpeer, { type = "contribution", fragment = 2, payload = payload }))
+    assert.are.equal(payload, wait(server, "frame").frame.payload)
+    -- not checking the server at all works too; a ca that did not sign it is refused
+    local blind = assert(diloco.net.new(opts { tls = { insecure = true } }))
+    local port = assert(server:listen("127.0.0.1:0"))
+    blind:connect("127.0.0.1:" .. port)
+    wait(blind, "ready")
+    local wrong = assert(diloco.net.new(opts { tls = { ca = other } }))
+    wrong:connect("127.0.0.1:" .. port)
+    local lost = wait(wrong, "lost")
+    assert.are.equal("auth", lost.code)
+    assert.matches("certificate verify failed", lost.text)
+    -- an unreadable certificate is the environment's: nil, message, DLC_ERR_IO
+    local v, msg, code = diloco.net.new(opts { tls = { cert = S.dir .. "/none.pem", key = key } })
+    assert.is_nil(v)
+    assert.matches("none%.pem", msg)
+    assert.are.equal("DLC_ERR_IO", code)
+    for _, n in ipairs { server, client, blind, wrong } do n:close() end
+    S.cleanup()
+  end)
+
   it("raises on bad options, naming the option and what was expected", function()
     local function bad(o) return error_of(diloco.net.new, o) end
     assert.matches("unknown option 'secrte'", bad { secrte = "x" })
