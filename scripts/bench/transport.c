@@ -27,6 +27,7 @@
  * PASS or FAIL with the numbers; exit 1 on FAIL or on any transport error.
  *
  * Usage: bench_transport [--rounds N] [--trips N] [--rate MBPS] [--latency MS]
+ *                        [--only throughput|roundtrip|wan]
  *        bench_transport --load [--clients N] [--seconds S] [--heartbeat S] [--timeout S]
  *                               [--payload-every S] [--payload-mib M]
  * (defaults: 9 rounds, 2000 trips, 50 MB/s, 20 ms; 256 clients, 30 s, heartbeat 0.25 s,
@@ -633,7 +634,7 @@ typedef struct load_sender {
     id_map *cmap; /* client net peer id -> client index */
     const uint8_t *payload;
     double t0, t_end;
-    int64_t lost;
+    int64_t lost, frames; /* LOST or REFUSED events; frames from the server (its heartbeats) */
     atomic_int done; /* 1: sending over, counts final; 2: main asks the thread to end */
 } load_sender;
 
@@ -642,6 +643,8 @@ static void sender_event(load_sender *s, dlc_net_event *ev) {
         if (s->lost++ < 5)
             fprintf(stderr, "load: client side: peer %d %s (%s): %s\n", ev->peer, kind_name(ev->kind),
                     dlc_proto_errcode_name(ev->code), ev->text);
+    } else if (ev->kind == DLC_NET_FRAME) {
+        s->frames++;
     } else if (ev->kind == DLC_NET_READY) { /* a reconnect */
         int i = *id_slot(s->cmap, ev->peer);
         if (i >= 0) {
@@ -891,9 +894,10 @@ static int run_load(const load_opts *o) {
            (unsigned long long)cs.frames_in[DLC_FRAME_HEARTBEAT], (unsigned long long)cs.frames_in[DLC_FRAME_CONTRIBUTION],
            (unsigned long long)cs.timeouts, (unsigned long long)cs.protocol_errors);
     printf("  clients whose counts differ from the server's: %d of %d; lost: %lld on the server, %lld on the client; "
-           "refused %lld; READY again %lld (server) %lld (client)\n",
+           "refused %lld; READY again %lld (server) %lld (client); frames the client net received from the server "
+           "(its idle-link heartbeats) %lld\n",
            mismatched, n, (long long)slost, (long long)s.lost, (long long)srefused, (long long)sready_later,
-           (long long)reconnects);
+           (long long)reconnects, (long long)s.frames);
     printf("  largest gap between consecutive frames of one client at the server: %.3f s (client %d; mean of the "
            "per-client maxima %.3f s) vs the deadline (timeout_s) %.3f s, heartbeat interval %.3f s; %d clients over "
            "the deadline; longest server poll wait while sending %.3f s\n",
@@ -925,6 +929,7 @@ static double arg_num(int argc, char **argv, int *i) {
 
 int main(int argc, char **argv) {
     int load = 0, rounds = 9, trips = 2000;
+    const char *only = NULL;
     double rate_mb = 50, latency_ms = 20;
     load_opts o = {256, 30, 0.25, 1.0, 1.0, (size_t)1 << 20};
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -932,6 +937,12 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--load")) {
             load = 1;
+            continue;
+        }
+        if (!strcmp(a, "--only") && i + 1 < argc) {
+            only = argv[++i];
+            if (strcmp(only, "throughput") && strcmp(only, "roundtrip") && strcmp(only, "wan"))
+                die("--only %s: expected throughput, roundtrip or wan", only);
             continue;
         }
         double v = arg_num(argc, argv, &i);
@@ -951,9 +962,10 @@ int main(int argc, char **argv) {
     if (rounds < 1 || trips < 10 || o.clients < 1) die("--rounds >= 1, --trips >= 10, --clients >= 1");
     print_machine();
     if (load) return run_load(&o) ? 0 : 1;
-    int ok = bench_throughput(rounds);
-    ok &= bench_roundtrip(trips);
-    ok &= bench_wan(rate_mb, latency_ms);
+    int ok = 1;
+    if (!only || !strcmp(only, "throughput")) ok &= bench_throughput(rounds);
+    if (!only || !strcmp(only, "roundtrip")) ok &= bench_roundtrip(trips);
+    if (!only || !strcmp(only, "wan")) ok &= bench_wan(rate_mb, latency_ms);
     printf("%s\n", ok ? "every goal met" : "some goal MISSED (above)");
     return 0;
 }
