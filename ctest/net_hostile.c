@@ -26,9 +26,10 @@
 
 #define SECRET "correct horse battery staple"
 #define NUMEL 1024
+#define BIG (1 << 20) /* fragment 1: 4 MiB, read past libevent's buffer (NET_BULK_MIN) */
 
-static const int64_t numel[1] = {NUMEL};
-static const dlc_proto_layout layout = {1, numel, NUMEL, {128}};
+static const int64_t numel[2] = {NUMEL, BIG};
+static const dlc_proto_layout layout = {2, numel, NUMEL + BIG, {128}};
 static dlc_hello hello_server, hello_client;
 static dlc_net *server;
 static int port;
@@ -63,6 +64,7 @@ static void *echo_main(void *arg) {
             dlc_frame f;
             dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
             f.msg.learner = ev.frame.msg.learner, f.msg.version = ev.frame.msg.version + 1;
+            f.msg.fragment = ev.frame.msg.fragment;
             f.msg.codec = ev.frame.msg.codec;
             void *copy = malloc(ev.frame.msg.len);
             memcpy(copy, ev.frame.msg.payload, ev.frame.msg.len);
@@ -79,7 +81,7 @@ static dlc_net_config base_config(void) {
     c.secret = SECRET, c.secret_len = strlen(SECRET);
     c.layout = &layout;
     c.heartbeat_s = 0.3, c.timeout_s = 1.5, c.auth_timeout_s = 1.0, c.drain_timeout_s = 1.0;
-    c.frame_max = 1 << 20, c.out_max = 4 << 20;
+    c.frame_max = 8 << 20, c.out_max = 16 << 20;
     c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.2;
     return c;
 }
@@ -118,8 +120,11 @@ static int wait_event(dlc_net *net, dlc_net_event_kind kind, double secs, dlc_ne
     return 0;
 }
 
-/* A fresh client: connect, READY, a CONTRIBUTION out and its echo back. */
+/* A fresh client: connect, READY, a CONTRIBUTION out and its echo back; every other
+ * call of fragment 1 (4 MiB, the bulk read path), else of fragment 0. */
 static int valid_exchange(const char *after) {
+    static int calls;
+    int frag = calls++ & 1;
     dlc_net_config c = base_config();
     c.hello = &hello_client;
     dlc_net *cl = dlc_net_new(&c);
@@ -132,17 +137,18 @@ static int valid_exchange(const char *after) {
     if (ok) {
         ok = ev.frame.hello.learner >= 0;
         dlc_net_event_release(&ev);
-        static float pay[NUMEL];
-        for (int i = 0; i < NUMEL; i++) pay[i] = (float)i * 0.5f;
+        static float pay[BIG];
+        size_t len = (size_t)numel[frag] * sizeof(float);
+        for (int i = 0; i < numel[frag]; i++) pay[i] = (float)i * 0.5f + (float)calls;
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
-        f.msg.learner = 0, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
-        f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+        f.msg.learner = 0, f.msg.fragment = frag, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
+        f.msg.payload = (const uint8_t *)pay, f.msg.len = len;
         ok = ok && dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK;
         ok = ok && wait_event(cl, DLC_NET_FRAME, 5, &ev);
         if (ok) {
-            ok = ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 8 && ev.frame.msg.len == sizeof pay &&
-                 memcmp(ev.frame.msg.payload, pay, sizeof pay) == 0;
+            ok = ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 8 && ev.frame.msg.len == len &&
+                 ev.frame.msg.fragment == frag && memcmp(ev.frame.msg.payload, pay, len) == 0;
             dlc_net_event_release(&ev);
         }
     }
@@ -275,6 +281,34 @@ static void hostile(const char *name, const void *bytes, size_t len, int handsha
     CHECK(valid_exchange(name));
 }
 
+/* A 4 MiB body (read past libevent) cut off by EOF, and one that trickles. */
+static void test_bulk(void) {
+    static uint8_t frame[DLC_PROTO_PREFIX + 256 + (size_t)BIG * 4];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+    f.msg.fragment = 1, f.msg.codec = DLC_CODEC_F32, f.msg.payload = frame, f.msg.len = (size_t)BIG * 4;
+    size_t n = encode(&f, frame);
+    int fd = raw_connect();
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    raw_send(fd, frame, n + (300u << 10));
+    sleep_s(0.1);
+    close(fd);
+    sleep_s(0.1);
+    CHECK(valid_exchange("bulk_eof"));
+    fd = raw_connect();
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    raw_send(fd, frame, n + (300u << 10));
+    int closed = 0;
+    for (int i = 0; i < 40 && !closed; i++) { /* a byte every 0.1 s: not alive */
+        raw_send(fd, frame + n + (300u << 10) + i, 1);
+        struct pollfd pf = {fd, POLLIN, 0};
+        closed = poll(&pf, 1, 100) == 1;
+    }
+    CHECK(closed && expect_error(fd, DLC_PERR_TIMEOUT, "no frame for"));
+    close(fd);
+    CHECK(valid_exchange("bulk_trickle"));
+}
+
 static void test_hostile_frames(void) {
     uint8_t buf[256];
     dlc_frame f;
@@ -286,8 +320,8 @@ static void test_hostile_frames(void) {
     static const uint8_t map0[] = {0x80};
     n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1u << 30);
     hostile("length_1g_unauth", buf, n, 0, DLC_PERR_TOO_LARGE, "limit of 1024 bytes (before authentication)");
-    n = raw_frame(buf, DLC_FRAME_HEARTBEAT, map0, 1, (2u << 20));
-    hostile("length_2m_ready", buf, n, 1, DLC_PERR_TOO_LARGE, "limit of 1048576 bytes");
+    n = raw_frame(buf, DLC_FRAME_HEARTBEAT, map0, 1, (16u << 20));
+    hostile("length_16m_ready", buf, n, 1, DLC_PERR_TOO_LARGE, "limit of 8388608 bytes");
     n = raw_frame(buf, DLC_FRAME_AUTH, map0, 1, 1);
     buf[0] = 'X';
     hostile("magic", buf, n, 0, DLC_PERR_MALFORMED, "not the magic");
@@ -334,6 +368,7 @@ static void test_hostile_frames(void) {
     dlc_frame_init(&f, DLC_FRAME_AUTH);
     n = encode(&f, buf);
     hostile("auth_when_ready", buf, n, 1, DLC_PERR_UNEXPECTED, "auth after the handshake");
+    test_bulk();
 }
 
 static void test_auth(void) {
@@ -420,10 +455,8 @@ static void test_stops_reading(void) {
     sleep_s(0.1);
     int peer = atomic_load(&last_ready);
     CHECK(peer >= 0);
-    /* the server's app sends 256 KiB frames to a peer that never reads: the queue fills
+    /* the server's app sends 4 KiB frames to a peer that never reads: the queue fills
      * and the sender is told, instead of the server buffering without limit */
-    dlc_proto_layout big_layout = layout;
-    (void)big_layout;
     static float pay[NUMEL];
     dlc_frame f;
     dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
@@ -433,8 +466,8 @@ static void test_stops_reading(void) {
     for (; sent < 100000 && st == DLC_OK; sent++) st = dlc_net_send(server, peer, &f, NULL, NULL);
     CHECK(st == DLC_ERR_RANGE && strstr(dlc_last_error(), "back-pressure"));
     dlc_net_counters c;
-    CHECK(dlc_net_get_counters(server, peer, &c) == DLC_OK && c.queued <= (4u << 20) && c.state == DLC_CONN_READY);
-    CHECK(sent < 4000); /* 4 MiB out_max / 4 KiB frames, plus what the socket buffers took */
+    CHECK(dlc_net_get_counters(server, peer, &c) == DLC_OK && c.queued <= (16u << 20) && c.state == DLC_CONN_READY);
+    CHECK(sent < 8000); /* 16 MiB out_max / 4 KiB frames, plus what the socket buffers took */
     CHECK(valid_exchange("stops_reading"));
     /* and since it sends nothing either, it is lost at its timeout (1.5 s), after at
      * most the drain timeout (1 s) trying to flush the ERROR into its full socket */
@@ -558,7 +591,7 @@ static void test_graceful_close(void) {
     dlc_net_get_counters(server, -1, &before);
     static float pay[NUMEL];
     dlc_frame f;
-    dlc_frame_init(&f, DLC_FRAME_GRADIENT);
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
     f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
     for (int i = 0; i < 50; i++) CHECK(dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK);
     CHECK(dlc_net_close(cl, peer) == DLC_OK);
@@ -568,7 +601,7 @@ static void test_graceful_close(void) {
     sleep_s(0.3);
     dlc_net_counters after;
     dlc_net_get_counters(server, -1, &after);
-    CHECK(after.frames_in[DLC_FRAME_GRADIENT] - before.frames_in[DLC_FRAME_GRADIENT] == 50);
+    CHECK(after.frames_in[DLC_FRAME_CONTRIBUTION] - before.frames_in[DLC_FRAME_CONTRIBUTION] == 50);
 }
 
 /* A client whose server goes away comes back with backoff when it returns. */

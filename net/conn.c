@@ -35,6 +35,46 @@ static void addr_name(const struct sockaddr *sa, char *out, size_t cap) {
 
 /* ---- the event queue (I/O thread -> poll) ---- */
 
+static pthread_mutex_t rx_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *rx_cache[NET_RX_CACHE];
+
+/* A buffer's capacity sits in the size_t before it. */
+uint8_t *dlcn_rx_alloc(size_t n) {
+    if (n >= NET_RX_CACHE_MIN) {
+        pthread_mutex_lock(&rx_lock);
+        for (int i = 0; i < NET_RX_CACHE; i++) {
+            uint8_t *b = rx_cache[i];
+            size_t cap = b ? ((size_t *)b)[-1] : 0;
+            if (b && cap >= n && cap / 2 <= n) {
+                rx_cache[i] = NULL;
+                pthread_mutex_unlock(&rx_lock);
+                return b;
+            }
+        }
+        pthread_mutex_unlock(&rx_lock);
+    }
+    size_t *p = malloc(sizeof(size_t) + n);
+    if (!p) return NULL;
+    p[0] = n;
+    return (uint8_t *)(p + 1);
+}
+
+void dlcn_rx_free(uint8_t *b) {
+    if (!b) return;
+    if (((size_t *)b)[-1] >= NET_RX_CACHE_MIN) {
+        pthread_mutex_lock(&rx_lock);
+        for (int i = 0; i < NET_RX_CACHE; i++)
+            if (!rx_cache[i]) {
+                rx_cache[i] = b;
+                b = NULL;
+                break;
+            }
+        pthread_mutex_unlock(&rx_lock);
+        if (!b) return;
+    }
+    free((size_t *)b - 1);
+}
+
 evnode *dlcn_ev_new(dlc_net_event_kind kind, int peer) {
     evnode *n = calloc(1, sizeof *n);
     if (!n) return NULL;
@@ -50,6 +90,7 @@ void dlcn_ev_post(dlc_net *net, evnode *n) {
     else net->ev_head = n;
     net->ev_tail = n;
     net->ev_bytes += n->bytes;
+    atomic_fetch_add_explicit(&net->ev_count, 1, memory_order_release);
     pthread_cond_broadcast(&net->cond);
     pthread_mutex_unlock(&net->lock);
 }
@@ -63,6 +104,11 @@ void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int co
 }
 
 /* ---- connection state ---- */
+
+static void bulk_stop(conn *c) {
+    if (c->in_bulk) event_del(c->bulk);
+    c->in_bulk = 0;
+}
 
 /* The legal transitions (docs/transport.md has the diagram). */
 static bool legal(dlc_conn_state from, dlc_conn_state to) {
@@ -229,6 +275,7 @@ static void conn_fail(conn *c, int code, const char *fmt, ...) {
         dlcn_conn_close_now(c);
         return;
     }
+    bulk_stop(c);
     send_error(c, code, c->end_text);
     dlcn_out_release(c);
     set_state(c, DLC_CONN_DRAINING);
@@ -247,6 +294,7 @@ void dlcn_conn_drain(conn *c, int code, const char *text) {
         dlcn_conn_close_now(c);
         return;
     }
+    bulk_stop(c);
     set_state(c, DLC_CONN_DRAINING);
     bufferevent_disable(c->bev, EV_READ);
     c->deadline = now_s() + c->net->cfg.drain_timeout_s;
@@ -307,7 +355,9 @@ void dlcn_conn_close_now(conn *c) {
         dlcn_unqueue(net, c->id, c->gen, total);
     }
     c->delay_tail = NULL;
-    free(c->inbuf);
+    if (c->bulk) event_free(c->bulk);
+    c->bulk = NULL, c->in_bulk = 0;
+    dlcn_rx_free(c->inbuf);
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     pthread_mutex_lock(&net->lock);
     c->queued = 0;
@@ -472,14 +522,14 @@ static void on_frame(conn *c, uint8_t *buf, size_t len) {
     dlc_net *net = c->net;
     evnode *n = dlcn_ev_new(DLC_NET_FRAME, c->id);
     if (!n) {
-        free(buf);
+        dlcn_rx_free(buf);
         conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
         return;
     }
     int why;
     dlc_frame *f = &n->ev.frame;
     if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
-        free(buf), free(n);
+        dlcn_rx_free(buf), free(n);
         conn_fail(c, why, "%s", dlc_last_error());
         return;
     }
@@ -490,18 +540,18 @@ static void on_frame(conn *c, uint8_t *buf, size_t len) {
         c->end_code = f->code;
         snprintf(c->end_text, sizeof c->end_text, "the peer reported %s: %.512s",
                  dlc_proto_errcode_name(f->code) ? dlc_proto_errcode_name(f->code) : "an error", f->text);
-        free(buf), free(n);
+        dlcn_rx_free(buf), free(n);
         dlcn_conn_drain(c, c->end_code, c->end_text);
         return;
     }
     if (c->state == DLC_CONN_AUTHENTICATING) {
         on_handshake(c, f);
-        free(buf), free(n);
+        dlcn_rx_free(buf), free(n);
         return;
     }
     if (f->type <= DLC_FRAME_WELCOME) {
         conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
-        free(buf), free(n);
+        dlcn_rx_free(buf), free(n);
         return;
     }
     n->ev.owned_ = buf;
@@ -512,7 +562,7 @@ static void on_frame(conn *c, uint8_t *buf, size_t len) {
 void dlcn_pause_reading(dlc_net *net, int pause) {
     for (int i = 0; i < net->npeers; i++) {
         conn *c = net->peers[i];
-        if (!c || !c->bev || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
+        if (!c || !c->bev || c->in_bulk || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
         if (pause) bufferevent_disable(c->bev, EV_READ);
         else bufferevent_enable(c->bev, EV_READ);
     }
@@ -526,10 +576,57 @@ static bool over_in_max(dlc_net *net) {
     return over;
 }
 
+/* The rest of a large frame, read by recv() into its buffer: one copy, as a bare socket
+ * does.  A body arriving in pieces of at least 64 KiB keeps the peer alive; a trickle
+ * does not. */
+static void on_bulk(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    conn *c = arg;
+    dlc_net *net = c->net;
+    size_t got = 0;
+    while (c->inhave < c->inlen) {
+        ssize_t r = recv(fd, c->inbuf + c->inhave, c->inlen - c->inhave, 0);
+        if (r > 0) {
+            c->inhave += (size_t)r, got += (size_t)r;
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+        bulk_stop(c);
+        c->end_code = DLC_PERR_NONE;
+        snprintf(c->end_text, sizeof c->end_text, "%s",
+                 r == 0 ? "connection closed by the peer" : evutil_socket_error_to_string(errno));
+        dlcn_conn_close_now(c);
+        return;
+    }
+    if (got >= ((size_t)64 << 10)) c->last_rx = now_s();
+    if (c->inhave < c->inlen) return;
+    bulk_stop(c);
+    pthread_mutex_lock(&net->lock);
+    bool paused = net->paused;
+    pthread_mutex_unlock(&net->lock);
+    if (!paused) bufferevent_enable(c->bev, EV_READ);
+    uint8_t *buf = c->inbuf;
+    size_t len = c->inlen;
+    c->inbuf = NULL, c->inlen = c->inhave = 0;
+    on_frame(c, buf, len);
+    if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
+}
+
+static void bulk_start(conn *c) {
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    if (fd < 0) return;
+    if (c->bulk && event_get_fd(c->bulk) != fd) event_free(c->bulk), c->bulk = NULL;
+    if (!c->bulk) c->bulk = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_bulk, c);
+    if (!c->bulk || event_add(c->bulk, NULL) != 0) return; /* the bufferevent keeps reading */
+    bufferevent_disable(c->bev, EV_READ);
+    c->in_bulk = 1;
+}
+
 void dlcn_on_read(struct bufferevent *bev, void *arg) {
     conn *c = arg;
     dlc_net *net = c->net;
     struct evbuffer *in = bufferevent_get_input(bev);
+    if (c->in_bulk) return; /* the body is being read past libevent */
     while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
         if (!c->inbuf) {
             if (over_in_max(net)) { /* the app is behind: stop reading until it polls */
@@ -548,7 +645,7 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 return;
             }
             if (need == 0) return;
-            c->inbuf = malloc(need);
+            c->inbuf = dlcn_rx_alloc(need);
             if (!c->inbuf) {
                 conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
                 return;
@@ -560,7 +657,10 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
         if (take > avail) take = avail;
         evbuffer_remove(in, c->inbuf + c->inhave, take);
         c->inhave += take;
-        if (c->inhave < c->inlen) return;
+        if (c->inhave < c->inlen) {
+            if (!net->ssl && c->inlen - c->inhave >= NET_BULK_MIN && evbuffer_get_length(in) == 0) bulk_start(c);
+            return;
+        }
         uint8_t *buf = c->inbuf;
         size_t len = c->inlen;
         c->inbuf = NULL, c->inlen = c->inhave = 0;
@@ -745,7 +845,9 @@ void dlcn_apply_shape(conn *c) {
         double per_tick = c->rate * NET_TICK_MS / 1000.0;
         if (per_tick < 1) per_tick = 1;
         size_t w = (size_t)per_tick;
-        struct ev_token_bucket_cfg *b = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, w, w, &tick);
+        /* burst of 4 ticks: a tick the loop serves late is made up by the next ones
+         * instead of lost (libevent refills by ticks elapsed, capped at the burst) */
+        struct ev_token_bucket_cfg *b = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, w, 4 * w, &tick);
         if (b && bufferevent_set_rate_limit(c->bev, b) == 0) {
             if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
             c->bucket = b;
@@ -766,6 +868,10 @@ static void conn_attach(conn *c, struct bufferevent *bev) {
      * them into the frame's own buffer, or stops (the app is behind) and libevent stops
      * reading the socket: TCP pushes back on the peer. */
     bufferevent_setwatermark(bev, EV_READ, 0, 4u << 20);
+    /* libevent moves 16 KiB per read or write call by default: 4096 system calls and
+     * callbacks for a 64 MiB fragment.  Let each call move up to what the socket takes. */
+    bufferevent_set_max_single_read(bev, 1u << 20);
+    bufferevent_set_max_single_write(bev, 4u << 20);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     dlcn_apply_shape(c);
 }

@@ -335,7 +335,7 @@ void dlc_net_free(dlc_net *net) {
     }
     for (evnode *e = net->ev_head, *n; e; e = n) {
         n = e->next;
-        free(e->ev.owned_);
+        dlcn_rx_free(e->ev.owned_);
         free(e);
     }
     if (net->wake) event_free(net->wake);
@@ -510,6 +510,10 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     }
+    if (timeout_ms != 0 && atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0) {
+        double end = now_s() + NET_POLL_SPIN_S;
+        while (atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0 && now_s() < end) sched_yield();
+    }
     pthread_mutex_lock(&net->lock);
     while (!net->ev_head && timeout_ms != 0) {
         if (timeout_ms < 0) pthread_cond_wait(&net->cond, &net->lock);
@@ -521,6 +525,7 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         net->ev_head = n->next;
         if (!net->ev_head) net->ev_tail = NULL;
         net->ev_bytes -= n->bytes;
+        atomic_fetch_sub_explicit(&net->ev_count, 1, memory_order_relaxed);
         resume = net->paused && net->ev_bytes <= net->cfg.in_max / 2;
     }
     pthread_mutex_unlock(&net->lock);
@@ -533,7 +538,7 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
 
 void dlc_net_event_release(dlc_net_event *ev) {
     if (!ev) return;
-    free(ev->owned_);
+    dlcn_rx_free(ev->owned_);
     ev->owned_ = NULL;
     ev->frame.msg.payload = NULL;
     ev->frame.msg.len = 0;
