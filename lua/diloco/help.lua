@@ -29,8 +29,12 @@ local TYPES = {
   ["diloco.Tensor"] = "Tensor", ["diloco.Generator"] = "Generator", ["diloco.Params"] = "Params",
   ["diloco.Optimizer"] = "Optimizer", ["diloco.Plan"] = "Plan", ["diloco.Chaos"] = "Chaos",
   ["diloco.VTime"] = "VTime", ["diloco.TextData"] = "TextData", ["diloco.ImageData"] = "ImageData",
-  ["diloco.Loader"] = "Loader", ["diloco.Lock"] = "Lock",
+  ["diloco.Loader"] = "Loader", ["diloco.Lock"] = "Lock", ["diloco.Net"] = "Net",
 }
+
+-- Tables of functions that the C side puts in the module (lua/lnet.c: diloco.net): each
+-- is walked as a module with its functions.
+local CTABLES = { net = true }
 
 -- The submodules are the files lua/diloco/*.lua next to this one: a new file is
 -- walked (and must be documented) without a change here.
@@ -86,6 +90,15 @@ function M.walk()
   for _, k in ipairs(sorted_keys(diloco)) do
     local v = rawget(diloco, k)
     if k:sub(1, 1) ~= "_" and type(v) == "function" then add("diloco." .. k, v, "function") end
+  end
+  for _, k in ipairs(sorted_keys(CTABLES)) do
+    local t = rawget(diloco, k)
+    if type(t) == "table" then
+      add("diloco." .. k, t, "module")
+      for _, fk in ipairs(sorted_keys(t)) do
+        if fk:sub(1, 1) ~= "_" and type(t[fk]) == "function" then add("diloco." .. k .. "." .. fk, t[fk], "function") end
+      end
+    end
   end
   local reg = debug.getregistry()
   for _, tname in ipairs(sorted_keys(TYPES)) do

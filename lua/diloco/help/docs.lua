@@ -224,6 +224,18 @@ D["VTime:close"] = "vt:close()\nReleases the driver."
 D["Lock"] = "Lock: an exclusive directory lock (diloco.lock_dir)."
 D["Lock:close"] = "lock:close()\nReleases the lock."
 
+-- ---- diloco.net (lua/lnet.c) ---------------------------------------------------------
+D["diloco.net"] = "diloco.net: the transport (authenticated framed TCP with heartbeats, back-pressure, TLS, WAN emulation) from Lua.  docs/lua-api.md, docs/transport.md"
+D["diloco.net.new"] = "diloco.net.new{secret =, secret_file =, insecure =, frame_max =, out_max =, in_max =, max_peers =, heartbeat =, timeout =, auth_timeout =, reconnect_min =, reconnect_max =, drain_timeout =, tls = {cert =, key =, ca =, insecure =}, hello = {...}, layout = {numel = {...}, block =}, seed =} -> Net | nil, message, code\nA Net with its own I/O thread: a server (:listen), a client (:connect) or both."
+D["Net"] = "Net: one transport (diloco.net.new): peers, frames and events, polled from Lua.  docs/lua-api.md"
+D["Net:listen"] = "net:listen(\"HOST:PORT\") -> port | nil, message, code\nListens (port 0: any free one)."
+D["Net:connect"] = "net:connect(\"HOST:PORT\") -> peer | nil, message, code\nConnects; a ready (or lost) event follows."
+D["Net:send"] = "net:send(peer, {type =, learner =, fragment =, version =, steps =, tokens =, step_time =, transit =, held =, codec =, payload =, text =}) -> true | nil, message, code\nQueues a frame (the payload copied); DLC_ERR_STATE: peer not ready, DLC_ERR_RANGE: its queue is full."
+D["Net:poll"] = "net:poll([timeout = 0]) -> event | nil\nThe next event, {kind = \"ready\"|\"frame\"|\"sent\"|\"drained\"|\"lost\"|\"refused\", peer =, ...}, waiting up to timeout seconds."
+D["Net:counters"] = "net:counters([peer]) -> table\nBytes and frames by type both ways, queued bytes, refusals, failures; without peer the sum."
+D["Net:shape"] = "net:shape([peer, ]{rate =, latency =}) -> true\nWAN emulation of the link (bytes/s cap, one-way latency s); without peer every link."
+D["Net:close"] = "net:close([peer])\nCloses one peer gracefully, or (no peer) the whole net: flushed, thread joined.  Idempotent."
+
 -- ---- diloco.nn -------------------------------------------------------------------
 D["diloco.nn"] = "diloco.nn: modules in the style of torch.nn: GPT, MoE, ViT, MLP classifier and their layers.  docs/nn.md"
 D["diloco.nn.class"] = "nn.class(name[, parent = nn.Module]) -> Class\nA new module class; define Class:_init(...) and Class:forward(...), call Class(...) for an instance."
