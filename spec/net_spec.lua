@@ -391,6 +391,24 @@ describe("diloco.net", function()
     end
     client:close()
     client:close()
-    collectgarbage()
+  end)
+
+  it("closes when an error leaves a to-be-closed scope, and the collector releases open nets", function()
+    local kept
+    assert.is_false(pcall(function()
+      local n <close> = assert(diloco.net.new(opts()))
+      kept = n
+      error("boom")
+    end))
+    assert.are.equal("Net(closed)", tostring(kept))
+    for _ = 1, 5 do
+      local n = assert(diloco.net.new(opts()))
+      assert(n:listen("127.0.0.1:0"))
+    end
+    collectgarbage("collect")
+    collectgarbage("collect")
+    local server, client = pair() -- threads joined, ports freed, the heap intact
+    server:close()
+    client:close()
   end)
 end)
