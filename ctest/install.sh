@@ -11,7 +11,8 @@
 #     source and build trees are hidden under empty tmpfs mounts, when unshare(1) may make
 #     one; otherwise the path check above is what keeps them out);
 #   - a C consumer builds and runs with `pkg-config --cflags --libs diloco` and one with
-#     find_package(diloco CONFIG) / diloco::diloco;
+#     find_package(diloco CONFIG) / diloco::diloco; moved elsewhere whole, the tree still
+#     works (the CLI's Lua files, diloco.pc);
 #   - `lua5.4 -e 'require "diloco"'` loads the installed module, diloco.nn works, and
 #     diloco.so exports luaopen_diloco only; without the Lua files on LUA_PATH, diloco.nn
 #     is an error naming LUA_PATH, not nil;
@@ -174,6 +175,15 @@ clean cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" >"$t
     { cat "$tmp/cm.log" >&2; fail "the find_package consumer does not build"; }
 out=$(hidden ${preload:+env LD_PRELOAD=$preload} "$work/cm/build/app") || fail "the find_package consumer fails: $out"
 [ "$out" = "consumer $version 6" ] || fail "find_package consumer printed: $out"
+
+step "the installed tree still works after being moved"
+mv "$prefix" "$tmp/moved"
+out=$(hidden "$tmp/moved/bin/diloco-lua" --version) || { mv "$tmp/moved" "$prefix"; fail "moved diloco-lua --version: $out"; }
+moved_real=$(cd "$tmp/moved" && pwd -P)
+pcout=$(clean env PKG_CONFIG_PATH="$tmp/moved/lib/pkgconfig" pkg-config --cflags diloco) || pcout="(pkg-config failed)"
+mv "$tmp/moved" "$prefix"
+echo "$out" | grep -qxF "lua files: $moved_real/share/lua/5.4 (installed)" || fail "moved --version: $out"
+case "$pcout" in *"$tmp/moved/"*include*) ;; *) fail "moved diloco.pc: pkg-config --cflags gives $pcout" ;; esac
 
 step "lua5.4 -e 'require \"diloco\"' with the installed module"
 lpath="$prefix/share/lua/5.4/?.lua;$prefix/share/lua/5.4/?/init.lua"
