@@ -28,7 +28,7 @@ describe("the help registry", function()
     for _, n in ipairs { "diloco", "diloco.zeros", "diloco.matmul", "Tensor", "Tensor:backward", "Params:zero_grad",
       "Loader:next", "VTime:next", "diloco.nn", "diloco.nn.GPT", "diloco.nn.GPT:generate", "diloco.nn.Module:parameters",
       "diloco.recipe.validate", "diloco.data.text", "diloco.optim.adamw", "diloco.help.text", "diloco.pretty.format",
-      "diloco.repl.complete" } do
+      "diloco.repl.complete", "diloco.net", "diloco.net.new", "Net", "Net:poll" } do
       assert(has(names, n), n .. " is not walked")
     end
     assert.is_true(kinds["function"] > 150)

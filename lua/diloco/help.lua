@@ -32,10 +32,6 @@ local TYPES = {
   ["diloco.Loader"] = "Loader", ["diloco.Lock"] = "Lock", ["diloco.Net"] = "Net",
 }
 
--- Tables of functions that the C side puts in the module (lua/lnet.c: diloco.net): each
--- is walked as a module with its functions.
-local CTABLES = { net = true }
-
 -- The submodules are the files lua/diloco/*.lua next to this one: a new file is
 -- walked (and must be documented) without a change here.
 local function submodule_names()
@@ -91,12 +87,19 @@ function M.walk()
     local v = rawget(diloco, k)
     if k:sub(1, 1) ~= "_" and type(v) == "function" then add("diloco." .. k, v, "function") end
   end
-  for _, k in ipairs(sorted_keys(CTABLES)) do
-    local t = rawget(diloco, k)
-    if type(t) == "table" then
-      add("diloco." .. k, t, "module")
-      for _, fk in ipairs(sorted_keys(t)) do
-        if fk:sub(1, 1) ~= "_" and type(t[fk]) == "function" then add("diloco." .. k .. "." .. fk, t[fk], "function") end
+  -- tables of functions that the C side puts in the module (lua/lnet.c: diloco.net): each
+  -- is walked as a module with its functions, found without a list to keep up to date
+  for _, k in ipairs(sorted_keys(diloco)) do
+    local v = rawget(diloco, k)
+    if k:sub(1, 1) ~= "_" and type(v) == "table" and k ~= "Tensor" then
+      local fns = {}
+      for _, fk in ipairs(sorted_keys(v)) do
+        if fk:sub(1, 1) ~= "_" and type(rawget(v, fk)) == "function" then fns[#fns + 1] = fk end
+      end
+      if #fns > 0 then
+        seen[v] = true
+        add("diloco." .. k, v, "module")
+        for _, fk in ipairs(fns) do add("diloco." .. k .. "." .. fk, rawget(v, fk), "function") end
       end
     end
   end
@@ -116,7 +119,7 @@ function M.walk()
   end
   for _, mod in ipairs(submodule_names()) do
     local ok, m = pcall(require, "diloco." .. mod)
-    if ok and type(m) == "table" then
+    if ok and type(m) == "table" and not seen[m] then
       local mname = "diloco." .. mod
       add(mname, m, "module")
       seen[m] = true
