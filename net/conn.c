@@ -127,6 +127,7 @@ static void set_state(conn *c, dlc_conn_state to) {
     DLC_ASSERT(legal(c->state, to));
     pthread_mutex_lock(&c->net->lock);
     c->state = to;
+    if (to != DLC_CONN_READY) c->direct = 0;
     pthread_mutex_unlock(&c->net->lock);
 }
 
@@ -163,7 +164,7 @@ void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
 }
 
-static void payload_written(const void *data, size_t len, void *arg) {
+void dlcn_payload_written(const void *data, size_t len, void *arg) {
     (void)data, (void)len;
     outframe *f = arg;
     dlc_net *net = f->net;
@@ -180,23 +181,34 @@ static void payload_written(const void *data, size_t len, void *arg) {
 
 /* Hands f to the socket buffer (header copied, payload by reference). */
 static void out_write(conn *c, outframe *f) {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
     atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
     c->last_tx = now_s();
+    if (c->own_out) {
+        dlcn_out_append(c, f);
+        return;
+    }
+    struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_add(out, f->hdr, f->hlen) != 0) {
         dlcn_outframe_free(f);
         conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a frame");
         return;
     }
     if (f->len == 0) {
-        payload_written(NULL, 0, f);
+        dlcn_payload_written(NULL, 0, f);
         return;
     }
-    if (evbuffer_add_reference(out, f->payload, f->len, payload_written, f) != 0) {
-        payload_written(NULL, 0, f);
+    if (evbuffer_add_reference(out, f->payload, f->len, dlcn_payload_written, f) != 0) {
+        dlcn_payload_written(NULL, 0, f);
         conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a payload");
     }
+}
+
+void dlcn_update_direct(conn *c) {
+    pthread_mutex_lock(&c->net->lock);
+    c->direct = c->state == DLC_CONN_READY && c->own_out && c->wev && c->rate <= 0 && c->latency <= 0 &&
+                !c->delay_head && c->cmd_pending == 0;
+    pthread_mutex_unlock(&c->net->lock);
 }
 
 /* Queues f behind any held frames; due now goes straight to the socket buffer. */
@@ -219,6 +231,7 @@ void dlcn_out_release(conn *c) {
         c->delay_head = f->next;
         if (!c->delay_head) c->delay_tail = NULL;
         out_write(c, f);
+        if (!c->delay_head) dlcn_update_direct(c);
     }
 }
 
@@ -251,6 +264,23 @@ static void send_error(conn *c, int code, const char *text) {
 
 /* ---- closing ---- */
 
+static int output_empty(conn *c) {
+    return c->own_out ? dlcn_out_empty(c) : evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
+}
+
+void dlcn_write_done(conn *c) {
+    if (c->state == DLC_CONN_DRAINING && !c->delay_head) dlcn_conn_close_now(c);
+}
+
+void dlcn_conn_fail_io(conn *c, int err) {
+    if (c->state == DLC_CONN_CLOSED) return;
+    if (!c->end_code || c->state != DLC_CONN_DRAINING) {
+        c->end_code = DLC_PERR_NONE;
+        snprintf(c->end_text, sizeof c->end_text, "write: %s", strerror(err));
+    }
+    dlcn_conn_close_now(c);
+}
+
 static void count_end(conn *c) {
     dlc_net *net = c->net;
     pthread_mutex_lock(&net->lock);
@@ -281,7 +311,7 @@ static void conn_fail(conn *c, int code, const char *fmt, ...) {
     set_state(c, DLC_CONN_DRAINING);
     bufferevent_disable(c->bev, EV_READ);
     c->deadline = now_s() + c->net->cfg.drain_timeout_s;
-    if (!c->delay_head && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) dlcn_conn_close_now(c);
+    if (!c->delay_head && output_empty(c)) dlcn_conn_close_now(c);
     else dlcn_conn_arm(c);
 }
 
@@ -299,7 +329,7 @@ void dlcn_conn_drain(conn *c, int code, const char *text) {
     bufferevent_disable(c->bev, EV_READ);
     c->deadline = now_s() + c->net->cfg.drain_timeout_s;
     dlcn_out_release(c);
-    if (!c->delay_head && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) dlcn_conn_close_now(c);
+    if (!c->delay_head && output_empty(c)) dlcn_conn_close_now(c);
     else dlcn_conn_arm(c);
 }
 
@@ -330,6 +360,7 @@ void dlcn_reap(dlc_net *net) {
         conn *next = c->grave;
         if (c->timer) event_free(c->timer);
         if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
+        pthread_mutex_destroy(&c->wlock);
         free(c);
         c = next;
     }
@@ -343,6 +374,7 @@ void dlcn_conn_close_now(conn *c) {
     if (c->state == DLC_CONN_CLOSED) return;
     bool was_connecting = c->state == DLC_CONN_CONNECTING;
     set_state(c, DLC_CONN_CLOSED);
+    if (c->own_out) dlcn_out_stop(c);
     if (c->bev) {
         bufferevent_free(c->bev); /* payloads still referenced are released by libevent */
         c->bev = NULL;
@@ -386,6 +418,7 @@ void dlcn_conn_close_now(conn *c) {
 static void become_ready(conn *c, const dlc_hello *h) {
     dlc_net *net = c->net;
     set_state(c, DLC_CONN_READY);
+    dlcn_update_direct(c);
     c->was_ready = 1;
     if (c->client) {
         pthread_mutex_lock(&net->lock);
@@ -684,6 +717,11 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         if (c->state != DLC_CONN_CONNECTING) return;
         int fd = bufferevent_getfd(bev), one = 1;
         if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (c->own_out && dlcn_out_start(c) < 0) {
+            snprintf(c->end_text, sizeof c->end_text, "out of memory starting a connection");
+            dlcn_conn_close_now(c);
+            return;
+        }
         set_state(c, DLC_CONN_AUTHENTICATING);
         c->step = 0;
         c->deadline = now_s() + c->net->cfg.auth_timeout_s;
@@ -808,6 +846,8 @@ conn *dlcn_conn_new(dlc_net *net, int client) {
     conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->net = net, c->client = client, c->learner = -1;
+    pthread_mutex_init(&c->wlock, NULL);
+    c->own_out = !net->ssl;
     c->timer = evtimer_new(net->base, on_timer, c);
     if (!c->timer) {
         free(c);
@@ -840,6 +880,10 @@ conn *dlcn_conn_new(dlc_net *net, int client) {
 
 void dlcn_apply_shape(conn *c) {
     if (!c->bev) return;
+    if (c->own_out) { /* out.c's token bucket reads c->rate; start it empty */
+        c->tokens = 0, c->tokens_t = now_s();
+        return;
+    }
     if (c->rate > 0) {
         struct timeval tick = {0, NET_TICK_MS * 1000};
         double per_tick = c->rate * NET_TICK_MS / 1000.0;
@@ -967,6 +1011,11 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     }
     c->state = DLC_CONN_AUTHENTICATING; /* born there: accepted sockets skip CONNECTING */
     conn_attach(c, bev);
+    if (c->own_out && dlcn_out_start(c) < 0) {
+        snprintf(c->end_text, sizeof c->end_text, "out of memory accepting a connection");
+        dlcn_conn_close_now(c);
+        return;
+    }
     c->deadline = now_s() + net->cfg.auth_timeout_s;
     c->last_rx = c->last_tx = now_s();
     dlcn_conn_arm(c);

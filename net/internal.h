@@ -53,7 +53,7 @@
 
 
 typedef struct outframe {
-    struct outframe *next;
+    struct outframe *next;   /* in the delay queue, then in the output queue */
     struct dlc_net *net;
     int peer;
     unsigned gen;            /* the conn's generation it was queued on (reconnects) */
@@ -114,7 +114,22 @@ typedef struct conn {
     int end_code;            /* why it is closing */
     char end_text[DLC_PROTO_TEXT_MAX + 128];
     double rate, latency;
-    struct ev_token_bucket_cfg *bucket;
+    struct ev_token_bucket_cfg *bucket; /* TLS: libevent's rate limit */
+    /* Plain TCP output (net/out.c): our own queue and writer instead of libevent's, so
+     * that dlc_net_send can write the socket from the caller's thread.  wlock guards
+     * oq_*, wev_on and the fd's writes; it nests inside net->lock, never around it. */
+    int own_out;
+    pthread_mutex_t wlock;
+    outframe *oq_head, *oq_tail;
+    size_t oq_off;           /* bytes of oq_head already written */
+    struct event *wev;       /* EV_WRITE on the fd while the socket is full */
+    int wev_on;
+    int werr;                /* errno of a failed write, for the I/O thread to close on */
+    struct event *rtimer;    /* the token bucket's refill (rate > 0) */
+    double tokens, tokens_t;
+    int cmd_pending;         /* under net->lock: CMD_SEND commands queued for this conn */
+    int direct;              /* under net->lock: dlc_net_send may write itself (ready, plain
+                              * TCP, no cap, no latency, nothing queued ahead) */
     _Atomic uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
     _Atomic uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
 } conn;
@@ -193,6 +208,20 @@ void dlcn_outframe_free(outframe *f);
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
 void dlcn_on_read(struct bufferevent *bev, void *arg);
 void dlcn_pause_reading(dlc_net *net, int pause);
+void dlcn_update_direct(conn *c);          /* recomputes c->direct (takes net->lock) */
+void dlcn_payload_written(const void *data, size_t len, void *arg);
+void dlcn_conn_fail_io(conn *c, int err);  /* a write failed: close (I/O thread) */
+void dlcn_write_done(conn *c);             /* the output queue emptied (I/O thread) */
+/* net/out.c */
+int dlcn_out_start(conn *c);               /* I/O thread, once the fd is known: 0 or -1 */
+void dlcn_out_stop(conn *c);               /* I/O thread, at close: drops what is queued */
+void dlcn_out_append(conn *c, outframe *f); /* I/O thread: queue and write what fits */
+int dlcn_out_empty(conn *c);
+/* Any thread, net->lock held, c->direct: queues f and writes what the socket takes now.
+ * Returns the frames written whole (a list through ->next), for the caller to release
+ * after unlocking (dlcn_release_written). */
+outframe *dlcn_send_direct(conn *c, outframe *f);
+void dlcn_release_written(dlc_net *net, outframe *done); /* no lock held */
 void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg);
 
 #endif

@@ -112,6 +112,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 dlcn_outframe_free(k->frame);
                 dlcn_unqueue(net, k->peer, gen, total);
             }
+            if (c) { /* queued in order: the sender may write directly again */
+                pthread_mutex_lock(&net->lock);
+                c->cmd_pending--;
+                pthread_mutex_unlock(&net->lock);
+                dlcn_update_direct(c);
+            }
             break;
         case CMD_CLOSE:
             if (c) {
@@ -125,6 +131,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 if (!s) continue;
                 s->rate = k->rate, s->latency = k->latency;
                 dlcn_apply_shape(s);
+                dlcn_update_direct(s);
                 dlcn_out_release(s);
                 if (s->state != DLC_CONN_CLOSED) dlcn_conn_arm(s);
             }
@@ -453,10 +460,20 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         net->total.refused_full++;
         st = dlc_error(DLC_ERR_RANGE, "peer %d: %zu bytes queued + %zu exceed out_max = %zu (back-pressure: retry "
                                       "after its DRAINED event)", peer, c->queued, o->total, net->cfg.out_max);
+    } else if (c->direct) { /* nothing queued ahead: write from this thread, no hand-off */
+        o->gen = c->gen;
+        c->queued += o->total;
+        atomic_fetch_add_explicit(&c->bytes_out[o->type], o->total, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->frames_out[o->type], 1, memory_order_relaxed);
+        outframe *done = dlcn_send_direct(c, o);
+        pthread_mutex_unlock(&net->lock);
+        free(k);
+        dlcn_release_written(net, done);
+        return DLC_OK;
     } else {
         o->gen = c->gen;
         st = cmd_push(net, k);
-        if (st == DLC_OK) c->queued += o->total;
+        if (st == DLC_OK) c->queued += o->total, c->cmd_pending++, c->direct = 0;
     }
     pthread_mutex_unlock(&net->lock);
     if (st < 0) {
@@ -476,6 +493,9 @@ static dlc_status push_simple(dlc_net *net, cmd_kind kind, int peer, double rate
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (peer >= 0 && !c) st = dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     if (st == DLC_OK && kind == CMD_SHAPE && peer < 0) net->shape_rate = rate, net->shape_latency = latency;
+    if (st == DLC_OK && kind == CMD_SHAPE && (rate > 0 || latency > 0)) /* nothing may write past the shaper */
+        for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? net->npeers : peer + 1); i++)
+            if (net->peers[i]) net->peers[i]->direct = 0;
     if (st == DLC_OK) st = cmd_push(net, k);
     pthread_mutex_unlock(&net->lock);
     if (st < 0) {
