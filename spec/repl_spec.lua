@@ -148,8 +148,10 @@ describe("repl.complete", function()
     assert.are.same({ "t:relu(", "t:requires_grad_(", "t:reshape(", "t:retain_grad(" }, repl.complete("t:re", env))
     assert.are.same({ "s:upper(" }, repl.complete("s:up", env))
     assert.are.same({ "diloco.nn.GPT:generate(" }, repl.complete("diloco.nn.GPT:gen", env))
-    -- ':' offers functions only
+    -- ':' offers functions only; '.' on a Tensor its properties too
     assert.are.same({}, repl.complete("diloco:nn", env))
+    assert.are.same({ "t.requires_grad", "t.requires_grad_(" }, repl.complete("t.req", env))
+    assert.are.same({ "t.shape" }, repl.complete("t.sha", env))
   end)
 
   it("returns nothing, without raising, for what it cannot resolve", function()

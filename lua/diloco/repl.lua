@@ -2,9 +2,9 @@
 --
 --   repl.complete(word[, env]) -> sorted candidates for tab completion of word, the
 --       text before the cursor back to a space or operator: "dil" -> {"diloco."},
---       "diloco.ze" -> {"diloco.zeros("}, "t:re" -> {"t:requires_grad_(", "t:reshape(",
---       "t:retain_grad("}.  Globals and keywords, fields of tables (diloco's submodules
---       before they are loaded too), methods after ':' (of tables, classes, strings and
+--       "diloco.ze" -> {"diloco.zeros("}, "t:resh" -> {"t:reshape("}.  Globals and
+--       keywords, fields of tables (diloco's submodules before they are loaded too, a
+--       Tensor's properties), methods after ':' (of tables, classes, strings and
 --       userdata types).  Functions get "(", tables "." (callable ones nothing).
 --       Never raises.
 --   repl.setup([env]) installs help and the pretty print() in env (default _G)
@@ -40,10 +40,17 @@ local function meta_names(v, out, depth)
   end
 end
 
+-- Tensor fields served by its __index function (lua/ltensor.c), not in any table.
+local TENSOR_PROPERTIES = { "shape", "ndim", "numel", "grad", "requires_grad", "is_leaf", "op" }
+
 local function members(v)
   local out = {}
   if type(v) == "table" then
     for k, x in pairs(v) do if type(k) == "string" then out[k] = x end end
+  end
+  local diloco = package.loaded.diloco
+  if type(v) == "userdata" and diloco and diloco.is_tensor(v) then
+    for _, k in ipairs(TENSOR_PROPERTIES) do out[k] = true end
   end
   if type(v) == "string" then
     for k, x in pairs(string) do out[k] = x end
