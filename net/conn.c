@@ -419,6 +419,8 @@ static void become_ready(conn *c, const dlc_hello *h) {
     dlc_net *net = c->net;
     set_state(c, DLC_CONN_READY);
     dlcn_update_direct(c);
+    c->last_rx = c->last_tx = now_s();
+    dlcn_conn_arm(c); /* from the auth deadline to the heartbeat and the timeout */
     c->was_ready = 1;
     if (c->client) {
         pthread_mutex_lock(&net->lock);
