@@ -171,7 +171,7 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
     int peer = f->peer;
     unsigned gen = f->gen;
     size_t total = f->total;
-    if (!f->free_payload) {
+    if (f->notify) { /* the transport's own frames (auth, heartbeats, ...) post nothing */
         evnode *n = dlcn_ev_new(DLC_NET_SENT, peer);
         if (n) n->ev.arg = f->arg, dlcn_ev_post(net, n);
     }
@@ -572,6 +572,11 @@ static void on_frame(conn *c, uint8_t *buf, size_t len) {
     atomic_fetch_add_explicit(&c->frames_in[f->type], 1, memory_order_relaxed);
     c->last_rx = now_s();
     if (f->type == DLC_FRAME_ERROR) {
+        if (f->code == DLC_PERR_AUTH && !c->client && c->state == DLC_CONN_AUTHENTICATING) {
+            pthread_mutex_lock(&net->lock); /* a client that found our proof wrong: it holds another secret */
+            net->total.auth_failures++;
+            pthread_mutex_unlock(&net->lock);
+        }
         c->end_code = f->code;
         snprintf(c->end_text, sizeof c->end_text, "the peer reported %s: %.512s",
                  dlc_proto_errcode_name(f->code) ? dlc_proto_errcode_name(f->code) : "an error", f->text);

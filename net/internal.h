@@ -65,6 +65,7 @@ typedef struct outframe {
     size_t len;
     void (*free_payload)(const void *, void *);
     void *arg;
+    int notify;              /* an application frame without free_payload: post SENT */
     uint8_t hdr[];
 } outframe;
 

@@ -446,6 +446,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     memset(o, 0, sizeof *o);
     o->net = net, o->peer = peer, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n + f->msg.len;
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
+    o->notify = free_payload == NULL;
     memcpy(o->hdr, hdr, (size_t)n);
     memset(k, 0, sizeof *k);
     k->kind = CMD_SEND, k->peer = peer, k->frame = o;
