@@ -209,7 +209,7 @@ end
 
 local function scalar(v)
   local tv = type(v)
-  if tv == "string" then return ("%q"):format(v):gsub("\\\n", "\\n") end
+  if tv == "string" then return (("%q"):format(v):gsub("\\\n", "\\n")) end
   if tv == "number" then
     if math.type(v) == "integer" then return tostring(v) end
     if v ~= v then return "nan" end
