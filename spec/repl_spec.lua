@@ -20,6 +20,7 @@ describe("pretty.format", function()
     assert.are.equal("2.0", pretty.format(2.0))
     assert.are.equal("0.5", pretty.format(0.5))
     assert.are.equal('"a\\nb"', pretty.format("a\nb"))
+    assert.are.equal(1, select("#", pretty.format("a"))) -- one value, for the REPL to print
     assert.are.equal("math.huge", pretty.format(math.huge))
     assert.are.equal("nil", pretty.format(nil))
     assert.are.equal("true", pretty.format(true))
