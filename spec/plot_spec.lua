@@ -33,9 +33,9 @@ RUN[#RUN + 1] = { "summary", steps = 40 }
 local SIM = {
   { "step", learner = 1, step = 10, loss = 4.0, virtual_s = 10 },
   { "step", learner = 2, step = 10, loss = 4.5, virtual_s = 12 },
+  { "merge", fragment = 2, version = 1, contributors = { { learner = 1 }, { learner = 2 } }, live = 1, virtual_s = 11 },
   { "merge", fragment = 1, version = 1, contributors = { { learner = 1 } }, live = 2, virtual_s = 12.5 },
   { "fault", kind = "kill", learner = 2, begin = true, duration = 5, virtual_s = 13 },
-  { "merge", fragment = 2, version = 1, contributors = { { learner = 1 }, { learner = 2 } }, live = 1, virtual_s = 14 },
   { "step", learner = 1, step = 20, loss = 3.0, virtual_s = 20 },
   { "eval", step = 20, loss = 3.2, virtual_s = 20 },
   { "summary", steps = 20 },
@@ -103,7 +103,14 @@ describe("diloco.plot reads metrics", function()
     -- an array counts as its length, a boolean as 1 or 0
     c = by_label(plot.series({ sim }, plot.parse_spec("contributors,live", "merge"), "virtual"))
     assert.are.same({ { 12.5 }, { 1 } }, { xs_ys(c["merge contributors fragment 1"]) })
-    assert.are.same({ { 14 }, { 2 } }, { xs_ys(c["merge contributors fragment 2"]) })
+    assert.are.same({ { 11 }, { 2 } }, { xs_ys(c["merge contributors fragment 2"]) })
+    -- in the order of first appearance of each field, its fragments in turn (2 merged first)
+    local labels = {}
+    for i, curve in ipairs(plot.series({ sim }, plot.parse_spec("contributors,live", "merge"), "virtual")) do
+      labels[i] = curve.label
+    end
+    assert.are.same({ "merge contributors fragment 1", "merge contributors fragment 2", "merge live fragment 1",
+      "merge live fragment 2" }, labels)
     assert.are.same({ 1 }, select(2, xs_ys(c["merge live fragment 2"])))
     c = plot.series({ sim }, plot.parse_spec("fault.begin"), "virtual")
     assert.are.equal(1, #c)

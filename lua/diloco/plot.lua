@@ -141,7 +141,7 @@ function M.series(runs, spec, x)
   if not xfield:match("^[%a_][%w_]*$") then
     usage("--x %s: expected steps, tokens, time, virtual or a numeric field name", x)
   end
-  local curves, by_key = {}, {}
+  local curves, by_key, groups = {}, {}, {}
   local several = #runs > 1
   for _, run in ipairs(runs) do
     local t0 = run.records[1].time or 0
@@ -176,8 +176,10 @@ function M.series(runs, spec, x)
               parts[#parts + 1] = kind .. " " .. y.field
               if learner then parts[#parts + 1] = "learner " .. learner end
               if fragment then parts[#parts + 1] = "fragment " .. fragment end
+              local gkey = run.path .. "\0" .. kind .. "\0" .. y.field
+              if not groups[gkey] then groups[gkey] = #curves + 1 end
               c = { label = table.concat(parts, " "), run = run, kind = kind, field = y.field, learner = learner,
-                fragment = fragment, points = {} }
+                fragment = fragment, points = {}, group = groups[gkey] }
               by_key[key] = c
               curves[#curves + 1] = c
             end
@@ -191,6 +193,12 @@ function M.series(runs, spec, x)
   for _, c in ipairs(curves) do
     if #c.points > 0 then drawn[#drawn + 1] = c end
   end
+  -- in the order each (run, kind, field) first appears; its learners and fragments in turn
+  table.sort(drawn, function(a, b)
+    if a.group ~= b.group then return a.group < b.group end
+    if (a.learner or 0) ~= (b.learner or 0) then return (a.learner or 0) < (b.learner or 0) end
+    return (a.fragment or 0) < (b.fragment or 0)
+  end)
   if #drawn == 0 then M.nothing_to_draw(runs, spec, x, xfield) end
   return drawn
 end
@@ -370,7 +378,8 @@ function M.gnuplot(curves, opts)
     "set xlabel " .. gp_string(opts.xlabel or ""),
     "set ylabel " .. gp_string(opts.ylabel or ""),
     opts.log_y and "set logscale y" or "unset logscale y",
-    "set key top right", "set grid",
+    #curves > 3 and "set key below" or "set key top right", "set grid", -- many curves: the key off the data
+    "set offsets graph 0, 0, 0.05, 0.05", -- points on the largest or smallest y stay off the frame
     "plot " .. table.concat(plots, ", "),
   }, "\n")
   local errfile = os.tmpname()
