@@ -7,7 +7,13 @@ local H = require "spec.helpers"
 local help = require "diloco.help"
 
 local LUA = os.getenv("DILOCO_LUA") or "build/diloco-lua"
-local ROOT = os.getenv("PWD") or "."
+-- the tree the specs run from (ctest's working directory; $PWD is the caller's)
+local ROOT = (function()
+  local p = assert(io.popen("pwd"))
+  local dir = p:read("l")
+  p:close()
+  return dir
+end)()
 
 local function read(path)
   local f = assert(io.open(path, "rb"))
@@ -262,6 +268,16 @@ describe("docs samples", function()
       .. "fragments and %d plain blocks not run"):format(tally.run, tally.compared, tally.checks, #tally.skipped, tally.c, tally.text))
     print("norun: " .. table.concat(tally.skipped, " "))
     assert.is_true(tally.run > 0)
+  end)
+end)
+
+describe("the sandbox of a sample", function()
+  it("has the tree's recipes and diloco-lua on the PATH", function()
+    local S = sandbox()
+    local out, status = run_sh({ text = "test -f recipes/charlm.lua\ndiloco-lua -e 'print(1 + 1)'" }, S)
+    S.cleanup()
+    assert.are.equal(0, status, out)
+    assert.are.equal("2", trim_lines(out))
   end)
 end)
 
