@@ -65,7 +65,8 @@ static const struct {
 };
 #define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
 
-/* Signal handlers can reach no other state: these two are the only file statics. */
+/* Signal handlers can reach no other state: these two are the only statics they touch
+ * (the REPL's own, below, serve libedit's completion hook). */
 static lua_State *volatile running_L;            /* set only while docall runs */
 static volatile sig_atomic_t prompt_interrupted; /* Ctrl-C while reading a line */
 
