@@ -505,10 +505,12 @@ static int bench_roundtrip(int trips) {
     printf("  median: ours %.1f us, bare %.1f us; 10th-90th percentile: ours %.1f-%.1f, bare %.1f-%.1f us\n", om * 1e6,
            bm * 1e6, ours[trips / 10] * 1e6, ours[trips * 9 / 10] * 1e6, bare[trips / 10] * 1e6,
            bare[trips * 9 / 10] * 1e6);
-    printf("  for information: a condition-variable ping-pong between two threads, median %.1f us; a design that "
-           "hands each message between the caller's thread and an I/O thread on both ends (4 handoffs a round "
-           "trip) costs at least bare + 2 x that = %.1f us (ours / that = %.3f)\n",
-           hm * 1e6, (bm + 2 * hm) * 1e6, om / (bm + 2 * hm));
+    double o10 = ours[trips / 10], b10 = bare[trips / 10], h10 = hand[trips / 10];
+    printf("  for information: a condition-variable ping-pong between two threads: median %.1f us, 10th percentile "
+           "%.1f us; a design that hands each message between the caller's thread and an I/O thread on both ends "
+           "(4 handoffs a round trip) costs at least bare + 2 x that: %.1f us at the 10th percentiles\n",
+           hm * 1e6, h10 * 1e6, (b10 + 2 * h10) * 1e6);
+    printf("  ours / bare at the 10th percentiles (the least disturbed trips) = %.3f\n", o10 / b10);
     printf("  ours / bare (median round trips) = %.3f (goal <= 1.5)\n", om / bm);
     int ok = verdict(om / bm <= 1.5);
     close(fd[0]);
