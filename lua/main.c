@@ -36,58 +36,31 @@
 #define HISTORY_MAX 1000
 #define EOFMARK "<eof>"
 
-enum { OPT_E = 1, OPT_I = 2, OPT_V = 4 };
+enum { OPT_E = 1, OPT_I = 2, OPT_V = 4, OPT_H = 8 };
 
 typedef struct cli_args {
     int argc;
     char **argv;
     int flags;
     int script; /* argv index of the script; argc if there is none */
-    int command; /* 1 when argv[1] is an implemented subcommand */
+    int command; /* 1 when argv[1] looks like a subcommand (command_word) */
 } cli_args;
 
-/* Subcommands.  Implemented ones run lua/diloco/cli.lua's main(name, args); the
- * others are reserved for later issues and say so. */
-static const struct {
-    const char *name, *synopsis, *what;
-    int implemented;
-} reserved[] = {
-    {"run", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR] [--resume CKPT]",
-     "train a recipe", 1},
-    {"sample", "MODEL.safetensors [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]",
-     "generate text from a trained byte-level GPT", 1},
-    {"sim", "RECIPE [--set k=v]... [--metrics FILE.jsonl] [--out DIR]",
-     "train a recipe's islands on the virtual-time simulator", 1},
-    {"syncer", "RECIPE --listen HOST:PORT", "serve a recipe's syncer over TCP", 0},
-    {"learner", "RECIPE --connect HOST:PORT --id N", "join a syncer as one learner", 0},
-    {"goodput", "[--chips N] [--mtbi 1y] [--learners M] [--policy P] [--sweep K=V,..] [--plot F.png]",
-     "estimate goodput of a large cluster under failures", 1},
-};
-#define RESERVED_COUNT (sizeof reserved / sizeof reserved[0])
+/* A first argument that looks like a subcommand name (lowercase letters, digits, '-'):
+ * lua/diloco/cli.lua's main(name, args) runs it, says so if it is unknown, or, when no
+ * command has that name and a file does, returns nil so the file runs as a script.
+ * The commands, their options and the --help text are cli.lua's M.commands. */
+static int command_word(const char *s) {
+    if (*s < 'a' || *s > 'z') return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-')) return 0;
+    return 1;
+}
 
 /* Signal handlers can reach no other state: these two are the only statics they touch
  * (the REPL's own, below, serve libedit's completion hook). */
 static lua_State *volatile running_L;            /* set only while docall runs */
 static volatile sig_atomic_t prompt_interrupted; /* Ctrl-C while reading a line */
-
-static void print_usage(FILE *f) {
-    fprintf(f,
-            "usage: " PROGNAME " [options] [script [args]]\n"
-            "       " PROGNAME " COMMAND ...\n"
-            "Options:\n"
-            "  -e CODE        run the Lua string CODE (repeatable, runs in order)\n"
-            "  -i             enter the REPL after running the script and -e code\n"
-            "  -v, --version  print version information\n"
-            "  -h, --help     print this help and exit\n"
-            "  --             stop handling options\n"
-            "  -              run stdin as the script and stop handling options\n"
-            "With no arguments: a REPL with `diloco` loaded if stdin is a terminal,\n"
-            "otherwise stdin is run as one chunk.\n"
-            "Commands:\n");
-    for (size_t i = 0; i < RESERVED_COUNT; i++)
-        fprintf(f, "  %-8s %s\n           %s%s\n", reserved[i].name, reserved[i].synopsis,
-                reserved[i].what, reserved[i].implemented ? "" : " (not available yet)");
-}
 
 static int usage_error(const char *problem, const char *opt) {
     fprintf(stderr,
@@ -209,8 +182,8 @@ static int collect_args(cli_args *a) {
             break;
         }
         if (strcmp(opt, "-h") == 0 || strcmp(opt, "--help") == 0) {
-            print_usage(stdout);
-            return EXIT_SUCCESS;
+            a->flags |= OPT_H; /* printed by cli.lua's help(), from its tables */
+            break;
         } else if (strcmp(opt, "-v") == 0 || strcmp(opt, "--version") == 0) {
             a->flags |= OPT_V;
         } else if (strcmp(opt, "-i") == 0) {
@@ -603,7 +576,7 @@ static void print_lua_dir(const lua_dir *d) {
 
 /* Everything that touches Lua runs protected: an error here is reported, not fatal. */
 static int pmain(lua_State *L) {
-    const cli_args *a = lua_touserdata(L, 1);
+    cli_args *a = lua_touserdata(L, 1); /* cli.main may turn a command word back into a script */
     lua_dir dir;
     find_lua_dir(&dir);
     luaL_checkversion(L);
@@ -613,6 +586,16 @@ static int pmain(lua_State *L) {
     lua_setglobal(L, "diloco");
     create_arg_table(L, a);
     lua_settop(L, 0);
+
+    if (a->flags & OPT_H) {
+        lua_getglobal(L, "require");
+        lua_pushliteral(L, "diloco.cli");
+        lua_call(L, 1, 1);
+        lua_getfield(L, -1, "help");
+        lua_call(L, 0, 0);
+        lua_pushinteger(L, EXIT_SUCCESS);
+        return 1;
+    }
 
     if (a->command) { /* diloco-lua COMMAND args...: exit status from cli.main */
         lua_getglobal(L, "diloco"); /* diloco.cli: names LUA_PATH if the Lua files are missing */
@@ -625,9 +608,15 @@ static int pmain(lua_State *L) {
             lua_rawseti(L, -2, i - 1);
         }
         lua_call(L, 2, 1);
-        lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : EXIT_FAILURE;
-        lua_pushinteger(L, code);
-        return 1;
+        if (!lua_isnil(L, -1)) {
+            lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : EXIT_FAILURE;
+            lua_pushinteger(L, code);
+            return 1;
+        }
+        a->command = 0; /* not a command but a file of that name: run it as a script */
+        a->script = 1;
+        create_arg_table(L, a);
+        lua_settop(L, 0);
     }
 
     int failed = 0;
@@ -651,21 +640,7 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
-    int command = 0;
-    if (argc >= 2) {
-        for (size_t i = 0; i < RESERVED_COUNT; i++) {
-            if (strcmp(argv[1], reserved[i].name) == 0 && reserved[i].implemented) {
-                command = 1;
-                break;
-            }
-            if (strcmp(argv[1], reserved[i].name) == 0) {
-                fprintf(stderr,
-                        PROGNAME ": '%s' is not available in this version yet (planned: %s)\n",
-                        reserved[i].name, reserved[i].what);
-                return EXIT_USAGE;
-            }
-        }
-    }
+    int command = argc >= 2 && argv[1] != NULL && command_word(argv[1]);
     /* Before any thread exists: every handler of this process runs on this stack. */
     dlcL_signal_stack();
     const char *gemm = getenv("DILOCO_GEMM");
