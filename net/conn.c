@@ -268,9 +268,8 @@ static int output_empty(conn *c) {
     return c->own_out ? dlcn_out_empty(c) : evbuffer_get_length(bufferevent_get_output(c->bev)) == 0;
 }
 
-void dlcn_write_done(conn *c) {
-    if (c->state == DLC_CONN_DRAINING && !c->delay_head) dlcn_conn_close_now(c);
-}
+static void finish_draining(conn *c);
+void dlcn_write_done(conn *c) { finish_draining(c); }
 
 void dlcn_conn_fail_io(conn *c, int err) {
     if (c->state == DLC_CONN_CLOSED) return;
@@ -291,6 +290,31 @@ static void count_end(conn *c) {
     pthread_mutex_unlock(&net->lock);
 }
 
+/* Everything queued is written: close.  On plain TCP, half-close first and wait for the
+ * peer's EOF (reading and dropping what it still sends), so the last frames are not lost
+ * to a reset: closing a socket with unread input makes TCP send RST, and the peer may
+ * then drop what it had not read yet.  The drain deadline bounds the wait. */
+static void finish_draining(conn *c) {
+    if (c->state != DLC_CONN_DRAINING || c->delay_head || !output_empty(c)) return;
+    evutil_socket_t fd = c->own_out && c->bev ? bufferevent_getfd(c->bev) : -1;
+    if (fd < 0) {
+        dlcn_conn_close_now(c);
+        return;
+    }
+    if (!c->half_closed) shutdown(fd, SHUT_WR);
+    c->half_closed = 1;
+}
+
+/* DRAINING: no new frames in, what is queued goes out, then finish_draining. */
+static void start_draining(conn *c) {
+    bulk_stop(c);
+    set_state(c, DLC_CONN_DRAINING);
+    bufferevent_enable(c->bev, EV_READ); /* input is read and dropped (on_read), never left to cause a reset */
+    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
+    finish_draining(c);
+    if (c->state == DLC_CONN_DRAINING) dlcn_conn_arm(c);
+}
+
 /* Sends ERROR(code, text) if the connection is up, then drains and closes: the peer
  * is told why, and the rest of the server goes on. */
 static void conn_fail(conn *c, int code, const char *fmt, ...) {
@@ -305,14 +329,9 @@ static void conn_fail(conn *c, int code, const char *fmt, ...) {
         dlcn_conn_close_now(c);
         return;
     }
-    bulk_stop(c);
     send_error(c, code, c->end_text);
     dlcn_out_release(c);
-    set_state(c, DLC_CONN_DRAINING);
-    bufferevent_disable(c->bev, EV_READ);
-    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
-    if (!c->delay_head && output_empty(c)) dlcn_conn_close_now(c);
-    else dlcn_conn_arm(c);
+    start_draining(c);
 }
 
 /* Starts a graceful close: stop reading, flush, close. */
@@ -324,13 +343,8 @@ void dlcn_conn_drain(conn *c, int code, const char *text) {
         dlcn_conn_close_now(c);
         return;
     }
-    bulk_stop(c);
-    set_state(c, DLC_CONN_DRAINING);
-    bufferevent_disable(c->bev, EV_READ);
-    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
     dlcn_out_release(c);
-    if (!c->delay_head && output_empty(c)) dlcn_conn_close_now(c);
-    else dlcn_conn_arm(c);
+    start_draining(c);
 }
 
 /* Takes c out of the peer table for good; its memory waits in the graveyard until
@@ -391,6 +405,7 @@ void dlcn_conn_close_now(conn *c) {
     c->bulk = NULL, c->in_bulk = 0;
     dlcn_rx_free(c->inbuf);
     c->inbuf = NULL, c->inlen = c->inhave = 0;
+    c->half_closed = 0;
     pthread_mutex_lock(&net->lock);
     c->queued = 0;
     pthread_mutex_unlock(&net->lock);
@@ -667,6 +682,10 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
     dlc_net *net = c->net;
     struct evbuffer *in = bufferevent_get_input(bev);
     if (c->in_bulk) return; /* the body is being read past libevent */
+    if (c->state == DLC_CONN_DRAINING) { /* closing: what the peer still sends is dropped */
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
     while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
         if (!c->inbuf) {
             if (over_in_max(net)) { /* the app is behind: stop reading until it polls */
@@ -713,7 +732,7 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
 static void on_write(struct bufferevent *bev, void *arg) {
     conn *c = arg;
     (void)bev;
-    if (c->state == DLC_CONN_DRAINING && !c->delay_head) dlcn_conn_close_now(c);
+    finish_draining(c);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg) {
@@ -746,7 +765,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         if (c->state == DLC_CONN_CLOSED) return;
-        if (!c->end_code || c->state != DLC_CONN_DRAINING) {
+        if (c->state != DLC_CONN_DRAINING) { /* a drain keeps the reason it started with */
             unsigned long ssl_err = c->net->ssl ? bufferevent_get_openssl_error(bev) : 0;
             int err = EVUTIL_SOCKET_ERROR();
             if (ssl_err) {

@@ -95,6 +95,7 @@ typedef struct conn {
     struct event *timer;
     struct event *bulk;      /* plain TCP: reads a large frame's body straight into inbuf */
     int in_bulk;             /* bulk is armed and the bufferevent does not read */
+    int half_closed;         /* DRAINING, output flushed: shutdown(SHUT_WR) done, waiting for EOF */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char name[80];           /* "127.0.0.1:5555" */
