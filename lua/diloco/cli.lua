@@ -275,7 +275,7 @@ function M.command_help(name)
   for _, p in ipairs(c.about or {}) do
     for _, l in ipairs(wrap(p, WIDTH, "")) do out[#out + 1] = l end
   end
-  out[#out + 1] = "Options:"
+  out[#out + 1] = "Options (a flag is off unless given):"
   option_lines(c.options, out)
   if c.exit then
     for _, l in ipairs(wrap("Exit status: " .. c.exit .. ".", WIDTH, "")) do out[#out + 1] = l end
@@ -312,6 +312,10 @@ local function usage_error(fmt, ...)
   error({ usage = string.format(fmt, ...) }, 0)
 end
 
+-- Not lua-argparse (Debian's lua-argparse was considered): its messages, its help layout
+-- and its exit on error (os.exit from inside the parser) differ from the messages and
+-- statuses the specs pin, and the option tables here are needed as plain data anyway.
+--
 -- Parses "--name value" / "--name=value" options against a command's option table:
 -- flags are true when given; list options collect their values; typed options are
 -- converted and checked (message with the value as written and the range as integers
