@@ -86,7 +86,9 @@ fi
 # Hide both trees where the kernel lets us; the CLI then cannot read them even by accident.
 hide=""
 if clean unshare -m true 2>/dev/null; then
-    for d in "$src" "$build"; do
+    # the build tree first: it is often inside the source tree, which once hidden has
+    # no mount point for it any more
+    for d in "$build" "$src"; do
         hide="$hide mount -t tmpfs diloco-hidden '$d' &&"
     done
     step "source and build trees hidden by a private mount namespace"
