@@ -31,7 +31,7 @@
  *                        [--only throughput|roundtrip|wan]
  *        bench_transport --load [--clients N] [--seconds S] [--heartbeat S] [--timeout S]
  *                               [--payload-every S] [--payload-mib M]
- * (defaults: 9 rounds, 2000 trips, 50 MB/s, 20 ms; 256 clients, 30 s, heartbeat 0.25 s,
+ * (defaults: 21 rounds, 2000 trips, 50 MB/s, 20 ms; 256 clients, 30 s, heartbeat 0.25 s,
  * timeout 1 s, a 1 MiB payload every 1 s) */
 #include <errno.h>
 #include <math.h>
@@ -925,7 +925,7 @@ static double arg_num(int argc, char **argv, int *i) {
 }
 
 int main(int argc, char **argv) {
-    int load = 0, rounds = 9, trips = 2000;
+    int load = 0, rounds = 21, trips = 2000;
     const char *only = NULL;
     double rate_mb = 50, latency_ms = 20;
     load_opts o = {256, 30, 0.25, 1.0, 1.0, (size_t)1 << 20};
