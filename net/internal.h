@@ -103,7 +103,8 @@ typedef struct conn {
     int step;                /* handshake step within AUTHENTICATING (see on_handshake) */
     uint8_t nc[DLC_PROTO_NONCE], ns[DLC_PROTO_NONCE];
     double deadline;         /* AUTHENTICATING: READY by then; CONNECTING: next attempt; DRAINING: close by then */
-    double last_rx, last_tx;
+    double last_rx;
+    _Atomic double last_tx;  /* also set by a sending thread that writes directly */
     uint8_t *inbuf;          /* the frame being received: inlen bytes, inhave in */
     size_t inlen, inhave;
     outframe *delay_head, *delay_tail; /* held for the emulated latency */

@@ -466,6 +466,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         c->queued += o->total;
         atomic_fetch_add_explicit(&c->bytes_out[o->type], o->total, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->frames_out[o->type], 1, memory_order_relaxed);
+        c->last_tx = now_s(); /* the idle heartbeat waits, as after any frame */
         outframe *done = dlcn_send_direct(c, o);
         pthread_mutex_unlock(&net->lock);
         free(k);
