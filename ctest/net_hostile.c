@@ -637,6 +637,31 @@ static void test_reconnect(void) {
     dlc_net_free(cl);
 }
 
+/* A learner that connects again under its id replaces its old connection (a reconnect
+ * the server has not noticed yet), which is told why. */
+static void test_takeover(void) {
+    dlc_hello h = hello_client;
+    h.learner = 5;
+    dlc_net_config c = base_config();
+    c.hello = &h;
+    c.reconnect_max_s = 0;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_net *a = dlc_net_new(&c), *b = dlc_net_new(&c);
+    dlc_net_event ev;
+    dlc_net_connect(a, addr);
+    CHECK(wait_event(a, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
+    dlc_net_event_release(&ev);
+    dlc_net_connect(b, addr);
+    CHECK(wait_event(b, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(a, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_MISMATCH && strstr(ev.text, "learner 5 connected again"));
+    dlc_net_event_release(&ev);
+    dlc_net_free(a);
+    dlc_net_free(b);
+    CHECK(valid_exchange("takeover"));
+}
+
 /* Heartbeats keep an idle connection alive past its timeout. */
 static void test_heartbeats(void) {
     dlc_net_config c = base_config();
@@ -690,6 +715,7 @@ int main(void) {
     test_bad_config();
     test_graceful_close();
     test_heartbeats();
+    test_takeover();
     test_reconnect();
     stop_server();
     return check_done("net_hostile");

@@ -61,7 +61,8 @@ uint8_t *dlcn_rx_alloc(size_t n) {
 
 void dlcn_rx_free(uint8_t *b) {
     if (!b) return;
-    if (((size_t *)b)[-1] >= NET_RX_CACHE_MIN) {
+    size_t cap = ((size_t *)b)[-1];
+    if (cap >= NET_RX_CACHE_MIN && cap <= NET_RX_CACHE_MAX) {
         pthread_mutex_lock(&rx_lock);
         for (int i = 0; i < NET_RX_CACHE; i++)
             if (!rx_cache[i]) {
@@ -334,7 +335,7 @@ static void conn_fail(conn *c, int code, const char *fmt, ...) {
     start_draining(c);
 }
 
-/* Starts a graceful close: stop reading, flush, close. */
+/* Starts a graceful close: drop input, flush, close. */
 void dlcn_conn_drain(conn *c, int code, const char *text) {
     if (c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) return;
     c->end_code = code;
@@ -389,6 +390,8 @@ void dlcn_conn_close_now(conn *c) {
     bool was_connecting = c->state == DLC_CONN_CONNECTING;
     set_state(c, DLC_CONN_CLOSED);
     if (c->own_out) dlcn_out_stop(c);
+    if (c->bulk) event_free(c->bulk); /* before the fd closes with the bufferevent */
+    c->bulk = NULL, c->in_bulk = 0;
     if (c->bev) {
         bufferevent_free(c->bev); /* payloads still referenced are released by libevent */
         c->bev = NULL;
@@ -401,8 +404,6 @@ void dlcn_conn_close_now(conn *c) {
         dlcn_unqueue(net, c->id, c->gen, total);
     }
     c->delay_tail = NULL;
-    if (c->bulk) event_free(c->bulk);
-    c->bulk = NULL, c->in_bulk = 0;
     dlcn_rx_free(c->inbuf);
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     c->half_closed = 0;
@@ -454,12 +455,13 @@ static void become_ready(conn *c, const dlc_hello *h) {
     }
 }
 
-static bool learner_taken(dlc_net *net, int id, conn *self) {
+/* The ready server-side connection of learner id other than self, or NULL; net->lock held. */
+static conn *learner_holder(dlc_net *net, int id, conn *self) {
     for (int i = 0; i < net->npeers; i++) {
         conn *o = net->peers[i];
-        if (o && o != self && !o->client && o->state == DLC_CONN_READY && o->learner == id) return true;
+        if (o && o != self && !o->client && o->state == DLC_CONN_READY && o->learner == id) return o;
     }
-    return false;
+    return NULL;
 }
 
 /* Server steps: 0 wait AUTH, 1 wait AUTH_PROOF, 2 wait HELLO.  Client steps: 0 wait
@@ -510,15 +512,17 @@ static void on_handshake(conn *c, dlc_frame *f) {
         }
         pthread_mutex_lock(&net->lock);
         int id = f->hello.learner;
-        bool taken = id >= 0 && learner_taken(net, id, c);
+        conn *old = id >= 0 ? learner_holder(net, id, c) : NULL;
         if (id < 0)
-            for (id = 0; learner_taken(net, id, c); id++) {}
+            for (id = 0; learner_holder(net, id, c); id++) {}
         c->learner = id;
         pthread_mutex_unlock(&net->lock);
-        if (taken) {
-            conn_fail(c, DLC_PERR_MISMATCH, "learner %d is already connected", id);
-            return;
-        }
+        /* A learner that asks again for its id has reconnected before this side saw its
+         * old connection die (that takes up to timeout_s): the new one, authenticated,
+         * replaces the old one rather than being refused. */
+        if (old)
+            conn_fail(old, DLC_PERR_MISMATCH, "learner %d connected again from %s: this connection is replaced", id,
+                      c->name);
         w.learner = id;
         dlc_frame_init(&out, DLC_FRAME_WELCOME);
         out.hello = w;

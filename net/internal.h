@@ -42,9 +42,11 @@
 /* A frame body at least this long is read with recv() straight into its buffer
  * (plain TCP), instead of through libevent's input buffer: one copy, as a bare socket. */
 #define NET_BULK_MIN ((size_t)256 << 10)
-/* Receive buffers kept for reuse, and the smallest kept. */
+/* Receive buffers kept for reuse (process-wide), the smallest and the largest kept:
+ * at most 4 x 128 MiB stay allocated after a burst of large fragments. */
 #define NET_RX_CACHE 4
 #define NET_RX_CACHE_MIN ((size_t)1 << 20)
+#define NET_RX_CACHE_MAX ((size_t)128 << 20)
 /* How long dlc_net_poll spins (yielding) for an event before sleeping on its condition
  * variable: a reply that comes back within it skips a thread wake-up (~3 us here). */
 #define NET_POLL_SPIN_S 50e-6
