@@ -35,19 +35,7 @@ static dlc_chaos *checkchaos(lua_State *L, int arg) {
     return b->c;
 }
 
-/* Raises unless every key of the options table at `t` is in `known` (NULL-terminated). */
 dlc_chaos *dlcL_checkchaos(lua_State *L, int arg) { return checkchaos(L, arg); }
-
-static void check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *list) {
-    lua_pushnil(L);
-    while (lua_next(L, t)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (int i = 0; k && known[i]; i++) ok |= !strcmp(k, known[i]);
-        if (!ok) luaL_error(L, "%s: unknown field '%s' (known: %s)", who, k ? k : luaL_typename(L, -1), list);
-    }
-}
 
 /* Field `name` of the table at `t` as a number: `def` when nil and not required. */
 static double num_field(lua_State *L, int t, const char *who, const char *name, int required, double def) {
@@ -100,7 +88,7 @@ static int ch_add(lua_State *L) {
     static const char *const known[] = {"at", "kind", "learner", "duration", "factor", NULL};
     dlc_chaos *c = checkchaos(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    check_keys(L, 2, who, known, "at, kind, learner, duration, factor");
+    dlcL_check_keys(L, 2, who, known, "field");
     dlc_fault f = {0};
     if (lua_getfield(L, 2, "kind") != LUA_TSTRING)
         return luaL_error(L, "%s: kind must be \"kill\", \"slow\", \"cut\" or \"syncer\", got a %s", who,
@@ -135,7 +123,7 @@ static int ch_poisson(lua_State *L) {
     static const char *const known[] = {"learner", "mtbf", "down", "exponential_down", "horizon", "seed", NULL};
     dlc_chaos *c = checkchaos(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    check_keys(L, 2, who, known, "learner, mtbf, down, exponential_down, horizon, seed");
+    dlcL_check_keys(L, 2, who, known, "field");
     int m = learner_field(L, 2, who, dlc_chaos_learners(c), 1);
     double mtbf = num_field(L, 2, who, "mtbf", 1, 0);
     double down = num_field(L, 2, who, "down", 1, 0);

@@ -516,3 +516,25 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v) {
     lua_pushinteger(L, (lua_Integer)v);
     lua_setfield(L, -2, k);
 }
+
+void dlcL_check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *noun) {
+    t = lua_absindex(L, t);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        int ok = 0;
+        for (int i = 0; k && known[i]; i++) ok |= !strcmp(k, known[i]);
+        if (ok) continue;
+        luaL_Buffer lb;
+        luaL_buffinit(L, &lb);
+        for (int i = 0; known[i]; i++) {
+            if (i) luaL_addstring(&lb, ", ");
+            luaL_addstring(&lb, known[i]);
+        }
+        luaL_pushresult(&lb);
+        if (k) luaL_error(L, "%s: unknown %s '%s' (known: %s)", who, noun, k, lua_tostring(L, -1));
+        luaL_error(L, "%s: %s keys must be strings, got a %s key (known: %s)", who, noun, luaL_typename(L, -2),
+                   lua_tostring(L, -1));
+    }
+}

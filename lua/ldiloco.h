@@ -96,6 +96,9 @@ void dlcL_open_vtime(lua_State *L, int mod, int st);
 /* t[k] = v for the table on top of the stack (result tables of the bindings). */
 void dlcL_setnum(lua_State *L, const char *k, double v);
 void dlcL_setint(lua_State *L, const char *k, int64_t v);
+/* Raises "who: unknown NOUN 'k' (known: a, b, ...)" unless every key of the table at t is
+ * one of known (NULL-terminated); noun is "option" or "field". */
+void dlcL_check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *noun);
 
 /* The live dlc_tensor at `arg` (borrowed): raises a type error if it is not a
  * Tensor and "tensor has been freed" if it was released. */

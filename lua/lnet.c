@@ -509,7 +509,7 @@ static int n_shape(lua_State *L) {
     }
     luaL_checktype(L, t, LUA_TTABLE);
     static const char *const keys[] = {"rate", "latency", NULL};
-    dlcL_net_check_keys(L, t, "net:shape", keys);
+    dlcL_check_keys(L, t, "net:shape", keys, "option");
     /* ranges: the C side's (its message names rate and latency as here) */
     double rate = dlcL_net_num(L, t, "net:shape", "rate", 0, -HUGE_VAL, HUGE_VAL, 0, 0, "bytes per second (0 = no cap)");
     double latency = dlcL_net_num(L, t, "net:shape", "latency", 0, -HUGE_VAL, HUGE_VAL, 0, 0, "seconds (added one way)");

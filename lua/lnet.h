@@ -29,8 +29,6 @@ typedef struct dlcL_netopts {
 
 /* Reads the options table at t into *o; raises naming the first bad option. */
 void dlcL_net_options(lua_State *L, int t, dlcL_netopts *o);
-/* Raises unless every key of the table at t is one of `known` (NULL-terminated). */
-void dlcL_net_check_keys(lua_State *L, int t, const char *who, const char *const *known);
 /* t[k] as a number in lo..hi (an integer if `integer`; lo excluded if `open`), def when
  * nil; a bad value raises "who: k = v: expected <expect>". */
 double dlcL_net_num(lua_State *L, int t, const char *who, const char *k, double def, double lo, double hi,

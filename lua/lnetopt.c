@@ -12,30 +12,6 @@
 
 #define WHO "diloco.net.new"
 
-/* Raises unless every key of the table at t is one of `known` (NULL-terminated). */
-void dlcL_net_check_keys(lua_State *L, int t, const char *who, const char *const *known) {
-    lua_pushnil(L);
-    while (lua_next(L, t)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (int i = 0; k && known[i]; i++) ok |= !strcmp(k, known[i]);
-        if (!ok) {
-            luaL_Buffer lb;
-            luaL_buffinit(L, &lb);
-            for (int i = 0; known[i]; i++) {
-                if (i) luaL_addstring(&lb, ", ");
-                luaL_addstring(&lb, known[i]);
-            }
-            luaL_pushresult(&lb);
-            if (k)
-                luaL_error(L, "%s: unknown option '%s' (known: %s)", who, k, lua_tostring(L, -1));
-            luaL_error(L, "%s: option keys must be strings, got a %s key (known: %s)", who,
-                       luaL_typename(L, -2), lua_tostring(L, -1));
-        }
-    }
-}
-
 /* t[k] as a number in lo..hi (an integer if `integer`; lo excluded if `open`), def when
  * nil; a bad value raises "who: k = v: expected <expect>". */
 double dlcL_net_num(lua_State *L, int t, const char *who, const char *k, double def, double lo, double hi,
@@ -157,7 +133,7 @@ static const char *const hello_keys[] = {"run",       "model_hash", "plan_hash",
 /* hello = {...} at h into *o; `fragments_def` is the layout's fragment count (or 1). */
 static void read_hello(lua_State *L, int h, dlc_hello *o, int block_def, int fragments_def) {
     const char *who = WHO ": hello";
-    dlcL_net_check_keys(L, h, who, hello_keys);
+    dlcL_check_keys(L, h, who, hello_keys, "option");
     memset(o, 0, sizeof *o);
     size_t n;
     const char *run = str_opt(L, h, who, "run", "", &n);
@@ -224,7 +200,7 @@ static void read_hello(lua_State *L, int h, dlc_hello *o, int block_def, int fra
 static int read_layout(lua_State *L, int t, int64_t *numel, int *block) {
     const char *who = WHO ": layout";
     static const char *const keys[] = {"numel", "block", NULL};
-    dlcL_net_check_keys(L, t, who, keys);
+    dlcL_check_keys(L, t, who, keys, "option");
     if (lua_getfield(L, t, "numel") != LUA_TTABLE)
         luaL_error(L, "%s: numel must be a list of fragment sizes (floats per fragment), got a %s", who,
                    luaL_typename(L, -1));
@@ -264,7 +240,7 @@ static gbuf gfmt(double v) {
 
 void dlcL_net_options(lua_State *L, int t, dlcL_netopts *o) {
     t = lua_absindex(L, t);
-    dlcL_net_check_keys(L, t, WHO, new_keys);
+    dlcL_check_keys(L, t, WHO, new_keys, "option");
     memset(o, 0, sizeof *o);
     dlc_net_config cfg = dlc_net_default_config();
     const double big = 9007199254740992.0; /* 2^53: every integer below is exact */
@@ -322,7 +298,7 @@ void dlcL_net_options(lua_State *L, int t, dlcL_netopts *o) {
     int tls = table_opt(L, t, WHO, "tls");
     if (tls) {
         static const char *const keys[] = {"cert", "key", "ca", "insecure", NULL};
-        dlcL_net_check_keys(L, tls, WHO ": tls", keys);
+        dlcL_check_keys(L, tls, WHO ": tls", keys, "option");
         cfg.tls = 1;
         strs[DLCL_NET_S_CERT] = str_opt(L, tls, WHO ": tls", "cert", NULL, NULL);
         strs[DLCL_NET_S_KEY] = str_opt(L, tls, WHO ": tls", "key", NULL, NULL);
