@@ -578,17 +578,27 @@ static void test_bad_config(void) {
     unlink(path);
 }
 
-/* A frame queued just before close still arrives: close flushes. */
-static void test_graceful_close(void) {
+/* A client net with the test's config (hello_client) connected to the server and READY;
+ * its peer id in *peer (a CHECK fails if it does not get there). */
+static dlc_net *ready_client(int *peer) {
     dlc_net_config c = base_config();
     c.hello = &hello_client;
     dlc_net *cl = dlc_net_new(&c);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    int peer = dlc_net_connect(cl, addr);
+    *peer = cl ? dlc_net_connect(cl, addr) : -1;
     dlc_net_event ev;
-    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
-    dlc_net_event_release(&ev);
+    int ok = *peer >= 0 && wait_event(cl, DLC_NET_READY, 5, &ev);
+    CHECK(ok);
+    if (ok) dlc_net_event_release(&ev);
+    return cl;
+}
+
+/* A frame queued just before close still arrives: close flushes. */
+static void test_graceful_close(void) {
+    int peer;
+    dlc_net *cl = ready_client(&peer);
+    dlc_net_event ev;
     dlc_net_counters before;
     dlc_net_get_counters(server, -1, &before);
     static float pay[NUMEL];
@@ -608,15 +618,9 @@ static void test_graceful_close(void) {
 
 /* A client whose server goes away comes back with backoff when it returns. */
 static void test_reconnect(void) {
-    dlc_net_config c = base_config();
-    c.hello = &hello_client;
-    dlc_net *cl = dlc_net_new(&c);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    int peer = dlc_net_connect(cl, addr);
+    int peer;
+    dlc_net *cl = ready_client(&peer);
     dlc_net_event ev;
-    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
-    dlc_net_event_release(&ev);
     int old_port = port;
     stop_server();
     CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.peer == peer);
@@ -625,6 +629,7 @@ static void test_reconnect(void) {
     dlc_net_config sc = base_config();
     sc.hello = &hello_server;
     server = dlc_net_new(&sc);
+    char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", old_port);
     port = dlc_net_listen(server, addr);
     CHECK(port == old_port);
@@ -664,15 +669,9 @@ static void test_takeover(void) {
 
 /* Heartbeats keep an idle connection alive past its timeout. */
 static void test_heartbeats(void) {
-    dlc_net_config c = base_config();
-    c.hello = &hello_client;
-    dlc_net *cl = dlc_net_new(&c);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    int peer = dlc_net_connect(cl, addr);
+    int peer;
+    dlc_net *cl = ready_client(&peer);
     dlc_net_event ev;
-    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
-    dlc_net_event_release(&ev);
     /* heartbeats start at READY, not at the auth deadline (1 s) that armed the timer;
      * the transport's own frames post no SENT events */
     int sent = 0, lost_ = 0;
