@@ -3,12 +3,13 @@
 -- PNG plots (gnuplot) of every group into docs/experiments.md and docs/experiments/.
 --
 --   diloco-lua scripts/experiments/run.lua [GROUP...] [--build DIR] [--jobs N] [--report-only]
---   groups: parity quality gap codecs rda mixed chaos bytes   (default: all)
+--   groups: parity quality gap budget codecs rda mixed chaos bytes   (default: all)
 --
 -- Runs land in runs/experiments/NAME/ and are reused when their command line is
 -- unchanged (delete a directory to redo it).  Each job trains with one compute thread;
 -- --jobs (default 2) run side by side.  Token budget: 4 islands x 600 steps x 1024
--- tokens = 2,457,600 tokens per run (M = 8: 8 x 300); seeds: the recipe's (0).
+-- tokens = 2,457,600 tokens per run (M = 8: 8 x 300; the budget group: 2x to 8x that);
+-- seeds: the recipe's (0).
 -- The report is regenerated from every run found, so groups can be run separately.
 local diloco = require "diloco"
 
@@ -25,7 +26,7 @@ do
     i = i + 1
   end
 end
-local ALL = { "parity", "quality", "gap", "codecs", "rda", "mixed", "chaos", "bytes" }
+local ALL = { "parity", "quality", "gap", "budget", "codecs", "rda", "mixed", "chaos", "bytes" }
 if #groups == 0 then groups = ALL end
 local want = {}
 for _, g in ipairs(groups) do want[g] = true end
@@ -108,6 +109,25 @@ for _, v in ipairs { { "a0.75", "sync.alpha=0.75" }, { "a0.5-t1", "sync.alpha=0.
   local sets = { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12" }
   for i = 2, #v do sets[#sets + 1] = v[i] end
   add("gap", "decoupled-H12-" .. v[1], sets)
+end
+-- budget: dp, the best decoupled setting (the run decoupled-H12-a0.5-lr0.4's exact --set
+-- list) and diloco (H = 24, lr 0.7, as diloco-lr0.7-H24) at 2x, 4x and 8x the tokens:
+-- 1200, 2400 and 4800 steps per island (4 x steps x 1024 = 4,915,200, 9,830,400 and
+-- 19,660,800 tokens).  The 1x points are those runs.  The inner cosine spans `steps` (sim:
+-- total = steps per island at speed 1); the warm-up is the recipe default
+-- min(100, steps // 10): 60 at 1x, 100 at the others.
+local BUDGETS = { 2 * STEPS, 4 * STEPS, 8 * STEPS }
+local BUDGET_SETS = {   -- the 1x run's name and its --set list
+  { "dp", { "sync.preset=dp", IDEAL[1], IDEAL[2] } },
+  { "decoupled-H12-a0.5-lr0.4", { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12", "sync.alpha=0.5", "outer.lr=0.4" } },
+  { "diloco-lr0.7-H24", { "sync.preset=diloco", "outer.lr=0.7", "sync.H=24", IDEAL[1], IDEAL[2] } },
+}
+for _, b in ipairs(BUDGET_SETS) do
+  for _, steps in ipairs(BUDGETS) do
+    local sets = { "steps=" .. steps }
+    for _, s in ipairs(b[2]) do sets[#sets + 1] = s end
+    add("budget", string.format("%s-steps%d", b[1], steps), sets)
+  end
 end
 for _, c in ipairs { "int4", "e3m0" } do
   for _, ef in ipairs { false, true } do
@@ -383,6 +403,56 @@ if want.gap or result("decoupled-lr0.7-H6") then
   end
   img(md, plot("gap", "decoupled: sync period against the gap to dp", "tokens (millions)", "eval loss", cs,
     { yrange = "[*:3.2]" }), "gap")
+  p("")
+end
+
+if want.budget or result("dp-steps1200") then
+  p("## Closing the gap: a larger token budget")
+  p("")
+  local function tok(steps) return 4 * steps * 16 * 64 end
+  p("dp, the best decoupled setting (H = 12, alpha = 0.5, outer lr 0.4; 4 fragments, tau = 2,")
+  p("20 ms links) and diloco (H = 24, outer lr 0.7, ideal links) at 1x, 2x, 4x and 8x the tokens:")
+  p("%d, %d, %d and %d steps per island,", STEPS, BUDGETS[1], BUDGETS[2], BUDGETS[3])
+  p("**%s, %s, %s and %s tokens per run**, seed 0;", tostring(tok(STEPS)),
+    tostring(tok(BUDGETS[1])), tostring(tok(BUDGETS[2])), tostring(tok(BUDGETS[3])))
+  p("otherwise the settings of the 1x runs (`dp`, `decoupled-H12-a0.5-lr0.4`, `diloco-lr0.7-H24`).")
+  p("The inner cosine spans each run's steps (3e-3 to 3e-4; `sim` sets its length to the island's")
+  p("steps); the warm-up is the recipe default min(100, steps / 10): 60 steps at 1x, 100 at the")
+  p("others. The train split holds 2,402,304 tokens (2346 batches of 16 x 64), so the budgets make")
+  p("about 1, 2, 4 and 8 passes over it (each island over its quarter).")
+  p("")
+  p("| budget (tokens) | steps per island | dp | decoupled | gap | diloco | gap |")
+  p("|---|---|---|---|---|---|---|")
+  local gaps = { { title = "decoupled H 12, alpha 0.5, lr 0.4", points = {} },
+    { title = "diloco H 24, lr 0.7", points = {} } }
+  local cs = {}
+  local lo, hi
+  for _, steps in ipairs { STEPS, BUDGETS[1], BUDGETS[2], BUDGETS[3] } do
+    local sfx = steps == STEPS and "" or string.format("-steps%d", steps)
+    local d = result("dp" .. sfx)
+    local base = d and d.summary.final_eval_loss
+    local x = tok(steps) / 1e6
+    local row = { tostring(tok(steps)), tostring(steps), f4(base) }
+    for i, name in ipairs { "decoupled-H12-a0.5-lr0.4", "diloco-lr0.7-H24" } do
+      local r = result(name .. sfx)
+      local l = r and r.summary.final_eval_loss
+      row[#row + 1] = f4(l)
+      row[#row + 1] = pct(l, base)
+      if l and base then
+        gaps[i].points[#gaps[i].points + 1] = { x, 100 * (l - base) / base }
+        lo, hi = math.min(lo or x, x), math.max(hi or x, x)
+      end
+    end
+    p("| %s |", table.concat(row, " | "))
+    local mult = string.format("%dx", steps // STEPS)
+    cs[#cs + 1] = curve("dp" .. sfx, "dp, " .. mult)
+    cs[#cs + 1] = curve("decoupled-H12-a0.5-lr0.4" .. sfx, "decoupled, " .. mult)
+  end
+  if lo then gaps[#gaps + 1] = { title = "goal: 3%", points = { { lo, 3 }, { hi, 3 } } } end
+  img(md, plot("budget", "gap to dp against the token budget", "tokens per run (millions)", "gap to dp (%)", gaps,
+    { yrange = "[0:*]" }), "budget")
+  img(md, plot("budget-curves", "global eval loss at 1x to 8x the tokens: dp and decoupled", "tokens (millions)",
+    "eval loss", cs, { yrange = "[*:3.2]" }), "budget-curves")
   p("")
 end
 
