@@ -110,6 +110,24 @@ for _, v in ipairs { { "a0.75", "sync.alpha=0.75" }, { "a0.5-t1", "sync.alpha=0.
   for i = 2, #v do sets[#sets + 1] = v[i] end
   add("gap", "decoupled-H12-" .. v[1], sets)
 end
+-- around the best 1x setting of the grid above (H = 12, alpha = 0.5, outer lr 0.4): the
+-- outer momentum, the merge, the period (each run's --set list: the base, then its own)
+local AROUND = {
+  { "decoupled-H12-a0.5-lr0.4-m0.5-lr0.7", { "outer.momentum=0.5", "outer.lr=0.7" }, "outer momentum 0.5, lr 0.7" },
+  { "decoupled-H12-a0.5-lr0.4-m0.5-lr1.0", { "outer.momentum=0.5", "outer.lr=1.0" }, "outer momentum 0.5, lr 1.0" },
+  { "decoupled-H12-a0.5-lr0.4-m0.7-lr0.5", { "outer.momentum=0.7", "outer.lr=0.5" }, "outer momentum 0.7, lr 0.5" },
+  { "decoupled-H12-a0.5-lr0.4-mean", { "sync.merge=mean" }, "the weighted mean instead of RDA" },
+  { "decoupled-H3-a0.5-lr0.4", { "sync.H=3" }, "H = 3" },
+  { "decoupled-H6-a0.5-lr0.4", { "sync.H=6" }, "H = 6" },
+}
+for _, v in ipairs(AROUND) do
+  local sets = { "sync.preset=decoupled", "sync.H=12", "sync.alpha=0.5", "outer.lr=0.4" }
+  for _, e in ipairs(v[2]) do sets[#sets + 1] = e end
+  add("gap", v[1], sets)
+end
+-- a shorter period with the same mixing and a gentler outer step: the best at 1x
+add("gap", "decoupled-H6-a0.5-lr0.3", { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=6", "sync.alpha=0.5",
+  "outer.lr=0.3" })
 -- budget: dp, the best decoupled setting (the run decoupled-H12-a0.5-lr0.4's exact --set
 -- list) and diloco (H = 24, lr 0.7, as diloco-lr0.7-H24) at 2x, 4x and 8x the tokens:
 -- 1200, 2400 and 4800 steps per island (4 x steps x 1024 = 4,915,200, 9,830,400 and
@@ -122,8 +140,11 @@ local BUDGET_SETS = {   -- the 1x run's name and its --set list
   { "decoupled-H12-a0.5-lr0.4", { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=12", "sync.alpha=0.5", "outer.lr=0.4" } },
   { "diloco-lr0.7-H24", { "sync.preset=diloco", "outer.lr=0.7", "sync.H=24", IDEAL[1], IDEAL[2] } },
 }
+-- the 1x best, decoupled-H6-a0.5-lr0.3, at 2x and 4x (b[3]: its budgets)
+BUDGET_SETS[#BUDGET_SETS + 1] = { "decoupled-H6-a0.5-lr0.3",
+  { "sync.preset=decoupled", "outer.lr=0.7", "sync.H=6", "sync.alpha=0.5", "outer.lr=0.3" }, { 2 * STEPS, 4 * STEPS } }
 for _, b in ipairs(BUDGET_SETS) do
-  for _, steps in ipairs(BUDGETS) do
+  for _, steps in ipairs(b[3] or BUDGETS) do
     local sets = { "steps=" .. steps }
     for _, s in ipairs(b[2]) do sets[#sets + 1] = s end
     add("budget", string.format("%s-steps%d", b[1], steps), sets)
@@ -394,6 +415,19 @@ if want.gap or result("decoupled-lr0.7-H6") then
     p("")
     p("Around the best (H = 12, lr 0.7 unless stated): %s.", table.concat(around, "; "))
   end
+  local around2 = {}
+  for _, v in ipairs(AROUND) do
+    local r = result(v[1])
+    if r then around2[#around2 + 1] = string.format("%s: %s (%s)", v[3], f4(r.summary.final_eval_loss),
+      pct(r.summary.final_eval_loss, base)) end
+  end
+  local h6 = result("decoupled-H6-a0.5-lr0.3")
+  if h6 then around2[#around2 + 1] = string.format("H = 6 and outer lr 0.3: %s (%s)", f4(h6.summary.final_eval_loss),
+    pct(h6.summary.final_eval_loss, base)) end
+  if #around2 > 0 then
+    p("")
+    p("Around H = 12, alpha 0.5, outer lr 0.4 (momentum 0.9, RDA unless stated): %s.", table.concat(around2, "; "))
+  end
   local t0a = result("decoupled-lr0.7-H12-t0-a0.5")
   if t0a then
     p("")
@@ -421,10 +455,13 @@ if want.budget or result("dp-steps1200") then
   p("others. The train split holds 2,402,304 tokens (2346 batches of 16 x 64), so the budgets make")
   p("about 1, 2, 4 and 8 passes over it (each island over its quarter).")
   p("")
-  p("| budget (tokens) | steps per island | dp | decoupled | gap | diloco | gap |")
-  p("|---|---|---|---|---|---|---|")
+  p("The last two columns: the setting that was best at 1x, H = 6, alpha = 0.5, outer lr 0.3 (chosen")
+  p("at 1x with this seed, then run at 2x and 4x unchanged).")
+  p("")
+  p("| budget (tokens) | steps per island | dp | decoupled | gap | diloco | gap | decoupled H 6, lr 0.3 | gap |")
+  p("|---|---|---|---|---|---|---|---|---|")
   local gaps = { { title = "decoupled H 12, alpha 0.5, lr 0.4", points = {} },
-    { title = "diloco H 24, lr 0.7", points = {} } }
+    { title = "diloco H 24, lr 0.7", points = {} }, { title = "decoupled H 6, alpha 0.5, lr 0.3", points = {} } }
   local cs = {}
   local lo, hi
   for _, steps in ipairs { STEPS, BUDGETS[1], BUDGETS[2], BUDGETS[3] } do
@@ -433,7 +470,7 @@ if want.budget or result("dp-steps1200") then
     local base = d and d.summary.final_eval_loss
     local x = tok(steps) / 1e6
     local row = { tostring(tok(steps)), tostring(steps), f4(base) }
-    for i, name in ipairs { "decoupled-H12-a0.5-lr0.4", "diloco-lr0.7-H24" } do
+    for i, name in ipairs { "decoupled-H12-a0.5-lr0.4", "diloco-lr0.7-H24", "decoupled-H6-a0.5-lr0.3" } do
       local r = result(name .. sfx)
       local l = r and r.summary.final_eval_loss
       row[#row + 1] = f4(l)
