@@ -75,6 +75,8 @@ struct dlc_syncer {
     uint8_t *live;
     double *heard, *step_t, *transit;
     double *joined_at;       /* [M]: when each live learner (re)joined */
+    uint8_t *ever;           /* [M]: the learner has joined before (a later join is a rejoin) */
+    uint8_t *sent_since;     /* [M * P]: it has contributed to fragment p since it joined */
     int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
     int nlive;
     double xi_quorum;
@@ -197,10 +199,12 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->step_t = calloc((size_t)s->M, sizeof(double));
     s->transit = calloc((size_t)s->M, sizeof(double));
     s->joined_at = calloc((size_t)s->M, sizeof(double));
+    s->ever = calloc((size_t)s->M, 1);
+    s->sent_since = calloc((size_t)s->M * (size_t)(s->P > 0 ? s->P : 1), 1);
     s->sched = calloc((size_t)s->M, sizeof(int64_t));
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
-    if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched ||
+    if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
         !s->q)
         goto nomem;
     int64_t maxn = 0;
@@ -265,6 +269,8 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->step_t);
     free(s->transit);
     free(s->joined_at);
+    free(s->ever);
+    free(s->sent_since);
     free(s->sched);
     free(s->q);
     free(s);
@@ -305,8 +311,13 @@ static double grace_window(dlc_syncer *s) {
  * not wait a whole period for a newcomer). */
 static int expected(const dlc_syncer *s, const sfrag *f) {
     if (f->state == DLC_ROUND_IDLE) return s->nlive;
-    int k = 0;
-    for (int m = 0; m < s->M; m++) k += s->live[m] && (s->joined_at[m] <= f->opened || f->c[m].present);
+    int p = (int)(f - s->f), k = 0;
+    /* blocking with several fragments: a rejoined learner only once it has sent p again
+     * (dlc_syncer_params.blocking says why) */
+    int gate = s->p.blocking && s->P > 1;
+    for (int m = 0; m < s->M; m++)
+        k += s->live[m] && ((s->joined_at[m] <= f->opened && (!gate || s->sent_since[(size_t)m * s->P + p])) ||
+                            f->c[m].present);
     return k;
 }
 
@@ -537,6 +548,7 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
     memcpy(c->bytes, m->payload, m->len);
     c->len = m->len, c->codec = m->codec;
     c->base = m->version, c->steps = m->steps, c->tokens = m->tokens, c->arrived = now;
+    s->sent_since[(size_t)L * s->P + (int)(f - s->f)] = 1;
     if (!c->present) {
         c->present = 1;
         f->count++;
@@ -582,6 +594,9 @@ static dlc_status make_live(dlc_syncer *s, int m, double now) {
     s->live[m] = 1;
     s->heard[m] = now;
     s->joined_at[m] = now;
+    /* the first join counts as having sent every fragment (the run starts in phase) */
+    memset(s->sent_since + (size_t)m * s->P, s->ever[m] ? 0 : 1, (size_t)s->P);
+    s->ever[m] = 1;
     s->step_t[m] = s->transit[m] = 0;
     s->sched[m] = 0;
     return resync_all(s, m, now);

@@ -1047,6 +1047,58 @@ static void test_hostile(void) {
     fx_free(&x);
 }
 
+/* Blocking with two fragments: a learner that rejoins is awaited in a fragment's round
+ * only once it has sent that fragment again (it may reach the other one first, whose round
+ * the others, blocked here, would never come to); without blocking, as before. */
+static void test_blocking_rejoin(void) {
+    for (int blocking = 0; blocking <= 1; blocking++) {
+        fx x;
+        fx_make(&x, 2, 95);
+        int64_t n0 = dlc_plan_numel(x.plan, 0), n1 = dlc_plan_numel(x.plan, 1);
+        dlc_syncer_params sp = sgd_params(2, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+        sp.blocking = blocking;
+        dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+        CHECK_OK(s);
+        if (!s) {
+            fx_free(&x);
+            return;
+        }
+        float d[NMAX];
+        randv(d, n0 > n1 ? n0 : n1, 950, 0.1f);
+        join_all(s, 2, 0);
+        drain(s);
+        /* learner 1 goes and comes back */
+        CHECK(dlc_syncer_lost(s, 1, 1.0) == DLC_OK && dlc_syncer_join(s, 1, 2.0) == DLC_OK);
+        drain(s);
+        /* learner 0 sends fragment 0: blocking, the round merges at once (learner 1 has not
+         * sent fragment 0 since it came back); without blocking it waits for learner 1 */
+        dlc_msg m = contribution(0, 0, 0, 4, 40, d, n0);
+        CHECK(dlc_syncer_receive(s, &m, 3.0) == DLC_OK);
+        rec r = drain(s);
+        const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+        if (blocking) CHECK(ma && ma->merge.count == 1 && ma->merge.quorum == 1 && ma->merge.live == 2);
+        else CHECK(!ma && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+        /* learner 1 sends fragment 1 (its schedule reached it first): it opens that round,
+         * which, learner 0 having sent fragment 1 since the start, waits for learner 0 */
+        m = contribution(1, 1, 0, 4, 40, d, n1);
+        CHECK(dlc_syncer_receive(s, &m, 4.0) == DLC_OK);
+        CHECK(!find_type((r = drain(s), &r), DLC_SACT_MERGED) && dlc_syncer_round_state(s, 1) == DLC_ROUND_COLLECTING);
+        if (blocking) {
+            /* and once learner 1 has sent fragment 0 again, a round of it waits for both */
+            m = contribution(1, 0, 1, 4, 40, d, n0);
+            CHECK(dlc_syncer_receive(s, &m, 5.0) == DLC_OK);
+            CHECK(!find_type((r = drain(s), &r), DLC_SACT_MERGED) && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+            m = contribution(0, 0, 1, 4, 40, d, n0);
+            CHECK(dlc_syncer_receive(s, &m, 6.0) == DLC_OK);
+            r = drain(s);
+            ma = find_type(&r, DLC_SACT_MERGED);
+            CHECK(ma && ma->merge.fragment == 0 && ma->merge.count == 2);
+        }
+        dlc_syncer_free(s);
+        fx_free(&x);
+    }
+}
+
 int main(void) {
     test_quorum_grace_late();
     test_grace_cut_short();
@@ -1058,6 +1110,7 @@ int main(void) {
     test_join();
     test_join_during_round();
     test_lost();
+    test_blocking_rejoin();
     test_timeout_rejoin();
     test_weighting(DLC_WEIGHT_TOKENS2_STEPS);
     test_weighting(DLC_WEIGHT_TOKENS);

@@ -204,6 +204,7 @@ static int l_vtime(lua_State *L) {
     read_learner(L, li, &vp.learner);
     int si = subtable(L, 1, "syncer");
     read_syncer(L, si, &vp.syncer, M, dlc_plan_tensors(plan));
+    vp.syncer.blocking = vp.learner.blocking; /* the syncer's rounds must know (a deadlock otherwise) */
     vp.syncer.tau = vp.learner.tau;
     vp.syncer.dp = vp.learner.dp;
     vp.syncer.codec_up = vp.learner.codec;

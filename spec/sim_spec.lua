@@ -422,6 +422,16 @@ describe("diloco-lua sim with a kill", function()
     assert.are.equal(1, ends, table.concat(lines, "\n"))
   end)
 
+  it("does not deadlock a blocking run of several fragments when a learner rejoins", function()
+    -- blocking with 4 fragments: the rejoined learner's schedule may reach another fragment
+    -- than the one the others wait for; the syncer must not wait for it there
+    local _, status, output, events = sim(recipe("preset = 'streaming', fragments = 4, blocking = true", nil, KILL))
+    assert.are.equal(0, status, output)
+    local s = summary(events)
+    assert.is_true(s.per_learner[1].idle < 0.1 and s.per_learner[3].idle < 0.1,
+      string.format("idle %.3f %.3f %.3f", s.per_learner[1].idle, s.per_learner[2].idle, s.per_learner[3].idle))
+  end)
+
   it("stops with exit 1 when hooks.on_fault raises", function()
     local _, status, output, events = sim(recipe("preset = 'decoupled'", nil, KILL ..
       "hooks = { on_fault = function(info) error('no faults here') end },"))

@@ -115,6 +115,11 @@ typedef struct dlc_syncer_params {
     const uint8_t *embedding;    /* per tensor of the model (plan tensor index): nonzero =
                                   * weighted mean under RDA; NULL = none (borrowed, copied) */
     double timeout;              /* seconds of silence that make a learner lost, 0 = never */
+    int blocking;                /* 0/1: the learners block for their merges (sync.blocking).
+                                  * With several fragments a rejoined learner is then awaited
+                                  * in fragment p's rounds only once it has sent p again: its
+                                  * schedule may reach another fragment first, for whose round
+                                  * the others, blocked here, would never come (a deadlock) */
 } dlc_syncer_params;
 
 /* Decoupled defaults: M = 1, K = 1, adaptive grace γ 0.8, ema 0.5, τ 2, tokens2_steps, RDA,
