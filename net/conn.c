@@ -181,10 +181,14 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
 }
 
 /* Hands f to the socket buffer (header copied, payload by reference). */
-static void out_write(conn *c, outframe *f) {
+void dlcn_count_out(conn *c, const outframe *f) {
     atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
-    c->last_tx = now_s();
+    c->last_tx = now_s(); /* the idle heartbeat waits, as after any frame */
+}
+
+static void out_write(conn *c, outframe *f) {
+    dlcn_count_out(c, f);
     if (c->own_out) {
         dlcn_out_append(c, f);
         return;

@@ -54,8 +54,21 @@
 #define NET_TICK_MS 5
 
 
+typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_CONNECT, CMD_STOP } cmd_kind;
+
+/* A command for the I/O thread.  A CMD_SEND lives inside its outframe (one allocation
+ * per send) and goes with it; the others are malloc'ed and freed by the I/O thread. */
+typedef struct cmd {
+    struct cmd *next;
+    cmd_kind kind;
+    int peer;
+    struct outframe *frame;
+    double rate, latency;
+} cmd;
+
 typedef struct outframe {
     struct outframe *next;   /* in the delay queue, then in the output queue */
+    cmd send;                /* dlc_net_send's command, while it waits for the I/O thread */
     struct dlc_net *net;
     int peer;
     unsigned gen;            /* the conn's generation it was queued on (reconnects) */
@@ -70,16 +83,6 @@ typedef struct outframe {
     int notify;              /* an application frame without free_payload: post SENT */
     uint8_t hdr[];
 } outframe;
-
-typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_CONNECT, CMD_STOP } cmd_kind;
-
-typedef struct cmd {
-    struct cmd *next;
-    cmd_kind kind;
-    int peer;
-    outframe *frame;
-    double rate, latency;
-} cmd;
 
 typedef struct evnode {
     struct evnode *next;
@@ -210,6 +213,7 @@ void dlcn_out_queue(conn *c, outframe *f);
 void dlcn_out_release(conn *c);
 void dlcn_apply_shape(conn *c);
 void dlcn_outframe_free(outframe *f);
+void dlcn_count_out(conn *c, const outframe *f); /* the per-type counters of a frame going out */
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
 void dlcn_on_read(struct bufferevent *bev, void *arg);
 void dlcn_pause_reading(dlc_net *net, int pause);

@@ -100,6 +100,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
     }
     while (k) {
         cmd *next = k->next;
+        bool own = k->kind != CMD_SEND; /* a send's command is freed with its frame */
         conn *c = k->peer >= 0 && k->peer < net->npeers ? net->peers[k->peer] : NULL;
         switch (k->kind) {
         case CMD_SEND:
@@ -151,7 +152,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
             }
             break;
         }
-        free(k);
+        if (own) free(k);
         k = next;
     }
     if (net->stopping) stop_check(net);
@@ -337,8 +338,8 @@ void dlc_net_free(dlc_net *net) {
     dlcn_reap(net);
     for (cmd *k = net->cmd_head, *n; k; k = n) {
         n = k->next;
-        if (k->frame) dlcn_outframe_free(k->frame);
-        free(k);
+        if (k->kind == CMD_SEND) dlcn_outframe_free(k->frame);
+        else free(k);
     }
     for (evnode *e = net->ev_head, *n; e; e = n) {
         n = e->next;
@@ -438,17 +439,13 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     int64_t n = dlc_proto_encode(f, net->has_layout ? &net->layout : NULL, hdr, sizeof hdr);
     if (n < 0) return (dlc_status)n;
     outframe *o = malloc(sizeof *o + (size_t)n);
-    cmd *k = malloc(sizeof *k);
-    if (!o || !k) {
-        free(o), free(k);
-        return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
-    }
+    if (!o) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
     memset(o, 0, sizeof *o);
     o->net = net, o->peer = peer, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n + f->msg.len;
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
     o->notify = free_payload == NULL;
     memcpy(o->hdr, hdr, (size_t)n);
-    memset(k, 0, sizeof *k);
+    cmd *k = &o->send;
     k->kind = CMD_SEND, k->peer = peer, k->frame = o;
     dlc_status st = DLC_OK;
     pthread_mutex_lock(&net->lock);
@@ -464,12 +461,9 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     } else if (c->direct) { /* nothing queued ahead: write from this thread, no hand-off */
         o->gen = c->gen;
         c->queued += o->total;
-        atomic_fetch_add_explicit(&c->bytes_out[o->type], o->total, memory_order_relaxed);
-        atomic_fetch_add_explicit(&c->frames_out[o->type], 1, memory_order_relaxed);
-        c->last_tx = now_s(); /* the idle heartbeat waits, as after any frame */
+        dlcn_count_out(c, o);
         outframe *done = dlcn_send_direct(c, o);
         pthread_mutex_unlock(&net->lock);
-        free(k);
         dlcn_release_written(net, done);
         return DLC_OK;
     } else {
@@ -479,7 +473,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     }
     pthread_mutex_unlock(&net->lock);
     if (st < 0) {
-        free(o), free(k);
+        free(o);
         return st;
     }
     dlcn_wake(net);
