@@ -494,6 +494,51 @@ static void test_payload(void) {
     }
 }
 
+/* The message types without a case above: a hostile form of each. */
+static void test_types_hostile(void) {
+    uint8_t buf[2048];
+    dlc_frame f;
+    /* HELLO with its versions the wrong way round */
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.proto_min = 1, f.hello.proto_max = 2, f.hello.fragments = 0, f.hello.endpoints = 0;
+    size_t n = encode(&f);
+    memcpy(buf, scratch, n);
+    uint8_t *v = find(buf, n, "\xa4pmin\x01", 6);
+    CHECK(v != NULL);
+    if (v) {
+        v[5] = 3;
+        refuse("hello_versions_reversed", buf, n, DLC_PERR_MALFORMED, "protocol versions 3..2");
+    }
+    /* WELCOME naming an endpoint it does not list */
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello = server_hello();
+    f.hello.proto_min = f.hello.proto_max = 1;
+    n = encode(&f);
+    memcpy(buf, scratch, n);
+    v = find(buf, n, "\xa3own\x93\x00\x01\x00", 8);
+    CHECK(v != NULL);
+    if (v) {
+        v[6] = 5;
+        refuse("welcome_owner_beyond", buf, n, DLC_PERR_MALFORMED, "fragment 1 owned by endpoint 5 of 2");
+    }
+    /* GRADIENT whose payload is not the model's size in its codec */
+    static uint8_t pay[1024];
+    dlc_frame_init(&f, DLC_FRAME_GRADIENT);
+    f.msg.codec = DLC_CODEC_BF16, f.msg.payload = pay, f.msg.len = 363 * 2;
+    n = encode(&f);
+    memcpy(buf, scratch, n);
+    buf[11] += 2, buf[n] = buf[n + 1] = 0;
+    refuse("gradient_payload_long", buf, n + 2, DLC_PERR_MALFORMED, "gradient payload of 728 bytes, but 363 floats");
+    /* AUTH_PROOF with a short MAC; BYE without its reason */
+    static const uint8_t short_mac[] = {0x81, 0xa1, 'm', 0xc4, 0x05, 1, 2, 3, 4, 5};
+    n = raw(buf, DLC_FRAME_AUTH_PROOF, short_mac, sizeof short_mac, 0);
+    refuse("auth_proof_short_mac", buf, n, DLC_PERR_MALFORMED, "\"m\": 5 bytes, expected 32");
+    static const uint8_t bye[] = {0x81, 0xa1, 'l', 0x01};
+    n = raw(buf, DLC_FRAME_BYE, bye, sizeof bye, 0);
+    refuse("bye_without_text", buf, n, DLC_PERR_MALFORMED, "bye without its field \"text\"");
+}
+
 static void test_encode_refuses(void) {
     dlc_frame f;
     dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
@@ -524,6 +569,7 @@ int main(int argc, char **argv) {
     test_header_walk();
     test_fields();
     test_payload();
+    test_types_hostile();
     test_encode_refuses();
     return check_done("test_proto");
 }
