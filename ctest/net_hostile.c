@@ -307,6 +307,29 @@ static void test_bulk(void) {
     CHECK(closed && expect_error(fd, DLC_PERR_TIMEOUT, "no frame for"));
     close(fd);
     CHECK(valid_exchange("bulk_trickle"));
+    /* A slow link, not a trickle: the body comes at 160 KiB/s for 2.5 s, past the 1.5 s
+     * timeout, in pieces smaller than the server's read threshold (SO_RCVLOWAT, 64 KiB
+     * and up): the peer stays alive and the frame arrives whole (the echo comes back). */
+    fd = raw_connect();
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    size_t sent = n + (300u << 10);
+    for (size_t i = 0; i < (size_t)BIG * 4; i++) frame[n + i] = (uint8_t)(i * 2654435761u >> 24);
+    raw_send(fd, frame, sent);
+    double until = now_s() + 2.5;
+    while (now_s() < until) {
+        raw_send(fd, frame + sent, 16u << 10);
+        sent += 16u << 10;
+        sleep_s(0.1);
+    }
+    raw_send(fd, frame + sent, n + (size_t)BIG * 4 - sent);
+    static uint8_t back[DLC_PROTO_PREFIX + 256 + (size_t)BIG * 4];
+    dlc_frame g;
+    int r;
+    while ((r = raw_read(fd, &g, back, sizeof back)) == 1 && g.type == DLC_FRAME_HEARTBEAT) {}
+    CHECK(r == 1 && g.type == DLC_FRAME_FRAGMENT && g.msg.len == (size_t)BIG * 4 &&
+          memcmp(g.msg.payload, frame + n, g.msg.len) == 0);
+    close(fd);
+    CHECK(valid_exchange("bulk_slow"));
 }
 
 static void test_hostile_frames(void) {

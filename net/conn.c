@@ -106,8 +106,17 @@ void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int co
 
 /* ---- connection state ---- */
 
+/* The socket wakes the bulk reader once n bytes are waiting (n 0: the default). */
+static void bulk_lowat(conn *c, size_t n) {
+    int v = n > 1 ? (int)n : 1;
+    evutil_socket_t fd = c->bev ? bufferevent_getfd(c->bev) : -1;
+    if (v == (c->lowat > 1 ? c->lowat : 1) || fd < 0) return;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) c->lowat = v;
+}
+
 static void bulk_stop(conn *c) {
     if (c->in_bulk) event_del(c->bulk);
+    if (c->in_bulk) bulk_lowat(c, 0);
     c->in_bulk = 0;
 }
 
@@ -640,12 +649,12 @@ static bool over_in_max(dlc_net *net) {
 }
 
 /* The rest of a large frame, read by recv() into its buffer: one copy, as a bare socket
- * does.  A body arriving in pieces of at least 64 KiB keeps the peer alive; a trickle
- * does not. */
-static void on_bulk(evutil_socket_t fd, short what, void *arg) {
-    (void)what;
-    conn *c = arg;
+ * does.  Every NET_LOWAT_MIN bytes of it keep the peer alive; a trickle does not.
+ * Returns 0 when the frame is still incomplete and c open, else 1 (the frame is done or
+ * c is closed). */
+static int bulk_read(conn *c, size_t wake_at_most) {
     dlc_net *net = c->net;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
     size_t got = 0;
     while (c->inhave < c->inlen) {
         ssize_t r = recv(fd, c->inbuf + c->inhave, c->inlen - c->inhave, 0);
@@ -659,10 +668,22 @@ static void on_bulk(evutil_socket_t fd, short what, void *arg) {
         snprintf(c->end_text, sizeof c->end_text, "%s",
                  r == 0 ? "connection closed by the peer" : evutil_socket_error_to_string(errno));
         dlcn_conn_close_now(c);
-        return;
+        return 1;
     }
-    if (got >= ((size_t)64 << 10)) c->last_rx = now_s();
-    if (c->inhave < c->inlen) return;
+    double t = now_s();
+    c->bulk_fresh += got;
+    if (c->bulk_fresh >= NET_LOWAT_MIN) c->last_rx = t, c->bulk_fresh = 0;
+    if (c->inhave < c->inlen) {
+        /* the next wake-up: what arrives in NET_LOWAT_S at this rate, within the bounds */
+        double rate = t > c->bulk_t ? (double)got / (t - c->bulk_t) : 0;
+        size_t want = rate * NET_LOWAT_S > (double)NET_LOWAT_MAX ? NET_LOWAT_MAX : (size_t)(rate * NET_LOWAT_S);
+        if (want > wake_at_most) want = wake_at_most;
+        if (want < NET_LOWAT_MIN) want = NET_LOWAT_MIN;
+        if (want > c->inlen - c->inhave) want = c->inlen - c->inhave;
+        bulk_lowat(c, want);
+        c->bulk_t = t;
+        return 0;
+    }
     bulk_stop(c);
     pthread_mutex_lock(&net->lock);
     bool paused = net->paused;
@@ -673,6 +694,12 @@ static void on_bulk(evutil_socket_t fd, short what, void *arg) {
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     on_frame(c, buf, len);
     if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
+    return 1;
+}
+
+static void on_bulk(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    bulk_read(arg, NET_LOWAT_MAX);
 }
 
 static void bulk_start(conn *c) {
@@ -683,6 +710,8 @@ static void bulk_start(conn *c) {
     if (!c->bulk || event_add(c->bulk, NULL) != 0) return; /* the bufferevent keeps reading */
     bufferevent_disable(c->bev, EV_READ);
     c->in_bulk = 1;
+    c->bulk_fresh = 0, c->bulk_t = now_s();
+    bulk_lowat(c, NET_LOWAT_MIN);
 }
 
 void dlcn_on_read(struct bufferevent *bev, void *arg) {
@@ -836,6 +865,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
         }
         break;
     case DLC_CONN_READY:
+        /* a body slowed down below its read threshold: take what is there, wake sooner */
+        if (c->in_bulk && bulk_read(c, NET_LOWAT_MIN) && c->state != DLC_CONN_READY) return;
         if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s) {
             conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;

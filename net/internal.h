@@ -42,6 +42,14 @@
 /* A frame body at least this long is read with recv() straight into its buffer
  * (plain TCP), instead of through libevent's input buffer: one copy, as a bare socket. */
 #define NET_BULK_MIN ((size_t)256 << 10)
+/* While a body is read that way, the socket reports readable only once this much of it
+ * is waiting (SO_RCVLOWAT), so a fast link is read in large gulps, few wake-ups per
+ * frame as a blocking read() gets: at least NET_LOWAT_MIN (a new body, a slow link,
+ * and the bytes that keep a peer alive: NET_LOWAT_MIN per timeout_s), at most
+ * NET_LOWAT_MAX, else what arrives in NET_LOWAT_S at the rate seen so far. */
+#define NET_LOWAT_MIN ((size_t)64 << 10)
+#define NET_LOWAT_MAX ((size_t)1 << 20)
+#define NET_LOWAT_S 0.01
 /* Receive buffers kept for reuse (process-wide), the smallest and the largest kept:
  * at most 4 x 128 MiB stay allocated after a burst of large fragments. */
 #define NET_RX_CACHE 4
@@ -100,6 +108,9 @@ typedef struct conn {
     struct event *timer;
     struct event *bulk;      /* plain TCP: reads a large frame's body straight into inbuf */
     int in_bulk;             /* bulk is armed and the bufferevent does not read */
+    int lowat;               /* the fd's SO_RCVLOWAT while in_bulk (0: the default, 1) */
+    size_t bulk_fresh;       /* body bytes read since the last that kept the peer alive */
+    double bulk_t;           /* when the body was last read */
     int half_closed;         /* DRAINING, output flushed: shutdown(SHUT_WR) done, waiting for EOF */
     struct sockaddr_storage addr;
     socklen_t addrlen;
