@@ -121,12 +121,14 @@ static int wait_event(dlc_net *net, dlc_net_event_kind kind, double secs, dlc_ne
 }
 
 /* A fresh client: connect, READY, a CONTRIBUTION out and its echo back; every other
- * call of fragment 1 (4 MiB, the bulk read path), else of fragment 0. */
+ * call of fragment 1 (4 MiB, the bulk read path), else of fragment 0; every other pair
+ * of calls with inline_io (the client's loop runs in its polls). */
 static int valid_exchange(const char *after) {
     static int calls;
-    int frag = calls++ & 1;
+    int k = calls++, frag = k & 1;
     dlc_net_config c = base_config();
     c.hello = &hello_client;
+    c.inline_io = (k >> 1) & 1;
     dlc_net *cl = dlc_net_new(&c);
     if (!cl) return 0;
     char addr[64];

@@ -227,7 +227,7 @@ static int read_layout(lua_State *L, int t, int64_t *numel, int *block) {
 static const char *const new_keys[] = {
     "secret", "secret_file", "insecure", "frame_max",     "out_max",       "in_max", "max_peers", "heartbeat",
     "timeout", "auth_timeout", "reconnect_min", "reconnect_max", "drain_timeout", "tls", "hello",     "layout",
-    "seed",   NULL};
+    "seed",   "inline_io", NULL};
 
 /* A number as %g would print it, for messages (lua_pushfstring has no %g). */
 typedef struct { char s[32]; } gbuf;
@@ -250,6 +250,7 @@ void dlcL_net_options(lua_State *L, int t, dlcL_netopts *o) {
     const char **strs = o->strs;
     strs[DLCL_NET_S_SECRET_FILE] = str_opt(L, t, WHO, "secret_file", NULL, NULL);
     cfg.insecure = bool_opt(L, t, WHO, "insecure", 0);
+    cfg.inline_io = bool_opt(L, t, WHO, "inline_io", 0);
     if (secret && !slen) luaL_error(L, "%s: secret is empty: expected the run's secret (a non-empty string)", WHO);
     if (secret && strs[DLCL_NET_S_SECRET_FILE]) luaL_error(L, "%s: both secret and secret_file given: expected one of them", WHO);
     if (cfg.insecure && (secret || strs[DLCL_NET_S_SECRET_FILE]))

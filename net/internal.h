@@ -168,6 +168,8 @@ struct dlc_net {
     struct event *wake;
     pthread_t thread;
     int thread_started;
+    struct event *poll_timer; /* inline_io: ends a dlc_net_poll that waits in the loop */
+    atomic_flag polling;     /* inline_io: a thread is in dlc_net_poll */
     struct evconnlistener **listeners;
     int nlisteners;
 

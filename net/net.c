@@ -175,6 +175,9 @@ static void *io_main(void *arg) {
     return NULL;
 }
 
+/* inline_io: the poll's deadline (the loop returns once it has run this). */
+static void on_poll_timer(evutil_socket_t fd, short what, void *arg) { (void)fd, (void)what, (void)arg; }
+
 /* ---- public API ---- */
 
 dlc_net_config dlc_net_default_config(void) {
@@ -305,6 +308,14 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
         dlc_error(DLC_ERR_INTERNAL, "libevent: cannot create the event loop");
         goto fail;
     }
+    if (cfg->inline_io) {
+        net->poll_timer = evtimer_new(net->base, on_poll_timer, net);
+        if (!net->poll_timer) {
+            dlc_error(DLC_ERR_INTERNAL, "libevent: cannot create the event loop");
+            goto fail;
+        }
+        return net;
+    }
     if (pthread_create(&net->thread, NULL, io_main, net) != 0) {
         dlc_error(DLC_ERR_INTERNAL, "cannot start the transport's I/O thread");
         goto fail;
@@ -325,6 +336,13 @@ void dlc_net_free(dlc_net *net) {
         pthread_mutex_unlock(&net->lock);
         dlcn_wake(net);
         pthread_join(net->thread, NULL);
+    } else if (net->poll_timer) { /* inline_io: the drain runs here */
+        cmd *k = calloc(1, sizeof *k);
+        pthread_mutex_lock(&net->lock);
+        if (k) k->kind = CMD_STOP, cmd_push(net, k);
+        pthread_mutex_unlock(&net->lock);
+        dlcn_wake(net);
+        io_main(net);
     }
     for (int i = 0; i < net->nlisteners; i++) evconnlistener_free(net->listeners[i]);
     free(net->listeners);
@@ -346,6 +364,7 @@ void dlc_net_free(dlc_net *net) {
         dlcn_rx_free(e->ev.owned_);
         free(e);
     }
+    if (net->poll_timer) event_free(net->poll_timer);
     if (net->wake) event_free(net->wake);
     if (net->base) event_base_free(net->base);
     if (net->ssl) SSL_CTX_free(net->ssl);
@@ -517,8 +536,66 @@ dlc_status dlc_net_shape(dlc_net *net, int peer, double rate, double latency) {
     return push_simple(net, CMD_SHAPE, peer, rate, latency);
 }
 
+/* Takes the first waiting event into *ev: 1, or 0 if none.  Called with net->lock
+ * held; returns with it released. */
+static int take_event_locked(dlc_net *net, dlc_net_event *ev) {
+    evnode *n = net->ev_head;
+    bool resume = false;
+    if (n) {
+        net->ev_head = n->next;
+        if (!net->ev_head) net->ev_tail = NULL;
+        net->ev_bytes -= n->bytes;
+        atomic_fetch_sub_explicit(&net->ev_count, 1, memory_order_relaxed);
+        resume = net->paused && net->ev_bytes <= net->cfg.in_max / 2;
+    }
+    pthread_mutex_unlock(&net->lock);
+    if (resume) dlcn_wake(net);
+    if (!n) return 0;
+    memcpy(ev, &n->ev, sizeof *ev);
+    free(n);
+    return 1;
+}
+
+static int take_event(dlc_net *net, dlc_net_event *ev) {
+    if (atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0) return 0;
+    pthread_mutex_lock(&net->lock);
+    return take_event_locked(net, ev);
+}
+
+/* inline_io: runs the loop until an event is waiting or the time is up; it does not
+ * sleep for the first NET_POLL_SPIN_S. */
+static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
+    if (atomic_flag_test_and_set(&net->polling))
+        return dlc_error(DLC_ERR_STATE, "dlc_net_poll: another thread is polling this net (inline_io: one thread polls)");
+    double t0 = now_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
+    int got = 0;
+    dlcn_reap(net);
+    for (;;) {
+        if ((got = take_event(net, ev))) break;
+        double t = now_s();
+        if (timeout_ms == 0 || t < spin_end) {
+            event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
+            if (timeout_ms == 0) {
+                got = take_event(net, ev);
+                break;
+            }
+            continue;
+        }
+        if (timeout_ms > 0 && t >= end) break;
+        if (timeout_ms > 0) {
+            struct timeval tv = tv_of(end - t);
+            evtimer_add(net->poll_timer, &tv);
+        }
+        event_base_loop(net->base, EVLOOP_ONCE);
+    }
+    if (timeout_ms > 0) evtimer_del(net->poll_timer);
+    atomic_flag_clear(&net->polling);
+    return got;
+}
+
 int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
     if (!net || !ev) return dlc_error(DLC_ERR_ARG, "dlc_net_poll: NULL argument");
+    if (net->poll_timer) return poll_inline(net, ev, timeout_ms);
     struct timespec until;
     if (timeout_ms > 0) {
         clock_gettime(CLOCK_REALTIME, &until);
@@ -535,21 +612,7 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         if (timeout_ms < 0) pthread_cond_wait(&net->cond, &net->lock);
         else if (pthread_cond_timedwait(&net->cond, &net->lock, &until) == ETIMEDOUT) break;
     }
-    evnode *n = net->ev_head;
-    bool resume = false;
-    if (n) {
-        net->ev_head = n->next;
-        if (!net->ev_head) net->ev_tail = NULL;
-        net->ev_bytes -= n->bytes;
-        atomic_fetch_sub_explicit(&net->ev_count, 1, memory_order_relaxed);
-        resume = net->paused && net->ev_bytes <= net->cfg.in_max / 2;
-    }
-    pthread_mutex_unlock(&net->lock);
-    if (resume) dlcn_wake(net);
-    if (!n) return 0;
-    memcpy(ev, &n->ev, sizeof *ev);
-    free(n);
-    return 1;
+    return take_event_locked(net, ev);
 }
 
 void dlc_net_event_release(dlc_net_event *ev) {

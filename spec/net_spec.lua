@@ -129,6 +129,33 @@ describe("diloco.net", function()
     client:close()
   end)
 
+  it("with inline_io runs both nets' loops in the polls of one Lua thread", function()
+    local server = assert(diloco.net.new { secret = SECRET, inline_io = true, drain_timeout = 0.2 })
+    local port = assert(server:listen("127.0.0.1:0"))
+    local client = assert(diloco.net.new { secret = SECRET, inline_io = true, drain_timeout = 0.2 })
+    local peer = assert(client:connect("127.0.0.1:" .. port))
+    -- neither side gets anywhere unless both are polled: the handshake needs both loops
+    -- (with I/O threads the client would be ready well within this)
+    for _ = 1, 30 do assert.is_nil(client:poll(0.01)) end
+    local function either(kind)
+      for _ = 1, 2000 do
+        for _, net in ipairs { server, client } do
+          local ev = net:poll(0.002)
+          if ev and ev.kind == kind then return net, ev end
+        end
+      end
+    end
+    local a = either("ready")
+    local b = select(1, either("ready"))
+    assert.are_not.equal(a, b)
+    assert.is_true(client:send(peer, { type = "heartbeat", steps = 7 }))
+    local net, ev = either("frame")
+    assert.are.equal(server, net)
+    assert.are.equal(7, ev.frame.steps)
+    server:close()
+    client:close()
+  end)
+
   it("refuses a wrong secret: the server sees refused/auth, the client lost/auth", function()
     local server = assert(diloco.net.new(opts()))
     local port = assert(server:listen("127.0.0.1:0"))

@@ -198,7 +198,7 @@ static void send_or_die(dlc_net *net, int peer, const dlc_frame *f, const char *
 
 /* A server net on 127.0.0.1 (any port) and a client net connected to it, both READY;
  * payload frames are of one fragment of `numel` f32. */
-static bench_pair *pair_open(int64_t numel) {
+static bench_pair *pair_open_mode(int64_t numel, int inline_io) {
     bench_pair *p = calloc(1, sizeof *p);
     if (!p) die("out of memory");
     p->numel[0] = numel;
@@ -210,6 +210,7 @@ static bench_pair *pair_open(int64_t numel) {
     hello_init(&p->hello_client, 0, 0);
     dlc_net_config sc = net_config(&p->hello_server, &p->layout, 1.0, 5.0);
     dlc_net_config cc = net_config(&p->hello_client, &p->layout, 1.0, 5.0);
+    sc.inline_io = cc.inline_io = inline_io;
     p->srv = dlc_net_new(&sc);
     if (!p->srv) die("server dlc_net_new: %s", dlc_last_error());
     int port = dlc_net_listen(p->srv, "127.0.0.1:0");
@@ -240,6 +241,8 @@ static bench_pair *pair_open(int64_t numel) {
     }
     return p;
 }
+
+static bench_pair *pair_open(int64_t numel) { return pair_open_mode(numel, 0); }
 
 static void pair_close(bench_pair *p) {
     dlc_net_free(p->cli);
@@ -482,8 +485,41 @@ static void *spin_echo_thread(void *arg) {
     return NULL;
 }
 
+/* The bare reference without a second thread: one thread writes one socket of the pair
+ * and reads the other (loopback has delivered the bytes when write() returns), as one
+ * thread drives both inline nets. */
+static void bare_one_thread_trip(int fd[2], uint8_t *buf, size_t sz) {
+    write_all(fd[0], buf, sz);
+    read_all(fd[1], buf, sz);
+    write_all(fd[1], buf, sz);
+    read_all(fd[0], buf, sz);
+}
+
+/* The server side of the two-thread inline ping-pong: this thread alone polls the
+ * server net (inline_io) and answers `trips` marked HEARTBEATs. */
+typedef struct net_echo_job {
+    bench_pair *p;
+    int64_t first;
+    int trips;
+} net_echo_job;
+
+static void *net_echo_thread(void *arg) {
+    net_echo_job *j = arg;
+    for (int i = 0; i < j->trips; i++) {
+        dlc_net_event ev;
+        wait_frame(j->p->srv, DLC_FRAME_HEARTBEAT, MARK + j->first + i, 10, &ev, "echo");
+        dlc_frame f;
+        heartbeat_frame(&f, j->p->learner, j->first + i, j->first + i);
+        dlc_net_event_release(&ev);
+        send_or_die(j->p->srv, j->p->speer, &f, "echo");
+    }
+    return NULL;
+}
+
+enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_KINDS };
+
 static int bench_roundtrip(int trips) {
-    bench_pair *p = pair_open(1024);
+    bench_pair *p = pair_open(1024), *q = pair_open_mode(1024, 1);
     dlc_frame f;
     heartbeat_frame(&f, p->learner, 0, 0);
     size_t sz = wire_bytes(&f, NULL);
@@ -491,57 +527,95 @@ static int bench_roundtrip(int trips) {
     bare_pair(fd);
     int batches = 10, per = (trips + batches - 1) / batches;
     trips = per * batches;
-    double *ours = calloc((size_t)trips, sizeof *ours), *bare = calloc((size_t)trips, sizeof *bare);
-    double *spin = calloc((size_t)trips, sizeof *spin);
+    double *t[RT_KINDS];
+    for (int k = 0; k < RT_KINDS; k++)
+        if (!(t[k] = calloc((size_t)trips, sizeof *t[k]))) die("out of memory");
     uint8_t buf[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX], echo[sizeof buf];
-    if (!ours || !bare || !spin) die("out of memory");
     memset(buf, 0x5a, sizeof buf);
-    printf("round trip: a HEARTBEAT (%zu bytes on the wire) client -> server -> client through dlc_net (one "
-           "thread drives both nets; dlc_net_poll spins before it sleeps) vs a %zu-byte ping-pong on a bare socket "
-           "pair (an echo thread, TCP_NODELAY), with blocking reads and with reads that spin %.0f us before "
-           "blocking; %d trips each in %d batches after a warm-up batch, the order rotating every batch\n",
-           sz, sz, SPIN_S * 1e6, trips, batches);
+    printf("round trip: a HEARTBEAT (%zu bytes on the wire) client -> server -> client, one thread driving both "
+           "nets, against a %zu-byte ping-pong on a bare socket pair (TCP_NODELAY); %d trips each in %d batches "
+           "after a warm-up batch, the order rotating every batch:\n"
+           "  ours      the nets with their I/O threads (dlc_net_poll spins %.0f us before it sleeps)\n"
+           "  blocking  bare, an echo thread, blocking reads\n"
+           "  spinning  bare, an echo thread, reads that spin %.0f us before they block\n"
+           "  inline    the nets with inline_io: the polling thread runs their loops, no I/O thread\n"
+           "  1-thread  bare, one thread writing one socket and reading the other, no echo thread\n"
+           "  inline-2  the nets with inline_io, each polled by its own thread (the server's echoes), as "
+           "spinning\n",
+           sz, sz, trips, batches, SPIN_S * 1e6, SPIN_S * 1e6);
     int64_t seq = 0;
     for (int b = -1; b < batches; b++)
-        for (int side = 0; side < 3; side++) {
-            int which = (side + (b < 0 ? 0 : b)) % 3;
-            if (which == 0) {
+        for (int side = 0; side < RT_KINDS; side++) {
+            int which = getenv("ONLY_KIND") ? atoi(getenv("ONLY_KIND")) : (side + (b < 0 ? 0 : b)) % RT_KINDS;
+            double *into = t[which];
+            if (which == RT_OURS || which == RT_INLINE) {
                 for (int i = 0; i < per; i++) {
-                    double t = ours_trip(p, ++seq);
-                    if (b >= 0) ours[b * per + i] = t;
+                    double dt = ours_trip(which == RT_OURS ? p : q, ++seq);
+                    if (b >= 0) into[b * per + i] = dt;
+                }
+                continue;
+            }
+            if (which == RT_INLINE2) {
+                net_echo_job j = {q, seq + 1, per};
+                pthread_t th;
+                if (pthread_create(&th, NULL, net_echo_thread, &j)) die("pthread_create failed");
+                for (int i = 0; i < per; i++) {
+                    dlc_frame hb;
+                    dlc_net_event ev;
+                    seq++;
+                    heartbeat_frame(&hb, q->learner, seq, seq);
+                    double t0 = now();
+                    send_or_die(q->cli, q->cpeer, &hb, "ping");
+                    wait_frame(q->cli, DLC_FRAME_HEARTBEAT, MARK + seq, 10, &ev, "pong");
+                    if (b >= 0) into[b * per + i] = now() - t0;
+                    dlc_net_event_release(&ev);
+                }
+                pthread_join(th, NULL);
+                continue;
+            }
+            if (which == RT_ONE) {
+                for (int i = 0; i < per; i++) {
+                    double t0 = now();
+                    bare_one_thread_trip(fd, buf, sz);
+                    if (b >= 0) into[b * per + i] = now() - t0;
                 }
                 continue;
             }
             bare_job j = {fd[1], echo, sz, per};
             pthread_t th;
-            if (pthread_create(&th, NULL, which == 1 ? bare_thread : spin_echo_thread, &j))
+            if (pthread_create(&th, NULL, which == RT_BARE ? bare_thread : spin_echo_thread, &j))
                 die("pthread_create failed");
             for (int i = 0; i < per; i++) {
                 double t0 = now();
                 write_all(fd[0], buf, sz);
-                if (which == 1)
+                if (which == RT_BARE)
                     read_all(fd[0], buf, sz);
                 else
                     read_all_spin(fd[0], buf, sz);
-                if (b >= 0) (which == 1 ? bare : spin)[b * per + i] = now() - t0;
+                if (b >= 0) into[b * per + i] = now() - t0;
             }
             pthread_join(th, NULL);
         }
-    double om = median(ours, trips), bm = median(bare, trips), sm = median(spin, trips);
-    double best = bm < sm ? bm : sm;
-    printf("  median: ours %.1f us, bare blocking %.1f us, bare spinning %.1f us\n", om * 1e6, bm * 1e6, sm * 1e6);
-    printf("  10th-90th percentile: ours %.1f-%.1f us, bare blocking %.1f-%.1f, bare spinning %.1f-%.1f\n",
-           ours[trips / 10] * 1e6, ours[trips * 9 / 10] * 1e6, bare[trips / 10] * 1e6, bare[trips * 9 / 10] * 1e6,
-           spin[trips / 10] * 1e6, spin[trips * 9 / 10] * 1e6);
-    printf("  ours / bare blocking = %.3f, ours / bare spinning = %.3f (medians)\n", om / bm, om / sm);
-    printf("  ours / the faster bare (medians) = %.3f (goal <= 1.5)\n", om / best);
-    int ok = verdict(om / best <= 1.5);
+    static const char *names[RT_KINDS] = {"ours", "blocking", "spinning", "inline", "1-thread", "inline-2"};
+    double m[RT_KINDS];
+    printf("  %-10s %10s %10s %10s\n", "", "median us", "10th pct", "90th pct");
+    for (int k = 0; k < RT_KINDS; k++) {
+        m[k] = median(t[k], trips);
+        printf("  %-10s %10.1f %10.1f %10.1f\n", names[k], m[k] * 1e6, t[k][trips / 10] * 1e6,
+               t[k][trips * 9 / 10] * 1e6);
+    }
+    printf("  with the I/O thread: ours / blocking = %.3f, ours / spinning = %.3f (medians; each hop wakes a "
+           "sleeping thread, as blocking does, which spinning avoids)\n",
+           m[RT_OURS] / m[RT_BARE], m[RT_OURS] / m[RT_SPIN]);
+    printf("  inline: inline / 1-thread = %.3f, inline-2 / spinning = %.3f (goal <= 1.5: the same threads "
+           "doing the same work, no wake-ups)\n",
+           m[RT_INLINE] / m[RT_ONE], m[RT_INLINE2] / m[RT_SPIN]);
+    int ok = verdict(m[RT_INLINE] / m[RT_ONE] <= 1.5);
     close(fd[0]);
     close(fd[1]);
     pair_close(p);
-    free(ours);
-    free(bare);
-    free(spin);
+    pair_close(q);
+    for (int k = 0; k < RT_KINDS; k++) free(t[k]);
     return ok;
 }
 

@@ -89,16 +89,28 @@ typedef struct dlc_net_config {
     const char *tls_cert, *tls_key, *tls_ca;
     int tls_insecure;
     uint64_t seed;           /* reconnect jitter; 0: from the clock */
+    /* 1: no I/O thread; the event loop runs inside dlc_net_poll (and dlc_net_free), on
+     * the one thread that polls, so a frame that arrives while it polls reaches it
+     * without a thread hand-off.  Everything else (heartbeats, timeouts, reconnects,
+     * output beyond what a send writes at once, emulated latency) happens only while
+     * that thread is in dlc_net_poll: poll at least every heartbeat_s.  For a thread
+     * whose job is the network (a syncer's loop); a learner that computes between polls
+     * keeps the I/O thread (0, the default).  Other threads may still send, close and
+     * shape. */
+    int inline_io;
 } dlc_net_config;
 
 DLC_API dlc_net_config dlc_net_default_config(void);
 
 typedef struct dlc_net dlc_net; /* opaque */
 
-/* Checks cfg (every error names the field) and starts the I/O thread; NULL on error. */
+/* Checks cfg (every error names the field) and starts the I/O thread (none with
+ * inline_io); NULL on error. */
 DLC_API dlc_net *dlc_net_new(const dlc_net_config *cfg);
 /* Closes every peer (flushing output up to drain_timeout_s), joins the I/O thread, frees
- * everything, including events not yet polled.  NULL is a no-op. */
+ * everything, including events not yet polled.  With inline_io the flush runs here, on
+ * the caller's thread; a peer answers the close only if its own loop runs meanwhile
+ * (else the wait is drain_timeout_s).  NULL is a no-op. */
 DLC_API void dlc_net_free(dlc_net *net);
 
 /* Listens on "HOST:PORT" (PORT 0: any free port; "[::1]:7070" for IPv6).  Returns the
@@ -158,7 +170,8 @@ typedef struct dlc_net_event {
 
 /* Takes the next event into *ev: 1, or 0 when none arrived within timeout_ms (0: do
  * not wait, -1: wait for ever), or a negative dlc_status.  Call dlc_net_event_release
- * on every event taken. */
+ * on every event taken.  With inline_io it runs the event loop meanwhile, and one thread
+ * at a time may call it (a second gets DLC_ERR_STATE). */
 DLC_API int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms);
 DLC_API void dlc_net_event_release(dlc_net_event *ev);
 

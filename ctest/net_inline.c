@@ -1,0 +1,230 @@
+/*
+ * net_inline.c - dlc_net with inline_io: no I/O thread, the loop runs inside
+ * dlc_net_poll and dlc_net_free.  One thread drives an inline server and an inline
+ * client through the handshake and a 4 MiB exchange each way; a second thread polling
+ * the same net is refused while the first waits; an inline client that stops polling is
+ * lost by its server at the timeout and reconnects once it polls again; dlc_net_free
+ * flushes a frame the loop had not written yet; a poll with nothing to take returns at
+ * its timeout.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include "check.h"
+#include "diloco/net.h"
+
+#define SECRET "inline secret"
+#define BIG (1 << 20) /* floats: a 4 MiB payload, more than one write and read of a socket */
+
+static const int64_t numel[1] = {BIG};
+static const dlc_proto_layout layout = {1, numel, BIG, {128}};
+static float pay[BIG];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static dlc_net_config config(int inline_io) {
+    dlc_net_config c = dlc_net_default_config();
+    c.secret = SECRET, c.secret_len = strlen(SECRET);
+    c.layout = &layout;
+    c.heartbeat_s = 0.1, c.timeout_s = 0.5, c.auth_timeout_s = 1;
+    c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.1, c.drain_timeout_s = 2;
+    c.inline_io = inline_io;
+    return c;
+}
+
+static int connect_to(dlc_net *cl, int port) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    return dlc_net_connect(cl, addr);
+}
+
+/* Polls both nets in turn until one of them yields an event of `kind` (a FRAME: of
+ * `type`), up to secs; the event is left in *out.  Returns the net it came from. */
+static dlc_net *wait_either(dlc_net *a, dlc_net *b, dlc_net_event_kind kind, dlc_frame_type type, double secs,
+                            dlc_net_event *out) {
+    double end = now_s() + secs;
+    while (now_s() < end)
+        for (int i = 0; i < 2; i++) {
+            dlc_net *n = i ? b : a;
+            if (!n || dlc_net_poll(n, out, 2) != 1) continue;
+            if (out->kind == kind && (kind != DLC_NET_FRAME || out->frame.type == type)) return n;
+            dlc_net_event_release(out);
+        }
+    return NULL;
+}
+
+static void fill(float seed) {
+    for (int i = 0; i < BIG; i++) pay[i] = (float)i * 0.25f + seed;
+}
+
+static dlc_frame big_frame(dlc_frame_type type, int64_t version) {
+    dlc_frame f;
+    dlc_frame_init(&f, type);
+    f.msg.fragment = 0, f.msg.version = version, f.msg.codec = DLC_CODEC_F32;
+    f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    return f;
+}
+
+static int is_pay(const dlc_net_event *ev, int64_t version) {
+    return ev->frame.msg.version == version && ev->frame.msg.len == sizeof pay &&
+           memcmp(ev->frame.msg.payload, pay, sizeof pay) == 0;
+}
+
+/* One thread, two inline nets: handshake, 4 MiB there and back. */
+static void test_one_thread(void) {
+    dlc_net_config c = config(1);
+    c.drain_timeout_s = 0.2; /* freeing one net, no one polls the other to answer its close */
+    dlc_net *srv = dlc_net_new(&c), *cl = dlc_net_new(&c);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    int port = dlc_net_listen(srv, "127.0.0.1:0");
+    CHECK(port > 0);
+    int cpeer = connect_to(cl, port);
+    CHECK(cpeer >= 0);
+    dlc_net_event ev;
+    int speer = -1, ready = 0;
+    double end = now_s() + 5;
+    while ((speer < 0 || !ready) && now_s() < end) { /* neither gets there unless both are polled */
+        if (dlc_net_poll(srv, &ev, 2) == 1) {
+            if (ev.kind == DLC_NET_READY) speer = ev.peer;
+            dlc_net_event_release(&ev);
+        }
+        if (dlc_net_poll(cl, &ev, 2) == 1) {
+            if (ev.kind == DLC_NET_READY && ev.peer == cpeer) ready = 1;
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(speer >= 0 && ready);
+    fill(1);
+    dlc_frame f = big_frame(DLC_FRAME_CONTRIBUTION, 3);
+    CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_OK);
+    CHECK(wait_either(srv, cl, DLC_NET_FRAME, DLC_FRAME_CONTRIBUTION, 5, &ev) == srv);
+    CHECK(is_pay(&ev, 3));
+    dlc_net_event_release(&ev);
+    fill(2);
+    f = big_frame(DLC_FRAME_FRAGMENT, 4);
+    CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK);
+    CHECK(wait_either(srv, cl, DLC_NET_FRAME, DLC_FRAME_FRAGMENT, 5, &ev) == cl);
+    CHECK(is_pay(&ev, 4));
+    dlc_net_event_release(&ev);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, speer, &k) == DLC_OK);
+    CHECK(k.frames_in[DLC_FRAME_CONTRIBUTION] == 1 && k.frames_out[DLC_FRAME_FRAGMENT] == 1);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
+typedef struct {
+    dlc_net *net;
+    int rc;
+    double took;
+} poller;
+
+static void *poll_main(void *arg) {
+    poller *p = arg;
+    dlc_net_event ev;
+    double t0 = now_s();
+    p->rc = dlc_net_poll(p->net, &ev, 400);
+    p->took = now_s() - t0;
+    if (p->rc == 1) dlc_net_event_release(&ev);
+    return NULL;
+}
+
+/* One thread at a time polls an inline net; a poll with nothing returns at its timeout. */
+static void test_one_poller(void) {
+    dlc_net_config c = config(1);
+    dlc_net *net = dlc_net_new(&c);
+    CHECK_OK(net);
+    poller p = {net, -99, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, poll_main, &p);
+    sleep_s(0.1);
+    dlc_net_event ev;
+    int rc = dlc_net_poll(net, &ev, 0);
+    CHECK(rc == DLC_ERR_STATE && strstr(dlc_last_error(), "another thread is polling this net"));
+    pthread_join(th, NULL);
+    CHECK(p.rc == 0 && p.took >= 0.39 && p.took < 1.5);
+    double t0 = now_s();
+    CHECK(dlc_net_poll(net, &ev, 200) == 0); /* and the first poller's turn is over */
+    double took = now_s() - t0;
+    CHECK(took >= 0.19 && took < 1.0);
+    dlc_net_free(net);
+}
+
+/* An inline client does nothing while it is not polled: its server loses it at the
+ * timeout; when it polls again it learns it was lost and reconnects. */
+static void test_not_polled(void) {
+    dlc_net_config sc = config(0), cc = config(1);
+    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    int port = dlc_net_listen(srv, "127.0.0.1:0");
+    int cpeer = connect_to(cl, port);
+    dlc_net_event ev;
+    CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+    dlc_net_event_release(&ev);
+    CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+    dlc_net_event_release(&ev);
+    /* heartbeats flow while the client polls: nothing is lost for 1 s */
+    CHECK(wait_either(cl, srv, DLC_NET_LOST, 0, 1.0, &ev) == NULL);
+    /* now only the server is polled */
+    CHECK(wait_either(srv, NULL, DLC_NET_LOST, 0, 3, &ev) == srv);
+    CHECK(ev.code == DLC_PERR_TIMEOUT);
+    dlc_net_event_release(&ev);
+    CHECK(wait_either(cl, srv, DLC_NET_LOST, 0, 3, &ev) == cl && ev.peer == cpeer);
+    dlc_net_event_release(&ev);
+    CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
+/* dlc_net_free of an inline net writes what a send left queued before it closes. */
+static void test_free_flushes(void) {
+    dlc_net_config sc = config(0), cc = config(1);
+    sc.timeout_s = cc.timeout_s = 5, sc.heartbeat_s = cc.heartbeat_s = 1;
+    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    int port = dlc_net_listen(srv, "127.0.0.1:0");
+    int cpeer = connect_to(cl, port);
+    dlc_net_event ev;
+    for (int n = 0; n < 2; n++) {
+        CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+        dlc_net_event_release(&ev);
+    }
+    fill(3);
+    dlc_frame f = big_frame(DLC_FRAME_CONTRIBUTION, 9);
+    /* capped at 40 MB/s, the send cannot write itself: all 4 MiB wait for the loop */
+    CHECK(dlc_net_shape(cl, cpeer, 40e6, 0) == DLC_OK);
+    CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_OK);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK);
+    CHECK(k.queued >= sizeof pay);
+    double t0 = now_s();
+    dlc_net_free(cl);
+    CHECK(now_s() - t0 >= 0.08); /* it waited for the cap to let 4 MiB out */
+    CHECK(wait_either(srv, NULL, DLC_NET_FRAME, DLC_FRAME_CONTRIBUTION, 5, &ev) == srv);
+    CHECK(is_pay(&ev, 9));
+    dlc_net_event_release(&ev);
+    dlc_net_free(srv);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    test_one_thread();
+    test_one_poller();
+    test_not_polled();
+    test_free_flushes();
+    return check_done("net_inline");
+}
