@@ -83,6 +83,17 @@ evnode *dlcn_ev_new(dlc_net_event_kind kind, int peer) {
     return n;
 }
 
+/* An event for a received frame: like dlcn_ev_new, but the frame is left for
+ * dlc_proto_decode to initialize (it zeroes it), not zeroed twice. */
+static evnode *ev_new_frame(int peer) {
+    evnode *n = malloc(sizeof *n);
+    if (!n) return NULL;
+    n->next = NULL, n->bytes = 0;
+    n->ev.kind = DLC_NET_FRAME, n->ev.peer = peer, n->ev.code = 0, n->ev.text[0] = '\0';
+    n->ev.arg = NULL, n->ev.owned_ = NULL;
+    return n;
+}
+
 /* Takes ownership of n. */
 void dlcn_ev_post(dlc_net *net, evnode *n) {
     if (!n) return;
@@ -587,7 +598,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
 
 static void on_frame(conn *c, uint8_t *buf, size_t len) {
     dlc_net *net = c->net;
-    evnode *n = dlcn_ev_new(DLC_NET_FRAME, c->id);
+    evnode *n = ev_new_frame(c->id);
     if (!n) {
         dlcn_rx_free(buf);
         conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");

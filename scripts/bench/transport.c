@@ -50,6 +50,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include "diloco/diloco.h"
 #include "diloco/net.h"
@@ -516,7 +517,20 @@ static void *net_echo_thread(void *arg) {
     return NULL;
 }
 
-enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_KINDS };
+/* bare_one_thread_trip with each read preceded by epoll_wait on the socket, as any
+ * transport serving many connections must ask which one is readable (for information:
+ * the part of inline's cost that multiplexing itself takes). */
+static void bare_epoll_trip(int ep, int fd[2], uint8_t *buf, size_t sz) {
+    struct epoll_event e;
+    write_all(fd[0], buf, sz);
+    if (epoll_wait(ep, &e, 1, -1) != 1 || e.data.fd != fd[1]) die("bare epoll_wait: %s", strerror(errno));
+    read_all(fd[1], buf, sz);
+    write_all(fd[1], buf, sz);
+    if (epoll_wait(ep, &e, 1, -1) != 1 || e.data.fd != fd[0]) die("bare epoll_wait: %s", strerror(errno));
+    read_all(fd[0], buf, sz);
+}
+
+enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_EPOLL, RT_KINDS };
 
 static int bench_roundtrip(int trips) {
     bench_pair *p = pair_open(1024), *q = pair_open_mode(1024, 1);
@@ -525,6 +539,11 @@ static int bench_roundtrip(int trips) {
     size_t sz = wire_bytes(&f, NULL);
     int fd[2];
     bare_pair(fd);
+    int ep = epoll_create1(0);
+    for (int k = 0; k < 2; k++) {
+        struct epoll_event e = {.events = EPOLLIN, .data.fd = fd[k]};
+        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd[k], &e) != 0) die("epoll: %s", strerror(errno));
+    }
     int batches = 10, per = (trips + batches - 1) / batches;
     trips = per * batches;
     double *t[RT_KINDS];
@@ -541,7 +560,9 @@ static int bench_roundtrip(int trips) {
            "  inline    the nets with inline_io: the polling thread runs their loops, no I/O thread\n"
            "  1-thread  bare, one thread writing one socket and reading the other, no echo thread\n"
            "  inline-2  the nets with inline_io, each polled by its own thread (the server's echoes), as "
-           "spinning\n",
+           "spinning\n"
+           "  1-epoll   1-thread with an epoll_wait before each read (for information: what multiplexing "
+           "connections costs any transport)\n",
            sz, sz, trips, batches, SPIN_S * 1e6, SPIN_S * 1e6);
     int64_t seq = 0;
     for (int b = -1; b < batches; b++)
@@ -573,6 +594,14 @@ static int bench_roundtrip(int trips) {
                 pthread_join(th, NULL);
                 continue;
             }
+            if (which == RT_EPOLL) {
+                for (int i = 0; i < per; i++) {
+                    double t0 = now();
+                    bare_epoll_trip(ep, fd, buf, sz);
+                    if (b >= 0) into[b * per + i] = now() - t0;
+                }
+                continue;
+            }
             if (which == RT_ONE) {
                 for (int i = 0; i < per; i++) {
                     double t0 = now();
@@ -596,7 +625,8 @@ static int bench_roundtrip(int trips) {
             }
             pthread_join(th, NULL);
         }
-    static const char *names[RT_KINDS] = {"ours", "blocking", "spinning", "inline", "1-thread", "inline-2"};
+    static const char *names[RT_KINDS] = {"ours",     "blocking", "spinning", "inline",
+                                          "1-thread", "inline-2", "1-epoll"};
     double m[RT_KINDS];
     printf("  %-10s %10s %10s %10s\n", "", "median us", "10th pct", "90th pct");
     for (int k = 0; k < RT_KINDS; k++) {
@@ -610,7 +640,11 @@ static int bench_roundtrip(int trips) {
     printf("  inline: inline / 1-thread = %.3f, inline-2 / spinning = %.3f (goal <= 1.5: the same threads "
            "doing the same work, no wake-ups)\n",
            m[RT_INLINE] / m[RT_ONE], m[RT_INLINE2] / m[RT_SPIN]);
+    printf("  for information: 1-epoll / 1-thread = %.3f (multiplexing), inline / 1-epoll = %.3f (the rest: "
+           "libevent, framing, the event queue)\n",
+           m[RT_EPOLL] / m[RT_ONE], m[RT_INLINE] / m[RT_EPOLL]);
     int ok = verdict(m[RT_INLINE] / m[RT_ONE] <= 1.5);
+    close(ep);
     close(fd[0]);
     close(fd[1]);
     pair_close(p);
