@@ -126,9 +126,59 @@ static void bulk_lowat(conn *c, size_t n) {
 }
 
 static void bulk_stop(conn *c) {
-    if (c->in_bulk) event_del(c->bulk);
     if (c->in_bulk) bulk_lowat(c, 0);
     c->in_bulk = 0;
+}
+
+/* ---- input: where received bytes wait before they are framed ---- */
+
+/* Plain TCP: our read event; TLS: the bufferevent's reading. */
+static void read_enable(conn *c, int on) {
+    if (!c->own_out) {
+        if (!c->bev) return;
+        if (on) bufferevent_enable(c->bev, EV_READ);
+        else bufferevent_disable(c->bev, EV_READ);
+        return;
+    }
+    if (!c->rev || c->rev_on == on) return;
+    if (on ? event_add(c->rev, NULL) == 0 : event_del(c->rev) == 0) c->rev_on = on;
+}
+
+/* Bytes received and not yet framed. */
+static size_t in_avail(conn *c) {
+    if (c->own_out) return c->ib_len - c->ib_off;
+    return c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
+}
+
+/* Copies up to n of them into dst, removing them if take; returns how many. */
+static size_t in_copy(conn *c, void *dst, size_t n, int take) {
+    size_t have = in_avail(c);
+    if (n > have) n = have;
+    if (!n) return 0;
+    if (c->own_out) {
+        memcpy(dst, c->ib + c->ib_off, n);
+        if (take) c->ib_off += n;
+        if (c->ib_off == c->ib_len) c->ib_off = c->ib_len = 0;
+        return n;
+    }
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    return (size_t)(take ? evbuffer_remove(in, dst, n) : evbuffer_copyout(in, dst, n));
+}
+
+static void in_drop(conn *c) {
+    if (c->own_out) c->ib_off = c->ib_len = 0;
+    else if (c->bev) evbuffer_drain(bufferevent_get_input(c->bev), in_avail(c));
+}
+
+/* The peer closed (eof) or the socket failed (errno err) under a read. */
+static void conn_ended(conn *c, int eof, int err) {
+    if (c->state == DLC_CONN_CLOSED) return;
+    if (c->state != DLC_CONN_DRAINING && !c->end_code) { /* a drain keeps the reason it started with */
+        c->end_code = DLC_PERR_NONE;
+        snprintf(c->end_text, sizeof c->end_text, "%s",
+                 eof ? "connection closed by the peer" : evutil_socket_error_to_string(err));
+    }
+    dlcn_conn_close_now(c);
 }
 
 /* The legal transitions (docs/transport.md has the diagram). */
@@ -334,7 +384,8 @@ static void finish_draining(conn *c) {
 static void start_draining(conn *c) {
     bulk_stop(c);
     set_state(c, DLC_CONN_DRAINING);
-    bufferevent_enable(c->bev, EV_READ); /* input is read and dropped (on_read), never left to cause a reset */
+    in_drop(c);
+    read_enable(c, 1); /* input is read and dropped (on_read), never left to cause a reset */
     c->deadline = now_s() + c->net->cfg.drain_timeout_s;
     finish_draining(c);
     if (c->state == DLC_CONN_DRAINING) dlcn_conn_arm(c);
@@ -399,6 +450,7 @@ void dlcn_reap(dlc_net *net) {
         conn *next = c->grave;
         if (c->timer) event_free(c->timer);
         if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
+        free(c->ib);
         pthread_mutex_destroy(&c->wlock);
         free(c);
         c = next;
@@ -414,8 +466,10 @@ void dlcn_conn_close_now(conn *c) {
     bool was_connecting = c->state == DLC_CONN_CONNECTING;
     set_state(c, DLC_CONN_CLOSED);
     if (c->own_out) dlcn_out_stop(c);
-    if (c->bulk) event_free(c->bulk); /* before the fd closes with the bufferevent */
-    c->bulk = NULL, c->in_bulk = 0;
+    if (c->rev) event_free(c->rev); /* before the fd closes with the bufferevent */
+    c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
+    free(c->ib);
+    c->ib = NULL, c->ib_off = c->ib_len = 0;
     if (c->bev) {
         bufferevent_free(c->bev); /* payloads still referenced are released by libevent */
         c->bev = NULL;
@@ -646,8 +700,7 @@ void dlcn_pause_reading(dlc_net *net, int pause) {
     for (int i = 0; i < net->npeers; i++) {
         conn *c = net->peers[i];
         if (!c || !c->bev || c->in_bulk || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
-        if (pause) bufferevent_disable(c->bev, EV_READ);
-        else bufferevent_enable(c->bev, EV_READ);
+        read_enable(c, !pause);
     }
 }
 
@@ -674,11 +727,9 @@ static int bulk_read(conn *c, size_t wake_at_most) {
             continue;
         }
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+        int err = errno;
         bulk_stop(c);
-        c->end_code = DLC_PERR_NONE;
-        snprintf(c->end_text, sizeof c->end_text, "%s",
-                 r == 0 ? "connection closed by the peer" : evutil_socket_error_to_string(errno));
-        dlcn_conn_close_now(c);
+        conn_ended(c, r == 0, err);
         return 1;
     }
     double t = now_s();
@@ -699,7 +750,7 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     pthread_mutex_lock(&net->lock);
     bool paused = net->paused;
     pthread_mutex_unlock(&net->lock);
-    if (!paused) bufferevent_enable(c->bev, EV_READ);
+    if (paused) read_enable(c, 0); /* it read past a pause to finish this body */
     uint8_t *buf = c->inbuf;
     size_t len = c->inlen;
     c->inbuf = NULL, c->inlen = c->inhave = 0;
@@ -708,30 +759,71 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     return 1;
 }
 
-static void on_bulk(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
-    bulk_read(arg, NET_LOWAT_MAX);
+/* Plain TCP: the socket is readable.  One recv(): into the body being filled when
+ * nothing else waits ahead of it, else into ib; dropped while draining. */
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    conn *c = arg;
+    if (c->in_bulk) {
+        bulk_read(c, NET_LOWAT_MAX);
+        return;
+    }
+    uint8_t *dst;
+    size_t cap;
+    int body = 0;
+    if (c->state == DLC_CONN_DRAINING) {
+        c->ib_off = c->ib_len = 0;
+        dst = c->ib, cap = NET_IB;
+    } else if (c->inbuf && c->ib_off == c->ib_len) {
+        dst = c->inbuf + c->inhave, cap = c->inlen - c->inhave, body = 1;
+    } else {
+        if (c->ib_off) memmove(c->ib, c->ib + c->ib_off, c->ib_len - c->ib_off), c->ib_len -= c->ib_off, c->ib_off = 0;
+        dst = c->ib + c->ib_len, cap = NET_IB - c->ib_len;
+        if (cap == 0) { /* framing stopped (the app is behind): wait for it */
+            read_enable(c, 0);
+            return;
+        }
+    }
+    ssize_t r = recv(fd, dst, cap, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (r <= 0) {
+        conn_ended(c, r == 0, errno);
+        return;
+    }
+    if (c->state == DLC_CONN_DRAINING) return;
+    if (body) c->inhave += (size_t)r;
+    else c->ib_len += (size_t)r;
+    dlcn_on_read(c->bev, c);
 }
 
-static void bulk_start(conn *c) {
+/* Plain TCP, once connected: we read the socket from now on, libevent does not. */
+static int in_start(conn *c) {
     evutil_socket_t fd = bufferevent_getfd(c->bev);
-    if (fd < 0) return;
-    if (c->bulk && event_get_fd(c->bulk) != fd) event_free(c->bulk), c->bulk = NULL;
-    if (!c->bulk) c->bulk = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_bulk, c);
-    if (!c->bulk || event_add(c->bulk, NULL) != 0) return; /* the bufferevent keeps reading */
+    if (fd < 0) return -1;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->rev) event_free(c->rev);
+    c->rev = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    if (!c->ib) c->ib = malloc(NET_IB);
+    if (!c->rev || !c->ib) return -1;
+    c->rev_on = 0, c->ib_off = c->ib_len = 0;
+    read_enable(c, 1);
+    return 0;
+}
+
+/* A large body from here on is read at the threshold (plain TCP). */
+static void bulk_start(conn *c) {
     c->in_bulk = 1;
     c->bulk_fresh = 0, c->bulk_t = now_s();
     bulk_lowat(c, NET_LOWAT_MIN);
 }
 
 void dlcn_on_read(struct bufferevent *bev, void *arg) {
+    (void)bev;
     conn *c = arg;
     dlc_net *net = c->net;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (c->in_bulk) return; /* the body is being read past libevent */
+    if (c->in_bulk) return; /* the body is being read at its threshold */
     if (c->state == DLC_CONN_DRAINING) { /* closing: what the peer still sends is dropped */
-        evbuffer_drain(in, evbuffer_get_length(in));
+        in_drop(c);
         return;
     }
     while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
@@ -741,12 +833,12 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 return;
             }
             uint8_t prefix[DLC_PROTO_PREFIX];
-            ev_ssize_t have = evbuffer_copyout(in, prefix, sizeof prefix);
-            if (have <= 0) return;
+            size_t have = in_copy(c, prefix, sizeof prefix, 0);
+            if (have == 0) return;
             size_t need;
             dlc_frame_type type;
             int why;
-            if (dlc_proto_peek(prefix, (size_t)have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
+            if (dlc_proto_peek(prefix, have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
                 conn_fail(c, why, "%s%s", dlc_last_error(),
                           c->state == DLC_CONN_AUTHENTICATING ? " (before authentication)" : "");
                 return;
@@ -759,13 +851,9 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
             }
             c->inlen = need, c->inhave = 0;
         }
-        size_t avail = evbuffer_get_length(in), take = c->inlen - c->inhave;
-        if (avail == 0) return;
-        if (take > avail) take = avail;
-        evbuffer_remove(in, c->inbuf + c->inhave, take);
-        c->inhave += take;
+        c->inhave += in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
         if (c->inhave < c->inlen) {
-            if (!net->ssl && c->inlen - c->inhave >= NET_BULK_MIN && evbuffer_get_length(in) == 0) bulk_start(c);
+            if (c->own_out && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0) bulk_start(c);
             return;
         }
         uint8_t *buf = c->inbuf;
@@ -791,7 +879,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         if (c->state != DLC_CONN_CONNECTING) return;
         int fd = bufferevent_getfd(bev), one = 1;
         if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (c->own_out && dlcn_out_start(c) < 0) {
+        if (c->own_out && (dlcn_out_start(c) < 0 || in_start(c) < 0)) {
             snprintf(c->end_text, sizeof c->end_text, "out of memory starting a connection");
             dlcn_conn_close_now(c);
             return;
@@ -992,7 +1080,8 @@ static void conn_attach(conn *c, struct bufferevent *bev) {
      * callbacks for a 64 MiB fragment.  Let each call move up to what the socket takes. */
     bufferevent_set_max_single_read(bev, 1u << 20);
     bufferevent_set_max_single_write(bev, 4u << 20);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    /* plain TCP: libevent only connects (EV_WRITE); in_start and dlcn_out_start take over */
+    bufferevent_enable(bev, c->own_out ? EV_WRITE : EV_READ | EV_WRITE);
     dlcn_apply_shape(c);
 }
 
@@ -1087,7 +1176,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     }
     c->state = DLC_CONN_AUTHENTICATING; /* born there: accepted sockets skip CONNECTING */
     conn_attach(c, bev);
-    if (c->own_out && dlcn_out_start(c) < 0) {
+    if (c->own_out && (dlcn_out_start(c) < 0 || in_start(c) < 0)) {
         snprintf(c->end_text, sizeof c->end_text, "out of memory accepting a connection");
         dlcn_conn_close_now(c);
         return;

@@ -39,9 +39,11 @@
 #define NET_SECRET_MAX 4096
 /* Largest peer id: ids are never reused within a net, up to this many connections. */
 #define NET_PEERS_MAX (1 << 22)
-/* A frame body at least this long is read with recv() straight into its buffer
- * (plain TCP), instead of through libevent's input buffer: one copy, as a bare socket. */
+/* A frame body at least this long is read with a read threshold (below). */
 #define NET_BULK_MIN ((size_t)256 << 10)
+/* A plain-TCP connection's read buffer for what is not a frame body (prefixes, headers,
+ * small frames), allocated when it is connected. */
+#define NET_IB ((size_t)16 << 10)
 /* While a body is read that way, the socket reports readable only once this much of it
  * is waiting (SO_RCVLOWAT), so a fast link is read in large gulps, few wake-ups per
  * frame as a blocking read() gets: at least NET_LOWAT_MIN (a new body, a slow link,
@@ -106,8 +108,14 @@ typedef struct conn {
     dlc_conn_state state;
     struct bufferevent *bev;
     struct event *timer;
-    struct event *bulk;      /* plain TCP: reads a large frame's body straight into inbuf */
-    int in_bulk;             /* bulk is armed and the bufferevent does not read */
+    /* Plain TCP input (the conns with own_out): read with recv(), not through libevent's
+     * input buffer.  A frame body goes straight into inbuf; ib holds what a read brought
+     * beyond it (prefixes, headers, small frames): ib[ib_off..ib_len). */
+    struct event *rev;       /* EV_READ on the fd */
+    int rev_on;
+    uint8_t *ib;
+    size_t ib_off, ib_len;
+    int in_bulk;             /* a large body is being read with the SO_RCVLOWAT threshold */
     int lowat;               /* the fd's SO_RCVLOWAT while in_bulk (0: the default, 1) */
     size_t bulk_fresh;       /* body bytes read since the last that kept the peer alive */
     double bulk_t;           /* when the body was last read */

@@ -567,28 +567,33 @@ static int take_event(dlc_net *net, dlc_net_event *ev) {
 static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
     if (atomic_flag_test_and_set(&net->polling))
         return dlc_error(DLC_ERR_STATE, "dlc_net_poll: another thread is polling this net (inline_io: one thread polls)");
-    double t0 = now_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
-    int got = 0;
-    dlcn_reap(net);
-    for (;;) {
-        if ((got = take_event(net, ev))) break;
-        double t = now_s();
-        if (timeout_ms == 0 || t < spin_end) {
-            event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
-            if (timeout_ms == 0) {
-                got = take_event(net, ev);
-                break;
-            }
-            continue;
-        }
-        if (timeout_ms > 0 && t >= end) break;
-        if (timeout_ms > 0) {
-            struct timeval tv = tv_of(end - t);
-            evtimer_add(net->poll_timer, &tv);
-        }
-        event_base_loop(net->base, EVLOOP_ONCE);
+    /* first what is waiting, then one pass of the loop: no clock read on this path */
+    int got = take_event(net, ev);
+    if (!got) {
+        event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
+        got = take_event(net, ev);
     }
-    if (timeout_ms > 0) evtimer_del(net->poll_timer);
+    if (!got && timeout_ms != 0) {
+        double t0 = now_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
+        int timer = 0;
+        for (;;) {
+            double t = now_s();
+            if (t < spin_end) {
+                event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
+            } else {
+                if (timeout_ms > 0 && t >= end) break;
+                if (timeout_ms > 0) {
+                    struct timeval tv = tv_of(end - t);
+                    evtimer_add(net->poll_timer, &tv);
+                    timer = 1;
+                }
+                event_base_loop(net->base, EVLOOP_ONCE);
+            }
+            if ((got = take_event(net, ev))) break;
+        }
+        if (timer) evtimer_del(net->poll_timer);
+    }
+    dlcn_reap(net);
     atomic_flag_clear(&net->polling);
     return got;
 }
