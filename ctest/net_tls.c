@@ -143,6 +143,10 @@ int main(void) {
     /* and after all of them, a good client still gets through */
     cc.secret = "tls secret", cc.secret_len = 10;
     CHECK(exchange(cc, port, why, sizeof why));
+    /* also one without an I/O thread: the TLS handshake runs in its polls */
+    cc.inline_io = 1;
+    CHECK(exchange(cc, port, why, sizeof why));
+    cc.inline_io = 0;
 
     /* configuration errors name the file */
     dlc_net_config bad = config();
