@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "diloco/net.h"
+#include "net_clock.h"
 
 #define SECRET "correct horse battery staple"
 #define NUMEL 1024
@@ -35,17 +36,6 @@ static dlc_net *server;
 static int port;
 static pthread_t echo_thread;
 static atomic_int echo_stop, last_ready = -1, refused[DLC_PERR_COUNT], lost[DLC_PERR_COUNT];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static void free_copy(const void *p, void *arg) {
     (void)arg;

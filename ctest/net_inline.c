@@ -13,6 +13,7 @@
 #include <time.h>
 #include "check.h"
 #include "diloco/net.h"
+#include "net_clock.h"
 
 #define SECRET "inline secret"
 #define BIG (1 << 20) /* floats: a 4 MiB payload, more than one write and read of a socket */
@@ -20,17 +21,6 @@
 static const int64_t numel[1] = {BIG};
 static const dlc_proto_layout layout = {1, numel, BIG, {128}};
 static float pay[BIG];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 static dlc_net_config config(int inline_io) {
     dlc_net_config c = dlc_net_default_config();
@@ -161,20 +151,26 @@ static void test_one_poller(void) {
     dlc_net_free(net);
 }
 
+/* A server with an I/O thread and an inline client connected to it, both READY. */
+static void open_pair(dlc_net_config sc, dlc_net_config cc, dlc_net **srv, dlc_net **cl, int *cpeer) {
+    *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(*srv);
+    CHECK_OK(*cl);
+    *cpeer = connect_to(*cl, dlc_net_listen(*srv, "127.0.0.1:0"));
+    dlc_net_event ev;
+    for (int n = 0; n < 2; n++) { /* one READY on each side */
+        CHECK(wait_either(*cl, *srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+        dlc_net_event_release(&ev);
+    }
+}
+
 /* An inline client does nothing while it is not polled: its server loses it at the
  * timeout; when it polls again it learns it was lost and reconnects. */
 static void test_not_polled(void) {
-    dlc_net_config sc = config(0), cc = config(1);
-    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
-    CHECK_OK(srv);
-    CHECK_OK(cl);
-    int port = dlc_net_listen(srv, "127.0.0.1:0");
-    int cpeer = connect_to(cl, port);
+    dlc_net *srv, *cl;
+    int cpeer;
+    open_pair(config(0), config(1), &srv, &cl, &cpeer);
     dlc_net_event ev;
-    CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
-    dlc_net_event_release(&ev);
-    CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
-    dlc_net_event_release(&ev);
     /* heartbeats flow while the client polls: nothing is lost for 1 s */
     CHECK(wait_either(cl, srv, DLC_NET_LOST, 0, 1.0, &ev) == NULL);
     /* now only the server is polled */
@@ -193,16 +189,10 @@ static void test_not_polled(void) {
 static void test_free_flushes(void) {
     dlc_net_config sc = config(0), cc = config(1);
     sc.timeout_s = cc.timeout_s = 5, sc.heartbeat_s = cc.heartbeat_s = 1;
-    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
-    CHECK_OK(srv);
-    CHECK_OK(cl);
-    int port = dlc_net_listen(srv, "127.0.0.1:0");
-    int cpeer = connect_to(cl, port);
+    dlc_net *srv, *cl;
+    int cpeer;
+    open_pair(sc, cc, &srv, &cl, &cpeer);
     dlc_net_event ev;
-    for (int n = 0; n < 2; n++) {
-        CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
-        dlc_net_event_release(&ev);
-    }
     fill(3);
     dlc_frame f = big_frame(DLC_FRAME_CONTRIBUTION, 9);
     /* capped at 40 MB/s, the send cannot write itself: all 4 MiB wait for the loop */

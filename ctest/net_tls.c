@@ -13,15 +13,10 @@
 #include <unistd.h>
 #include "check.h"
 #include "diloco/net.h"
+#include "net_clock.h"
 
 static char dir[] = "/tmp/dlc_tlsXXXXXX";
 static char ca[300], cert[300], key[300], other_ca[300];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int sh(const char *fmt, const char *a) {
     char cmd[2048];
