@@ -1,6 +1,7 @@
 /* conn.c - one connection of the transport (net.h, docs/transport.md): its state
  * machine, the handshake, framing in and out, timers, closing and reconnecting.  Runs on
- * the I/O thread only; what other threads read of a conn is under net->lock (internal.h). */
+ * the I/O thread only (with inline_io: the thread in dlc_net_poll or dlc_net_free); what
+ * other threads read of a conn is under net->lock (internal.h). */
 #include "internal.h"
 
 static const char *const state_names[] = {"connecting", "authenticating", "ready", "draining", "closed"};
@@ -1072,9 +1073,9 @@ void dlcn_apply_shape(conn *c) {
 static void conn_attach(conn *c, struct bufferevent *bev) {
     c->bev = bev;
     bufferevent_setcb(bev, dlcn_on_read, on_write, on_event, c);
-    /* High read watermark: at most 4 MiB sit in libevent's input buffer; dlcn_on_read moves
-     * them into the frame's own buffer, or stops (the app is behind) and libevent stops
-     * reading the socket: TCP pushes back on the peer. */
+    /* TLS (plain TCP reads past libevent, on_readable): at most 4 MiB sit in libevent's
+     * input buffer; dlcn_on_read moves them into the frame's own buffer, or stops (the app
+     * is behind) and libevent stops reading the socket: TCP pushes back on the peer. */
     bufferevent_setwatermark(bev, EV_READ, 0, 4u << 20);
     /* libevent moves 16 KiB per read or write call by default: 4096 system calls and
      * callbacks for a 64 MiB fragment.  Let each call move up to what the socket takes. */

@@ -1,19 +1,24 @@
 /* net.c - the transport's API (net.h, docs/transport.md): one I/O thread running a
- * libevent loop, the bounded queues between it and everyone else, addresses, the
- * configuration.  The connections themselves are conn.c.
+ * libevent loop (with inline_io none: dlc_net_poll runs the loop), the bounded queues
+ * between it and everyone else, addresses, the configuration.  The connections
+ * themselves are conn.c.
  *
  * Threads and ownership:
- *   - The I/O thread owns every conn's libevent objects and input buffers.
+ *   - The I/O thread owns every conn's libevent objects and input buffers.  With
+ *     inline_io, "the I/O thread" below is whichever thread is in dlc_net_poll (one at a
+ *     time, net->polling) or dlc_net_free.
  *   - net->lock guards the peer table, each conn's state, queued bytes and flags read by
  *     other threads, the command list and the event list.  A conn leaves the peer
  *     table only on the I/O thread with the lock held, and its memory waits in the
  *     graveyard until reap(), so a thread holding the lock may read any conn in the
  *     table, and a callback still running on a closed conn reads valid memory.
  *   - A frame's payload passed to dlc_net_send belongs to the net until its free
- *     function runs (on the I/O thread, when libevent has written the bytes or the conn
- *     is gone); it is handed to the socket by reference (evbuffer_add_reference).
- *   - A received frame is read once, from the socket buffer into one malloc'd buffer of
- *     the size its checked prefix declared; that buffer becomes the event's.
+ *     function runs (when the bytes are written or the conn is gone); it is written from
+ *     the sender's memory (writev on plain TCP, net/out.c; evbuffer_add_reference on
+ *     TLS).
+ *   - A received frame goes into one malloc'd buffer of the size its checked prefix
+ *     declared, which becomes the event's: its body read straight into it on plain TCP,
+ *     its first bytes (and any small frame) through the conn's read buffer.
  */
 #include "internal.h"
 

@@ -4,8 +4,9 @@
  * per-peer counters and WAN emulation.  libdiloco_net, the only code of diloco with
  * sockets and threads (core/ stays sans-IO); docs/transport.md is the guide.
  *
- * One dlc_net owns one I/O thread running an event loop.  Any other thread talks to it
- * through two bounded queues of byte buffers, never tensors:
+ * One dlc_net owns one I/O thread running an event loop (or none, with inline_io: the
+ * loop runs inside dlc_net_poll).  Any other thread talks to it through two bounded
+ * queues of byte buffers, never tensors:
  *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, ...): they never block;
  *                a full queue or a peer over its output limit is an error the sender sees;
  *   events out   (dlc_net_poll): frames received, peers connected, lost, refused.
