@@ -118,70 +118,6 @@ void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int co
 
 /* ---- connection state ---- */
 
-/* The socket wakes the bulk reader once n bytes are waiting (n 0: the default). */
-static void bulk_lowat(conn *c, size_t n) {
-    int v = n > 1 ? (int)n : 1;
-    evutil_socket_t fd = c->bev ? bufferevent_getfd(c->bev) : -1;
-    if (v == (c->lowat > 1 ? c->lowat : 1) || fd < 0) return;
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) c->lowat = v;
-}
-
-static void bulk_stop(conn *c) {
-    if (c->in_bulk) bulk_lowat(c, 0);
-    c->in_bulk = 0;
-}
-
-/* ---- input: where received bytes wait before they are framed ---- */
-
-/* Plain TCP: our read event; TLS: the bufferevent's reading. */
-static void read_enable(conn *c, int on) {
-    if (!c->own_out) {
-        if (!c->bev) return;
-        if (on) bufferevent_enable(c->bev, EV_READ);
-        else bufferevent_disable(c->bev, EV_READ);
-        return;
-    }
-    if (!c->rev || c->rev_on == on) return;
-    if (on ? event_add(c->rev, NULL) == 0 : event_del(c->rev) == 0) c->rev_on = on;
-}
-
-/* Bytes received and not yet framed. */
-static size_t in_avail(conn *c) {
-    if (c->own_out) return c->ib_len - c->ib_off;
-    return c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
-}
-
-/* Copies up to n of them into dst, removing them if take; returns how many. */
-static size_t in_copy(conn *c, void *dst, size_t n, int take) {
-    size_t have = in_avail(c);
-    if (n > have) n = have;
-    if (!n) return 0;
-    if (c->own_out) {
-        memcpy(dst, c->ib + c->ib_off, n);
-        if (take) c->ib_off += n;
-        if (c->ib_off == c->ib_len) c->ib_off = c->ib_len = 0;
-        return n;
-    }
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    return (size_t)(take ? evbuffer_remove(in, dst, n) : evbuffer_copyout(in, dst, n));
-}
-
-static void in_drop(conn *c) {
-    if (c->own_out) c->ib_off = c->ib_len = 0;
-    else if (c->bev) evbuffer_drain(bufferevent_get_input(c->bev), in_avail(c));
-}
-
-/* The peer closed (eof) or the socket failed (errno err) under a read. */
-static void conn_ended(conn *c, int eof, int err) {
-    if (c->state == DLC_CONN_CLOSED) return;
-    if (c->state != DLC_CONN_DRAINING && !c->end_code) { /* a drain keeps the reason it started with */
-        c->end_code = DLC_PERR_NONE;
-        snprintf(c->end_text, sizeof c->end_text, "%s",
-                 eof ? "connection closed by the peer" : evutil_socket_error_to_string(err));
-    }
-    dlcn_conn_close_now(c);
-}
-
 /* The legal transitions (docs/transport.md has the diagram). */
 static bool legal(dlc_conn_state from, dlc_conn_state to) {
     switch (from) {
@@ -205,16 +141,6 @@ static void set_state(conn *c, dlc_conn_state to) {
 
 void dlcn_conn_arm(conn *c);
 void dlcn_conn_close_now(conn *c);
-static void conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void dlcn_on_read(struct bufferevent *bev, void *arg);
-
-static double frame_limit(const conn *c) {
-    /* tight until the peer has proved it knows the secret: the server after the
-     * client's proof (step 2), the client after the server's challenge (step 1) */
-    return c->state == DLC_CONN_READY || (c->state == DLC_CONN_AUTHENTICATING && c->step >= (c->client ? 1 : 2))
-               ? (double)c->net->cfg.frame_max
-               : (double)DLC_PROTO_FRAME_MAX_UNAUTH;
-}
 
 /* ---- output ---- */
 
@@ -267,7 +193,7 @@ static void out_write(conn *c, outframe *f) {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_add(out, f->hdr, f->hlen) != 0) {
         dlcn_outframe_free(f);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a frame");
+        dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a frame");
         return;
     }
     if (f->len == 0) {
@@ -276,7 +202,7 @@ static void out_write(conn *c, outframe *f) {
     }
     if (evbuffer_add_reference(out, f->payload, f->len, dlcn_payload_written, f) != 0) {
         dlcn_payload_written(NULL, 0, f);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a payload");
+        dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory queuing a payload");
     }
 }
 
@@ -316,7 +242,7 @@ static void send_own(conn *c, dlc_frame *f) {
     uint8_t hdr[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
     int64_t n = dlc_proto_encode(f, NULL, hdr, sizeof hdr);
     if (n < 0) {
-        conn_fail(c, DLC_PERR_INTERNAL, "cannot encode a %s: %s", dlc_frame_type_name(f->type), dlc_last_error());
+        dlcn_conn_fail(c, DLC_PERR_INTERNAL, "cannot encode a %s: %s", dlc_frame_type_name(f->type), dlc_last_error());
         return;
     }
     outframe *o = calloc(1, sizeof *o + (size_t)n);
@@ -383,10 +309,8 @@ static void finish_draining(conn *c) {
 
 /* DRAINING: no new frames in, what is queued goes out, then finish_draining. */
 static void start_draining(conn *c) {
-    bulk_stop(c);
+    dlcn_in_drain(c); /* input is read and dropped from now on, never left to cause a reset */
     set_state(c, DLC_CONN_DRAINING);
-    in_drop(c);
-    read_enable(c, 1); /* input is read and dropped (on_read), never left to cause a reset */
     c->deadline = now_s() + c->net->cfg.drain_timeout_s;
     finish_draining(c);
     if (c->state == DLC_CONN_DRAINING) dlcn_conn_arm(c);
@@ -394,7 +318,7 @@ static void start_draining(conn *c) {
 
 /* Sends ERROR(code, text) if the connection is up, then drains and closes: the peer
  * is told why, and the rest of the server goes on. */
-static void conn_fail(conn *c, int code, const char *fmt, ...) {
+void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) {
     if (c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) return;
     va_list ap;
     va_start(ap, fmt);
@@ -467,10 +391,7 @@ void dlcn_conn_close_now(conn *c) {
     bool was_connecting = c->state == DLC_CONN_CONNECTING;
     set_state(c, DLC_CONN_CLOSED);
     if (c->own_out) dlcn_out_stop(c);
-    if (c->rev) event_free(c->rev); /* before the fd closes with the bufferevent */
-    c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
-    free(c->ib);
-    c->ib = NULL, c->ib_off = c->ib_len = 0;
+    dlcn_in_stop(c); /* before the fd closes with the bufferevent */
     if (c->bev) {
         bufferevent_free(c->bev); /* payloads still referenced are released by libevent */
         c->bev = NULL;
@@ -552,14 +473,14 @@ static void on_handshake(conn *c, dlc_frame *f) {
     if (!c->client) {
         dlc_frame_type want = c->step == 0 ? DLC_FRAME_AUTH : c->step == 1 ? DLC_FRAME_AUTH_PROOF : DLC_FRAME_HELLO;
         if (f->type != want) {
-            conn_fail(c, DLC_PERR_UNEXPECTED, "%s before authentication: expected %s", dlc_frame_type_name(f->type),
+            dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s before authentication: expected %s", dlc_frame_type_name(f->type),
                       dlc_frame_type_name(want));
             return;
         }
         if (c->step == 0) {
             memcpy(c->nc, f->nonce, DLC_PROTO_NONCE);
             if (dlc_auth_nonce(c->ns, DLC_PROTO_NONCE) < 0) {
-                conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
+                dlcn_conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
                 return;
             }
             dlc_frame_init(&out, DLC_FRAME_AUTH_CHALLENGE);
@@ -573,7 +494,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
             uint8_t want_mac[DLC_PROTO_MAC];
             dlc_auth_proof(net->secret, net->secret_len, 0, c->nc, c->ns, want_mac);
             if (auth && !dlc_auth_equal(want_mac, f->mac)) {
-                conn_fail(c, DLC_PERR_AUTH, "authentication failed: the proof does not match this run's secret");
+                dlcn_conn_fail(c, DLC_PERR_AUTH, "authentication failed: the proof does not match this run's secret");
                 return;
             }
             if (!net->has_hello) {
@@ -586,7 +507,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
         dlc_hello w;
         int why;
         if (dlc_proto_negotiate(&net->hello, &f->hello, &w, &why) < 0) {
-            conn_fail(c, why, "%s", dlc_last_error());
+            dlcn_conn_fail(c, why, "%s", dlc_last_error());
             return;
         }
         pthread_mutex_lock(&net->lock);
@@ -600,7 +521,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
          * old connection die (that takes up to timeout_s): the new one, authenticated,
          * replaces the old one rather than being refused. */
         if (old)
-            conn_fail(old, DLC_PERR_MISMATCH, "learner %d connected again from %s: this connection is replaced", id,
+            dlcn_conn_fail(old, DLC_PERR_MISMATCH, "learner %d connected again from %s: this connection is replaced", id,
                       c->name);
         w.learner = id;
         dlc_frame_init(&out, DLC_FRAME_WELCOME);
@@ -613,7 +534,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
     }
     dlc_frame_type want = c->step == 0 ? DLC_FRAME_AUTH_CHALLENGE : DLC_FRAME_WELCOME;
     if (f->type != want) {
-        conn_fail(c, DLC_PERR_UNEXPECTED, "%s during the handshake: expected %s", dlc_frame_type_name(f->type),
+        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s during the handshake: expected %s", dlc_frame_type_name(f->type),
                   dlc_frame_type_name(want));
         return;
     }
@@ -622,7 +543,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
         memcpy(c->ns, f->nonce, DLC_PROTO_NONCE);
         dlc_auth_proof(net->secret, net->secret_len, 1, c->nc, c->ns, want_mac);
         if (auth && !dlc_auth_equal(want_mac, f->mac)) {
-            conn_fail(c, DLC_PERR_AUTH, "authentication failed: the server does not know this run's secret");
+            dlcn_conn_fail(c, DLC_PERR_AUTH, "authentication failed: the server does not know this run's secret");
             return;
         }
         dlc_frame_init(&out, DLC_FRAME_AUTH_PROOF);
@@ -641,7 +562,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
     const dlc_hello *w = &f->hello, *ours = &net->hello;
     if (w->proto_min < ours->proto_min || w->proto_max > ours->proto_max || strcmp(w->run, ours->run) != 0 ||
         w->model_hash != ours->model_hash || w->plan_hash != ours->plan_hash || w->block != ours->block) {
-        conn_fail(c, DLC_PERR_MISMATCH, "welcome does not match this hello (version %d, run \"%s\")", w->proto_max,
+        dlcn_conn_fail(c, DLC_PERR_MISMATCH, "welcome does not match this hello (version %d, run \"%s\")", w->proto_max,
                   w->run);
         return;
     }
@@ -651,19 +572,19 @@ static void on_handshake(conn *c, dlc_frame *f) {
 
 /* ---- input ---- */
 
-static void on_frame(conn *c, uint8_t *buf, size_t len) {
+void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
     dlc_net *net = c->net;
     evnode *n = ev_new_frame(c->id);
     if (!n) {
         dlcn_rx_free(buf);
-        conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
+        dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
         return;
     }
     int why;
     dlc_frame *f = &n->ev.frame;
     if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
         dlcn_rx_free(buf), free(n);
-        conn_fail(c, why, "%s", dlc_last_error());
+        dlcn_conn_fail(c, why, "%s", dlc_last_error());
         return;
     }
     atomic_fetch_add_explicit(&c->bytes_in[f->type], len, memory_order_relaxed);
@@ -688,182 +609,13 @@ static void on_frame(conn *c, uint8_t *buf, size_t len) {
         return;
     }
     if (f->type <= DLC_FRAME_WELCOME) {
-        conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
+        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
         dlcn_rx_free(buf), free(n);
         return;
     }
     n->ev.owned_ = buf;
     n->bytes = len;
     dlcn_ev_post(net, n);
-}
-
-void dlcn_pause_reading(dlc_net *net, int pause) {
-    for (int i = 0; i < net->npeers; i++) {
-        conn *c = net->peers[i];
-        if (!c || !c->bev || c->in_bulk || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
-        read_enable(c, !pause);
-    }
-}
-
-static bool over_in_max(dlc_net *net) {
-    pthread_mutex_lock(&net->lock);
-    bool over = net->ev_bytes > net->cfg.in_max;
-    if (over && !net->paused) net->paused = 1;
-    pthread_mutex_unlock(&net->lock);
-    return over;
-}
-
-/* The rest of a large frame, read by recv() into its buffer: one copy, as a bare socket
- * does.  Every NET_LOWAT_MIN bytes of it keep the peer alive; a trickle does not.
- * Returns 0 when the frame is still incomplete and c open, else 1 (the frame is done or
- * c is closed). */
-static int bulk_read(conn *c, size_t wake_at_most) {
-    dlc_net *net = c->net;
-    evutil_socket_t fd = bufferevent_getfd(c->bev);
-    size_t got = 0;
-    while (c->inhave < c->inlen) {
-        ssize_t r = recv(fd, c->inbuf + c->inhave, c->inlen - c->inhave, 0);
-        if (r > 0) {
-            c->inhave += (size_t)r, got += (size_t)r;
-            continue;
-        }
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-        int err = errno;
-        bulk_stop(c);
-        conn_ended(c, r == 0, err);
-        return 1;
-    }
-    double t = now_s();
-    c->bulk_fresh += got;
-    if (c->bulk_fresh >= NET_LOWAT_MIN) c->last_rx = t, c->bulk_fresh = 0;
-    if (c->inhave < c->inlen) {
-        /* the next wake-up: what arrives in NET_LOWAT_S at this rate, within the bounds */
-        double rate = t > c->bulk_t ? (double)got / (t - c->bulk_t) : 0;
-        size_t want = rate * NET_LOWAT_S > (double)NET_LOWAT_MAX ? NET_LOWAT_MAX : (size_t)(rate * NET_LOWAT_S);
-        if (want > wake_at_most) want = wake_at_most;
-        if (want < NET_LOWAT_MIN) want = NET_LOWAT_MIN;
-        if (want > c->inlen - c->inhave) want = c->inlen - c->inhave;
-        bulk_lowat(c, want);
-        c->bulk_t = t;
-        return 0;
-    }
-    bulk_stop(c);
-    pthread_mutex_lock(&net->lock);
-    bool paused = net->paused;
-    pthread_mutex_unlock(&net->lock);
-    if (paused) read_enable(c, 0); /* it read past a pause to finish this body */
-    uint8_t *buf = c->inbuf;
-    size_t len = c->inlen;
-    c->inbuf = NULL, c->inlen = c->inhave = 0;
-    on_frame(c, buf, len);
-    if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
-    return 1;
-}
-
-/* Plain TCP: the socket is readable.  One recv(): into the body being filled when
- * nothing else waits ahead of it, else into ib; dropped while draining. */
-static void on_readable(evutil_socket_t fd, short what, void *arg) {
-    (void)what;
-    conn *c = arg;
-    if (c->in_bulk) {
-        bulk_read(c, NET_LOWAT_MAX);
-        return;
-    }
-    uint8_t *dst;
-    size_t cap;
-    int body = 0;
-    if (c->state == DLC_CONN_DRAINING) {
-        c->ib_off = c->ib_len = 0;
-        dst = c->ib, cap = NET_IB;
-    } else if (c->inbuf && c->ib_off == c->ib_len) {
-        dst = c->inbuf + c->inhave, cap = c->inlen - c->inhave, body = 1;
-    } else {
-        if (c->ib_off) memmove(c->ib, c->ib + c->ib_off, c->ib_len - c->ib_off), c->ib_len -= c->ib_off, c->ib_off = 0;
-        dst = c->ib + c->ib_len, cap = NET_IB - c->ib_len;
-        if (cap == 0) { /* framing stopped (the app is behind): wait for it */
-            read_enable(c, 0);
-            return;
-        }
-    }
-    ssize_t r = recv(fd, dst, cap, 0);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (r <= 0) {
-        conn_ended(c, r == 0, errno);
-        return;
-    }
-    if (c->state == DLC_CONN_DRAINING) return;
-    if (body) c->inhave += (size_t)r;
-    else c->ib_len += (size_t)r;
-    dlcn_on_read(c->bev, c);
-}
-
-/* Plain TCP, once connected: we read the socket from now on, libevent does not. */
-static int in_start(conn *c) {
-    evutil_socket_t fd = bufferevent_getfd(c->bev);
-    if (fd < 0) return -1;
-    bufferevent_disable(c->bev, EV_READ);
-    if (c->rev) event_free(c->rev);
-    c->rev = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_readable, c);
-    if (!c->ib) c->ib = malloc(NET_IB);
-    if (!c->rev || !c->ib) return -1;
-    c->rev_on = 0, c->ib_off = c->ib_len = 0;
-    read_enable(c, 1);
-    return 0;
-}
-
-/* A large body from here on is read at the threshold (plain TCP). */
-static void bulk_start(conn *c) {
-    c->in_bulk = 1;
-    c->bulk_fresh = 0, c->bulk_t = now_s();
-    bulk_lowat(c, NET_LOWAT_MIN);
-}
-
-void dlcn_on_read(struct bufferevent *bev, void *arg) {
-    (void)bev;
-    conn *c = arg;
-    dlc_net *net = c->net;
-    if (c->in_bulk) return; /* the body is being read at its threshold */
-    if (c->state == DLC_CONN_DRAINING) { /* closing: what the peer still sends is dropped */
-        in_drop(c);
-        return;
-    }
-    while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
-        if (!c->inbuf) {
-            if (over_in_max(net)) { /* the app is behind: stop reading until it polls */
-                dlcn_pause_reading(net, 1);
-                return;
-            }
-            uint8_t prefix[DLC_PROTO_PREFIX];
-            size_t have = in_copy(c, prefix, sizeof prefix, 0);
-            if (have == 0) return;
-            size_t need;
-            dlc_frame_type type;
-            int why;
-            if (dlc_proto_peek(prefix, have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
-                conn_fail(c, why, "%s%s", dlc_last_error(),
-                          c->state == DLC_CONN_AUTHENTICATING ? " (before authentication)" : "");
-                return;
-            }
-            if (need == 0) return;
-            c->inbuf = dlcn_rx_alloc(need);
-            if (!c->inbuf) {
-                conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
-                return;
-            }
-            c->inlen = need, c->inhave = 0;
-        }
-        c->inhave += in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
-        if (c->inhave < c->inlen) {
-            if (c->own_out && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0) bulk_start(c);
-            return;
-        }
-        uint8_t *buf = c->inbuf;
-        size_t len = c->inlen;
-        c->inbuf = NULL, c->inlen = c->inhave = 0;
-        on_frame(c, buf, len); /* may close c: the loop condition reads c->state, and a
-                                * closed conn is freed only when not reconnecting... */
-        if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
-    }
 }
 
 static void on_write(struct bufferevent *bev, void *arg) {
@@ -880,7 +632,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         if (c->state != DLC_CONN_CONNECTING) return;
         int fd = bufferevent_getfd(bev), one = 1;
         if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (c->own_out && (dlcn_out_start(c) < 0 || in_start(c) < 0)) {
+        if (c->own_out && (dlcn_out_start(c) < 0 || dlcn_in_start(c) < 0)) {
             snprintf(c->end_text, sizeof c->end_text, "out of memory starting a connection");
             dlcn_conn_close_now(c);
             return;
@@ -892,7 +644,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_AUTH);
         if (dlc_auth_nonce(c->nc, DLC_PROTO_NONCE) < 0) {
-            conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
+            dlcn_conn_fail(c, DLC_PERR_INTERNAL, "%s", dlc_last_error());
             return;
         }
         memcpy(f.nonce, c->nc, DLC_PROTO_NONCE);
@@ -960,15 +712,15 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
         break;
     case DLC_CONN_AUTHENTICATING:
         if (t >= c->deadline) {
-            conn_fail(c, DLC_PERR_TIMEOUT, "not authenticated within %.3g s (auth_timeout)", net->cfg.auth_timeout_s);
+            dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "not authenticated within %.3g s (auth_timeout)", net->cfg.auth_timeout_s);
             return;
         }
         break;
     case DLC_CONN_READY:
         /* a body slowed down below its read threshold: take what is there, wake sooner */
-        if (c->in_bulk && bulk_read(c, NET_LOWAT_MIN) && c->state != DLC_CONN_READY) return;
+        if (dlcn_in_timer(c) && c->state != DLC_CONN_READY) return;
         if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s) {
-            conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
+            dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;
         }
         if (net->cfg.heartbeat_s > 0 && t - c->last_tx >= net->cfg.heartbeat_s) {
@@ -1081,7 +833,7 @@ static void conn_attach(conn *c, struct bufferevent *bev) {
      * callbacks for a 64 MiB fragment.  Let each call move up to what the socket takes. */
     bufferevent_set_max_single_read(bev, 1u << 20);
     bufferevent_set_max_single_write(bev, 4u << 20);
-    /* plain TCP: libevent only connects (EV_WRITE); in_start and dlcn_out_start take over */
+    /* plain TCP: libevent only connects (EV_WRITE); dlcn_in_start and dlcn_out_start take over */
     bufferevent_enable(bev, c->own_out ? EV_WRITE : EV_READ | EV_WRITE);
     dlcn_apply_shape(c);
 }
@@ -1177,7 +929,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     }
     c->state = DLC_CONN_AUTHENTICATING; /* born there: accepted sockets skip CONNECTING */
     conn_attach(c, bev);
-    if (c->own_out && (dlcn_out_start(c) < 0 || in_start(c) < 0)) {
+    if (c->own_out && (dlcn_out_start(c) < 0 || dlcn_in_start(c) < 0)) {
         snprintf(c->end_text, sizeof c->end_text, "out of memory accepting a connection");
         dlcn_conn_close_now(c);
         return;

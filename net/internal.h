@@ -1,4 +1,4 @@
-/* internal.h - what net/conn.c and net/net.c share: limits, the queued frame, command
+/* internal.h - what net/conn.c, in.c, out.c and net.c share: limits, the queued frame, command
  * and event nodes, the connection and the net (threads and ownership: net.c's opening
  * comment).  Not installed. */
 #ifndef DLC_NET_INTERNAL_H
@@ -236,8 +236,16 @@ void dlcn_apply_shape(conn *c);
 void dlcn_outframe_free(outframe *f);
 void dlcn_count_out(conn *c, const outframe *f); /* the per-type counters of a frame going out */
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
-void dlcn_on_read(struct bufferevent *bev, void *arg);
-void dlcn_pause_reading(dlc_net *net, int pause);
+/* conn.c: a whole frame received (takes buf); an ERROR to the peer, then a drain */
+void dlcn_on_frame(conn *c, uint8_t *buf, size_t len);
+void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* net/in.c (I/O thread) */
+int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1 */
+void dlcn_in_stop(conn *c);                /* at close */
+void dlcn_in_drain(conn *c);               /* entering DRAINING: input dropped from now on */
+int dlcn_in_timer(conn *c);                /* the conn's timer: 1 if it finished a frame or closed c */
+void dlcn_on_read(struct bufferevent *bev, void *arg); /* frames what waits (libevent's read callback) */
+void dlcn_pause_reading(dlc_net *net, int pause);     /* every conn: stop or resume reading */
 void dlcn_update_direct(conn *c);          /* recomputes c->direct (takes net->lock) */
 void dlcn_payload_written(const void *data, size_t len, void *arg);
 void dlcn_conn_fail_io(conn *c, int err);  /* a write failed: close (I/O thread) */

@@ -1,7 +1,7 @@
 /* net.c - the transport's API (net.h, docs/transport.md): one I/O thread running a
  * libevent loop (with inline_io none: dlc_net_poll runs the loop), the bounded queues
  * between it and everyone else, addresses, the configuration.  The connections
- * themselves are conn.c.
+ * themselves are conn.c, their input in.c and output out.c.
  *
  * Threads and ownership:
  *   - The I/O thread owns every conn's libevent objects and input buffers.  With

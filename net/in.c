@@ -1,0 +1,269 @@
+/* in.c - the input of a connection: bytes from the socket into frames (conn.c's
+ * dlcn_on_frame takes each whole one).  Plain TCP is read with recv() past libevent: a
+ * frame's body straight into its buffer, what a read brings beyond it into the conn's
+ * read buffer (ib), a large body at a read threshold (SO_RCVLOWAT) that follows the
+ * rate.  TLS keeps libevent's input buffer.  Runs on the I/O thread (with inline_io: the
+ * polling thread), like conn.c. */
+#include "internal.h"
+
+/* The socket wakes the bulk reader once n bytes are waiting (n 0: the default). */
+static void bulk_lowat(conn *c, size_t n) {
+    int v = n > 1 ? (int)n : 1;
+    evutil_socket_t fd = c->bev ? bufferevent_getfd(c->bev) : -1;
+    if (v == (c->lowat > 1 ? c->lowat : 1) || fd < 0) return;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) c->lowat = v;
+}
+
+static void bulk_stop(conn *c) {
+    if (c->in_bulk) bulk_lowat(c, 0);
+    c->in_bulk = 0;
+}
+
+/* ---- input: where received bytes wait before they are framed ---- */
+
+/* Plain TCP: our read event; TLS: the bufferevent's reading. */
+static void read_enable(conn *c, int on) {
+    if (!c->own_out) {
+        if (!c->bev) return;
+        if (on) bufferevent_enable(c->bev, EV_READ);
+        else bufferevent_disable(c->bev, EV_READ);
+        return;
+    }
+    if (!c->rev || c->rev_on == on) return;
+    if (on ? event_add(c->rev, NULL) == 0 : event_del(c->rev) == 0) c->rev_on = on;
+}
+
+/* Bytes received and not yet framed. */
+static size_t in_avail(conn *c) {
+    if (c->own_out) return c->ib_len - c->ib_off;
+    return c->bev ? evbuffer_get_length(bufferevent_get_input(c->bev)) : 0;
+}
+
+/* Copies up to n of them into dst, removing them if take; returns how many. */
+static size_t in_copy(conn *c, void *dst, size_t n, int take) {
+    size_t have = in_avail(c);
+    if (n > have) n = have;
+    if (!n) return 0;
+    if (c->own_out) {
+        memcpy(dst, c->ib + c->ib_off, n);
+        if (take) c->ib_off += n;
+        if (c->ib_off == c->ib_len) c->ib_off = c->ib_len = 0;
+        return n;
+    }
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    return (size_t)(take ? evbuffer_remove(in, dst, n) : evbuffer_copyout(in, dst, n));
+}
+
+static void in_drop(conn *c) {
+    if (c->own_out) c->ib_off = c->ib_len = 0;
+    else if (c->bev) evbuffer_drain(bufferevent_get_input(c->bev), in_avail(c));
+}
+
+/* The peer closed (eof) or the socket failed (errno err) under a read. */
+static void conn_ended(conn *c, int eof, int err) {
+    if (c->state == DLC_CONN_CLOSED) return;
+    if (c->state != DLC_CONN_DRAINING && !c->end_code) { /* a drain keeps the reason it started with */
+        c->end_code = DLC_PERR_NONE;
+        snprintf(c->end_text, sizeof c->end_text, "%s",
+                 eof ? "connection closed by the peer" : evutil_socket_error_to_string(err));
+    }
+    dlcn_conn_close_now(c);
+}
+
+static double frame_limit(const conn *c) {
+    /* tight until the peer has proved it knows the secret: the server after the
+     * client's proof (step 2), the client after the server's challenge (step 1) */
+    return c->state == DLC_CONN_READY || (c->state == DLC_CONN_AUTHENTICATING && c->step >= (c->client ? 1 : 2))
+               ? (double)c->net->cfg.frame_max
+               : (double)DLC_PROTO_FRAME_MAX_UNAUTH;
+}
+
+void dlcn_pause_reading(dlc_net *net, int pause) {
+    for (int i = 0; i < net->npeers; i++) {
+        conn *c = net->peers[i];
+        if (!c || !c->bev || c->in_bulk || c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) continue;
+        read_enable(c, !pause);
+    }
+}
+
+static bool over_in_max(dlc_net *net) {
+    pthread_mutex_lock(&net->lock);
+    bool over = net->ev_bytes > net->cfg.in_max;
+    if (over && !net->paused) net->paused = 1;
+    pthread_mutex_unlock(&net->lock);
+    return over;
+}
+
+/* The rest of a large frame, read by recv() into its buffer: one copy, as a bare socket
+ * does.  Every NET_LOWAT_MIN bytes of it keep the peer alive; a trickle does not.
+ * Returns 0 when the frame is still incomplete and c open, else 1 (the frame is done or
+ * c is closed). */
+static int bulk_read(conn *c, size_t wake_at_most) {
+    dlc_net *net = c->net;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    size_t got = 0;
+    while (c->inhave < c->inlen) {
+        ssize_t r = recv(fd, c->inbuf + c->inhave, c->inlen - c->inhave, 0);
+        if (r > 0) {
+            c->inhave += (size_t)r, got += (size_t)r;
+            continue;
+        }
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+        int err = errno;
+        bulk_stop(c);
+        conn_ended(c, r == 0, err);
+        return 1;
+    }
+    double t = now_s();
+    c->bulk_fresh += got;
+    if (c->bulk_fresh >= NET_LOWAT_MIN) c->last_rx = t, c->bulk_fresh = 0;
+    if (c->inhave < c->inlen) {
+        /* the next wake-up: what arrives in NET_LOWAT_S at this rate, within the bounds */
+        double rate = t > c->bulk_t ? (double)got / (t - c->bulk_t) : 0;
+        size_t want = rate * NET_LOWAT_S > (double)NET_LOWAT_MAX ? NET_LOWAT_MAX : (size_t)(rate * NET_LOWAT_S);
+        if (want > wake_at_most) want = wake_at_most;
+        if (want < NET_LOWAT_MIN) want = NET_LOWAT_MIN;
+        if (want > c->inlen - c->inhave) want = c->inlen - c->inhave;
+        bulk_lowat(c, want);
+        c->bulk_t = t;
+        return 0;
+    }
+    bulk_stop(c);
+    pthread_mutex_lock(&net->lock);
+    bool paused = net->paused;
+    pthread_mutex_unlock(&net->lock);
+    if (paused) read_enable(c, 0); /* it read past a pause to finish this body */
+    uint8_t *buf = c->inbuf;
+    size_t len = c->inlen;
+    c->inbuf = NULL, c->inlen = c->inhave = 0;
+    dlcn_on_frame(c, buf, len);
+    if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
+    return 1;
+}
+
+/* Plain TCP: the socket is readable.  One recv(): into the body being filled when
+ * nothing else waits ahead of it, else into ib; dropped while draining. */
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    conn *c = arg;
+    if (c->in_bulk) {
+        bulk_read(c, NET_LOWAT_MAX);
+        return;
+    }
+    uint8_t *dst;
+    size_t cap;
+    int body = 0;
+    if (c->state == DLC_CONN_DRAINING) {
+        c->ib_off = c->ib_len = 0;
+        dst = c->ib, cap = NET_IB;
+    } else if (c->inbuf && c->ib_off == c->ib_len) {
+        dst = c->inbuf + c->inhave, cap = c->inlen - c->inhave, body = 1;
+    } else {
+        if (c->ib_off) memmove(c->ib, c->ib + c->ib_off, c->ib_len - c->ib_off), c->ib_len -= c->ib_off, c->ib_off = 0;
+        dst = c->ib + c->ib_len, cap = NET_IB - c->ib_len;
+        if (cap == 0) { /* framing stopped (the app is behind): wait for it */
+            read_enable(c, 0);
+            return;
+        }
+    }
+    ssize_t r = recv(fd, dst, cap, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (r <= 0) {
+        conn_ended(c, r == 0, errno);
+        return;
+    }
+    if (c->state == DLC_CONN_DRAINING) return;
+    if (body) c->inhave += (size_t)r;
+    else c->ib_len += (size_t)r;
+    dlcn_on_read(c->bev, c);
+}
+
+/* Plain TCP, once connected: we read the socket from now on, libevent does not. */
+int dlcn_in_start(conn *c) {
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    if (fd < 0) return -1;
+    bufferevent_disable(c->bev, EV_READ);
+    if (c->rev) event_free(c->rev);
+    c->rev = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    if (!c->ib) c->ib = malloc(NET_IB);
+    if (!c->rev || !c->ib) return -1;
+    c->rev_on = 0, c->ib_off = c->ib_len = 0;
+    read_enable(c, 1);
+    return 0;
+}
+
+/* A large body from here on is read at the threshold (plain TCP). */
+static void bulk_start(conn *c) {
+    c->in_bulk = 1;
+    c->bulk_fresh = 0, c->bulk_t = now_s();
+    bulk_lowat(c, NET_LOWAT_MIN);
+}
+
+void dlcn_on_read(struct bufferevent *bev, void *arg) {
+    (void)bev;
+    conn *c = arg;
+    dlc_net *net = c->net;
+    if (c->in_bulk) return; /* the body is being read at its threshold */
+    if (c->state == DLC_CONN_DRAINING) { /* closing: what the peer still sends is dropped */
+        in_drop(c);
+        return;
+    }
+    while (c->state == DLC_CONN_AUTHENTICATING || c->state == DLC_CONN_READY) {
+        if (!c->inbuf) {
+            if (over_in_max(net)) { /* the app is behind: stop reading until it polls */
+                dlcn_pause_reading(net, 1);
+                return;
+            }
+            uint8_t prefix[DLC_PROTO_PREFIX];
+            size_t have = in_copy(c, prefix, sizeof prefix, 0);
+            if (have == 0) return;
+            size_t need;
+            dlc_frame_type type;
+            int why;
+            if (dlc_proto_peek(prefix, have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
+                dlcn_conn_fail(c, why, "%s%s", dlc_last_error(),
+                          c->state == DLC_CONN_AUTHENTICATING ? " (before authentication)" : "");
+                return;
+            }
+            if (need == 0) return;
+            c->inbuf = dlcn_rx_alloc(need);
+            if (!c->inbuf) {
+                dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
+                return;
+            }
+            c->inlen = need, c->inhave = 0;
+        }
+        c->inhave += in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
+        if (c->inhave < c->inlen) {
+            if (c->own_out && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0) bulk_start(c);
+            return;
+        }
+        uint8_t *buf = c->inbuf;
+        size_t len = c->inlen;
+        c->inbuf = NULL, c->inlen = c->inhave = 0;
+        dlcn_on_frame(c, buf, len); /* may close c: the loop condition reads c->state, and a
+                                * closed conn is freed only when not reconnecting... */
+        if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
+    }
+}
+
+/* Closing: the read event and buffer go (before the fd closes with the bufferevent). */
+void dlcn_in_stop(conn *c) {
+    if (c->rev) event_free(c->rev);
+    c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
+    free(c->ib);
+    c->ib = NULL, c->ib_off = c->ib_len = 0;
+}
+
+/* Draining: no more frames; what waits and what still comes is dropped (read, so that
+ * unread input does not make the close a reset). */
+void dlcn_in_drain(conn *c) {
+    bulk_stop(c);
+    in_drop(c);
+    read_enable(c, 1);
+}
+
+/* The conn's timer: a large body that slowed down below its read threshold is read as
+ * far as it has come, and the threshold lowered.  1 if that finished the frame or closed
+ * c, else 0. */
+int dlcn_in_timer(conn *c) { return c->in_bulk ? bulk_read(c, NET_LOWAT_MIN) : 0; }
