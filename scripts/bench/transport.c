@@ -10,12 +10,15 @@
  *      receiver's hands; ratio of the medians, goal >= 0.9.  Two more columns, for
  *      information: the bare socket reading into a buffer malloc'ed per transfer, and
  *      the bare socket's reader polling with SO_RCVLOWAT (as dlc_net reads a large body);
- *   2. round trip: a HEARTBEAT ping-pong (client -> server -> client, one thread driving
- *      both nets) against a ping-pong of the same byte size on a bare socket pair (an echo
- *      thread), once with blocking reads and once with reads that spin 50 us before they
- *      block (as dlc_net_poll does: on a VM a blocked reader pays for waking an idle vCPU,
- *      so each is compared with its like), batches in rotating order; ratio of the median
- *      round trips, ours / the faster bare one, goal <= 1.5;
+ *   2. round trip: a HEARTBEAT ping-pong (client -> server -> client) in seven kinds,
+ *      batches in rotating order: the nets with their I/O threads (one thread driving
+ *      both), a bare socket pair with an echo thread reading blocking or spinning 50 us
+ *      first, the nets with inline_io (one thread driving both, or a thread each), a bare
+ *      pair driven by one thread, and the same with an epoll_wait before each read.  The
+ *      goal, <= 1.5, is taken like against like: inline against the one-thread bare pair,
+ *      nobody to wake on either side (on a VM a blocked reader pays for waking an idle
+ *      vCPU, so a sleeping reference measures that instead); the rest is printed for
+ *      information;
  *   3. WAN emulation: a 32 MiB frame through dlc_net_shape's cap on the sending side
  *      (measured wire rate / configured, goal within 5%), then ping-pongs with the latency
  *      added on both sides' sending direction ((shaped - unshaped median round trip) / 2
