@@ -26,7 +26,7 @@ static dlc_net_config config(int inline_io) {
     dlc_net_config c = dlc_net_default_config();
     c.secret = SECRET, c.secret_len = strlen(SECRET);
     c.layout = &layout;
-    c.heartbeat_s = 0.1, c.timeout_s = 0.5, c.auth_timeout_s = 1;
+    c.heartbeat_s = 0.2, c.timeout_s = 1, c.auth_timeout_s = 2;
     c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.1, c.drain_timeout_s = 2;
     c.inline_io = inline_io;
     return c;
@@ -118,11 +118,13 @@ typedef struct {
     dlc_net *net;
     int rc;
     double took;
+    atomic_int started;
 } poller;
 
 static void *poll_main(void *arg) {
     poller *p = arg;
     dlc_net_event ev;
+    atomic_store(&p->started, 1);
     double t0 = now_s();
     p->rc = dlc_net_poll(p->net, &ev, 400);
     p->took = now_s() - t0;
@@ -135,10 +137,11 @@ static void test_one_poller(void) {
     dlc_net_config c = config(1);
     dlc_net *net = dlc_net_new(&c);
     CHECK_OK(net);
-    poller p = {net, -99, 0};
+    poller p = {net, -99, 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, poll_main, &p);
-    sleep_s(0.1);
+    while (!atomic_load(&p.started)) sleep_s(0.001);
+    sleep_s(0.05); /* it is inside its 400 ms poll by now */
     dlc_net_event ev;
     int rc = dlc_net_poll(net, &ev, 0);
     CHECK(rc == DLC_ERR_STATE && strstr(dlc_last_error(), "another thread is polling this net"));
@@ -171,8 +174,8 @@ static void test_not_polled(void) {
     int cpeer;
     open_pair(config(0), config(1), &srv, &cl, &cpeer);
     dlc_net_event ev;
-    /* heartbeats flow while the client polls: nothing is lost for 1 s */
-    CHECK(wait_either(cl, srv, DLC_NET_LOST, 0, 1.0, &ev) == NULL);
+    /* heartbeats flow while the client polls: nothing is lost for 2 s, twice the timeout */
+    CHECK(wait_either(cl, srv, DLC_NET_LOST, 0, 2.0, &ev) == NULL);
     /* now only the server is polled */
     CHECK(wait_either(srv, NULL, DLC_NET_LOST, 0, 3, &ev) == srv);
     CHECK(ev.code == DLC_PERR_TIMEOUT);
