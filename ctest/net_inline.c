@@ -3,9 +3,9 @@
  * dlc_net_poll and dlc_net_free.  One thread drives an inline server and an inline
  * client through the handshake and a 4 MiB exchange each way; a second thread polling
  * the same net is refused while the first waits; an inline client that stops polling is
- * lost by its server at the timeout and reconnects once it polls again; dlc_net_free
- * flushes a frame the loop had not written yet; a poll with nothing to take returns at
- * its timeout.
+ * lost by its server at the timeout and reconnects once it polls again; a send from
+ * another thread is written by the polling thread's loop; dlc_net_free flushes a frame
+ * the loop had not written yet; a poll with nothing to take returns at its timeout.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -188,6 +188,53 @@ static void test_not_polled(void) {
     dlc_net_free(srv);
 }
 
+typedef struct {
+    dlc_net *net;
+    atomic_int started;
+    int got;
+} receiver;
+
+static void *receive_main(void *arg) { /* polls the inline client until a FRAGMENT comes */
+    receiver *r = arg;
+    dlc_net_event ev;
+    atomic_store(&r->started, 1);
+    double end = now_s() + 10;
+    while (!r->got && now_s() < end) {
+        if (dlc_net_poll(r->net, &ev, 50) != 1) continue;
+        if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_FRAGMENT) r->got = is_pay(&ev, 6) ? 1 : -1;
+        dlc_net_event_release(&ev);
+    }
+    return NULL;
+}
+
+/* Another thread sends on an inline net while one polls it: what the send cannot write
+ * at once is written by the polling thread's loop, woken for it. */
+static void test_send_while_polled(void) {
+    dlc_net *srv, *cl;
+    int cpeer;
+    open_pair(config(0), config(1), &srv, &cl, &cpeer);
+    receiver r = {cl, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, receive_main, &r);
+    while (!atomic_load(&r.started)) sleep_s(0.001);
+    fill(5);
+    dlc_frame f = big_frame(DLC_FRAME_CONTRIBUTION, 5);
+    CHECK(dlc_net_shape(cl, cpeer, 40e6, 0) == DLC_OK); /* nothing written by the sender itself */
+    CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_OK);
+    dlc_net_event ev;
+    CHECK(wait_either(srv, NULL, DLC_NET_FRAME, DLC_FRAME_CONTRIBUTION, 5, &ev) == srv);
+    CHECK(is_pay(&ev, 5));
+    int speer = ev.peer;
+    dlc_net_event_release(&ev);
+    fill(6);
+    f = big_frame(DLC_FRAME_FRAGMENT, 6);
+    CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK);
+    pthread_join(th, NULL);
+    CHECK(r.got == 1);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
 /* dlc_net_free of an inline net writes what a send left queued before it closes. */
 static void test_free_flushes(void) {
     dlc_net_config sc = config(0), cc = config(1);
@@ -218,6 +265,7 @@ int main(void) {
     test_one_thread();
     test_one_poller();
     test_not_polled();
+    test_send_while_polled();
     test_free_flushes();
     return check_done("net_inline");
 }
