@@ -314,6 +314,7 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
         goto fail;
     }
     if (cfg->inline_io) {
+        atomic_flag_clear(&net->polling);
         net->poll_timer = evtimer_new(net->base, on_poll_timer, net);
         if (!net->poll_timer) {
             dlc_error(DLC_ERR_INTERNAL, "libevent: cannot create the event loop");
