@@ -57,6 +57,7 @@
 #include <sys/socket.h>
 #include "diloco/diloco.h"
 #include "diloco/net.h"
+#include <event2/event.h>
 
 #define SECRET "bench_transport: the run secret"
 /* HEARTBEATs this program sends carry tokens = MARK + sequence number; the transport's own
@@ -533,7 +534,30 @@ static void bare_epoll_trip(int ep, int fd[2], uint8_t *buf, size_t sz) {
     read_all(fd[0], buf, sz);
 }
 
-enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_EPOLL, RT_KINDS };
+/* 1-thread with each read in the callback of a persistent EV_READ event, run by a pass
+ * of a libevent loop, as inline's reads are (for information: what a transport built
+ * on libevent pays before it frames a byte). */
+typedef struct lev_ping {
+    uint8_t *buf;
+    size_t sz;
+    int got;
+} lev_ping;
+
+static void lev_read(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    lev_ping *p = arg;
+    read_all(fd, p->buf, p->sz);
+    p->got = 1;
+}
+
+static void bare_lev_trip(struct event_base *base, int fd[2], lev_ping *p) {
+    write_all(fd[0], p->buf, p->sz);
+    for (p->got = 0; !p->got;) event_base_loop(base, EVLOOP_ONCE);
+    write_all(fd[1], p->buf, p->sz);
+    for (p->got = 0; !p->got;) event_base_loop(base, EVLOOP_ONCE);
+}
+
+enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_EPOLL, RT_LEV, RT_KINDS };
 
 static int bench_roundtrip(int trips) {
     bench_pair *p = pair_open(1024), *q = pair_open_mode(1024, 1);
@@ -547,6 +571,14 @@ static int bench_roundtrip(int trips) {
         struct epoll_event e = {.events = EPOLLIN, .data.fd = fd[k]};
         if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd[k], &e) != 0) die("epoll: %s", strerror(errno));
     }
+    uint8_t lbuf[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
+    lev_ping lp = {lbuf, sz, 0};
+    struct event_base *lbase = event_base_new(); /* locking on, as the transport's (evthread) */
+    struct event *lev[2];
+    for (int k = 0; k < 2; k++)
+        if (!lbase || !(lev[k] = event_new(lbase, fd[k], EV_READ | EV_PERSIST, lev_read, &lp)) ||
+            event_add(lev[k], NULL) != 0)
+            die("libevent: cannot set up the bare loop");
     int batches = 10, per = (trips + batches - 1) / batches;
     trips = per * batches;
     double *t[RT_KINDS];
@@ -565,7 +597,9 @@ static int bench_roundtrip(int trips) {
            "  inline-2  the nets with inline_io, each polled by its own thread (the server's echoes), as "
            "spinning\n"
            "  1-epoll   1-thread with an epoll_wait before each read (for information: what multiplexing "
-           "connections costs any transport)\n",
+           "connections costs any transport)\n"
+           "  1-libev   1-thread with each read in a libevent callback, one loop pass per hop (for information: "
+           "what a transport on libevent pays before framing)\n",
            sz, sz, trips, batches, SPIN_S * 1e6, SPIN_S * 1e6);
     int64_t seq = 0;
     for (int b = -1; b < batches; b++)
@@ -595,6 +629,14 @@ static int bench_roundtrip(int trips) {
                     dlc_net_event_release(&ev);
                 }
                 pthread_join(th, NULL);
+                continue;
+            }
+            if (which == RT_LEV) {
+                for (int i = 0; i < per; i++) {
+                    double t0 = now();
+                    bare_lev_trip(lbase, fd, &lp);
+                    if (b >= 0) into[b * per + i] = now() - t0;
+                }
                 continue;
             }
             if (which == RT_EPOLL) {
@@ -629,7 +671,7 @@ static int bench_roundtrip(int trips) {
             pthread_join(th, NULL);
         }
     static const char *names[RT_KINDS] = {"ours",     "blocking", "spinning", "inline",
-                                          "1-thread", "inline-2", "1-epoll"};
+                                          "1-thread", "inline-2", "1-epoll",  "1-libev"};
     double m[RT_KINDS];
     printf("  %-10s %10s %10s %10s\n", "", "median us", "10th pct", "90th pct");
     for (int k = 0; k < RT_KINDS; k++) {
@@ -643,11 +685,13 @@ static int bench_roundtrip(int trips) {
     printf("  inline: inline / 1-thread = %.3f, inline-2 / spinning = %.3f (goal <= 1.5: the same threads "
            "doing the same work, no wake-ups)\n",
            m[RT_INLINE] / m[RT_ONE], m[RT_INLINE2] / m[RT_SPIN]);
-    printf("  for information: 1-epoll / 1-thread = %.3f (multiplexing), inline / 1-epoll = %.3f (the rest: "
-           "libevent, framing, the event queue)\n",
-           m[RT_EPOLL] / m[RT_ONE], m[RT_INLINE] / m[RT_EPOLL]);
+    printf("  for information: 1-epoll / 1-thread = %.3f (multiplexing), 1-libev / 1-thread = %.3f (libevent's "
+           "loop), inline / 1-libev = %.3f (the rest: framing, the event queue)\n",
+           m[RT_EPOLL] / m[RT_ONE], m[RT_LEV] / m[RT_ONE], m[RT_INLINE] / m[RT_LEV]);
     int ok = verdict(m[RT_INLINE] / m[RT_ONE] <= 1.5);
     close(ep);
+    for (int k = 0; k < 2; k++) event_free(lev[k]);
+    event_base_free(lbase);
     close(fd[0]);
     close(fd[1]);
     pair_close(p);
