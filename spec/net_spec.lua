@@ -237,6 +237,7 @@ describe("diloco.net", function()
     assert.matches("no secret", bad { heartbeat = 0 })
     assert.matches("both secret and secret_file", bad(opts { secret_file = "/x" }))
     assert.matches("insecure must be a boolean", bad(opts { insecure = 1 }))
+    assert.matches("inline_io must be a boolean, got a number", bad(opts { inline_io = 1 }))
     assert.matches("reconnect_max = 0.05 < reconnect_min = 0.1", bad(opts { reconnect_min = 0.1, reconnect_max = 0.05 }))
     assert.matches("hello: unknown option 'lerner'", bad(opts { hello = { lerner = 2 } }))
     assert.matches("hello: caps%[1%] = sharding: expected one of resync_phase, gradient, sharded",
