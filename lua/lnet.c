@@ -140,25 +140,18 @@ static int checkpeer(lua_State *L, int arg) {
     return (int)p;
 }
 
-/* net:listen("HOST:PORT") -> port, or nil, message, code */
-static int n_listen(lua_State *L) {
+/* net:OP("HOST:PORT") -> what op returns (a port, a peer id), or nil, message, code */
+static int addr_call(lua_State *L, int (*op)(dlc_net *, const char *)) {
     netbox *b = checkbox(L, 1);
-    const char *addr = luaL_checkstring(L, 2);
-    int r = dlc_net_listen(b->net, addr);
+    int r = op(b->net, luaL_checkstring(L, 2));
     if (r < 0) return dlcL_fail(L, r);
     lua_pushinteger(L, r);
     return 1;
 }
 
-/* net:connect("HOST:PORT") -> peer id, or nil, message, code */
-static int n_connect(lua_State *L) {
-    netbox *b = checkbox(L, 1);
-    const char *addr = luaL_checkstring(L, 2);
-    int r = dlc_net_connect(b->net, addr);
-    if (r < 0) return dlcL_fail(L, r);
-    lua_pushinteger(L, r);
-    return 1;
-}
+/* net:listen("HOST:PORT") -> port; net:connect("HOST:PORT") -> peer id */
+static int n_listen(lua_State *L) { return addr_call(L, dlc_net_listen); }
+static int n_connect(lua_State *L) { return addr_call(L, dlc_net_connect); }
 
 /* ---- frames ---- */
 

@@ -333,21 +333,29 @@ fail:
     return NULL;
 }
 
+/* Hands the loop its CMD_STOP (drain every peer, then leave); 0 if it could not (out of
+ * memory, a full command queue). */
+static int queue_stop(dlc_net *net) {
+    cmd *k = calloc(1, sizeof *k);
+    if (!k) return 0;
+    k->kind = CMD_STOP;
+    pthread_mutex_lock(&net->lock);
+    dlc_status st = cmd_push(net, k);
+    pthread_mutex_unlock(&net->lock);
+    if (st < 0) {
+        free(k);
+        return 0;
+    }
+    dlcn_wake(net);
+    return 1;
+}
+
 void dlc_net_free(dlc_net *net) {
     if (!net) return;
     if (net->thread_started) {
-        cmd *k = calloc(1, sizeof *k);
-        pthread_mutex_lock(&net->lock);
-        if (k) k->kind = CMD_STOP, cmd_push(net, k);
-        pthread_mutex_unlock(&net->lock);
-        dlcn_wake(net);
+        if (!queue_stop(net)) event_base_loopbreak(net->base); /* no drain: closed below */
         pthread_join(net->thread, NULL);
-    } else if (net->poll_timer) { /* inline_io: the drain runs here */
-        cmd *k = calloc(1, sizeof *k);
-        pthread_mutex_lock(&net->lock);
-        if (k) k->kind = CMD_STOP, cmd_push(net, k);
-        pthread_mutex_unlock(&net->lock);
-        dlcn_wake(net);
+    } else if (net->poll_timer && queue_stop(net)) { /* inline_io: the drain runs here */
         io_main(net);
     }
     for (int i = 0; i < net->nlisteners; i++) evconnlistener_free(net->listeners[i]);
