@@ -517,6 +517,15 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v) {
     lua_setfield(L, -2, k);
 }
 
+int dlcL_optfield(lua_State *L, int t, const char *pre, const char *who, const char *sep, const char *k, int type) {
+    int ty = lua_getfield(L, t, k);
+    if (ty == type) return 1;
+    if (ty != LUA_TNIL)
+        luaL_error(L, "%s%s%s%s must be a %s, got a %s", pre, who, sep, k, lua_typename(L, type), luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return 0;
+}
+
 void dlcL_check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *noun) {
     t = lua_absindex(L, t);
     lua_pushnil(L);

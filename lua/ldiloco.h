@@ -96,6 +96,11 @@ void dlcL_open_vtime(lua_State *L, int mod, int st);
 /* t[k] = v for the table on top of the stack (result tables of the bindings). */
 void dlcL_setnum(lua_State *L, const char *k, double v);
 void dlcL_setint(lua_State *L, const char *k, int64_t v);
+/* Option tables: pushes t[k] and returns 1 if it is of Lua type `type` (LUA_TNUMBER,
+ * LUA_TSTRING, LUA_TBOOLEAN, LUA_TTABLE); returns 0, nothing pushed, if it is nil; else
+ * raises "<pre><who><sep><k> must be a <type>, got a <its type>" (pre "VTime: ", sep ".";
+ * or pre "", sep ": "). */
+int dlcL_optfield(lua_State *L, int t, const char *pre, const char *who, const char *sep, const char *k, int type);
 /* Raises "who: unknown NOUN 'k' (known: a, b, ...)" unless every key of the table at t is
  * one of known (NULL-terminated); noun is "option" or "field". */
 void dlcL_check_keys(lua_State *L, int t, const char *who, const char *const *known, const char *noun);

@@ -30,37 +30,25 @@ double dlcL_net_num(lua_State *L, int t, const char *who, const char *k, double 
 
 /* t[k] as a string (length in *len if len), def when nil. The string is the table's. */
 static const char *str_opt(lua_State *L, int t, const char *who, const char *k, const char *def, size_t *len) {
-    int ty = lua_getfield(L, t, k);
-    const char *v = def;
-    if (len) *len = def ? strlen(def) : 0;
-    if (ty != LUA_TNIL) {
-        if (ty != LUA_TSTRING) luaL_error(L, "%s: %s must be a string, got a %s", who, k, luaL_typename(L, -1));
-        v = lua_tolstring(L, -1, len);
+    if (!dlcL_optfield(L, t, "", who, ": ", k, LUA_TSTRING)) {
+        if (len) *len = def ? strlen(def) : 0;
+        return def;
     }
+    const char *v = lua_tolstring(L, -1, len);
     lua_pop(L, 1);
     return v;
 }
 
 static int bool_opt(lua_State *L, int t, const char *who, const char *k, int def) {
-    int ty = lua_getfield(L, t, k);
-    int v = def;
-    if (ty != LUA_TNIL) {
-        if (ty != LUA_TBOOLEAN) luaL_error(L, "%s: %s must be a boolean, got a %s", who, k, luaL_typename(L, -1));
-        v = lua_toboolean(L, -1);
-    }
+    if (!dlcL_optfield(L, t, "", who, ": ", k, LUA_TBOOLEAN)) return def;
+    int v = lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;
 }
 
 /* Pushes t[k] if it is a table and returns its index, 0 (nothing pushed) when nil. */
 static int table_opt(lua_State *L, int t, const char *who, const char *k) {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        return 0;
-    }
-    if (ty != LUA_TTABLE) luaL_error(L, "%s: %s must be a table, got a %s", who, k, luaL_typename(L, -1));
-    return lua_gettop(L);
+    return dlcL_optfield(L, t, "", who, ": ", k, LUA_TTABLE) ? lua_gettop(L) : 0;
 }
 
 /* A 64-bit hash: an integer (its bits) or up to 16 hex digits (as Plan.model_hash). */

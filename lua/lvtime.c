@@ -47,12 +47,8 @@ static dlc_vtime *checkvt(lua_State *L, int arg) {
 /* ---- options ---- */
 
 static double optnum(lua_State *L, int t, const char *who, const char *k, double def) {
-    int ty = lua_getfield(L, t, k);
-    double v = def;
-    if (ty != LUA_TNIL) {
-        if (ty != LUA_TNUMBER) luaL_error(L, "VTime: %s.%s must be a number, got a %s", who, k, luaL_typename(L, -1));
-        v = lua_tonumber(L, -1);
-    }
+    if (!dlcL_optfield(L, t, "VTime: ", who, ".", k, LUA_TNUMBER)) return def;
+    double v = lua_tonumber(L, -1);
     lua_pop(L, 1);
     return v;
 }
@@ -65,23 +61,15 @@ static int optint(lua_State *L, int t, const char *who, const char *k, int def) 
 }
 
 static int optbool(lua_State *L, int t, const char *who, const char *k, int def) {
-    int ty = lua_getfield(L, t, k);
-    int v = def;
-    if (ty != LUA_TNIL) {
-        if (ty != LUA_TBOOLEAN) luaL_error(L, "VTime: %s.%s must be a boolean, got a %s", who, k, luaL_typename(L, -1));
-        v = lua_toboolean(L, -1);
-    }
+    if (!dlcL_optfield(L, t, "VTime: ", who, ".", k, LUA_TBOOLEAN)) return def;
+    int v = lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;
 }
 
 static const char *optstr(lua_State *L, int t, const char *who, const char *k, const char *def) {
-    int ty = lua_getfield(L, t, k);
-    const char *v = def;
-    if (ty != LUA_TNIL) {
-        if (ty != LUA_TSTRING) luaL_error(L, "VTime: %s.%s must be a string, got a %s", who, k, luaL_typename(L, -1));
-        v = lua_tostring(L, -1);
-    }
+    if (!dlcL_optfield(L, t, "VTime: ", who, ".", k, LUA_TSTRING)) return def;
+    const char *v = lua_tostring(L, -1);
     lua_pop(L, 1); /* the string stays alive: it is a field of the options table */
     return v;
 }
