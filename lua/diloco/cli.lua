@@ -43,6 +43,12 @@ local function with_tail(options)
   return options
 end
 
+-- The options run and sim (the two commands that train a recipe) share word for word.
+local METRICS_OPT = { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl",
+                      doc = "write the JSON-lines metrics here" }
+local QUIET_OPT = { name = "quiet", doc = "no progress output; print the summary as JSON at the end" }
+local FIELDS_OPT = { name = "fields", doc = "list every recipe field with its default and meaning, and exit" }
+
 local RUN_EXIT = "0 done, 1 failed (saved what it could), 2 bad recipe or options, 128 + N stopped by signal N "
   .. "after saving (130 SIGINT, 143 SIGTERM, 129 SIGHUP)"
 
@@ -61,9 +67,7 @@ M.commands = {
       { name = "resume", arg = "latest|CHECKPOINT", shown = "none: a new run",
         doc = "continue the run in OUT from its newest checkpoint (or the given one); the metrics are appended to" },
       { name = "overwrite", doc = "replace the run already in OUT (without it, an existing run is refused)" },
-      { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl", doc = "write the JSON-lines metrics here" },
-      { name = "quiet", doc = "no progress output; print the summary as JSON at the end" },
-      { name = "fields", doc = "list every recipe field with its default and meaning, and exit" },
+      METRICS_OPT, QUIET_OPT, FIELDS_OPT,
     },
     exit = RUN_EXIT,
   },
@@ -81,9 +85,7 @@ M.commands = {
       { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
         doc = "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)" },
       { name = "overwrite", doc = "replace the run already in OUT" },
-      { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl", doc = "write the JSON-lines metrics here" },
-      { name = "quiet", doc = "no progress output; print the summary as JSON at the end" },
-      { name = "fields", doc = "list every recipe field with its default and meaning, and exit" },
+      METRICS_OPT, QUIET_OPT, FIELDS_OPT,
       { name = "resume", arg = "CHECKPOINT", shown = "none",
         doc = "refused (exit 2): a sim is not resumed, the same recipe and seed give the same run again" },
     },
