@@ -59,9 +59,17 @@ typedef enum key_id {
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
-static const char *const key_names[] = {"l",   "f",   "v",  "s",    "t",      "st",   "tr",  "h",
-                                        "fl",  "c",   "n",  "m",    "pmin",   "pmax", "run", "mh",
-                                        "ph",  "caps", "codecs", "blk", "eps", "own", "code", "text"};
+#define KEY_NAMES                                                                                   \
+    X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
+    X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
+    X("text")
+#define X(s) s,
+static const char *const key_names[] = {KEY_NAMES};
+#undef X
+/* their lengths, so neither the decoder's key match nor the encoder measures them */
+#define X(s) sizeof s - 1,
+static const uint8_t key_lens[] = {KEY_NAMES};
+#undef X
 _Static_assert(sizeof key_names / sizeof key_names[0] == K_COUNT, "one name per header key");
 
 #define B(k) (1u << (k))
@@ -218,6 +226,13 @@ static bool walk_len(walker *w, int n, uint64_t *out) {
     return true;
 }
 
+/* A msgpack type byte with a length or a fixed-size body: the bytes of its length, of its
+ * body (fixed), 1 for an array and 2 for a map (container). */
+typedef struct walk_type {
+    uint8_t lenbytes, fixed, container;
+    const char *name;
+} walk_type;
+
 static dlc_status walk_obj(walker *w, int depth) {
     if (w->p >= w->end) return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header ends inside a value (byte %td)", w->p - w->base);
     if (++w->objects > DLC_PROTO_OBJECTS_MAX)
@@ -232,32 +247,32 @@ static dlc_status walk_obj(walker *w, int depth) {
     else if (b >= 0x90 && b <= 0x9f) container = 1, n = b & 0x0f;
     else if (b >= 0xa0 && b <= 0xbf) n = b & 0x1f, skip = 1;
     else {
-        static const struct { uint8_t byte; int lenbytes; int fixed; int container; const char *name; } t[] = {
-            {0xc4, 1, 0, 0, "bin8"},    {0xc5, 2, 0, 0, "bin16"},   {0xc6, 4, 0, 0, "bin32"},
-            {0xca, 0, 4, 0, "float32"}, {0xcb, 0, 8, 0, "float64"}, {0xcc, 0, 1, 0, "uint8"},
-            {0xcd, 0, 2, 0, "uint16"},  {0xce, 0, 4, 0, "uint32"},  {0xcf, 0, 8, 0, "uint64"},
-            {0xd0, 0, 1, 0, "int8"},    {0xd1, 0, 2, 0, "int16"},   {0xd2, 0, 4, 0, "int32"},
-            {0xd3, 0, 8, 0, "int64"},   {0xd9, 1, 0, 0, "str8"},    {0xda, 2, 0, 0, "str16"},
-            {0xdb, 4, 0, 0, "str32"},   {0xdc, 2, 0, 1, "array16"}, {0xdd, 4, 0, 1, "array32"},
-            {0xde, 2, 0, 2, "map16"},   {0xdf, 4, 0, 2, "map32"},
+        /* the other types a header may hold, by type byte from 0xc4 (name NULL: not allowed) */
+        static const walk_type types[0xe0 - 0xc4] = {
+            [0xc4 - 0xc4] = {1, 0, 0, "bin8"},    [0xc5 - 0xc4] = {2, 0, 0, "bin16"},   [0xc6 - 0xc4] = {4, 0, 0, "bin32"},
+            [0xca - 0xc4] = {0, 4, 0, "float32"}, [0xcb - 0xc4] = {0, 8, 0, "float64"}, [0xcc - 0xc4] = {0, 1, 0, "uint8"},
+            [0xcd - 0xc4] = {0, 2, 0, "uint16"},  [0xce - 0xc4] = {0, 4, 0, "uint32"},  [0xcf - 0xc4] = {0, 8, 0, "uint64"},
+            [0xd0 - 0xc4] = {0, 1, 0, "int8"},    [0xd1 - 0xc4] = {0, 2, 0, "int16"},   [0xd2 - 0xc4] = {0, 4, 0, "int32"},
+            [0xd3 - 0xc4] = {0, 8, 0, "int64"},   [0xd9 - 0xc4] = {1, 0, 0, "str8"},    [0xda - 0xc4] = {2, 0, 0, "str16"},
+            [0xdb - 0xc4] = {4, 0, 0, "str32"},   [0xdc - 0xc4] = {2, 0, 1, "array16"}, [0xdd - 0xc4] = {4, 0, 1, "array32"},
+            [0xde - 0xc4] = {2, 0, 2, "map16"},   [0xdf - 0xc4] = {4, 0, 2, "map32"},
         };
-        size_t i = 0;
-        while (i < sizeof t / sizeof t[0] && t[i].byte != b) i++;
-        if (i == sizeof t / sizeof t[0])
+        if (b < 0xc4 || !types[b - 0xc4].name)
             return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
                         "header byte %td: msgpack type 0x%02x is not allowed in a header (ext types and 0xc1 never are)",
                         at - w->base, b);
-        if (t[i].fixed) {
-            if (w->end - w->p < t[i].fixed)
+        const walk_type *t = &types[b - 0xc4];
+        if (t->fixed) {
+            if (w->end - w->p < t->fixed)
                 return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: a %s cut off by the header's end",
-                            at - w->base, t[i].name);
-            w->p += t[i].fixed;
+                            at - w->base, t->name);
+            w->p += t->fixed;
             return DLC_OK;
         }
-        if (!walk_len(w, t[i].lenbytes, &n))
+        if (!walk_len(w, t->lenbytes, &n))
             return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: %s length cut off by the header's end",
-                        at - w->base, t[i].name);
-        container = t[i].container;
+                        at - w->base, t->name);
+        container = t->container;
         skip = container ? 0 : 1;
     }
     size_t left = (size_t)(w->end - w->p);
@@ -365,6 +380,16 @@ static dlc_status get_bin(int *why, key_id k, const msgpack_object *o, uint8_t *
 static bool str_eq(const msgpack_object *o, const char *s) {
     size_t n = strlen(s);
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+/* The key id of string o, K_COUNT if none: our encoder writes the keys in key_id order,
+ * so the search starts after the last key found. */
+static int key_find(const msgpack_object *o, int hint) {
+    for (int i = 0; i < K_COUNT; i++) {
+        int k = (hint + i) % K_COUNT;
+        if (o->via.str.size == key_lens[k] && memcmp(o->via.str.ptr, key_names[k], key_lens[k]) == 0) return k;
+    }
+    return K_COUNT;
 }
 
 static dlc_status get_codec(int *why, key_id k, const msgpack_object *o, dlc_codec_kind *out) {
@@ -572,18 +597,25 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: %td bytes after its map", w.end - w.p);
 
     dlc_frame_init(out, type);
-    msgpack_unpacked up;
-    msgpack_unpacked_init(&up);
+    /* msgpack-c allocates its objects in this zone: at most one msgpack_object per value
+     * the walk counted (a map's pairs are two values), so one chunk of that size holds
+     * them all and a small header costs one small allocation, not msgpack_unpack_next's
+     * 8 KiB zone */
+    msgpack_zone zone;
+    if (!msgpack_zone_init(&zone, w.objects * sizeof(msgpack_object) + 64))
+        return fail(why, DLC_PERR_INTERNAL, DLC_ERR_NOMEM, "header: out of memory");
+    msgpack_object obj;
     size_t off = 0;
-    msgpack_unpack_return r = msgpack_unpack_next(&up, (const char *)hdr, hlen, &off);
-    if (r != MSGPACK_UNPACK_SUCCESS || off != hlen || up.data.type != MSGPACK_OBJECT_MAP) {
-        msgpack_unpacked_destroy(&up);
+    msgpack_unpack_return r = msgpack_unpack((const char *)hdr, hlen, &off, &zone, &obj);
+    if (r != MSGPACK_UNPACK_SUCCESS || off != hlen || obj.type != MSGPACK_OBJECT_MAP) {
+        msgpack_zone_destroy(&zone);
         return fail(why, r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_PERR_INTERNAL : DLC_PERR_MALFORMED,
                     r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_ERR_NOMEM : DLC_ERR_FORMAT,
                     "header: msgpack-c refused it (status %d) after it passed the walk", (int)r);
     }
     uint32_t present = 0;
-    const msgpack_object_map *map = &up.data.via.map;
+    int hint = 0;
+    const msgpack_object_map *map = &obj.via.map;
     for (uint32_t i = 0; i < map->size && st == DLC_OK; i++) {
         const msgpack_object *key = &map->ptr[i].key;
         if (key->type != MSGPACK_OBJECT_STR) {
@@ -591,8 +623,8 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
                       mp_type_name(key->type));
             break;
         }
-        int k = 0;
-        while (k < K_COUNT && !str_eq(key, key_names[k])) k++;
+        int k = key_find(key, hint);
+        hint = k + 1;
         if (k == K_COUNT || !(type_keys[type] & B(k))) continue; /* a newer peer's field: ignored */
         if (present & B(k)) {
             st = fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: field \"%s\" appears twice", key_names[k]);
@@ -601,7 +633,7 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
         present |= B(k);
         st = read_field(why, (key_id)k, &map->ptr[i].val, out);
     }
-    msgpack_unpacked_destroy(&up);
+    msgpack_zone_destroy(&zone);
     if (st < 0) return st;
     uint32_t missing = type_keys[type] & ~present;
     if (missing) {
@@ -651,7 +683,7 @@ static int pack_names(msgpack_packer *pk, uint32_t bits, const char *(*name)(int
 
 static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     const dlc_hello *h = &f->hello;
-    if (pack_cstr(pk, key_names[k], 8)) return -1;
+    if (msgpack_pack_str(pk, key_lens[k]) || msgpack_pack_str_body(pk, key_names[k], key_lens[k])) return -1;
     switch (k) {
     case K_LEARNER: return msgpack_pack_int64(pk, f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME ? h->learner : f->msg.learner);
     case K_FRAGMENT: return msgpack_pack_int64(pk, f->msg.fragment);
