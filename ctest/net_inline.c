@@ -5,7 +5,9 @@
  * the same net is refused while the first waits; an inline client that stops polling is
  * lost by its server at the timeout and reconnects once it polls again; a send from
  * another thread is written by the polling thread's loop; dlc_net_free flushes a frame
- * the loop had not written yet; a poll with nothing to take returns at its timeout.
+ * the loop had not written yet; a poll with nothing to take returns at its timeout; a
+ * frame decoded straight into the polling thread's event never overtakes one queued
+ * before it; a write to a peer gone is an error, not a SIGPIPE.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -260,8 +262,115 @@ static void test_free_flushes(void) {
     dlc_net_free(srv);
 }
 
+static dlc_frame heartbeat(int64_t tokens) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.tokens = tokens;
+    return f;
+}
+
+/* HELLO and WELCOME contents for test_order (the handshake with a WELCOME). */
+static void hellos(dlc_hello *srv, dlc_hello *cl) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    *srv = f.hello;
+    srv->proto_min = DLC_PROTO_VERSION_MIN, srv->proto_max = DLC_PROTO_VERSION_MAX;
+    strcpy(srv->run, "inline");
+    srv->model_hash = 1, srv->plan_hash = 2, srv->block = 128;
+    srv->codecs = 1u << DLC_CODEC_F32;
+    srv->fragments = 1, srv->endpoints = 1;
+    *cl = *srv;
+    cl->fragments = 0, cl->endpoints = 0, cl->learner = -1;
+}
+
+/* A frame that arrives while a poll runs the loop goes straight into the poller's event
+ * only when nothing is queued ahead of it: the events come in the order they arose.  The
+ * server sends a HEARTBEAT right after its WELCOME, so the client reads both in one pass
+ * (READY queued, then the frame behind it); then 40 frames in one write (the first into
+ * the poll's event, the rest queued), 40 more while those wait. */
+static void test_order(void) {
+    dlc_hello hs, hc;
+    hellos(&hs, &hc);
+    dlc_net_config sc = config(1), cc = config(1);
+    sc.heartbeat_s = cc.heartbeat_s = 0, sc.drain_timeout_s = cc.drain_timeout_s = 0.2;
+    sc.hello = &hs, cc.hello = &hc;
+    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    int cpeer = connect_to(cl, dlc_net_listen(srv, "127.0.0.1:0"));
+    CHECK(cpeer >= 0);
+    dlc_net_event ev;
+    int speer = -1, early = 0;
+    double end = now_s() + 5;
+    while (speer < 0 && now_s() < end) { /* the client's polls write its AUTH, PROOF, HELLO */
+        if (dlc_net_poll(cl, &ev, 0) == 1) early++, dlc_net_event_release(&ev);
+        if (dlc_net_poll(srv, &ev, 2) == 1) {
+            if (ev.kind == DLC_NET_READY) speer = ev.peer;
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(speer >= 0 && early == 0); /* the client is READY only once it reads the WELCOME */
+    dlc_frame f = heartbeat(1000);
+    CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK); /* behind the WELCOME */
+    CHECK(dlc_net_poll(cl, &ev, 1000) == 1 && ev.kind == DLC_NET_READY);
+    dlc_net_event_release(&ev);
+    CHECK(dlc_net_poll(cl, &ev, 1000) == 1 && ev.kind == DLC_NET_FRAME && ev.frame.msg.tokens == 1000);
+    dlc_net_event_release(&ev);
+    for (int64_t i = 0; i < 40; i++) {
+        f = heartbeat(i);
+        CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_OK);
+    }
+    int64_t next = 0, bad = 0;
+    for (int k = 0; k < 200 && next < 80; k++) {
+        if (dlc_net_poll(srv, &ev, 100) != 1) continue;
+        if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_HEARTBEAT) bad += ev.frame.msg.tokens != next++;
+        dlc_net_event_release(&ev);
+        if (next == 1) /* 39 wait in the queue: these go behind them */
+            for (int64_t i = 40; i < 80; i++) {
+                f = heartbeat(i);
+                CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_OK);
+            }
+    }
+    CHECK(next == 80 && bad == 0);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, speer, &k) == DLC_OK && k.frames_in[DLC_FRAME_HEARTBEAT] == 80);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
+/* A peer gone under a write is the write's error, never a SIGPIPE: this test keeps the
+ * default disposition, which kills the process on one.  The server goes; the client,
+ * not polled meanwhile, still takes it for READY and writes into the closed socket. */
+static void test_no_sigpipe(void) {
+    void (*old)(int) = signal(SIGPIPE, SIG_DFL);
+    dlc_net_config c = config(1);
+    c.heartbeat_s = 0, c.drain_timeout_s = 0.05;
+    dlc_net *srv = dlc_net_new(&c), *cl = dlc_net_new(&c);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    int cpeer = connect_to(cl, dlc_net_listen(srv, "127.0.0.1:0"));
+    dlc_net_event ev;
+    for (int n = 0; n < 2; n++) {
+        CHECK(wait_either(cl, srv, DLC_NET_READY, 0, 5, &ev) != NULL);
+        dlc_net_event_release(&ev);
+    }
+    dlc_net_free(srv); /* BYE, then closed at its drain deadline: no one answers it */
+    for (int i = 0; i < 20; i++) {
+        dlc_frame f = heartbeat(i);
+        dlc_status st = dlc_net_send(cl, cpeer, &f, NULL, NULL);
+        if (st != DLC_OK) break; /* refused once the client saw it go: fine too */
+        sleep_s(0.005);
+    }
+    CHECK(wait_either(cl, NULL, DLC_NET_LOST, 0, 5, &ev) == cl && ev.peer == cpeer);
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    signal(SIGPIPE, old);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    test_no_sigpipe();
+    test_order();
     test_one_thread();
     test_one_poller();
     test_not_polled();

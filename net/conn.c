@@ -102,7 +102,7 @@ void dlcn_ev_post(dlc_net *net, evnode *n) {
     if (net->ev_tail) net->ev_tail->next = n;
     else net->ev_head = n;
     net->ev_tail = n;
-    net->ev_bytes += n->bytes;
+    atomic_fetch_add_explicit(&net->ev_bytes, n->bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&net->ev_count, 1, memory_order_release);
     pthread_cond_broadcast(&net->cond);
     pthread_mutex_unlock(&net->lock);
@@ -162,6 +162,14 @@ void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
 }
 
+void dlcn_frame_sent(outframe *f) {
+    if (f->notify) { /* the transport's own frames (auth, heartbeats, ...) post nothing */
+        evnode *n = dlcn_ev_new(DLC_NET_SENT, f->peer);
+        if (n) n->ev.arg = f->arg, dlcn_ev_post(f->net, n);
+    }
+    dlcn_outframe_free(f);
+}
+
 void dlcn_payload_written(const void *data, size_t len, void *arg) {
     (void)data, (void)len;
     outframe *f = arg;
@@ -169,11 +177,7 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
     int peer = f->peer;
     unsigned gen = f->gen;
     size_t total = f->total;
-    if (f->notify) { /* the transport's own frames (auth, heartbeats, ...) post nothing */
-        evnode *n = dlcn_ev_new(DLC_NET_SENT, peer);
-        if (n) n->ev.arg = f->arg, dlcn_ev_post(net, n);
-    }
-    dlcn_outframe_free(f);
+    dlcn_frame_sent(f);
     dlcn_unqueue(net, peer, gen, total);
 }
 
@@ -360,16 +364,16 @@ void dlcn_conn_retire(conn *c) {
         net->total.bytes_out[t] += c->bytes_out[t], net->total.frames_out[t] += c->frames_out[t];
         net->total.bytes_in[t] += c->bytes_in[t], net->total.frames_in[t] += c->frames_in[t];
     }
-    c->grave = net->grave;
-    net->grave = c;
+    c->grave = atomic_load_explicit(&net->grave, memory_order_relaxed);
+    atomic_store_explicit(&net->grave, c, memory_order_release);
     pthread_mutex_unlock(&net->lock);
 }
 
 /* Frees the retired conns (the I/O thread, between callbacks; or dlc_net_free). */
 void dlcn_reap(dlc_net *net) {
+    if (!atomic_load_explicit(&net->grave, memory_order_acquire)) return;
     pthread_mutex_lock(&net->lock);
-    conn *c = net->grave;
-    net->grave = NULL;
+    conn *c = atomic_exchange_explicit(&net->grave, NULL, memory_order_acquire);
     pthread_mutex_unlock(&net->lock);
     while (c) {
         conn *next = c->grave;
@@ -572,16 +576,28 @@ static void on_handshake(conn *c, dlc_frame *f) {
 
 /* ---- input ---- */
 
+/* inline_io: the event the polling thread is waiting in, when a frame of type t may go
+ * straight into it: an application frame on a ready conn, no event queued ahead of it
+ * (events of other threads are concurrent with it either way), none delivered yet. */
+static dlc_net_event *direct_event(conn *c, int t) {
+    dlc_net *net = c->net;
+    if (!net->poll_ev || net->poll_got || c->state != DLC_CONN_READY || t <= DLC_FRAME_WELCOME ||
+        t >= DLC_FRAME_ERROR || atomic_load_explicit(&net->ev_count, memory_order_acquire) != 0)
+        return NULL;
+    return net->poll_ev;
+}
+
 void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
     dlc_net *net = c->net;
-    evnode *n = ev_new_frame(c->id);
-    if (!n) {
+    dlc_net_event *direct = direct_event(c, (int)buf[5] - 1); /* the type dlc_proto_peek checked */
+    evnode *n = direct ? NULL : ev_new_frame(c->id);
+    if (!direct && !n) {
         dlcn_rx_free(buf);
         dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
         return;
     }
     int why;
-    dlc_frame *f = &n->ev.frame;
+    dlc_frame *f = direct ? &direct->frame : &n->ev.frame;
     if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
         dlcn_rx_free(buf), free(n);
         dlcn_conn_fail(c, why, "%s", dlc_last_error());
@@ -611,6 +627,12 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
     if (f->type <= DLC_FRAME_WELCOME) {
         dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
         dlcn_rx_free(buf), free(n);
+        return;
+    }
+    if (direct) {
+        direct->kind = DLC_NET_FRAME, direct->peer = c->id, direct->code = 0, direct->text[0] = '\0';
+        direct->arg = NULL, direct->owned_ = buf;
+        net->poll_got = 1;
         return;
     }
     n->ev.owned_ = buf;

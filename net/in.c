@@ -87,6 +87,9 @@ void dlcn_pause_reading(dlc_net *net, int pause) {
 }
 
 static bool over_in_max(dlc_net *net) {
+    /* only this thread queues frames' bytes: a value read without the lock is no
+     * smaller than the true one, so below the limit needs no lock */
+    if (atomic_load_explicit(&net->ev_bytes, memory_order_relaxed) <= net->cfg.in_max) return false;
     pthread_mutex_lock(&net->lock);
     bool over = net->ev_bytes > net->cfg.in_max;
     if (over && !net->paused) net->paused = 1;

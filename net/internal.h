@@ -23,6 +23,7 @@
 #include <openssl/x509v3.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -178,18 +179,24 @@ struct dlc_net {
     int thread_started;
     struct event *poll_timer; /* inline_io: ends a dlc_net_poll that waits in the loop */
     atomic_flag polling;     /* inline_io: a thread is in dlc_net_poll */
+    /* inline_io, the polling thread only: while its loop runs, the caller's event, which
+     * a frame arriving with no event queued ahead of it is decoded into directly (no
+     * queue node, no copy), and whether one was */
+    dlc_net_event *poll_ev;
+    int poll_got;
     struct evconnlistener **listeners;
     int nlisteners;
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    conn *grave;             /* conns closed for good, freed at the next reap() */
+    _Atomic(conn *) grave;   /* conns closed for good, freed at the next reap() (written
+                              * under lock; reap looks without it first) */
     conn **peers;            /* by id */
     int npeers;              /* ids handed out */
     cmd *cmd_head, *cmd_tail;
     int ncmds;
     evnode *ev_head, *ev_tail;
-    size_t ev_bytes;
+    _Atomic size_t ev_bytes; /* changed under lock; the reader's in_max check looks without it */
     atomic_int ev_count;     /* events waiting: read without the lock by a spinning poll */
     int paused;              /* reading stopped: the event queue is over in_max */
     int stopping;
@@ -247,7 +254,8 @@ int dlcn_in_timer(conn *c);                /* the conn's timer: 1 if it finished
 void dlcn_on_read(struct bufferevent *bev, void *arg); /* frames what waits (libevent's read callback) */
 void dlcn_pause_reading(dlc_net *net, int pause);     /* every conn: stop or resume reading */
 void dlcn_update_direct(conn *c);          /* recomputes c->direct (takes net->lock) */
-void dlcn_payload_written(const void *data, size_t len, void *arg);
+void dlcn_payload_written(const void *data, size_t len, void *arg); /* f (arg) left: SENT, free, unqueue */
+void dlcn_frame_sent(outframe *f);         /* the same without the unqueue: its bytes are off c->queued */
 void dlcn_conn_fail_io(conn *c, int err);  /* a write failed: close (I/O thread) */
 void dlcn_write_done(conn *c);             /* the output queue emptied (I/O thread) */
 /* net/out.c */

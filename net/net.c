@@ -14,7 +14,7 @@
  *     table, and a callback still running on a closed conn reads valid memory.
  *   - A frame's payload passed to dlc_net_send belongs to the net until its free
  *     function runs (when the bytes are written or the conn is gone); it is written from
- *     the sender's memory (writev on plain TCP, net/out.c; evbuffer_add_reference on
+ *     the sender's memory (sendmsg on plain TCP, net/out.c; evbuffer_add_reference on
  *     TLS).
  *   - A received frame goes into one malloc'd buffer of the size its checked prefix
  *     declared, which becomes the event's: its body read straight into it on plain TCP,
@@ -322,7 +322,18 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
         }
         return net;
     }
-    if (pthread_create(&net->thread, NULL, io_main, net) != 0) {
+    /* The I/O thread starts with the asynchronous signals blocked: the host's handlers
+     * run on its own threads, and a SIGPIPE from a write to a peer gone (OpenSSL's, over
+     * TLS; plain TCP never raises one, MSG_NOSIGNAL) stays pending on this thread rather
+     * than killing a host that did not ignore it. */
+    sigset_t all, old;
+    sigfillset(&all);
+    int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int started = pthread_create(&net->thread, NULL, io_main, net) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!started) {
         dlc_error(DLC_ERR_INTERNAL, "cannot start the transport's I/O thread");
         goto fail;
     }
@@ -493,11 +504,14 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
                                       "after its DRAINED event)", peer, c->queued, o->total, net->cfg.out_max);
     } else if (c->direct) { /* nothing queued ahead: write from this thread, no hand-off */
         o->gen = c->gen;
-        c->queued += o->total;
         dlcn_count_out(c, o);
-        outframe *done = dlcn_send_direct(c, o);
+        outframe *done = dlcn_send_direct(c, o); /* o if written whole: nothing else was queued */
+        bool drained = false;
+        if (!done) c->queued += o->total;
+        else if (c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
-        dlcn_release_written(net, done);
+        if (done) dlcn_frame_sent(done);
+        if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
         return DLC_OK;
     } else {
         o->gen = c->gen;
@@ -558,7 +572,7 @@ static int take_event_locked(dlc_net *net, dlc_net_event *ev) {
     if (n) {
         net->ev_head = n->next;
         if (!net->ev_head) net->ev_tail = NULL;
-        net->ev_bytes -= n->bytes;
+        atomic_fetch_sub_explicit(&net->ev_bytes, n->bytes, memory_order_relaxed);
         atomic_fetch_sub_explicit(&net->ev_count, 1, memory_order_relaxed);
         resume = net->paused && net->ev_bytes <= net->cfg.in_max / 2;
     }
@@ -581,11 +595,13 @@ static int take_event(dlc_net *net, dlc_net_event *ev) {
 static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
     if (atomic_flag_test_and_set(&net->polling))
         return dlc_error(DLC_ERR_STATE, "dlc_net_poll: another thread is polling this net (inline_io: one thread polls)");
-    /* first what is waiting, then one pass of the loop: no clock read on this path */
+    /* first what is waiting, then one pass of the loop: no clock read on this path; a
+     * frame the loop receives with nothing queued ahead is decoded into *ev (poll_got) */
     int got = take_event(net, ev);
+    net->poll_ev = ev, net->poll_got = 0;
     if (!got) {
         event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
-        got = take_event(net, ev);
+        got = net->poll_got || take_event(net, ev);
     }
     if (!got && timeout_ms != 0) {
         double t0 = now_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
@@ -603,10 +619,11 @@ static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
                 }
                 event_base_loop(net->base, EVLOOP_ONCE);
             }
-            if ((got = take_event(net, ev))) break;
+            if ((got = net->poll_got || take_event(net, ev))) break;
         }
         if (timer) evtimer_del(net->poll_timer);
     }
+    net->poll_ev = NULL;
     dlcn_reap(net);
     atomic_flag_clear(&net->polling);
     return got;

@@ -1,4 +1,4 @@
-/* out.c - the output of a plain-TCP connection: a queue of frames written with writev(),
+/* out.c - the output of a plain-TCP connection: a queue of frames written with sendmsg(),
  * by the I/O thread or, when nothing is queued ahead, by the thread that sends (the
  * round trip then costs no hand-off to the I/O thread on the way out).  Payloads are
  * written from the sender's memory, never copied.  The WAN emulation's rate cap is a
@@ -13,7 +13,7 @@
 
 #include <sys/uio.h>
 
-/* iovecs per writev */
+/* iovecs per sendmsg */
 #define OUT_IOV 64
 /* the token bucket holds at most this much time of its rate */
 #define OUT_BURST_S 0.020
@@ -78,7 +78,15 @@ static int write_some(conn *c, outframe **done) {
                 else over -= iov[--n].iov_len;
             }
         }
-        ssize_t w = writev(fd, iov, n);
+        /* MSG_NOSIGNAL: a peer gone under the write is EPIPE here, never a SIGPIPE that
+         * kills a host which did not ignore it; one iovec (a small frame) as send() */
+        ssize_t w;
+        if (n == 1) {
+            w = send(fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+        } else {
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        }
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return 1;
             if (errno == EINTR) continue;
