@@ -14,6 +14,7 @@
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -112,12 +113,29 @@ static bool carries_msg(dlc_frame_type t) {
     return t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE;
 }
 
-void dlc_frame_init(dlc_frame *f, dlc_frame_type type) {
-    memset(f, 0, sizeof *f);
+static void frame_set_type(dlc_frame *f, dlc_frame_type type) {
     f->type = type;
     if ((unsigned)type < DLC_FRAME_TYPE_COUNT && carries_msg(type)) f->msg.type = frame_msg_type[type];
     if (type == DLC_FRAME_RESYNC) f->msg.flags = DLC_MSG_RESYNC;
     f->hello.learner = -1;
+}
+
+void dlc_frame_init(dlc_frame *f, dlc_frame_type type) {
+    memset(f, 0, sizeof *f);
+    frame_set_type(f, type);
+}
+
+/* dlc_frame_init but for hello's endpoint and owner tables, 6.6 of the frame's 7 KB: only
+ * their first hello.endpoints and hello.fragments entries mean anything (both counts 0
+ * here), and decoding a WELCOME writes those. */
+_Static_assert(offsetof(dlc_hello, owner) == offsetof(dlc_hello, endpoint) + sizeof(((dlc_hello *)0)->endpoint) &&
+                   offsetof(dlc_frame, code) >= offsetof(dlc_frame, hello) + offsetof(dlc_hello, owner) +
+                                                    sizeof(((dlc_hello *)0)->owner),
+               "the tables end hello, and hello is followed by code");
+static void frame_init_decoded(dlc_frame *f, dlc_frame_type type) {
+    memset(f, 0, offsetof(dlc_frame, hello) + offsetof(dlc_hello, endpoint));
+    memset(&f->code, 0, sizeof *f - offsetof(dlc_frame, code));
+    frame_set_type(f, type);
 }
 
 dlc_status dlc_frame_from_msg(dlc_frame *f, const dlc_msg *m) {
@@ -596,7 +614,7 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
     if (w.p != w.end)
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: %td bytes after its map", w.end - w.p);
 
-    dlc_frame_init(out, type);
+    frame_init_decoded(out, type);
     /* msgpack-c allocates its objects in this zone: at most one msgpack_object per value
      * the walk counted (a map's pairs are two values), so one chunk of that size holds
      * them all and a small header costs one small allocation, not msgpack_unpack_next's

@@ -162,12 +162,12 @@ void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
 }
 
-void dlcn_frame_sent(outframe *f) {
+void dlcn_frame_done(const outframe *f) {
     if (f->notify) { /* the transport's own frames (auth, heartbeats, ...) post nothing */
         evnode *n = dlcn_ev_new(DLC_NET_SENT, f->peer);
         if (n) n->ev.arg = f->arg, dlcn_ev_post(f->net, n);
     }
-    dlcn_outframe_free(f);
+    if (f->free_payload) f->free_payload(f->payload, f->arg);
 }
 
 void dlcn_payload_written(const void *data, size_t len, void *arg) {
@@ -177,7 +177,8 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
     int peer = f->peer;
     unsigned gen = f->gen;
     size_t total = f->total;
-    dlcn_frame_sent(f);
+    dlcn_frame_done(f);
+    free(f);
     dlcn_unqueue(net, peer, gen, total);
 }
 
@@ -185,7 +186,7 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
 void dlcn_count_out(conn *c, const outframe *f) {
     atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
-    c->last_tx = now_s(); /* the idle heartbeat waits, as after any frame */
+    c->last_tx = now_coarse_s(); /* the idle heartbeat waits, as after any frame */
 }
 
 static void out_write(conn *c, outframe *f) {
@@ -605,7 +606,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
     }
     atomic_fetch_add_explicit(&c->bytes_in[f->type], len, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->frames_in[f->type], 1, memory_order_relaxed);
-    c->last_rx = now_s();
+    c->last_rx = now_coarse_s();
     if (f->type == DLC_FRAME_ERROR) {
         if (f->code == DLC_PERR_AUTH && !c->client && c->state == DLC_CONN_AUTHENTICATING) {
             pthread_mutex_lock(&net->lock); /* a client that found our proof wrong: it holds another secret */

@@ -215,6 +215,20 @@ static inline double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The coarse clock's tick (clock_getres of CLOCK_MONOTONIC_COARSE), set by the first
+ * dlc_net_new. */
+extern double dlcn_coarse_tick;
+
+/* An upper bound of now_s() from the coarse clock, which costs a memory read rather than
+ * a clock read: at most one tick (1-10 ms) late.  For the liveness stamps last_rx and
+ * last_tx, set at every frame, which a late stamp only makes lenient: a timeout or an
+ * idle heartbeat comes at most a tick later, never earlier. */
+static inline double now_coarse_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9 + dlcn_coarse_tick;
+}
+
 static inline struct timeval tv_of(double s) {
     if (s < 0) s = 0;
     struct timeval tv = {(time_t)s, (suseconds_t)((s - floor(s)) * 1e6)};
@@ -254,8 +268,8 @@ int dlcn_in_timer(conn *c);                /* the conn's timer: 1 if it finished
 void dlcn_on_read(struct bufferevent *bev, void *arg); /* frames what waits (libevent's read callback) */
 void dlcn_pause_reading(dlc_net *net, int pause);     /* every conn: stop or resume reading */
 void dlcn_update_direct(conn *c);          /* recomputes c->direct (takes net->lock) */
-void dlcn_payload_written(const void *data, size_t len, void *arg); /* f (arg) left: SENT, free, unqueue */
-void dlcn_frame_sent(outframe *f);         /* the same without the unqueue: its bytes are off c->queued */
+void dlcn_payload_written(const void *data, size_t len, void *arg); /* f (arg) left: done, freed, unqueued */
+void dlcn_frame_done(const outframe *f);   /* f left: SENT if asked for, its payload released */
 void dlcn_conn_fail_io(conn *c, int err);  /* a write failed: close (I/O thread) */
 void dlcn_write_done(conn *c);             /* the output queue emptied (I/O thread) */
 /* net/out.c */
@@ -263,11 +277,11 @@ int dlcn_out_start(conn *c);               /* I/O thread, once the fd is known: 
 void dlcn_out_stop(conn *c);               /* I/O thread, at close: drops what is queued */
 void dlcn_out_append(conn *c, outframe *f); /* I/O thread: queue and write what fits */
 int dlcn_out_empty(conn *c);
-/* Any thread, net->lock held, c->direct: queues f and writes what the socket takes now.
- * Returns the frames written whole (a list through ->next), for the caller to release
- * after unlocking (dlcn_release_written). */
-outframe *dlcn_send_direct(conn *c, outframe *f);
-void dlcn_release_written(dlc_net *net, outframe *done); /* no lock held */
+/* Any thread, net->lock held, c->direct.  f is the caller's (on its stack): with nothing
+ * queued ahead it is written from there, 1 if the socket took it whole (the caller then
+ * finishes it, dlcn_frame_done).  Else a heap copy of it is queued for the rest, 0; or
+ * -1 out of memory (if part of it went, the connection fails). */
+int dlcn_send_direct(conn *c, const outframe *f);
 void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg);
 
 #endif

@@ -198,7 +198,13 @@ dlc_net_config dlc_net_default_config(void) {
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
 static int evthread_ok;
-static void evthread_init(void) { evthread_ok = evthread_use_pthreads() == 0; }
+double dlcn_coarse_tick = 0.1; /* until measured: a safe upper bound */
+
+static void evthread_init(void) {
+    evthread_ok = evthread_use_pthreads() == 0;
+    struct timespec res;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0) dlcn_coarse_tick = res.tv_nsec * 1e-9;
+}
 
 static dlc_status check_config(const dlc_net_config *c) {
     if (c->frame_max <= DLC_PROTO_PREFIX + 64 || c->frame_max > DLC_PROTO_FRAME_MAX_LIMIT)
@@ -479,18 +485,19 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     if (f->type <= DLC_FRAME_WELCOME || f->type == DLC_FRAME_ERROR || (unsigned)f->type >= DLC_FRAME_TYPE_COUNT)
         return dlc_error(DLC_ERR_ARG, "dlc_net_send: a %s is the transport's own to send",
                          dlc_frame_type_name(f->type) ? dlc_frame_type_name(f->type) : "frame of no known type");
-    uint8_t hdr[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
-    int64_t n = dlc_proto_encode(f, net->has_layout ? &net->layout : NULL, hdr, sizeof hdr);
-    if (n < 0) return (dlc_status)n;
-    outframe *o = malloc(sizeof *o + (size_t)n);
-    if (!o) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
+    /* encoded into a frame on this stack: written from here when the socket takes it at
+     * once, copied to the heap only when it must wait */
+    union {
+        outframe o;
+        uint8_t room[sizeof(outframe) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
+    } tmp;
+    outframe *o = &tmp.o;
     memset(o, 0, sizeof *o);
+    int64_t n = dlc_proto_encode(f, net->has_layout ? &net->layout : NULL, o->hdr, DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
+    if (n < 0) return (dlc_status)n;
     o->net = net, o->peer = peer, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n + f->msg.len;
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
     o->notify = free_payload == NULL;
-    memcpy(o->hdr, hdr, (size_t)n);
-    cmd *k = &o->send;
-    k->kind = CMD_SEND, k->peer = peer, k->frame = o;
     dlc_status st = DLC_OK;
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
@@ -504,25 +511,32 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
                                       "after its DRAINED event)", peer, c->queued, o->total, net->cfg.out_max);
     } else if (c->direct) { /* nothing queued ahead: write from this thread, no hand-off */
         o->gen = c->gen;
-        dlcn_count_out(c, o);
-        outframe *done = dlcn_send_direct(c, o); /* o if written whole: nothing else was queued */
+        int r = dlcn_send_direct(c, o);
         bool drained = false;
-        if (!done) c->queued += o->total;
-        else if (c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
+        if (r >= 0) dlcn_count_out(c, o);
+        if (r == 0) c->queued += o->total; /* its copy waits in the queue */
+        else if (r == 1 && c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
-        if (done) dlcn_frame_sent(done);
+        if (r < 0) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
+        if (r == 1) dlcn_frame_done(o);
         if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
         return DLC_OK;
     } else {
-        o->gen = c->gen;
-        st = cmd_push(net, k);
-        if (st == DLC_OK) c->queued += o->total, c->cmd_pending++, c->direct = 0;
+        outframe *h = malloc(sizeof *h + (size_t)n); /* for the I/O thread */
+        if (!h) {
+            st = dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
+        } else {
+            memcpy(h, o, sizeof *h + (size_t)n);
+            h->gen = c->gen;
+            cmd *k = &h->send;
+            k->kind = CMD_SEND, k->peer = peer, k->frame = h;
+            st = cmd_push(net, k);
+            if (st == DLC_OK) c->queued += h->total, c->cmd_pending++, c->direct = 0;
+            else free(h);
+        }
     }
     pthread_mutex_unlock(&net->lock);
-    if (st < 0) {
-        free(o);
-        return st;
-    }
+    if (st < 0) return st;
     dlcn_wake(net);
     return DLC_OK;
 }

@@ -145,9 +145,9 @@ static void reverse(outframe **list) {
     *list = r;
 }
 
-void dlcn_release_written(dlc_net *net, outframe *done) {
-    (void)net;
-    reverse(&done); /* in the order written */
+/* Finishes the frames written whole, in the order written (no lock held). */
+static void release_written(outframe *done) {
+    reverse(&done);
     while (done) {
         outframe *f = done;
         done = f->next;
@@ -166,7 +166,7 @@ static void flush(conn *c, int from_event) {
     arm(c, r, 1, from_event);
     int err = c->werr;
     pthread_mutex_unlock(&c->wlock);
-    dlcn_release_written(c->net, done);
+    release_written(done);
     if (!from_event) return;
     if (r == -1) dlcn_conn_fail_io(c, err);
     else if (r == 0) dlcn_write_done(c);
@@ -183,16 +183,56 @@ void dlcn_out_append(conn *c, outframe *f) {
     if (first) flush(c, 0);
 }
 
-outframe *dlcn_send_direct(conn *c, outframe *f) {
-    outframe *done = NULL;
-    f->next = NULL;
+/* One write of a whole frame f (header and payload) on an empty queue; wlock held.  The
+ * bytes the socket took (0 when full), or -1 on an error (c->werr). */
+static ssize_t write_now(conn *c, const outframe *f) {
+    evutil_socket_t fd = c->wev ? event_get_fd(c->wev) : -1;
+    if (fd < 0) return c->werr = EBADF, -1;
+    for (;;) {
+        ssize_t w;
+        if (f->len == 0) {
+            w = send(fd, f->hdr, f->hlen, MSG_NOSIGNAL);
+        } else {
+            struct iovec iov[2] = {{(void *)f->hdr, f->hlen}, {(void *)f->payload, f->len}};
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+            w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        }
+        if (w >= 0) return w;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        c->werr = errno;
+        return -1;
+    }
+}
+
+int dlcn_send_direct(conn *c, const outframe *f) {
     pthread_mutex_lock(&c->wlock);
-    if (c->oq_tail) c->oq_tail->next = f;
-    else c->oq_head = f, c->oq_off = 0;
-    c->oq_tail = f;
-    if (c->oq_head == f) arm(c, write_some(c, &done), 0, 0);
+    size_t off = 0;
+    int r = 1; /* for arm: the socket is full, wait until it is writable */
+    if (!c->oq_head) {
+        ssize_t w = write_now(c, f);
+        if (w == (ssize_t)(f->hlen + f->len)) {
+            pthread_mutex_unlock(&c->wlock);
+            return 1;
+        }
+        if (w < 0) r = -1;
+        else off = (size_t)w;
+    }
+    outframe *q = malloc(sizeof *q + f->hlen);
+    if (!q) {
+        if (off) c->werr = ENOMEM, r = -1; /* part of it went: the stream cannot go on */
+        if (r == -1) arm(c, -1, 0, 0);
+        pthread_mutex_unlock(&c->wlock);
+        return -1;
+    }
+    memcpy(q, f, sizeof *q + f->hlen);
+    q->next = NULL;
+    if (c->oq_tail) c->oq_tail->next = q;
+    else c->oq_head = q, c->oq_off = off;
+    c->oq_tail = q;
+    if (c->oq_head == q) arm(c, r, 0, 0);
     pthread_mutex_unlock(&c->wlock);
-    return done;
+    return 0;
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg) {
