@@ -97,7 +97,7 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_ERROR] = B(K_CODE) | B(K_TEXT),
 };
 
-static bool has_payload(dlc_frame_type t) {
+int dlc_frame_has_payload(dlc_frame_type t) {
     return t == DLC_FRAME_CONTRIBUTION || t == DLC_FRAME_FRAGMENT || t == DLC_FRAME_RESYNC ||
            t == DLC_FRAME_GRADIENT || t == DLC_FRAME_GRADIENT_AVG;
 }
@@ -532,7 +532,7 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
 static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
     size_t len = f->msg.len;
     const char *name = frame_names[f->type];
-    if (!has_payload(f->type)) {
+    if (!dlc_frame_has_payload(f->type)) {
         if (len)
             return fail(why, DLC_PERR_MALFORMED, encoding ? DLC_ERR_ARG : DLC_ERR_FORMAT,
                         "%s with a payload of %zu bytes: it carries none", name, len);

@@ -186,7 +186,8 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
 void dlcn_count_out(conn *c, const outframe *f) {
     atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
-    c->last_tx = now_coarse_s(); /* the idle heartbeat waits, as after any frame */
+    /* the idle heartbeat waits, as after any frame (relaxed: a stamp, ordering nothing) */
+    atomic_store_explicit(&c->last_tx, now_coarse_s(), memory_order_relaxed);
 }
 
 static void out_write(conn *c, outframe *f) {
@@ -588,24 +589,34 @@ static dlc_net_event *direct_event(conn *c, int t) {
     return net->poll_ev;
 }
 
-void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
+/* The bytes of a received frame, unless they are the read buffer's (borrowed). */
+static void release(uint8_t *buf, int borrowed) {
+    if (!borrowed) dlcn_rx_free(buf);
+}
+
+/* Adds v to a counter only the I/O thread writes (others read it): no atomic add. */
+static void count_in(_Atomic uint64_t *counter, uint64_t v) {
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
+void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     dlc_net *net = c->net;
     dlc_net_event *direct = direct_event(c, (int)buf[5] - 1); /* the type dlc_proto_peek checked */
     evnode *n = direct ? NULL : ev_new_frame(c->id);
     if (!direct && !n) {
-        dlcn_rx_free(buf);
+        release(buf, borrowed);
         dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory receiving a frame");
         return;
     }
     int why;
     dlc_frame *f = direct ? &direct->frame : &n->ev.frame;
     if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
-        dlcn_rx_free(buf), free(n);
+        release(buf, borrowed), free(n);
         dlcn_conn_fail(c, why, "%s", dlc_last_error());
         return;
     }
-    atomic_fetch_add_explicit(&c->bytes_in[f->type], len, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->frames_in[f->type], 1, memory_order_relaxed);
+    count_in(&c->bytes_in[f->type], len);
+    count_in(&c->frames_in[f->type], 1);
     c->last_rx = now_coarse_s();
     if (f->type == DLC_FRAME_ERROR) {
         if (f->code == DLC_PERR_AUTH && !c->client && c->state == DLC_CONN_AUTHENTICATING) {
@@ -616,27 +627,27 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len) {
         c->end_code = f->code;
         snprintf(c->end_text, sizeof c->end_text, "the peer reported %s: %.512s",
                  dlc_proto_errcode_name(f->code) ? dlc_proto_errcode_name(f->code) : "an error", f->text);
-        dlcn_rx_free(buf), free(n);
+        release(buf, borrowed), free(n);
         dlcn_conn_drain(c, c->end_code, c->end_text);
         return;
     }
     if (c->state == DLC_CONN_AUTHENTICATING) {
         on_handshake(c, f);
-        dlcn_rx_free(buf), free(n);
+        release(buf, borrowed), free(n);
         return;
     }
     if (f->type <= DLC_FRAME_WELCOME) {
         dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
-        dlcn_rx_free(buf), free(n);
+        release(buf, borrowed), free(n);
         return;
     }
     if (direct) {
         direct->kind = DLC_NET_FRAME, direct->peer = c->id, direct->code = 0, direct->text[0] = '\0';
-        direct->arg = NULL, direct->owned_ = buf;
+        direct->arg = NULL, direct->owned_ = borrowed ? NULL : buf;
         net->poll_got = 1;
         return;
     }
-    n->ev.owned_ = buf;
+    n->ev.owned_ = borrowed ? NULL : buf;
     n->bytes = len;
     dlcn_ev_post(net, n);
 }

@@ -139,7 +139,7 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     uint8_t *buf = c->inbuf;
     size_t len = c->inlen;
     c->inbuf = NULL, c->inlen = c->inhave = 0;
-    dlcn_on_frame(c, buf, len);
+    dlcn_on_frame(c, buf, len, 0);
     if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
     return 1;
 }
@@ -218,17 +218,29 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 return;
             }
             uint8_t prefix[DLC_PROTO_PREFIX];
-            size_t have = in_copy(c, prefix, sizeof prefix, 0);
+            /* plain TCP: the prefix is read where it lies in ib */
+            const uint8_t *at = c->own_out ? c->ib + c->ib_off : prefix;
+            size_t have = c->own_out ? in_avail(c) : in_copy(c, prefix, sizeof prefix, 0);
             if (have == 0) return;
             size_t need;
             dlc_frame_type type;
             int why;
-            if (dlc_proto_peek(prefix, have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
+            if (dlc_proto_peek(at, have, (size_t)frame_limit(c), &need, &type, &why) < 0) {
                 dlcn_conn_fail(c, why, "%s%s", dlc_last_error(),
                           c->state == DLC_CONN_AUTHENTICATING ? " (before authentication)" : "");
                 return;
             }
             if (need == 0) return;
+            if (c->own_out && have >= need && !dlc_frame_has_payload(type)) {
+                /* a whole header-only frame in ib (a HEARTBEAT, a BYE, the handshake's):
+                 * decoded where it lies, nothing allocated nor copied; ib moves past it
+                 * first, as dlcn_on_frame may close c and free ib */
+                c->ib_off += need;
+                if (c->ib_off == c->ib_len) c->ib_off = c->ib_len = 0;
+                dlcn_on_frame(c, (uint8_t *)at, need, 1);
+                if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
+                continue;
+            }
             c->inbuf = dlcn_rx_alloc(need);
             if (!c->inbuf) {
                 dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
@@ -244,7 +256,7 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
         uint8_t *buf = c->inbuf;
         size_t len = c->inlen;
         c->inbuf = NULL, c->inlen = c->inhave = 0;
-        dlcn_on_frame(c, buf, len); /* may close c: the loop condition reads c->state, and a
+        dlcn_on_frame(c, buf, len, 0); /* may close c: the loop condition reads c->state, and a
                                 * closed conn is freed only when not reconnecting... */
         if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
     }

@@ -257,8 +257,10 @@ void dlcn_apply_shape(conn *c);
 void dlcn_outframe_free(outframe *f);
 void dlcn_count_out(conn *c, const outframe *f); /* the per-type counters of a frame going out */
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
-/* conn.c: a whole frame received (takes buf); an ERROR to the peer, then a drain */
-void dlcn_on_frame(conn *c, uint8_t *buf, size_t len);
+/* conn.c: a whole frame received: takes buf (dlcn_rx_alloc'ed), or only reads it when
+ * borrowed (a frame without a payload, decoded where it lies in the read buffer, which
+ * the call may free: the caller has moved past it and does not touch it after) */
+void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed);
 void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* net/in.c (I/O thread) */
 int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1 */

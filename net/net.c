@@ -607,7 +607,7 @@ static int take_event(dlc_net *net, dlc_net_event *ev) {
 /* inline_io: runs the loop until an event is waiting or the time is up; it does not
  * sleep for the first NET_POLL_SPIN_S. */
 static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
-    if (atomic_flag_test_and_set(&net->polling))
+    if (atomic_flag_test_and_set_explicit(&net->polling, memory_order_acquire))
         return dlc_error(DLC_ERR_STATE, "dlc_net_poll: another thread is polling this net (inline_io: one thread polls)");
     /* first what is waiting, then one pass of the loop: no clock read on this path; a
      * frame the loop receives with nothing queued ahead is decoded into *ev (poll_got) */
@@ -639,7 +639,7 @@ static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
     }
     net->poll_ev = NULL;
     dlcn_reap(net);
-    atomic_flag_clear(&net->polling);
+    atomic_flag_clear_explicit(&net->polling, memory_order_release);
     return got;
 }
 

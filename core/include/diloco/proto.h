@@ -111,6 +111,9 @@ typedef enum dlc_frame_type {
  * "contribution", "fragment", "gradient", "gradient_avg", "resync", "bye", "error";
  * NULL out of range. */
 DLC_API const char *dlc_frame_type_name(dlc_frame_type type);
+/* Whether frames of the type carry a payload (CONTRIBUTION, FRAGMENT, GRADIENT,
+ * GRADIENT_AVG, RESYNC); the others are a header alone. */
+DLC_API int dlc_frame_has_payload(dlc_frame_type type);
 
 /* ERROR codes: why a peer is being disconnected. */
 typedef enum dlc_proto_errcode {
