@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -591,8 +592,43 @@ static dlc_status check_hello(const dlc_frame *f, int *why, dlc_status st) {
     return DLC_OK;
 }
 
+struct dlc_proto_decoder {
+    msgpack_zone zone; /* its first chunk, of DLC_PROTO_DECODER_KEEP bytes, is kept */
+};
+
+dlc_proto_decoder *dlc_proto_decoder_new(void) {
+    dlc_proto_decoder *d = malloc(sizeof *d);
+    if (!d || !msgpack_zone_init(&d->zone, DLC_PROTO_DECODER_KEEP)) {
+        free(d);
+        dlc_error(DLC_ERR_NOMEM, "dlc_proto_decoder_new: out of memory");
+        return NULL;
+    }
+    return d;
+}
+
+void dlc_proto_decoder_free(dlc_proto_decoder *d) {
+    if (!d) return;
+    msgpack_zone_destroy(&d->zone);
+    free(d);
+}
+
+static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, const dlc_proto_layout *layout,
+                         dlc_frame *out, int *why);
+
 dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layout *layout, dlc_frame *out,
                             int *why) {
+    return decode(NULL, buf, len, layout, out, why);
+}
+
+dlc_status dlc_proto_decoder_decode(dlc_proto_decoder *d, const uint8_t *buf, size_t len,
+                                    const dlc_proto_layout *layout, dlc_frame *out, int *why) {
+    if (!d) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_decoder_decode: NULL decoder");
+    return decode(&d->zone, buf, len, layout, out, why);
+}
+
+/* keep: a decoder's zone, cleared before this returns; NULL: a zone of this call's own */
+static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, const dlc_proto_layout *layout,
+                         dlc_frame *out, int *why) {
     if (why) *why = DLC_PERR_NONE;
     if (!buf || !out) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_decode: NULL argument");
     if (check_layout(layout) < 0) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "%s", dlc_last_error());
@@ -619,14 +655,15 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
      * the walk counted (a map's pairs are two values), so one chunk of that size holds
      * them all and a small header costs one small allocation, not msgpack_unpack_next's
      * 8 KiB zone */
-    msgpack_zone zone;
-    if (!msgpack_zone_init(&zone, w.objects * sizeof(msgpack_object) + 64))
+    msgpack_zone own, *zone = keep ? keep : &own;
+    if (!keep && !msgpack_zone_init(&own, w.objects * sizeof(msgpack_object) + 64))
         return fail(why, DLC_PERR_INTERNAL, DLC_ERR_NOMEM, "header: out of memory");
     msgpack_object obj;
     size_t off = 0;
-    msgpack_unpack_return r = msgpack_unpack((const char *)hdr, hlen, &off, &zone, &obj);
+    msgpack_unpack_return r = msgpack_unpack((const char *)hdr, hlen, &off, zone, &obj);
     if (r != MSGPACK_UNPACK_SUCCESS || off != hlen || obj.type != MSGPACK_OBJECT_MAP) {
-        msgpack_zone_destroy(&zone);
+        if (keep) msgpack_zone_clear(keep);
+        else msgpack_zone_destroy(&own);
         return fail(why, r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_PERR_INTERNAL : DLC_PERR_MALFORMED,
                     r == MSGPACK_UNPACK_NOMEM_ERROR ? DLC_ERR_NOMEM : DLC_ERR_FORMAT,
                     "header: msgpack-c refused it (status %d) after it passed the walk", (int)r);
@@ -651,7 +688,8 @@ dlc_status dlc_proto_decode(const uint8_t *buf, size_t len, const dlc_proto_layo
         present |= B(k);
         st = read_field(why, (key_id)k, &map->ptr[i].val, out);
     }
-    msgpack_zone_destroy(&zone);
+    if (keep) msgpack_zone_clear(keep);
+    else msgpack_zone_destroy(&own);
     if (st < 0) return st;
     uint32_t missing = type_keys[type] & ~present;
     if (missing) {

@@ -51,15 +51,27 @@ static size_t encode(const dlc_frame *f) {
     return (size_t)n + f->msg.len;
 }
 
-/* A decode expected to fail with `why` and a message containing `needle`. */
+/* One decoder that every refused frame goes through too, then a valid one. */
+static dlc_proto_decoder *dec;
+
+/* A decode expected to fail with `why` and a message containing `needle` (with and
+ * without the decoder). */
 static void refuse(const char *name, const uint8_t *buf, size_t len, int want_why, const char *needle) {
     corpus_write(name, buf, len);
     size_t need = 0;
     int why = -1;
     dlc_frame f;
     dlc_status st = dlc_proto_peek(buf, len, DLC_PROTO_FRAME_MAX_DEFAULT, &need, NULL, &why);
-    if (st == DLC_OK && need == len) st = dlc_proto_decode(buf, len, &layout3, &f, &why);
-    else if (st == DLC_OK) st = dlc_error(DLC_ERR_FORMAT, "incomplete: %zu of %zu", len, need), why = -2;
+    if (st == DLC_OK && need == len) {
+        int dwhy = -1;
+        dlc_status dst = dlc_proto_decoder_decode(dec, buf, len, &layout3, &f, &dwhy);
+        char dmsg[600];
+        snprintf(dmsg, sizeof dmsg, "%s", dlc_last_error());
+        st = dlc_proto_decode(buf, len, &layout3, &f, &why);
+        CHECK(dst == st && dwhy == why && (st == DLC_OK || strcmp(dmsg, dlc_last_error()) == 0));
+    } else if (st == DLC_OK) {
+        st = dlc_error(DLC_ERR_FORMAT, "incomplete: %zu of %zu", len, need), why = -2;
+    }
     if (st < 0 && why == want_why && strstr(dlc_last_error(), needle)) {
         check_pass++;
     } else {
@@ -73,6 +85,38 @@ static void refuse(const char *name, const uint8_t *buf, size_t len, int want_wh
     hb.msg.learner = 1, hb.msg.steps = 5;
     size_t n = encode(&hb);
     CHECK(dlc_proto_decode(scratch, n, &layout3, &f, NULL) == DLC_OK && f.msg.steps == 5);
+    CHECK(dlc_proto_decoder_decode(dec, scratch, n, &layout3, &f, NULL) == DLC_OK && f.msg.steps == 5);
+}
+
+/* A decoder gives what dlc_proto_decode gives, frame after frame: small headers in the
+ * memory it keeps, a WELCOME of 1024 fragments (16 KiB of msgpack objects) beyond it,
+ * then small ones again. */
+static void test_decoder(void) {
+    dlc_frame f, g, h;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello.proto_min = f.hello.proto_max = 1, f.hello.learner = 3, f.hello.block = 128;
+    f.hello.codecs = 1u << DLC_CODEC_F32, f.hello.fragments = DLC_PROTO_FRAGMENTS_MAX, f.hello.endpoints = 2;
+    strcpy(f.hello.endpoint[1], "10.0.0.9:7070");
+    for (int p = 0; p < DLC_PROTO_FRAGMENTS_MAX; p++) f.hello.owner[p] = (uint16_t)(p % 2);
+    dlc_frame hb;
+    dlc_frame_init(&hb, DLC_FRAME_HEARTBEAT);
+    for (int round = 0; round < 3; round++) {
+        hb.msg.learner = 2, hb.msg.steps = 10 + round, hb.msg.tokens = 1000 + round, hb.msg.step_time = 0.25;
+        size_t n = encode(&hb);
+        CHECK(dlc_proto_decoder_decode(dec, scratch, n, NULL, &g, NULL) == DLC_OK);
+        CHECK(dlc_proto_decode(scratch, n, NULL, &h, NULL) == DLC_OK);
+        CHECK(g.type == DLC_FRAME_HEARTBEAT && g.msg.steps == 10 + round && g.msg.tokens == 1000 + round &&
+              g.msg.step_time == 0.25 && g.msg.learner == 2 && memcmp(&g.msg, &h.msg, sizeof g.msg) == 0);
+        n = encode(&f);
+        CHECK(dlc_proto_decoder_decode(dec, scratch, n, NULL, &g, NULL) == DLC_OK);
+        CHECK(g.type == DLC_FRAME_WELCOME && g.hello.fragments == DLC_PROTO_FRAGMENTS_MAX && g.hello.endpoints == 2 &&
+              g.hello.learner == 3 && strcmp(g.hello.endpoint[1], "10.0.0.9:7070") == 0 &&
+              g.hello.endpoint[0][0] == '\0');
+        int owners_ok = 1;
+        for (int p = 0; p < DLC_PROTO_FRAGMENTS_MAX; p++) owners_ok &= g.hello.owner[p] == p % 2;
+        CHECK(owners_ok);
+    }
+    CHECK(dlc_proto_decoder_decode(NULL, scratch, 16, NULL, &g, NULL) == DLC_ERR_ARG);
 }
 
 /* A raw frame: prefix declaring `type` with header hdr[0..hlen) and plen payload bytes
@@ -563,7 +607,10 @@ static void test_encode_refuses(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--corpus") == 0) corpus_dir = argv[2];
+    dec = dlc_proto_decoder_new();
+    CHECK(dec != NULL);
     test_roundtrip();
+    test_decoder();
     test_hello();
     test_prefix();
     test_header_walk();
@@ -571,5 +618,6 @@ int main(int argc, char **argv) {
     test_payload();
     test_types_hostile();
     test_encode_refuses();
+    dlc_proto_decoder_free(dec);
     return check_done("test_proto");
 }

@@ -85,7 +85,7 @@ evnode *dlcn_ev_new(dlc_net_event_kind kind, int peer) {
 }
 
 /* An event for a received frame: like dlcn_ev_new, but the frame is left for
- * dlc_proto_decode to initialize (it zeroes it), not zeroed twice. */
+ * the decoder to initialize, not zeroed twice. */
 static evnode *ev_new_frame(int peer) {
     evnode *n = malloc(sizeof *n);
     if (!n) return NULL;
@@ -183,15 +183,19 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
 }
 
 /* Hands f to the socket buffer (header copied, payload by reference). */
-void dlcn_count_out(conn *c, const outframe *f) {
-    atomic_fetch_add_explicit(&c->bytes_out[f->type], f->total, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->frames_out[f->type], 1, memory_order_relaxed);
+void dlcn_count_out(conn *c, const outframe *f, int direct) {
+    if (direct) {
+        c->direct_bytes_out[f->type] += f->total, c->direct_frames_out[f->type]++;
+    } else {
+        dlcn_count(&c->bytes_out[f->type], f->total);
+        dlcn_count(&c->frames_out[f->type], 1);
+    }
     /* the idle heartbeat waits, as after any frame (relaxed: a stamp, ordering nothing) */
     atomic_store_explicit(&c->last_tx, now_coarse_s(), memory_order_relaxed);
 }
 
 static void out_write(conn *c, outframe *f) {
-    dlcn_count_out(c, f);
+    dlcn_count_out(c, f, 0);
     if (c->own_out) {
         dlcn_out_append(c, f);
         return;
@@ -363,7 +367,8 @@ void dlcn_conn_retire(conn *c) {
     pthread_mutex_lock(&net->lock);
     net->peers[c->id] = NULL;
     for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
-        net->total.bytes_out[t] += c->bytes_out[t], net->total.frames_out[t] += c->frames_out[t];
+        net->total.bytes_out[t] += c->bytes_out[t] + c->direct_bytes_out[t];
+        net->total.frames_out[t] += c->frames_out[t] + c->direct_frames_out[t];
         net->total.bytes_in[t] += c->bytes_in[t], net->total.frames_in[t] += c->frames_in[t];
     }
     c->grave = atomic_load_explicit(&net->grave, memory_order_relaxed);
@@ -594,11 +599,6 @@ static void release(uint8_t *buf, int borrowed) {
     if (!borrowed) dlcn_rx_free(buf);
 }
 
-/* Adds v to a counter only the I/O thread writes (others read it): no atomic add. */
-static void count_in(_Atomic uint64_t *counter, uint64_t v) {
-    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
-}
-
 void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     dlc_net *net = c->net;
     dlc_net_event *direct = direct_event(c, (int)buf[5] - 1); /* the type dlc_proto_peek checked */
@@ -610,13 +610,13 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     }
     int why;
     dlc_frame *f = direct ? &direct->frame : &n->ev.frame;
-    if (dlc_proto_decode(buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
+    if (dlc_proto_decoder_decode(net->dec, buf, len, net->has_layout ? &net->layout : NULL, f, &why) < 0) {
         release(buf, borrowed), free(n);
         dlcn_conn_fail(c, why, "%s", dlc_last_error());
         return;
     }
-    count_in(&c->bytes_in[f->type], len);
-    count_in(&c->frames_in[f->type], 1);
+    dlcn_count(&c->bytes_in[f->type], len);
+    dlcn_count(&c->frames_in[f->type], 1);
     c->last_rx = now_coarse_s();
     if (f->type == DLC_FRAME_ERROR) {
         if (f->code == DLC_PERR_AUTH && !c->client && c->state == DLC_CONN_AUTHENTICATING) {

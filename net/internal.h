@@ -158,8 +158,12 @@ typedef struct conn {
     int cmd_pending;         /* under net->lock: CMD_SEND commands queued for this conn */
     int direct;              /* under net->lock: dlc_net_send may write itself (ready, plain
                               * TCP, no cap, no latency, nothing queued ahead) */
+    /* Counters, each with one writer at a time: what the I/O thread sends and receives
+     * (read by others, so atomic), and what dlc_net_send writes directly (under
+     * net->lock, as every reader is); a frame's bytes are in one of the two _out sets. */
     _Atomic uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
     _Atomic uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
+    uint64_t direct_bytes_out[DLC_FRAME_TYPE_COUNT], direct_frames_out[DLC_FRAME_TYPE_COUNT];
 } conn;
 
 struct dlc_net {
@@ -171,6 +175,7 @@ struct dlc_net {
     dlc_proto_layout layout;
     int64_t *numel;
     int has_layout;
+    dlc_proto_decoder *dec;  /* every received frame's (the I/O thread's) */
     SSL_CTX *ssl;
 
     struct event_base *base;
@@ -255,7 +260,13 @@ void dlcn_out_queue(conn *c, outframe *f);
 void dlcn_out_release(conn *c);
 void dlcn_apply_shape(conn *c);
 void dlcn_outframe_free(outframe *f);
-void dlcn_count_out(conn *c, const outframe *f); /* the per-type counters of a frame going out */
+/* the per-type counters of a frame going out: by the I/O thread, or (direct) by
+ * dlc_net_send with net->lock held */
+void dlcn_count_out(conn *c, const outframe *f, int direct);
+/* Adds v to a counter whose one writer is the calling thread (others read it). */
+static inline void dlcn_count(_Atomic uint64_t *counter, uint64_t v) {
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
+}
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
 /* conn.c: a whole frame received: takes buf (dlcn_rx_alloc'ed), or only reads it when
  * borrowed (a frame without a payload, decoded where it lies in the read buffer, which

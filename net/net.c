@@ -310,6 +310,7 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
         net->layout.numel = net->numel;
         net->has_layout = 1;
     }
+    if (!(net->dec = dlc_proto_decoder_new())) goto fail;
     if (cfg->tls && tls_setup(net) < 0) goto fail;
     net->rng = cfg->seed ? cfg->seed : (uint64_t)(now_s() * 1e9) ^ (uint64_t)(uintptr_t)net;
     if (!net->rng) net->rng = 1;
@@ -399,6 +400,7 @@ void dlc_net_free(dlc_net *net) {
     if (net->wake) event_free(net->wake);
     if (net->base) event_base_free(net->base);
     if (net->ssl) SSL_CTX_free(net->ssl);
+    dlc_proto_decoder_free(net->dec);
     free(net->peers);
     free(net->numel);
     pthread_cond_destroy(&net->cond);
@@ -513,7 +515,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         o->gen = c->gen;
         int r = dlcn_send_direct(c, o);
         bool drained = false;
-        if (r >= 0) dlcn_count_out(c, o);
+        if (r >= 0) dlcn_count_out(c, o, 1);
         if (r == 0) c->queued += o->total; /* its copy waits in the queue */
         else if (r == 1 && c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
@@ -690,7 +692,8 @@ dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out) {
         conn *c = net->peers[i];
         if (!c) continue;
         for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
-            out->bytes_out[t] += c->bytes_out[t], out->frames_out[t] += c->frames_out[t];
+            out->bytes_out[t] += c->bytes_out[t] + c->direct_bytes_out[t];
+            out->frames_out[t] += c->frames_out[t] + c->direct_frames_out[t];
             out->bytes_in[t] += c->bytes_in[t], out->frames_in[t] += c->frames_in[t];
         }
         out->queued += c->queued;

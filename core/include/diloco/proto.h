@@ -215,6 +215,17 @@ DLC_API dlc_status dlc_proto_decode(const uint8_t *buf, size_t len,
                                     const dlc_proto_layout *layout, dlc_frame *out,
                                     int *why);
 
+/* A decoder keeps msgpack-c's memory from one frame to the next: dlc_proto_decoder_decode
+ * is dlc_proto_decode without an allocation per frame (none while a header's msgpack
+ * objects fit in DLC_PROTO_DECODER_KEEP bytes; a larger header's are freed after it).
+ * One thread at a time uses a decoder: one per reading thread or connection. */
+typedef struct dlc_proto_decoder dlc_proto_decoder;
+#define DLC_PROTO_DECODER_KEEP 4096
+DLC_API dlc_proto_decoder *dlc_proto_decoder_new(void); /* NULL: out of memory */
+DLC_API void dlc_proto_decoder_free(dlc_proto_decoder *d);
+DLC_API dlc_status dlc_proto_decoder_decode(dlc_proto_decoder *d, const uint8_t *buf, size_t len,
+                                            const dlc_proto_layout *layout, dlc_frame *out, int *why);
+
 /* Encodes the prefix and header of *f into out[0..cap) and returns the bytes written (the
  * payload, f->msg.payload[0..f->msg.len), is sent right after them, not copied here), or
  * a negative dlc_status: DLC_ERR_ARG for a field out of range or a payload that does not
