@@ -2,7 +2,7 @@
  *
  * Decoding is three gates, each before the next allocates or trusts anything:
  *   1. the prefix (dlc_proto_peek): magic, version, type, lengths against the limits;
- *   2. a walk over the header bytes (walk_obj): every declared count and length against
+ *   2. a walk over the header bytes (walk): every declared count and length against
  *      the bytes present and the named limits, the depth, the object count, one map
  *      spanning the header exactly; only then does msgpack-c unpack it, so what it
  *      allocates is bounded by the header's size;
@@ -236,15 +236,6 @@ static dlc_status walk_fail(walker *w, const uint8_t *at, const char *what, uint
                 (unsigned long long)n, limit);
 }
 
-/* Reads an n-byte big-endian count after the type byte. */
-static bool walk_len(walker *w, int n, uint64_t *out) {
-    if (w->end - w->p < n) return false;
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = v << 8 | *w->p++;
-    *out = v;
-    return true;
-}
-
 /* A msgpack type byte with a length or a fixed-size body: the bytes of its length, of its
  * body (fixed), 1 for an array and 2 for a map (container). */
 typedef struct walk_type {
@@ -252,73 +243,88 @@ typedef struct walk_type {
     const char *name;
 } walk_type;
 
-static dlc_status walk_obj(walker *w, int depth) {
-    if (w->p >= w->end) return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header ends inside a value (byte %td)", w->p - w->base);
-    if (++w->objects > DLC_PROTO_OBJECTS_MAX)
-        return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header holds more than %d values", DLC_PROTO_OBJECTS_MAX);
-    const uint8_t *at = w->p;
-    uint8_t b = *w->p++;
-    uint64_t n = 0;
-    int container = 0; /* 1 array, 2 map */
-    size_t skip = 0;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return DLC_OK;
-    if (b >= 0x80 && b <= 0x8f) container = 2, n = b & 0x0f;
-    else if (b >= 0x90 && b <= 0x9f) container = 1, n = b & 0x0f;
-    else if (b >= 0xa0 && b <= 0xbf) n = b & 0x1f, skip = 1;
-    else {
-        /* the other types a header may hold, by type byte from 0xc4 (name NULL: not allowed) */
-        static const walk_type types[0xe0 - 0xc4] = {
-            [0xc4 - 0xc4] = {1, 0, 0, "bin8"},    [0xc5 - 0xc4] = {2, 0, 0, "bin16"},   [0xc6 - 0xc4] = {4, 0, 0, "bin32"},
-            [0xca - 0xc4] = {0, 4, 0, "float32"}, [0xcb - 0xc4] = {0, 8, 0, "float64"}, [0xcc - 0xc4] = {0, 1, 0, "uint8"},
-            [0xcd - 0xc4] = {0, 2, 0, "uint16"},  [0xce - 0xc4] = {0, 4, 0, "uint32"},  [0xcf - 0xc4] = {0, 8, 0, "uint64"},
-            [0xd0 - 0xc4] = {0, 1, 0, "int8"},    [0xd1 - 0xc4] = {0, 2, 0, "int16"},   [0xd2 - 0xc4] = {0, 4, 0, "int32"},
-            [0xd3 - 0xc4] = {0, 8, 0, "int64"},   [0xd9 - 0xc4] = {1, 0, 0, "str8"},    [0xda - 0xc4] = {2, 0, 0, "str16"},
-            [0xdb - 0xc4] = {4, 0, 0, "str32"},   [0xdc - 0xc4] = {2, 0, 1, "array16"}, [0xdd - 0xc4] = {4, 0, 1, "array32"},
-            [0xde - 0xc4] = {2, 0, 2, "map16"},   [0xdf - 0xc4] = {4, 0, 2, "map32"},
-        };
-        if (b < 0xc4 || !types[b - 0xc4].name)
-            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
-                        "header byte %td: msgpack type 0x%02x is not allowed in a header (ext types and 0xc1 never are)",
-                        at - w->base, b);
-        const walk_type *t = &types[b - 0xc4];
-        if (t->fixed) {
-            if (w->end - w->p < t->fixed)
-                return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: a %s cut off by the header's end",
-                            at - w->base, t->name);
-            w->p += t->fixed;
-            return DLC_OK;
+/* Walks the value at w->p (the header's map) and all it holds, in order, without
+ * recursion: open[d] counts the values still to come in the container at depth d. */
+static dlc_status walk(walker *w) {
+    /* the other types a header may hold, by type byte from 0xc4 (name NULL: not allowed) */
+    static const walk_type types[0xe0 - 0xc4] = {
+        [0xc4 - 0xc4] = {1, 0, 0, "bin8"},    [0xc5 - 0xc4] = {2, 0, 0, "bin16"},   [0xc6 - 0xc4] = {4, 0, 0, "bin32"},
+        [0xca - 0xc4] = {0, 4, 0, "float32"}, [0xcb - 0xc4] = {0, 8, 0, "float64"}, [0xcc - 0xc4] = {0, 1, 0, "uint8"},
+        [0xcd - 0xc4] = {0, 2, 0, "uint16"},  [0xce - 0xc4] = {0, 4, 0, "uint32"},  [0xcf - 0xc4] = {0, 8, 0, "uint64"},
+        [0xd0 - 0xc4] = {0, 1, 0, "int8"},    [0xd1 - 0xc4] = {0, 2, 0, "int16"},   [0xd2 - 0xc4] = {0, 4, 0, "int32"},
+        [0xd3 - 0xc4] = {0, 8, 0, "int64"},   [0xd9 - 0xc4] = {1, 0, 0, "str8"},    [0xda - 0xc4] = {2, 0, 0, "str16"},
+        [0xdb - 0xc4] = {4, 0, 0, "str32"},   [0xdc - 0xc4] = {2, 0, 1, "array16"}, [0xdd - 0xc4] = {4, 0, 1, "array32"},
+        [0xde - 0xc4] = {2, 0, 2, "map16"},   [0xdf - 0xc4] = {4, 0, 2, "map32"},
+    };
+    uint64_t open[DLC_PROTO_DEPTH_MAX + 1];
+    int depth = 0; /* containers around the next value */
+    open[0] = 1;
+    const uint8_t *p = w->p, *const end = w->end;
+    size_t objects = w->objects;
+    for (;;) {
+        while (open[depth] == 0)
+            if (depth-- == 0) {
+                w->p = p, w->objects = objects;
+                return DLC_OK;
+            }
+        open[depth]--;
+        if (p >= end)
+            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header ends inside a value (byte %td)", p - w->base);
+        if (++objects > DLC_PROTO_OBJECTS_MAX)
+            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header holds more than %d values", DLC_PROTO_OBJECTS_MAX);
+        const uint8_t *at = p;
+        uint8_t b = *p++;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) continue; /* one byte */
+        uint64_t n;
+        int container = 0; /* 1 array, 2 map */
+        if (b <= 0x8f) {
+            container = 2, n = b & 0x0f;
+        } else if (b <= 0x9f) {
+            container = 1, n = b & 0x0f;
+        } else if (b <= 0xbf) {
+            n = b & 0x1f;
+        } else {
+            if (b < 0xc4 || !types[b - 0xc4].name)
+                return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                            "header byte %td: msgpack type 0x%02x is not allowed in a header (ext types and 0xc1 never are)",
+                            at - w->base, b);
+            const walk_type *t = &types[b - 0xc4];
+            if (t->fixed) {
+                if (end - p < t->fixed)
+                    return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                                "header byte %td: a %s cut off by the header's end", at - w->base, t->name);
+                p += t->fixed;
+                continue;
+            }
+            if (end - p < t->lenbytes)
+                return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                            "header byte %td: %s length cut off by the header's end", at - w->base, t->name);
+            n = 0;
+            for (int i = 0; i < t->lenbytes; i++) n = n << 8 | *p++; /* big-endian */
+            container = t->container;
         }
-        if (!walk_len(w, t->lenbytes, &n))
-            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: %s length cut off by the header's end",
-                        at - w->base, t->name);
-        container = t->container;
-        skip = container ? 0 : 1;
+        size_t left = (size_t)(end - p);
+        if (!container) { /* str or bin of n bytes */
+            if (n > DLC_PROTO_STR_MAX)
+                return walk_fail(w, at, "string or binary of bytes", n, "the limit is " STR(DLC_PROTO_STR_MAX));
+            if (n > left) return walk_fail(w, at, "string or binary of bytes", n, "fewer bytes follow");
+            p += n;
+            continue;
+        }
+        /* A container: every entry takes at least one byte, so a count beyond the bytes
+         * left is a lie, refused before anything is read or allocated for it. */
+        if (depth + 1 > DLC_PROTO_DEPTH_MAX)
+            return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: nesting deeper than %d levels",
+                        at - w->base, DLC_PROTO_DEPTH_MAX);
+        if (n > DLC_PROTO_ITEMS_MAX)
+            return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
+                             "the limit is " STR(DLC_PROTO_ITEMS_MAX));
+        uint64_t values = container == 2 ? 2 * n : n;
+        if (values > left)
+            return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
+                             "fewer bytes follow than it needs");
+        open[++depth] = values;
     }
-    size_t left = (size_t)(w->end - w->p);
-    if (skip) { /* str or bin of n bytes */
-        if (n > DLC_PROTO_STR_MAX)
-            return walk_fail(w, at, "string or binary of bytes", n, "the limit is " STR(DLC_PROTO_STR_MAX));
-        if (n > left) return walk_fail(w, at, "string or binary of bytes", n, "fewer bytes follow");
-        w->p += n;
-        return DLC_OK;
-    }
-    /* A container: every entry takes at least one byte, so a count beyond the bytes
-     * left is a lie, refused before anything is read or allocated for it. */
-    if (depth + 1 > DLC_PROTO_DEPTH_MAX)
-        return fail(w->why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header byte %td: nesting deeper than %d levels",
-                    at - w->base, DLC_PROTO_DEPTH_MAX);
-    if (n > DLC_PROTO_ITEMS_MAX)
-        return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
-                         "the limit is " STR(DLC_PROTO_ITEMS_MAX));
-    uint64_t values = container == 2 ? 2 * n : n;
-    if (values > left)
-        return walk_fail(w, at, container == 2 ? "map of entries" : "array of items", n,
-                         "fewer bytes follow than it needs");
-    for (uint64_t i = 0; i < values; i++) {
-        dlc_status st = walk_obj(w, depth + 1);
-        if (st < 0) return st;
-    }
-    return DLC_OK;
 }
 
 /* ---- gate 3: the fields ---- */
@@ -646,7 +652,7 @@ static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, con
     if (hdr[0] != 0xde && hdr[0] != 0xdf && (hdr[0] & 0xf0) != 0x80)
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: starts with msgpack type 0x%02x, expected a map",
                     hdr[0]);
-    if ((st = walk_obj(&w, 0)) < 0) return st;
+    if ((st = walk(&w)) < 0) return st;
     if (w.p != w.end)
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: %td bytes after its map", w.end - w.p);
 
@@ -715,10 +721,20 @@ typedef struct outbuf {
     size_t len, cap;
 } outbuf;
 
+/* msgpack-c's packer hands over each value's bytes, mostly 1, 2, 3, 5 or 9 of them:
+ * those are copied inline, without a call */
 static int out_write(void *data, const char *buf, size_t len) {
     outbuf *o = data;
     if (len > o->cap - o->len) return -1;
-    memcpy(o->p + o->len, buf, len);
+    uint8_t *d = o->p + o->len;
+    switch (len) {
+    case 1: d[0] = (uint8_t)buf[0]; break;
+    case 2: memcpy(d, buf, 2); break;
+    case 3: memcpy(d, buf, 3); break;
+    case 5: memcpy(d, buf, 5); break;
+    case 9: memcpy(d, buf, 9); break;
+    default: memcpy(d, buf, len);
+    }
     o->len += len;
     return 0;
 }
