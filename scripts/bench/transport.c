@@ -613,7 +613,7 @@ static int bench_roundtrip(int trips) {
     int64_t seq = 0;
     for (int b = -1; b < batches; b++)
         for (int side = 0; side < RT_KINDS; side++) {
-            int which = getenv("ONLY_KIND") ? atoi(getenv("ONLY_KIND")) : (side + (b < 0 ? 0 : b)) % RT_KINDS;
+            int which = (side + (b < 0 ? 0 : b)) % RT_KINDS;
             double *into = t[which];
             if (which == RT_OURS || which == RT_INLINE) {
                 for (int i = 0; i < per; i++) {
