@@ -126,16 +126,21 @@ void dlc_frame_init(dlc_frame *f, dlc_frame_type type) {
     frame_set_type(f, type);
 }
 
-/* dlc_frame_init but for hello's endpoint and owner tables, 6.6 of the frame's 7 KB: only
- * their first hello.endpoints and hello.fragments entries mean anything (both counts 0
- * here), and decoding a WELCOME writes those. */
-_Static_assert(offsetof(dlc_hello, owner) == offsetof(dlc_hello, endpoint) + sizeof(((dlc_hello *)0)->endpoint) &&
-                   offsetof(dlc_frame, code) >= offsetof(dlc_frame, hello) + offsetof(dlc_hello, owner) +
-                                                    sizeof(((dlc_hello *)0)->owner),
-               "the tables end hello, and hello is followed by code");
+/* dlc_frame_init but for what no reader looks at: hello's endpoint and owner tables past
+ * their counts (6.6 of the frame's 7 KB; both counts 0 here, and decoding a WELCOME
+ * writes the entries it counts), and the bytes of hello.run and text after their NUL. */
+_Static_assert(offsetof(dlc_hello, run) < offsetof(dlc_hello, model_hash) &&
+                   offsetof(dlc_hello, model_hash) < offsetof(dlc_hello, endpoint) &&
+                   offsetof(dlc_hello, owner) == offsetof(dlc_hello, endpoint) + sizeof(((dlc_hello *)0)->endpoint) &&
+                   offsetof(dlc_frame, code) >= offsetof(dlc_frame, hello) + sizeof(dlc_hello) &&
+                   offsetof(dlc_frame, text) > offsetof(dlc_frame, code),
+               "the order of the fields frame_init_decoded zeroes around");
 static void frame_init_decoded(dlc_frame *f, dlc_frame_type type) {
-    memset(f, 0, offsetof(dlc_frame, hello) + offsetof(dlc_hello, endpoint));
-    memset(&f->code, 0, sizeof *f - offsetof(dlc_frame, code));
+    memset(f, 0, offsetof(dlc_frame, hello) + offsetof(dlc_hello, run));
+    f->hello.run[0] = '\0';
+    memset(&f->hello.model_hash, 0, offsetof(dlc_hello, endpoint) - offsetof(dlc_hello, model_hash));
+    f->code = 0;
+    f->text[0] = '\0';
     frame_set_type(f, type);
 }
 

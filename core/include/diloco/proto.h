@@ -208,9 +208,10 @@ DLC_API dlc_status dlc_proto_peek(const uint8_t *buf, size_t avail, size_t frame
  * for the others, exactly dlc_codec_encoded_size(codec, numel) of the fragment (or the
  * model) in *layout; without a layout (NULL) a payload-carrying frame is refused.
  * out->msg.payload points into buf.  *out is set as dlc_frame_init would, then filled,
- * except that entries of hello.endpoint and hello.owner past hello.endpoints and
- * hello.fragments are not written (6.6 KB of a frame no one reads).  On failure *out is
- * unspecified, *why (may be NULL) holds the ERROR code to answer with. */
+ * except for what no reader looks at, which is not written: the entries of hello.endpoint
+ * and hello.owner past hello.endpoints and hello.fragments (6.6 of a frame's 7 KB), and
+ * the bytes of hello.run and text after their NUL.  On failure *out is unspecified, *why
+ * (may be NULL) holds the ERROR code to answer with. */
 DLC_API dlc_status dlc_proto_decode(const uint8_t *buf, size_t len,
                                     const dlc_proto_layout *layout, dlc_frame *out,
                                     int *why);
