@@ -16,7 +16,15 @@ static double rng_unit(dlc_net *net) { /* xorshift64*, under lock or on the I/O 
     return (double)((net->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
 }
 
-void dlcn_wake(dlc_net *net) { event_active(net->wake, EV_READ, 0); }
+void dlcn_wake(dlc_net *net) {
+    if (net->wake_fd < 0) {
+        event_active(net->wake, EV_READ, 0);
+        return;
+    }
+    uint64_t one = 1; /* inline_io: no libevent call off the loop's thread */
+    ssize_t r = write(net->wake_fd, &one, sizeof one);
+    (void)r; /* EAGAIN: the counter is full, so the loop is woken already */
+}
 
 static void addr_name(const struct sockaddr *sa, char *out, size_t cap) {
     char h[64] = "?";

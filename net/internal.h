@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,6 +153,7 @@ typedef struct conn {
     size_t oq_off;           /* bytes of oq_head already written */
     struct event *wev;       /* EV_WRITE on the fd while the socket is full */
     int wev_on;
+    int wev_want;            /* inline_io: a sender found the socket full; the loop arms wev */
     int werr;                /* errno of a failed write, for the I/O thread to close on */
     struct event *rtimer;    /* the token bucket's refill (rate > 0) */
     double tokens, tokens_t;
@@ -180,6 +182,10 @@ struct dlc_net {
 
     struct event_base *base;
     struct event *wake;
+    /* inline_io: the base has no locks (only the polling thread touches libevent), and
+     * other threads wake its loop through this eventfd, not event_active; -1 otherwise */
+    int wake_fd;
+    atomic_int wev_any;      /* inline_io: some conn's wev_want is set */
     pthread_t thread;
     int thread_started;
     struct event *poll_timer; /* inline_io: ends a dlc_net_poll that waits in the loop */

@@ -87,10 +87,24 @@ static void stop_check(dlc_net *net) {
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
+    (void)what;
     dlc_net *net = arg;
+    if (fd >= 0) { /* inline_io: the eventfd, reset */
+        uint64_t v;
+        ssize_t r = read(fd, &v, sizeof v);
+        (void)r;
+    }
     dlcn_reap(net);
     pthread_mutex_lock(&net->lock);
+    if (atomic_exchange_explicit(&net->wev_any, 0, memory_order_acquire))
+        for (int i = 0; i < net->npeers; i++) { /* sends that found a socket full (inline_io) */
+            conn *c = net->peers[i];
+            if (!c || !c->own_out) continue;
+            pthread_mutex_lock(&c->wlock);
+            if (c->wev_want && c->wev && !c->wev_on && event_add(c->wev, NULL) == 0) c->wev_on = 1;
+            c->wev_want = 0;
+            pthread_mutex_unlock(&c->wlock);
+        }
     cmd *k = net->cmd_head;
     net->cmd_head = net->cmd_tail = NULL;
     net->ncmds = 0;
@@ -288,6 +302,7 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
     }
     net->cfg = *cfg;
     net->cfg.secret = NULL, net->cfg.secret_file = NULL, net->cfg.hello = NULL, net->cfg.layout = NULL;
+    net->wake_fd = -1;
     pthread_mutex_init(&net->lock, NULL);
     pthread_cond_init(&net->cond, NULL);
     if (cfg->secret) {
@@ -314,8 +329,19 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
     if (cfg->tls && tls_setup(net) < 0) goto fail;
     net->rng = cfg->seed ? cfg->seed : (uint64_t)(now_s() * 1e9) ^ (uint64_t)(uintptr_t)net;
     if (!net->rng) net->rng = 1;
-    net->base = event_base_new();
-    net->wake = net->base ? event_new(net->base, -1, EV_PERSIST | EV_READ, on_wake, net) : NULL;
+    if (cfg->inline_io) { /* one thread at a time runs this loop: no locks in it */
+        struct event_config *ec = event_config_new();
+        if (ec && event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK) == 0) net->base = event_base_new_with_config(ec);
+        if (ec) event_config_free(ec);
+        net->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        net->wake = net->base && net->wake_fd >= 0
+                        ? event_new(net->base, net->wake_fd, EV_PERSIST | EV_READ, on_wake, net)
+                        : NULL;
+        if (net->wake && event_add(net->wake, NULL) < 0) event_free(net->wake), net->wake = NULL;
+    } else {
+        net->base = event_base_new();
+        net->wake = net->base ? event_new(net->base, -1, EV_PERSIST | EV_READ, on_wake, net) : NULL;
+    }
     if (!net->wake) {
         dlc_error(DLC_ERR_INTERNAL, "libevent: cannot create the event loop");
         goto fail;
@@ -398,6 +424,7 @@ void dlc_net_free(dlc_net *net) {
     }
     if (net->poll_timer) event_free(net->poll_timer);
     if (net->wake) event_free(net->wake);
+    if (net->wake_fd >= 0) close(net->wake_fd);
     if (net->base) event_base_free(net->base);
     if (net->ssl) SSL_CTX_free(net->ssl);
     dlc_proto_decoder_free(net->dec);

@@ -122,7 +122,15 @@ static int write_some(conn *c, outframe **done) {
  * the error again and closes. */
 static void arm(conn *c, int r, int io_thread, int close_ok) {
     if (r == 1 || (r == -1 && !close_ok)) {
-        if (!c->wev_on && event_add(c->wev, NULL) == 0) c->wev_on = 1;
+        if (!io_thread && c->net->wake_fd >= 0) { /* inline_io: the loop's thread adds it */
+            if (!c->wev_on && !c->wev_want) {
+                c->wev_want = 1;
+                atomic_store_explicit(&c->net->wev_any, 1, memory_order_release);
+                dlcn_wake(c->net);
+            }
+        } else if (!c->wev_on && event_add(c->wev, NULL) == 0) {
+            c->wev_on = 1;
+        }
     } else if (c->wev_on && io_thread) {
         event_del(c->wev);
         c->wev_on = 0;

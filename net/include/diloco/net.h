@@ -96,8 +96,9 @@ typedef struct dlc_net_config {
      * output beyond what a send writes at once, emulated latency) happens only while
      * that thread is in dlc_net_poll: poll at least every heartbeat_s.  For a thread
      * whose job is the network (a syncer's loop); a learner that computes between polls
-     * keeps the I/O thread (0, the default).  Other threads may still send, close and
-     * shape. */
+     * keeps the I/O thread (0, the default).  Other threads may still send, connect,
+     * close and shape; dlc_net_listen must come from the polling thread or while none
+     * polls (the loop takes no locks: only the thread running it touches libevent). */
     int inline_io;
 } dlc_net_config;
 
