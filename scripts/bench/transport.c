@@ -32,7 +32,9 @@
  * PASS or FAIL with the numbers; exit 1 on FAIL or on any transport error.
  *
  * Usage: bench_transport [--rounds N] [--trips N] [--rate MBPS] [--latency MS]
- *                        [--only throughput|roundtrip|wan]
+ *                        [--only throughput|roundtrip|wan] [--kind NAME]
+ * (--kind: the round trips of that kind alone, every batch, its figures and no ratios:
+ * a loop to profile, e.g. perf stat -e user_time,system_time ... --kind inline)
  *        bench_transport --load [--clients N] [--seconds S] [--heartbeat S] [--timeout S]
  *                               [--payload-every S] [--payload-mib M]
  * (defaults: 21 rounds, 2000 trips, 50 MB/s, 20 ms; 256 clients, 30 s, heartbeat 0.25 s,
@@ -567,8 +569,12 @@ static void bare_lev_trip(struct event_base *base, int fd[2], lev_ping *p) {
 }
 
 enum { RT_OURS, RT_BARE, RT_SPIN, RT_INLINE, RT_ONE, RT_INLINE2, RT_EPOLL, RT_LEV, RT_KINDS };
+static const char *const rt_names[RT_KINDS] = {"ours",     "blocking", "spinning", "inline",
+                                               "1-thread", "inline-2", "1-epoll",  "1-libev"};
 
-static int bench_roundtrip(int trips) {
+/* The round trips; only_kind >= 0: that kind alone, in every batch (--kind, for a
+ * profiler: its figures only, no ratios). */
+static int bench_roundtrip(int trips, int only_kind) {
     bench_pair *p = pair_open(1024), *q = pair_open_mode(1024, 1);
     dlc_frame f;
     heartbeat_frame(&f, p->learner, 0, 0);
@@ -614,6 +620,10 @@ static int bench_roundtrip(int trips) {
     for (int b = -1; b < batches; b++)
         for (int side = 0; side < RT_KINDS; side++) {
             int which = (side + (b < 0 ? 0 : b)) % RT_KINDS;
+            if (only_kind >= 0) {
+                if (side > 0) continue; /* one slot per batch, for that kind */
+                which = only_kind;
+            }
             double *into = t[which];
             if (which == RT_OURS || which == RT_INLINE) {
                 for (int i = 0; i < per; i++) {
@@ -678,15 +688,16 @@ static int bench_roundtrip(int trips) {
             }
             pthread_join(th, NULL);
         }
-    static const char *names[RT_KINDS] = {"ours",     "blocking", "spinning", "inline",
-                                          "1-thread", "inline-2", "1-epoll",  "1-libev"};
     double m[RT_KINDS];
     printf("  %-10s %10s %10s %10s\n", "", "median us", "10th pct", "90th pct");
     for (int k = 0; k < RT_KINDS; k++) {
+        if (only_kind >= 0 && k != only_kind) continue;
         m[k] = median(t[k], trips);
-        printf("  %-10s %10.1f %10.1f %10.1f\n", names[k], m[k] * 1e6, t[k][trips / 10] * 1e6,
+        printf("  %-10s %10.1f %10.1f %10.1f\n", rt_names[k], m[k] * 1e6, t[k][trips / 10] * 1e6,
                t[k][trips * 9 / 10] * 1e6);
     }
+    int ok = 1;
+    if (only_kind >= 0) goto done;
     printf("  with the I/O thread: ours / blocking = %.3f, ours / spinning = %.3f (medians; each hop wakes a "
            "sleeping thread, as blocking does, which spinning avoids)\n",
            m[RT_OURS] / m[RT_BARE], m[RT_OURS] / m[RT_SPIN]);
@@ -696,7 +707,8 @@ static int bench_roundtrip(int trips) {
     printf("  for information: 1-epoll / 1-thread = %.3f (multiplexing), 1-libev / 1-thread = %.3f (libevent's "
            "loop), inline / 1-libev = %.3f (the rest: framing, the event queue)\n",
            m[RT_EPOLL] / m[RT_ONE], m[RT_LEV] / m[RT_ONE], m[RT_INLINE] / m[RT_LEV]);
-    int ok = verdict(m[RT_INLINE] / m[RT_ONE] <= 1.5);
+    ok = verdict(m[RT_INLINE] / m[RT_ONE] <= 1.5);
+done:
     close(ep);
     for (int k = 0; k < 2; k++) event_free(lev[k]);
     event_base_free(lbase);
@@ -1116,7 +1128,7 @@ static double arg_num(int argc, char **argv, int *i) {
 }
 
 int main(int argc, char **argv) {
-    int load = 0, rounds = 21, trips = 2000;
+    int load = 0, rounds = 21, trips = 2000, kind = -1;
     const char *only = NULL;
     double rate_mb = 50, latency_ms = 20;
     load_opts o = {256, 30, 0.25, 1.0, 1.0, (size_t)1 << 20};
@@ -1125,6 +1137,15 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--load")) {
             load = 1;
+            continue;
+        }
+        if (!strcmp(a, "--kind") && i + 1 < argc) {
+            const char *name = argv[++i];
+            for (kind = 0; kind < RT_KINDS && strcmp(name, rt_names[kind]); kind++) {}
+            if (kind == RT_KINDS)
+                die("--kind %s: expected ours, blocking, spinning, inline, 1-thread, inline-2, 1-epoll or 1-libev",
+                    name);
+            only = "roundtrip";
             continue;
         }
         if (!strcmp(a, "--only") && i + 1 < argc) {
@@ -1152,7 +1173,7 @@ int main(int argc, char **argv) {
     if (load) return run_load(&o) ? 0 : 1;
     int ok = 1;
     if (!only || !strcmp(only, "throughput")) ok &= bench_throughput(rounds);
-    if (!only || !strcmp(only, "roundtrip")) ok &= bench_roundtrip(trips);
+    if (!only || !strcmp(only, "roundtrip")) ok &= bench_roundtrip(trips, kind);
     if (!only || !strcmp(only, "wan")) ok &= bench_wan(rate_mb, latency_ms);
     printf("%s\n", ok ? "every goal met" : "some goal MISSED (above)");
     return 0;
