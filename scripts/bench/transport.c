@@ -197,8 +197,8 @@ static void wait_frame(dlc_net *net, dlc_frame_type type, int64_t tokens, double
                 return;
             dlc_net_event_release(ev);
             if (end == 0) end = now() + timeout_s;
-        } else if (end == 0) {
-            end = 1; /* the first poll waited it all */
+        } else if (end == 0) { /* the first poll waited it all */
+            die("%s: no %s frame within %.1f s", what, dlc_frame_type_name(type), timeout_s);
         }
         double left = end - now();
         if (left <= 0) die("%s: no %s frame within %.1f s", what, dlc_frame_type_name(type), timeout_s);
