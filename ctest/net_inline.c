@@ -286,8 +286,9 @@ static void hellos(dlc_hello *srv, dlc_hello *cl) {
 /* A frame that arrives while a poll runs the loop goes straight into the poller's event
  * only when nothing is queued ahead of it: the events come in the order they arose.  The
  * server sends a HEARTBEAT right after its WELCOME, so the client reads both in one pass
- * (READY queued, then the frame behind it); then 40 frames in one write (the first into
- * the poll's event, the rest queued), 40 more while those wait. */
+ * (READY queued, then the frame behind it); then 40 frames sent before the server polls,
+ * read in one pass (the first into the poll's event, the rest queued), and 40 more while
+ * those wait. */
 static void test_order(void) {
     dlc_hello hs, hc;
     hellos(&hs, &hc);
