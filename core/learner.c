@@ -496,4 +496,10 @@ int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p) {
     return l && p >= 0 && p < l->P ? l->f[p].c_tokens : 0;
 }
 double dlc_learner_step_time(const dlc_learner *l) { return l ? l->step_ema : 0; }
+int64_t dlc_learner_schedule_step(const dlc_learner *l) { return l ? l->steps + l->phase : 0; }
+int dlc_learner_outstanding(const dlc_learner *l) {
+    int n = 0;
+    for (int p = 0; l && p < l->P; p++) n += l->f[p].sent_step >= 0 && !l->f[p].pending;
+    return n;
+}
 double dlc_learner_transit(const dlc_learner *l) { return l ? l->transit_ema : 0; }

@@ -92,6 +92,21 @@ dlc_plan *dlcL_checkplan(lua_State *L, int arg);
 dlc_chaos *dlcL_checkchaos(lua_State *L, int arg);
 /* lvtime.c: diloco.VTime, the virtual-time driver (core/vtime.h). */
 void dlcL_open_vtime(lua_State *L, int mod, int st);
+/* diloco.Syncer and diloco.Learner, the real-time drivers (lrt.c). */
+void dlcL_open_rt(lua_State *L, int mod, int st);
+/* diloco.proc, child processes of a supervisor (lproc.c). */
+void dlcL_open_proc(lua_State *L, int mod, int st);
+/* The learner and syncer options of diloco.VTime (and of the real-time drivers) in the
+ * table at t, checked (raises naming the option).  The syncer's embedding list becomes
+ * a userdata pushed below the table at t's position's top: it lives until the calling C
+ * function returns.  M learners, ntensors tensors. */
+struct dlc_learner_params;
+struct dlc_syncer_params;
+struct dlc_merge_info;
+void dlcL_read_learner_params(lua_State *L, int t, struct dlc_learner_params *lp);
+void dlcL_read_syncer_params(lua_State *L, int t, struct dlc_syncer_params *sp, int M, int ntensors);
+/* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
+void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 
 /* t[k] = v for the table on top of the stack (result tables of the bindings). */
 void dlcL_setnum(lua_State *L, const char *k, double v);

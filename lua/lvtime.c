@@ -90,7 +90,7 @@ static void check_status(lua_State *L, dlc_status s) {
     if (s != DLC_OK) dlcL_error(L);
 }
 
-static void read_learner(lua_State *L, int t, dlc_learner_params *lp) {
+void dlcL_read_learner_params(lua_State *L, int t, dlc_learner_params *lp) {
     *lp = dlc_learner_default_params();
     lp->dp = optbool(L, t, "learner", "dp", 0);
     lp->H = optint(L, t, "learner", "H", lp->H);
@@ -104,7 +104,7 @@ static void read_learner(lua_State *L, int t, dlc_learner_params *lp) {
     lp->ema = optnum(L, t, "learner", "ema", lp->ema);
 }
 
-static void read_syncer(lua_State *L, int t, dlc_syncer_params *sp, int M, int ntensors) {
+void dlcL_read_syncer_params(lua_State *L, int t, dlc_syncer_params *sp, int M, int ntensors) {
     *sp = dlc_syncer_default_params();
     sp->learners = M;
     sp->quorum = optint(L, t, "syncer", "quorum", sp->quorum);
@@ -189,9 +189,9 @@ static int l_vtime(lua_State *L) {
     vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
-    read_learner(L, li, &vp.learner);
+    dlcL_read_learner_params(L, li, &vp.learner);
     int si = subtable(L, 1, "syncer");
-    read_syncer(L, si, &vp.syncer, M, dlc_plan_tensors(plan));
+    dlcL_read_syncer_params(L, si, &vp.syncer, M, dlc_plan_tensors(plan));
     vp.syncer.blocking = vp.learner.blocking; /* the syncer's rounds must know (a deadlock otherwise) */
     vp.syncer.tau = vp.learner.tau;
     vp.syncer.dp = vp.learner.dp;
@@ -227,7 +227,7 @@ static void vt_release(void *box) {
 #define setnum dlcL_setnum
 #define setint dlcL_setint
 
-static void push_merge(lua_State *L, const dlc_merge_info *mi) {
+void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
     lua_createtable(L, 0, 16);
     setint(L, "fragment", mi->fragment + 1);
     setint(L, "version", mi->version);
@@ -278,7 +278,7 @@ static int vt_next(lua_State *L) {
         setint(L, "step", ev.step);
         break;
     case DLC_VT_MERGE:
-        push_merge(L, &ev.merge);
+        dlcL_push_merge(L, &ev.merge);
         lua_setfield(L, -2, "merge");
         break;
     case DLC_VT_REJECT:

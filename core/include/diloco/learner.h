@@ -171,6 +171,12 @@ DLC_API int64_t dlc_learner_tokens(const dlc_learner *l);
 DLC_API int64_t dlc_learner_base_version(const dlc_learner *l, int p);
 DLC_API int64_t dlc_learner_fragment_steps(const dlc_learner *l, int p);
 DLC_API int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p);
+/* The schedule step: inner steps since the learner (re)joined plus the phase its resync
+ * carried (the run's step when it joined; 0 at the start). */
+DLC_API int64_t dlc_learner_schedule_step(const dlc_learner *l);
+/* Fragments sent whose merge has not arrived yet (a driver that ends a learner waits for
+ * them before its BYE). */
+DLC_API int dlc_learner_outstanding(const dlc_learner *l);
 /* EMAs reported to the syncer (s), 0 before the first sample. */
 DLC_API double dlc_learner_step_time(const dlc_learner *l);
 DLC_API double dlc_learner_transit(const dlc_learner *l);

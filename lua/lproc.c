@@ -1,0 +1,263 @@
+/*
+ * lproc.c - diloco.proc: the child processes of a supervisor (`diloco-lua run` with
+ * several islands, lua/diloco/cluster.lua).  A supervisor owns exactly the pids it
+ * spawned: wait and signal refuse any other pid.
+ *
+ *   local pid = assert(diloco.proc.spawn { "/usr/bin/diloco-lua", "learner", "r.lua",
+ *       env = { OMP_NUM_THREADS = "1" }, stdout = "OUT/learner-1/log", stderr = "OUT/learner-1/log" })
+ *   local st = diloco.proc.wait(pid)         -- nil while it runs; {exited = 0} or {signal = 9, name = "KILL"}
+ *   diloco.proc.signal(pid, "STOP")          -- KILL, TERM, INT, STOP, CONT, HUP
+ *   diloco.proc.self_exe()                   -- the absolute path of this executable
+ *   diloco.proc.die_with_parent("TERM")      -- this process gets SIGTERM when its parent dies
+ *
+ * spawn execs a fresh program (posix_spawn: never a fork of this process, which may hold
+ * OpenMP threads), with every descriptor above 2 closed, the signal mask emptied and
+ * every signal at its default disposition, in its own process group (a Ctrl-C reaches
+ * the supervisor, which stops its children in order).  env adds to or replaces entries
+ * of this process's environment (false removes one).  Environmental failures return
+ * nil, message, code; misuse raises.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "ldiloco.h"
+
+extern char **environ;
+
+#define PROC_MAX_ARGS 256
+#define PROC_MAX_ENV 4096
+/* Children one Lua state may own at once (a supervisor of many islands). */
+#define PROC_MAX_CHILDREN 4096
+
+static const char *const REG_KEY = "diloco.proc.children"; /* registry: {[pid] = true} */
+
+static const struct {
+    const char *name;
+    int sig;
+} sigs[] = {{"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT}, {"STOP", SIGSTOP},
+            {"CONT", SIGCONT}, {"HUP", SIGHUP},  {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+
+static int sig_of(lua_State *L, int arg) {
+    if (lua_isinteger(L, arg)) return (int)lua_tointeger(L, arg);
+    const char *n = luaL_checkstring(L, arg);
+    if (!strncmp(n, "SIG", 3)) n += 3;
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (!strcmp(n, sigs[i].name)) return sigs[i].sig;
+    return luaL_argerror(L, arg, lua_pushfstring(L, "unknown signal '%s': expected KILL, TERM, INT, STOP, CONT, "
+                                                    "HUP, USR1 or USR2", n));
+}
+
+static const char *sig_name(int sig) {
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (sigs[i].sig == sig) return sigs[i].name;
+    return NULL;
+}
+
+static void children(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, REG_KEY) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, REG_KEY);
+    }
+}
+
+static int owned(lua_State *L, lua_Integer pid) {
+    children(L);
+    lua_rawgeti(L, -1, pid);
+    int yes = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return yes;
+}
+
+static void set_owned(lua_State *L, lua_Integer pid, int yes) {
+    children(L);
+    if (yes) lua_pushboolean(L, 1);
+    else lua_pushnil(L);
+    lua_rawseti(L, -2, pid);
+    lua_pop(L, 1);
+}
+
+/* proc.spawn {argv..., env = {}, stdout = path, stderr = path, cwd = nil} */
+static int l_spawn(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    if (n < 1 || n > PROC_MAX_ARGS)
+        return luaL_error(L, "proc.spawn: expected 1..%d arguments (the program first), got %d", PROC_MAX_ARGS, (int)n);
+    const char *argv[PROC_MAX_ARGS + 1];
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 1, i) != LUA_TSTRING) return luaL_error(L, "proc.spawn: argument %d must be a string", (int)i);
+        argv[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1); /* a field of the table: stays alive */
+    }
+    argv[n] = NULL;
+    /* the environment: ours, with env's entries replacing or removing ours */
+    int ne = 0;
+    static const char *envp[PROC_MAX_ENV + 1];
+    int et = lua_getfield(L, 1, "env");
+    if (et != LUA_TNIL && et != LUA_TTABLE) return luaL_error(L, "proc.spawn: env must be a table of NAME = value");
+    int env_i = lua_gettop(L);
+    for (char **e = environ; *e && ne < PROC_MAX_ENV; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        if (et == LUA_TTABLE) {
+            lua_pushlstring(L, *e, (size_t)(eq - *e));
+            int t = lua_rawget(L, env_i);
+            lua_pop(L, 1);
+            if (t != LUA_TNIL) continue; /* replaced or removed below */
+        }
+        envp[ne++] = *e;
+    }
+    lua_newtable(L); /* keeps the "NAME=value" strings alive until the spawn */
+    int keep_i = lua_gettop(L);
+    if (et == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, env_i)) {
+            if (lua_type(L, -2) != LUA_TSTRING) return luaL_error(L, "proc.spawn: env keys must be names");
+            if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+                lua_pop(L, 1);
+                continue;
+            }
+            if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
+                return luaL_error(L, "proc.spawn: env.%s must be a string (or false to remove it)", lua_tostring(L, -2));
+            if (ne >= PROC_MAX_ENV) return luaL_error(L, "proc.spawn: more than %d environment entries", PROC_MAX_ENV);
+            lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+            envp[ne++] = lua_tostring(L, -1);
+            lua_rawseti(L, keep_i, ne);
+            lua_pop(L, 1);
+        }
+    }
+    envp[ne] = NULL;
+    const char *out = (lua_getfield(L, 1, "stdout"), lua_tostring(L, -1));
+    const char *err = (lua_getfield(L, 1, "stderr"), lua_tostring(L, -1));
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out) posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err && out && !strcmp(err, out)) posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    else if (err) posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, &at, (char *const *)argv, (char *const *)envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot start %s: %s", argv[0], strerror(rc));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    set_owned(L, pid, 1);
+    lua_pushinteger(L, pid);
+    return 1;
+}
+
+static pid_t checkchild(lua_State *L, int arg) {
+    lua_Integer pid = luaL_checkinteger(L, arg);
+    if (pid <= 0 || !owned(L, pid))
+        luaL_argerror(L, arg, lua_pushfstring(L, "pid %d was not started by diloco.proc.spawn (or was reaped)", (int)pid));
+    return (pid_t)pid;
+}
+
+/* proc.wait(pid [, block]) -> nil while running, else {exited = code} or {signal = n, name} */
+static int l_wait(lua_State *L) {
+    pid_t pid = checkchild(L, 1);
+    int block = lua_toboolean(L, 2);
+    int status;
+    pid_t r;
+    do r = waitpid(pid, &status, block ? 0 : WNOHANG);
+    while (r < 0 && errno == EINTR);
+    if (r == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    if (r < 0) {
+        set_owned(L, pid, 0);
+        lua_pushnil(L);
+        lua_pushfstring(L, "waitpid(%d): %s", (int)pid, strerror(errno));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    set_owned(L, pid, 0);
+    lua_createtable(L, 0, 2);
+    if (WIFEXITED(status)) {
+        lua_pushinteger(L, WEXITSTATUS(status));
+        lua_setfield(L, -2, "exited");
+    } else if (WIFSIGNALED(status)) {
+        lua_pushinteger(L, WTERMSIG(status));
+        lua_setfield(L, -2, "signal");
+        const char *nm = sig_name(WTERMSIG(status));
+        if (nm) {
+            lua_pushstring(L, nm);
+            lua_setfield(L, -2, "name");
+        }
+    }
+    return 1;
+}
+
+/* proc.signal(pid, sig) -> true, or nil, msg, code */
+static int l_signal(lua_State *L) {
+    pid_t pid = checkchild(L, 1);
+    int sig = sig_of(L, 2);
+    if (kill(pid, sig) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_self_exe(lua_State *L) {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return luaL_error(L, "proc.self_exe: /proc/self/exe: %s", strerror(errno));
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
+/* proc.die_with_parent(sig [, ppid]): the kernel sends sig when the parent dies; false
+ * (and nothing set) if the parent is already gone or is not ppid. */
+static int l_die_with_parent(lua_State *L) {
+    int sig = sig_of(L, 1);
+    lua_Integer want = luaL_optinteger(L, 2, 0);
+    if (prctl(PR_SET_PDEATHSIG, sig) != 0) return luaL_error(L, "proc.die_with_parent: %s", strerror(errno));
+    pid_t pp = getppid();
+    lua_pushboolean(L, pp != 1 && (want == 0 || pp == (pid_t)want));
+    return 1;
+}
+
+static int l_pid(lua_State *L) {
+    lua_pushinteger(L, getpid());
+    return 1;
+}
+
+void dlcL_open_proc(lua_State *L, int mod, int st) {
+    mod = lua_absindex(L, mod);
+    (void)st;
+    static const luaL_Reg funcs[] = {{"spawn", l_spawn}, {"wait", l_wait},       {"signal", l_signal},
+                                     {"self_exe", l_self_exe}, {"die_with_parent", l_die_with_parent},
+                                     {"pid", l_pid},     {NULL, NULL}};
+    lua_newtable(L);
+    luaL_setfuncs(L, funcs, 0);
+    lua_setfield(L, mod, "proc");
+}

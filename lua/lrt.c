@@ -1,0 +1,450 @@
+/*
+ * lrt.c - diloco.Syncer and diloco.Learner: the real-time drivers (rt/include/diloco/rt.h,
+ * docs/runtime.md) from Lua, for `diloco-lua run`, `syncer` and `learner`.
+ *
+ *     local s = diloco.Syncer { params = P, plan = plan, learners = 3, listen = "127.0.0.1:0",
+ *                               run = "r1", net = { secret_file = "OUT/secret" },
+ *                               learner = { tau = 2 }, syncer = { quorum = 1 } }
+ *     local ev = s:poll(0.1)            -- {type = "merged", merge = {...}} or nil
+ *     s:global(P)                       -- the global model into Params P
+ *
+ *     local l = diloco.Learner { params = P, plan = plan, connect = "127.0.0.1:" .. s:port(),
+ *                                id = 2, run = "r1", net = { secret_file = "OUT/secret" },
+ *                                learner = { tau = 2 } }
+ *     assert(l:join(30))                -- the whole model arrived
+ *     l:step_done(tokens, seconds)      -- after each inner step
+ *
+ * The learner and syncer options are those of diloco.VTime (lvtime.c); net takes the
+ * options of diloco.net.new (lnetopt.c) but hello and layout, which the drivers make.
+ * Learners and fragments are 1-based here, 0-based in C.  Misuse raises; an environmental
+ * failure (an address in use, a syncer that never answers, a refusal) returns nil,
+ * message, code.
+ *
+ * Lifetime: a box holds its driver (NULL once closed) and keeps the Params and Plan it
+ * borrows alive through its user value; __gc, __close and :close() share one release.
+ */
+#include <math.h>
+#include <string.h>
+#include "diloco/rt.h"
+#include "ldiloco.h"
+#include "lnet.h"
+
+#define DLCL_SYNCER "diloco.Syncer"
+#define DLCL_LEARNER "diloco.Learner"
+
+typedef struct srtbox {
+    dlc_srt *s;
+    dlc_params *params; /* the layout of global() (borrowed, kept alive by the user value) */
+    int M;
+} srtbox;
+
+typedef struct lrtbox {
+    dlc_lrt *l;
+} lrtbox;
+
+static dlc_srt *checksrt(lua_State *L, int arg) {
+    srtbox *b = luaL_checkudata(L, arg, DLCL_SYNCER);
+    if (!b->s) luaL_argerror(L, arg, "Syncer has been closed");
+    return b->s;
+}
+
+static dlc_lrt *checklrt(lua_State *L, int arg) {
+    lrtbox *b = luaL_checkudata(L, arg, DLCL_LEARNER);
+    if (!b->l) luaL_argerror(L, arg, "Learner has been closed");
+    return b->l;
+}
+
+/* Pushes the sub-table t[k] (empty when absent) and returns its index. */
+static int subtable(lua_State *L, int t, const char *who, const char *k) {
+    int ty = lua_getfield(L, t, k);
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+    } else if (ty != LUA_TTABLE) {
+        luaL_error(L, "%s: %s must be a table, got a %s", who, k, luaL_typename(L, -1));
+    }
+    return lua_gettop(L);
+}
+
+static const char *reqstr(lua_State *L, int t, const char *who, const char *k) {
+    if (lua_getfield(L, t, k) != LUA_TSTRING) luaL_error(L, "%s: %s must be a string (\"HOST:PORT\")", who, k);
+    const char *v = lua_tostring(L, -1);
+    lua_pop(L, 1); /* a field of the options table: stays alive */
+    return v;
+}
+
+static const char *optstr(lua_State *L, int t, const char *who, const char *k, const char *def) {
+    int ty = lua_getfield(L, t, k);
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        return def;
+    }
+    if (ty != LUA_TSTRING) luaL_error(L, "%s: %s must be a string, got a %s", who, k, luaL_typename(L, -1));
+    const char *v = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* The net options at t (diloco.net.new's) into *cfg; the strings stay in the options table. */
+static void read_net(lua_State *L, int t, dlc_net_config *cfg) {
+    static dlcL_netopts o; /* large; filled and copied before anything else runs on this state */
+    memset(&o, 0, sizeof o);
+    dlcL_net_options(L, t, &o);
+    *cfg = o.cfg;
+    cfg->secret_file = o.strs[DLCL_NET_S_SECRET_FILE];
+    cfg->tls_cert = o.strs[DLCL_NET_S_CERT];
+    cfg->tls_key = o.strs[DLCL_NET_S_KEY];
+    cfg->tls_ca = o.strs[DLCL_NET_S_CA];
+    cfg->hello = NULL;
+    cfg->layout = NULL;
+}
+
+/* Keeps the value at idx alive as long as the box at 2 (its user value table at 3). */
+static void keep(lua_State *L, int idx) {
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+}
+
+/* ---- diloco.Syncer ---- */
+
+static int l_syncer(lua_State *L) {
+    static const char *const WHO = "diloco.Syncer";
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
+    lua_newtable(L);                                        /* 3 */
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, 2, 1);
+    lua_getfield(L, 1, "params");
+    dlc_params *params = dlcL_checkparams(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_getfield(L, 1, "plan");
+    dlc_plan *plan = dlcL_checkplan(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_settop(L, 3);
+    lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
+    lua_pop(L, 1);
+    if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
+        return luaL_error(L, "%s: learners must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
+    dlc_srt_config c = dlc_srt_default_config();
+    dlc_learner_params lp;
+    int li = subtable(L, 1, WHO, "learner");
+    dlcL_read_learner_params(L, li, &lp);
+    int si = subtable(L, 1, WHO, "syncer");
+    dlcL_read_syncer_params(L, si, &c.syncer, (int)M, dlc_plan_tensors(plan));
+    c.syncer.blocking = lp.blocking; /* what the learners do, the syncer's rounds must know */
+    c.syncer.tau = lp.tau;
+    c.syncer.dp = lp.dp;
+    c.syncer.codec_up = lp.codec;
+    c.syncer.codec_params = lp.codec_params;
+    int ni = subtable(L, 1, WHO, "net");
+    read_net(L, ni, &c.net);
+    c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
+    c.run = optstr(L, 1, WHO, "run", "");
+    c.plan = plan;
+    c.theta0 = dlc_params_data(params);
+    int64_t plan_numel = 0;
+    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
+    if (dlc_params_numel(params) != plan_numel)
+        return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
+                          (long long)dlc_params_numel(params), (long long)plan_numel);
+    b->s = dlc_srt_new(&c);
+    if (!b->s) return dlcL_fail(L, dlc_last_status());
+    b->params = params;
+    b->M = (int)M;
+    lua_settop(L, 2);
+    return 1;
+}
+
+static void srt_release(void *box) { dlc_srt_free(((srtbox *)box)->s); }
+
+static int s_port(lua_State *L) {
+    lua_pushinteger(L, dlc_srt_port(checksrt(L, 1)));
+    return 1;
+}
+
+/* s:poll([timeout_s]) -> event table or nil (nil, msg, code when the driver failed) */
+static int s_poll(lua_State *L) {
+    dlc_srt *s = checksrt(L, 1);
+    double t = luaL_optnumber(L, 2, 0);
+    int ms = t < 0 ? -1 : (int)fmin(t * 1e3, 2e9);
+    dlc_srt_event ev;
+    int r = dlc_srt_poll(s, &ev, ms);
+    if (r < 0) return dlcL_fail(L, r);
+    if (r == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, dlc_srt_event_name(ev.kind));
+    lua_setfield(L, -2, "type");
+    dlcL_setnum(L, "time", ev.time);
+    if (ev.learner >= 0) dlcL_setint(L, "learner", ev.learner + 1);
+    if (ev.text[0]) {
+        lua_pushstring(L, ev.text);
+        lua_setfield(L, -2, "text");
+    }
+    if (ev.kind == DLC_SRT_MERGED) {
+        dlcL_push_merge(L, &ev.merge);
+        lua_setfield(L, -2, "merge");
+    } else if (ev.kind == DLC_SRT_REJECTED) {
+        dlcL_setint(L, "fragment", ev.fragment + 1);
+        lua_pushstring(L, dlc_reject_reason_name(ev.reason));
+        lua_setfield(L, -2, "reason");
+    }
+    dlc_srt_event_release(&ev);
+    return 1;
+}
+
+static int s_global(lua_State *L) {
+    srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
+    checksrt(L, 1);
+    dlc_params *p = dlcL_checkparams(L, 2);
+    if (dlc_params_numel(p) != dlc_params_numel(b->params))
+        return luaL_argerror(L, 2, "Params of another model (a different number of floats)");
+    if (dlc_srt_global(b->s, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
+    lua_settop(L, 2);
+    return 1;
+}
+
+static int s_set_quorum(lua_State *L) {
+    dlc_srt *s = checksrt(L, 1);
+    lua_Integer k = luaL_checkinteger(L, 2);
+    if (dlc_srt_set_quorum(s, (int)k) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int s_flush(lua_State *L) {
+    if (dlc_srt_flush(checksrt(L, 1)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+/* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, merged, joins, bytes_in, bytes_out} */
+static int s_learner(lua_State *L) {
+    srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
+    dlc_srt *s = checksrt(L, 1);
+    lua_Integer m = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    dlc_srt_learner_info i;
+    if (dlc_srt_learner(s, (int)m - 1, &i) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, 0, 11);
+    lua_pushboolean(L, i.connected);
+    lua_setfield(L, -2, "connected");
+    lua_pushboolean(L, i.joined);
+    lua_setfield(L, -2, "joined");
+    lua_pushboolean(L, i.bye);
+    lua_setfield(L, -2, "bye");
+    dlcL_setint(L, "steps", i.steps);
+    dlcL_setint(L, "tokens", i.tokens);
+    dlcL_setnum(L, "step_time", i.step_time);
+    dlcL_setnum(L, "heard", i.heard);
+    dlcL_setint(L, "merged", i.merged);
+    dlcL_setint(L, "joins", i.joins);
+    dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);
+    dlcL_setint(L, "bytes_out", (int64_t)i.bytes_out);
+    return 1;
+}
+
+static int s_stats(lua_State *L) {
+    dlc_srt *s = checksrt(L, 1);
+    dlc_srt_stats st;
+    if (dlc_srt_get_stats(s, &st) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, 0, 12);
+    dlcL_setnum(L, "now", st.now);
+    dlcL_setint(L, "live", st.live);
+    dlcL_setint(L, "merges", st.merges);
+    dlcL_setint(L, "rejects", st.rejects);
+    dlcL_setint(L, "refused", st.refused);
+    dlcL_setint(L, "events_dropped", st.events_dropped);
+    dlcL_setint(L, "sends_dropped", st.sends_dropped);
+    dlcL_setnum(L, "useful_tokens", st.useful_tokens);
+    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
+    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
+    lua_createtable(L, 0, 8);
+    for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
+        if (!st.bytes_in_type[t] && !st.bytes_out_type[t]) continue;
+        lua_createtable(L, 0, 2);
+        dlcL_setint(L, "up", (int64_t)st.bytes_in_type[t]);
+        dlcL_setint(L, "down", (int64_t)st.bytes_out_type[t]);
+        lua_setfield(L, -2, dlc_frame_type_name((dlc_frame_type)t));
+    }
+    lua_setfield(L, -2, "bytes_by_type");
+    return 1;
+}
+
+static const luaL_Reg srt_methods[] = {
+    {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
+    {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {NULL, NULL}};
+static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, NULL};
+
+/* ---- diloco.Learner ---- */
+
+static int l_learner(lua_State *L) {
+    static const char *const WHO = "diloco.Learner";
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    lrtbox *b = dlcL_newbox(L, DLCL_LEARNER, sizeof *b, 1); /* 2 */
+    lua_newtable(L);                                         /* 3 */
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, 2, 1);
+    lua_getfield(L, 1, "params");
+    dlc_params *params = dlcL_checkparams(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_getfield(L, 1, "plan");
+    dlc_plan *plan = dlcL_checkplan(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_settop(L, 3);
+    dlc_lrt_config c = dlc_lrt_default_config();
+    int li = subtable(L, 1, WHO, "learner");
+    dlcL_read_learner_params(L, li, &c.learner);
+    c.learner.id = -1;
+    int ty = lua_getfield(L, 1, "id");
+    if (ty != LUA_TNIL) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > DLC_PROTO_LEARNERS_MAX)
+            return luaL_error(L, "%s: id must be an integer in 1..%d (or nil: the syncer assigns one)", WHO,
+                              DLC_PROTO_LEARNERS_MAX);
+        c.learner.id = (int)lua_tointeger(L, -1) - 1;
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, 1, "hold") != LUA_TNIL) c.hold = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    int ni = subtable(L, 1, WHO, "net");
+    read_net(L, ni, &c.net);
+    c.connect = reqstr(L, 1, WHO, "connect");
+    c.run = optstr(L, 1, WHO, "run", "");
+    c.params = params;
+    c.plan = plan;
+    b->l = dlc_lrt_new(&c);
+    if (!b->l) return dlcL_fail(L, dlc_last_status());
+    lua_settop(L, 2);
+    return 1;
+}
+
+static void lrt_release(void *box) { dlc_lrt_free(((lrtbox *)box)->l); }
+
+/* Pushes true for DLC_OK, else nil, message, code (raises for misuse). */
+static int result(lua_State *L, dlc_status st) {
+    if (st == DLC_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (st == DLC_ERR_ARG) return dlcL_error(L);
+    return dlcL_fail(L, st);
+}
+
+static int lr_join(lua_State *L) { return result(L, dlc_lrt_join(checklrt(L, 1), luaL_optnumber(L, 2, 30))); }
+static int lr_wait(lua_State *L) { return result(L, dlc_lrt_wait(checklrt(L, 1), luaL_optnumber(L, 2, 60))); }
+
+static int lr_step_done(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    lua_Integer tokens = luaL_checkinteger(L, 2);
+    double seconds = luaL_optnumber(L, 3, 0);
+    luaL_argcheck(L, tokens >= 0, 2, "tokens must be >= 0");
+    luaL_argcheck(L, seconds >= 0 && isfinite(seconds), 3, "seconds must be >= 0");
+    dlc_status st = dlc_lrt_step_done(l, tokens, seconds);
+    if (st != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int lr_gradient(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    lua_Integer tokens = luaL_checkinteger(L, 2);
+    if (dlc_lrt_gradient(l, tokens) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int lr_contribute(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    lua_Integer p = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, p >= 1 && p <= DLC_PROTO_FRAGMENTS_MAX, 2, "fragment out of range");
+    if (dlc_lrt_contribute(l, (int)p - 1) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+static int lr_finish(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    return result(L, dlc_lrt_finish(l, luaL_optnumber(L, 2, 10), luaL_optstring(L, 3, "finished")));
+}
+
+static int lr_state(lua_State *L) {
+    lua_pushstring(L, dlc_learner_state_name(dlc_lrt_state(checklrt(L, 1))));
+    return 1;
+}
+
+static int lr_id(lua_State *L) {
+    int id = dlc_lrt_id(checklrt(L, 1));
+    if (id < 0) lua_pushnil(L);
+    else lua_pushinteger(L, id + 1);
+    return 1;
+}
+
+static int lr_schedule_step(lua_State *L) {
+    lua_pushinteger(L, dlc_learner_schedule_step(dlc_lrt_learner(checklrt(L, 1))));
+    return 1;
+}
+
+static int lr_poll(lua_State *L) {
+    dlc_lrt_event ev;
+    if (!dlc_lrt_poll(checklrt(L, 1), &ev)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, dlc_lrt_event_name(ev.kind));
+    lua_setfield(L, -2, "type");
+    dlcL_setnum(L, "time", ev.time);
+    if (ev.kind == DLC_LRT_APPLIED) {
+        dlcL_setint(L, "fragment", ev.fragment + 1);
+        dlcL_setint(L, "version", ev.version);
+        dlcL_setint(L, "lag", ev.lag);
+        lua_pushboolean(L, ev.resync);
+        lua_setfield(L, -2, "resync");
+    } else {
+        lua_pushstring(L, ev.text);
+        lua_setfield(L, -2, "text");
+    }
+    return 1;
+}
+
+static int lr_stats(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    dlc_lrt_stats st;
+    if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, 0, 11);
+    dlcL_setnum(L, "now", st.now);
+    dlcL_setnum(L, "wait_s", st.wait_s);
+    dlcL_setnum(L, "call_s", st.call_s);
+    lua_pushboolean(L, st.connected);
+    lua_setfield(L, -2, "connected");
+    dlcL_setint(L, "sent", st.sent);
+    dlcL_setint(L, "held", st.held);
+    dlcL_setint(L, "held_dropped", st.held_dropped);
+    dlcL_setint(L, "applied", st.applied);
+    dlcL_setint(L, "reconnects", st.reconnects);
+    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
+    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
+    const dlc_learner *lr = dlc_lrt_learner(l);
+    dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));
+    dlcL_setint(L, "steps", dlc_learner_steps(lr));
+    return 1;
+}
+
+static const luaL_Reg lrt_methods[] = {
+    {"join", lr_join},       {"wait", lr_wait},   {"step_done", lr_step_done},
+    {"gradient", lr_gradient}, {"contribute", lr_contribute}, {"finish", lr_finish},
+    {"state", lr_state},     {"id", lr_id},       {"schedule_step", lr_schedule_step},
+    {"poll", lr_poll},       {"stats", lr_stats}, {NULL, NULL}};
+static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
+
+/* ---- registration ---- */
+
+void dlcL_open_rt(lua_State *L, int mod, int st) {
+    mod = lua_absindex(L, mod);
+    st = lua_absindex(L, st);
+    dlcL_newtype(L, st, &srt_type);
+    lua_pop(L, 2);
+    dlcL_newtype(L, st, &lrt_type);
+    lua_pop(L, 2);
+    static const luaL_Reg funcs[] = {{"Syncer", l_syncer}, {"Learner", l_learner}, {NULL, NULL}};
+    dlcL_setfuncs(L, mod, st, funcs);
+}

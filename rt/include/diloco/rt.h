@@ -1,0 +1,232 @@
+/*
+ * rt.h - the real-time drivers: the learner and the syncer state machines (learner.h,
+ * syncer.h) on the wall clock and the transport (net.h).  libdiloco_rt, above
+ * libdiloco_net; core/ knows nothing of it.  docs/runtime.md is the guide.
+ *
+ * The syncer driver (dlc_srt) owns a thread that runs the transport's event loop inline
+ * and feeds the syncer: connections that become READY join (the WELCOME gave them their
+ * learner id), frames are received, connections LOST are lost (the transport's
+ * heartbeats and timeouts are the one liveness layer: the state machine's own timeout is
+ * off), grace deadlines expire on time.  What the host wants to know (merges, joins,
+ * losses, refusals, goodbyes) comes out of dlc_srt_poll as events.  A merged fragment
+ * goes to every live learner from one refcounted copy of its bytes.
+ *
+ *     dlc_srt_config sc = dlc_srt_default_config();
+ *     sc.syncer = sp; sc.plan = plan; sc.theta0 = dlc_params_data(model);
+ *     sc.listen = "127.0.0.1:0"; sc.net.secret_file = "OUT/secret"; sc.run = "r1";
+ *     dlc_srt *s = dlc_srt_new(&sc);                // listening, its thread running
+ *     int port = dlc_srt_port(s);
+ *     dlc_srt_event ev;
+ *     while (dlc_srt_poll(s, &ev, 100) >= 0) { if (ev.kind == DLC_SRT_MERGED) ...; }
+ *     dlc_srt_free(s);
+ *
+ * The learner driver (dlc_lrt) has no thread of its own: the host's compute thread calls
+ * it between inner steps, and the transport's I/O thread moves the bytes (the net's two
+ * bounded queues are the mailbox between them).  Arrived fragments wait in the mailbox
+ * until dlc_lrt_step_done, which hands them to the state machine at the step boundary,
+ * then reports the step and sends what is due.  Nothing in step_done waits on the
+ * network: in a non-blocking preset the compute thread never waits; with `blocking` (or
+ * dp) the host calls dlc_lrt_wait while the state machine is WAITING.
+ *
+ *     dlc_lrt_config lc = dlc_lrt_default_config();
+ *     lc.learner = lp; lc.params = params; lc.plan = plan; lc.connect = "127.0.0.1:7070";
+ *     dlc_lrt *l = dlc_lrt_new(&lc);
+ *     if (dlc_lrt_join(l, 30.0) != DLC_OK) fail(dlc_last_error());   // the whole model arrived
+ *     for (;;) {
+ *         inner step on params;
+ *         dlc_lrt_step_done(l, tokens, seconds);
+ *         if (dlc_lrt_state(l) == DLC_LEARNER_WAITING) dlc_lrt_wait(l, 60.0);
+ *     }
+ *     dlc_lrt_finish(l, 10.0, "finished");          // what was sent comes back, then BYE
+ *     dlc_lrt_free(l);
+ *
+ * Threads: a dlc_srt may be called from any one host thread (its calls take the lock its
+ * thread holds while it drives the syncer); a dlc_lrt from one thread only (the compute
+ * thread), never concurrently.  Errors: negative dlc_status, message in dlc_last_error()
+ * of the calling thread.
+ */
+#ifndef DILOCO_RT_H
+#define DILOCO_RT_H
+
+#include <stdint.h>
+#include "diloco/learner.h"
+#include "diloco/net.h"
+#include "diloco/syncer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Capacity of one driver's queue of host events; past it the oldest are dropped
+ * (counted in dlc_srt_stats.events_dropped). */
+#define DLC_RT_EVENTS_MAX 65536
+/* Longest text of an event (why a peer was refused or lost). */
+#define DLC_RT_TEXT_MAX (DLC_PROTO_TEXT_MAX + 128)
+
+/* ---- the syncer ---- */
+
+typedef struct dlc_srt_config {
+    dlc_syncer_params syncer;   /* learners = M; timeout is forced to 0 (the transport's) */
+    const dlc_plan *plan;       /* borrowed; must outlive the driver */
+    const float *theta0;        /* the initial global model (borrowed during new, copied) */
+    dlc_net_config net;         /* secret or secret_file, timeouts, TLS; hello, layout and
+                                 * inline_io are set by the driver (strings copied) */
+    const char *listen;         /* "HOST:PORT" (port 0: any free one) */
+    const char *run;            /* the run id learners must present ("" allowed) */
+} dlc_srt_config;
+
+/* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "". */
+DLC_API dlc_srt_config dlc_srt_default_config(void);
+
+typedef struct dlc_srt dlc_srt; /* opaque */
+
+/* Builds the syncer, listens and starts the driver's thread.  NULL with the message in
+ * dlc_last_error() (a bad parameter named, the address in use). */
+DLC_API dlc_srt *dlc_srt_new(const dlc_srt_config *cfg);
+/* Stops the thread, closes every connection (flushing up to the net's drain timeout) and
+ * frees everything.  NULL is a no-op. */
+DLC_API void dlc_srt_free(dlc_srt *s);
+DLC_API int dlc_srt_port(const dlc_srt *s); /* the port listened on */
+
+typedef enum dlc_srt_event_kind {
+    DLC_SRT_MERGED,   /* a round closed: merge (contribs owned by the event) */
+    DLC_SRT_JOINED,   /* learner connected (or reconnected) and was sent the whole model */
+    DLC_SRT_LOST,     /* learner's connection ended (text: why) */
+    DLC_SRT_REJECTED, /* a contribution of learner was not merged (reason, fragment) */
+    DLC_SRT_REFUSED,  /* a connection or message was refused (learner -1 before WELCOME; text) */
+    DLC_SRT_BYE,      /* learner left for good (text: its reason) */
+    DLC_SRT_EVENT_COUNT
+} dlc_srt_event_kind;
+DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "joined", ... */
+
+typedef struct dlc_srt_event {
+    dlc_srt_event_kind kind;
+    double time;              /* seconds since the driver started */
+    int learner;              /* -1 when unknown */
+    int fragment;             /* REJECTED */
+    dlc_reject_reason reason; /* REJECTED */
+    dlc_merge_info merge;     /* MERGED: merge.contribs owned by the event */
+    char text[DLC_RT_TEXT_MAX];
+    dlc_merge_contrib *owned_; /* freed by dlc_srt_event_release */
+} dlc_srt_event;
+
+/* The next event: 1, 0 when none arrived within timeout_ms (-1: wait for ever), or a
+ * negative status (the driver's thread failed: the message says why).  Release every
+ * event taken. */
+DLC_API int dlc_srt_poll(dlc_srt *s, dlc_srt_event *ev, int timeout_ms);
+DLC_API void dlc_srt_event_release(dlc_srt_event *ev);
+
+/* The current global model into arena (laid out as the plan's model). */
+DLC_API dlc_status dlc_srt_global(dlc_srt *s, float *arena);
+/* The minimum quorum from now on (0: every live learner). */
+DLC_API dlc_status dlc_srt_set_quorum(dlc_srt *s, int quorum);
+/* Merges every open round holding a contribution (the end of a run). */
+DLC_API dlc_status dlc_srt_flush(dlc_srt *s);
+
+/* What the driver knows of learner m. */
+typedef struct dlc_srt_learner_info {
+    int connected;            /* a READY connection is bound to m */
+    int joined;               /* m connected at least once */
+    int bye;                  /* m said BYE (finished) and has not come back */
+    int64_t steps;            /* its schedule step, from its last heartbeat or contribution */
+    int64_t tokens;           /* tokens it reported (its heartbeats), this incarnation */
+    double step_time;         /* its reported step-time EMA (s), 0 unknown */
+    double heard;             /* driver time of its last frame, -1 never */
+    int64_t merged;           /* its contributions that entered a merge */
+    int64_t joins;            /* times it joined */
+    uint64_t bytes_in, bytes_out; /* wire bytes from and to it, all its connections */
+} dlc_srt_learner_info;
+DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out);
+
+typedef struct dlc_srt_stats {
+    double now;               /* seconds since the driver started */
+    int learners, live;
+    int64_t merges, rejects, refused, events_dropped, sends_dropped;
+    double useful_tokens;     /* Σ over merges of dlc_merge_info.useful_tokens */
+    uint64_t bytes_in, bytes_out; /* wire bytes, all peers, all frame types */
+    uint64_t bytes_in_type[DLC_FRAME_TYPE_COUNT], bytes_out_type[DLC_FRAME_TYPE_COUNT];
+} dlc_srt_stats;
+DLC_API dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out);
+
+/* ---- the learner ---- */
+
+typedef struct dlc_lrt_config {
+    dlc_learner_params learner; /* id < 0: the WELCOME assigns one */
+    dlc_params *params;         /* the model (borrowed; must outlive the driver) */
+    const dlc_plan *plan;       /* borrowed; must outlive the driver */
+    dlc_net_config net;         /* secret or secret_file, timeouts, reconnect, TLS; hello and
+                                 * layout are set by the driver (strings copied) */
+    const char *connect;        /* "HOST:PORT" of the syncer */
+    const char *run;            /* the run id ("" allowed) */
+    int hold;                   /* contributions kept while the syncer is unreachable
+                                 * (oldest dropped past it); 0: 2 × the fragments */
+} dlc_lrt_config;
+
+DLC_API dlc_lrt_config dlc_lrt_default_config(void);
+
+typedef struct dlc_lrt dlc_lrt; /* opaque */
+
+/* Starts the transport and connects (the state machine is made once the WELCOME names
+ * the learner id).  NULL with the message in dlc_last_error(). */
+DLC_API dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg);
+DLC_API void dlc_lrt_free(dlc_lrt *l); /* closes the connection (flushing), NULL ok */
+
+/* Waits up to timeout_s for the connection and the whole model: DLC_OK in state
+ * TRAINING, else DLC_ERR_STATE naming what did not arrive and the last refusal (a
+ * mismatch named by the syncer, a wrong secret). */
+DLC_API dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s);
+/* An inner step finished: hands the arrived fragments to the state machine, then
+ * dlc_learner_step_done(tokens, seconds), sends what is due, heartbeats.  Never waits. */
+DLC_API dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds);
+/* dp: the gradient is in the grad arena: sends it (state WAITING). */
+DLC_API dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens);
+/* A host schedule: sends fragment p's contribution now. */
+DLC_API dlc_status dlc_lrt_contribute(dlc_lrt *l, int p);
+/* While the state machine is WAITING (blocking presets, dp) or JOINING (a resync after a
+ * reconnect): takes messages as they arrive, up to timeout_s.  DLC_OK once it may step
+ * again (dp: the averaged gradient is in the grad arena), DLC_ERR_STATE at the deadline
+ * naming what it waited for. */
+DLC_API dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s);
+/* The end: waits up to timeout_s for the fragments it sent to come back merged, then
+ * says BYE (why: its reason) and flushes. */
+DLC_API dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why);
+
+DLC_API dlc_learner_state dlc_lrt_state(const dlc_lrt *l); /* JOINING before the WELCOME */
+DLC_API int dlc_lrt_id(const dlc_lrt *l);                  /* -1 before the WELCOME */
+DLC_API const dlc_learner *dlc_lrt_learner(const dlc_lrt *l); /* NULL before; for queries */
+
+typedef enum dlc_lrt_event_kind {
+    DLC_LRT_APPLIED,      /* fragment (version) applied to the model (resync: taken whole) */
+    DLC_LRT_CONNECTED,    /* the connection to the syncer is READY (again) */
+    DLC_LRT_DISCONNECTED, /* it was lost (text: why); the learner trains on */
+    DLC_LRT_EVENT_COUNT
+} dlc_lrt_event_kind;
+DLC_API const char *dlc_lrt_event_name(dlc_lrt_event_kind k);
+
+typedef struct dlc_lrt_event {
+    dlc_lrt_event_kind kind;
+    double time;
+    int fragment, resync;
+    int64_t version, lag;
+    char text[DLC_RT_TEXT_MAX];
+} dlc_lrt_event;
+/* The next event (nothing waits: events come from the calls above): 1 or 0. */
+DLC_API int dlc_lrt_poll(dlc_lrt *l, dlc_lrt_event *ev);
+
+typedef struct dlc_lrt_stats {
+    double now;
+    double wait_s;            /* time spent inside dlc_lrt_wait and dlc_lrt_join */
+    double call_s;            /* time spent inside dlc_lrt_step_done (the compute thread's cost) */
+    int connected;
+    int64_t sent, held, held_dropped, applied, reconnects;
+    uint64_t bytes_in, bytes_out;
+} dlc_lrt_stats;
+DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
+
+/* Seconds on the monotonic clock (the drivers' time base, from an arbitrary origin). */
+DLC_API double dlc_rt_clock(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

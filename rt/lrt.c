@@ -1,0 +1,410 @@
+/*
+ * lrt.c - a learner on the wall clock (rt.h).  Everything here runs on the host's
+ * compute thread; the transport's I/O thread reads and writes the socket, and its event
+ * queue (bounded by the net's in_max) is the mailbox of arrived frames, taken at step
+ * boundaries.  Contributions are copied once out of the state machine (a snapshot the
+ * net then owns and frees after writing), so the inner loop never waits for a socket.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/rt.h"
+#include "rt_internal.h"
+
+static const char *const lrt_event_names[] = {"applied", "connected", "disconnected"};
+_Static_assert(sizeof lrt_event_names / sizeof *lrt_event_names == DLC_LRT_EVENT_COUNT, "lrt event names");
+const char *dlc_lrt_event_name(dlc_lrt_event_kind k) {
+    return (unsigned)k < DLC_LRT_EVENT_COUNT ? lrt_event_names[k] : NULL;
+}
+
+/* Most host events kept between two dlc_lrt_poll loops (P applied per resync at most
+ * plus a few connection changes: a bound far above what one step produces). */
+#define LRT_EVENTS_MAX 4096
+
+typedef struct held {
+    dlc_frame f;              /* the frame, its payload pointing at bytes */
+    uint8_t *bytes;
+} held;
+
+struct dlc_lrt {
+    dlc_lrt_config cfg;
+    rt_strings strs;
+    dlc_learner *l;           /* made at the first WELCOME */
+    dlc_net *net;
+    dlc_hello hello;
+    dlc_proto_layout layout;
+    int64_t *numel;
+    int peer, ready, id, P;
+    double t0;
+    char last_refusal[DLC_RT_TEXT_MAX];
+    /* host events, a ring */
+    dlc_lrt_event ev[LRT_EVENTS_MAX];
+    int ev_head, ev_len;
+    /* contributions held while the syncer is unreachable, a ring of hold entries */
+    held *hq;
+    int hq_head, hq_len, hold;
+    int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
+    dlc_lrt_stats st;
+};
+
+static double lrt_now(const dlc_lrt *l) { return dlc_rt_clock() - l->t0; }
+
+dlc_lrt_config dlc_lrt_default_config(void) {
+    dlc_lrt_config c;
+    memset(&c, 0, sizeof c);
+    c.learner = dlc_learner_default_params();
+    c.learner.id = -1;
+    c.net = dlc_net_default_config();
+    c.run = "";
+    return c;
+}
+
+static void push_event(dlc_lrt *l, const dlc_lrt_event *e) {
+    if (l->ev_len == LRT_EVENTS_MAX) { /* the host does not read them: keep the newest */
+        l->ev_head = (l->ev_head + 1) % LRT_EVENTS_MAX;
+        l->ev_len--;
+    }
+    l->ev[(l->ev_head + l->ev_len) % LRT_EVENTS_MAX] = *e;
+    l->ev_len++;
+}
+
+static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
+    dlc_lrt_event e;
+    memset(&e, 0, sizeof e);
+    e.kind = k;
+    e.time = lrt_now(l);
+    snprintf(e.text, sizeof e.text, "%s", text ? text : "");
+    push_event(l, &e);
+}
+
+static void free_bytes(const void *payload, void *arg) {
+    (void)arg;
+    free((void *)payload);
+}
+
+static void drop_held(held *h) {
+    free(h->bytes);
+    h->bytes = NULL;
+}
+
+/* Sends f (payload copied into a buffer the net owns).  A frame that cannot go now is
+ * held when `keep` (contributions, gradients), else dropped (heartbeats). */
+static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
+    uint8_t *copy = NULL;
+    if (f->msg.len) {
+        if (!(copy = malloc(f->msg.len)))
+            return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", f->msg.len);
+        memcpy(copy, f->msg.payload, f->msg.len);
+    }
+    dlc_frame g = *f;
+    g.msg.payload = copy;
+    dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, NULL) : DLC_ERR_STATE;
+    if (st == DLC_OK) {
+        l->st.sent++;
+        return DLC_OK;
+    }
+    if (st != DLC_ERR_STATE && st != DLC_ERR_RANGE) {
+        free(copy);
+        return st;
+    }
+    if (!keep) {
+        free(copy);
+        return DLC_OK;
+    }
+    if (l->hq_len == l->hold) { /* bounded: the oldest goes */
+        drop_held(&l->hq[l->hq_head]);
+        l->hq_head = (l->hq_head + 1) % l->hold;
+        l->hq_len--;
+        l->st.held_dropped++;
+    }
+    held *h = &l->hq[(l->hq_head + l->hq_len) % l->hold];
+    h->f = g;
+    h->bytes = copy;
+    l->hq_len++;
+    l->st.held++;
+    return DLC_OK;
+}
+
+/* Sends what was held, oldest first, while the net takes it. */
+static void flush_held(dlc_lrt *l) {
+    while (l->hq_len > 0 && l->ready) {
+        held *h = &l->hq[l->hq_head];
+        h->f.msg.payload = h->bytes;
+        dlc_status st = dlc_net_send(l->net, l->peer, &h->f, h->bytes ? free_bytes : NULL, NULL);
+        if (st != DLC_OK) return; /* still full or gone: later */
+        h->bytes = NULL;          /* the net's now */
+        l->hq_head = (l->hq_head + 1) % l->hold;
+        l->hq_len--;
+        l->st.sent++;
+    }
+}
+
+/* Performs the state machine's queued actions. */
+static dlc_status actions(dlc_lrt *l) {
+    dlc_learner_action a;
+    dlc_status st = DLC_OK;
+    while (dlc_learner_poll(l->l, &a)) {
+        if (st != DLC_OK) continue; /* empty the queue, keep the first error */
+        if (a.type == DLC_LACT_SEND) {
+            dlc_frame f;
+            st = dlc_frame_from_msg(&f, &a.msg);
+            if (st == DLC_OK) st = send_frame(l, &f, a.msg.type != DLC_MSG_HEARTBEAT);
+        } else if (a.type == DLC_LACT_APPLIED) {
+            dlc_lrt_event e;
+            memset(&e, 0, sizeof e);
+            e.kind = DLC_LRT_APPLIED;
+            e.time = lrt_now(l);
+            e.fragment = a.fragment;
+            e.version = a.version;
+            e.lag = a.lag;
+            e.resync = a.resync;
+            push_event(l, &e);
+            l->st.applied++;
+        } else if (a.type == DLC_LACT_GRADIENT_READY) {
+            l->grad_ready = 1;
+        }
+    }
+    return st;
+}
+
+/* The learner's timers (heartbeats) due now. */
+static dlc_status timers(dlc_lrt *l) {
+    if (!l->l) return DLC_OK;
+    double now = lrt_now(l);
+    if (dlc_learner_expiry(l->l) > now) return DLC_OK;
+    dlc_status st = dlc_learner_handle_expiry(l->l, now);
+    return st == DLC_OK ? actions(l) : st;
+}
+
+/* One transport event. */
+static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
+    switch (ev->kind) {
+    case DLC_NET_READY: {
+        int id = ev->frame.hello.learner;
+        if (!l->l) {
+            dlc_learner_params lp = l->cfg.learner;
+            lp.id = id;
+            if (!(l->l = dlc_learner_new(&lp, l->cfg.params, l->cfg.plan))) return dlc_last_status();
+            l->id = id;
+        } else if (id != l->id) {
+            return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id, id);
+        }
+        if (l->ready) l->st.reconnects++;
+        l->ready = 1;
+        l->st.connected = 1;
+        conn_event(l, DLC_LRT_CONNECTED, ev->text);
+        flush_held(l);
+        return DLC_OK;
+    }
+    case DLC_NET_FRAME: {
+        if (!l->l) return DLC_OK;
+        dlc_frame_type t = ev->frame.type;
+        if (t == DLC_FRAME_HEARTBEAT) return DLC_OK; /* the transport's: liveness only */
+        if (t == DLC_FRAME_BYE) {
+            snprintf(l->last_refusal, sizeof l->last_refusal, "the syncer said bye: %s", ev->frame.text);
+            return DLC_OK;
+        }
+        dlc_status st = dlc_learner_receive(l->l, &ev->frame.msg, lrt_now(l));
+        if (st == DLC_ERR_FORMAT) { /* refused and unchanged: the syncer will resync it */
+            snprintf(l->last_refusal, sizeof l->last_refusal, "%s", dlc_last_error());
+            st = DLC_OK;
+        }
+        return st == DLC_OK ? actions(l) : st;
+    }
+    case DLC_NET_LOST:
+        if (ev->code != DLC_PERR_NONE || ev->text[0])
+            snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text,
+                     dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?");
+        if (l->ready) conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
+        l->ready = 0;
+        l->st.connected = 0;
+        return DLC_OK;
+    case DLC_NET_DRAINED:
+        flush_held(l);
+        return DLC_OK;
+    default: return DLC_OK;
+    }
+}
+
+/* Takes transport events for up to timeout_ms (0: only what is there), returning after
+ * the first one when `one`. */
+static dlc_status pump(dlc_lrt *l, int timeout_ms) {
+    for (;;) {
+        dlc_net_event ev;
+        int r = dlc_net_poll(l->net, &ev, timeout_ms);
+        if (r < 0) return r;
+        if (r == 0) return DLC_OK;
+        dlc_status st = on_net_event(l, &ev);
+        dlc_net_event_release(&ev);
+        if (st != DLC_OK) return st;
+        timeout_ms = 0; /* after one, take only what is already there */
+    }
+}
+
+dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
+    if (!cfg || !cfg->params || !cfg->plan || !cfg->connect) {
+        dlc_error(DLC_ERR_ARG, "lrt_new: config, params, plan and connect are required");
+        return NULL;
+    }
+    dlc_lrt *l = calloc(1, sizeof *l);
+    if (!l) {
+        dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+        return NULL;
+    }
+    l->cfg = *cfg;
+    l->t0 = dlc_rt_clock();
+    l->peer = l->id = -1;
+    l->P = dlc_plan_count(cfg->plan);
+    dlc_learner_params lp = cfg->learner;
+    if (lp.id < 0) lp.id = 0; /* the WELCOME will say */
+    if (dlc_learner_params_check(&lp) != DLC_OK) goto fail;
+    if (rt_strings_copy(&l->strs, &l->cfg.net, &l->cfg.run) != DLC_OK) goto fail;
+    l->hold = cfg->hold > 0 ? cfg->hold : 2 * l->P;
+    if (!(l->hq = calloc((size_t)l->hold, sizeof *l->hq))) {
+        dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+        goto fail;
+    }
+    if (rt_layout(cfg->plan, cfg->learner.codec_params, &l->layout, &l->numel) != DLC_OK) goto fail;
+    if (rt_hello(&l->hello, cfg->plan, l->cfg.run, cfg->learner.id, cfg->learner.codec_params.block, cfg->learner.dp) !=
+        DLC_OK)
+        goto fail;
+    l->cfg.net.hello = &l->hello;
+    l->cfg.net.layout = &l->layout;
+    l->cfg.net.inline_io = 0; /* the compute thread computes between polls: the I/O thread keeps the link */
+    if (!(l->net = dlc_net_new(&l->cfg.net))) goto fail;
+    int peer = dlc_net_connect(l->net, cfg->connect);
+    if (peer < 0) goto fail;
+    l->peer = peer;
+    return l;
+fail:
+    dlc_lrt_free(l);
+    return NULL;
+}
+
+void dlc_lrt_free(dlc_lrt *l) {
+    if (!l) return;
+    dlc_net_free(l->net);
+    dlc_learner_free(l->l);
+    for (int i = 0; l->hq && i < l->hq_len; i++) drop_held(&l->hq[(l->hq_head + i) % l->hold]);
+    free(l->hq);
+    free(l->numel);
+    rt_strings_free(&l->strs);
+    free(l);
+}
+
+/* Waits (taking messages) until done(l) or the deadline; what names what it waited for. */
+static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc_lrt *), const char *what) {
+    double t0 = dlc_rt_clock(), deadline = t0 + timeout_s;
+    dlc_status st = DLC_OK;
+    while (!done(l)) {
+        double now = dlc_rt_clock();
+        if (now >= deadline) {
+            l->st.wait_s += now - t0;
+            return dlc_error(DLC_ERR_STATE, "learner %d: no %s from the syncer at %s within %g s%s%s", l->id, what,
+                             l->cfg.connect, timeout_s, l->last_refusal[0] ? ": last refusal: " : "", l->last_refusal);
+        }
+        double until = deadline; /* absolute; the learner's timers are on its own time base */
+        if (l->l && l->t0 + dlc_learner_expiry(l->l) < until) until = l->t0 + dlc_learner_expiry(l->l);
+        int ms = (int)ceil((until - now) * 1e3);
+        if (ms > 100) ms = 100;
+        if (ms < 0) ms = 0;
+        if ((st = pump(l, ms)) != DLC_OK) break;
+        if ((st = timers(l)) != DLC_OK) break;
+    }
+    l->st.wait_s += dlc_rt_clock() - t0;
+    return st;
+}
+
+static int is_training(const dlc_lrt *l) { return l->l && dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING; }
+static int may_step(const dlc_lrt *l) {
+    if (!l->l) return 0;
+    if (l->cfg.learner.dp) return l->grad_ready || dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING;
+    return dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING;
+}
+
+dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "lrt_join: NULL learner");
+    return wait_until(l, timeout_s, is_training, "WELCOME and whole model");
+}
+
+dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_step_done: the learner has not joined (dlc_lrt_join)");
+    double t0 = dlc_rt_clock();
+    dlc_status st = pump(l, 0); /* the step boundary: arrived fragments first */
+    if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
+    if (st == DLC_OK) st = actions(l);
+    if (st == DLC_OK) st = timers(l);
+    l->st.call_s += dlc_rt_clock() - t0;
+    return st;
+}
+
+dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_gradient: the learner has not joined (dlc_lrt_join)");
+    l->grad_ready = 0;
+    dlc_status st = pump(l, 0);
+    if (st == DLC_OK) st = dlc_learner_gradient(l->l, tokens, lrt_now(l));
+    return st == DLC_OK ? actions(l) : st;
+}
+
+dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_contribute: the learner has not joined (dlc_lrt_join)");
+    dlc_status st = dlc_learner_contribute(l->l, p, lrt_now(l));
+    return st == DLC_OK ? actions(l) : st;
+}
+
+dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_wait: the learner has not joined (dlc_lrt_join)");
+    dlc_status st = wait_until(l, timeout_s, may_step, l->cfg.learner.dp ? "averaged gradient" : "merged fragment");
+    if (st == DLC_OK && l->cfg.learner.dp) l->grad_ready = 0;
+    return st;
+}
+
+static int nothing_outstanding(const dlc_lrt *l) { return !l->l || dlc_learner_outstanding(l->l) == 0 || !l->ready; }
+
+dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "lrt_finish: NULL learner");
+    dlc_status st = DLC_OK;
+    if (l->l && l->ready && timeout_s > 0) {
+        st = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions");
+        if (st == DLC_ERR_STATE) st = DLC_OK; /* the run is over for it either way */
+    }
+    if (l->ready) {
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_BYE);
+        f.msg.learner = l->id;
+        snprintf(f.text, sizeof f.text, "%s", why ? why : "finished");
+        dlc_net_send(l->net, l->peer, &f, NULL, NULL);
+        dlc_net_close(l->net, l->peer);
+    }
+    l->ready = 0;
+    if (l->l) dlc_learner_stop(l->l);
+    return st;
+}
+
+dlc_learner_state dlc_lrt_state(const dlc_lrt *l) {
+    return l && l->l ? dlc_learner_state_of(l->l) : DLC_LEARNER_JOINING;
+}
+int dlc_lrt_id(const dlc_lrt *l) { return l ? l->id : -1; }
+const dlc_learner *dlc_lrt_learner(const dlc_lrt *l) { return l ? l->l : NULL; }
+
+int dlc_lrt_poll(dlc_lrt *l, dlc_lrt_event *ev) {
+    if (!l || !ev || l->ev_len == 0) return 0;
+    *ev = l->ev[l->ev_head];
+    l->ev_head = (l->ev_head + 1) % LRT_EVENTS_MAX;
+    l->ev_len--;
+    return 1;
+}
+
+dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out) {
+    if (!l || !out) return dlc_error(DLC_ERR_ARG, "lrt_get_stats: NULL argument");
+    *out = l->st;
+    out->now = lrt_now(l);
+    dlc_net_counters c;
+    if (dlc_net_get_counters(l->net, -1, &c) == DLC_OK) {
+        out->bytes_in = out->bytes_out = 0;
+        for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
+    }
+    return DLC_OK;
+}

@@ -1,0 +1,81 @@
+/*
+ * rt_common.c - helpers the syncer and learner drivers share (rt_internal.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include "diloco/proto.h"
+#include "rt_internal.h"
+
+static dlc_status dup_into(char **dst, const char **src, size_t len) {
+    *dst = NULL;
+    if (!*src) return DLC_OK;
+    if (!(*dst = malloc(len + 1))) return dlc_error(DLC_ERR_NOMEM, "rt: out of memory for a configuration string");
+    memcpy(*dst, *src, len);
+    (*dst)[len] = 0;
+    *src = *dst;
+    return DLC_OK;
+}
+
+dlc_status rt_strings_copy(rt_strings *s, dlc_net_config *cfg, const char **run) {
+    memset(s, 0, sizeof *s);
+    const char *secret = cfg->secret;
+    if (dup_into(&s->secret, &secret, cfg->secret_len) != DLC_OK) return DLC_ERR_NOMEM;
+    cfg->secret = secret;
+    if (cfg->secret_file && dup_into(&s->secret_file, &cfg->secret_file, strlen(cfg->secret_file)) != DLC_OK)
+        return DLC_ERR_NOMEM;
+    if (cfg->tls_cert && dup_into(&s->cert, &cfg->tls_cert, strlen(cfg->tls_cert)) != DLC_OK) return DLC_ERR_NOMEM;
+    if (cfg->tls_key && dup_into(&s->key, &cfg->tls_key, strlen(cfg->tls_key)) != DLC_OK) return DLC_ERR_NOMEM;
+    if (cfg->tls_ca && dup_into(&s->ca, &cfg->tls_ca, strlen(cfg->tls_ca)) != DLC_OK) return DLC_ERR_NOMEM;
+    if (!*run) *run = "";
+    if (strlen(*run) > DLC_PROTO_RUN_MAX)
+        return dlc_error(DLC_ERR_ARG, "run id of %zu bytes: expected at most %d", strlen(*run), DLC_PROTO_RUN_MAX);
+    return dup_into(&s->run, run, strlen(*run));
+}
+
+void rt_strings_free(rt_strings *s) {
+    if (s->secret) memset(s->secret, 0, strlen(s->secret));
+    free(s->secret);
+    free(s->secret_file);
+    free(s->cert);
+    free(s->key);
+    free(s->ca);
+    free(s->run);
+    memset(s, 0, sizeof *s);
+}
+
+dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_layout *out, int64_t **numel) {
+    int P = dlc_plan_count(plan);
+    if (P < 1 || P > DLC_PROTO_FRAGMENTS_MAX)
+        return dlc_error(DLC_ERR_ARG, "rt: %d fragments: expected 1..%d", P, DLC_PROTO_FRAGMENTS_MAX);
+    if (!(*numel = malloc((size_t)P * sizeof **numel))) return dlc_error(DLC_ERR_NOMEM, "rt: out of memory");
+    int64_t total = 0;
+    for (int p = 0; p < P; p++) total += (*numel)[p] = dlc_plan_numel(plan, p);
+    memset(out, 0, sizeof *out);
+    out->fragments = P;
+    out->numel = *numel;
+    out->model_numel = total;
+    out->codec = codec;
+    return DLC_OK;
+}
+
+dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp) {
+    memset(h, 0, sizeof *h);
+    h->proto_min = DLC_PROTO_VERSION_MIN;
+    h->proto_max = DLC_PROTO_VERSION_MAX;
+    if (strlen(run) > DLC_PROTO_RUN_MAX)
+        return dlc_error(DLC_ERR_ARG, "run id of %zu bytes: expected at most %d", strlen(run), DLC_PROTO_RUN_MAX);
+    strcpy(h->run, run);
+    h->model_hash = dlc_plan_model_hash(plan);
+    h->plan_hash = dlc_plan_hash(plan);
+    h->learner = learner;
+    h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT : 0);
+    h->codecs = (1u << DLC_CODEC_COUNT) - 1;
+    h->block = block;
+    if (learner == RT_SERVER) { /* the server's terms: it owns every fragment itself */
+        h->learner = -1;
+        h->fragments = dlc_plan_count(plan);
+        h->endpoints = 1; /* endpoint[0] = "": this one */
+    }
+    return DLC_OK;
+}

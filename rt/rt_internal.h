@@ -1,0 +1,28 @@
+/*
+ * rt_internal.h - what the two drivers of libdiloco_rt share (rt/srt.c, rt/lrt.c):
+ * owned copies of the configuration strings the transport keeps pointers to, the
+ * payload layout and the HELLO a plan implies.  Private to rt/.
+ */
+#ifndef DILOCO_RT_INTERNAL_H
+#define DILOCO_RT_INTERNAL_H
+
+#include "diloco/frag.h"
+#include "diloco/net.h"
+
+/* Copies of cfg's strings (secret, secret_file, TLS paths) and *run, owned by the
+ * driver: cfg and *run are re-pointed at the copies. */
+typedef struct rt_strings {
+    char *secret, *secret_file, *cert, *key, *ca, *run;
+} rt_strings;
+dlc_status rt_strings_copy(rt_strings *s, dlc_net_config *cfg, const char **run);
+void rt_strings_free(rt_strings *s);
+
+/* The payload sizes of plan's fragments (*numel allocated, the caller frees it). */
+dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_layout *out, int64_t **numel);
+/* The HELLO (learner: the id asked for, -1 any) or, with learner = RT_SERVER, the
+ * server's terms, of a run over plan: run id, model and plan hashes, every codec, block,
+ * the capabilities (gradients with dp). */
+#define RT_SERVER (-2)
+dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp);
+
+#endif

@@ -1,0 +1,553 @@
+/*
+ * srt.c - the syncer on the wall clock (rt.h).  One thread runs the transport's loop
+ * inline (dlc_net_poll) and drives the syncer under `lock`; host calls take the same
+ * lock, so the state machine is only ever touched by one thread at a time.  Events for
+ * the host go through a queue guarded by `qlock`.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "diloco/rt.h"
+#include "rt_internal.h"
+
+double dlc_rt_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *const srt_event_names[] = {"merged", "joined", "lost", "rejected", "refused", "bye"};
+_Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT_COUNT, "srt event names");
+const char *dlc_srt_event_name(dlc_srt_event_kind k) {
+    return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
+}
+
+/* ---- a queue of host events ---- */
+
+typedef struct srt_node {
+    struct srt_node *next;
+    dlc_srt_event ev;
+} srt_node;
+
+/* ---- a payload shared by several sends ---- */
+
+typedef struct sbuf {
+    atomic_int refs;
+    size_t len;
+    uint8_t data[];
+} sbuf;
+
+static void sbuf_unref(const void *payload, void *arg) {
+    (void)payload;
+    sbuf *b = arg;
+    if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+typedef struct slearner {
+    int peer;                 /* the READY connection bound to it, -1 none */
+    int joined, bye;
+    int64_t steps, tokens, merged, joins;
+    double step_time, heard;
+    uint64_t bytes_in, bytes_out; /* of its closed connections */
+} slearner;
+
+struct dlc_srt {
+    dlc_srt_config cfg;
+    rt_strings strs;
+    dlc_syncer *s;
+    dlc_net *net;
+    dlc_hello hello;
+    dlc_proto_layout layout;
+    int64_t *numel;
+    int M, P, port;
+    double t0;
+    pthread_t thread;
+    int started;
+    atomic_int stop;
+    pthread_mutex_t lock;     /* the syncer, learners[], stats */
+    slearner *learners;
+    dlc_srt_stats st;
+    dlc_status failed;        /* the thread's fatal status, DLC_OK while fine */
+    char failed_msg[DLC_RT_TEXT_MAX];
+    pthread_mutex_t qlock;    /* the event queue */
+    pthread_cond_t qcond;
+    srt_node *qhead, *qtail;
+    int qlen;
+};
+
+static double srt_now(const dlc_srt *s) { return dlc_rt_clock() - s->t0; }
+
+dlc_srt_config dlc_srt_default_config(void) {
+    dlc_srt_config c;
+    memset(&c, 0, sizeof c);
+    c.syncer = dlc_syncer_default_params();
+    c.net = dlc_net_default_config();
+    c.listen = "127.0.0.1:0";
+    c.run = "";
+    return c;
+}
+
+/* Queues ev for the host (takes ownership of ev->owned_). */
+static void post(dlc_srt *s, const dlc_srt_event *ev) {
+    srt_node *n = malloc(sizeof *n);
+    if (!n) {
+        free(ev->owned_);
+        s->st.events_dropped++;
+        return;
+    }
+    n->next = NULL;
+    n->ev = *ev;
+    pthread_mutex_lock(&s->qlock);
+    if (s->qlen >= DLC_RT_EVENTS_MAX) { /* the host stopped reading: drop the oldest */
+        srt_node *old = s->qhead;
+        s->qhead = old->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->qlen--;
+        free(old->ev.owned_);
+        free(old);
+        s->st.events_dropped++;
+    }
+    if (s->qtail) s->qtail->next = n;
+    else s->qhead = n;
+    s->qtail = n;
+    s->qlen++;
+    pthread_cond_signal(&s->qcond);
+    pthread_mutex_unlock(&s->qlock);
+}
+
+static void post_simple(dlc_srt *s, dlc_srt_event_kind kind, int learner, const char *text) {
+    dlc_srt_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.time = srt_now(s);
+    ev.learner = learner;
+    if (text) snprintf(ev.text, sizeof ev.text, "%s", text);
+    post(s, &ev);
+}
+
+/* The learner bound to peer, -1 none.  lock held. */
+static int learner_of(const dlc_srt *s, int peer) {
+    for (int m = 0; m < s->M; m++)
+        if (s->learners[m].peer == peer) return m;
+    return -1;
+}
+
+/* Performs the syncer's queued actions.  lock held. */
+static dlc_status drain(dlc_srt *s) {
+    dlc_syncer_action a;
+    sbuf *shared = NULL;
+    const uint8_t *shared_src = NULL;
+    dlc_status st = DLC_OK;
+    while (dlc_syncer_poll(s->s, &a)) {
+        dlc_srt_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.time = srt_now(s);
+        ev.learner = a.learner;
+        switch (a.type) {
+        case DLC_SACT_SEND: {
+            int m = a.msg.learner;
+            int peer = m >= 0 && m < s->M ? s->learners[m].peer : -1;
+            if (peer < 0) {
+                s->st.sends_dropped++;
+                break;
+            }
+            /* one copy per distinct payload of this batch: a merged fragment broadcast
+             * to M learners is the same bytes M times */
+            if (a.msg.len && (!shared || shared_src != a.msg.payload || shared->len != a.msg.len)) {
+                if (shared) sbuf_unref(NULL, shared);
+                shared = malloc(sizeof *shared + a.msg.len);
+                if (!shared) {
+                    st = dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte fragment", a.msg.len);
+                    break;
+                }
+                atomic_init(&shared->refs, 1);
+                shared->len = a.msg.len;
+                memcpy(shared->data, a.msg.payload, a.msg.len);
+                shared_src = a.msg.payload;
+            }
+            dlc_frame f;
+            dlc_msg msg = a.msg;
+            if (msg.len) msg.payload = shared->data;
+            if (dlc_frame_from_msg(&f, &msg) != DLC_OK) {
+                st = dlc_error(DLC_ERR_INTERNAL, "syncer: cannot frame a %s message: %s", dlc_msg_type_name(msg.type),
+                               dlc_last_error());
+                break;
+            }
+            if (msg.len) atomic_fetch_add_explicit(&shared->refs, 1, memory_order_relaxed);
+            dlc_status ss = dlc_net_send(s->net, peer, &f, msg.len ? sbuf_unref : NULL, msg.len ? shared : NULL);
+            if (ss != DLC_OK) {
+                if (msg.len) sbuf_unref(NULL, shared);
+                s->st.sends_dropped++; /* a peer gone or over its output limit: it resyncs */
+            }
+            break;
+        }
+        case DLC_SACT_MERGED: {
+            ev.kind = DLC_SRT_MERGED;
+            ev.merge = a.merge;
+            ev.learner = -1;
+            ev.fragment = a.merge.fragment;
+            if (a.merge.count > 0) {
+                ev.owned_ = malloc((size_t)a.merge.count * sizeof *ev.owned_);
+                if (!ev.owned_) {
+                    st = dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a merge record");
+                    break;
+                }
+                memcpy(ev.owned_, a.merge.contribs, (size_t)a.merge.count * sizeof *ev.owned_);
+                for (int i = 0; i < a.merge.count; i++) {
+                    int m = a.merge.contribs[i].learner;
+                    if (m >= 0 && m < s->M) s->learners[m].merged++;
+                }
+            }
+            ev.merge.contribs = ev.owned_;
+            s->st.merges++;
+            s->st.useful_tokens += a.merge.useful_tokens;
+            post(s, &ev);
+            break;
+        }
+        case DLC_SACT_REJECTED:
+            ev.kind = DLC_SRT_REJECTED;
+            ev.fragment = a.fragment;
+            ev.reason = a.reason;
+            s->st.rejects++;
+            post(s, &ev);
+            break;
+        case DLC_SACT_JOINED:
+            ev.kind = DLC_SRT_JOINED;
+            snprintf(ev.text, sizeof ev.text, "rejoined by its message");
+            post(s, &ev);
+            break;
+        case DLC_SACT_LOST:
+            ev.kind = DLC_SRT_LOST;
+            snprintf(ev.text, sizeof ev.text, "silent past the syncer's timeout");
+            post(s, &ev);
+            break;
+        default: break;
+        }
+        if (st != DLC_OK) break;
+    }
+    if (shared) sbuf_unref(NULL, shared);
+    return st;
+}
+
+/* Adds the closed connection's counters to learner m.  lock held. */
+static void bank_bytes(dlc_srt *s, int m, int peer) {
+    dlc_net_counters c;
+    if (dlc_net_get_counters(s->net, peer, &c) != DLC_OK) return;
+    for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
+        s->learners[m].bytes_in += c.bytes_in[t];
+        s->learners[m].bytes_out += c.bytes_out[t];
+    }
+}
+
+/* One transport event.  lock held. */
+static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
+    double now = srt_now(s);
+    switch (ev->kind) {
+    case DLC_NET_READY: {
+        int m = ev->frame.hello.learner;
+        if (m < 0 || m >= s->M) {
+            char why[DLC_RT_TEXT_MAX];
+            snprintf(why, sizeof why, "learner id %d from %.400s: this run has learners 0..%d (--id or the launcher's rank)",
+                     m, ev->text, s->M - 1);
+            dlc_net_close(s->net, ev->peer);
+            s->st.refused++;
+            post_simple(s, DLC_SRT_REFUSED, m, why);
+            return DLC_OK;
+        }
+        slearner *L = &s->learners[m];
+        if (L->peer >= 0 && L->peer != ev->peer) bank_bytes(s, m, L->peer);
+        L->peer = ev->peer;
+        L->joined = 1;
+        L->bye = 0;
+        L->joins++;
+        L->heard = now;
+        L->tokens = 0;
+        dlc_status st = dlc_syncer_join(s->s, m, now);
+        if (st == DLC_OK) st = drain(s);
+        char text[DLC_RT_TEXT_MAX];
+        snprintf(text, sizeof text, "connected from %.400s", ev->text);
+        post_simple(s, DLC_SRT_JOINED, m, text);
+        return st;
+    }
+    case DLC_NET_FRAME: {
+        int m = learner_of(s, ev->peer);
+        if (m < 0) return DLC_OK; /* a connection we already let go of */
+        dlc_msg msg = ev->frame.msg;
+        msg.learner = m; /* the id this connection was welcomed with, whatever the frame says */
+        slearner *L = &s->learners[m];
+        L->heard = now;
+        if (msg.type == DLC_MSG_HEARTBEAT) { /* the transport's own heartbeats carry zeros */
+            if (msg.steps > 0) L->steps = msg.steps;
+            if (msg.tokens > 0) L->tokens = msg.tokens;
+            if (msg.step_time > 0) L->step_time = msg.step_time;
+        } else if (msg.type == DLC_MSG_CONTRIBUTION && msg.step_time > 0) {
+            L->step_time = msg.step_time;
+        }
+        if (msg.type == DLC_MSG_BYE) {
+            L->bye = 1;
+            post_simple(s, DLC_SRT_BYE, m, ev->frame.text[0] ? ev->frame.text : "bye");
+        }
+        dlc_status st = dlc_syncer_receive(s->s, &msg, now);
+        if (st == DLC_ERR_FORMAT) { /* refused, the syncer unchanged: say so and go on */
+            s->st.refused++;
+            post_simple(s, DLC_SRT_REFUSED, m, dlc_last_error());
+            st = DLC_OK;
+        }
+        if (st == DLC_OK) st = drain(s);
+        return st;
+    }
+    case DLC_NET_LOST: {
+        int m = learner_of(s, ev->peer);
+        if (m < 0) return DLC_OK;
+        slearner *L = &s->learners[m];
+        bank_bytes(s, m, ev->peer);
+        L->peer = -1;
+        dlc_status st = DLC_OK;
+        if (dlc_syncer_is_live(s->s, m)) {
+            st = dlc_syncer_lost(s->s, m, now);
+            if (st == DLC_OK) st = drain(s);
+        }
+        if (!L->bye) post_simple(s, DLC_SRT_LOST, m, ev->text);
+        return st;
+    }
+    case DLC_NET_REFUSED:
+        s->st.refused++;
+        post_simple(s, DLC_SRT_REFUSED, -1, ev->text);
+        return DLC_OK;
+    default: return DLC_OK;
+    }
+}
+
+static void fail_thread(dlc_srt *s, dlc_status st) {
+    pthread_mutex_lock(&s->qlock);
+    s->failed = st;
+    snprintf(s->failed_msg, sizeof s->failed_msg, "syncer: %s", dlc_last_error());
+    pthread_cond_broadcast(&s->qcond);
+    pthread_mutex_unlock(&s->qlock);
+}
+
+static void *srt_thread(void *arg) {
+    dlc_srt *s = arg;
+    while (!atomic_load(&s->stop)) {
+        pthread_mutex_lock(&s->lock);
+        double now = srt_now(s);
+        double exp = dlc_syncer_expiry(s->s);
+        dlc_status st = DLC_OK;
+        if (exp <= now) {
+            st = dlc_syncer_handle_expiry(s->s, now);
+            if (st == DLC_OK) st = drain(s);
+            exp = dlc_syncer_expiry(s->s);
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (st != DLC_OK) {
+            fail_thread(s, st);
+            break;
+        }
+        int tmo = 50; /* the inline loop must turn at least every heartbeat; stop is seen within this */
+        if (isfinite(exp)) {
+            double ms = (exp - srt_now(s)) * 1e3 + 1;
+            if (ms < tmo) tmo = ms < 0 ? 0 : (int)ms;
+        }
+        dlc_net_event ev;
+        int r = dlc_net_poll(s->net, &ev, tmo);
+        if (r < 0) {
+            fail_thread(s, r);
+            break;
+        }
+        if (r == 0) continue;
+        pthread_mutex_lock(&s->lock);
+        st = on_net_event(s, &ev);
+        pthread_mutex_unlock(&s->lock);
+        dlc_net_event_release(&ev);
+        if (st != DLC_OK) {
+            fail_thread(s, st);
+            break;
+        }
+    }
+    return NULL;
+}
+
+dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
+    if (!cfg || !cfg->plan || !cfg->theta0 || !cfg->listen) {
+        dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 and listen are required");
+        return NULL;
+    }
+    dlc_srt *s = calloc(1, sizeof *s);
+    if (!s) {
+        dlc_error(DLC_ERR_NOMEM, "srt_new: out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    s->cfg.syncer.timeout = 0; /* liveness is the transport's */
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->qlock, NULL);
+    pthread_cond_init(&s->qcond, NULL);
+    s->t0 = dlc_rt_clock();
+    s->M = cfg->syncer.learners;
+    s->P = dlc_plan_count(cfg->plan);
+    if (rt_strings_copy(&s->strs, &s->cfg.net, &s->cfg.run) != DLC_OK) goto fail;
+    if (!(s->s = dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0))) goto fail;
+    if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
+    for (int m = 0; m < s->M; m++) s->learners[m].peer = -1, s->learners[m].heard = -1;
+    if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
+    if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp) != DLC_OK)
+        goto fail;
+    s->cfg.net.hello = &s->hello;
+    s->cfg.net.layout = &s->layout;
+    s->cfg.net.inline_io = 1;
+    if (!(s->net = dlc_net_new(&s->cfg.net))) goto fail;
+    int port = dlc_net_listen(s->net, cfg->listen);
+    if (port < 0) goto fail;
+    s->port = port;
+    s->st.learners = s->M;
+    if (pthread_create(&s->thread, NULL, srt_thread, s) != 0) {
+        dlc_error(DLC_ERR_IO, "srt_new: cannot start the syncer's thread");
+        goto fail;
+    }
+    s->started = 1;
+    return s;
+nomem:
+    dlc_error(DLC_ERR_NOMEM, "srt_new: out of memory");
+fail:
+    dlc_srt_free(s);
+    return NULL;
+}
+
+void dlc_srt_free(dlc_srt *s) {
+    if (!s) return;
+    if (s->started) {
+        atomic_store(&s->stop, 1);
+        pthread_join(s->thread, NULL);
+    }
+    dlc_net_free(s->net);
+    dlc_syncer_free(s->s);
+    for (srt_node *n = s->qhead, *next; n; n = next) {
+        next = n->next;
+        free(n->ev.owned_);
+        free(n);
+    }
+    free(s->learners);
+    free(s->numel);
+    rt_strings_free(&s->strs);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->qlock);
+    pthread_cond_destroy(&s->qcond);
+    free(s);
+}
+
+int dlc_srt_port(const dlc_srt *s) { return s ? s->port : -1; }
+
+int dlc_srt_poll(dlc_srt *s, dlc_srt_event *ev, int timeout_ms) {
+    if (!s || !ev) return dlc_error(DLC_ERR_ARG, "srt_poll: NULL argument");
+    pthread_mutex_lock(&s->qlock);
+    if (!s->qhead && timeout_ms != 0 && s->failed == DLC_OK) {
+        if (timeout_ms < 0) {
+            while (!s->qhead && s->failed == DLC_OK) pthread_cond_wait(&s->qcond, &s->qlock);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            while (!s->qhead && s->failed == DLC_OK)
+                if (pthread_cond_timedwait(&s->qcond, &s->qlock, &ts) != 0) break;
+        }
+    }
+    srt_node *n = s->qhead;
+    if (n) {
+        s->qhead = n->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->qlen--;
+    }
+    dlc_status failed = s->failed;
+    pthread_mutex_unlock(&s->qlock);
+    if (n) {
+        *ev = n->ev;
+        free(n);
+        return 1;
+    }
+    if (failed != DLC_OK) return dlc_error(failed, "%s", s->failed_msg);
+    return 0;
+}
+
+void dlc_srt_event_release(dlc_srt_event *ev) {
+    if (!ev) return;
+    free(ev->owned_);
+    ev->owned_ = NULL;
+    ev->merge.contribs = NULL;
+}
+
+dlc_status dlc_srt_global(dlc_srt *s, float *arena) {
+    if (!s || !arena) return dlc_error(DLC_ERR_ARG, "srt_global: NULL argument");
+    pthread_mutex_lock(&s->lock);
+    dlc_status st = dlc_syncer_copy_model(s->s, arena);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+dlc_status dlc_srt_set_quorum(dlc_srt *s, int quorum) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_set_quorum: NULL syncer");
+    pthread_mutex_lock(&s->lock);
+    dlc_status st = dlc_syncer_set_quorum(s->s, quorum, srt_now(s));
+    if (st == DLC_OK) st = drain(s);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+dlc_status dlc_srt_flush(dlc_srt *s) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_flush: NULL syncer");
+    pthread_mutex_lock(&s->lock);
+    dlc_status st = dlc_syncer_flush(s->s, srt_now(s));
+    if (st == DLC_OK) st = drain(s);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
+    if (!s || !out) return dlc_error(DLC_ERR_ARG, "srt_learner: NULL argument");
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_learner: learner %d: expected 0..%d", m, s->M - 1);
+    pthread_mutex_lock(&s->lock);
+    const slearner *L = &s->learners[m];
+    memset(out, 0, sizeof *out);
+    out->connected = L->peer >= 0;
+    out->joined = L->joined;
+    out->bye = L->bye;
+    out->steps = L->steps;
+    out->tokens = L->tokens;
+    out->step_time = L->step_time;
+    out->heard = L->heard;
+    out->merged = L->merged;
+    out->joins = L->joins;
+    out->bytes_in = L->bytes_in;
+    out->bytes_out = L->bytes_out;
+    dlc_net_counters c;
+    if (L->peer >= 0 && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK)
+        for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
+    pthread_mutex_unlock(&s->lock);
+    return DLC_OK;
+}
+
+dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out) {
+    if (!s || !out) return dlc_error(DLC_ERR_ARG, "srt_get_stats: NULL argument");
+    pthread_mutex_lock(&s->lock);
+    *out = s->st;
+    out->now = srt_now(s);
+    out->live = dlc_syncer_live(s->s);
+    dlc_net_counters c;
+    if (dlc_net_get_counters(s->net, -1, &c) == DLC_OK) {
+        out->bytes_in = out->bytes_out = 0;
+        for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
+            out->bytes_in_type[t] = c.bytes_in[t];
+            out->bytes_out_type[t] = c.bytes_out[t];
+            out->bytes_in += c.bytes_in[t];
+            out->bytes_out += c.bytes_out[t];
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return DLC_OK;
+}
