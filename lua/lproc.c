@@ -9,6 +9,8 @@
  *   diloco.proc.signal(pid, "STOP")          -- KILL, TERM, INT, STOP, CONT, HUP
  *   diloco.proc.self_exe()                   -- the absolute path of this executable
  *   diloco.proc.die_with_parent("TERM")      -- this process gets SIGTERM when its parent dies
+ *   diloco.proc.sleep(0.1)                   -- seconds
+ *   diloco.proc.write_private(path, text)    -- a new file of mode 0600 (a secret)
  *
  * spawn execs a fresh program (posix_spawn: never a fork of this process, which may hold
  * OpenMP threads), with every descriptor above 2 closed, the signal mask emptied and
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "ldiloco.h"
 
@@ -246,6 +249,50 @@ static int l_die_with_parent(lua_State *L) {
     return 1;
 }
 
+/* proc.sleep(seconds): a plain wait, restarted after signals until the time is up (a
+ * caught signal is still seen by diloco.signal_pending afterwards). */
+static int l_sleep(lua_State *L) {
+    double s = luaL_checknumber(L, 1);
+    luaL_argcheck(L, s >= 0 && s < 1e6, 1, "seconds must be in [0, 1e6)");
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    return 0;
+}
+
+/* proc.write_private(path, text): a new file of mode 0600 holding text (a secret),
+ * synced; refused if path exists.  true, or nil, msg, code. */
+static int l_write_private(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    size_t n;
+    const char *text = luaL_checklstring(L, 2, &n);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    int bad = off < n || fsync(fd) != 0;
+    int e = errno;
+    close(fd);
+    if (bad) {
+        unlink(path);
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(e));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_pid(lua_State *L) {
     lua_pushinteger(L, getpid());
     return 1;
@@ -256,7 +303,7 @@ void dlcL_open_proc(lua_State *L, int mod, int st) {
     (void)st;
     static const luaL_Reg funcs[] = {{"spawn", l_spawn}, {"wait", l_wait},       {"signal", l_signal},
                                      {"self_exe", l_self_exe}, {"die_with_parent", l_die_with_parent},
-                                     {"pid", l_pid},     {NULL, NULL}};
+                                     {"pid", l_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},   {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, funcs, 0);
     lua_setfield(L, mod, "proc");

@@ -166,7 +166,7 @@ return diloco.recipe {
     { at = "40 sec", cut = 3 },
   },]])
     local out = refused(path, "", "chaos[1].kill = 5: expected a learner index in [1, 4] (islands.count = 4)")
-    assert.matches("chaos[2] has kill = 1 and slow = 2: expected exactly one of kill, slow, cut, syncer", out, 1, true)
+    assert.matches("chaos[2] has kill = 1 and slow = 2: expected exactly one of kill, pause, slow, cut, syncer", out, 1, true)
     assert.matches('chaos[3].at = "40 sec": expected a duration such as "20s"', out, 1, true)
     assert.matches("3 problems in the recipe", out, 1, true)
   end)

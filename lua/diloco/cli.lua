@@ -54,10 +54,14 @@ local RUN_EXIT = "0 done, 1 failed (saved what it could), 2 bad recipe or option
 
 M.commands = {
   {
-    name = "run", args = "RECIPE.lua", summary = "train a recipe on one island (progress, metrics, checkpoints)",
+    name = "run", args = "RECIPE.lua", summary = "train a recipe: one island, or several as processes",
     about = {
-      "Trains one island: a recipe with islands.count > 1 or chaos is refused (exit 2); train several islands, "
-        .. "with faults, on the virtual-time driver: `diloco-lua sim RECIPE`.  docs/recipes.md lists every field.",
+      "Trains the recipe.  One island (islands.count = 1) trains in this process.  Several islands run for "
+        .. "real: this process serves the syncer on loopback and starts islands.count learner processes "
+        .. "(`diloco-lua learner`, one compute thread each unless the recipe's threads says otherwise), "
+        .. "restarts those that crash, and executes the recipe's chaos on them (kill, pause); OUT gets "
+        .. "learner-N/ for each.  docs/runtime.md.  The same recipe on the virtual-time driver: "
+        .. "`diloco-lua sim RECIPE`.  docs/recipes.md lists every field.",
     },
     options = with_tail {
       { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
@@ -164,12 +168,57 @@ M.commands = {
       .. "options or an input that is not metrics",
   },
   {
-    name = "syncer", args = "RECIPE --listen HOST:PORT", summary = "serve a recipe's syncer over TCP",
-    available = false, options = {},
+    name = "syncer", args = "RECIPE.lua", summary = "serve a recipe's syncer over TCP, for learners of any launcher",
+    about = {
+      "Serves the recipe's syncer (the global model, merges, evaluation) until every one of islands.count "
+        .. "learners has joined and left, then saves the global model in OUT.  Learners join with `diloco-lua "
+        .. "learner RECIPE --connect HOST:PORT` (by hand, mpirun, srun: docs/cli.md).  The secret comes from "
+        .. "--secret-file or DILOCO_SECRET, never the command line.",
+    },
+    options = with_tail {
+      { name = "listen", arg = "HOST:PORT", default = "127.0.0.1:0",
+        doc = "address to listen on (port 0: any free port; 0.0.0.0:PORT for other hosts)" },
+      { name = "advertise", arg = "HOST:PORT", shown = "the listen address",
+        doc = "the address learners should connect to, written to --address-file" },
+      { name = "address-file", arg = "FILE", shown = "none",
+        doc = "write the address and run id here once listening (learners: --connect @FILE)" },
+      { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET, else a fresh OUT/secret",
+        doc = "the run's secret (both ends prove they know it)" },
+      { name = "run-id", arg = "ID", shown = "the recipe's name", doc = "the run id learners must present" },
+      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
+      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
+        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors" },
+      { name = "overwrite", doc = "replace the run already in OUT" },
+      METRICS_OPT, QUIET_OPT,
+    },
+    exit = "0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N",
   },
   {
-    name = "learner", args = "RECIPE --connect HOST:PORT --id N", summary = "join a syncer as one learner",
-    available = false, options = {},
+    name = "learner", args = "RECIPE.lua", summary = "join a syncer as one learner (island)",
+    about = {
+      "Trains one island of the recipe against a syncer (`diloco-lua syncer`, or the one `run` serves) "
+        .. "until the run's step reaches steps, then leaves.  The id comes from --id, else the launcher's rank "
+        .. "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, minus --rank-offset), else the syncer assigns one.  "
+        .. "A learner whose OUT holds a checkpoint continues its optimizer state and data cursor from it; the "
+        .. "model always comes from the syncer.",
+    },
+    options = with_tail {
+      { name = "connect", arg = "HOST:PORT|@FILE", shown = "required",
+        doc = "the syncer's address, or @FILE: the --address-file of the syncer" },
+      { name = "id", arg = "N", type = "integer", min = 1, max = 65536, shown = "the launcher's rank + 1",
+        doc = "this learner's island, 1..islands.count" },
+      { name = "rank-offset", arg = "K", type = "integer", min = 0, max = 65536, default = 0,
+        doc = "launcher ranks below K are not learners (an MPMD line whose first rank is the syncer: 1)" },
+      { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET", doc = "the run's secret" },
+      { name = "run-id", arg = "ID", shown = "the address file's, else the recipe's name",
+        doc = "the run id the syncer serves" },
+      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
+      { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
+        doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
+      METRICS_OPT, QUIET_OPT,
+    },
+    exit = "0 done, 1 failed (a refusal by the syncer names the difference), 2 bad recipe or options, 128 + N "
+      .. "stopped by signal N (after its last contributions and a checkpoint)",
   },
 }
 for _, c in ipairs(M.commands) do M.commands[c.name] = c end
@@ -436,7 +485,13 @@ end
 local function run(args, parse)
   local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
-  local refused = diloco.recipe.single_island_problems(r) -- several islands or faults: `sim`
+  if r.islands.count > 1 then -- real islands: learner processes and the syncer here
+    if opts.resume then usage_error("--resume: a run of several islands is not resumed in this version") end
+    return train(require("diloco.cluster").run, r, opts, { metrics = opts.metrics, out = opts.out,
+      overwrite = opts.overwrite, quiet = opts.quiet, recipe_path = pos[1], set = opts.set,
+      command = "diloco-lua run " .. table.concat(args, " ") })
+  end
+  local refused = diloco.recipe.single_island_problems(r) -- faults on one island: `sim`
   if #refused > 0 then
     for _, p in ipairs(refused) do err("%s: %s", pos[1], p) end
     return M.EXIT.usage
@@ -452,10 +507,43 @@ local function sim(args, parse)
     quiet = opts.quiet, resume = opts.resume, command = "diloco-lua sim " .. table.concat(args, " ") })
 end
 
+local function secret_opts(opts)
+  local env = os.getenv("DILOCO_SECRET")
+  return opts["secret-file"], (not opts["secret-file"] and env and env ~= "") and env or nil
+end
+
+local function syncer(args, parse)
+  local opts, pos, r = recipe_command(args, parse)
+  if not opts then return pos end
+  local file, secret = secret_opts(opts)
+  return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = opts.out,
+    overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
+    address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
+    command = "diloco-lua syncer " .. table.concat(args, " ") })
+end
+
+local function learner(args, parse)
+  local opts, pos, r = recipe_command(args, parse)
+  if not opts then return pos end
+  if not opts.connect then usage_error("--connect HOST:PORT (or @FILE) is required") end
+  local file, secret = secret_opts(opts)
+  if not file and not secret then
+    usage_error("no secret: give --secret-file FILE or set DILOCO_SECRET (the syncer's)")
+  end
+  local parent = math.tointeger(tonumber(os.getenv("DILOCO_SUPERVISOR") or ""))
+  if parent then diloco.proc.die_with_parent("TERM", parent) end -- a supervisor killed by -9 takes its learners along
+  return train(require("diloco.learner").run, r, opts, { connect = opts.connect, id = opts.id,
+    rank_offset = opts["rank-offset"], out = opts.out, metrics = opts.metrics, quiet = opts.quiet,
+    secret_file = file, secret = secret, run_id = opts["run-id"],
+    command = "diloco-lua learner " .. table.concat(args, " ") })
+end
+
 -- main(args, parse) of each available command; parse(args) -> opts, positional.
 local handlers = {
   run = run,
   sim = sim,
+  syncer = syncer,
+  learner = learner,
   sample = function(args, parse) return require("diloco.sample").main(args, parse) end,
   goodput = function(args, parse) return require("diloco.goodput").main(args, parse) end,
   plot = function(args, parse) return require("diloco.plot").main(args, parse) end,

@@ -554,9 +554,10 @@ end
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted
 -- by at (stable), random = nil or {mtbf, down, learners, exponential_down} }.  After
 -- islands (the learner indices are checked against islands.count).
-local EVENT_KINDS = { "kill", "slow", "cut", "syncer" }
+local EVENT_KINDS = { "kill", "pause", "slow", "cut", "syncer" }
 local EVENT_FIELDS = {
   kill = { at = true, kill = true, down = true },
+  pause = { at = true, pause = true, down = true },
   slow = { at = true, slow = true, factor = true, duration = true },
   cut = { at = true, cut = true, down = true },
   syncer = { at = true, syncer = true, down = true },
@@ -592,13 +593,13 @@ local function check_event(ev, name, count, errs)
   if ev.kind ~= nil and #kinds == 0 then -- the normalized form, as validation writes it
     kind = ev.kind
     if EVENT_FIELDS[kind] == nil or kind == "normalized" then
-      errs[#errs + 1] = string.format("%s.kind = %s: expected one of kill, slow, cut, syncer", name, describe(kind))
+      errs[#errs + 1] = string.format("%s.kind = %s: expected one of kill, pause, slow, cut, syncer", name, describe(kind))
       return
     end
   elseif #kinds ~= 1 then
     local got = {}
     for i, k in ipairs(kinds) do got[i] = k .. " = " .. describe(ev[k]) end
-    errs[#errs + 1] = string.format("%s %s: expected exactly one of kill, slow, cut, syncer per event (%s)", name,
+    errs[#errs + 1] = string.format("%s %s: expected exactly one of kill, pause, slow, cut, syncer per event (%s)", name,
       #kinds == 0 and "names no fault" or "has " .. table.concat(got, " and "), EVENT_FORM)
     return
   end

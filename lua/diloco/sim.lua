@@ -19,66 +19,10 @@ local function fail_code(code, fmt, ...)
   error({ diloco_error = string.format(fmt, ...), code = code }, 0)
 end
 
--- Every recipe hook runs through here: one protected call with a traceback; an error
--- stops the run, naming the hook.
-local function call_hook(name, fn, ...)
-  local ok, res = xpcall(fn, debug.traceback, ...)
-  if not ok then fail("hooks.%s failed: %s", name, plain(res)) end
-  return res
-end
+local islands = require "diloco.islands"
+local call_hook, data_for, quorum_value = islands.call_hook, islands.data_for, islands.quorum_value
 
-local function is_embedding(name, patterns)
-  for _, p in ipairs(patterns or {}) do
-    if name:find(p) then return true end
-  end
-  return false
-end
-
-local function data_for(d, batch)
-  local c = {}
-  for k, v in pairs(d) do c[k] = v end
-  c.batch = batch
-  return c
-end
-
--- The quorum the syncer gets (0 = every live learner); a function of the live count
--- is called, and checked.
-local function quorum_value(r, live, now)
-  local q = r.sync.quorum
-  if q == "all" then return 0 end
-  if type(q) == "function" then
-    local k = call_hook("sync.quorum", q, live, { live = live, learners = r.islands.count, virtual_s = now })
-    if math.type(k) ~= "integer" and not (type(k) == "number" and k == math.floor(k)) then
-      fail("sync.quorum(%d) returned %s: expected an integer in [1, %d] (or 0 for every live learner)", live,
-        tostring(k), r.islands.count)
-    end
-    k = math.tointeger(k)
-    if k < 0 or k > r.islands.count then
-      fail("sync.quorum(%d) returned %d: expected an integer in [1, %d] (or 0 for every live learner)", live, k,
-        r.islands.count)
-    end
-    return k
-  end
-  return q
-end
-
-local function build_chaos(r)
-  local c = r.chaos
-  if c == nil or (#(c.events or {}) == 0 and not c.random) then return nil end
-  local ch = diloco.Chaos(r.islands.count)
-  for _, e in ipairs(c.events or {}) do
-    ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
-      factor = e.kind == "slow" and e.factor or nil }
-  end
-  if c.random then
-    local horizon = r.steps * r.islands.step_time
-    for _, l in ipairs(c.random.learners) do
-      ch:poisson { learner = l, mtbf = c.random.mtbf, down = c.random.down,
-        exponential_down = c.random.exponential_down or false, horizon = horizon, seed = c.seed }
-    end
-  end
-  return ch
-end
+local function build_chaos(r) return islands.chaos(r, r.steps * r.islands.step_time) end
 
 -- Sets up the run directory, the learners, the eval model and the driver.
 local function prepare(r, opts)
@@ -119,37 +63,23 @@ local function prepare(r, opts)
     local first = ctx.learners[1]
     local fits, problems = diloco.recipe.check_data(r, first.loaders)
     if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
-    local ferr = diloco.recipe.check_fragments(r, #first.plist)
-    if ferr then fail_code(2, "%s", ferr) end
     ctx.eval_model = train.build_model(r.model, r.seed)
     ctx.eval_plist = ctx.eval_model:parameters()
     ctx.eval_params = diloco.Params(ctx.eval_plist)
     ctx.n_params = first.params:numel()
-    local okp, plan = pcall(diloco.Plan, first.params, { kind = sy.plan, fragments = dp and 1 or sy.fragments,
-      split_rows = sy.split_rows })
-    if not okp then fail_code(2, "sync.plan / sync.fragments: %s", plain(plan)) end
-    ctx.plan = plan
-    local emb = {}
-    for i, p in ipairs(first.plist) do emb[i] = is_embedding(p[1], sy.embeddings) end
-    local islands = {}
+    ctx.plan = islands.plan(r, first.params, #first.plist)
+    local isls = {}
     for m, L in ipairs(ctx.learners) do
-      islands[m] = { speed = L.island.speed, scale = L.island.batch / r.data.batch,
+      isls[m] = { speed = L.island.speed, scale = L.island.batch / r.data.batch,
         tokens = L.loaders.tokens_per_batch, latency = L.island.latency, bandwidth = L.island.bandwidth }
     end
     ctx.chaos = build_chaos(r)
     ctx.schedule = type(sy.schedule) == "function" and sy.schedule or nil
-    local grace = sy.grace
-    if sy.grace_s then grace = sy.grace_s end
+    local lopts, sopts = islands.sync_options(r, first.plist, isl.step_time, 10 * isl.step_time)
     local okv, vt = pcall(diloco.VTime, {
-      params = params, plan = plan, step_time = isl.step_time, horizon = r.steps * isl.step_time,
-      eval_every = r.eval.every > 0 and r.eval.every * isl.step_time or 0, islands = islands, chaos = ctx.chaos,
-      learner = { dp = dp, H = ctx.schedule and 0 or sy.H, tau = sy.tau, alpha = sy.alpha, blocking = sy.blocking,
-        codec = sy.codec, block = sy.block, error_feedback = sy.error_feedback, heartbeat = isl.step_time,
-        ema = sy.ema },
-      syncer = { quorum = dp and 0 or quorum_value(r, Mn, 0), grace = grace, grace_gamma = sy.grace_gamma,
-        ema = sy.ema, weighting = sy.weighting, merge = sy.merge, ring = sy.ring, codec_down = sy.codec_down,
-        embedding = emb, timeout = 10 * isl.step_time,
-        outer = { lr = r.outer.lr, momentum = r.outer.momentum, nesterov = r.outer.kind == "nesterov" } },
+      params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * isl.step_time,
+      eval_every = r.eval.every > 0 and r.eval.every * isl.step_time or 0, islands = isls, chaos = ctx.chaos,
+      learner = lopts, syncer = sopts,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
@@ -246,14 +176,7 @@ local function on_step_event(ctx, ev)
   check_finite(ctx, L, lv, gnorm)
   L.opt:step(lr)
   if ctx.schedule then
-    local due = call_hook("sync.schedule", ctx.schedule, L.id, L.steps + 1, dlcount(ctx))
-    for _, p in ipairs(due or {}) do
-      if math.type(p) ~= "integer" or p < 1 or p > dlcount(ctx) then
-        fail("sync.schedule(%d, %d) returned fragment %s: expected integers in [1, %d]", L.id, L.steps + 1,
-          tostring(p), dlcount(ctx))
-      end
-      vt:contribute(ev.learner, p)
-    end
+    for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do vt:contribute(ev.learner, p) end
   end
   vt:step_done(ev.learner, L.loaders.tokens_per_batch)
   report_step(ctx, L, ev, lv, gnorm, lr)
@@ -270,15 +193,8 @@ local function on_optim_event(ctx, ev)
 end
 
 local function on_merge(ctx, ev)
-  local mi = ev.merge
-  local contributors = {}
-  for i, c in ipairs(mi.contributors) do
-    contributors[i] = { learner = c.learner, weight = c.weight, staleness = c.staleness, steps = c.steps,
-      tokens = c.tokens }
-  end
-  local info = { fragment = mi.fragment, version = mi.version, contributors = contributors, grace = mi.grace,
-    waited = mi.waited, all_sent = mi.all_sent, flushed = mi.flushed or nil, live = mi.live, quorum = mi.quorum,
-    bytes_in = mi.bytes_in, bytes_out = mi.bytes_out, virtual_s = ev.time }
+  local info = islands.merge_info(ev.merge)
+  info.virtual_s = ev.time
   write(ctx, "merge", info)
   if ctx.recipe.hooks.on_merge then call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
 end

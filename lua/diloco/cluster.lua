@@ -1,0 +1,590 @@
+-- diloco.cluster: the syncer of a real run, and the supervisor of its learner processes.
+--
+--   diloco-lua run RECIPE      (islands.count > 1)  M.run: the syncer in this process,
+--                              M learner processes (diloco-lua learner, exec'd), chaos
+--   diloco-lua syncer RECIPE --listen HOST:PORT     M.serve: the syncer alone, learners
+--                              started by any launcher
+--
+-- OUT holds what `sim` writes (metrics.jsonl with merge, fault, eval and summary events
+-- in sim's schema, recipe.json, model.safetensors: the global model), plus learner-N/
+-- (each learner's own metrics, checkpoints and log) and secret (the run's secret, mode
+-- 0600, handed to the learners by file).  docs/runtime.md.
+local diloco = require "diloco"
+local train = require "diloco.train"
+local islands = require "diloco.islands"
+local M = {}
+
+local fail, plain = train.fail, train.plain
+local function fail_code(code, fmt, ...)
+  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
+end
+
+-- Limits of the supervisor: every wait has a deadline.
+M.JOIN_TIMEOUT = 120      -- s: a learner process must join within this of its start
+M.STOP_TIMEOUT = 60       -- s: learners asked to stop must be gone within this, else KILL
+M.RESTART_MIN = 1         -- s: the first restart of a crashed learner waits this,
+M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
+M.RESTARTS_MAX = 20       -- crashes of one learner before the run gives up on it
+
+local function random_hex(n)
+  local f = assert(io.open("/dev/urandom", "rb"))
+  local b = f:read(n)
+  f:close()
+  return (b:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+local function write(ctx, event, fields)
+  local ok, err = ctx.metrics:write(event, fields)
+  if not ok then fail("%s", err) end
+end
+
+local function median(xs)
+  if #xs == 0 then return nil end
+  local c = table.move(xs, 1, #xs, 1, {})
+  table.sort(c)
+  local n = #c
+  return n % 2 == 1 and c[(n + 1) // 2] or 0.5 * (c[n // 2] + c[n // 2 + 1])
+end
+
+-- ---- the syncer ----
+
+-- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
+-- quiet, command, run_id, secret_file, address_file, advertise, net.
+local function prepare(r, opts)
+  local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, restarts = 0, merges = 0,
+    merge_times = {}, learners = {}, evals = 0 }
+  if r.threads then diloco.set_num_threads(r.threads) end
+  diloco.catch_signals()
+  diloco.seed(r.seed)
+  local Mn = r.islands.count
+  ctx.out = opts.out or r.out or ("runs/" .. (r.name or "run"))
+  ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
+    keep = r.checkpoint.keep })
+  local ok, err = pcall(function()
+    ctx.model = train.build_model(r.model, r.seed)
+    ctx.plist = ctx.model:parameters()
+    ctx.params = diloco.Params(ctx.plist)
+    ctx.n_params = ctx.params:numel()
+    ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
+    local okd, loaders = pcall(diloco.data.open, r.data, 1, Mn, r.seed)
+    if not okd then fail("data: %s", plain(loaders)) end
+    ctx.loaders = loaders -- for the evaluation of the global model
+    local fits, problems = diloco.recipe.check_data(r, loaders)
+    if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
+    if opts.secret_file then
+      ctx.secret_file = opts.secret_file
+    elseif not opts.secret then
+      ctx.secret_file = ctx.out .. "/secret" -- a fresh one per run, readable by its owner only
+      os.remove(ctx.secret_file)
+      local wok, werr = diloco.proc.write_private(ctx.secret_file, random_hex(32) .. "\n")
+      if not wok then fail("writing the run's secret: %s", werr) end
+    end
+    ctx.run_id = opts.run_id or string.format("%s-%s", r.name or "run", random_hex(4))
+    local lopts, sopts = islands.sync_options(r, ctx.plist, 1.0, 0)
+    ctx.lopts = lopts
+    local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = Mn, learner = lopts,
+      syncer = sopts, listen = opts.listen or "127.0.0.1:0", run = ctx.run_id,
+      net = { secret_file = ctx.secret_file, secret = opts.secret, timeout = opts.timeout,
+        heartbeat = opts.heartbeat } }
+    if not s then fail_code(2, "syncer: %s", serr) end
+    ctx.syncer = s
+    ctx.port = s:port()
+    local host = (opts.listen or "127.0.0.1:0"):match("^(.*):%d+$") or "127.0.0.1"
+    if host == "0.0.0.0" or host == "[::]" then host = "127.0.0.1" end
+    ctx.address = opts.advertise or string.format("%s:%d", host, ctx.port)
+    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
+    if not metrics then fail("%s", merr) end
+    ctx.metrics = metrics
+    ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
+    local wok, werr = ctx.rd:write_file("recipe.json",
+      diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+    if not wok then fail("writing the effective recipe: %s", werr) end
+    if opts.address_file then -- for learners on a shared file system: written whole, then renamed
+      local tmp = opts.address_file .. ".tmp"
+      local fh = io.open(tmp, "w")
+      if not fh then fail("--address-file %s: cannot write it", opts.address_file) end
+      fh:write(ctx.address, "\nrun ", ctx.run_id, "\n")
+      fh:close()
+      local rok, rerr = os.rename(tmp, opts.address_file)
+      if not rok then fail("--address-file %s: %s", opts.address_file, rerr) end
+    end
+  end)
+  if not ok then
+    if ctx.syncer then ctx.syncer:close() end
+    if ctx.metrics then ctx.metrics:close() end
+    ctx.rd:close()
+    error(err, 0)
+  end
+  for m = 1, Mn do ctx.learners[m] = { id = m, state = "starting", crashes = 0 } end
+  ctx.log_every = r.log.every or math.max(1, r.steps // 20)
+  ctx.quiet = opts.quiet
+  return ctx
+end
+
+local function say(ctx, fmt, ...)
+  if not ctx.quiet then
+    io.stderr:write(string.format(fmt, ...), "\n")
+    io.stderr:flush()
+  end
+end
+
+local function elapsed(ctx) return diloco.clock() - ctx.t_start end
+
+-- The run's step: the median of the learners' reported schedule steps.
+local function run_step(ctx)
+  local xs = {}
+  for m = 1, ctx.recipe.islands.count do
+    local i = ctx.syncer:learner(m)
+    if i.joined then xs[#xs + 1] = i.steps end
+  end
+  return math.floor(median(xs) or 0)
+end
+
+local function evaluate_global(ctx, final)
+  ctx.syncer:global(ctx.params)
+  local loaders = ctx.loaders
+  return train.evaluate(ctx.model, loaders,
+    final and loaders.kind == "images" and loaders.eval_batches_all or ctx.recipe.eval.batches)
+end
+
+local function maybe_eval(ctx)
+  local r = ctx.recipe
+  if r.eval.every <= 0 then return end
+  local step = run_step(ctx)
+  local due = (ctx.evals + 1) * r.eval.every
+  if step < due or due >= r.steps then return end
+  ctx.evals = step // r.eval.every
+  local e = evaluate_global(ctx, false)
+  e.step = step
+  ctx.last_eval = e
+  write(ctx, "eval", { step = step, loss = e.loss, accuracy = e.accuracy, wall_s = elapsed(ctx) })
+  if r.hooks.on_eval then islands.call_hook("on_eval", r.hooks.on_eval, e) end
+  say(ctx, "eval at step %d: global loss %.4f", step, e.loss)
+end
+
+local function fault(ctx, info)
+  info.wall_s = elapsed(ctx)
+  write(ctx, "fault", info)
+  if ctx.recipe.hooks.on_fault then islands.call_hook("on_fault", ctx.recipe.hooks.on_fault, info) end
+end
+
+local function requorum(ctx)
+  if type(ctx.recipe.sync.quorum) == "function" then
+    ctx.syncer:set_quorum(islands.quorum_value(ctx.recipe, ctx.syncer:stats().live, elapsed(ctx)))
+  end
+end
+
+-- One event of the syncer driver.
+local function on_syncer_event(ctx, ev)
+  local L = ev.learner and ctx.learners[ev.learner]
+  if ev.type == "merged" then
+    local info = islands.merge_info(ev.merge)
+    info.wall_s = elapsed(ctx)
+    ctx.merges = ctx.merges + 1
+    ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
+    write(ctx, "merge", info)
+    if ctx.recipe.hooks.on_merge then islands.call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
+    for _, c in ipairs(info.contributors) do
+      local l = ctx.learners[c.learner]
+      if l and l.restarted_at and not l.recovered then -- its first contribution merged since it restarted
+        l.recovered = true
+        fault(ctx, { kind = "recovered", learner = c.learner, latency = info.wall_s - l.restarted_at,
+          cause = l.down_cause })
+      end
+    end
+  elseif ev.type == "joined" then
+    if L then
+      L.joined = true
+      if L.restarted_at and not L.rejoined then
+        L.rejoined = true
+        fault(ctx, { kind = "joined", learner = ev.learner, latency = elapsed(ctx) - L.restarted_at, text = ev.text })
+      elseif L.lost then
+        fault(ctx, { kind = "joined", learner = ev.learner, text = ev.text })
+      end
+      L.lost = false
+    end
+    requorum(ctx)
+  elseif ev.type == "lost" then
+    if L then L.lost = true end
+    fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text })
+    requorum(ctx)
+  elseif ev.type == "rejected" then
+    write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
+  elseif ev.type == "refused" then
+    fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
+    say(ctx, "syncer: refused %s", ev.text or "")
+  elseif ev.type == "bye" then
+    if L then L.bye = true end
+  end
+end
+
+local function pump_syncer(ctx, timeout)
+  local ev, err = ctx.syncer:poll(timeout)
+  if ev == nil and err then fail("%s", err) end
+  while ev do
+    on_syncer_event(ctx, ev)
+    ev = ctx.syncer:poll(0)
+  end
+end
+
+-- ---- the learner processes (run) ----
+
+local function learner_argv(ctx, m)
+  local o = ctx.opts
+  local argv = { diloco.proc.self_exe(), "learner", o.recipe_path, "--connect", ctx.address, "--id", tostring(m),
+    "--out", string.format("%s/learner-%d", ctx.out, m), "--secret-file", ctx.secret_file, "--run-id", ctx.run_id,
+    "--quiet" }
+  for _, s in ipairs(o.set or {}) do
+    argv[#argv + 1] = "--set"
+    argv[#argv + 1] = s
+  end
+  return argv
+end
+
+local function spawn(ctx, m)
+  local L = ctx.learners[m]
+  local dir = string.format("%s/learner-%d", ctx.out, m)
+  diloco.mkdir_p(dir)
+  local threads = tostring(ctx.recipe.threads or 1)
+  local argv = learner_argv(ctx, m)
+  argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
+  argv.env = { OMP_NUM_THREADS = threads, OPENBLAS_NUM_THREADS = threads, DILOCO_SUPERVISOR = tostring(diloco.proc.pid()) }
+  local pid, err = diloco.proc.spawn(argv)
+  if not pid then fail("starting learner %d: %s", m, err) end
+  L.pid, L.state, L.started = pid, "running", elapsed(ctx)
+  L.restart_at, L.bye, L.joined = nil, false, false
+  return pid
+end
+
+-- The last lines of a learner's log, for a message about its death.
+local function log_tail(ctx, m)
+  local f = io.open(string.format("%s/learner-%d/log", ctx.out, m), "r")
+  if not f then return "" end
+  local lines = {}
+  for line in f:lines() do
+    lines[#lines + 1] = line
+    if #lines > 3 then table.remove(lines, 1) end
+  end
+  f:close()
+  return table.concat(lines, " | ")
+end
+
+-- Reaps the learners that ended: done, killed by chaos, crashed (restart with backoff).
+local function reap(ctx)
+  for m, L in ipairs(ctx.learners) do
+    if L.pid then
+      local st = diloco.proc.wait(L.pid)
+      if st then
+        L.pid = nil
+        local now = elapsed(ctx)
+        if L.chaos_kill then -- chaos took it: back after its down time
+          L.chaos_kill = nil
+          L.state = "down"
+        elseif st.exited == 0 then
+          L.state = "done"
+        elseif ctx.stopping then
+          L.state = "stopped"
+        else
+          L.crashes = L.crashes + 1
+          local why = st.exited and string.format("exit status %d", st.exited)
+            or string.format("signal %s", st.name or tostring(st.signal))
+          local tail = log_tail(ctx, m)
+          if st.exited == 2 or L.crashes > M.RESTARTS_MAX then -- a usage error repeats: do not restart it
+            L.state = "failed"
+            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
+            say(ctx, "learner %d failed (%s): %s", m, why, tail)
+          else
+            local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
+            L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
+            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
+            say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
+          end
+        end
+      end
+    end
+  end
+end
+
+local function restart_due(ctx)
+  local now = elapsed(ctx)
+  for m, L in ipairs(ctx.learners) do
+    if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping then
+      spawn(ctx, m)
+      L.restarted_at, L.rejoined, L.recovered = now, false, false
+      ctx.restarts = ctx.restarts + 1
+      fault(ctx, { kind = L.down_cause or "kill", learner = m, begin = false })
+    end
+  end
+end
+
+-- ---- chaos on real processes ----
+
+local function chaos_timeline(ctx)
+  local c = ctx.recipe.chaos
+  local tl = {}
+  for _, e in ipairs(c and c.events or {}) do tl[#tl + 1] = e end
+  if c and c.random then
+    local ch = islands.chaos({ islands = ctx.recipe.islands, chaos = { events = {}, random = c.random, seed = c.seed } },
+      ctx.opts.horizon or 3600)
+    for i = 1, ch and #ch or 0 do
+      local f = ch:get(i)
+      tl[#tl + 1] = { at = f.at, kind = f.kind, learner = f.learner, duration = f.duration }
+    end
+  end
+  table.sort(tl, function(a, b) return a.at < b.at end)
+  return tl
+end
+
+local function chaos_due(ctx)
+  local now = elapsed(ctx) - (ctx.chaos_t0 or 0)
+  while ctx.chaos_next <= #ctx.chaos and ctx.chaos[ctx.chaos_next].at <= now and not ctx.stopping do
+    local e = ctx.chaos[ctx.chaos_next]
+    ctx.chaos_next = ctx.chaos_next + 1
+    local L = e.learner and ctx.learners[e.learner]
+    local down = e.duration or math.huge
+    if e.kind == "kill" and L and L.pid then
+      L.chaos_kill = true
+      L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
+      diloco.proc.signal(L.pid, "KILL")
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "kill", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+    elseif e.kind == "pause" and L and L.pid then
+      diloco.proc.signal(L.pid, "STOP")
+      L.state, L.resume_at = "paused", elapsed(ctx) + down
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+    elseif L == nil or L.pid then
+      fault(ctx, { kind = e.kind, learner = e.learner, begin = true, skipped = "not executed on real processes in this "
+        .. "version (kill and pause are)" })
+    end
+  end
+  for m, L in ipairs(ctx.learners) do
+    if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
+      diloco.proc.signal(L.pid, "CONT")
+      L.state = "running"
+      fault(ctx, { kind = "pause", learner = m, begin = false })
+    end
+  end
+end
+
+-- ---- the display ----
+
+local function display(ctx, force)
+  local now = elapsed(ctx)
+  if ctx.quiet or (not force and now - (ctx.last_display or -1e9) < (ctx.opts.display_every or 5)) then return end
+  ctx.last_display = now
+  local st = ctx.syncer:stats()
+  local parts = {}
+  for m, L in ipairs(ctx.learners) do
+    local i = ctx.syncer:learner(m)
+    local state = L.state == "running" and (i.connected and "training" or (L.joined and "lost" or "joining")) or L.state
+    parts[#parts + 1] = string.format("L%d %s step %d %.0f tok/s", m, state, i.steps,
+      i.step_time > 0 and ctx.tokens_per_batch and ctx.tokens_per_batch / i.step_time or 0)
+  end
+  io.stderr:write(string.format("[%6.1fs] %d merges, %s up / %s down%s | %s\n", now, st.merges,
+    diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B",
+    ctx.last_eval and string.format(", eval %.4f", ctx.last_eval.loss) or "", table.concat(parts, "; ")))
+  io.stderr:flush()
+end
+
+-- ---- the end ----
+
+local function stop_reason(ctx)
+  local name, signo = diloco.signal_pending()
+  if name and not ctx.signal then ctx.signal, ctx.signo = name, signo end
+  return ctx.signal
+end
+
+-- Share of windows of H steps (at the median step time) holding at least one merge.
+local function uptime(ctx, t0, t1, step_time)
+  local H = ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)
+  local w = H * step_time
+  if not (w > 0) or t1 <= t0 then return nil end
+  local n = math.max(1, math.ceil((t1 - t0) / w))
+  local hit, count = {}, 0
+  for _, t in ipairs(ctx.merge_times) do
+    local k = math.floor((t - t0) / w)
+    if k >= 0 and k < n and not hit[k] then hit[k], count = true, count + 1 end
+  end
+  return count / n
+end
+
+local function learner_summary(ctx, m)
+  local f = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
+  if not f then return nil end
+  local last
+  for line in f:lines() do
+    if line:find('"event":"summary"', 1, true) then last = line end
+  end
+  f:close()
+  return last and diloco.json_decode(last)
+end
+
+local function finish(ctx, err)
+  local r = ctx.recipe
+  local flushed = pcall(ctx.syncer.flush, ctx.syncer)
+  pcall(pump_syncer, ctx, 0.2)
+  local final
+  local ok, e = pcall(evaluate_global, ctx, true)
+  if ok then
+    final = e
+    ctx.metrics:write("eval", { step = r.steps, loss = e.loss, accuracy = e.accuracy, wall_s = elapsed(ctx), final = true })
+  else
+    err = err or string.format("final evaluation: %s", plain(e))
+  end
+  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
+    ["diloco.recipe_json"] = ctx.recipe_json }
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
+  local saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
+  local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
+  stop_reason(ctx)
+  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
+  if not err and save_error then err = save_error end
+  local st = ctx.syncer:stats()
+  local wall = elapsed(ctx)
+  local t_end = ctx.t_train_end or wall
+  local steps, tokens, per, idle, capacity, step_times = 0, 0, {}, {}, 0, {}
+  for m = 1, r.islands.count do
+    local i = ctx.syncer:learner(m)
+    local ls = learner_summary(ctx, m) or {}
+    local lsteps = ls.steps or i.steps
+    local ltokens = ls.tokens or i.tokens
+    steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
+    local tps = ls.train_s and ls.train_s > 0 and ltokens / ls.train_s or nil
+    if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
+    if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
+    idle[m] = ls.wait_share
+    per[m] = { steps = lsteps, tokens = ltokens, idle = ls.wait_share, merged = i.merged, joins = i.joins,
+      bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = ctx.learners[m].crashes,
+      state = ctx.learners[m].state, tokens_per_s = tps }
+  end
+  local summary = {
+    preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
+    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
+    goodput = capacity > 0 and st.useful_tokens / capacity or nil,
+    uptime = uptime(ctx, ctx.t_train_start or 0, t_end, median(step_times) or 0),
+    bytes_up = st.bytes_in, bytes_down = st.bytes_out, wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
+    tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
+    interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
+    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = st.merges,
+    rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = st.useful_tokens,
+    bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
+    flushed = flushed or nil, runtime = "processes",
+  }
+  ctx.metrics:write("summary", summary)
+  local cok, cerr = ctx.metrics:close()
+  if not cok and not err then
+    err = cerr
+    summary.error = err
+  end
+  ctx.syncer:close()
+  ctx.rd:close()
+  diloco.clear_signals()
+  if not ctx.quiet then
+    io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
+      ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
+      final and string.format(", global eval loss %.4f", final.loss) or "",
+      summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",
+      summary.uptime and string.format("%.1f%%", 100 * summary.uptime) or "?",
+      diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B", st.merges,
+      saved and ("saved " .. ctx.out .. "/model.safetensors") or "nothing saved"))
+  end
+  return summary, err
+end
+
+-- Everything is over when every learner has left: said BYE, or its process is gone for
+-- good (run), or (serve) every learner that ever joined said BYE.
+local function all_done(ctx)
+  for m, L in ipairs(ctx.learners) do
+    if ctx.supervising then
+      if L.state ~= "done" and L.state ~= "failed" and L.state ~= "stopped" then return false end
+    else
+      local i = ctx.syncer:learner(m)
+      if not i.bye then return false end
+    end
+  end
+  return true
+end
+
+local function loop(ctx)
+  local r = ctx.recipe
+  while true do
+    pump_syncer(ctx, 0.05)
+    if ctx.supervising then
+      reap(ctx)
+      restart_due(ctx)
+      chaos_due(ctx)
+    end
+    maybe_eval(ctx)
+    display(ctx)
+    if all_done(ctx) then break end
+    if stop_reason(ctx) and not ctx.stopping then
+      ctx.stopping = elapsed(ctx)
+      say(ctx, "stopping (%s): each learner finishes its step and leaves", ctx.signal)
+      for _, L in ipairs(ctx.learners) do
+        if L.pid then
+          if L.state == "paused" then diloco.proc.signal(L.pid, "CONT") end
+          diloco.proc.signal(L.pid, "TERM")
+        end
+      end
+      if not ctx.supervising then break end
+    end
+    if ctx.stopping and elapsed(ctx) - ctx.stopping > M.STOP_TIMEOUT then
+      for m, L in ipairs(ctx.learners) do
+        if L.pid then
+          say(ctx, "learner %d did not stop within %d s: killed", m, M.STOP_TIMEOUT)
+          diloco.proc.signal(L.pid, "KILL")
+        end
+      end
+    end
+    if ctx.supervising then
+      for m, L in ipairs(ctx.learners) do
+        if L.state == "running" and not L.joined and elapsed(ctx) - L.started > M.JOIN_TIMEOUT then
+          say(ctx, "learner %d did not join within %d s: killed (its log: %s)", m, M.JOIN_TIMEOUT, log_tail(ctx, m))
+          L.chaos_kill = nil
+          diloco.proc.signal(L.pid, "KILL")
+        end
+      end
+    end
+  end
+  ctx.t_train_end = elapsed(ctx)
+  if r.hooks then end
+end
+
+-- Serves the recipe's syncer; with opts.supervise, also starts and supervises its
+-- learners.  Returns summary, interrupted, signo; a failure writes the summary, then
+-- raises the one error type with code 1.
+function M.serve(r, opts)
+  local ctx = prepare(r, opts)
+  ctx.supervising = opts.supervise
+  local ok, err = pcall(function()
+    ctx.tokens_per_batch = ctx.loaders.tokens_per_batch
+    say(ctx, "%s: %d islands (%s), %s parameters; syncer at %s (run %s)", r.name or "run", r.islands.count,
+      r.sync.preset, diloco.progress.human(ctx.n_params), ctx.address, ctx.run_id)
+    if ctx.supervising then
+      ctx.chaos, ctx.chaos_next = chaos_timeline(ctx), 1
+      for m = 1, r.islands.count do spawn(ctx, m) end
+    end
+    ctx.t_train_start = elapsed(ctx)
+    ctx.chaos_t0 = ctx.t_train_start
+    loop(ctx)
+  end)
+  if not ok and ctx.supervising then -- never leave children behind
+    for _, L in ipairs(ctx.learners) do
+      if L.pid then
+        pcall(diloco.proc.signal, L.pid, "KILL")
+        pcall(diloco.proc.wait, L.pid, true)
+      end
+    end
+  end
+  local summary, ferr = finish(ctx, not ok and plain(err) or nil)
+  if ferr then error({ diloco_error = tostring(ferr), code = 1, summary = summary }, 0) end
+  return summary, ctx.signal ~= nil, ctx.signo
+end
+
+function M.run(r, opts)
+  opts.supervise = true
+  return M.serve(r, opts)
+end
+
+return M

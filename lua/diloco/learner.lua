@@ -1,0 +1,337 @@
+-- diloco.learner: `diloco-lua learner RECIPE --connect HOST:PORT`, one island as a process
+-- of its own, joined to a syncer over TCP (diloco.Learner, rt/include/diloco/rt.h).
+-- `diloco-lua run` starts M of them; any launcher can too (docs/cli.md).
+--
+--   local summary = diloco.learner.run(r, { connect = "10.0.0.5:7070", id = 2, out = "runs/x/learner-2",
+--                                            secret_file = "runs/x/secret", run_id = "x-1f3a" })
+--
+-- The learner trains on its own shard (island `id` of islands.count) at its own pace: an
+-- inner step, then step_done hands the arrived fragments to the state machine and sends
+-- what is due.  It stops when its schedule step (its steps since it joined plus the run's
+-- step it joined at) reaches `steps`, so a learner that rejoins late stops with the
+-- others.  Its directory (OUT/learner-N) holds its own metrics (step, apply, checkpoint
+-- and summary events) and checkpoints (its optimizer state, data cursor and schedule
+-- step): a restarted learner takes the model from the syncer and the rest from its
+-- newest checkpoint.  Errors are the one type of diloco.train.
+local diloco = require "diloco"
+local train = require "diloco.train"
+local islands = require "diloco.islands"
+local M = {}
+
+local fail, plain = train.fail, train.plain
+local function fail_code(code, fmt, ...)
+  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
+end
+
+-- The learner's id: --id, else the launcher's rank (minus offset, for an MPMD line whose
+-- first ranks are syncers), else nil (the syncer's WELCOME assigns one).  1-based.
+function M.id_from(opts, env)
+  env = env or os.getenv
+  if opts.id then return opts.id end
+  for _, k in ipairs { "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID" } do
+    local v = env(k)
+    if v and v:match("^%d+$") then
+      local id = math.tointeger(tonumber(v)) - (opts.rank_offset or 0) + 1
+      if id < 1 then
+        fail_code(2, "%s = %s with --rank-offset %d: this rank is not a learner (the syncer's?)", k, v,
+          opts.rank_offset or 0)
+      end
+      return id
+    end
+  end
+  return nil
+end
+
+-- "HOST:PORT", or @FILE: the address (and run id) a syncer wrote with --address-file,
+-- waited for up to `wait` seconds (the syncer may start after its learners).
+function M.resolve_connect(spec, wait)
+  if spec:sub(1, 1) ~= "@" then return spec, nil end
+  local path = spec:sub(2)
+  local t0 = diloco.clock()
+  while true do
+    local f = io.open(path, "r")
+    if f then
+      local text = f:read("a")
+      f:close()
+      local addr = text:match("^%s*(%S+:%d+)%s*\n")
+      local run = text:match("\nrun%s+(%S+)")
+      if addr then return addr, run end
+    end
+    if diloco.clock() - t0 > wait then
+      fail_code(1, "--connect @%s: no address in the file after %g s (is the syncer running with --address-file %s?)",
+        path, wait, path)
+    end
+    diloco.proc.sleep(0.1)
+  end
+end
+
+local function write(ctx, event, fields)
+  local ok, err = ctx.metrics:write(event, fields)
+  if not ok then fail("%s", err) end
+end
+
+-- Saves the learner's checkpoint (its parameters, optimizer state, data cursor, schedule step).
+local function save(ctx)
+  local sched = ctx.lrt:schedule_step()
+  local meta = { ["diloco.format"] = "1", ["diloco.step"] = tostring(sched), ["diloco.tokens"] = tostring(ctx.tokens),
+    ["diloco.loader"] = diloco.json_encode(ctx.loaders.train:state()),
+    ["diloco.optim_steps"] = tostring(ctx.opt:step_count()), ["diloco.recipe_json"] = ctx.recipe_json,
+    ["diloco.learner"] = tostring(ctx.id) }
+  local res, err = ctx.rd:save(sched, function(path)
+    local all, state = table.move(ctx.plist, 1, #ctx.plist, 1, {}), ctx.opt:state()
+    table.move(state, 1, #state, #all + 1, all)
+    return diloco.save_safetensors(path, all, meta)
+  end, function(path)
+    return diloco.save_safetensors(path, ctx.plist, { ["diloco.step"] = meta["diloco.step"],
+      ["diloco.recipe_json"] = ctx.recipe_json })
+  end)
+  ctx.last_save = diloco.clock()
+  if res then
+    ctx.checkpoint = res.path
+    write(ctx, "checkpoint", { step = sched, path = res.path })
+  else
+    ctx.save_error = string.format("saving learner %d at step %d: %s", ctx.id, sched, plain(err))
+    write(ctx, "checkpoint", { step = sched, error = ctx.save_error })
+  end
+end
+
+-- The optimizer state and data cursor of the newest checkpoint in OUT (the model comes
+-- from the syncer).  Returns the checkpoint's path or nil.
+local function restore(ctx)
+  local list = diloco.rundir.checkpoints(ctx.out)
+  local last = list[#list]
+  if not last then return nil end
+  local t, meta = diloco.load_safetensors(last.path)
+  if not t then
+    ctx:warn("learner %d: its checkpoint %s is unreadable (%s): starting with a fresh optimizer", ctx.id, last.path,
+      plain(meta))
+    return nil
+  end
+  for _, p in ipairs(ctx.opt:state()) do
+    local src = t[p[1]]
+    if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
+      ctx:warn("learner %d: %s does not hold this optimizer's '%s': starting with a fresh optimizer", ctx.id,
+        last.path, p[1])
+      return nil
+    end
+  end
+  for _, p in ipairs(ctx.opt:state()) do p[2]:copy(t[p[1]]) end
+  local n = math.tointeger(tonumber(meta["diloco.optim_steps"] or ""))
+  if n then ctx.opt:set_step_count(n) end
+  local state = meta["diloco.loader"] and diloco.json_decode(meta["diloco.loader"])
+  if type(state) == "table" then pcall(ctx.loaders.train.set_state, ctx.loaders.train, state) end
+  ctx.tokens = math.tointeger(tonumber(meta["diloco.tokens"] or "")) or 0
+  return last.path
+end
+
+local Ctx = {}
+Ctx.__index = Ctx
+function Ctx:warn(fmt, ...)
+  io.stderr:write("diloco-lua: ", string.format(fmt, ...), "\n")
+  io.stderr:flush()
+end
+
+-- Sets up the learner: its directory, model, optimizer, shard, and the connection.
+-- opts: connect, id, out, secret_file, secret (from DILOCO_SECRET), run_id, quiet,
+-- command, join_timeout, net (extra diloco.net.new options).
+function M.prepare(r, opts)
+  local ctx = setmetatable({ recipe = r, opts = opts, t_start = diloco.clock(), step = 0, tokens = 0,
+    train_time = 0.0, tok_window = 0, wait_time = 0.0 }, Ctx)
+  if r.threads then diloco.set_num_threads(r.threads) end
+  diloco.catch_signals()
+  diloco.seed(r.seed)
+  local id = M.id_from(opts)
+  local Mn = r.islands.count
+  if id and (id < 1 or id > Mn) then
+    fail_code(2, "--id %d: this recipe has islands.count = %d: expected 1..%d", id, Mn, Mn)
+  end
+  local addr, file_run = M.resolve_connect(opts.connect, opts.join_timeout or 60)
+  ctx.addr = addr
+  ctx.run_id = opts.run_id or file_run or (r.name or "run")
+  ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
+  ctx.model = train.build_model(r.model, r.seed)
+  ctx.model:train()
+  ctx.plist = ctx.model:parameters()
+  ctx.params = diloco.Params(ctx.plist)
+  ctx.opt = diloco.optim.build(ctx.params, r.inner)
+  ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
+  local lopts = islands.sync_options(r, ctx.plist, opts.heartbeat or 1.0, 0)
+  ctx.dp = r.sync.preset == "dp"
+  local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = opts.timeout,
+    heartbeat = opts.heartbeat, reconnect_max = opts.reconnect_max }
+  local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, id = id, connect = addr,
+    run = ctx.run_id, net = net }
+  if not l then fail("learner: connecting to %s: %s", addr, err) end
+  ctx.lrt = l
+  local ok, jerr = l:join(opts.join_timeout or 60)
+  if not ok then
+    l:close()
+    fail("learner: %s", jerr)
+  end
+  ctx.id = l:id()
+  ctx.island = r.islands.list[ctx.id]
+  local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, ctx.island.batch), ctx.island.shard, Mn, r.seed)
+  if not okd then
+    l:close()
+    fail("data (island %d): %s", ctx.id, plain(loaders))
+  end
+  ctx.loaders = loaders
+  ctx.out = opts.out or string.format("%s/learner-%d", r.out or ("runs/" .. (r.name or "run")), ctx.id)
+  -- its own directory: continued when it holds a checkpoint (a restart), else made new
+  local has = #diloco.rundir.checkpoints(ctx.out) > 0
+  ctx.rd = diloco.rundir.open(ctx.out, { resume = has and "latest" or nil, overwrite = not has, metrics = opts.metrics,
+    command = opts.command, keep = r.checkpoint.keep })
+  local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
+  if not metrics then fail("%s", merr) end
+  ctx.metrics = metrics
+  ctx.restored = has and restore(ctx) or nil
+  ctx.log_every = r.log.every or math.max(1, r.steps // 20)
+  ctx.last_save = diloco.clock()
+  ctx.first_step = l:schedule_step()
+  write(ctx, "join", { learner = ctx.id, step = ctx.first_step, connect = addr, restored = ctx.restored,
+    optimizer = ctx.restored and "checkpoint" or "fresh" })
+  return ctx
+end
+
+local function drain_events(ctx)
+  while true do
+    local ev = ctx.lrt:poll()
+    if not ev then return end
+    if ev.type == "applied" then
+      write(ctx, "apply", { learner = ctx.id, fragment = ev.fragment, version = ev.version, step = ctx.lrt:schedule_step(),
+        lag = ev.lag, resync = ev.resync or nil })
+    else
+      write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = ctx.lrt:schedule_step() })
+      if not ctx.opts.quiet then ctx:warn("learner %d: %s (%s)", ctx.id, ev.type, ev.text) end
+    end
+  end
+end
+
+local function wait_merge(ctx)
+  local t0 = diloco.clock()
+  local ok, err = ctx.lrt:wait(ctx.opts.wait_timeout or 600)
+  ctx.wait_time = ctx.wait_time + (diloco.clock() - t0)
+  if not ok then fail("learner %d: %s", ctx.id, err) end
+end
+
+-- One data-parallel step: forward and backward, the gradient averaged by the syncer,
+-- then clip and the optimizer step.
+local function dp_step(ctx)
+  local r, loaders = ctx.recipe, ctx.loaders
+  local t0 = diloco.clock()
+  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, r.steps) or r.inner.lr
+  local x, y = loaders.train:next()
+  ctx.params:zero_grad()
+  local loss = ctx.model:loss(x, y)
+  loss:backward()
+  local lv = loss:item()
+  loss:free()
+  if lv ~= lv or math.abs(lv) == math.huge then
+    fail("learner %d, step %d: training diverged (loss %s), the update was not applied", ctx.id, ctx.step + 1,
+      tostring(lv))
+  end
+  local compute = diloco.clock() - t0
+  ctx.lrt:gradient(loaders.tokens_per_batch)
+  wait_merge(ctx)
+  t0 = diloco.clock()
+  local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
+  ctx.opt:step(lr)
+  compute = compute + (diloco.clock() - t0)
+  ctx.tokens = ctx.tokens + loaders.tokens_per_batch
+  ctx.tok_window = ctx.tok_window + loaders.tokens_per_batch
+  ctx.train_time = ctx.train_time + compute
+  ctx.loss_ema = ctx.loss_ema and (0.9 * ctx.loss_ema + 0.1 * lv) or lv
+  return { loss = lv, grad_norm = gnorm, lr = lr }, compute
+end
+
+local function stop_reason(ctx)
+  local name, signo = diloco.signal_pending()
+  if name and not ctx.signal then ctx.signal, ctx.signo = name, signo end
+  return ctx.signal
+end
+
+-- The loop: until the schedule step reaches `steps`, or a signal.
+function M.train(ctx)
+  local r, l = ctx.recipe, ctx.lrt
+  local tpb = ctx.loaders.tokens_per_batch
+  local P = #ctx.plan
+  while l:schedule_step() < r.steps do
+    if stop_reason(ctx) then break end
+    ctx.step = l:schedule_step() -- the run's step: the learning-rate schedule follows it
+    local info, compute
+    if ctx.dp then
+      info, compute = dp_step(ctx)
+      l:step_done(tpb, compute)
+    else
+      local t0 = diloco.clock()
+      info = train.inner_step(ctx)
+      compute = diloco.clock() - t0
+      if type(r.sync.schedule) == "function" then
+        for _, p in ipairs(islands.scheduled(r, ctx.id, ctx.step, P)) do l:contribute(p) end
+      end
+      l:step_done(tpb, compute)
+      if l:state() == "waiting" then wait_merge(ctx) end
+    end
+    drain_events(ctx)
+    local step = l:schedule_step()
+    if step % ctx.log_every == 0 or step >= r.steps then
+      local now = diloco.clock()
+      write(ctx, "step", { learner = ctx.id, step = step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm,
+        tokens = ctx.tokens, tokens_per_s = ctx.tok_window / math.max(now - (ctx.t_window or ctx.t_start), 1e-9),
+        wait_s = ctx.wait_time, wall_s = now - ctx.t_start })
+      ctx.t_window, ctx.tok_window = now, 0
+    end
+    if r.hooks.on_step then
+      islands.call_hook("on_step", r.hooks.on_step, { learner = ctx.id, step = step, loss = info.loss, lr = info.lr,
+        grad_norm = info.grad_norm, tokens = ctx.tokens })
+    end
+    local c = r.checkpoint
+    if (c.every > 0 and step % c.every == 0) or ((c.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= c.minutes * 60) then
+      save(ctx)
+    end
+  end
+  stop_reason(ctx)
+end
+
+-- The end: the last contributions merged (or the drain deadline), BYE, a checkpoint,
+-- the learner's summary.
+function M.finish(ctx, err)
+  local r = ctx.recipe
+  local why = err and "failed" or (ctx.signal and ("stopped by " .. ctx.signal) or "finished")
+  if ctx.lrt then
+    local drain = ctx.opts.drain_timeout or 30
+    pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
+    pcall(drain_events, ctx)
+  end
+  if ctx.lrt and ctx.rd then save(ctx) end
+  local st = ctx.lrt and ctx.lrt:stats() or {}
+  local wall = diloco.clock() - ctx.t_start
+  local summary = { learner = ctx.id, preset = r.sync.preset, steps = st.steps, schedule_step = ctx.lrt and
+    ctx.lrt:schedule_step(), tokens = ctx.tokens, wall_s = wall, train_s = ctx.train_time, wait_s = ctx.wait_time,
+    wait_share = ctx.wait_time / math.max(wall, 1e-9), step_done_s = st.call_s,
+    tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
+    bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped, applied = st.applied,
+    reconnects = st.reconnects, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
+    save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),
+    gemm = diloco.gemm_backend() }
+  if ctx.metrics then
+    ctx.metrics:write("summary", summary)
+    ctx.metrics:close()
+  end
+  if ctx.lrt then ctx.lrt:close() end
+  if ctx.rd then ctx.rd:close() end
+  diloco.clear_signals()
+  return summary, err
+end
+
+-- Runs one learner (see the top of the file).  Returns summary, interrupted, signo; a
+-- failed learner writes its summary, then raises the one error type with code 1.
+function M.run(r, opts)
+  local ctx = M.prepare(r, opts)
+  local ok, loop_err = pcall(M.train, ctx)
+  local summary, err = M.finish(ctx, not ok and plain(loop_err) or nil)
+  if err then error({ diloco_error = tostring(err), code = 1, summary = summary }, 0) end
+  return summary, ctx.signal ~= nil, ctx.signo
+end
+
+return M
