@@ -350,6 +350,13 @@ void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) {
     }
     send_error(c, code, c->end_text);
     dlcn_out_release(c);
+    if (code == DLC_PERR_TIMEOUT) {
+        /* a silent peer reads nothing either: draining would only hold its LOST back
+         * for drain_timeout_s (a paused learner reported 5 s late); the ERROR goes if
+         * the socket takes it now */
+        dlcn_conn_close_now(c);
+        return;
+    }
     start_draining(c);
 }
 

@@ -46,6 +46,8 @@ struct dlc_lrt {
     held *hq;
     int hq_head, hq_len, hold;
     int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
+    int refused;              /* the syncer refused this learner for good (another run, model,
+                               * secret, version): waiting cannot help */
     dlc_lrt_stats st;
 };
 
@@ -214,6 +216,8 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         return st == DLC_OK ? actions(l) : st;
     }
     case DLC_NET_LOST:
+        if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION)
+            l->refused = !l->ready && !l->l; /* refused before it ever joined: final */
         if (ev->code != DLC_PERR_NONE || ev->text[0])
             snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text,
                      dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?");
@@ -300,6 +304,10 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
     dlc_status st = DLC_OK;
     while (!done(l)) {
         double now = dlc_rt_clock();
+        if (l->refused) {
+            l->st.wait_s += now - t0;
+            return dlc_error(DLC_ERR_STATE, "learner: refused by the syncer at %s: %s", l->cfg.connect, l->last_refusal);
+        }
         if (now >= deadline) {
             l->st.wait_s += now - t0;
             return dlc_error(DLC_ERR_STATE, "learner %d: no %s from the syncer at %s within %g s%s%s", l->id, what,
@@ -369,6 +377,16 @@ dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
     if (l->l && l->ready && timeout_s > 0) {
         st = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions");
         if (st == DLC_ERR_STATE) st = DLC_OK; /* the run is over for it either way */
+    }
+    if (l->ready && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */
+        dlc_frame hb;
+        dlc_frame_init(&hb, DLC_FRAME_HEARTBEAT);
+        hb.msg.learner = l->id;
+        hb.msg.steps = dlc_learner_schedule_step(l->l);
+        hb.msg.tokens = dlc_learner_tokens(l->l);
+        hb.msg.step_time = dlc_learner_step_time(l->l);
+        hb.msg.transit = dlc_learner_transit(l->l);
+        dlc_net_send(l->net, l->peer, &hb, NULL, NULL);
     }
     if (l->ready) {
         dlc_frame f;

@@ -50,6 +50,7 @@ static void sbuf_unref(const void *payload, void *arg) {
 
 typedef struct slearner {
     int peer;                 /* the READY connection bound to it, -1 none */
+    int banked;               /* the connection whose counters are in bytes_* already, -1 none */
     int joined, bye;
     int64_t steps, tokens, merged, joins;
     double step_time, heard;
@@ -234,10 +235,13 @@ static dlc_status drain(dlc_srt *s) {
     return st;
 }
 
-/* Adds the closed connection's counters to learner m.  lock held. */
+/* Adds the counters of learner m's connection `peer` to its totals, once (at its BYE,
+ * while the connection still exists, or when it is replaced or lost).  lock held. */
 static void bank_bytes(dlc_srt *s, int m, int peer) {
     dlc_net_counters c;
+    if (s->learners[m].banked == peer) return;
     if (dlc_net_get_counters(s->net, peer, &c) != DLC_OK) return;
+    s->learners[m].banked = peer;
     for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
         s->learners[m].bytes_in += c.bytes_in[t];
         s->learners[m].bytes_out += c.bytes_out[t];
@@ -290,6 +294,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         }
         if (msg.type == DLC_MSG_BYE) {
             L->bye = 1;
+            bank_bytes(s, m, ev->peer);
             post_simple(s, DLC_SRT_BYE, m, ev->frame.text[0] ? ev->frame.text : "bye");
         }
         dlc_status st = dlc_syncer_receive(s->s, &msg, now);
@@ -393,7 +398,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (rt_strings_copy(&s->strs, &s->cfg.net, &s->cfg.run) != DLC_OK) goto fail;
     if (!(s->s = dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0))) goto fail;
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
-    for (int m = 0; m < s->M; m++) s->learners[m].peer = -1, s->learners[m].heard = -1;
+    for (int m = 0; m < s->M; m++) s->learners[m].peer = s->learners[m].banked = -1, s->learners[m].heard = -1;
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
     if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp) != DLC_OK)
         goto fail;
@@ -526,7 +531,7 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->bytes_in = L->bytes_in;
     out->bytes_out = L->bytes_out;
     dlc_net_counters c;
-    if (L->peer >= 0 && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK)
+    if (L->peer >= 0 && L->banked != L->peer && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK)
         for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
     pthread_mutex_unlock(&s->lock);
     return DLC_OK;

@@ -126,13 +126,21 @@ describe("diloco-lua", function()
     assert.truthy(out:find("diloco-lua: cannot open /nonexistent/dir/missing.lua", 1, true), out)
   end)
 
-  it("refuses the reserved subcommands with status 2", function()
+  it("syncer and learner refuse a missing recipe, a learner a missing --connect and secret, with status 2", function()
     for _, cmd in ipairs({ "syncer", "learner" }) do
-      local out, code = run(cmd .. " recipe.lua")
+      local out, code = run(cmd)
       assert.are.equal(2, code, cmd)
-      assert.truthy(out:find("diloco-lua: '" .. cmd .. "' is not available in this version yet (planned: ",
-        1, true), out)
+      assert.truthy(out:find("diloco-lua: " .. cmd .. ": missing RECIPE", 1, true), out)
     end
+    local out, code = run("learner recipes/charlm.lua")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("--connect HOST:PORT (or @FILE) is required", 1, true), out)
+    out, code = run("learner recipes/charlm.lua --connect 127.0.0.1:1 --id 0")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("--id 0: expected an integer in [1, 65536]", 1, true), out)
+    out, code = run("learner recipes/charlm.lua --connect 127.0.0.1:1")
+    assert.are.equal(2, code, out)
+    assert.truthy(out:find("no secret: give --secret-file FILE or set DILOCO_SECRET", 1, true), out)
   end)
 
   it("rejects an unknown option or a missing -e argument with status 2", function()

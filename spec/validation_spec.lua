@@ -178,27 +178,25 @@ return diloco.recipe {
     assert.matches('islands[2].bandwidth = "1 gigabit": expected a rate > 0', out, 1, true)
   end)
 
-  it("refuses more than one island, pointing to sim", function()
-    local out = assert_refused("--set islands.count=4", "islands.count = 4: `diloco-lua run` trains one island; "
-      .. "train several on the virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime arrives "
-      .. "later)")
+  it("runs several islands as processes, and refuses to resume such a run", function()
+    local out = assert_refused("--set islands.count=4 --resume latest",
+      "--resume: a run of several islands is not resumed in this version")
     assert.is_nil(out:find("problem", 1, true), out)
-    local path = recipe("list.lua", [[
-  islands = { { speed = 1 }, { speed = 0.5 } },]])
-    refused(path, "", "islands.count = 2: `diloco-lua run` trains one island")
+    assert.is_nil(out:find("trains one island", 1, true), out)
   end)
 
   it("refuses chaos on one island, pointing to sim", function()
     local path = recipe("chaos_one.lua", [[
   chaos = diloco.chaos.poisson { mtbf = "60s", down = "15s" },]])
     refused(path, "", "chaos: 0 scripted events and a random policy: `diloco-lua run` trains one island without "
-      .. "faults; inject them on the virtual-time driver with `diloco-lua sim RECIPE`")
+      .. "faults; inject them on several islands")
   end)
 
   it("says so in --help", function()
     local out, status = sh(exe .. " run --help")
     assert.are.equal(0, status, out)
     assert.matches("diloco-lua sim RECIPE", out, 1, true)
+    assert.matches("learner processes", out, 1, true)
   end)
 end)
 

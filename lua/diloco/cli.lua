@@ -215,6 +215,7 @@ M.commands = {
       { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
       { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
         doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
+      { name = "overwrite", doc = "start afresh: replace what OUT holds instead of continuing from its checkpoint" },
       METRICS_OPT, QUIET_OPT,
     },
     exit = "0 done, 1 failed (a refusal by the syncer names the difference), 2 bad recipe or options, 128 + N "
@@ -534,6 +535,7 @@ local function learner(args, parse)
   if parent then diloco.proc.die_with_parent("TERM", parent) end -- a supervisor killed by -9 takes its learners along
   return train(require("diloco.learner").run, r, opts, { connect = opts.connect, id = opts.id,
     rank_offset = opts["rank-offset"], out = opts.out, metrics = opts.metrics, quiet = opts.quiet,
+    overwrite = opts.overwrite,
     secret_file = file, secret = secret, run_id = opts["run-id"],
     command = "diloco-lua learner " .. table.concat(args, " ") })
 end
@@ -612,9 +614,9 @@ function M.main(name, args)
       return nil
     end
     local names, later = available_names()
-    err("unknown command '%s' (and no file of that name to run as a script); the commands are %s "
-      .. "(%s: not available yet); diloco-lua --help lists them", name, table.concat(names, ", "),
-      table.concat(later, ", "))
+    err("unknown command '%s' (and no file of that name to run as a script); the commands are %s%s; "
+      .. "diloco-lua --help lists them", name, table.concat(names, ", "),
+      #later > 0 and string.format(" (%s: not available yet)", table.concat(later, ", ")) or "")
     return M.EXIT.usage
   end
   if c.available == false then

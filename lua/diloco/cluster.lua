@@ -19,12 +19,18 @@ local function fail_code(code, fmt, ...)
   error({ diloco_error = string.format(fmt, ...), code = code }, 0)
 end
 
--- Limits of the supervisor: every wait has a deadline.
-M.JOIN_TIMEOUT = 120      -- s: a learner process must join within this of its start
+-- Limits of the supervisor: every wait has a deadline (the recipe's runtime section
+-- sets the join deadline, the drain and the restart budget).
 M.STOP_TIMEOUT = 60       -- s: learners asked to stop must be gone within this, else KILL
 M.RESTART_MIN = 1         -- s: the first restart of a crashed learner waits this,
 M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
-M.RESTARTS_MAX = 20       -- crashes of one learner before the run gives up on it
+
+-- The runtime section's durations in seconds.
+function M.runtime(r)
+  local rt, pd = r.runtime, diloco.recipe.parse_duration
+  return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
+    drain = pd(rt.drain) + 0.0, restarts = rt.restarts }
+end
 
 local function random_hex(n)
   local f = assert(io.open("/dev/urandom", "rb"))
@@ -53,7 +59,9 @@ end
 local function prepare(r, opts)
   local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, restarts = 0, merges = 0,
     merge_times = {}, learners = {}, evals = 0 }
-  if r.threads then diloco.set_num_threads(r.threads) end
+  -- the syncer's own compute (evaluations) at one thread: its learners share the cores
+  -- (an idle OpenMP team spins, taking a core from them)
+  diloco.set_num_threads(r.threads or 1)
   diloco.catch_signals()
   diloco.seed(r.seed)
   local Mn = r.islands.count
@@ -80,12 +88,13 @@ local function prepare(r, opts)
       if not wok then fail("writing the run's secret: %s", werr) end
     end
     ctx.run_id = opts.run_id or string.format("%s-%s", r.name or "run", random_hex(4))
-    local lopts, sopts = islands.sync_options(r, ctx.plist, 1.0, 0)
+    ctx.rt = M.runtime(r)
+    local lopts, sopts = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
     ctx.lopts = lopts
     local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = Mn, learner = lopts,
       syncer = sopts, listen = opts.listen or "127.0.0.1:0", run = ctx.run_id,
-      net = { secret_file = ctx.secret_file, secret = opts.secret, timeout = opts.timeout,
-        heartbeat = opts.heartbeat } }
+      net = { secret_file = ctx.secret_file, secret = opts.secret, timeout = ctx.rt.timeout,
+        heartbeat = ctx.rt.heartbeat } }
     if not s then fail_code(2, "syncer: %s", serr) end
     ctx.syncer = s
     ctx.port = s:port()
@@ -206,7 +215,7 @@ local function on_syncer_event(ctx, ev)
     requorum(ctx)
   elseif ev.type == "lost" then
     if L then L.lost = true end
-    fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text })
+    fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, syncer_s = ev.time })
     requorum(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
@@ -214,7 +223,10 @@ local function on_syncer_event(ctx, ev)
     fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: refused %s", ev.text or "")
   elseif ev.type == "bye" then
-    if L then L.bye = true end
+    if L then
+      L.bye = true
+      if not ctx.supervising then L.state = "done" end
+    end
   end
 end
 
@@ -229,11 +241,12 @@ end
 
 -- ---- the learner processes (run) ----
 
-local function learner_argv(ctx, m)
+local function learner_argv(ctx, m, fresh)
   local o = ctx.opts
   local argv = { diloco.proc.self_exe(), "learner", o.recipe_path, "--connect", ctx.address, "--id", tostring(m),
     "--out", string.format("%s/learner-%d", ctx.out, m), "--secret-file", ctx.secret_file, "--run-id", ctx.run_id,
     "--quiet" }
+  if fresh then argv[#argv + 1] = "--overwrite" end -- a new run: nothing of an earlier one is continued
   for _, s in ipairs(o.set or {}) do
     argv[#argv + 1] = "--set"
     argv[#argv + 1] = s
@@ -241,12 +254,12 @@ local function learner_argv(ctx, m)
   return argv
 end
 
-local function spawn(ctx, m)
+local function spawn(ctx, m, fresh)
   local L = ctx.learners[m]
   local dir = string.format("%s/learner-%d", ctx.out, m)
   diloco.mkdir_p(dir)
   local threads = tostring(ctx.recipe.threads or 1)
-  local argv = learner_argv(ctx, m)
+  local argv = learner_argv(ctx, m, fresh)
   argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
   argv.env = { OMP_NUM_THREADS = threads, OPENBLAS_NUM_THREADS = threads, DILOCO_SUPERVISOR = tostring(diloco.proc.pid()) }
   local pid, err = diloco.proc.spawn(argv)
@@ -289,7 +302,7 @@ local function reap(ctx)
           local why = st.exited and string.format("exit status %d", st.exited)
             or string.format("signal %s", st.name or tostring(st.signal))
           local tail = log_tail(ctx, m)
-          if st.exited == 2 or L.crashes > M.RESTARTS_MAX then -- a usage error repeats: do not restart it
+          if st.exited == 2 or L.crashes > ctx.rt.restarts then -- a usage error repeats: do not restart it
             L.state = "failed"
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
             say(ctx, "learner %d failed (%s): %s", m, why, tail)
@@ -539,8 +552,8 @@ local function loop(ctx)
     end
     if ctx.supervising then
       for m, L in ipairs(ctx.learners) do
-        if L.state == "running" and not L.joined and elapsed(ctx) - L.started > M.JOIN_TIMEOUT then
-          say(ctx, "learner %d did not join within %d s: killed (its log: %s)", m, M.JOIN_TIMEOUT, log_tail(ctx, m))
+        if L.state == "running" and not L.joined and elapsed(ctx) - L.started > ctx.rt.join_timeout then
+          say(ctx, "learner %d did not join within %g s: killed (its log: %s)", m, ctx.rt.join_timeout, log_tail(ctx, m))
           L.chaos_kill = nil
           diloco.proc.signal(L.pid, "KILL")
         end
@@ -563,7 +576,7 @@ function M.serve(r, opts)
       r.sync.preset, diloco.progress.human(ctx.n_params), ctx.address, ctx.run_id)
     if ctx.supervising then
       ctx.chaos, ctx.chaos_next = chaos_timeline(ctx), 1
-      for m = 1, r.islands.count do spawn(ctx, m) end
+      for m = 1, r.islands.count do spawn(ctx, m, true) end
     end
     ctx.t_train_start = elapsed(ctx)
     ctx.chaos_t0 = ctx.t_train_start

@@ -145,7 +145,9 @@ function M.prepare(r, opts)
   if id and (id < 1 or id > Mn) then
     fail_code(2, "--id %d: this recipe has islands.count = %d: expected 1..%d", id, Mn, Mn)
   end
-  local addr, file_run = M.resolve_connect(opts.connect, opts.join_timeout or 60)
+  local rt = require("diloco.cluster").runtime(r)
+  ctx.rt = rt
+  local addr, file_run = M.resolve_connect(opts.connect, rt.join_timeout)
   ctx.addr = addr
   ctx.run_id = opts.run_id or file_run or (r.name or "run")
   ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
@@ -155,18 +157,21 @@ function M.prepare(r, opts)
   ctx.params = diloco.Params(ctx.plist)
   ctx.opt = diloco.optim.build(ctx.params, r.inner)
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
-  local lopts = islands.sync_options(r, ctx.plist, opts.heartbeat or 1.0, 0)
+  local lopts = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
   ctx.dp = r.sync.preset == "dp"
-  local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = opts.timeout,
-    heartbeat = opts.heartbeat, reconnect_max = opts.reconnect_max }
+  -- the send queue holds about two models' worth of contributions: past that a slow syncer
+  -- gets back-pressure, and the learner holds (then drops the oldest of) what it could not send
+  local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
+  local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
+    out_max = out_max }
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, id = id, connect = addr,
     run = ctx.run_id, net = net }
   if not l then fail("learner: connecting to %s: %s", addr, err) end
   ctx.lrt = l
-  local ok, jerr = l:join(opts.join_timeout or 60)
+  local ok, jerr = l:join(rt.join_timeout)
   if not ok then
     l:close()
-    fail("learner: %s", jerr)
+    fail("%s", jerr)
   end
   ctx.id = l:id()
   ctx.island = r.islands.list[ctx.id]
@@ -177,8 +182,9 @@ function M.prepare(r, opts)
   end
   ctx.loaders = loaders
   ctx.out = opts.out or string.format("%s/learner-%d", r.out or ("runs/" .. (r.name or "run")), ctx.id)
-  -- its own directory: continued when it holds a checkpoint (a restart), else made new
-  local has = #diloco.rundir.checkpoints(ctx.out) > 0
+  -- its own directory: continued when it holds a checkpoint (a restart), else made new;
+  -- --overwrite (a fresh run) replaces what it holds
+  local has = not opts.overwrite and #diloco.rundir.checkpoints(ctx.out) > 0
   ctx.rd = diloco.rundir.open(ctx.out, { resume = has and "latest" or nil, overwrite = not has, metrics = opts.metrics,
     command = opts.command, keep = r.checkpoint.keep })
   local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
@@ -299,7 +305,7 @@ function M.finish(ctx, err)
   local r = ctx.recipe
   local why = err and "failed" or (ctx.signal and ("stopped by " .. ctx.signal) or "finished")
   if ctx.lrt then
-    local drain = ctx.opts.drain_timeout or 30
+    local drain = ctx.rt.drain
     pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
     pcall(drain_events, ctx)
   end

@@ -265,6 +265,18 @@ M.schema = {
       doc = "default batch of every island (default data.batch)" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
   } },
+  runtime = { kind = "table", doc = "the real runtime (run with several islands, syncer, learner)", fields = {
+    heartbeat = { kind = "string|number", default = 1.0, check = duration_check(true),
+      doc = "seconds between heartbeats on a link with nothing else to send" },
+    timeout = { kind = "string|number", default = 5.0, check = duration_check(true),
+      doc = "a link silent this long is lost (a paused, hung or cut-off learner)" },
+    join_timeout = { kind = "string|number", default = 120, check = duration_check(true),
+      doc = "a learner process must have joined the syncer within this of its start" },
+    drain = { kind = "string|number", default = 30, check = duration_check(false),
+      doc = "at its end a learner waits at most this for its last contributions to be merged" },
+    restarts = { kind = "integer", default = 20, check = range(0, 1e6, true),
+      doc = "crashes of one learner after which run stops restarting it (the run goes on without it)" },
+  } },
   eval = { kind = "table", doc = "held-out evaluation", fields = {
     every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
     batches = { kind = "integer", default = 8, check = range(1, 1e9, true),
@@ -288,12 +300,12 @@ M.schema = {
     on_eval = { kind = "function", default = nil, doc = "f(info) after each eval" },
     lr = { kind = "function", default = nil, doc = "f(step, lr) -> lr for this step (overrides the schedule)" },
     on_merge = { kind = "function", default = nil,
-      doc = "sim: f(info) after each merge decision (fragment, version, contributors, ...)" },
-    on_fault = { kind = "function", default = nil, doc = "sim: f(info) at each fault and recovery" },
+      doc = "several islands: f(info) after each merge decision (fragment, version, contributors, ...)" },
+    on_fault = { kind = "function", default = nil, doc = "several islands: f(info) at each fault and recovery" },
   } },
   chaos = { kind = "table", default = nil, after = true,
-    doc = "faults for sim: scripted events in the array part, random = {mtbf, down, learners, "
-      .. "exponential_down}, seed (diloco.chaos)" },
+    doc = "faults for sim and run (several islands): scripted events in the array part, random = {mtbf, down, "
+      .. "learners, exponential_down}, seed (diloco.chaos)" },
 }
 
 -- The text of each number given with --set, as the user wrote it ("1e13", "0x10"),
@@ -809,21 +821,24 @@ end
 -- of messages, empty when it can run it.
 function M.single_island_problems(r)
   local out = {}
-  if r.islands.count > 1 then
-    out[#out + 1] = string.format("islands.count = %d: `diloco-lua run` trains one island; train several on the "
-      .. "virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime arrives later)", r.islands.count)
-  end
   local c = r.chaos
-  if c and (#c.events > 0 or c.random) then
+  if r.islands.count == 1 and c and (#c.events > 0 or c.random) then
     out[#out + 1] = string.format("chaos: %d scripted event%s%s: `diloco-lua run` trains one island without "
-      .. "faults; inject them on the virtual-time driver with `diloco-lua sim RECIPE` (the multi-process runtime "
-      .. "arrives later)", #c.events, #c.events == 1 and "" or "s", c.random and " and a random policy" or "")
+      .. "faults; inject them on several islands (islands.count > 1: learner processes under `run`, or the "
+      .. "virtual-time driver with `diloco-lua sim RECIPE`)", #c.events, #c.events == 1 and "" or "s",
+      c.random and " and a random policy" or "")
   end
   return out
 end
 
 local function check_relations(r, errs)
   check_sync(r, errs)
+  local rt = r.runtime
+  local hb, to = rt and M.parse_duration(rt.heartbeat), rt and M.parse_duration(rt.timeout)
+  if hb and to and hb >= to then
+    errs[#errs + 1] = string.format("runtime.heartbeat = %s >= runtime.timeout = %s: expected heartbeat < timeout "
+      .. "(a live learner would be lost between two heartbeats)", tostring(rt.heartbeat), tostring(rt.timeout))
+  end
   local d = r.data
   if d.kind == "text" and not d.path then
     errs[#errs + 1] = "data.path: missing (data.kind = \"text\" needs a file or directory)"

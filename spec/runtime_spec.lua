@@ -1,0 +1,199 @@
+-- The real runtime end to end: `diloco-lua run` with several islands (the syncer in the
+-- run's process, learner processes over loopback TCP, lua/diloco/cluster.lua and
+-- learner.lua over rt/), chaos on those processes, and `syncer` / `learner` started by
+-- hand.  A tiny GPT, so each run takes seconds; every test kills only the pids it
+-- started.
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
+
+local function recipe(S, name, o)
+  o = o or {}
+  local text = string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = %q,
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = %d, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = %q, H = %d, fragments = 2, tau = 1 },
+  islands = { count = %d },
+  runtime = { heartbeat = %q, timeout = %q, drain = "10s" },
+  steps = %d,
+  eval = { every = 0, batches = 4 },
+  chaos = %s,
+}
+]], name, o.dim or 32, o.preset or "decoupled", o.H or 32, o.count or 3, o.heartbeat or "0.5s", o.timeout or "3s",
+    o.steps or (sanitized and 150 or 400), o.chaos or "nil")
+  return S.write(name .. ".lua", text)
+end
+
+local function events(path)
+  local list = {}
+  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
+  return list
+end
+
+local function of_kind(list, event, kind)
+  local out = {}
+  for _, e in ipairs(list) do
+    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
+  end
+  return out
+end
+
+local function summary_of(list)
+  local s = list[#list]
+  assert.are.equal("summary", s.event)
+  return s
+end
+
+describe("diloco-lua run with 3 learner processes", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("trains to the end with merges from all three, in sim's metrics schema", function()
+    local path = recipe(S, "three")
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = summary_of(ev)
+    assert.are.equal(3, s.learners)
+    assert.are.equal("decoupled", s.preset)
+    assert.are.equal(3 * (sanitized and 150 or 400), s.steps)
+    assert.is_nil(s.error)
+    -- every learner's contributions entered merges
+    local seen = {}
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      for _, c in ipairs(m.contributors) do seen[c.learner] = true end
+    end
+    assert.is_true(seen[1] and seen[2] and seen[3], "contributors of the merges")
+    for m = 1, 3 do
+      assert.is_true(s.per_learner[m].merged > 0, "learner " .. m .. " merged")
+      local ls = summary_of(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m)))
+      assert.are.equal(m, ls.learner)
+      assert.is_nil(ls.error)
+    end
+    -- the global model learned: below the uniform byte loss ln(256) = 5.545
+    assert.is_true(s.final_eval_loss < 5.3, "final eval loss " .. tostring(s.final_eval_loss))
+    assert.is_true(s.useful_tokens > 0 and s.useful_tokens <= s.tokens, "useful tokens within trained tokens")
+    assert.is_true(s.goodput > 0 and s.goodput <= 1, "goodput " .. tostring(s.goodput))
+    -- the run's secret: readable by its owner only
+    local mode = H.sh("stat -c %a " .. S.dir .. "/run/secret")
+    assert.are.equal("600", mode:match("%d+"))
+    -- the global model is a model file sample reads
+    local t, meta = diloco.load_safetensors(S.dir .. "/run/model.safetensors")
+    assert.is_table(t, meta)
+    assert.is_string(meta["diloco.model"])
+  end)
+
+  it("restarts a killed learner, which rejoins with the model and contributes again", function()
+    local path = recipe(S, "kill", { steps = sanitized and 600 or 2500,
+      chaos = '{ { at = "1s", kill = 2, down = "1s" } }' })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local kills = of_kind(ev, "fault", "kill")
+    assert.are.equal(2, #kills, "the kill and the restart")
+    assert.is_true(kills[1].begin)
+    assert.is_false(kills[2].begin)
+    assert.is_true(kills[2].wall_s - kills[1].wall_s >= 0.9, "restarted after its down time")
+    local joined = of_kind(ev, "fault", "joined")[1]
+    assert.is_table(joined, "a joined fault after the restart")
+    assert.are.equal(2, joined.learner)
+    local rec = of_kind(ev, "fault", "recovered")[1]
+    assert.is_table(rec, "its first contribution merged after the restart")
+    assert.are.equal(2, rec.learner)
+    assert.is_true(rec.latency > 0)
+    local after = 0
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      if m.wall_s >= rec.wall_s then
+        for _, c in ipairs(m.contributors) do
+          if c.learner == 2 then after = after + 1 end
+        end
+      end
+    end
+    assert.is_true(after >= 1, "learner 2 contributes after it rejoined")
+    local s = summary_of(ev)
+    assert.are.equal(2, s.per_learner[2].joins)
+    assert.are.equal(1, s.restarts)
+    assert.is_nil(s.error)
+  end)
+
+  it("detects a paused learner by timeout while the others train on without waiting", function()
+    local path = recipe(S, "pause", { steps = sanitized and 1500 or 6000, heartbeat = "0.5s", timeout = "2s",
+      chaos = '{ { at = "1s", pause = 3, down = "6s" } }' })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local pauses = of_kind(ev, "fault", "pause")
+    assert.are.equal(2, #pauses)
+    local lost
+    for _, f in ipairs(of_kind(ev, "fault", "lost")) do
+      if f.learner == 3 and f.wall_s >= pauses[1].wall_s then lost = lost or f end
+    end
+    assert.is_table(lost, "learner 3 lost while paused")
+    assert.is_true(lost.wall_s < pauses[2].wall_s, "detected during the pause, by timeout")
+    assert.is_true(lost.wall_s - pauses[1].wall_s >= 1.9, "not before the timeout")
+    assert.matches("timeout", lost.text)
+    -- the others' merges go on during the pause
+    local during = 0
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      if m.wall_s > pauses[1].wall_s + 0.5 and m.wall_s < pauses[2].wall_s then during = during + 1 end
+    end
+    assert.is_true(during > 0, "merges while learner 3 is paused")
+    local s = summary_of(ev)
+    for m = 1, 2 do
+      assert.is_true(s.per_learner[m].idle <= 0.02, "learner " .. m .. " waited " .. tostring(s.per_learner[m].idle))
+    end
+    assert.are.equal(2, s.per_learner[3].joins, "learner 3 rejoined after the pause")
+  end)
+end)
+
+describe("diloco-lua syncer and learner started by hand", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("refuses a learner of another model, run or secret, naming the difference, and serves the right one", function()
+    local path = recipe(S, "byhand", { count = 1, steps = 100 })
+    local secret = S.write("secret", "s3cret\n")
+    local addr = S.dir .. "/address"
+    local pid = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
+      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+      stderr = S.dir .. "/syncer.log" })
+    local function learner(extra, secret_file)
+      return H.sh(string.format("OMP_NUM_THREADS=1 timeout 120 %s learner %s --connect @%s --secret-file %s --out %s/l %s", exe,
+        path, addr, secret_file or secret, S.dir, extra or ""))
+    end
+    local ok, err = pcall(function()
+      local out, code = learner("--set model.dim=48")
+      assert.are.equal(1, code, out)
+      assert.matches("model", out)
+      assert.matches("mismatch", out)
+      out, code = learner("--run-id another")
+      assert.are.equal(1, code, out)
+      assert.matches('run id "another"', out, 1, true)
+      out, code = learner("", S.write("wrong", "not it\n"))
+      assert.are.equal(1, code, out)
+      assert.matches("auth", out)
+      out, code = learner("--overwrite")
+      assert.are.equal(0, code, out)
+      local st = diloco.proc.wait(pid, true) -- its one learner left: the syncer saves and ends
+      assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+      pid = nil
+      local s = summary_of(events(S.dir .. "/run/metrics.jsonl"))
+      assert.is_true(s.merges > 0)
+      assert.is_true(#of_kind(events(S.dir .. "/run/metrics.jsonl"), "fault", "refused") >= 2)
+    end)
+    if pid then
+      diloco.proc.signal(pid, "KILL")
+      diloco.proc.wait(pid, true)
+    end
+    assert(ok, err)
+  end)
+end)
