@@ -821,6 +821,82 @@ static void test_hostile(void) {
     fx_free(&x);
 }
 
+/* Fencing (learner.h): stamps on what it sends; a FRAGMENT of an older syncer epoch is
+ * refused and changes nothing; a newer epoch is adopted; restart bumps the incarnation. */
+static void test_fence(void) {
+    fx x;
+    fx_make(&x, 2, 90);
+    int64_t size = dlc_params_size(x.p);
+    float *model = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    randv(model, size, 91, 1.0f);
+    randv(target, size, 92, 1.0f);
+    dlc_learner_params lp = lparams(1, 4, 1, 0, 0);
+    lp.incarnation = 0;
+    CHECK(dlc_learner_new(&lp, x.p, x.plan) == NULL && strstr(dlc_last_error(), "incarnation = 0"));
+    lp.incarnation = 7;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    CHECK(dlc_learner_incarnation(l) == 7 && dlc_learner_epoch(l) == 0 && dlc_learner_default_params().incarnation == 1);
+    /* the resync of epoch 2 */
+    float v[NMAX];
+    for (int p = 0; p < 2; p++) {
+        gather(&x, p, model, v);
+        dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.epoch = 2, m.incarnation = 7;
+        CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+    }
+    drain(l);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_epoch(l) == 2);
+    /* fragment 0 is due after step 4: the contribution carries epoch 2, incarnation 7 */
+    for (int t = 1; t <= 4; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0.1, t) == DLC_OK);
+        lrec r = drain(l);
+        if (t == 4) {
+            const dlc_learner_action *a = find(&r, DLC_LACT_SEND, 0);
+            CHECK(a && a->msg.type == DLC_MSG_CONTRIBUTION && a->msg.epoch == 2 && a->msg.incarnation == 7);
+        }
+    }
+    /* a merge of epoch 1 (a previous syncer still talking): refused, nothing applied */
+    float before[NMAX], got[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), before);
+    gather(&x, 0, target, v);
+    dlc_msg m = fragment_msg(1, 0, 4, 0, v, dlc_plan_numel(x.plan, 0));
+    m.epoch = 1;
+    CHECK(dlc_learner_receive(l, &m, 5) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "syncer epoch 1, but it follows epoch 2"));
+    CHECK(drain(l).n == 0 && dlc_learner_base_version(l, 0) == 3 && dlc_learner_epoch(l) == 2);
+    gather(&x, 0, dlc_params_data(x.p), got);
+    CHECK(memcmp(got, before, (size_t)dlc_plan_numel(x.plan, 0) * 4) == 0);
+    /* the same merge from epoch 2 is taken, and applied at the next step (tau = 1) */
+    m.epoch = 2;
+    CHECK(dlc_learner_receive(l, &m, 5) == DLC_OK);
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 5, 0.1, 5.5) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(find(&r, DLC_LACT_APPLIED, 0) && dlc_learner_base_version(l, 0) == 4);
+    /* a resync of epoch 3 (the syncer restarted): taken, and epoch 3 followed */
+    gather(&x, 1, model, v);
+    m = fragment_msg(1, 1, 0, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
+    m.epoch = 3;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3 && dlc_learner_base_version(l, 1) == 0);
+    drain(l);
+    m.epoch = 2;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_ERR_FORMAT && dlc_learner_epoch(l) == 3);
+    /* unstamped messages are not fenced */
+    m.epoch = 0;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3);
+    drain(l);
+    /* a restart is the next incarnation; the epoch followed stays */
+    dlc_learner_stop(l);
+    CHECK(dlc_learner_restart(l, 7) == DLC_OK && dlc_learner_incarnation(l) == 8 && dlc_learner_epoch(l) == 3);
+    dlc_learner_free(l);
+    free(model);
+    free(target);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -834,5 +910,6 @@ int main(void) {
     test_decoupled_equals_diloco();
     test_dp_world();
     test_assert_and_refusals();
+    test_fence();
     return check_done("test_learner");
 }
