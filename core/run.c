@@ -47,6 +47,7 @@ _Static_assert(sizeof(dlc_run_preset) == sizeof(int) && sizeof(dlc_plan_kind) ==
 #define F(name, type, member) {name, type, offsetof(dlc_run_params, member), NULL, 0}
 #define E(name, member, fn, count) {name, DLC_RUN_ENUM, offsetof(dlc_run_params, member), fn, count}
 static const dlc_run_field fields[] = {
+    F("sync.dp", DLC_RUN_FLAG, dp),
     E("sync.preset", preset, n_preset, DLC_PRESET_COUNT),
     F("sync.H", DLC_RUN_INT, H),
     F("sync.fragments", DLC_RUN_INT, fragments),
@@ -56,7 +57,6 @@ static const dlc_run_field fields[] = {
     F("sync.tau", DLC_RUN_INT, tau),
     F("sync.alpha", DLC_RUN_NUMBER, alpha),
     F("sync.blocking", DLC_RUN_FLAG, blocking),
-    F("sync.dp", DLC_RUN_FLAG, dp),
     F("sync.quorum", DLC_RUN_INT, quorum),
     E("sync.grace", grace, n_grace, DLC_GRACE_MODE_COUNT),
     F("sync.grace_s", DLC_RUN_NUMBER, grace_s),

@@ -8,9 +8,9 @@
 #include "check.h"
 
 /* Golden values: FNV-1a 64 of the stream in docs/protocol.md ("Run description"),
- * computed by a separate Python script from that text, not from run.c. */
-#define GOLDEN_DEFAULT 0xba1053f497a20ac4ULL
-#define GOLDEN_OTHER 0xbe8955bdf39c9deaULL
+ * computed from that text alone by ctest/fixtures/run_hash_golden.py, not from run.c. */
+#define GOLDEN_DEFAULT 0xb85d8eefcf484dc4ULL
+#define GOLDEN_OTHER 0xff555ac200389b8aULL
 
 static dlc_run_params other(void) {
     dlc_run_params r = dlc_run_default_params();
@@ -33,7 +33,7 @@ static void test_names(void) {
     CHECK(dlc_run_preset_parse("blocks", &p) == DLC_ERR_ARG && strstr(dlc_last_error(), "\"blocks\"") &&
           strstr(dlc_last_error(), "decoupled"));
     CHECK(dlc_run_field_count() == 25);
-    CHECK(strcmp(dlc_run_field_at(0)->name, "sync.preset") == 0);
+    CHECK(strcmp(dlc_run_field_at(0)->name, "sync.dp") == 0);
     CHECK(dlc_run_field_at(25) == NULL && dlc_run_field_at(-1) == NULL);
 }
 
@@ -110,6 +110,8 @@ static void test_check(void) {
     refused(r, "sync.blocking = 2: expected 0 or 1");
     r = dlc_run_default_params(), r.dp = 1, r.fragments = 1;
     refused(r, "sync.dp = 1 with sync.preset = decoupled");
+    r = dlc_run_default_params(), r.preset = DLC_PRESET_DP;
+    refused(r, "sync.dp = 0 with sync.preset = dp");
     r = dlc_run_default_params(), r.preset = DLC_PRESET_DP, r.dp = 1;
     refused(r, "sync.fragments = 4: expected 1 with sync.preset = dp");
     r = dlc_run_default_params(), r.preset = DLC_PRESET_COUNT;

@@ -13,7 +13,7 @@
  *     lp.heartbeat = 0.5;                                       // the process's own choice
  *     dlc_syncer_params sp;
  *     dlc_run_syncer_params(&run, 4, &sp);                      // 4 learners
- *     hello.run_hash = dlc_run_hash(&run); hello.run = run;     // what HELLO states
+ *     hello.run_hash = dlc_run_hash(&run); hello.run_params = run;    // what HELLO states
  *     char why[256];
  *     if (dlc_run_diff(&ours, &theirs, why, sizeof why)) ...;   // "sync.tau: 2 here, 3 in the learner's run"
  *
@@ -57,6 +57,7 @@ DLC_API dlc_status dlc_run_preset_parse(const char *name, dlc_run_preset *out);
 /* The fields, in the order the hash, the diff and the wire list them.  Each is named as
  * the recipe names it (the name dlc_run_diff and dlc_run_params_check print). */
 typedef struct dlc_run_params {
+    int dp;                   /* sync.dp: 0/1, data parallel (first: what a peer differs in most) */
     dlc_run_preset preset;    /* sync.preset; DP exactly when dp = 1 */
     int H;                    /* sync.H: inner steps between syncs of a fragment, 0 = the host's schedule */
     int fragments;            /* sync.fragments: P >= 1 (1 with dp) */
@@ -66,7 +67,6 @@ typedef struct dlc_run_params {
     int tau;                  /* sync.tau: 0 <= tau < H (any tau >= 0 with H = 0) */
     double alpha;             /* sync.alpha: mixing on arrival, [0, 1] */
     int blocking;             /* sync.blocking: 0/1 */
-    int dp;                   /* sync.dp: 0/1 */
     int quorum;               /* sync.quorum: K >= 1, or DLC_QUORUM_ALL (0) */
     dlc_grace_mode grace;     /* sync.grace */
     double grace_s;           /* sync.grace_s: FIXED: seconds >= 0 */
