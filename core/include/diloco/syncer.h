@@ -162,7 +162,8 @@ DLC_API void dlc_syncer_free(dlc_syncer *s); /* NULL ok */
 /* ---- events: each queues actions (read with dlc_syncer_poll before the next call:
  * the queue and the payloads it points to are reused by every call) ---- */
 
-/* Learner m joins (or rejoins): live, and sent the full model. */
+/* Learner m joins (or rejoins): live, and sent the full model.  Its next stamped message
+ * tells its incarnation, taken as it is if not older than the one recorded (fencing). */
 DLC_API dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now);
 /* Learner m is gone: not live; its contributions leave the open rounds, which may
  * then merge (every remaining live learner has sent). */
