@@ -84,6 +84,7 @@ struct dlc_syncer {
     int64_t epoch;           /* stamped on every message sent */
     int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */
     uint8_t *inc_open;       /* [M]: joined, its incarnation not heard since: the next one is taken */
+    uint8_t *fenced;         /* [M]: resynced for a fenced message, nothing taken from it since */
     dlc_syncer_action *q;
     int qcap, qhead, qlen;
 };
@@ -213,10 +214,11 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->epoch = sp->epoch;
     s->incarnation = calloc((size_t)s->M, sizeof(int64_t));
     s->inc_open = calloc((size_t)s->M, 1);
+    s->fenced = calloc((size_t)s->M, 1);
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
-        !s->q || !s->incarnation || !s->inc_open)
+        !s->q || !s->incarnation || !s->inc_open || !s->fenced)
         goto nomem;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
@@ -285,6 +287,7 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->sched);
     free(s->incarnation);
     free(s->inc_open);
+    free(s->fenced);
     free(s->q);
     free(s);
 }
@@ -611,6 +614,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
 static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
     if (inc > 0) s->incarnation[m] = inc;
     s->inc_open[m] = inc <= 0;
+    s->fenced[m] = 0;
     if (!s->live[m]) s->nlive++;
     s->live[m] = 1;
     s->heard[m] = now;
@@ -664,7 +668,9 @@ dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now) {
 }
 
 /* A fenced message (syncer.h): refused, never merged; a live sender is resynced whole with
- * this epoch (a contribution or gradient also makes a REJECTED action; a BYE nothing). */
+ * this epoch, once until a message of it is taken again (what it sent before the resync
+ * reached it is refused alone); a contribution or gradient also makes a REJECTED action,
+ * a BYE nothing. */
 static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, double now) {
     int L = m->learner;
     const char *type = dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)";
@@ -682,7 +688,10 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
         dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = L, .fragment = p, .reason = why};
         st = push(s, &a);
     }
-    if (st == DLC_OK && resync) st = resync_all(s, L, now);
+    if (st == DLC_OK && resync && !s->fenced[L]) {
+        st = resync_all(s, L, now);
+        s->fenced[L] = 1;
+    }
     if (st != DLC_OK) return st;
     return dlc_error(DLC_ERR_FORMAT, "syncer: a %s from learner %d %s: refused, not merged%s", type, L, what,
                      resync ? "; the learner is resynced" : "");
@@ -709,6 +718,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     }
     if (m->epoch != 0 && m->epoch != s->epoch) return fence(s, m, DLC_REJECT_EPOCH, now);
     if (m->incarnation != 0) s->incarnation[L] = m->incarnation, s->inc_open[L] = 0;
+    s->fenced[L] = 0;
     heard_from(s, m, now);
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);

@@ -1158,11 +1158,10 @@ static void test_fence_incarnation(void) {
     CHECK(strcmp(dlc_reject_reason_name(DLC_REJECT_INCARNATION), "incarnation") == 0);
     CHECK(resynced(&r, 0, 2, 1, 2) && count_type(&r, DLC_SACT_MERGED) == 0);
     CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_version(s, 0) == 0);
-    /* its heartbeat and BYE are refused too; the BYE does not drop the current learner */
+    /* its heartbeat and BYE are refused too, without a second resync; the BYE does not
+     * drop the current learner */
     h = heartbeat_msg(0, 1, 1);
-    CHECK(dlc_syncer_receive(s, &h, 4.5) == DLC_ERR_FORMAT);
-    r = drain(s);
-    CHECK(find_type(&r, DLC_SACT_REJECTED) == NULL && resynced(&r, 0, 2, 1, 2));
+    CHECK(dlc_syncer_receive(s, &h, 4.5) == DLC_ERR_FORMAT && drain(s).n == 0);
     dlc_msg bye = {.type = DLC_MSG_BYE, .learner = 0, .epoch = 1, .incarnation = 1};
     CHECK(dlc_syncer_receive(s, &bye, 4.6) == DLC_ERR_FORMAT && drain(s).n == 0 && dlc_syncer_is_live(s, 0));
     /* incarnation 2's contribution completes the round: merged, both contributors */
@@ -1224,10 +1223,12 @@ static void test_fence_epoch(void) {
     CHECK(ra && ra->learner == 1 && ra->fragment == 0 && ra->reason == DLC_REJECT_EPOCH);
     CHECK(resynced(&r, 1, 2, 2, 0) && count_type(&r, DLC_SACT_MERGED) == 0);
     CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 0);
-    /* a later epoch than the syncer's (it is the stale one) is refused as well */
+    /* a later epoch than the syncer's (it is the stale one) is refused as well; the
+     * learner, resynced already, is not resynced again until it is heard right */
     c.epoch = 3;
     CHECK(dlc_syncer_receive(s, &c, 1.5) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "stamped epoch 3"));
-    drain(s);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_REJECTED) == 1 && count_type(&r, DLC_SACT_SEND) == 0);
     /* stamped with this epoch: merged at once (K = 1, grace off) */
     c.epoch = 2;
     CHECK(dlc_syncer_receive(s, &c, 2) == DLC_OK);
@@ -1237,6 +1238,11 @@ static void test_fence_epoch(void) {
     CHECK(f && f->epoch == 2 && f->incarnation == 0); /* learner 0 has not stamped yet */
     f = sent_to(&r, 1, 0);
     CHECK(f && f->epoch == 2 && f->incarnation == 1);
+    /* heard right once: a stale message resyncs it again */
+    dlc_msg h = heartbeat_msg(1, 1, 1);
+    CHECK(dlc_syncer_receive(s, &h, 3) == DLC_ERR_FORMAT);
+    r = drain(s);
+    CHECK(resynced(&r, 1, 2, 2, 1) && find_type(&r, DLC_SACT_REJECTED) == NULL);
     dlc_syncer_free(s);
     fx_free(&x);
 }

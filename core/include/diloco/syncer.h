@@ -64,8 +64,10 @@
  *     EPOCH, for a contribution or gradient);
  *   - epoch or incarnation 0 (not stamped: an older peer, or a learner that has not heard
  *     from a syncer yet) is not fenced.
- * What the syncer sends carries the incarnation it holds for the destination (0 while it
- * waits to learn it after a join).  dlc_syncer_restart keeps the epoch: it models a
+ * A learner resynced for a fenced message is not resynced again for the next ones it sent
+ * before the resync reached it (refused alone), until a message of it is taken.  What the
+ * syncer sends carries the incarnation it holds for the destination (0 while it waits to
+ * learn it after a join).  dlc_syncer_restart keeps the epoch: it models a
  * restart whose learners' connections survive (vtime.h), not a new syncer process.
  *
  * Memory: per fragment the ring (R copies), momentum, a merge accumulator, the encoded
