@@ -47,6 +47,8 @@ struct dlc_learner {
     uint8_t *grad_enc;     /* dp: 4n bytes */
     int64_t steps, tokens;
     int64_t phase;         /* the run's schedule step when this learner joined (its resync) */
+    int64_t incarnation;   /* stamped on what it sends; + 1 per restart */
+    int64_t epoch;         /* the syncer epoch it follows (0: none heard yet) */
     double step_ema, transit_ema;
     double next_heartbeat;
     int joined;            /* fragments received while JOINING */
@@ -66,6 +68,7 @@ dlc_learner_params dlc_learner_default_params(void) {
     p.codec_params = dlc_codec_default_params();
     p.heartbeat = 1.0;
     p.ema = 0.5;
+    p.incarnation = 1;
     return p;
 }
 
@@ -86,6 +89,8 @@ dlc_status dlc_learner_params_check(const dlc_learner_params *p) {
         return dlc_error(DLC_ERR_ARG, "learner: heartbeat = %g: expected seconds >= 0 (0 = none)", p->heartbeat);
     if (!(p->ema > 0 && p->ema <= 1))
         return dlc_error(DLC_ERR_ARG, "learner: ema = %g: expected a number in (0, 1]", p->ema);
+    if (p->incarnation < 1)
+        return dlc_error(DLC_ERR_ARG, "learner: incarnation = %lld: expected >= 1", (long long)p->incarnation);
     dlc_status s = dlc_codec_check(p->codec, &p->codec_params);
     if (s != DLC_OK) return s;
     return DLC_OK;
@@ -175,6 +180,7 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
     l->qcap = 16;
     if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
     l->state = DLC_LEARNER_STOPPED; /* so that restart's transition is the legal one */
+    l->incarnation = lp->incarnation - 1; /* restart makes it lp->incarnation */
     dlc_learner_restart(l, 0);
     return l;
 nomem:
@@ -276,7 +282,7 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     a.msg = (dlc_msg){.type = DLC_MSG_CONTRIBUTION, .learner = l->p.id, .fragment = p,
                       .version = f->base_version, .steps = f->c_steps, .tokens = f->c_tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = l->p.codec,
-                      .payload = f->enc, .len = (size_t)w};
+                      .payload = f->enc, .len = (size_t)w, .epoch = l->epoch, .incarnation = l->incarnation};
     f->sent_step = l->steps;
     f->sent_time = now;
     return push(l, &a);
@@ -343,7 +349,7 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + 1, .tokens = tokens,
                       .step_time = l->step_ema, .codec = DLC_CODEC_F32, .payload = l->grad_enc,
-                      .len = (size_t)l->n * sizeof(float)};
+                      .len = (size_t)l->n * sizeof(float), .epoch = l->epoch, .incarnation = l->incarnation};
     set_state(l, DLC_LEARNER_WAITING);
     return push(l, &a);
 }
@@ -424,9 +430,17 @@ dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
     if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
     if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
     clear_queue(l);
+    if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
+                         "syncer incarnation's, refused", l->p.id, dlc_msg_type_name(m->type), (long long)m->epoch,
+                         (long long)l->epoch);
+    dlc_status s;
     switch (m->type) {
-    case DLC_MSG_FRAGMENT: return receive_fragment(l, m, now);
-    case DLC_MSG_GRADIENT_AVG: return receive_gradient(l, m);
+    case DLC_MSG_FRAGMENT:
+    case DLC_MSG_GRADIENT_AVG:
+        s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, now) : receive_gradient(l, m);
+        if (s == DLC_OK && m->epoch > l->epoch) l->epoch = m->epoch; /* the syncer restarted */
+        return s;
     default:
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s message: a learner takes fragment and gradient_avg",
                          l->p.id, dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)");
@@ -444,7 +458,8 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     if (now < dlc_learner_expiry(l)) return DLC_OK;
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
-                      .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32};
+                      .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32,
+                      .epoch = l->epoch, .incarnation = l->incarnation};
     while (l->next_heartbeat <= now) l->next_heartbeat += l->p.heartbeat;
     return push(l, &a);
 }
@@ -461,6 +476,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
                          state_names[l->state]);
     clear_queue(l);
+    l->incarnation++;
     for (int p = 0; p < l->P; p++) {
         lfrag *f = &l->f[p];
         f->base_version = -1;
@@ -503,3 +519,5 @@ int dlc_learner_outstanding(const dlc_learner *l) {
     return n;
 }
 double dlc_learner_transit(const dlc_learner *l) { return l ? l->transit_ema : 0; }
+int64_t dlc_learner_incarnation(const dlc_learner *l) { return l ? l->incarnation : 0; }
+int64_t dlc_learner_epoch(const dlc_learner *l) { return l ? l->epoch : 0; }

@@ -57,14 +57,15 @@ const char *dlc_cap_name(uint32_t bit) {
 typedef enum key_id {
     K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
     K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
-    K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_COUNT
+    K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_EPOCH, K_INCARNATION, K_RUN_HASH,
+    K_RUN_PARAMS, K_COUNT
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
 #define KEY_NAMES                                                                                   \
     X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
     X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
-    X("text")
+    X("text") X("e") X("i") X("rh") X("rp")
 #define X(s) s,
 static const char *const key_names[] = {KEY_NAMES};
 #undef X
@@ -96,6 +97,19 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
                          B(K_STEP_TIME) | B(K_FLAGS) | B(K_CODEC),
     [DLC_FRAME_BYE] = MSG_COMMON | B(K_TEXT),
     [DLC_FRAME_ERROR] = B(K_CODE) | B(K_TEXT),
+};
+
+/* Keys each frame type may carry but need not: newer than the protocol's first keys, so
+ * an older peer's frame without them is still read (absent = 0, not stated).  The
+ * encoder writes the fencing keys always, the run keys when hello.run_hash != 0. */
+#define MSG_FENCE (B(K_EPOCH) | B(K_INCARNATION))
+#define HELLO_RUN (B(K_RUN_HASH) | B(K_RUN_PARAMS))
+static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
+    [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
+    [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
+    [DLC_FRAME_FRAGMENT] = MSG_FENCE,      [DLC_FRAME_GRADIENT] = MSG_FENCE,
+    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE,  [DLC_FRAME_RESYNC] = MSG_FENCE,
+    [DLC_FRAME_BYE] = MSG_FENCE,
 };
 
 int dlc_frame_has_payload(dlc_frame_type t) {
@@ -460,6 +474,83 @@ static dlc_status get_names(int *why, key_id k, const msgpack_object *o, size_t 
 static const char *cap_by_index(int i) { return cap_names[i]; }
 static const char *codec_by_index(int i) { return dlc_codec_name((dlc_codec_kind)i); }
 
+/* The run description's compact form: a map of dlc_run_field names to values (integers,
+ * booleans, unsigned hashes, numbers, enum names).  Unknown names are a newer peer's
+ * fields, ignored; every field this build knows must be there, once. */
+static dlc_status get_run(int *why, const msgpack_object *o, dlc_run_params *r) {
+    if (o->type != MSGPACK_OBJECT_MAP) return field_type(why, K_RUN_PARAMS, o, "a map of run fields");
+    int nf = dlc_run_field_count();
+    uint64_t seen = 0;
+    DLC_ASSERT(nf <= 64);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *key = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+        if (key->type != MSGPACK_OBJECT_STR)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": key %u is a %s, expected a string",
+                        i, mp_type_name(key->type));
+        int j = 0;
+        const dlc_run_field *f = NULL;
+        for (; j < nf; j++)
+            if (str_eq(key, (f = dlc_run_field_at(j))->name)) break;
+        if (j == nf) continue;
+        if (seen & (1ull << j))
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s appears twice", f->name);
+        seen |= 1ull << j;
+        char *at = (char *)r + f->offset;
+        int iv = 0;
+        switch (f->type) {
+        case DLC_RUN_INT:
+            if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT32_MAX) iv = (int)v->via.u64;
+            else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER && v->via.i64 >= INT32_MIN) iv = (int)v->via.i64;
+            else goto bad;
+            memcpy(at, &iv, sizeof iv);
+            break;
+        case DLC_RUN_FLAG:
+            if (v->type != MSGPACK_OBJECT_BOOLEAN) goto bad;
+            iv = v->via.boolean ? 1 : 0;
+            memcpy(at, &iv, sizeof iv);
+            break;
+        case DLC_RUN_HASH64:
+            if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER) goto bad;
+            memcpy(at, &v->via.u64, sizeof v->via.u64);
+            break;
+        case DLC_RUN_NUMBER: {
+            double d;
+            if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64) d = v->via.f64;
+            else if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) d = (double)v->via.u64;
+            else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) d = (double)v->via.i64;
+            else goto bad;
+            if (!isfinite(d)) goto bad;
+            memcpy(at, &d, sizeof d);
+            break;
+        }
+        case DLC_RUN_ENUM:
+            if (v->type != MSGPACK_OBJECT_STR) goto bad;
+            for (iv = 0; iv < f->enum_count && !str_eq(v, f->enum_name(iv)); iv++) {}
+            if (iv == f->enum_count)
+                return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s = \"%.*s\": not one of "
+                            "its names", f->name, (int)(v->via.str.size > 32 ? 32 : v->via.str.size), v->via.str.ptr);
+            memcpy(at, &iv, sizeof iv);
+            break;
+        default: goto bad;
+        }
+        continue;
+    bad:
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s is a %s, expected %s", f->name,
+                    mp_type_name(v->type),
+                    f->type == DLC_RUN_INT ? "a 32-bit integer" : f->type == DLC_RUN_FLAG ? "a boolean"
+                    : f->type == DLC_RUN_HASH64 ? "an unsigned 64-bit hash" : f->type == DLC_RUN_NUMBER
+                    ? "a finite number" : "a name");
+    }
+    for (int j = 0; j < nf; j++)
+        if (!(seen & (1ull << j)))
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\" without %s",
+                        dlc_run_field_at(j)->name);
+    /* what the encoder refuses to write is not read either (a run no learner could run) */
+    if (dlc_run_params_check(r) < 0)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s", dlc_last_error());
+    return DLC_OK;
+}
+
 static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_frame *f) {
     int64_t i = 0;
     dlc_status st = DLC_OK;
@@ -536,6 +627,15 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
         f->code = (int)i;
         break;
     case K_TEXT: st = get_str(why, k, v, f->text, sizeof f->text); break;
+    case K_EPOCH: st = get_int(why, k, v, 0, INT64_MAX, &f->msg.epoch); break;
+    case K_INCARNATION: st = get_int(why, k, v, 0, INT64_MAX, &f->msg.incarnation); break;
+    case K_RUN_HASH:
+        if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 == 0)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "header field \"rh\": expected a nonzero unsigned 64-bit run hash");
+        h->run_hash = v->via.u64;
+        break;
+    case K_RUN_PARAMS: st = get_run(why, v, &h->run_params); break;
     case K_COUNT: DLC_ASSERT(0);
     }
     return st;
@@ -691,7 +791,7 @@ static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, con
         }
         int k = key_find(key, hint);
         hint = k + 1;
-        if (k == K_COUNT || !(type_keys[type] & B(k))) continue; /* a newer peer's field: ignored */
+        if (k == K_COUNT || !((type_keys[type] | type_optional[type]) & B(k))) continue; /* a newer peer's: ignored */
         if (present & B(k)) {
             st = fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header: field \"%s\" appears twice", key_names[k]);
             break;
@@ -708,6 +808,9 @@ static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, con
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "%s without its field \"%s\"", frame_names[type],
                     key_names[k]);
     }
+    if ((present & HELLO_RUN) && (present & HELLO_RUN) != HELLO_RUN)
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "%s with \"%s\" but without \"%s\"", frame_names[type],
+                    present & B(K_RUN_HASH) ? "rh" : "rp", present & B(K_RUN_HASH) ? "rp" : "rh");
     if (type == DLC_FRAME_RESYNC && !(out->msg.flags & DLC_MSG_RESYNC))
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "resync without the resync flag");
     if (type == DLC_FRAME_FRAGMENT && (out->msg.flags & DLC_MSG_RESYNC))
@@ -758,6 +861,43 @@ static int pack_names(msgpack_packer *pk, uint32_t bits, const char *(*name)(int
     return 0;
 }
 
+static int pack_run(msgpack_packer *pk, const dlc_run_params *r) {
+    int nf = dlc_run_field_count();
+    if (msgpack_pack_map(pk, (size_t)nf)) return -1;
+    for (int j = 0; j < nf; j++) {
+        const dlc_run_field *f = dlc_run_field_at(j);
+        const char *at = (const char *)r + f->offset;
+        int iv;
+        uint64_t u;
+        double d;
+        if (pack_cstr(pk, f->name, 64)) return -1;
+        int bad;
+        switch (f->type) {
+        case DLC_RUN_INT: memcpy(&iv, at, sizeof iv), bad = msgpack_pack_int(pk, iv); break;
+        case DLC_RUN_FLAG:
+            memcpy(&iv, at, sizeof iv);
+            bad = iv ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+            break;
+        case DLC_RUN_HASH64: memcpy(&u, at, sizeof u), bad = msgpack_pack_uint64(pk, u); break;
+        case DLC_RUN_NUMBER: memcpy(&d, at, sizeof d), bad = msgpack_pack_double(pk, d); break;
+        case DLC_RUN_ENUM:
+            memcpy(&iv, at, sizeof iv);
+            bad = f->enum_name(iv) ? pack_cstr(pk, f->enum_name(iv), 64) : -1;
+            break;
+        default: bad = -1;
+        }
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* The keys the encoder writes for f: the required ones and the optional ones it has. */
+static uint32_t keys_of(const dlc_frame *f) {
+    uint32_t keys = type_keys[f->type] | type_optional[f->type];
+    if ((f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME) && f->hello.run_hash == 0) keys &= ~HELLO_RUN;
+    return keys;
+}
+
 static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     const dlc_hello *h = &f->hello;
     if (msgpack_pack_str(pk, key_lens[k]) || msgpack_pack_str_body(pk, key_names[k], key_lens[k])) return -1;
@@ -794,6 +934,10 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
         return 0;
     case K_CODE: return msgpack_pack_int(pk, f->code);
     case K_TEXT: return pack_cstr(pk, f->text, DLC_PROTO_TEXT_MAX);
+    case K_EPOCH: return msgpack_pack_int64(pk, f->msg.epoch);
+    case K_INCARNATION: return msgpack_pack_int64(pk, f->msg.incarnation);
+    case K_RUN_HASH: return msgpack_pack_uint64(pk, h->run_hash);
+    case K_RUN_PARAMS: return pack_run(pk, &h->run_params);
     case K_COUNT: break;
     }
     return -1;
@@ -802,7 +946,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
 /* What the decoder would refuse, refused before it is sent. */
 static dlc_status check_encodable(const dlc_frame *f) {
     const dlc_msg *m = &f->msg;
-    uint32_t keys = type_keys[f->type];
+    uint32_t keys = keys_of(f);
     const char *name = frame_names[f->type];
     if ((keys & B(K_LEARNER)) && f->type != DLC_FRAME_HELLO && f->type != DLC_FRAME_WELCOME &&
         (m->learner < 0 || m->learner >= DLC_PROTO_LEARNERS_MAX))
@@ -823,6 +967,11 @@ static dlc_status check_encodable(const dlc_frame *f) {
     if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u))
         return dlc_error(DLC_ERR_ARG, "%s: flags 0x%x, expected 0x%x", name, m->flags,
                          f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u);
+    if ((keys & MSG_FENCE) && (m->epoch < 0 || m->incarnation < 0))
+        return dlc_error(DLC_ERR_ARG, "%s: epoch %lld, incarnation %lld: neither may be negative", name,
+                         (long long)m->epoch, (long long)m->incarnation);
+    if ((keys & HELLO_RUN) && dlc_run_params_check(&f->hello.run_params) < 0)
+        return dlc_error(DLC_ERR_ARG, "%s: its run description: %s", name, dlc_last_error());
     if ((keys & B(K_CODEC)) && (unsigned)m->codec >= DLC_CODEC_COUNT)
         return dlc_error(DLC_ERR_ARG, "%s: codec %d out of range", name, (int)m->codec);
     if (f->type == DLC_FRAME_ERROR && (f->code < 1 || f->code > 255))
@@ -850,7 +999,7 @@ int64_t dlc_proto_encode(const dlc_frame *f, const dlc_proto_layout *layout, uin
     outbuf ob = {out, DLC_PROTO_PREFIX, cap < DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX ? cap : DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &ob, out_write);
-    uint32_t keys = type_keys[f->type];
+    uint32_t keys = keys_of(f);
     int bad = msgpack_pack_map(&pk, (size_t)__builtin_popcount(keys));
     for (int k = 0; k < K_COUNT && !bad; k++)
         if (keys & B(k)) bad = pack_field(&pk, (key_id)k, f);
@@ -896,6 +1045,16 @@ dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, d
     if (ours->block != theirs->block)
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codec block %d, but this server uses %d", theirs->block,
                     ours->block);
+    if (ours->run_hash && theirs->run_hash) {
+        char d[320];
+        if (dlc_run_diff(&ours->run_params, &theirs->run_params, d, sizeof d) == 1)
+            return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "run description differs: %s", d);
+        if (ours->run_hash != theirs->run_hash)
+            return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE,
+                        "run hash %016llx, but this server's run hashes to %016llx, though every field this build "
+                        "knows agrees (a newer peer's field?)",
+                        (unsigned long long)theirs->run_hash, (unsigned long long)ours->run_hash);
+    }
     uint32_t codecs = ours->codecs & theirs->codecs;
     if (!(codecs & (1u << DLC_CODEC_F32)))
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codecs in common lack f32, which every peer must speak");

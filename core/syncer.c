@@ -8,6 +8,7 @@
  * current Θ_p and adds it to the accumulator, in learner order (so a run is
  * reproducible bit for bit). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/syncer.h"
@@ -18,7 +19,7 @@ static const char *const grace_names[] = {"adaptive", "off", "fixed"};
 _Static_assert(sizeof grace_names / sizeof grace_names[0] == DLC_GRACE_MODE_COUNT, "one name per grace mode");
 static const char *const weighting_names[] = {"tokens2_steps", "tokens", "uniform"};
 _Static_assert(sizeof weighting_names / sizeof weighting_names[0] == DLC_WEIGHTING_COUNT, "one name per weighting");
-static const char *const reject_names[] = {"stale", "nonfinite", "malformed"};
+static const char *const reject_names[] = {"stale", "nonfinite", "malformed", "epoch", "incarnation"};
 _Static_assert(sizeof reject_names / sizeof reject_names[0] == DLC_REJECT_REASON_COUNT, "one name per reason");
 
 const char *dlc_round_state_name(dlc_round_state s) {
@@ -80,6 +81,10 @@ struct dlc_syncer {
     int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
     int nlive;
     double xi_quorum;
+    int64_t epoch;           /* stamped on every message sent */
+    int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */
+    uint8_t *inc_open;       /* [M]: joined, its incarnation not heard since: the next one is taken */
+    uint8_t *fenced;         /* [M]: resynced for a fenced message, nothing taken from it since */
     dlc_syncer_action *q;
     int qcap, qhead, qlen;
 };
@@ -99,6 +104,7 @@ dlc_syncer_params dlc_syncer_default_params(void) {
     p.codec_up = DLC_CODEC_F32;
     p.codec_params = dlc_codec_default_params();
     p.codec_down = DLC_CODEC_F32;
+    p.epoch = 1;
     return p;
 }
 
@@ -132,6 +138,9 @@ dlc_status dlc_syncer_params_check(const dlc_syncer_params *p) {
                          dlc_codec_name(p->codec_down) ? dlc_codec_name(p->codec_down) : "(unknown)");
     if (!(p->timeout >= 0) || !isfinite(p->timeout))
         return dlc_error(DLC_ERR_ARG, "syncer: timeout = %g: expected seconds >= 0 (0 = never)", p->timeout);
+    if (p->epoch < 1)
+        return dlc_error(DLC_ERR_ARG, "syncer: epoch = %lld: expected >= 1 (the epoch this syncer incarnation stamps)",
+                         (long long)p->epoch);
     return DLC_OK;
 }
 
@@ -202,10 +211,14 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->ever = calloc((size_t)s->M, 1);
     s->sent_since = calloc((size_t)s->M * (size_t)(s->P > 0 ? s->P : 1), 1);
     s->sched = calloc((size_t)s->M, sizeof(int64_t));
+    s->epoch = sp->epoch;
+    s->incarnation = calloc((size_t)s->M, sizeof(int64_t));
+    s->inc_open = calloc((size_t)s->M, 1);
+    s->fenced = calloc((size_t)s->M, 1);
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
-        !s->q)
+        !s->q || !s->incarnation || !s->inc_open || !s->fenced)
         goto nomem;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
@@ -272,6 +285,9 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->ever);
     free(s->sent_since);
     free(s->sched);
+    free(s->incarnation);
+    free(s->inc_open);
+    free(s->fenced);
     free(s->q);
     free(s);
 }
@@ -352,6 +368,9 @@ static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
     return DLC_OK;
 }
 
+/* The incarnation stamped on what goes to learner m: 0 while a join waits to learn it. */
+static int64_t stamp_incarnation(const dlc_syncer *s, int m) { return s->inc_open[m] ? 0 : s->incarnation[m]; }
+
 /* FRAGMENT p to learner m; a resync also carries the run's phase and median step time. */
 static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held, int64_t phase,
                                 double step_time) {
@@ -362,7 +381,7 @@ static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, dou
     a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
                       .steps = phase, .step_time = step_time, .flags = flags, .held = held,
                       .codec = s->p.codec_down, .payload = f->out,
-                      .len = (size_t)f->out_len};
+                      .len = (size_t)f->out_len, .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
     return push(s, &a);
 }
 
@@ -451,7 +470,8 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
             if (!s->live[m]) continue;
             dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
             g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->dp_step,
-                              .codec = DLC_CODEC_F32, .payload = f->out, .len = (size_t)f->out_len};
+                              .codec = DLC_CODEC_F32, .payload = f->out, .len = (size_t)f->out_len,
+                              .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
             st = push(s, &g);
             sent += f->out_len;
         }
@@ -589,7 +609,12 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     return evaluate(s, 0, now);
 }
 
-static dlc_status make_live(dlc_syncer *s, int m, double now) {
+/* m live and resynced whole.  inc > 0: the incarnation it is known to be; 0 (a join):
+ * not known, its next stamped message tells. */
+static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
+    if (inc > 0) s->incarnation[m] = inc;
+    s->inc_open[m] = inc <= 0;
+    s->fenced[m] = 0;
     if (!s->live[m]) s->nlive++;
     s->live[m] = 1;
     s->heard[m] = now;
@@ -618,7 +643,7 @@ dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
     /* a learner that joins while still counted live restarted: what it sent before
      * belongs to its previous incarnation */
     if (s->live[m]) st = drop_learner(s, m, now);
-    return st == DLC_OK ? make_live(s, m, now) : st;
+    return st == DLC_OK ? make_live(s, m, 0, now) : st;
 }
 
 /* m leaves the live set; its contributions leave the open rounds. */
@@ -642,18 +667,58 @@ dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now) {
     return drop_learner(s, m, now);
 }
 
+/* A fenced message (syncer.h): refused, never merged; a live sender is resynced whole with
+ * this epoch, once until a message of it is taken again (what it sent before the resync
+ * reached it is refused alone); a contribution or gradient also makes a REJECTED action,
+ * a BYE nothing. */
+static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, double now) {
+    int L = m->learner;
+    const char *type = dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)";
+    char what[160];
+    if (why == DLC_REJECT_EPOCH)
+        snprintf(what, sizeof what, "stamped epoch %lld, but this syncer is epoch %lld (it talked to another syncer "
+                 "incarnation)", (long long)m->epoch, (long long)s->epoch);
+    else
+        snprintf(what, sizeof what, "of incarnation %lld, but learner %d is incarnation %lld now (a previous "
+                 "process of it)", (long long)m->incarnation, L, (long long)s->incarnation[L]);
+    dlc_status st = DLC_OK;
+    int resync = s->live[L] && m->type != DLC_MSG_BYE;
+    if (resync && (m->type == DLC_MSG_CONTRIBUTION || m->type == DLC_MSG_GRADIENT)) {
+        int p = m->type == DLC_MSG_CONTRIBUTION && m->fragment >= 0 && m->fragment < s->P ? m->fragment : 0;
+        dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = L, .fragment = p, .reason = why};
+        st = push(s, &a);
+    }
+    if (st == DLC_OK && resync && !s->fenced[L]) {
+        st = resync_all(s, L, now);
+        s->fenced[L] = 1;
+    }
+    if (st != DLC_OK) return st;
+    return dlc_error(DLC_ERR_FORMAT, "syncer: a %s from learner %d %s: refused, not merged%s", type, L, what,
+                     resync ? "; the learner is resynced" : "");
+}
+
 dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     if (!s || !m) return dlc_error(DLC_ERR_ARG, "syncer_receive: NULL argument");
     dlc_status st = check_learner(s, m->learner, "syncer_receive");
     if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
     clear_queue(s);
-    if (!s->live[m->learner] && m->type == DLC_MSG_BYE) return DLC_OK; /* gone already: not a rejoin */
-    if (!s->live[m->learner]) {
-        /* a learner we had given up on (timeout, restart) is back: resync it whole */
-        dlc_syncer_action a = {.type = DLC_SACT_JOINED, .learner = m->learner};
+    int L = m->learner;
+    if (m->incarnation < 0 || m->epoch < 0)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a message from learner %d stamped epoch %lld, incarnation %lld: "
+                         "expected >= 0", L, (long long)m->epoch, (long long)m->incarnation);
+    if (m->incarnation != 0 && m->incarnation < s->incarnation[L]) return fence(s, m, DLC_REJECT_INCARNATION, now);
+    if (!s->live[L] && m->type == DLC_MSG_BYE) return DLC_OK; /* gone already: not a rejoin */
+    if (!s->live[L] || (m->incarnation > s->incarnation[L] && !s->inc_open[L])) {
+        /* a learner we had given up on (timeout, restart) is back, or a newer incarnation
+         * of a live one (it restarted): resync it whole */
+        dlc_syncer_action a = {.type = DLC_SACT_JOINED, .learner = L};
         st = push(s, &a);
-        return st == DLC_OK ? make_live(s, m->learner, now) : st;
+        if (st == DLC_OK && s->live[L]) st = drop_learner(s, L, now);
+        return st == DLC_OK ? make_live(s, L, m->incarnation, now) : st;
     }
+    if (m->epoch != 0 && m->epoch != s->epoch) return fence(s, m, DLC_REJECT_EPOCH, now);
+    if (m->incarnation != 0) s->incarnation[L] = m->incarnation, s->inc_open[L] = 0;
+    s->fenced[L] = 0;
     heard_from(s, m, now);
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
@@ -756,6 +821,11 @@ dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena) {
         }
     }
     return DLC_OK;
+}
+
+int64_t dlc_syncer_epoch(const dlc_syncer *s) { return s ? s->epoch : 0; }
+int64_t dlc_syncer_incarnation(const dlc_syncer *s, int m) {
+    return s && m >= 0 && m < s->M ? s->incarnation[m] : 0;
 }
 
 void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum_s, double *sync) {

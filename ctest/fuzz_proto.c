@@ -53,7 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
          g.msg.len == f.msg.len && g.code == f.code && strcmp(g.text, f.text) == 0 &&
          memcmp(g.nonce, f.nonce, sizeof g.nonce) == 0 && memcmp(g.mac, f.mac, sizeof g.mac) == 0 &&
          strcmp(g.hello.run, f.hello.run) == 0 && g.hello.caps == f.hello.caps && g.hello.codecs == f.hello.codecs &&
-         g.hello.fragments == f.hello.fragments && g.hello.endpoints == f.hello.endpoints);
+         g.hello.fragments == f.hello.fragments && g.hello.endpoints == f.hello.endpoints &&
+         g.msg.epoch == f.msg.epoch && g.msg.incarnation == f.msg.incarnation &&
+         g.hello.run_hash == f.hello.run_hash &&
+         (!f.hello.run_hash || dlc_run_diff(&g.hello.run_params, &f.hello.run_params, NULL, 0) == 0));
     if (f.msg.len) same(memcmp(g.msg.payload, f.msg.payload, f.msg.len) == 0);
     if (f.type == DLC_FRAME_HELLO) {
         dlc_hello ours = f.hello, w;

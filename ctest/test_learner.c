@@ -821,6 +821,178 @@ static void test_hostile(void) {
     fx_free(&x);
 }
 
+/* Fencing (learner.h): stamps on what it sends; a FRAGMENT of an older syncer epoch is
+ * refused and changes nothing; a newer epoch is adopted; restart bumps the incarnation. */
+static void test_fence(void) {
+    fx x;
+    fx_make(&x, 2, 90);
+    int64_t size = dlc_params_size(x.p);
+    float *model = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    randv(model, size, 91, 1.0f);
+    randv(target, size, 92, 1.0f);
+    dlc_learner_params lp = lparams(1, 4, 1, 0, 0);
+    lp.incarnation = 0;
+    CHECK(dlc_learner_new(&lp, x.p, x.plan) == NULL && strstr(dlc_last_error(), "incarnation = 0"));
+    lp.incarnation = 7;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    CHECK(dlc_learner_incarnation(l) == 7 && dlc_learner_epoch(l) == 0 && dlc_learner_default_params().incarnation == 1);
+    /* the resync of epoch 2 */
+    float v[NMAX];
+    for (int p = 0; p < 2; p++) {
+        gather(&x, p, model, v);
+        dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.epoch = 2, m.incarnation = 7;
+        CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+    }
+    drain(l);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_epoch(l) == 2);
+    /* fragment 0 is due after step 4: the contribution carries epoch 2, incarnation 7 */
+    for (int t = 1; t <= 4; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0.1, t) == DLC_OK);
+        lrec r = drain(l);
+        if (t == 4) {
+            const dlc_learner_action *a = find(&r, DLC_LACT_SEND, 0);
+            CHECK(a && a->msg.type == DLC_MSG_CONTRIBUTION && a->msg.epoch == 2 && a->msg.incarnation == 7);
+        }
+    }
+    /* a merge of epoch 1 (a previous syncer still talking): refused, nothing applied */
+    float before[NMAX], got[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), before);
+    gather(&x, 0, target, v);
+    dlc_msg m = fragment_msg(1, 0, 4, 0, v, dlc_plan_numel(x.plan, 0));
+    m.epoch = 1;
+    CHECK(dlc_learner_receive(l, &m, 5) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "syncer epoch 1, but it follows epoch 2"));
+    CHECK(drain(l).n == 0 && dlc_learner_base_version(l, 0) == 3 && dlc_learner_epoch(l) == 2);
+    gather(&x, 0, dlc_params_data(x.p), got);
+    CHECK(memcmp(got, before, (size_t)dlc_plan_numel(x.plan, 0) * 4) == 0);
+    /* the same merge from epoch 2 is taken, and applied at the next step (tau = 1) */
+    m.epoch = 2;
+    CHECK(dlc_learner_receive(l, &m, 5) == DLC_OK);
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 5, 0.1, 5.5) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(find(&r, DLC_LACT_APPLIED, 0) && dlc_learner_base_version(l, 0) == 4);
+    /* a resync of epoch 3 (the syncer restarted): taken, and epoch 3 followed */
+    gather(&x, 1, model, v);
+    m = fragment_msg(1, 1, 0, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
+    m.epoch = 3;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3 && dlc_learner_base_version(l, 1) == 0);
+    drain(l);
+    m.epoch = 2;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_ERR_FORMAT && dlc_learner_epoch(l) == 3);
+    /* unstamped messages are not fenced */
+    m.epoch = 0;
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3);
+    drain(l);
+    /* a restart is the next incarnation; the epoch followed stays */
+    dlc_learner_stop(l);
+    CHECK(dlc_learner_restart(l, 7) == DLC_OK && dlc_learner_incarnation(l) == 8 && dlc_learner_epoch(l) == 3);
+    dlc_learner_free(l);
+    free(model);
+    free(target);
+    fx_free(&x);
+}
+
+/* Both machines over a syncer restart: a learner of syncer A (epoch 1) contributes after A
+ * was replaced by B (epoch 2, restarted from A's state); its contribution, stamped 1, is
+ * not merged, B resyncs it with epoch 2, the learner follows 2, and its next
+ * contribution merges.  Then it restarts: its next incarnation is taken after B's join. */
+static void test_fence_world(void) {
+    fx x;
+    fx_make(&x, 1, 95);
+    int64_t size = dlc_params_size(x.p);
+    float *target = malloc((size_t)size * 4);
+    randv(target, size, 96, 1.0f);
+    dlc_learner_params lp = lparams(0, 2, 0, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    dlc_syncer_params sp = dlc_syncer_default_params();
+    sp.learners = 1, sp.grace = DLC_GRACE_OFF;
+    dlc_syncer *a = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    sp.epoch = 2;
+    dlc_syncer *b = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(l);
+    CHECK_OK(a);
+    CHECK_OK(b);
+    if (!l || !a || !b) return;
+    dlc_syncer_action sa;
+    dlc_learner_action la;
+    CHECK(dlc_syncer_join(a, 0, 0) == DLC_OK);
+    while (dlc_syncer_poll(a, &sa)) CHECK(dlc_learner_receive(l, &sa.msg, 0) == DLC_OK);
+    CHECK(dlc_learner_epoch(l) == 1 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* A is gone; B takes over and joins the learner, whose resync is still on its way */
+    CHECK(dlc_syncer_join(b, 0, 1) == DLC_OK);
+    dlc_msg held[4];
+    uint8_t bytes[4][NMAX * 4];
+    int nheld = 0;
+    while (dlc_syncer_poll(b, &sa) && nheld < 4) {
+        held[nheld] = sa.msg;
+        memcpy(bytes[nheld], sa.msg.payload, sa.msg.len);
+        held[nheld].payload = bytes[nheld];
+        nheld++;
+    }
+    CHECK(nheld == 1 && held[0].epoch == 2 && (held[0].flags & DLC_MSG_RESYNC));
+    /* two steps: fragment 0 is due, sent stamped with epoch 1 */
+    dlc_msg c = {0};
+    for (int t = 1; t <= 2; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 1 + t) == DLC_OK);
+        while (dlc_learner_poll(l, &la))
+            if (la.type == DLC_LACT_SEND && la.msg.type == DLC_MSG_CONTRIBUTION) c = la.msg;
+    }
+    CHECK(c.type == DLC_MSG_CONTRIBUTION && c.epoch == 1 && c.incarnation == 1);
+    CHECK(dlc_syncer_receive(b, &c, 3) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "stamped epoch 1"));
+    int rejected = 0, resyncs = 0;
+    while (dlc_syncer_poll(b, &sa)) {
+        rejected += sa.type == DLC_SACT_REJECTED && sa.reason == DLC_REJECT_EPOCH;
+        resyncs += sa.type == DLC_SACT_SEND && (sa.msg.flags & DLC_MSG_RESYNC) && sa.msg.epoch == 2;
+        CHECK(sa.type != DLC_SACT_MERGED);
+    }
+    CHECK(rejected == 1 && resyncs == 1 && dlc_syncer_version(b, 0) == 0 && dlc_syncer_round_count(b, 0) == 0);
+    /* the held resync arrives: the learner follows epoch 2, and its next contribution merges */
+    CHECK(dlc_learner_receive(l, &held[0], 4) == DLC_OK && dlc_learner_epoch(l) == 2);
+    while (dlc_learner_poll(l, &la)) {}
+    c.type = 0;
+    for (int t = 3; t <= 4; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 4 + t) == DLC_OK);
+        while (dlc_learner_poll(l, &la))
+            if (la.type == DLC_LACT_SEND && la.msg.type == DLC_MSG_CONTRIBUTION) c = la.msg;
+    }
+    CHECK(c.type == DLC_MSG_CONTRIBUTION && c.epoch == 2);
+    CHECK(dlc_syncer_receive(b, &c, 9) == DLC_OK);
+    int merged = 0;
+    while (dlc_syncer_poll(b, &sa)) merged += sa.type == DLC_SACT_MERGED;
+    CHECK(merged == 1 && dlc_syncer_version(b, 0) == 1 && dlc_syncer_incarnation(b, 0) == 1);
+    /* the learner restarts: incarnation 2, joined by the driver, taken on its first message */
+    dlc_learner_stop(l);
+    CHECK(dlc_syncer_lost(b, 0, 10) == DLC_OK && dlc_learner_restart(l, 10) == DLC_OK);
+    CHECK(dlc_syncer_join(b, 0, 10) == DLC_OK);
+    while (dlc_syncer_poll(b, &sa)) CHECK(dlc_learner_receive(l, &sa.msg, 10) == DLC_OK);
+    while (dlc_learner_poll(l, &la)) {}
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_incarnation(l) == 2);
+    c.type = 0;
+    for (int t = 1; t <= 2; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 10 + t) == DLC_OK);
+        while (dlc_learner_poll(l, &la))
+            if (la.type == DLC_LACT_SEND && la.msg.type == DLC_MSG_CONTRIBUTION) c = la.msg;
+    }
+    CHECK(c.incarnation == 2 && dlc_syncer_receive(b, &c, 13) == DLC_OK && dlc_syncer_incarnation(b, 0) == 2);
+    int joined = 0;
+    merged = 0;
+    while (dlc_syncer_poll(b, &sa)) joined += sa.type == DLC_SACT_JOINED, merged += sa.type == DLC_SACT_MERGED;
+    CHECK(joined == 0 && merged == 1);
+    dlc_syncer_free(a);
+    dlc_syncer_free(b);
+    dlc_learner_free(l);
+    free(target);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -834,5 +1006,7 @@ int main(void) {
     test_decoupled_equals_diloco();
     test_dp_world();
     test_assert_and_refusals();
+    test_fence();
+    test_fence_world();
     return check_done("test_learner");
 }

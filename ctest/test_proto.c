@@ -311,6 +311,158 @@ static void test_hello(void) {
           g.hello.model_hash == 5);
 }
 
+/* ---- the run description in HELLO (rh, rp) and the fencing stamps (e, i) ---- */
+
+/* The server's run: plan and model hashes as its hello's. */
+static dlc_run_params server_run(void) {
+    dlc_run_params r = dlc_run_default_params();
+    r.fragments = 3, r.plan_hash = 0xfedcba9876543210ull, r.model_hash = 0x0123456789abcdefull;
+    return r;
+}
+
+/* A client hello stating run r, encoded and decoded as the server reads it. */
+static dlc_hello client_hello(const dlc_run_params *r) {
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.learner = -1, f.hello.fragments = 0, f.hello.endpoints = 0;
+    f.hello.run_hash = dlc_run_hash(r), f.hello.run_params = *r;
+    size_t n = encode(&f);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK);
+    return g.hello;
+}
+
+/* Learner run `r` against the server's: refused with `field` named, both values. */
+static void run_refused(const dlc_run_params *r, const char *text) {
+    dlc_hello ours = server_hello(), theirs = client_hello(r), w;
+    dlc_run_params sr = server_run();
+    ours.run_hash = dlc_run_hash(&sr), ours.run_params = sr;
+    int why = -1;
+    CHECK(dlc_proto_negotiate(&ours, &theirs, &w, &why) == DLC_ERR_STATE && why == DLC_PERR_MISMATCH);
+    if (!strstr(dlc_last_error(), text)) {
+        fprintf(stderr, "expected \"%s\" in: %s\n", text, dlc_last_error());
+        CHECK(0);
+    }
+}
+
+static void test_hello_run(void) {
+    dlc_run_params sr = server_run();
+    dlc_hello ours = server_hello(), w;
+    ours.run_hash = dlc_run_hash(&sr), ours.run_params = sr;
+    /* the same run: welcome, which states the server's run back */
+    dlc_hello theirs = client_hello(&sr);
+    CHECK(theirs.run_hash == ours.run_hash && dlc_run_diff(&sr, &theirs.run_params, NULL, 0) == 0);
+    int why = -1;
+    CHECK(dlc_proto_negotiate(&ours, &theirs, &w, &why) == DLC_OK && why == DLC_PERR_NONE);
+    CHECK(w.run_hash == ours.run_hash);
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello = w, f.hello.learner = 1;
+    size_t n = encode(&f);
+    corpus_write("welcome_run", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.run_hash == ours.run_hash &&
+          dlc_run_diff(&sr, &g.hello.run_params, NULL, 0) == 0 && g.hello.owner[1] == 1);
+
+    /* each field that differs refuses the learner, named with both values */
+    dlc_run_params r = sr;
+    r.tau = 3;
+    run_refused(&r, "run description differs: sync.tau: 2 here, 3 in the learner's run");
+    r = sr, r.H = 30;
+    run_refused(&r, "sync.H: 24 here, 30 in the learner's run");
+    r = sr, r.blocking = 1;
+    run_refused(&r, "sync.blocking: false here, true in the learner's run");
+    r = sr, r.dp = 1, r.preset = DLC_PRESET_DP, r.fragments = 1;
+    run_refused(&r, "sync.dp: false here, true in the learner's run");
+    r = sr, r.codec_up = DLC_CODEC_INT8;
+    run_refused(&r, "sync.codec: f32 here, int8 in the learner's run");
+    r = sr, r.outer_lr = 0.5;
+    run_refused(&r, "outer.lr: 0.7 here, 0.5 in the learner's run");
+    /* hashes that differ with every known field equal: a newer peer's field */
+    theirs = client_hello(&sr);
+    theirs.run_hash ^= 1;
+    CHECK(dlc_proto_negotiate(&ours, &theirs, &w, &why) == DLC_ERR_STATE && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "though every field this build knows agrees"));
+    /* an older peer states no run: compared as before, on mh, ph and blk */
+    theirs = client_hello(&sr);
+    theirs.run_hash = 0;
+    CHECK(dlc_proto_negotiate(&ours, &theirs, &w, &why) == DLC_OK);
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.learner = -1, f.hello.fragments = 0, f.hello.endpoints = 0;
+    n = encode(&f);
+    CHECK(find(scratch, n, "\xa2rh", 3) == NULL && find(scratch, n, "\xa2rp", 3) == NULL);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.run_hash == 0);
+    /* a run that fails its check is not encoded */
+    f.hello.run_hash = 1, f.hello.run_params = sr, f.hello.run_params.tau = 24;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, sizeof scratch) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "sync.tau = 24"));
+
+    /* hostile descriptions: each refused, named */
+    f.hello.run_hash = dlc_run_hash(&sr), f.hello.run_params = sr;
+    size_t good = encode(&f);
+    static uint8_t orig[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX], buf[sizeof orig];
+    CHECK(good <= sizeof buf);
+    memcpy(orig, scratch, good); /* refuse() encodes into scratch */
+    struct {
+        const char *name, *find, *put;
+        size_t len;
+        const char *needle;
+    } cases[] = {
+        {"hello_rh_without_rp", "\xa2rp", "\xa2rq", 3, "hello with \"rh\" but without \"rp\""},
+        {"hello_rp_wrong_type", "\xa8sync.tau\x02", "\xa8sync.tau\xc3", 10, "sync.tau is a boolean, expected a 32-bit integer"},
+        {"hello_rp_unknown_enum", "balanced", "balancex", 8, "sync.plan = \"balancex\": not one of its names"},
+        {"hello_rp_missing_field", "\xa9sync.ring", "\xa9sync.rinG", 10, "\"rp\" without sync.ring"},
+        {"hello_rp_unrunnable", "\xa8sync.tau\x02", "\xa8sync.tau\x18", 10, "\"rp\": run: sync.tau = 24: expected"},
+        {"hello_rp_flag_as_int", "\xadsync.blocking\xc2", "\xadsync.blocking\x00", 15, "sync.blocking is a integer, expected a boolean"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(buf, orig, good);
+        uint8_t *at = find(buf, good, cases[c].find, cases[c].len);
+        CHECK(at != NULL);
+        if (!at) continue;
+        memcpy(at, cases[c].put, cases[c].len);
+        refuse(cases[c].name, buf, good, DLC_PERR_MALFORMED, cases[c].needle);
+    }
+    /* rh = 0 is never written: refused */
+    memcpy(buf, orig, good);
+    uint8_t *at = find(buf, good, "\xa2rh\xcf", 4);
+    CHECK(at != NULL);
+    if (at) {
+        memset(at + 4, 0, 8);
+        refuse("hello_rh_zero", buf, good, DLC_PERR_MALFORMED, "nonzero unsigned 64-bit run hash");
+    }
+}
+
+static void test_fence_stamps(void) {
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.learner = 2, f.msg.steps = 5, f.msg.tokens = 9, f.msg.epoch = 3, f.msg.incarnation = 7;
+    size_t n = encode(&f);
+    corpus_write("heartbeat_stamped", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.msg.epoch == 3 && g.msg.incarnation == 7);
+    /* an older peer's frame without the stamps: 0, not stated */
+    uint8_t *e = find(scratch, n, "\xa1" "e\x03", 3), *i = find(scratch, n, "\xa1i\x07", 3);
+    CHECK(e && i);
+    if (e && i) {
+        e[1] = 'x', i[1] = 'y';
+        CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.msg.epoch == 0 && g.msg.incarnation == 0 &&
+              g.msg.steps == 5);
+        e[1] = 'e', i[1] = 'i';
+        e[2] = 0xff; /* -1 */
+        refuse("heartbeat_negative_epoch", scratch, n, DLC_PERR_MALFORMED, "\"e\" = -1");
+    }
+    /* every message type carries them */
+    uint8_t pay[64] = {0};
+    dlc_msg m = {.type = DLC_MSG_FRAGMENT, .learner = 1, .fragment = 2, .version = 4, .codec = DLC_CODEC_F32,
+                 .payload = pay, .len = 28, .epoch = 2, .incarnation = 5, .flags = DLC_MSG_RESYNC};
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK);
+    n = encode(&f);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.type == DLC_FRAME_RESYNC &&
+          g.msg.epoch == 2 && g.msg.incarnation == 5);
+    f.msg.epoch = -1;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "epoch -1"));
+}
+
 static void test_prefix(void) {
     uint8_t buf[64], hdr[1] = {0x80};
     size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
@@ -612,6 +764,8 @@ int main(int argc, char **argv) {
     test_roundtrip();
     test_decoder();
     test_hello();
+    test_hello_run();
+    test_fence_stamps();
     test_prefix();
     test_header_walk();
     test_fields();

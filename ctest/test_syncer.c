@@ -1099,6 +1099,154 @@ static void test_blocking_rejoin(void) {
     }
 }
 
+/* ---- fencing: incarnations and epochs (syncer.h) ---- */
+
+static dlc_msg heartbeat_msg(int L, int64_t epoch, int64_t inc) {
+    return (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = L, .steps = 1, .codec = DLC_CODEC_F32, .epoch = epoch,
+                     .incarnation = inc};
+}
+
+/* The full model went to learner m: one RESYNC per fragment, stamped (epoch, inc). */
+static int resynced(const rec *r, int m, int P, int64_t epoch, int64_t inc) {
+    int k = 0;
+    for (int p = 0; p < P; p++) {
+        const dlc_msg *f = sent_to(r, m, p);
+        k += f && (f->flags & DLC_MSG_RESYNC) && f->epoch == epoch && f->incarnation == inc;
+    }
+    return k == P;
+}
+
+/* A newer incarnation rejoins (full resync); a contribution from the older one after
+ * that is refused, not merged, and the learner is resynced; the current one merges. */
+static void test_fence_incarnation(void) {
+    fx x;
+    fx_make(&x, 2, 140);
+    int64_t n0 = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 2, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float d[NMAX];
+    randv(d, n0, 1400, 0.1f);
+    join_all(s, 2, 0);
+    CHECK(dlc_syncer_incarnation(s, 0) == 0 && dlc_syncer_epoch(s) == 1);
+    /* after the join, the first stamped message tells the incarnation: taken, nothing sent */
+    dlc_msg h = heartbeat_msg(0, 1, 1);
+    CHECK(dlc_syncer_receive(s, &h, 1) == DLC_OK && drain(s).n == 0 && dlc_syncer_incarnation(s, 0) == 1);
+    h = heartbeat_msg(1, 1, 1);
+    CHECK(dlc_syncer_receive(s, &h, 1) == DLC_OK && drain(s).n == 0);
+    /* learner 1's contribution opens a round */
+    dlc_msg c = contribution(1, 0, 0, 4, 40, d, n0);
+    c.epoch = 1, c.incarnation = 1;
+    CHECK(dlc_syncer_receive(s, &c, 2) == DLC_OK && drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 1);
+    /* learner 0 restarted (incarnation 2) before the syncer saw it go: a rejoin */
+    h = heartbeat_msg(0, 1, 2);
+    CHECK(dlc_syncer_receive(s, &h, 3) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *j = find_type(&r, DLC_SACT_JOINED);
+    CHECK(j && j->learner == 0 && count_type(&r, DLC_SACT_SEND) == 2 && resynced(&r, 0, 2, 1, 2));
+    CHECK(dlc_syncer_incarnation(s, 0) == 2 && dlc_syncer_is_live(s, 0) && dlc_syncer_live(s) == 2);
+    /* a contribution of incarnation 1 (the previous process, still talking): refused */
+    c = contribution(0, 0, 0, 4, 40, d, n0);
+    c.epoch = 1, c.incarnation = 1;
+    CHECK(dlc_syncer_receive(s, &c, 4) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "of incarnation 1, but learner 0 is incarnation 2") &&
+          strstr(dlc_last_error(), "not merged"));
+    r = drain(s);
+    const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(ra && ra->learner == 0 && ra->fragment == 0 && ra->reason == DLC_REJECT_INCARNATION);
+    CHECK(strcmp(dlc_reject_reason_name(DLC_REJECT_INCARNATION), "incarnation") == 0);
+    CHECK(resynced(&r, 0, 2, 1, 2) && count_type(&r, DLC_SACT_MERGED) == 0);
+    CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_version(s, 0) == 0);
+    /* its heartbeat and BYE are refused too, without a second resync; the BYE does not
+     * drop the current learner */
+    h = heartbeat_msg(0, 1, 1);
+    CHECK(dlc_syncer_receive(s, &h, 4.5) == DLC_ERR_FORMAT && drain(s).n == 0);
+    dlc_msg bye = {.type = DLC_MSG_BYE, .learner = 0, .epoch = 1, .incarnation = 1};
+    CHECK(dlc_syncer_receive(s, &bye, 4.6) == DLC_ERR_FORMAT && drain(s).n == 0 && dlc_syncer_is_live(s, 0));
+    /* incarnation 2's contribution completes the round: merged, both contributors */
+    c.incarnation = 2;
+    CHECK(dlc_syncer_receive(s, &c, 5) == DLC_OK);
+    r = drain(s);
+    const dlc_syncer_action *mg = find_type(&r, DLC_SACT_MERGED);
+    CHECK(mg && mg->merge.count == 2 && dlc_syncer_version(s, 0) == 1);
+    const dlc_msg *f = sent_to(&r, 0, 0);
+    CHECK(f && f->flags == 0 && f->epoch == 1 && f->incarnation == 2);
+    /* unstamped messages are not fenced */
+    h = heartbeat_msg(0, 0, 0);
+    CHECK(dlc_syncer_receive(s, &h, 6) == DLC_OK && drain(s).n == 0 && dlc_syncer_incarnation(s, 0) == 2);
+    /* a driver's join: the next incarnation is taken without a second resync */
+    CHECK(dlc_syncer_join(s, 1, 7) == DLC_OK);
+    r = drain(s);
+    CHECK(resynced(&r, 1, 2, 1, 0));
+    h = heartbeat_msg(1, 1, 5);
+    CHECK(dlc_syncer_receive(s, &h, 8) == DLC_OK && drain(s).n == 0 && dlc_syncer_incarnation(s, 1) == 5);
+    /* ... but an older one stays refused after it */
+    h = heartbeat_msg(1, 1, 4);
+    CHECK(dlc_syncer_receive(s, &h, 9) == DLC_ERR_FORMAT);
+    /* a lost learner's stale incarnation does not make it join again */
+    CHECK(dlc_syncer_lost(s, 1, 10) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_receive(s, &h, 11) == DLC_ERR_FORMAT && drain(s).n == 0 && !dlc_syncer_is_live(s, 1));
+    h.incarnation = 5;
+    CHECK(dlc_syncer_receive(s, &h, 12) == DLC_OK && dlc_syncer_is_live(s, 1));
+    r = drain(s);
+    CHECK(find_type(&r, DLC_SACT_JOINED) && resynced(&r, 1, 2, 1, 5));
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
+/* A syncer restarted as a new process runs epoch 2: a contribution stamped with epoch 1
+ * (computed against the previous syncer) is refused, not merged, and triggers a resync
+ * stamped 2; once the learner stamps 2 it merges. */
+static void test_fence_epoch(void) {
+    fx x;
+    fx_make(&x, 2, 150);
+    int64_t n0 = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    sp.epoch = 0;
+    CHECK(dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p)) == NULL && strstr(dlc_last_error(), "epoch = 0"));
+    sp.epoch = 2;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    CHECK(dlc_syncer_epoch(s) == 2 && dlc_syncer_default_params().epoch == 1);
+    float d[NMAX];
+    randv(d, n0, 1500, 0.1f);
+    join_all(s, 2, 0);
+    dlc_msg c = contribution(1, 0, 0, 4, 40, d, n0);
+    c.epoch = 1, c.incarnation = 1;
+    CHECK(dlc_syncer_receive(s, &c, 1) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "stamped epoch 1, but this syncer is epoch 2"));
+    rec r = drain(s);
+    const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(ra && ra->learner == 1 && ra->fragment == 0 && ra->reason == DLC_REJECT_EPOCH);
+    CHECK(resynced(&r, 1, 2, 2, 0) && count_type(&r, DLC_SACT_MERGED) == 0);
+    CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_version(s, 0) == 0);
+    /* a later epoch than the syncer's (it is the stale one) is refused as well; the
+     * learner, resynced already, is not resynced again until it is heard right */
+    c.epoch = 3;
+    CHECK(dlc_syncer_receive(s, &c, 1.5) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "stamped epoch 3"));
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_REJECTED) == 1 && count_type(&r, DLC_SACT_SEND) == 0);
+    /* stamped with this epoch: merged at once (K = 1, grace off) */
+    c.epoch = 2;
+    CHECK(dlc_syncer_receive(s, &c, 2) == DLC_OK);
+    r = drain(s);
+    CHECK(find_type(&r, DLC_SACT_MERGED) && dlc_syncer_version(s, 0) == 1);
+    const dlc_msg *f = sent_to(&r, 0, 0);
+    CHECK(f && f->epoch == 2 && f->incarnation == 0); /* learner 0 has not stamped yet */
+    f = sent_to(&r, 1, 0);
+    CHECK(f && f->epoch == 2 && f->incarnation == 1);
+    /* heard right once: a stale message resyncs it again */
+    dlc_msg h = heartbeat_msg(1, 1, 1);
+    CHECK(dlc_syncer_receive(s, &h, 3) == DLC_ERR_FORMAT);
+    r = drain(s);
+    CHECK(resynced(&r, 1, 2, 2, 1) && find_type(&r, DLC_SACT_REJECTED) == NULL);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 int main(void) {
     test_quorum_grace_late();
     test_grace_cut_short();
@@ -1121,5 +1269,7 @@ int main(void) {
     test_zero_weight();
     test_hostile();
     test_refusals();
+    test_fence_incarnation();
+    test_fence_epoch();
     return check_done("test_syncer");
 }

@@ -96,15 +96,19 @@ void dlcL_open_vtime(lua_State *L, int mod, int st);
 void dlcL_open_rt(lua_State *L, int mod, int st);
 /* diloco.proc, child processes of a supervisor (lproc.c). */
 void dlcL_open_proc(lua_State *L, int mod, int st);
-/* The learner and syncer options of diloco.VTime (and of the real-time drivers) in the
- * table at t, checked (raises naming the option).  The syncer's embedding list becomes
- * a userdata pushed below the table at t's position's top: it lives until the calling C
- * function returns.  M learners, ntensors tensors. */
+/* The learner and syncer options of diloco.VTime (and of the real-time drivers), checked
+ * (raises naming the option), through one run description (core/run.h) so that both
+ * derive from the same fields: the learner table at lt (with learner.preset) and, for
+ * the syncer, the syncer table at st; P, the plan kind and the hashes come from plan.
+ * The learner's id is 0 (set it after).  The syncer's embedding list becomes a userdata
+ * pushed on the stack: it lives until the calling C function returns.  M learners. */
 struct dlc_learner_params;
 struct dlc_syncer_params;
 struct dlc_merge_info;
-void dlcL_read_learner_params(lua_State *L, int t, struct dlc_learner_params *lp);
-void dlcL_read_syncer_params(lua_State *L, int t, struct dlc_syncer_params *sp, int M, int ntensors);
+struct dlc_plan;
+void dlcL_read_learner_params(lua_State *L, int lt, const struct dlc_plan *plan, struct dlc_learner_params *lp);
+void dlcL_read_syncer_params(lua_State *L, int lt, int st, const struct dlc_plan *plan, int M,
+                             struct dlc_syncer_params *sp);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 

@@ -127,16 +127,10 @@ static int l_syncer(lua_State *L) {
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
         return luaL_error(L, "%s: learners must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
     dlc_srt_config c = dlc_srt_default_config();
-    dlc_learner_params lp;
     int li = subtable(L, 1, WHO, "learner");
-    dlcL_read_learner_params(L, li, &lp);
     int si = subtable(L, 1, WHO, "syncer");
-    dlcL_read_syncer_params(L, si, &c.syncer, (int)M, dlc_plan_tensors(plan));
-    c.syncer.blocking = lp.blocking; /* what the learners do, the syncer's rounds must know */
-    c.syncer.tau = lp.tau;
-    c.syncer.dp = lp.dp;
-    c.syncer.codec_up = lp.codec;
-    c.syncer.codec_params = lp.codec_params;
+    /* with what the learners do: one run description (core/run.h) */
+    dlcL_read_syncer_params(L, li, si, plan, (int)M, &c.syncer);
     int ni = subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
@@ -296,7 +290,7 @@ static int l_learner(lua_State *L) {
     lua_settop(L, 3);
     dlc_lrt_config c = dlc_lrt_default_config();
     int li = subtable(L, 1, WHO, "learner");
-    dlcL_read_learner_params(L, li, &c.learner);
+    dlcL_read_learner_params(L, li, plan, &c.learner);
     c.learner.id = -1;
     int ty = lua_getfield(L, 1, "id");
     if (ty != LUA_TNIL) {

@@ -16,13 +16,16 @@
  *                  timeout = 10 },
  *       chaos = ch,                         -- optional diloco.Chaos
  *     }
+ *   (learner.preset = "decoupled" names the run's sync.preset; default dp when learner.dp)
  *     while true do
  *       local ev = vt:next()                -- {type = "step", learner = 2, time =, step =}, ...
  *       if ev.type == "done" then break end
  *       ...
  *     end
  *
- * Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
+ * The learner and syncer tables are read into one run description (core/run.h), from
+ * which both state machines' params derive, so they cannot disagree (one ema: syncer.ema
+ * must equal learner.ema if both are given).  Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
  * Plan and Chaos (a user value), so they live as long as it does; closing one of them
  * while the VTime runs is misuse the C side cannot see: don't.
  */
@@ -90,62 +93,98 @@ static void check_status(lua_State *L, dlc_status s) {
     if (s != DLC_OK) dlcL_error(L);
 }
 
-void dlcL_read_learner_params(lua_State *L, int t, dlc_learner_params *lp) {
-    *lp = dlc_learner_default_params();
-    lp->dp = optbool(L, t, "learner", "dp", 0);
-    lp->H = optint(L, t, "learner", "H", lp->H);
-    lp->tau = optint(L, t, "learner", "tau", lp->tau);
-    lp->alpha = optnum(L, t, "learner", "alpha", lp->alpha);
-    lp->blocking = optbool(L, t, "learner", "blocking", 0);
-    check_status(L, dlc_codec_from_name(optstr(L, t, "learner", "codec", "f32"), &lp->codec));
-    lp->codec_params.block = optint(L, t, "learner", "block", lp->codec_params.block);
-    lp->error_feedback = optbool(L, t, "learner", "error_feedback", 0);
-    lp->heartbeat = optnum(L, t, "learner", "heartbeat", lp->heartbeat);
-    lp->ema = optnum(L, t, "learner", "ema", lp->ema);
-}
+/* The run description (core/run.h) from the options: the learner table at lt and the
+ * syncer table at st (0: none, its fields at their defaults) name its fields (one ema:
+ * syncer.ema, if given, must be learner.ema); learner.preset names the preset (default:
+ * dp for a data-parallel run, else decoupled); the plan gives P, its kind and the hashes.
+ * What each process chooses alone comes back in *x: the heartbeat, the timeout and the
+ * embedding flags (a userdata pushed on the stack, alive until the calling C function
+ * returns; NULL for none). */
+typedef struct run_extras {
+    double heartbeat, timeout;
+    const uint8_t *embedding;
+} run_extras;
 
-void dlcL_read_syncer_params(lua_State *L, int t, dlc_syncer_params *sp, int M, int ntensors) {
-    *sp = dlc_syncer_default_params();
-    sp->learners = M;
-    sp->quorum = optint(L, t, "syncer", "quorum", sp->quorum);
-    int ty = lua_getfield(L, t, "grace");
+static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *r, run_extras *x) {
+    *r = dlc_run_default_params();
+    r->dp = optbool(L, lt, "learner", "dp", 0);
+    check_status(L, dlc_run_preset_parse(optstr(L, lt, "learner", "preset", r->dp ? "dp" : "decoupled"), &r->preset));
+    r->fragments = dlc_plan_count(plan);
+    r->plan = dlc_plan_get_params(plan).kind;
+    r->plan_hash = dlc_plan_hash(plan);
+    r->model_hash = dlc_plan_model_hash(plan);
+    r->H = optint(L, lt, "learner", "H", r->H);
+    r->tau = optint(L, lt, "learner", "tau", r->tau);
+    r->alpha = optnum(L, lt, "learner", "alpha", r->alpha);
+    r->blocking = optbool(L, lt, "learner", "blocking", 0);
+    check_status(L, dlc_codec_from_name(optstr(L, lt, "learner", "codec", "f32"), &r->codec_up));
+    r->block = optint(L, lt, "learner", "block", r->block);
+    r->error_feedback = optbool(L, lt, "learner", "error_feedback", 0);
+    x->heartbeat = optnum(L, lt, "learner", "heartbeat", dlc_learner_default_params().heartbeat);
+    r->ema = optnum(L, lt, "learner", "ema", r->ema);
+    x->timeout = 0;
+    x->embedding = NULL;
+    if (!st) return;
+
+    double sema = optnum(L, st, "syncer", "ema", r->ema);
+    if (sema != r->ema)
+        luaL_error(L, "VTime: syncer.ema = %f but learner.ema = %f: a run has one ema (sync.ema)", sema, r->ema);
+    r->quorum = optint(L, st, "syncer", "quorum", r->quorum);
+    int ty = lua_getfield(L, st, "grace");
     if (ty == LUA_TNUMBER) {
-        sp->grace = DLC_GRACE_FIXED;
-        sp->grace_s = lua_tonumber(L, -1);
+        r->grace = DLC_GRACE_FIXED;
+        r->grace_s = lua_tonumber(L, -1);
     } else if (ty == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "off")) {
-        sp->grace = DLC_GRACE_OFF;
+        r->grace = DLC_GRACE_OFF;
     } else if (ty == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "adaptive")) {
-        sp->grace = DLC_GRACE_ADAPTIVE;
+        r->grace = DLC_GRACE_ADAPTIVE;
     } else if (ty != LUA_TNIL) {
         luaL_error(L, "VTime: syncer.grace = %s: expected \"adaptive\", \"off\" or seconds", luaL_tolstring(L, -1, NULL));
     }
     lua_pop(L, 1);
-    sp->grace_gamma = optnum(L, t, "syncer", "grace_gamma", sp->grace_gamma);
-    sp->ema = optnum(L, t, "syncer", "ema", sp->ema);
-    check_status(L, dlc_weighting_parse(optstr(L, t, "syncer", "weighting", "tokens2_steps"), &sp->weighting));
-    check_status(L, dlc_merge_mode_parse(optstr(L, t, "syncer", "merge", "rda"), &sp->merge));
-    check_status(L, dlc_codec_from_name(optstr(L, t, "syncer", "codec_down", "f32"), &sp->codec_down));
-    sp->timeout = optnum(L, t, "syncer", "timeout", 0);
-    sp->outer.ring = optint(L, t, "syncer", "ring", sp->outer.ring);
-    int o = subtable(L, t, "outer");
-    sp->outer.lr = optnum(L, o, "syncer.outer", "lr", sp->outer.lr);
-    sp->outer.momentum = optnum(L, o, "syncer.outer", "momentum", sp->outer.momentum);
-    sp->outer.nesterov = optbool(L, o, "syncer.outer", "nesterov", sp->outer.nesterov);
+    r->grace_gamma = optnum(L, st, "syncer", "grace_gamma", r->grace_gamma);
+    check_status(L, dlc_weighting_parse(optstr(L, st, "syncer", "weighting", "tokens2_steps"), &r->weighting));
+    check_status(L, dlc_merge_mode_parse(optstr(L, st, "syncer", "merge", "rda"), &r->merge));
+    check_status(L, dlc_codec_from_name(optstr(L, st, "syncer", "codec_down", "f32"), &r->codec_down));
+    x->timeout = optnum(L, st, "syncer", "timeout", 0);
+    r->ring = optint(L, st, "syncer", "ring", r->ring);
+    int o = subtable(L, st, "outer");
+    r->outer_lr = optnum(L, o, "syncer.outer", "lr", r->outer_lr);
+    r->outer_momentum = optnum(L, o, "syncer.outer", "momentum", r->outer_momentum);
+    r->outer_nesterov = optbool(L, o, "syncer.outer", "nesterov", r->outer_nesterov);
     lua_pop(L, 1);
-    ty = lua_getfield(L, t, "embedding");
+    ty = lua_getfield(L, st, "embedding");
     if (ty == LUA_TTABLE) {
-        uint8_t *emb = lua_newuserdatauv(L, (size_t)ntensors + 1, 0); /* lives until l_vtime returns */
+        int ntensors = dlc_plan_tensors(plan);
+        uint8_t *emb = lua_newuserdatauv(L, (size_t)ntensors + 1, 0); /* lives until the caller returns */
         lua_insert(L, -2);
         for (int i = 0; i < ntensors; i++) {
             lua_rawgeti(L, -1, i + 1);
             emb[i] = (uint8_t)lua_toboolean(L, -1);
             lua_pop(L, 1);
         }
-        sp->embedding = emb;
+        x->embedding = emb;
     } else if (ty != LUA_TNIL) {
         luaL_error(L, "VTime: syncer.embedding must be a list of booleans (one per tensor)");
     }
     lua_pop(L, 1);
+}
+
+void dlcL_read_learner_params(lua_State *L, int lt, const dlc_plan *plan, dlc_learner_params *lp) {
+    dlc_run_params run;
+    run_extras x;
+    read_run(L, lt, 0, plan, &run, &x);
+    check_status(L, dlc_run_learner_params(&run, 0, lp));
+    lp->heartbeat = x.heartbeat;
+}
+
+void dlcL_read_syncer_params(lua_State *L, int lt, int st, const dlc_plan *plan, int M, dlc_syncer_params *sp) {
+    dlc_run_params run;
+    run_extras x;
+    read_run(L, lt, st, plan, &run, &x);
+    check_status(L, dlc_run_syncer_params(&run, M, sp));
+    sp->timeout = x.timeout;
+    sp->embedding = x.embedding;
 }
 
 /* diloco.VTime{...} */
@@ -189,14 +228,16 @@ static int l_vtime(lua_State *L) {
     vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
-    dlcL_read_learner_params(L, li, &vp.learner);
     int si = subtable(L, 1, "syncer");
-    dlcL_read_syncer_params(L, si, &vp.syncer, M, dlc_plan_tensors(plan));
-    vp.syncer.blocking = vp.learner.blocking; /* the syncer's rounds must know (a deadlock otherwise) */
-    vp.syncer.tau = vp.learner.tau;
-    vp.syncer.dp = vp.learner.dp;
-    vp.syncer.codec_up = vp.learner.codec;
-    vp.syncer.codec_params = vp.learner.codec_params;
+    /* both state machines' params derive from the one run description (vtime sets the ids) */
+    dlc_run_params run;
+    run_extras x;
+    read_run(L, li, si, plan, &run, &x);
+    check_status(L, dlc_run_learner_params(&run, 0, &vp.learner));
+    vp.learner.heartbeat = x.heartbeat;
+    check_status(L, dlc_run_syncer_params(&run, M, &vp.syncer));
+    vp.syncer.timeout = x.timeout;
+    vp.syncer.embedding = x.embedding;
     if (lua_getfield(L, 1, "islands") != LUA_TTABLE || luaL_len(L, -1) != M)
         return luaL_error(L, "VTime: islands must be a list of %d island tables (one per learner)", M);
     int ii = lua_gettop(L);

@@ -80,8 +80,9 @@ function M.sync_options(r, plist, heartbeat, timeout)
   local grace = sy.grace
   if sy.grace_s then grace = sy.grace_s end
   local schedule = type(sy.schedule) == "function"
-  local learner = { dp = dp, H = schedule and 0 or sy.H, tau = sy.tau, alpha = sy.alpha, blocking = sy.blocking,
-    codec = sy.codec, block = sy.block, error_feedback = sy.error_feedback, heartbeat = heartbeat, ema = sy.ema }
+  local learner = { preset = sy.preset, dp = dp, H = schedule and 0 or sy.H, tau = sy.tau, alpha = sy.alpha,
+    blocking = sy.blocking, codec = sy.codec, block = sy.block, error_feedback = sy.error_feedback,
+    heartbeat = heartbeat, ema = sy.ema }
   local syncer = { quorum = dp and 0 or M.quorum_value(r, r.islands.count, 0), grace = grace,
     grace_gamma = sy.grace_gamma, ema = sy.ema, weighting = sy.weighting, merge = sy.merge, ring = sy.ring,
     codec_down = sy.codec_down, embedding = emb, timeout = timeout,

@@ -13,6 +13,7 @@
  *   frag.h      fragment plans (balanced, strided, sequential) over the arena; layout hashes
  *   merge.h     the merge of one fragment: RDA or weighted mean of encoded contributions, one pass
  *   outer.h     one fragment's syncer state: global Θ, version, outer SGD/Nesterov, version ring
+ *   run.h       the run description learners and syncer agree on; their params derive from it
  *   chaos.h     fault schedules (kill, slow, cut, syncer down) as data, fixed or Poisson, seeded
  */
 #ifndef DILOCO_H
@@ -37,6 +38,7 @@
 #include "proto.h"
 #include "learner.h"
 #include "syncer.h"
+#include "run.h"
 #include "vtime.h"
 #include "chaos.h"
 #include "goodput.h"

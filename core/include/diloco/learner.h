@@ -39,6 +39,14 @@
  * stepping (state WAITING) while a fragment sent τ or more steps ago has not come back.
  * A fragment flagged DLC_MSG_RESYNC is taken at once and whole (no mixing).
  *
+ * Fencing (msg.h): the learner has an incarnation (params.incarnation, + 1 at every
+ * dlc_learner_restart) and follows the syncer epoch it last heard (0 before any; kept
+ * across restarts, it only grows); both are stamped on every message it sends.  A
+ * FRAGMENT or GRADIENT_AVG stamped with an older epoch than the one it follows comes from
+ * a previous syncer incarnation: refused with DLC_ERR_FORMAT, nothing changes.  One with
+ * a newer epoch means the syncer restarted: the learner follows that epoch from then on.
+ * Unstamped messages (epoch 0) are not fenced.
+ *
  * Data parallel (dp = 1): after the backward pass the driver calls
  * dlc_learner_gradient (the grads go out as one f32 GRADIENT, the learner WAITs), the
  * GRADIENT_AVG that comes back is written into the grad arena (action
@@ -88,10 +96,13 @@ typedef struct dlc_learner_params {
     double heartbeat;             /* seconds between heartbeats, 0 = none */
     double ema;                   /* (0, 1]: weight of a new sample in the step-time and
                                    * transit moving averages */
+    int64_t incarnation;          /* >= 1: the incarnation it starts as (a process that
+                                   * restarts passes its previous one + 1); each
+                                   * dlc_learner_restart adds 1 */
 } dlc_learner_params;
 
 /* id 0, dp 0, H 24, tau 2, alpha 0, blocking 0, f32 with default block, no error
- * feedback, heartbeat 1 s, ema 0.5. */
+ * feedback, heartbeat 1 s, ema 0.5, incarnation 1. */
 DLC_API dlc_learner_params dlc_learner_default_params(void);
 /* DLC_OK or DLC_ERR_ARG naming the field: "learner: tau = 30: expected 0 <= tau < H = 24". */
 DLC_API dlc_status dlc_learner_params_check(const dlc_learner_params *p);
@@ -120,9 +131,10 @@ DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
 DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);
 
 /* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A
- * malformed one (wrong fragment, size, codec, non-finite values) is refused with
- * DLC_ERR_FORMAT and changes nothing; a FRAGMENT older than the one held is ignored
- * (DLC_OK).  STOPPED learners ignore every message. */
+ * malformed one (wrong fragment, size, codec, non-finite values) or one of an older
+ * syncer epoch than the learner follows is refused with DLC_ERR_FORMAT and changes
+ * nothing; a FRAGMENT older than the one held is ignored (DLC_OK).  STOPPED learners
+ * ignore every message. */
 DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now);
 
 /* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
@@ -132,9 +144,9 @@ DLC_API dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now);
 
 /* The learner dies (or finishes): STOPPED, pending fragments and timers dropped. */
 DLC_API void dlc_learner_stop(dlc_learner *l);
-/* STOPPED -> JOINING: counters, versions and error feedback reset; the driver resets the
- * inner optimizer (or restores it from the learner's checkpoint).  DLC_ERR_STATE unless
- * STOPPED. */
+/* STOPPED -> JOINING as the next incarnation (+ 1): counters, versions and error
+ * feedback reset (the epoch followed is kept); the driver resets the inner optimizer (or
+ * restores it from the learner's checkpoint).  DLC_ERR_STATE unless STOPPED. */
 DLC_API dlc_status dlc_learner_restart(dlc_learner *l, double now);
 
 /* ---- actions ---- */
@@ -180,6 +192,9 @@ DLC_API int dlc_learner_outstanding(const dlc_learner *l);
 /* EMAs reported to the syncer (s), 0 before the first sample. */
 DLC_API double dlc_learner_step_time(const dlc_learner *l);
 DLC_API double dlc_learner_transit(const dlc_learner *l);
+/* Its incarnation (0 for NULL), and the syncer epoch it follows (0: none heard yet). */
+DLC_API int64_t dlc_learner_incarnation(const dlc_learner *l);
+DLC_API int64_t dlc_learner_epoch(const dlc_learner *l);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,18 @@
  *   GRADIENT_AVG  syncer -> learner learner, version (the step), codec (f32), payload
  *                                   (the averaged gradient)
  *   BYE           learner -> syncer learner: leaves for good (the run is over for it)
+ *
+ * Fencing: every message also carries `epoch` and `incarnation` (both >= 0; 0 = not
+ * stamped, which the receiver does not fence: an older peer, or a learner that has not
+ * heard from any syncer yet).  The syncer stamps its own epoch (dlc_syncer_params.epoch:
+ * one per syncer process; a restarted syncer runs the next) and the incarnation it holds
+ * for the destination (0 while it waits to learn it after a join); a learner stamps the
+ * last syncer epoch it heard and its own incarnation (dlc_learner_params.incarnation,
+ * bumped by each dlc_learner_restart).  The syncer refuses, never merges, what comes
+ * from an incarnation older than the learner's latest or from another epoch than its
+ * own, and resyncs the sender; a newer incarnation is a restarted learner: a rejoin.  A
+ * learner refuses a message of an epoch older than the one it follows and adopts a newer
+ * one (syncer.h, learner.h).
  */
 #ifndef DILOCO_MSG_H
 #define DILOCO_MSG_H
@@ -81,6 +93,10 @@ typedef struct dlc_msg {
     dlc_codec_kind codec; /* payload encoding */
     const uint8_t *payload; /* borrowed, see above */
     size_t len;
+    int64_t epoch;        /* the syncer's epoch: stamped by it; from a learner, the last it
+                           * heard (0 = none yet) */
+    int64_t incarnation;  /* the learner's incarnation: stamped by it; from the syncer, the
+                           * one it holds for the destination (0 = not known yet) */
 } dlc_msg;
 
 /* Bytes the message costs on a link: DLC_MSG_OVERHEAD + len. */

@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include "codec.h"
 #include "msg.h"
+#include "run.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -155,6 +156,9 @@ typedef struct dlc_hello {
     int caps_unknown;                  /* decoded names this build does not know */
     uint32_t codecs;                   /* bit (1u << kind) per dlc_codec_kind spoken */
     int block;                         /* codec block size (dlc_codec_params) */
+    uint64_t run_hash;                 /* dlc_run_hash(&run_params); 0 = no run stated (an older
+                                        * peer): the run is then not compared */
+    dlc_run_params run_params;         /* the run description, when run_hash != 0 */
     int fragments;                     /* WELCOME: P, entries of owner; HELLO: 0 */
     int endpoints;                     /* WELCOME: entries of endpoint ("" = this one) */
     char endpoint[DLC_PROTO_ENDPOINTS_MAX][DLC_PROTO_ENDPOINT_MAX + 1];
@@ -237,11 +241,15 @@ DLC_API int64_t dlc_proto_encode(const dlc_frame *f, const dlc_proto_layout *lay
                                  uint8_t *out, size_t cap);
 
 /* The server's side of HELLO: compares the client's hello with the server's own (`ours`:
- * versions, run, hashes, block, codecs, caps, fragments and endpoints/owner to announce)
- * and fills *welcome with the terms: the highest version both speak, the capabilities and
- * codecs in common, the client's learner id (the host may change it).  DLC_ERR_STATE with
- * *why = DLC_PERR_VERSION naming both ranges, or DLC_PERR_MISMATCH naming the field and
- * both values, when they cannot talk; the message is what the ERROR frame should say. */
+ * versions, run, hashes, block, run description, codecs, caps, fragments and
+ * endpoints/owner to announce) and fills *welcome with the terms: the highest version
+ * both speak, the capabilities and codecs in common, the client's learner id (the host
+ * may change it).  When both state a run description (run_hash != 0), any field that
+ * differs refuses the client, named with both values ("run description differs:
+ * sync.tau: 2 here, 3 in the learner's run", dlc_run_diff), and so do different hashes.
+ * DLC_ERR_STATE with *why = DLC_PERR_VERSION naming both ranges, or DLC_PERR_MISMATCH
+ * naming the field and both values, when they cannot talk; the message is what the ERROR
+ * frame should say. */
 DLC_API dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs,
                                        dlc_hello *welcome, int *why);
 

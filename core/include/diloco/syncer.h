@@ -47,6 +47,29 @@
  * versions are kept, the rings and open rounds are not, so learners based on older
  * versions are resynced.
  *
+ * Fencing (msg.h).  The syncer stamps its epoch (params.epoch, one per syncer process: a
+ * syncer restarted from its checkpoint is made with a later epoch) on everything it
+ * sends, and records each learner's latest incarnation from the messages it stamps.
+ *   - a message from an OLDER incarnation than the one recorded (a previous process of
+ *     that learner) is refused with DLC_ERR_FORMAT, never merged, and the learner is
+ *     resynced (a contribution or gradient also makes a REJECTED action, reason
+ *     INCARNATION; a BYE is refused alone);
+ *   - a message from a NEWER incarnation while the learner is live is a restart: action
+ *     JOINED and a full resync, as a rejoin (the message itself is dropped); after a
+ *     dlc_syncer_join, though, the learner's next message tells its incarnation and is
+ *     taken (the join has resynced it already);
+ *   - a message stamped with another EPOCH than the syncer's (the learner talked to a
+ *     previous syncer incarnation, or to a later one) is refused with DLC_ERR_FORMAT,
+ *     never merged, and the learner is resynced, with this epoch (REJECTED, reason
+ *     EPOCH, for a contribution or gradient);
+ *   - epoch or incarnation 0 (not stamped: an older peer, or a learner that has not heard
+ *     from a syncer yet) is not fenced.
+ * A learner resynced for a fenced message is not resynced again for the next ones it sent
+ * before the resync reached it (refused alone), until a message of it is taken.  What the
+ * syncer sends carries the incarnation it holds for the destination (0 while it waits to
+ * learn it after a join).  dlc_syncer_restart keeps the epoch: it models a
+ * restart whose learners' connections survive (vtime.h), not a new syncer process.
+ *
  * Memory: per fragment the ring (R copies), momentum, a merge accumulator, the encoded
  * bytes of the round's contributions (at most one per learner, stored as they arrive:
  * this is the receive buffer a network driver holds anyway), the encoded Θ_p to send;
@@ -120,10 +143,12 @@ typedef struct dlc_syncer_params {
                                   * in fragment p's rounds only once it has sent p again: its
                                   * schedule may reach another fragment first, for whose round
                                   * the others, blocked here, would never come (a deadlock) */
+    int64_t epoch;               /* >= 1: the epoch this syncer incarnation stamps on what it
+                                  * sends (a restarted syncer process takes a later one) */
 } dlc_syncer_params;
 
 /* Decoupled defaults: M = 1, K = 1, adaptive grace γ 0.8, ema 0.5, τ 2, tokens2_steps, RDA,
- * Nesterov 0.7 / 0.9 with R = 4, f32 up and down, no embeddings, no timeout. */
+ * Nesterov 0.7 / 0.9 with R = 4, f32 up and down, no embeddings, no timeout, epoch 1. */
 DLC_API dlc_syncer_params dlc_syncer_default_params(void);
 DLC_API dlc_status dlc_syncer_params_check(const dlc_syncer_params *p);
 
@@ -139,7 +164,8 @@ DLC_API void dlc_syncer_free(dlc_syncer *s); /* NULL ok */
 /* ---- events: each queues actions (read with dlc_syncer_poll before the next call:
  * the queue and the payloads it points to are reused by every call) ---- */
 
-/* Learner m joins (or rejoins): live, and sent the full model. */
+/* Learner m joins (or rejoins): live, and sent the full model.  Its next stamped message
+ * tells its incarnation, taken as it is if not older than the one recorded (fencing). */
 DLC_API dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now);
 /* Learner m is gone: not live; its contributions leave the open rounds, which may
  * then merge (every remaining live learner has sent). */
@@ -177,9 +203,12 @@ typedef enum dlc_reject_reason {
     DLC_REJECT_STALE,     /* base version older than the ring */
     DLC_REJECT_NONFINITE, /* payload decodes to NaN/Inf */
     DLC_REJECT_MALFORMED, /* wrong size, codec or fragment */
+    DLC_REJECT_EPOCH,     /* stamped with another syncer epoch (fencing, above) */
+    DLC_REJECT_INCARNATION, /* from an older incarnation of the learner (fencing) */
     DLC_REJECT_REASON_COUNT
 } dlc_reject_reason;
-DLC_API const char *dlc_reject_reason_name(dlc_reject_reason r); /* "stale", "nonfinite", "malformed" */
+/* "stale", "nonfinite", "malformed", "epoch", "incarnation" */
+DLC_API const char *dlc_reject_reason_name(dlc_reject_reason r);
 
 typedef struct dlc_merge_contrib {
     int learner;
@@ -234,6 +263,10 @@ DLC_API const float *dlc_syncer_theta(const dlc_syncer *s, int p);
 DLC_API dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena);
 /* The adaptive-grace estimates (s): ξ_step, ξ_quorum, ξ_sync. */
 DLC_API void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum, double *sync);
+/* The epoch it stamps (params.epoch; 0 for NULL). */
+DLC_API int64_t dlc_syncer_epoch(const dlc_syncer *s);
+/* The latest incarnation of learner m it has seen stamped (0: none yet, or m out of range). */
+DLC_API int64_t dlc_syncer_incarnation(const dlc_syncer *s, int m);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,12 @@
  * and the learners that are joining or blocked on a merge reconnect: each is sent the
  * whole model.
  *
+ * Fencing (msg.h) runs as in a real run, unseen: the stamps travel with the messages, a
+ * restarted learner is its next incarnation (dlc_learner_restart), whose first message
+ * after its join the syncer takes; a SYNCER fault keeps the syncer's epoch, as its
+ * learners' connections survive here (what they sent meanwhile is lost), so nothing is
+ * refused that a run without fencing would have merged.
+ *
  * Accounting (algorithm.md §7): useful tokens = Σ over merges of the merged
  * contributions' tokens / P; goodput = useful tokens / Σ_m (end · nominal tokens/s of
  * m); uptime = share of windows of H steps at speed 1 (one step for dp) in [0, end)

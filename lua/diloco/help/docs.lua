@@ -82,7 +82,7 @@ D["diloco.TextData"] = "diloco.TextData{path = | synthetic = bytes, seed =, drop
 D["diloco.ImageData"] = "diloco.ImageData{images =, labels =, test_images =, test_labels =, ...} -> ImageData | nil, message, code\nAn IDX image set (Fashion-MNIST layout, .gz or plain).  docs/data.md"
 D["diloco.Plan"] = "diloco.Plan(params[, {kind = \"balanced\"|\"strided\"|\"sequential\", fragments = 1, split_rows = false}]) -> Plan\nA fragment plan over a Params arena.  docs/fragments.md"
 D["diloco.Chaos"] = "diloco.Chaos(learners) -> Chaos\nA fault schedule for learners 1..learners.  docs/chaos.md"
-D["diloco.VTime"] = "diloco.VTime{params = {P1, ...}, plan =, step_time =, horizon =, islands =, learner =, syncer =, chaos =} -> VTime\nThe virtual-time driver of the learner and syncer state machines.  docs/sim.md"
+D["diloco.VTime"] = "diloco.VTime{params = {P1, ...}, plan =, step_time =, horizon =, islands =, learner =, syncer =, chaos =} -> VTime\nThe virtual-time driver of the learner and syncer state machines, their params derived from one run description.  docs/sim.md"
 
 -- codecs
 D["diloco.codec_encode"] = "diloco.codec_encode(name, x[, {block = 128, feedback = ef}]) -> string\nThe bytes of Tensor x in codec name; ef (a Tensor of x.numel floats) takes the quantization error.  docs/codecs.md"

@@ -1,0 +1,311 @@
+/* run.c - the run description (run.h, docs/protocol.md "Run description").
+ *
+ * One table of fields drives the hash, the diff, the wire's compact form (core/proto.c)
+ * and the field names the checks print; the struct's order is the table's order. */
+#include "diloco/run.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "diloco/codec.h"
+#include "diloco/frag.h"
+#include "diloco/learner.h"
+#include "diloco/merge.h"
+#include "diloco/outer.h"
+#include "diloco/syncer.h"
+
+static const char *const preset_names[] = {"dp", "diloco", "streaming", "decoupled"};
+_Static_assert(sizeof preset_names / sizeof preset_names[0] == DLC_PRESET_COUNT, "one name per preset");
+
+const char *dlc_run_preset_name(dlc_run_preset p) {
+    return (unsigned)p < DLC_PRESET_COUNT ? preset_names[p] : NULL;
+}
+
+dlc_status dlc_run_preset_parse(const char *name, dlc_run_preset *out) {
+    for (int i = 0; name && out && i < DLC_PRESET_COUNT; i++)
+        if (strcmp(name, preset_names[i]) == 0) return *out = (dlc_run_preset)i, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "sync.preset = \"%s\": expected dp, diloco, streaming or decoupled",
+                     name ? name : "(null)");
+}
+
+/* The enums' name functions, as the table calls them. */
+static const char *n_preset(int v) { return dlc_run_preset_name((dlc_run_preset)v); }
+static const char *n_plan(int v) { return dlc_plan_kind_name((dlc_plan_kind)v); }
+static const char *n_grace(int v) { return dlc_grace_mode_name((dlc_grace_mode)v); }
+static const char *n_weighting(int v) { return dlc_weighting_name((dlc_weighting)v); }
+static const char *n_merge(int v) { return dlc_merge_mode_name((dlc_merge_mode)v); }
+static const char *n_codec(int v) { return dlc_codec_name((dlc_codec_kind)v); }
+
+/* Enum fields are read and written as int (memcpy): every enum here has int's size. */
+_Static_assert(sizeof(dlc_run_preset) == sizeof(int) && sizeof(dlc_plan_kind) == sizeof(int) &&
+                   sizeof(dlc_grace_mode) == sizeof(int) && sizeof(dlc_weighting) == sizeof(int) &&
+                   sizeof(dlc_merge_mode) == sizeof(int) && sizeof(dlc_codec_kind) == sizeof(int),
+               "run fields of enum type are int-sized");
+
+#define F(name, type, member) {name, type, offsetof(dlc_run_params, member), NULL, 0}
+#define E(name, member, fn, count) {name, DLC_RUN_ENUM, offsetof(dlc_run_params, member), fn, count}
+static const dlc_run_field fields[] = {
+    F("sync.dp", DLC_RUN_FLAG, dp),
+    E("sync.preset", preset, n_preset, DLC_PRESET_COUNT),
+    F("sync.H", DLC_RUN_INT, H),
+    F("sync.fragments", DLC_RUN_INT, fragments),
+    E("sync.plan", plan, n_plan, DLC_PLAN_KIND_COUNT),
+    F("sync.plan_hash", DLC_RUN_HASH64, plan_hash),
+    F("model_hash", DLC_RUN_HASH64, model_hash),
+    F("sync.tau", DLC_RUN_INT, tau),
+    F("sync.alpha", DLC_RUN_NUMBER, alpha),
+    F("sync.blocking", DLC_RUN_FLAG, blocking),
+    F("sync.quorum", DLC_RUN_INT, quorum),
+    E("sync.grace", grace, n_grace, DLC_GRACE_MODE_COUNT),
+    F("sync.grace_s", DLC_RUN_NUMBER, grace_s),
+    F("sync.grace_gamma", DLC_RUN_NUMBER, grace_gamma),
+    E("sync.weighting", weighting, n_weighting, DLC_WEIGHTING_COUNT),
+    E("sync.merge", merge, n_merge, DLC_MERGE_MODE_COUNT),
+    F("sync.ring", DLC_RUN_INT, ring),
+    F("outer.lr", DLC_RUN_NUMBER, outer_lr),
+    F("outer.momentum", DLC_RUN_NUMBER, outer_momentum),
+    F("outer.nesterov", DLC_RUN_FLAG, outer_nesterov),
+    E("sync.codec", codec_up, n_codec, DLC_CODEC_COUNT),
+    E("sync.codec_down", codec_down, n_codec, DLC_CODEC_COUNT),
+    F("sync.block", DLC_RUN_INT, block),
+    F("sync.error_feedback", DLC_RUN_FLAG, error_feedback),
+    F("sync.ema", DLC_RUN_NUMBER, ema),
+};
+#undef F
+#undef E
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
+/* A field added to the struct must be added to the table (and so to the hash, the diff
+ * and the wire): the struct's size is the sum of what the table lists, padding aside. */
+_Static_assert(sizeof fields / sizeof fields[0] == 25, "one table entry per dlc_run_params field");
+_Static_assert(offsetof(dlc_run_params, ema) + sizeof(double) == sizeof(dlc_run_params),
+               "sync.ema is the struct's last field");
+
+int dlc_run_field_count(void) { return NFIELDS; }
+const dlc_run_field *dlc_run_field_at(int i) { return i >= 0 && i < NFIELDS ? &fields[i] : NULL; }
+
+dlc_run_params dlc_run_default_params(void) {
+    dlc_run_params r;
+    memset(&r, 0, sizeof r);
+    r.preset = DLC_PRESET_DECOUPLED;
+    r.H = 24;
+    r.fragments = 4;
+    r.plan = DLC_PLAN_BALANCED;
+    r.tau = 2;
+    r.quorum = 1;
+    r.grace = DLC_GRACE_ADAPTIVE;
+    r.grace_gamma = 0.8;
+    r.weighting = DLC_WEIGHT_TOKENS2_STEPS;
+    r.merge = DLC_MERGE_RDA;
+    dlc_fragstate_params fp = dlc_fragstate_default_params();
+    r.ring = fp.ring;
+    r.outer_lr = fp.lr;
+    r.outer_momentum = fp.momentum;
+    r.outer_nesterov = fp.nesterov;
+    r.codec_up = r.codec_down = DLC_CODEC_F32;
+    r.block = DLC_CODEC_BLOCK_DEFAULT;
+    r.ema = 0.5;
+    return r;
+}
+
+static int get_int(const dlc_run_params *r, const dlc_run_field *f) {
+    int v;
+    memcpy(&v, (const char *)r + f->offset, sizeof v);
+    return v;
+}
+static double get_num(const dlc_run_params *r, const dlc_run_field *f) {
+    double v;
+    memcpy(&v, (const char *)r + f->offset, sizeof v);
+    return v;
+}
+static uint64_t get_u64(const dlc_run_params *r, const dlc_run_field *f) {
+    uint64_t v;
+    memcpy(&v, (const char *)r + f->offset, sizeof v);
+    return v;
+}
+
+dlc_status dlc_run_params_check(const dlc_run_params *r) {
+    if (!r) return dlc_error(DLC_ERR_ARG, "run: params is NULL");
+    for (int i = 0; i < NFIELDS; i++) {
+        const dlc_run_field *f = &fields[i];
+        if (f->type == DLC_RUN_ENUM && !f->enum_name(get_int(r, f)))
+            return dlc_error(DLC_ERR_ARG, "run: %s = %d: not one of its %d values", f->name, get_int(r, f),
+                             f->enum_count);
+        if (f->type == DLC_RUN_FLAG && get_int(r, f) != 0 && get_int(r, f) != 1)
+            return dlc_error(DLC_ERR_ARG, "run: %s = %d: expected 0 or 1", f->name, get_int(r, f));
+        if (f->type == DLC_RUN_NUMBER && !isfinite(get_num(r, f)))
+            return dlc_error(DLC_ERR_ARG, "run: %s = %g: expected a finite number", f->name, get_num(r, f));
+    }
+    if (r->H < 0) return dlc_error(DLC_ERR_ARG, "run: sync.H = %d: expected >= 0 (0 = the host's schedule)", r->H);
+    if (r->fragments < 1)
+        return dlc_error(DLC_ERR_ARG, "run: sync.fragments = %d: expected a fragment count >= 1", r->fragments);
+    if (r->tau < 0 || (r->H > 0 && r->tau >= r->H))
+        return dlc_error(DLC_ERR_ARG, "run: sync.tau = %d: expected 0 <= tau < H = %d", r->tau, r->H);
+    if (!(r->alpha >= 0 && r->alpha <= 1))
+        return dlc_error(DLC_ERR_ARG, "run: sync.alpha = %g: expected a number in [0, 1]", r->alpha);
+    if (r->dp != (r->preset == DLC_PRESET_DP))
+        return dlc_error(DLC_ERR_ARG, "run: sync.dp = %d with sync.preset = %s: data parallel is exactly the dp preset",
+                         r->dp, preset_names[r->preset]);
+    if (r->dp && r->fragments != 1)
+        return dlc_error(DLC_ERR_ARG, "run: sync.fragments = %d: expected 1 with sync.preset = dp", r->fragments);
+    if (r->quorum < 0)
+        return dlc_error(DLC_ERR_ARG, "run: sync.quorum = %d: expected K >= 1 (0 = every live learner)", r->quorum);
+    if (r->grace_s < 0) return dlc_error(DLC_ERR_ARG, "run: sync.grace_s = %g: expected seconds >= 0", r->grace_s);
+    if (!(r->grace_gamma > 0 && r->grace_gamma <= 1))
+        return dlc_error(DLC_ERR_ARG, "run: sync.grace_gamma = %g: expected a number in (0, 1]", r->grace_gamma);
+    if (r->ring < 1 || r->ring > DLC_FRAGSTATE_RING_MAX)
+        return dlc_error(DLC_ERR_ARG, "run: sync.ring = %d: expected 1..%d versions", r->ring, DLC_FRAGSTATE_RING_MAX);
+    if (r->outer_lr < 0) return dlc_error(DLC_ERR_ARG, "run: outer.lr = %g: expected >= 0", r->outer_lr);
+    if (!(r->outer_momentum >= 0 && r->outer_momentum < 1))
+        return dlc_error(DLC_ERR_ARG, "run: outer.momentum = %g: expected a number in [0, 1)", r->outer_momentum);
+    if (r->outer_nesterov && r->outer_momentum == 0)
+        return dlc_error(DLC_ERR_ARG, "run: outer.nesterov = 1 with outer.momentum = 0: Nesterov needs momentum > 0");
+    if (r->block < DLC_CODEC_BLOCK_MIN || r->block > DLC_CODEC_BLOCK_MAX || (r->block & 1))
+        return dlc_error(DLC_ERR_ARG, "run: sync.block = %d: expected an even size in %d..%d", r->block,
+                         DLC_CODEC_BLOCK_MIN, DLC_CODEC_BLOCK_MAX);
+    if (r->codec_down != DLC_CODEC_F32 && r->codec_down != DLC_CODEC_BF16)
+        return dlc_error(DLC_ERR_ARG, "run: sync.codec_down = %s: expected f32 or bf16", dlc_codec_name(r->codec_down));
+    if (!(r->ema > 0 && r->ema <= 1))
+        return dlc_error(DLC_ERR_ARG, "run: sync.ema = %g: expected a number in (0, 1]", r->ema);
+    return DLC_OK;
+}
+
+dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, dlc_learner_params *out) {
+    if (!out) return dlc_error(DLC_ERR_ARG, "run_learner_params: out is NULL");
+    dlc_status st = dlc_run_params_check(r);
+    if (st != DLC_OK) return st;
+    *out = dlc_learner_default_params();
+    out->id = id;
+    out->dp = r->dp;
+    out->H = r->H;
+    out->tau = r->tau;
+    out->alpha = r->alpha;
+    out->blocking = r->blocking;
+    out->codec = r->codec_up;
+    out->codec_params.block = r->block;
+    out->error_feedback = r->error_feedback;
+    out->ema = r->ema;
+    return dlc_learner_params_check(out);
+}
+
+dlc_status dlc_run_syncer_params(const dlc_run_params *r, int learners, dlc_syncer_params *out) {
+    if (!out) return dlc_error(DLC_ERR_ARG, "run_syncer_params: out is NULL");
+    dlc_status st = dlc_run_params_check(r);
+    if (st != DLC_OK) return st;
+    *out = dlc_syncer_default_params();
+    out->learners = learners;
+    out->dp = r->dp;
+    out->quorum = r->quorum;
+    out->grace = r->grace;
+    out->grace_s = r->grace_s;
+    out->grace_gamma = r->grace_gamma;
+    out->ema = r->ema;
+    out->tau = r->tau;
+    out->weighting = r->weighting;
+    out->merge = r->merge;
+    out->outer.lr = r->outer_lr;
+    out->outer.momentum = r->outer_momentum;
+    out->outer.nesterov = r->outer_nesterov;
+    out->outer.ring = r->ring;
+    out->codec_up = r->codec_up;
+    out->codec_params.block = r->block;
+    out->codec_down = r->codec_down;
+    out->blocking = r->blocking;
+    return dlc_syncer_params_check(out);
+}
+
+/* ---- the hash: FNV-1a 64 over the canonical little-endian stream ---- */
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t h_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
+static uint64_t h_u64(uint64_t h, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    return h_bytes(h, b, 8);
+}
+
+uint64_t dlc_run_hash(const dlc_run_params *r) {
+    if (!r) return 0;
+    uint64_t h = h_bytes(FNV_OFFSET, "dlc.run.v1", 10);
+    for (int i = 0; i < NFIELDS; i++) {
+        const dlc_run_field *f = &fields[i];
+        switch (f->type) {
+        case DLC_RUN_INT:
+        case DLC_RUN_FLAG: h = h_u64(h, (uint64_t)(int64_t)get_int(r, f)); break;
+        case DLC_RUN_HASH64: h = h_u64(h, get_u64(r, f)); break;
+        case DLC_RUN_NUMBER: {
+            double x = get_num(r, f);
+            uint64_t bits;
+            if (x == 0) x = 0; /* -0 hashes as +0: they compare equal */
+            memcpy(&bits, &x, sizeof bits);
+            h = h_u64(h, bits);
+            break;
+        }
+        case DLC_RUN_ENUM: {
+            const char *name = f->enum_name(get_int(r, f));
+            if (!name) return 0;
+            uint32_t n = (uint32_t)strlen(name);
+            unsigned char b[4] = {(unsigned char)n, (unsigned char)(n >> 8), (unsigned char)(n >> 16),
+                                  (unsigned char)(n >> 24)};
+            h = h_bytes(h_bytes(h, b, 4), name, n);
+            break;
+        }
+        default: return 0;
+        }
+    }
+    return h;
+}
+
+/* ---- the diff ---- */
+
+/* Field f of r as text into buf; `precise`: numbers with every digit. */
+static void field_text(const dlc_run_params *r, const dlc_run_field *f, int precise, char *buf, size_t cap) {
+    switch (f->type) {
+    case DLC_RUN_INT: snprintf(buf, cap, "%d", get_int(r, f)); break;
+    case DLC_RUN_FLAG: snprintf(buf, cap, "%s", get_int(r, f) == 1 ? "true" : get_int(r, f) == 0 ? "false" : "?"); break;
+    case DLC_RUN_HASH64: snprintf(buf, cap, "%016llx", (unsigned long long)get_u64(r, f)); break;
+    case DLC_RUN_NUMBER: snprintf(buf, cap, precise ? "%.17g" : "%g", get_num(r, f)); break;
+    case DLC_RUN_ENUM: {
+        const char *name = f->enum_name(get_int(r, f));
+        if (name) snprintf(buf, cap, "%s", name);
+        else snprintf(buf, cap, "(value %d)", get_int(r, f));
+        break;
+    }
+    default: snprintf(buf, cap, "?");
+    }
+}
+
+static int field_equal(const dlc_run_params *a, const dlc_run_params *b, const dlc_run_field *f) {
+    switch (f->type) {
+    case DLC_RUN_HASH64: return get_u64(a, f) == get_u64(b, f);
+    case DLC_RUN_NUMBER: return get_num(a, f) == get_num(b, f);
+    default: return get_int(a, f) == get_int(b, f);
+    }
+}
+
+int dlc_run_diff(const dlc_run_params *a, const dlc_run_params *b, char *out, size_t cap) {
+    if (out && cap) out[0] = '\0';
+    if (!a || !b) return dlc_error(DLC_ERR_ARG, "run_diff: NULL run");
+    for (int i = 0; i < NFIELDS; i++) {
+        const dlc_run_field *f = &fields[i];
+        if (field_equal(a, b, f)) continue;
+        char x[64], y[64];
+        field_text(a, f, 0, x, sizeof x);
+        field_text(b, f, 0, y, sizeof y);
+        if (strcmp(x, y) == 0) { /* close numbers: every digit */
+            field_text(a, f, 1, x, sizeof x);
+            field_text(b, f, 1, y, sizeof y);
+        }
+        if (out && cap) snprintf(out, cap, "%s: %s here, %s in the learner's run", f->name, x, y);
+        return 1;
+    }
+    return 0;
+}
