@@ -109,6 +109,12 @@ struct dlc_plan;
 void dlcL_read_learner_params(lua_State *L, int lt, const struct dlc_plan *plan, struct dlc_learner_params *lp);
 void dlcL_read_syncer_params(lua_State *L, int lt, int st, const struct dlc_plan *plan, int M,
                              struct dlc_syncer_params *sp);
+/* The run description itself from the same tables (st 0: the syncer's fields at their
+ * defaults), with the heartbeat, the syncer's timeout and the embedding flags (each may
+ * be NULL). */
+struct dlc_run_params;
+void dlcL_read_run(lua_State *L, int lt, int st, const struct dlc_plan *plan, struct dlc_run_params *run,
+                   double *heartbeat, double *timeout, const uint8_t **embedding);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 

@@ -129,8 +129,13 @@ static int l_syncer(lua_State *L) {
     dlc_srt_config c = dlc_srt_default_config();
     int li = subtable(L, 1, WHO, "learner");
     int si = subtable(L, 1, WHO, "syncer");
-    /* with what the learners do: one run description (core/run.h) */
-    dlcL_read_syncer_params(L, li, si, plan, (int)M, &c.syncer);
+    /* with what the learners do: one run description (core/run.h), stated in the WELCOME */
+    dlc_run_params run;
+    const uint8_t *emb = NULL;
+    dlcL_read_run(L, li, si, plan, &run, NULL, NULL, &emb);
+    if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
+    c.syncer.embedding = emb;
+    c.run_params = &run;
     int ni = subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
@@ -290,7 +295,16 @@ static int l_learner(lua_State *L) {
     lua_settop(L, 3);
     dlc_lrt_config c = dlc_lrt_default_config();
     int li = subtable(L, 1, WHO, "learner");
-    dlcL_read_learner_params(L, li, plan, &c.learner);
+    /* the syncer's fields too (given: the recipe's), so that HELLO states the whole run */
+    int si = 0;
+    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
+    else lua_pop(L, 1);
+    dlc_run_params run;
+    double heartbeat;
+    dlcL_read_run(L, li, si, plan, &run, &heartbeat, NULL, NULL);
+    if (dlc_run_learner_params(&run, 0, &c.learner) != DLC_OK) return dlcL_error(L);
+    c.learner.heartbeat = heartbeat;
+    if (si) c.run_params = &run;
     c.learner.id = -1;
     int ty = lua_getfield(L, 1, "id");
     if (ty != LUA_TNIL) {

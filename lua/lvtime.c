@@ -170,6 +170,15 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
     lua_pop(L, 1);
 }
 
+void dlcL_read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *run, double *heartbeat,
+                   double *timeout, const uint8_t **embedding) {
+    run_extras x;
+    read_run(L, lt, st, plan, run, &x);
+    if (heartbeat) *heartbeat = x.heartbeat;
+    if (timeout) *timeout = x.timeout;
+    if (embedding) *embedding = x.embedding;
+}
+
 void dlcL_read_learner_params(lua_State *L, int lt, const dlc_plan *plan, dlc_learner_params *lp) {
     dlc_run_params run;
     run_extras x;

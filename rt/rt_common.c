@@ -59,7 +59,8 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
     return DLC_OK;
 }
 
-dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp) {
+dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp,
+                    const dlc_run_params *rp) {
     memset(h, 0, sizeof *h);
     h->proto_min = DLC_PROTO_VERSION_MIN;
     h->proto_max = DLC_PROTO_VERSION_MAX;
@@ -72,6 +73,10 @@ dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int lea
     h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT : 0);
     h->codecs = (1u << DLC_CODEC_COUNT) - 1;
     h->block = block;
+    if (rp) { /* the peer compares it field by field */
+        h->run_params = *rp;
+        h->run_hash = dlc_run_hash(rp);
+    }
     if (learner == RT_SERVER) { /* the server's terms: it owns every fragment itself */
         h->learner = -1;
         h->fragments = dlc_plan_count(plan);

@@ -8,6 +8,7 @@
 
 #include "diloco/frag.h"
 #include "diloco/net.h"
+#include "diloco/run.h"
 
 /* Copies of cfg's strings (secret, secret_file, TLS paths) and *run, owned by the
  * driver: cfg and *run are re-pointed at the copies. */
@@ -23,6 +24,7 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
  * server's terms, of a run over plan: run id, model and plan hashes, every codec, block,
  * the capabilities (gradients with dp). */
 #define RT_SERVER (-2)
-dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp);
+dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp,
+                    const dlc_run_params *rp);
 
 #endif

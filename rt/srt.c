@@ -400,7 +400,8 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
     for (int m = 0; m < s->M; m++) s->learners[m].peer = s->learners[m].banked = -1, s->learners[m].heard = -1;
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
-    if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp) != DLC_OK)
+    if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp,
+                 cfg->run_params) != DLC_OK)
         goto fail;
     s->cfg.net.hello = &s->hello;
     s->cfg.net.layout = &s->layout;

@@ -157,14 +157,15 @@ function M.prepare(r, opts)
   ctx.params = diloco.Params(ctx.plist)
   ctx.opt = diloco.optim.build(ctx.params, r.inner)
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
-  local lopts = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
+  local lopts, sopts = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
   ctx.dp = r.sync.preset == "dp"
   -- the send queue holds about two models' worth of contributions: past that a slow syncer
   -- gets back-pressure, and the learner holds (then drops the oldest of) what it could not send
   local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
   local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
     out_max = out_max }
-  local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, id = id, connect = addr,
+  local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
+    connect = addr,
     run = ctx.run_id, net = net }
   if not l then fail("learner: connecting to %s: %s", addr, err) end
   ctx.lrt = l

@@ -51,6 +51,7 @@
 #include <stdint.h>
 #include "diloco/learner.h"
 #include "diloco/net.h"
+#include "diloco/run.h"
 #include "diloco/syncer.h"
 
 #ifdef __cplusplus
@@ -73,6 +74,10 @@ typedef struct dlc_srt_config {
                                  * inline_io are set by the driver (strings copied) */
     const char *listen;         /* "HOST:PORT" (port 0: any free one) */
     const char *run;            /* the run id learners must present ("" allowed) */
+    const dlc_run_params *run_params; /* the run's description (core/run.h; borrowed during
+                                 * new), stated in the WELCOME: a learner whose run differs is
+                                 * refused with the first differing field named; NULL: not
+                                 * compared */
 } dlc_srt_config;
 
 /* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "". */
@@ -158,6 +163,9 @@ typedef struct dlc_lrt_config {
                                  * layout are set by the driver (strings copied) */
     const char *connect;        /* "HOST:PORT" of the syncer */
     const char *run;            /* the run id ("" allowed) */
+    const dlc_run_params *run_params; /* the run's description (borrowed during new), stated
+                                 * in the HELLO (NULL: not stated, the syncer compares model
+                                 * and plan only) */
     int hold;                   /* contributions kept while the syncer is unreachable
                                  * (oldest dropped past it); 0: 2 × the fragments */
 } dlc_lrt_config;
