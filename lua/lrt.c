@@ -316,6 +316,12 @@ static int l_learner(lua_State *L) {
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "hold") != LUA_TNIL) c.hold = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
+    if (lua_getfield(L, 1, "incarnation") != LUA_TNIL) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+            return luaL_error(L, "%s: incarnation must be an integer >= 1 (larger for each restart)", WHO);
+        c.learner.incarnation = lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
     int ni = subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.connect = reqstr(L, 1, WHO, "connect");

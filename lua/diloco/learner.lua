@@ -164,8 +164,11 @@ function M.prepare(r, opts)
   local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
   local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
     out_max = out_max }
+  -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
+  -- syncer never merges what an earlier one of the same learner still had in flight
+  local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
-    connect = addr,
+    incarnation = incarnation, connect = addr,
     run = ctx.run_id, net = net }
   if not l then fail("learner: connecting to %s: %s", addr, err) end
   ctx.lrt = l

@@ -409,7 +409,7 @@ D["Syncer:flush"] = "s:flush()\nMerges every open round holding a contribution (
 D["Syncer:learner"] = "s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, merged, joins, bytes_in, bytes_out}\nWhat the syncer knows of learner m."
 D["Syncer:stats"] = "s:stats() -> {now, live, merges, rejects, refused, useful_tokens, bytes_in, bytes_out, bytes_by_type, ...}\nThe syncer's counters."
 D["Syncer:close"] = "s:close()\nStops its thread and closes every connection (also __gc and <close>)."
-D["diloco.Learner"] = "diloco.Learner{params =, plan =, learner =, connect = \"HOST:PORT\", id =, run =, net =, hold =} -> Learner | nil, message, code\nOne learner on the wall clock: called between inner steps; the transport's thread moves the bytes.  docs/runtime.md"
+D["diloco.Learner"] = "diloco.Learner{params =, plan =, learner =, syncer =, connect = \"HOST:PORT\", id =, incarnation =, run =, net =, hold =} -> Learner | nil, message, code\nOne learner on the wall clock: called between inner steps; the transport's thread moves the bytes.  docs/runtime.md"
 D["Learner"] = "Learner: the real-time learner driver (diloco.Learner{...}).  docs/runtime.md"
 D["Learner:join"] = "l:join([timeout_s = 30]) -> true | nil, message, code\nWaits for the WELCOME and the whole model; the message names a refusal."
 D["Learner:step_done"] = "l:step_done(tokens[, seconds])\nAfter an inner step: applies what arrived, sends what is due; never waits."
