@@ -204,6 +204,7 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "joined" then
     if L then
       L.joined = true
+      L.from = ev.text and ev.text:match("connected from (%S+)") or L.from
       if L.restarted_at and not L.rejoined then
         L.rejoined = true
         fault(ctx, { kind = "joined", learner = ev.learner, latency = elapsed(ctx) - L.restarted_at, text = ev.text })
@@ -463,13 +464,18 @@ local function finish(ctx, err)
     local lsteps = ls.steps or i.steps
     local ltokens = ls.tokens or i.tokens
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
+    -- its healthy rate: measured by the learner (its summary, when its directory is here),
+    -- else from the step time it reported and its batch
     local tps = ls.train_s and ls.train_s > 0 and ltokens / ls.train_s or nil
+    if not tps and i.step_time > 0 and ctx.tokens_per_batch then
+      tps = ctx.tokens_per_batch * (r.islands.list[m].batch / r.data.batch) / i.step_time
+    end
     if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
     idle[m] = ls.wait_share
     per[m] = { steps = lsteps, tokens = ltokens, idle = ls.wait_share, merged = i.merged, joins = i.joins,
       bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = ctx.learners[m].crashes,
-      state = ctx.learners[m].state, tokens_per_s = tps }
+      state = ctx.learners[m].state, tokens_per_s = tps, from = ctx.learners[m].from }
   end
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
