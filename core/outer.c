@@ -151,6 +151,26 @@ dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t vers
     return DLC_OK;
 }
 
+dlc_status dlc_fragstate_restore(dlc_fragstate *fs, int64_t lo, int64_t version, const float *thetas) {
+    if (!fs || !thetas) return dlc_error(DLC_ERR_ARG, "fragstate_restore: %s is NULL", fs ? "thetas" : "fs");
+    if (lo < 0 || version < lo || version - lo >= fs->p.ring)
+        return dlc_error(DLC_ERR_ARG, "fragstate_restore: versions %lld..%lld: expected 0 <= oldest <= version and "
+                         "at most ring = %d versions", (long long)lo, (long long)version, fs->p.ring);
+    int64_t k = version - lo + 1;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t bad = first_nonfinite(thetas + (size_t)j * (size_t)fs->n, fs->n);
+        if (bad >= 0)
+            return dlc_error(DLC_ERR_ARG, "fragstate_restore: version %lld [%lld] = %g: parameters must be finite; "
+                             "nothing was changed", (long long)(lo + j), (long long)bad,
+                             (double)thetas[(size_t)j * (size_t)fs->n + (size_t)bad]);
+    }
+    for (int64_t j = 0; j < k; j++)
+        memcpy(slot(fs, lo + j), thetas + (size_t)j * (size_t)fs->n, sizeof(float) * (size_t)fs->n);
+    fs->cur = version;
+    fs->reset = lo;
+    return DLC_OK;
+}
+
 int64_t dlc_fragstate_size(const dlc_fragstate *fs) { return fs ? fs->n : 0; }
 const dlc_fragstate_params *dlc_fragstate_get_params(const dlc_fragstate *fs) { return fs ? &fs->p : NULL; }
 const float *dlc_fragstate_theta(const dlc_fragstate *fs) { return fs ? slot(fs, fs->cur) : NULL; }

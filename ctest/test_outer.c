@@ -2,7 +2,8 @@
  * against a double reference of torch.optim.SGD over 5 steps; versions; anchoring at the
  * current and at older versions against copies saved by the test; bases outside the
  * ring refused with DLC_ERR_STATE and the delta untouched; wrap-around over 3R steps;
- * non-finite deltas refused with the state unchanged; set() resets the ring; bad params. */
+ * non-finite deltas refused with the state unchanged; set() resets the ring; restore()
+ * brings a saved ring back exactly, or refuses and changes nothing; bad params. */
 #include <stdint.h>
 #include "check.h"
 #include "diloco/outer.h"
@@ -229,6 +230,44 @@ static void test_set(void) {
     dlc_fragstate_free(fs);
 }
 
+/* A ring saved version by version (as the syncer's checkpoint does) and restored into a
+ * fresh state answers at() and anchor() exactly as the original, and steps on alike. */
+static void test_restore(void) {
+    float theta[N], d[N], c0[N], c1[N], saved[3 * N], mom[N];
+    fill(theta, N, 12, 1.0f);
+    dlc_fragstate *a = mk(0.7, 0.9, 1, 4, theta), *b = mk(0.7, 0.9, 1, 4, theta);
+    CHECK_OK(a);
+    CHECK_OK(b);
+    if (!a || !b) return;
+    for (int k = 0; k < 6; k++) {
+        fill(d, N, 700 + k, 0.1f);
+        CHECK(dlc_fragstate_step(a, d) == DLC_OK);
+    }
+    for (int64_t v = 4; v <= 6; v++) memcpy(saved + (v - 4) * N, dlc_fragstate_at(a, v), sizeof(float) * N);
+    memcpy(mom, dlc_fragstate_momentum(a), sizeof mom);
+    CHECK(dlc_fragstate_restore(b, 4, 6, saved) == DLC_OK);
+    memcpy(dlc_fragstate_momentum(b), mom, sizeof mom);
+    CHECK(dlc_fragstate_version(b) == 6 && dlc_fragstate_oldest(b) == 4);
+    CHECK(!dlc_fragstate_at(b, 3) && dlc_fragstate_at(b, 4));
+    CHECK(!memcmp(dlc_fragstate_theta(b), dlc_fragstate_theta(a), sizeof(float) * N));
+    fill(c0, N, 13, 0.1f);
+    memcpy(c1, c0, sizeof c1);
+    CHECK(dlc_fragstate_anchor(a, 4, c0) == DLC_OK && dlc_fragstate_anchor(b, 4, c1) == DLC_OK);
+    CHECK(!memcmp(c0, c1, sizeof c0));
+    CHECK(dlc_fragstate_step(a, c0) == DLC_OK && dlc_fragstate_step(b, c1) == DLC_OK);
+    CHECK(!memcmp(dlc_fragstate_theta(b), dlc_fragstate_theta(a), sizeof(float) * N));
+    /* refusals change nothing */
+    CHECK(dlc_fragstate_restore(b, 2, 7, saved) == DLC_ERR_ARG && strstr(dlc_last_error(), "ring = 4"));
+    CHECK(dlc_fragstate_restore(b, 5, 4, saved) == DLC_ERR_ARG);
+    CHECK(dlc_fragstate_restore(b, -1, 0, saved) == DLC_ERR_ARG);
+    saved[N + 3] = INFINITY;
+    CHECK(dlc_fragstate_restore(b, 4, 6, saved) == DLC_ERR_ARG && strstr(dlc_last_error(), "version 5 [3] = inf"));
+    CHECK(dlc_fragstate_restore(b, 0, 0, NULL) == DLC_ERR_ARG);
+    CHECK(dlc_fragstate_version(b) == 7 && !memcmp(dlc_fragstate_theta(b), dlc_fragstate_theta(a), sizeof(float) * N));
+    dlc_fragstate_free(a);
+    dlc_fragstate_free(b);
+}
+
 static void expect_bad(dlc_fragstate_params p, const char *needle) {
     float theta[N] = {0};
     dlc_fragstate *fs = dlc_fragstate_new(&p, theta, N);
@@ -279,6 +318,7 @@ int main(void) {
     test_wraparound(4);
     test_nonfinite();
     test_set();
+    test_restore();
     test_params();
     return check_done("test_outer");
 }

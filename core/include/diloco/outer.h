@@ -95,6 +95,15 @@ DLC_API dlc_status dlc_fragstate_anchor(const dlc_fragstate *fs, int64_t base_ve
  * DLC_ERR_ARG for NULL, a negative version or a non-finite theta value (named). */
 DLC_API dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t version);
 
+/* Restores a ring from a checkpoint (the syncer's, syncer.h): versions oldest..version
+ * (0 <= oldest <= version, at most R of them), `thetas` holding their Θ back to back,
+ * (version − oldest + 1)·n floats, Θ^(oldest) first (borrowed, finite, copied).  After
+ * it dlc_fragstate_at answers for exactly those versions, as it did in the state that
+ * was saved.  The momentum buffer is KEPT, as with dlc_fragstate_set.  Refused without
+ * changing anything: DLC_ERR_ARG for NULL, a bad range (named, with R) or a
+ * non-finite value ("fragstate_restore: version 7 [3] = nan: ..."). */
+DLC_API dlc_status dlc_fragstate_restore(dlc_fragstate *fs, int64_t oldest, int64_t version, const float *thetas);
+
 /* ---- accessors (NULL fs: 0 / NULL) ---- */
 
 /* The fragment's size n. */
