@@ -696,6 +696,13 @@ const char *dlc_safetensors_dtype(const dlc_safetensors *st, const char *name) {
     return e ? dtypes[e->dtype].name : NULL;
 }
 
+int dlc_safetensors_shape(const dlc_safetensors *st, const char *name, int64_t shape[DLC_MAX_DIMS]) {
+    const st_entry *e = st && name ? find(st, name) : NULL;
+    if (!e) return -1;
+    for (int d = 0; shape && d < e->ndim; d++) shape[d] = e->shape[d];
+    return e->ndim;
+}
+
 dlc_tensor *dlc_safetensors_get(const dlc_safetensors *st, const char *name) {
     char sa[SHOW_CAP];
     if (!st || !name) {

@@ -110,9 +110,14 @@ static void test_round_trip(void) {
             CHECK_OK(g);
             CHECK(same_bits(g, t[i]));
             CHECK(strcmp(dlc_safetensors_dtype(st, names[i]), "F32") == 0);
+            int64_t shp[DLC_MAX_DIMS];
+            int nd = dlc_safetensors_shape(st, names[i], shp);
+            CHECK(nd == t[i]->ndim);
+            for (int d = 0; d < nd && d < DLC_MAX_DIMS; d++) CHECK(shp[d] == t[i]->shape[d]);
             dlc_tensor_release(g);
         }
         CHECK(dlc_safetensors_name(st, 5) == NULL && dlc_safetensors_name(st, -1) == NULL);
+        CHECK(dlc_safetensors_shape(st, "absent", NULL) == -1 && dlc_safetensors_shape(NULL, names[0], NULL) == -1);
         CHECK(dlc_safetensors_meta_count(st) == 3); /* "format": "pt" first, then ours */
         CHECK(strcmp(dlc_safetensors_meta_key(st, 0), "format") == 0);
         CHECK(strcmp(dlc_safetensors_meta_key(st, 1), "step") == 0);

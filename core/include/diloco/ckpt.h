@@ -86,6 +86,11 @@ DLC_API const char *dlc_safetensors_name(const dlc_safetensors *st, int i);
 /* The stored dtype of tensor `name` ("F32", "F16", "BF16", "F64"), NULL if absent. */
 DLC_API const char *dlc_safetensors_dtype(const dlc_safetensors *st, const char *name);
 
+/* The stored shape of tensor `name` into shape[0..ndim): returns ndim (0..DLC_MAX_DIMS),
+ * or -1 if absent.  Lets a reader check a tensor against what it expects before
+ * dlc_safetensors_get allocates a copy. */
+DLC_API int dlc_safetensors_shape(const dlc_safetensors *st, const char *name, int64_t shape[DLC_MAX_DIMS]);
+
 /* A NEW f32 tensor (a copy, independent of st) holding tensor `name`; NULL with
  * DLC_ERR_ARG "... has no tensor 'x'" if absent, or DLC_ERR_NOMEM. */
 DLC_API dlc_tensor *dlc_safetensors_get(const dlc_safetensors *st, const char *name);
