@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/syncer.h"
+#include "syncer_internal.h"
 
 static const char *const round_names[] = {"idle", "collecting", "grace"};
 _Static_assert(sizeof round_names / sizeof round_names[0] == DLC_ROUND_STATE_COUNT, "one name per round state");
@@ -41,53 +42,6 @@ dlc_status dlc_weighting_parse(const char *name, dlc_weighting *out) {
     return dlc_error(DLC_ERR_ARG, "weighting = \"%s\": expected tokens2_steps, tokens or uniform",
                      name ? name : "(null)");
 }
-
-typedef struct contrib {
-    int present;
-    int64_t base, steps, tokens;
-    double arrived;
-    dlc_codec_kind codec;
-    uint8_t *bytes;
-    size_t len, cap;
-} contrib;
-
-typedef struct sfrag {
-    dlc_fragstate *fs;
-    dlc_merge *mg;
-    int64_t n;
-    dlc_round_state state;
-    int count;
-    double opened, quorum_at, grace, deadline;
-    int64_t dp_step;
-    double last_open;       /* when the latest round opened (-1: none yet) */
-    contrib *c;             /* [M] */
-    dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
-    uint8_t *out;           /* encoded Θ_p (or dp: the averaged gradient) */
-    int64_t out_cap, out_len, out_version;
-} sfrag;
-
-struct dlc_syncer {
-    dlc_syncer_params p;
-    const dlc_plan *plan;
-    int P, M;
-    sfrag *f;
-    float *scratch;          /* [max n_p] */
-    double *sorted;          /* [M], for medians */
-    uint8_t *live;
-    double *heard, *step_t, *transit;
-    double *joined_at;       /* [M]: when each live learner (re)joined */
-    uint8_t *ever;           /* [M]: the learner has joined before (a later join is a rejoin) */
-    uint8_t *sent_since;     /* [M * P]: it has contributed to fragment p since it joined */
-    int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
-    int nlive;
-    double xi_quorum;
-    int64_t epoch;           /* stamped on every message sent */
-    int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */
-    uint8_t *inc_open;       /* [M]: joined, its incarnation not heard since: the next one is taken */
-    uint8_t *fenced;         /* [M]: resynced for a fenced message, nothing taken from it since */
-    dlc_syncer_action *q;
-    int qcap, qhead, qlen;
-};
 
 dlc_syncer_params dlc_syncer_default_params(void) {
     dlc_syncer_params p;
@@ -215,11 +169,15 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->incarnation = calloc((size_t)s->M, sizeof(int64_t));
     s->inc_open = calloc((size_t)s->M, 1);
     s->fenced = calloc((size_t)s->M, 1);
+    s->unheard = calloc((size_t)s->M, 1);
+    s->merged = calloc((size_t)s->M, sizeof(int64_t));
+    s->shard = malloc((size_t)s->M * sizeof(int64_t));
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
-        !s->q || !s->incarnation || !s->inc_open || !s->fenced)
+        !s->q || !s->incarnation || !s->inc_open || !s->fenced || !s->unheard || !s->merged || !s->shard)
         goto nomem;
+    for (int m = 0; m < s->M; m++) s->shard[m] = -1;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
     s->scratch = malloc((size_t)maxn * sizeof(float));
@@ -288,6 +246,9 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->incarnation);
     free(s->inc_open);
     free(s->fenced);
+    free(s->unheard);
+    free(s->merged);
+    free(s->shard);
     free(s->q);
     free(s);
 }
@@ -440,6 +401,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
                                          .tokens = c->tokens, .arrived = c->arrived};
         bytes_in += (int64_t)c->len;
         useful += (double)c->tokens / s->P;
+        s->merged[m]++;
     }
     if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
     if (st == DLC_OK && k == 0) {
@@ -622,6 +584,7 @@ static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
     /* the first join counts as having sent every fragment (the run starts in phase) */
     memset(s->sent_since + (size_t)m * s->P, s->ever[m] ? 0 : 1, (size_t)s->P);
     s->ever[m] = 1;
+    s->unheard[m] = 0;
     s->step_t[m] = s->transit[m] = 0;
     s->sched[m] = 0;
     return resync_all(s, m, now);
@@ -691,6 +654,7 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
     if (st == DLC_OK && resync && !s->fenced[L]) {
         st = resync_all(s, L, now);
         s->fenced[L] = 1;
+        s->unheard[L] = 0; /* resynced whole: what a first message after a restart brings */
     }
     if (st != DLC_OK) return st;
     return dlc_error(DLC_ERR_FORMAT, "syncer: a %s from learner %d %s: refused, not merged%s", type, L, what,
@@ -719,6 +683,18 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     if (m->epoch != 0 && m->epoch != s->epoch) return fence(s, m, DLC_REJECT_EPOCH, now);
     if (m->incarnation != 0) s->incarnation[L] = m->incarnation, s->inc_open[L] = 0;
     s->fenced[L] = 0;
+    if (s->unheard[L] && m->type != DLC_MSG_BYE && s->p.blocking && !s->p.dp) {
+        /* the first message since a restart or a load in a blocking run: the learner may
+         * wait for a round the restart dropped, which nothing would end, so it is resynced
+         * whole (keeping its counters and its place in the rounds) and the message is not
+         * used (syncer.h, "Restarts") */
+        s->unheard[L] = 0;
+        heard_from(s, m, now);
+        dlc_syncer_action a = {.type = DLC_SACT_JOINED, .learner = L};
+        st = push(s, &a);
+        return st == DLC_OK ? resync_all(s, L, now) : st;
+    }
+    s->unheard[L] = 0;
     heard_from(s, m, now);
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
@@ -783,19 +759,29 @@ dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
 dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_restart: NULL syncer");
     clear_queue(s);
-    for (int p = 0; p < s->P; p++) {
-        sfrag *f = &s->f[p];
-        clear_round(f, s->M);
-        memcpy(s->scratch, dlc_fragstate_theta(f->fs), (size_t)f->n * sizeof(float));
-        dlc_status st = dlc_fragstate_set(f->fs, s->scratch, dlc_fragstate_version(f->fs));
-        if (st != DLC_OK) return st;
-    }
-    for (int m = 0; m < s->M; m++)
+    for (int p = 0; p < s->P; p++) clear_round(&s->f[p], s->M);
+    for (int m = 0; m < s->M; m++) {
+        s->unheard[m] = 1;
         if (s->live[m]) s->heard[m] = now;
+    }
     return DLC_OK;
 }
 
 int dlc_syncer_fragments(const dlc_syncer *s) { return s ? s->P : 0; }
+int64_t dlc_syncer_merged(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->merged[m] : 0; }
+int dlc_syncer_is_unheard(const dlc_syncer *s, int m) {
+    return s && m >= 0 && m < s->M && s->live[m] && s->unheard[m];
+}
+int64_t dlc_syncer_shard(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->shard[m] : -1; }
+dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard) {
+    dlc_status st = check_learner(s, m, "syncer_set_shard");
+    if (st != DLC_OK) return st;
+    if (shard < -1)
+        return dlc_error(DLC_ERR_ARG, "syncer_set_shard: learner %d: shard = %lld: expected >= 0 (-1 = none)", m,
+                         (long long)shard);
+    s->shard[m] = shard;
+    return DLC_OK;
+}
 int64_t dlc_syncer_version(const dlc_syncer *s, int p) {
     return s && p >= 0 && p < s->P ? dlc_fragstate_version(s->f[p].fs) : -1;
 }

@@ -350,13 +350,12 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
         vt->syncer_down = ce->begin;
         if (!ce->begin) {
             st = dlc_syncer_restart(vt->s, vt->now);
-            /* learners that restarted while it was down wait for their model, and a
-             * blocking one waits for a merge its lost contribution will never bring: both
-             * reconnect and are resynced whole */
+            /* what the live learners need the syncer decides from their first messages
+             * (syncer.h, "Restarts"); one that restarted while it was down only waits for
+             * its model, says nothing, and joins as it connects */
             if (st == DLC_OK) st = syncer_actions(vt);
             for (int m = 0; m < vt->M && st == DLC_OK; m++) {
-                dlc_learner_state ls = dlc_learner_state_of(vt->L[m].l);
-                if (vt->L[m].alive && (ls == DLC_LEARNER_JOINING || ls == DLC_LEARNER_WAITING)) {
+                if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
                     st = dlc_syncer_join(vt->s, m, vt->now); /* each call starts a new action queue */
                     if (st == DLC_OK) st = syncer_actions(vt);
                 }

@@ -6,7 +6,7 @@
  * ring; a duplicate replacing; stale (older than the ring), non-finite and malformed
  * contributions rejected with a resync; joins with the full model; lost learners and
  * timeouts; a message from a non-live learner; weighting; mean and RDA merges;
- * restart; flush; data-parallel gradient averaging; refusals of bad calls. */
+ * restart (rings kept, learners unheard until their first message); flush; data-parallel gradient averaging; refusals of bad calls. */
 #include <stdint.h>
 #include <stdio.h>
 #include "check.h"
@@ -749,48 +749,74 @@ static void test_rda_identical(void) {
 
 /* ---- restart, flush, quorum changes ---- */
 
+/* A restart drops the open round and keeps Θ, versions and the ring: a contribution
+ * based on version 0 (in the ring before) still anchors; every learner is unheard until
+ * its first message.  Without blocking that message is used as usual; with blocking it
+ * is answered with the whole model (JOINED, RESYNC fragments) and not used, since the
+ * learner may wait for the round the restart dropped; after it, contributions are merged
+ * as usual. */
 static void test_restart(void) {
-    fx x;
-    fx_make(&x, 1, 130);
-    int64_t n = dlc_plan_numel(x.plan, 0);
-    dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
-    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
-    CHECK_OK(s);
-    if (!s) return;
-    float d[NMAX], th1[NMAX];
-    randv(d, n, 1300, 0.1f);
-    join_all(s, 3, 0);
-    dlc_msg m = contribution(0, 0, 0, 4, 40, d, n);
-    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
-    m.learner = 1;
-    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
-    CHECK(dlc_syncer_handle_expiry(s, 6.0) == DLC_OK);
-    drain(s);
-    CHECK(dlc_syncer_version(s, 0) == 1);
-    memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
-    /* an open round with one contribution, then the restart drops it */
-    m = contribution(0, 0, 1, 4, 40, d, n);
-    CHECK(dlc_syncer_receive(s, &m, 7.0) == DLC_OK);
-    CHECK(dlc_syncer_round_count(s, 0) == 1);
-    CHECK(dlc_syncer_restart(s, 8.0) == DLC_OK);
-    CHECK(drain(s).n == 0);
-    CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
-    CHECK(dlc_syncer_version(s, 0) == 1 && dlc_syncer_live(s) == 3);
-    CHECK(memcmp(dlc_syncer_theta(s, 0), th1, (size_t)n * sizeof(float)) == 0);
-    /* version 0 was in the ring before; now it is stale */
-    m = contribution(2, 0, 0, 4, 40, d, n);
-    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
-    rec r = drain(s);
-    const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
-    CHECK(ra && ra->learner == 2 && ra->reason == DLC_REJECT_STALE);
-    const dlc_msg *f = sent_to(&r, 2, 0);
-    CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == 1 && payload_is(f, th1, n));
-    /* the current version is accepted */
-    m = contribution(2, 0, 1, 4, 40, d, n);
-    CHECK(dlc_syncer_receive(s, &m, 10.0) == DLC_OK);
-    CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 1);
-    dlc_syncer_free(s);
-    fx_free(&x);
+    for (int blocking = 0; blocking <= 1; blocking++) {
+        fx x;
+        fx_make(&x, 1, 130);
+        int64_t n = dlc_plan_numel(x.plan, 0);
+        dlc_syncer_params sp = sgd_params(3, 2, DLC_GRACE_FIXED, 5.0);
+        sp.blocking = blocking;
+        dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+        CHECK_OK(s);
+        if (!s) return;
+        float d[NMAX], th1[NMAX];
+        randv(d, n, 1300, 0.1f);
+        join_all(s, 3, 0);
+        dlc_msg m = contribution(0, 0, 0, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+        m.learner = 1;
+        CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+        CHECK(dlc_syncer_handle_expiry(s, 6.0) == DLC_OK);
+        drain(s);
+        CHECK(dlc_syncer_version(s, 0) == 1);
+        memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+        /* an open round with one contribution, then the restart drops it */
+        m = contribution(0, 0, 1, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 7.0) == DLC_OK);
+        CHECK(dlc_syncer_round_count(s, 0) == 1);
+        CHECK(!dlc_syncer_is_unheard(s, 0));
+        CHECK(dlc_syncer_restart(s, 8.0) == DLC_OK);
+        CHECK(drain(s).n == 0);
+        CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
+        CHECK(dlc_syncer_version(s, 0) == 1 && dlc_syncer_live(s) == 3);
+        CHECK(memcmp(dlc_syncer_theta(s, 0), th1, (size_t)n * sizeof(float)) == 0);
+        for (int L = 0; L < 3; L++) CHECK(dlc_syncer_is_unheard(s, L));
+        /* learner 2's first message, based on version 0 (still in the ring) */
+        m = contribution(2, 0, 0, 4, 40, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
+        rec r = drain(s);
+        CHECK(!dlc_syncer_is_unheard(s, 2) && dlc_syncer_is_unheard(s, 1));
+        CHECK(!find_type(&r, DLC_SACT_REJECTED));
+        if (!blocking) {
+            CHECK(r.n == 0 && dlc_syncer_round_count(s, 0) == 1); /* anchored, in the round */
+        } else {
+            const dlc_syncer_action *ja = find_type(&r, DLC_SACT_JOINED);
+            CHECK(ja && ja->learner == 2 && r.n == 2);
+            const dlc_msg *f = sent_to(&r, 2, 0);
+            CHECK(f && f->flags == DLC_MSG_RESYNC && f->version == 1 && payload_is(f, th1, n));
+            CHECK(dlc_syncer_round_count(s, 0) == 0 && dlc_syncer_live(s) == 3);
+            /* a heartbeat from learner 0 too; then its contribution counts */
+            dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 9};
+            CHECK(dlc_syncer_receive(s, &hb, 9.5) == DLC_OK);
+            r = drain(s);
+            CHECK(find_type(&r, DLC_SACT_JOINED) && sent_to(&r, 0, 0) && sent_to(&r, 0, 0)->flags == DLC_MSG_RESYNC);
+            m = contribution(0, 0, 1, 4, 40, d, n);
+            CHECK(dlc_syncer_receive(s, &m, 10.0) == DLC_OK);
+            CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 1);
+        }
+        /* a BYE from an unheard learner is a goodbye, not a first message */
+        dlc_msg bye = {.type = DLC_MSG_BYE, .learner = 1};
+        CHECK(dlc_syncer_receive(s, &bye, 11.0) == DLC_OK);
+        CHECK(drain(s).n == 0 && !dlc_syncer_is_live(s, 1) && dlc_syncer_live(s) == 2);
+        dlc_syncer_free(s);
+        fx_free(&x);
+    }
 }
 
 /* flush merges below the quorum, flushed = 1; set_quorum re-checks open rounds. */
@@ -910,6 +936,15 @@ static void test_refusals(void) {
     bad = sp;
     bad.codec_down = DLC_CODEC_INT4;
     CHECK_PFAILS(dlc_syncer_new(&bad, x.plan, dlc_params_data(x.p)), DLC_ERR_ARG, "codec_down");
+    bad = sp;
+    bad.epoch = 0;
+    CHECK_PFAILS(dlc_syncer_new(&bad, x.plan, dlc_params_data(x.p)), DLC_ERR_ARG, "epoch = 0: expected >= 1");
+    CHECK(dlc_syncer_default_params().epoch == 1 && dlc_syncer_epoch(s) == 1);
+    bad = sp;
+    bad.epoch = 41;
+    dlc_syncer *s41 = dlc_syncer_new(&bad, x.plan, dlc_params_data(x.p));
+    CHECK(s41 && dlc_syncer_epoch(s41) == 41);
+    dlc_syncer_free(s41);
     CHECK(strcmp(dlc_round_state_name(DLC_ROUND_GRACE), "grace") == 0 && !dlc_round_state_name(DLC_ROUND_STATE_COUNT));
     dlc_weighting w;
     CHECK(dlc_weighting_parse("tokens2_steps", &w) == DLC_OK && w == DLC_WEIGHT_TOKENS2_STEPS);

@@ -43,9 +43,19 @@
  * rounds), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
  * message from a learner that is not live makes it join again (action JOINED, full
  * resync; the message itself is dropped), except a BYE, which is ignored.
- * dlc_syncer_restart models the syncer restarting from its checkpoint: Θ, momentum and
- * versions are kept, the rings and open rounds are not, so learners based on older
- * versions are resynced.
+ *
+ * Restarts: dlc_syncer_restart (the syncer restarted from a checkpoint of this instant)
+ * keeps Θ, momentum, versions, rings, the estimates, the per-learner counters and the
+ * epoch, and drops the open rounds (their contributions are lost).  Every learner is
+ * "unheard" until its first message the fencing below lets through: the live ones stay
+ * live (the rounds count on them as before), their timeouts counted from the restart.
+ * Without blocking that first message is used as any other: a contribution whose base
+ * version the ring holds is merged, one it does not hold is rejected as stale and the
+ * fragment resynced.  With blocking (dp aside) the learner may wait for a round the
+ * restart dropped, which nothing would end: its first message is not used but answered
+ * with the whole model (action JOINED, P FRAGMENTs flagged RESYNC, counters kept); a BYE
+ * still leaves.  A learner that restarted meanwhile and only waits for its model says
+ * nothing: the driver joins it when it connects.
  *
  * Fencing (msg.h).  The syncer stamps its epoch (params.epoch, one per syncer process: a
  * syncer restarted from its checkpoint is made with a later epoch) on everything it
@@ -184,8 +194,9 @@ DLC_API dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now);
 DLC_API dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int quorum, double now);
 /* Merges every open round that holds a contribution, quorum or not (the end of a run). */
 DLC_API dlc_status dlc_syncer_flush(dlc_syncer *s, double now);
-/* The syncer restarted from its checkpoint: rings reset to the current versions, open
- * rounds dropped, every live learner counted as heard from at `now`. */
+/* The syncer restarted from a checkpoint of this instant (what save then load would
+ * give, epoch aside): open rounds dropped, Θ, momentum, versions and rings kept, every
+ * learner unheard ("Restarts" above), every live learner's timeout counted from `now`. */
 DLC_API dlc_status dlc_syncer_restart(dlc_syncer *s, double now);
 
 /* ---- actions ---- */
@@ -263,10 +274,19 @@ DLC_API const float *dlc_syncer_theta(const dlc_syncer *s, int p);
 DLC_API dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena);
 /* The adaptive-grace estimates (s): ξ_step, ξ_quorum, ξ_sync. */
 DLC_API void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum, double *sync);
-/* The epoch it stamps (params.epoch; 0 for NULL). */
+/* The epoch it stamps (params.epoch, or the saved one + 1 after a load; 0 for NULL). */
 DLC_API int64_t dlc_syncer_epoch(const dlc_syncer *s);
 /* The latest incarnation of learner m it has seen stamped (0: none yet, or m out of range). */
 DLC_API int64_t dlc_syncer_incarnation(const dlc_syncer *s, int m);
+/* Contributions of learner m merged over the run (kept by save/load); 0 out of range. */
+DLC_API int64_t dlc_syncer_merged(const dlc_syncer *s, int m);
+/* 1 while m is live but not heard from since a restart or a load ("Restarts" above). */
+DLC_API int dlc_syncer_is_unheard(const dlc_syncer *s, int m);
+/* A table the driver fills and the checkpoint keeps: learner m's data shard (-1 = none,
+ * the default; the syncer never reads it).  set: DLC_ERR_RANGE for m, DLC_ERR_ARG for
+ * shard < -1. */
+DLC_API dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard);
+DLC_API int64_t dlc_syncer_shard(const dlc_syncer *s, int m);
 
 #ifdef __cplusplus
 }

@@ -38,9 +38,10 @@
  * lost), the syncer sees the connection drop (dlc_syncer_lost); when it returns it
  * restarts (JOINING) and the syncer sends it the whole model; the host resets its
  * inner optimizer on the FAULT event with begin = 0.  SLOW, CUT, SYNCER as above; a
- * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint),
- * and the learners that are joining or blocked on a merge reconnect: each is sent the
- * whole model.
+ * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint and
+ * decides itself what each learner's next message brings: syncer.h, "Restarts"), and
+ * the learners that restarted meanwhile and wait for their model connect: each is
+ * joined and sent the whole model.
  *
  * Fencing (msg.h) runs as in a real run, unseen: the stamps travel with the messages, a
  * restarted learner is its next incarnation (dlc_learner_restart), whose first message

@@ -1,0 +1,61 @@
+/* syncer_internal.h - the syncer's state, shared by core/syncer.c (the state machine)
+ * and core/syncer_state.c (its checkpoint); not installed, not public API.  What a
+ * checkpoint keeps of each field: docs/checkpoints.md, "The syncer's checkpoint". */
+#ifndef DILOCO_SYNCER_INTERNAL_H
+#define DILOCO_SYNCER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "diloco/syncer.h"
+
+typedef struct contrib {
+    int present;
+    int64_t base, steps, tokens;
+    double arrived;
+    dlc_codec_kind codec;
+    uint8_t *bytes;
+    size_t len, cap;
+} contrib;
+
+typedef struct sfrag {
+    dlc_fragstate *fs;
+    dlc_merge *mg;
+    int64_t n;
+    dlc_round_state state;
+    int count;
+    double opened, quorum_at, grace, deadline;
+    int64_t dp_step;
+    double last_open;       /* when the latest round opened (-1: none yet) */
+    contrib *c;             /* [M] */
+    dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
+    uint8_t *out;           /* encoded Θ_p (or dp: the averaged gradient) */
+    int64_t out_cap, out_len, out_version;
+} sfrag;
+
+struct dlc_syncer {
+    dlc_syncer_params p;
+    const dlc_plan *plan;
+    int P, M;
+    sfrag *f;
+    float *scratch;          /* [max n_p] */
+    double *sorted;          /* [M], for medians */
+    uint8_t *live;
+    double *heard, *step_t, *transit;
+    double *joined_at;       /* [M]: when each live learner (re)joined */
+    uint8_t *ever;           /* [M]: the learner has joined before (a later join is a rejoin) */
+    uint8_t *sent_since;     /* [M * P]: it has contributed to fragment p since it joined */
+    int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
+    uint8_t *unheard;        /* [M]: not heard from since a restart or a load (syncer.h) */
+    int64_t *merged;         /* [M]: contributions merged, over the run (checkpointed) */
+    int64_t *shard;          /* [M]: the driver's data shard of each learner, -1 = none */
+    int nlive;
+    double xi_quorum;
+    int64_t epoch;           /* stamped on every message sent */
+    int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */
+    uint8_t *inc_open;       /* [M]: joined, its incarnation not heard since: the next one is taken */
+    uint8_t *fenced;         /* [M]: resynced for a fenced message, nothing taken from it since */
+    dlc_syncer_action *q;
+    int qcap, qhead, qlen;
+};
+
+#endif
