@@ -44,18 +44,22 @@
  * message from a learner that is not live makes it join again (action JOINED, full
  * resync; the message itself is dropped), except a BYE, which is ignored.
  *
- * Restarts: dlc_syncer_restart (the syncer restarted from a checkpoint of this instant)
- * keeps Θ, momentum, versions, rings, the estimates, the per-learner counters and the
- * epoch, and drops the open rounds (their contributions are lost).  Every learner is
- * "unheard" until its first message the fencing below lets through: the live ones stay
- * live (the rounds count on them as before), their timeouts counted from the restart.
- * Without blocking that first message is used as any other: a contribution whose base
- * version the ring holds is merged, one it does not hold is rejected as stale and the
- * fragment resynced.  With blocking (dp aside) the learner may wait for a round the
- * restart dropped, which nothing would end: its first message is not used but answered
- * with the whole model (action JOINED, P FRAGMENTs flagged RESYNC, counters kept); a BYE
- * still leaves.  A learner that restarted meanwhile and only waits for its model says
- * nothing: the driver joins it when it connects.
+ * Restarts: dlc_syncer_load gives a new incarnation of the syncer: its epoch the saved one
+ * + 1; Θ, momentum, versions, rings, the estimates and the per-learner counters (the
+ * learners' incarnations among them) as saved; no open round (their contributions are
+ * lost).  dlc_syncer_restart does the same in memory but keeps the epoch: it models a
+ * restart whose learners' connections survive (vtime.h).  Every learner is "unheard"
+ * until its first message the fencing below lets through; the live ones stay live (the
+ * rounds count on them as before), their timeouts counted from the load.  After a load
+ * what a learner stamped with the old epoch is fenced: the first such message brings it
+ * the whole model with the new epoch, and none is merged.  A message that passes (no
+ * epoch stamped, or after dlc_syncer_restart) is used as any other without blocking: a
+ * contribution whose base version the ring holds is merged, one it does not hold is
+ * rejected as stale and the fragment resynced.  With blocking (dp aside) the learner may
+ * wait for a round the restart dropped, which nothing would end: its first message is
+ * not used but answered with the whole model (action JOINED, P FRAGMENTs flagged RESYNC,
+ * counters kept); a BYE still leaves.  A learner that restarted meanwhile and only waits
+ * for its model says nothing: the driver joins it when it connects.
  *
  * Fencing (msg.h).  The syncer stamps its epoch (params.epoch, one per syncer process: a
  * syncer restarted from its checkpoint is made with a later epoch) on everything it
@@ -287,6 +291,36 @@ DLC_API int dlc_syncer_is_unheard(const dlc_syncer *s, int m);
  * shard < -1. */
 DLC_API dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard);
 DLC_API int64_t dlc_syncer_shard(const dlc_syncer *s, int m);
+
+/* ---- checkpoint (core/syncer_state.c; keys and rules: docs/checkpoints.md) ---- */
+
+/* Writes s's state to `path` through the atomic safetensors writer (ckpt.h: a temporary
+ * file, fsync, rename; a failed save leaves the previous file as it was): Θ, momentum and
+ * ring of every fragment, versions, the grace estimate ξ_quorum, the per-learner counters
+ * (live, joined before, schedule step, step and transit EMAs, fragments sent since
+ * joining, contributions merged, shard, latest incarnation), the epoch, the model and
+ * plan hashes.  Open
+ * rounds are not saved (docs/checkpoints.md says why).  `now` is the driver's time, so
+ * the age of each fragment's latest round survives a change of clock.  The n_meta
+ * pairs (borrowed; may be 0 and NULL) are the driver's own (a run id, the recipe as
+ * JSON): keys may not be "format" or start with "syncer."; read them back with
+ * dlc_safetensors_open and dlc_safetensors_meta.  DLC_OK, DLC_ERR_ARG (a bad argument or
+ * key, named; nothing written), DLC_ERR_IO or DLC_ERR_NOMEM. */
+DLC_API dlc_status dlc_syncer_save(const dlc_syncer *s, const char *path, double now, int n_meta,
+                                   const char *const *meta_keys, const char *const *meta_values);
+
+/* A syncer restored from `path` for params sp and plan (borrowed as dlc_syncer_new
+ * borrows them): its epoch is the saved epoch + 1 (sp->epoch is not used), the quorum and
+ * every other setting are sp's, the state is the file's, timers start at `now`, every
+ * learner is unheard ("Restarts" above).  The file is validated before anything is made
+ * of it: format, learners, fragments, dp, model hash, plan hash, each fragment's size
+ * against sp and plan, every tensor's dtype (F32), shape and finiteness, every counter's
+ * range; errors name the key and both values ("syncer.learners = 4 in the file, 3 in
+ * the params").  A ring larger than sp's R keeps its newest versions.  NULL with
+ * DLC_ERR_IO (cannot read), DLC_ERR_FORMAT (truncated, corrupt or not this run's
+ * checkpoint), DLC_ERR_ARG (bad sp or plan) or DLC_ERR_NOMEM; the caller frees. */
+DLC_API dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const dlc_plan *plan,
+                                    double now);
 
 #ifdef __cplusplus
 }
