@@ -140,6 +140,7 @@ static int l_syncer(lua_State *L) {
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
     c.run = optstr(L, 1, WHO, "run", "");
+    c.resume = optstr(L, 1, WHO, "resume", NULL);
     c.plan = plan;
     c.theta0 = dlc_params_data(params);
     int64_t plan_numel = 0;
@@ -203,6 +204,39 @@ static int s_global(lua_State *L) {
         return luaL_argerror(L, 2, "Params of another model (a different number of floats)");
     if (dlc_srt_global(b->s, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
     lua_settop(L, 2);
+    return 1;
+}
+
+/* s:save(path[, meta]) -> true | nil, message, code */
+static int s_save(lua_State *L) {
+    dlc_srt *s = checksrt(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    enum { META_MAX = 64 };
+    const char *keys[META_MAX], *values[META_MAX];
+    int n = 0;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+                return luaL_argerror(L, 3, "metadata must map strings to strings");
+            if (n == META_MAX) return luaL_argerror(L, 3, "more than 64 metadata entries");
+            keys[n] = lua_tostring(L, -2), values[n] = lua_tostring(L, -1); /* fields of the table: alive */
+            n++;
+            lua_pop(L, 1);
+        }
+    }
+    dlc_status st = dlc_srt_save(s, path, n, keys, values);
+    if (st == DLC_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (st == DLC_ERR_ARG) return dlcL_error(L);
+    return dlcL_fail(L, st);
+}
+
+static int s_epoch(lua_State *L) {
+    lua_pushinteger(L, dlc_srt_epoch(checksrt(L, 1)));
     return 1;
 }
 
@@ -273,7 +307,8 @@ static int s_stats(lua_State *L) {
 
 static const luaL_Reg srt_methods[] = {
     {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
-    {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {NULL, NULL}};
+    {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {"save", s_save},
+    {"epoch", s_epoch}, {NULL, NULL}};
 static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, NULL};
 
 /* ---- diloco.Learner ---- */

@@ -378,8 +378,8 @@ static void *srt_thread(void *arg) {
 }
 
 dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
-    if (!cfg || !cfg->plan || !cfg->theta0 || !cfg->listen) {
-        dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 and listen are required");
+    if (!cfg || !cfg->plan || (!cfg->theta0 && !cfg->resume) || !cfg->listen) {
+        dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 (or resume) and listen are required");
         return NULL;
     }
     dlc_srt *s = calloc(1, sizeof *s);
@@ -396,7 +396,10 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     s->M = cfg->syncer.learners;
     s->P = dlc_plan_count(cfg->plan);
     if (rt_strings_copy(&s->strs, &s->cfg.net, &s->cfg.run) != DLC_OK) goto fail;
-    if (!(s->s = dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0))) goto fail;
+    s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
+                       : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
+    if (!s->s) goto fail;
+    s->cfg.resume = NULL; /* borrowed during new only */
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
     for (int m = 0; m < s->M; m++) s->learners[m].peer = s->learners[m].banked = -1, s->learners[m].heard = -1;
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
@@ -494,6 +497,22 @@ dlc_status dlc_srt_global(dlc_srt *s, float *arena) {
     dlc_status st = dlc_syncer_copy_model(s->s, arena);
     pthread_mutex_unlock(&s->lock);
     return st;
+}
+
+dlc_status dlc_srt_save(dlc_srt *s, const char *path, int n, const char *const *keys, const char *const *values) {
+    if (!s || !path) return dlc_error(DLC_ERR_ARG, "srt_save: NULL argument");
+    pthread_mutex_lock(&s->lock);
+    dlc_status st = dlc_syncer_save(s->s, path, srt_now(s), n, keys, values);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+int64_t dlc_srt_epoch(dlc_srt *s) {
+    if (!s) return 0;
+    pthread_mutex_lock(&s->lock);
+    int64_t e = dlc_syncer_epoch(s->s);
+    pthread_mutex_unlock(&s->lock);
+    return e;
 }
 
 dlc_status dlc_srt_set_quorum(dlc_srt *s, int quorum) {

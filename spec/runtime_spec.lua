@@ -278,3 +278,96 @@ describe("diloco-lua syncer and learners under a launcher", function()
     assert(okr, err)
   end)
 end)
+
+describe("diloco-lua syncer killed with kill -9", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("restarts from its checkpoint with a new epoch; the learners reconnect and the run completes", function()
+    local path = recipe(S, "crash", { count = 2, steps = sanitized and 3000 or 12000, timeout = "2s" })
+    local secret = S.write("secret", "s3cret\n")
+    local addr = S.dir .. "/address"
+    local pids = {}
+    local function syncer(listen, extra)
+      local argv = { exe, "syncer", path, "--listen", listen, "--address-file", addr, "--secret-file", secret,
+        "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" }
+      for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+      local pid = assert(diloco.proc.spawn(argv))
+      pids[#pids + 1] = pid
+      return pid
+    end
+    local ok, err = pcall(function()
+      local a = syncer("127.0.0.1:0", { "--set", "runtime.syncer_every=5" })
+      local learners = {}
+      for id = 1, 2 do
+        learners[id] = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
+          "--secret-file", secret, "--out", S.dir .. "/l" .. id, "--overwrite", "--quiet",
+          stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
+        pids[#pids + 1] = learners[id]
+      end
+      local function wait_for_checkpoint()
+        for _ = 1, 300 do
+          if #diloco.rundir.checkpoints(S.dir .. "/run/syncer") > 0 then return end
+          diloco.proc.sleep(0.05)
+        end
+        error("no syncer checkpoint within 15 s: " .. table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+      end
+      wait_for_checkpoint()
+      diloco.proc.sleep(0.5)
+      local port = H.read_lines(addr)[1]:match(":(%d+)$")
+      diloco.proc.signal(a, "KILL")
+      diloco.proc.wait(a, true)
+      -- a syncer with no --resume refuses the run directory that holds the checkpoint
+      local out, code = H.sh(string.format("%s syncer %s --listen 127.0.0.1:0 --secret-file %s --out %s/run --quiet",
+        exe, path, secret, S.dir))
+      assert.are.equal(2, code, out)
+      assert.matches("already holds a run", out, 1, true)
+      -- the second one checkpoints after every merge: its kill very likely lands in a write
+      local b = syncer("127.0.0.1:" .. port, { "--resume", "--set", "runtime.syncer_every=1" })
+      diloco.proc.sleep(1.5)
+      diloco.proc.signal(b, "KILL")
+      diloco.proc.wait(b, true)
+      local c = syncer("127.0.0.1:" .. port, { "--resume" })
+      for id = 1, 2 do
+        local st = diloco.proc.wait(learners[id], true)
+        assert.are.equal(0, st.exited, "learner " .. id .. ": " .. table.concat(H.read_lines(S.dir .. "/l" .. id .. ".log"), "\n"))
+      end
+      local st = diloco.proc.wait(c, true)
+      assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+      pids = {}
+    end)
+    for _, pid in ipairs(pids) do
+      pcall(diloco.proc.signal, pid, "KILL")
+      pcall(diloco.proc.wait, pid, true)
+    end
+    assert(ok, err)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local resumes = of_kind(ev, "resume")
+    assert.are.equal(2, #resumes, "two restarts")
+    assert.are.equal(2, resumes[1].epoch)
+    assert.are.equal(3, resumes[2].epoch)
+    local s = summary_of(ev)
+    assert.are.equal(3, s.epoch)
+    assert.is_nil(s.error)
+    assert.is_true(s.final_eval_loss < 5.3)
+    -- within each syncer incarnation every fragment's version only grows, and each restart
+    -- continues from at most the merges since the checkpoint it loaded
+    local last, seg = {}, 0
+    for _, e in ipairs(ev) do
+      if e.event == "resume" then
+        seg = seg + 1
+        last = {}
+      elseif e.event == "merge" then
+        local v = last[e.fragment]
+        assert.is_true(v == nil or e.version > v, string.format("fragment %d: version %d after %d (incarnation %d)",
+          e.fragment, e.version, v or -1, seg + 1))
+        last[e.fragment] = e.version
+      end
+    end
+    -- no stale temporary file of a killed save is left behind
+    for _, name in ipairs(diloco.listdir(S.dir .. "/run/syncer")) do
+      assert.is_nil(name:match("%.tmp%."), name)
+    end
+  end)
+end)

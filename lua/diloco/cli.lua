@@ -188,10 +188,12 @@ M.commands = {
       { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
       { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
         doc = "run directory: metrics.jsonl, recipe.json, model.safetensors" },
+      { name = "resume", doc = "continue the run in OUT from the syncer's newest checkpoint (OUT/syncer), with "
+        .. "the next epoch: a restarted syncer; its learners reconnect and are resynced" },
       { name = "overwrite", doc = "replace the run already in OUT" },
       METRICS_OPT, QUIET_OPT,
     },
-    exit = "0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N",
+    exit = "0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N (after a checkpoint)",
   },
   {
     name = "learner", args = "RECIPE.lua", summary = "join a syncer as one learner (island)",
@@ -520,6 +522,7 @@ local function syncer(args, parse)
   return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = opts.out,
     overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
     address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
+    resume = opts.resume,
     command = "diloco-lua syncer " .. table.concat(args, " ") })
 end
 

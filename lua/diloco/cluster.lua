@@ -29,7 +29,7 @@ M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
-    drain = pd(rt.drain) + 0.0, restarts = rt.restarts }
+    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every }
 end
 
 local function random_hex(n)
@@ -54,6 +54,47 @@ end
 
 -- ---- the syncer ----
 
+-- Starts the syncer driver on `listen`, new or from the checkpoint at `resume`.
+function M.start_syncer(ctx, listen, resume)
+  local r = ctx.recipe
+  local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
+    learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume,
+    net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
+      heartbeat = ctx.rt.heartbeat } }
+  if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
+  ctx.syncer = s
+  ctx.merges_saved = ctx.gm
+  ctx.last_save = diloco.clock()
+  return s
+end
+
+-- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
+local function save_syncer(ctx)
+  local total = ctx.gm
+  local meta = { ["diloco.run_id"] = ctx.run_id, ["diloco.merges"] = tostring(total),
+    ["diloco.recipe_json"] = ctx.recipe_json }
+  local res, err = ctx.srd:save(total, function(path) return ctx.syncer:save(path, meta) end, function(path)
+    ctx.syncer:global(ctx.params)
+    return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
+      ["diloco.step"] = tostring(total) })
+  end)
+  ctx.last_save, ctx.merges_saved = diloco.clock(), total
+  local wall = diloco.clock() - ctx.t_start
+  if res then
+    ctx.metrics:write("checkpoint", { path = res.path, merges = total, epoch = ctx.syncer:epoch(), wall_s = wall })
+  else
+    ctx.metrics:write("checkpoint", { error = plain(err), merges = total, wall_s = wall })
+  end
+end
+
+local function maybe_save_syncer(ctx)
+  if not ctx.syncer then return end
+  local r, total = ctx.recipe, ctx.gm
+  local by_merges = ctx.rt.syncer_every > 0 and total - ctx.merges_saved >= ctx.rt.syncer_every
+  local by_time = (r.checkpoint.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= r.checkpoint.minutes * 60
+  if (by_merges or by_time) and total > ctx.merges_saved then save_syncer(ctx) end
+end
+
 -- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
 -- quiet, command, run_id, secret_file, address_file, advertise, net.
 local function prepare(r, opts)
@@ -66,8 +107,17 @@ local function prepare(r, opts)
   diloco.seed(r.seed)
   local Mn = r.islands.count
   ctx.out = opts.out or r.out or ("runs/" .. (r.name or "run"))
+  -- OUT/syncer holds the syncer's checkpoints: --resume continues from its newest (OUT's
+  -- metrics are appended to), else a new run, refused over an old one without --overwrite
   ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
-    keep = r.checkpoint.keep })
+    keep = r.checkpoint.keep, append = opts.resume and true or nil })
+  local sok, srd = pcall(diloco.rundir.open, ctx.out .. "/syncer", { resume = opts.resume and "latest" or nil,
+    overwrite = not opts.resume, command = opts.command, keep = r.checkpoint.keep })
+  if not sok then
+    ctx.rd:close()
+    error(srd, 0)
+  end
+  ctx.srd = srd
   local ok, err = pcall(function()
     ctx.model = train.build_model(r.model, r.seed)
     ctx.plist = ctx.model:parameters()
@@ -79,31 +129,37 @@ local function prepare(r, opts)
     ctx.loaders = loaders -- for the evaluation of the global model
     local fits, problems = diloco.recipe.check_data(r, loaders)
     if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
+    local saved = {}
+    if ctx.srd.resume_path then -- the run continued: its id, its merges so far
+      local _, meta = diloco.load_safetensors(ctx.srd.resume_path)
+      if type(meta) ~= "table" then fail("--resume %s: %s", ctx.srd.resume_path, tostring(meta)) end
+      saved = meta
+    end
+    ctx.gm = math.tointeger(tonumber(saved["diloco.merges"] or "0")) or 0 -- the run's merges (continued on resume)
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
+    elseif ctx.srd.resume_path and not opts.secret and diloco.file_id(ctx.out .. "/secret") then
+      ctx.secret_file = ctx.out .. "/secret" -- the run's: its learners hold it
     elseif not opts.secret then
       ctx.secret_file = ctx.out .. "/secret" -- a fresh one per run, readable by its owner only
       os.remove(ctx.secret_file)
       local wok, werr = diloco.proc.write_private(ctx.secret_file, random_hex(32) .. "\n")
       if not wok then fail("writing the run's secret: %s", werr) end
     end
-    ctx.run_id = opts.run_id or string.format("%s-%s", r.name or "run", random_hex(4))
+    ctx.run_id = saved["diloco.run_id"] or opts.run_id or string.format("%s-%s", r.name or "run", random_hex(4))
     ctx.rt = M.runtime(r)
-    local lopts, sopts = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
-    ctx.lopts = lopts
-    local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = Mn, learner = lopts,
-      syncer = sopts, listen = opts.listen or "127.0.0.1:0", run = ctx.run_id,
-      net = { secret_file = ctx.secret_file, secret = opts.secret, timeout = ctx.rt.timeout,
-        heartbeat = ctx.rt.heartbeat } }
-    if not s then fail_code(2, "syncer: %s", serr) end
-    ctx.syncer = s
-    ctx.port = s:port()
+    ctx.lopts, ctx.sopts = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
+    M.start_syncer(ctx, opts.listen or "127.0.0.1:0", ctx.srd.resume_path)
+    ctx.port = ctx.syncer:port()
     local host = (opts.listen or "127.0.0.1:0"):match("^(.*):%d+$") or "127.0.0.1"
     if host == "0.0.0.0" or host == "[::]" then host = "127.0.0.1" end
     ctx.address = opts.advertise or string.format("%s:%d", host, ctx.port)
-    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
+    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
+    if ctx.srd.resume_path then
+      ctx.metrics:write("resume", { from = ctx.srd.resume_path, merges = ctx.gm, epoch = ctx.syncer:epoch() })
+    end
     ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
       diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
@@ -121,6 +177,7 @@ local function prepare(r, opts)
   if not ok then
     if ctx.syncer then ctx.syncer:close() end
     if ctx.metrics then ctx.metrics:close() end
+    ctx.srd:close()
     ctx.rd:close()
     error(err, 0)
   end
@@ -158,7 +215,7 @@ end
 
 local function maybe_eval(ctx)
   local r = ctx.recipe
-  if r.eval.every <= 0 then return end
+  if r.eval.every <= 0 or not ctx.syncer then return end
   local step = run_step(ctx)
   local due = (ctx.evals + 1) * r.eval.every
   if step < due or due >= r.steps then return end
@@ -178,7 +235,7 @@ local function fault(ctx, info)
 end
 
 local function requorum(ctx)
-  if type(ctx.recipe.sync.quorum) == "function" then
+  if ctx.syncer and type(ctx.recipe.sync.quorum) == "function" then
     ctx.syncer:set_quorum(islands.quorum_value(ctx.recipe, ctx.syncer:stats().live, elapsed(ctx)))
   end
 end
@@ -190,6 +247,8 @@ local function on_syncer_event(ctx, ev)
     local info = islands.merge_info(ev.merge)
     info.wall_s = elapsed(ctx)
     ctx.merges = ctx.merges + 1
+    ctx.gm = ctx.gm + 1
+    ctx.useful = (ctx.useful or 0) + (ev.merge.useful_tokens or 0)
     ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
     write(ctx, "merge", info)
     if ctx.recipe.hooks.on_merge then islands.call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
@@ -232,6 +291,10 @@ local function on_syncer_event(ctx, ev)
 end
 
 local function pump_syncer(ctx, timeout)
+  if not ctx.syncer then -- down (chaos): nothing to hear until it is back
+    diloco.proc.sleep(timeout)
+    return
+  end
   local ev, err = ctx.syncer:poll(timeout)
   if ev == nil and err then fail("%s", err) end
   while ev do
@@ -367,10 +430,32 @@ local function chaos_due(ctx)
       L.state, L.resume_at = "paused", elapsed(ctx) + down
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+    elseif e.kind == "syncer" and ctx.syncer then
+      -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
+      local st = ctx.syncer:stats()
+      ctx.bytes_prev_in = (ctx.bytes_prev_in or 0) + st.bytes_in
+      ctx.bytes_prev_out = (ctx.bytes_prev_out or 0) + st.bytes_out
+      ctx.syncer:close()
+      ctx.syncer = nil
+      ctx.syncer_back_at = elapsed(ctx) + (down < math.huge and down or 0)
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
+        merges_lost = ctx.gm - ctx.merges_saved })
     elseif L == nil or L.pid then
       fault(ctx, { kind = e.kind, learner = e.learner, begin = true, skipped = "not executed on real processes in this "
-        .. "version (kill and pause are)" })
+        .. "version (kill, pause and syncer are)" })
     end
+  end
+  if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
+    local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
+    local last = list[#list]
+    ctx.gm = last and math.tointeger(last.step) or 0 -- the merges of that checkpoint: the rest are lost
+    local t0 = diloco.clock()
+    M.start_syncer(ctx, ctx.address, last and last.path or nil)
+    ctx.syncer_back_at = nil
+    ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
+    fault(ctx, { kind = "syncer", begin = false, epoch = ctx.syncer:epoch(), from = last and last.path or nil,
+      load_s = diloco.clock() - t0, fresh = not last or nil })
   end
   for m, L in ipairs(ctx.learners) do
     if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
@@ -385,7 +470,9 @@ end
 
 local function display(ctx, force)
   local now = elapsed(ctx)
-  if ctx.quiet or (not force and now - (ctx.last_display or -1e9) < (ctx.opts.display_every or 5)) then return end
+  if ctx.quiet or not ctx.syncer or (not force and now - (ctx.last_display or -1e9) < (ctx.opts.display_every or 5)) then
+    return
+  end
   ctx.last_display = now
   local st = ctx.syncer:stats()
   local parts = {}
@@ -436,8 +523,16 @@ end
 
 local function finish(ctx, err)
   local r = ctx.recipe
+  if not ctx.syncer then -- stopped while it was down: back from its checkpoint, to save the model
+    local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
+    local last = list[#list]
+    ctx.gm = last and math.tointeger(last.step) or 0
+    local ok, e = pcall(M.start_syncer, ctx, ctx.address, last and last.path or nil)
+    if not ok then error(e, 0) end
+  end
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(pump_syncer, ctx, 0.2)
+  pcall(save_syncer, ctx) -- the end, or a signal: what a --resume continues from
   local final
   local ok, e = pcall(evaluate_global, ctx, true)
   if ok then
@@ -480,13 +575,14 @@ local function finish(ctx, err)
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
     final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
-    goodput = capacity > 0 and st.useful_tokens / capacity or nil,
+    goodput = capacity > 0 and (ctx.useful or 0) / capacity or nil,
     uptime = uptime(ctx, ctx.t_train_start or 0, t_end, median(step_times) or 0),
-    bytes_up = st.bytes_in, bytes_down = st.bytes_out, wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
+    bytes_up = st.bytes_in + (ctx.bytes_prev_in or 0), bytes_down = st.bytes_out + (ctx.bytes_prev_out or 0), wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
     tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
-    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = st.merges,
-    rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = st.useful_tokens,
+    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
+    rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes",
   }
@@ -497,6 +593,7 @@ local function finish(ctx, err)
     summary.error = err
   end
   ctx.syncer:close()
+  ctx.srd:close()
   ctx.rd:close()
   diloco.clear_signals()
   if not ctx.quiet then
@@ -518,6 +615,7 @@ local function all_done(ctx)
     if ctx.supervising then
       if L.state ~= "done" and L.state ~= "failed" and L.state ~= "stopped" then return false end
     else
+      if not ctx.syncer then return false end
       local i = ctx.syncer:learner(m)
       if not i.bye then return false end
     end
@@ -535,6 +633,7 @@ local function loop(ctx)
       chaos_due(ctx)
     end
     maybe_eval(ctx)
+    maybe_save_syncer(ctx)
     display(ctx)
     if all_done(ctx) then break end
     if stop_reason(ctx) and not ctx.stopping then

@@ -13,7 +13,8 @@
 --     message naming the first (pid, command, start time); the kernel drops the lock
 --     when a run dies, even by kill -9;
 --   * removes temporary files (NAME.tmp.PID.N) of saves whose process is gone;
---   * refuses a directory that already holds a run unless resuming it or --overwrite;
+--   * refuses a directory that already holds a run unless resuming it, --overwrite, or
+--     opts.append (a run continued from checkpoints kept elsewhere: a syncer's in OUT/syncer);
 --   * refuses a metrics path that names a checkpoint or model file.
 -- Saving writes the step's checkpoint, then the model; if the model cannot be written
 -- the new checkpoint is removed again, so model.safetensors and the newest checkpoint
@@ -140,7 +141,7 @@ function M:resolve(opts)
     if opts.resume == "" then fail(2, "--resume: expected a checkpoint path or 'latest', got an empty string") end
     if not exists(opts.resume) then fail(2, "--resume %s: no such file", opts.resume) end
     self.resume_path = opts.resume
-  elseif #present > 0 then
+  elseif #present > 0 and not opts.append then
     if not opts.overwrite then
       table.sort(present)
       fail(2, "--out %s already holds a run (%s): --resume latest continues it, --overwrite replaces it, " ..
@@ -162,7 +163,7 @@ function M:resolve(opts)
   if opts.metrics and mkind == "file" and msize > 0 and not self.resume_path and not opts.overwrite then
     fail(2, "--metrics %s already exists: --resume appends to it, --overwrite replaces it", mp)
   end
-  self.append = self.resume_path ~= nil
+  self.append = self.resume_path ~= nil or (opts.append and #present > 0) or false
 end
 
 -- Writes an auxiliary text file atomically (temporary name, then rename).

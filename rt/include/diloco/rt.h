@@ -73,6 +73,8 @@ typedef struct dlc_srt_config {
     dlc_net_config net;         /* secret or secret_file, timeouts, TLS; hello, layout and
                                  * inline_io are set by the driver (strings copied) */
     const char *listen;         /* "HOST:PORT" (port 0: any free one) */
+    const char *resume;         /* a syncer checkpoint (dlc_srt_save) to start from, with the
+                                 * next epoch; theta0 is then not used.  NULL: a new run */
     const char *run;            /* the run id learners must present ("" allowed) */
     const dlc_run_params *run_params; /* the run's description (core/run.h; borrowed during
                                  * new), stated in the WELCOME: a learner whose run differs is
@@ -123,6 +125,13 @@ DLC_API void dlc_srt_event_release(dlc_srt_event *ev);
 
 /* The current global model into arena (laid out as the plan's model). */
 DLC_API dlc_status dlc_srt_global(dlc_srt *s, float *arena);
+/* Writes the syncer's whole state to `path` (dlc_syncer_save: atomic, so a kill at any
+ * moment leaves the previous file or this one), with n metadata key/value pairs of the
+ * host's. */
+DLC_API dlc_status dlc_srt_save(dlc_srt *s, const char *path, int n, const char *const *keys,
+                                const char *const *values);
+/* The epoch the syncer stamps (1 for a new run, the checkpoint's + 1 after a resume). */
+DLC_API int64_t dlc_srt_epoch(dlc_srt *s);
 /* The minimum quorum from now on (0: every live learner). */
 DLC_API dlc_status dlc_srt_set_quorum(dlc_srt *s, int quorum);
 /* Merges every open round holding a contribution (the end of a run). */
