@@ -188,6 +188,7 @@ local function prepare(r, opts)
 end
 
 local function say(ctx, fmt, ...)
+  ctx.drawn = nil -- the live block is not redrawn over this line
   if not ctx.quiet then
     io.stderr:write(string.format(fmt, ...), "\n")
     io.stderr:flush()
@@ -322,6 +323,11 @@ local function spawn(ctx, m, fresh)
   local L = ctx.learners[m]
   local dir = string.format("%s/learner-%d", ctx.out, m)
   diloco.mkdir_p(dir)
+  if fresh then -- a new run: the display must not read an earlier run's progress
+    os.remove(dir .. "/metrics.jsonl")
+    if L.tail then L.tail:close() end
+    L.tail, L.progress = nil, nil
+  end
   local threads = tostring(ctx.recipe.threads or 1)
   local argv = learner_argv(ctx, m, fresh)
   argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
@@ -468,24 +474,70 @@ end
 
 -- ---- the display ----
 
+-- The newest step event of learner m's own metrics (run: its directory is OUT/learner-N),
+-- read incrementally.
+local function learner_progress(ctx, m)
+  local L = ctx.learners[m]
+  if not ctx.supervising then return L.progress end
+  if not L.tail then
+    L.tail = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
+    if not L.tail then return nil end
+  end
+  while true do
+    local line = L.tail:read("l")
+    if not line then break end
+    if line:find('"event":"step"', 1, true) then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" then L.progress = e end
+    elseif line:find('"event":"join"', 1, true) and not line:find('"restored"', 1, true) then
+      L.progress = nil
+    end
+  end
+  return L.progress
+end
+
+local function learner_state(ctx, m, L, i)
+  if L.state == "running" then return i.connected and "training" or (L.joined and "lost" or "joining") end
+  if L.state == "down" and L.restart_at then
+    return string.format("down (%s, back in %.1fs)", L.down_cause or "?", math.max(0, L.restart_at - elapsed(ctx)))
+  end
+  return L.state
+end
+
+-- The live display: on a terminal a block of lines redrawn every second (a global line,
+-- then one per learner); otherwise the same lines every 5 s.
 local function display(ctx, force)
   local now = elapsed(ctx)
-  if ctx.quiet or not ctx.syncer or (not force and now - (ctx.last_display or -1e9) < (ctx.opts.display_every or 5)) then
-    return
-  end
+  local tty = diloco.isatty(2)
+  local every = ctx.opts.display_every or (tty and 1 or 5)
+  if ctx.quiet or not ctx.syncer or (not force and now - (ctx.last_display or -1e9) < every) then return end
   ctx.last_display = now
   local st = ctx.syncer:stats()
-  local parts = {}
+  local lines, capacity = {}, 0
   for m, L in ipairs(ctx.learners) do
     local i = ctx.syncer:learner(m)
-    local state = L.state == "running" and (i.connected and "training" or (L.joined and "lost" or "joining")) or L.state
-    parts[#parts + 1] = string.format("L%d %s step %d %.0f tok/s", m, state, i.steps,
-      i.step_time > 0 and ctx.tokens_per_batch and ctx.tokens_per_batch / i.step_time or 0)
+    local p = learner_progress(ctx, m)
+    local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
+    L.best_tps = math.max(L.best_tps or 0, tps)
+    capacity = capacity + L.best_tps * (now - (ctx.t_train_start or 0))
+    lines[#lines + 1] = string.format("  L%-2d %-22s step %6d  loss %s  %s tok/s  idle %s", m,
+      learner_state(ctx, m, L, i), p and p.step or i.steps, p and p.loss and string.format("%.4f", p.loss) or "   -  ",
+      diloco.progress.human(tps), p and p.wall_s and p.wait_s and
+      string.format("%.1f%%", 100 * p.wait_s / math.max(p.wall_s, 1e-9)) or "-")
   end
-  io.stderr:write(string.format("[%6.1fs] %d merges, %s up / %s down%s | %s\n", now, st.merges,
-    diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B",
-    ctx.last_eval and string.format(", eval %.4f", ctx.last_eval.loss) or "", table.concat(parts, "; ")))
+  local head = string.format("[%6.1fs] %d merges, goodput so far %s, %s up / %s down%s", now, ctx.merges,
+    capacity > 0 and string.format("%.1f%%", 100 * (ctx.useful or 0) / capacity) or "-",
+    diloco.progress.human(st.bytes_in + (ctx.bytes_prev_in or 0)) .. "B",
+    diloco.progress.human(st.bytes_out + (ctx.bytes_prev_out or 0)) .. "B",
+    ctx.last_eval and string.format(", last eval %.4f", ctx.last_eval.loss) or "")
+  local out = {}
+  if tty and ctx.drawn then out[#out + 1] = string.format("\27[%dA", ctx.drawn) end -- up over the last block
+  out[#out + 1] = "\27[2K" .. head .. "\n"
+  for _, l in ipairs(lines) do out[#out + 1] = (tty and "\27[2K" or "") .. l .. "\n" end
+  if not tty then out[1] = head .. "\n" end
+  io.stderr:write(table.concat(out))
   io.stderr:flush()
+  ctx.drawn = tty and (#lines + 1) or nil
 end
 
 -- ---- the end ----
