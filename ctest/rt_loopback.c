@@ -1,0 +1,262 @@
+/* rt_loopback.c - the real-time drivers (rt/include/diloco/rt.h) over loopback TCP in
+ * one process: a syncer and two learners on check_fx.h's small model, driven by fake
+ * inner steps.  Joins, merges from both, the global model moving, a learner of another
+ * model refused with the difference named, a learner that keeps stepping without ever
+ * waiting while its syncer is gone (contributions held, the oldest dropped), and the
+ * syncer's checkpoint resumed with the next epoch. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include "check.h"
+#include "check_fx.h"
+#include "diloco/rt.h"
+
+static const char SECRET[] = "rt_loopback secret";
+
+static dlc_net_config net_config(void) {
+    dlc_net_config c = dlc_net_default_config();
+    c.secret = SECRET, c.secret_len = sizeof SECRET - 1;
+    c.heartbeat_s = 0.2, c.timeout_s = 3, c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.2;
+    return c;
+}
+
+static dlc_learner_params lparams(void) {
+    dlc_learner_params lp = dlc_learner_default_params();
+    lp.H = 4, lp.tau = 1, lp.heartbeat = 0.2;
+    return lp;
+}
+
+static dlc_srt *start_syncer(const fx *x, const char *listen, const char *resume) {
+    dlc_srt_config sc = dlc_srt_default_config();
+    sc.syncer.learners = 2;
+    sc.syncer.tau = 1;
+    sc.plan = x->plan;
+    sc.theta0 = dlc_params_data(x->p);
+    sc.net = net_config();
+    sc.listen = listen;
+    sc.run = "rt_loopback";
+    sc.resume = resume;
+    return dlc_srt_new(&sc);
+}
+
+static dlc_lrt *start_learner(const fx *x, int id, int port) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_lrt_config lc = dlc_lrt_default_config();
+    lc.learner = lparams();
+    lc.learner.id = id;
+    lc.params = x->p;
+    lc.plan = x->plan;
+    lc.net = net_config();
+    lc.connect = addr;
+    lc.run = "rt_loopback";
+    lc.hold = 3;
+    return dlc_lrt_new(&lc);
+}
+
+/* The fake inner step: every float moves towards a learner's own target. */
+static void step(const fx *x, float target) {
+    float *th = dlc_params_data(x->p);
+    for (int k = 0; k < dlc_params_count(x->p); k++) {
+        int64_t o = dlc_params_offset(x->p, k), n = dlc_params_tensor(x->p, k)->numel;
+        for (int64_t i = o; i < o + n; i++) th[i] -= 0.05f * (th[i] - target);
+    }
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Takes the syncer's events for up to seconds; counts merges with each learner in them. */
+static void collect(dlc_srt *s, double seconds, int merged_by[2], int *merges, int *refused, char *why, size_t cap) {
+    double end = dlc_rt_clock() + seconds;
+    dlc_srt_event ev;
+    while (dlc_rt_clock() < end) {
+        int r = dlc_srt_poll(s, &ev, 20);
+        CHECK(r >= 0);
+        if (r <= 0) continue;
+        if (ev.kind == DLC_SRT_MERGED) {
+            (*merges)++;
+            for (int i = 0; i < ev.merge.count; i++) {
+                int m = ev.merge.contribs[i].learner;
+                if (m >= 0 && m < 2) merged_by[m]++;
+            }
+        } else if (ev.kind == DLC_SRT_REFUSED && refused) {
+            (*refused)++;
+            if (why) snprintf(why, cap, "%s", ev.text);
+        }
+        dlc_srt_event_release(&ev);
+    }
+}
+
+static void test_two_learners(void) {
+    fx xs, x1, x2;
+    fx_make(&xs, 2, 11);
+    fx_make(&x1, 2, 11);
+    fx_make(&x2, 2, 11);
+    dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    CHECK_OK(s);
+    if (!s) return;
+    int port = dlc_srt_port(s);
+    CHECK(port > 0);
+    float before[NMAX] = {0};
+    CHECK(dlc_srt_global(s, before) == DLC_OK);
+    dlc_lrt *a = start_learner(&x1, 0, port), *b = start_learner(&x2, 1, port);
+    CHECK_OK(a);
+    CHECK_OK(b);
+    CHECK(dlc_lrt_join(a, 10) == DLC_OK);
+    CHECK(dlc_lrt_join(b, 10) == DLC_OK);
+    CHECK(dlc_lrt_id(a) == 0 && dlc_lrt_id(b) == 1);
+    CHECK(dlc_lrt_state(a) == DLC_LEARNER_TRAINING);
+    int merged_by[2] = {0, 0}, merges = 0;
+    for (int t = 0; t < 40; t++) {
+        step(&x1, 1.0f);
+        step(&x2, -1.0f);
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        CHECK(dlc_lrt_step_done(b, 100, 0.001) == DLC_OK);
+        collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
+    }
+    CHECK(dlc_lrt_finish(a, 5, "done") == DLC_OK);
+    CHECK(dlc_lrt_finish(b, 5, "done") == DLC_OK);
+    collect(s, 0.3, merged_by, &merges, NULL, NULL, 0);
+    CHECK(merges >= 10);
+    CHECK(merged_by[0] > 0 && merged_by[1] > 0);
+    float after[NMAX] = {0};
+    CHECK(dlc_srt_global(s, after) == DLC_OK);
+    int64_t n = dlc_params_numel(xs.p);
+    double moved = 0;
+    for (int64_t i = 0; i < n; i++) moved += fabs((double)after[i] - before[i]);
+    CHECK(moved > 0.01); /* the merges moved the global model */
+    dlc_srt_learner_info i0;
+    CHECK(dlc_srt_learner(s, 0, &i0) == DLC_OK);
+    CHECK(i0.bye == 1 && i0.steps == 40 && i0.bytes_in > 0 && i0.bytes_out > 0);
+    dlc_lrt_stats ls;
+    CHECK(dlc_lrt_get_stats(a, &ls) == DLC_OK);
+    CHECK(ls.wait_s < 5 && ls.applied > 0 && ls.sent > 0);
+    dlc_lrt_free(a);
+    dlc_lrt_free(b);
+
+    /* a learner of another model (5 fragments' plan, another layout) is refused, named */
+    fx other;
+    fx_make(&other, 3, 12);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_lrt_config lc = dlc_lrt_default_config();
+    lc.learner = lparams();
+    lc.params = other.p, lc.plan = other.plan, lc.net = net_config(), lc.connect = addr, lc.run = "rt_loopback";
+    dlc_lrt *bad = dlc_lrt_new(&lc);
+    CHECK_OK(bad);
+    double t0 = dlc_rt_clock();
+    CHECK(dlc_lrt_join(bad, 10) == DLC_ERR_STATE);
+    CHECK(strstr(dlc_last_error(), "refused") && strstr(dlc_last_error(), "mismatch"));
+    CHECK(dlc_rt_clock() - t0 < 5); /* at once, not at the deadline */
+    int refused = 0;
+    char why[DLC_RT_TEXT_MAX] = "";
+    collect(s, 0.2, merged_by, &merges, &refused, why, sizeof why);
+    CHECK(refused >= 1);
+    dlc_lrt_free(bad);
+    fx_free(&other);
+    dlc_srt_free(s);
+    fx_free(&xs);
+    fx_free(&x1);
+    fx_free(&x2);
+}
+
+/* A learner whose syncer is gone keeps stepping: nothing in step_done waits, what cannot
+ * be sent is held (3 at most here), the oldest dropped. */
+static void test_syncer_gone(void) {
+    fx xs, x1;
+    fx_make(&xs, 2, 21);
+    fx_make(&x1, 2, 21);
+    dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    CHECK_OK(s);
+    if (!s) return;
+    dlc_lrt *a = start_learner(&x1, 0, dlc_srt_port(s));
+    CHECK(dlc_lrt_join(a, 10) == DLC_OK);
+    dlc_srt_free(s);
+    sleep_s(0.3); /* the connection is gone */
+    double slowest = 0;
+    for (int t = 0; t < 60; t++) {
+        step(&x1, 1.0f);
+        double t0 = dlc_rt_clock();
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        double dt = dlc_rt_clock() - t0;
+        if (dt > slowest) slowest = dt;
+    }
+    CHECK(slowest < 0.1); /* a socket wait would be a reconnect backoff or a timeout */
+    dlc_lrt_stats ls;
+    CHECK(dlc_lrt_get_stats(a, &ls) == DLC_OK);
+    CHECK(ls.connected == 0);
+    CHECK(ls.held >= 4 && ls.held_dropped >= 1);
+    CHECK(dlc_lrt_state(a) == DLC_LEARNER_TRAINING);
+    dlc_lrt_free(a);
+    fx_free(&xs);
+    fx_free(&x1);
+}
+
+/* The syncer saved, freed (a crash after its checkpoint) and started from the file:
+ * the next epoch, the same global model, and its learner reconnects and merges again. */
+static void test_resume(void) {
+    fx xs, x1;
+    fx_make(&xs, 2, 31);
+    fx_make(&x1, 2, 31);
+    char path[] = "/tmp/rt_loopback_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    CHECK_OK(s);
+    if (!s) return;
+    int port = dlc_srt_port(s);
+    dlc_lrt *a = start_learner(&x1, 0, port);
+    CHECK(dlc_lrt_join(a, 10) == DLC_OK);
+    int merged_by[2] = {0, 0}, merges = 0;
+    for (int t = 0; t < 20; t++) {
+        step(&x1, 1.0f);
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
+    }
+    CHECK(merges > 0);
+    collect(s, 0.3, merged_by, &merges, NULL, NULL, 0); /* what was in flight is merged: the model rests */
+    CHECK(dlc_srt_epoch(s) == 1);
+    const char *k[1] = {"test.note"}, *v[1] = {"saved"};
+    CHECK(dlc_srt_save(s, path, 1, k, v) == DLC_OK);
+    float saved[NMAX] = {0}; /* the arena's padding is not written: zero on both sides */
+    CHECK(dlc_srt_global(s, saved) == DLC_OK);
+    dlc_srt_free(s);
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    s = start_syncer(&xs, listen, path);
+    CHECK_OK(s);
+    if (!s) goto out;
+    CHECK(dlc_srt_epoch(s) == 2);
+    float loaded[NMAX] = {0};
+    CHECK(dlc_srt_global(s, loaded) == DLC_OK);
+    int ndiff = 0;
+    for (int64_t i = 0; i < dlc_params_numel(xs.p); i++) ndiff += saved[i] != loaded[i];
+    if (ndiff) fprintf(stderr, "resume: %d of %lld floats differ\n", ndiff, (long long)dlc_params_numel(xs.p));
+    CHECK(ndiff == 0);
+    merges = 0;
+    for (int t = 0; t < 200 && merges == 0; t++) { /* it reconnects (backoff 50..200 ms), is resynced, merges */
+        step(&x1, 1.0f);
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        collect(s, 0.02, merged_by, &merges, NULL, NULL, 0);
+    }
+    CHECK(merges > 0);
+    dlc_srt_free(s);
+out:
+    dlc_lrt_free(a);
+    unlink(path);
+    fx_free(&xs);
+    fx_free(&x1);
+}
+
+int main(void) {
+    (void)gather, (void)randv; /* check_fx.h's, unused here */
+    test_two_learners();
+    test_syncer_gone();
+    test_resume();
+    return check_done("rt_loopback");
+}
