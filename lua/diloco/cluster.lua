@@ -22,6 +22,7 @@ end
 -- Limits of the supervisor: every wait has a deadline (the recipe's runtime section
 -- sets the join deadline, the drain and the restart budget).
 M.STOP_TIMEOUT = 60       -- s: learners asked to stop must be gone within this, else KILL
+M.SLOW_PERIOD = 0.5       -- s: a chaos slow event runs its learner 1/factor of each period
 M.RESTART_MIN = 1         -- s: the first restart of a crashed learner waits this,
 M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 
@@ -436,6 +437,12 @@ local function chaos_due(ctx)
       L.state, L.resume_at = "paused", elapsed(ctx) + down
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+    elseif e.kind == "slow" and L and L.pid then
+      -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
+      L.slow = { factor = e.factor or 2, t0 = elapsed(ctx), untl = elapsed(ctx) + down, running = true }
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = L.slow.factor,
+        duration = down < math.huge and down or nil })
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
       local st = ctx.syncer:stats()
@@ -449,7 +456,7 @@ local function chaos_due(ctx)
         merges_lost = ctx.gm - ctx.merges_saved })
     elseif L == nil or L.pid then
       fault(ctx, { kind = e.kind, learner = e.learner, begin = true, skipped = "not executed on real processes in this "
-        .. "version (kill, pause and syncer are)" })
+        .. "version (kill, pause, slow and syncer are)" })
     end
   end
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
@@ -464,6 +471,21 @@ local function chaos_due(ctx)
       load_s = diloco.clock() - t0, fresh = not last or nil })
   end
   for m, L in ipairs(ctx.learners) do
+    local sl = L.slow
+    if sl and L.pid and L.state ~= "paused" then
+      local now = elapsed(ctx)
+      local run = now >= sl.untl or ((now - sl.t0) % M.SLOW_PERIOD) < M.SLOW_PERIOD / sl.factor
+      if run ~= sl.running then
+        diloco.proc.signal(L.pid, run and "CONT" or "STOP")
+        sl.running = run
+      end
+      if now >= sl.untl then
+        L.slow = nil
+        fault(ctx, { kind = "slow", learner = m, begin = false })
+      end
+    elseif sl and not L.pid then
+      L.slow = nil -- it died meanwhile
+    end
     if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
       diloco.proc.signal(L.pid, "CONT")
       L.state = "running"
@@ -678,7 +700,9 @@ end
 local function loop(ctx)
   local r = ctx.recipe
   while true do
-    pump_syncer(ctx, 0.05)
+    local slowing = false
+    for _, L in ipairs(ctx.learners) do slowing = slowing or L.slow ~= nil end
+    pump_syncer(ctx, slowing and 0.01 or 0.05)
     if ctx.supervising then
       reap(ctx)
       restart_due(ctx)
@@ -693,7 +717,8 @@ local function loop(ctx)
       say(ctx, "stopping (%s): each learner finishes its step and leaves", ctx.signal)
       for _, L in ipairs(ctx.learners) do
         if L.pid then
-          if L.state == "paused" then diloco.proc.signal(L.pid, "CONT") end
+          if L.state == "paused" or L.slow then diloco.proc.signal(L.pid, "CONT") end
+          L.slow = nil
           diloco.proc.signal(L.pid, "TERM")
         end
       end
