@@ -311,7 +311,9 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
         }
         if (now >= deadline) {
             l->st.wait_s += now - t0;
-            return dlc_error(DLC_ERR_STATE, "learner %d: no %s from the syncer at %s within %g s%s%s", l->id, what,
+            char who[32] = "learner";
+            if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id);
+            return dlc_error(DLC_ERR_STATE, "%s: no %s from the syncer at %s within %g s%s%s", who, what,
                              l->cfg.connect, timeout_s, l->last_refusal[0] ? ": last refusal: " : "", l->last_refusal);
         }
         double until = deadline; /* absolute; the learner's timers are on its own time base */

@@ -185,6 +185,9 @@ M.commands = {
       { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET, else a fresh OUT/secret",
         doc = "the run's secret (both ends prove they know it)" },
       { name = "run-id", arg = "ID", shown = "the recipe's name", doc = "the run id learners must present" },
+      { name = "tls-cert", arg = "PEM", shown = "none: plain TCP",
+        doc = "TLS on every link: this server's certificate (with --tls-key); learners then need --tls-ca" },
+      { name = "tls-key", arg = "PEM", shown = "none", doc = "the private key of --tls-cert" },
       { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
       { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
         doc = "run directory: metrics.jsonl, recipe.json, model.safetensors" },
@@ -214,6 +217,8 @@ M.commands = {
       { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET", doc = "the run's secret" },
       { name = "run-id", arg = "ID", shown = "the address file's, else the recipe's name",
         doc = "the run id the syncer serves" },
+      { name = "tls-ca", arg = "PEM", shown = "none: plain TCP",
+        doc = "TLS to a syncer started with --tls-cert: the certificate (or CA) its certificate is checked against" },
       { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
       { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
         doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
@@ -515,6 +520,17 @@ local function secret_opts(opts)
   return opts["secret-file"], (not opts["secret-file"] and env and env ~= "") and env or nil
 end
 
+-- The net's tls option of a syncer or learner command line (nil: plain TCP).
+local function tls_opts(opts, who)
+  if who == "syncer" then
+    if (opts["tls-cert"] == nil) ~= (opts["tls-key"] == nil) then
+      usage_error("--tls-cert and --tls-key go together (the server's certificate and its key)")
+    end
+    return opts["tls-cert"] and { cert = opts["tls-cert"], key = opts["tls-key"] } or nil
+  end
+  return opts["tls-ca"] and { ca = opts["tls-ca"] } or nil
+end
+
 local function syncer(args, parse)
   local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
@@ -522,7 +538,7 @@ local function syncer(args, parse)
   return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = opts.out,
     overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
     address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
-    resume = opts.resume,
+    resume = opts.resume, tls = tls_opts(opts, "syncer"),
     command = "diloco-lua syncer " .. table.concat(args, " ") })
 end
 
@@ -538,7 +554,7 @@ local function learner(args, parse)
   if parent then diloco.proc.die_with_parent("TERM", parent) end -- a supervisor killed by -9 takes its learners along
   return train(require("diloco.learner").run, r, opts, { connect = opts.connect, id = opts.id,
     rank_offset = opts["rank-offset"], out = opts.out, metrics = opts.metrics, quiet = opts.quiet,
-    overwrite = opts.overwrite,
+    overwrite = opts.overwrite, tls = tls_opts(opts, "learner"),
     secret_file = file, secret = secret, run_id = opts["run-id"],
     command = "diloco-lua learner " .. table.concat(args, " ") })
 end

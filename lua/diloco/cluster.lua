@@ -61,7 +61,7 @@ function M.start_syncer(ctx, listen, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume,
     net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
-      heartbeat = ctx.rt.heartbeat } }
+      heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls } }
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
   ctx.syncer = s
   ctx.merges_saved = ctx.gm

@@ -163,7 +163,7 @@ function M.prepare(r, opts)
   -- gets back-pressure, and the learner holds (then drops the oldest of) what it could not send
   local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
   local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
-    out_max = out_max }
+    out_max = out_max, tls = opts.tls }
   -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
