@@ -179,6 +179,7 @@ static int s_poll(lua_State *L) {
     lua_pushstring(L, dlc_srt_event_name(ev.kind));
     lua_setfield(L, -2, "type");
     dlcL_setnum(L, "time", ev.time);
+    dlcL_setnum(L, "clock", ev.clock);
     if (ev.learner >= 0) dlcL_setint(L, "learner", ev.learner + 1);
     if (ev.text[0]) {
         lua_pushstring(L, ev.text);

@@ -277,7 +277,7 @@ local function on_syncer_event(ctx, ev)
     requorum(ctx)
   elseif ev.type == "lost" then
     if L then L.lost = true end
-    fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, syncer_s = ev.time })
+    fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
     requorum(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })

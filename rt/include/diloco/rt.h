@@ -109,6 +109,7 @@ DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "join
 typedef struct dlc_srt_event {
     dlc_srt_event_kind kind;
     double time;              /* seconds since the driver started */
+    double clock;             /* the same instant on dlc_rt_clock (CLOCK_MONOTONIC) */
     int learner;              /* -1 when unknown */
     int fragment;             /* REJECTED */
     dlc_reject_reason reason; /* REJECTED */
