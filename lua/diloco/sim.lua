@@ -46,7 +46,9 @@ local function prepare(r, opts)
     ctx.learners = {}
     local params = {}
     for m = 1, Mn do
-      local L = { id = m, island = isl.list[m], steps = 0, tokens = 0, lr_step = 0 }
+      -- L is also the context of train.inner_step: the one inner step of every driver
+      local L = { id = m, island = isl.list[m], steps = 0, tokens = 0, lr_step = 0, recipe = r, who = "island " .. m,
+        train_time = 0.0, tok_window = 0 }
       L.model = train.build_model(r.model, r.seed)
       L.model:train()
       L.plist = L.model:parameters()
@@ -131,10 +133,16 @@ local function next_lr(ctx, L)
   return lr
 end
 
-local function report_step(ctx, L, ev, lv, gnorm, lr)
-  L.steps, L.tokens = L.steps + 1, L.tokens + L.loaders.tokens_per_batch
-  L.lr_step = L.lr_step + 1
-  L.loss_ema = L.loss_ema and 0.9 * L.loss_ema + 0.1 * lv or lv
+-- counted: train.inner_step counted the step's tokens, schedule step and loss average
+local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
+  L.steps = L.steps + 1
+  if counted then
+    L.lr_step = L.step
+  else
+    L.tokens = L.tokens + L.loaders.tokens_per_batch
+    L.lr_step = L.lr_step + 1
+    L.loss_ema = L.loss_ema and 0.9 * L.loss_ema + 0.1 * lv or lv
+  end
   if L.steps % ctx.log_every == 0 then
     write(ctx, "step", { learner = L.id, step = L.steps, loss = lv, lr = lr, grad_norm = gnorm, tokens = L.tokens,
       virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
@@ -158,6 +166,19 @@ local function dlcount(ctx) return #ctx.plan end
 local function on_step_event(ctx, ev)
   local r, vt = ctx.recipe, ctx.vt
   local L = ctx.learners[ev.learner]
+  local tpb = L.loaders.tokens_per_batch
+  if r.sync.preset ~= "dp" then
+    L.step, L.total = L.lr_step, L.total
+    local info = train.inner_step(L)
+    ctx.total_tokens = ctx.total_tokens + tpb
+    if ctx.schedule then
+      for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do vt:contribute(ev.learner, p) end
+    end
+    vt:step_done(ev.learner, tpb)
+    report_step(ctx, L, ev, info.loss, info.grad_norm, info.lr, true)
+    return
+  end
+  -- dp: forward and backward here, the optimizer step once the averaged gradient is back
   local lr = next_lr(ctx, L)
   local x, y = L.loaders.train:next()
   L.params:zero_grad()
@@ -165,21 +186,10 @@ local function on_step_event(ctx, ev)
   loss:backward()
   local lv = loss:item()
   loss:free()
-  ctx.total_tokens = ctx.total_tokens + L.loaders.tokens_per_batch
-  if r.sync.preset == "dp" then
-    check_finite(ctx, L, lv)
-    L.pending = { lr = lr, loss = lv }
-    vt:gradient_done(ev.learner, L.loaders.tokens_per_batch)
-    return
-  end
-  local gnorm = r.inner.clip > 0 and L.params:clip_grad_norm(r.inner.clip) or L.params:grad_norm()
-  check_finite(ctx, L, lv, gnorm)
-  L.opt:step(lr)
-  if ctx.schedule then
-    for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do vt:contribute(ev.learner, p) end
-  end
-  vt:step_done(ev.learner, L.loaders.tokens_per_batch)
-  report_step(ctx, L, ev, lv, gnorm, lr)
+  ctx.total_tokens = ctx.total_tokens + tpb
+  check_finite(ctx, L, lv)
+  L.pending = { lr = lr, loss = lv }
+  vt:gradient_done(ev.learner, tpb)
 end
 
 local function on_optim_event(ctx, ev)

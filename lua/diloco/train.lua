@@ -400,10 +400,11 @@ function M.prepare(r, opts)
   return ctx
 end
 
--- The learning rate of the next step: the schedule's, or hooks.lr's (checked).
+-- The learning rate of the next step: the schedule's (over ctx.total steps, default the
+-- recipe's), or hooks.lr's (checked).
 local function next_lr(ctx)
   local r = ctx.recipe
-  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, r.steps)
+  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, ctx.total or r.steps)
   if r.hooks.lr then
     local v = r.hooks.lr(ctx.step + 1, lr)
     if math.type(v) == nil or v ~= v or v < 0 or v > 3.4e38 then
@@ -417,7 +418,10 @@ end
 
 -- One inner step: batch -> loss -> backward -> clip -> optimizer step.  Returns
 -- {loss, aux, grad_norm, lr}.  A diverged step raises before the update, so the
--- parameters stay those of the last good step.
+-- parameters stay those of the last good step.  The one inner step of every driver: a
+-- run, each island of a sim, a learner process.  ctx: recipe, loaders, model, params,
+-- opt, step (the schedule's step), total (the schedule's length, default steps), who (a
+-- prefix of the divergence message: "island 2"), tokens, train_time, tok_window, loss_ema.
 function M.inner_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
@@ -431,8 +435,9 @@ function M.inner_step(ctx)
   local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
   loss:free()
   if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
-    fail("step %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
-      .. "lower inner.lr (%g) or check the data", ctx.step + 1, tostring(lv), tostring(gnorm), r.inner.lr)
+    fail("%sstep %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
+      .. "lower inner.lr (%g) or check the data", ctx.who and ctx.who .. ", " or "", ctx.step + 1, tostring(lv),
+      tostring(gnorm), r.inner.lr)
   end
   ctx.opt:step(lr)
   ctx.step = ctx.step + 1
