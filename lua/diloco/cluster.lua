@@ -208,8 +208,34 @@ local function run_step(ctx)
   return math.floor(median(xs) or 0)
 end
 
+-- The global model into ctx.params: the syncer's Θ; in data parallel (no Θ at the syncer,
+-- every learner holds the same model) the newest model a learner saved in OUT/learner-N.
+local function load_global(ctx)
+  if ctx.recipe.sync.preset ~= "dp" then
+    ctx.syncer:global(ctx.params)
+    return true
+  end
+  local best, best_step
+  for m = 1, ctx.recipe.islands.count do
+    local path = string.format("%s/learner-%d/model.safetensors", ctx.out, m)
+    local t, meta = diloco.load_safetensors(path)
+    local step = t and math.tointeger(tonumber(meta["diloco.step"] or ""))
+    if step and (not best_step or step > best_step) then best, best_step = t, step end
+  end
+  if not best then
+    fail("dp: no learner model in %s/learner-N to evaluate (the syncer of a data-parallel run holds no model; its "
+      .. "learners save theirs at their end)", ctx.out)
+  end
+  for _, p in ipairs(ctx.plist) do
+    local src = best[p[1]]
+    if not src then fail("dp: a learner's model lacks tensor %s", p[1]) end
+    p[2]:copy(src)
+  end
+  return true
+end
+
 local function evaluate_global(ctx, final)
-  ctx.syncer:global(ctx.params)
+  load_global(ctx)
   local loaders = ctx.loaders
   return train.evaluate(ctx.model, loaders,
     final and loaders.kind == "images" and loaders.eval_batches_all or ctx.recipe.eval.batches)
@@ -217,7 +243,7 @@ end
 
 local function maybe_eval(ctx)
   local r = ctx.recipe
-  if r.eval.every <= 0 or not ctx.syncer then return end
+  if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" then return end -- dp: at the end only
   local step = run_step(ctx)
   local due = (ctx.evals + 1) * r.eval.every
   if step < due or due >= r.steps then return end
@@ -618,7 +644,9 @@ local function finish(ctx, err)
   local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
     ["diloco.recipe_json"] = ctx.recipe_json }
   if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
-  local saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
+  local saved, serr
+  if pcall(load_global, ctx) then saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
+  else serr = "no global model (dp: no learner saved one)" end
   local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
   stop_reason(ctx)
   if not err and ctx.metrics.failed then err = ctx.metrics.failed end
