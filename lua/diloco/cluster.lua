@@ -30,7 +30,7 @@ M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
-    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every }
+    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic }
 end
 
 local function random_hex(n)
@@ -262,6 +262,25 @@ local function fault(ctx, info)
   if ctx.recipe.hooks.on_fault then islands.call_hook("on_fault", ctx.recipe.hooks.on_fault, info) end
 end
 
+-- runtime.elastic = false (non-elastic data parallel, the baseline of the chaos
+-- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
+-- go on together once it is back.
+local function hold_others(ctx)
+  if ctx.rt.elastic or not ctx.supervising then return end
+  local anyone_lost = false
+  for _, L in ipairs(ctx.learners) do
+    anyone_lost = anyone_lost or (L.lost and L.state ~= "done") or L.state == "down"
+  end
+  for m, L in ipairs(ctx.learners) do
+    local hold = anyone_lost and not L.lost and L.state == "running"
+    if L.pid and hold ~= (L.held or false) then
+      diloco.proc.signal(L.pid, hold and "STOP" or "CONT")
+      L.held = hold
+      fault(ctx, { kind = "held", learner = m, begin = hold })
+    end
+  end
+end
+
 local function requorum(ctx)
   if ctx.syncer and type(ctx.recipe.sync.quorum) == "function" then
     ctx.syncer:set_quorum(islands.quorum_value(ctx.recipe, ctx.syncer:stats().live, elapsed(ctx)))
@@ -301,10 +320,12 @@ local function on_syncer_event(ctx, ev)
       L.lost = false
     end
     requorum(ctx)
+    hold_others(ctx)
   elseif ev.type == "lost" then
     if L then L.lost = true end
     fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
     requorum(ctx)
+    hold_others(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
   elseif ev.type == "refused" then
@@ -456,6 +477,7 @@ local function chaos_due(ctx)
       L.chaos_kill = true
       L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
       diloco.proc.signal(L.pid, "KILL")
+      if L.held then L.held = false end
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "kill", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "pause" and L and L.pid then

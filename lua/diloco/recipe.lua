@@ -274,6 +274,8 @@ M.schema = {
       doc = "a learner process must have joined the syncer within this of its start" },
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
+    elastic = { kind = "boolean", default = true,
+      doc = "false: while a learner is lost every other one is stopped until it is back (non-elastic data parallel)" },
     syncer_every = { kind = "integer", default = 100, check = range(0, 1e12, true),
       doc = "merges between two checkpoints of the syncer in OUT/syncer (0: by checkpoint.minutes only)" },
     restarts = { kind = "integer", default = 20, check = range(0, 1e6, true),

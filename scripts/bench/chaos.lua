@@ -1,0 +1,95 @@
+-- scripts/bench/chaos.lua, run by scripts/bench/chaos: one recipe under one seeded
+-- failure policy on real processes, as non-elastic data parallel (a failure stops everyone
+-- until it is back: runtime.elastic = false), elastic data parallel, blocking DiLoCo and
+-- Decoupled DiLoCo, side by side in one invocation, each beside sim's prediction for the
+-- same recipe and schedule.  Prints goodput, uptime, the healthy learners' idle share,
+-- final eval loss and wall time.  Goals: decoupled healthy-learner idle <= 2%, decoupled
+-- goodput >= 3x non-elastic dp, real goodput within 5 points of sim's, final loss within 3%.
+--
+-- The policy: each learner is killed at Poisson times (mean time between failures MTBF,
+-- down DOWN, seeded) and learner 1 is paused once.  sim has no pause: its prediction takes
+-- the pause as a kill of the same length (the learner neither computes nor answers).
+-- sim's step time is the real decoupled run's measured one, so the schedule's seconds mean
+-- the same in both.
+-- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR
+local diloco = require "diloco"
+local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
+local exe = diloco.proc.self_exe()
+
+local function events(path)
+  local out = {}
+  for line in io.lines(path) do out[#out + 1] = diloco.json_decode(line) end
+  return out
+end
+
+local function go(cmd, name, sets)
+  local argv = { exe, cmd, recipe, "--out", tmp .. "/" .. name, "--overwrite", "--quiet", "--set", "steps=" .. steps,
+    "--set", "islands.count=4", "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--set", "threads=1",
+    "--set", "runtime.heartbeat=0.5s", "--set", "runtime.timeout=3s" }
+  for _, s in ipairs(sets) do
+    argv[#argv + 1] = "--set"
+    argv[#argv + 1] = s
+  end
+  argv.stdout, argv.stderr = tmp .. "/" .. name .. ".log", tmp .. "/" .. name .. ".log"
+  argv.env = { OMP_NUM_THREADS = "1", OPENBLAS_NUM_THREADS = "1" }
+  local pid = assert(diloco.proc.spawn(argv))
+  local st = diloco.proc.wait(pid, true)
+  if st.exited ~= 0 then error(name .. " failed: see " .. tmp .. "/" .. name .. ".log") end
+  local ev = events(tmp .. "/" .. name .. "/metrics.jsonl")
+  return ev[#ev], ev
+end
+
+-- the learners that never faulted, and their mean idle share
+local function healthy_idle(summary, ev)
+  local hit = {}
+  for _, e in ipairs(ev) do
+    if e.event == "fault" and e.learner and (e.kind == "kill" or e.kind == "pause") then hit[e.learner] = true end
+  end
+  local sum, n = 0, 0
+  for m, p in ipairs(summary.per_learner or {}) do
+    if not hit[m] and p.idle then sum, n = sum + p.idle, n + 1 end
+  end
+  return n > 0 and sum / n or nil
+end
+
+local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7,{at='%s',pause=1,down=%q}}", mtbf,
+  down, "15s", down)
+local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7,{at='%s',kill=1,down=%q}}", mtbf,
+  down, "15s", down)
+local modes = {
+  { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false" } },
+  { name = "dp, elastic", sets = { "sync.preset=dp", "sync.fragments=1" } },
+  { name = "diloco (blocking)", sets = { "sync.preset=diloco" } },
+  { name = "decoupled", sets = { "sync.preset=decoupled" } },
+}
+-- the step time sim needs: the real decoupled run's, measured without faults
+local base = go("run", "nofault", { "sync.preset=decoupled" })
+local tps = 0
+for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
+local step_time = 4 * 1024 / tps -- 4 learners of 16 x 64 tokens a step
+print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed 7), learner 1 paused at 15 s for %s; "
+  .. "measured step time %.3f s (sim's islands.step_time)", recipe, steps, mtbf, down, down, step_time))
+print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
+print("|---|---|---|---|---|---|---|---|")
+local out = {}
+for _, m in ipairs(modes) do
+  local sets = { "chaos=" .. chaos }
+  for _, s in ipairs(m.sets) do sets[#sets + 1] = s end
+  local r, ev = go("run", m.name:gsub("[^%w]", "_"), sets)
+  local ssets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time) }
+  for _, s in ipairs(m.sets) do if not s:match("^runtime") then ssets[#ssets + 1] = s end end
+  local ok, s = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_sim", ssets)
+  if not ok then s = {} end
+  local idle = healthy_idle(r, ev)
+  out[m.name] = r
+  print(string.format("| %s | %s | %s | %s | %s | %.4f | %s | %.1f |", m.name,
+    r.goodput and string.format("%.1f%%", 100 * r.goodput) or "-",
+    s.goodput and string.format("%.1f%%", 100 * s.goodput) or "-",
+    r.uptime and string.format("%.1f%%", 100 * r.uptime) or "-",
+    idle and string.format("%.2f%%", 100 * idle) or "-", r.final_eval_loss or 0,
+    s.final_eval_loss and string.format("%.4f", s.final_eval_loss) or "-", r.wall_s))
+end
+local d, n = out["decoupled"], out["dp, non-elastic"]
+if d.goodput and n.goodput and n.goodput > 0 then
+  print(string.format("decoupled goodput / non-elastic dp goodput = %.2f (goal >= 3)", d.goodput / n.goodput))
+end
