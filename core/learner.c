@@ -134,8 +134,15 @@ int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a) {
     return 1;
 }
 
-/* Drops actions left from an earlier call: their payloads are about to be reused. */
-static void clear_queue(dlc_learner *l) { l->qhead = l->qlen = 0; }
+int dlc_learner_pending(const dlc_learner *l) { return l ? l->qlen : 0; }
+
+/* No silent loss: an event is refused while actions of an earlier call are queued, since
+ * it would reuse the buffers their payloads point into.  A refused call changes nothing. */
+static dlc_status learner_unpolled(const dlc_learner *l, const char *fn) {
+    if (l->qlen == 0) return DLC_OK;
+    return dlc_error(DLC_ERR_STATE, "%s: learner %d has %d unpolled action%s: expected 0 (poll every action "
+                     "with dlc_learner_poll before the next event)", fn, l->p.id, l->qlen, l->qlen == 1 ? "" : "s");
+}
 
 dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan) {
     if (dlc_learner_params_check(lp) != DLC_OK) return NULL;
@@ -297,13 +304,14 @@ static int due(const dlc_learner *l, int p) {
 
 dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_done: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_step_done");
+    if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training",
                          l->p.id, state_names[l->state]);
     if (tokens < 0 || !(seconds >= 0) || !isfinite(seconds))
         return dlc_error(DLC_ERR_ARG, "learner_step_done: tokens = %lld, seconds = %g: expected >= 0",
                          (long long)tokens, seconds);
-    clear_queue(l);
     l->steps++;
     l->tokens += tokens;
     if (seconds > 0) l->step_ema = ema(l->step_ema, seconds, l->p.ema);
@@ -311,7 +319,6 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
         l->f[p].c_steps++;
         l->f[p].c_tokens += tokens;
     }
-    dlc_status s = DLC_OK;
     for (int p = 0; p < l->P && s == DLC_OK; p++)
         if (due(l, p)) s = send_contribution(l, p, now);
     for (int p = 0; p < l->P && s == DLC_OK; p++)
@@ -322,23 +329,25 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
 
 dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_contribute: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_contribute");
+    if (s != DLC_OK) return s;
     if (p < 0 || p >= l->P)
         return dlc_error(DLC_ERR_RANGE, "learner_contribute: fragment %d: expected 0..%d", p, l->P - 1);
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
         return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id, state_names[l->state],
                          l->p.dp ? " (data parallel sends gradients)" : "");
-    clear_queue(l);
-    dlc_status s = send_contribution(l, p, now);
+    s = send_contribution(l, p, now);
     update_blocking(l);
     return s;
 }
 
 dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_gradient: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_gradient");
+    if (s != DLC_OK) return s;
     if (!l->p.dp || l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id, state_names[l->state],
                          l->p.dp ? "" : " and not data parallel");
-    clear_queue(l);
     gather(l, 0, (float *)(void *)l->grad_enc, 1);
     int64_t bad = -1;
     const float *g = (const float *)(void *)l->grad_enc;
@@ -428,13 +437,13 @@ static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
 
 dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
     if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
+    dlc_status s = learner_unpolled(l, "learner_receive");
+    if (s != DLC_OK) return s;
     if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
-    clear_queue(l);
     if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
                          "syncer incarnation's, refused", l->p.id, dlc_msg_type_name(m->type), (long long)m->epoch,
                          (long long)l->epoch);
-    dlc_status s;
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
@@ -454,7 +463,8 @@ double dlc_learner_expiry(const dlc_learner *l) {
 
 dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: NULL learner");
-    clear_queue(l);
+    dlc_status s = learner_unpolled(l, "learner_handle_expiry");
+    if (s != DLC_OK) return s;
     if (now < dlc_learner_expiry(l)) return DLC_OK;
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
@@ -466,7 +476,7 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
 
 void dlc_learner_stop(dlc_learner *l) {
     if (!l || l->state == DLC_LEARNER_STOPPED) return;
-    clear_queue(l);
+    l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
     set_state(l, DLC_LEARNER_STOPPED);
 }
 
@@ -475,7 +485,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     if (l->state != DLC_LEARNER_STOPPED)
         return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
                          state_names[l->state]);
-    clear_queue(l);
+    DLC_ASSERT(l->qlen == 0); /* stop emptied it and STOPPED queues nothing */
     l->incarnation++;
     for (int p = 0; p < l->P; p++) {
         lfrag *f = &l->f[p];

@@ -134,7 +134,16 @@ int dlc_syncer_poll(dlc_syncer *s, dlc_syncer_action *a) {
     return 1;
 }
 
-static void clear_queue(dlc_syncer *s) { s->qhead = s->qlen = 0; }
+int dlc_syncer_pending(const dlc_syncer *s) { return s ? s->qlen : 0; }
+
+/* No silent loss: an event is refused while actions of an earlier call are queued, since
+ * it would reuse the buffers their payloads and merge records point into.  A refused call
+ * changes nothing. */
+static dlc_status syncer_unpolled(const dlc_syncer *s, const char *fn) {
+    if (s->qlen == 0) return DLC_OK;
+    return dlc_error(DLC_ERR_STATE, "%s: the syncer has %d unpolled action%s: expected 0 (poll every action "
+                     "with dlc_syncer_poll before the next event)", fn, s->qlen, s->qlen == 1 ? "" : "s");
+}
 
 dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0) {
     if (dlc_syncer_params_check(sp) != DLC_OK) return NULL;
@@ -601,8 +610,8 @@ static dlc_status check_learner(const dlc_syncer *s, int m, const char *fn) {
 
 dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
     dlc_status st = check_learner(s, m, "syncer_join");
+    if (st == DLC_OK) st = syncer_unpolled(s, "syncer_join");
     if (st != DLC_OK) return st;
-    clear_queue(s);
     /* a learner that joins while still counted live restarted: what it sent before
      * belongs to its previous incarnation */
     if (s->live[m]) st = drop_learner(s, m, now);
@@ -625,8 +634,8 @@ static dlc_status drop_learner(dlc_syncer *s, int m, double now) {
 
 dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now) {
     dlc_status st = check_learner(s, m, "syncer_lost");
+    if (st == DLC_OK) st = syncer_unpolled(s, "syncer_lost");
     if (st != DLC_OK) return st;
-    clear_queue(s);
     return drop_learner(s, m, now);
 }
 
@@ -663,9 +672,10 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
 
 dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     if (!s || !m) return dlc_error(DLC_ERR_ARG, "syncer_receive: NULL argument");
-    dlc_status st = check_learner(s, m->learner, "syncer_receive");
+    dlc_status st = syncer_unpolled(s, "syncer_receive");
+    if (st != DLC_OK) return st;
+    st = check_learner(s, m->learner, "syncer_receive");
     if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
-    clear_queue(s);
     int L = m->learner;
     if (m->incarnation < 0 || m->epoch < 0)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a message from learner %d stamped epoch %lld, incarnation %lld: "
@@ -721,8 +731,7 @@ double dlc_syncer_expiry(const dlc_syncer *s) {
 
 dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_handle_expiry: NULL syncer");
-    clear_queue(s);
-    dlc_status st = DLC_OK;
+    dlc_status st = syncer_unpolled(s, "syncer_handle_expiry");
     if (s->p.timeout > 0)
         for (int m = 0; m < s->M && st == DLC_OK; m++)
             if (s->live[m] && s->heard[m] + s->p.timeout <= now) {
@@ -740,17 +749,16 @@ dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int k, double now) {
     if (k < 0 || k > s->M)
         return dlc_error(DLC_ERR_ARG, "syncer_set_quorum: quorum = %d: expected 1..%d (0 = every live learner)", k,
                          s->M);
-    clear_queue(s);
+    dlc_status st = syncer_unpolled(s, "syncer_set_quorum");
+    if (st != DLC_OK) return st;
     s->p.quorum = k;
-    dlc_status st = DLC_OK;
     for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
     return st;
 }
 
 dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_flush: NULL syncer");
-    clear_queue(s);
-    dlc_status st = DLC_OK;
+    dlc_status st = syncer_unpolled(s, "syncer_flush");
     for (int p = 0; p < s->P && st == DLC_OK; p++)
         if (s->f[p].count > 0) st = close_round(s, p, now, 1);
     return st;
@@ -758,7 +766,8 @@ dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
 
 dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_restart: NULL syncer");
-    clear_queue(s);
+    dlc_status st = syncer_unpolled(s, "syncer_restart");
+    if (st != DLC_OK) return st;
     for (int p = 0; p < s->P; p++) clear_round(&s->f[p], s->M);
     for (int m = 0; m < s->M; m++) {
         s->unheard[m] = 1;

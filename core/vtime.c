@@ -4,8 +4,10 @@
  * evaluations) ordered by (time, class, sequence number); the state machines' timers
  * are asked for their deadline each turn instead of being queued, since they move.
  * What the host must see goes to a small FIFO of host events that dlc_vtime_next
- * drains first.  Messages are copied when sent (a state machine's payload is valid
- * only until its next call) and freed when delivered or lost. */
+ * drains first.  After every call into a state machine its actions are polled to the
+ * last (it refuses the next event while any is queued); messages are copied when sent
+ * (a payload is valid only until the machine's next event) and freed when delivered or
+ * lost. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,7 +358,7 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             if (st == DLC_OK) st = syncer_actions(vt);
             for (int m = 0; m < vt->M && st == DLC_OK; m++) {
                 if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
-                    st = dlc_syncer_join(vt->s, m, vt->now); /* each call starts a new action queue */
+                    st = dlc_syncer_join(vt->s, m, vt->now);
                     if (st == DLC_OK) st = syncer_actions(vt);
                 }
             }

@@ -233,8 +233,8 @@ static void test_apply(void) {
     for (int t = 5; t <= 7; t++) {
         inner_step(x.p, target);
         CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        drain(l);
     }
-    drain(l);
     float th7[NMAX], now2[NMAX];
     gather(&x, 2, dlc_params_data(x.p), th7);
     m = fragment_msg(0, 2, 1, 0, g2, n2);
@@ -342,8 +342,10 @@ static void test_join_restart(void) {
         gather(&x, p, model, v);
         m = fragment_msg(2, p, 3 + p, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
         CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+        CHECK(drain(l).n == 1);
         if (p == 0) { /* the same fragment twice does not count twice */
             CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+            CHECK(drain(l).n == 1);
             CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
         }
     }
@@ -359,6 +361,7 @@ static void test_join_restart(void) {
     for (int t = 1; t <= 5; t++) {
         inner_step(x.p, target);
         CHECK(dlc_learner_step_done(l, 7, 0.2, 0.5 + t * 0.1) == DLC_OK);
+        drain(l);
     }
     CHECK(dlc_learner_handle_expiry(l, 1.6) == DLC_OK);
     lrec r = drain(l);
@@ -400,6 +403,7 @@ static void test_join_restart(void) {
         while (dlc_syncer_poll(s, &a)) {
             CHECK(a.type == DLC_SACT_SEND && a.msg.learner == 2 && (a.msg.flags & DLC_MSG_RESYNC));
             CHECK(dlc_learner_receive(l, &a.msg, 4) == DLC_OK);
+            CHECK(drain(l).n == 1);
             k++;
         }
         CHECK(k == 4 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
@@ -684,6 +688,20 @@ static void test_assert_and_refusals(void) {
         CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
         resync(&x, l, dlc_params_data(x.p), 0, 0);
         CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE); /* not data parallel */
+        /* no silent loss: with a contribution unpolled every event is refused, naming the
+         * count, changing nothing; the contribution is still there to poll */
+        CHECK(dlc_learner_contribute(l, 0, 0) == DLC_OK && dlc_learner_pending(l) == 1);
+        int64_t n0 = dlc_plan_numel(x.plan, 0);
+        dlc_learner_action peek;
+        CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+        CHECK(strstr(dlc_last_error(), "learner_step_done: learner 0 has 1 unpolled action:") != NULL);
+        CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE && dlc_learner_handle_expiry(l, 5) == DLC_ERR_STATE);
+        dlc_msg fr = fragment_msg(0, 0, 1, 0, dlc_params_data(x.p), n0);
+        CHECK(dlc_learner_receive(l, &fr, 0) == DLC_ERR_STATE);
+        CHECK(dlc_learner_steps(l) == 0 && dlc_learner_base_version(l, 0) == 0 && dlc_learner_pending(l) == 1);
+        CHECK(dlc_learner_poll(l, &peek) == 1 && peek.type == DLC_LACT_SEND && peek.msg.fragment == 0);
+        CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_OK && dlc_learner_steps(l) == 1);
+        CHECK(dlc_learner_pending(l) == 0 && dlc_learner_poll(l, &peek) == 0);
         CHECK(dlc_learner_step_done(l, -1, 0, 0) == DLC_ERR_ARG);
         dlc_msg hb = {.type = DLC_MSG_HEARTBEAT};
         CHECK(dlc_learner_receive(l, &hb, 0) == DLC_ERR_FORMAT);

@@ -928,6 +928,19 @@ static void test_refusals(void) {
     dlc_msg m = {.type = DLC_MSG_HEARTBEAT, .learner = 7};
     CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT);
     CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    /* no silent loss: while the join's resync is unpolled every event is refused, naming
+     * the count, and changes nothing; the queued action survives the refusals */
+    CHECK(dlc_syncer_pending(s) == 1);
+    m = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 9};
+    CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_STATE);
+    CHECK(strstr(dlc_last_error(), "syncer_receive: the syncer has 1 unpolled action:") != NULL);
+    CHECK(dlc_syncer_join(s, 1, 0) == DLC_ERR_STATE && dlc_syncer_lost(s, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_handle_expiry(s, 0) == DLC_ERR_STATE && dlc_syncer_set_quorum(s, 1, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_flush(s, 0) == DLC_ERR_STATE && dlc_syncer_restart(s, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_live(s) == 1 && !dlc_syncer_is_live(s, 1) && dlc_syncer_pending(s) == 1);
+    rec q = drain(s);
+    CHECK(q.n == 1 && q.a[0].type == DLC_SACT_SEND && q.a[0].msg.learner == 0 && (q.a[0].msg.flags & DLC_MSG_RESYNC));
+    CHECK(dlc_syncer_pending(s) == 0 && dlc_syncer_receive(s, &m, 0) == DLC_OK);
     m = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = 0};
     CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT); /* a syncer takes no fragments */
     dlc_syncer_params bad = sp;

@@ -115,7 +115,15 @@ typedef struct dlc_learner dlc_learner; /* opaque */
 DLC_API dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan);
 DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
 
-/* ---- events (each may queue actions; read them with dlc_learner_poll) ---- */
+/* ---- events (each may queue actions; read them with dlc_learner_poll) ----
+ *
+ * No silent loss: every event call below (not poll, not the queries, not stop) is refused
+ * with DLC_ERR_STATE, changing nothing, while actions of an earlier call are still queued
+ * ("learner 2 has 3 unpolled actions"); a driver polls until dlc_learner_poll returns 0
+ * after every call, whatever the call returned (a failed call may have queued some).  A
+ * SEND's payload points into the learner's buffers, which the next accepted event call
+ * may reuse: it is valid from the poll until then (a driver that keeps a message longer
+ * copies it).  Calls into one learner must not overlap (it has no lock). */
 
 /* An inner step finished: `tokens` (>= 0) trained in `seconds` (>= 0, the step's compute
  * time, for the step-time average).  TRAINING only (DLC_ERR_STATE otherwise).  Sends the
@@ -142,7 +150,9 @@ DLC_API double dlc_learner_expiry(const dlc_learner *l);
 /* Timers due at `now`: the heartbeat. */
 DLC_API dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now);
 
-/* The learner dies (or finishes): STOPPED, pending fragments and timers dropped. */
+/* The learner dies (or finishes): STOPPED, pending fragments and timers dropped, and so
+ * are actions still queued (a dead learner sends nothing; dlc_learner_pending tells a
+ * driver beforehand what it would drop). */
 DLC_API void dlc_learner_stop(dlc_learner *l);
 /* STOPPED -> JOINING as the next incarnation (+ 1): counters, versions and error
  * feedback reset (the epoch followed is kept); the driver resets the inner optimizer (or
@@ -160,8 +170,8 @@ typedef enum dlc_learner_action_type {
 
 typedef struct dlc_learner_action {
     dlc_learner_action_type type;
-    dlc_msg msg;          /* SEND: payload owned by the learner, valid until the next
-                           * call into it other than poll */
+    dlc_msg msg;          /* SEND: payload owned by the learner, valid until its next
+                           * accepted event call (above: not before every action is polled) */
     int fragment;         /* APPLIED */
     int64_t version;      /* APPLIED */
     int64_t lag;          /* APPLIED: inner steps since the fragment was last sent (-1 if
@@ -171,6 +181,8 @@ typedef struct dlc_learner_action {
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */
 DLC_API int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a);
+/* Actions queued and not yet polled (0 for NULL): an event call needs 0. */
+DLC_API int dlc_learner_pending(const dlc_learner *l);
 
 /* ---- queries ---- */
 
