@@ -24,7 +24,8 @@ typedef struct lfrag {
     int64_t c_steps, c_tokens;
     int64_t sent_step;     /* step of the last send since the last receive, -1 none */
     double sent_time;
-    int pending;           /* a merged fragment waits in pend[off..] */
+    int pending;           /* a merged fragment waits in pend[off..] for a step boundary */
+    int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
     int64_t pend_version;
     int received;          /* JOINING: got it */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
@@ -242,24 +243,35 @@ static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int gr
 
 static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k) * old + k * x; }
 
-/* Applies the waiting merged fragment p (pend) to the arena. */
-static dlc_status apply(dlc_learner *l, int p, int resync, double now) {
+/* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
+ * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
+static dlc_status apply(dlc_learner *l, int p) {
     lfrag *f = &l->f[p];
+    DLC_ASSERT(f->pending);
+    int resync = f->pend_resync;
     const float *src = l->pend + f->off;
     scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
     memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
     dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version,
-                            .lag = f->sent_step >= 0 ? l->steps - f->sent_step : -1, .resync = resync};
+                            .lag = f->sent_step >= 0 && !resync ? l->steps - f->sent_step : -1, .resync = resync};
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
     f->sent_step = -1;
-    f->pending = 0;
+    f->pending = f->pend_resync = 0;
     return push(l, &a);
 }
 
 /* May fragment p's waiting merge be applied at this step boundary? */
 static int applicable(const dlc_learner *l, const lfrag *f) {
-    return f->pending && (f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+    return f->pending && (f->pend_resync || f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+}
+
+/* Applies every waiting fragment that may be applied now (a step boundary). */
+static dlc_status apply_due(dlc_learner *l) {
+    dlc_status s = DLC_OK;
+    for (int p = 0; p < l->P && s == DLC_OK; p++)
+        if (applicable(l, &l->f[p])) s = apply(l, p);
+    return s;
 }
 
 /* WAITING while a blocking fragment is overdue, else TRAINING. */
@@ -321,10 +333,20 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     }
     for (int p = 0; p < l->P && s == DLC_OK; p++)
         if (due(l, p)) s = send_contribution(l, p, now);
-    for (int p = 0; p < l->P && s == DLC_OK; p++)
-        if (applicable(l, &l->f[p])) s = apply(l, p, 0, now);
+    if (s == DLC_OK) s = apply_due(l);
     update_blocking(l);
     return s;
+}
+
+dlc_status dlc_learner_step_begin(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_begin: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_step_begin");
+    if (s != DLC_OK) return s;
+    if (l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_step_begin: learner %d is %s, steps are allowed only while training",
+                         l->p.id, state_names[l->state]);
+    (void)now;
+    return apply_due(l);
 }
 
 dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
@@ -363,6 +385,9 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     return push(l, &a);
 }
 
+/* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
+ * the next step boundary (learner.h), except while JOINING, when the learner is not
+ * stepping and a resync is taken at once. */
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
@@ -388,37 +413,36 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
         double transit = (now - f->sent_time) - m->held;
         if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
     }
+    /* a newer merge over a waiting resync is taken whole too: the resync said our own
+     * copy of this fragment is not to be mixed in */
+    f->pend_resync = resync || (f->pending && f->pend_resync);
     f->pending = 1;
     f->pend_version = m->version;
-    if (resync) {
-        f->sent_step = -1;
-        s = apply(l, m->fragment, 1, now);
-        if (s != DLC_OK) return s;
-        if (l->state == DLC_LEARNER_JOINING && !f->received) {
-            if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
-            if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
-                /* the others sent this fragment `held` seconds ago and send it again H
-                 * steps after that: our step k ends then */
-                l->best_age = m->held;
-                l->best_p = m->fragment;
-                l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
-            }
-            f->received = 1;
-            if (++l->joined == l->P) {
-                if (l->best_age >= 0) {
-                    int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
-                    int64_t r = ((off - l->best_k) % H + H) % H;
-                    l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
-                }
-                set_state(l, DLC_LEARNER_TRAINING);
-                l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
-            }
-        }
-    } else if (applicable(l, f)) {
-        s = apply(l, m->fragment, 0, now);
+    if (l->state != DLC_LEARNER_JOINING) {
+        update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
+        return DLC_OK;
     }
-    update_blocking(l);
-    return s;
+    s = apply(l, m->fragment);
+    if (s != DLC_OK || f->received) return s;
+    if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
+    if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
+        /* the others sent this fragment `held` seconds ago and send it again H
+         * steps after that: our step k ends then */
+        l->best_age = m->held;
+        l->best_p = m->fragment;
+        l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
+    }
+    f->received = 1;
+    if (++l->joined == l->P) {
+        if (l->best_age >= 0) {
+            int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
+            int64_t r = ((off - l->best_k) % H + H) % H;
+            l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
+        }
+        set_state(l, DLC_LEARNER_TRAINING);
+        l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
+    }
+    return DLC_OK;
 }
 
 static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
@@ -492,7 +516,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->received = 0;
+        f->pending = f->pend_resync = f->received = 0;
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;

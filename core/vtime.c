@@ -500,8 +500,11 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         return heap_push(vt, later);
     }
     if (!q->to_syncer && v->alive && v->busy) {
-        /* mid-step: the learner takes it at the step boundary, right after its step end
-         * (same instant and class, later sequence number) */
+        /* mid-step: the learner, which reads its messages between steps, takes it right
+         * after its step end (same instant and class, later sequence number).  Not for the
+         * arena's sake (dlc_learner_receive only stashes a fragment): the time it is
+         * received at is the arrival time the learner measures its transit with, which
+         * the syncer's adaptive grace uses; docs/sim.md says what moves without this. */
         tev later = {.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = e->learner, .msg = q,
                      .deferred = 1};
         e->msg = NULL;
@@ -611,6 +614,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
                 v->busy = 1, v->awaiting = 1;
                 v->step_start = vt->now, v->step_dt = dt;
                 v->st.busy_s += dt;
+                /* the step boundary: what arrived since the last step end is applied */
+                st = dlc_learner_step_begin(v->l, vt->now);
+                if (st == DLC_OK) st = learner_actions(vt, e.learner);
+                if (st != DLC_OK) break;
                 dlc_vtime_event h = {.type = DLC_VT_STEP, .time = vt->now, .learner = e.learner,
                                      .step = dlc_learner_steps(v->l) + 1};
                 st = host_push(vt, &h);

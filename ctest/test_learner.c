@@ -1,9 +1,12 @@
 /* test_learner.c - the learner state machine (learner.h) driven by scripted events, every
  * action checked: the staggered schedule (P = 4, H = 8) with base versions and counters;
- * the contribution payload Θ̂ − θ bit for bit (f32); a merged fragment held until τ steps
- * after sending, then mixed with α = 0.5; late arrivals applied at once; older versions
- * ignored; malformed fragments refused with nothing changed; blocking (WAITING until the
- * fragment is back); joining and restart (full model, zeroed counters); data parallel
+ * the contribution payload Θ̂ − θ bit for bit (f32); receive only stashing a fragment (the
+ * arena written at step boundaries: step_done, step_begin); a merged fragment held until
+ * τ steps after sending, then mixed with α = 0.5; late arrivals applied at the next
+ * boundary, the newest of several once; a resync taken whole at the next boundary; older
+ * versions ignored; malformed fragments refused with nothing changed; blocking (WAITING
+ * until the fragment is back, applied by step_begin); no silent loss (every event
+ * refused while actions are unpolled); joining and restart (full model, zeroed counters); data parallel
  * gradients; an int4 contribution within its codec bound; the DLC_ERR_STATE refusals and
  * dlc_assert_fail aborting (in a forked child).  End to end: 3 learners and a syncer
  * stepped by hand with a fake inner step and zero-latency delivery, decoupled settings
@@ -237,8 +240,14 @@ static void test_apply(void) {
     }
     float th7[NMAX], now2[NMAX];
     gather(&x, 2, dlc_params_data(x.p), th7);
+    /* receive only stashes it, even when it may be applied: the arena is written at the
+     * next step boundary, here the one before step 8 */
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
     m = fragment_msg(0, 2, 1, 0, g2, n2);
     CHECK(dlc_learner_receive(l, &m, 7.5) == DLC_OK);
+    CHECK(drain(l).n == 0 && memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 2) == 0);
+    CHECK(dlc_learner_step_begin(l, 7.5) == DLC_OK);
     r = drain(l);
     ap = find(&r, DLC_LACT_APPLIED, 2);
     CHECK(r.n == 1 && ap && ap->lag == 3 && ap->version == 1);
@@ -246,12 +255,26 @@ static void test_apply(void) {
     worst = 0;
     for (int64_t i = 0; i < n2; i++) worst = fmax(worst, fabs(now2[i] - (0.5 * (double)th7[i] + 0.5 * (double)g2[i])));
     CHECK_NEAR(worst, 0, 1e-7);
-    /* a fragment that was not sent since it was last received: applied at once (lag -1) */
-    m = fragment_msg(0, 2, 2, 0, g2, n2);
-    CHECK(dlc_learner_receive(l, &m, 7.6) == DLC_OK);
+    CHECK(dlc_learner_step_begin(l, 7.5) == DLC_OK && drain(l).n == 0); /* nothing more */
+    /* a fragment that was not sent since it was last received: at the next boundary (lag
+     * -1); a newer one arriving before it replaces the waiting one */
+    float g3[NMAX];
+    randv(g3, n2, 24, 1.0f);
+    m = fragment_msg(0, 2, 2, 0, g3, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.6) == DLC_OK && drain(l).n == 0);
+    m = fragment_msg(0, 2, 3, 0, g2, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.7) == DLC_OK && drain(l).n == 0);
+    m = fragment_msg(0, 2, 2, 0, g3, n2); /* older than the waiting one: ignored */
+    CHECK(dlc_learner_receive(l, &m, 7.8) == DLC_OK && drain(l).n == 0);
+    gather(&x, 2, dlc_params_data(x.p), th7);
+    CHECK(dlc_learner_step_begin(l, 7.9) == DLC_OK);
     r = drain(l);
     ap = find(&r, DLC_LACT_APPLIED, 2);
-    CHECK(ap && ap->lag == -1 && ap->version == 2);
+    CHECK(r.n == 1 && ap && ap->lag == -1 && ap->version == 3 && ap->resync == 0);
+    gather(&x, 2, dlc_params_data(x.p), now2);
+    worst = 0;
+    for (int64_t i = 0; i < n2; i++) worst = fmax(worst, fabs(now2[i] - (0.5 * (double)th7[i] + 0.5 * (double)g2[i])));
+    CHECK_NEAR(worst, 0, 1e-7);
     /* fragment 1's next contribution (step 10) is against Θ̂ = g1, base 1, 6 steps */
     for (int t = 8; t <= 10; t++) {
         inner_step(x.p, target);
@@ -266,6 +289,26 @@ static void test_apply(void) {
         for (int64_t i = 0; i < n1; i++) want_d[i] = g1[i] - th[i];
         CHECK(memcmp(sa->msg.payload, want_d, (size_t)n1 * 4) == 0);
     }
+    /* a resync of fragment 1 (sent after step 10) arrives during step 11: stashed, then
+     * taken whole (no α) at that step's end although τ has not passed; an older merge
+     * that follows is ignored */
+    float rs[NMAX];
+    randv(rs, n1, 25, 1.0f);
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
+    m = fragment_msg(0, 1, 5, DLC_MSG_RESYNC, rs, n1);
+    CHECK(dlc_learner_receive(l, &m, 10.5) == DLC_OK);
+    CHECK(drain(l).n == 0 && memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    m = fragment_msg(0, 1, 4, 0, g1, n1);
+    CHECK(dlc_learner_receive(l, &m, 10.6) == DLC_OK && drain(l).n == 0);
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 5, 0, 11) == DLC_OK);
+    r = drain(l);
+    ap = find(&r, DLC_LACT_APPLIED, 1);
+    CHECK(r.n == 1 && ap && ap->resync == 1 && ap->version == 5 && ap->lag == -1);
+    float got1[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), got1);
+    CHECK(memcmp(got1, rs, (size_t)n1 * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 1) == 5 && dlc_learner_fragment_steps(l, 1) == 0);
     dlc_learner_free(l);
     free(theta0);
     free(target);
@@ -291,6 +334,7 @@ static void test_blocking(void) {
         }
         CHECK(t == 4 + tau && dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
         CHECK(dlc_learner_step_done(l, 1, 0, 9) == DLC_ERR_STATE);
+        CHECK(dlc_learner_step_begin(l, 9) == DLC_ERR_STATE && strstr(dlc_last_error(), "waiting"));
         CHECK(dlc_learner_steps(l) == 4 + tau);
         if (tau == 0) { /* contribute is allowed while waiting */
             CHECK(dlc_learner_contribute(l, 0, 9) == DLC_OK);
@@ -298,12 +342,18 @@ static void test_blocking(void) {
         }
         float g[NMAX];
         randv(g, n, 31, 1.0f);
+        /* the receive makes it runnable but leaves the arena alone; the step boundary
+         * before its next step applies the fragment */
+        float before[NMAX], th[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), before);
         dlc_msg m = fragment_msg(0, 0, 1, 0, g, n);
         CHECK(dlc_learner_receive(l, &m, 10) == DLC_OK);
+        CHECK(drain(l).n == 0 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+        gather(&x, 0, dlc_params_data(x.p), th);
+        CHECK(memcmp(th, before, (size_t)n * 4) == 0 && dlc_learner_base_version(l, 0) == 0);
+        CHECK(dlc_learner_step_begin(l, 10) == DLC_OK);
         lrec r = drain(l);
-        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1);
-        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
-        float th[NMAX];
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1 && r.a[0].lag == tau);
         gather(&x, 0, dlc_params_data(x.p), th);
         CHECK(memcmp(th, g, (size_t)n * 4) == 0); /* α = 0: overwritten */
         CHECK(dlc_learner_step_done(l, 1, 0, 11) == DLC_OK);
@@ -327,6 +377,7 @@ static void test_join_restart(void) {
     CHECK_OK(l);
     if (!l) return;
     CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_step_begin(l, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
@@ -598,6 +649,8 @@ static void run_diloco(int blocking, float *out, int64_t *waits) {
     for (int t = 1; t <= 25; t++) {
         for (int m = 0; m < 3; m++) {
             CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
+            CHECK(dlc_learner_step_begin(w.l[m], t) == DLC_OK);
+            while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
             inner_step(w.x[m].p, w.target[m]);
             CHECK(dlc_learner_step_done(w.l[m], 100, 0.1, t) == DLC_OK);
             *waits += dlc_learner_state_of(w.l[m]) == DLC_LEARNER_WAITING;
@@ -605,6 +658,10 @@ static void run_diloco(int blocking, float *out, int64_t *waits) {
         }
     }
     CHECK(dlc_syncer_version(w.s, 0) == 5);
+    for (int m = 0; m < 3; m++) { /* the boundary before a 26th step takes the last merge */
+        CHECK(dlc_learner_step_begin(w.l[m], 26) == DLC_OK);
+        while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
+    }
     memcpy(out, dlc_params_data(w.x[0].p), (size_t)dlc_params_size(w.x[0].p) * 4);
     CHECK(dlc_syncer_copy_model(w.s, out) == DLC_OK);
     /* every learner holds the global model after the last merge (α = 0, τ = 0) */
