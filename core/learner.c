@@ -489,12 +489,20 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_handle_expiry");
     if (s != DLC_OK) return s;
+    if (!isfinite(now)) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: now = %g: expected a finite time", now);
     if (now < dlc_learner_expiry(l)) return DLC_OK;
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32,
                       .epoch = l->epoch, .incarnation = l->incarnation};
-    while (l->next_heartbeat <= now) l->next_heartbeat += l->p.heartbeat;
+    /* the next beat on the grid next + k·heartbeat after now, in O(1) and finite even when
+     * the period is below the clock's precision (now + heartbeat == now) */
+    double hb = l->p.heartbeat, next = l->next_heartbeat + hb;
+    if (!(next > now)) next = l->next_heartbeat + (floor((now - l->next_heartbeat) / hb) + 1) * hb;
+    if (!(next > now)) next = now + hb;
+    if (!(next > now)) next = nextafter(now, INFINITY);
+    DLC_ASSERT(next > now);
+    l->next_heartbeat = next;
     return push(l, &a);
 }
 

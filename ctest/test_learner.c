@@ -1068,6 +1068,39 @@ static void test_fence_world(void) {
     fx_free(&x);
 }
 
+/* Heartbeats: one per call however many periods passed, the next on the grid; with a
+ * period below the clock's precision (1e9 + 1e-9 == 1e9) the call still returns and the
+ * next beat is strictly later (an alarm turns a hang into a failure). */
+static void test_heartbeat_precision(void) {
+    fx x;
+    fx_make(&x, 1, 98);
+    for (int tiny = 0; tiny <= 1; tiny++) {
+        dlc_learner_params lp = lparams(0, 4, 0, 0, 0);
+        lp.heartbeat = tiny ? 1e-9 : 1.0;
+        double t0 = tiny ? 1e9 : 0.5;
+        dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) continue;
+        resync(&x, l, dlc_params_data(x.p), 0, t0);
+        double e = dlc_learner_expiry(l);
+        CHECK(e == (tiny ? t0 : 1.5)); /* tiny: t0 + 1e-9 rounds to t0 */
+        double now = tiny ? e : 10.2;  /* not tiny: nine periods missed */
+        alarm(20);
+        CHECK(dlc_learner_handle_expiry(l, now) == DLC_OK);
+        alarm(0);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_HEARTBEAT);
+        double e2 = dlc_learner_expiry(l);
+        CHECK(e2 > now && e2 == (tiny ? nextafter(now, INFINITY) : 10.5));
+        CHECK(dlc_learner_handle_expiry(l, now) == DLC_OK && drain(l).n == 0); /* not yet due */
+        CHECK(dlc_learner_handle_expiry(l, e2) == DLC_OK && drain(l).n == 1);
+        CHECK(dlc_learner_expiry(l) > e2);
+        CHECK(dlc_learner_handle_expiry(l, INFINITY) == DLC_ERR_ARG && strstr(dlc_last_error(), "now = inf"));
+        dlc_learner_free(l);
+    }
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -1083,5 +1116,6 @@ int main(void) {
     test_assert_and_refusals();
     test_fence();
     test_fence_world();
+    test_heartbeat_precision();
     return check_done("test_learner");
 }

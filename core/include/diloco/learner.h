@@ -174,7 +174,9 @@ DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double 
 
 /* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
 DLC_API double dlc_learner_expiry(const dlc_learner *l);
-/* Timers due at `now`: the heartbeat. */
+/* Timers due at `now` (finite): the heartbeat, one however many periods passed; the next
+ * one is on the grid of periods after `now`, and strictly after it even when the period is
+ * below the precision of `now` (then the next representable time). */
 DLC_API dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now);
 
 /* The learner dies (or finishes): STOPPED, pending fragments and timers dropped, and so
