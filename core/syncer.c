@@ -522,14 +522,16 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         dlc_status st = reject(s, L, p, DLC_REJECT_MALFORMED);
         return st != DLC_OK ? st : e;
     }
-    if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
-    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
-    if (dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
+    if (m->steps > 0 && dlc_fragstate_at(f->fs, m->version) &&
+        dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
         dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L, p,
                                  dlc_last_error());
         dlc_status st = reject(s, L, p, DLC_REJECT_NONFINITE);
         return st != DLC_OK ? st : e;
     }
+    heard_from(s, m, now); /* a valid message (a stale one too: its sender is alive) */
+    if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
+    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
         uint8_t *b = realloc(c->bytes, m->len);
@@ -562,6 +564,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
                          m->len, (long long)(f->n * (int64_t)sizeof(float)));
     if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
+    heard_from(s, m, now);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
         uint8_t *b = realloc(c->bytes, m->len);
@@ -705,11 +708,11 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
         return st == DLC_OK ? resync_all(s, L, now) : st;
     }
     s->unheard[L] = 0;
-    heard_from(s, m, now);
+    /* heard_from only once a message is valid: a refused one changes nothing */
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
     case DLC_MSG_GRADIENT: return receive_gradient(s, m, now);
-    case DLC_MSG_HEARTBEAT: return DLC_OK;
+    case DLC_MSG_HEARTBEAT: heard_from(s, m, now); return DLC_OK;
     case DLC_MSG_BYE: return drop_learner(s, m->learner, now);
     default:
         return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "

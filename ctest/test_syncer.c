@@ -1095,6 +1095,43 @@ static void test_hostile(void) {
     fx_free(&x);
 }
 
+/* A refused message changes nothing, not even when its sender was last heard from or the
+ * step and transit times it reports: a malformed, a non-finite and an unknown message
+ * leave the liveness deadline and the estimates alone; a valid heartbeat moves them. */
+static void test_refused_not_heard(void) {
+    fx x;
+    fx_make(&x, 1, 175);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 2, DLC_GRACE_OFF, 0);
+    sp.timeout = 10;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    float d[NMAX];
+    randv(d, n, 176, 0.1f);
+    dlc_msg bad[3] = {contribution(0, 0, 0, 3, 30, d, n - 1), contribution(0, 0, 0, 3, 30, d, n),
+                      {.type = DLC_MSG_TYPE_COUNT + 1, .learner = 0}};
+    d[1] = NAN;
+    for (int i = 0; i < 3; i++) {
+        bad[i].step_time = 7, bad[i].transit = 3;
+        CHECK(dlc_syncer_receive(s, &bad[i], 5.0 + i) == DLC_ERR_FORMAT);
+        drain(s);
+        double step = -1, q = -1, sync = -1;
+        dlc_syncer_estimates(s, &step, &q, &sync);
+        CHECK(step == 0 && sync == 0 && dlc_syncer_expiry(s) == 10.0);
+    }
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 4, .step_time = 2, .transit = 0.5};
+    CHECK(dlc_syncer_receive(s, &hb, 8.0) == DLC_OK && drain(s).n == 0);
+    hb.learner = 1;
+    CHECK(dlc_syncer_receive(s, &hb, 9.0) == DLC_OK && drain(s).n == 0);
+    double step = -1, q = -1, sync = -1;
+    dlc_syncer_estimates(s, &step, &q, &sync);
+    CHECK(step == 2 && sync == 0.5 && dlc_syncer_expiry(s) == 18.0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* Blocking with two fragments: a learner that rejoins is awaited in a fragment's round
  * only once it has sent that fragment again (it may reach the other one first, whose round
  * the others, blocked here, would never come to); without blocking, as before. */
@@ -1316,6 +1353,7 @@ int main(void) {
     test_dp();
     test_zero_weight();
     test_hostile();
+    test_refused_not_heard();
     test_refusals();
     test_fence_incarnation();
     test_fence_epoch();
