@@ -378,7 +378,7 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (bad >= 0)
         return dlc_error(DLC_ERR_ARG, "learner_gradient: gradient element %lld is not finite", (long long)bad);
     dlc_learner_action a = {.type = DLC_LACT_SEND};
-    a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + 1, .tokens = tokens,
+    a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + l->phase + 1, .tokens = tokens,
                       .step_time = l->step_ema, .codec = DLC_CODEC_F32, .payload = l->grad_enc,
                       .len = (size_t)l->n * sizeof(float), .epoch = l->epoch, .incarnation = l->incarnation};
     set_state(l, DLC_LEARNER_WAITING);
@@ -419,6 +419,12 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     f->pending = 1;
     f->pend_version = m->version;
     if (l->state != DLC_LEARNER_JOINING) {
+        if (resync && l->p.dp) {
+            /* dp: a resync means the gradient it may wait for will not be averaged (refused,
+             * or its round lost): it takes the run's step and steps again */
+            l->phase = m->steps - l->steps;
+            if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+        }
         update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
         return DLC_OK;
     }
@@ -446,7 +452,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
 }
 
 static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
-    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + 1)
+    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + l->phase + 1)
         return DLC_OK; /* not waiting for this one: late, or from before a restart */
     if (m->codec != DLC_CODEC_F32)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id,

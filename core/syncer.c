@@ -164,6 +164,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->plan = plan;
     s->P = dlc_plan_count(plan);
     s->M = sp->learners;
+    s->dp_next = 1;
     s->f = calloc((size_t)s->P, sizeof *s->f);
     s->sorted = malloc((size_t)s->M * sizeof(double));
     s->live = calloc((size_t)s->M, 1);
@@ -198,6 +199,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->n = dlc_plan_numel(plan, p);
         f->out_version = -1;
         f->last_open = -1;
+        f->avg_step = -1;
         seg = malloc((size_t)nv * sizeof *seg);
         emb = malloc((size_t)nv);
         if (!seg || !emb) goto nomem;
@@ -219,6 +221,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->out_cap = f->n * (int64_t)sizeof(float);
         f->out = malloc((size_t)f->out_cap);
         if (!f->c || !f->mc || !f->out) goto nomem;
+        if (sp->dp && !(f->avg = malloc((size_t)f->out_cap))) goto nomem;
     }
     return s;
 nomem:
@@ -240,6 +243,7 @@ void dlc_syncer_free(dlc_syncer *s) {
         free(f->c);
         free(f->mc);
         free(f->out);
+        free(f->avg);
     }
     free(s->f);
     free(s->scratch);
@@ -361,8 +365,10 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* The schedule step of the run for a (re)joining learner m: the median of what the other
- * live learners last reported (0 before any report). */
+ * live learners last reported (0 before any report); dp: the rounds closed so far, so its
+ * next gradient is for the round the others are at. */
 static int64_t run_phase(dlc_syncer *s, int m) {
+    if (s->p.dp) return s->dp_next - 1;
     int k = 0;
     int64_t *v = (int64_t *)(void *)s->sorted; /* M doubles of room: as many int64s */
     for (int j = 0; j < s->M; j++)
@@ -385,6 +391,15 @@ static dlc_status resync_all(dlc_syncer *s, int m, double now) {
         st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, phase, step);
     }
     return st;
+}
+
+/* dp: the last averaged gradient (step avg_step) to learner m. */
+static dlc_status send_avg(dlc_syncer *s, sfrag *f, int m) {
+    dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
+    g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->avg_step, .codec = DLC_CODEC_F32,
+                      .payload = f->avg, .len = (size_t)f->n * sizeof(float), .epoch = s->epoch,
+                      .incarnation = stamp_incarnation(s, m)};
+    return push(s, &g);
 }
 
 /* Merges fragment p's round and sends the result. */
@@ -433,18 +448,14 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     mi->all_sent = f->count >= expected(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
-        memcpy(f->out, s->scratch, (size_t)f->n * sizeof(float));
-        f->out_len = f->n * (int64_t)sizeof(float);
-        f->out_version = -1; /* not Θ */
+        memcpy(f->avg, s->scratch, (size_t)f->n * sizeof(float));
+        f->avg_step = f->dp_step;
+        s->dp_next = f->dp_step + 1;
         mi->version = f->dp_step;
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
-            dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
-            g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->dp_step,
-                              .codec = DLC_CODEC_F32, .payload = f->out, .len = (size_t)f->out_len,
-                              .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
-            st = push(s, &g);
-            sent += f->out_len;
+            st = send_avg(s, f, m);
+            sent += f->n * (int64_t)sizeof(float);
         }
     } else {
         st = dlc_fragstate_step(f->fs, s->scratch);
@@ -492,7 +503,8 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
 static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
     dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
     dlc_status st = push(s, &a);
-    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, 0) : st;
+    /* dp: the resync carries the run's step, from which the learner counts its next one */
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, s->p.dp ? s->dp_next - 1 : 0, 0) : st;
 }
 
 static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
@@ -564,6 +576,23 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
                          m->len, (long long)(f->n * (int64_t)sizeof(float)));
     if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
+    /* the round a gradient belongs to is its step: the open round's, or the next one */
+    int64_t want = f->state == DLC_ROUND_IDLE ? s->dp_next : f->dp_step;
+    if (m->version != want) {
+        if (m->version < want && m->version == f->avg_step) {
+            /* its round closed while it was on the way (it joined during the round, or
+             * the quorum did not wait): it gets that round's average, as the others did */
+            heard_from(s, m, now);
+            return send_avg(s, f, L);
+        }
+        /* from another step altogether (a restarted learner's own count, a lost round):
+         * refused, and the learner resynced at the run's step */
+        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d for step %lld: expected step %lld "
+                                 "(%s)", L, (long long)m->version, (long long)want,
+                                 f->state == DLC_ROUND_IDLE ? "the next round" : "the open round");
+        dlc_status st = reject(s, L, 0, m->version < want ? DLC_REJECT_STALE : DLC_REJECT_MALFORMED);
+        return st != DLC_OK ? st : e;
+    }
     heard_from(s, m, now);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {

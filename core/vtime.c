@@ -182,7 +182,13 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
     }
     double *freeat = to_syncer ? &v->up_free : &v->down_free;
     double depart = *freeat > vt->now ? *freeat : vt->now;
-    if (v->cut && depart < v->cut_until) depart = v->cut_until;
+    if (v->cut && depart < v->cut_until) {
+        if (isinf(v->cut_until)) { /* a cut without end: the link never delivers it */
+            vt->st.dropped++;
+            return DLC_OK;
+        }
+        depart = v->cut_until;
+    }
     double busy = isinf(v->is.bandwidth) ? 0 : (double)bytes / v->is.bandwidth;
     *freeat = depart + busy;
     qmsg *q = calloc(1, sizeof *q);
@@ -493,6 +499,12 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
     qmsg *q = e->msg;
     vlearner *v = &vt->L[e->learner];
     dlc_status st = DLC_OK;
+    if (v->cut && vt->now < v->cut_until && isinf(v->cut_until)) {
+        vt->st.dropped++; /* the link went down under it for good */
+        free_msg(q);
+        e->msg = NULL;
+        return DLC_OK;
+    }
     if (v->cut && vt->now < v->cut_until) {
         /* the link went down under it: it arrives when the link is back */
         tev later = {.t = v->cut_until, .cls = EV_DELIVER, .learner = e->learner, .msg = q};

@@ -711,6 +711,59 @@ static void test_dp_world(void) {
     world_free(&w);
 }
 
+/* dp with a restart: learner 2 is killed after 3 rounds and rejoins; its resync carries
+ * the run's step, so its next gradient is for step 4 like the others' and the round's
+ * average releases all three (before, it sent step 1 and waited for ever).  Then a resync
+ * while WAITING (its round lost) sends it back to TRAINING at the run's step. */
+static void test_dp_restart(void) {
+    world w;
+    world_make(&w, 0, 1);
+    int64_t n = dlc_plan_numel(w.x[0].plan, 0);
+    float g[NMAX];
+    for (int step = 1; step <= 3; step++) {
+        for (int m = 0; m < 3; m++) {
+            randv(g, n, 800 + (uint64_t)step + 10 * (uint64_t)m, 1.0f);
+            scatter(&w.x[m], 0, g, dlc_params_grad(w.x[m].p));
+            CHECK(dlc_learner_gradient(w.l[m], 32, step) == DLC_OK);
+            learner_out(&w, m, step);
+        }
+        for (int m = 0; m < 3; m++) CHECK(dlc_learner_step_done(w.l[m], 32, 0.1, step + 0.5) == DLC_OK);
+    }
+    CHECK(dlc_syncer_version(w.s, 0) == 0 && dlc_learner_steps(w.l[0]) == 3);
+    dlc_learner_stop(w.l[2]);
+    CHECK(dlc_syncer_lost(w.s, 2, 4) == DLC_OK);
+    syncer_out(&w, 4);
+    CHECK(dlc_learner_restart(w.l[2], 5) == DLC_OK && dlc_syncer_join(w.s, 2, 5) == DLC_OK);
+    syncer_out(&w, 5);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_TRAINING && dlc_learner_steps(w.l[2]) == 0);
+    for (int m = 0; m < 3; m++) {
+        CHECK(dlc_learner_step_begin(w.l[m], 6) == DLC_OK);
+        while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
+        CHECK(dlc_learner_gradient(w.l[m], 32, 6) == DLC_OK);
+        learner_out(&w, m, 6);
+    }
+    for (int m = 0; m < 3; m++) CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
+    CHECK(dlc_learner_step_done(w.l[2], 32, 0.1, 6.5) == DLC_OK && dlc_learner_steps(w.l[2]) == 1);
+    /* learner 2 sends step 5 but its round is lost (say the syncer restarted): resynced
+     * at step 5 of the run, it is TRAINING again and its next gradient is step 6 */
+    CHECK(dlc_learner_gradient(w.l[2], 32, 7) == DLC_OK);
+    dlc_learner_action a;
+    CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 5);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_WAITING);
+    float v[NMAX];
+    gather(&w.x[0], 0, dlc_params_data(w.x[0].p), v);
+    dlc_msg rs = fragment_msg(2, 0, 0, DLC_MSG_RESYNC, v, n);
+    rs.steps = 5;
+    CHECK(dlc_learner_receive(w.l[2], &rs, 7.5) == DLC_OK);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_TRAINING);
+    CHECK(dlc_learner_step_begin(w.l[2], 7.5) == DLC_OK);
+    lrec r = drain(w.l[2]);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].resync == 1);
+    CHECK(dlc_learner_gradient(w.l[2], 32, 8) == DLC_OK);
+    CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 6);
+    world_free(&w);
+}
+
 /* ---- the assert ---- */
 
 /* No public call reaches an illegal transition (each refuses with DLC_ERR_STATE, checked
@@ -1113,6 +1166,7 @@ int main(void) {
     test_int4();
     test_decoupled_equals_diloco();
     test_dp_world();
+    test_dp_restart();
     test_assert_and_refusals();
     test_fence();
     test_fence_world();

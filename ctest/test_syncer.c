@@ -901,11 +901,49 @@ static void test_dp(void) {
         CHECK(dlc_syncer_version(s, 0) == 0); /* no outer step in dp */
         CHECK(memcmp(dlc_syncer_theta(s, 0), th0, (size_t)n * sizeof(float)) == 0);
     }
+    /* learner 2 restarts: its resync carries the run's step (2 rounds closed), so its next
+     * gradient is for step 3 and counts in that round with the others' */
+    CHECK(dlc_syncer_lost(s, 2, 3.0) == DLC_OK && drain(s).n == 0);
+    CHECK(dlc_syncer_join(s, 2, 3.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_FRAGMENT && (r.a[0].msg.flags & DLC_MSG_RESYNC) &&
+          r.a[0].msg.steps == 2);
+    for (int L = 0; L < 3; L++) {
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = 3, .tokens = 64, .codec = DLC_CODEC_F32,
+                     .payload = (const uint8_t *)g[L], .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, 3.5 + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    const dlc_syncer_action *m3 = find_type(&r, DLC_SACT_MERGED);
+    CHECK(m3 && m3->merge.version == 3 && m3->merge.count == 3 && count_type(&r, DLC_SACT_SEND) == 3);
+    /* a gradient of a round that closed without it gets that round's average back, to it
+     * alone, and opens nothing */
+    double avg3[NMAX];
+    for (int64_t i = 0; i < n; i++) avg3[i] = ((double)g[0][i] + g[1][i] + g[2][i]) / 3.0;
+    dlc_msg late = {.type = DLC_MSG_GRADIENT, .learner = 1, .version = 3, .tokens = 64, .codec = DLC_CODEC_F32,
+                    .payload = (const uint8_t *)g[1], .len = (size_t)n * 4};
+    CHECK(dlc_syncer_receive(s, &late, 3.9) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 1 && r.a[0].type == DLC_SACT_SEND && r.a[0].msg.type == DLC_MSG_GRADIENT_AVG &&
+          r.a[0].msg.learner == 1 && r.a[0].msg.version == 3);
+    if (r.n == 1) CHECK_NEAR(maxdiff_fd((const float *)(const void *)r.a[0].msg.payload, avg3, n), 0, 1e-6);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    /* a gradient for another step (a restarted learner counting from 1) is refused naming
+     * the step expected, counted in no round, and its sender resynced at the run's step */
+    late.version = 1, late.learner = 2;
+    CHECK(dlc_syncer_receive(s, &late, 4.0) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "gradient from learner 2 for step 1: expected step 4 (the next round)") != NULL);
+    r = drain(s);
+    const dlc_syncer_action *rj = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(rj && rj->learner == 2 && rj->reason == DLC_REJECT_STALE);
+    const dlc_msg *rs = sent_to(&r, 2, 0);
+    CHECK(rs && (rs->flags & DLC_MSG_RESYNC) && rs->steps == 3);
+    CHECK(dlc_syncer_round_count(s, 0) == 0);
     /* a contribution in a dp run is refused */
     dlc_msg c = contribution(0, 0, 0, 1, 1, g[0], n);
     CHECK(dlc_syncer_receive(s, &c, 9.0) == DLC_ERR_FORMAT);
     /* a gradient of the wrong size is refused */
-    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 3, .codec = DLC_CODEC_F32,
+    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 4, .codec = DLC_CODEC_F32,
                  .payload = (const uint8_t *)g[0], .len = (size_t)(n - 1) * 4};
     CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_ERR_FORMAT);
     CHECK(dlc_syncer_round_count(s, 0) == 0);

@@ -70,7 +70,11 @@
  * dlc_learner_gradient (the grads go out as one f32 GRADIENT, the learner WAITs), the
  * GRADIENT_AVG that comes back is written into the grad arena (action
  * DLC_LACT_GRADIENT_READY, state TRAINING), then the driver runs the optimizer step
- * and calls dlc_learner_step_done.
+ * and calls dlc_learner_step_done.  A GRADIENT's step is the run's (steps since the
+ * learner joined + the phase its resync carried, + 1), so a restarted learner counts in
+ * the others' round.  A resync that comes while TRAINING or WAITING (its gradient was
+ * refused, or its round lost with a restarted syncer) sets the phase to the run's step
+ * again and makes a WAITING learner TRAINING: its gradient is void, the step runs again.
  */
 #ifndef DILOCO_LEARNER_H
 #define DILOCO_LEARNER_H

@@ -35,7 +35,13 @@
  * (uniform 1, tokens c_tokens, tokens2_steps c_tokens²/c_steps), merged in one pass,
  * the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
  * learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
- * learner, averaged and sent back as GRADIENT_AVG, with no outer step.
+ * learner, averaged and sent back as GRADIENT_AVG, with no outer step.  A GRADIENT counts
+ * in the round of its step (`version`): the open round's or, when none is open, the next
+ * one's (1 + the rounds closed).  One for the round that closed last gets that round's
+ * average back, to its sender alone (it was on the way when the round closed); any other
+ * is refused with DLC_ERR_FORMAT naming the step expected, a REJECTED action and a
+ * resync.  A dp resync (a join too) carries the run's step in `steps` (the rounds
+ * closed), from which the learner counts its next step.
  *
  * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
  * flagged DLC_MSG_RESYNC, carrying the run's schedule step: the median of the other live

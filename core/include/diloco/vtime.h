@@ -31,7 +31,8 @@
  * leaves when the link is free, occupies it b / bandwidth seconds and arrives latency
  * later.  A CUT link holds every message sent or arriving while it is cut until it is
  * back (a stalled connection that retransmits; the syncer may time the learner out
- * meanwhile); a SYNCER fault loses every message to the syncer and stops its timers; a
+ * meanwhile); a cut of duration INFINITY, which never ends, loses them instead (counted
+ * in `dropped`: nothing is scheduled at t = +inf); a SYNCER fault loses every message to the syncer and stops its timers; a
  * killed learner loses what arrives for it.
  *
  * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is
