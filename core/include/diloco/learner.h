@@ -12,10 +12,10 @@
  * FRAGMENT and stashes it, so a driver may deliver messages while an inner step runs on
  * the arena (its calls into the learner still must not overlap).  In data parallel
  * dlc_learner_receive writes the averaged gradient into the grad arena, only while
- * WAITING for it (after dlc_learner_gradient, before the optimizer step).  It owns: the last global value Θ̂ of every fragment it received (one copy
- * of the model), the fragments that arrived and wait to be applied (a second copy), the
- * encoded contribution of each fragment (its encoded size), and with error feedback one
- * more copy.
+ * WAITING for it (after dlc_learner_gradient, before the optimizer step).  It owns: the
+ * last global value Θ̂ of every fragment it received (one copy of the model), the
+ * fragments that arrived and wait to be applied (a second copy), the encoded contribution
+ * of each fragment (its encoded size), and with error feedback one more copy.
  *
  *     dlc_learner_params lp = dlc_learner_default_params();
  *     lp.id = 2; lp.H = 24; lp.tau = 2;
