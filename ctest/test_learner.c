@@ -973,8 +973,8 @@ static void test_fence(void) {
         dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
         m.epoch = 2, m.incarnation = 7;
         CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+        drain(l);
     }
-    drain(l);
     CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_epoch(l) == 2);
     /* fragment 0 is due after step 4: the contribution carries epoch 2, incarnation 7 */
     for (int t = 1; t <= 4; t++) {
@@ -1008,8 +1008,9 @@ static void test_fence(void) {
     gather(&x, 1, model, v);
     m = fragment_msg(1, 1, 0, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
     m.epoch = 3;
-    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3 && dlc_learner_base_version(l, 1) == 0);
-    drain(l);
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3);
+    CHECK(drain(l).n == 0 && dlc_learner_step_begin(l, 6) == DLC_OK); /* applied at the boundary */
+    CHECK(drain(l).n == 1 && dlc_learner_base_version(l, 1) == 0);
     m.epoch = 2;
     CHECK(dlc_learner_receive(l, &m, 6) == DLC_ERR_FORMAT && dlc_learner_epoch(l) == 3);
     /* unstamped messages are not fenced */
@@ -1049,7 +1050,10 @@ static void test_fence_world(void) {
     dlc_syncer_action sa;
     dlc_learner_action la;
     CHECK(dlc_syncer_join(a, 0, 0) == DLC_OK);
-    while (dlc_syncer_poll(a, &sa)) CHECK(dlc_learner_receive(l, &sa.msg, 0) == DLC_OK);
+    while (dlc_syncer_poll(a, &sa)) {
+        CHECK(dlc_learner_receive(l, &sa.msg, 0) == DLC_OK);
+        while (dlc_learner_poll(l, &la)) {}
+    }
     CHECK(dlc_learner_epoch(l) == 1 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
     /* A is gone; B takes over and joins the learner, whose resync is still on its way */
     CHECK(dlc_syncer_join(b, 0, 1) == DLC_OK);

@@ -1307,6 +1307,7 @@ static void test_fence_incarnation(void) {
     /* ... but an older one stays refused after it */
     h = heartbeat_msg(1, 1, 4);
     CHECK(dlc_syncer_receive(s, &h, 9) == DLC_ERR_FORMAT);
+    drain(s);
     /* a lost learner's stale incarnation does not make it join again */
     CHECK(dlc_syncer_lost(s, 1, 10) == DLC_OK);
     drain(s);
