@@ -364,11 +364,19 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* dp after a load (dp_next unknown): the largest step another live learner reported. */
+static int64_t live_max_sched(const dlc_syncer *s, int m) {
+    int64_t k = 0;
+    for (int j = 0; j < s->M; j++)
+        if (j != m && s->live[j] && s->sched[j] > k) k = s->sched[j];
+    return k;
+}
+
 /* The schedule step of the run for a (re)joining learner m: the median of what the other
  * live learners last reported (0 before any report); dp: the rounds closed so far, so its
  * next gradient is for the round the others are at. */
 static int64_t run_phase(dlc_syncer *s, int m) {
-    if (s->p.dp) return s->dp_next - 1;
+    if (s->p.dp) return s->dp_next > 0 ? s->dp_next - 1 : live_max_sched(s, m);
     int k = 0;
     int64_t *v = (int64_t *)(void *)s->sorted; /* M doubles of room: as many int64s */
     for (int j = 0; j < s->M; j++)
@@ -504,7 +512,7 @@ static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
     dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
     dlc_status st = push(s, &a);
     /* dp: the resync carries the run's step, from which the learner counts its next one */
-    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, s->p.dp ? s->dp_next - 1 : 0, 0) : st;
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, s->p.dp ? run_phase(s, m) : 0, 0) : st;
 }
 
 static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
@@ -577,7 +585,8 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
     /* the round a gradient belongs to is its step: the open round's, or the next one */
-    int64_t want = f->state == DLC_ROUND_IDLE ? s->dp_next : f->dp_step;
+    /* (dp_next 0, after a load: unknown, the first gradient's step is taken) */
+    int64_t want = f->state != DLC_ROUND_IDLE ? f->dp_step : s->dp_next > 0 ? s->dp_next : m->version;
     if (m->version != want) {
         if (m->version < want && m->version == f->avg_step) {
             /* its round closed while it was on the way (it joined during the round, or

@@ -343,13 +343,15 @@ static void test_cut(void) {
 }
 
 /* Blocking DiLoCo (K = all, τ = 0) with the syncer down from 1.5 to 2.5: both learners'
- * contributions after step 2 are lost and they block; the restarted syncer resyncs them,
- * they step on at 2.5 (their counters go on) and the next round merges both. */
+ * contributions after step 2 are lost and they block; their first message to the
+ * restarted syncer (a heartbeat at 2.5) makes it resync them (JOINED), they step on at 2.5
+ * (their counters go on) and the next round merges both. */
 static void test_syncer_fault(void) {
     world w;
     world_init(&w, 2, 1, 0, 8);
     w.vp.learner.H = 2;
     w.vp.learner.blocking = 1;
+    w.vp.learner.heartbeat = 0.25;
     w.vp.syncer.quorum = DLC_QUORUM_ALL;
     w.vp.syncer.blocking = 1;
     fault(&w, DLC_FAULT_SYNCER, -1, 1.5, 1.0, 0);
@@ -362,6 +364,7 @@ static void test_syncer_fault(void) {
     for (int m = 0; m < 2; m++) {
         const rec *s = find(&w, DLC_VT_STEP, m, 2.5);
         CHECK(s && s->step == 3);
+        CHECK(find(&w, DLC_VT_JOINED, m, 2.5) != NULL);
     }
     CHECK(count(&w, DLC_VT_MERGE, -2, 0, 4.5) == 0);
     int both = 0;
@@ -371,7 +374,7 @@ static void test_syncer_fault(void) {
     CHECK(both == 1);
     dlc_vtime_stats st;
     CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
-    CHECK(st.dropped == 2 && st.faults == 1);
+    CHECK(st.dropped == 2 + 2 * 4 && st.faults == 1); /* the contributions, heartbeats at 1.5 .. 2.25 */
     check_stats(&w);
     world_free(&w);
 }
