@@ -24,7 +24,8 @@ typedef struct lfrag {
     int64_t c_steps, c_tokens;
     int64_t sent_step;     /* step of the last send since the last receive, -1 none */
     double sent_time;
-    int pending;           /* a merged fragment waits in pend[off..] */
+    int pending;           /* a merged fragment waits in pend[off..] for a step boundary */
+    int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
     int64_t pend_version;
     int received;          /* JOINING: got it */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
@@ -134,8 +135,15 @@ int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a) {
     return 1;
 }
 
-/* Drops actions left from an earlier call: their payloads are about to be reused. */
-static void clear_queue(dlc_learner *l) { l->qhead = l->qlen = 0; }
+int dlc_learner_pending(const dlc_learner *l) { return l ? l->qlen : 0; }
+
+/* No silent loss: an event is refused while actions of an earlier call are queued, since
+ * it would reuse the buffers their payloads point into.  A refused call changes nothing. */
+static dlc_status learner_unpolled(const dlc_learner *l, const char *fn) {
+    if (l->qlen == 0) return DLC_OK;
+    return dlc_error(DLC_ERR_STATE, "%s: learner %d has %d unpolled action%s: expected 0 (poll every action "
+                     "with dlc_learner_poll before the next event)", fn, l->p.id, l->qlen, l->qlen == 1 ? "" : "s");
+}
 
 dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan) {
     if (dlc_learner_params_check(lp) != DLC_OK) return NULL;
@@ -235,24 +243,35 @@ static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int gr
 
 static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k) * old + k * x; }
 
-/* Applies the waiting merged fragment p (pend) to the arena. */
-static dlc_status apply(dlc_learner *l, int p, int resync, double now) {
+/* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
+ * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
+static dlc_status apply(dlc_learner *l, int p) {
     lfrag *f = &l->f[p];
+    DLC_ASSERT(f->pending);
+    int resync = f->pend_resync;
     const float *src = l->pend + f->off;
     scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
     memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
     dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version,
-                            .lag = f->sent_step >= 0 ? l->steps - f->sent_step : -1, .resync = resync};
+                            .lag = f->sent_step >= 0 && !resync ? l->steps - f->sent_step : -1, .resync = resync};
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
     f->sent_step = -1;
-    f->pending = 0;
+    f->pending = f->pend_resync = 0;
     return push(l, &a);
 }
 
 /* May fragment p's waiting merge be applied at this step boundary? */
 static int applicable(const dlc_learner *l, const lfrag *f) {
-    return f->pending && (f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+    return f->pending && (f->pend_resync || f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+}
+
+/* Applies every waiting fragment that may be applied now (a step boundary). */
+static dlc_status apply_due(dlc_learner *l) {
+    dlc_status s = DLC_OK;
+    for (int p = 0; p < l->P && s == DLC_OK; p++)
+        if (applicable(l, &l->f[p])) s = apply(l, p);
+    return s;
 }
 
 /* WAITING while a blocking fragment is overdue, else TRAINING. */
@@ -297,13 +316,14 @@ static int due(const dlc_learner *l, int p) {
 
 dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_done: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_step_done");
+    if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training",
                          l->p.id, state_names[l->state]);
     if (tokens < 0 || !(seconds >= 0) || !isfinite(seconds))
         return dlc_error(DLC_ERR_ARG, "learner_step_done: tokens = %lld, seconds = %g: expected >= 0",
                          (long long)tokens, seconds);
-    clear_queue(l);
     l->steps++;
     l->tokens += tokens;
     if (seconds > 0) l->step_ema = ema(l->step_ema, seconds, l->p.ema);
@@ -311,34 +331,45 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
         l->f[p].c_steps++;
         l->f[p].c_tokens += tokens;
     }
-    dlc_status s = DLC_OK;
     for (int p = 0; p < l->P && s == DLC_OK; p++)
         if (due(l, p)) s = send_contribution(l, p, now);
-    for (int p = 0; p < l->P && s == DLC_OK; p++)
-        if (applicable(l, &l->f[p])) s = apply(l, p, 0, now);
+    if (s == DLC_OK) s = apply_due(l);
     update_blocking(l);
     return s;
 }
 
+dlc_status dlc_learner_step_begin(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_begin: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_step_begin");
+    if (s != DLC_OK) return s;
+    if (l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_step_begin: learner %d is %s, steps are allowed only while training",
+                         l->p.id, state_names[l->state]);
+    (void)now;
+    return apply_due(l);
+}
+
 dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_contribute: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_contribute");
+    if (s != DLC_OK) return s;
     if (p < 0 || p >= l->P)
         return dlc_error(DLC_ERR_RANGE, "learner_contribute: fragment %d: expected 0..%d", p, l->P - 1);
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
         return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id, state_names[l->state],
                          l->p.dp ? " (data parallel sends gradients)" : "");
-    clear_queue(l);
-    dlc_status s = send_contribution(l, p, now);
+    s = send_contribution(l, p, now);
     update_blocking(l);
     return s;
 }
 
 dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_gradient: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_gradient");
+    if (s != DLC_OK) return s;
     if (!l->p.dp || l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id, state_names[l->state],
                          l->p.dp ? "" : " and not data parallel");
-    clear_queue(l);
     gather(l, 0, (float *)(void *)l->grad_enc, 1);
     int64_t bad = -1;
     const float *g = (const float *)(void *)l->grad_enc;
@@ -347,13 +378,16 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (bad >= 0)
         return dlc_error(DLC_ERR_ARG, "learner_gradient: gradient element %lld is not finite", (long long)bad);
     dlc_learner_action a = {.type = DLC_LACT_SEND};
-    a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + 1, .tokens = tokens,
+    a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + l->phase + 1, .tokens = tokens,
                       .step_time = l->step_ema, .codec = DLC_CODEC_F32, .payload = l->grad_enc,
                       .len = (size_t)l->n * sizeof(float), .epoch = l->epoch, .incarnation = l->incarnation};
     set_state(l, DLC_LEARNER_WAITING);
     return push(l, &a);
 }
 
+/* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
+ * the next step boundary (learner.h), except while JOINING, when the learner is not
+ * stepping and a resync is taken at once. */
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
@@ -379,41 +413,46 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
         double transit = (now - f->sent_time) - m->held;
         if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
     }
+    /* a newer merge over a waiting resync is taken whole too: the resync said our own
+     * copy of this fragment is not to be mixed in */
+    f->pend_resync = resync || (f->pending && f->pend_resync);
     f->pending = 1;
     f->pend_version = m->version;
-    if (resync) {
-        f->sent_step = -1;
-        s = apply(l, m->fragment, 1, now);
-        if (s != DLC_OK) return s;
-        if (l->state == DLC_LEARNER_JOINING && !f->received) {
-            if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
-            if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
-                /* the others sent this fragment `held` seconds ago and send it again H
-                 * steps after that: our step k ends then */
-                l->best_age = m->held;
-                l->best_p = m->fragment;
-                l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
-            }
-            f->received = 1;
-            if (++l->joined == l->P) {
-                if (l->best_age >= 0) {
-                    int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
-                    int64_t r = ((off - l->best_k) % H + H) % H;
-                    l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
-                }
-                set_state(l, DLC_LEARNER_TRAINING);
-                l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
-            }
+    if (l->state != DLC_LEARNER_JOINING) {
+        if (resync && l->p.dp) {
+            /* dp: a resync means the gradient it may wait for will not be averaged (refused,
+             * or its round lost): it takes the run's step and steps again */
+            l->phase = m->steps - l->steps;
+            if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
         }
-    } else if (applicable(l, f)) {
-        s = apply(l, m->fragment, 0, now);
+        update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
+        return DLC_OK;
     }
-    update_blocking(l);
-    return s;
+    s = apply(l, m->fragment);
+    if (s != DLC_OK || f->received) return s;
+    if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
+    if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
+        /* the others sent this fragment `held` seconds ago and send it again H
+         * steps after that: our step k ends then */
+        l->best_age = m->held;
+        l->best_p = m->fragment;
+        l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
+    }
+    f->received = 1;
+    if (++l->joined == l->P) {
+        if (l->best_age >= 0) {
+            int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
+            int64_t r = ((off - l->best_k) % H + H) % H;
+            l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
+        }
+        set_state(l, DLC_LEARNER_TRAINING);
+        l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
+    }
+    return DLC_OK;
 }
 
 static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
-    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + 1)
+    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + l->phase + 1)
         return DLC_OK; /* not waiting for this one: late, or from before a restart */
     if (m->codec != DLC_CODEC_F32)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id,
@@ -428,13 +467,13 @@ static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
 
 dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
     if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
+    dlc_status s = learner_unpolled(l, "learner_receive");
+    if (s != DLC_OK) return s;
     if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
-    clear_queue(l);
     if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
                          "syncer incarnation's, refused", l->p.id, dlc_msg_type_name(m->type), (long long)m->epoch,
                          (long long)l->epoch);
-    dlc_status s;
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
@@ -454,19 +493,28 @@ double dlc_learner_expiry(const dlc_learner *l) {
 
 dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: NULL learner");
-    clear_queue(l);
+    dlc_status s = learner_unpolled(l, "learner_handle_expiry");
+    if (s != DLC_OK) return s;
+    if (!isfinite(now)) return dlc_error(DLC_ERR_ARG, "learner_handle_expiry: now = %g: expected a finite time", now);
     if (now < dlc_learner_expiry(l)) return DLC_OK;
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32,
                       .epoch = l->epoch, .incarnation = l->incarnation};
-    while (l->next_heartbeat <= now) l->next_heartbeat += l->p.heartbeat;
+    /* the next beat on the grid next + k·heartbeat after now, in O(1) and finite even when
+     * the period is below the clock's precision (now + heartbeat == now) */
+    double hb = l->p.heartbeat, next = l->next_heartbeat + hb;
+    if (!(next > now)) next = l->next_heartbeat + (floor((now - l->next_heartbeat) / hb) + 1) * hb;
+    if (!(next > now)) next = now + hb;
+    if (!(next > now)) next = nextafter(now, INFINITY);
+    DLC_ASSERT(next > now);
+    l->next_heartbeat = next;
     return push(l, &a);
 }
 
 void dlc_learner_stop(dlc_learner *l) {
     if (!l || l->state == DLC_LEARNER_STOPPED) return;
-    clear_queue(l);
+    l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
     set_state(l, DLC_LEARNER_STOPPED);
 }
 
@@ -475,14 +523,14 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     if (l->state != DLC_LEARNER_STOPPED)
         return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
                          state_names[l->state]);
-    clear_queue(l);
+    DLC_ASSERT(l->qlen == 0); /* stop emptied it and STOPPED queues nothing */
     l->incarnation++;
     for (int p = 0; p < l->P; p++) {
         lfrag *f = &l->f[p];
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->received = 0;
+        f->pending = f->pend_resync = f->received = 0;
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;

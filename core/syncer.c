@@ -134,7 +134,16 @@ int dlc_syncer_poll(dlc_syncer *s, dlc_syncer_action *a) {
     return 1;
 }
 
-static void clear_queue(dlc_syncer *s) { s->qhead = s->qlen = 0; }
+int dlc_syncer_pending(const dlc_syncer *s) { return s ? s->qlen : 0; }
+
+/* No silent loss: an event is refused while actions of an earlier call are queued, since
+ * it would reuse the buffers their payloads and merge records point into.  A refused call
+ * changes nothing. */
+static dlc_status syncer_unpolled(const dlc_syncer *s, const char *fn) {
+    if (s->qlen == 0) return DLC_OK;
+    return dlc_error(DLC_ERR_STATE, "%s: the syncer has %d unpolled action%s: expected 0 (poll every action "
+                     "with dlc_syncer_poll before the next event)", fn, s->qlen, s->qlen == 1 ? "" : "s");
+}
 
 dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0) {
     if (dlc_syncer_params_check(sp) != DLC_OK) return NULL;
@@ -155,6 +164,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->plan = plan;
     s->P = dlc_plan_count(plan);
     s->M = sp->learners;
+    s->dp_next = 1;
     s->f = calloc((size_t)s->P, sizeof *s->f);
     s->sorted = malloc((size_t)s->M * sizeof(double));
     s->live = calloc((size_t)s->M, 1);
@@ -189,6 +199,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->n = dlc_plan_numel(plan, p);
         f->out_version = -1;
         f->last_open = -1;
+        f->avg_step = -1;
         seg = malloc((size_t)nv * sizeof *seg);
         emb = malloc((size_t)nv);
         if (!seg || !emb) goto nomem;
@@ -210,6 +221,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->out_cap = f->n * (int64_t)sizeof(float);
         f->out = malloc((size_t)f->out_cap);
         if (!f->c || !f->mc || !f->out) goto nomem;
+        if (sp->dp && !(f->avg = malloc((size_t)f->out_cap))) goto nomem;
     }
     return s;
 nomem:
@@ -231,6 +243,7 @@ void dlc_syncer_free(dlc_syncer *s) {
         free(f->c);
         free(f->mc);
         free(f->out);
+        free(f->avg);
     }
     free(s->f);
     free(s->scratch);
@@ -351,9 +364,19 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* dp after a load (dp_next unknown): the largest step another live learner reported. */
+static int64_t live_max_sched(const dlc_syncer *s, int m) {
+    int64_t k = 0;
+    for (int j = 0; j < s->M; j++)
+        if (j != m && s->live[j] && s->sched[j] > k) k = s->sched[j];
+    return k;
+}
+
 /* The schedule step of the run for a (re)joining learner m: the median of what the other
- * live learners last reported (0 before any report). */
+ * live learners last reported (0 before any report); dp: the rounds closed so far, so its
+ * next gradient is for the round the others are at. */
 static int64_t run_phase(dlc_syncer *s, int m) {
+    if (s->p.dp) return s->dp_next > 0 ? s->dp_next - 1 : live_max_sched(s, m);
     int k = 0;
     int64_t *v = (int64_t *)(void *)s->sorted; /* M doubles of room: as many int64s */
     for (int j = 0; j < s->M; j++)
@@ -376,6 +399,15 @@ static dlc_status resync_all(dlc_syncer *s, int m, double now) {
         st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, phase, step);
     }
     return st;
+}
+
+/* dp: the last averaged gradient (step avg_step) to learner m. */
+static dlc_status send_avg(dlc_syncer *s, sfrag *f, int m) {
+    dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
+    g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->avg_step, .codec = DLC_CODEC_F32,
+                      .payload = f->avg, .len = (size_t)f->n * sizeof(float), .epoch = s->epoch,
+                      .incarnation = stamp_incarnation(s, m)};
+    return push(s, &g);
 }
 
 /* Merges fragment p's round and sends the result. */
@@ -424,18 +456,14 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     mi->all_sent = f->count >= expected(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
-        memcpy(f->out, s->scratch, (size_t)f->n * sizeof(float));
-        f->out_len = f->n * (int64_t)sizeof(float);
-        f->out_version = -1; /* not Θ */
+        memcpy(f->avg, s->scratch, (size_t)f->n * sizeof(float));
+        f->avg_step = f->dp_step;
+        s->dp_next = f->dp_step + 1;
         mi->version = f->dp_step;
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
-            dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
-            g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->dp_step,
-                              .codec = DLC_CODEC_F32, .payload = f->out, .len = (size_t)f->out_len,
-                              .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
-            st = push(s, &g);
-            sent += f->out_len;
+            st = send_avg(s, f, m);
+            sent += f->n * (int64_t)sizeof(float);
         }
     } else {
         st = dlc_fragstate_step(f->fs, s->scratch);
@@ -483,7 +511,8 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
 static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
     dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
     dlc_status st = push(s, &a);
-    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, 0) : st;
+    /* dp: the resync carries the run's step, from which the learner counts its next one */
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, s->p.dp ? run_phase(s, m) : 0, 0) : st;
 }
 
 static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
@@ -513,14 +542,16 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         dlc_status st = reject(s, L, p, DLC_REJECT_MALFORMED);
         return st != DLC_OK ? st : e;
     }
-    if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
-    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
-    if (dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
+    if (m->steps > 0 && dlc_fragstate_at(f->fs, m->version) &&
+        dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
         dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L, p,
                                  dlc_last_error());
         dlc_status st = reject(s, L, p, DLC_REJECT_NONFINITE);
         return st != DLC_OK ? st : e;
     }
+    heard_from(s, m, now); /* a valid message (a stale one too: its sender is alive) */
+    if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
+    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
         uint8_t *b = realloc(c->bytes, m->len);
@@ -553,6 +584,25 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
                          m->len, (long long)(f->n * (int64_t)sizeof(float)));
     if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
+    /* the round a gradient belongs to is its step: the open round's, or the next one */
+    /* (dp_next 0, after a load: unknown, the first gradient's step is taken) */
+    int64_t want = f->state != DLC_ROUND_IDLE ? f->dp_step : s->dp_next > 0 ? s->dp_next : m->version;
+    if (m->version != want) {
+        if (m->version < want && m->version == f->avg_step) {
+            /* its round closed while it was on the way (it joined during the round, or
+             * the quorum did not wait): it gets that round's average, as the others did */
+            heard_from(s, m, now);
+            return send_avg(s, f, L);
+        }
+        /* from another step altogether (a restarted learner's own count, a lost round):
+         * refused, and the learner resynced at the run's step */
+        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d for step %lld: expected step %lld "
+                                 "(%s)", L, (long long)m->version, (long long)want,
+                                 f->state == DLC_ROUND_IDLE ? "the next round" : "the open round");
+        dlc_status st = reject(s, L, 0, m->version < want ? DLC_REJECT_STALE : DLC_REJECT_MALFORMED);
+        return st != DLC_OK ? st : e;
+    }
+    heard_from(s, m, now);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
         uint8_t *b = realloc(c->bytes, m->len);
@@ -601,8 +651,8 @@ static dlc_status check_learner(const dlc_syncer *s, int m, const char *fn) {
 
 dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
     dlc_status st = check_learner(s, m, "syncer_join");
+    if (st == DLC_OK) st = syncer_unpolled(s, "syncer_join");
     if (st != DLC_OK) return st;
-    clear_queue(s);
     /* a learner that joins while still counted live restarted: what it sent before
      * belongs to its previous incarnation */
     if (s->live[m]) st = drop_learner(s, m, now);
@@ -625,8 +675,8 @@ static dlc_status drop_learner(dlc_syncer *s, int m, double now) {
 
 dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now) {
     dlc_status st = check_learner(s, m, "syncer_lost");
+    if (st == DLC_OK) st = syncer_unpolled(s, "syncer_lost");
     if (st != DLC_OK) return st;
-    clear_queue(s);
     return drop_learner(s, m, now);
 }
 
@@ -663,9 +713,10 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
 
 dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     if (!s || !m) return dlc_error(DLC_ERR_ARG, "syncer_receive: NULL argument");
-    dlc_status st = check_learner(s, m->learner, "syncer_receive");
+    dlc_status st = syncer_unpolled(s, "syncer_receive");
+    if (st != DLC_OK) return st;
+    st = check_learner(s, m->learner, "syncer_receive");
     if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
-    clear_queue(s);
     int L = m->learner;
     if (m->incarnation < 0 || m->epoch < 0)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a message from learner %d stamped epoch %lld, incarnation %lld: "
@@ -695,11 +746,11 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
         return st == DLC_OK ? resync_all(s, L, now) : st;
     }
     s->unheard[L] = 0;
-    heard_from(s, m, now);
+    /* heard_from only once a message is valid: a refused one changes nothing */
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
     case DLC_MSG_GRADIENT: return receive_gradient(s, m, now);
-    case DLC_MSG_HEARTBEAT: return DLC_OK;
+    case DLC_MSG_HEARTBEAT: heard_from(s, m, now); return DLC_OK;
     case DLC_MSG_BYE: return drop_learner(s, m->learner, now);
     default:
         return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
@@ -721,8 +772,7 @@ double dlc_syncer_expiry(const dlc_syncer *s) {
 
 dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_handle_expiry: NULL syncer");
-    clear_queue(s);
-    dlc_status st = DLC_OK;
+    dlc_status st = syncer_unpolled(s, "syncer_handle_expiry");
     if (s->p.timeout > 0)
         for (int m = 0; m < s->M && st == DLC_OK; m++)
             if (s->live[m] && s->heard[m] + s->p.timeout <= now) {
@@ -740,17 +790,16 @@ dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int k, double now) {
     if (k < 0 || k > s->M)
         return dlc_error(DLC_ERR_ARG, "syncer_set_quorum: quorum = %d: expected 1..%d (0 = every live learner)", k,
                          s->M);
-    clear_queue(s);
+    dlc_status st = syncer_unpolled(s, "syncer_set_quorum");
+    if (st != DLC_OK) return st;
     s->p.quorum = k;
-    dlc_status st = DLC_OK;
     for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
     return st;
 }
 
 dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_flush: NULL syncer");
-    clear_queue(s);
-    dlc_status st = DLC_OK;
+    dlc_status st = syncer_unpolled(s, "syncer_flush");
     for (int p = 0; p < s->P && st == DLC_OK; p++)
         if (s->f[p].count > 0) st = close_round(s, p, now, 1);
     return st;
@@ -758,7 +807,8 @@ dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
 
 dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_restart: NULL syncer");
-    clear_queue(s);
+    dlc_status st = syncer_unpolled(s, "syncer_restart");
+    if (st != DLC_OK) return st;
     for (int p = 0; p < s->P; p++) clear_round(&s->f[p], s->M);
     for (int m = 0; m < s->M; m++) {
         s->unheard[m] = 1;

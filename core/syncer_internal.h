@@ -24,11 +24,13 @@ typedef struct sfrag {
     dlc_round_state state;
     int count;
     double opened, quorum_at, grace, deadline;
-    int64_t dp_step;
+    int64_t dp_step;        /* dp: the step of the open round */
+    uint8_t *avg;           /* dp: the last averaged gradient (f32), of step avg_step */
+    int64_t avg_step;       /* dp: -1 before the first round */
     double last_open;       /* when the latest round opened (-1: none yet) */
     contrib *c;             /* [M] */
     dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
-    uint8_t *out;           /* encoded Θ_p (or dp: the averaged gradient) */
+    uint8_t *out;           /* encoded Θ_p */
     int64_t out_cap, out_len, out_version;
 } sfrag;
 
@@ -49,6 +51,7 @@ struct dlc_syncer {
     int64_t *merged;         /* [M]: contributions merged, over the run (checkpointed) */
     int64_t *shard;          /* [M]: the driver's data shard of each learner, -1 = none */
     int nlive;
+    int64_t dp_next;         /* dp: the step of the next round (1 + the rounds closed) */
     double xi_quorum;
     int64_t epoch;           /* stamped on every message sent */
     int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */

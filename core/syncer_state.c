@@ -387,6 +387,7 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
     double xq;
     if (list(&r, K_XI_QUORUM, 1, "value", 1, 0, 1e300, 0, NULL, &xq) != DLC_OK) goto fail;
     s->xi_quorum = xq;
+    s->dp_next = 0; /* dp: not in the checkpoint; the next round takes its first gradient's step */
 
     /* per learner */
     if (list(&r, K_LIVE, M, "learner", 0, 0, 1, 0, iv, NULL) != DLC_OK) goto fail;

@@ -4,8 +4,10 @@
  * evaluations) ordered by (time, class, sequence number); the state machines' timers
  * are asked for their deadline each turn instead of being queued, since they move.
  * What the host must see goes to a small FIFO of host events that dlc_vtime_next
- * drains first.  Messages are copied when sent (a state machine's payload is valid
- * only until its next call) and freed when delivered or lost. */
+ * drains first.  After every call into a state machine its actions are polled to the
+ * last (it refuses the next event while any is queued); messages are copied when sent
+ * (a payload is valid only until the machine's next event) and freed when delivered or
+ * lost. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +182,13 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
     }
     double *freeat = to_syncer ? &v->up_free : &v->down_free;
     double depart = *freeat > vt->now ? *freeat : vt->now;
-    if (v->cut && depart < v->cut_until) depart = v->cut_until;
+    if (v->cut && depart < v->cut_until) {
+        if (isinf(v->cut_until)) { /* a cut without end: the link never delivers it */
+            vt->st.dropped++;
+            return DLC_OK;
+        }
+        depart = v->cut_until;
+    }
     double busy = isinf(v->is.bandwidth) ? 0 : (double)bytes / v->is.bandwidth;
     *freeat = depart + busy;
     qmsg *q = calloc(1, sizeof *q);
@@ -356,7 +364,7 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             if (st == DLC_OK) st = syncer_actions(vt);
             for (int m = 0; m < vt->M && st == DLC_OK; m++) {
                 if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
-                    st = dlc_syncer_join(vt->s, m, vt->now); /* each call starts a new action queue */
+                    st = dlc_syncer_join(vt->s, m, vt->now);
                     if (st == DLC_OK) st = syncer_actions(vt);
                 }
             }
@@ -491,6 +499,12 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
     qmsg *q = e->msg;
     vlearner *v = &vt->L[e->learner];
     dlc_status st = DLC_OK;
+    if (v->cut && vt->now < v->cut_until && isinf(v->cut_until)) {
+        vt->st.dropped++; /* the link went down under it for good */
+        free_msg(q);
+        e->msg = NULL;
+        return DLC_OK;
+    }
     if (v->cut && vt->now < v->cut_until) {
         /* the link went down under it: it arrives when the link is back */
         tev later = {.t = v->cut_until, .cls = EV_DELIVER, .learner = e->learner, .msg = q};
@@ -498,8 +512,11 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         return heap_push(vt, later);
     }
     if (!q->to_syncer && v->alive && v->busy) {
-        /* mid-step: the learner takes it at the step boundary, right after its step end
-         * (same instant and class, later sequence number) */
+        /* mid-step: the learner, which reads its messages between steps, takes it right
+         * after its step end (same instant and class, later sequence number).  Not for the
+         * arena's sake (dlc_learner_receive only stashes a fragment): the time it is
+         * received at is the arrival time the learner measures its transit with, which
+         * the syncer's adaptive grace uses; docs/sim.md says what moves without this. */
         tev later = {.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = e->learner, .msg = q,
                      .deferred = 1};
         e->msg = NULL;
@@ -609,6 +626,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
                 v->busy = 1, v->awaiting = 1;
                 v->step_start = vt->now, v->step_dt = dt;
                 v->st.busy_s += dt;
+                /* the step boundary: what arrived since the last step end is applied */
+                st = dlc_learner_step_begin(v->l, vt->now);
+                if (st == DLC_OK) st = learner_actions(vt, e.learner);
+                if (st != DLC_OK) break;
                 dlc_vtime_event h = {.type = DLC_VT_STEP, .time = vt->now, .learner = e.learner,
                                      .step = dlc_learner_steps(v->l) + 1};
                 st = host_push(vt, &h);

@@ -1,9 +1,12 @@
 /* test_learner.c - the learner state machine (learner.h) driven by scripted events, every
  * action checked: the staggered schedule (P = 4, H = 8) with base versions and counters;
- * the contribution payload Θ̂ − θ bit for bit (f32); a merged fragment held until τ steps
- * after sending, then mixed with α = 0.5; late arrivals applied at once; older versions
- * ignored; malformed fragments refused with nothing changed; blocking (WAITING until the
- * fragment is back); joining and restart (full model, zeroed counters); data parallel
+ * the contribution payload Θ̂ − θ bit for bit (f32); receive only stashing a fragment (the
+ * arena written at step boundaries: step_done, step_begin); a merged fragment held until
+ * τ steps after sending, then mixed with α = 0.5; late arrivals applied at the next
+ * boundary, the newest of several once; a resync taken whole at the next boundary; older
+ * versions ignored; malformed fragments refused with nothing changed; blocking (WAITING
+ * until the fragment is back, applied by step_begin); no silent loss (every event
+ * refused while actions are unpolled); joining and restart (full model, zeroed counters); data parallel
  * gradients; an int4 contribution within its codec bound; the DLC_ERR_STATE refusals and
  * dlc_assert_fail aborting (in a forked child).  End to end: 3 learners and a syncer
  * stepped by hand with a fake inner step and zero-latency delivery, decoupled settings
@@ -233,12 +236,18 @@ static void test_apply(void) {
     for (int t = 5; t <= 7; t++) {
         inner_step(x.p, target);
         CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        drain(l);
     }
-    drain(l);
     float th7[NMAX], now2[NMAX];
     gather(&x, 2, dlc_params_data(x.p), th7);
+    /* receive only stashes it, even when it may be applied: the arena is written at the
+     * next step boundary, here the one before step 8 */
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
     m = fragment_msg(0, 2, 1, 0, g2, n2);
     CHECK(dlc_learner_receive(l, &m, 7.5) == DLC_OK);
+    CHECK(drain(l).n == 0 && memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 2) == 0);
+    CHECK(dlc_learner_step_begin(l, 7.5) == DLC_OK);
     r = drain(l);
     ap = find(&r, DLC_LACT_APPLIED, 2);
     CHECK(r.n == 1 && ap && ap->lag == 3 && ap->version == 1);
@@ -246,12 +255,26 @@ static void test_apply(void) {
     worst = 0;
     for (int64_t i = 0; i < n2; i++) worst = fmax(worst, fabs(now2[i] - (0.5 * (double)th7[i] + 0.5 * (double)g2[i])));
     CHECK_NEAR(worst, 0, 1e-7);
-    /* a fragment that was not sent since it was last received: applied at once (lag -1) */
-    m = fragment_msg(0, 2, 2, 0, g2, n2);
-    CHECK(dlc_learner_receive(l, &m, 7.6) == DLC_OK);
+    CHECK(dlc_learner_step_begin(l, 7.5) == DLC_OK && drain(l).n == 0); /* nothing more */
+    /* a fragment that was not sent since it was last received: at the next boundary (lag
+     * -1); a newer one arriving before it replaces the waiting one */
+    float g3[NMAX];
+    randv(g3, n2, 24, 1.0f);
+    m = fragment_msg(0, 2, 2, 0, g3, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.6) == DLC_OK && drain(l).n == 0);
+    m = fragment_msg(0, 2, 3, 0, g2, n2);
+    CHECK(dlc_learner_receive(l, &m, 7.7) == DLC_OK && drain(l).n == 0);
+    m = fragment_msg(0, 2, 2, 0, g3, n2); /* older than the waiting one: ignored */
+    CHECK(dlc_learner_receive(l, &m, 7.8) == DLC_OK && drain(l).n == 0);
+    gather(&x, 2, dlc_params_data(x.p), th7);
+    CHECK(dlc_learner_step_begin(l, 7.9) == DLC_OK);
     r = drain(l);
     ap = find(&r, DLC_LACT_APPLIED, 2);
-    CHECK(ap && ap->lag == -1 && ap->version == 2);
+    CHECK(r.n == 1 && ap && ap->lag == -1 && ap->version == 3 && ap->resync == 0);
+    gather(&x, 2, dlc_params_data(x.p), now2);
+    worst = 0;
+    for (int64_t i = 0; i < n2; i++) worst = fmax(worst, fabs(now2[i] - (0.5 * (double)th7[i] + 0.5 * (double)g2[i])));
+    CHECK_NEAR(worst, 0, 1e-7);
     /* fragment 1's next contribution (step 10) is against Θ̂ = g1, base 1, 6 steps */
     for (int t = 8; t <= 10; t++) {
         inner_step(x.p, target);
@@ -266,6 +289,26 @@ static void test_apply(void) {
         for (int64_t i = 0; i < n1; i++) want_d[i] = g1[i] - th[i];
         CHECK(memcmp(sa->msg.payload, want_d, (size_t)n1 * 4) == 0);
     }
+    /* a resync of fragment 1 (sent after step 10) arrives during step 11: stashed, then
+     * taken whole (no α) at that step's end although τ has not passed; an older merge
+     * that follows is ignored */
+    float rs[NMAX];
+    randv(rs, n1, 25, 1.0f);
+    memcpy(snap, dlc_params_data(x.p), (size_t)size * 4);
+    m = fragment_msg(0, 1, 5, DLC_MSG_RESYNC, rs, n1);
+    CHECK(dlc_learner_receive(l, &m, 10.5) == DLC_OK);
+    CHECK(drain(l).n == 0 && memcmp(snap, dlc_params_data(x.p), (size_t)size * 4) == 0);
+    m = fragment_msg(0, 1, 4, 0, g1, n1);
+    CHECK(dlc_learner_receive(l, &m, 10.6) == DLC_OK && drain(l).n == 0);
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 5, 0, 11) == DLC_OK);
+    r = drain(l);
+    ap = find(&r, DLC_LACT_APPLIED, 1);
+    CHECK(r.n == 1 && ap && ap->resync == 1 && ap->version == 5 && ap->lag == -1);
+    float got1[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), got1);
+    CHECK(memcmp(got1, rs, (size_t)n1 * 4) == 0);
+    CHECK(dlc_learner_base_version(l, 1) == 5 && dlc_learner_fragment_steps(l, 1) == 0);
     dlc_learner_free(l);
     free(theta0);
     free(target);
@@ -291,6 +334,7 @@ static void test_blocking(void) {
         }
         CHECK(t == 4 + tau && dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
         CHECK(dlc_learner_step_done(l, 1, 0, 9) == DLC_ERR_STATE);
+        CHECK(dlc_learner_step_begin(l, 9) == DLC_ERR_STATE && strstr(dlc_last_error(), "waiting"));
         CHECK(dlc_learner_steps(l) == 4 + tau);
         if (tau == 0) { /* contribute is allowed while waiting */
             CHECK(dlc_learner_contribute(l, 0, 9) == DLC_OK);
@@ -298,12 +342,18 @@ static void test_blocking(void) {
         }
         float g[NMAX];
         randv(g, n, 31, 1.0f);
+        /* the receive makes it runnable but leaves the arena alone; the step boundary
+         * before its next step applies the fragment */
+        float before[NMAX], th[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), before);
         dlc_msg m = fragment_msg(0, 0, 1, 0, g, n);
         CHECK(dlc_learner_receive(l, &m, 10) == DLC_OK);
+        CHECK(drain(l).n == 0 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+        gather(&x, 0, dlc_params_data(x.p), th);
+        CHECK(memcmp(th, before, (size_t)n * 4) == 0 && dlc_learner_base_version(l, 0) == 0);
+        CHECK(dlc_learner_step_begin(l, 10) == DLC_OK);
         lrec r = drain(l);
-        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1);
-        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
-        float th[NMAX];
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1 && r.a[0].lag == tau);
         gather(&x, 0, dlc_params_data(x.p), th);
         CHECK(memcmp(th, g, (size_t)n * 4) == 0); /* α = 0: overwritten */
         CHECK(dlc_learner_step_done(l, 1, 0, 11) == DLC_OK);
@@ -327,6 +377,7 @@ static void test_join_restart(void) {
     CHECK_OK(l);
     if (!l) return;
     CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_step_begin(l, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE);
     CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
@@ -342,8 +393,10 @@ static void test_join_restart(void) {
         gather(&x, p, model, v);
         m = fragment_msg(2, p, 3 + p, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
         CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+        CHECK(drain(l).n == 1);
         if (p == 0) { /* the same fragment twice does not count twice */
             CHECK(dlc_learner_receive(l, &m, 0.5) == DLC_OK);
+            CHECK(drain(l).n == 1);
             CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
         }
     }
@@ -359,6 +412,7 @@ static void test_join_restart(void) {
     for (int t = 1; t <= 5; t++) {
         inner_step(x.p, target);
         CHECK(dlc_learner_step_done(l, 7, 0.2, 0.5 + t * 0.1) == DLC_OK);
+        drain(l);
     }
     CHECK(dlc_learner_handle_expiry(l, 1.6) == DLC_OK);
     lrec r = drain(l);
@@ -400,6 +454,7 @@ static void test_join_restart(void) {
         while (dlc_syncer_poll(s, &a)) {
             CHECK(a.type == DLC_SACT_SEND && a.msg.learner == 2 && (a.msg.flags & DLC_MSG_RESYNC));
             CHECK(dlc_learner_receive(l, &a.msg, 4) == DLC_OK);
+            CHECK(drain(l).n == 1);
             k++;
         }
         CHECK(k == 4 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
@@ -594,6 +649,8 @@ static void run_diloco(int blocking, float *out, int64_t *waits) {
     for (int t = 1; t <= 25; t++) {
         for (int m = 0; m < 3; m++) {
             CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
+            CHECK(dlc_learner_step_begin(w.l[m], t) == DLC_OK);
+            while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
             inner_step(w.x[m].p, w.target[m]);
             CHECK(dlc_learner_step_done(w.l[m], 100, 0.1, t) == DLC_OK);
             *waits += dlc_learner_state_of(w.l[m]) == DLC_LEARNER_WAITING;
@@ -601,6 +658,10 @@ static void run_diloco(int blocking, float *out, int64_t *waits) {
         }
     }
     CHECK(dlc_syncer_version(w.s, 0) == 5);
+    for (int m = 0; m < 3; m++) { /* the boundary before a 26th step takes the last merge */
+        CHECK(dlc_learner_step_begin(w.l[m], 26) == DLC_OK);
+        while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
+    }
     memcpy(out, dlc_params_data(w.x[0].p), (size_t)dlc_params_size(w.x[0].p) * 4);
     CHECK(dlc_syncer_copy_model(w.s, out) == DLC_OK);
     /* every learner holds the global model after the last merge (α = 0, τ = 0) */
@@ -650,6 +711,59 @@ static void test_dp_world(void) {
     world_free(&w);
 }
 
+/* dp with a restart: learner 2 is killed after 3 rounds and rejoins; its resync carries
+ * the run's step, so its next gradient is for step 4 like the others' and the round's
+ * average releases all three (before, it sent step 1 and waited for ever).  Then a resync
+ * while WAITING (its round lost) sends it back to TRAINING at the run's step. */
+static void test_dp_restart(void) {
+    world w;
+    world_make(&w, 0, 1);
+    int64_t n = dlc_plan_numel(w.x[0].plan, 0);
+    float g[NMAX];
+    for (int step = 1; step <= 3; step++) {
+        for (int m = 0; m < 3; m++) {
+            randv(g, n, 800 + (uint64_t)step + 10 * (uint64_t)m, 1.0f);
+            scatter(&w.x[m], 0, g, dlc_params_grad(w.x[m].p));
+            CHECK(dlc_learner_gradient(w.l[m], 32, step) == DLC_OK);
+            learner_out(&w, m, step);
+        }
+        for (int m = 0; m < 3; m++) CHECK(dlc_learner_step_done(w.l[m], 32, 0.1, step + 0.5) == DLC_OK);
+    }
+    CHECK(dlc_syncer_version(w.s, 0) == 0 && dlc_learner_steps(w.l[0]) == 3);
+    dlc_learner_stop(w.l[2]);
+    CHECK(dlc_syncer_lost(w.s, 2, 4) == DLC_OK);
+    syncer_out(&w, 4);
+    CHECK(dlc_learner_restart(w.l[2], 5) == DLC_OK && dlc_syncer_join(w.s, 2, 5) == DLC_OK);
+    syncer_out(&w, 5);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_TRAINING && dlc_learner_steps(w.l[2]) == 0);
+    for (int m = 0; m < 3; m++) {
+        CHECK(dlc_learner_step_begin(w.l[m], 6) == DLC_OK);
+        while (dlc_learner_poll(w.l[m], &(dlc_learner_action){0})) {}
+        CHECK(dlc_learner_gradient(w.l[m], 32, 6) == DLC_OK);
+        learner_out(&w, m, 6);
+    }
+    for (int m = 0; m < 3; m++) CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
+    CHECK(dlc_learner_step_done(w.l[2], 32, 0.1, 6.5) == DLC_OK && dlc_learner_steps(w.l[2]) == 1);
+    /* learner 2 sends step 5 but its round is lost (say the syncer restarted): resynced
+     * at step 5 of the run, it is TRAINING again and its next gradient is step 6 */
+    CHECK(dlc_learner_gradient(w.l[2], 32, 7) == DLC_OK);
+    dlc_learner_action a;
+    CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 5);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_WAITING);
+    float v[NMAX];
+    gather(&w.x[0], 0, dlc_params_data(w.x[0].p), v);
+    dlc_msg rs = fragment_msg(2, 0, 0, DLC_MSG_RESYNC, v, n);
+    rs.steps = 5;
+    CHECK(dlc_learner_receive(w.l[2], &rs, 7.5) == DLC_OK);
+    CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_TRAINING);
+    CHECK(dlc_learner_step_begin(w.l[2], 7.5) == DLC_OK);
+    lrec r = drain(w.l[2]);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].resync == 1);
+    CHECK(dlc_learner_gradient(w.l[2], 32, 8) == DLC_OK);
+    CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 6);
+    world_free(&w);
+}
+
 /* ---- the assert ---- */
 
 /* No public call reaches an illegal transition (each refuses with DLC_ERR_STATE, checked
@@ -684,6 +798,20 @@ static void test_assert_and_refusals(void) {
         CHECK(dlc_learner_restart(l, 0) == DLC_ERR_STATE);
         resync(&x, l, dlc_params_data(x.p), 0, 0);
         CHECK(dlc_learner_gradient(l, 1, 0) == DLC_ERR_STATE); /* not data parallel */
+        /* no silent loss: with a contribution unpolled every event is refused, naming the
+         * count, changing nothing; the contribution is still there to poll */
+        CHECK(dlc_learner_contribute(l, 0, 0) == DLC_OK && dlc_learner_pending(l) == 1);
+        int64_t n0 = dlc_plan_numel(x.plan, 0);
+        dlc_learner_action peek;
+        CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
+        CHECK(strstr(dlc_last_error(), "learner_step_done: learner 0 has 1 unpolled action:") != NULL);
+        CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE && dlc_learner_handle_expiry(l, 5) == DLC_ERR_STATE);
+        dlc_msg fr = fragment_msg(0, 0, 1, 0, dlc_params_data(x.p), n0);
+        CHECK(dlc_learner_receive(l, &fr, 0) == DLC_ERR_STATE);
+        CHECK(dlc_learner_steps(l) == 0 && dlc_learner_base_version(l, 0) == 0 && dlc_learner_pending(l) == 1);
+        CHECK(dlc_learner_poll(l, &peek) == 1 && peek.type == DLC_LACT_SEND && peek.msg.fragment == 0);
+        CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_OK && dlc_learner_steps(l) == 1);
+        CHECK(dlc_learner_pending(l) == 0 && dlc_learner_poll(l, &peek) == 0);
         CHECK(dlc_learner_step_done(l, -1, 0, 0) == DLC_ERR_ARG);
         dlc_msg hb = {.type = DLC_MSG_HEARTBEAT};
         CHECK(dlc_learner_receive(l, &hb, 0) == DLC_ERR_FORMAT);
@@ -845,8 +973,8 @@ static void test_fence(void) {
         dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
         m.epoch = 2, m.incarnation = 7;
         CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+        drain(l);
     }
-    drain(l);
     CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_epoch(l) == 2);
     /* fragment 0 is due after step 4: the contribution carries epoch 2, incarnation 7 */
     for (int t = 1; t <= 4; t++) {
@@ -880,8 +1008,9 @@ static void test_fence(void) {
     gather(&x, 1, model, v);
     m = fragment_msg(1, 1, 0, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
     m.epoch = 3;
-    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3 && dlc_learner_base_version(l, 1) == 0);
-    drain(l);
+    CHECK(dlc_learner_receive(l, &m, 6) == DLC_OK && dlc_learner_epoch(l) == 3);
+    CHECK(drain(l).n == 0 && dlc_learner_step_begin(l, 6) == DLC_OK); /* applied at the boundary */
+    CHECK(drain(l).n == 1 && dlc_learner_base_version(l, 1) == 0);
     m.epoch = 2;
     CHECK(dlc_learner_receive(l, &m, 6) == DLC_ERR_FORMAT && dlc_learner_epoch(l) == 3);
     /* unstamped messages are not fenced */
@@ -921,7 +1050,10 @@ static void test_fence_world(void) {
     dlc_syncer_action sa;
     dlc_learner_action la;
     CHECK(dlc_syncer_join(a, 0, 0) == DLC_OK);
-    while (dlc_syncer_poll(a, &sa)) CHECK(dlc_learner_receive(l, &sa.msg, 0) == DLC_OK);
+    while (dlc_syncer_poll(a, &sa)) {
+        CHECK(dlc_learner_receive(l, &sa.msg, 0) == DLC_OK);
+        while (dlc_learner_poll(l, &la)) {}
+    }
     CHECK(dlc_learner_epoch(l) == 1 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
     /* A is gone; B takes over and joins the learner, whose resync is still on its way */
     CHECK(dlc_syncer_join(b, 0, 1) == DLC_OK);
@@ -993,6 +1125,39 @@ static void test_fence_world(void) {
     fx_free(&x);
 }
 
+/* Heartbeats: one per call however many periods passed, the next on the grid; with a
+ * period below the clock's precision (1e9 + 1e-9 == 1e9) the call still returns and the
+ * next beat is strictly later (an alarm turns a hang into a failure). */
+static void test_heartbeat_precision(void) {
+    fx x;
+    fx_make(&x, 1, 98);
+    for (int tiny = 0; tiny <= 1; tiny++) {
+        dlc_learner_params lp = lparams(0, 4, 0, 0, 0);
+        lp.heartbeat = tiny ? 1e-9 : 1.0;
+        double t0 = tiny ? 1e9 : 0.5;
+        dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) continue;
+        resync(&x, l, dlc_params_data(x.p), 0, t0);
+        double e = dlc_learner_expiry(l);
+        CHECK(e == (tiny ? t0 : 1.5)); /* tiny: t0 + 1e-9 rounds to t0 */
+        double now = tiny ? e : 10.2;  /* not tiny: nine periods missed */
+        alarm(20);
+        CHECK(dlc_learner_handle_expiry(l, now) == DLC_OK);
+        alarm(0);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_HEARTBEAT);
+        double e2 = dlc_learner_expiry(l);
+        CHECK(e2 > now && e2 == (tiny ? nextafter(now, INFINITY) : 10.5));
+        CHECK(dlc_learner_handle_expiry(l, now) == DLC_OK && drain(l).n == 0); /* not yet due */
+        CHECK(dlc_learner_handle_expiry(l, e2) == DLC_OK && drain(l).n == 1);
+        CHECK(dlc_learner_expiry(l) > e2);
+        CHECK(dlc_learner_handle_expiry(l, INFINITY) == DLC_ERR_ARG && strstr(dlc_last_error(), "now = inf"));
+        dlc_learner_free(l);
+    }
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -1005,8 +1170,10 @@ int main(void) {
     test_int4();
     test_decoupled_equals_diloco();
     test_dp_world();
+    test_dp_restart();
     test_assert_and_refusals();
     test_fence();
     test_fence_world();
+    test_heartbeat_precision();
     return check_done("test_learner");
 }

@@ -901,11 +901,49 @@ static void test_dp(void) {
         CHECK(dlc_syncer_version(s, 0) == 0); /* no outer step in dp */
         CHECK(memcmp(dlc_syncer_theta(s, 0), th0, (size_t)n * sizeof(float)) == 0);
     }
+    /* learner 2 restarts: its resync carries the run's step (2 rounds closed), so its next
+     * gradient is for step 3 and counts in that round with the others' */
+    CHECK(dlc_syncer_lost(s, 2, 3.0) == DLC_OK && drain(s).n == 0);
+    CHECK(dlc_syncer_join(s, 2, 3.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_FRAGMENT && (r.a[0].msg.flags & DLC_MSG_RESYNC) &&
+          r.a[0].msg.steps == 2);
+    for (int L = 0; L < 3; L++) {
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = 3, .tokens = 64, .codec = DLC_CODEC_F32,
+                     .payload = (const uint8_t *)g[L], .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, 3.5 + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    const dlc_syncer_action *m3 = find_type(&r, DLC_SACT_MERGED);
+    CHECK(m3 && m3->merge.version == 3 && m3->merge.count == 3 && count_type(&r, DLC_SACT_SEND) == 3);
+    /* a gradient of a round that closed without it gets that round's average back, to it
+     * alone, and opens nothing */
+    double avg3[NMAX];
+    for (int64_t i = 0; i < n; i++) avg3[i] = ((double)g[0][i] + g[1][i] + g[2][i]) / 3.0;
+    dlc_msg late = {.type = DLC_MSG_GRADIENT, .learner = 1, .version = 3, .tokens = 64, .codec = DLC_CODEC_F32,
+                    .payload = (const uint8_t *)g[1], .len = (size_t)n * 4};
+    CHECK(dlc_syncer_receive(s, &late, 3.9) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 1 && r.a[0].type == DLC_SACT_SEND && r.a[0].msg.type == DLC_MSG_GRADIENT_AVG &&
+          r.a[0].msg.learner == 1 && r.a[0].msg.version == 3);
+    if (r.n == 1) CHECK_NEAR(maxdiff_fd((const float *)(const void *)r.a[0].msg.payload, avg3, n), 0, 1e-6);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    /* a gradient for another step (a restarted learner counting from 1) is refused naming
+     * the step expected, counted in no round, and its sender resynced at the run's step */
+    late.version = 1, late.learner = 2;
+    CHECK(dlc_syncer_receive(s, &late, 4.0) == DLC_ERR_FORMAT);
+    CHECK(strstr(dlc_last_error(), "gradient from learner 2 for step 1: expected step 4 (the next round)") != NULL);
+    r = drain(s);
+    const dlc_syncer_action *rj = find_type(&r, DLC_SACT_REJECTED);
+    CHECK(rj && rj->learner == 2 && rj->reason == DLC_REJECT_STALE);
+    const dlc_msg *rs = sent_to(&r, 2, 0);
+    CHECK(rs && (rs->flags & DLC_MSG_RESYNC) && rs->steps == 3);
+    CHECK(dlc_syncer_round_count(s, 0) == 0);
     /* a contribution in a dp run is refused */
     dlc_msg c = contribution(0, 0, 0, 1, 1, g[0], n);
     CHECK(dlc_syncer_receive(s, &c, 9.0) == DLC_ERR_FORMAT);
     /* a gradient of the wrong size is refused */
-    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 3, .codec = DLC_CODEC_F32,
+    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 4, .codec = DLC_CODEC_F32,
                  .payload = (const uint8_t *)g[0], .len = (size_t)(n - 1) * 4};
     CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_ERR_FORMAT);
     CHECK(dlc_syncer_round_count(s, 0) == 0);
@@ -928,6 +966,19 @@ static void test_refusals(void) {
     dlc_msg m = {.type = DLC_MSG_HEARTBEAT, .learner = 7};
     CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT);
     CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    /* no silent loss: while the join's resync is unpolled every event is refused, naming
+     * the count, and changes nothing; the queued action survives the refusals */
+    CHECK(dlc_syncer_pending(s) == 1);
+    m = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 9};
+    CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_STATE);
+    CHECK(strstr(dlc_last_error(), "syncer_receive: the syncer has 1 unpolled action:") != NULL);
+    CHECK(dlc_syncer_join(s, 1, 0) == DLC_ERR_STATE && dlc_syncer_lost(s, 0, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_handle_expiry(s, 0) == DLC_ERR_STATE && dlc_syncer_set_quorum(s, 1, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_flush(s, 0) == DLC_ERR_STATE && dlc_syncer_restart(s, 0) == DLC_ERR_STATE);
+    CHECK(dlc_syncer_live(s) == 1 && !dlc_syncer_is_live(s, 1) && dlc_syncer_pending(s) == 1);
+    rec q = drain(s);
+    CHECK(q.n == 1 && q.a[0].type == DLC_SACT_SEND && q.a[0].msg.learner == 0 && (q.a[0].msg.flags & DLC_MSG_RESYNC));
+    CHECK(dlc_syncer_pending(s) == 0 && dlc_syncer_receive(s, &m, 0) == DLC_OK);
     m = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = 0};
     CHECK(dlc_syncer_receive(s, &m, 0) == DLC_ERR_FORMAT); /* a syncer takes no fragments */
     dlc_syncer_params bad = sp;
@@ -1082,6 +1133,43 @@ static void test_hostile(void) {
     fx_free(&x);
 }
 
+/* A refused message changes nothing, not even when its sender was last heard from or the
+ * step and transit times it reports: a malformed, a non-finite and an unknown message
+ * leave the liveness deadline and the estimates alone; a valid heartbeat moves them. */
+static void test_refused_not_heard(void) {
+    fx x;
+    fx_make(&x, 1, 175);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 2, DLC_GRACE_OFF, 0);
+    sp.timeout = 10;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    float d[NMAX];
+    randv(d, n, 176, 0.1f);
+    dlc_msg bad[3] = {contribution(0, 0, 0, 3, 30, d, n - 1), contribution(0, 0, 0, 3, 30, d, n),
+                      {.type = DLC_MSG_TYPE_COUNT + 1, .learner = 0}};
+    d[1] = NAN;
+    for (int i = 0; i < 3; i++) {
+        bad[i].step_time = 7, bad[i].transit = 3;
+        CHECK(dlc_syncer_receive(s, &bad[i], 5.0 + i) == DLC_ERR_FORMAT);
+        drain(s);
+        double step = -1, q = -1, sync = -1;
+        dlc_syncer_estimates(s, &step, &q, &sync);
+        CHECK(step == 0 && sync == 0 && dlc_syncer_expiry(s) == 10.0);
+    }
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 4, .step_time = 2, .transit = 0.5};
+    CHECK(dlc_syncer_receive(s, &hb, 8.0) == DLC_OK && drain(s).n == 0);
+    hb.learner = 1;
+    CHECK(dlc_syncer_receive(s, &hb, 9.0) == DLC_OK && drain(s).n == 0);
+    double step = -1, q = -1, sync = -1;
+    dlc_syncer_estimates(s, &step, &q, &sync);
+    CHECK(step == 2 && sync == 0.5 && dlc_syncer_expiry(s) == 18.0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* Blocking with two fragments: a learner that rejoins is awaited in a fragment's round
  * only once it has sent that fragment again (it may reach the other one first, whose round
  * the others, blocked here, would never come to); without blocking, as before. */
@@ -1219,6 +1307,7 @@ static void test_fence_incarnation(void) {
     /* ... but an older one stays refused after it */
     h = heartbeat_msg(1, 1, 4);
     CHECK(dlc_syncer_receive(s, &h, 9) == DLC_ERR_FORMAT);
+    drain(s);
     /* a lost learner's stale incarnation does not make it join again */
     CHECK(dlc_syncer_lost(s, 1, 10) == DLC_OK);
     drain(s);
@@ -1303,6 +1392,7 @@ int main(void) {
     test_dp();
     test_zero_weight();
     test_hostile();
+    test_refused_not_heard();
     test_refusals();
     test_fence_incarnation();
     test_fence_epoch();

@@ -339,7 +339,10 @@ static void test_ring_anchors_after_load(void) {
     if (!a) return;
     float d[NMAX];
     randv(d, n, 41, 0.05f);
-    for (int L = 0; L < 2; L++) CHECK(dlc_syncer_join(a, L, 0) == DLC_OK);
+    for (int L = 0; L < 2; L++) {
+        CHECK(dlc_syncer_join(a, L, 0) == DLC_OK);
+        drain(a); /* every action polled before the next event (syncer.h) */
+    }
     drain(a);
     for (int k = 0; k < 5; k++) { /* five merges: versions 1..5, the ring holds 2..5 */
         dlc_msg m = {.type = DLC_MSG_CONTRIBUTION, .learner = 0, .version = k, .steps = 2, .tokens = 20,
@@ -392,7 +395,9 @@ static void test_epochs_and_blocking(void) {
     dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
     CHECK_OK(s);
     if (!s) return;
-    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK && dlc_syncer_join(s, 1, 0) == DLC_OK);
+    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_join(s, 1, 0) == DLC_OK);
     drain(s);
     for (int k = 0; k < 3 && s; k++) {
         CHECK(dlc_syncer_epoch(s) == 7 + k);
@@ -431,7 +436,9 @@ static void test_fencing_after_load(void) {
         dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
         CHECK_OK(s);
         if (!s) return;
-        CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK && dlc_syncer_join(s, 1, 0) == DLC_OK);
+        CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+        drain(s);
+        CHECK(dlc_syncer_join(s, 1, 0) == DLC_OK);
         drain(s);
         dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 1, .steps = 3, .epoch = 1, .incarnation = 3};
         CHECK(dlc_syncer_receive(s, &hb, 1.0) == DLC_OK && drain(s).n == 0);
@@ -566,7 +573,7 @@ static void test_refused(void) {
     dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
     CHECK_OK(s);
     if (!s) return;
-    for (int L = 0; L < 3; L++) dlc_syncer_join(s, L, 0);
+    for (int L = 0; L < 3; L++) dlc_syncer_join(s, L, 0), drain(s);
     drain(s);
     CHECK(dlc_syncer_save(s, path, 0, 0, NULL, NULL) == DLC_OK);
 
@@ -713,7 +720,7 @@ static void test_fuzz(void) {
     CHECK_OK(s);
     if (!s) return;
     script sc = {.lcg = 9};
-    for (int L = 0; L < 3; L++) dlc_syncer_join(s, L, 0);
+    for (int L = 0; L < 3; L++) dlc_syncer_join(s, L, 0), drain(s);
     drain(s);
     run(&sc, &s, 1, x.plan, 3, 1, 30);
     CHECK(dlc_syncer_save(s, path, 8.0, 0, NULL, NULL) == DLC_OK);

@@ -11,18 +11,14 @@
 #include "check.h"
 
 #define push learner_push
-#define clear_queue learner_clear_queue
 #define receive_gradient learner_receive_gradient
 #include "../core/learner.c"
 #undef push
-#undef clear_queue
 #undef receive_gradient
 #define push syncer_push
-#define clear_queue syncer_clear_queue
 #define receive_gradient syncer_receive_gradient
 #include "../core/syncer.c"
 #undef push
-#undef clear_queue
 #undef receive_gradient
 
 /* 1 if fn(from, to) returned in a child, 0 if the child died by SIGABRT, -1 otherwise. */

@@ -369,6 +369,12 @@ dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_wait: the learner has not joined (dlc_lrt_join)");
     dlc_status st = wait_until(l, timeout_s, may_step, l->cfg.learner.dp ? "averaged gradient" : "merged fragment");
     if (st == DLC_OK && l->cfg.learner.dp) l->grad_ready = 0;
+    /* the step boundary before the next step: the receive that released the learner only
+     * stashed the fragment (learner.h); step_begin applies it */
+    if (st == DLC_OK && !l->cfg.learner.dp && is_training(l)) {
+        st = dlc_learner_step_begin(l->l, lrt_now(l));
+        if (st == DLC_OK) st = actions(l);
+    }
     return st;
 }
 

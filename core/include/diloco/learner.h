@@ -5,25 +5,33 @@
  * passes the time in, delivers messages and performs the actions it returns.
  *
  * The learner borrows the model's parameter arena (params.h) and the fragment plan
- * (frag.h); both must outlive it.  It writes the arena only inside dlc_learner_* calls,
- * which the driver makes between inner steps: applying a merged fragment (mixing
- * θ = α·θ + (1 − α)·Θ) and, in data parallel, writing the averaged gradient into the
- * grad arena.  It owns: the last global value Θ̂ of every fragment it received (one copy
- * of the model), the fragments that arrived and wait to be applied (a second copy), the
- * encoded contribution of each fragment (its encoded size), and with error feedback one
- * more copy.
+ * (frag.h); both must outlive it.  It writes the arena only at a step boundary, inside
+ * dlc_learner_step_begin and dlc_learner_step_done, which the driver calls between inner
+ * steps (and while JOINING, when it does not step): applying a merged fragment (mixing
+ * θ = α·θ + (1 − α)·Θ).  dlc_learner_receive never writes the model: it checks a
+ * FRAGMENT and stashes it, so a driver may deliver messages while an inner step runs on
+ * the arena (its calls into the learner still must not overlap).  In data parallel
+ * dlc_learner_receive writes the averaged gradient into the grad arena, only while
+ * WAITING for it (after dlc_learner_gradient, before the optimizer step).  It owns: the
+ * last global value Θ̂ of every fragment it received (one copy of the model), the
+ * fragments that arrived and wait to be applied (a second copy), the encoded contribution
+ * of each fragment (its encoded size), and with error feedback one more copy.
  *
  *     dlc_learner_params lp = dlc_learner_default_params();
  *     lp.id = 2; lp.H = 24; lp.tau = 2;
  *     dlc_learner *l = dlc_learner_new(&lp, params, plan);      // state JOINING
  *     // the syncer's full model arrives as P FRAGMENT messages flagged DLC_MSG_RESYNC:
  *     dlc_learner_receive(l, &msg, now);                        // -> TRAINING
+ *     dlc_learner_action a;
  *     while (dlc_learner_state_of(l) == DLC_LEARNER_TRAINING) {
+ *         dlc_learner_step_begin(l, now);                       // may apply fragments
+ *         while (dlc_learner_poll(l, &a)) {}                    // APPLIED
  *         run one inner step (forward, backward, optimizer) on params;
- *         dlc_learner_step_done(l, tokens, step_seconds, now);
- *         dlc_learner_action a;
+ *         // meanwhile messages may arrive: dlc_learner_receive stashes them
+ *         dlc_learner_step_done(l, tokens, step_seconds, now);  // sends, applies
  *         while (dlc_learner_poll(l, &a)) if (a.type == DLC_LACT_SEND) send a.msg;
  *     }
+ *     // WAITING: deliver messages until the state is TRAINING again, then step_begin;
  *     // timers: call dlc_learner_handle_expiry(l, now) at dlc_learner_expiry(l)
  *
  * Schedule: fragment p (0-based, P fragments) is due after inner step t when t >= off_p
@@ -33,11 +41,22 @@
  * others; H = 0 turns the built-in schedule off and the driver calls
  * dlc_learner_contribute itself (a recipe's own schedule).  A contribution is the
  * encoded outer gradient Θ̂_p − θ_p with the base version and the steps and tokens
- * counted since fragment p was last received.  A merged fragment that arrives is
- * applied at the first step boundary at least τ steps after p was last sent (at once
- * if p was not sent since it was last received); with `blocking`, the learner stops
- * stepping (state WAITING) while a fragment sent τ or more steps ago has not come back.
- * A fragment flagged DLC_MSG_RESYNC is taken at once and whole (no mixing).
+ * counted since fragment p was last received.
+ *
+ * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
+ * applied at the first step boundary at least τ steps after p was last sent (the first
+ * one at all if p was not sent since it was last received).  The boundaries are the two
+ * calls around an inner step: dlc_learner_step_done (after the step: the due
+ * contributions are sent first, from the trained arena, then what may be applied is
+ * applied) and dlc_learner_step_begin (before the next step: what arrived since, or
+ * what a WAITING learner waited for).  A fragment flagged DLC_MSG_RESYNC is taken whole
+ * (no mixing) at the next boundary whatever τ says, and at once while JOINING; a newer
+ * merge that arrives over a waiting resync replaces it and is taken whole too.  With
+ * `blocking`, the learner stops stepping (state WAITING) while a fragment sent τ or
+ * more steps ago has not come back; the receive that stashes it makes the learner
+ * TRAINING again, and the driver, seeing the state, calls dlc_learner_step_begin, which
+ * applies it before the step runs.  (A driver that skips step_begin steps on a model
+ * that lacks what arrived between steps: step_done applies it one step late.)
  *
  * Fencing (msg.h): the learner has an incarnation (params.incarnation, + 1 at every
  * dlc_learner_restart) and follows the syncer epoch it last heard (0 before any; kept
@@ -51,7 +70,11 @@
  * dlc_learner_gradient (the grads go out as one f32 GRADIENT, the learner WAITs), the
  * GRADIENT_AVG that comes back is written into the grad arena (action
  * DLC_LACT_GRADIENT_READY, state TRAINING), then the driver runs the optimizer step
- * and calls dlc_learner_step_done.
+ * and calls dlc_learner_step_done.  A GRADIENT's step is the run's (steps since the
+ * learner joined + the phase its resync carried, + 1), so a restarted learner counts in
+ * the others' round.  A resync that comes while TRAINING or WAITING (its gradient was
+ * refused, or its round lost with a restarted syncer) sets the phase to the run's step
+ * again and makes a WAITING learner TRAINING: its gradient is void, the step runs again.
  */
 #ifndef DILOCO_LEARNER_H
 #define DILOCO_LEARNER_H
@@ -115,12 +138,25 @@ typedef struct dlc_learner dlc_learner; /* opaque */
 DLC_API dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan);
 DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
 
-/* ---- events (each may queue actions; read them with dlc_learner_poll) ---- */
+/* ---- events (each may queue actions; read them with dlc_learner_poll) ----
+ *
+ * No silent loss: every event call below (not poll, not the queries, not stop) is refused
+ * with DLC_ERR_STATE, changing nothing, while actions of an earlier call are still queued
+ * ("learner 2 has 3 unpolled actions"); a driver polls until dlc_learner_poll returns 0
+ * after every call, whatever the call returned (a failed call may have queued some).  A
+ * SEND's payload points into the learner's buffers, which the next accepted event call
+ * may reuse: it is valid from the poll until then (a driver that keeps a message longer
+ * copies it).  Calls into one learner must not overlap (it has no lock). */
 
-/* An inner step finished: `tokens` (>= 0) trained in `seconds` (>= 0, the step's compute
- * time, for the step-time average).  TRAINING only (DLC_ERR_STATE otherwise).  Sends the
- * contributions that are due, applies arrived fragments that may now be applied, and may
- * enter WAITING. */
+/* An inner step is about to run (a step boundary): applies the stashed fragments that may
+ * now be applied (actions APPLIED).  Call it before every inner step (dp: before the
+ * forward pass).  TRAINING only (DLC_ERR_STATE otherwise). */
+DLC_API dlc_status dlc_learner_step_begin(dlc_learner *l, double now);
+
+/* An inner step finished (a step boundary): `tokens` (>= 0) trained in `seconds` (>= 0,
+ * the step's compute time, for the step-time average).  TRAINING only (DLC_ERR_STATE
+ * otherwise).  Sends the contributions that are due, then applies the stashed fragments
+ * that may now be applied, and may enter WAITING. */
 DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now);
 
 /* Sends fragment p's contribution now (the driver's own schedule; also allowed with
@@ -133,16 +169,23 @@ DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double n
 /* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A
  * malformed one (wrong fragment, size, codec, non-finite values) or one of an older
  * syncer epoch than the learner follows is refused with DLC_ERR_FORMAT and changes
- * nothing; a FRAGMENT older than the one held is ignored (DLC_OK).  STOPPED learners
+ * nothing; a FRAGMENT older than the one held or waiting is ignored (DLC_OK).  A FRAGMENT
+ * is only stashed for the next step boundary (above; no action), except a resync while
+ * JOINING, applied at once (APPLIED; the last one makes the learner TRAINING).  It may be
+ * called while an inner step runs: it does not touch the model arena.  STOPPED learners
  * ignore every message. */
 DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now);
 
 /* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
 DLC_API double dlc_learner_expiry(const dlc_learner *l);
-/* Timers due at `now`: the heartbeat. */
+/* Timers due at `now` (finite): the heartbeat, one however many periods passed; the next
+ * one is on the grid of periods after `now`, and strictly after it even when the period is
+ * below the precision of `now` (then the next representable time). */
 DLC_API dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now);
 
-/* The learner dies (or finishes): STOPPED, pending fragments and timers dropped. */
+/* The learner dies (or finishes): STOPPED, pending fragments and timers dropped, and so
+ * are actions still queued (a dead learner sends nothing; dlc_learner_pending tells a
+ * driver beforehand what it would drop). */
 DLC_API void dlc_learner_stop(dlc_learner *l);
 /* STOPPED -> JOINING as the next incarnation (+ 1): counters, versions and error
  * feedback reset (the epoch followed is kept); the driver resets the inner optimizer (or
@@ -160,8 +203,8 @@ typedef enum dlc_learner_action_type {
 
 typedef struct dlc_learner_action {
     dlc_learner_action_type type;
-    dlc_msg msg;          /* SEND: payload owned by the learner, valid until the next
-                           * call into it other than poll */
+    dlc_msg msg;          /* SEND: payload owned by the learner, valid until its next
+                           * accepted event call (above: not before every action is polled) */
     int fragment;         /* APPLIED */
     int64_t version;      /* APPLIED */
     int64_t lag;          /* APPLIED: inner steps since the fragment was last sent (-1 if
@@ -171,6 +214,8 @@ typedef struct dlc_learner_action {
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */
 DLC_API int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a);
+/* Actions queued and not yet polled (0 for NULL): an event call needs 0. */
+DLC_API int dlc_learner_pending(const dlc_learner *l);
 
 /* ---- queries ---- */
 

@@ -19,9 +19,10 @@
  *   FRAGMENT      syncer -> learner learner (destination), fragment, version (new),
  *                                   flags (DLC_MSG_RESYNC), held, codec, payload (Θ_p);
  *                                   a resync also carries steps (the run's schedule
- *                                   step), held (the age of the fragment's latest round,
+ *                                   step; dp: the rounds closed), held (the age of the fragment's latest round,
  *                                   -1 if none) and step_time (the median step time)
- *   GRADIENT      learner -> syncer learner, version (the step), tokens, codec (f32),
+ *   GRADIENT      learner -> syncer learner, version (the run's step, 1-based: the
+ *                                   learner's steps + the phase of its resync + 1), tokens, codec (f32),
  *                                   payload (the gradient of every float of the model)
  *   GRADIENT_AVG  syncer -> learner learner, version (the step), codec (f32), payload
  *                                   (the averaged gradient)

@@ -35,7 +35,13 @@
  * (uniform 1, tokens c_tokens, tokens2_steps c_tokens²/c_steps), merged in one pass,
  * the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
  * learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
- * learner, averaged and sent back as GRADIENT_AVG, with no outer step.
+ * learner, averaged and sent back as GRADIENT_AVG, with no outer step.  A GRADIENT counts
+ * in the round of its step (`version`): the open round's or, when none is open, the next
+ * one's (1 + the rounds closed).  One for the round that closed last gets that round's
+ * average back, to its sender alone (it was on the way when the round closed); any other
+ * is refused with DLC_ERR_FORMAT naming the step expected, a REJECTED action and a
+ * resync.  A dp resync (a join too) carries the run's step in `steps` (the rounds
+ * closed), from which the learner counts its next step.
  *
  * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
  * flagged DLC_MSG_RESYNC, carrying the run's schedule step: the median of the other live
@@ -175,8 +181,15 @@ typedef struct dlc_syncer dlc_syncer; /* opaque */
 DLC_API dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0);
 DLC_API void dlc_syncer_free(dlc_syncer *s); /* NULL ok */
 
-/* ---- events: each queues actions (read with dlc_syncer_poll before the next call:
- * the queue and the payloads it points to are reused by every call) ---- */
+/* ---- events: each queues actions, read with dlc_syncer_poll ----
+ *
+ * No silent loss: every event call below is refused with DLC_ERR_STATE, changing nothing,
+ * while actions of an earlier call are still queued ("the syncer has 4 unpolled
+ * actions"); a driver polls until dlc_syncer_poll returns 0 after every call, whatever
+ * the call returned (a refused contribution still queues its REJECTED and resync).  The
+ * payloads of SENDs (several SENDs of one call may share one buffer) and a MERGED
+ * action's contribs point into the syncer: valid from the poll until its next accepted
+ * event call.  Calls into one syncer must not overlap (it has no lock). */
 
 /* Learner m joins (or rejoins): live, and sent the full model.  Its next stamped message
  * tells its incarnation, taken as it is if not older than the one recorded (fencing). */
@@ -237,7 +250,8 @@ typedef struct dlc_merge_info {
     int fragment;
     int64_t version;         /* the new version (dp: the step) */
     int count;               /* contributions merged */
-    const dlc_merge_contrib *contribs; /* count entries, owned by the syncer */
+    const dlc_merge_contrib *contribs; /* count entries, owned by the syncer, valid as
+                                        * a SEND's payload */
     int live;                /* live learners at the merge */
     int quorum;              /* the K in force */
     double opened;           /* first contribution's arrival */
@@ -253,7 +267,8 @@ typedef struct dlc_merge_info {
 
 typedef struct dlc_syncer_action {
     dlc_syncer_action_type type;
-    dlc_msg msg;             /* SEND: payload owned by the syncer */
+    dlc_msg msg;             /* SEND: payload owned by the syncer, valid until its next
+                              * accepted event call (above) */
     dlc_merge_info merge;    /* MERGED */
     int learner, fragment;   /* REJECTED, JOINED, LOST */
     dlc_reject_reason reason;/* REJECTED */
@@ -261,6 +276,8 @@ typedef struct dlc_syncer_action {
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */
 DLC_API int dlc_syncer_poll(dlc_syncer *s, dlc_syncer_action *a);
+/* Actions queued and not yet polled (0 for NULL): an event call needs 0. */
+DLC_API int dlc_syncer_pending(const dlc_syncer *s);
 
 /* ---- queries ---- */
 

@@ -24,14 +24,19 @@
  * delivered, grace windows expire), every round still holding a contribution is
  * flushed, and DONE follows.  Events at one instant are processed in a fixed order:
  * message deliveries, step ends, faults, timers, step starts, evaluations; ties by the
- * order they were scheduled.  Same inputs, same sequence of events.
+ * order they were scheduled.  Same inputs, same sequence of events.  A message reaching a
+ * learner mid-step is received right after that step ends (a learner that reads its
+ * messages between steps; the time it measures transit with); before every STEP event
+ * the learner's step boundary (dlc_learner_step_begin) has applied what may be applied,
+ * so the host's step runs on the merged model.
  *
  * Links.  Each learner has an uplink and a downlink with a one-way latency and a
  * bandwidth (bytes/s, INFINITY allowed): a message of b bytes (dlc_msg_wire_bytes)
  * leaves when the link is free, occupies it b / bandwidth seconds and arrives latency
  * later.  A CUT link holds every message sent or arriving while it is cut until it is
  * back (a stalled connection that retransmits; the syncer may time the learner out
- * meanwhile); a SYNCER fault loses every message to the syncer and stops its timers; a
+ * meanwhile); a cut of duration INFINITY, which never ends, loses them instead (counted
+ * in `dropped`: nothing is scheduled at t = +inf); a SYNCER fault loses every message to the syncer and stops its timers; a
  * killed learner loses what arrives for it.
  *
  * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is

@@ -202,7 +202,8 @@ DLC_API dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens);
 DLC_API dlc_status dlc_lrt_contribute(dlc_lrt *l, int p);
 /* While the state machine is WAITING (blocking presets, dp) or JOINING (a resync after a
  * reconnect): takes messages as they arrive, up to timeout_s.  DLC_OK once it may step
- * again (dp: the averaged gradient is in the grad arena), DLC_ERR_STATE at the deadline
+ * again (dp: the averaged gradient is in the grad arena; otherwise what it waited for is
+ * applied, dlc_learner_step_begin, before it returns), DLC_ERR_STATE at the deadline
  * naming what it waited for. */
 DLC_API dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s);
 /* The end: waits up to timeout_s for the fragments it sent to come back merged, then

@@ -1,0 +1,492 @@
+/* test_vtime.c - the virtual-time driver (vtime.h) driven with tiny models: each learner's
+ * model is the 4-tensor arena of check_fx.h and its "inner step" is done here, θ -= 0.1·(θ −
+ * target_m) (dp: the gradient θ − target_m, then the same step with the averaged one).
+ * Scripted cases, every host event recorded and checked: the order of events at one instant
+ * (step ends, deliveries, a fault, step starts, an evaluation; a merge applied at the step
+ * boundary before the step event), a kill and its rejoin, a finite cut (held messages
+ * delivered when it ends) and one without end (lost, not sent to t = +inf), a syncer fault
+ * with blocking learners reconnected, determinism (the same inputs give the same events,
+ * stats and models; another chaos seed others), dp rounds (the averaged gradient in every
+ * grad arena), a dp learner that is killed and rejoins (it takes part again), and the stats'
+ * invariants (goodput <= 1, useful tokens <= trained tokens, busy + idle + down = end). */
+#include <math.h>
+#include <stdint.h>
+#include "check.h"
+#include "check_fx.h"
+#include "diloco/vtime.h"
+
+#define MMAX 4
+#define LOGMAX 4096
+
+typedef struct rec {
+    dlc_vtime_event_type type;
+    double time;
+    int learner;
+    int64_t step;
+    int fragment;        /* MERGE: merge.fragment; REJECT: fragment */
+    int64_t version;     /* MERGE */
+    int count;           /* MERGE */
+    unsigned who;        /* MERGE: bit m set when learner m contributed */
+    double arrived_max;  /* MERGE: latest arrival among the contributions */
+    dlc_fault_kind fault;
+    int begin;
+} rec;
+
+typedef struct world {
+    int M, dp;
+    fx x[MMAX];
+    dlc_params *models[MMAX];
+    float target[MMAX][NMAX];
+    float grad_sent[MMAX][NMAX]; /* dp: the gradient each learner sent this step */
+    dlc_vtime_island is[MMAX];
+    dlc_vtime_params vp;
+    dlc_chaos *chaos;
+    dlc_vtime *vt;
+    rec log[LOGMAX];
+    int n;
+    int global_checks;           /* STEP events at which the model equalled the global one */
+    int avg_checks;              /* dp OPTIM events with the right averaged gradient */
+    int failed;                  /* dlc_vtime_next or an answer failed */
+} world;
+
+/* M learners with the same initial model, targets of their own, islands at speed 1,
+ * latency 0 and infinite bandwidth, P fragments, one-second steps, the run lasting `end`. */
+static void world_init(world *w, int M, int P, int dp, double end) {
+    memset(w, 0, sizeof *w);
+    w->M = M, w->dp = dp;
+    for (int m = 0; m < M; m++) {
+        fx_make(&w->x[m], P, 300);
+        w->models[m] = w->x[m].p;
+        randv(w->target[m], dlc_params_size(w->x[m].p), 310 + (uint64_t)m, 1.0f);
+        w->is[m] = (dlc_vtime_island){.speed = 1, .scale = 1, .tokens = 10, .latency = 0, .bandwidth = INFINITY};
+    }
+    dlc_vtime_params *vp = &w->vp;
+    vp->learners = M;
+    vp->step_time = 1;
+    vp->end = end;
+    vp->islands = w->is;
+    vp->learner = dlc_learner_default_params();
+    vp->learner.dp = dp;
+    vp->learner.H = 1;
+    vp->learner.tau = 0;
+    vp->learner.heartbeat = 0;
+    vp->syncer = dlc_syncer_default_params();
+    vp->syncer.learners = M;
+    vp->syncer.dp = dp;
+    vp->syncer.quorum = dp ? DLC_QUORUM_ALL : 1;
+    vp->syncer.grace = DLC_GRACE_OFF;
+    vp->syncer.weighting = DLC_WEIGHT_UNIFORM;
+    vp->syncer.merge = DLC_MERGE_MEAN;
+    vp->syncer.tau = 0;
+}
+
+static dlc_chaos *world_chaos(world *w) {
+    if (!w->chaos) w->chaos = dlc_chaos_new(w->M);
+    w->vp.chaos = w->chaos;
+    return w->chaos;
+}
+
+static void fault(world *w, dlc_fault_kind k, int m, double at, double duration, double factor) {
+    dlc_fault f = {.at = at, .kind = k, .learner = m, .duration = duration, .factor = factor};
+    CHECK(dlc_chaos_add(world_chaos(w), &f) == DLC_OK);
+}
+
+static int world_start(world *w) {
+    w->vt = dlc_vtime_new(&w->vp, w->x[0].plan, w->models, dlc_params_data(w->x[0].p));
+    CHECK_OK(w->vt);
+    return w->vt != NULL;
+}
+
+static void world_free(world *w) {
+    dlc_vtime_free(w->vt);
+    dlc_chaos_free(w->chaos);
+    for (int m = 0; m < w->M; m++) fx_free(&w->x[m]);
+}
+
+/* Fragment 0 of learner m's model equals the global one (P = 1, α = 0: after a merge). */
+static int holds_global(world *w, int m) {
+    float g[NMAX], a[NMAX], b[NMAX];
+    memcpy(g, dlc_params_data(w->models[m]), (size_t)dlc_params_size(w->models[m]) * sizeof(float));
+    if (dlc_vtime_global(w->vt, g) != DLC_OK) return 0;
+    gather(&w->x[m], 0, g, a);
+    gather(&w->x[m], 0, dlc_params_data(w->models[m]), b);
+    return memcmp(a, b, (size_t)dlc_plan_numel(w->x[m].plan, 0) * sizeof(float)) == 0;
+}
+
+/* Runs the driver to DONE, answering every STEP and OPTIM with the test's inner step;
+ * `check_global_at`: at STEP events at that time, count those whose model is the global
+ * one (the merge was applied at the step boundary, before the step). */
+static void world_run(world *w, double check_global_at) {
+    for (;;) {
+        dlc_vtime_event ev;
+        int rc = dlc_vtime_next(w->vt, &ev);
+        if (rc != 1) {
+            fprintf(stderr, "vtime_next: %s\n", dlc_last_error());
+            w->failed = 1;
+            CHECK(rc == 1);
+            return;
+        }
+        if (w->n < LOGMAX) {
+            rec *r = &w->log[w->n++];
+            *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step,
+                       .fragment = ev.type == DLC_VT_MERGE ? ev.merge.fragment : ev.fragment, .fault = ev.fault,
+                       .begin = ev.begin};
+            if (ev.type == DLC_VT_MERGE) {
+                r->version = ev.merge.version, r->count = ev.merge.count;
+                for (int i = 0; i < ev.merge.count; i++) {
+                    r->who |= 1u << ev.merge.contribs[i].learner;
+                    if (ev.merge.contribs[i].arrived > r->arrived_max) r->arrived_max = ev.merge.contribs[i].arrived;
+                }
+            }
+        }
+        int m = ev.learner;
+        dlc_status st = DLC_OK;
+        if (ev.type == DLC_VT_STEP) {
+            float *th = dlc_params_data(w->models[m]);
+            int64_t size = dlc_params_size(w->models[m]);
+            if (!w->dp && ev.time == check_global_at && holds_global(w, m)) w->global_checks++;
+            if (w->dp) {
+                float *g = dlc_params_grad(w->models[m]);
+                for (int64_t i = 0; i < size; i++) g[i] = th[i] - w->target[m][i];
+                gather(&w->x[m], 0, g, w->grad_sent[m]);
+                st = dlc_vtime_gradient_done(w->vt, m, w->is[m].tokens);
+            } else {
+                for (int64_t i = 0; i < size; i++) th[i] -= 0.1f * (th[i] - w->target[m][i]);
+                st = dlc_vtime_step_done(w->vt, m, w->is[m].tokens);
+            }
+        } else if (ev.type == DLC_VT_OPTIM) {
+            /* every learner that sent in this round: the grad arena holds their mean */
+            float got[NMAX];
+            gather(&w->x[m], 0, dlc_params_grad(w->models[m]), got);
+            int64_t n = dlc_plan_numel(w->x[m].plan, 0);
+            double worst = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double s = 0;
+                for (int j = 0; j < w->M; j++) s += w->grad_sent[j][i];
+                worst = fmax(worst, fabs(got[i] - s / w->M));
+            }
+            if (worst < 1e-6) w->avg_checks++;
+            float *th = dlc_params_data(w->models[m]);
+            const float *g = dlc_params_grad(w->models[m]);
+            for (int64_t i = 0; i < dlc_params_size(w->models[m]); i++) th[i] -= 0.1f * g[i];
+            st = dlc_vtime_optim_done(w->vt, m);
+        } else if (ev.type == DLC_VT_DONE) {
+            return;
+        }
+        if (st != DLC_OK) {
+            fprintf(stderr, "answer: %s\n", dlc_last_error());
+            w->failed = 1;
+            CHECK(st == DLC_OK);
+            return;
+        }
+    }
+}
+
+static int count(const world *w, dlc_vtime_event_type t, int learner, double t0, double t1) {
+    int k = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->log[i].type == t && (learner < -1 || w->log[i].learner == learner) && w->log[i].time > t0 &&
+            w->log[i].time < t1)
+            k++;
+    return k;
+}
+
+/* MERGE events in (t0, t1) with learner m among the contributors. */
+static int merges_of(const world *w, int m, double t0, double t1) {
+    int k = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->log[i].type == DLC_VT_MERGE && (w->log[i].who >> m & 1) && w->log[i].time > t0 && w->log[i].time < t1)
+            k++;
+    return k;
+}
+
+static const rec *find(const world *w, dlc_vtime_event_type t, int learner, double time) {
+    for (int i = 0; i < w->n; i++)
+        if (w->log[i].type == t && w->log[i].learner == learner && w->log[i].time == time) return &w->log[i];
+    return NULL;
+}
+
+/* The stats' invariants, and the per-learner steps the log shows. */
+static void check_stats(world *w) {
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w->vt, &st) == DLC_OK);
+    int64_t trained = 0;
+    for (int m = 0; m < w->M; m++) {
+        const dlc_vtime_learner_stats *l = &st.learner[m];
+        trained += l->tokens;
+        CHECK(l->tokens == 10 * l->steps);
+        CHECK(l->idle_s >= 0 && l->busy_s >= 0 && l->down_s >= 0);
+        CHECK_NEAR(l->busy_s + l->idle_s + l->down_s, st.end, 1e-9);
+    }
+    CHECK(st.goodput >= 0 && st.goodput <= 1);
+    CHECK(st.useful_tokens >= 0 && st.useful_tokens <= (double)trained);
+    CHECK(st.uptime >= 0 && st.uptime <= 1);
+    CHECK(isfinite(st.now) && st.now >= st.end);
+    CHECK(st.merges == count(w, DLC_VT_MERGE, -2, -1, INFINITY));
+}
+
+/* ---- the cases ---- */
+
+/* Two learners, H = 1, K = 1, no grace, latency 0; a SLOW fault of learner 1 and an EVAL at
+ * t = 1, where both steps end.  Learner 0's step end comes first (scheduled first): its
+ * contribution is delivered at once and merged (v1); the merge reaches learner 0 between
+ * steps (stashed) and learner 1 mid-step (received after its step end); learner 1's step
+ * end sends a contribution on base 0, merged as v2 (staleness 1); then the fault, then the
+ * step starts (each applying v2 at its step boundary before the STEP event: the model is
+ * the global one), then the evaluation. */
+static void test_one_instant(void) {
+    world w;
+    world_init(&w, 2, 1, 0, 3);
+    w.vp.eval_every = 1;
+    fault(&w, DLC_FAULT_SLOW, 1, 1.0, 0.5, 2.0);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, 1.0);
+    CHECK(!w.failed);
+    static const struct { dlc_vtime_event_type type; double time; int learner; int64_t step; } want[] = {
+        {DLC_VT_STEP, 0, 0, 1}, {DLC_VT_STEP, 0, 1, 1},
+        {DLC_VT_MERGE, 1, 0, 0}, {DLC_VT_MERGE, 1, 0, 0}, {DLC_VT_FAULT, 1, 1, 0},
+        {DLC_VT_STEP, 1, 0, 2}, {DLC_VT_STEP, 1, 1, 2}, {DLC_VT_EVAL, 1, -1, 0},
+        {DLC_VT_FAULT, 1.5, 1, 0},
+    };
+    int nw = (int)(sizeof want / sizeof want[0]);
+    CHECK(w.n > nw);
+    for (int i = 0; i < nw && i < w.n; i++) {
+        const rec *r = &w.log[i];
+        int ok = r->type == want[i].type && r->time == want[i].time &&
+                 (r->type == DLC_VT_MERGE || r->learner == want[i].learner) &&
+                 (r->type != DLC_VT_STEP || r->step == want[i].step);
+        if (!ok)
+            fprintf(stderr, "event %d: %s at %g learner %d step %lld; expected %s at %g learner %d\n", i,
+                    dlc_vtime_event_name(r->type), r->time, r->learner, (long long)r->step,
+                    dlc_vtime_event_name(want[i].type), want[i].time, want[i].learner);
+        CHECK(ok);
+    }
+    if (w.n > 8) {
+        CHECK(w.log[2].version == 1 && w.log[2].who == 1u && w.log[2].count == 1);
+        CHECK(w.log[3].version == 2 && w.log[3].who == 2u);
+        CHECK(w.log[4].fault == DLC_FAULT_SLOW && w.log[4].begin == 1 && w.log[8].begin == 0);
+    }
+    CHECK(w.global_checks == 2); /* both STEP events at t = 1 found the merge applied */
+    /* learner 1's second step started under the SLOW factor 2: it ends at 3, the horizon */
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+    CHECK(st.learner[0].steps == 3 && st.learner[1].steps == 2);
+    CHECK(find(&w, DLC_VT_DONE, -1, 3.0) != NULL);
+    check_stats(&w);
+    world_free(&w);
+}
+
+/* A kill mid-step: learner 1 dies at 2.5 (its third step lost), comes back at 4.5 with
+ * the whole model over its link (latency 0: at once), counters from 0. */
+static void test_kill_rejoin(void) {
+    world w;
+    world_init(&w, 2, 1, 0, 7);
+    w.vp.learner.H = 2;
+    fault(&w, DLC_FAULT_KILL, 1, 2.5, 2.0, 0);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    const rec *k0 = find(&w, DLC_VT_FAULT, 1, 2.5), *k1 = find(&w, DLC_VT_FAULT, 1, 4.5);
+    CHECK(k0 && k0->fault == DLC_FAULT_KILL && k0->begin == 1);
+    CHECK(k1 && k1->fault == DLC_FAULT_KILL && k1->begin == 0);
+    CHECK(count(&w, DLC_VT_STEP, 1, 2.5, 4.5) == 0);
+    const rec *s = find(&w, DLC_VT_STEP, 1, 4.5);
+    CHECK(s && s->step == 1); /* counted again from its rejoin */
+    CHECK(merges_of(&w, 1, 4.5, INFINITY) >= 1); /* and it takes part again */
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+    CHECK(st.learner[0].steps == 7 && st.learner[1].steps == 4); /* 2 before, the lost one not, 2 after */
+    CHECK_NEAR(st.learner[1].down_s, 2.0, 1e-12);
+    CHECK_NEAR(st.learner[1].busy_s, 4.5, 1e-12); /* half of the lost step ran */
+    CHECK(st.faults == 1);
+    check_stats(&w);
+    world_free(&w);
+}
+
+/* A cut of learner 1's links from 1.5 to 3.5: what it sends meanwhile is held and arrives
+ * at 3.5; a cut without end (duration INFINITY) loses it instead, the syncer times the
+ * learner out, and the run still ends at its horizon (nothing delivered at t = +inf). */
+static void test_cut(void) {
+    for (int forever = 0; forever <= 1; forever++) {
+        world w;
+        world_init(&w, 2, 1, 0, 6);
+        w.vp.syncer.timeout = forever ? 2.5 : 0;
+        fault(&w, DLC_FAULT_CUT, 1, 1.5, forever ? INFINITY : 2.0, 0);
+        if (!world_start(&w)) {
+            world_free(&w);
+            continue;
+        }
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        CHECK(merges_of(&w, 1, 1.5, 3.5) == 0);
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        const rec *done = w.n ? &w.log[w.n - 1] : NULL;
+        CHECK(done && done->type == DLC_VT_DONE && done->time == 6.0 && st.now == 6.0);
+        if (!forever) {
+            int at35 = 0;
+            for (int i = 0; i < w.n; i++)
+                if (w.log[i].type == DLC_VT_MERGE && (w.log[i].who & 2u) && w.log[i].time == 3.5 &&
+                    w.log[i].arrived_max == 3.5)
+                    at35++;
+            CHECK(at35 >= 1);
+            CHECK(st.dropped == 0 && count(&w, DLC_VT_LOST, 1, 0, INFINITY) == 0);
+        } else {
+            CHECK(merges_of(&w, 1, 1.5, INFINITY) == 0);
+            CHECK(count(&w, DLC_VT_LOST, 1, 1.5, 6.0) == 1);
+            CHECK(st.dropped >= 4); /* its contributions after 1.5, and what was sent to it */
+        }
+        CHECK(st.learner[1].steps == 6); /* a cut island keeps training */
+        check_stats(&w);
+        world_free(&w);
+    }
+}
+
+/* Blocking DiLoCo (K = all, τ = 0) with the syncer down from 1.5 to 2.5: both learners'
+ * contributions after step 2 are lost and they block; their first message to the
+ * restarted syncer (a heartbeat at 2.5) makes it resync them (JOINED), they step on at 2.5
+ * (their counters go on) and the next round merges both. */
+static void test_syncer_fault(void) {
+    world w;
+    world_init(&w, 2, 1, 0, 8);
+    w.vp.learner.H = 2;
+    w.vp.learner.blocking = 1;
+    w.vp.learner.heartbeat = 0.25;
+    w.vp.syncer.quorum = DLC_QUORUM_ALL;
+    w.vp.syncer.blocking = 1;
+    fault(&w, DLC_FAULT_SYNCER, -1, 1.5, 1.0, 0);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    const rec *f0 = find(&w, DLC_VT_FAULT, -1, 1.5), *f1 = find(&w, DLC_VT_FAULT, -1, 2.5);
+    CHECK(f0 && f0->fault == DLC_FAULT_SYNCER && f0->begin == 1 && f1 && f1->begin == 0);
+    CHECK(count(&w, DLC_VT_STEP, -2, 2.0 - 1e-9, 2.5) == 0); /* blocked */
+    for (int m = 0; m < 2; m++) {
+        const rec *s = find(&w, DLC_VT_STEP, m, 2.5);
+        CHECK(s && s->step == 3);
+        CHECK(find(&w, DLC_VT_JOINED, m, 2.5) != NULL);
+    }
+    CHECK(count(&w, DLC_VT_MERGE, -2, 0, 4.5) == 0);
+    int both = 0;
+    for (int i = 0; i < w.n; i++)
+        if (w.log[i].type == DLC_VT_MERGE && w.log[i].time == 4.5 && w.log[i].count == 2 && w.log[i].version == 1)
+            both++;
+    CHECK(both == 1);
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+    CHECK(st.dropped == 2 + 2 * 4 && st.faults == 1); /* the contributions, heartbeats at 1.5 .. 2.25 */
+    check_stats(&w);
+    world_free(&w);
+}
+
+/* A run with everything at once (3 learners, 2 fragments, τ = 1, adaptive grace, links
+ * with latency and bandwidth, heartbeats and a timeout, random kills, a cut and a slow
+ * fault): twice with the same inputs gives the same events, stats and models; another
+ * seed of the kills gives other events. */
+static void det_run(world *w, uint64_t seed) {
+    world_init(w, 3, 2, 0, 60);
+    w->vp.learner.H = 4, w->vp.learner.tau = 1, w->vp.learner.heartbeat = 1.0;
+    w->vp.syncer = dlc_syncer_default_params();
+    w->vp.syncer.learners = 3;
+    w->vp.syncer.timeout = 5;
+    w->vp.eval_every = 10;
+    double speed[3] = {1.0, 0.7, 1.3}, lat[3] = {0.05, 0.1, 0.2};
+    for (int m = 0; m < 3; m++) w->is[m].speed = speed[m], w->is[m].latency = lat[m], w->is[m].bandwidth = 1e5;
+    CHECK(dlc_chaos_add_poisson(world_chaos(w), -1, 20, 3, 0, 50, seed) == DLC_OK);
+    fault(w, DLC_FAULT_CUT, 2, 30, 7, 0);
+    fault(w, DLC_FAULT_SLOW, 0, 12, 6, 2.5);
+    if (world_start(w)) world_run(w, -1);
+}
+
+static void test_determinism(void) {
+    static world a, b, c;
+    det_run(&a, 7);
+    det_run(&b, 7);
+    det_run(&c, 8);
+    CHECK(!a.failed && !b.failed && !c.failed && a.vt && b.vt && c.vt);
+    if (a.vt && b.vt && c.vt) {
+        CHECK(a.n == b.n && a.n > 50 && memcmp(a.log, b.log, (size_t)a.n * sizeof a.log[0]) == 0);
+        CHECK(count(&a, DLC_VT_MERGE, -2, 0, INFINITY) >= 10 && count(&a, DLC_VT_FAULT, -2, 0, INFINITY) >= 4);
+        CHECK(c.n != a.n || memcmp(a.log, c.log, (size_t)a.n * sizeof a.log[0]) != 0);
+        dlc_vtime_stats sa, sb;
+        CHECK(dlc_vtime_get_stats(a.vt, &sa) == DLC_OK && dlc_vtime_get_stats(b.vt, &sb) == DLC_OK);
+        CHECK(sa.useful_tokens == sb.useful_tokens && sa.goodput == sb.goodput && sa.bytes_up == sb.bytes_up &&
+              sa.bytes_down == sb.bytes_down && sa.dropped == sb.dropped && sa.now == sb.now);
+        for (int m = 0; m < 3; m++) {
+            CHECK(memcmp(&sa.learner[m], &sb.learner[m], sizeof sa.learner[m]) == 0);
+            CHECK(memcmp(dlc_params_data(a.models[m]), dlc_params_data(b.models[m]),
+                         (size_t)dlc_params_size(a.models[m]) * sizeof(float)) == 0);
+        }
+        CHECK(sa.goodput > 0);
+        check_stats(&a);
+        check_stats(&c);
+    }
+    world_free(&a);
+    world_free(&b);
+    world_free(&c);
+}
+
+/* dp: every step is a round of both learners' gradients; each OPTIM finds the mean of the
+ * two in the grad arena, and the two models stay identical. */
+static void test_dp_rounds(void) {
+    world w;
+    world_init(&w, 2, 1, 1, 5);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    CHECK(count(&w, DLC_VT_OPTIM, -2, -1, INFINITY) == 10 && w.avg_checks == 10);
+    int k = 0;
+    for (int i = 0; i < w.n; i++)
+        if (w.log[i].type == DLC_VT_MERGE) {
+            k++;
+            CHECK(w.log[i].version == k && w.log[i].count == 2 && w.log[i].time == k);
+        }
+    CHECK(k == 5);
+    float m0[NMAX], m1[NMAX];
+    gather(&w.x[0], 0, dlc_params_data(w.models[0]), m0);
+    gather(&w.x[1], 0, dlc_params_data(w.models[1]), m1);
+    CHECK(memcmp(m0, m1, (size_t)dlc_plan_numel(w.x[0].plan, 0) * sizeof(float)) == 0);
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+    CHECK(st.learner[0].steps == 5 && st.learner[1].steps == 5 && st.merges == 5);
+    /* every token trained entered a round, and the run was busy throughout: goodput 1 */
+    CHECK_NEAR(st.useful_tokens, 100, 1e-12);
+    CHECK_NEAR(st.goodput, 1, 1e-12);
+    check_stats(&w);
+    world_free(&w);
+}
+
+/* dp with a kill: learner 1 dies at 2.5 and rejoins at 3.5; its resync carries the run's
+ * step, so its gradient counts in the others' round and every round after holds both
+ * (before, it counted from 1, waited for ever and stalled learner 0 with it). */
+static void test_dp_kill(void) {
+    world w;
+    world_init(&w, 2, 1, 1, 10);
+    fault(&w, DLC_FAULT_KILL, 1, 2.5, 1.0, 0);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    int both_after = 0, alone = 0;
+    for (int i = 0; i < w.n; i++)
+        if (w.log[i].type == DLC_VT_MERGE) {
+            if (w.log[i].time > 3.5 && w.log[i].count == 2) both_after++;
+            if (w.log[i].count == 1) alone++;
+        }
+    CHECK(both_after >= 5 && alone == 1); /* round 3, while learner 1 was down */
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+    CHECK(st.learner[0].steps >= 9 && st.learner[1].steps >= 7);
+    check_stats(&w);
+    world_free(&w);
+}
+
+int main(void) {
+    test_one_instant();
+    test_kill_rejoin();
+    test_cut();
+    test_syncer_fault();
+    test_determinism();
+    test_dp_rounds();
+    test_dp_kill();
+    return check_done("test_vtime");
+}
