@@ -383,7 +383,15 @@ static int result(lua_State *L, dlc_status st) {
 }
 
 static int lr_join(lua_State *L) { return result(L, dlc_lrt_join(checklrt(L, 1), luaL_optnumber(L, 2, 30))); }
-static int lr_wait(lua_State *L) { return result(L, dlc_lrt_wait(checklrt(L, 1), luaL_optnumber(L, 2, 60))); }
+/* l:wait([timeout_s]) -> true, void | nil, message, code (void: dp, resynced instead) */
+static int lr_wait(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    dlc_status st = dlc_lrt_wait(l, luaL_optnumber(L, 2, 60));
+    if (st != DLC_OK) return result(L, st);
+    lua_pushboolean(L, 1);
+    lua_pushboolean(L, dlc_lrt_step_void(l));
+    return 2;
+}
 
 static int lr_step_done(lua_State *L) {
     dlc_lrt *l = checklrt(L, 1);

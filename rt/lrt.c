@@ -46,6 +46,7 @@ struct dlc_lrt {
     held *hq;
     int hq_head, hq_len, hold;
     int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
+    int void_step;            /* dp: the last wait ended in a resync, not the average */
     int refused;              /* the syncer refused this learner for good (another run, model,
                                * secret, version): waiting cannot help */
     dlc_lrt_stats st;
@@ -368,7 +369,12 @@ dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
 dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_wait: the learner has not joined (dlc_lrt_join)");
     dlc_status st = wait_until(l, timeout_s, may_step, l->cfg.learner.dp ? "averaged gradient" : "merged fragment");
-    if (st == DLC_OK && l->cfg.learner.dp) l->grad_ready = 0;
+    if (st == DLC_OK && l->cfg.learner.dp) {
+        /* released by a resync instead of the average: the model is the syncer's, this
+         * step's gradient is void (learner.h) */
+        l->void_step = !l->grad_ready;
+        l->grad_ready = 0;
+    }
     /* the step boundary before the next step: the receive that released the learner only
      * stashed the fragment (learner.h); step_begin applies it */
     if (st == DLC_OK && !l->cfg.learner.dp && is_training(l)) {
@@ -414,6 +420,7 @@ dlc_learner_state dlc_lrt_state(const dlc_lrt *l) {
     return l && l->l ? dlc_learner_state_of(l->l) : DLC_LEARNER_JOINING;
 }
 int dlc_lrt_id(const dlc_lrt *l) { return l ? l->id : -1; }
+int dlc_lrt_step_void(const dlc_lrt *l) { return l ? l->void_step : 0; }
 const dlc_learner *dlc_lrt_learner(const dlc_lrt *l) { return l ? l->l : NULL; }
 
 int dlc_lrt_poll(dlc_lrt *l, dlc_lrt_event *ev) {

@@ -217,11 +217,13 @@ local function drain_events(ctx)
   end
 end
 
+-- Returns true when a dp wait ended in a resync (the step's gradient is void).
 local function wait_merge(ctx)
   local t0 = diloco.clock()
   local ok, err = ctx.lrt:wait(ctx.opts.wait_timeout or 600)
   ctx.wait_time = ctx.wait_time + (diloco.clock() - t0)
   if not ok then fail("learner %d: %s", ctx.id, err) end
+  return err == true
 end
 
 -- One data-parallel step: forward and backward, the gradient averaged by the syncer,
@@ -242,7 +244,10 @@ local function dp_step(ctx)
   end
   local compute = diloco.clock() - t0
   ctx.lrt:gradient(loaders.tokens_per_batch)
-  wait_merge(ctx)
+  if wait_merge(ctx) then -- resynced: the model is the syncer's, this step is void
+    ctx.train_time = ctx.train_time + compute
+    return nil, compute
+  end
   t0 = diloco.clock()
   local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
   ctx.opt:step(lr)
@@ -271,7 +276,7 @@ function M.train(ctx)
     local info, compute
     if ctx.dp then
       info, compute = dp_step(ctx)
-      l:step_done(tpb, compute)
+      if info then l:step_done(tpb, compute) end
     else
       local t0 = diloco.clock()
       info = train.inner_step(ctx)
@@ -283,6 +288,7 @@ function M.train(ctx)
       if l:state() == "waiting" then wait_merge(ctx) end
     end
     drain_events(ctx)
+    if not info then goto continue end -- a void dp step: run it again
     local step = l:schedule_step()
     if step % ctx.log_every == 0 or step >= r.steps then
       local now = diloco.clock()
@@ -299,6 +305,7 @@ function M.train(ctx)
     if (c.every > 0 and step % c.every == 0) or ((c.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= c.minutes * 60) then
       save(ctx)
     end
+    ::continue::
   end
   stop_reason(ctx)
 end

@@ -418,7 +418,7 @@ D["Learner:join"] = "l:join([timeout_s = 30]) -> true | nil, message, code\nWait
 D["Learner:step_done"] = "l:step_done(tokens[, seconds])\nAfter an inner step: applies what arrived, sends what is due; never waits."
 D["Learner:gradient"] = "l:gradient(tokens)\ndp: sends the step's gradient (then l:wait())."
 D["Learner:contribute"] = "l:contribute(p)\nSends fragment p's contribution now (a recipe's schedule)."
-D["Learner:wait"] = "l:wait([timeout_s = 60]) -> true | nil, message, code\nWhile blocked (blocking presets, dp): takes messages until it may step."
+D["Learner:wait"] = "l:wait([timeout_s = 60]) -> true, void | nil, message, code\nWhile blocked (blocking presets, dp): takes messages until it may step; void (dp): resynced instead, the step is void."
 D["Learner:finish"] = "l:finish([timeout_s = 10][, why]) -> true\nWaits for its last contributions to be merged, then says BYE."
 D["Learner:state"] = "l:state() -> \"joining\" | \"training\" | \"waiting\" | \"stopped\"\nThe state machine's state."
 D["Learner:id"] = "l:id() -> integer | nil\nIts 1-based learner id (nil before the WELCOME)."

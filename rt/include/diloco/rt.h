@@ -212,6 +212,11 @@ DLC_API dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why)
 
 DLC_API dlc_learner_state dlc_lrt_state(const dlc_lrt *l); /* JOINING before the WELCOME */
 DLC_API int dlc_lrt_id(const dlc_lrt *l);                  /* -1 before the WELCOME */
+/* dp: 1 when the last dlc_lrt_wait ended because the syncer resynced the learner (a
+ * restart, a dropped round) rather than with the averaged gradient: the model is the
+ * syncer's now and the step's gradient is void; the host skips its optimizer step and
+ * runs the step again. */
+DLC_API int dlc_lrt_step_void(const dlc_lrt *l);
 DLC_API const dlc_learner *dlc_lrt_learner(const dlc_lrt *l); /* NULL before; for queries */
 
 typedef enum dlc_lrt_event_kind {
