@@ -127,14 +127,15 @@ static int valid_exchange(const char *after) {
     dlc_net_event ev;
     int ok = peer >= 0 && wait_event(cl, DLC_NET_READY, 5, &ev);
     if (ok) {
-        ok = ev.frame.hello.learner >= 0;
+        int me = ev.frame.hello.learner; /* the id WELCOME gave: every frame is sent as it */
+        ok = me >= 0;
         dlc_net_event_release(&ev);
         static float pay[BIG];
         size_t len = (size_t)numel[frag] * sizeof(float);
         for (int i = 0; i < numel[frag]; i++) pay[i] = (float)i * 0.5f + (float)calls;
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
-        f.msg.learner = 0, f.msg.fragment = frag, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
+        f.msg.learner = me, f.msg.fragment = frag, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
         f.msg.payload = (const uint8_t *)pay, f.msg.len = len;
         ok = ok && dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK;
         ok = ok && wait_event(cl, DLC_NET_FRAME, 5, &ev);
@@ -217,6 +218,9 @@ static size_t encode(const dlc_frame *f, uint8_t *out) {
     return (size_t)n;
 }
 
+/* The learner id the last raw_handshake's WELCOME gave: its frames are sent as it. */
+static int raw_learner = -1;
+
 /* Runs the handshake by hand up to READY (with a HELLO); returns 1 on WELCOME.  The
  * AUTH and PROOF frames sent are kept in auth_out / proof_out if given. */
 static int raw_handshake(int fd, uint8_t *auth_out, size_t *auth_len, uint8_t *proof_out, size_t *proof_len) {
@@ -243,7 +247,7 @@ static int raw_handshake(int fd, uint8_t *auth_out, size_t *auth_len, uint8_t *p
     n = encode(&h, buf);
     raw_send(fd, buf, n);
     while (raw_read(fd, &g, buf, sizeof buf) == 1)
-        if (g.type == DLC_FRAME_WELCOME) return 1;
+        if (g.type == DLC_FRAME_WELCOME) return raw_learner = g.hello.learner, 1;
     return 0;
 }
 
@@ -304,6 +308,8 @@ static void test_bulk(void) {
      * and up): the peer stays alive and the frame arrives whole (the echo comes back). */
     fd = raw_connect();
     CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    f.msg.learner = raw_learner; /* sent as the learner it was welcomed as */
+    CHECK(encode(&f, frame) == n);
     size_t sent = n + (300u << 10);
     for (size_t i = 0; i < (size_t)BIG * 4; i++) frame[n + i] = (uint8_t)(i * 2654435761u >> 24);
     raw_send(fd, frame, sent);
@@ -478,7 +484,7 @@ static void test_pipelined(void) {
     dlc_frame f;
     for (int i = 0; i < N; i++) {
         dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
-        f.msg.steps = i;
+        f.msg.steps = i, f.msg.learner = raw_learner;
         len += encode(&f, stream + len);
     }
     raw_send(fd, stream, len);
@@ -486,6 +492,7 @@ static void test_pipelined(void) {
     for (int i = 0; i < NUMEL; i++) pay[i] = (float)i - 0.5f;
     dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
     f.msg.version = 41, f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    f.msg.learner = raw_learner;
     size_t n = encode(&f, stream);
     memcpy(stream + n, pay, sizeof pay);
     for (size_t i = 0; i < n + sizeof pay; i += i < n + 64 ? 1 : 512) /* byte by byte through the header */
@@ -501,6 +508,105 @@ static void test_pipelined(void) {
     CHECK(hb >= N && hb <= N + 10); /* ours, and any the transport sent on its own */
     close(fd);
     CHECK(valid_exchange("pipelined"));
+}
+
+/* A frame's learner is the connection's: a READY connection that sends as another
+ * learner is refused (ERROR mismatch, then closed), and the server serves the next. */
+static void test_bound_learner(void) {
+    uint8_t buf[256];
+    int fd = raw_connect();
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL) && raw_learner >= 0);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.learner = raw_learner; /* as itself: delivered, the connection stays */
+    raw_send(fd, buf, encode(&f, buf));
+    f.msg.learner = raw_learner + 1;
+    raw_send(fd, buf, encode(&f, buf));
+    char want[128];
+    snprintf(want, sizeof want, "heartbeat from learner %d on the connection of learner %d", raw_learner + 1, raw_learner);
+    CHECK(expect_error(fd, DLC_PERR_MISMATCH, want));
+    close(fd);
+    CHECK(valid_exchange("bound_learner"));
+}
+
+/* Direction by role: a server-side connection takes only what a learner sends; the
+ * syncer's types from a learner are refused (ERROR unexpected, then closed). */
+static void test_direction_server(void) {
+    static const dlc_frame_type wrong[] = {DLC_FRAME_FRAGMENT, DLC_FRAME_RESYNC};
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    static float pay[NUMEL];
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        int fd = raw_connect();
+        CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+        dlc_frame f;
+        dlc_frame_init(&f, wrong[i]);
+        f.msg.learner = raw_learner, f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay;
+        f.msg.len = sizeof pay, f.msg.flags = wrong[i] == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0;
+        size_t n = encode(&f, buf);
+        memcpy(buf + n, pay, sizeof pay);
+        raw_send(fd, buf, n + sizeof pay);
+        char want[160];
+        snprintf(want, sizeof want, "%s from the syncer: a ready server-side (syncer) connection takes only heartbeat, "
+                 "contribution, gradient, bye, error", dlc_frame_type_name(wrong[i]));
+        int ok = expect_error(fd, DLC_PERR_UNEXPECTED, want);
+        if (!ok) fprintf(stderr, "direction: a %s to the server\n", dlc_frame_type_name(wrong[i]));
+        CHECK(ok);
+        close(fd);
+        CHECK(valid_exchange("direction_server"));
+    }
+}
+
+/* ...and a client takes only what the syncer sends: a raw syncer runs the server's
+ * side of the handshake by hand, then sends a CONTRIBUTION; the client answers ERROR
+ * unexpected, closes and reports the peer lost. */
+static void test_direction_client(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    socklen_t alen = sizeof a;
+    a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
+    dlc_net_config c = base_config();
+    c.hello = &hello_client, c.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&c);
+    CHECK_OK(cl);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    int peer = dlc_net_connect(cl, addr);
+    struct pollfd pf = {lfd, POLLIN, 0};
+    int fd = poll(&pf, 1, 5000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    CHECK(fd >= 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    dlc_frame f, g;
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_AUTH);
+    dlc_frame_init(&g, DLC_FRAME_AUTH_CHALLENGE);
+    dlc_auth_nonce(g.nonce, sizeof g.nonce);
+    dlc_auth_proof(SECRET, strlen(SECRET), 1, f.nonce, g.nonce, g.mac);
+    raw_send(fd, buf, encode(&g, buf));
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_AUTH_PROOF);
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_HELLO);
+    dlc_frame_init(&g, DLC_FRAME_WELCOME);
+    g.hello = hello_server;
+    g.hello.proto_min = g.hello.proto_max = DLC_PROTO_VERSION_MAX, g.hello.learner = 4;
+    raw_send(fd, buf, encode(&g, buf));
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 4);
+    dlc_net_event_release(&ev);
+    static float pay[NUMEL];
+    dlc_frame_init(&g, DLC_FRAME_CONTRIBUTION);
+    g.msg.learner = 4, g.msg.codec = DLC_CODEC_F32, g.msg.payload = (const uint8_t *)pay, g.msg.len = sizeof pay;
+    size_t n = encode(&g, buf);
+    memcpy(buf + n, pay, sizeof pay);
+    raw_send(fd, buf, n + sizeof pay);
+    CHECK(expect_error(fd, DLC_PERR_UNEXPECTED, "contribution from a learner: a ready client (learner) connection takes "
+                                                "only heartbeat, fragment, gradient_avg, resync, bye, error"));
+    CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.peer == peer && ev.code == DLC_PERR_UNEXPECTED);
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    close(fd);
+    close(lfd);
 }
 
 static void test_stops_reading(void) {
@@ -764,6 +870,9 @@ int main(void) {
     test_auth();
     test_slow_peers();
     test_pipelined();
+    test_bound_learner();
+    test_direction_server();
+    test_direction_client();
     test_stops_reading();
     test_many_connections();
     test_bad_config();

@@ -598,6 +598,54 @@ static void on_handshake(conn *c, dlc_frame *f) {
 
 /* ---- input ---- */
 
+/* Who may send each type on a READY connection: a learner (what a server-side
+ * connection, the syncer's side, accepts) or the syncer (what a client accepts).  The
+ * handshake's types are neither: they come only while AUTHENTICATING.  The one table
+ * of direction; docs/protocol.md has it as its "direction" column. */
+enum { FROM_LEARNER = 1, FROM_SYNCER = 2 };
+static const uint8_t ready_from[DLC_FRAME_TYPE_COUNT] = {
+    [DLC_FRAME_HEARTBEAT] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_CONTRIBUTION] = FROM_LEARNER,
+    [DLC_FRAME_FRAGMENT] = FROM_SYNCER,
+    [DLC_FRAME_GRADIENT] = FROM_LEARNER,
+    [DLC_FRAME_GRADIENT_AVG] = FROM_SYNCER,
+    [DLC_FRAME_RESYNC] = FROM_SYNCER,
+    [DLC_FRAME_BYE] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_ERROR] = FROM_LEARNER | FROM_SYNCER,
+};
+_Static_assert(DLC_FRAME_TYPE_COUNT == 13, "ready_from: one entry per frame type");
+
+/* The types a READY connection of this side accepts, for messages: "heartbeat, ..." */
+static void accepted_names(int from, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int t = 0; t < DLC_FRAME_TYPE_COUNT && n < cap; t++)
+        if (ready_from[t] & from) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", dlc_frame_type_name(t));
+}
+
+/* A READY connection's check of a decoded frame f: its direction (ready_from) and, on
+ * the server side, its sender (the learner id WELCOME gave this connection).  0 if f
+ * may be delivered, else -1 with c failing (ERROR and close). */
+static int ready_check(conn *c, const dlc_frame *f) {
+    int from = c->client ? FROM_SYNCER : FROM_LEARNER;
+    if (!(ready_from[f->type] & from)) {
+        char names[160];
+        accepted_names(from, names, sizeof names);
+        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s %s: a ready %s connection takes only %s", dlc_frame_type_name(f->type),
+                       f->type <= DLC_FRAME_WELCOME ? "after the handshake" : c->client ? "from a learner" : "from the syncer",
+                       c->client ? "client (learner)" : "server-side (syncer)", names);
+        return -1;
+    }
+    /* every learner type carries l, the sender: it must be the learner this connection
+     * was welcomed as (no hello: no id was given, nothing to bind) */
+    if (!c->client && c->learner >= 0 && f->type != DLC_FRAME_ERROR && f->msg.learner != c->learner) {
+        dlcn_conn_fail(c, DLC_PERR_MISMATCH, "%s from learner %d on the connection of learner %d: a learner sends only "
+                       "as the id its WELCOME gave it", dlc_frame_type_name(f->type), f->msg.learner, c->learner);
+        return -1;
+    }
+    return 0;
+}
+
 /* inline_io: the event the polling thread is waiting in, when a frame of type t may go
  * straight into it: an application frame on a ready conn, no event queued ahead of it
  * (events of other threads are concurrent with it either way), none delivered yet. */
@@ -651,8 +699,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
         release(buf, borrowed), free(n);
         return;
     }
-    if (f->type <= DLC_FRAME_WELCOME) {
-        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
+    if (ready_check(c, f) < 0) {
         release(buf, borrowed), free(n);
         return;
     }

@@ -150,7 +150,12 @@ DLC_API dlc_status dlc_net_shape(dlc_net *net, int peer, double rate_bytes_s, do
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
                       * the WELCOME (client) or the peer's HELLO (server) */
-    DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event) */
+    DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event).  Only
+                      * the peer's role's types arrive: a server-side connection takes
+                      * HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a client HEARTBEAT, FRAGMENT,
+                      * RESYNC, GRADIENT_AVG, BYE (anything else: ERROR unexpected, closed).
+                      * On a server-side connection frame.msg.learner is the id WELCOME
+                      * gave it (another id: ERROR mismatch, closed). */
     DLC_NET_SENT,    /* a frame queued with free_payload NULL was written (arg = its arg) */
     DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 after a refusal */
     DLC_NET_LOST,    /* peer's connection ended: code (dlc_proto_errcode) and text say why;
