@@ -698,6 +698,78 @@ static void test_many_connections(void) {
     CHECK(valid_exchange("1000_connections"));
 }
 
+/* Idle sockets that never authenticate cannot lock learners out: a server with the
+ * default caps (64 unauthenticated connections, 8 from one address) and max_peers = 64
+ * meets 100 of them from 12 addresses (127.0.0.2..13; 12 from the first), then a real
+ * learner from 127.0.0.1 still becomes READY and is heard.  The 4 beyond the first
+ * address's 8 are refused; 33 older ones give way (to the 9th..12th addresses and to the
+ * learner); the server never holds more than 64 unauthenticated. */
+static void test_unauth_caps(void) {
+    enum { HOSTS = 12, EXTRA = 4, N = HOSTS * 8 + EXTRA };
+    static int fds[N];
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.max_peers = 64, sc.auth_timeout_s = 30; /* the idle ones stay */
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    CHECK(sport > 0);
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        int host = i < 8 + EXTRA ? 2 : 3 + (i - 8 - EXTRA) / 8;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in src = {0}, dst = {0};
+        src.sin_family = dst.sin_family = AF_INET;
+        src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)host);
+        dst.sin_port = htons((uint16_t)sport), dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        opened += fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&src, sizeof src) == 0 &&
+                  connect(fds[i], (struct sockaddr *)&dst, sizeof dst) == 0;
+    }
+    CHECK(opened == N);
+    dlc_net_counters k;
+    double end = now_s() + 10;
+    while (dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.accepted < N && now_s() < end) sleep_s(0.02);
+    CHECK(k.accepted == N && k.unauth == 64 && k.overloaded == EXTRA + (N - EXTRA - 64));
+    /* a learner from 127.0.0.1, no retry: READY at the first attempt, and heard */
+    dlc_net_config cc = base_config();
+    cc.hello = &hello_client, cc.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&cc);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    int ready = wait_event(cl, DLC_NET_READY, 5, &ev);
+    CHECK(ready);
+    if (ready) {
+        int me = ev.frame.hello.learner;
+        dlc_net_event_release(&ev);
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+        f.msg.learner = me, f.msg.steps = 77;
+        CHECK(dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK);
+        int heard = 0;
+        for (double e2 = now_s() + 5; !heard && now_s() < e2;)
+            if (wait_event(srv, DLC_NET_FRAME, 0.2, &ev)) heard = ev.frame.msg.steps == 77, dlc_net_event_release(&ev);
+        CHECK(heard);
+    }
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.unauth == 63 && k.overloaded == EXTRA + (N - EXTRA - 64) + 1);
+    /* what the idle ones were told: 4 refused for their address, 33 evicted */
+    int per_addr = 0, evicted = 0;
+    for (int i = 0; i < N; i++) {
+        static uint8_t buf[4096];
+        dlc_frame g;
+        struct pollfd pf = {fds[i], POLLIN, 0};
+        if (poll(&pf, 1, 0) != 1 || raw_read(fds[i], &g, buf, sizeof buf) != 1 || g.type != DLC_FRAME_ERROR) continue;
+        per_addr += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "from 127.0.0.2 are not authenticated yet") != NULL;
+        evicted += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "evicted for a newer connection") != NULL;
+    }
+    CHECK(per_addr == EXTRA && evicted == N - EXTRA - 64 + 1);
+    if (per_addr != EXTRA || evicted != N - EXTRA - 63)
+        fprintf(stderr, "unauth caps: %d refused for their address, %d evicted\n", per_addr, evicted);
+    dlc_net_free(cl);
+    for (int i = 0; i < N; i++) close(fds[i]);
+    dlc_net_free(srv);
+}
+
 static void test_bad_config(void) {
     dlc_net_config c = base_config();
     c.frame_max = 0;
@@ -711,6 +783,12 @@ static void test_bad_config(void) {
     c = base_config();
     c.heartbeat_s = 2, c.timeout_s = 1;
     CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "heartbeat_s = 2 >= timeout_s = 1");
+    c = base_config();
+    c.max_unauth = 0;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "max_unauth = 0: expected 1..4096");
+    c = base_config();
+    c.max_unauth = 4, c.max_unauth_per_addr = 5;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "max_unauth_per_addr = 5: expected 1..max_unauth (4)");
     c = base_config();
     dlc_net *n = dlc_net_new(&c);
     CHECK_OK(n);
@@ -875,6 +953,7 @@ int main(void) {
     test_direction_client();
     test_stops_reading();
     test_many_connections();
+    test_unauth_caps();
     test_bad_config();
     test_graceful_close();
     test_heartbeats();

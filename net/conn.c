@@ -138,10 +138,32 @@ static bool legal(dlc_conn_state from, dlc_conn_state to) {
     }
 }
 
+/* The list of server conns not yet authenticated (max_unauth); net->lock held. */
+static void unauth_add(conn *c) {
+    dlc_net *net = c->net;
+    c->unauth = 1, c->ua_next = NULL, c->ua_prev = net->ua_tail;
+    if (net->ua_tail) net->ua_tail->ua_next = c;
+    else net->ua_head = c;
+    net->ua_tail = c;
+    net->n_unauth++;
+}
+
+static void unauth_remove(conn *c) {
+    dlc_net *net = c->net;
+    if (!c->unauth) return;
+    if (c->ua_prev) c->ua_prev->ua_next = c->ua_next;
+    else net->ua_head = c->ua_next;
+    if (c->ua_next) c->ua_next->ua_prev = c->ua_prev;
+    else net->ua_tail = c->ua_prev;
+    c->unauth = 0, c->ua_prev = c->ua_next = NULL;
+    net->n_unauth--;
+}
+
 static void set_state(conn *c, dlc_conn_state to) {
     DLC_ASSERT((unsigned)to < DLC_CONN_STATE_COUNT);
     DLC_ASSERT(legal(c->state, to));
     pthread_mutex_lock(&c->net->lock);
+    if (to != DLC_CONN_AUTHENTICATING) unauth_remove(c);
     c->state = to;
     if (to != DLC_CONN_READY) c->direct = 0;
     pthread_mutex_unlock(&c->net->lock);
@@ -974,32 +996,106 @@ static int count_server_conns(dlc_net *net) {
     return n;
 }
 
+/* The same host (the port aside). */
+static bool same_host(const struct sockaddr *a, const struct sockaddr *b) {
+    if (a->sa_family != b->sa_family) return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return false;
+}
+
+/* Unauthenticated conns from sa's host; net->lock held. */
+static int unauth_from(dlc_net *net, const struct sockaddr *sa) {
+    int n = 0;
+    for (conn *o = net->ua_head; o; o = o->ua_next) n += same_host((const struct sockaddr *)&o->addr, sa);
+    return n;
+}
+
+/* The unauthenticated conn that gives way to a new one: the oldest of the host holding
+ * the most, so that one address flooding the server evicts its own; net->lock held. */
+static conn *unauth_victim(dlc_net *net) {
+    conn *best = NULL;
+    int most = 0;
+    for (conn *o = net->ua_head; o; o = o->ua_next) {
+        int n = unauth_from(net, (const struct sockaddr *)&o->addr);
+        if (n > most) most = n, best = o;
+    }
+    return best;
+}
+
+/* One best-effort ERROR frame written straight to fd, then the caller closes it. */
+static void error_to_fd(evutil_socket_t fd, int code, const char *text) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_ERROR);
+    f.code = code;
+    snprintf(f.text, sizeof f.text, "%s", text);
+    uint8_t hdr[DLC_PROTO_PREFIX + 1024];
+    int64_t len = dlc_proto_encode(&f, NULL, hdr, sizeof hdr);
+    if (len > 0 && send(fd, hdr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
+}
+
+/* A connection refused before a conn exists: ERROR, close, REFUSED, counted. */
+static void refuse_fd(dlc_net *net, evutil_socket_t fd, int code, const char *text) {
+    error_to_fd(fd, code, text);
+    evutil_closesocket(fd);
+    pthread_mutex_lock(&net->lock);
+    net->total.overloaded += code == DLC_PERR_OVERLOADED;
+    pthread_mutex_unlock(&net->lock);
+    dlcn_ev_post_simple(net, DLC_NET_REFUSED, -1, code, text);
+}
+
+/* An unauthenticated conn gives way: told why (plain TCP: the ERROR written at once;
+ * over TLS the stream is OpenSSL's, so only the close), closed now, not drained, so
+ * that evictions cannot pile up draining sockets. */
+static void evict(conn *v, const char *why) {
+    dlc_net *net = v->net;
+    v->end_code = DLC_PERR_OVERLOADED;
+    snprintf(v->end_text, sizeof v->end_text, "%s", why);
+    evutil_socket_t fd = v->bev ? bufferevent_getfd(v->bev) : -1;
+    if (fd >= 0 && v->own_out && dlcn_out_empty(v)) error_to_fd(fd, DLC_PERR_OVERLOADED, why);
+    pthread_mutex_lock(&net->lock);
+    net->total.overloaded++;
+    pthread_mutex_unlock(&net->lock);
+    dlcn_conn_close_now(v);
+}
+
 void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
-    (void)l, (void)salen;
+    (void)l;
     dlc_net *net = arg;
+    char name[80], text[DLC_PROTO_TEXT_MAX];
+    addr_name(sa, name, sizeof name);
     pthread_mutex_lock(&net->lock);
     net->total.accepted++;
-    int n = count_server_conns(net);
+    int n = count_server_conns(net), from = unauth_from(net, sa), unauth = net->n_unauth;
     bool stopping = net->stopping;
+    conn *victim = n >= net->cfg.max_peers || unauth >= net->cfg.max_unauth ? unauth_victim(net) : NULL;
     pthread_mutex_unlock(&net->lock);
-    char name[80];
-    addr_name(sa, name, sizeof name);
-    if (n >= net->cfg.max_peers || stopping) {
-        /* refused before a conn exists: one best-effort ERROR frame, then close */
-        dlc_frame f;
-        dlc_frame_init(&f, DLC_FRAME_ERROR);
-        f.code = stopping ? DLC_PERR_SHUTDOWN : DLC_PERR_OVERLOADED;
-        snprintf(f.text, sizeof f.text, stopping ? "the server is shutting down"
-                                                 : "the server has its maximum of %d connections", net->cfg.max_peers);
-        uint8_t hdr[DLC_PROTO_PREFIX + 1024];
-        int64_t len = dlc_proto_encode(&f, NULL, hdr, sizeof hdr);
-        if (len > 0 && send(fd, hdr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
-        evutil_closesocket(fd);
-        pthread_mutex_lock(&net->lock);
-        net->total.overloaded++;
-        pthread_mutex_unlock(&net->lock);
-        dlcn_ev_post_simple(net, DLC_NET_REFUSED, -1, f.code, f.text);
+    if (stopping) {
+        refuse_fd(net, fd, DLC_PERR_SHUTDOWN, "the server is shutting down");
         return;
+    }
+    if (from >= net->cfg.max_unauth_per_addr) {
+        char host[80];
+        snprintf(host, sizeof host, "%s", name);
+        char *colon = strrchr(host, ':');
+        if (colon) *colon = '\0';
+        snprintf(text, sizeof text, "%d connections from %s are not authenticated yet (max_unauth_per_addr = %d)", from,
+                 host, net->cfg.max_unauth_per_addr);
+        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
+        return;
+    }
+    if (n >= net->cfg.max_peers && !victim) {
+        snprintf(text, sizeof text, "the server has its maximum of %d connections", net->cfg.max_peers);
+        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
+        return;
+    }
+    if (victim) {
+        snprintf(text, sizeof text, "evicted for a newer connection: %d connections not authenticated yet (max_unauth = "
+                 "%d, max_peers = %d), this one the oldest of its address", unauth, net->cfg.max_unauth,
+                 net->cfg.max_peers);
+        evict(victim, text);
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1009,6 +1105,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
         return;
     }
     memcpy(c->name, name, sizeof name);
+    if ((size_t)salen <= sizeof c->addr) memcpy(&c->addr, sa, (size_t)salen), c->addrlen = (socklen_t)salen;
     struct bufferevent *bev;
     if (net->ssl) {
         SSL *ssl = new_ssl(net, c);
@@ -1030,6 +1127,9 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
         dlcn_conn_close_now(c);
         return;
     }
+    pthread_mutex_lock(&net->lock);
+    unauth_add(c);
+    pthread_mutex_unlock(&net->lock);
     c->deadline = now_s() + net->cfg.auth_timeout_s;
     c->last_rx = c->last_tx = now_s();
     dlcn_conn_arm(c);

@@ -62,6 +62,12 @@
 /* How long dlc_net_poll spins (yielding) for an event before sleeping on its condition
  * variable: a reply that comes back within it skips a thread wake-up (~3 us here). */
 #define NET_POLL_SPIN_S 50e-6
+/* Defaults of max_unauth and max_unauth_per_addr (server connections not yet
+ * authenticated: in all, from one address), and the largest max_unauth accepted (the
+ * eviction scan is quadratic in it). */
+#define NET_UNAUTH_DEFAULT 64
+#define NET_UNAUTH_PER_ADDR_DEFAULT 8
+#define NET_UNAUTH_MAX 4096
 /* libevent token-bucket tick of the WAN emulation. */
 #define NET_TICK_MS 5
 
@@ -122,6 +128,10 @@ typedef struct conn {
     size_t bulk_fresh;       /* body bytes read since the last that kept the peer alive */
     double bulk_t;           /* when the body was last read */
     int half_closed;         /* DRAINING, output flushed: shutdown(SHUT_WR) done, waiting for EOF */
+    /* server, AUTHENTICATING: in the net's list of unauthenticated conns, oldest first
+     * (under net->lock) */
+    int unauth;
+    struct conn *ua_prev, *ua_next;
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char name[80];           /* "127.0.0.1:5555" */
@@ -203,6 +213,8 @@ struct dlc_net {
     _Atomic(conn *) grave;   /* conns closed for good, freed at the next reap() (written
                               * under lock; reap looks without it first) */
     conn **peers;            /* by id */
+    conn *ua_head, *ua_tail; /* server conns not yet authenticated, oldest first */
+    int n_unauth;
     int npeers;              /* ids handed out */
     cmd *cmd_head, *cmd_tail;
     int ncmds;

@@ -205,6 +205,7 @@ dlc_net_config dlc_net_default_config(void) {
     c.out_max = (size_t)256 << 20;
     c.in_max = (size_t)512 << 20;
     c.max_peers = 1024;
+    c.max_unauth = NET_UNAUTH_DEFAULT, c.max_unauth_per_addr = NET_UNAUTH_PER_ADDR_DEFAULT;
     c.heartbeat_s = 1, c.timeout_s = 5, c.auth_timeout_s = 5;
     c.reconnect_min_s = 0.1, c.reconnect_max_s = 10, c.drain_timeout_s = 5;
     return c;
@@ -228,6 +229,12 @@ static dlc_status check_config(const dlc_net_config *c) {
     if (c->in_max < 1024) return dlc_error(DLC_ERR_ARG, "in_max = %zu: expected >= 1024 bytes", c->in_max);
     if (c->max_peers < 1 || c->max_peers > 1000000)
         return dlc_error(DLC_ERR_ARG, "max_peers = %d: expected 1..1000000", c->max_peers);
+    if (c->max_unauth < 1 || c->max_unauth > NET_UNAUTH_MAX)
+        return dlc_error(DLC_ERR_ARG, "max_unauth = %d: expected 1..%d connections not yet authenticated", c->max_unauth,
+                         NET_UNAUTH_MAX);
+    if (c->max_unauth_per_addr < 1 || c->max_unauth_per_addr > c->max_unauth)
+        return dlc_error(DLC_ERR_ARG, "max_unauth_per_addr = %d: expected 1..max_unauth (%d)", c->max_unauth_per_addr,
+                         c->max_unauth);
     struct { const char *name; double v; double lo; } t[] = {
         {"heartbeat_s", c->heartbeat_s, 0},         {"timeout_s", c->timeout_s, 0},
         {"auth_timeout_s", c->auth_timeout_s, 1e-3}, {"reconnect_min_s", c->reconnect_min_s, 1e-3},
@@ -710,6 +717,7 @@ dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out) {
     if (peer < 0) {
         *out = net->total;
         out->state = -1;
+        out->unauth = (uint64_t)net->n_unauth;
     } else if (peer >= net->npeers || !net->peers[peer]) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     } else {

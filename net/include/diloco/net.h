@@ -77,6 +77,13 @@ typedef struct dlc_net_config {
     size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
                               * the I/O thread stops reading sockets (512 MiB) */
     int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
+    /* Server: connections accepted and not yet authenticated (before READY), in all
+     * (64) and from one source address (8), so idle sockets cannot fill max_peers.
+     * Beyond max_unauth_per_addr a new connection gets ERROR overloaded; beyond
+     * max_unauth (or at max_peers) the oldest unauthenticated connection of the address
+     * holding the most gives way (ERROR overloaded, closed) to the new one. */
+    int max_unauth;
+    int max_unauth_per_addr;
     double heartbeat_s;      /* send a HEARTBEAT when nothing was sent for this long (1 s); 0 off */
     double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout */
     double auth_timeout_s;   /* a peer must be READY within this (5 s) */
@@ -194,7 +201,9 @@ typedef struct dlc_net_counters {
     uint64_t timeouts;       /* peers lost to silence */
     uint64_t reconnects;     /* client: successful reconnects */
     uint64_t accepted;       /* server: connections accepted */
-    uint64_t overloaded;     /* server: connections refused for max_peers */
+    uint64_t overloaded;     /* server: connections refused or evicted for max_peers,
+                              * max_unauth, max_unauth_per_addr */
+    uint64_t unauth;         /* server, the sum only: connections not yet authenticated now */
     int state;               /* dlc_conn_state of the peer (-1 for the sum) */
 } dlc_net_counters;
 
