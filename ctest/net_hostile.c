@@ -152,10 +152,11 @@ static int valid_exchange(const char *after) {
 
 /* ---- raw sockets ---- */
 
-static int raw_connect(void) {
+static int raw_connect_to(int to_port, int rcvbuf) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct sockaddr_in a = {0};
-    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)to_port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
         return -1;
@@ -166,6 +167,8 @@ static int raw_connect(void) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
 }
+
+static int raw_connect(void) { return raw_connect_to(port, 0); }
 
 static void raw_send(int fd, const void *buf, size_t len) {
     if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) { /* the server may have closed: fine */ }
@@ -770,6 +773,83 @@ static void test_unauth_caps(void) {
     dlc_net_free(srv);
 }
 
+/* One memory budget for the whole net: a server (mem_max 8 MiB, out_max 4 MiB) floods
+ * four peers that never read.  What it queues for all of them stays within mem_max
+ * (more than one peer's out_max: the budget, not the peer limit, stopped it), sends
+ * beyond it are refused naming mem_max; a 4 MiB contribution from a learner then waits,
+ * unread and not timed out, until the flooded peers go and free the memory, and then
+ * arrives whole. */
+static void test_mem_budget(void) {
+    enum { PEERS = 4 };
+    const size_t mem_max = 8u << 20;
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.mem_max = mem_max, sc.out_max = 4u << 20, sc.timeout_s = 30;
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    int fds[PEERS], peers[PEERS], ready = 0;
+    for (int i = 0; i < PEERS; i++) {
+        fds[i] = raw_connect_to(sport, 4096);
+        CHECK(raw_handshake(fds[i], NULL, NULL, NULL, NULL));
+    }
+    dlc_net_event ev;
+    while (ready < PEERS && wait_event(srv, DLC_NET_READY, 5, &ev)) peers[ready++] = ev.peer, dlc_net_event_release(&ev);
+    CHECK(ready == PEERS);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    int open_ = ready, named = 0, rounds = 0;
+    int full[PEERS] = {0};
+    while (open_ > 0 && rounds++ < 100000)
+        for (int i = 0; i < ready; i++) {
+            if (full[i]) continue;
+            dlc_status st = dlc_net_send(srv, peers[i], &f, NULL, NULL);
+            if (st == DLC_OK) continue;
+            CHECK(st == DLC_ERR_RANGE);
+            named += strstr(dlc_last_error(), "exceed mem_max = 8388608") != NULL;
+            full[i] = 1, open_--;
+        }
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK);
+    CHECK(k.queued <= mem_max && k.mem <= mem_max && k.queued > (4u << 20));
+    CHECK(named >= 1);
+    if (k.queued > mem_max || named < 1)
+        fprintf(stderr, "mem budget: %llu bytes queued for %d peers (mem_max %zu), %d refusals name mem_max\n",
+                (unsigned long long)k.queued, ready, mem_max, named);
+    /* reading stops: a 4 MiB frame does not fit, and waits */
+    dlc_net_config cc = base_config();
+    cc.hello = &hello_client, cc.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&cc);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    int cpeer = dlc_net_connect(cl, addr);
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
+    int me = ev.frame.hello.learner;
+    dlc_net_event_release(&ev);
+    static float big[BIG];
+    for (int i = 0; i < BIG; i++) big[i] = (float)i;
+    dlc_frame g;
+    dlc_frame_init(&g, DLC_FRAME_CONTRIBUTION);
+    g.msg.learner = me, g.msg.fragment = 1, g.msg.codec = DLC_CODEC_F32;
+    g.msg.payload = (const uint8_t *)big, g.msg.len = sizeof big;
+    CHECK(dlc_net_send(cl, cpeer, &g, NULL, NULL) == DLC_OK);
+    CHECK(!wait_event(srv, DLC_NET_FRAME, 1.0, &ev)); /* the server does not take it in */
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.mem <= mem_max);
+    for (int i = 0; i < PEERS; i++) close(fds[i]); /* the flooded peers go: their queues free */
+    int got = 0;
+    for (double end = now_s() + 10; !got && now_s() < end;)
+        if (wait_event(srv, DLC_NET_FRAME, 0.2, &ev)) {
+            got = ev.frame.type == DLC_FRAME_CONTRIBUTION && ev.frame.msg.len == sizeof big &&
+                  memcmp(ev.frame.msg.payload, big, sizeof big) == 0;
+            dlc_net_event_release(&ev);
+        }
+    CHECK(got);
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
 static void test_bad_config(void) {
     dlc_net_config c = base_config();
     c.frame_max = 0;
@@ -783,6 +863,9 @@ static void test_bad_config(void) {
     c = base_config();
     c.heartbeat_s = 2, c.timeout_s = 1;
     CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "heartbeat_s = 2 >= timeout_s = 1");
+    c = base_config();
+    c.mem_max = 1u << 20;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "mem_max = 1048576 < frame_max = 8388608");
     c = base_config();
     c.max_unauth = 0;
     CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "max_unauth = 0: expected 1..4096");
@@ -954,6 +1037,7 @@ int main(void) {
     test_stops_reading();
     test_many_connections();
     test_unauth_caps();
+    test_mem_budget();
     test_bad_config();
     test_graceful_close();
     test_heartbeats();

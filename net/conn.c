@@ -185,11 +185,37 @@ void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (c && c->gen == gen) {
-        c->queued = c->queued > n ? c->queued - n : 0;
-        if (c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = 1;
+        dlcn_queued_sub(c, n);
+        if (c->refused && c->queued < net->cfg.out_max / 2 && (!net->mem_refused || dlcn_mem(net) < net->cfg.mem_max / 2))
+            c->refused = 0, drained = 1;
     }
     pthread_mutex_unlock(&net->lock);
     if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
+    dlcn_mem_freed(net);
+}
+
+void dlcn_mem_freed(dlc_net *net) {
+    if (!net->mem_refused && !net->mem_waiting) return; /* a stale look only delays to the next free */
+    evnode *list = NULL;
+    pthread_mutex_lock(&net->lock);
+    int kick = net->mem_waiting > 0;
+    if (net->mem_refused && dlcn_mem(net) < net->cfg.mem_max / 2) {
+        net->mem_refused = 0;
+        for (int i = 0; i < net->npeers; i++) { /* every peer refused, whose own queue allows */
+            conn *c = net->peers[i];
+            if (!c || !c->refused || c->queued >= net->cfg.out_max / 2) continue;
+            evnode *n = dlcn_ev_new(DLC_NET_DRAINED, c->id);
+            if (!n) break;
+            c->refused = 0, n->next = list, list = n;
+        }
+    }
+    pthread_mutex_unlock(&net->lock);
+    while (list) {
+        evnode *n = list;
+        list = n->next, n->next = NULL;
+        dlcn_ev_post(net, n);
+    }
+    if (kick && !atomic_exchange_explicit(&net->mem_kick, 1, memory_order_acq_rel)) dlcn_wake(net);
 }
 
 void dlcn_frame_done(const outframe *f) {
@@ -290,7 +316,7 @@ static void send_own(conn *c, dlc_frame *f) {
     o->net = c->net, o->peer = c->id, o->gen = c->gen, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n;
     memcpy(o->hdr, hdr, (size_t)n);
     pthread_mutex_lock(&c->net->lock);
-    c->queued += o->total;
+    dlcn_queued_add(c, o->total); /* the transport's own frames are never refused for mem_max */
     pthread_mutex_unlock(&c->net->lock);
     dlcn_out_queue(c, o);
     if (c->delay_head) dlcn_conn_arm(c);
@@ -452,12 +478,14 @@ void dlcn_conn_close_now(conn *c) {
         dlcn_unqueue(net, c->id, c->gen, total);
     }
     c->delay_tail = NULL;
+    if (c->inbuf) atomic_fetch_sub_explicit(&net->rx_bytes, c->inlen, memory_order_relaxed);
     dlcn_rx_free(c->inbuf);
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     c->half_closed = 0;
     pthread_mutex_lock(&net->lock);
-    c->queued = 0;
+    dlcn_queued_sub(c, c->queued);
     pthread_mutex_unlock(&net->lock);
+    dlcn_mem_freed(net);
     if (!was_connecting || c->client)
         dlcn_ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
                        c->end_text[0] ? c->end_text : "connection closed");
@@ -803,7 +831,7 @@ void dlcn_conn_arm(conn *c) {
     case DLC_CONN_AUTHENTICATING:
     case DLC_CONN_DRAINING: next = c->deadline; break;
     case DLC_CONN_READY:
-        if (net->cfg.timeout_s > 0) next = c->last_rx + net->cfg.timeout_s;
+        if (net->cfg.timeout_s > 0 && !c->mem_wait) next = c->last_rx + net->cfg.timeout_s;
         if (net->cfg.heartbeat_s > 0 && c->last_tx + net->cfg.heartbeat_s < next) next = c->last_tx + net->cfg.heartbeat_s;
         break;
     default: return;
@@ -837,7 +865,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
     case DLC_CONN_READY:
         /* a body slowed down below its read threshold: take what is there, wake sooner */
         if (dlcn_in_timer(c) && c->state != DLC_CONN_READY) return;
-        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s) {
+        /* a conn waiting for mem_max is silent because this side does not read it */
+        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s && !c->mem_wait) {
             dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;
         }

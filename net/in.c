@@ -139,7 +139,8 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     uint8_t *buf = c->inbuf;
     size_t len = c->inlen;
     c->inbuf = NULL, c->inlen = c->inhave = 0;
-    dlcn_on_frame(c, buf, len, 0);
+    dlcn_on_frame(c, buf, len, 0); /* its bytes are the event's now (or freed): */
+    atomic_fetch_sub_explicit(&net->rx_bytes, len, memory_order_relaxed);
     if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
     return 1;
 }
@@ -202,6 +203,38 @@ static void bulk_start(conn *c) {
     bulk_lowat(c, NET_LOWAT_MIN);
 }
 
+/* The budget (mem_max) for a frame of n bytes about to be received: 1 and counted, or 0
+ * and c waits, not read, until memory is freed (dlcn_mem_resume). */
+static int mem_take(conn *c, size_t n) {
+    dlc_net *net = c->net;
+    pthread_mutex_lock(&net->lock);
+    int fits = dlcn_mem(net) + n <= net->cfg.mem_max;
+    if (fits) atomic_fetch_add_explicit(&net->rx_bytes, n, memory_order_relaxed);
+    if (fits && c->mem_wait) { /* its silence was ours: the timeout starts again */
+        c->mem_wait = 0, c->last_rx = now_coarse_s();
+        atomic_fetch_sub(&net->mem_waiting, 1);
+    } else if (!fits && !c->mem_wait) {
+        c->mem_wait = 1;
+        atomic_fetch_add(&net->mem_waiting, 1);
+    }
+    pthread_mutex_unlock(&net->lock);
+    if (!fits) read_enable(c, 0);
+    return fits;
+}
+
+void dlcn_mem_resume(dlc_net *net) {
+    pthread_mutex_lock(&net->lock);
+    bool paused = net->paused;
+    pthread_mutex_unlock(&net->lock);
+    for (int i = 0; i < net->npeers; i++) {
+        conn *c = net->peers[i];
+        if (!c || !c->mem_wait || !c->bev || c->state == DLC_CONN_CLOSED) continue;
+        if (!paused) read_enable(c, 1);
+        dlcn_on_read(c->bev, c); /* takes the budget, or waits again */
+        if (c->mem_wait && c->state == DLC_CONN_READY) dlcn_conn_arm(c);
+    }
+}
+
 void dlcn_on_read(struct bufferevent *bev, void *arg) {
     (void)bev;
     conn *c = arg;
@@ -241,8 +274,10 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
                 continue;
             }
+            if (!mem_take(c, need)) return; /* waits, unread, for mem_max to allow it */
             c->inbuf = dlcn_rx_alloc(need);
             if (!c->inbuf) {
+                atomic_fetch_sub_explicit(&net->rx_bytes, need, memory_order_relaxed);
                 dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
                 return;
             }
@@ -258,12 +293,19 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
         c->inbuf = NULL, c->inlen = c->inhave = 0;
         dlcn_on_frame(c, buf, len, 0); /* may close c: the loop condition reads c->state, and a
                                 * closed conn is freed only when not reconnecting... */
+        atomic_fetch_sub_explicit(&net->rx_bytes, len, memory_order_relaxed); /* the event's now */
         if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
     }
 }
 
 /* Closing: the read event and buffer go (before the fd closes with the bufferevent). */
 void dlcn_in_stop(conn *c) {
+    if (c->mem_wait) {
+        pthread_mutex_lock(&c->net->lock);
+        c->mem_wait = 0;
+        atomic_fetch_sub(&c->net->mem_waiting, 1);
+        pthread_mutex_unlock(&c->net->lock);
+    }
     if (c->rev) event_free(c->rev);
     c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
     free(c->ib);

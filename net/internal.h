@@ -68,6 +68,8 @@
 #define NET_UNAUTH_DEFAULT 64
 #define NET_UNAUTH_PER_ADDR_DEFAULT 8
 #define NET_UNAUTH_MAX 4096
+/* Default of mem_max: the net's memory budget (output queued, frames received). */
+#define NET_MEM_DEFAULT ((size_t)1 << 30)
 /* libevent token-bucket tick of the WAN emulation. */
 #define NET_TICK_MS 5
 
@@ -146,6 +148,7 @@ typedef struct conn {
     outframe *delay_head, *delay_tail; /* held for the emulated latency */
     size_t queued;           /* under net->lock */
     int refused;             /* a send was refused since the last DRAINED */
+    int mem_wait;            /* I/O thread: the next frame waits for mem_max; not read meanwhile */
     int app_closed;          /* dlc_net_close: no reconnect */
     int ready_once;
     int failures;            /* client: connection attempts failed in a row */
@@ -220,6 +223,13 @@ struct dlc_net {
     int ncmds;
     evnode *ev_head, *ev_tail;
     _Atomic size_t ev_bytes; /* changed under lock; the reader's in_max check looks without it */
+    /* mem_max: the sum of every conn's queued bytes (under lock), and the bytes of frames
+     * being received (the I/O thread writes it) */
+    size_t out_bytes;
+    _Atomic size_t rx_bytes;
+    atomic_int mem_refused;  /* written under lock: a send was refused for mem_max since the last DRAINED */
+    atomic_int mem_waiting;  /* written under lock: conns whose next frame waits for mem_max */
+    atomic_int mem_kick;     /* memory was freed while conns wait: the loop retries them */
     atomic_int ev_count;     /* events waiting: read without the lock by a spinning poll */
     int paused;              /* reading stopped: the event queue is over in_max */
     int stopping;
@@ -286,6 +296,21 @@ static inline void dlcn_count(_Atomic uint64_t *counter, uint64_t v) {
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
 }
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
+/* net->lock held: c's queued bytes, and with them the net's (mem_max), change by n. */
+static inline void dlcn_queued_add(conn *c, size_t n) { c->queued += n, c->net->out_bytes += n; }
+static inline void dlcn_queued_sub(conn *c, size_t n) {
+    if (n > c->queued) n = c->queued;
+    c->queued -= n, c->net->out_bytes -= n;
+}
+/* The bytes counted against mem_max (a snapshot; exact with net->lock held). */
+static inline size_t dlcn_mem(dlc_net *net) {
+    return net->out_bytes + atomic_load_explicit(&net->ev_bytes, memory_order_relaxed) +
+           atomic_load_explicit(&net->rx_bytes, memory_order_relaxed);
+}
+/* Memory was freed (net->lock held or not): DRAINED for the peers refused for mem_max
+ * once the net is below mem_max / 2, and a kick to the loop for conns that wait. */
+void dlcn_mem_freed(dlc_net *net);
+void dlcn_mem_resume(dlc_net *net);        /* in.c, I/O thread: retries the conns that wait */
 /* conn.c: a whole frame received: takes buf (dlcn_rx_alloc'ed), or only reads it when
  * borrowed (a frame without a payload, decoded where it lies in the read buffer, which
  * the call may free: the caller has moved past it and does not touch it after) */

@@ -235,6 +235,7 @@ describe("diloco.net", function()
     assert.matches("out_max = 10: expected", bad(opts { out_max = 10 }))
     assert.matches("max_peers = 1.5: expected .*integer", bad(opts { max_peers = 1.5 }))
     assert.matches("max_unauth = 0: expected 1%.%.4096", bad(opts { max_unauth = 0 }))
+    assert.matches("mem_max = 1024 < frame_max = %d+", bad(opts { mem_max = 1024 }))
     assert.matches("max_unauth_per_addr = 1.5: expected .*integer", bad(opts { max_unauth_per_addr = 1.5 }))
     assert.matches("max_unauth_per_addr = 9: expected 1%.%.max_unauth %(8%)",
       bad(opts { max_unauth = 8, max_unauth_per_addr = 9 }))

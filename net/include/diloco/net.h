@@ -76,6 +76,13 @@ typedef struct dlc_net_config {
     size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB) */
     size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
                               * the I/O thread stops reading sockets (512 MiB) */
+    /* One memory budget for the whole net (1 GiB; at least frame_max): the bytes queued
+     * for output to every peer, plus received frames waiting for dlc_net_poll, plus the
+     * frames being received.  A send beyond it is refused (DLC_ERR_RANGE, back-pressure;
+     * DRAINED follows once the net is below mem_max / 2); a frame with a payload that
+     * does not fit waits, its connection not read meanwhile (and not timed out: the
+     * silence is this side's), until it fits. */
+    size_t mem_max;
     int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
     /* Server: connections accepted and not yet authenticated (before READY), in all
      * (64) and from one source address (8), so idle sockets cannot fill max_peers.
@@ -137,8 +144,9 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  * DLC_NET_SENT event for this frame, or the peer's DLC_NET_LOST).  Returns DLC_OK, or
  * without queuing anything (the payload still the caller's):
  *   DLC_ERR_STATE  the peer is not READY (unknown, connecting, lost, closing);
- *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max
- *                  (retry after DLC_NET_DRAINED), or the command queue is full;
+ *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max,
+ *                  or the net's memory plus this frame exceeds mem_max (retry after
+ *                  DLC_NET_DRAINED), or the command queue is full;
  *   DLC_ERR_ARG    a frame that cannot be encoded (named).
  * Thread-safe. */
 DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
@@ -164,7 +172,8 @@ typedef enum dlc_net_event_kind {
                       * On a server-side connection frame.msg.learner is the id WELCOME
                       * gave it (another id: ERROR mismatch, closed). */
     DLC_NET_SENT,    /* a frame queued with free_payload NULL was written (arg = its arg) */
-    DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 after a refusal */
+    DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 (and the net's below
+                      * mem_max / 2) after a refusal */
     DLC_NET_LOST,    /* peer's connection ended: code (dlc_proto_errcode) and text say why;
                       * a reconnecting client follows with READY again */
     DLC_NET_REFUSED, /* server: a connection refused before READY (bad auth, version,
@@ -195,7 +204,7 @@ typedef struct dlc_net_counters {
     uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
     uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
     uint64_t queued;         /* bytes queued for sending now */
-    uint64_t refused_full;   /* dlc_net_send refusals for back-pressure */
+    uint64_t refused_full;   /* dlc_net_send refusals for back-pressure (out_max or mem_max) */
     uint64_t auth_failures;  /* server: connections that failed authentication */
     uint64_t protocol_errors; /* connections closed for a protocol violation */
     uint64_t timeouts;       /* peers lost to silence */
@@ -204,6 +213,7 @@ typedef struct dlc_net_counters {
     uint64_t overloaded;     /* server: connections refused or evicted for max_peers,
                               * max_unauth, max_unauth_per_addr */
     uint64_t unauth;         /* server, the sum only: connections not yet authenticated now */
+    uint64_t mem;            /* the sum only: bytes counted against mem_max now */
     int state;               /* dlc_conn_state of the peer (-1 for the sum) */
 } dlc_net_counters;
 
