@@ -54,6 +54,13 @@
 #define NET_LOWAT_MIN ((size_t)64 << 10)
 #define NET_LOWAT_MAX ((size_t)1 << 20)
 #define NET_LOWAT_S 0.01
+/* While a frame is being received, every `chunk` of its bytes keeps the peer alive (a
+ * frame may take longer than timeout_s to arrive on a slow link, and no heartbeat can
+ * pass it): chunk is what arrives in timeout_s / NET_ALIVE_PARTS at the rate observed
+ * over the frame so far, at least NET_ALIVE_MIN (a trickle below NET_ALIVE_MIN per
+ * timeout_s is not alive), at most NET_LOWAT_MIN. */
+#define NET_ALIVE_PARTS 4
+#define NET_ALIVE_MIN ((size_t)4 << 10)
 /* Receive buffers kept for reuse (process-wide), the smallest and the largest kept:
  * at most 4 x 128 MiB stay allocated after a burst of large fragments. */
 #define NET_RX_CACHE 4
@@ -127,8 +134,9 @@ typedef struct conn {
     size_t ib_off, ib_len;
     int in_bulk;             /* a large body is being read with the SO_RCVLOWAT threshold */
     int lowat;               /* the fd's SO_RCVLOWAT while in_bulk (0: the default, 1) */
-    size_t bulk_fresh;       /* body bytes read since the last that kept the peer alive */
+    size_t bulk_fresh;       /* frame bytes read since the last that kept the peer alive */
     double bulk_t;           /* when the body was last read */
+    double body_t0;          /* when the frame being received began (its rate: inhave since) */
     int half_closed;         /* DRAINING, output flushed: shutdown(SHUT_WR) done, waiting for EOF */
     /* server, AUTHENTICATING: in the net's list of unauthenticated conns, oldest first
      * (under net->lock) */

@@ -91,8 +91,13 @@ typedef struct dlc_net_config {
      * holding the most gives way (ERROR overloaded, closed) to the new one. */
     int max_unauth;
     int max_unauth_per_addr;
-    double heartbeat_s;      /* send a HEARTBEAT when nothing was sent for this long (1 s); 0 off */
-    double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout */
+    double heartbeat_s;      /* send a HEARTBEAT when nothing was queued for this long (1 s); 0 off.
+                              * Plain TCP: control frames (heartbeats, BYE, ERROR, the
+                              * handshake's) overtake queued payloads at the next frame
+                              * boundary; over TLS they keep their place */
+    double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout.
+                              * A frame being received counts as life while it arrives at
+                              * its observed rate (docs/transport.md); a trickle does not */
     double auth_timeout_s;   /* a peer must be READY within this (5 s) */
     double reconnect_min_s;  /* client: first reconnect delay (0.1 s), doubled per failure, */
     double reconnect_max_s;  /*   up to this (10 s), each +-50% jitter; reconnect_max_s = 0: never */
