@@ -662,8 +662,9 @@ static void test_many_connections(void) {
         if (fds[i] >= 0 && (connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0 || errno == EINPROGRESS)) opened++;
     }
     CHECK(opened == N);
-    /* every one gets ERROR overloaded (beyond max_peers = 64) or timeout (the 64 that
-     * never authenticate), then EOF */
+    /* every one gets ERROR overloaded (beyond the 8 unauthenticated connections one
+     * address may hold, max_unauth_per_addr) or timeout (those 8, which never
+     * authenticate), then EOF */
     int got_eof = 0, overloaded = 0, timeouts = 0;
     static uint8_t bufs[N][256];
     static size_t have[N];

@@ -182,7 +182,8 @@ typedef enum dlc_net_event_kind {
     DLC_NET_LOST,    /* peer's connection ended: code (dlc_proto_errcode) and text say why;
                       * a reconnecting client follows with READY again */
     DLC_NET_REFUSED, /* server: a connection refused before READY (bad auth, version,
-                      * malformed first frame, overload, timeout); code and text say why */
+                      * malformed first frame, overload or evicted for a newer one,
+                      * timeout); code and text say why */
     DLC_NET_EVENT_COUNT
 } dlc_net_event_kind;
 
