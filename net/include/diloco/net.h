@@ -8,7 +8,8 @@
  * loop runs inside dlc_net_poll).  Any other thread talks to it through two bounded
  * queues of byte buffers, never tensors:
  *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, ...): they never block;
- *                a full queue or a peer over its output limit is an error the sender sees;
+ *                a full queue, a peer over its output limit (out_max) or the net over
+ *                its memory budget (mem_max) is an error the sender sees;
  *   events out   (dlc_net_poll): frames received, peers connected, lost, refused.
  * A dlc_net is a server (dlc_net_listen), a client of one or more servers
  * (dlc_net_connect), or both.  Peers are named by small integer ids, unique in a net.
