@@ -513,6 +513,8 @@ static void test_pipelined(void) {
     CHECK(valid_exchange("pipelined"));
 }
 
+static dlc_net *ready_client(int *peer);
+
 /* A frame's learner is the connection's: a READY connection that sends as another
  * learner is refused (ERROR mismatch, then closed), and the server serves the next. */
 static void test_bound_learner(void) {
@@ -557,6 +559,24 @@ static void test_direction_server(void) {
         close(fd);
         CHECK(valid_exchange("direction_server"));
     }
+    /* the same table refuses at the sender, at once: a client does not send the
+     * syncer's types, a server-side connection not a learner's */
+    int before = atomic_load(&last_ready), cpeer;
+    dlc_net *cl = ready_client(&cpeer);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "a fragment is the syncer's to send (a client connection sends heartbeat, "
+                                   "contribution, gradient, bye)"));
+    for (double end = now_s() + 5; atomic_load(&last_ready) == before && now_s() < end;) sleep_s(0.01);
+    int speer = atomic_load(&last_ready);
+    f.type = DLC_FRAME_CONTRIBUTION;
+    CHECK(speer != before && dlc_net_send(server, speer, &f, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "a contribution is a learner's to send"));
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY && k.frames_out[DLC_FRAME_FRAGMENT] == 0);
+    dlc_net_free(cl);
 }
 
 /* ...and a client takes only what the syncer sends: a raw syncer runs the server's

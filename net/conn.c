@@ -673,6 +673,13 @@ static void accepted_names(int from, char *out, size_t cap) {
         if (ready_from[t] & from) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", dlc_frame_type_name(t));
 }
 
+const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t) {
+    if ((unsigned)t >= DLC_FRAME_TYPE_COUNT || (ready_from[t] & (c->client ? FROM_LEARNER : FROM_SYNCER))) return NULL;
+    return c->client ? "the syncer's to send (a client connection sends heartbeat, contribution, gradient, bye)"
+                     : "a learner's to send (a server-side connection sends heartbeat, fragment, gradient_avg, "
+                       "resync, bye)";
+}
+
 /* A READY connection's check of a decoded frame f: its direction (ready_from) and, on
  * the server side, its sender (the learner id WELCOME gave this connection).  0 if f
  * may be delivered, else -1 with c failing (ERROR and close). */

@@ -323,6 +323,9 @@ void dlcn_mem_resume(dlc_net *net);        /* in.c, I/O thread: retries the conn
  * borrowed (a frame without a payload, decoded where it lies in the read buffer, which
  * the call may free: the caller has moved past it and does not touch it after) */
 void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed);
+/* Any thread: NULL if c's side may send type t once READY (conn.c's ready_from, the one
+ * table of direction), else why not. */
+const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t);
 void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* net/in.c (I/O thread) */
 int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1 */

@@ -540,11 +540,14 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
     o->notify = free_payload == NULL;
     dlc_status st = DLC_OK;
+    const char *why;
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (!c || c->state != DLC_CONN_READY) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is %s, not ready", peer,
                        c ? dlc_conn_state_name(c->state) : "not connected (unknown or gone)");
+    } else if ((why = dlcn_direction_refusal(c, f->type))) {
+        st = dlc_error(DLC_ERR_ARG, "dlc_net_send to peer %d: a %s is %s", peer, dlc_frame_type_name(f->type), why);
     } else if (c->queued + o->total > net->cfg.out_max) {
         c->refused = 1;
         net->total.refused_full++;

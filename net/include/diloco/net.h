@@ -153,7 +153,9 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max,
  *                  or the net's memory plus this frame exceeds mem_max (retry after
  *                  DLC_NET_DRAINED), or the command queue is full;
- *   DLC_ERR_ARG    a frame that cannot be encoded (named).
+ *   DLC_ERR_ARG    a frame that cannot be encoded (named), or of a type this side does
+ *                  not send (a client sends HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a
+ *                  server-side connection HEARTBEAT, FRAGMENT, RESYNC, GRADIENT_AVG, BYE).
  * Thread-safe. */
 DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
                                 void (*free_payload)(const void *payload, void *arg), void *arg);
