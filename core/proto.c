@@ -372,8 +372,12 @@ static dlc_status field_type(int *why, key_id k, const msgpack_object *o, const 
 static dlc_status get_int(int *why, key_id k, const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out) {
     int64_t v;
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-        if (o->via.u64 > (uint64_t)INT64_MAX) v = INT64_MAX;
-        else v = (int64_t)o->via.u64;
+        /* a uint64 beyond the signed range is refused, never clamped to INT64_MAX */
+        if (o->via.u64 > (uint64_t)INT64_MAX)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "header field \"%s\" = %llu: above the signed 64-bit range, expected %lld..%lld", key_names[k],
+                        (unsigned long long)o->via.u64, (long long)lo, (long long)hi);
+        v = (int64_t)o->via.u64;
     } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
         v = o->via.i64;
     } else {

@@ -127,14 +127,15 @@ static int valid_exchange(const char *after) {
     dlc_net_event ev;
     int ok = peer >= 0 && wait_event(cl, DLC_NET_READY, 5, &ev);
     if (ok) {
-        ok = ev.frame.hello.learner >= 0;
+        int me = ev.frame.hello.learner; /* the id WELCOME gave: every frame is sent as it */
+        ok = me >= 0;
         dlc_net_event_release(&ev);
         static float pay[BIG];
         size_t len = (size_t)numel[frag] * sizeof(float);
         for (int i = 0; i < numel[frag]; i++) pay[i] = (float)i * 0.5f + (float)calls;
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
-        f.msg.learner = 0, f.msg.fragment = frag, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
+        f.msg.learner = me, f.msg.fragment = frag, f.msg.version = 7, f.msg.codec = DLC_CODEC_F32;
         f.msg.payload = (const uint8_t *)pay, f.msg.len = len;
         ok = ok && dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK;
         ok = ok && wait_event(cl, DLC_NET_FRAME, 5, &ev);
@@ -151,10 +152,11 @@ static int valid_exchange(const char *after) {
 
 /* ---- raw sockets ---- */
 
-static int raw_connect(void) {
+static int raw_connect_to(int to_port, int rcvbuf) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct sockaddr_in a = {0};
-    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)to_port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
         return -1;
@@ -165,6 +167,8 @@ static int raw_connect(void) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
 }
+
+static int raw_connect(void) { return raw_connect_to(port, 0); }
 
 static void raw_send(int fd, const void *buf, size_t len) {
     if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) { /* the server may have closed: fine */ }
@@ -217,6 +221,9 @@ static size_t encode(const dlc_frame *f, uint8_t *out) {
     return (size_t)n;
 }
 
+/* The learner id the last raw_handshake's WELCOME gave: its frames are sent as it. */
+static int raw_learner = -1;
+
 /* Runs the handshake by hand up to READY (with a HELLO); returns 1 on WELCOME.  The
  * AUTH and PROOF frames sent are kept in auth_out / proof_out if given. */
 static int raw_handshake(int fd, uint8_t *auth_out, size_t *auth_len, uint8_t *proof_out, size_t *proof_len) {
@@ -243,7 +250,7 @@ static int raw_handshake(int fd, uint8_t *auth_out, size_t *auth_len, uint8_t *p
     n = encode(&h, buf);
     raw_send(fd, buf, n);
     while (raw_read(fd, &g, buf, sizeof buf) == 1)
-        if (g.type == DLC_FRAME_WELCOME) return 1;
+        if (g.type == DLC_FRAME_WELCOME) return raw_learner = g.hello.learner, 1;
     return 0;
 }
 
@@ -304,6 +311,8 @@ static void test_bulk(void) {
      * and up): the peer stays alive and the frame arrives whole (the echo comes back). */
     fd = raw_connect();
     CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    f.msg.learner = raw_learner; /* sent as the learner it was welcomed as */
+    CHECK(encode(&f, frame) == n);
     size_t sent = n + (300u << 10);
     for (size_t i = 0; i < (size_t)BIG * 4; i++) frame[n + i] = (uint8_t)(i * 2654435761u >> 24);
     raw_send(fd, frame, sent);
@@ -478,7 +487,7 @@ static void test_pipelined(void) {
     dlc_frame f;
     for (int i = 0; i < N; i++) {
         dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
-        f.msg.steps = i;
+        f.msg.steps = i, f.msg.learner = raw_learner;
         len += encode(&f, stream + len);
     }
     raw_send(fd, stream, len);
@@ -486,6 +495,7 @@ static void test_pipelined(void) {
     for (int i = 0; i < NUMEL; i++) pay[i] = (float)i - 0.5f;
     dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
     f.msg.version = 41, f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    f.msg.learner = raw_learner;
     size_t n = encode(&f, stream);
     memcpy(stream + n, pay, sizeof pay);
     for (size_t i = 0; i < n + sizeof pay; i += i < n + 64 ? 1 : 512) /* byte by byte through the header */
@@ -501,6 +511,125 @@ static void test_pipelined(void) {
     CHECK(hb >= N && hb <= N + 10); /* ours, and any the transport sent on its own */
     close(fd);
     CHECK(valid_exchange("pipelined"));
+}
+
+static dlc_net *ready_client(int *peer);
+
+/* A frame's learner is the connection's: a READY connection that sends as another
+ * learner is refused (ERROR mismatch, then closed), and the server serves the next. */
+static void test_bound_learner(void) {
+    uint8_t buf[256];
+    int fd = raw_connect();
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL) && raw_learner >= 0);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+    f.msg.learner = raw_learner; /* as itself: delivered, the connection stays */
+    raw_send(fd, buf, encode(&f, buf));
+    f.msg.learner = raw_learner + 1;
+    raw_send(fd, buf, encode(&f, buf));
+    char want[128];
+    snprintf(want, sizeof want, "heartbeat from learner %d on the connection of learner %d", raw_learner + 1, raw_learner);
+    CHECK(expect_error(fd, DLC_PERR_MISMATCH, want));
+    close(fd);
+    CHECK(valid_exchange("bound_learner"));
+}
+
+/* Direction by role: a server-side connection takes only what a learner sends; the
+ * syncer's types from a learner are refused (ERROR unexpected, then closed). */
+static void test_direction_server(void) {
+    static const dlc_frame_type wrong[] = {DLC_FRAME_FRAGMENT, DLC_FRAME_RESYNC};
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    static float pay[NUMEL];
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        int fd = raw_connect();
+        CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+        dlc_frame f;
+        dlc_frame_init(&f, wrong[i]);
+        f.msg.learner = raw_learner, f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay;
+        f.msg.len = sizeof pay, f.msg.flags = wrong[i] == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0;
+        size_t n = encode(&f, buf);
+        memcpy(buf + n, pay, sizeof pay);
+        raw_send(fd, buf, n + sizeof pay);
+        char want[160];
+        snprintf(want, sizeof want, "%s from the syncer: a ready server-side (syncer) connection takes only heartbeat, "
+                 "contribution, gradient, bye, error", dlc_frame_type_name(wrong[i]));
+        int ok = expect_error(fd, DLC_PERR_UNEXPECTED, want);
+        if (!ok) fprintf(stderr, "direction: a %s to the server\n", dlc_frame_type_name(wrong[i]));
+        CHECK(ok);
+        close(fd);
+        CHECK(valid_exchange("direction_server"));
+    }
+    /* the same table refuses at the sender, at once: a client does not send the
+     * syncer's types, a server-side connection not a learner's */
+    int before = atomic_load(&last_ready), cpeer;
+    dlc_net *cl = ready_client(&cpeer);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "a fragment is the syncer's to send (a client connection sends heartbeat, "
+                                   "contribution, gradient, bye)"));
+    for (double end = now_s() + 5; atomic_load(&last_ready) == before && now_s() < end;) sleep_s(0.01);
+    int speer = atomic_load(&last_ready);
+    f.type = DLC_FRAME_CONTRIBUTION;
+    CHECK(speer != before && dlc_net_send(server, speer, &f, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "a contribution is a learner's to send"));
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY && k.frames_out[DLC_FRAME_FRAGMENT] == 0);
+    dlc_net_free(cl);
+}
+
+/* ...and a client takes only what the syncer sends: a raw syncer runs the server's
+ * side of the handshake by hand, then sends a CONTRIBUTION; the client answers ERROR
+ * unexpected, closes and reports the peer lost. */
+static void test_direction_client(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    socklen_t alen = sizeof a;
+    a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
+    dlc_net_config c = base_config();
+    c.hello = &hello_client, c.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&c);
+    CHECK_OK(cl);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    int peer = dlc_net_connect(cl, addr);
+    struct pollfd pf = {lfd, POLLIN, 0};
+    int fd = poll(&pf, 1, 5000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    CHECK(fd >= 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    dlc_frame f, g;
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_AUTH);
+    dlc_frame_init(&g, DLC_FRAME_AUTH_CHALLENGE);
+    dlc_auth_nonce(g.nonce, sizeof g.nonce);
+    dlc_auth_proof(SECRET, strlen(SECRET), 1, f.nonce, g.nonce, g.mac);
+    raw_send(fd, buf, encode(&g, buf));
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_AUTH_PROOF);
+    CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_HELLO);
+    dlc_frame_init(&g, DLC_FRAME_WELCOME);
+    g.hello = hello_server;
+    g.hello.proto_min = g.hello.proto_max = DLC_PROTO_VERSION_MAX, g.hello.learner = 4;
+    raw_send(fd, buf, encode(&g, buf));
+    dlc_net_event ev;
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 4);
+    dlc_net_event_release(&ev);
+    static float pay[NUMEL];
+    dlc_frame_init(&g, DLC_FRAME_CONTRIBUTION);
+    g.msg.learner = 4, g.msg.codec = DLC_CODEC_F32, g.msg.payload = (const uint8_t *)pay, g.msg.len = sizeof pay;
+    size_t n = encode(&g, buf);
+    memcpy(buf + n, pay, sizeof pay);
+    raw_send(fd, buf, n + sizeof pay);
+    CHECK(expect_error(fd, DLC_PERR_UNEXPECTED, "contribution from a learner: a ready client (learner) connection takes "
+                                                "only heartbeat, fragment, gradient_avg, resync, bye, error"));
+    CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.peer == peer && ev.code == DLC_PERR_UNEXPECTED);
+    dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    close(fd);
+    close(lfd);
 }
 
 static void test_stops_reading(void) {
@@ -553,8 +682,9 @@ static void test_many_connections(void) {
         if (fds[i] >= 0 && (connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0 || errno == EINPROGRESS)) opened++;
     }
     CHECK(opened == N);
-    /* every one gets ERROR overloaded (beyond max_peers = 64) or timeout (the 64 that
-     * never authenticate), then EOF */
+    /* every one gets ERROR overloaded (beyond the 8 unauthenticated connections one
+     * address may hold, max_unauth_per_addr) or timeout (those 8, which never
+     * authenticate), then EOF */
     int got_eof = 0, overloaded = 0, timeouts = 0;
     static uint8_t bufs[N][256];
     static size_t have[N];
@@ -592,6 +722,155 @@ static void test_many_connections(void) {
     CHECK(valid_exchange("1000_connections"));
 }
 
+/* Idle sockets that never authenticate cannot lock learners out: a server with the
+ * default caps (64 unauthenticated connections, 8 from one address) and max_peers = 64
+ * meets 100 of them from 12 addresses (127.0.0.2..13; 12 from the first), then a real
+ * learner from 127.0.0.1 still becomes READY and is heard.  The 4 beyond the first
+ * address's 8 are refused; 33 older ones give way (to the 9th..12th addresses and to the
+ * learner); the server never holds more than 64 unauthenticated. */
+static void test_unauth_caps(void) {
+    enum { HOSTS = 12, EXTRA = 4, N = HOSTS * 8 + EXTRA };
+    static int fds[N];
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.max_peers = 64, sc.auth_timeout_s = 30; /* the idle ones stay */
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    CHECK(sport > 0);
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        int host = i < 8 + EXTRA ? 2 : 3 + (i - 8 - EXTRA) / 8;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in src = {0}, dst = {0};
+        src.sin_family = dst.sin_family = AF_INET;
+        src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)host);
+        dst.sin_port = htons((uint16_t)sport), dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        opened += fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&src, sizeof src) == 0 &&
+                  connect(fds[i], (struct sockaddr *)&dst, sizeof dst) == 0;
+    }
+    CHECK(opened == N);
+    dlc_net_counters k;
+    double end = now_s() + 10;
+    while (dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.accepted < N && now_s() < end) sleep_s(0.02);
+    CHECK(k.accepted == N && k.unauth == 64 && k.overloaded == EXTRA + (N - EXTRA - 64));
+    /* a learner from 127.0.0.1, no retry: READY at the first attempt, and heard */
+    dlc_net_config cc = base_config();
+    cc.hello = &hello_client, cc.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&cc);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    int peer = dlc_net_connect(cl, addr);
+    dlc_net_event ev;
+    int ready = wait_event(cl, DLC_NET_READY, 5, &ev);
+    CHECK(ready);
+    if (ready) {
+        int me = ev.frame.hello.learner;
+        dlc_net_event_release(&ev);
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
+        f.msg.learner = me, f.msg.steps = 77;
+        CHECK(dlc_net_send(cl, peer, &f, NULL, NULL) == DLC_OK);
+        int heard = 0;
+        for (double e2 = now_s() + 5; !heard && now_s() < e2;)
+            if (wait_event(srv, DLC_NET_FRAME, 0.2, &ev)) heard = ev.frame.msg.steps == 77, dlc_net_event_release(&ev);
+        CHECK(heard);
+    }
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.unauth == 63 && k.overloaded == EXTRA + (N - EXTRA - 64) + 1);
+    /* what the idle ones were told: 4 refused for their address, 33 evicted */
+    int per_addr = 0, evicted = 0;
+    for (int i = 0; i < N; i++) {
+        static uint8_t buf[4096];
+        dlc_frame g;
+        struct pollfd pf = {fds[i], POLLIN, 0};
+        if (poll(&pf, 1, 0) != 1 || raw_read(fds[i], &g, buf, sizeof buf) != 1 || g.type != DLC_FRAME_ERROR) continue;
+        per_addr += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "from 127.0.0.2 are not authenticated yet") != NULL;
+        evicted += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "evicted for a newer connection") != NULL;
+    }
+    CHECK(per_addr == EXTRA && evicted == N - EXTRA - 64 + 1);
+    if (per_addr != EXTRA || evicted != N - EXTRA - 63)
+        fprintf(stderr, "unauth caps: %d refused for their address, %d evicted\n", per_addr, evicted);
+    dlc_net_free(cl);
+    for (int i = 0; i < N; i++) close(fds[i]);
+    dlc_net_free(srv);
+}
+
+/* One memory budget for the whole net: a server (mem_max 8 MiB, out_max 4 MiB) floods
+ * four peers that never read.  What it queues for all of them stays within mem_max
+ * (more than one peer's out_max: the budget, not the peer limit, stopped it), sends
+ * beyond it are refused naming mem_max; a 4 MiB contribution from a learner then waits,
+ * unread and not timed out, until the flooded peers go and free the memory, and then
+ * arrives whole. */
+static void test_mem_budget(void) {
+    enum { PEERS = 4 };
+    const size_t mem_max = 8u << 20;
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.mem_max = mem_max, sc.out_max = 4u << 20, sc.timeout_s = 30;
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    int fds[PEERS], peers[PEERS], ready = 0;
+    for (int i = 0; i < PEERS; i++) {
+        fds[i] = raw_connect_to(sport, 4096);
+        CHECK(raw_handshake(fds[i], NULL, NULL, NULL, NULL));
+    }
+    dlc_net_event ev;
+    while (ready < PEERS && wait_event(srv, DLC_NET_READY, 5, &ev)) peers[ready++] = ev.peer, dlc_net_event_release(&ev);
+    CHECK(ready == PEERS);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    int open_ = ready, named = 0, rounds = 0;
+    int full[PEERS] = {0};
+    while (open_ > 0 && rounds++ < 100000)
+        for (int i = 0; i < ready; i++) {
+            if (full[i]) continue;
+            dlc_status st = dlc_net_send(srv, peers[i], &f, NULL, NULL);
+            if (st == DLC_OK) continue;
+            CHECK(st == DLC_ERR_RANGE);
+            named += strstr(dlc_last_error(), "exceed mem_max = 8388608") != NULL;
+            full[i] = 1, open_--;
+        }
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK);
+    CHECK(k.queued <= mem_max && k.mem <= mem_max && k.queued > (4u << 20));
+    CHECK(named >= 1);
+    if (k.queued > mem_max || named < 1)
+        fprintf(stderr, "mem budget: %llu bytes queued for %d peers (mem_max %zu), %d refusals name mem_max\n",
+                (unsigned long long)k.queued, ready, mem_max, named);
+    /* reading stops: a 4 MiB frame does not fit, and waits */
+    dlc_net_config cc = base_config();
+    cc.hello = &hello_client, cc.reconnect_max_s = 0;
+    dlc_net *cl = dlc_net_new(&cc);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    int cpeer = dlc_net_connect(cl, addr);
+    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev));
+    int me = ev.frame.hello.learner;
+    dlc_net_event_release(&ev);
+    static float big[BIG];
+    for (int i = 0; i < BIG; i++) big[i] = (float)i;
+    dlc_frame g;
+    dlc_frame_init(&g, DLC_FRAME_CONTRIBUTION);
+    g.msg.learner = me, g.msg.fragment = 1, g.msg.codec = DLC_CODEC_F32;
+    g.msg.payload = (const uint8_t *)big, g.msg.len = sizeof big;
+    CHECK(dlc_net_send(cl, cpeer, &g, NULL, NULL) == DLC_OK);
+    CHECK(!wait_event(srv, DLC_NET_FRAME, 1.0, &ev)); /* the server does not take it in */
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.mem <= mem_max);
+    for (int i = 0; i < PEERS; i++) close(fds[i]); /* the flooded peers go: their queues free */
+    int got = 0;
+    for (double end = now_s() + 10; !got && now_s() < end;)
+        if (wait_event(srv, DLC_NET_FRAME, 0.2, &ev)) {
+            got = ev.frame.type == DLC_FRAME_CONTRIBUTION && ev.frame.msg.len == sizeof big &&
+                  memcmp(ev.frame.msg.payload, big, sizeof big) == 0;
+            dlc_net_event_release(&ev);
+        }
+    CHECK(got);
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
 static void test_bad_config(void) {
     dlc_net_config c = base_config();
     c.frame_max = 0;
@@ -605,6 +884,15 @@ static void test_bad_config(void) {
     c = base_config();
     c.heartbeat_s = 2, c.timeout_s = 1;
     CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "heartbeat_s = 2 >= timeout_s = 1");
+    c = base_config();
+    c.mem_max = 1u << 20;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "mem_max = 1048576 < frame_max = 8388608");
+    c = base_config();
+    c.max_unauth = 0;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "max_unauth = 0: expected 1..4096");
+    c = base_config();
+    c.max_unauth = 4, c.max_unauth_per_addr = 5;
+    CHECK_PFAILS(dlc_net_new(&c), DLC_ERR_ARG, "max_unauth_per_addr = 5: expected 1..max_unauth (4)");
     c = base_config();
     dlc_net *n = dlc_net_new(&c);
     CHECK_OK(n);
@@ -764,8 +1052,13 @@ int main(void) {
     test_auth();
     test_slow_peers();
     test_pipelined();
+    test_bound_learner();
+    test_direction_server();
+    test_direction_client();
     test_stops_reading();
     test_many_connections();
+    test_unauth_caps();
+    test_mem_budget();
     test_bad_config();
     test_graceful_close();
     test_heartbeats();

@@ -589,6 +589,16 @@ static void test_fields(void) {
                                           0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
     n = raw(buf, DLC_FRAME_HEARTBEAT, big_learner, sizeof big_learner, 0);
     refuse("learner_65536", buf, n, DLC_PERR_MALFORMED, "\"l\" = 65536, expected 0..65535");
+    /* a uint64 above INT64_MAX is refused naming the field, not clamped to INT64_MAX */
+    static const uint8_t huge_steps[] = {0x85, 0xa1, 'l', 0x01, 0xa1, 's', 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0,
+                                         0xa1, 't', 0x01, 0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, huge_steps, sizeof huge_steps, 0);
+    refuse("steps_2p63", buf, n, DLC_PERR_MALFORMED,
+           "header field \"s\" = 9223372036854775808: above the signed 64-bit range, expected 0..9223372036854775807");
+    static const uint8_t max_tokens[] = {0x85, 0xa1, 'l', 0x01, 0xa1, 's', 0x01, 0xa1, 't', 0xcf, 0xff, 0xff, 0xff, 0xff,
+                                         0xff, 0xff, 0xff, 0xff, 0xa2, 's', 't', 0x00, 0xa2, 't', 'r', 0x00};
+    n = raw(buf, DLC_FRAME_HEARTBEAT, max_tokens, sizeof max_tokens, 0);
+    refuse("tokens_u64_max", buf, n, DLC_PERR_MALFORMED, "header field \"t\" = 18446744073709551615: above the signed");
     static const uint8_t nan_time[] = {0x85, 0xa1, 'l', 0x01, 0xa1, 's', 0x01, 0xa1, 't', 0x01,
                                        0xa2, 's', 't', 0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0, 0xa2, 't', 'r', 0x00};
     n = raw(buf, DLC_FRAME_HEARTBEAT, nan_time, sizeof nan_time, 0);

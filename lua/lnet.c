@@ -486,6 +486,8 @@ static int n_counters(lua_State *L) {
     dlcL_setint(L, "reconnects", (int64_t)c.reconnects);
     dlcL_setint(L, "accepted", (int64_t)c.accepted);
     dlcL_setint(L, "overloaded", (int64_t)c.overloaded);
+    dlcL_setint(L, "unauth", (int64_t)c.unauth);
+    dlcL_setint(L, "mem", (int64_t)c.mem);
     const char *state = c.state >= 0 ? dlc_conn_state_name((dlc_conn_state)c.state) : NULL;
     if (state) setstr(L, "state", state);
     return 1;

@@ -213,9 +213,9 @@ static int read_layout(lua_State *L, int t, int64_t *numel, int *block) {
 }
 
 static const char *const new_keys[] = {
-    "secret", "secret_file", "insecure", "frame_max",     "out_max",       "in_max", "max_peers", "heartbeat",
-    "timeout", "auth_timeout", "reconnect_min", "reconnect_max", "drain_timeout", "tls", "hello",     "layout",
-    "seed",   "inline_io", NULL};
+    "secret", "secret_file", "insecure", "frame_max",     "out_max",       "in_max", "mem_max", "max_peers", "max_unauth",
+    "max_unauth_per_addr", "heartbeat", "timeout", "auth_timeout", "reconnect_min", "reconnect_max", "drain_timeout",
+    "tls", "hello", "layout", "seed", "inline_io", NULL};
 
 /* A number as %g would print it, for messages (lua_pushfstring has no %g). */
 typedef struct { char s[32]; } gbuf;
@@ -256,8 +256,14 @@ void dlcL_net_options(lua_State *L, int t, dlcL_netopts *o) {
                                   "bytes queued per peer, an integer");
     cfg.in_max = (size_t)dlcL_net_num(L, t, WHO, "in_max", (double)cfg.in_max, 0, big, 1, 0,
                                  "bytes of received frames waiting for poll, an integer");
+    cfg.mem_max = (size_t)dlcL_net_num(L, t, WHO, "mem_max", (double)cfg.mem_max, 0, big, 1, 0,
+                                       "bytes the net holds in all (queued out, received), an integer");
     cfg.max_peers = (int)dlcL_net_num(L, t, WHO, "max_peers", cfg.max_peers, 0, INT_MAX, 1, 0,
                                  "connections a server accepts, an integer >= 1");
+    cfg.max_unauth = (int)dlcL_net_num(L, t, WHO, "max_unauth", cfg.max_unauth, 0, INT_MAX, 1, 0,
+                                       "connections a server holds before they authenticate, an integer >= 1");
+    cfg.max_unauth_per_addr = (int)dlcL_net_num(L, t, WHO, "max_unauth_per_addr", cfg.max_unauth_per_addr, 0, INT_MAX, 1,
+                                                0, "connections from one address before they authenticate, an integer >= 1");
     /* Durations: named as the Lua options (the C side names its fields, timeout_s, ...). */
     cfg.heartbeat_s = dlcL_net_num(L, t, WHO, "heartbeat", cfg.heartbeat_s, 0, 86400, 0, 0,
                               "seconds 0..86400 (0 = no heartbeats)");

@@ -138,10 +138,32 @@ static bool legal(dlc_conn_state from, dlc_conn_state to) {
     }
 }
 
+/* The list of server conns not yet authenticated (max_unauth); net->lock held. */
+static void unauth_add(conn *c) {
+    dlc_net *net = c->net;
+    c->unauth = 1, c->ua_next = NULL, c->ua_prev = net->ua_tail;
+    if (net->ua_tail) net->ua_tail->ua_next = c;
+    else net->ua_head = c;
+    net->ua_tail = c;
+    net->n_unauth++;
+}
+
+static void unauth_remove(conn *c) {
+    dlc_net *net = c->net;
+    if (!c->unauth) return;
+    if (c->ua_prev) c->ua_prev->ua_next = c->ua_next;
+    else net->ua_head = c->ua_next;
+    if (c->ua_next) c->ua_next->ua_prev = c->ua_prev;
+    else net->ua_tail = c->ua_prev;
+    c->unauth = 0, c->ua_prev = c->ua_next = NULL;
+    net->n_unauth--;
+}
+
 static void set_state(conn *c, dlc_conn_state to) {
     DLC_ASSERT((unsigned)to < DLC_CONN_STATE_COUNT);
     DLC_ASSERT(legal(c->state, to));
     pthread_mutex_lock(&c->net->lock);
+    if (to != DLC_CONN_AUTHENTICATING) unauth_remove(c);
     c->state = to;
     if (to != DLC_CONN_READY) c->direct = 0;
     pthread_mutex_unlock(&c->net->lock);
@@ -163,11 +185,37 @@ void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (c && c->gen == gen) {
-        c->queued = c->queued > n ? c->queued - n : 0;
-        if (c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = 1;
+        dlcn_queued_sub(c, n);
+        if (c->refused && c->queued < net->cfg.out_max / 2 && (!net->mem_refused || dlcn_mem(net) < net->cfg.mem_max / 2))
+            c->refused = 0, drained = 1;
     }
     pthread_mutex_unlock(&net->lock);
     if (drained) dlcn_ev_post_simple(net, DLC_NET_DRAINED, peer, 0, NULL);
+    dlcn_mem_freed(net);
+}
+
+void dlcn_mem_freed(dlc_net *net) {
+    if (!net->mem_refused && !net->mem_waiting) return; /* a stale look only delays to the next free */
+    evnode *list = NULL;
+    pthread_mutex_lock(&net->lock);
+    int kick = net->mem_waiting > 0;
+    if (net->mem_refused && dlcn_mem(net) < net->cfg.mem_max / 2) {
+        net->mem_refused = 0;
+        for (int i = 0; i < net->npeers; i++) { /* every peer refused, whose own queue allows */
+            conn *c = net->peers[i];
+            if (!c || !c->refused || c->queued >= net->cfg.out_max / 2) continue;
+            evnode *n = dlcn_ev_new(DLC_NET_DRAINED, c->id);
+            if (!n) break;
+            c->refused = 0, n->next = list, list = n;
+        }
+    }
+    pthread_mutex_unlock(&net->lock);
+    while (list) {
+        evnode *n = list;
+        list = n->next, n->next = NULL;
+        dlcn_ev_post(net, n);
+    }
+    if (kick && !atomic_exchange_explicit(&net->mem_kick, 1, memory_order_acq_rel)) dlcn_wake(net);
 }
 
 void dlcn_frame_done(const outframe *f) {
@@ -268,7 +316,7 @@ static void send_own(conn *c, dlc_frame *f) {
     o->net = c->net, o->peer = c->id, o->gen = c->gen, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n;
     memcpy(o->hdr, hdr, (size_t)n);
     pthread_mutex_lock(&c->net->lock);
-    c->queued += o->total;
+    dlcn_queued_add(c, o->total); /* the transport's own frames are never refused for mem_max */
     pthread_mutex_unlock(&c->net->lock);
     dlcn_out_queue(c, o);
     if (c->delay_head) dlcn_conn_arm(c);
@@ -430,12 +478,14 @@ void dlcn_conn_close_now(conn *c) {
         dlcn_unqueue(net, c->id, c->gen, total);
     }
     c->delay_tail = NULL;
+    if (c->inbuf) atomic_fetch_sub_explicit(&net->rx_bytes, c->inlen, memory_order_relaxed);
     dlcn_rx_free(c->inbuf);
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     c->half_closed = 0;
     pthread_mutex_lock(&net->lock);
-    c->queued = 0;
+    dlcn_queued_sub(c, c->queued);
     pthread_mutex_unlock(&net->lock);
+    dlcn_mem_freed(net);
     if (!was_connecting || c->client)
         dlcn_ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
                        c->end_text[0] ? c->end_text : "connection closed");
@@ -598,6 +648,61 @@ static void on_handshake(conn *c, dlc_frame *f) {
 
 /* ---- input ---- */
 
+/* Who may send each type on a READY connection: a learner (what a server-side
+ * connection, the syncer's side, accepts) or the syncer (what a client accepts).  The
+ * handshake's types are neither: they come only while AUTHENTICATING.  The one table
+ * of direction; docs/protocol.md has it as its "direction" column. */
+enum { FROM_LEARNER = 1, FROM_SYNCER = 2 };
+static const uint8_t ready_from[DLC_FRAME_TYPE_COUNT] = {
+    [DLC_FRAME_HEARTBEAT] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_CONTRIBUTION] = FROM_LEARNER,
+    [DLC_FRAME_FRAGMENT] = FROM_SYNCER,
+    [DLC_FRAME_GRADIENT] = FROM_LEARNER,
+    [DLC_FRAME_GRADIENT_AVG] = FROM_SYNCER,
+    [DLC_FRAME_RESYNC] = FROM_SYNCER,
+    [DLC_FRAME_BYE] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_ERROR] = FROM_LEARNER | FROM_SYNCER,
+};
+_Static_assert(DLC_FRAME_TYPE_COUNT == 13, "ready_from: one entry per frame type");
+
+/* The types a READY connection of this side accepts, for messages: "heartbeat, ..." */
+static void accepted_names(int from, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int t = 0; t < DLC_FRAME_TYPE_COUNT && n < cap; t++)
+        if (ready_from[t] & from) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", dlc_frame_type_name(t));
+}
+
+const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t) {
+    if ((unsigned)t >= DLC_FRAME_TYPE_COUNT || (ready_from[t] & (c->client ? FROM_LEARNER : FROM_SYNCER))) return NULL;
+    return c->client ? "the syncer's to send (a client connection sends heartbeat, contribution, gradient, bye)"
+                     : "a learner's to send (a server-side connection sends heartbeat, fragment, gradient_avg, "
+                       "resync, bye)";
+}
+
+/* A READY connection's check of a decoded frame f: its direction (ready_from) and, on
+ * the server side, its sender (the learner id WELCOME gave this connection).  0 if f
+ * may be delivered, else -1 with c failing (ERROR and close). */
+static int ready_check(conn *c, const dlc_frame *f) {
+    int from = c->client ? FROM_SYNCER : FROM_LEARNER;
+    if (!(ready_from[f->type] & from)) {
+        char names[160];
+        accepted_names(from, names, sizeof names);
+        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s %s: a ready %s connection takes only %s", dlc_frame_type_name(f->type),
+                       f->type <= DLC_FRAME_WELCOME ? "after the handshake" : c->client ? "from a learner" : "from the syncer",
+                       c->client ? "client (learner)" : "server-side (syncer)", names);
+        return -1;
+    }
+    /* every learner type carries l, the sender: it must be the learner this connection
+     * was welcomed as (no hello: no id was given, nothing to bind) */
+    if (!c->client && c->learner >= 0 && f->type != DLC_FRAME_ERROR && f->msg.learner != c->learner) {
+        dlcn_conn_fail(c, DLC_PERR_MISMATCH, "%s from learner %d on the connection of learner %d: a learner sends only "
+                       "as the id its WELCOME gave it", dlc_frame_type_name(f->type), f->msg.learner, c->learner);
+        return -1;
+    }
+    return 0;
+}
+
 /* inline_io: the event the polling thread is waiting in, when a frame of type t may go
  * straight into it: an application frame on a ready conn, no event queued ahead of it
  * (events of other threads are concurrent with it either way), none delivered yet. */
@@ -651,8 +756,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
         release(buf, borrowed), free(n);
         return;
     }
-    if (f->type <= DLC_FRAME_WELCOME) {
-        dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s after the handshake", dlc_frame_type_name(f->type));
+    if (ready_check(c, f) < 0) {
         release(buf, borrowed), free(n);
         return;
     }
@@ -734,7 +838,7 @@ void dlcn_conn_arm(conn *c) {
     case DLC_CONN_AUTHENTICATING:
     case DLC_CONN_DRAINING: next = c->deadline; break;
     case DLC_CONN_READY:
-        if (net->cfg.timeout_s > 0) next = c->last_rx + net->cfg.timeout_s;
+        if (net->cfg.timeout_s > 0 && !c->mem_wait) next = c->last_rx + net->cfg.timeout_s;
         if (net->cfg.heartbeat_s > 0 && c->last_tx + net->cfg.heartbeat_s < next) next = c->last_tx + net->cfg.heartbeat_s;
         break;
     default: return;
@@ -768,7 +872,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
     case DLC_CONN_READY:
         /* a body slowed down below its read threshold: take what is there, wake sooner */
         if (dlcn_in_timer(c) && c->state != DLC_CONN_READY) return;
-        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s) {
+        /* a conn waiting for mem_max is silent because this side does not read it */
+        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s && !c->mem_wait) {
             dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;
         }
@@ -927,32 +1032,106 @@ static int count_server_conns(dlc_net *net) {
     return n;
 }
 
+/* The same host (the port aside). */
+static bool same_host(const struct sockaddr *a, const struct sockaddr *b) {
+    if (a->sa_family != b->sa_family) return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return false;
+}
+
+/* Unauthenticated conns from sa's host; net->lock held. */
+static int unauth_from(dlc_net *net, const struct sockaddr *sa) {
+    int n = 0;
+    for (conn *o = net->ua_head; o; o = o->ua_next) n += same_host((const struct sockaddr *)&o->addr, sa);
+    return n;
+}
+
+/* The unauthenticated conn that gives way to a new one: the oldest of the host holding
+ * the most, so that one address flooding the server evicts its own; net->lock held. */
+static conn *unauth_victim(dlc_net *net) {
+    conn *best = NULL;
+    int most = 0;
+    for (conn *o = net->ua_head; o; o = o->ua_next) {
+        int n = unauth_from(net, (const struct sockaddr *)&o->addr);
+        if (n > most) most = n, best = o;
+    }
+    return best;
+}
+
+/* One best-effort ERROR frame written straight to fd, then the caller closes it. */
+static void error_to_fd(evutil_socket_t fd, int code, const char *text) {
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_ERROR);
+    f.code = code;
+    snprintf(f.text, sizeof f.text, "%s", text);
+    uint8_t hdr[DLC_PROTO_PREFIX + 1024];
+    int64_t len = dlc_proto_encode(&f, NULL, hdr, sizeof hdr);
+    if (len > 0 && send(fd, hdr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
+}
+
+/* A connection refused before a conn exists: ERROR, close, REFUSED, counted. */
+static void refuse_fd(dlc_net *net, evutil_socket_t fd, int code, const char *text) {
+    error_to_fd(fd, code, text);
+    evutil_closesocket(fd);
+    pthread_mutex_lock(&net->lock);
+    net->total.overloaded += code == DLC_PERR_OVERLOADED;
+    pthread_mutex_unlock(&net->lock);
+    dlcn_ev_post_simple(net, DLC_NET_REFUSED, -1, code, text);
+}
+
+/* An unauthenticated conn gives way: told why (plain TCP: the ERROR written at once;
+ * over TLS the stream is OpenSSL's, so only the close), closed now, not drained, so
+ * that evictions cannot pile up draining sockets. */
+static void evict(conn *v, const char *why) {
+    dlc_net *net = v->net;
+    v->end_code = DLC_PERR_OVERLOADED;
+    snprintf(v->end_text, sizeof v->end_text, "%s", why);
+    evutil_socket_t fd = v->bev ? bufferevent_getfd(v->bev) : -1;
+    if (fd >= 0 && v->own_out && dlcn_out_empty(v)) error_to_fd(fd, DLC_PERR_OVERLOADED, why);
+    pthread_mutex_lock(&net->lock);
+    net->total.overloaded++;
+    pthread_mutex_unlock(&net->lock);
+    dlcn_conn_close_now(v);
+}
+
 void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
-    (void)l, (void)salen;
+    (void)l;
     dlc_net *net = arg;
+    char name[80], text[DLC_PROTO_TEXT_MAX];
+    addr_name(sa, name, sizeof name);
     pthread_mutex_lock(&net->lock);
     net->total.accepted++;
-    int n = count_server_conns(net);
+    int n = count_server_conns(net), from = unauth_from(net, sa), unauth = net->n_unauth;
     bool stopping = net->stopping;
+    conn *victim = n >= net->cfg.max_peers || unauth >= net->cfg.max_unauth ? unauth_victim(net) : NULL;
     pthread_mutex_unlock(&net->lock);
-    char name[80];
-    addr_name(sa, name, sizeof name);
-    if (n >= net->cfg.max_peers || stopping) {
-        /* refused before a conn exists: one best-effort ERROR frame, then close */
-        dlc_frame f;
-        dlc_frame_init(&f, DLC_FRAME_ERROR);
-        f.code = stopping ? DLC_PERR_SHUTDOWN : DLC_PERR_OVERLOADED;
-        snprintf(f.text, sizeof f.text, stopping ? "the server is shutting down"
-                                                 : "the server has its maximum of %d connections", net->cfg.max_peers);
-        uint8_t hdr[DLC_PROTO_PREFIX + 1024];
-        int64_t len = dlc_proto_encode(&f, NULL, hdr, sizeof hdr);
-        if (len > 0 && send(fd, hdr, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
-        evutil_closesocket(fd);
-        pthread_mutex_lock(&net->lock);
-        net->total.overloaded++;
-        pthread_mutex_unlock(&net->lock);
-        dlcn_ev_post_simple(net, DLC_NET_REFUSED, -1, f.code, f.text);
+    if (stopping) {
+        refuse_fd(net, fd, DLC_PERR_SHUTDOWN, "the server is shutting down");
         return;
+    }
+    if (from >= net->cfg.max_unauth_per_addr) {
+        char host[80];
+        snprintf(host, sizeof host, "%s", name);
+        char *colon = strrchr(host, ':');
+        if (colon) *colon = '\0';
+        snprintf(text, sizeof text, "%d connections from %s are not authenticated yet (max_unauth_per_addr = %d)", from,
+                 host, net->cfg.max_unauth_per_addr);
+        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
+        return;
+    }
+    if (n >= net->cfg.max_peers && !victim) {
+        snprintf(text, sizeof text, "the server has its maximum of %d connections", net->cfg.max_peers);
+        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
+        return;
+    }
+    if (victim) {
+        snprintf(text, sizeof text, "evicted for a newer connection: %d connections not authenticated yet (max_unauth = "
+                 "%d, max_peers = %d), this one the oldest of its address", unauth, net->cfg.max_unauth,
+                 net->cfg.max_peers);
+        evict(victim, text);
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -962,6 +1141,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
         return;
     }
     memcpy(c->name, name, sizeof name);
+    if ((size_t)salen <= sizeof c->addr) memcpy(&c->addr, sa, (size_t)salen), c->addrlen = (socklen_t)salen;
     struct bufferevent *bev;
     if (net->ssl) {
         SSL *ssl = new_ssl(net, c);
@@ -983,6 +1163,9 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
         dlcn_conn_close_now(c);
         return;
     }
+    pthread_mutex_lock(&net->lock);
+    unauth_add(c);
+    pthread_mutex_unlock(&net->lock);
     c->deadline = now_s() + net->cfg.auth_timeout_s;
     c->last_rx = c->last_tx = now_s();
     dlcn_conn_arm(c);

@@ -97,8 +97,26 @@ static bool over_in_max(dlc_net *net) {
     return over;
 }
 
+/* The bytes of the frame being received that keep the peer alive (NET_ALIVE_PARTS): what
+ * arrives in a quarter of timeout_s at the rate observed since the frame began. */
+static size_t alive_chunk(const conn *c, double t) {
+    double el = t - c->body_t0, rate = el > 1e-3 ? (double)c->inhave / el : INFINITY;
+    double chunk = rate * c->net->cfg.timeout_s / NET_ALIVE_PARTS;
+    if (!(chunk < (double)NET_LOWAT_MIN)) return NET_LOWAT_MIN;
+    return chunk < (double)NET_ALIVE_MIN ? NET_ALIVE_MIN : (size_t)chunk;
+}
+
+/* got more bytes of the frame being received: a body arriving at its observed rate
+ * keeps the peer alive, a trickle does not (alive_chunk). */
+static void body_alive(conn *c, size_t got) {
+    if (!got) return;
+    double t = now_coarse_s();
+    c->bulk_fresh += got;
+    if (c->bulk_fresh >= alive_chunk(c, t)) c->last_rx = t, c->bulk_fresh = 0;
+}
+
 /* The rest of a large frame, read by recv() into its buffer: one copy, as a bare socket
- * does.  Every NET_LOWAT_MIN bytes of it keep the peer alive; a trickle does not.
+ * does.  It keeps the peer alive as it arrives (body_alive); a trickle does not.
  * Returns 0 when the frame is still incomplete and c open, else 1 (the frame is done or
  * c is closed). */
 static int bulk_read(conn *c, size_t wake_at_most) {
@@ -118,14 +136,14 @@ static int bulk_read(conn *c, size_t wake_at_most) {
         return 1;
     }
     double t = now_s();
-    c->bulk_fresh += got;
-    if (c->bulk_fresh >= NET_LOWAT_MIN) c->last_rx = t, c->bulk_fresh = 0;
+    body_alive(c, got);
     if (c->inhave < c->inlen) {
         /* the next wake-up: what arrives in NET_LOWAT_S at this rate, within the bounds */
         double rate = t > c->bulk_t ? (double)got / (t - c->bulk_t) : 0;
         size_t want = rate * NET_LOWAT_S > (double)NET_LOWAT_MAX ? NET_LOWAT_MAX : (size_t)(rate * NET_LOWAT_S);
         if (want > wake_at_most) want = wake_at_most;
-        if (want < NET_LOWAT_MIN) want = NET_LOWAT_MIN;
+        size_t floor = alive_chunk(c, t); /* wake once what keeps the peer alive is there */
+        if (want < floor) want = floor;
         if (want > c->inlen - c->inhave) want = c->inlen - c->inhave;
         bulk_lowat(c, want);
         c->bulk_t = t;
@@ -139,7 +157,8 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     uint8_t *buf = c->inbuf;
     size_t len = c->inlen;
     c->inbuf = NULL, c->inlen = c->inhave = 0;
-    dlcn_on_frame(c, buf, len, 0);
+    dlcn_on_frame(c, buf, len, 0); /* its bytes are the event's now (or freed): */
+    atomic_fetch_sub_explicit(&net->rx_bytes, len, memory_order_relaxed);
     if (c->state == DLC_CONN_READY || c->state == DLC_CONN_AUTHENTICATING) dlcn_on_read(c->bev, c);
     return 1;
 }
@@ -176,7 +195,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (c->state == DLC_CONN_DRAINING) return;
-    if (body) c->inhave += (size_t)r;
+    if (body) c->inhave += (size_t)r, body_alive(c, (size_t)r);
     else c->ib_len += (size_t)r;
     dlcn_on_read(c->bev, c);
 }
@@ -198,8 +217,40 @@ int dlcn_in_start(conn *c) {
 /* A large body from here on is read at the threshold (plain TCP). */
 static void bulk_start(conn *c) {
     c->in_bulk = 1;
-    c->bulk_fresh = 0, c->bulk_t = now_s();
-    bulk_lowat(c, NET_LOWAT_MIN);
+    c->bulk_t = now_s();
+    bulk_lowat(c, alive_chunk(c, c->bulk_t));
+}
+
+/* The budget (mem_max) for a frame of n bytes about to be received: 1 and counted, or 0
+ * and c waits, not read, until memory is freed (dlcn_mem_resume). */
+static int mem_take(conn *c, size_t n) {
+    dlc_net *net = c->net;
+    pthread_mutex_lock(&net->lock);
+    int fits = dlcn_mem(net) + n <= net->cfg.mem_max;
+    if (fits) atomic_fetch_add_explicit(&net->rx_bytes, n, memory_order_relaxed);
+    if (fits && c->mem_wait) { /* its silence was ours: the timeout starts again */
+        c->mem_wait = 0, c->last_rx = now_coarse_s();
+        atomic_fetch_sub(&net->mem_waiting, 1);
+    } else if (!fits && !c->mem_wait) {
+        c->mem_wait = 1;
+        atomic_fetch_add(&net->mem_waiting, 1);
+    }
+    pthread_mutex_unlock(&net->lock);
+    if (!fits) read_enable(c, 0);
+    return fits;
+}
+
+void dlcn_mem_resume(dlc_net *net) {
+    pthread_mutex_lock(&net->lock);
+    bool paused = net->paused;
+    pthread_mutex_unlock(&net->lock);
+    for (int i = 0; i < net->npeers; i++) {
+        conn *c = net->peers[i];
+        if (!c || !c->mem_wait || !c->bev || c->state == DLC_CONN_CLOSED) continue;
+        if (!paused) read_enable(c, 1);
+        dlcn_on_read(c->bev, c); /* takes the budget, or waits again */
+        if (c->mem_wait && c->state == DLC_CONN_READY) dlcn_conn_arm(c);
+    }
 }
 
 void dlcn_on_read(struct bufferevent *bev, void *arg) {
@@ -241,14 +292,19 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
                 continue;
             }
+            if (!mem_take(c, need)) return; /* waits, unread, for mem_max to allow it */
             c->inbuf = dlcn_rx_alloc(need);
             if (!c->inbuf) {
+                atomic_fetch_sub_explicit(&net->rx_bytes, need, memory_order_relaxed);
                 dlcn_conn_fail(c, DLC_PERR_INTERNAL, "out of memory for a frame of %zu bytes", need);
                 return;
             }
             c->inlen = need, c->inhave = 0;
+            c->body_t0 = now_coarse_s(), c->bulk_fresh = 0;
         }
-        c->inhave += in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
+        size_t got = in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
+        c->inhave += got;
+        body_alive(c, got);
         if (c->inhave < c->inlen) {
             if (c->own_out && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0) bulk_start(c);
             return;
@@ -258,12 +314,19 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
         c->inbuf = NULL, c->inlen = c->inhave = 0;
         dlcn_on_frame(c, buf, len, 0); /* may close c: the loop condition reads c->state, and a
                                 * closed conn is freed only when not reconnecting... */
+        atomic_fetch_sub_explicit(&net->rx_bytes, len, memory_order_relaxed); /* the event's now */
         if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING) return;
     }
 }
 
 /* Closing: the read event and buffer go (before the fd closes with the bufferevent). */
 void dlcn_in_stop(conn *c) {
+    if (c->mem_wait) {
+        pthread_mutex_lock(&c->net->lock);
+        c->mem_wait = 0;
+        atomic_fetch_sub(&c->net->mem_waiting, 1);
+        pthread_mutex_unlock(&c->net->lock);
+    }
     if (c->rev) event_free(c->rev);
     c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
     free(c->ib);

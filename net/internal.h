@@ -54,6 +54,13 @@
 #define NET_LOWAT_MIN ((size_t)64 << 10)
 #define NET_LOWAT_MAX ((size_t)1 << 20)
 #define NET_LOWAT_S 0.01
+/* While a frame is being received, every `chunk` of its bytes keeps the peer alive (a
+ * frame may take longer than timeout_s to arrive on a slow link, and no heartbeat can
+ * pass it): chunk is what arrives in timeout_s / NET_ALIVE_PARTS at the rate observed
+ * over the frame so far, at least NET_ALIVE_MIN (a trickle below NET_ALIVE_MIN per
+ * timeout_s is not alive), at most NET_LOWAT_MIN. */
+#define NET_ALIVE_PARTS 4
+#define NET_ALIVE_MIN ((size_t)4 << 10)
 /* Receive buffers kept for reuse (process-wide), the smallest and the largest kept:
  * at most 4 x 128 MiB stay allocated after a burst of large fragments. */
 #define NET_RX_CACHE 4
@@ -62,6 +69,14 @@
 /* How long dlc_net_poll spins (yielding) for an event before sleeping on its condition
  * variable: a reply that comes back within it skips a thread wake-up (~3 us here). */
 #define NET_POLL_SPIN_S 50e-6
+/* Defaults of max_unauth and max_unauth_per_addr (server connections not yet
+ * authenticated: in all, from one address), and the largest max_unauth accepted (the
+ * eviction scan is quadratic in it). */
+#define NET_UNAUTH_DEFAULT 64
+#define NET_UNAUTH_PER_ADDR_DEFAULT 8
+#define NET_UNAUTH_MAX 4096
+/* Default of mem_max: the net's memory budget (output queued, frames received). */
+#define NET_MEM_DEFAULT ((size_t)1 << 30)
 /* libevent token-bucket tick of the WAN emulation. */
 #define NET_TICK_MS 5
 
@@ -119,9 +134,14 @@ typedef struct conn {
     size_t ib_off, ib_len;
     int in_bulk;             /* a large body is being read with the SO_RCVLOWAT threshold */
     int lowat;               /* the fd's SO_RCVLOWAT while in_bulk (0: the default, 1) */
-    size_t bulk_fresh;       /* body bytes read since the last that kept the peer alive */
+    size_t bulk_fresh;       /* frame bytes read since the last that kept the peer alive */
     double bulk_t;           /* when the body was last read */
+    double body_t0;          /* when the frame being received began (its rate: inhave since) */
     int half_closed;         /* DRAINING, output flushed: shutdown(SHUT_WR) done, waiting for EOF */
+    /* server, AUTHENTICATING: in the net's list of unauthenticated conns, oldest first
+     * (under net->lock) */
+    int unauth;
+    struct conn *ua_prev, *ua_next;
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char name[80];           /* "127.0.0.1:5555" */
@@ -136,6 +156,7 @@ typedef struct conn {
     outframe *delay_head, *delay_tail; /* held for the emulated latency */
     size_t queued;           /* under net->lock */
     int refused;             /* a send was refused since the last DRAINED */
+    int mem_wait;            /* I/O thread: the next frame waits for mem_max; not read meanwhile */
     int app_closed;          /* dlc_net_close: no reconnect */
     int ready_once;
     int failures;            /* client: connection attempts failed in a row */
@@ -203,11 +224,20 @@ struct dlc_net {
     _Atomic(conn *) grave;   /* conns closed for good, freed at the next reap() (written
                               * under lock; reap looks without it first) */
     conn **peers;            /* by id */
+    conn *ua_head, *ua_tail; /* server conns not yet authenticated, oldest first */
+    int n_unauth;
     int npeers;              /* ids handed out */
     cmd *cmd_head, *cmd_tail;
     int ncmds;
     evnode *ev_head, *ev_tail;
     _Atomic size_t ev_bytes; /* changed under lock; the reader's in_max check looks without it */
+    /* mem_max: the sum of every conn's queued bytes (under lock), and the bytes of frames
+     * being received (the I/O thread writes it) */
+    size_t out_bytes;
+    _Atomic size_t rx_bytes;
+    atomic_int mem_refused;  /* written under lock: a send was refused for mem_max since the last DRAINED */
+    atomic_int mem_waiting;  /* written under lock: conns whose next frame waits for mem_max */
+    atomic_int mem_kick;     /* memory was freed while conns wait: the loop retries them */
     atomic_int ev_count;     /* events waiting: read without the lock by a spinning poll */
     int paused;              /* reading stopped: the event queue is over in_max */
     int stopping;
@@ -274,10 +304,28 @@ static inline void dlcn_count(_Atomic uint64_t *counter, uint64_t v) {
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
 }
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
+/* net->lock held: c's queued bytes, and with them the net's (mem_max), change by n. */
+static inline void dlcn_queued_add(conn *c, size_t n) { c->queued += n, c->net->out_bytes += n; }
+static inline void dlcn_queued_sub(conn *c, size_t n) {
+    if (n > c->queued) n = c->queued;
+    c->queued -= n, c->net->out_bytes -= n;
+}
+/* The bytes counted against mem_max (a snapshot; exact with net->lock held). */
+static inline size_t dlcn_mem(dlc_net *net) {
+    return net->out_bytes + atomic_load_explicit(&net->ev_bytes, memory_order_relaxed) +
+           atomic_load_explicit(&net->rx_bytes, memory_order_relaxed);
+}
+/* Memory was freed (net->lock held or not): DRAINED for the peers refused for mem_max
+ * once the net is below mem_max / 2, and a kick to the loop for conns that wait. */
+void dlcn_mem_freed(dlc_net *net);
+void dlcn_mem_resume(dlc_net *net);        /* in.c, I/O thread: retries the conns that wait */
 /* conn.c: a whole frame received: takes buf (dlcn_rx_alloc'ed), or only reads it when
  * borrowed (a frame without a payload, decoded where it lies in the read buffer, which
  * the call may free: the caller has moved past it and does not touch it after) */
 void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed);
+/* Any thread: NULL if c's side may send type t once READY (conn.c's ready_from, the one
+ * table of direction), else why not. */
+const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t);
 void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* net/in.c (I/O thread) */
 int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1 */

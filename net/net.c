@@ -174,6 +174,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         if (own) free(k);
         k = next;
     }
+    if (atomic_exchange_explicit(&net->mem_kick, 0, memory_order_acq_rel)) dlcn_mem_resume(net);
     if (net->stopping) stop_check(net);
 }
 
@@ -204,7 +205,9 @@ dlc_net_config dlc_net_default_config(void) {
     c.frame_max = DLC_PROTO_FRAME_MAX_DEFAULT;
     c.out_max = (size_t)256 << 20;
     c.in_max = (size_t)512 << 20;
+    c.mem_max = NET_MEM_DEFAULT;
     c.max_peers = 1024;
+    c.max_unauth = NET_UNAUTH_DEFAULT, c.max_unauth_per_addr = NET_UNAUTH_PER_ADDR_DEFAULT;
     c.heartbeat_s = 1, c.timeout_s = 5, c.auth_timeout_s = 5;
     c.reconnect_min_s = 0.1, c.reconnect_max_s = 10, c.drain_timeout_s = 5;
     return c;
@@ -226,8 +229,17 @@ static dlc_status check_config(const dlc_net_config *c) {
                          DLC_PROTO_FRAME_MAX_LIMIT);
     if (c->out_max < 1024) return dlc_error(DLC_ERR_ARG, "out_max = %zu: expected >= 1024 bytes", c->out_max);
     if (c->in_max < 1024) return dlc_error(DLC_ERR_ARG, "in_max = %zu: expected >= 1024 bytes", c->in_max);
+    if (c->mem_max < c->frame_max)
+        return dlc_error(DLC_ERR_ARG, "mem_max = %zu < frame_max = %zu: expected mem_max >= frame_max (a largest frame "
+                                      "must fit the net's memory budget)", c->mem_max, c->frame_max);
     if (c->max_peers < 1 || c->max_peers > 1000000)
         return dlc_error(DLC_ERR_ARG, "max_peers = %d: expected 1..1000000", c->max_peers);
+    if (c->max_unauth < 1 || c->max_unauth > NET_UNAUTH_MAX)
+        return dlc_error(DLC_ERR_ARG, "max_unauth = %d: expected 1..%d connections not yet authenticated", c->max_unauth,
+                         NET_UNAUTH_MAX);
+    if (c->max_unauth_per_addr < 1 || c->max_unauth_per_addr > c->max_unauth)
+        return dlc_error(DLC_ERR_ARG, "max_unauth_per_addr = %d: expected 1..max_unauth (%d)", c->max_unauth_per_addr,
+                         c->max_unauth);
     struct { const char *name; double v; double lo; } t[] = {
         {"heartbeat_s", c->heartbeat_s, 0},         {"timeout_s", c->timeout_s, 0},
         {"auth_timeout_s", c->auth_timeout_s, 1e-3}, {"reconnect_min_s", c->reconnect_min_s, 1e-3},
@@ -528,22 +540,31 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
     o->notify = free_payload == NULL;
     dlc_status st = DLC_OK;
+    const char *why;
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (!c || c->state != DLC_CONN_READY) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is %s, not ready", peer,
                        c ? dlc_conn_state_name(c->state) : "not connected (unknown or gone)");
+    } else if ((why = dlcn_direction_refusal(c, f->type))) {
+        st = dlc_error(DLC_ERR_ARG, "dlc_net_send to peer %d: a %s is %s", peer, dlc_frame_type_name(f->type), why);
     } else if (c->queued + o->total > net->cfg.out_max) {
         c->refused = 1;
         net->total.refused_full++;
         st = dlc_error(DLC_ERR_RANGE, "peer %d: %zu bytes queued + %zu exceed out_max = %zu (back-pressure: retry "
                                       "after its DRAINED event)", peer, c->queued, o->total, net->cfg.out_max);
+    } else if (dlcn_mem(net) + o->total > net->cfg.mem_max) {
+        c->refused = 1, net->mem_refused = 1;
+        net->total.refused_full++;
+        st = dlc_error(DLC_ERR_RANGE, "peer %d: the net holds %zu bytes (queued for every peer, received and being "
+                                      "received) + %zu exceed mem_max = %zu (back-pressure: retry after its DRAINED "
+                                      "event)", peer, dlcn_mem(net), o->total, net->cfg.mem_max);
     } else if (c->direct) { /* nothing queued ahead: write from this thread, no hand-off */
         o->gen = c->gen;
         int r = dlcn_send_direct(c, o);
         bool drained = false;
         if (r >= 0) dlcn_count_out(c, o, 1);
-        if (r == 0) c->queued += o->total; /* its copy waits in the queue */
+        if (r == 0) dlcn_queued_add(c, o->total); /* its copy waits in the queue */
         else if (r == 1 && c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
         if (r < 0) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
@@ -560,7 +581,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
             cmd *k = &h->send;
             k->kind = CMD_SEND, k->peer = peer, k->frame = h;
             st = cmd_push(net, k);
-            if (st == DLC_OK) c->queued += h->total, c->cmd_pending++, c->direct = 0;
+            if (st == DLC_OK) dlcn_queued_add(c, h->total), c->cmd_pending++, c->direct = 0;
             else free(h);
         }
     }
@@ -622,6 +643,7 @@ static int take_event_locked(dlc_net *net, dlc_net_event *ev) {
     pthread_mutex_unlock(&net->lock);
     if (resume) dlcn_wake(net);
     if (!n) return 0;
+    if (n->bytes) dlcn_mem_freed(net);
     memcpy(ev, &n->ev, sizeof *ev);
     free(n);
     return 1;
@@ -710,6 +732,8 @@ dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out) {
     if (peer < 0) {
         *out = net->total;
         out->state = -1;
+        out->unauth = (uint64_t)net->n_unauth;
+        out->mem = dlcn_mem(net);
     } else if (peer >= net->npeers || !net->peers[peer]) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     } else {

@@ -180,13 +180,33 @@ static void flush(conn *c, int from_event) {
     else if (r == 0) dlcn_write_done(c);
 }
 
-void dlcn_out_append(conn *c, outframe *f) {
+/* f joins the queue; wlock held.  A frame with a payload (bulk) goes to the tail.  A
+ * control frame (none: a heartbeat, a BYE, the handshake's, an ERROR) goes ahead of the
+ * bulk frames not yet begun, behind the frame being written and the control frames
+ * queued before it: it waits for at most one frame, never for every payload queued,
+ * and no frame is ever split.  So heartbeats keep flowing on a slow link that carries
+ * fragments back to back. */
+static void oq_insert(conn *c, outframe *f) {
     f->next = NULL;
+    if (!c->oq_head) {
+        c->oq_head = c->oq_tail = f, c->oq_off = 0;
+        return;
+    }
+    if (dlc_frame_has_payload(f->type)) {
+        c->oq_tail->next = f, c->oq_tail = f;
+        return;
+    }
+    outframe **at = c->oq_off > 0 ? &c->oq_head->next : &c->oq_head; /* the one begun stays first */
+    while (*at && !dlc_frame_has_payload((*at)->type)) at = &(*at)->next;
+    f->next = *at;
+    *at = f;
+    if (!f->next) c->oq_tail = f;
+}
+
+void dlcn_out_append(conn *c, outframe *f) {
     pthread_mutex_lock(&c->wlock);
-    if (c->oq_tail) c->oq_tail->next = f;
-    else c->oq_head = f, c->oq_off = 0;
-    c->oq_tail = f;
-    bool first = c->oq_head == f;
+    bool first = c->oq_head == NULL;
+    oq_insert(c, f);
     pthread_mutex_unlock(&c->wlock);
     if (first) flush(c, 0);
 }
@@ -234,11 +254,9 @@ int dlcn_send_direct(conn *c, const outframe *f) {
         return -1;
     }
     memcpy(q, f, sizeof *q + f->hlen);
-    q->next = NULL;
-    if (c->oq_tail) c->oq_tail->next = q;
-    else c->oq_head = q, c->oq_off = off;
-    c->oq_tail = q;
-    if (c->oq_head == q) arm(c, r, 0, 0);
+    bool first = c->oq_head == NULL;
+    oq_insert(c, q);
+    if (first) c->oq_off = off, arm(c, r, 0, 0);
     pthread_mutex_unlock(&c->wlock);
     return 0;
 }

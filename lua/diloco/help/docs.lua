@@ -226,7 +226,7 @@ D["Lock:close"] = "lock:close()\nReleases the lock."
 
 -- ---- diloco.net (lua/lnet.c) ---------------------------------------------------------
 D["diloco.net"] = "diloco.net: the transport (authenticated framed TCP with heartbeats, back-pressure, TLS, WAN emulation) from Lua.  docs/lua-api.md, docs/transport.md"
-D["diloco.net.new"] = "diloco.net.new{secret =, secret_file =, insecure =, frame_max =, out_max =, in_max =, max_peers =, heartbeat =, timeout =, auth_timeout =, reconnect_min =, reconnect_max =, drain_timeout =, tls = {cert =, key =, ca =, insecure =}, hello = {...}, layout = {numel = {...}, block =}, seed =, inline_io =} -> Net | nil, message, code\nA Net with its own I/O thread (inline_io = true: none, its loop runs inside :poll): a server (:listen), a client (:connect) or both."
+D["diloco.net.new"] = "diloco.net.new{secret =, secret_file =, insecure =, frame_max =, out_max =, in_max =, mem_max =, max_peers =, max_unauth =, max_unauth_per_addr =, heartbeat =, timeout =, auth_timeout =, reconnect_min =, reconnect_max =, drain_timeout =, tls = {cert =, key =, ca =, insecure =}, hello = {...}, layout = {numel = {...}, block =}, seed =, inline_io =} -> Net | nil, message, code\nA Net with its own I/O thread (inline_io = true: none, its loop runs inside :poll): a server (:listen), a client (:connect) or both."
 D["Net"] = "Net: one transport (diloco.net.new): peers, frames and events, polled from Lua.  docs/lua-api.md"
 D["Net:listen"] = "net:listen(\"HOST:PORT\") -> port | nil, message, code\nListens (port 0: any free one)."
 D["Net:connect"] = "net:connect(\"HOST:PORT\") -> peer | nil, message, code\nConnects; a ready (or lost) event follows."

@@ -8,7 +8,8 @@
  * loop runs inside dlc_net_poll).  Any other thread talks to it through two bounded
  * queues of byte buffers, never tensors:
  *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, ...): they never block;
- *                a full queue or a peer over its output limit is an error the sender sees;
+ *                a full queue, a peer over its output limit (out_max) or the net over
+ *                its memory budget (mem_max) is an error the sender sees;
  *   events out   (dlc_net_poll): frames received, peers connected, lost, refused.
  * A dlc_net is a server (dlc_net_listen), a client of one or more servers
  * (dlc_net_connect), or both.  Peers are named by small integer ids, unique in a net.
@@ -76,9 +77,28 @@ typedef struct dlc_net_config {
     size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB) */
     size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
                               * the I/O thread stops reading sockets (512 MiB) */
+    /* One memory budget for the whole net (1 GiB; at least frame_max): the bytes queued
+     * for output to every peer, plus received frames waiting for dlc_net_poll, plus the
+     * frames being received.  A send beyond it is refused (DLC_ERR_RANGE, back-pressure;
+     * DRAINED follows once the net is below mem_max / 2); a frame with a payload that
+     * does not fit waits, its connection not read meanwhile (and not timed out: the
+     * silence is this side's), until it fits. */
+    size_t mem_max;
     int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
-    double heartbeat_s;      /* send a HEARTBEAT when nothing was sent for this long (1 s); 0 off */
-    double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout */
+    /* Server: connections accepted and not yet authenticated (before READY), in all
+     * (64) and from one source address (8), so idle sockets cannot fill max_peers.
+     * Beyond max_unauth_per_addr a new connection gets ERROR overloaded; beyond
+     * max_unauth (or at max_peers) the oldest unauthenticated connection of the address
+     * holding the most gives way (ERROR overloaded, closed) to the new one. */
+    int max_unauth;
+    int max_unauth_per_addr;
+    double heartbeat_s;      /* send a HEARTBEAT when nothing was queued for this long (1 s); 0 off.
+                              * Plain TCP: control frames (heartbeats, BYE, ERROR, the
+                              * handshake's) overtake queued payloads at the next frame
+                              * boundary; over TLS they keep their place */
+    double timeout_s;        /* a READY peer silent this long is lost (5 s): ERROR timeout.
+                              * A frame being received counts as life while it arrives at
+                              * its observed rate (docs/transport.md); a trickle does not */
     double auth_timeout_s;   /* a peer must be READY within this (5 s) */
     double reconnect_min_s;  /* client: first reconnect delay (0.1 s), doubled per failure, */
     double reconnect_max_s;  /*   up to this (10 s), each +-50% jitter; reconnect_max_s = 0: never */
@@ -130,9 +150,12 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  * DLC_NET_SENT event for this frame, or the peer's DLC_NET_LOST).  Returns DLC_OK, or
  * without queuing anything (the payload still the caller's):
  *   DLC_ERR_STATE  the peer is not READY (unknown, connecting, lost, closing);
- *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max
- *                  (retry after DLC_NET_DRAINED), or the command queue is full;
- *   DLC_ERR_ARG    a frame that cannot be encoded (named).
+ *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max,
+ *                  or the net's memory plus this frame exceeds mem_max (retry after
+ *                  DLC_NET_DRAINED), or the command queue is full;
+ *   DLC_ERR_ARG    a frame that cannot be encoded (named), or of a type this side does
+ *                  not send (a client sends HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a
+ *                  server-side connection HEARTBEAT, FRAGMENT, RESYNC, GRADIENT_AVG, BYE).
  * Thread-safe. */
 DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
                                 void (*free_payload)(const void *payload, void *arg), void *arg);
@@ -150,13 +173,20 @@ DLC_API dlc_status dlc_net_shape(dlc_net *net, int peer, double rate_bytes_s, do
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
                       * the WELCOME (client) or the peer's HELLO (server) */
-    DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event) */
+    DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event).  Only
+                      * the peer's role's types arrive: a server-side connection takes
+                      * HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a client HEARTBEAT, FRAGMENT,
+                      * RESYNC, GRADIENT_AVG, BYE (anything else: ERROR unexpected, closed).
+                      * On a server-side connection frame.msg.learner is the id WELCOME
+                      * gave it (another id: ERROR mismatch, closed). */
     DLC_NET_SENT,    /* a frame queued with free_payload NULL was written (arg = its arg) */
-    DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 after a refusal */
+    DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 (and the net's below
+                      * mem_max / 2) after a refusal */
     DLC_NET_LOST,    /* peer's connection ended: code (dlc_proto_errcode) and text say why;
                       * a reconnecting client follows with READY again */
     DLC_NET_REFUSED, /* server: a connection refused before READY (bad auth, version,
-                      * malformed first frame, overload, timeout); code and text say why */
+                      * malformed first frame, overload or evicted for a newer one,
+                      * timeout); code and text say why */
     DLC_NET_EVENT_COUNT
 } dlc_net_event_kind;
 
@@ -183,13 +213,16 @@ typedef struct dlc_net_counters {
     uint64_t bytes_out[DLC_FRAME_TYPE_COUNT], frames_out[DLC_FRAME_TYPE_COUNT];
     uint64_t bytes_in[DLC_FRAME_TYPE_COUNT], frames_in[DLC_FRAME_TYPE_COUNT];
     uint64_t queued;         /* bytes queued for sending now */
-    uint64_t refused_full;   /* dlc_net_send refusals for back-pressure */
+    uint64_t refused_full;   /* dlc_net_send refusals for back-pressure (out_max or mem_max) */
     uint64_t auth_failures;  /* server: connections that failed authentication */
     uint64_t protocol_errors; /* connections closed for a protocol violation */
     uint64_t timeouts;       /* peers lost to silence */
     uint64_t reconnects;     /* client: successful reconnects */
     uint64_t accepted;       /* server: connections accepted */
-    uint64_t overloaded;     /* server: connections refused for max_peers */
+    uint64_t overloaded;     /* server: connections refused or evicted for max_peers,
+                              * max_unauth, max_unauth_per_addr */
+    uint64_t unauth;         /* server, the sum only: connections not yet authenticated now */
+    uint64_t mem;            /* the sum only: bytes counted against mem_max now */
     int state;               /* dlc_conn_state of the peer (-1 for the sum) */
 } dlc_net_counters;
 

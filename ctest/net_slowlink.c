@@ -1,0 +1,119 @@
+/*
+ * net_slowlink.c - liveness on a slow link (docs/transport.md, "Bytes"): a syncer sends
+ * three fragments back to back to a learner over a link capped at 20 kB/s
+ * (dlc_net_shape), each frame 2-10 times longer to transmit than timeout_s (1.5 s).
+ * Neither side is lost: the learner's receiver counts the body arriving at its observed
+ * rate as life (the 64 KiB fragment takes the small-frame read path, the 272 KiB one the
+ * bulk path), and the syncer's heartbeats overtake the queued fragments at every frame
+ * boundary instead of waiting behind all of them.  Runs in about 21 s.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include "check.h"
+#include "diloco/net.h"
+#include "net_clock.h"
+
+#define SECRET "slow link secret"
+#define RATE 20000.0      /* bytes/s: 64 KiB take 3.3 s, 272 KiB take 13.9 s */
+#define SMALL (16 << 10)  /* floats: 64 KiB, below the bulk read threshold (256 KiB) */
+#define LARGE (68 << 10)  /* floats: 272 KiB, read at the SO_RCVLOWAT threshold */
+
+static const int64_t numel[2] = {SMALL, LARGE};
+static const dlc_proto_layout layout = {2, numel, SMALL + LARGE, {128}};
+static float small_pay[SMALL], large_pay[LARGE];
+
+static dlc_net_config config(const dlc_hello *h) {
+    dlc_net_config c = dlc_net_default_config();
+    c.secret = SECRET, c.secret_len = strlen(SECRET);
+    c.layout = &layout, c.hello = h;
+    c.heartbeat_s = 0.3, c.timeout_s = 1.5, c.auth_timeout_s = 5, c.drain_timeout_s = 1;
+    c.reconnect_max_s = 0;
+    return c;
+}
+
+static void test_slow_link(void) {
+    dlc_frame w;
+    dlc_frame_init(&w, DLC_FRAME_WELCOME);
+    dlc_hello hs = w.hello, hc;
+    hs.proto_min = DLC_PROTO_VERSION_MIN, hs.proto_max = DLC_PROTO_VERSION_MAX;
+    strcpy(hs.run, "slowlink");
+    hs.model_hash = 3, hs.plan_hash = 4, hs.block = 128, hs.codecs = 1u << DLC_CODEC_F32;
+    hs.fragments = 2, hs.endpoints = 1;
+    hc = hs;
+    hc.fragments = 0, hc.endpoints = 0, hc.learner = -1;
+    dlc_net_config sc = config(&hs), cc = config(&hc);
+    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_net_listen(srv, "127.0.0.1:0"));
+    int cpeer = dlc_net_connect(cl, addr), speer = -1, learner = -1;
+    dlc_net_event ev;
+    for (double end = now_s() + 10; (speer < 0 || learner < 0) && now_s() < end;) {
+        if (dlc_net_poll(srv, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY) speer = ev.peer;
+            dlc_net_event_release(&ev);
+        }
+        if (dlc_net_poll(cl, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY && ev.peer == cpeer) learner = ev.frame.hello.learner;
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(speer >= 0 && learner >= 0);
+    CHECK(dlc_net_shape(srv, speer, RATE, 0) == DLC_OK);
+    for (int i = 0; i < SMALL; i++) small_pay[i] = (float)i * 0.5f;
+    for (int i = 0; i < LARGE; i++) large_pay[i] = (float)i * -0.25f;
+    /* fragments 0, 1, 0, queued at once: about 20.5 s of transfer at RATE */
+    static const int order[3] = {0, 1, 0};
+    for (int k = 0; k < 3; k++) {
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+        f.msg.learner = learner, f.msg.fragment = order[k], f.msg.version = k + 1, f.msg.codec = DLC_CODEC_F32;
+        f.msg.payload = (const uint8_t *)(order[k] ? large_pay : small_pay);
+        f.msg.len = (size_t)numel[order[k]] * sizeof(float);
+        CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK);
+    }
+    /* the learner's side: fragments in order, intact; heartbeats between them */
+    int got = 0, lost = 0, intact = 0, hb_between[3] = {0};
+    double t0 = now_s(), end = t0 + 60;
+    while (got < 3 && !lost && now_s() < end) {
+        if (dlc_net_poll(srv, &ev, 0) == 1) {
+            lost += ev.kind == DLC_NET_LOST;
+            if (ev.kind == DLC_NET_LOST) fprintf(stderr, "syncer lost the learner: %s\n", ev.text);
+            dlc_net_event_release(&ev);
+        }
+        if (dlc_net_poll(cl, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_LOST) lost++, fprintf(stderr, "learner lost the syncer: %s\n", ev.text);
+        if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_HEARTBEAT && got >= 1) hb_between[got]++;
+        if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_FRAGMENT) {
+            int p = order[got];
+            intact += ev.frame.msg.version == got + 1 && ev.frame.msg.fragment == p &&
+                      ev.frame.msg.len == (size_t)numel[p] * sizeof(float) &&
+                      memcmp(ev.frame.msg.payload, p ? (const void *)large_pay : (const void *)small_pay,
+                             ev.frame.msg.len) == 0;
+            got++;
+        }
+        dlc_net_event_release(&ev);
+    }
+    double dt = now_s() - t0;
+    CHECK(got == 3 && intact == 3 && lost == 0);
+    /* the syncer's heartbeats did not wait behind the fragments queued after the one on
+     * the wire: at least one came between each two */
+    CHECK(hb_between[1] >= 1 && hb_between[2] >= 1);
+    /* the link was slow: every frame took longer than timeout_s */
+    CHECK(dt > 3 * sc.timeout_s);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, speer, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    if (got != 3 || lost || hb_between[1] < 1 || hb_between[2] < 1)
+        fprintf(stderr, "slow link: %d fragments (%d intact) in %.1f s, %d lost, heartbeats between: %d, %d\n", got, intact,
+                dt, lost, hb_between[1], hb_between[2]);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    test_slow_link();
+    return check_done("net_slowlink");
+}
