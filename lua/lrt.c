@@ -105,6 +105,21 @@ static void keep(lua_State *L, int idx) {
     lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
 }
 
+/* The options' params and plan (at 1), kept alive by the new box (at 2) through a user
+ * value table left at 3. */
+static void params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
+    lua_newtable(L); /* 3 */
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, 2, 1);
+    lua_getfield(L, 1, "params");
+    *params = dlcL_checkparams(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_getfield(L, 1, "plan");
+    *plan = dlcL_checkplan(L, lua_gettop(L));
+    keep(L, lua_gettop(L));
+    lua_settop(L, 3);
+}
+
 /* ---- diloco.Syncer ---- */
 
 static int l_syncer(lua_State *L) {
@@ -112,16 +127,9 @@ static int l_syncer(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
-    lua_newtable(L);                                        /* 3 */
-    lua_pushvalue(L, 3);
-    lua_setiuservalue(L, 2, 1);
-    lua_getfield(L, 1, "params");
-    dlc_params *params = dlcL_checkparams(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_getfield(L, 1, "plan");
-    dlc_plan *plan = dlcL_checkplan(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_settop(L, 3);
+    dlc_params *params;
+    dlc_plan *plan;
+    params_and_plan(L, &params, &plan);
     lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     lua_pop(L, 1);
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
@@ -319,16 +327,9 @@ static int l_learner(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     lrtbox *b = dlcL_newbox(L, DLCL_LEARNER, sizeof *b, 1); /* 2 */
-    lua_newtable(L);                                         /* 3 */
-    lua_pushvalue(L, 3);
-    lua_setiuservalue(L, 2, 1);
-    lua_getfield(L, 1, "params");
-    dlc_params *params = dlcL_checkparams(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_getfield(L, 1, "plan");
-    dlc_plan *plan = dlcL_checkplan(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_settop(L, 3);
+    dlc_params *params;
+    dlc_plan *plan;
+    params_and_plan(L, &params, &plan);
     dlc_lrt_config c = dlc_lrt_default_config();
     int li = subtable(L, 1, WHO, "learner");
     /* the syncer's fields too (given: the recipe's), so that HELLO states the whole run */

@@ -14,10 +14,7 @@ local train = require "diloco.train"
 local islands = require "diloco.islands"
 local M = {}
 
-local fail, plain = train.fail, train.plain
-local function fail_code(code, fmt, ...)
-  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
-end
+local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 
 -- Limits of the supervisor: every wait has a deadline (the recipe's runtime section
 -- sets the join deadline, the drain and the restart budget).
@@ -61,7 +58,9 @@ function M.start_syncer(ctx, listen, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume,
     net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
-      heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls } }
+      heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls,
+      -- every learner of a run on one host comes from one address, all at once
+      max_unauth_per_addr = math.max(8, r.islands.count) } }
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
   ctx.syncer = s
   ctx.merges_saved = ctx.gm

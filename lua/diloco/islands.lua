@@ -8,10 +8,7 @@ local diloco = require "diloco"
 local train = require "diloco.train"
 local M = {}
 
-local fail, plain = train.fail, train.plain
-local function fail_code(code, fmt, ...)
-  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
-end
+local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 
 -- Every recipe hook runs through here: one protected call with a traceback; an error
 -- stops the run, naming the hook.

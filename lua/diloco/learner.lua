@@ -18,10 +18,7 @@ local train = require "diloco.train"
 local islands = require "diloco.islands"
 local M = {}
 
-local fail, plain = train.fail, train.plain
-local function fail_code(code, fmt, ...)
-  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
-end
+local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 
 -- The learner's id: --id, else the launcher's rank (minus offset, for an MPMD line whose
 -- first ranks are syncers), else nil (the syncer's WELCOME assigns one).  1-based.

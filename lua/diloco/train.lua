@@ -34,7 +34,7 @@ local function fail_code(code, fmt, ...)
   error({ diloco_error = string.format(fmt, ...), code = code }, 0)
 end
 local function fail(fmt, ...) fail_code(1, fmt, ...) end
-M.fail = fail
+M.fail, M.fail_code = fail, fail_code
 
 -- Model options without `arch`, as given in the recipe (saved as JSON metadata so
 -- `diloco-lua sample` can rebuild the model from model.safetensors alone).

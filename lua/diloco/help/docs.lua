@@ -315,6 +315,7 @@ D["diloco.train.maybe_eval"] = "train.maybe_eval(ctx)\nThe periodic evaluation (
 D["diloco.train.maybe_checkpoint"] = "train.maybe_checkpoint(ctx)\nThe periodic checkpoint."
 D["diloco.train.finish"] = "train.finish(ctx, err)\nThe end of every run: final eval, save, summary."
 D["diloco.train.fail"] = "train.fail(fmt, ...)\nRaises the trainer's one error type with exit code 1."
+D["diloco.train.fail_code"] = "train.fail_code(code, fmt, ...)\nRaises the one error type with exit code code (2: something the user gave is wrong)."
 D["diloco.train.plain"] = "train.plain(v) -> v\nA value as plain data (no functions or metatables)."
 D["diloco.train.evaluate"] = "train.evaluate(model, loaders, batches) -> loss[, accuracy]\nMean held-out loss over a fixed subset of eval batches."
 D["diloco.train.eval_batches"] = "train.eval_batches(loaders, n) -> iterator of x, y\nThe fixed eval subset."
