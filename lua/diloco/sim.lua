@@ -34,6 +34,12 @@ local function prepare(r, opts)
     fail_code(2, "--resume: a sim run is not resumed: run it again (the same recipe and seed give the same run)")
   end
   local Mn, isl, sy = r.islands.count, r.islands, r.sync
+  for i, e in ipairs(r.chaos and r.chaos.events or {}) do
+    if e.kind == "pause" then
+      fail_code(2, "chaos[%d]: a pause event runs on real processes only (diloco-lua run with several islands); the "
+        .. "virtual-time driver has none: use kill (the learner restarts) or cut (its link stalls)", i)
+    end
+  end
   local dp = sy.preset == "dp"
   if dp and build_chaos(r) then
     fail_code(2, "chaos with sync.preset = \"dp\": faults in data parallel are not simulated in this version " ..
