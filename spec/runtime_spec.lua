@@ -122,6 +122,8 @@ describe("diloco-lua run with 3 learner processes", function()
     local s = summary_of(ev)
     assert.are.equal(2, s.per_learner[2].joins)
     assert.are.equal(1, s.restarts)
+    -- its own metrics hold both processes: the restart appended to what the first wrote
+    assert.are.equal(2, #of_kind(events(S.dir .. "/run/learner-2/metrics.jsonl"), "join"))
     assert.is_nil(s.error)
   end)
 

@@ -214,12 +214,17 @@ local function load_global(ctx)
     ctx.syncer:global(ctx.params)
     return true
   end
-  local best, best_step
+  -- a learner that restarted in dp came back with the initial model (a dp syncer has no
+  -- other to send), so one that never restarted holds the run's model
+  local best, best_step, best_clean
   for m = 1, ctx.recipe.islands.count do
     local path = string.format("%s/learner-%d/model.safetensors", ctx.out, m)
     local t, meta = diloco.load_safetensors(path)
     local step = t and math.tointeger(tonumber(meta["diloco.step"] or ""))
-    if step and (not best_step or step > best_step) then best, best_step = t, step end
+    local clean = not ctx.learners[m].restarted_at
+    if step and (not best or (clean and not best_clean) or (clean == best_clean and step > best_step)) then
+      best, best_step, best_clean = t, step, clean
+    end
   end
   if not best then
     fail("dp: no learner model in %s/learner-N to evaluate (the syncer of a data-parallel run holds no model; its "

@@ -186,8 +186,10 @@ function M.prepare(r, opts)
   -- its own directory: continued when it holds a checkpoint (a restart), else made new;
   -- --overwrite (a fresh run) replaces what it holds
   local has = not opts.overwrite and #diloco.rundir.checkpoints(ctx.out) > 0
-  ctx.rd = diloco.rundir.open(ctx.out, { resume = has and "latest" or nil, overwrite = not has, metrics = opts.metrics,
-    command = opts.command, keep = r.checkpoint.keep })
+  -- (a restart without a checkpoint yet appends to what its earlier process wrote)
+  ctx.rd = diloco.rundir.open(ctx.out, { resume = has and "latest" or nil, overwrite = opts.overwrite,
+    append = not opts.overwrite and not has or nil, metrics = opts.metrics, command = opts.command,
+    keep = r.checkpoint.keep })
   local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
   if not metrics then fail("%s", merr) end
   ctx.metrics = metrics

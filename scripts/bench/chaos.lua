@@ -39,15 +39,12 @@ local function go(cmd, name, sets)
   return ev[#ev], ev
 end
 
--- the learners that never faulted, and their mean idle share
-local function healthy_idle(summary, ev)
-  local hit = {}
-  for _, e in ipairs(ev) do
-    if e.event == "fault" and e.learner and (e.kind == "kill" or e.kind == "pause") then hit[e.learner] = true end
-  end
+-- the mean idle share of the learners while they were up: what another learner's fault
+-- cost them (a learner's idle counts its waits for the network, never its own down time)
+local function healthy_idle(summary)
   local sum, n = 0, 0
-  for m, p in ipairs(summary.per_learner or {}) do
-    if not hit[m] and p.idle then sum, n = sum + p.idle, n + 1 end
+  for _, p in ipairs(summary.per_learner or {}) do
+    if p.idle then sum, n = sum + p.idle, n + 1 end
   end
   return n > 0 and sum / n or nil
 end
@@ -75,12 +72,12 @@ local out = {}
 for _, m in ipairs(modes) do
   local sets = { "chaos=" .. chaos }
   for _, s in ipairs(m.sets) do sets[#sets + 1] = s end
-  local r, ev = go("run", m.name:gsub("[^%w]", "_"), sets)
+  local r = go("run", m.name:gsub("[^%w]", "_"), sets)
   local ssets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time) }
   for _, s in ipairs(m.sets) do if not s:match("^runtime") then ssets[#ssets + 1] = s end end
   local ok, s = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_sim", ssets)
   if not ok then s = {} end
-  local idle = healthy_idle(r, ev)
+  local idle = healthy_idle(r)
   out[m.name] = r
   print(string.format("| %s | %s | %s | %s | %s | %.4f | %s | %.1f |", m.name,
     r.goodput and string.format("%.1f%%", 100 * r.goodput) or "-",
