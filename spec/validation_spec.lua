@@ -135,6 +135,12 @@ describe("diloco-lua run checks multi-island fields and points to sim (exit 2)",
     { "--set islands.latency=5parsecs", 'islands.latency = "5parsecs": expected a duration such as "20s"' },
     { "--set sync.grace=soon", 'sync.grace = "soon": expected adaptive, off, or a duration' },
     { "--set islands.count=65", "islands.count = 65: expected an integer in [1, 64]" },
+    { "--set runtime.heartbeat=5s --set runtime.timeout=2s",
+      "runtime.heartbeat = 5s >= runtime.timeout = 2s: expected heartbeat < timeout" },
+    { "--set runtime.timeout=soon", 'runtime.timeout = "soon": expected a duration such as "20s"' },
+    { "--set runtime.restarts=-1", "runtime.restarts = -1: expected an integer in [0, 1000000]" },
+    { "--set runtime.elastic=1", "runtime.elastic = 1: expected boolean" },
+    { "--set runtime.syncer_every=1.5", "runtime.syncer_every = 1.5: expected integer" },
   }
   for _, c in ipairs(cases) do
     it(c[1], function() assert_refused(c[1], c[2]) end)

@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-/* The algorithm presets of algorithm.md §5 (lua/diloco/recipe.lua's sync.preset). */
+/* The algorithm presets (docs/sim.md; lua/diloco/recipe.lua's sync.preset). */
 typedef enum dlc_run_preset {
     DLC_PRESET_DP,        /* data parallel: gradients averaged every step */
     DLC_PRESET_DILOCO,    /* one fragment, every learner, blocking */
