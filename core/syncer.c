@@ -430,7 +430,8 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         if (st != DLC_OK) break;
         f->mc[k++] = (dlc_merge_contrib){.learner = m, .weight = w, .base_version = c->base,
                                          .staleness = dlc_fragstate_version(f->fs) - c->base, .steps = c->steps,
-                                         .tokens = c->tokens, .arrived = c->arrived};
+                                         .tokens = c->tokens, .incarnation = s->incarnation[m],
+                                         .arrived = c->arrived};
         bytes_in += (int64_t)c->len;
         useful += (double)c->tokens / s->P;
         s->merged[m]++;
@@ -501,7 +502,7 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
             f->deadline = now + f->grace;
             set_round_state(f, DLC_ROUND_GRACE);
         }
-        if (f->count >= expected(s, f) || now >= f->deadline) return close_round(s, p, now, 0);
+        if (!s->manual && (f->count >= expected(s, f) || now >= f->deadline)) return close_round(s, p, now, 0);
     } else if (f->state == DLC_ROUND_GRACE) {
         set_round_state(f, DLC_ROUND_COLLECTING);
     }
@@ -795,6 +796,12 @@ dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int k, double now) {
     s->p.quorum = k;
     for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
     return st;
+}
+
+dlc_status dlc_syncer_set_manual(dlc_syncer *s, int on) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_set_manual: NULL syncer");
+    s->manual = on != 0;
+    return DLC_OK;
 }
 
 dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {

@@ -41,6 +41,7 @@ struct dlc_syncer {
     sfrag *f;
     float *scratch;          /* [max n_p] */
     double *sorted;          /* [M], for medians */
+    int manual;              /* 1: rounds close only by dlc_syncer_flush (dlc_syncer_set_manual) */
     uint8_t *live;
     double *heard, *step_t, *transit;
     double *joined_at;       /* [M]: when each live learner (re)joined */

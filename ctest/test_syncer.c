@@ -861,6 +861,66 @@ static void test_flush_and_quorum(void) {
     fx_free(&x);
 }
 
+/* Manual rounds: neither the quorum, nor the grace deadline, nor the last live learner
+ * closes a round; only flush does, with exactly what was received, and the result is the
+ * merge the same contributions make without it. */
+static void test_manual(void) {
+    fx x;
+    fx_make(&x, 2, 160);
+    int64_t n0 = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    dlc_syncer *auto_s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s && auto_s);
+    if (!s || !auto_s) return;
+    CHECK(dlc_syncer_set_manual(NULL, 1) == DLC_ERR_ARG);
+    CHECK(dlc_syncer_set_manual(s, 1) == DLC_OK && dlc_syncer_pending(s) == 0);
+    join_all(s, 2, 0);
+    join_all(auto_s, 2, 0);
+    float d0[NMAX], d1[NMAX];
+    randv(d0, n0, 1600, 0.1f);
+    randv(d1, n0, 1601, 0.1f);
+    dlc_msg a = contribution(0, 0, 0, 4, 40, d0, n0), b = contribution(1, 0, 0, 2, 30, d1, n0);
+    /* quorum 1, no grace: without manual the first contribution merges at once */
+    CHECK(dlc_syncer_receive(auto_s, &a, 1.0) == DLC_OK);
+    rec r = drain(auto_s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && dlc_syncer_version(auto_s, 0) == 1);
+    /* manual: both wait, past every deadline, and every live learner has sent */
+    CHECK(dlc_syncer_receive(s, &a, 1.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK(dlc_syncer_handle_expiry(s, 100.0) == DLC_OK);
+    CHECK(drain(s).n == 0);
+    CHECK(dlc_syncer_receive(s, &b, 101.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 2 && dlc_syncer_version(s, 0) == 0);
+    CHECK(dlc_syncer_flush(s, 102.0) == DLC_OK);
+    r = drain(s);
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2 && ma->merge.flushed == 1 && dlc_syncer_version(s, 0) == 1);
+    /* the same two contributions merged by an automatic syncer of quorum 2 give the same floats */
+    dlc_syncer_params sp2 = sgd_params(2, 2, DLC_GRACE_OFF, 0);
+    dlc_syncer *both = dlc_syncer_new(&sp2, x.plan, dlc_params_data(x.p));
+    CHECK_OK(both);
+    if (both) {
+        join_all(both, 2, 0);
+        CHECK(dlc_syncer_receive(both, &a, 1.0) == DLC_OK);
+        CHECK(drain(both).n == 0);
+        CHECK(dlc_syncer_receive(both, &b, 2.0) == DLC_OK);
+        r = drain(both);
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 1);
+        CHECK(memcmp(dlc_syncer_theta(both, 0), dlc_syncer_theta(s, 0), (size_t)n0 * sizeof(float)) == 0);
+        dlc_syncer_free(both);
+    }
+    /* manual off again: the next round closes by itself */
+    CHECK(dlc_syncer_set_manual(s, 0) == DLC_OK);
+    a.version = 1;
+    CHECK(dlc_syncer_receive(s, &a, 103.0) == DLC_OK);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && dlc_syncer_version(s, 0) == 2);
+    dlc_syncer_free(s);
+    dlc_syncer_free(auto_s);
+    fx_free(&x);
+}
+
 /* ---- data parallel ---- */
 
 static void test_dp(void) {
@@ -1389,6 +1449,7 @@ int main(void) {
     test_rda_identical();
     test_restart();
     test_flush_and_quorum();
+    test_manual();
     test_dp();
     test_zero_weight();
     test_hostile();

@@ -96,6 +96,8 @@ void dlcL_open_vtime(lua_State *L, int mod, int st);
 void dlcL_open_rt(lua_State *L, int mod, int st);
 /* diloco.proc, child processes of a supervisor (lproc.c). */
 void dlcL_open_proc(lua_State *L, int mod, int st);
+/* lmachine.c: diloco.machine, the core state machines driven by hand. */
+void dlcL_open_machine(lua_State *L, int mod, int st);
 /* The learner and syncer options of diloco.VTime (and of the real-time drivers), checked
  * (raises naming the option), through one run description (core/run.h) so that both
  * derive from the same fields: the learner table at lt (with learner.preset) and, for

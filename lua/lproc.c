@@ -8,6 +8,7 @@
  *   local st = diloco.proc.wait(pid)         -- nil while it runs; {exited = 0} or {signal = 9, name = "KILL"}
  *   diloco.proc.signal(pid, "STOP")          -- KILL, TERM, INT, STOP, CONT, HUP
  *   diloco.proc.self_exe()                   -- the absolute path of this executable
+ *   diloco.proc.realpath("r.lua")            -- an absolute path without links (nil, message if absent)
  *   diloco.proc.die_with_parent("TERM")      -- this process gets SIGTERM when its parent dies
  *   diloco.proc.sleep(0.1)                   -- seconds
  *   diloco.proc.write_private(path, text)    -- a new file of mode 0600 (a secret)
@@ -238,6 +239,19 @@ static int l_self_exe(lua_State *L) {
     return 1;
 }
 
+static int l_realpath(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    char *r = realpath(p, NULL);
+    if (!r) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", p, strerror(errno));
+        return 2;
+    }
+    lua_pushstring(L, r);
+    free(r);
+    return 1;
+}
+
 /* proc.die_with_parent(sig [, ppid]): the kernel sends sig when the parent dies; false
  * (and nothing set) if the parent is already gone or is not ppid. */
 static int l_die_with_parent(lua_State *L) {
@@ -302,7 +316,7 @@ void dlcL_open_proc(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     (void)st;
     static const luaL_Reg funcs[] = {{"spawn", l_spawn}, {"wait", l_wait},       {"signal", l_signal},
-                                     {"self_exe", l_self_exe}, {"die_with_parent", l_die_with_parent},
+                                     {"self_exe", l_self_exe}, {"realpath", l_realpath}, {"die_with_parent", l_die_with_parent},
                                      {"pid", l_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},   {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, funcs, 0);

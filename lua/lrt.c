@@ -456,6 +456,7 @@ static int lr_poll(lua_State *L) {
         dlcL_setint(L, "fragment", ev.fragment + 1);
         dlcL_setint(L, "version", ev.version);
         dlcL_setint(L, "lag", ev.lag);
+        dlcL_setint(L, "boundary", ev.boundary);
         lua_pushboolean(L, ev.resync);
         lua_setfield(L, -2, "resync");
     } else {

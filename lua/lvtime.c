@@ -305,6 +305,7 @@ void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
         setint(L, "staleness", c->staleness);
         setint(L, "steps", c->steps);
         setint(L, "tokens", c->tokens);
+        setint(L, "incarnation", c->incarnation);
         setnum(L, "arrived", c->arrived);
         lua_rawseti(L, -2, i + 1);
     }

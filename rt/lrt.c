@@ -163,6 +163,7 @@ static dlc_status actions(dlc_lrt *l) {
             e.version = a.version;
             e.lag = a.lag;
             e.resync = a.resync;
+            e.boundary = dlc_learner_steps(l->l);
             push_event(l, &e);
             l->st.applied++;
         } else if (a.type == DLC_LACT_GRADIENT_READY) {

@@ -92,6 +92,10 @@ M.commands = {
       METRICS_OPT, QUIET_OPT, FIELDS_OPT,
       { name = "resume", arg = "CHECKPOINT", shown = "none",
         doc = "refused (exit 2): a sim is not resumed, the same recipe and seed give the same run again" },
+      { name = "replay", arg = "OUT", shown = "none",
+        doc = "re-execute the finished real run in OUT from its merge tape (its recipe from OUT/tape.json, or the "
+          .. "RECIPE given) and compare its final global parameters with OUT/model.safetensors bit for bit: exit "
+          .. "0 when they match, 1 when they differ or the replay diverged (docs/runtime.md)" },
     },
     exit = RUN_EXIT,
   },
@@ -508,7 +512,24 @@ local function run(args, parse)
     overwrite = opts.overwrite, quiet = opts.quiet, command = "diloco-lua run " .. table.concat(args, " ") })
 end
 
+local function replay(opts, pos)
+  if #pos > 1 then usage_error("--replay OUT takes at most one RECIPE (the run's, when it moved), got " .. #pos) end
+  for _, k in ipairs { "out", "overwrite", "metrics", "resume" } do
+    if opts[k] then usage_error("--replay OUT: --" .. k .. " does not apply (a replay writes nothing)") end
+  end
+  local summary = require("diloco.replay").run(opts.replay, { quiet = opts.quiet, recipe = pos[1], set = opts.set })
+  if opts.quiet then
+    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
+    io.stdout:flush()
+  end
+  return M.EXIT.ok
+end
+
 local function sim(args, parse)
+  do
+    local o, p = parse(args)
+    if o.replay then return replay(o, p) end
+  end
   local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
   return train(diloco.sim.run, r, opts, { metrics = opts.metrics, out = opts.out, overwrite = opts.overwrite,
@@ -538,7 +559,7 @@ local function syncer(args, parse)
   return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = opts.out,
     overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
     address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
-    resume = opts.resume, tls = tls_opts(opts, "syncer"),
+    resume = opts.resume, tls = tls_opts(opts, "syncer"), recipe_path = pos[1], set = opts.set,
     command = "diloco-lua syncer " .. table.concat(args, " ") })
 end
 

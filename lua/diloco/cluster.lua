@@ -164,6 +164,13 @@ local function prepare(r, opts)
     local wok, werr = ctx.rd:write_file("recipe.json",
       diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
     if not wok then fail("writing the effective recipe: %s", werr) end
+    if opts.recipe_path and not ctx.srd.resume_path then
+      -- the merge tape's header: what `sim --replay OUT` loads the recipe from (docs/runtime.md)
+      local abs = diloco.proc.realpath(opts.recipe_path) or opts.recipe_path
+      local tok, terr = ctx.rd:write_file("tape.json", diloco.json_encode({ format = 1, recipe = abs,
+        set = opts.set or {}, learners = Mn, run_id = ctx.run_id }, { sort_keys = true, indent = 2 }) .. "\n")
+      if not tok then fail("writing the merge tape's header: %s", terr) end
+    end
     if opts.address_file then -- for learners on a shared file system: written whole, then renamed
       local tmp = opts.address_file .. ".tmp"
       local fh = io.open(tmp, "w")

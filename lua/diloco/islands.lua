@@ -123,7 +123,7 @@ function M.merge_info(mi)
   local contributors = {}
   for i, c in ipairs(mi.contributors) do
     contributors[i] = { learner = c.learner, weight = c.weight, staleness = c.staleness, steps = c.steps,
-      tokens = c.tokens }
+      tokens = c.tokens, base_version = c.base_version, incarnation = c.incarnation }
   end
   return { fragment = mi.fragment, version = mi.version, contributors = contributors, grace = mi.grace,
     waited = mi.waited, all_sent = mi.all_sent, flushed = mi.flushed or nil, live = mi.live, quorum = mi.quorum,

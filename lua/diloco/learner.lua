@@ -208,7 +208,7 @@ local function drain_events(ctx)
     if not ev then return end
     if ev.type == "applied" then
       write(ctx, "apply", { learner = ctx.id, fragment = ev.fragment, version = ev.version, step = ctx.lrt:schedule_step(),
-        lag = ev.lag, resync = ev.resync or nil })
+        boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil })
     else
       write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = ctx.lrt:schedule_step() })
       if not ctx.opts.quiet then ctx:warn("learner %d: %s (%s)", ctx.id, ev.type, ev.text) end

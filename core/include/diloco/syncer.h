@@ -209,6 +209,11 @@ DLC_API dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now);
 /* The minimum quorum changes (a recipe's quorum function of the live learners): open
  * rounds are re-checked. */
 DLC_API dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int quorum, double now);
+/* Manual rounds (on = 1): a round then closes only by dlc_syncer_flush, never by its
+ * quorum, its grace deadline or its last live learner; quorum and grace are still
+ * computed.  For a driver that decides itself which contributions each merge takes
+ * (`sim --replay` re-executing a recorded run, lua/diloco/replay.lua).  Queues nothing. */
+DLC_API dlc_status dlc_syncer_set_manual(dlc_syncer *s, int on);
 /* Merges every open round that holds a contribution, quorum or not (the end of a run). */
 DLC_API dlc_status dlc_syncer_flush(dlc_syncer *s, double now);
 /* The syncer restarted from a checkpoint of this instant (what save then load would
@@ -243,6 +248,7 @@ typedef struct dlc_merge_contrib {
     double weight;           /* as used (before normalisation) */
     int64_t base_version, staleness; /* staleness = version merged into − base version */
     int64_t steps, tokens;
+    int64_t incarnation;     /* the sender's incarnation recorded at the merge (0: unstamped) */
     double arrived;          /* time it arrived */
 } dlc_merge_contrib;
 

@@ -232,6 +232,8 @@ typedef struct dlc_lrt_event {
     double time;
     int fragment, resync;
     int64_t version, lag;
+    int64_t boundary;         /* APPLIED: the step boundary, the inner steps the learner had run
+                               * since it joined (0: applied while joining) */
     char text[DLC_RT_TEXT_MAX];
 } dlc_lrt_event;
 /* The next event (nothing waits: events come from the calls above): 1 or 0. */
