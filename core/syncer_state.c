@@ -350,7 +350,8 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
         }
     }
     if (!(s = dlc_syncer_new(sp, plan, arena))) goto fail;
-    s->epoch = s->p.epoch = epoch + 1;
+    /* the next epoch, or the driver's when it knows of later incarnations (that never saved) */
+    s->epoch = s->p.epoch = epoch + 1 > sp->epoch ? epoch + 1 : sp->epoch;
 
     /* per fragment: ring, momentum, the age of its latest round */
     if (list(&r, K_ROUND_AGE, P, "fragment", 1, 0, 1e300, 1, NULL, dv) != DLC_OK) goto fail;

@@ -403,10 +403,22 @@ static void test_epochs_and_blocking(void) {
         CHECK(dlc_syncer_epoch(s) == 7 + k);
         CHECK(dlc_syncer_save(s, path, 1.0 + k, 0, NULL, NULL) == DLC_OK);
         dlc_syncer_free(s);
-        s = dlc_syncer_load(path, &sp, x.plan, 1.0 + k); /* sp.epoch stays 7: not used */
+        s = dlc_syncer_load(path, &sp, x.plan, 1.0 + k); /* sp.epoch stays 7: below, not used */
         CHECK_OK(s);
     }
     CHECK(s && dlc_syncer_epoch(s) == 10);
+    /* incarnations that died before they saved: the driver's epoch, when larger, is taken */
+    {
+        dlc_syncer_params later = sp;
+        later.epoch = 13;
+        dlc_syncer *t = dlc_syncer_load(path, &later, x.plan, 4.0); /* saved 9: 10 < 13 */
+        CHECK(t && dlc_syncer_epoch(t) == 13);
+        dlc_syncer_free(t);
+        later.epoch = 10;
+        t = dlc_syncer_load(path, &later, x.plan, 4.0); /* equal to saved + 1 */
+        CHECK(t && dlc_syncer_epoch(t) == 10);
+        dlc_syncer_free(t);
+    }
     /* blocking: the first message after the load is answered with the whole model */
     dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 1, .steps = 5};
     CHECK(s && dlc_syncer_receive(s, &hb, 5.0) == DLC_OK);

@@ -144,6 +144,12 @@ static int l_syncer(lua_State *L) {
     if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
     c.syncer.embedding = emb;
     c.run_params = &run;
+    if (lua_getfield(L, 1, "epoch") != LUA_TNIL) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+            return luaL_error(L, "%s: epoch must be an integer >= 1 (the epoch to stamp at least)", WHO);
+        c.syncer.epoch = lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
     int ni = subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");

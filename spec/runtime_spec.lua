@@ -367,6 +367,7 @@ describe("diloco-lua syncer killed with kill -9", function()
       pids[#pids + 1] = pid
       return pid
     end
+    local kills_mid_write = 0
     local ok, err = pcall(function()
       local a = syncer("127.0.0.1:0", { "--set", "runtime.syncer_every=5" })
       local learners = {}
@@ -393,11 +394,29 @@ describe("diloco-lua syncer killed with kill -9", function()
         exe, path, secret, S.dir))
       assert.are.equal(2, code, out)
       assert.matches("already holds a run", out, 1, true)
-      -- the second one checkpoints after every merge: its kill very likely lands in a write
-      local b = syncer("127.0.0.1:" .. port, { "--resume", "--set", "runtime.syncer_every=1" })
-      diloco.proc.sleep(1.5)
-      diloco.proc.signal(b, "KILL")
-      diloco.proc.wait(b, true)
+      -- the second one checkpoints after every merge, and is killed while it writes one: the
+      -- moment a temporary file of the atomic writer (NAME.tmp.PID.N) is in OUT/syncer
+      -- (a write that ends between the sighting and the kill leaves nothing: then again, at
+      -- most three times, each restart a new epoch)
+      local function temporaries(pid) -- of process pid's saves (an earlier kill may have left others)
+        local n = 0
+        for _, name in ipairs(diloco.listdir(S.dir .. "/run/syncer") or {}) do
+          if name:match("%.tmp%.(%d+)%.%d+$") == tostring(pid) then n = n + 1 end
+        end
+        return n
+      end
+      local caught = false
+      while not caught and kills_mid_write < 3 do
+        kills_mid_write = kills_mid_write + 1
+        local b = syncer("127.0.0.1:" .. port, { "--resume", "--set", "runtime.syncer_every=1" })
+        local t_kill = diloco.clock() + 20
+        while temporaries(b) == 0 and diloco.clock() < t_kill do diloco.proc.sleep(0.0005) end
+        diloco.proc.signal(b, "KILL")
+        diloco.proc.wait(b, true)
+        -- the write it was in never finished: its temporary file is still there
+        caught = temporaries(b) > 0
+      end
+      assert.is_true(caught, "no kill -9 landed in a checkpoint write")
       local c = syncer("127.0.0.1:" .. port, { "--resume" })
       for id = 1, 2 do
         local st = diloco.proc.wait(learners[id], true)
@@ -414,11 +433,11 @@ describe("diloco-lua syncer killed with kill -9", function()
     assert(ok, err)
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local resumes = of_kind(ev, "resume")
-    assert.are.equal(2, #resumes, "two restarts")
-    assert.are.equal(2, resumes[1].epoch)
-    assert.are.equal(3, resumes[2].epoch)
+    assert.are.equal(1 + kills_mid_write, #resumes, "a restart after each kill")
+    -- each start a later epoch, also after one killed before its first checkpoint
+    for i, r in ipairs(resumes) do assert.are.equal(i + 1, r.epoch) end
     local s = summary_of(ev)
-    assert.are.equal(3, s.epoch)
+    assert.are.equal(#resumes + 1, s.epoch)
     assert.is_nil(s.error)
     assert.is_true(s.final_eval_loss < 5.3)
     -- within each syncer incarnation every fragment's version only grows, and each restart

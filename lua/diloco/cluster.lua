@@ -53,15 +53,33 @@ end
 -- ---- the syncer ----
 
 -- Starts the syncer driver on `listen`, new or from the checkpoint at `resume`.
+-- The epoch record OUT/syncer/epoch: written before every start of a syncer over this
+-- run directory, so each start stamps a later epoch than any before it, also after an
+-- incarnation that died before its first checkpoint (which the checkpoint's epoch + 1
+-- alone would repeat).  Returns the epoch to start with (nil: the checkpoint's + 1, for a
+-- run directory from before the record).
+local function next_epoch(ctx, resume)
+  local f = io.open(ctx.srd.out .. "/epoch", "r")
+  local last = f and math.tointeger(tonumber(f:read("l") or "")) or nil
+  if f then f:close() end
+  if resume and not last then return nil end
+  local e = resume and last + 1 or 1
+  local ok, err = ctx.srd:write_file("epoch", tostring(e) .. "\n")
+  if not ok then fail("the syncer's epoch record: %s", err) end
+  return e
+end
+
 function M.start_syncer(ctx, listen, resume)
   local r = ctx.recipe
+  local epoch = next_epoch(ctx, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
-    learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume,
+    learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
     net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
       heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls,
       -- every learner of a run on one host comes from one address, all at once
       max_unauth_per_addr = math.max(8, r.islands.count) } }
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
+  if not epoch then ctx.srd:write_file("epoch", tostring(s:epoch()) .. "\n") end
   ctx.syncer = s
   ctx.merges_saved = ctx.gm
   ctx.last_save = diloco.clock()

@@ -51,7 +51,9 @@
  * resync; the message itself is dropped), except a BYE, which is ignored.
  *
  * Restarts: dlc_syncer_load gives a new incarnation of the syncer: its epoch the saved one
- * + 1; Θ, momentum, versions, rings, the estimates and the per-learner counters (the
+ * + 1, or params.epoch when that is larger (a driver that knows of later incarnations
+ * which died before they saved, from a record it bumps at every start, passes the next
+ * one: no two incarnations stamp one epoch); Θ, momentum, versions, rings, the estimates and the per-learner counters (the
  * learners' incarnations among them) as saved; no open round (their contributions are
  * lost).  dlc_syncer_restart does the same in memory but keeps the epoch: it models a
  * restart whose learners' connections survive (vtime.h).  Every learner is "unheard"
