@@ -293,7 +293,8 @@ function M.run(out, opts)
       c.joined = true
       return true
     end
-    if sm:schedule_step() >= r.steps then
+    -- where its process stopped: at `steps`, or earlier when a signal stopped the run
+    if sm:schedule_step() >= math.min(r.steps, c.tape.summary.schedule_step or r.steps) then
       c.done = true
       return false
     end
