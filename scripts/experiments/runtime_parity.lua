@@ -2,7 +2,8 @@
 -- faults, under `diloco-lua run` (learner processes over loopback TCP, the wall clock)
 -- and `diloco-lua sim` (the virtual clock), for each preset given; prints a table of
 -- final eval loss (the whole final eval of each), merges and goodput, and the relative
--- difference run / sim - 1 (goal: within 2% in final eval loss).
+-- difference run / sim - 1 (goal: within 2% in final eval loss), and whether `sim --replay`
+-- of each real run reproduces its final global parameters bit for bit.
 --
 --   diloco-lua scripts/experiments/runtime_parity.lua [--steps N] [--seeds 0,1] [--islands M]
 --       [--presets decoupled,diloco] [--out runs/parity]
@@ -55,16 +56,24 @@ end
 
 print(string.format("recipes/decoupled.lua, %d islands x %d steps x 1024 tokens = %d tokens per run",
   opts.islands, opts.steps, opts.islands * opts.steps * 1024))
-print("| preset | seed | sim final eval | run final eval | run / sim - 1 | merges sim / run | goodput sim / run |")
-print("|---|---|---|---|---|---|---|")
+-- sim --replay of the real run: its final global parameters, bit for bit
+local function replay(out)
+  local pid = assert(diloco.proc.spawn { exe, "sim", "--replay", out, "--quiet", stdout = out .. ".replay",
+    stderr = out .. ".replay", env = { OMP_NUM_THREADS = "1", OPENBLAS_NUM_THREADS = "1" } })
+  local st = diloco.proc.wait(pid, true)
+  return st.exited == 0 and "yes" or ("no (exit " .. tostring(st.exited) .. ", see " .. out .. ".replay)")
+end
+
+print("| preset | seed | sim final eval | run final eval | run / sim - 1 | merges sim / run | goodput sim / run | replay bit for bit |")
+print("|---|---|---|---|---|---|---|---|")
 for _, preset in ipairs(split(opts.presets)) do
   for _, seed in ipairs(split(opts.seeds)) do
     extra = { "--set", "sync.preset=" .. preset, "--set", "seed=" .. seed }
     local name = string.format("%s/%s-s%s", opts.out, preset, seed)
     local s = go("sim", name .. "-sim")
     local r = go("run", name .. "-run")
-    print(string.format("| %s | %s | %.4f | %.4f | %+.2f%% | %d / %d | %.3f / %.3f |", preset, seed,
+    print(string.format("| %s | %s | %.4f | %.4f | %+.2f%% | %d / %d | %.3f / %.3f | %s |", preset, seed,
       s.final_eval_loss, r.final_eval_loss, 100 * (r.final_eval_loss / s.final_eval_loss - 1), s.merges, r.merges,
-      s.goodput or 0, r.goodput or 0))
+      s.goodput or 0, r.goodput or 0, replay(name .. "-run")))
   end
 end
