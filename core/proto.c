@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "internal.h"
 
@@ -58,14 +59,14 @@ typedef enum key_id {
     K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
     K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
     K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_EPOCH, K_INCARNATION, K_RUN_HASH,
-    K_RUN_PARAMS, K_COUNT
+    K_RUN_PARAMS, K_CHECK, K_COUNT
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
 #define KEY_NAMES                                                                                   \
     X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
     X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
-    X("text") X("e") X("i") X("rh") X("rp")
+    X("text") X("e") X("i") X("rh") X("rp") X("ck")
 #define X(s) s,
 static const char *const key_names[] = {KEY_NAMES};
 #undef X
@@ -101,14 +102,15 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
 
 /* Keys each frame type may carry but need not: newer than the protocol's first keys, so
  * an older peer's frame without them is still read (absent = 0, not stated).  The
- * encoder writes the fencing keys always, the run keys when hello.run_hash != 0. */
+ * encoder writes the fencing keys and a resync's checksum always, the run keys when
+ * hello.run_hash != 0. */
 #define MSG_FENCE (B(K_EPOCH) | B(K_INCARNATION))
 #define HELLO_RUN (B(K_RUN_HASH) | B(K_RUN_PARAMS))
 static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
     [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
     [DLC_FRAME_FRAGMENT] = MSG_FENCE,      [DLC_FRAME_GRADIENT] = MSG_FENCE,
-    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE,  [DLC_FRAME_RESYNC] = MSG_FENCE,
+    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE,  [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK),
     [DLC_FRAME_BYE] = MSG_FENCE,
 };
 
@@ -640,9 +642,19 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
         h->run_hash = v->via.u64;
         break;
     case K_RUN_PARAMS: st = get_run(why, v, &h->run_params); break;
+    case K_CHECK:
+        st = get_int(why, k, v, 0, UINT32_MAX, &i);
+        f->crc = (uint32_t)i;
+        f->has_crc = 1;
+        break;
     case K_COUNT: DLC_ASSERT(0);
     }
     return st;
+}
+
+/* zlib's CRC-32 of a message's payload (docs/protocol.md, "Resync checksum"). */
+static uint32_t payload_crc(const dlc_msg *m) {
+    return (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), m->payload, m->len);
 }
 
 static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
@@ -823,7 +835,16 @@ static dlc_status decode(msgpack_zone *keep, const uint8_t *buf, size_t len, con
     out->msg.payload = buf + DLC_PROTO_PREFIX + hlen;
     out->msg.len = len - DLC_PROTO_PREFIX - hlen;
     if (out->msg.len == 0) out->msg.payload = NULL;
-    return check_payload(out, layout, why, false);
+    if ((st = check_payload(out, layout, why, false)) < 0) return st;
+    if (out->has_crc) {
+        uint32_t got = payload_crc(&out->msg);
+        if (got != out->crc)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "resync of fragment %d version %lld: its payload's crc32 is %08x, but the header says %08x "
+                        "(\"ck\"): corrupted on the way, refused", out->msg.fragment, (long long)out->msg.version,
+                        (unsigned)got, (unsigned)out->crc);
+    }
+    return DLC_OK;
 }
 
 /* ---- encoding ---- */
@@ -942,6 +963,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_INCARNATION: return msgpack_pack_int64(pk, f->msg.incarnation);
     case K_RUN_HASH: return msgpack_pack_uint64(pk, h->run_hash);
     case K_RUN_PARAMS: return pack_run(pk, &h->run_params);
+    case K_CHECK: return msgpack_pack_uint32(pk, payload_crc(&f->msg));
     case K_COUNT: break;
     }
     return -1;

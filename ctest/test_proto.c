@@ -463,6 +463,50 @@ static void test_fence_stamps(void) {
     CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "epoch -1"));
 }
 
+/* A RESYNC carries the CRC-32 of its payload ("ck", docs/protocol.md "Resync checksum"):
+ * the golden value is Python's zlib.crc32(bytes(range(28))); a payload changed on the way
+ * is refused naming both values; an older peer's resync without "ck" is read unchecked. */
+static void test_resync_crc(void) {
+    uint8_t pay[28];
+    for (int i = 0; i < 28; i++) pay[i] = (uint8_t)i;
+    dlc_msg m = {.type = DLC_MSG_FRAGMENT, .learner = 1, .fragment = 2, .version = 6, .codec = DLC_CODEC_F32,
+                 .payload = pay, .len = 28, .flags = DLC_MSG_RESYNC};
+    dlc_frame f, g;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_RESYNC);
+    f.crc = 0x12345678; /* ignored: the encoder computes it */
+    size_t n = encode(&f);
+    corpus_write("resync_crc", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.has_crc == 1 && g.crc == 0xd708085du);
+    uint8_t buf[512];
+    memcpy(buf, scratch, n);
+    buf[n - 5] ^= 0x01; /* one bit of the payload */
+    refuse("resync_crc_wrong", buf, n, DLC_PERR_MALFORMED,
+           "resync of fragment 2 version 6: its payload's crc32 is ");
+    refuse("resync_crc_wrong_named", buf, n, DLC_PERR_MALFORMED, "but the header says d708085d (\"ck\")");
+    buf[n - 5] ^= 0x01;
+    uint8_t *ck = find(buf, n, "\xa2" "ck", 3);
+    CHECK(ck != NULL);
+    if (ck) {
+        CHECK(ck[3] == 0xce); /* uint32 */
+        ck[3 + 4] ^= 0x01; /* the stated value, off by one bit */
+        refuse("resync_crc_header_wrong", buf, n, DLC_PERR_MALFORMED, "but the header says d708085c");
+        ck[3 + 4] ^= 0x01;
+        ck[2] = 'x'; /* an older peer: no "ck", the payload is read unchecked */
+        buf[n - 5] ^= 0x01;
+        CHECK(dlc_proto_decode(buf, n, &layout3, &g, NULL) == DLC_OK && g.has_crc == 0 && g.msg.len == 28);
+        buf[n - 5] ^= 0x01;
+        ck[2] = 'k';
+        ck[3] = 0xd2, ck[4] = ck[5] = ck[6] = ck[7] = 0xff; /* int32 -1 */
+        refuse("resync_crc_negative", buf, n, DLC_PERR_MALFORMED, "\"ck\" = -1");
+    }
+    /* a plain FRAGMENT carries no checksum: its "ck" (a newer peer's?) is ignored */
+    m.flags = 0;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_FRAGMENT);
+    n = encode(&f);
+    CHECK(find(scratch, n, "\xa2" "ck", 3) == NULL);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.has_crc == 0);
+}
+
 static void test_prefix(void) {
     uint8_t buf[64], hdr[1] = {0x80};
     size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
@@ -776,6 +820,7 @@ int main(int argc, char **argv) {
     test_hello();
     test_hello_run();
     test_fence_stamps();
+    test_resync_crc();
     test_prefix();
     test_header_walk();
     test_fields();

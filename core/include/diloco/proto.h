@@ -171,6 +171,10 @@ typedef struct dlc_frame {
     dlc_msg msg;            /* HEARTBEAT, CONTRIBUTION, FRAGMENT, GRADIENT, GRADIENT_AVG,
                              * RESYNC, BYE: the state machines' message (msg.h), msg.type
                              * set from the frame type; payload borrowed */
+    uint32_t crc;           /* RESYNC: CRC-32 (zlib's) of the payload.  The encoder computes
+                             * and writes it (key "ck") whatever this field holds; the decoder
+                             * refuses a RESYNC whose payload does not match it */
+    int has_crc;            /* decoded: 1 when the frame stated "ck" (an older peer's does not) */
     uint8_t nonce[DLC_PROTO_NONCE]; /* AUTH, AUTH_CHALLENGE */
     uint8_t mac[DLC_PROTO_MAC];     /* AUTH_CHALLENGE, AUTH_PROOF */
     dlc_hello hello;                /* HELLO, WELCOME */
@@ -210,7 +214,10 @@ DLC_API dlc_status dlc_proto_peek(const uint8_t *buf, size_t avail, size_t frame
  * then every field's type and range is checked, required fields must be present and
  * unknown keys are ignored.  The payload must be empty for the types without one and,
  * for the others, exactly dlc_codec_encoded_size(codec, numel) of the fragment (or the
- * model) in *layout; without a layout (NULL) a payload-carrying frame is refused.
+ * model) in *layout; without a layout (NULL) a payload-carrying frame is refused.  A
+ * RESYNC that states its payload's CRC-32 ("ck") must match it: DLC_ERR_FORMAT with
+ * DLC_PERR_MALFORMED naming the fragment and both values otherwise (the peer closes and,
+ * reconnecting, is resynced again: docs/protocol.md, "Resync checksum").
  * out->msg.payload points into buf.  *out is set as dlc_frame_init would, then filled,
  * except for what no reader looks at, which is not written: the entries of hello.endpoint
  * and hello.owner past hello.endpoints and hello.fragments (6.6 of a frame's 7 KB), and
