@@ -56,6 +56,7 @@ struct dlc_learner {
     double best_age;       /* JOINING: the youngest round age a resync reported (-1 none) */
     int64_t best_k;        /* steps until that fragment is next due for the others */
     int best_p;
+    int64_t rollbacks;     /* dlc_learner_rollback calls that succeeded */
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
 };
@@ -545,6 +546,39 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     set_state(l, DLC_LEARNER_JOINING);
     return DLC_OK;
 }
+
+/* learner.h: each fragment back to its last global value (a stashed merge taken whole),
+ * counters and error feedback restarted, what was sent left outstanding. */
+dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_rollback: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_rollback");
+    if (s != DLC_OK) return s;
+    if (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING)
+        return dlc_error(DLC_ERR_STATE, "learner_rollback: learner %d is %s: expected training or waiting (it holds "
+                         "the whole global model only once joined)", l->p.id, state_names[l->state]);
+    if (l->p.dp)
+        return dlc_error(DLC_ERR_STATE, "learner_rollback: learner %d is data parallel: its last global model is its "
+                         "last resync, not the model the others step on (a restart resyncs it)", l->p.id);
+    for (int p = 0; p < l->P && s == DLC_OK; p++) {
+        lfrag *f = &l->f[p];
+        DLC_ASSERT(f->base_version >= 0); /* joined: every fragment was received */
+        if (f->pending) {
+            f->pend_resync = 1;
+            s = apply(l, p);
+        } else {
+            scatter_mix(l, p, l->hat + f->off, 0.0f, 0);
+            f->c_steps = f->c_tokens = 0;
+        }
+    }
+    if (s != DLC_OK) return s;
+    if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
+    l->rollbacks++;
+    update_blocking(l);
+    (void)now;
+    return DLC_OK;
+}
+
+int64_t dlc_learner_rollbacks(const dlc_learner *l) { return l ? l->rollbacks : 0; }
 
 dlc_learner_state dlc_learner_state_of(const dlc_learner *l) { return l ? l->state : DLC_LEARNER_STOPPED; }
 int dlc_learner_id(const dlc_learner *l) { return l ? l->p.id : -1; }

@@ -11,7 +11,9 @@
  * dlc_assert_fail aborting (in a forked child).  End to end: 3 learners and a syncer
  * stepped by hand with a fake inner step and zero-latency delivery, decoupled settings
  * (K = all, grace off, P = 1, τ = 0, uniform, mean) against diloco (blocking) after 5
- * rounds, bit for bit; and dp through the syncer. */
+ * rounds, bit for bit; and dp through the syncer.  Rollback: a poisoned arena back to
+ * each fragment's last global value (a stashed merge taken whole), counters restarted,
+ * sends left outstanding, error feedback zeroed; blocking, dp and the refusals. */
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -1158,6 +1160,186 @@ static void test_heartbeat_precision(void) {
     fx_free(&x);
 }
 
+/* ---- rollback (learner.h, dlc_learner_rollback) ---- */
+
+static int frag_equals(const fx *x, int p, const float *want) {
+    float got[NMAX];
+    gather(x, p, dlc_params_data(x->p), got);
+    return memcmp(got, want, (size_t)dlc_plan_numel(x->plan, p) * sizeof(float)) == 0;
+}
+
+/* A poisoned arena rolled back: each fragment is its Θ̂ again (a merge stashed is taken
+ * whole instead), counters restart, what was sent stays outstanding and its merge is
+ * mixed in as usual, the schedule does not move; then the refusals. */
+static void test_rollback(void) {
+    fx x;
+    fx_make(&x, 4, 60);
+    dlc_learner_params lp = lparams(0, 8, 2, 0.5, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * 4);
+    randv(target, size, 61, 1.0f);
+    CHECK(dlc_learner_rollback(l, 0) == DLC_ERR_STATE && strstr(dlc_last_error(), "joining"));
+    resync(&x, l, theta0, 0, 0);
+    float hat[4][NMAX], g1[NMAX], g2[NMAX];
+    for (int p = 0; p < 4; p++) gather(&x, p, theta0, hat[p]);
+    int64_t n1 = dlc_plan_numel(x.plan, 1), n2 = dlc_plan_numel(x.plan, 2);
+    randv(g1, n1, 62, 1.0f);
+    randv(g2, n2, 63, 1.0f);
+    /* steps 1..3: fragment 1 leaves after step 2 (off_1 = 2) */
+    for (int t = 1; t <= 3; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == (t == 2) && (t != 2 || find(&r, DLC_LACT_SEND, 1)));
+    }
+    /* a merge of fragment 2 (never sent) arrives and waits for the next boundary */
+    dlc_msg m = fragment_msg(0, 2, 1, 0, g2, n2);
+    CHECK(dlc_learner_receive(l, &m, 3.1) == DLC_OK && drain(l).n == 0);
+    CHECK(!frag_equals(&x, 0, hat[0]) && !frag_equals(&x, 3, hat[3]));
+    /* the inner step poisons the model */
+    dlc_params_data(x.p)[dlc_params_offset(x.p, 0)] = NAN;
+    dlc_params_data(x.p)[dlc_params_offset(x.p, 3)] = INFINITY;
+    CHECK(dlc_learner_outstanding(l) == 1);
+    CHECK(dlc_learner_rollback(l, 3.2) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].fragment == 2 && r.a[0].version == 1 &&
+          r.a[0].resync == 1 && r.a[0].lag == -1);
+    CHECK(frag_equals(&x, 0, hat[0]) && frag_equals(&x, 1, hat[1]) && frag_equals(&x, 2, g2) &&
+          frag_equals(&x, 3, hat[3]));
+    for (int64_t i = 0; i < size; i++) CHECK(isfinite(dlc_params_data(x.p)[i]));
+    for (int p = 0; p < 4; p++)
+        CHECK(dlc_learner_fragment_steps(l, p) == 0 && dlc_learner_fragment_tokens(l, p) == 0 &&
+              dlc_learner_base_version(l, p) == (p == 2 ? 1 : 0));
+    CHECK(dlc_learner_outstanding(l) == 1); /* fragment 1's merge is still awaited */
+    CHECK(dlc_learner_steps(l) == 3 && dlc_learner_tokens(l) == 15 && dlc_learner_schedule_step(l) == 3);
+    CHECK(dlc_learner_rollbacks(l) == 1 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* fragment 1's merge (version 1) comes back: held until τ = 2 steps after its send at
+     * step 2, then mixed with α = 0.5 into the rolled-back model */
+    m = fragment_msg(0, 1, 1, 0, g1, n1);
+    CHECK(dlc_learner_receive(l, &m, 3.3) == DLC_OK && drain(l).n == 0);
+    inner_step(x.p, target);
+    float th1[NMAX], th2[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), th1);
+    gather(&x, 2, dlc_params_data(x.p), th2);
+    CHECK(dlc_learner_step_done(l, 5, 0, 4) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 2);
+    const dlc_learner_action *s2 = find(&r, DLC_LACT_SEND, 2), *a1 = find(&r, DLC_LACT_APPLIED, 1);
+    /* fragment 2 leaves after step 4 (off_2 = 4): based on the merge taken whole, one step */
+    CHECK(s2 && s2->msg.version == 1 && s2->msg.steps == 1 && s2->msg.tokens == 5);
+    if (s2) {
+        float want[NMAX];
+        for (int64_t i = 0; i < n2; i++) want[i] = g2[i] - th2[i];
+        CHECK(s2->msg.len == (size_t)n2 * 4 && memcmp(s2->msg.payload, want, (size_t)n2 * 4) == 0);
+    }
+    CHECK(a1 && a1->version == 1 && a1->lag == 2 && a1->resync == 0);
+    float now1[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), now1);
+    double worst = 0;
+    for (int64_t i = 0; i < n1; i++) worst = fmax(worst, fabs(now1[i] - (0.5 * (double)th1[i] + 0.5 * (double)g1[i])));
+    CHECK_NEAR(worst, 0, 1e-7);
+    /* fragment 3 leaves after step 6 (off_3 = 6): Θ̂_3 − θ_3 of the 3 steps since the rollback */
+    for (int t = 5; t <= 6; t++) {
+        inner_step(x.p, target);
+        float th3[NMAX];
+        gather(&x, 3, dlc_params_data(x.p), th3);
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        r = drain(l);
+        const dlc_learner_action *s3 = find(&r, DLC_LACT_SEND, 3);
+        CHECK((s3 != NULL) == (t == 6));
+        if (s3) {
+            int64_t n3 = dlc_plan_numel(x.plan, 3);
+            float want[NMAX];
+            for (int64_t i = 0; i < n3; i++) want[i] = hat[3][i] - th3[i];
+            CHECK(s3->msg.version == 0 && s3->msg.steps == 3 && s3->msg.tokens == 15 &&
+                  memcmp(s3->msg.payload, want, (size_t)n3 * 4) == 0);
+        }
+    }
+    /* refused while actions are unpolled, changing nothing */
+    CHECK(dlc_learner_contribute(l, 0, 7) == DLC_OK);
+    float before[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), before);
+    CHECK(dlc_learner_rollback(l, 7) == DLC_ERR_STATE && strstr(dlc_last_error(), "unpolled"));
+    CHECK(frag_equals(&x, 0, before) && dlc_learner_rollbacks(l) == 1);
+    drain(l);
+    dlc_learner_stop(l);
+    CHECK(dlc_learner_rollback(l, 8) == DLC_ERR_STATE && strstr(dlc_last_error(), "stopped"));
+    dlc_learner_free(l);
+    free(theta0);
+    free(target);
+    fx_free(&x);
+}
+
+/* Blocking: a learner WAITING for an overdue merge rolls back and still waits for it;
+ * data parallel refuses; error feedback is zeroed (a contribution right after the
+ * rollback is exactly zero, while the same model without a rollback carries its residual). */
+static void test_rollback_blocking_dp_ef(void) {
+    fx x;
+    fx_make(&x, 1, 70);
+    int64_t n = dlc_plan_numel(x.plan, 0), size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4), hat[NMAX];
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * 4);
+    gather(&x, 0, theta0, hat);
+    randv(target, size, 71, 1.0f);
+    dlc_learner_params lp = lparams(0, 4, 0, 0, 1);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        resync(&x, l, theta0, 0, 0);
+        for (int t = 1; t <= 4; t++) {
+            inner_step(x.p, target);
+            CHECK(dlc_learner_step_done(l, 1, 0, t) == DLC_OK);
+            drain(l);
+        }
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+        CHECK(dlc_learner_rollback(l, 5) == DLC_OK && drain(l).n == 0);
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING && frag_equals(&x, 0, hat));
+        dlc_learner_free(l);
+    }
+    memcpy(dlc_params_data(x.p), theta0, (size_t)size * 4);
+    lp = lparams(0, 8, 0, 0, 0);
+    lp.dp = 1;
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        resync(&x, l, theta0, 0, 0);
+        CHECK(dlc_learner_rollback(l, 1) == DLC_ERR_STATE && strstr(dlc_last_error(), "data parallel"));
+        dlc_learner_free(l);
+    }
+    /* error feedback: two learners in step; B has its model set back by hand, A rolls back */
+    lp = lparams(0, 0, 0, 0, 0);
+    lp.codec = DLC_CODEC_INT8, lp.error_feedback = 1;
+    float zero[NMAX] = {0}, dec[NMAX];
+    for (int rolled = 0; rolled <= 1; rolled++) {
+        memcpy(dlc_params_data(x.p), theta0, (size_t)size * 4);
+        l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) continue;
+        resync(&x, l, theta0, 0, 0);
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 1, 0, 1) == DLC_OK && dlc_learner_contribute(l, 0, 1) == DLC_OK);
+        drain(l); /* int8: a residual is left in the error feedback */
+        if (rolled) {
+            CHECK(dlc_learner_rollback(l, 2) == DLC_OK);
+        } else {
+            memcpy(dlc_params_data(x.p), theta0, (size_t)size * 4);
+        }
+        CHECK(dlc_learner_contribute(l, 0, 2) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_SEND);
+        CHECK(dlc_codec_decode(DLC_CODEC_INT8, &lp.codec_params, r.a[0].msg.payload, r.a[0].msg.len, dec, n) == DLC_OK);
+        CHECK((memcmp(dec, zero, (size_t)n * 4) == 0) == rolled);
+        dlc_learner_free(l);
+    }
+    free(theta0);
+    free(target);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -1175,5 +1357,7 @@ int main(void) {
     test_fence();
     test_fence_world();
     test_heartbeat_precision();
+    test_rollback();
+    test_rollback_blocking_dp_ef();
     return check_done("test_learner");
 }

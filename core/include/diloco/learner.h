@@ -192,6 +192,32 @@ DLC_API void dlc_learner_stop(dlc_learner *l);
  * restores it from the learner's checkpoint).  DLC_ERR_STATE unless STOPPED. */
 DLC_API dlc_status dlc_learner_restart(dlc_learner *l, double now);
 
+/* A fault on the learner (a non-finite loss or parameter, the driver's check): rolls it
+ * back in place to the last global model, at a step boundary (between inner steps, never
+ * while one runs on the arena).  TRAINING or WAITING, not data parallel (DLC_ERR_STATE:
+ * a dp learner's Θ̂ is its last resync, not the model the others step on; a restart
+ * resyncs it).  For every fragment p:
+ *   - a merge waiting for its step boundary is taken whole (APPLIED, resync = 1): it is
+ *     a newer global value than Θ̂_p, and nothing local is left to mix with it;
+ *   - otherwise Θ̂_p is written into the arena (no action: nothing new arrived);
+ *   - the counters restart at 0 (c_steps, c_tokens): what was trained since the last
+ *     receive is discarded, so the next contribution Θ̂_p − θ_p is the work of the steps
+ *     after the rollback alone, and says so;
+ *   - a contribution already sent (sent_step >= 0, no merge stashed) stays outstanding:
+ *     it was encoded from finite parameters (the codec refuses others) and its merge is
+ *     applied as usual (τ, blocking, dlc_learner_outstanding count it), mixed with α
+ *     into the rolled-back model;
+ *   - the error feedback is zeroed: its residual belongs to the discarded trajectory (at
+ *     most one quantization step of each fragment is lost).
+ * The step counters (steps, tokens, the schedule step) do not move: the learner stays in
+ * phase with the others.  The driver resets the inner optimizer (its moments describe,
+ * or are poisoned by, the discarded steps) and does not report the failed step
+ * (no step_done: it trained nothing).  A WAITING learner may become TRAINING (a merge
+ * taken whole) or stay WAITING. */
+DLC_API dlc_status dlc_learner_rollback(dlc_learner *l, double now);
+/* Rollbacks since the learner was made (restarts keep counting). */
+DLC_API int64_t dlc_learner_rollbacks(const dlc_learner *l);
+
 /* ---- actions ---- */
 
 typedef enum dlc_learner_action_type {
