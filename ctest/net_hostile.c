@@ -6,8 +6,9 @@
  * unknown types, messages before authentication, a wrong HMAC, a replayed proof, a peer
  * that stops reading, one that sends nothing, one that sends a byte a second, 1,000
  * connections at once.  Each gets its ERROR and a disconnect (or its timeout); after
- * each, a fresh client completes a valid exchange.  Then bad configuration, graceful
- * close and reconnects.
+ * each, a fresh client completes a valid exchange.  A raw socket playing the syncer
+ * checks the client's side: direction, and a resync whose payload fails its checksum.
+ * Then bad configuration, graceful close and reconnects.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -582,26 +583,30 @@ static void test_direction_server(void) {
 /* ...and a client takes only what the syncer sends: a raw syncer runs the server's
  * side of the handshake by hand, then sends a CONTRIBUTION; the client answers ERROR
  * unexpected, closes and reports the peer lost. */
-static void test_direction_client(void) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+/* A client net connected to a raw socket playing the syncer: the handshake done by hand,
+ * the client READY as learner 4.  Returns the raw side's socket (-1 on failure); *cl,
+ * *peer and *lfd are the client, its peer id and the listening socket to close. */
+static int fake_syncer(dlc_net **cl, int *peer, int *lfd) {
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
     socklen_t alen = sizeof a;
     a.sin_family = AF_INET, a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
-          getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
+    CHECK(*lfd >= 0 && bind(*lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(*lfd, 4) == 0 &&
+          getsockname(*lfd, (struct sockaddr *)&a, &alen) == 0);
     dlc_net_config c = base_config();
     c.hello = &hello_client, c.reconnect_max_s = 0;
-    dlc_net *cl = dlc_net_new(&c);
-    CHECK_OK(cl);
+    *cl = dlc_net_new(&c);
+    CHECK_OK(*cl);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
-    int peer = dlc_net_connect(cl, addr);
-    struct pollfd pf = {lfd, POLLIN, 0};
-    int fd = poll(&pf, 1, 5000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    *peer = dlc_net_connect(*cl, addr);
+    struct pollfd pf = {*lfd, POLLIN, 0};
+    int fd = poll(&pf, 1, 5000) == 1 ? accept(*lfd, NULL, NULL) : -1;
     CHECK(fd >= 0);
+    if (fd < 0) return -1;
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    static uint8_t buf[DLC_PROTO_PREFIX + 1024];
     dlc_frame f, g;
     CHECK(raw_read(fd, &f, buf, sizeof buf) == 1 && f.type == DLC_FRAME_AUTH);
     dlc_frame_init(&g, DLC_FRAME_AUTH_CHALLENGE);
@@ -615,9 +620,19 @@ static void test_direction_client(void) {
     g.hello.proto_min = g.hello.proto_max = DLC_PROTO_VERSION_MAX, g.hello.learner = 4;
     raw_send(fd, buf, encode(&g, buf));
     dlc_net_event ev;
-    CHECK(wait_event(cl, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 4);
+    CHECK(wait_event(*cl, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 4);
     dlc_net_event_release(&ev);
+    return fd;
+}
+
+static void test_direction_client(void) {
+    dlc_net *cl;
+    int peer, lfd, fd = fake_syncer(&cl, &peer, &lfd);
+    if (fd < 0) return;
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
     static float pay[NUMEL];
+    dlc_frame g;
+    dlc_net_event ev;
     dlc_frame_init(&g, DLC_FRAME_CONTRIBUTION);
     g.msg.learner = 4, g.msg.codec = DLC_CODEC_F32, g.msg.payload = (const uint8_t *)pay, g.msg.len = sizeof pay;
     size_t n = encode(&g, buf);
@@ -627,6 +642,52 @@ static void test_direction_client(void) {
                                                 "only heartbeat, fragment, gradient_avg, resync, bye, error"));
     CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.peer == peer && ev.code == DLC_PERR_UNEXPECTED);
     dlc_net_event_release(&ev);
+    dlc_net_free(cl);
+    close(fd);
+    close(lfd);
+}
+
+/* A syncer whose resync payload changed on the way (docs/protocol.md, "Resync
+ * checksum"): the learner takes an intact resync, then answers one with a flipped
+ * payload bit with ERROR malformed naming both checksums and closes; nothing of it is
+ * delivered. */
+static void test_resync_crc_client(void) {
+    dlc_net *cl;
+    int peer, lfd, fd = fake_syncer(&cl, &peer, &lfd);
+    if (fd < 0) return;
+    static uint8_t buf[DLC_PROTO_PREFIX + 256 + NUMEL * 4];
+    static float pay[NUMEL];
+    for (int i = 0; i < NUMEL; i++) pay[i] = (float)i * 0.5f;
+    dlc_frame g;
+    dlc_net_event ev;
+    dlc_frame_init(&g, DLC_FRAME_RESYNC);
+    g.msg.learner = 4, g.msg.fragment = 0, g.msg.version = 3, g.msg.codec = DLC_CODEC_F32;
+    g.msg.payload = (const uint8_t *)pay, g.msg.len = sizeof pay;
+    size_t n = encode(&g, buf);
+    memcpy(buf + n, pay, sizeof pay);
+    raw_send(fd, buf, n + sizeof pay);
+    CHECK(wait_event(cl, DLC_NET_FRAME, 5, &ev) && ev.frame.type == DLC_FRAME_RESYNC && ev.frame.has_crc &&
+          ev.frame.msg.version == 3 && ev.frame.msg.len == sizeof pay &&
+          memcmp(ev.frame.msg.payload, pay, sizeof pay) == 0);
+    dlc_net_event_release(&ev);
+    g.msg.version = 4;
+    n = encode(&g, buf);
+    memcpy(buf + n, pay, sizeof pay);
+    buf[n + 1000] ^= 0x10;
+    raw_send(fd, buf, n + sizeof pay);
+    CHECK(expect_error(fd, DLC_PERR_MALFORMED, "resync of fragment 0 version 4: its payload's crc32 is "));
+    int delivered = 0, lost = 0;
+    double t0 = now_s();
+    while (!lost && now_s() - t0 < 5) {
+        if (dlc_net_poll(cl, &ev, 100) != 1) continue;
+        delivered += ev.kind == DLC_NET_FRAME;
+        if (ev.kind == DLC_NET_LOST) {
+            lost = 1;
+            CHECK(ev.peer == peer && ev.code == DLC_PERR_MALFORMED && strstr(ev.text, "crc32"));
+        }
+        dlc_net_event_release(&ev);
+    }
+    CHECK(lost && delivered == 0);
     dlc_net_free(cl);
     close(fd);
     close(lfd);
@@ -1055,6 +1116,7 @@ int main(void) {
     test_bound_learner();
     test_direction_server();
     test_direction_client();
+    test_resync_crc_client();
     test_stops_reading();
     test_many_connections();
     test_unauth_caps();
