@@ -480,9 +480,9 @@ static void test_resync_crc(void) {
     uint8_t buf[512];
     memcpy(buf, scratch, n);
     buf[n - 5] ^= 0x01; /* one bit of the payload */
+    /* ea6821ed: Python's zlib.crc32 of the same bytes with bit 0 of byte 23 flipped */
     refuse("resync_crc_wrong", buf, n, DLC_PERR_MALFORMED,
-           "resync of fragment 2 version 6: its payload's crc32 is ");
-    refuse("resync_crc_wrong_named", buf, n, DLC_PERR_MALFORMED, "but the header says d708085d (\"ck\")");
+           "resync of fragment 2 version 6: its payload's crc32 is ea6821ed, but the header says d708085d (\"ck\")");
     buf[n - 5] ^= 0x01;
     uint8_t *ck = find(buf, n, "\xa2" "ck", 3);
     CHECK(ck != NULL);
