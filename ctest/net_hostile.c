@@ -676,18 +676,18 @@ static void test_resync_crc_client(void) {
     buf[n + 1000] ^= 0x10;
     raw_send(fd, buf, n + sizeof pay);
     CHECK(expect_error(fd, DLC_PERR_MALFORMED, "resync of fragment 0 version 4: its payload's crc32 is "));
-    int delivered = 0, lost = 0;
+    int delivered = 0, gone = 0;
     double t0 = now_s();
-    while (!lost && now_s() - t0 < 5) {
+    while (!gone && now_s() - t0 < 5) {
         if (dlc_net_poll(cl, &ev, 100) != 1) continue;
         delivered += ev.kind == DLC_NET_FRAME;
         if (ev.kind == DLC_NET_LOST) {
-            lost = 1;
+            gone = 1;
             CHECK(ev.peer == peer && ev.code == DLC_PERR_MALFORMED && strstr(ev.text, "crc32"));
         }
         dlc_net_event_release(&ev);
     }
-    CHECK(lost && delivered == 0);
+    CHECK(gone && delivered == 0);
     dlc_net_free(cl);
     close(fd);
     close(lfd);
