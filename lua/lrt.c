@@ -13,6 +13,7 @@
  *                                learner = { tau = 2 } }
  *     assert(l:join(30))                -- the whole model arrived
  *     l:step_done(tokens, seconds)      -- after each inner step
+ *     if l:nonfinite() then l:rollback() end  -- instead, after a step gone non-finite
  *
  * The learner and syncer options are those of diloco.VTime (lvtime.c); net takes the
  * options of diloco.net.new (lnetopt.c) but hello and layout, which the drivers make.
@@ -431,6 +432,36 @@ static int lr_finish(lua_State *L) {
     return result(L, dlc_lrt_finish(l, luaL_optnumber(L, 2, 10), luaL_optstring(L, 3, "finished")));
 }
 
+/* l:rollback() -> true | nil, message, code: back to the last global model (rt.h). */
+static int lr_rollback(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    dlc_status st = dlc_lrt_rollback(l);
+    if (st == DLC_OK) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    return dlcL_fail(L, st);
+}
+
+/* l:nonfinite() -> nil when every parameter is finite, else message ("parameter 'h'
+ * element 3 is nan"), tensor (1-based, in the Params' order), index (1-based in the
+ * tensor), value (nan, inf or -inf). */
+static int lr_nonfinite(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    int k;
+    int64_t i;
+    float v;
+    if (dlc_lrt_check_finite(l, &k, &i, &v) == DLC_OK) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushstring(L, dlc_last_error());
+    lua_pushinteger(L, k + 1);
+    lua_pushinteger(L, (lua_Integer)i + 1);
+    lua_pushnumber(L, v);
+    return 4;
+}
+
 static int lr_state(lua_State *L) {
     lua_pushstring(L, dlc_learner_state_name(dlc_lrt_state(checklrt(L, 1))));
     return 1;
@@ -489,6 +520,7 @@ static int lr_stats(lua_State *L) {
     dlcL_setint(L, "reconnects", st.reconnects);
     dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
     dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
+    dlcL_setint(L, "rollbacks", st.rollbacks);
     const dlc_learner *lr = dlc_lrt_learner(l);
     dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));
     dlcL_setint(L, "steps", dlc_learner_steps(lr));
@@ -499,7 +531,8 @@ static const luaL_Reg lrt_methods[] = {
     {"join", lr_join},       {"wait", lr_wait},   {"step_done", lr_step_done},
     {"gradient", lr_gradient}, {"contribute", lr_contribute}, {"finish", lr_finish},
     {"state", lr_state},     {"id", lr_id},       {"schedule_step", lr_schedule_step},
-    {"poll", lr_poll},       {"stats", lr_stats}, {NULL, NULL}};
+    {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
+    {"nonfinite", lr_nonfinite}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 
 /* ---- registration ---- */

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/params.h"
 #include "diloco/rt.h"
+#include "diloco/tensor.h"
 #include "rt_internal.h"
 
 static const char *const lrt_event_names[] = {"applied", "connected", "disconnected"};
@@ -383,6 +385,38 @@ dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
         if (st == DLC_OK) st = actions(l);
     }
     return st;
+}
+
+dlc_status dlc_lrt_rollback(dlc_lrt *l) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_rollback: the learner has not joined (dlc_lrt_join)");
+    dlc_status st = pump(l, 0); /* what arrived: the newest global model there is */
+    if (st == DLC_OK) st = dlc_learner_rollback(l->l, lrt_now(l));
+    if (st == DLC_OK) {
+        l->st.rollbacks++;
+        st = actions(l);
+    }
+    return st;
+}
+
+dlc_status dlc_lrt_check_finite(const dlc_lrt *l, int *tensor, int64_t *index, float *value) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "lrt_check_finite: NULL learner");
+    const dlc_params *p = l->cfg.params;
+    const float *data = dlc_params_data(p);
+    for (int k = 0; k < dlc_params_count(p); k++) {
+        const float *x = data + dlc_params_offset(p, k);
+        int64_t n = dlc_params_tensor(p, k)->numel, bad = -1;
+        int any = 0;
+        for (int64_t i = 0; i < n; i++) any |= !isfinite(x[i]); /* no early exit: the loop vectorizes */
+        if (!any) continue;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (!isfinite(x[i])) bad = i;
+        if (tensor) *tensor = k;
+        if (index) *index = bad;
+        if (value) *value = x[bad];
+        return dlc_error(DLC_ERR_RANGE, "parameter '%s' element %lld is %g", dlc_params_name(p, k), (long long)bad,
+                         (double)x[bad]);
+    }
+    return DLC_OK;
 }
 
 static int nothing_outstanding(const dlc_lrt *l) { return !l->l || dlc_learner_outstanding(l->l) == 0 || !l->ready; }

@@ -574,7 +574,7 @@ end
 -- ---- the display ----
 
 -- The newest step event of learner m's own metrics (run: its directory is OUT/learner-N),
--- read incrementally.
+-- read incrementally; its fault events (a rollback) go into OUT/metrics.jsonl too.
 local function learner_progress(ctx, m)
   local L = ctx.learners[m]
   if not ctx.supervising then return L.progress end
@@ -590,6 +590,12 @@ local function learner_progress(ctx, m)
       if type(e) == "table" then L.progress = e end
     elseif line:find('"event":"join"', 1, true) and not line:find('"restored"', 1, true) then
       L.progress = nil
+    elseif line:find('"event":"fault"', 1, true) then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" then
+        e.event, e.learner, e.learner_wall_s = nil, m, e.wall_s
+        fault(ctx, e)
+      end
     end
   end
   return L.progress
@@ -789,6 +795,9 @@ local function loop(ctx)
     end
     maybe_eval(ctx)
     maybe_save_syncer(ctx)
+    if ctx.supervising and ctx.quiet then -- the display reads the learners' metrics otherwise
+      for m = 1, #ctx.learners do learner_progress(ctx, m) end
+    end
     display(ctx)
     if all_done(ctx) then break end
     if stop_reason(ctx) and not ctx.stopping then
@@ -822,6 +831,9 @@ local function loop(ctx)
     end
   end
   ctx.t_train_end = elapsed(ctx)
+  if ctx.supervising then -- what the learners wrote last (their faults)
+    for m = 1, #ctx.learners do learner_progress(ctx, m) end
+  end
   if r.hooks then end
 end
 

@@ -12,13 +12,39 @@
 -- others.  Its directory (OUT/learner-N) holds its own metrics (step, apply, checkpoint
 -- and summary events) and checkpoints (its optimizer state, data cursor and schedule
 -- step): a restarted learner takes the model from the syncer and the rest from its
--- newest checkpoint.  Errors are the one type of diloco.train.
+-- newest checkpoint.  A step whose loss or parameters are not finite rolls the learner
+-- back to the last global model (a `fault` event of kind `rollback`), so that nothing
+-- non-finite reaches the syncer; more than ROLLBACKS_MAX of them in a row fail it.
+-- Errors are the one type of diloco.train.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
+
+-- Rollbacks in a row (every step since the first of them non-finite again, each from the
+-- last global model with a fresh optimizer) after which the learner fails: then the
+-- model, the learning rate or this island's data is broken, not one step.
+M.ROLLBACKS_MAX = 5
+
+-- Test only (docs/runtime.md): DILOCO_TEST_POISON = "ID:STEP[:TIMES[:WHEN]]" makes
+-- learner ID write NaN into its first parameter tensor at the inner step that would end
+-- at schedule step STEP, TIMES times in a row (default 1; a rollback runs the step
+-- again), WHEN "before" the step (default: its loss is then not finite) or "after" its
+-- optimizer step (the parameter check finds it): a real non-finite model, to exercise
+-- the rollback on real processes.  Nothing else reads it.
+function M.poison_from(v)
+  if not v or v == "" then return nil end
+  local id, step, rest = v:match("^(%d+):(%d+)(.*)$")
+  local times, when = (rest or ""):match("^:?(%d*):?(%a*)$")
+  if not id or not times or (when ~= "" and when ~= "before" and when ~= "after") then
+    fail_code(2, "DILOCO_TEST_POISON = %q: expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after (a "
+      .. "test-only variable)", v)
+  end
+  return { id = math.tointeger(tonumber(id)), step = math.tointeger(tonumber(step)),
+    times = times ~= "" and math.tointeger(tonumber(times)) or 1, when = when ~= "" and when or "before" }
+end
 
 -- The learner's id: --id, else the launcher's rank (minus offset, for an MPMD line whose
 -- first ranks are syncers), else nil (the syncer's WELCOME assigns one).  1-based.
@@ -197,6 +223,9 @@ function M.prepare(r, opts)
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
   ctx.last_save = diloco.clock()
   ctx.first_step = l:schedule_step()
+  local poison = M.poison_from(os.getenv("DILOCO_TEST_POISON"))
+  if poison and poison.id == ctx.id then ctx.poison = poison end
+  ctx.rollbacks, ctx.rollbacks_in_a_row = 0, 0
   write(ctx, "join", { learner = ctx.id, step = ctx.first_step, connect = addr, restored = ctx.restored,
     optimizer = ctx.restored and "checkpoint" or "fresh" })
   return ctx
@@ -238,8 +267,8 @@ local function dp_step(ctx)
   local lv = loss:item()
   loss:free()
   if lv ~= lv or math.abs(lv) == math.huge then
-    fail("learner %d, step %d: training diverged (loss %s), the update was not applied", ctx.id, ctx.step + 1,
-      tostring(lv))
+    fail("learner %d, step %d: training diverged (loss %s), the update was not applied (data parallel does not roll "
+      .. "back: its model is the others', which a restart takes from the syncer)", ctx.id, ctx.step + 1, tostring(lv))
   end
   local compute = diloco.clock() - t0
   ctx.lrt:gradient(loaders.tokens_per_batch)
@@ -256,6 +285,79 @@ local function dp_step(ctx)
   ctx.train_time = ctx.train_time + compute
   ctx.loss_ema = ctx.loss_ema and (0.9 * ctx.loss_ema + 0.1 * lv) or lv
   return { loss = lv, grad_norm = gnorm, lr = lr }, compute
+end
+
+-- A number for JSON, which has no NaN or infinity: those as strings.
+local function json_num(v)
+  if v == nil or (v == v and math.abs(v) ~= math.huge) then return v end
+  return v ~= v and "nan" or (v > 0 and "inf" or "-inf")
+end
+
+-- DILOCO_TEST_POISON (test only, above): NaN into the first parameter tensor.
+local function maybe_poison(ctx, when)
+  local p = ctx.poison
+  if not p or p.when ~= when or p.times < 1 or ctx.lrt:schedule_step() + 1 ~= p.step then return end
+  p.times = p.times - 1
+  ctx.plist[1][2]:fill(0 / 0)
+end
+
+-- A number as text, nan and infinities spelt as in JSON strings (json_num).
+local function num_text(v)
+  local j = json_num(v)
+  return type(j) == "string" and j or string.format("%.6g", v)
+end
+
+-- The step that would end at schedule step `step` went non-finite (bad: cause, and the
+-- loss, gradient norm or parameter): the model goes back to the last global model, the
+-- optimizer starts afresh (its moments describe, or hold, what went wrong), the step is
+-- not reported (it trained nothing), a fault event says so.
+local function rollback(ctx, bad, compute)
+  local l, r = ctx.lrt, ctx.recipe
+  local step = l:schedule_step() + 1
+  local ok, err = l:rollback()
+  if not ok then fail("learner %d, step %d: %s; the rollback to the last global model failed: %s", ctx.id, step,
+    bad.text, err) end
+  ctx.opt = diloco.optim.build(ctx.params, r.inner)
+  ctx.rollbacks, ctx.rollbacks_in_a_row = ctx.rollbacks + 1, ctx.rollbacks_in_a_row + 1
+  ctx.train_time = ctx.train_time + compute
+  local info = { kind = "rollback", learner = ctx.id, step = step, cause = bad.cause, loss = json_num(bad.loss),
+    grad_norm = json_num(bad.grad_norm), parameter = bad.parameter, index = bad.index, value = json_num(bad.value),
+    text = bad.text, in_a_row = ctx.rollbacks_in_a_row, rollbacks = ctx.rollbacks,
+    wall_s = diloco.clock() - ctx.t_start }
+  write(ctx, "fault", info)
+  if not ctx.opts.quiet then ctx:warn("learner %d: step %d: %s: rolled back to the last global model", ctx.id, step,
+    bad.text) end
+  if r.hooks.on_fault then islands.call_hook("on_fault", r.hooks.on_fault, info) end
+  if ctx.rollbacks_in_a_row > M.ROLLBACKS_MAX then
+    fail("learner %d: %d rollbacks in a row, more than diloco.learner.ROLLBACKS_MAX = %d (steps from the last global "
+      .. "model with a fresh optimizer went non-finite each time, the last at step %d: %s): lower inner.lr (%g) or "
+      .. "check island %d's data", ctx.id, ctx.rollbacks_in_a_row, M.ROLLBACKS_MAX, step, bad.text, r.inner.lr, ctx.id)
+  end
+end
+
+-- One inner step (not dp) with its check: returns the step's info, or nil after a
+-- rollback.  Only a finite model reaches step_done, so nothing non-finite is sent.
+local function checked_step(ctx)
+  local t0 = diloco.clock()
+  maybe_poison(ctx, "before")
+  local ok, res = pcall(train.inner_step, ctx)
+  local compute = diloco.clock() - t0
+  if ok then maybe_poison(ctx, "after") end
+  if not ok then
+    if type(res) ~= "table" or not res.nonfinite then error(res, 0) end
+    local nf = res.nonfinite
+    rollback(ctx, { cause = "loss", loss = nf.loss, grad_norm = nf.grad_norm,
+      text = string.format("loss %s, gradient norm %s", num_text(nf.loss), num_text(nf.grad_norm)) }, compute)
+    return nil, compute
+  end
+  local msg, tensor, index, value = ctx.lrt:nonfinite()
+  if msg then
+    rollback(ctx, { cause = "parameter", loss = res.loss, parameter = ctx.plist[tensor][1], index = index,
+      value = value, text = msg }, compute)
+    return nil, compute
+  end
+  ctx.rollbacks_in_a_row = 0
+  return res, compute
 end
 
 local function stop_reason(ctx)
@@ -277,17 +379,17 @@ function M.train(ctx)
       info, compute = dp_step(ctx)
       if info then l:step_done(tpb, compute) end
     else
-      local t0 = diloco.clock()
-      info = train.inner_step(ctx)
-      compute = diloco.clock() - t0
-      if type(r.sync.schedule) == "function" then
-        for _, p in ipairs(islands.scheduled(r, ctx.id, ctx.step, P)) do l:contribute(p) end
+      info, compute = checked_step(ctx)
+      if info then
+        if type(r.sync.schedule) == "function" then
+          for _, p in ipairs(islands.scheduled(r, ctx.id, ctx.step, P)) do l:contribute(p) end
+        end
+        l:step_done(tpb, compute)
       end
-      l:step_done(tpb, compute)
       if l:state() == "waiting" then wait_merge(ctx) end
     end
     drain_events(ctx)
-    if not info then goto continue end -- a void dp step: run it again
+    if not info then goto continue end -- a void dp step or a rollback: run it again
     local step = l:schedule_step()
     if step % ctx.log_every == 0 or step >= r.steps then
       local now = diloco.clock()
@@ -327,7 +429,7 @@ function M.finish(ctx, err)
     wait_share = ctx.wait_time / math.max(wall, 1e-9), step_done_s = st.call_s,
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped, applied = st.applied,
-    reconnects = st.reconnects, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
+    reconnects = st.reconnects, rollbacks = ctx.rollbacks, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),
     gemm = diloco.gemm_backend() }
   if ctx.metrics then

@@ -435,9 +435,10 @@ function M.inner_step(ctx)
   local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
   loss:free()
   if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
-    fail("%sstep %d: training diverged (loss %s, gradient norm %s), the update was not applied; "
-      .. "lower inner.lr (%g) or check the data", ctx.who and ctx.who .. ", " or "", ctx.step + 1, tostring(lv),
-      tostring(gnorm), r.inner.lr)
+    -- the one error type (fail), carrying the values: a learner rolls back on it instead
+    error({ diloco_error = string.format("%sstep %d: training diverged (loss %s, gradient norm %s), the update was "
+      .. "not applied; lower inner.lr (%g) or check the data", ctx.who and ctx.who .. ", " or "", ctx.step + 1,
+      tostring(lv), tostring(gnorm), r.inner.lr), code = 1, nonfinite = { loss = lv, grad_norm = gnorm } }, 0)
   end
   ctx.opt:step(lr)
   ctx.step = ctx.step + 1

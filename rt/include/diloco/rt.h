@@ -206,6 +206,19 @@ DLC_API dlc_status dlc_lrt_contribute(dlc_lrt *l, int p);
  * applied, dlc_learner_step_begin, before it returns), DLC_ERR_STATE at the deadline
  * naming what it waited for. */
 DLC_API dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s);
+/* A fault on the learner (a non-finite loss or parameter, the host's check, e.g.
+ * dlc_lrt_check_finite): instead of dlc_lrt_step_done for the failed step, rolls the
+ * model back in place to the last global model (dlc_learner_rollback, learner.h: each
+ * fragment's last global value, a merge that waited taken whole, counters restarted,
+ * contributions already sent left outstanding).  Takes the messages that arrived first,
+ * so the model it rolls back to is the newest it has.  The host then resets its inner
+ * optimizer.  DLC_ERR_STATE before the join and in data parallel (learner.h). */
+DLC_API dlc_status dlc_lrt_rollback(dlc_lrt *l);
+/* DLC_OK when every element of the model is finite, else DLC_ERR_RANGE with the first
+ * one that is not named ("parameter 'h' element 3 is nan"), and *tensor (0-based),
+ * *index (in the tensor) and *value; any of them may be NULL.  One pass over the model:
+ * cheap beside an inner step. */
+DLC_API dlc_status dlc_lrt_check_finite(const dlc_lrt *l, int *tensor, int64_t *index, float *value);
 /* The end: waits up to timeout_s for the fragments it sent to come back merged, then
  * says BYE (why: its reason) and flushes. */
 DLC_API dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why);
@@ -246,6 +259,7 @@ typedef struct dlc_lrt_stats {
     int connected;
     int64_t sent, held, held_dropped, applied, reconnects;
     uint64_t bytes_in, bytes_out;
+    int64_t rollbacks;        /* dlc_lrt_rollback calls that succeeded */
 } dlc_lrt_stats;
 DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 

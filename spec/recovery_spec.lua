@@ -1,0 +1,153 @@
+-- Recovery of real runs (docs/runtime.md, "Recovery"): a learner whose step goes
+-- non-finite rolls back to the last global model instead of poisoning the run or dying,
+-- and fails with the limit named when it keeps doing so; a syncer resumed after every
+-- learner said BYE ends the run instead of waiting.  Real processes over loopback, a tiny
+-- GPT; every test kills only the pids it started.  The non-finite step is made by the
+-- test-only DILOCO_TEST_POISON (lua/diloco/learner.lua): NaN written into a learner's
+-- real parameters at one step.
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
+local STEPS = sanitized and 300 or 400
+
+local function recipe(S, name, o)
+  o = o or {}
+  return S.write(name .. ".lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = %q,
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
+  islands = { count = 2 },
+  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", restarts = %d, join_timeout = %q },
+  steps = %d,
+  eval = { every = 0, batches = 4 },
+}
+]], name, o.restarts or 20, o.join_timeout or "30s", o.steps or STEPS))
+end
+
+local function events(path)
+  local list = {}
+  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
+  return list
+end
+
+local function of_kind(list, event, kind)
+  local out = {}
+  for _, e in ipairs(list) do
+    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
+  end
+  return out
+end
+
+local function summary_of(list)
+  local s = list[#list]
+  assert.are.equal("summary", s.event)
+  return s
+end
+
+-- Every value of every tensor in a safetensors file is finite (returns the count).
+local function all_finite(path)
+  local ts = assert(diloco.load_safetensors(path))
+  local n = 0
+  local function walk(v, name)
+    if type(v) == "table" then
+      for _, x in ipairs(v) do walk(x, name) end
+    else
+      assert.is_true(v == v and math.abs(v) ~= math.huge, name .. " holds " .. tostring(v))
+      n = n + 1
+    end
+  end
+  for name, t in pairs(ts) do walk(t:tolist(), name) end
+  return n
+end
+
+describe("a learner whose step goes non-finite", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("rolls back to the last global model: the run completes, the other never waits, the model stays finite", function()
+    local path = recipe(S, "poison")
+    local at = STEPS * 3 // 4 -- past the phase a learner that starts late joins at
+    local out, code = H.sh(string.format("DILOCO_TEST_POISON=2:%d:1:after %s run %s --out %s/run --quiet", at, exe,
+      path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = summary_of(ev)
+    assert.is_nil(s.error)
+    assert.are.equal(2 * STEPS, s.steps)
+    -- the supervisor surfaces the learner's fault
+    local rb = of_kind(ev, "fault", "rollback")
+    assert.are.equal(1, #rb, out)
+    assert.are.equal(2, rb[1].learner)
+    assert.are.equal(at, rb[1].step)
+    assert.are.equal("parameter", rb[1].cause)
+    assert.are.equal("nan", rb[1].value)
+    assert.matches("parameter '[%w._]+' element %d+ is", rb[1].text)
+    -- in the learner's own metrics too, and it went on to the end, no crash, no restart
+    local lev = events(S.dir .. "/run/learner-2/metrics.jsonl")
+    assert.are.equal(1, #of_kind(lev, "fault", "rollback"))
+    local ls = summary_of(lev)
+    assert.is_nil(ls.error)
+    assert.are.equal(1, ls.rollbacks)
+    assert.are.equal(STEPS, ls.schedule_step)
+    assert.are.equal(0, s.restarts)
+    assert.are.equal(0, #of_kind(ev, "fault", "crash"))
+    -- it contributes again after the rollback (merges stamped after the fault)
+    local after = 0
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      for _, c in ipairs(m.contributors) do
+        if c.learner == 2 and m.wall_s > rb[1].wall_s then after = after + 1 end
+      end
+    end
+    assert.is_true(after > 0, "learner 2's contributions merged after its rollback")
+    -- the other learner never waited, and the global model is finite
+    assert.is_true(s.per_learner[1].idle <= 0.02, "learner 1 waited " .. tostring(s.per_learner[1].idle))
+    assert.is_true(s.final_eval_loss == s.final_eval_loss and s.final_eval_loss < 10, tostring(s.final_eval_loss))
+    assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
+  end)
+
+  it("fails after ROLLBACKS_MAX rollbacks in a row, naming the limit, while the run goes on", function()
+    local path = recipe(S, "poison_always", { restarts = 0 })
+    local at = STEPS * 3 // 4
+    local out, code = H.sh(string.format("DILOCO_TEST_POISON=2:%d:99 %s run %s --out %s/run --quiet", at, exe, path,
+      S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local max = require("diloco.learner").ROLLBACKS_MAX
+    local rb = of_kind(ev, "fault", "rollback")
+    assert.are.equal(max + 1, #rb)
+    for i, f in ipairs(rb) do
+      assert.are.equal(at, f.step) -- the failed step runs again
+      assert.are.equal("loss", f.cause)
+      assert.are.equal(i, f.in_a_row)
+    end
+    local crash = of_kind(ev, "fault", "crash")
+    assert.are.equal(1, #crash)
+    assert.matches(string.format("learner 2: %d rollbacks in a row, more than diloco.learner.ROLLBACKS_MAX = %d", max + 1,
+      max), crash[1].text, 1, true)
+    assert.matches("lower inner.lr", crash[1].text, 1, true)
+    local s = summary_of(ev)
+    assert.are.equal(STEPS, s.per_learner[1].steps)
+    assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
+  end)
+
+  it("refuses a DILOCO_TEST_POISON of another form, naming the forms", function()
+    local learner = require "diloco.learner"
+    assert.are.same({ id = 2, step = 7, times = 1, when = "before" }, learner.poison_from("2:7"))
+    assert.are.same({ id = 1, step = 3, times = 4, when = "after" }, learner.poison_from("1:3:4:after"))
+    assert.is_nil(learner.poison_from(nil))
+    local ok, err = pcall(learner.poison_from, "2:x")
+    assert.is_false(ok)
+    assert.are.equal(2, err.code)
+    assert.matches("expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after", err.diloco_error, 1, true)
+    assert.is_false((pcall(learner.poison_from, "2:7:1:during")))
+  end)
+end)
