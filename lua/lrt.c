@@ -276,7 +276,7 @@ static int s_learner(lua_State *L) {
     luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
     dlc_srt_learner_info i;
     if (dlc_srt_learner(s, (int)m - 1, &i) != DLC_OK) return dlcL_error(L);
-    lua_createtable(L, 0, 11);
+    lua_createtable(L, 0, 12);
     lua_pushboolean(L, i.connected);
     lua_setfield(L, -2, "connected");
     lua_pushboolean(L, i.joined);
@@ -287,6 +287,7 @@ static int s_learner(lua_State *L) {
     dlcL_setint(L, "tokens", i.tokens);
     dlcL_setnum(L, "step_time", i.step_time);
     dlcL_setnum(L, "heard", i.heard);
+    dlcL_setnum(L, "absent", i.absent);
     dlcL_setint(L, "merged", i.merged);
     dlcL_setint(L, "joins", i.joins);
     dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);

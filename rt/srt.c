@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "diloco/ckpt.h"
 #include "diloco/rt.h"
 #include "rt_internal.h"
 
@@ -26,6 +27,9 @@ _Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT
 const char *dlc_srt_event_name(dlc_srt_event_kind k) {
     return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
 }
+
+/* The checkpoint metadata key of the learners that said BYE (rt.h, dlc_srt_save). */
+#define RT_BYE_KEY "rt.bye"
 
 /* ---- a queue of host events ---- */
 
@@ -54,6 +58,7 @@ typedef struct slearner {
     int joined, bye;
     int64_t steps, tokens, merged, joins;
     double step_time, heard;
+    double left;              /* driver time its connection ended (0: never connected here) */
     uint64_t bytes_in, bytes_out; /* of its closed connections */
 } slearner;
 
@@ -313,6 +318,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         slearner *L = &s->learners[m];
         bank_bytes(s, m, ev->peer);
         L->peer = -1;
+        L->left = now;
         dlc_status st = DLC_OK;
         if (dlc_syncer_is_live(s->s, m)) {
             st = dlc_syncer_lost(s->s, m, now);
@@ -378,6 +384,29 @@ static void *srt_thread(void *arg) {
     return NULL;
 }
 
+/* The learners that had said BYE when the checkpoint at `path` was saved (its metadata
+ * RT_BYE_KEY: 0-based ids, comma-separated): they stay gone (rt.h).  A checkpoint of an
+ * older build without the key: none.  An id out of range is refused, naming it. */
+static dlc_status read_byes(dlc_srt *s, const char *path) {
+    dlc_safetensors *st = dlc_safetensors_open(path);
+    if (!st) return dlc_last_status();
+    const char *v = dlc_safetensors_meta(st, RT_BYE_KEY);
+    dlc_status rc = DLC_OK;
+    for (const char *p = v; p && *p && rc == DLC_OK;) {
+        char *end;
+        long m = strtol(p, &end, 10);
+        if (end == p || m < 0 || m >= s->M || (*end && *end != ',')) {
+            rc = dlc_error(DLC_ERR_FORMAT, "srt_new: %s: metadata %s = \"%.64s\": expected learner ids 0..%d, "
+                           "comma-separated", path, RT_BYE_KEY, v, s->M - 1);
+            break;
+        }
+        s->learners[m].bye = 1;
+        p = *end ? end + 1 : end;
+    }
+    dlc_safetensors_close(st);
+    return rc;
+}
+
 dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (!cfg || !cfg->plan || (!cfg->theta0 && !cfg->resume) || !cfg->listen) {
         dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 (or resume) and listen are required");
@@ -400,9 +429,10 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;
-    s->cfg.resume = NULL; /* borrowed during new only */
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
     for (int m = 0; m < s->M; m++) s->learners[m].peer = s->learners[m].banked = -1, s->learners[m].heard = -1;
+    if (cfg->resume && read_byes(s, cfg->resume) != DLC_OK) goto fail;
+    s->cfg.resume = NULL; /* borrowed during new only */
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
     if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp,
                  cfg->run_params) != DLC_OK)
@@ -501,10 +531,30 @@ dlc_status dlc_srt_global(dlc_srt *s, float *arena) {
 }
 
 dlc_status dlc_srt_save(dlc_srt *s, const char *path, int n, const char *const *keys, const char *const *values) {
-    if (!s || !path) return dlc_error(DLC_ERR_ARG, "srt_save: NULL argument");
+    if (!s || !path || n < 0 || (n > 0 && (!keys || !values))) return dlc_error(DLC_ERR_ARG, "srt_save: NULL argument");
+    for (int i = 0; i < n; i++)
+        if (keys[i] && strcmp(keys[i], RT_BYE_KEY) == 0)
+            return dlc_error(DLC_ERR_ARG, "srt_save: metadata key \"%s\" is the driver's own", RT_BYE_KEY);
+    const char **k = malloc((size_t)(n + 1) * sizeof *k), **v = malloc((size_t)(n + 1) * sizeof *v);
+    char *byes = malloc((size_t)s->M * 8 + 1);
+    dlc_status st = DLC_OK;
+    if (!k || !v || !byes) {
+        st = dlc_error(DLC_ERR_NOMEM, "srt_save: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) k[i] = keys[i], v[i] = values[i];
     pthread_mutex_lock(&s->lock);
-    dlc_status st = dlc_syncer_save(s->s, path, srt_now(s), n, keys, values);
+    size_t len = 0;
+    byes[0] = '\0';
+    for (int m = 0; m < s->M; m++)
+        if (s->learners[m].bye) len += (size_t)snprintf(byes + len, 9, "%s%d", len ? "," : "", m);
+    k[n] = RT_BYE_KEY, v[n] = byes;
+    st = dlc_syncer_save(s->s, path, srt_now(s), n + 1, k, v);
     pthread_mutex_unlock(&s->lock);
+done:
+    free(k);
+    free(v);
+    free(byes);
     return st;
 }
 
@@ -547,6 +597,7 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->tokens = L->tokens;
     out->step_time = L->step_time;
     out->heard = L->heard;
+    out->absent = L->peer >= 0 ? 0 : srt_now(s) - L->left;
     out->merged = L->merged;
     out->joins = L->joins;
     out->bytes_in = L->bytes_in;

@@ -151,3 +151,98 @@ describe("a learner whose step goes non-finite", function()
     assert.is_false((pcall(learner.poison_from, "2:7:1:during")))
   end)
 end)
+
+describe("a syncer resumed after its learners finished", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("ends the run at once when every learner had said BYE, and after runtime.join_timeout when it cannot know",
+    function()
+    local path = recipe(S, "resumed", { steps = sanitized and 150 or 300 })
+    local secret = S.write("secret", "s3cret\n")
+    local addr = S.dir .. "/address"
+    local pids = {}
+    local function spawn(argv)
+      local pid = assert(diloco.proc.spawn(argv))
+      pids[#pids + 1] = pid
+      return pid
+    end
+    local function syncer(extra)
+      local argv = { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr, "--secret-file", secret,
+        "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" }
+      for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+      return spawn(argv)
+    end
+    -- waits for pid up to secs (then kills it): its exit status, or nil if it had to be killed
+    local function wait_for(pid, secs)
+      local t0 = diloco.clock()
+      while diloco.clock() - t0 < secs do
+        local st = diloco.proc.wait(pid)
+        if st then return st end
+        diloco.proc.sleep(0.05)
+      end
+      diloco.proc.signal(pid, "KILL")
+      diloco.proc.wait(pid, true)
+      return nil
+    end
+    local log = function() return table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n") end
+    local ok, err = pcall(function()
+      local a = syncer()
+      local learners = {}
+      for id = 1, 2 do
+        learners[id] = spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id), "--secret-file",
+          secret, "--out", S.dir .. "/l" .. id, "--overwrite", "--quiet", stdout = S.dir .. "/l" .. id .. ".log",
+          stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } }
+      end
+      for id = 1, 2 do
+        local st = wait_for(learners[id], 120)
+        assert.are.equal(0, st and st.exited, "learner " .. id)
+      end
+      local st = wait_for(a, 60)
+      assert.are.equal(0, st and st.exited, log())
+      -- resumed: the checkpoint says both said BYE; it ends without waiting for anyone
+      local t0 = diloco.clock()
+      st = wait_for(syncer { "--resume" }, 30)
+      assert.are.equal(0, st and st.exited, "the resumed syncer did not end by itself: " .. log())
+      assert.is_true(diloco.clock() - t0 < 20, "it ended, but late")
+      -- a checkpoint that does not say who left (an older build's, or learners that died
+      -- without BYE): it waits runtime.join_timeout for them, then ends, naming them
+      local list = diloco.rundir.checkpoints(S.dir .. "/run/syncer")
+      local last = list[#list].path
+      local ts, meta, names = diloco.load_safetensors(last)
+      assert.is_string(meta["rt.bye"])
+      assert.are.equal("0,1", meta["rt.bye"])
+      meta["rt.bye"] = nil
+      local tl = {}
+      for _, n in ipairs(names) do tl[#tl + 1] = { n, ts[n] } end
+      assert(diloco.save_safetensors(last, tl, meta))
+      t0 = diloco.clock()
+      st = wait_for(syncer { "--resume", "--set", "runtime.join_timeout=2s" }, 60)
+      assert.are.equal(0, st and st.exited, "the resumed syncer did not end by itself: " .. log())
+      local took = diloco.clock() - t0
+      assert.is_true(took >= 2, string.format("ended after %.2f s, before the deadline", took))
+      pids = {}
+    end)
+    for _, pid in ipairs(pids) do
+      pcall(diloco.proc.signal, pid, "KILL")
+      pcall(diloco.proc.wait, pid, true)
+    end
+    assert(ok, err)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    assert.are.equal(2, #of_kind(ev, "resume"))
+    local absent = of_kind(ev, "fault", "absent")
+    assert.are.equal(2, #absent)
+    for i, f in ipairs(absent) do
+      assert.are.equal(i, f.learner)
+      assert.matches(string.format("learner %d did not join this syncer within runtime.join_timeout = 2 s", i), f.text,
+        1, true)
+    end
+    -- three summaries (the run and two resumes), the last naming the absent learners
+    local sums = of_kind(ev, "summary")
+    assert.are.equal(3, #sums)
+    assert.is_nil(sums[2].absent)
+    assert.are.same({ 1, 2 }, sums[3].absent)
+    assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
+  end)
+end)

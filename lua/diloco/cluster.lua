@@ -743,7 +743,7 @@ local function finish(ctx, err)
     rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
-    flushed = flushed or nil, runtime = "processes",
+    flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
   }
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
@@ -767,17 +767,34 @@ local function finish(ctx, err)
   return summary, err
 end
 
--- Everything is over when every learner has left: said BYE, or its process is gone for
--- good (run), or (serve) every learner that ever joined said BYE.
+-- Everything is over when every learner has left: its process is gone for good (run), or
+-- (serve) it said BYE (before a --resume too: the syncer's checkpoint says so), or, with
+-- no learner connected, it stayed away runtime.join_timeout (never joined, or lost and
+-- not back): those are named (a fault event of kind absent) and the run ends without them.
 local function all_done(ctx)
+  local away = {}
   for m, L in ipairs(ctx.learners) do
     if ctx.supervising then
       if L.state ~= "done" and L.state ~= "failed" and L.state ~= "stopped" then return false end
     else
       if not ctx.syncer then return false end
       local i = ctx.syncer:learner(m)
-      if not i.bye then return false end
+      if not i.bye then
+        if i.connected or i.absent < ctx.rt.join_timeout then return false end
+        away[#away + 1] = { m = m, info = i }
+      end
     end
+  end
+  ctx.absent = {}
+  for _, a in ipairs(away) do
+    local text = a.info.joins > 0
+      and string.format("learner %d did not come back within runtime.join_timeout = %g s (away %.1f s, no learner "
+        .. "connected): the run ends without it", a.m, ctx.rt.join_timeout, a.info.absent)
+      or string.format("learner %d did not join this syncer within runtime.join_timeout = %g s (no learner "
+        .. "connected): the run ends without it", a.m, ctx.rt.join_timeout)
+    ctx.absent[#ctx.absent + 1] = a.m
+    fault(ctx, { kind = "absent", learner = a.m, absent_s = a.info.absent, joins = a.info.joins, text = text })
+    say(ctx, "%s", text)
   end
   return true
 end

@@ -271,7 +271,7 @@ M.schema = {
     timeout = { kind = "string|number", default = 5.0, check = duration_check(true),
       doc = "a link silent this long is lost (a paused, hung or cut-off learner)" },
     join_timeout = { kind = "string|number", default = 120, check = duration_check(true),
-      doc = "a learner process must have joined the syncer within this of its start" },
+      doc = "a learner process must have joined the syncer within this of its start; a syncer with none connected waits this long for those that did not say BYE" },
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
     elastic = { kind = "boolean", default = true,

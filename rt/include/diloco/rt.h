@@ -74,7 +74,8 @@ typedef struct dlc_srt_config {
                                  * inline_io are set by the driver (strings copied) */
     const char *listen;         /* "HOST:PORT" (port 0: any free one) */
     const char *resume;         /* a syncer checkpoint (dlc_srt_save) to start from, with the
-                                 * next epoch; theta0 is then not used.  NULL: a new run */
+                                 * next epoch; theta0 is then not used (the learners that had
+                                 * said BYE are still gone: info.bye).  NULL: a new run */
     const char *run;            /* the run id learners must present ("" allowed) */
     const dlc_run_params *run_params; /* the run's description (core/run.h; borrowed during
                                  * new), stated in the WELCOME: a learner whose run differs is
@@ -128,7 +129,10 @@ DLC_API void dlc_srt_event_release(dlc_srt_event *ev);
 DLC_API dlc_status dlc_srt_global(dlc_srt *s, float *arena);
 /* Writes the syncer's whole state to `path` (dlc_syncer_save: atomic, so a kill at any
  * moment leaves the previous file or this one), with n metadata key/value pairs of the
- * host's. */
+ * host's, and the driver's own "rt.bye": the learners that said BYE and have not come
+ * back (0-based ids, comma-separated), which a resumed driver restores, so that a run
+ * whose learners all finished before the restart is seen to be over (the key is refused
+ * from the host). */
 DLC_API dlc_status dlc_srt_save(dlc_srt *s, const char *path, int n, const char *const *keys,
                                 const char *const *values);
 /* The epoch the syncer stamps (1 for a new run, the checkpoint's + 1 after a resume). */
@@ -147,6 +151,9 @@ typedef struct dlc_srt_learner_info {
     int64_t tokens;           /* tokens it reported (its heartbeats), this incarnation */
     double step_time;         /* its reported step-time EMA (s), 0 unknown */
     double heard;             /* driver time of its last frame, -1 never */
+    double absent;            /* s since its connection ended (since the driver started if it
+                               * never connected to this one), 0 while connected: what a host
+                               * compares with its deadline for learners to come back */
     int64_t merged;           /* its contributions that entered a merge */
     int64_t joins;            /* times it joined */
     uint64_t bytes_in, bytes_out; /* wire bytes from and to it, all its connections */
