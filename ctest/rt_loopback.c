@@ -2,14 +2,16 @@
  * one process: a syncer and two learners on check_fx.h's small model, driven by fake
  * inner steps.  Joins, merges from both, the global model moving, a learner of another
  * model refused with the difference named, a learner that keeps stepping without ever
- * waiting while its syncer is gone (contributions held, the oldest dropped), and the
- * syncer's checkpoint resumed with the next epoch. */
+ * waiting while its syncer is gone (contributions held, the oldest dropped), the
+ * syncer's checkpoint resumed with the next epoch (and who said BYE with it), and a
+ * poisoned learner rolled back to the global model. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
 #include "check_fx.h"
+#include "diloco/ckpt.h"
 #include "diloco/rt.h"
 
 static const char SECRET[] = "rt_loopback secret";
@@ -253,10 +255,108 @@ out:
     fx_free(&x1);
 }
 
+/* A learner's model poisoned between steps: dlc_lrt_check_finite names the element,
+ * dlc_lrt_rollback writes the last global model back (the syncer's, bit for bit: nothing
+ * was merged since the join), and the learner steps and contributes on. */
+static void test_rollback(void) {
+    fx xs, x1;
+    fx_make(&xs, 2, 41);
+    fx_make(&x1, 2, 41);
+    dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    CHECK_OK(s);
+    if (!s) return;
+    dlc_lrt *a = start_learner(&x1, 0, dlc_srt_port(s));
+    CHECK_OK(a);
+    CHECK(a && dlc_lrt_join(a, 10) == DLC_OK);
+    if (!a) goto out;
+    int k = -1;
+    int64_t idx = -1;
+    float val = 0;
+    CHECK(dlc_lrt_check_finite(a, &k, &idx, &val) == DLC_OK);
+    step(&x1, 1.0f); /* step 1: nothing is due (fragment 1 after step 2, fragment 0 after 4) */
+    CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+    step(&x1, 1.0f);
+    float *th = dlc_params_data(x1.p);
+    th[dlc_params_offset(x1.p, 1) + 3] = NAN;
+    th[dlc_params_offset(x1.p, 2)] = -INFINITY;
+    CHECK(dlc_lrt_check_finite(a, &k, &idx, &val) == DLC_ERR_RANGE && k == 1 && idx == 3 && isnan(val) &&
+          strstr(dlc_last_error(), "parameter 'b' element 3 is nan"));
+    CHECK(dlc_lrt_rollback(a) == DLC_OK);
+    CHECK(dlc_lrt_check_finite(a, NULL, NULL, NULL) == DLC_OK);
+    float global[NMAX] = {0}, mine[NMAX] = {0};
+    CHECK(dlc_srt_global(s, global) == DLC_OK);
+    memcpy(mine, th, (size_t)dlc_params_numel(x1.p) * sizeof(float));
+    int ndiff = 0;
+    for (int64_t i = 0; i < dlc_params_numel(x1.p); i++) ndiff += global[i] != mine[i];
+    CHECK(ndiff == 0);
+    dlc_lrt_stats st;
+    CHECK(dlc_lrt_get_stats(a, &st) == DLC_OK && st.rollbacks == 1);
+    CHECK(dlc_learner_steps(dlc_lrt_learner(a)) == 1); /* the failed step is not counted */
+    int merged_by[2] = {0, 0}, merges = 0;
+    for (int t = 0; t < 100 && merged_by[0] == 0; t++) {
+        step(&x1, 1.0f);
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
+    }
+    CHECK(merged_by[0] > 0);
+out:
+    dlc_lrt_free(a);
+    dlc_srt_free(s);
+    fx_free(&xs);
+    fx_free(&x1);
+}
+
+/* A learner says BYE; the syncer's checkpoint records it (rt.bye) and a resumed syncer
+ * knows it left, while the other, which never came, is absent since the start; the host
+ * may not write the driver's key itself. */
+static void test_resume_bye(void) {
+    fx xs, x1;
+    fx_make(&xs, 2, 51);
+    fx_make(&x1, 2, 51);
+    char path[] = "/tmp/rt_loopback_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    CHECK_OK(s);
+    if (!s) return;
+    dlc_lrt *a = start_learner(&x1, 1, dlc_srt_port(s));
+    CHECK(a && dlc_lrt_join(a, 10) == DLC_OK);
+    CHECK(a && dlc_lrt_finish(a, 1, "finished") == DLC_OK);
+    dlc_srt_learner_info info;
+    int bye = 0;
+    for (int i = 0; i < 200 && !bye; i++) {
+        collect(s, 0.01, (int[2]){0, 0}, &(int){0}, NULL, NULL, 0);
+        bye = dlc_srt_learner(s, 1, &info) == DLC_OK && info.bye && !info.connected;
+    }
+    CHECK(bye);
+    const char *k[1] = {"rt.bye"}, *v[1] = {"0"};
+    CHECK(dlc_srt_save(s, path, 1, k, v) == DLC_ERR_ARG && strstr(dlc_last_error(), "\"rt.bye\" is the driver's own"));
+    CHECK(dlc_srt_save(s, path, 0, NULL, NULL) == DLC_OK);
+    dlc_srt_free(s);
+    dlc_safetensors *st = dlc_safetensors_open(path);
+    CHECK(st && dlc_safetensors_meta(st, "rt.bye") && strcmp(dlc_safetensors_meta(st, "rt.bye"), "1") == 0);
+    dlc_safetensors_close(st);
+    s = start_syncer(&xs, "127.0.0.1:0", path);
+    CHECK_OK(s);
+    if (s) {
+        sleep_s(0.1);
+        CHECK(dlc_srt_learner(s, 1, &info) == DLC_OK && info.bye == 1 && !info.connected);
+        CHECK(dlc_srt_learner(s, 0, &info) == DLC_OK && info.bye == 0 && info.joins == 0 && info.absent >= 0.1);
+        dlc_srt_free(s);
+    }
+    dlc_lrt_free(a);
+    unlink(path);
+    fx_free(&xs);
+    fx_free(&x1);
+}
+
 int main(void) {
     (void)gather, (void)randv; /* check_fx.h's, unused here */
     test_two_learners();
     test_syncer_gone();
     test_resume();
+    test_rollback();
+    test_resume_bye();
     return check_done("rt_loopback");
 }
