@@ -112,6 +112,10 @@ describe("a learner whose step goes non-finite", function()
     assert.is_true(s.per_learner[1].idle <= 0.02, "learner 1 waited " .. tostring(s.per_learner[1].idle))
     assert.is_true(s.final_eval_loss == s.final_eval_loss and s.final_eval_loss < 10, tostring(s.final_eval_loss))
     assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
+    -- the tape cannot re-execute the non-finite step: replay refuses, naming it
+    local rout, rcode = H.sh(string.format("%s sim --replay %s/run", exe, S.dir))
+    assert.are.equal(2, rcode, rout)
+    assert.matches(string.format("learner 2 rolled back to the last global model at step %d", at), rout, 1, true)
   end)
 
   it("fails after ROLLBACKS_MAX rollbacks in a row, naming the limit, while the run goes on", function()

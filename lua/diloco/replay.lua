@@ -21,7 +21,8 @@
 --
 -- Not replayed (refused with the reason): runs in which a learner process restarted or the
 -- syncer resumed from a checkpoint (their state came from checkpoints the tape does not
--- hold), data-parallel runs with resyncs, runs that did not finish.
+-- hold), a learner rolled back (a non-finite step), data-parallel runs with resyncs, runs
+-- that did not finish.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
@@ -138,6 +139,9 @@ local function read_tape(out, r)
         local b = L.applies[e.boundary] or {}
         b[#b + 1] = { fragment = e.fragment, version = e.version, resync = e.resync == true }
         L.applies[e.boundary] = b
+      elseif e.event == "fault" and e.kind == "rollback" then
+        refuse("learner %d rolled back to the last global model at step %s (%s): a non-finite step the tape cannot "
+          .. "re-execute (runs with rollbacks are not replayed)", m, tostring(e.step), tostring(e.text))
       elseif e.event == "summary" then
         L.threads = e.threads
         L.summary = e
