@@ -275,7 +275,7 @@ static void out_write(conn *c, outframe *f) {
 void dlcn_update_direct(conn *c) {
     pthread_mutex_lock(&c->net->lock);
     c->direct = c->state == DLC_CONN_READY && c->own_out && c->wev && c->rate <= 0 && c->latency <= 0 &&
-                !c->delay_head && c->cmd_pending == 0;
+                !c->delay_head && c->cmd_pending == 0 && !c->cut;
     pthread_mutex_unlock(&c->net->lock);
 }
 
@@ -413,7 +413,7 @@ void dlcn_conn_drain(conn *c, int code, const char *text) {
     if (c->state == DLC_CONN_DRAINING || c->state == DLC_CONN_CLOSED) return;
     c->end_code = code;
     if (text != c->end_text) snprintf(c->end_text, sizeof c->end_text, "%s", text);
-    if (c->state == DLC_CONN_CONNECTING || !c->bev) {
+    if (c->state == DLC_CONN_CONNECTING || !c->bev || c->cut) { /* a cut link flushes nothing */
         dlcn_conn_close_now(c);
         return;
     }
@@ -485,6 +485,7 @@ void dlcn_conn_close_now(conn *c) {
     pthread_mutex_lock(&net->lock);
     dlcn_queued_sub(c, c->queued);
     pthread_mutex_unlock(&net->lock);
+    dlcn_in_release(c, 1); /* frames held for the emulated latency arrived before the end */
     dlcn_mem_freed(net);
     if (!was_connecting || c->client)
         dlcn_ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
@@ -708,7 +709,8 @@ static int ready_check(conn *c, const dlc_frame *f) {
  * (events of other threads are concurrent with it either way), none delivered yet. */
 static dlc_net_event *direct_event(conn *c, int t) {
     dlc_net *net = c->net;
-    if (!net->poll_ev || net->poll_got || c->state != DLC_CONN_READY || t <= DLC_FRAME_WELCOME ||
+    if (!net->poll_ev || net->poll_got || c->state != DLC_CONN_READY || c->in_latency > 0 || c->held_head ||
+        t <= DLC_FRAME_WELCOME ||
         t >= DLC_FRAME_ERROR || atomic_load_explicit(&net->ev_count, memory_order_acquire) != 0)
         return NULL;
     return net->poll_ev;
@@ -768,6 +770,17 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     }
     n->ev.owned_ = borrowed ? NULL : buf;
     n->bytes = len;
+    if (c->in_latency > 0 || c->held_head) { /* the receiving direction's latency: held, in order */
+        n->due = now_s() + c->in_latency;
+        n->next = NULL;
+        if (c->held_tail) c->held_tail->next = n;
+        else c->held_head = n;
+        c->held_tail = n;
+        /* its bytes stay counted as being received (the caller takes them off) */
+        atomic_fetch_add_explicit(&net->rx_bytes, len, memory_order_relaxed);
+        dlcn_conn_arm(c);
+        return;
+    }
     dlcn_ev_post(net, n);
 }
 
@@ -844,6 +857,7 @@ void dlcn_conn_arm(conn *c) {
     default: return;
     }
     if (c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
+    if (c->held_head && c->held_head->due < next) next = c->held_head->due;
     if (c->state == DLC_CONN_AUTHENTICATING && c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
     if (next == INFINITY) return;
     struct timeval tv = tv_of(next - t);
@@ -870,6 +884,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
         }
         break;
     case DLC_CONN_READY:
+        dlcn_in_release(c, 0);
         /* a body slowed down below its read threshold: take what is there, wake sooner */
         if (dlcn_in_timer(c) && c->state != DLC_CONN_READY) return;
         /* a conn waiting for mem_max is silent because this side does not read it */
@@ -945,6 +960,7 @@ conn *dlcn_conn_new(dlc_net *net, int client) {
     c->id = net->npeers++;
     net->peers[c->id] = c;
     c->rate = net->shape_rate, c->latency = net->shape_latency;
+    c->in_rate = net->shape_in_rate, c->in_latency = net->shape_in_latency;
     pthread_mutex_unlock(&net->lock);
     return c;
 }
@@ -955,14 +971,17 @@ void dlcn_apply_shape(conn *c) {
         c->tokens = 0, c->tokens_t = now_s();
         return;
     }
-    if (c->rate > 0) {
+    if (c->rate > 0 || c->in_rate > 0) {
         struct timeval tick = {0, NET_TICK_MS * 1000};
-        double per_tick = c->rate * NET_TICK_MS / 1000.0;
+        double per_tick = c->rate * NET_TICK_MS / 1000.0, per_tick_in = c->in_rate * NET_TICK_MS / 1000.0;
         if (per_tick < 1) per_tick = 1;
-        size_t w = (size_t)per_tick;
+        if (per_tick_in < 1) per_tick_in = 1;
+        size_t w = c->rate > 0 ? (size_t)per_tick : EV_RATE_LIMIT_MAX;
+        size_t r = c->in_rate > 0 ? (size_t)per_tick_in : EV_RATE_LIMIT_MAX;
         /* burst of 4 ticks: a tick the loop serves late is made up by the next ones
          * instead of lost (libevent refills by ticks elapsed, capped at the burst) */
-        struct ev_token_bucket_cfg *b = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, w, 4 * w, &tick);
+        struct ev_token_bucket_cfg *b = ev_token_bucket_cfg_new(r, c->in_rate > 0 ? 4 * r : EV_RATE_LIMIT_MAX, w,
+                                                                c->rate > 0 ? 4 * w : EV_RATE_LIMIT_MAX, &tick);
         if (b && bufferevent_set_rate_limit(c->bev, b) == 0) {
             if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
             c->bucket = b;
@@ -973,6 +992,27 @@ void dlcn_apply_shape(conn *c) {
         bufferevent_set_rate_limit(c->bev, NULL);
         ev_token_bucket_cfg_free(c->bucket);
         c->bucket = NULL;
+    }
+}
+
+void dlcn_conn_set_cut(conn *c, int on) {
+    if (c->cut == on) return;
+    c->cut = on;
+    dlcn_update_direct(c);
+    if (c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING || !c->bev) return;
+    if (on && c->state == DLC_CONN_DRAINING) { /* nothing more can be flushed */
+        dlcn_conn_close_now(c);
+        return;
+    }
+    if (!c->own_out) { /* TLS: libevent writes the output buffer */
+        if (on) bufferevent_disable(c->bev, EV_WRITE);
+        else bufferevent_enable(c->bev, EV_WRITE);
+    }
+    dlcn_in_cut(c);
+    if (!on) {
+        dlcn_out_kick(c);
+        dlcn_on_read(c->bev, c); /* what was read before the cut and not framed yet */
+        if (c->state != DLC_CONN_CLOSED) dlcn_conn_arm(c);
     }
 }
 

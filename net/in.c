@@ -21,8 +21,10 @@ static void bulk_stop(conn *c) {
 
 /* ---- input: where received bytes wait before they are framed ---- */
 
-/* Plain TCP: our read event; TLS: the bufferevent's reading. */
+/* Plain TCP: our read event; TLS: the bufferevent's reading.  A cut link, or an empty
+ * bucket of the receiving direction's rate cap, is not read whoever asks. */
 static void read_enable(conn *c, int on) {
+    if (on && (c->cut || c->in_starved)) return;
     if (!c->own_out) {
         if (!c->bev) return;
         if (on) bufferevent_enable(c->bev, EV_READ);
@@ -163,6 +165,74 @@ static int bulk_read(conn *c, size_t wake_at_most) {
     return 1;
 }
 
+/* ---- the receiving direction's WAN emulation (dlc_net_shape_in) ---- */
+
+/* Bytes the receiving bucket allows now (SIZE_MAX without a cap). */
+static size_t in_allowance(conn *c) {
+    if (c->in_rate <= 0) return SIZE_MAX;
+    double t = now_s();
+    c->in_tokens += (t - c->in_tokens_t) * c->in_rate;
+    c->in_tokens_t = t;
+    double burst = c->in_rate * NET_BURST_S;
+    if (burst < (double)NET_BUCKET_MIN) burst = (double)NET_BUCKET_MIN;
+    if (c->in_tokens > burst) c->in_tokens = burst;
+    return c->in_tokens >= 1 ? (size_t)c->in_tokens : 0;
+}
+
+/* The bucket is empty: stop reading until it holds 1 ms of the rate. */
+static void in_starve(conn *c) {
+    read_enable(c, 0);
+    c->in_starved = 1;
+    double want = c->in_rate * 0.001 > 1 ? c->in_rate * 0.001 : 1, need = want - c->in_tokens;
+    struct timeval tv = tv_of(need > 0 ? need / c->in_rate : 0);
+    if (c->itimer) evtimer_add(c->itimer, &tv);
+}
+
+/* Reading may resume unless something else holds it: the app behind (in_max), a frame
+ * waiting for mem_max, a cut. */
+static void in_resume(conn *c) {
+    if (!c->bev || c->state == DLC_CONN_CLOSED || c->state == DLC_CONN_CONNECTING || c->mem_wait) return;
+    pthread_mutex_lock(&c->net->lock);
+    bool paused = c->net->paused;
+    pthread_mutex_unlock(&c->net->lock);
+    if (!paused || c->state == DLC_CONN_DRAINING) read_enable(c, 1);
+}
+
+static void on_in_refill(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    conn *c = arg;
+    c->in_starved = 0;
+    in_resume(c);
+}
+
+void dlcn_in_shape(conn *c) {
+    c->in_tokens = 0, c->in_tokens_t = now_s();
+    if (c->in_rate > 0 && c->in_bulk) bulk_stop(c); /* capped bodies are read by on_readable */
+    if (c->in_rate <= 0 && c->in_starved) {
+        if (c->itimer) evtimer_del(c->itimer);
+        c->in_starved = 0;
+        in_resume(c);
+    }
+}
+
+void dlcn_in_cut(conn *c) {
+    if (c->cut) read_enable(c, 0);
+    else in_resume(c);
+}
+
+void dlcn_in_release(conn *c, int all) {
+    dlc_net *net = c->net;
+    double t = now_s();
+    while (c->held_head && (all || c->held_head->due <= t + 1e-4)) {
+        evnode *n = c->held_head;
+        c->held_head = n->next;
+        if (!c->held_head) c->held_tail = NULL;
+        n->next = NULL;
+        atomic_fetch_sub_explicit(&net->rx_bytes, n->bytes, memory_order_relaxed);
+        dlcn_ev_post(net, n);
+    }
+}
+
 /* Plain TCP: the socket is readable.  One recv(): into the body being filled when
  * nothing else waits ahead of it, else into ib; dropped while draining. */
 static void on_readable(evutil_socket_t fd, short what, void *arg) {
@@ -188,6 +258,14 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
             return;
         }
     }
+    if (c->in_rate > 0 && c->state != DLC_CONN_DRAINING) {
+        size_t allow = in_allowance(c);
+        if (allow == 0) {
+            in_starve(c);
+            return;
+        }
+        if (cap > allow) cap = allow;
+    }
     ssize_t r = recv(fd, dst, cap, 0);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     if (r <= 0) {
@@ -195,6 +273,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (c->state == DLC_CONN_DRAINING) return;
+    if (c->in_rate > 0) c->in_tokens -= (double)r;
     if (body) c->inhave += (size_t)r, body_alive(c, (size_t)r);
     else c->ib_len += (size_t)r;
     dlcn_on_read(c->bev, c);
@@ -207,9 +286,11 @@ int dlcn_in_start(conn *c) {
     bufferevent_disable(c->bev, EV_READ);
     if (c->rev) event_free(c->rev);
     c->rev = event_new(c->net->base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    if (!c->itimer) c->itimer = evtimer_new(c->net->base, on_in_refill, c);
     if (!c->ib) c->ib = malloc(NET_IB);
-    if (!c->rev || !c->ib) return -1;
+    if (!c->rev || !c->ib || !c->itimer) return -1;
     c->rev_on = 0, c->ib_off = c->ib_len = 0;
+    c->in_starved = 0, c->in_tokens = 0, c->in_tokens_t = now_s();
     read_enable(c, 1);
     return 0;
 }
@@ -306,7 +387,8 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
         c->inhave += got;
         body_alive(c, got);
         if (c->inhave < c->inlen) {
-            if (c->own_out && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0) bulk_start(c);
+            if (c->own_out && c->in_rate <= 0 && c->inlen - c->inhave >= NET_BULK_MIN && in_avail(c) == 0)
+                bulk_start(c);
             return;
         }
         uint8_t *buf = c->inbuf;
@@ -328,7 +410,9 @@ void dlcn_in_stop(conn *c) {
         pthread_mutex_unlock(&c->net->lock);
     }
     if (c->rev) event_free(c->rev);
+    if (c->itimer) event_free(c->itimer);
     c->rev = NULL, c->rev_on = 0, c->in_bulk = 0, c->lowat = 0;
+    c->itimer = NULL, c->in_starved = 0;
     free(c->ib);
     c->ib = NULL, c->ib_off = c->ib_len = 0;
 }

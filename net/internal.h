@@ -79,9 +79,13 @@
 #define NET_MEM_DEFAULT ((size_t)1 << 30)
 /* libevent token-bucket tick of the WAN emulation. */
 #define NET_TICK_MS 5
+/* The buckets of the WAN emulation (each direction) hold at most this much time of
+ * their rate, and at least NET_BUCKET_MIN bytes. */
+#define NET_BURST_S 0.020
+#define NET_BUCKET_MIN ((size_t)64 << 10)
 
 
-typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_CONNECT, CMD_STOP } cmd_kind;
+typedef enum cmd_kind { CMD_SEND, CMD_CLOSE, CMD_SHAPE, CMD_SHAPE_IN, CMD_CUT, CMD_CONNECT, CMD_STOP } cmd_kind;
 
 /* A command for the I/O thread.  A CMD_SEND lives inside its outframe (one allocation
  * per send) and goes with it; the others are malloc'ed and freed by the I/O thread. */
@@ -90,7 +94,7 @@ typedef struct cmd {
     cmd_kind kind;
     int peer;
     struct outframe *frame;
-    double rate, latency;
+    double rate, latency;    /* CMD_SHAPE, CMD_SHAPE_IN; CMD_CUT: rate != 0 cuts */
 } cmd;
 
 typedef struct outframe {
@@ -114,6 +118,7 @@ typedef struct outframe {
 typedef struct evnode {
     struct evnode *next;
     size_t bytes; /* received frame bytes it holds (counted against in_max) */
+    double due;   /* held for the receiving direction's emulated latency until then */
     dlc_net_event ev;
 } evnode;
 
@@ -164,6 +169,19 @@ typedef struct conn {
     int end_code;            /* why it is closing */
     char end_text[DLC_PROTO_TEXT_MAX + 128];
     double rate, latency;
+    /* The receiving direction's WAN emulation (dlc_net_shape_in): plain TCP reads at most
+     * in_rate bytes/s (a token bucket in in.c: the socket is not read while it is empty,
+     * so TCP pushes back on the peer), TLS through libevent's read limit; each frame
+     * received on a READY conn is held in_latency before it becomes an event (held_*,
+     * oldest first, its bytes still counted in rx_bytes). */
+    double in_rate, in_latency;
+    double in_tokens, in_tokens_t;
+    int in_starved;          /* reading stopped until itimer refills the bucket */
+    struct event *itimer;
+    struct evnode *held_head, *held_tail;
+    /* dlc_net_cut: neither read nor written (what is sent is queued, nothing arrives)
+     * until uncut; the timeout runs on, and a close closes at once (nothing can flush) */
+    int cut;
     struct ev_token_bucket_cfg *bucket; /* TLS: libevent's rate limit */
     /* Plain TCP output (net/out.c): our own queue and writer instead of libevent's, so
      * that dlc_net_send can write the socket from the caller's thread.  wlock guards
@@ -243,6 +261,7 @@ struct dlc_net {
     int stopping;
     double stop_deadline;
     double shape_rate, shape_latency; /* for peers to come (dlc_net_shape(-1)) */
+    double shape_in_rate, shape_in_latency; /* (dlc_net_shape_in(-1)) */
     uint64_t rng;
     /* totals (under lock): connection-level counters, and bytes of conns gone */
     dlc_net_counters total;
@@ -295,6 +314,7 @@ void dlcn_conn_arm(conn *c);
 void dlcn_out_queue(conn *c, outframe *f);
 void dlcn_out_release(conn *c);
 void dlcn_apply_shape(conn *c);
+void dlcn_conn_set_cut(conn *c, int on);
 void dlcn_outframe_free(outframe *f);
 /* the per-type counters of a frame going out: by the I/O thread, or (direct) by
  * dlc_net_send with net->lock held */
@@ -332,6 +352,9 @@ int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1
 void dlcn_in_stop(conn *c);                /* at close */
 void dlcn_in_drain(conn *c);               /* entering DRAINING: input dropped from now on */
 int dlcn_in_timer(conn *c);                /* the conn's timer: 1 if it finished a frame or closed c */
+void dlcn_in_shape(conn *c);               /* in_rate or in_latency changed */
+void dlcn_in_cut(conn *c);                 /* c->cut changed: reading stops or resumes */
+void dlcn_in_release(conn *c, int all);    /* posts the held frames that are due (all: every one) */
 void dlcn_on_read(struct bufferevent *bev, void *arg); /* frames what waits (libevent's read callback) */
 void dlcn_pause_reading(dlc_net *net, int pause);     /* every conn: stop or resume reading */
 void dlcn_update_direct(conn *c);          /* recomputes c->direct (takes net->lock) */
@@ -343,6 +366,7 @@ void dlcn_write_done(conn *c);             /* the output queue emptied (I/O thre
 int dlcn_out_start(conn *c);               /* I/O thread, once the fd is known: 0 or -1 */
 void dlcn_out_stop(conn *c);               /* I/O thread, at close: drops what is queued */
 void dlcn_out_append(conn *c, outframe *f); /* I/O thread: queue and write what fits */
+void dlcn_out_kick(conn *c);               /* I/O thread: write what waits (after a cut) */
 int dlcn_out_empty(conn *c);
 /* Any thread, net->lock held, c->direct.  f is the caller's (on its stack): with nothing
  * queued ahead it is written from there, 1 if the socket took it whole (the caller then

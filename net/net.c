@@ -156,6 +156,20 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 if (s->state != DLC_CONN_CLOSED) dlcn_conn_arm(s);
             }
             break;
+        case CMD_SHAPE_IN:
+            for (int i = k->peer < 0 ? 0 : k->peer; i < (k->peer < 0 ? net->npeers : k->peer + 1); i++) {
+                conn *s = net->peers[i];
+                if (!s) continue;
+                s->in_rate = k->rate, s->in_latency = k->latency;
+                dlcn_apply_shape(s);
+                if (s->own_out) dlcn_in_shape(s);
+                dlcn_in_release(s, 0);
+                if (s->state != DLC_CONN_CLOSED) dlcn_conn_arm(s);
+            }
+            break;
+        case CMD_CUT:
+            if (c) dlcn_conn_set_cut(c, k->rate != 0);
+            break;
         case CMD_CONNECT:
             if (c) dlcn_start_connect(c);
             break;
@@ -600,6 +614,8 @@ static dlc_status push_simple(dlc_net *net, cmd_kind kind, int peer, double rate
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (peer >= 0 && !c) st = dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     if (st == DLC_OK && kind == CMD_SHAPE && peer < 0) net->shape_rate = rate, net->shape_latency = latency;
+    if (st == DLC_OK && kind == CMD_SHAPE_IN && peer < 0) net->shape_in_rate = rate, net->shape_in_latency = latency;
+    if (st == DLC_OK && kind == CMD_CUT && rate != 0) c->direct = 0; /* nothing may write past the cut */
     if (st == DLC_OK && kind == CMD_SHAPE && (rate > 0 || latency > 0)) /* nothing may write past the shaper */
         for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? net->npeers : peer + 1); i++)
             if (net->peers[i]) net->peers[i]->direct = 0;
@@ -626,6 +642,21 @@ dlc_status dlc_net_shape(dlc_net *net, int peer, double rate, double latency) {
     if (!isfinite(latency) || latency < 0 || latency > 60)
         return dlc_error(DLC_ERR_ARG, "latency = %g s: expected 0..60", latency);
     return push_simple(net, CMD_SHAPE, peer, rate, latency);
+}
+
+dlc_status dlc_net_shape_in(dlc_net *net, int peer, double rate, double latency) {
+    if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_shape_in: NULL net");
+    if (!isfinite(rate) || rate < 0 || (rate > 0 && rate < 1000))
+        return dlc_error(DLC_ERR_ARG, "rate = %g bytes/s: expected 0 (no cap) or >= 1000", rate);
+    if (!isfinite(latency) || latency < 0 || latency > 60)
+        return dlc_error(DLC_ERR_ARG, "latency = %g s: expected 0..60", latency);
+    return push_simple(net, CMD_SHAPE_IN, peer, rate, latency);
+}
+
+dlc_status dlc_net_cut(dlc_net *net, int peer, int cut) {
+    if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_cut: NULL net");
+    if (peer < 0) return dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone): a cut names one link", peer);
+    return push_simple(net, CMD_CUT, peer, cut ? 1 : 0, 0);
 }
 
 /* Takes the first waiting event into *ev: 1, or 0 if none.  Called with net->lock

@@ -15,8 +15,6 @@
 
 /* iovecs per sendmsg */
 #define OUT_IOV 64
-/* the token bucket holds at most this much time of its rate */
-#define OUT_BURST_S 0.020
 
 static void on_writable(evutil_socket_t fd, short what, void *arg);
 static void on_refill(evutil_socket_t fd, short what, void *arg);
@@ -47,18 +45,20 @@ static size_t allowance(conn *c) {
     double t = now_s();
     c->tokens += (t - c->tokens_t) * c->rate;
     c->tokens_t = t;
-    double burst = c->rate * OUT_BURST_S;
-    if (burst < 65536) burst = 65536;
+    double burst = c->rate * NET_BURST_S;
+    if (burst < (double)NET_BUCKET_MIN) burst = (double)NET_BUCKET_MIN;
     if (c->tokens > burst) c->tokens = burst;
     return c->tokens >= 1 ? (size_t)c->tokens : 0;
 }
 
 /* Writes what the socket and the bucket take.  wlock held.  Frames written whole are
  * moved to *done; returns 1 if the socket is full (arm EV_WRITE), 2 if the bucket is
- * empty (arm the refill timer), 0 if the queue emptied, -1 on an error (c->werr). */
+ * empty (arm the refill timer), 3 if the link is cut (nothing armed: uncutting writes
+ * again, dlcn_out_kick), 0 if the queue emptied, -1 on an error (c->werr). */
 static int write_some(conn *c, outframe **done) {
     evutil_socket_t fd = c->wev ? event_get_fd(c->wev) : -1;
     if (fd < 0) return -1;
+    if (c->cut) return c->oq_head ? 3 : 0;
     while (c->oq_head) {
         size_t allow = allowance(c);
         if (allow == 0) return 2;
@@ -259,6 +259,10 @@ int dlcn_send_direct(conn *c, const outframe *f) {
     if (first) c->oq_off = off, arm(c, r, 0, 0);
     pthread_mutex_unlock(&c->wlock);
     return 0;
+}
+
+void dlcn_out_kick(conn *c) {
+    if (c->own_out && c->wev) flush(c, 0);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg) {

@@ -7,7 +7,7 @@
  * One dlc_net owns one I/O thread running an event loop (or none, with inline_io: the
  * loop runs inside dlc_net_poll).  Any other thread talks to it through two bounded
  * queues of byte buffers, never tensors:
- *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, ...): they never block;
+ *   commands in  (dlc_net_send, dlc_net_close, dlc_net_shape, dlc_net_cut, ...): they never block;
  *                a full queue, a peer over its output limit (out_max) or the net over
  *                its memory budget (mem_max) is an error the sender sees;
  *   events out   (dlc_net_poll): frames received, peers connected, lost, refused.
@@ -169,6 +169,22 @@ DLC_API dlc_status dlc_net_close(dlc_net *net, int peer);
  * at once, also on a running transfer; thread-safe.  peer -1: every current and future
  * peer of this net. */
 DLC_API dlc_status dlc_net_shape(dlc_net *net, int peer, double rate_bytes_s, double latency_s);
+/* The same on this side's receiving direction of the link to peer, so that one end can
+ * emulate both directions of a link: the socket is read at most rate_bytes_s (0 = no cap;
+ * while the bucket is empty the socket is not read, and TCP pushes back on the sender),
+ * and every frame that arrives is held latency_s before it becomes an event (in order;
+ * held frames still count against mem_max, and those held when the connection ends come
+ * before its LOST).  Liveness is the socket's: a frame held does not make the peer
+ * silent.  Thread-safe; peer -1: every current and future peer. */
+DLC_API dlc_status dlc_net_shape_in(dlc_net *net, int peer, double rate_bytes_s, double latency_s);
+/* Cuts the link to peer (cut 1) or restores it (0): while cut, this side neither writes
+ * nor reads that connection.  What is sent queues (up to out_max), what the peer sends
+ * waits in the kernel and then in the peer's queue, heartbeats do not get through, so
+ * both ends lose each other after timeout_s unless the cut ends first, when everything
+ * queued flows again.  A cut connection that closes (a timeout, dlc_net_close) closes at
+ * once, flushing nothing.  On a client the cut holds across its reconnects (nothing
+ * reaches the server until it ends).  Thread-safe; peer must be a connection (>= 0). */
+DLC_API dlc_status dlc_net_cut(dlc_net *net, int peer, int cut);
 
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
