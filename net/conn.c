@@ -398,10 +398,10 @@ void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) {
     }
     send_error(c, code, c->end_text);
     dlcn_out_release(c);
-    if (code == DLC_PERR_TIMEOUT) {
+    if (code == DLC_PERR_TIMEOUT || c->cut) {
         /* a silent peer reads nothing either: draining would only hold its LOST back
          * for drain_timeout_s (a paused learner reported 5 s late); the ERROR goes if
-         * the socket takes it now */
+         * the socket takes it now.  Nothing passes a cut link at all. */
         dlcn_conn_close_now(c);
         return;
     }
@@ -485,7 +485,7 @@ void dlcn_conn_close_now(conn *c) {
     pthread_mutex_lock(&net->lock);
     dlcn_queued_sub(c, c->queued);
     pthread_mutex_unlock(&net->lock);
-    dlcn_in_release(c, 1); /* frames held for the emulated latency arrived before the end */
+    dlcn_in_release(c, 1); /* frames held for the emulated latency: before the LOST (dropped if cut) */
     dlcn_mem_freed(net);
     if (!was_connecting || c->client)
         dlcn_ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
@@ -857,7 +857,7 @@ void dlcn_conn_arm(conn *c) {
     default: return;
     }
     if (c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
-    if (c->held_head && c->held_head->due < next) next = c->held_head->due;
+    if (c->held_head && !c->cut && c->held_head->due < next) next = c->held_head->due;
     if (c->state == DLC_CONN_AUTHENTICATING && c->delay_head && c->delay_head->due < next) next = c->delay_head->due;
     if (next == INFINITY) return;
     struct timeval tv = tv_of(next - t);
@@ -1010,6 +1010,7 @@ void dlcn_conn_set_cut(conn *c, int on) {
     }
     dlcn_in_cut(c);
     if (!on) {
+        dlcn_in_release(c, 0);
         dlcn_out_kick(c);
         dlcn_on_read(c->bev, c); /* what was read before the cut and not framed yet */
         if (c->state != DLC_CONN_CLOSED) dlcn_conn_arm(c);

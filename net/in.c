@@ -220,16 +220,23 @@ void dlcn_in_cut(conn *c) {
     else in_resume(c);
 }
 
+/* Frames held for the latency are on the link: a cut holds them too, and a cut
+ * connection that ends loses them; otherwise they arrived before the end (all). */
 void dlcn_in_release(conn *c, int all) {
     dlc_net *net = c->net;
     double t = now_s();
-    while (c->held_head && (all || c->held_head->due <= t + 1e-4)) {
+    while (c->held_head && (c->cut ? all : all || c->held_head->due <= t + 1e-4)) {
         evnode *n = c->held_head;
         c->held_head = n->next;
         if (!c->held_head) c->held_tail = NULL;
         n->next = NULL;
         atomic_fetch_sub_explicit(&net->rx_bytes, n->bytes, memory_order_relaxed);
-        dlcn_ev_post(net, n);
+        if (c->cut) {
+            dlc_net_event_release(&n->ev);
+            free(n);
+        } else {
+            dlcn_ev_post(net, n);
+        }
     }
 }
 

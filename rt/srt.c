@@ -60,6 +60,10 @@ typedef struct slearner {
     double step_time, heard;
     double left;              /* driver time its connection ended (0: never connected here) */
     uint64_t bytes_in, bytes_out; /* of its closed connections */
+    double rate, latency;     /* dlc_srt_shape: applied to each of its connections */
+    double cut_until;         /* driver time its cut ends (INFINITY: never), 0: not cut */
+    int held;                 /* a connection that became READY during the cut, -1 none */
+    char held_text[DLC_RT_TEXT_MAX]; /* its peer address */
 } slearner;
 
 struct dlc_srt {
@@ -254,6 +258,44 @@ static void bank_bytes(dlc_srt *s, int m, int peer) {
     }
 }
 
+/* Both directions of a connection's emulated link (dlc_srt_shape).  lock held. */
+static void link_shape(dlc_srt *s, int peer, double rate, double latency) {
+    dlc_net_shape(s->net, peer, rate, latency);
+    dlc_net_shape_in(s->net, peer, rate, latency);
+}
+
+/* Learner m's connection `peer` (READY, from address `from`) joins: the state machine
+ * sends it the whole model.  lock held. */
+static dlc_status join(dlc_srt *s, int m, int peer, const char *from, double now) {
+    slearner *L = &s->learners[m];
+    if (L->peer >= 0 && L->peer != peer) bank_bytes(s, m, L->peer);
+    L->peer = peer;
+    L->joined = 1;
+    L->bye = 0;
+    L->joins++;
+    L->heard = now;
+    L->tokens = 0;
+    dlc_status st = dlc_syncer_join(s->s, m, now);
+    if (st == DLC_OK) st = drain(s);
+    char text[DLC_RT_TEXT_MAX];
+    snprintf(text, sizeof text, "connected from %.400s", from);
+    post_simple(s, DLC_SRT_JOINED, m, text);
+    return st;
+}
+
+/* Learner m's cut ends: its connection resumes, or the one held during the cut joins.
+ * lock held. */
+static dlc_status cut_end(dlc_srt *s, int m, double now) {
+    slearner *L = &s->learners[m];
+    L->cut_until = 0;
+    if (L->peer >= 0) dlc_net_cut(s->net, L->peer, 0);
+    if (L->held < 0) return DLC_OK;
+    int held = L->held;
+    L->held = -1;
+    dlc_net_cut(s->net, held, 0);
+    return join(s, m, held, L->held_text, now);
+}
+
 /* One transport event.  lock held. */
 static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
     double now = srt_now(s);
@@ -270,19 +312,15 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
             return DLC_OK;
         }
         slearner *L = &s->learners[m];
-        if (L->peer >= 0 && L->peer != ev->peer) bank_bytes(s, m, L->peer);
-        L->peer = ev->peer;
-        L->joined = 1;
-        L->bye = 0;
-        L->joins++;
-        L->heard = now;
-        L->tokens = 0;
-        dlc_status st = dlc_syncer_join(s->s, m, now);
-        if (st == DLC_OK) st = drain(s);
-        char text[DLC_RT_TEXT_MAX];
-        snprintf(text, sizeof text, "connected from %.400s", ev->text);
-        post_simple(s, DLC_SRT_JOINED, m, text);
-        return st;
+        if (L->rate > 0 || L->latency > 0) link_shape(s, ev->peer, L->rate, L->latency);
+        if (L->cut_until > 0) { /* held, cut, until the cut ends (cut_end) */
+            dlc_net_cut(s->net, ev->peer, 1);
+            if (L->held >= 0 && L->held != ev->peer) dlc_net_close(s->net, L->held);
+            L->held = ev->peer;
+            snprintf(L->held_text, sizeof L->held_text, "%s", ev->text);
+            return DLC_OK;
+        }
+        return join(s, m, ev->peer, ev->text, now);
     }
     case DLC_NET_FRAME: {
         int m = learner_of(s, ev->peer);
@@ -314,6 +352,8 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
     }
     case DLC_NET_LOST: {
         int m = learner_of(s, ev->peer);
+        for (int k = 0; m < 0 && k < s->M; k++)
+            if (s->learners[k].held == ev->peer) s->learners[k].held = -1; /* never joined: nothing to lose */
         if (m < 0) return DLC_OK;
         slearner *L = &s->learners[m];
         bank_bytes(s, m, ev->peer);
@@ -350,6 +390,8 @@ static void *srt_thread(void *arg) {
         double now = srt_now(s);
         double exp = dlc_syncer_expiry(s->s);
         dlc_status st = DLC_OK;
+        for (int m = 0; m < s->M && st == DLC_OK; m++)
+            if (s->learners[m].cut_until > 0 && s->learners[m].cut_until <= now) st = cut_end(s, m, now);
         if (exp <= now) {
             st = dlc_syncer_handle_expiry(s->s, now);
             if (st == DLC_OK) st = drain(s);
@@ -430,7 +472,8 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
-    for (int m = 0; m < s->M; m++) s->learners[m].peer = s->learners[m].banked = -1, s->learners[m].heard = -1;
+    for (int m = 0; m < s->M; m++)
+        s->learners[m].peer = s->learners[m].banked = s->learners[m].held = -1, s->learners[m].heard = -1;
     if (cfg->resume && read_byes(s, cfg->resume) != DLC_OK) goto fail;
     s->cfg.resume = NULL; /* borrowed during new only */
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
@@ -602,6 +645,10 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->joins = L->joins;
     out->bytes_in = L->bytes_in;
     out->bytes_out = L->bytes_out;
+    out->rate = L->rate;
+    out->latency = L->latency;
+    out->cut = L->cut_until > 0 ? L->cut_until - srt_now(s) : 0;
+    if (L->cut_until > 0 && out->cut <= 0) out->cut = 1e-9; /* ends at the driver's next turn */
     dlc_net_counters c;
     if (L->peer >= 0 && L->banked != L->peer && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK)
         for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
@@ -627,4 +674,41 @@ dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out) {
     }
     pthread_mutex_unlock(&s->lock);
     return DLC_OK;
+}
+
+dlc_status dlc_srt_shape(dlc_srt *s, int m, double rate, double latency) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_shape: NULL syncer");
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_shape: learner %d: expected 0..%d", m, s->M - 1);
+    if (!isfinite(rate) || rate < 0 || (rate > 0 && rate < 1000))
+        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: bandwidth = %g bytes/s: expected 0 (no cap) or >= 1000", m,
+                         rate);
+    if (!isfinite(latency) || latency < 0 || latency > 60)
+        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: latency = %g s: expected 0..60", m, latency);
+    pthread_mutex_lock(&s->lock);
+    slearner *L = &s->learners[m];
+    L->rate = rate, L->latency = latency;
+    if (L->peer >= 0) link_shape(s, L->peer, rate, latency);
+    if (L->held >= 0) link_shape(s, L->held, rate, latency);
+    pthread_mutex_unlock(&s->lock);
+    return DLC_OK;
+}
+
+dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_cut: NULL syncer");
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_cut: learner %d: expected 0..%d", m, s->M - 1);
+    if (isnan(seconds) || seconds < 0)
+        return dlc_error(DLC_ERR_ARG, "srt_cut: learner %d: seconds = %g: expected > 0 (INFINITY: for good), or 0 to "
+                         "end the cut", m, seconds);
+    pthread_mutex_lock(&s->lock);
+    slearner *L = &s->learners[m];
+    dlc_status st = DLC_OK;
+    double now = srt_now(s);
+    if (seconds == 0) {
+        if (L->cut_until > 0) st = cut_end(s, m, now);
+    } else {
+        if (L->cut_until == 0 && L->peer >= 0) dlc_net_cut(s->net, L->peer, 1);
+        L->cut_until = now + seconds;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }

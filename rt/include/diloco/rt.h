@@ -142,6 +142,23 @@ DLC_API dlc_status dlc_srt_set_quorum(dlc_srt *s, int quorum);
 /* Merges every open round holding a contribution (the end of a run). */
 DLC_API dlc_status dlc_srt_flush(dlc_srt *s);
 
+/* WAN emulation of learner m's link, both directions, on the syncer's side of it
+ * (dlc_net_shape on what the syncer sends, dlc_net_shape_in on what it receives): a
+ * bandwidth in bytes/s (0: no cap, else >= 1000) and a one-way latency in seconds
+ * (0..60).  Takes effect at once, on a transfer under way too, and holds for m's
+ * connections to come (a reconnect, a restarted learner) until changed; (0, 0) removes
+ * it.  The learner's own end stays unshaped: both directions are emulated here. */
+DLC_API dlc_status dlc_srt_shape(dlc_srt *s, int m, double rate_bytes_s, double latency_s);
+/* Cuts learner m's link for `seconds` (> 0, INFINITY: for good; a cut under way is
+ * extended or shortened to end then), or ends a cut now (0).  While cut the syncer's side
+ * of m's connection is neither read nor written (dlc_net_cut): nothing is delivered
+ * either way, what is sent waits, and a cut longer than the transport's timeout loses
+ * m on both ends (LOST; the learner trains on and reconnects).  A connection m makes
+ * during the cut gets through the handshake (only its HELLO says which learner it is)
+ * and is then held, cut, without joining; when the cut ends the surviving connection
+ * resumes, or the held one joins and is sent the whole model. */
+DLC_API dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds);
+
 /* What the driver knows of learner m. */
 typedef struct dlc_srt_learner_info {
     int connected;            /* a READY connection is bound to m */
@@ -157,6 +174,8 @@ typedef struct dlc_srt_learner_info {
     int64_t merged;           /* its contributions that entered a merge */
     int64_t joins;            /* times it joined */
     uint64_t bytes_in, bytes_out; /* wire bytes from and to it, all its connections */
+    double rate, latency;     /* its link's emulation (dlc_srt_shape), 0: none */
+    double cut;               /* seconds its cut lasts still (INFINITY: for good), 0: not cut */
 } dlc_srt_learner_info;
 DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out);
 
