@@ -7,6 +7,8 @@
  *                               learner = { tau = 2 }, syncer = { quorum = 1 } }
  *     local ev = s:poll(0.1)            -- {type = "merged", merge = {...}} or nil
  *     s:global(P)                       -- the global model into Params P
+ *     s:shape(2, 2.5e6, 0.05)           -- learner 2's link, both ways: 2.5 MB/s, 50 ms
+ *     s:cut(2, 10)                      -- learner 2's link cut for 10 s
  *
  *     local l = diloco.Learner { params = P, plan = plan, connect = "127.0.0.1:" .. s:port(),
  *                                id = 2, run = "r1", net = { secret_file = "OUT/secret" },
@@ -268,7 +270,33 @@ static int s_flush(lua_State *L) {
     return 0;
 }
 
-/* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, merged, joins, bytes_in, bytes_out} */
+/* s:shape(m, rate, latency): learner m's link, both ways, on the syncer's side (bytes/s,
+ * 0 = no cap; seconds).  Bad values raise naming them. */
+static int s_shape(lua_State *L) {
+    srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
+    dlc_srt *s = checksrt(L, 1);
+    lua_Integer m = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    double rate = luaL_optnumber(L, 3, 0), latency = luaL_optnumber(L, 4, 0);
+    if (dlc_srt_shape(s, (int)m - 1, rate, latency) != DLC_OK)
+        return luaL_error(L, "Syncer:shape(%d, ...): %s", (int)m, dlc_last_error());
+    return 0;
+}
+
+/* s:cut(m, seconds): learner m's link cut for seconds (math.huge: for good), 0 ends it. */
+static int s_cut(lua_State *L) {
+    srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
+    dlc_srt *s = checksrt(L, 1);
+    lua_Integer m = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    double secs = luaL_checknumber(L, 3);
+    if (dlc_srt_cut(s, (int)m - 1, secs) != DLC_OK)
+        return luaL_error(L, "Syncer:cut(%d, ...): %s", (int)m, dlc_last_error());
+    return 0;
+}
+
+/* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, merged, joins, bytes_in, bytes_out,
+ * rate, latency, cut (seconds it lasts still, 0 not cut)} */
 static int s_learner(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
@@ -276,7 +304,7 @@ static int s_learner(lua_State *L) {
     luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
     dlc_srt_learner_info i;
     if (dlc_srt_learner(s, (int)m - 1, &i) != DLC_OK) return dlcL_error(L);
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 15);
     lua_pushboolean(L, i.connected);
     lua_setfield(L, -2, "connected");
     lua_pushboolean(L, i.joined);
@@ -292,6 +320,9 @@ static int s_learner(lua_State *L) {
     dlcL_setint(L, "joins", i.joins);
     dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);
     dlcL_setint(L, "bytes_out", (int64_t)i.bytes_out);
+    dlcL_setnum(L, "rate", i.rate);
+    dlcL_setnum(L, "latency", i.latency);
+    dlcL_setnum(L, "cut", i.cut);
     return 1;
 }
 
@@ -325,7 +356,7 @@ static int s_stats(lua_State *L) {
 static const luaL_Reg srt_methods[] = {
     {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
     {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {"save", s_save},
-    {"epoch", s_epoch}, {NULL, NULL}};
+    {"epoch", s_epoch}, {"shape", s_shape},     {"cut", s_cut},       {NULL, NULL}};
 static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, NULL};
 
 /* ---- diloco.Learner ---- */

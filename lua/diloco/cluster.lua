@@ -83,7 +83,27 @@ function M.start_syncer(ctx, listen, resume)
   ctx.syncer = s
   ctx.merges_saved = ctx.gm
   ctx.last_save = diloco.clock()
+  -- the links: the recipe's (islands latency, bandwidth), a chaos link change under way,
+  -- a cut under way (a syncer restarted by chaos takes them over)
+  for m = 1, r.islands.count do
+    local rate, latency = M.link_of(ctx, m)
+    if rate > 0 or latency > 0 then s:shape(m, rate, latency) end
+    local untl = ctx.cuts and ctx.cuts[m]
+    if untl and untl - (diloco.clock() - ctx.t_start) > 0 then s:cut(m, untl - (diloco.clock() - ctx.t_start)) end
+  end
   return s
+end
+
+-- Learner m's link now, as the syncer shapes it (bytes/s, 0: no cap; s): the island's
+-- from the recipe (nothing given: unshaped), each field replaced by the chaos link
+-- events under way, the latest begun last.
+function M.link_of(ctx, m)
+  local base = ctx.recipe.islands.list[m].link or {}
+  local bw, lat = base.bandwidth, base.latency
+  for _, e in ipairs(ctx.link_events and ctx.link_events[m] or {}) do
+    bw, lat = e.bandwidth or bw, e.latency or lat
+  end
+  return (bw and bw < math.huge) and bw or 0, lat or 0
 end
 
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
@@ -330,6 +350,10 @@ local function on_syncer_event(ctx, ev)
     if ctx.recipe.hooks.on_merge then islands.call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
     for _, c in ipairs(info.contributors) do
       local l = ctx.learners[c.learner]
+      if l and l.cut_ended and not l.cut_recovered then -- its first contribution merged since its cut ended
+        l.cut_recovered = true
+        fault(ctx, { kind = "recovered", learner = c.learner, latency = info.wall_s - l.cut_ended, cause = "cut" })
+      end
       if l and l.restarted_at and not l.recovered then -- its first contribution merged since it restarted
         l.recovered = true
         fault(ctx, { kind = "recovered", learner = c.learner, latency = info.wall_s - l.restarted_at,
@@ -344,7 +368,11 @@ local function on_syncer_event(ctx, ev)
         L.rejoined = true
         fault(ctx, { kind = "joined", learner = ev.learner, latency = elapsed(ctx) - L.restarted_at, text = ev.text })
       elseif L.lost then
-        fault(ctx, { kind = "joined", learner = ev.learner, text = ev.text })
+        -- after a cut: its latency from the cut's end (the syncer's driver ends it on its
+        -- own clock, maybe a moment before this loop sees the time)
+        local cut_end = L.cut_ended or (ctx.cuts and ctx.cuts[ev.learner])
+        fault(ctx, { kind = "joined", learner = ev.learner, text = ev.text,
+          latency = cut_end and math.max(0, elapsed(ctx) - cut_end) or nil, cause = cut_end and "cut" or nil })
       end
       L.lost = false
     end
@@ -531,9 +559,47 @@ local function chaos_due(ctx)
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
         merges_lost = ctx.gm - ctx.merges_saved })
+    elseif e.kind == "cut" then
+      -- the link stalls both ways (the syncer's side of it); the learner, alive or not, is
+      -- held off until it ends (the syncer times it out meanwhile, and it rejoins after)
+      ctx.cuts = ctx.cuts or {}
+      ctx.cuts[e.learner] = elapsed(ctx) + down
+      if ctx.syncer then ctx.syncer:cut(e.learner, down) end
+      if L then L.cut_ended, L.cut_recovered = nil, nil end
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "cut", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+    elseif e.kind == "link" then
+      ctx.link_events = ctx.link_events or {}
+      local list = ctx.link_events[e.learner] or {}
+      ctx.link_events[e.learner] = list
+      list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = elapsed(ctx) + down }
+      local rate, latency = M.link_of(ctx, e.learner)
+      if ctx.syncer then ctx.syncer:shape(e.learner, rate, latency) end
+      ctx.faults = ctx.faults + 1
+      fault(ctx, { kind = "link", learner = e.learner, begin = true, bandwidth = rate, latency = latency,
+        duration = down < math.huge and down or nil })
     elseif L == nil or L.pid then
       fault(ctx, { kind = e.kind, learner = e.learner, begin = true, skipped = "not executed on real processes in this "
-        .. "version (kill, pause, slow and syncer are)" })
+        .. "version (kill, pause, slow, cut, link and syncer are)" })
+    end
+  end
+  for m, untl in pairs(ctx.cuts or {}) do
+    if elapsed(ctx) >= untl then -- the syncer's driver ended it at this time itself
+      ctx.cuts[m] = nil
+      ctx.learners[m].cut_ended = elapsed(ctx)
+      fault(ctx, { kind = "cut", learner = m, begin = false })
+    end
+  end
+  for m, list in pairs(ctx.link_events or {}) do
+    local kept = {}
+    for _, le in ipairs(list) do
+      if elapsed(ctx) < le.untl then kept[#kept + 1] = le end
+    end
+    if #kept < #list then
+      ctx.link_events[m] = kept
+      local rate, latency = M.link_of(ctx, m)
+      if ctx.syncer then ctx.syncer:shape(m, rate, latency) end
+      fault(ctx, { kind = "link", learner = m, begin = false, bandwidth = rate, latency = latency })
     end
   end
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then

@@ -91,6 +91,20 @@ local function rate_check(v)
   if not M.parse_rate(v) then return RATE_FORM end
 end
 
+-- The limits of the real runtime's WAN emulation (the transport's, docs/transport.md): a
+-- link given in a recipe is shaped by it under run/syncer, so it must be one it can make.
+M.LINK_RATE_MIN, M.LINK_LATENCY_MAX = 1000, 60
+-- nil, or what is wrong with a link's bandwidth (bytes/s) or latency (s) for the runtime.
+local function link_problem(bandwidth, latency)
+  if bandwidth and bandwidth < M.LINK_RATE_MIN then
+    return "bandwidth", string.format("at least %d bytes/s (8kbps, the least the runtime's link emulation caps to) "
+      .. "or \"inf\"", M.LINK_RATE_MIN)
+  end
+  if latency and latency > M.LINK_LATENCY_MAX then
+    return "latency", string.format("at most %d s (the runtime's link emulation)", M.LINK_LATENCY_MAX)
+  end
+end
+
 -- A list of Lua patterns (strings that compile).
 local function pattern_list(v)
   local n = 0
@@ -498,6 +512,7 @@ local function normalize_islands(r, errs)
     end
     isl.list, lprefix = arr, "islands"
   end
+  local given_latency, given_bandwidth = isl.latency, isl.bandwidth -- before the defaults fill them
   check_section(isl, M.schema.islands.fields, "islands.", errs, false)
   if #errs > before then return end
   local list, count = isl.list, isl.count
@@ -537,7 +552,7 @@ local function normalize_islands(r, errs)
     end
   end
   local dbatch = type(r.data) == "table" and is_int(r.data.batch) and r.data.batch or 16
-  local out = {}
+  local out, link_reported = {}, false
   for i = 1, count do
     local e, name = list and list[i] or {}, string.format("%s[%d]", lprefix, i)
     if type(e) ~= "table" then
@@ -560,6 +575,21 @@ local function normalize_islands(r, errs)
         out[i] = { speed = speed, batch = c.batch or isl.batch or dbatch, shard = c.shard or i,
           latency = M.parse_duration(c.latency or isl.latency) + 0.0,
           bandwidth = M.parse_rate(c.bandwidth or isl.bandwidth) + 0.0 }
+        -- the link the recipe gave (its own or islands'), which the real runtime shapes;
+        -- absent: the runtime leaves the link alone (sim uses the defaults above)
+        local gl, gb = c.latency or given_latency, c.bandwidth or given_bandwidth
+        if gl ~= nil or gb ~= nil then
+          local link = { latency = gl ~= nil and M.parse_duration(gl) + 0.0 or nil,
+            bandwidth = gb ~= nil and M.parse_rate(gb) + 0.0 or nil }
+          local field, expected = link_problem(link.bandwidth, link.latency)
+          local own = field and c[field] ~= nil
+          if field and (own or not link_reported) then -- an islands field once, not once per island
+            link_reported = link_reported or not own
+            errs[#errs + 1] = string.format("%s = %s: expected %s", own and name .. "." .. field or "islands." .. field,
+              describe(own and c[field] or (field == "latency" and given_latency or given_bandwidth)), expected)
+          end
+          out[i].link = link
+        end
       end
     end
   end
@@ -570,17 +600,20 @@ end
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted
 -- by at (stable), random = nil or {mtbf, down, learners, exponential_down} }.  After
 -- islands (the learner indices are checked against islands.count).
-local EVENT_KINDS = { "kill", "pause", "slow", "cut", "syncer" }
+local EVENT_KINDS = { "kill", "pause", "slow", "cut", "syncer", "link" }
 local EVENT_FIELDS = {
   kill = { at = true, kill = true, down = true },
   pause = { at = true, pause = true, down = true },
   slow = { at = true, slow = true, factor = true, duration = true },
   cut = { at = true, cut = true, down = true },
   syncer = { at = true, syncer = true, down = true },
-  normalized = { at = true, kind = true, learner = true, duration = true, factor = true },
+  link = { at = true, link = true, bandwidth = true, latency = true, duration = true },
+  normalized = { at = true, kind = true, learner = true, duration = true, factor = true, bandwidth = true,
+    latency = true },
 }
 local EVENT_FORM = '{ at = "20s", kill = 2, down = "10s" }, { at = "30s", slow = 1, factor = 3, duration = "15s" }, '
-  .. '{ at = "40s", cut = 3, down = "5s" } or { at = "50s", syncer = "down", down = "8s" }'
+  .. '{ at = "40s", cut = 3, down = "5s" }, { at = "45s", link = 2, bandwidth = "20Mbps", latency = "50ms", '
+  .. 'duration = "30s" } or { at = "50s", syncer = "down", down = "8s" }'
 
 local function sorted_keys(t)
   local names = {}
@@ -609,13 +642,15 @@ local function check_event(ev, name, count, errs)
   if ev.kind ~= nil and #kinds == 0 then -- the normalized form, as validation writes it
     kind = ev.kind
     if EVENT_FIELDS[kind] == nil or kind == "normalized" then
-      errs[#errs + 1] = string.format("%s.kind = %s: expected one of kill, pause, slow, cut, syncer", name, describe(kind))
+      errs[#errs + 1] = string.format("%s.kind = %s: expected one of kill, pause, slow, cut, syncer, link", name,
+        describe(kind))
       return
     end
   elseif #kinds ~= 1 then
     local got = {}
     for i, k in ipairs(kinds) do got[i] = k .. " = " .. describe(ev[k]) end
-    errs[#errs + 1] = string.format("%s %s: expected exactly one of kill, pause, slow, cut, syncer per event (%s)", name,
+    errs[#errs + 1] = string.format("%s %s: expected exactly one of kill, pause, slow, cut, syncer, link per event (%s)",
+      name,
       #kinds == 0 and "names no fault" or "has " .. table.concat(got, " and "), EVENT_FORM)
     return
   end
@@ -657,11 +692,11 @@ local function check_event(ev, name, count, errs)
       out.learner = math.tointeger(l)
     end
   end
-  local dkey = (normalized or kind == "slow") and "duration" or "down"
+  local dkey = (normalized or kind == "slow" or kind == "link") and "duration" or "down"
   out.duration = lasting(ev[dkey])
   if not out.duration then
     errs[#errs + 1] = string.format("%s.%s = %s: expected %s, or nil/\"inf\" for %s", name, dkey, describe(ev[dkey]),
-      DURATION_FORM, kind == "slow" and "the rest of the run" or "never back")
+      DURATION_FORM, (kind == "slow" or kind == "link") and "the rest of the run" or "never back")
   end
   if kind == "slow" then
     local f = ev.factor
@@ -677,6 +712,30 @@ local function check_event(ev, name, count, errs)
   elseif normalized and ev.factor ~= nil then
     errs[#errs + 1] = string.format("%s.factor = %s: expected nil (only a slow event has a factor)", name,
       describe(ev.factor))
+  end
+  if kind == "link" then
+    if ev.bandwidth == nil and ev.latency == nil then
+      errs[#errs + 1] = string.format("%s: a link event sets bandwidth, latency or both (e.g. bandwidth = \"20Mbps\", "
+        .. "latency = \"50ms\")", name)
+    end
+    if ev.bandwidth ~= nil then
+      out.bandwidth = M.parse_rate(ev.bandwidth)
+      if not out.bandwidth then
+        errs[#errs + 1] = string.format("%s.bandwidth = %s: expected %s", name, describe(ev.bandwidth), RATE_FORM)
+      end
+    end
+    if ev.latency ~= nil then
+      out.latency = M.parse_duration(ev.latency)
+      out.latency = out.latency and out.latency + 0.0
+      if not out.latency then
+        errs[#errs + 1] = string.format("%s.latency = %s: expected %s", name, describe(ev.latency), DURATION_FORM)
+      end
+    end
+    local field, expected = link_problem(out.bandwidth, out.latency)
+    if field then errs[#errs + 1] = string.format("%s.%s = %s: expected %s", name, field, describe(ev[field]), expected) end
+  elseif normalized and (ev.bandwidth ~= nil or ev.latency ~= nil) then
+    errs[#errs + 1] = string.format("%s.%s = %s: expected nil (only a link event has a bandwidth and a latency)", name,
+      ev.bandwidth ~= nil and "bandwidth" or "latency", describe(ev.bandwidth or ev.latency))
   end
   if #errs == before then return out end
 end

@@ -39,6 +39,11 @@ local function prepare(r, opts)
       fail_code(2, "chaos[%d]: a pause event runs on real processes only (diloco-lua run with several islands); the "
         .. "virtual-time driver has none: use kill (the learner restarts) or cut (its link stalls)", i)
     end
+    if e.kind == "link" then
+      fail_code(2, "chaos[%d]: a link event (bandwidth or latency changed while running) runs on real processes only "
+        .. "(diloco-lua run with several islands); the virtual-time driver keeps each island's link fixed: set "
+        .. "islands[%d].bandwidth / latency instead, or cut (its link stalls)", i, e.learner)
+    end
   end
   local dp = sy.preset == "dp"
   if dp and build_chaos(r) then

@@ -1,0 +1,240 @@
+-- Links of the real runtime (docs/runtime.md, "Links"): a learner's link emulated both
+-- ways on the syncer's side (diloco.Syncer:shape, :cut over dlc_srt_shape, dlc_srt_cut),
+-- the recipe's islands latency / bandwidth under run, and chaos cut and link events on
+-- learner processes.  The drivers in one process first (a capped link measured), then a
+-- run of two learner processes; every test kills only the pids it started.
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
+
+-- A syncer and one learner in this process over loopback, on a model of n floats in
+-- two fragments.
+local function pair(n, opts)
+  opts = opts or {}
+  local function model()
+    return diloco.Params { { "a", diloco.full({ n // 2 }, 0.5) }, { "b", diloco.full({ n - n // 2 }, -0.25) } }
+  end
+  local ps, pl = model(), model()
+  local plan_s, plan_l = diloco.Plan(ps, { fragments = 2 }), diloco.Plan(pl, { fragments = 2 })
+  local net = { insecure = true, heartbeat = 0.2, timeout = 3, reconnect_min = 0.05, reconnect_max = 0.2 }
+  local s = assert(diloco.Syncer { params = ps, plan = plan_s, learners = 1, listen = "127.0.0.1:0", run = "links",
+    net = net, learner = { H = 1000, tau = 0 }, syncer = { quorum = 1 } })
+  if opts.shape then s:shape(1, opts.shape[1], opts.shape[2]) end
+  local l = assert(diloco.Learner { params = pl, plan = plan_l, connect = "127.0.0.1:" .. s:port(), id = 1,
+    run = "links", net = net, learner = { H = 1000, tau = 0 } })
+  return s, l, { ps, pl, plan_s, plan_l }
+end
+
+local function close(s, l, keep)
+  l:close()
+  s:close()
+  for _, x in ipairs(keep) do x:close() end
+end
+
+describe("a learner's link shaped on the syncer's side", function()
+  local N = 500000 -- floats: 2 MB of model, 1 MB a fragment
+
+  it("caps the whole model on the way down and a contribution on the way up, within a band of the rate", function()
+    local rate = 1e6
+    local s, l, keep = pair(N, { shape = { rate, 0 } })
+    local info = s:learner(1)
+    assert.are.equal(rate, info.rate)
+    assert.are.equal(0, info.latency)
+    local t0 = diloco.clock()
+    assert.is_true(l:join(30))
+    local down = diloco.clock() - t0
+    local bytes = 4 * N
+    local bps = bytes / down
+    assert.is_true(bps > 0.6 * rate and bps < 1.15 * rate,
+      string.format("whole model (%d bytes) in %.2f s: %.3g bytes/s, cap %.3g", bytes, down, bps, rate))
+    -- up: one fragment's contribution, merged once all of it is through
+    l:step_done(100, 0.01)
+    t0 = diloco.clock()
+    l:contribute(1)
+    local merged
+    while not merged and diloco.clock() - t0 < 20 do
+      local ev = s:poll(0.05)
+      if ev and ev.type == "merged" then merged = diloco.clock() - t0 end
+    end
+    assert.is_number(merged, "the contribution was merged")
+    local up = 4 * (N // 2) / merged
+    assert.is_true(up > 0.6 * rate and up < 1.15 * rate,
+      string.format("a fragment's contribution (%d bytes) in %.2f s: %.3g bytes/s, cap %.3g", 4 * (N // 2), merged,
+        up, rate))
+    close(s, l, keep)
+  end)
+
+  it("leaves an unshaped link at loopback speed", function()
+    local s, l, keep = pair(N)
+    local t0 = diloco.clock()
+    assert.is_true(l:join(30))
+    local dt = diloco.clock() - t0
+    assert.is_true(dt < 1.0, string.format("whole model in %.2f s unshaped", dt))
+    close(s, l, keep)
+  end)
+
+  it("refuses a bad bandwidth, latency, cut or learner, naming it", function()
+    local s, l, keep = pair(1000)
+    assert.is_true(l:join(30))
+    local ok, err = pcall(s.shape, s, 1, 10, 0)
+    assert.is_false(ok)
+    assert.matches("bandwidth = 10 bytes/s: expected 0 (no cap) or >= 1000", err, 1, true)
+    ok, err = pcall(s.shape, s, 1, 0, 90)
+    assert.matches("latency = 90 s: expected 0..60", err, 1, true)
+    ok, err = pcall(s.cut, s, 1, -1)
+    assert.matches("seconds = -1: expected > 0", err, 1, true)
+    ok, err = pcall(s.shape, s, 2, 0, 0)
+    assert.matches("learner out of range", err, 1, true)
+    close(s, l, keep)
+  end)
+end)
+
+describe("recipe links and chaos link events", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  local function recipe(name, islands, chaos)
+    return S.write(name .. ".lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", ctx = 16, batch = 4 },
+  islands = %s, steps = 20, chaos = %s,
+}
+]], islands, chaos or "nil"))
+  end
+
+  it("refuses a link the runtime cannot make and a malformed link event, naming the field", function()
+    local out, code = H.sh(string.format("%s run %s --out %s/r 2>&1", exe,
+      recipe("slow", '{ { bandwidth = 100 }, {} }'), S.dir))
+    assert.are.equal(2, code, out)
+    assert.matches('islands[1].bandwidth = 100: expected at least 1000 bytes/s', out, 1, true)
+    out, code = H.sh(string.format("%s run %s --out %s/r 2>&1", exe,
+      recipe("far", '{ count = 2, latency = "2m" }'), S.dir))
+    assert.are.equal(2, code, out)
+    assert.matches('islands.latency = "2m": expected at most 60 s', out, 1, true)
+    out, code = H.sh(string.format("%s run %s --out %s/r 2>&1", exe,
+      recipe("ev", '{ count = 2 }', '{ { at = "1s", link = 2 }, { at = "2s", link = 3, latency = "x" } }'), S.dir))
+    assert.are.equal(2, code, out)
+    assert.matches("chaos[1]: a link event sets bandwidth, latency or both", out, 1, true)
+    assert.matches("chaos[2].link = 3: expected a learner index in [1, 2]", out, 1, true)
+    assert.matches('chaos[2].latency = "x": expected a duration', out, 1, true)
+  end)
+
+  it("are refused by sim, which keeps each island's link fixed", function()
+    local out, code = H.sh(string.format("%s sim %s --out %s/r 2>&1", exe,
+      recipe("simlink", '{ count = 2 }', '{ { at = "1s", link = 2, bandwidth = "20Mbps" } }'), S.dir))
+    assert.are.equal(2, code, out)
+    assert.matches("chaos[1]: a link event (bandwidth or latency changed while running) runs on real processes only",
+      out, 1, true)
+  end)
+
+  it("give sim's islands fields, and the runtime a link only where the recipe set one", function()
+    local r = assert(diloco.recipe.validate(diloco.recipe {
+      model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 },
+      data = { kind = "synthetic_text", ctx = 16 },
+      islands = { { latency = "50ms" }, { bandwidth = "20Mbps" }, {} },
+    }))
+    assert.are.same({ latency = 0.05 }, r.islands.list[1].link)
+    assert.are.same({ bandwidth = 2.5e6 }, r.islands.list[2].link)
+    assert.is_nil(r.islands.list[3].link)
+    assert.are.equal(0.02, r.islands.list[3].latency) -- sim's default stays
+  end)
+end)
+
+local function events(path)
+  local list = {}
+  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
+  return list
+end
+
+local function of_kind(list, event, kind)
+  local out = {}
+  for _, e in ipairs(list) do
+    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
+  end
+  return out
+end
+
+describe("diloco-lua run with chaos cut and link events", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("times a cut learner out, rejoins it after the cut, and shapes a link for a while", function()
+    local at = sanitized and 4 or 2
+    local path = S.write("cut.lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = "cut",
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  sync = { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
+  islands = { count = 2, latency = "5ms" },
+  runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s" },
+  steps = %d,
+  eval = { every = 0, batches = 4 },
+  chaos = { { at = %d, cut = 2, down = "3s" }, { at = %d, link = 1, latency = "100ms", bandwidth = "50MB/s",
+    duration = "2s" } },
+}
+]], sanitized and 6000 or 20000, at, at))
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local cuts = of_kind(ev, "fault", "cut")
+    assert.are.equal(2, #cuts, "the cut's begin and end")
+    assert.is_true(cuts[1].begin and not cuts[2].begin)
+    assert.are.equal(2, cuts[1].learner)
+    assert.is_true(cuts[2].wall_s - cuts[1].wall_s >= 2.9, "the cut lasted its 3 s")
+    -- the syncer timed learner 2 out during the cut (2 s of silence)
+    local lost
+    for _, f in ipairs(of_kind(ev, "fault", "lost")) do
+      if f.learner == 2 and f.detected_s >= cuts[1].wall_s and f.detected_s <= cuts[2].wall_s then lost = f end
+    end
+    assert.is_table(lost, "learner 2 lost during the cut")
+    assert.is_true(lost.detected_s - cuts[1].wall_s >= 1.0, "lost by the timeout, not at once")
+    -- nothing of learner 2 merged during the cut (after what was under way at its start)
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      if m.wall_s > cuts[1].wall_s + 0.5 and m.wall_s < cuts[2].wall_s - 0.1 then
+        for _, c in ipairs(m.contributors) do assert.are_not.equal(2, c.learner, "merged during the cut") end
+      end
+    end
+    -- back after it: joined, then its contributions merged again
+    local joined
+    for _, f in ipairs(of_kind(ev, "fault", "joined")) do
+      if f.learner == 2 and f.wall_s >= cuts[2].wall_s - 0.1 then joined = joined or f end
+    end
+    assert.is_table(joined, "learner 2 joined again after the cut")
+    assert.are.equal("cut", joined.cause)
+    local rec
+    for _, f in ipairs(of_kind(ev, "fault", "recovered")) do
+      if f.learner == 2 and f.cause == "cut" then rec = f end
+    end
+    assert.is_table(rec, "its first contribution merged after the cut")
+    local after = 0
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      if m.wall_s >= rec.wall_s then
+        for _, c in ipairs(m.contributors) do after = after + (c.learner == 2 and 1 or 0) end
+      end
+    end
+    assert.is_true(after >= 1, "learner 2 contributes after the cut")
+    -- the link change and its end, each a fault event naming the link it left
+    local links = of_kind(ev, "fault", "link")
+    assert.are.equal(2, #links)
+    assert.is_true(links[1].begin)
+    assert.are.equal(1, links[1].learner)
+    assert.are.equal(0.1, links[1].latency)
+    assert.are.equal(5e7, links[1].bandwidth)
+    assert.is_false(links[2].begin)
+    assert.are.equal(0.005, links[2].latency) -- back to the recipe's
+    assert.are.equal(0, links[2].bandwidth) -- no cap given
+    local s = ev[#ev]
+    assert.are.equal("summary", s.event)
+    assert.is_nil(s.error)
+    assert.is_true(s.per_learner[2].joins >= 2, "learner 2 joined twice")
+  end)
+end)
