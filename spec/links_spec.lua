@@ -139,10 +139,17 @@ return diloco.recipe {
       data = { kind = "synthetic_text", ctx = 16 },
       islands = { { latency = "50ms" }, { bandwidth = "20Mbps" }, {} },
     }))
-    assert.are.same({ latency = 0.05 }, r.islands.list[1].link)
-    assert.are.same({ bandwidth = 2.5e6 }, r.islands.list[2].link)
-    assert.is_nil(r.islands.list[3].link)
+    assert.are.same({ { latency = 0.05 }, { bandwidth = 2.5e6 }, {} }, r.islands.links)
     assert.are.equal(0.02, r.islands.list[3].latency) -- sim's default stays
+    -- validated again (OUT/recipe.json): the same links, not sim's defaults made links
+    local again = assert(diloco.recipe.validate(diloco.recipe {
+      model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = r.islands }))
+    assert.are.same({ { latency = 0.05 }, { bandwidth = 2.5e6 }, {} }, again.islands.links)
+    local none = assert(diloco.recipe.validate(diloco.recipe {
+      model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = { count = 2 } }))
+    assert.is_false(none.islands.links)
+    assert.is_false(assert(diloco.recipe.validate(diloco.recipe {
+      model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = none.islands })).islands.links)
   end)
 end)
 

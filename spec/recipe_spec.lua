@@ -310,7 +310,7 @@ end)
 describe("the islands section", function()
   it("normalizes the count form to a list of island tables", function()
     local r = assert(diloco.recipe.validate(tiny()))
-    assert.are.same({ count = 1, step_time = 1.0,
+    assert.are.same({ count = 1, step_time = 1.0, links = false, -- no link given: the runtime shapes none
       list = { { speed = 1, batch = 2, shard = 1, latency = 0.02, bandwidth = 312500000 } } }, r.islands)
     r = tiny()
     diloco.recipe.set(r, "islands.count=4")
@@ -423,8 +423,9 @@ describe("the chaos section", function()
     { { { at = "1s", slow = 1, factor = 2 }, { at = "2s", cut = 0 } },
       "chaos[2].cut = 0: expected a learner index in [1, 4] (islands.count = 4)" },
     { { { at = "20s", kill = 2, cut = 3 } },
-      "chaos[1] has kill = 2 and cut = 3: expected exactly one of kill, pause, slow, cut, syncer per event" },
-    { { { at = "20s" } }, "chaos[1] names no fault: expected exactly one of kill, pause, slow, cut, syncer per event" },
+      "chaos[1] has kill = 2 and cut = 3: expected exactly one of kill, pause, slow, cut, syncer, link per event" },
+    { { { at = "20s" } },
+      "chaos[1] names no fault: expected exactly one of kill, pause, slow, cut, syncer, link per event" },
     { { { at = "20 secs", kill = 1 } },
       'chaos[1].at = "20 secs": expected a duration such as "20s", "250ms", "5m", "1.5h"' },
     { { { kill = 1 } }, "chaos[1].at: missing (when it happens" },

@@ -98,7 +98,7 @@ end
 -- from the recipe (nothing given: unshaped), each field replaced by the chaos link
 -- events under way, the latest begun last.
 function M.link_of(ctx, m)
-  local base = ctx.recipe.islands.list[m].link or {}
+  local base = ctx.recipe.islands.links and ctx.recipe.islands.links[m] or {}
   local bw, lat = base.bandwidth, base.latency
   for _, e in ipairs(ctx.link_events and ctx.link_events[m] or {}) do
     bw, lat = e.bandwidth or bw, e.latency or lat

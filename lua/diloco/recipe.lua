@@ -278,6 +278,9 @@ M.schema = {
     batch = { kind = "integer", default = nil, check = range(1, 1e6, true),
       doc = "default batch of every island (default data.batch)" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
+    links = { kind = "table|boolean", default = nil,
+      doc = "set by validation: the links the real runtime shapes, one table {latency, bandwidth} per island with "
+        .. "what the recipe gave, or false (none given: the runtime shapes nothing)" },
   } },
   runtime = { kind = "table", doc = "the real runtime (run with several islands, syncer, learner)", fields = {
     heartbeat = { kind = "string|number", default = 1.0, check = duration_check(true),
@@ -552,7 +555,7 @@ local function normalize_islands(r, errs)
     end
   end
   local dbatch = type(r.data) == "table" and is_int(r.data.batch) and r.data.batch or 16
-  local out, link_reported = {}, false
+  local out, link_reported, links = {}, false, nil
   for i = 1, count do
     local e, name = list and list[i] or {}, string.format("%s[%d]", lprefix, i)
     if type(e) ~= "table" then
@@ -578,7 +581,7 @@ local function normalize_islands(r, errs)
         -- the link the recipe gave (its own or islands'), which the real runtime shapes;
         -- absent: the runtime leaves the link alone (sim uses the defaults above)
         local gl, gb = c.latency or given_latency, c.bandwidth or given_bandwidth
-        if gl ~= nil or gb ~= nil then
+        if isl.links == nil and (gl ~= nil or gb ~= nil) then
           local link = { latency = gl ~= nil and M.parse_duration(gl) + 0.0 or nil,
             bandwidth = gb ~= nil and M.parse_rate(gb) + 0.0 or nil }
           local field, expected = link_problem(link.bandwidth, link.latency)
@@ -588,13 +591,34 @@ local function normalize_islands(r, errs)
             errs[#errs + 1] = string.format("%s = %s: expected %s", own and name .. "." .. field or "islands." .. field,
               describe(own and c[field] or (field == "latency" and given_latency or given_bandwidth)), expected)
           end
-          out[i].link = link
+          links = links or {}
+          links[i] = link
         end
       end
     end
   end
   if #errs > before then return end
-  r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out }
+  if isl.links == false then -- validated already: no links
+    links = false
+  elseif isl.links ~= nil then -- a validated recipe again: its links as they were
+    links = isl.links
+    local ok = type(links) == "table" and #links == count and count_keys(links) == count
+    for i = 1, ok and count or 0 do
+      local l = links[i]
+      ok = ok and type(l) == "table" and (l.latency == nil or type(l.latency) == "number")
+        and (l.bandwidth == nil or type(l.bandwidth) == "number")
+    end
+    if not ok then
+      errs[#errs + 1] = string.format("islands.links = %s: expected one table {latency = s, bandwidth = bytes/s} per "
+        .. "island (%d), as validation writes it", describe(links), count)
+      return
+    end
+  elseif links then
+    for i = 1, count do links[i] = links[i] or {} end
+  else
+    links = false
+  end
+  r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links }
 end
 
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted
