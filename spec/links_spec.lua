@@ -145,6 +145,13 @@ return diloco.recipe {
     local again = assert(diloco.recipe.validate(diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = r.islands }))
     assert.are.same({ { latency = 0.05 }, { bandwidth = 2.5e6 }, {} }, again.islands.links)
+    -- through OUT/recipe.json, where math.huge is "inf"
+    local inf = assert(diloco.recipe.validate(diloco.recipe {
+      model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = { count = 2, bandwidth = "inf" } }))
+    local json = diloco.json_encode(diloco.train.effective_recipe(inf.islands))
+    local back = assert(diloco.recipe.validate(diloco.recipe {
+      model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = diloco.json_decode(json) }))
+    assert.are.same({ { bandwidth = math.huge }, { bandwidth = math.huge } }, back.islands.links)
     local none = assert(diloco.recipe.validate(diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = { count = 2 } }))
     assert.is_false(none.islands.links)

@@ -603,10 +603,15 @@ local function normalize_islands(r, errs)
   elseif isl.links ~= nil then -- a validated recipe again: its links as they were
     links = isl.links
     local ok = type(links) == "table" and #links == count and count_keys(links) == count
-    for i = 1, ok and count or 0 do
+    for i = 1, ok and count or 0 do -- as validation wrote them (OUT/recipe.json writes math.huge as "inf")
       local l = links[i]
-      ok = ok and type(l) == "table" and (l.latency == nil or type(l.latency) == "number")
-        and (l.bandwidth == nil or type(l.bandwidth) == "number")
+      ok = ok and type(l) == "table"
+      if ok then
+        local lat = l.latency ~= nil and M.parse_duration(l.latency) or nil
+        local bw = l.bandwidth ~= nil and M.parse_rate(l.bandwidth) or nil
+        ok = (l.latency == nil or lat ~= nil) and (l.bandwidth == nil or bw ~= nil)
+        links[i] = { latency = lat and lat + 0.0, bandwidth = bw and bw + 0.0 }
+      end
     end
     if not ok then
       errs[#errs + 1] = string.format("islands.links = %s: expected one table {latency = s, bandwidth = bytes/s} per "
