@@ -141,6 +141,13 @@ return diloco.recipe {
     }))
     assert.are.same({ { latency = 0.05 }, { bandwidth = 2.5e6 }, {} }, r.islands.links)
     assert.are.equal(0.02, r.islands.list[3].latency) -- sim's default stays
+    -- the runtime emulates them only when asked (runtime.emulate_links): real links are real
+    local cluster = require "diloco.cluster"
+    assert.are.same({ 0, 0 }, { cluster.link_of({ recipe = r }, 1) })
+    r.runtime.emulate_links = true
+    assert.are.same({ 0, 0.05 }, { cluster.link_of({ recipe = r }, 1) })
+    assert.are.same({ 2.5e6, 0 }, { cluster.link_of({ recipe = r }, 2) })
+    r.runtime.emulate_links = false
     -- validated again (OUT/recipe.json): the same links, not sim's defaults made links
     local again = assert(diloco.recipe.validate(diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = r.islands }))
@@ -189,7 +196,7 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
   sync = { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
   islands = { count = 2, latency = "5ms" },
-  runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s" },
+  runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s", emulate_links = true },
   steps = %d,
   eval = { every = 0, batches = 4 },
   chaos = { { at = %d, cut = 2, down = "3s" }, { at = %d, link = 1, latency = "100ms", bandwidth = "50MB/s",

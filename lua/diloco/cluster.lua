@@ -27,7 +27,8 @@ M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
-    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic }
+    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic,
+    emulate_links = rt.emulate_links }
 end
 
 local function random_hex(n)
@@ -95,10 +96,11 @@ function M.start_syncer(ctx, listen, resume)
 end
 
 -- Learner m's link now, as the syncer shapes it (bytes/s, 0: no cap; s): the island's
--- from the recipe (nothing given: unshaped), each field replaced by the chaos link
--- events under way, the latest begun last.
+-- from the recipe with runtime.emulate_links (else, or nothing given: unshaped), each
+-- field replaced by the chaos link events under way, the latest begun last.
 function M.link_of(ctx, m)
-  local base = ctx.recipe.islands.links and ctx.recipe.islands.links[m] or {}
+  local links = ctx.recipe.runtime.emulate_links and ctx.recipe.islands.links
+  local base = links and links[m] or {}
   local bw, lat = base.bandwidth, base.latency
   for _, e in ipairs(ctx.link_events and ctx.link_events[m] or {}) do
     bw, lat = e.bandwidth or bw, e.latency or lat

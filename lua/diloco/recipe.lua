@@ -279,7 +279,7 @@ M.schema = {
       doc = "default batch of every island (default data.batch)" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
     links = { kind = "table|boolean", default = nil,
-      doc = "set by validation: the links the real runtime shapes, one table {latency, bandwidth} per island with "
+      doc = "set by validation: the links the real runtime shapes with runtime.emulate_links, one table {latency, bandwidth} per island with "
         .. "what the recipe gave, or false (none given: the runtime shapes nothing)" },
   } },
   runtime = { kind = "table", doc = "the real runtime (run with several islands, syncer, learner)", fields = {
@@ -291,6 +291,8 @@ M.schema = {
       doc = "a learner process must have joined the syncer within this of its start; a syncer with none connected waits this long for those that did not say BYE" },
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
+    emulate_links = { kind = "boolean", default = false,
+      doc = "true: run and syncer emulate each island's latency and bandwidth on its link to the syncer (false: the real links as they are; chaos link events are emulated either way)" },
     elastic = { kind = "boolean", default = true,
       doc = "false: while a learner is lost every other one is stopped until it is back (non-elastic data parallel)" },
     syncer_every = { kind = "integer", default = 100, check = range(0, 1e12, true),

@@ -21,7 +21,8 @@ assert(recipe and steps and target and bandwidth and latency and every and tmp,
 local exe = diloco.proc.self_exe()
 
 local COMMON = { "steps=" .. steps, "islands.count=4", "checkpoint.minutes=0", "threads=1", "runtime.heartbeat=0.5s",
-  "runtime.timeout=5s", "islands.bandwidth=" .. bandwidth, "islands.latency=" .. latency }
+  "runtime.timeout=5s", "islands.bandwidth=" .. bandwidth, "islands.latency=" .. latency,
+  "runtime.emulate_links=true" }
 
 -- The recipe as the runs see it (the same --set), for the evaluations of dp's checkpoints.
 local function effective(sets)
