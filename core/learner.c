@@ -27,7 +27,7 @@ typedef struct lfrag {
     int pending;           /* a merged fragment waits in pend[off..] for a step boundary */
     int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
     int64_t pend_version;
-    int received;          /* JOINING: got it */
+    int received;          /* JOINING: got it; TRAINING: its whole resync arrived (a reconnect) */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
     int64_t enc_cap;
 } lfrag;
@@ -57,6 +57,8 @@ struct dlc_learner {
     int64_t best_k;        /* steps until that fragment is next due for the others */
     int best_p;
     int64_t rollbacks;     /* dlc_learner_rollback calls that succeeded */
+    int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
+    int64_t resync_run;    /* ... and the run's schedule step it carried */
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
 };
@@ -386,6 +388,34 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     return push(l, &a);
 }
 
+/* Notes what a resync of fragment p says about the others' rounds: they sent it `held`
+ * seconds ago and send it again H steps after that, so our step k ends then. */
+static void note_round(dlc_learner *l, const dlc_msg *m) {
+    if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
+        l->best_age = m->held;
+        l->best_p = m->fragment;
+        l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
+    }
+}
+
+/* After a whole resync (a join, or a reconnect: the model was taken whole, so nothing of
+ * its own is lost by moving): the schedule step `run` the resync carried (the others'
+ * median), moved to the nearest step in step with the others' rounds (t ≡ r mod H, from
+ * the youngest round's age), at least r + H (t >= H > off_p: never before an offset).
+ * Not r + H alone: a learner restarted late in the run would start its schedule over
+ * and train on long after the others stopped; nor its own step after a reconnect: one
+ * paused for a while would stay behind the others, out of step with their rounds. */
+static void take_phase(dlc_learner *l, int64_t run) {
+    int64_t t = run;
+    if (l->best_age >= 0) {
+        int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
+        int64_t r = ((off - l->best_k) % H + H) % H;
+        int64_t k = run - r >= 0 ? (run - r + H / 2) / H : 0;
+        t = r + (k > 1 ? k : 1) * H;
+    }
+    l->phase = t - l->steps;
+}
+
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
  * the next step boundary (learner.h), except while JOINING, when the learner is not
  * stepping and a resync is taken at once. */
@@ -425,6 +455,17 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
              * or its round lost): it takes the run's step and steps again */
             l->phase = m->steps - l->steps;
             if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+        } else if (resync && m->steps > 0 && !f->received) {
+            /* a whole resync after a reconnect (a single resync, a refused contribution's,
+             * carries no run step): once every fragment is in, back in step with the others */
+            if (l->resynced == 0) l->best_age = -1, l->resync_run = m->steps;
+            note_round(l, m);
+            f->received = 1;
+            if (++l->resynced == l->P) {
+                take_phase(l, l->resync_run);
+                l->resynced = 0;
+                for (int q = 0; q < l->P; q++) l->f[q].received = 0;
+            }
         }
         update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
         return DLC_OK;
@@ -432,20 +473,11 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     s = apply(l, m->fragment);
     if (s != DLC_OK || f->received) return s;
     if (l->joined == 0 && m->steps > 0) l->phase = m->steps;
-    if (m->held >= 0 && m->step_time > 0 && l->p.H > 0 && (l->best_age < 0 || m->held < l->best_age)) {
-        /* the others sent this fragment `held` seconds ago and send it again H
-         * steps after that: our step k ends then */
-        l->best_age = m->held;
-        l->best_p = m->fragment;
-        l->best_k = (int64_t)floor((l->p.H * m->step_time - m->held) / m->step_time + 0.5);
-    }
+    note_round(l, m);
     f->received = 1;
     if (++l->joined == l->P) {
-        if (l->best_age >= 0) {
-            int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
-            int64_t r = ((off - l->best_k) % H + H) % H;
-            l->phase = r + H; /* t = steps + phase >= H > off_p: never before an offset */
-        }
+        take_phase(l, l->phase); /* l->steps = 0 while JOINING */
+        for (int q = 0; q < l->P; q++) l->f[q].received = 0;
         set_state(l, DLC_LEARNER_TRAINING);
         l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;
     }
@@ -541,6 +573,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
     l->joined = 0;
+    l->resynced = 0;
     l->next_heartbeat = INFINITY;
     (void)now;
     set_state(l, DLC_LEARNER_JOINING);
@@ -595,6 +628,17 @@ int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p) {
 }
 double dlc_learner_step_time(const dlc_learner *l) { return l ? l->step_ema : 0; }
 int64_t dlc_learner_schedule_step(const dlc_learner *l) { return l ? l->steps + l->phase : 0; }
+
+dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_set_schedule_step: NULL learner");
+    if (step < 0)
+        return dlc_error(DLC_ERR_ARG, "learner_set_schedule_step: step = %lld: expected >= 0", (long long)step);
+    if (l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_set_schedule_step: learner %d is %s, expected training", l->p.id,
+                         state_names[l->state]);
+    l->phase = step - l->steps;
+    return DLC_OK;
+}
 int dlc_learner_outstanding(const dlc_learner *l) {
     int n = 0;
     for (int p = 0; l && p < l->P; p++) n += l->f[p].sent_step >= 0 && !l->f[p].pending;

@@ -891,6 +891,9 @@ static void test_phase_from_age(void) {
         CHECK(dlc_learner_receive(l, &m, 5.0) == DLC_OK);
         drain(l);
     }
+    /* in step (phase = 4 mod 8) at the run's step: 28, the nearest to 30 (not 4 + 8 = 12,
+     * which would start its schedule over) */
+    CHECK(dlc_learner_schedule_step(l) == 28);
     int sent_at[4] = {0, 0, 0, 0};
     for (int t = 1; t <= 8; t++) {
         CHECK(dlc_learner_step_done(l, 4, 1.0, 5.0 + t) == DLC_OK);
@@ -900,6 +903,119 @@ static void test_phase_from_age(void) {
                 sent_at[r.a[i].msg.fragment] = t;
     }
     CHECK(sent_at[0] == 4 && sent_at[1] == 6 && sent_at[2] == 8 && sent_at[3] == 2);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
+/* A learner restarted late in a run joins at the run's step, in step with the others:
+ * with fragment 1's round 2.5 s old (phase = 4 mod 8, as above) and the run at schedule
+ * step `run`, its schedule step is the nearest step = 4 mod 8, at least 12 (never before
+ * an offset): a restart at step 500 must not start its schedule over at 12. */
+static void test_phase_late(void) {
+    const int64_t run[] = {0, 3, 30, 35, 500, 503};
+    const int64_t want[] = {12, 12, 28, 36, 500, 500};
+    for (int c = 0; c < 6; c++) {
+        fx x;
+        fx_make(&x, 4, 99 + c);
+        dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+        dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) return;
+        for (int p = 0; p < 4; p++) {
+            float v[NMAX];
+            gather(&x, p, dlc_params_data(x.p), v);
+            dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+            m.steps = run[c];
+            m.held = p == 1 ? 2.5 : -1;
+            m.step_time = 1.0;
+            CHECK(dlc_learner_receive(l, &m, 5.0) == DLC_OK);
+            drain(l);
+        }
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+        if (dlc_learner_schedule_step(l) != want[c])
+            fprintf(stderr, "run step %lld: joined at %lld, expected %lld\n", (long long)run[c],
+                    (long long)dlc_learner_schedule_step(l), (long long)want[c]);
+        CHECK(dlc_learner_schedule_step(l) == want[c]);
+        dlc_learner_free(l);
+        fx_free(&x);
+    }
+}
+
+/* A learner that reconnects (paused, cut) is resynced whole, so it takes the run's step
+ * and phase as a rejoin does: trained 5 steps, then a whole resync with the run at step
+ * 300 and fragment 1's round 2.5 s old (phase = 4 mod 8) puts it at 300; its fragments
+ * are then due in step with the others (fragment 3 after 2 steps, 0 after 4, 1 after 6).
+ * A single resync (a refused contribution's: no run step) moves nothing. */
+static void test_phase_reconnect(void) {
+    fx x;
+    fx_make(&x, 4, 110);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    for (int p = 0; p < 4; p++) {
+        float v[NMAX];
+        gather(&x, p, dlc_params_data(x.p), v);
+        dlc_msg m = fragment_msg(1, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        CHECK(dlc_learner_receive(l, &m, 1.0) == DLC_OK);
+        drain(l);
+    }
+    for (int t = 1; t <= 5; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 1.0 + t) == DLC_OK);
+        drain(l);
+    }
+    CHECK(dlc_learner_schedule_step(l) == 5);
+    float v[NMAX];
+    gather(&x, 2, dlc_params_data(x.p), v);
+    dlc_msg one = fragment_msg(1, 2, 9, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 2));
+    CHECK(dlc_learner_receive(l, &one, 7.0) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_schedule_step(l) == 5);
+    for (int p = 0; p < 4; p++) {
+        gather(&x, p, dlc_params_data(x.p), v);
+        dlc_msg m = fragment_msg(1, p, 10, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.steps = 301;
+        m.held = p == 1 ? 2.5 : -1;
+        m.step_time = 1.0;
+        CHECK(dlc_learner_receive(l, &m, 8.0) == DLC_OK);
+        drain(l);
+        if (p < 3) CHECK(dlc_learner_schedule_step(l) == 5); /* not before the whole model is in */
+    }
+    CHECK(dlc_learner_schedule_step(l) == 300);
+    int sent_at[4] = {0, 0, 0, 0};
+    for (int t = 1; t <= 8; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 8.0 + t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION && !sent_at[r.a[i].msg.fragment])
+                sent_at[r.a[i].msg.fragment] = t;
+    }
+    CHECK(sent_at[0] == 4 && sent_at[1] == 6 && sent_at[2] == 8 && sent_at[3] == 2);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
+/* A dp learner restored from a checkpoint of step 40 (a non-elastic rollback) continues
+ * its schedule there: its next GRADIENT is for step 41.  Refused while it waits for the
+ * average, before it joined, and for a negative step. */
+static void test_set_schedule_step(void) {
+    fx x;
+    fx_make(&x, 1, 120);
+    dlc_learner_params lp = lparams(0, 0, 0, 0, 0);
+    lp.dp = 1;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    CHECK(dlc_learner_set_schedule_step(l, 40) == DLC_ERR_STATE); /* JOINING */
+    resync(&x, l, dlc_params_data(x.p), 0, 0);
+    CHECK(dlc_learner_set_schedule_step(l, -1) == DLC_ERR_ARG);
+    CHECK(dlc_learner_set_schedule_step(l, 40) == DLC_OK);
+    CHECK(dlc_learner_schedule_step(l) == 40);
+    CHECK(dlc_learner_gradient(l, 16, 1.0) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_GRADIENT && r.a[0].msg.version == 41);
+    CHECK(dlc_learner_set_schedule_step(l, 7) == DLC_ERR_STATE); /* WAITING */
+    CHECK(dlc_learner_schedule_step(l) == 40);
     dlc_learner_free(l);
     fx_free(&x);
 }
@@ -1347,6 +1463,9 @@ int main(void) {
     test_join_restart();
     test_phase();
     test_phase_from_age();
+    test_phase_late();
+    test_phase_reconnect();
+    test_set_schedule_step();
     test_dp_alone();
     test_hostile();
     test_int4();

@@ -511,6 +511,13 @@ static int lr_schedule_step(lua_State *L) {
     return 1;
 }
 
+static int lr_set_schedule_step(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    lua_Integer step = luaL_checkinteger(L, 2);
+    if (dlc_lrt_set_schedule_step(l, (int64_t)step) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
 static int lr_poll(lua_State *L) {
     dlc_lrt_event ev;
     if (!dlc_lrt_poll(checklrt(L, 1), &ev)) {
@@ -563,6 +570,7 @@ static const luaL_Reg lrt_methods[] = {
     {"join", lr_join},       {"wait", lr_wait},   {"step_done", lr_step_done},
     {"gradient", lr_gradient}, {"contribute", lr_contribute}, {"finish", lr_finish},
     {"state", lr_state},     {"id", lr_id},       {"schedule_step", lr_schedule_step},
+    {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
     {"nonfinite", lr_nonfinite}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};

@@ -257,6 +257,12 @@ DLC_API int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p);
 /* The schedule step: inner steps since the learner (re)joined plus the phase its resync
  * carried (the run's step when it joined; 0 at the start). */
 DLC_API int64_t dlc_learner_schedule_step(const dlc_learner *l);
+/* A host that restored its model from a checkpoint of schedule step `step` (the rollback
+ * of a non-elastic data-parallel run: every learner restarts from the same checkpoint)
+ * continues its schedule there: the phase becomes step − steps, so a dp learner's next
+ * GRADIENT is for step + 1.  TRAINING only (not while a gradient waits): DLC_ERR_STATE
+ * otherwise; step < 0: DLC_ERR_ARG. */
+DLC_API dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step);
 /* Fragments sent whose merge has not arrived yet (a driver that ends a learner waits for
  * them before its BYE). */
 DLC_API int dlc_learner_outstanding(const dlc_learner *l);

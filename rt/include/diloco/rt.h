@@ -257,6 +257,8 @@ DLC_API int dlc_lrt_id(const dlc_lrt *l);                  /* -1 before the WELC
  * runs the step again. */
 DLC_API int dlc_lrt_step_void(const dlc_lrt *l);
 DLC_API const dlc_learner *dlc_lrt_learner(const dlc_lrt *l); /* NULL before; for queries */
+/* dlc_learner_set_schedule_step after a join: the host restored a checkpoint of that step. */
+DLC_API dlc_status dlc_lrt_set_schedule_step(dlc_lrt *l, int64_t step);
 
 typedef enum dlc_lrt_event_kind {
     DLC_LRT_APPLIED,      /* fragment (version) applied to the model (resync: taken whole) */
