@@ -81,6 +81,9 @@ function M.start_syncer(ctx, listen, resume)
       max_unauth_per_addr = math.max(8, r.islands.count) } }
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
   if not epoch then ctx.srd:write_file("epoch", tostring(s:epoch()) .. "\n") end
+  -- non-elastic data parallel: a round waits for every learner (one that is lost stops
+  -- the others, and run rolls everyone back to their last common checkpoint: rollback)
+  if not ctx.rt.elastic and r.sync.preset == "dp" then s:set_quorum(r.islands.count) end
   ctx.syncer = s
   ctx.merges_saved = ctx.gm
   ctx.last_save = diloco.clock()
@@ -228,7 +231,9 @@ local function prepare(r, opts)
     ctx.rd:close()
     error(err, 0)
   end
-  for m = 1, Mn do ctx.learners[m] = { id = m, state = "starting", crashes = 0 } end
+  for m = 1, Mn do
+    ctx.learners[m] = { id = m, state = "starting", crashes = 0, down_s = 0, paused_s = 0, held_s = 0 }
+  end
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
   ctx.quiet = opts.quiet
   return ctx
@@ -317,7 +322,7 @@ end
 -- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
 -- go on together once it is back.
 local function hold_others(ctx)
-  if ctx.rt.elastic or not ctx.supervising then return end
+  if ctx.rt.elastic or not ctx.supervising or ctx.rollbacks then return end
   local anyone_lost = false
   for _, L in ipairs(ctx.learners) do
     anyone_lost = anyone_lost or (L.lost and L.state ~= "done") or L.state == "down"
@@ -327,10 +332,15 @@ local function hold_others(ctx)
     if L.pid and hold ~= (L.held or false) then
       diloco.proc.signal(L.pid, hold and "STOP" or "CONT")
       L.held = hold
+      if hold then L.held_since = elapsed(ctx)
+      elseif L.held_since then L.held_s, L.held_since = L.held_s + elapsed(ctx) - L.held_since, nil end
       fault(ctx, { kind = "held", learner = m, begin = hold })
     end
   end
 end
+
+-- runtime.elastic = false in data parallel: a failure rolls every learner back (below).
+local begin_rollback
 
 local function requorum(ctx)
   if ctx.syncer and type(ctx.recipe.sync.quorum) == "function" then
@@ -347,6 +357,10 @@ local function on_syncer_event(ctx, ev)
     ctx.merges = ctx.merges + 1
     ctx.gm = ctx.gm + 1
     ctx.useful = (ctx.useful or 0) + (ev.merge.useful_tokens or 0)
+    if ctx.rollbacks then -- non-elastic dp: what a rollback past this step takes back
+      ctx.dp_useful[info.version] = (ctx.dp_useful[info.version] or 0) + (ev.merge.useful_tokens or 0)
+      ctx.dp_step = math.max(ctx.dp_step or 0, info.version)
+    end
     ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
     write(ctx, "merge", info)
     if ctx.recipe.hooks.on_merge then islands.call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
@@ -383,6 +397,10 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "lost" then
     if L then L.lost = true end
     fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
+    if ctx.rollbacks and L and L.pid and not ctx.rolling then -- hung (paused) or cut off: everyone goes back
+      local paused = L.state == "paused"
+      begin_rollback(ctx, ev.learner, paused and "pause" or "lost", paused and L.resume_at or elapsed(ctx))
+    end
     requorum(ctx)
     hold_others(ctx)
   elseif ev.type == "rejected" then
@@ -413,12 +431,16 @@ end
 
 -- ---- the learner processes (run) ----
 
-local function learner_argv(ctx, m, fresh)
+local function learner_argv(ctx, m, fresh, rollback)
   local o = ctx.opts
   local argv = { diloco.proc.self_exe(), "learner", o.recipe_path, "--connect", ctx.address, "--id", tostring(m),
     "--out", string.format("%s/learner-%d", ctx.out, m), "--secret-file", ctx.secret_file, "--run-id", ctx.run_id,
     "--quiet" }
   if fresh then argv[#argv + 1] = "--overwrite" end -- a new run: nothing of an earlier one is continued
+  if rollback then
+    argv[#argv + 1] = "--rollback"
+    argv[#argv + 1] = tostring(rollback)
+  end
   for _, s in ipairs(o.set or {}) do
     argv[#argv + 1] = "--set"
     argv[#argv + 1] = s
@@ -426,7 +448,7 @@ local function learner_argv(ctx, m, fresh)
   return argv
 end
 
-local function spawn(ctx, m, fresh)
+local function spawn(ctx, m, fresh, rollback)
   local L = ctx.learners[m]
   local dir = string.format("%s/learner-%d", ctx.out, m)
   diloco.mkdir_p(dir)
@@ -436,7 +458,7 @@ local function spawn(ctx, m, fresh)
     L.tail, L.progress = nil, nil
   end
   local threads = tostring(ctx.recipe.threads or 1)
-  local argv = learner_argv(ctx, m, fresh)
+  local argv = learner_argv(ctx, m, fresh, rollback)
   argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
   argv.env = { OMP_NUM_THREADS = threads, OPENBLAS_NUM_THREADS = threads, DILOCO_SUPERVISOR = tostring(diloco.proc.pid()) }
   local pid, err = diloco.proc.spawn(argv)
@@ -467,11 +489,17 @@ local function reap(ctx)
       if st then
         L.pid = nil
         local now = elapsed(ctx)
-        if L.chaos_kill then -- chaos took it: back after its down time
+        if L.held_since then L.held_s, L.held_since = L.held_s + now - L.held_since, nil end
+        if L.paused_since then L.paused_s, L.paused_since = L.paused_s + now - L.paused_since, nil end
+        if L.stop_expected then -- killed because a non-elastic run cannot go on
+          L.state = "stopped"
+        elseif L.chaos_kill then -- chaos (or a rollback) took it: back after its down time
           L.chaos_kill = nil
           L.state = "down"
+          L.down_since = L.down_since or now
         elseif st.exited == 0 then
           L.state = "done"
+          L.done_at = now
         elseif ctx.stopping then
           L.state = "stopped"
         else
@@ -482,10 +510,25 @@ local function reap(ctx)
           if st.exited == 2 or L.crashes > ctx.rt.restarts then -- a usage error repeats: do not restart it
             L.state = "failed"
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
+            if ctx.rollbacks then -- non-elastic: without it nobody can go on
+              for _, O in ipairs(ctx.learners) do
+                if O.pid then
+                  diloco.proc.signal(O.pid, "KILL")
+                  O.chaos_kill = nil
+                end
+                if O.state ~= "failed" then O.stop_expected = true end
+                if not O.pid and O.state ~= "failed" then O.state = "stopped" end
+              end
+              ctx.rolling = nil
+              ctx.failed_learner = string.format("learner %d failed for good (%s): a non-elastic run cannot go on "
+                .. "without it", m, why)
+            end
             say(ctx, "learner %d failed (%s): %s", m, why, tail)
           else
             local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
             L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
+            L.down_since = now
+            if ctx.rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
             say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
           end
@@ -499,12 +542,98 @@ local function restart_due(ctx)
   local now = elapsed(ctx)
   for m, L in ipairs(ctx.learners) do
     if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping then
+      if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
       spawn(ctx, m)
       L.restarted_at, L.rejoined, L.recovered = now, false, false
       ctx.restarts = ctx.restarts + 1
       fault(ctx, { kind = L.down_cause or "kill", learner = m, begin = false })
     end
   end
+end
+
+-- ---- non-elastic data parallel: rollback ----
+--
+-- A failure (a kill, a crash, a learner lost by timeout) stops the job: every learner is
+-- killed, and once the failed one's down time is over all start again from the newest
+-- checkpoint every one of them holds (checkpoint.every), model and optimizer included
+-- (learner --rollback STEP); the steps past it are lost work, taken out of the goodput.
+-- The syncer starts again from a checkpoint of its own (a new epoch: nothing the killed
+-- processes sent is merged; the first gradient, for STEP + 1, sets its round).
+
+begin_rollback = function(ctx, m, cause, back_at)
+  local now = elapsed(ctx)
+  if ctx.rolling then -- another failure meanwhile: all wait for the later one
+    ctx.rolling.back_at = math.max(ctx.rolling.back_at, back_at)
+    return
+  end
+  ctx.rolling = { since = now, learner = m, cause = cause, back_at = back_at }
+  ctx.rollbacks = ctx.rollbacks + 1
+  for j, L in ipairs(ctx.learners) do
+    if L.pid then
+      L.chaos_kill = true -- reaped as down, not as a crash
+      diloco.proc.signal(L.pid, "KILL")
+    end
+    if L.state == "done" then L.state, L.done_at = "down", nil end
+    L.slow, L.restart_at = nil, nil -- restarted by rollback_due, all together
+    L.down_since = L.down_since or now
+    if j ~= m or not L.down_cause or L.down_cause == "rollback" then L.down_cause = j == m and cause or "rollback" end
+  end
+  fault(ctx, { kind = "rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
+end
+
+local function rollback_due(ctx)
+  local rb = ctx.rolling
+  if not rb or ctx.stopping or elapsed(ctx) < rb.back_at then return end
+  for _, L in ipairs(ctx.learners) do
+    if L.pid then return end -- not every process reaped yet
+  end
+  local Mn = ctx.recipe.islands.count
+  local lists, count, K = {}, {}, 0
+  for m = 1, Mn do
+    lists[m] = diloco.rundir.checkpoints(string.format("%s/learner-%d", ctx.out, m))
+    for _, c in ipairs(lists[m]) do count[c.step] = (count[c.step] or 0) + 1 end
+  end
+  for step, n in pairs(count) do
+    if n == Mn and step > K then K = step end
+  end
+  -- past K is another timeline now: its checkpoints go, its merged tokens are lost work
+  for m = 1, Mn do
+    for _, c in ipairs(lists[m]) do
+      if c.step > K then os.remove(c.path) end
+    end
+  end
+  local lost_steps, lost_tokens = math.max(0, (ctx.dp_step or 0) - K), 0
+  for v, u in pairs(ctx.dp_useful) do
+    if v > K then
+      lost_tokens = lost_tokens + u
+      ctx.dp_useful[v] = nil
+    end
+  end
+  ctx.useful = (ctx.useful or 0) - lost_tokens
+  ctx.dp_step = K
+  ctx.rolled_back_steps = ctx.rolled_back_steps + lost_steps
+  ctx.rolled_back_tokens = ctx.rolled_back_tokens + lost_tokens
+  local t0 = diloco.clock()
+  save_syncer(ctx)
+  local st = ctx.syncer:stats()
+  ctx.bytes_prev_in = (ctx.bytes_prev_in or 0) + st.bytes_in
+  ctx.bytes_prev_out = (ctx.bytes_prev_out or 0) + st.bytes_out
+  ctx.syncer:close()
+  ctx.syncer = nil
+  local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
+  M.start_syncer(ctx, ctx.address, list[#list] and list[#list].path or nil)
+  local now = elapsed(ctx)
+  for m, L in ipairs(ctx.learners) do
+    if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
+    L.rolled_back_steps = (L.rolled_back_steps or 0) + lost_steps
+    spawn(ctx, m, false, K)
+    L.restarted_at, L.rejoined, L.recovered = now, false, false
+    ctx.restarts = ctx.restarts + 1
+  end
+  ctx.rolling = nil
+  fault(ctx, { kind = "rollback", learner = rb.learner, begin = false, cause = rb.cause, step = K,
+    rolled_back_steps = lost_steps, rolled_back_tokens = lost_tokens, latency = now - rb.since,
+    syncer_s = diloco.clock() - t0, epoch = ctx.syncer:epoch() })
 end
 
 -- ---- chaos on real processes ----
@@ -534,14 +663,15 @@ local function chaos_due(ctx)
     local down = e.duration or math.huge
     if e.kind == "kill" and L and L.pid then
       L.chaos_kill = true
-      L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
+      L.restart_at, L.down_cause, L.down_since = elapsed(ctx) + down, "kill", elapsed(ctx)
       diloco.proc.signal(L.pid, "KILL")
       if L.held then L.held = false end
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "kill", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+      if ctx.rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
       diloco.proc.signal(L.pid, "STOP")
-      L.state, L.resume_at = "paused", elapsed(ctx) + down
+      L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "slow" and L and L.pid then
@@ -634,6 +764,7 @@ local function chaos_due(ctx)
     if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
       diloco.proc.signal(L.pid, "CONT")
       L.state = "running"
+      if L.paused_since then L.paused_s, L.paused_since = L.paused_s + elapsed(ctx) - L.paused_since, nil end
       fault(ctx, { kind = "pause", learner = m, begin = false })
     end
   end
@@ -735,15 +866,48 @@ local function uptime(ctx, t0, t1, step_time)
   return count / n
 end
 
-local function learner_summary(ctx, m)
+-- What learner m's own metrics (OUT/learner-N/metrics.jsonl, every process it ran as,
+-- each from a join event on) say: the last summary, and over all its processes the
+-- steps, tokens, train_s, wait_s and wall_s (a killed one wrote no summary: its last
+-- step event counts, so up to log.every steps of it are missed) and the start-up seconds.
+local function learner_account(ctx, m)
   local f = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
   if not f then return nil end
-  local last
-  for line in f:lines() do
-    if line:find('"event":"summary"', 1, true) then last = line end
+  local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0 }
+  local cur
+  local function close_cur()
+    if not cur then return end
+    local e = cur.summary or cur.last
+    if e then
+      acc.steps = acc.steps + (cur.summary and cur.summary.steps or math.max(0, (e.step or cur.step0) - cur.step0))
+      acc.tokens = acc.tokens + math.max(0, (e.tokens or 0) - cur.tok0)
+      acc.train_s = acc.train_s + (e.train_s or 0)
+      acc.wait_s = acc.wait_s + (e.wait_s or 0)
+      acc.wall_s = acc.wall_s + (e.wall_s or 0)
+    end
+    cur = nil
   end
+  for line in f:lines() do
+    local kind = line:match('"event":"(%a+)"')
+    if kind == "join" or kind == "step" or kind == "summary" then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" then
+        if kind == "join" then
+          close_cur()
+          cur = { step0 = e.step or 0, tok0 = e.tokens or 0 }
+          acc.processes = acc.processes + 1
+          acc.startup_s = acc.startup_s + (e.startup_s or 0)
+        elseif cur and kind == "step" then
+          cur.last = e
+        elseif cur then
+          cur.summary, acc.summary = e, e
+        end
+      end
+    end
+  end
+  close_cur()
   f:close()
-  return last and diloco.json_decode(last)
+  return acc
 end
 
 local function finish(ctx, err)
@@ -775,6 +939,7 @@ local function finish(ctx, err)
   local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
   stop_reason(ctx)
   if not err and ctx.metrics.failed then err = ctx.metrics.failed end
+  if not err and ctx.failed_learner then err = ctx.failed_learner end
   if not err and save_error then err = save_error end
   local st = ctx.syncer:stats()
   local wall = elapsed(ctx)
@@ -782,22 +947,33 @@ local function finish(ctx, err)
   local steps, tokens, per, idle, capacity, step_times = 0, 0, {}, {}, 0, {}
   for m = 1, r.islands.count do
     local i = ctx.syncer:learner(m)
-    local ls = learner_summary(ctx, m) or {}
-    local lsteps = ls.steps or i.steps
-    local ltokens = ls.tokens or i.tokens
+    local acc = learner_account(ctx, m)
+    local ls = acc and acc.summary or {}
+    local L = ctx.learners[m]
+    -- over every process the learner ran as (its own metrics, when its directory is here)
+    local lsteps = acc and acc.processes > 0 and acc.steps or ls.steps or i.steps
+    local ltokens = acc and acc.processes > 0 and acc.tokens or ls.tokens or i.tokens
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
-    -- its healthy rate: measured by the learner (its summary, when its directory is here),
-    -- else from the step time it reported and its batch
-    local tps = ls.train_s and ls.train_s > 0 and ltokens / ls.train_s or nil
+    -- its healthy rate: measured by the learner over all its processes (its metrics, when
+    -- its directory is here), else from the step time it reported and its batch
+    local tps = acc and acc.train_s > 0 and ltokens / acc.train_s or nil
     if not tps and i.step_time > 0 and ctx.tokens_per_batch then
       tps = ctx.tokens_per_batch * (r.islands.list[m].batch / r.data.batch) / i.step_time
     end
     if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
-    idle[m] = ls.wait_share
-    per[m] = { steps = lsteps, tokens = ltokens, idle = ls.wait_share, merged = i.merged, joins = i.joins,
-      bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = ctx.learners[m].crashes,
-      state = ctx.learners[m].state, tokens_per_s = tps, from = ctx.learners[m].from }
+    local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or ls.wait_share
+    idle[m] = share
+    -- where its share of the run's wall time went (docs/chaos.md): training and waiting in
+    -- its processes, their start-ups, down (killed, crashed or rolled back, until
+    -- restarted), paused, held (non-elastic), and done before the run ended
+    if L.down_since and not L.pid then L.down_s, L.down_since = L.down_s + math.max(0, t_end - L.down_since), nil end
+    per[m] = { steps = lsteps, tokens = ltokens, idle = share, merged = i.merged, joins = i.joins,
+      bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = L.crashes,
+      state = L.state, tokens_per_s = tps, from = L.from, processes = acc and acc.processes or nil,
+      train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
+      startup_s = acc and acc.startup_s or nil, down_s = L.down_s, paused_s = L.paused_s, held_s = L.held_s,
+      after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps }
   end
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
@@ -812,6 +988,8 @@ local function finish(ctx, err)
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
+    flushed = flushed or nil, runtime = "processes", rollbacks = ctx.rollbacks,
+    rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
   }
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
@@ -876,6 +1054,7 @@ local function loop(ctx)
     if ctx.supervising then
       reap(ctx)
       restart_due(ctx)
+      if ctx.rollbacks then rollback_due(ctx) end
       chaos_due(ctx)
     end
     maybe_eval(ctx)
@@ -928,6 +1107,9 @@ end
 function M.serve(r, opts)
   local ctx = prepare(r, opts)
   ctx.supervising = opts.supervise
+  if ctx.supervising and not ctx.rt.elastic and r.sync.preset == "dp" then
+    ctx.rollbacks, ctx.dp_useful, ctx.rolled_back_steps, ctx.rolled_back_tokens = 0, {}, 0, 0
+  end
   local ok, err = pcall(function()
     ctx.tokens_per_batch = ctx.loaders.tokens_per_batch
     say(ctx, "%s: %d islands (%s), %s parameters; syncer at %s (run %s)", r.name or "run", r.islands.count,

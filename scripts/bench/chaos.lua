@@ -10,7 +10,12 @@
 -- down DOWN, seeded) and learner 1 is paused once.  sim has no pause: its prediction takes
 -- the pause as a kill of the same length (the learner neither computes nor answers).
 -- sim's step time is the real decoupled run's measured one, so the schedule's seconds mean
--- the same in both.
+-- the same in both.  Non-elastic dp checkpoints every 10 steps: a failure rolls every
+-- learner back to their newest common checkpoint (docs/runtime.md), and the rolled-back
+-- steps are lost work, not goodput.  A second table says where each mode's wall time went
+-- (per learner, the mean over the 4: training, waiting for the network, start-up of its
+-- processes, down, paused, held, done before the run ended; the rest is the run's own
+-- start and end and what the learners' metrics do not see).
 -- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
@@ -54,7 +59,8 @@ local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7
 local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7,{at='%s',kill=1,down=%q}}", mtbf,
   down, "15s", down)
 local modes = {
-  { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false" } },
+  { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false",
+    "checkpoint.every=10" } },
   { name = "dp, elastic", sets = { "sync.preset=dp", "sync.fragments=1" } },
   { name = "diloco (blocking)", sets = { "sync.preset=diloco" } },
   { name = "decoupled", sets = { "sync.preset=decoupled" } },
@@ -85,6 +91,26 @@ for _, m in ipairs(modes) do
     r.uptime and string.format("%.1f%%", 100 * r.uptime) or "-",
     idle and string.format("%.2f%%", 100 * idle) or "-", r.final_eval_loss or 0,
     s.final_eval_loss and string.format("%.4f", s.final_eval_loss) or "-", r.wall_s))
+end
+
+-- where the wall time went: the mean over the learners of each share (summary.per_learner)
+print("")
+print("| mode | wall s | training | waiting | start-up | down | paused | held | done early | rest | rolled back steps |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for _, m in ipairs(modes) do
+  local r = out[m.name]
+  local keys = { "train_s", "wait_s", "startup_s", "down_s", "paused_s", "held_s", "after_done_s" }
+  local mean, n = {}, #(r.per_learner or {})
+  for _, k in ipairs(keys) do
+    local sum = 0
+    for _, p in ipairs(r.per_learner or {}) do sum = sum + (p[k] or 0) end
+    mean[k] = n > 0 and sum / n or 0
+  end
+  local rest = r.wall_s
+  for _, k in ipairs(keys) do rest = rest - mean[k] end
+  print(string.format("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |", m.name, r.wall_s,
+    mean.train_s, mean.wait_s, mean.startup_s, mean.down_s, mean.paused_s, mean.held_s, mean.after_done_s, rest,
+    r.rolled_back_steps and tostring(r.rolled_back_steps) or "-"))
 end
 local d, n = out["decoupled"], out["dp, non-elastic"]
 if d.goodput and n.goodput and n.goodput > 0 then

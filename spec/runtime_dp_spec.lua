@@ -1,0 +1,146 @@
+-- Non-elastic data parallel on real processes (runtime.elastic = false,
+-- lua/diloco/cluster.lua's rollback): a failure stops the job, every learner starts
+-- again from the newest checkpoint all of them hold, model and optimizer included, and
+-- the steps past it are lost work.  A tiny GPT, 2 learner processes; kills only the pids
+-- `run` started (chaos).
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+local sanitized = os.getenv("DILOCO_SANITIZED") == "1"
+
+local STEPS = sanitized and 600 or 2000
+
+local function recipe(S, chaos)
+  return S.write("dp.lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = "dprb",
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = "dp", fragments = 1 },
+  islands = { count = 2 },
+  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", elastic = false },
+  checkpoint = { every = 25, minutes = 0, keep = 3 },
+  steps = %d,
+  eval = { every = 0, batches = 4 },
+  chaos = %s,
+}
+]], STEPS, chaos))
+end
+
+local function events(path)
+  local list = {}
+  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
+  return list
+end
+
+local function of_kind(list, event, kind)
+  local out = {}
+  for _, e in ipairs(list) do
+    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
+  end
+  return out
+end
+
+local function flat(t, out)
+  out = out or {}
+  if type(t) ~= "table" then
+    out[#out + 1] = t
+    return out
+  end
+  for _, v in ipairs(t) do flat(v, out) end
+  return out
+end
+
+-- Bit-for-bit equal tensors of the same names, or the first difference.
+local function same_model(a, b)
+  for name, x in pairs(a) do
+    local y = b[name]
+    if not y then return false, "no tensor " .. name end
+    local u, v = flat(x:tolist()), flat(y:tolist())
+    if #u ~= #v then return false, name .. ": sizes differ" end
+    for i = 1, #u do
+      if u[i] ~= v[i] then return false, string.format("%s[%d]: %.9g vs %.9g", name, i, u[i], v[i]) end
+    end
+  end
+  for name in pairs(b) do
+    if not a[name] then return false, "no tensor " .. name end
+  end
+  return true
+end
+
+describe("diloco-lua run, data parallel with runtime.elastic = false", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("rolls every learner back to their last common checkpoint when one is killed, and ends with one model", function()
+    local path = recipe(S, '{ { at = "2s", kill = 2, down = "1s" } }')
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = ev[#ev]
+    assert.are.equal("summary", s.event)
+    assert.is_nil(s.error)
+    -- one rollback, begun by the kill and ended at a checkpoint step
+    local rb = of_kind(ev, "fault", "rollback")
+    assert.are.equal(2, #rb, out)
+    assert.is_true(rb[1].begin and rb[1].learner == 2 and rb[1].cause == "kill")
+    local K = rb[2].step
+    assert.is_false(rb[2].begin)
+    assert.are.equal(0, K % 25)
+    assert.is_true(K > 0, "the kill came after the first checkpoint")
+    assert.are.equal(1, s.rollbacks)
+    -- every learner came back at that step, from its checkpoint of that step
+    for m = 1, 2 do
+      local joins = of_kind(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m)), "join")
+      assert.are.equal(2, #joins, "learner " .. m .. " ran twice")
+      assert.are.equal(0, joins[1].step)
+      assert.are.equal(K, joins[2].rollback)
+      assert.are.equal(K, joins[2].step)
+      assert.matches(string.format("learner%%-%d/checkpoint%%-0*%d%%.safetensors$", m, K), joins[2].restored)
+      assert.are.equal("checkpoint", joins[2].optimizer)
+    end
+    -- the steps past K are lost work: the goodput's merged tokens are the run's steps,
+    -- once each (2 learners x 8 x 16 tokens a step), not what was trained twice
+    assert.are.equal(s.rolled_back_steps, rb[2].rolled_back_steps)
+    assert.are.equal(s.rolled_back_steps * 2 * 128, s.rolled_back_tokens)
+    assert.are.equal(STEPS * 2 * 128, s.useful_tokens)
+    assert.are.equal(STEPS, of_kind(ev, "merge")[#of_kind(ev, "merge")].version)
+    -- one model: both learners' final models are the same, bit for bit, and are the run's
+    local saved = assert(diloco.load_safetensors(S.dir .. "/run/model.safetensors"))
+    for m = 1, 2 do
+      local t, meta = diloco.load_safetensors(string.format("%s/run/learner-%d/model.safetensors", S.dir, m))
+      assert.is_table(t, meta)
+      assert.are.equal(tostring(STEPS), meta["diloco.step"])
+      local ok, why = same_model(t, saved)
+      assert.is_true(ok, string.format("learner %d's model vs the run's: %s", m, why))
+    end
+    assert.is_true(s.final_eval_loss < 5.4)
+  end)
+
+  it("rolls back a hung (paused) learner once the syncer has lost it, and restarts all after the pause", function()
+    local path = recipe(S, '{ { at = "1.5s", pause = 1, down = "4s" } }')
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = ev[#ev]
+    assert.is_nil(s.error)
+    local rb = of_kind(ev, "fault", "rollback")
+    assert.are.equal(2, #rb, out)
+    assert.are.equal("pause", rb[1].cause)
+    local pause = of_kind(ev, "fault", "pause")[1]
+    -- lost by timeout (3 s), and everyone back when the pause would have ended
+    assert.is_true(rb[1].wall_s - pause.wall_s > 2, string.format("rollback %.2f s after the pause", rb[1].wall_s - pause.wall_s))
+    assert.is_true(rb[2].wall_s - pause.wall_s >= 4 - 0.05)
+    assert.are.equal(STEPS * 2 * 128, s.useful_tokens)
+    local a = assert(diloco.load_safetensors(S.dir .. "/run/learner-1/model.safetensors"))
+    local b = assert(diloco.load_safetensors(S.dir .. "/run/learner-2/model.safetensors"))
+    local ok, why = same_model(a, b)
+    assert.is_true(ok, why)
+  end)
+end)
