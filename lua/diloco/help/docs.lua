@@ -426,6 +426,7 @@ D["Learner:finish"] = "l:finish([timeout_s = 10][, why]) -> true\nWaits for its 
 D["Learner:state"] = "l:state() -> \"joining\" | \"training\" | \"waiting\" | \"stopped\"\nThe state machine's state."
 D["Learner:id"] = "l:id() -> integer | nil\nIts 1-based learner id (nil before the WELCOME)."
 D["Learner:schedule_step"] = "l:schedule_step() -> integer\nSteps since it joined plus the run's step it joined at."
+D["Learner:set_schedule_step"] = "l:set_schedule_step(step)\nContinues the schedule at step (the host restored a checkpoint of that step: a non-elastic dp rollback); while training only, else raises."
 D["Learner:poll"] = "l:poll() -> event | nil\nThe next event: \"applied\" (fragment, version, lag, resync), \"connected\", \"disconnected\"."
 D["Learner:stats"] = "l:stats() -> {now, wait_s, call_s, connected, sent, held, held_dropped, applied, reconnects, bytes_in, bytes_out, rollbacks, step_time, steps}\nIts counters."
 D["Learner:nonfinite"] = "l:nonfinite() -> nil | message, tensor, index, value\nThe first parameter that is not finite (tensor and index 1-based), nil when all are."
