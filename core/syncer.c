@@ -373,15 +373,22 @@ static int64_t live_max_sched(const dlc_syncer *s, int m) {
 }
 
 /* The schedule step of the run for a (re)joining learner m: the median of what the other
- * live learners last reported (0 before any report); dp: the rounds closed so far, so its
- * next gradient is for the round the others are at. */
+ * live learners last reported; with none live, the furthest any other one reported before
+ * it left (a learner restarted after the others finished joins at the end of the run, not
+ * at its start); 0 before any report.  dp: the rounds closed so far, so its next gradient
+ * is for the round the others are at. */
 static int64_t run_phase(dlc_syncer *s, int m) {
     if (s->p.dp) return s->dp_next > 0 ? s->dp_next - 1 : live_max_sched(s, m);
     int k = 0;
     int64_t *v = (int64_t *)(void *)s->sorted; /* M doubles of room: as many int64s */
     for (int j = 0; j < s->M; j++)
         if (j != m && s->live[j] && s->sched[j] > 0) v[k++] = s->sched[j];
-    if (k == 0) return 0;
+    if (k == 0) {
+        int64_t far = 0;
+        for (int j = 0; j < s->M; j++)
+            if (j != m && s->sched[j] > far) far = s->sched[j];
+        return far;
+    }
     qsort(v, (size_t)k, sizeof *v, cmp_i64);
     return v[k / 2];
 }

@@ -1137,6 +1137,36 @@ static void test_join_during_round(void) {
     fx_free(&x);
 }
 
+/* A learner that rejoins after every other one has left (finished, or lost) takes the
+ * furthest step they reported, not 0: restarted after the others finished, it must not
+ * start the run's schedule over alone. */
+static void test_join_after_the_others_left(void) {
+    fx x;
+    fx_make(&x, 1, 73);
+    dlc_syncer_params sp = sgd_params(3, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 3, 0);
+    dlc_msg hb = {.type = DLC_MSG_HEARTBEAT, .learner = 0, .steps = 200};
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    hb.learner = 1, hb.steps = 198;
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    hb.learner = 2, hb.steps = 120;
+    CHECK(dlc_syncer_receive(s, &hb, 0.5) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_lost(s, 2, 1.0) == DLC_OK); /* killed at 120 */
+    CHECK(dlc_syncer_lost(s, 0, 2.0) == DLC_OK); /* finished */
+    CHECK(dlc_syncer_lost(s, 1, 2.0) == DLC_OK);
+    drain(s);
+    CHECK(dlc_syncer_join(s, 2, 3.0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_msg *f = sent_to(&r, 2, 0);
+    CHECK(f && (f->flags & DLC_MSG_RESYNC) && f->steps == 200);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* Hostile messages, one at a time: each is refused with DLC_ERR_FORMAT naming what was
  * wrong, changes no round, and the syncer then still merges a valid contribution. */
 static void test_hostile(void) {
@@ -1441,6 +1471,7 @@ int main(void) {
     test_malformed();
     test_join();
     test_join_during_round();
+    test_join_after_the_others_left();
     test_lost();
     test_blocking_rejoin();
     test_timeout_rejoin();

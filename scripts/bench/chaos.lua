@@ -30,7 +30,8 @@ end
 local function go(cmd, name, sets)
   local argv = { exe, cmd, recipe, "--out", tmp .. "/" .. name, "--overwrite", "--quiet", "--set", "steps=" .. steps,
     "--set", "islands.count=4", "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--set", "threads=1",
-    "--set", "runtime.heartbeat=0.5s", "--set", "runtime.timeout=3s" }
+    "--set", "runtime.heartbeat=0.5s", "--set", "runtime.timeout=3s",
+    "--set", "log.every=5" } -- (a killed learner's steps since its last step event are not in the accounting)
   for _, s in ipairs(sets) do
     argv[#argv + 1] = "--set"
     argv[#argv + 1] = s
