@@ -540,6 +540,23 @@ end
 
 local function restart_due(ctx)
   local now = elapsed(ctx)
+  -- the run is over once every learner that is not down has finished: one still down is
+  -- not restarted to train on alone (sim's run ends at its horizon too)
+  if not ctx.rolling then
+    local finished, up = false, false
+    for _, L in ipairs(ctx.learners) do
+      if L.state == "done" then finished = true
+      elseif L.state ~= "down" and L.state ~= "failed" and L.state ~= "stopped" then up = true end
+    end
+    if finished and not up then
+      for m, L in ipairs(ctx.learners) do
+        if L.state == "down" then
+          L.state = "done"
+          fault(ctx, { kind = "restart", learner = m, skipped = "the others finished: the run is over" })
+        end
+      end
+    end
+  end
   for m, L in ipairs(ctx.learners) do
     if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping then
       if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
