@@ -87,20 +87,20 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     assert.are.equal("summary", s.event)
     assert.is_nil(s.error)
     -- one rollback, begun by the kill and ended at a checkpoint step
-    local rb = of_kind(ev, "fault", "rollback")
+    local rb = of_kind(ev, "fault", "job_rollback")
     assert.are.equal(2, #rb, out)
     assert.is_true(rb[1].begin and rb[1].learner == 2 and rb[1].cause == "kill")
     local K = rb[2].step
     assert.is_false(rb[2].begin)
     assert.are.equal(0, K % 25)
     assert.is_true(K > 0, "the kill came after the first checkpoint")
-    assert.are.equal(1, s.rollbacks)
+    assert.are.equal(1, s.job_rollbacks)
     -- every learner came back at that step, from its checkpoint of that step
     for m = 1, 2 do
       local joins = of_kind(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m)), "join")
       assert.are.equal(2, #joins, "learner " .. m .. " ran twice")
       assert.are.equal(0, joins[1].step)
-      assert.are.equal(K, joins[2].rollback)
+      assert.are.equal(K, joins[2].restart_at)
       assert.are.equal(K, joins[2].step)
       assert.matches(string.format("learner%%-%d/checkpoint%%-0*%d%%.safetensors$", m, K), joins[2].restored)
       assert.are.equal("checkpoint", joins[2].optimizer)
@@ -130,7 +130,7 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local s = ev[#ev]
     assert.is_nil(s.error)
-    local rb = of_kind(ev, "fault", "rollback")
+    local rb = of_kind(ev, "fault", "job_rollback")
     assert.are.equal(2, #rb, out)
     assert.are.equal("pause", rb[1].cause)
     local pause = of_kind(ev, "fault", "pause")[1]

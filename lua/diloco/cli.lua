@@ -227,7 +227,7 @@ M.commands = {
       { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
         doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
       { name = "overwrite", doc = "start afresh: replace what OUT holds instead of continuing from its checkpoint" },
-      { name = "rollback", arg = "STEP", type = "integer", min = 0, max = 1e15, shown = "none",
+      { name = "restart-at", arg = "STEP", type = "integer", min = 0, max = 1e15, shown = "none",
         doc = "continue from OUT's checkpoint of schedule step STEP, model included (0: the initial model); what "
           .. "run passes every learner of a non-elastic data-parallel run after a failure" },
       METRICS_OPT, QUIET_OPT,
@@ -578,7 +578,7 @@ local function learner(args, parse)
   if parent then diloco.proc.die_with_parent("TERM", parent) end -- a supervisor killed by -9 takes its learners along
   return train(require("diloco.learner").run, r, opts, { connect = opts.connect, id = opts.id,
     rank_offset = opts["rank-offset"], out = opts.out, metrics = opts.metrics, quiet = opts.quiet,
-    overwrite = opts.overwrite, tls = tls_opts(opts, "learner"), rollback = opts.rollback,
+    overwrite = opts.overwrite, tls = tls_opts(opts, "learner"), restart_at = opts["restart-at"],
     secret_file = file, secret = secret, run_id = opts["run-id"],
     command = "diloco-lua learner " .. table.concat(args, " ") })
 end

@@ -322,7 +322,7 @@ end
 -- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
 -- go on together once it is back.
 local function hold_others(ctx)
-  if ctx.rt.elastic or not ctx.supervising or ctx.rollbacks then return end
+  if ctx.rt.elastic or not ctx.supervising or ctx.job_rollbacks then return end
   local anyone_lost = false
   for _, L in ipairs(ctx.learners) do
     anyone_lost = anyone_lost or (L.lost and L.state ~= "done") or L.state == "down"
@@ -357,7 +357,7 @@ local function on_syncer_event(ctx, ev)
     ctx.merges = ctx.merges + 1
     ctx.gm = ctx.gm + 1
     ctx.useful = (ctx.useful or 0) + (ev.merge.useful_tokens or 0)
-    if ctx.rollbacks then -- non-elastic dp: what a rollback past this step takes back
+    if ctx.job_rollbacks then -- non-elastic dp: what a rollback past this step takes back
       ctx.dp_useful[info.version] = (ctx.dp_useful[info.version] or 0) + (ev.merge.useful_tokens or 0)
       ctx.dp_step = math.max(ctx.dp_step or 0, info.version)
     end
@@ -397,7 +397,7 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "lost" then
     if L then L.lost = true end
     fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
-    if ctx.rollbacks and L and L.pid and not ctx.rolling then -- hung (paused) or cut off: everyone goes back
+    if ctx.job_rollbacks and L and L.pid and not ctx.rolling then -- hung (paused) or cut off: everyone goes back
       local paused = L.state == "paused"
       begin_rollback(ctx, ev.learner, paused and "pause" or "lost", paused and L.resume_at or elapsed(ctx))
     end
@@ -438,7 +438,7 @@ local function learner_argv(ctx, m, fresh, rollback)
     "--quiet" }
   if fresh then argv[#argv + 1] = "--overwrite" end -- a new run: nothing of an earlier one is continued
   if rollback then
-    argv[#argv + 1] = "--rollback"
+    argv[#argv + 1] = "--restart-at"
     argv[#argv + 1] = tostring(rollback)
   end
   for _, s in ipairs(o.set or {}) do
@@ -510,7 +510,7 @@ local function reap(ctx)
           if st.exited == 2 or L.crashes > ctx.rt.restarts then -- a usage error repeats: do not restart it
             L.state = "failed"
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
-            if ctx.rollbacks then -- non-elastic: without it nobody can go on
+            if ctx.job_rollbacks then -- non-elastic: without it nobody can go on
               for _, O in ipairs(ctx.learners) do
                 if O.pid then
                   diloco.proc.signal(O.pid, "KILL")
@@ -528,7 +528,7 @@ local function reap(ctx)
             local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
             L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
             L.down_since = now
-            if ctx.rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
+            if ctx.job_rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
             say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
           end
@@ -573,7 +573,7 @@ end
 -- A failure (a kill, a crash, a learner lost by timeout) stops the job: every learner is
 -- killed, and once the failed one's down time is over all start again from the newest
 -- checkpoint every one of them holds (checkpoint.every), model and optimizer included
--- (learner --rollback STEP); the steps past it are lost work, taken out of the goodput.
+-- (learner --restart-at STEP); the steps past it are lost work, taken out of the goodput.
 -- The syncer starts again from a checkpoint of its own (a new epoch: nothing the killed
 -- processes sent is merged; the first gradient, for STEP + 1, sets its round).
 
@@ -584,7 +584,7 @@ begin_rollback = function(ctx, m, cause, back_at)
     return
   end
   ctx.rolling = { since = now, learner = m, cause = cause, back_at = back_at }
-  ctx.rollbacks = ctx.rollbacks + 1
+  ctx.job_rollbacks = ctx.job_rollbacks + 1
   for j, L in ipairs(ctx.learners) do
     if L.pid then
       L.chaos_kill = true -- reaped as down, not as a crash
@@ -595,7 +595,7 @@ begin_rollback = function(ctx, m, cause, back_at)
     L.down_since = L.down_since or now
     if j ~= m or not L.down_cause or L.down_cause == "rollback" then L.down_cause = j == m and cause or "rollback" end
   end
-  fault(ctx, { kind = "rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
+  fault(ctx, { kind = "job_rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
 end
 
 local function rollback_due(ctx)
@@ -648,7 +648,7 @@ local function rollback_due(ctx)
     ctx.restarts = ctx.restarts + 1
   end
   ctx.rolling = nil
-  fault(ctx, { kind = "rollback", learner = rb.learner, begin = false, cause = rb.cause, step = K,
+  fault(ctx, { kind = "job_rollback", learner = rb.learner, begin = false, cause = rb.cause, step = K,
     rolled_back_steps = lost_steps, rolled_back_tokens = lost_tokens, latency = now - rb.since,
     syncer_s = diloco.clock() - t0, epoch = ctx.syncer:epoch() })
 end
@@ -685,7 +685,7 @@ local function chaos_due(ctx)
       if L.held then L.held = false end
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "kill", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
-      if ctx.rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
+      if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
       diloco.proc.signal(L.pid, "STOP")
       L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
@@ -1005,7 +1005,7 @@ local function finish(ctx, err)
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
-    flushed = flushed or nil, runtime = "processes", rollbacks = ctx.rollbacks,
+    flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
   }
   ctx.metrics:write("summary", summary)
@@ -1071,7 +1071,7 @@ local function loop(ctx)
     if ctx.supervising then
       reap(ctx)
       restart_due(ctx)
-      if ctx.rollbacks then rollback_due(ctx) end
+      if ctx.job_rollbacks then rollback_due(ctx) end
       chaos_due(ctx)
     end
     maybe_eval(ctx)
@@ -1125,7 +1125,7 @@ function M.serve(r, opts)
   local ctx = prepare(r, opts)
   ctx.supervising = opts.supervise
   if ctx.supervising and not ctx.rt.elastic and r.sync.preset == "dp" then
-    ctx.rollbacks, ctx.dp_useful, ctx.rolled_back_steps, ctx.rolled_back_tokens = 0, {}, 0, 0
+    ctx.job_rollbacks, ctx.dp_useful, ctx.rolled_back_steps, ctx.rolled_back_tokens = 0, {}, 0, 0
   end
   local ok, err = pcall(function()
     ctx.tokens_per_batch = ctx.loaders.tokens_per_batch

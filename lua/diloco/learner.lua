@@ -119,37 +119,37 @@ local function save(ctx)
 end
 
 -- The optimizer state and data cursor of the newest checkpoint in OUT (the model comes
--- from the syncer).  Returns the checkpoint's path or nil.  rollback = STEP: the
+-- from the syncer).  Returns the checkpoint's path or nil.  restart_at = STEP: the
 -- checkpoint of that schedule step, the model too (a non-elastic dp run restarts every
 -- learner from the same one); one that is missing or does not fit is an error.
-local function restore(ctx, rollback)
+local function restore(ctx, restart_at)
   local list = diloco.rundir.checkpoints(ctx.out)
   local last = list[#list]
-  if rollback then
+  if restart_at then
     last = nil
     local have = {}
     for _, c in ipairs(list) do
-      if c.step == rollback then last = c end
+      if c.step == restart_at then last = c end
       have[#have + 1] = tostring(c.step)
     end
     if not last then
-      fail("learner %d: --rollback %d: no checkpoint of step %d in %s (it holds steps: %s)", ctx.id, rollback, rollback,
+      fail("learner %d: --restart-at %d: no checkpoint of step %d in %s (it holds steps: %s)", ctx.id, restart_at, restart_at,
         ctx.out, #have > 0 and table.concat(have, ", ") or "none")
     end
   end
   if not last then return nil end
   local t, meta = diloco.load_safetensors(last.path)
-  if not t and rollback then fail("learner %d: --rollback %d: %s: %s", ctx.id, rollback, last.path, plain(meta)) end
+  if not t and restart_at then fail("learner %d: --restart-at %d: %s: %s", ctx.id, restart_at, last.path, plain(meta)) end
   if not t then
     ctx:warn("learner %d: its checkpoint %s is unreadable (%s): starting with a fresh optimizer", ctx.id, last.path,
       plain(meta))
     return nil
   end
-  if rollback then
+  if restart_at then
     for _, p in ipairs(ctx.plist) do
       local src = t[p[1]]
       if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
-        fail("learner %d: --rollback %d: %s does not hold this model's '%s'", ctx.id, rollback, last.path, p[1])
+        fail("learner %d: --restart-at %d: %s does not hold this model's '%s'", ctx.id, restart_at, last.path, p[1])
       end
     end
     for _, p in ipairs(ctx.plist) do p[2]:copy(t[p[1]]) end
@@ -157,8 +157,8 @@ local function restore(ctx, rollback)
   for _, p in ipairs(ctx.opt:state()) do
     local src = t[p[1]]
     if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
-      if rollback then
-        fail("learner %d: --rollback %d: %s does not hold this optimizer's '%s'", ctx.id, rollback, last.path, p[1])
+      if restart_at then
+        fail("learner %d: --restart-at %d: %s does not hold this optimizer's '%s'", ctx.id, restart_at, last.path, p[1])
       end
       ctx:warn("learner %d: %s does not hold this optimizer's '%s': starting with a fresh optimizer", ctx.id,
         last.path, p[1])
@@ -246,13 +246,13 @@ function M.prepare(r, opts)
   local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
   if not metrics then fail("%s", merr) end
   ctx.metrics = metrics
-  if opts.rollback then
-    -- a rollback (non-elastic dp): the model, optimizer, data cursor and schedule step of
+  if opts.restart_at then
+    -- a rollback of the whole run (non-elastic dp): the model, optimizer, data cursor and schedule step of
     -- the checkpoint of that step (0: the initial model, as at the start), not the
     -- syncer's model (a dp syncer holds none)
-    ctx.restored = opts.rollback > 0 and restore(ctx, opts.rollback) or nil
-    local sok, serr = pcall(l.set_schedule_step, l, opts.rollback)
-    if not sok then fail("learner %d: --rollback %d: %s", ctx.id, opts.rollback, plain(serr)) end
+    ctx.restored = opts.restart_at > 0 and restore(ctx, opts.restart_at) or nil
+    local sok, serr = pcall(l.set_schedule_step, l, opts.restart_at)
+    if not sok then fail("learner %d: --restart-at %d: %s", ctx.id, opts.restart_at, plain(serr)) end
   else
     ctx.restored = has and restore(ctx) or nil
   end
@@ -265,7 +265,7 @@ function M.prepare(r, opts)
   -- startup_s: from the process's start to here (joined, restored): what a restart costs
   -- before its first step; tokens: what its checkpoint had trained (the counters go on from it)
   write(ctx, "join", { learner = ctx.id, step = ctx.first_step, connect = addr, restored = ctx.restored,
-    optimizer = ctx.restored and "checkpoint" or "fresh", tokens = ctx.tokens, rollback = opts.rollback,
+    optimizer = ctx.restored and "checkpoint" or "fresh", tokens = ctx.tokens, restart_at = opts.restart_at,
     startup_s = diloco.clock() - ctx.t_start })
   return ctx
 end
