@@ -123,6 +123,49 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     assert.is_true(s.final_eval_loss < 5.4)
   end)
 
+  it("stops on SIGTERM while every learner is down for a rollback, exiting 143", function()
+    local path = recipe(S, '{ { at = "1.5s", kill = 2, down = "30s" } }')
+    local out = S.dir .. "/run"
+    local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet",
+      stdout = S.dir .. "/run.out", stderr = S.dir .. "/run.err" })
+    local ok, err = pcall(function() -- until the rollback has begun: everyone down for 30 s
+      local deadline = diloco.clock() + 60
+      local begun = false
+      while not begun and diloco.clock() < deadline do
+        diloco.proc.sleep(0.1)
+        local f = io.open(out .. "/metrics.jsonl")
+        if f then
+          begun = f:read("a"):find('"kind":"job_rollback"', 1, true) ~= nil
+          f:close()
+        end
+      end
+      assert(begun, "no rollback within 60 s")
+    end)
+    if not ok then
+      pcall(diloco.proc.signal, pid, "KILL")
+      diloco.proc.wait(pid, true)
+      error(err, 0)
+    end
+    local t0 = diloco.clock()
+    assert(diloco.proc.signal(pid, "TERM"))
+    local st
+    while not st and diloco.clock() - t0 < 20 do
+      diloco.proc.sleep(0.1)
+      st = diloco.proc.wait(pid)
+    end
+    if not st then -- it hangs: end it, and fail
+      diloco.proc.signal(pid, "KILL")
+      diloco.proc.wait(pid, true)
+    end
+    assert.is_table(st, "run did not stop within 20 s of SIGTERM (its learners down for 30 s)")
+    assert.are.equal(143, st.exited, table.concat(H.read_lines(S.dir .. "/run.err"), "\n"))
+    local ev = events(out .. "/metrics.jsonl")
+    local s = ev[#ev]
+    assert.are.equal("summary", s.event)
+    assert.is_true(s.interrupted)
+    for m = 1, 2 do assert.are.equal("stopped", s.per_learner[m].state) end
+  end)
+
   it("rolls back a hung (paused) learner once the syncer has lost it, and restarts all after the pause", function()
     local path = recipe(S, '{ { at = "1.5s", pause = 1, down = "4s" } }')
     local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))

@@ -1089,8 +1089,11 @@ local function loop(ctx)
           if L.state == "paused" or L.slow then diloco.proc.signal(L.pid, "CONT") end
           L.slow = nil
           diloco.proc.signal(L.pid, "TERM")
+        elseif L.state == "down" then -- waiting for its restart (or a rollback's): it stays down
+          L.state = "stopped"
         end
       end
+      ctx.rolling = nil
       if not ctx.supervising then break end
     end
     if ctx.stopping and elapsed(ctx) - ctx.stopping > M.STOP_TIMEOUT then
