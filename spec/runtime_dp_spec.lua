@@ -178,7 +178,8 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     assert.are.equal("pause", rb[1].cause)
     local pause = of_kind(ev, "fault", "pause")[1]
     -- lost by timeout (3 s), and everyone back when the pause would have ended
-    assert.is_true(rb[1].wall_s - pause.wall_s > 2, string.format("rollback %.2f s after the pause", rb[1].wall_s - pause.wall_s))
+    assert.is_true(rb[1].wall_s - pause.wall_s > 2,
+      string.format("rollback %.2f s after the pause", rb[1].wall_s - pause.wall_s))
     assert.is_true(rb[2].wall_s - pause.wall_s >= 4 - 0.05)
     assert.are.equal(STEPS * 2 * 128, s.useful_tokens)
     local a = assert(diloco.load_safetensors(S.dir .. "/run/learner-1/model.safetensors"))

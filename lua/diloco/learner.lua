@@ -133,13 +133,15 @@ local function restore(ctx, restart_at)
       have[#have + 1] = tostring(c.step)
     end
     if not last then
-      fail("learner %d: --restart-at %d: no checkpoint of step %d in %s (it holds steps: %s)", ctx.id, restart_at, restart_at,
-        ctx.out, #have > 0 and table.concat(have, ", ") or "none")
+      fail("learner %d: --restart-at %d: no checkpoint of step %d in %s (it holds steps: %s)", ctx.id, restart_at,
+        restart_at, ctx.out, #have > 0 and table.concat(have, ", ") or "none")
     end
   end
   if not last then return nil end
   local t, meta = diloco.load_safetensors(last.path)
-  if not t and restart_at then fail("learner %d: --restart-at %d: %s: %s", ctx.id, restart_at, last.path, plain(meta)) end
+  if not t and restart_at then
+    fail("learner %d: --restart-at %d: %s: %s", ctx.id, restart_at, last.path, plain(meta))
+  end
   if not t then
     ctx:warn("learner %d: its checkpoint %s is unreadable (%s): starting with a fresh optimizer", ctx.id, last.path,
       plain(meta))
@@ -247,9 +249,9 @@ function M.prepare(r, opts)
   if not metrics then fail("%s", merr) end
   ctx.metrics = metrics
   if opts.restart_at then
-    -- a rollback of the whole run (non-elastic dp): the model, optimizer, data cursor and schedule step of
-    -- the checkpoint of that step (0: the initial model, as at the start), not the
-    -- syncer's model (a dp syncer holds none)
+    -- a rollback of the whole run (non-elastic dp): the model, optimizer, data cursor
+    -- and schedule step of the checkpoint of that step (0: the initial model, as at the
+    -- start), not the syncer's model (a dp syncer holds none)
     ctx.restored = opts.restart_at > 0 and restore(ctx, opts.restart_at) or nil
     local sok, serr = pcall(l.set_schedule_step, l, opts.restart_at)
     if not sok then fail("learner %d: --restart-at %d: %s", ctx.id, opts.restart_at, plain(serr)) end
