@@ -93,7 +93,9 @@ describe("diloco-lua run with 3 learner processes", function()
   end)
 
   it("restarts a killed learner, which rejoins with the model and contributes again", function()
-    local path = recipe(S, "kill", { steps = sanitized and 600 or 2500,
+    -- long enough that the others still train when it is back at 2 s (a learner still down
+    -- when every other one has finished is not restarted)
+    local path = recipe(S, "kill", { steps = sanitized and 1500 or 8000,
       chaos = '{ { at = "1s", kill = 2, down = "1s" } }' })
     local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
     assert.are.equal(0, code, out)
@@ -124,6 +126,24 @@ describe("diloco-lua run with 3 learner processes", function()
     assert.are.equal(1, s.restarts)
     -- its own metrics hold both processes: the restart appended to what the first wrote
     assert.are.equal(2, #of_kind(events(S.dir .. "/run/learner-2/metrics.jsonl"), "join"))
+    assert.is_nil(s.error)
+  end)
+
+  it("does not restart a learner that is still down when the others have finished", function()
+    local path = recipe(S, "over", { steps = sanitized and 300 or 1500,
+      chaos = '{ { at = "0.5s", kill = 2, down = "20s" } }' })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = summary_of(ev)
+    local skipped = of_kind(ev, "fault", "restart")[1]
+    assert.is_table(skipped, "a restart fault event")
+    assert.are.equal(2, skipped.learner)
+    assert.matches("the run is over", skipped.skipped, 1, true)
+    assert.are.equal(1, #of_kind(ev, "fault", "kill")) -- its begin only: never restarted
+    assert.are.equal(0, s.restarts)
+    assert.is_true(s.wall_s < 20, string.format("the run ended at %.1f s, not after the 20 s down time", s.wall_s))
+    assert.are.equal("done", s.per_learner[2].state)
     assert.is_nil(s.error)
   end)
 
