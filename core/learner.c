@@ -405,7 +405,7 @@ static void note_round(dlc_learner *l, const dlc_msg *m) {
  * Not r + H alone: a learner restarted late in the run would start its schedule over
  * and train on long after the others stopped; nor its own step after a reconnect: one
  * paused for a while would stay behind the others, out of step with their rounds. */
-static void take_phase(dlc_learner *l, int64_t run) {
+static dlc_status take_phase(dlc_learner *l, int64_t run) {
     int64_t t = run;
     if (l->best_age >= 0) {
         int64_t H = l->p.H, off = (int64_t)l->best_p * H / l->P;
@@ -413,7 +413,30 @@ static void take_phase(dlc_learner *l, int64_t run) {
         int64_t k = run - r >= 0 ? (run - r + H / 2) / H : 0;
         t = r + (k > 1 ? k : 1) * H;
     }
+    int64_t was = l->steps + l->phase;
     l->phase = t - l->steps;
+    if (l->state == DLC_LEARNER_JOINING || t == was) return DLC_OK;
+    dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = -1, .lag = t - was, .schedule = t};
+    return push(l, &a);
+}
+
+/* A merge of fragment p to which the learner sent nothing since it last applied p: if
+ * its own p leaves 1 to H/2 steps after the others', its schedule moves on by that much
+ * (learner.h, "Catching up"). */
+static dlc_status catch_up(dlc_learner *l, const dlc_msg *m) {
+    int64_t H = l->p.H;
+    if (H < 2 || l->p.dp || m->held < 0 || !(l->step_ema > 0) || !isfinite(m->held)) return DLC_OK;
+    int64_t off = (int64_t)m->fragment * H / l->P, t = l->steps + l->phase;
+    /* the next schedule step after t at which p is due */
+    int64_t next = t + 1 <= off ? off : off + ((t + 1 - off + H - 1) / H) * H;
+    double ago = floor(m->held / l->step_ema + 0.5);
+    if (!(ago < (double)H)) return DLC_OK;
+    int64_t lag = next - t + (int64_t)ago;
+    if (lag < 1 || lag > H / 2) return DLC_OK;
+    l->phase += lag;
+    dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = m->fragment, .lag = lag,
+                            .schedule = l->steps + l->phase};
+    return push(l, &a);
 }
 
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
@@ -444,6 +467,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
         double transit = (now - f->sent_time) - m->held;
         if (transit >= 0) l->transit_ema = ema(l->transit_ema, transit, l->p.ema);
     }
+    int behind = !resync && f->sent_step < 0 && l->state != DLC_LEARNER_JOINING;
     /* a newer merge over a waiting resync is taken whole too: the resync said our own
      * copy of this fragment is not to be mixed in */
     f->pend_resync = resync || (f->pending && f->pend_resync);
@@ -462,13 +486,15 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
             note_round(l, m);
             f->received = 1;
             if (++l->resynced == l->P) {
-                take_phase(l, l->resync_run);
                 l->resynced = 0;
                 for (int q = 0; q < l->P; q++) l->f[q].received = 0;
+                s = take_phase(l, l->resync_run);
             }
+        } else if (behind) {
+            s = catch_up(l, m);
         }
         update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
-        return DLC_OK;
+        return s;
     }
     s = apply(l, m->fragment);
     if (s != DLC_OK || f->received) return s;
@@ -476,7 +502,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     note_round(l, m);
     f->received = 1;
     if (++l->joined == l->P) {
-        take_phase(l, l->phase); /* l->steps = 0 while JOINING */
+        (void)take_phase(l, l->phase); /* l->steps = 0 while JOINING: no action */
         for (int q = 0; q < l->P; q++) l->f[q].received = 0;
         set_state(l, DLC_LEARNER_TRAINING);
         l->next_heartbeat = l->p.heartbeat > 0 ? now + l->p.heartbeat : INFINITY;

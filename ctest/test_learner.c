@@ -995,6 +995,73 @@ static void test_phase_reconnect(void) {
     fx_free(&x);
 }
 
+/* Catching up (learner.h): a merge of a fragment the learner has not sent since it last
+ * applied it moves its schedule on by the lag of its own send behind the others' (1 to
+ * H/2 steps), so its next sends leave with theirs; no move for a fragment it sent, a
+ * lag over H/2, or no `held`.  H = 8, P = 2 (offsets 0 and 4), one second a step. */
+static void test_catch_up(void) {
+    fx x;
+    fx_make(&x, 2, 130);
+    dlc_learner_params lp = lparams(0, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    float model[NMAX * 2];
+    memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_numel(x.p) * sizeof(float));
+    resync(&x, l, model, 0, 0.0);
+    lrec r;
+    for (int t = 1; t <= 4; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+        r = drain(l);
+    }
+    CHECK(find(&r, DLC_LACT_SEND, 1) != NULL); /* fragment 1 left at its offset, 4 */
+    float v0[NMAX], v1[NMAX];
+    gather(&x, 0, model, v0);
+    gather(&x, 1, model, v1);
+    int64_t n0 = dlc_plan_numel(x.plan, 0), n1 = dlc_plan_numel(x.plan, 1);
+    /* fragment 1's merge: it sent fragment 1 (sent_step 4), so no move whatever held says */
+    dlc_msg m = fragment_msg(0, 1, 1, 0, v1, n1);
+    m.held = 1.0;
+    CHECK(dlc_learner_receive(l, &m, 4.5) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 4);
+    for (int t = 5; t <= 6; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+        drain(l);
+    }
+    /* at 6, fragment 0 is next due at 8 (d = 2): the others sent it 3 s ago, a lag of 5 > 4 */
+    m = fragment_msg(0, 0, 1, 0, v0, n0);
+    m.held = 3.0;
+    CHECK(dlc_learner_receive(l, &m, 6.5) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 6);
+    m = fragment_msg(0, 0, 2, 0, v0, n0); /* no held: nothing to go by */
+    m.held = -1;
+    CHECK(dlc_learner_receive(l, &m, 6.6) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 6);
+    /* sent 1 s ago: its own leaves 2 + 1 = 3 steps after theirs, the schedule moves on by 3 */
+    m = fragment_msg(0, 0, 3, 0, v0, n0);
+    m.held = 1.0;
+    CHECK(dlc_learner_receive(l, &m, 6.7) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 0 && r.a[0].lag == 3 &&
+          r.a[0].schedule == 9);
+    CHECK(dlc_learner_schedule_step(l) == 9 && dlc_learner_steps(l) == 6);
+    /* from 9: fragment 1 leaves at 12 (3 steps on), fragment 0 at 16 (7 steps on), in step
+     * with the others' next rounds (theirs: 1 s ago + 8) */
+    int sent_at[2] = {0, 0};
+    for (int t = 1; t <= 8; t++) {
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 6.7 + t) == DLC_OK);
+        r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && !sent_at[r.a[i].msg.fragment]) sent_at[r.a[i].msg.fragment] = t;
+    }
+    CHECK(sent_at[1] == 3 && sent_at[0] == 7);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 /* A dp learner restored from a checkpoint of step 40 (a non-elastic rollback) continues
  * its schedule there: its next GRADIENT is for step 41.  Refused while it waits for the
  * average, before it joined, and for a negative step. */
@@ -1465,6 +1532,7 @@ int main(void) {
     test_phase_from_age();
     test_phase_late();
     test_phase_reconnect();
+    test_catch_up();
     test_set_schedule_step();
     test_dp_alone();
     test_hostile();

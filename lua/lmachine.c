@@ -18,7 +18,8 @@
  *
  * Every event call returns the list of the actions it queued (the machine is polled
  * empty), each a table: {type = "send", msg = Message}, {type = "applied", fragment,
- * version, lag, resync}, {type = "gradient_ready", version}, {type = "merged", merge =
+ * version, lag, resync}, {type = "gradient_ready", version}, {type = "phase", fragment,
+ * lag, schedule}, {type = "merged", merge =
  * (sim's merge record)}, {type = "rejected", learner, fragment, reason}, {type =
  * "joined" | "lost", learner}.  A Message (diloco.machine.Message) owns a copy of its
  * payload; msg:fields() gives its header as a table and msg:set{steps =, held =} changes
@@ -209,6 +210,13 @@ static int learner_actions(lua_State *L, dlc_learner *l) {
             lua_setfield(L, -2, "type");
             dlcL_setint(L, "version", a.version);
             break;
+        case DLC_LACT_PHASE:
+            lua_pushliteral(L, "phase");
+            lua_setfield(L, -2, "type");
+            if (a.fragment >= 0) dlcL_setint(L, "fragment", a.fragment + 1);
+            dlcL_setint(L, "lag", a.lag);
+            dlcL_setint(L, "schedule", a.schedule);
+            break;
         default:
             lua_pushliteral(L, "other");
             lua_setfield(L, -2, "type");
@@ -286,6 +294,12 @@ static int ml_receive(lua_State *L) {
     return event_result(L, st, learner_actions(L, l));
 }
 
+static int ml_set_schedule_step(lua_State *L) {
+    dlc_learner *l = checklearner(L, 1);
+    if (dlc_learner_set_schedule_step(l, luaL_checkinteger(L, 2)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
 static int ml_state(lua_State *L) {
     lua_pushstring(L, dlc_learner_state_name(dlc_learner_state_of(checklearner(L, 1))));
     return 1;
@@ -304,7 +318,8 @@ static int ml_schedule_step(lua_State *L) {
 static const luaL_Reg learner_methods[] = {
     {"step_begin", ml_step_begin}, {"step_done", ml_step_done}, {"contribute", ml_contribute},
     {"gradient", ml_gradient},     {"receive", ml_receive},     {"state", ml_state},
-    {"steps", ml_steps},           {"schedule_step", ml_schedule_step}, {NULL, NULL}};
+    {"steps", ml_steps},           {"schedule_step", ml_schedule_step},
+    {"set_schedule_step", ml_set_schedule_step}, {NULL, NULL}};
 static const dlcL_type learner_type = {DLCL_MLEARNER, mlearner_release, learner_methods, NULL, NULL};
 
 /* ---- diloco.machine.Syncer ---- */

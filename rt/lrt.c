@@ -15,7 +15,7 @@
 #include "diloco/tensor.h"
 #include "rt_internal.h"
 
-static const char *const lrt_event_names[] = {"applied", "connected", "disconnected"};
+static const char *const lrt_event_names[] = {"applied", "connected", "disconnected", "phase"};
 _Static_assert(sizeof lrt_event_names / sizeof *lrt_event_names == DLC_LRT_EVENT_COUNT, "lrt event names");
 const char *dlc_lrt_event_name(dlc_lrt_event_kind k) {
     return (unsigned)k < DLC_LRT_EVENT_COUNT ? lrt_event_names[k] : NULL;
@@ -170,6 +170,16 @@ static dlc_status actions(dlc_lrt *l) {
             l->st.applied++;
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
             l->grad_ready = 1;
+        } else if (a.type == DLC_LACT_PHASE) {
+            dlc_lrt_event e;
+            memset(&e, 0, sizeof e);
+            e.kind = DLC_LRT_PHASE;
+            e.time = lrt_now(l);
+            e.fragment = a.fragment;
+            e.lag = a.lag;
+            e.schedule = a.schedule;
+            e.boundary = dlc_learner_steps(l->l);
+            push_event(l, &e);
         }
     }
     return st;

@@ -82,12 +82,13 @@ describe("a learner whose step goes non-finite", function()
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local s = summary_of(ev)
     assert.is_nil(s.error)
-    assert.are.equal(2 * STEPS, s.steps)
+    -- both reached the end; a learner that caught up with the others' rounds skipped steps
+    assert.is_true(s.steps <= 2 * STEPS and s.steps >= STEPS, "steps " .. tostring(s.steps))
     -- the supervisor surfaces the learner's fault
     local rb = of_kind(ev, "fault", "rollback")
     assert.are.equal(1, #rb, out)
     assert.are.equal(2, rb[1].learner)
-    assert.are.equal(at, rb[1].step)
+    assert.is_true(rb[1].step >= at and rb[1].step <= at + 16, "the first step at or past " .. at)
     assert.are.equal("parameter", rb[1].cause)
     assert.are.equal("nan", rb[1].value)
     assert.matches("parameter '[%w._]+' element %d+ is", rb[1].text)
@@ -128,8 +129,9 @@ describe("a learner whose step goes non-finite", function()
     local max = require("diloco.learner").ROLLBACKS_MAX
     local rb = of_kind(ev, "fault", "rollback")
     assert.are.equal(max + 1, #rb)
+    assert.is_true(rb[1].step >= at, "at or past " .. at)
     for i, f in ipairs(rb) do
-      assert.are.equal(at, f.step) -- the failed step runs again
+      assert.are.equal(rb[1].step, f.step) -- the failed step runs again
       assert.are.equal("loss", f.cause)
       assert.are.equal(i, f.in_a_row)
     end
@@ -139,7 +141,8 @@ describe("a learner whose step goes non-finite", function()
       max), crash[1].text, 1, true)
     assert.matches("lower inner.lr", crash[1].text, 1, true)
     local s = summary_of(ev)
-    assert.are.equal(STEPS, s.per_learner[1].steps)
+    assert.is_true(s.per_learner[1].steps <= STEPS and s.per_learner[1].steps >= STEPS // 2)
+    assert.are.equal(STEPS, summary_of(events(S.dir .. "/run/learner-1/metrics.jsonl")).schedule_step)
     assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
   end)
 

@@ -23,8 +23,9 @@ return diloco.recipe {
   runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s" },
   steps = %d,
   eval = { every = 0, batches = 2 },
+  chaos = %s,
 }
-]], name, o.preset or "decoupled", o.fragments or 2, o.codec or "f32", o.steps or 300))
+]], name, o.preset or "decoupled", o.fragments or 2, o.codec or "f32", o.steps or 300, o.chaos or "nil"))
 end
 
 local function run(S, path, out)
@@ -60,7 +61,13 @@ describe("sim --replay of a finished run", function()
 
   it("reproduces a 2-learner decoupled run's final parameters bit for bit, and catches a changed float", function()
     local out = S.dir .. "/run"
-    run(S, recipe(S, "dec", { codec = "int4" }), out)
+    -- learner 2 a fifth slower: it drifts out of phase and catches up (phase records)
+    run(S, recipe(S, "dec", { codec = "int4", chaos = '{ { at = 0, slow = 2, factor = 1.2 } }' }), out)
+    local phases = 0
+    for _, line in ipairs(H.read_lines(out .. "/learner-2/metrics.jsonl")) do
+      if line:find('"event":"phase"', 1, true) then phases = phases + 1 end
+    end
+    assert.is_true(phases > 0, "learner 2 caught up")
     -- the merges of the run took contributions from both learners
     local seen = {}
     for _, line in ipairs(H.read_lines(out .. "/metrics.jsonl")) do
@@ -79,7 +86,13 @@ describe("sim --replay of a finished run", function()
     local s = diloco.json_decode(text:match("{.*}"))
     assert.is_true(s.identical)
     assert.are.equal(0, s.differing)
-    assert.are.equal(600, s.steps)
+    -- every inner step the learners ran (fewer than 2 x 300 when a learner caught up)
+    local ran = 0
+    for m = 1, 2 do
+      local ls = H.read_lines(string.format("%s/learner-%d/metrics.jsonl", out, m))
+      ran = ran + diloco.json_decode(ls[#ls]).steps
+    end
+    assert.are.equal(ran, s.steps)
     assert.is_true(s.merges > 20, "merges " .. tostring(s.merges))
     -- one float of the run's model one or two ulps off: no longer bit for bit
     local bad = S.dir .. "/bad"

@@ -968,7 +968,11 @@ local function finish(ctx, err)
     local ls = acc and acc.summary or {}
     local L = ctx.learners[m]
     -- over every process the learner ran as (its own metrics, when its directory is here)
-    local lsteps = acc and acc.processes > 0 and acc.steps or ls.steps or i.steps
+    -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
+    -- island's batch; its schedule step is more when it caught up with the others' rounds)
+    local tpb = ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
+    local heard = i.tokens and i.tokens > 0 and tpb > 0 and math.floor(i.tokens / tpb + 0.5) or i.steps
+    local lsteps = acc and acc.processes > 0 and acc.steps or ls.steps or heard
     local ltokens = acc and acc.processes > 0 and acc.tokens or ls.tokens or i.tokens
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
     -- its healthy rate: measured by the learner over all its processes (its metrics, when

@@ -29,8 +29,8 @@ local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 M.ROLLBACKS_MAX = 5
 
 -- Test only (docs/runtime.md): DILOCO_TEST_POISON = "ID:STEP[:TIMES[:WHEN]]" makes
--- learner ID write NaN into its first parameter tensor at the inner step that would end
--- at schedule step STEP, TIMES times in a row (default 1; a rollback runs the step
+-- learner ID write NaN into its first parameter tensor at the first inner step that would
+-- end at schedule step STEP or later, TIMES times in a row (default 1; a rollback runs the step
 -- again), WHEN "before" the step (default: its loss is then not finite) or "after" its
 -- optimizer step (the parameter check finds it): a real non-finite model, to exercise
 -- the rollback on real processes.  Nothing else reads it.
@@ -279,6 +279,9 @@ local function drain_events(ctx)
     if ev.type == "applied" then
       write(ctx, "apply", { learner = ctx.id, fragment = ev.fragment, version = ev.version, step = ctx.lrt:schedule_step(),
         boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil })
+    elseif ev.type == "phase" then -- its schedule moved (a catch-up, a whole resync): on the merge tape
+      write(ctx, "phase", { learner = ctx.id, fragment = ev.fragment, lag = ev.lag, boundary = ev.boundary,
+        step = ev.schedule })
     else
       write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = ctx.lrt:schedule_step() })
       if not ctx.opts.quiet then ctx:warn("learner %d: %s (%s)", ctx.id, ev.type, ev.text) end
@@ -337,7 +340,8 @@ end
 -- DILOCO_TEST_POISON (test only, above): NaN into the first parameter tensor.
 local function maybe_poison(ctx, when)
   local p = ctx.poison
-  if not p or p.when ~= when or p.times < 1 or ctx.lrt:schedule_step() + 1 ~= p.step then return end
+  -- the first step at or past STEP (a learner that catches up may skip the step itself)
+  if not p or p.when ~= when or p.times < 1 or ctx.lrt:schedule_step() + 1 < p.step then return end
   p.times = p.times - 1
   ctx.plist[1][2]:fill(0 / 0)
 end

@@ -7,9 +7,10 @@
 --   OUT/tape.json              the recipe's path and --set overrides the run started with;
 --   OUT/metrics.jsonl          the syncer's merges in order: fragment, new version and each
 --                              contributor's learner, incarnation, base version, steps, tokens;
---   OUT/learner-N/metrics.jsonl  each learner's join (its schedule step) and every apply:
+--   OUT/learner-N/metrics.jsonl  each learner's join (its schedule step), every apply:
 --                              fragment, version, step boundary (inner steps since the join),
---                              resync.
+--                              resync; and every move of its schedule step (`phase`: a
+--                              catch-up or a whole resync, with its boundary and new step).
 -- Replay builds every learner as its process did (model and dropout from the seed, its
 -- shard, its inner optimizer, the learners' thread count) and drives the same state
 -- machines the run did (diloco.machine: core/learner.c, core/syncer.c), with no clock: a
@@ -123,7 +124,7 @@ local function read_tape(out, r)
     local path = string.format("%s/learner-%d/metrics.jsonl", out, m)
     local lev = read_json_lines(path)
     if not lev then refuse("%s is missing", path) end
-    local L = { id = m, joins = 0, applies = {}, threads = nil }
+    local L = { id = m, joins = 0, applies = {}, phases = {}, threads = nil }
     for _, e in ipairs(lev) do
       if e.event == "join" then
         L.joins = L.joins + 1
@@ -142,6 +143,10 @@ local function read_tape(out, r)
       elseif e.event == "fault" and e.kind == "rollback" then
         refuse("learner %d rolled back to the last global model at step %s (%s): a non-finite step the tape cannot "
           .. "re-execute (runs with rollbacks are not replayed)", m, tostring(e.step), tostring(e.text))
+      elseif e.event == "phase" then -- its schedule moved, after the boundary's sends
+        local ph = L.phases[e.boundary] or {}
+        ph[#ph + 1] = e.step
+        L.phases[e.boundary] = ph
       elseif e.event == "summary" then
         L.threads = e.threads
         L.summary = e
@@ -342,6 +347,10 @@ function M.run(out, opts)
       end
     end
     for _, x in ipairs(deliver(c, b, msgs, false)) do acts[#acts + 1] = x end
+    -- a schedule that moved since the last boundary's sends (a catch-up, a whole resync):
+    -- the step the tape says, the latest of them
+    local ph = c.tape.phases[b - 1]
+    if ph then sm:set_schedule_step(ph[#ph]) end
     local res = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
     record_sends(c, res)
     for _, x in ipairs(res) do acts[#acts + 1] = x end

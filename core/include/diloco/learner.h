@@ -43,6 +43,16 @@
  * encoded outer gradient Θ̂_p − θ_p with the base version and the steps and tokens
  * counted since fragment p was last received.
  *
+ * Catching up.  Learners at slightly different speeds drift out of phase: a merge of
+ * fragment p then arrives at a learner that has not sent p since it last applied it (its
+ * own contribution would leave later, after a merge that replaces its copy, α = 0, and
+ * so carry little).  The merge's `held` says how long ago the others' round began; in
+ * steps of the learner's own step time that is `ago`, and its own p is due in d steps:
+ * it sends d + ago steps after them.  When that lag is 1 to H/2 steps the learner moves
+ * its schedule step on by the lag (never back: the slower ones catch up with the
+ * faster), so its next p leaves with theirs; action PHASE.  Nothing happens without a
+ * step time (no step done yet) or a `held` (< 0), and never in data parallel.
+ *
  * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
  * applied at the first step boundary at least τ steps after p was last sent (the first
  * one at all if p was not sent since it was last received).  The boundaries are the two
@@ -224,6 +234,11 @@ typedef enum dlc_learner_action_type {
     DLC_LACT_SEND,           /* send msg to the syncer */
     DLC_LACT_APPLIED,        /* fragment `fragment` of `version` was applied to the arena */
     DLC_LACT_GRADIENT_READY, /* dp: the averaged gradient is in the grad arena: step now */
+    DLC_LACT_PHASE,          /* the schedule step moved (a catch-up, or a whole resync after a
+                              * reconnect): `schedule`, by `lag` steps, `fragment` the merge
+                              * that told (-1: a resync).  A driver that replays a run
+                              * records it (sim --replay sets it back with
+                              * dlc_learner_set_schedule_step) */
     DLC_LACT_TYPE_COUNT
 } dlc_learner_action_type;
 
@@ -236,6 +251,7 @@ typedef struct dlc_learner_action {
     int64_t lag;          /* APPLIED: inner steps since the fragment was last sent (-1 if
                            * it was not) */
     int resync;           /* APPLIED: 1 for a resync (taken whole) */
+    int64_t schedule;     /* PHASE: the schedule step from now on (lag: the move) */
 } dlc_learner_action;
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */

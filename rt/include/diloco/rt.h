@@ -264,6 +264,9 @@ typedef enum dlc_lrt_event_kind {
     DLC_LRT_APPLIED,      /* fragment (version) applied to the model (resync: taken whole) */
     DLC_LRT_CONNECTED,    /* the connection to the syncer is READY (again) */
     DLC_LRT_DISCONNECTED, /* it was lost (text: why); the learner trains on */
+    DLC_LRT_PHASE,        /* its schedule step moved (learner.h, DLC_LACT_PHASE): schedule,
+                           * by lag steps, at boundary; fragment the merge that told, -1 a
+                           * resync */
     DLC_LRT_EVENT_COUNT
 } dlc_lrt_event_kind;
 DLC_API const char *dlc_lrt_event_name(dlc_lrt_event_kind k);
@@ -273,8 +276,9 @@ typedef struct dlc_lrt_event {
     double time;
     int fragment, resync;
     int64_t version, lag;
-    int64_t boundary;         /* APPLIED: the step boundary, the inner steps the learner had run
-                               * since it joined (0: applied while joining) */
+    int64_t boundary;         /* APPLIED, PHASE: the step boundary, the inner steps the learner
+                               * had run since it joined (0: applied while joining) */
+    int64_t schedule;         /* PHASE: the schedule step from then on */
     char text[DLC_RT_TEXT_MAX];
 } dlc_lrt_event;
 /* The next event (nothing waits: events come from the calls above): 1 or 0. */
