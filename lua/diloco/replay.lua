@@ -173,6 +173,14 @@ function M.run(out, opts)
   local Mn = r.islands.count
   local merges, tl, run_summary = read_tape(out, r)
   local dp = r.sync.preset == "dp"
+  if dp then -- a dp resync moves the learner to another round: its gradient is void, off the tape
+    for m = 1, Mn do
+      for b in pairs(tl[m].applies) do
+        if b > 0 then refuse("learner %d of this data-parallel run was resynced at step boundary %d: a void step " ..
+          "is not on the tape (data-parallel runs with resyncs are not replayed)", m, b) end
+      end
+    end
+  end
   local t0 = diloco.clock()
   diloco.set_num_threads(tl[1].threads or r.threads or 1)
   local rt = require("diloco.cluster").runtime(r)
@@ -190,14 +198,24 @@ function M.run(out, opts)
   local now = 0
   local function tick() now = now + 1e-3; return now end
 
-  local store = {} -- store[p][version] = a FRAGMENT message holding that version's payload
+  -- store[p][version] = a FRAGMENT message holding that version's payload, kept while an
+  -- apply of the tape still needs it (uses[p][version] of them)
+  local store, uses = {}, {}
+  for m = 1, Mn do
+    for _, list in pairs(tl[m].applies) do
+      for _, a in ipairs(list) do
+        uses[a.fragment] = uses[a.fragment] or {}
+        uses[a.fragment][a.version] = (uses[a.fragment][a.version] or 0) + 1
+      end
+    end
+  end
   local avg = {}   -- dp: avg[step] = the GRADIENT_AVG message
   local function keep_sends(acts)
     local merged
     for _, a in ipairs(acts) do
       if a.type == "send" then
         local f = a.msg:fields()
-        if f.type == "fragment" then
+        if f.type == "fragment" and (uses[f.fragment] or {})[f.version] then
           store[f.fragment] = store[f.fragment] or {}
           store[f.fragment][f.version] = store[f.fragment][f.version] or a.msg
         elseif f.type == "gradient_avg" then
@@ -270,6 +288,9 @@ function M.run(out, opts)
       msg:set { learner = c.id, resync = a.resync, steps = joining and c.tape.first_step or 0, held = -1 }
       local res, err = c.sm:receive(msg, tick())
       if not res then diverged("learner %d refused fragment %d version %d: %s", c.id, a.fragment, a.version, err) end
+      local u = uses[a.fragment]
+      u[a.version] = u[a.version] - 1
+      if u[a.version] == 0 then store[a.fragment][a.version] = nil end
       for _, x in ipairs(res) do acts[#acts + 1] = x end
     end
     return acts
@@ -310,7 +331,6 @@ function M.run(out, opts)
     local b = sm:steps() + 1
     if dp then
       if not c.grad then -- forward and backward; the gradient goes to the syncer
-        if c.tape.applies[b] then diverged("learner %d: a data-parallel resync at step boundary %d", c.id, b) end
         c.step = sm:schedule_step()
         local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, c.step, r.steps) or r.inner.lr
         local x, y = c.loaders.train:next()
@@ -328,6 +348,9 @@ function M.run(out, opts)
       msg:set { learner = c.id }
       local acts, err = sm:receive(msg, tick())
       if not acts then diverged("learner %d refused the average of step %d: %s", c.id, c.grad.version, err) end
+      local v, taken = c.grad.version, true
+      for m = 1, Mn do taken = taken and (L[m] == c or L[m].sm:schedule_step() >= v or L[m].done) end
+      if taken then avg[v] = nil end -- every learner has it
       if r.inner.clip > 0 then c.params:clip_grad_norm(r.inner.clip) else c.params:grad_norm() end
       c.opt:step(c.grad.lr)
       c.grad = nil
