@@ -18,14 +18,15 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = %q, H = 16, fragments = %d, tau = 1, codec = %q },
+  sync = { preset = %q, H = 16, fragments = %d, tau = %d, codec = %q },
   islands = { count = 2 },
   runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s" },
   steps = %d,
   eval = { every = 0, batches = 2 },
   chaos = %s,
 }
-]], name, o.preset or "decoupled", o.fragments or 2, o.codec or "f32", o.steps or 300, o.chaos or "nil"))
+]], name, o.preset or "decoupled", o.fragments or 2, o.tau or 1, o.codec or "f32", o.steps or 300,
+    o.chaos or "nil"))
 end
 
 local function run(S, path, out)
@@ -118,10 +119,16 @@ describe("sim --replay of a finished run", function()
     assert.matches("differ from .* in 1 of %d+ floats", text)
   end)
 
-  it("reproduces a data-parallel run, and names where a changed tape diverges", function()
+  it("reproduces data-parallel and blocking runs, and names where a changed tape diverges", function()
     local out = S.dir .. "/dp"
     run(S, recipe(S, "dp", { preset = "dp", fragments = 1, steps = 80 }), out)
     local text, code = replay(out)
+    assert.are.equal(0, code, text)
+    assert.matches("match .* bit for bit", text)
+    -- blocking DiLoCo with tau = 0: each merge is applied at the boundary whose step sent it
+    local blk = S.dir .. "/blk"
+    run(S, recipe(S, "blk", { preset = "diloco", tau = 0, steps = 96 }), blk)
+    text, code = replay(blk)
     assert.are.equal(0, code, text)
     assert.matches("match .* bit for bit", text)
     -- a decoupled run whose learner 1 applied one merge a step later than its tape says

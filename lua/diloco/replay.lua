@@ -251,40 +251,42 @@ function M.run(out, opts)
     L[m] = c
   end
 
-  -- The versions the tape applies at boundary b of learner c: the messages, or nil while
-  -- one is not merged yet.
+  -- The applies the tape has at boundary b of learner c, as two lists of {a = record,
+  -- msg = the merged version}: those whose version is merged already, and those not yet.
   local function deliveries(c, b)
-    local list = c.tape.applies[b]
-    if not list then return {} end
-    local msgs = {}
-    for i, a in ipairs(list) do
+    local ready, later = {}, {}
+    for _, a in ipairs(c.tape.applies[b] or {}) do
       local msg = store[a.fragment] and store[a.fragment][a.version]
-      if not msg then return nil end
-      msgs[i] = msg
+      if msg then ready[#ready + 1] = { a = a, msg = msg } else later[#later + 1] = { a = a } end
     end
-    return msgs
+    return ready, later
   end
 
+  -- What learner c applied at boundary b (acts: the actions of its calls there) against
+  -- the tape: the same fragments and versions (each fragment's apply is its own slice of
+  -- the model, so their order does not matter).
   local function check_applied(c, b, acts)
-    local want = c.tape.applies[b] or {}
-    local got = {}
-    for _, a in ipairs(acts) do
-      if a.type == "applied" then got[#got + 1] = a end
-    end
+    local function s(x) return x and string.format("fragment %d version %d%s", x.fragment, x.version,
+      x.resync and " (resync)" or "") or "nothing" end
+    local want, got = {}, {}
+    for _, w in ipairs(c.tape.applies[b] or {}) do want[#want + 1] = w end
+    for _, a in ipairs(acts) do if a.type == "applied" then got[#got + 1] = a end end
+    local function order(x, y) return x.fragment < y.fragment or (x.fragment == y.fragment and x.version < y.version) end
+    table.sort(want, order)
+    table.sort(got, order)
     for i = 1, math.max(#want, #got) do
       local w, g = want[i], got[i]
       if not w or not g or w.fragment ~= g.fragment or w.version ~= g.version or w.resync ~= g.resync then
-        local function s(x) return x and string.format("fragment %d version %d%s", x.fragment, x.version,
-          x.resync and " (resync)" or "") or "nothing" end
         diverged("learner %d at step boundary %d applied %s, the tape has %s", c.id, b, s(g), s(w))
       end
     end
   end
 
-  local function deliver(c, b, msgs, joining)
+  -- Hands learner c the merged versions of list (deliveries) at boundary b.
+  local function deliver(c, list, joining)
     local acts = {}
-    for i, msg in ipairs(msgs) do
-      local a = c.tape.applies[b][i]
+    for _, d in ipairs(list) do
+      local a, msg = d.a, d.msg
       msg:set { learner = c.id, resync = a.resync, steps = joining and c.tape.first_step or 0, held = -1 }
       local res, err = c.sm:receive(msg, tick())
       if not res then diverged("learner %d refused fragment %d version %d: %s", c.id, a.fragment, a.version, err) end
@@ -313,14 +315,30 @@ function M.run(out, opts)
     if c.done then return false end
     local sm = c.sm
     if not c.joined then
-      local msgs = deliveries(c, 0)
-      if not msgs then return false end
-      local acts = deliver(c, 0, msgs, true)
+      local ready, later = deliveries(c, 0)
+      if #later > 0 then return false end
+      local acts = deliver(c, ready, true)
       check_applied(c, 0, acts)
       if sm:state() ~= "training" then
-        diverged("learner %d is %s after its join's %d fragments", c.id, sm:state(), #msgs)
+        diverged("learner %d is %s after its join's %d fragments", c.id, sm:state(), #ready)
       end
       c.joined = true
+      return true
+    end
+    if c.mid then -- step b ran; the rest of boundary b's versions, once merged (step_begin)
+      local ready, later = deliveries(c, c.mid.b)
+      local need = {}
+      for _, d in ipairs(ready) do if c.mid.later[d.a] then need[#need + 1] = d end end
+      if #need < c.mid.n then return false end
+      local acts = c.mid.acts
+      for _, x in ipairs(deliver(c, need, false)) do acts[#acts + 1] = x end
+      local res = assert(sm:step_begin(tick()))
+      for _, x in ipairs(res) do acts[#acts + 1] = x end
+      check_applied(c, c.mid.b, acts)
+      if sm:state() ~= "training" then
+        diverged("learner %d is %s after step boundary %d, where the run went on", c.id, sm:state(), c.mid.b)
+      end
+      c.mid = nil
       return true
     end
     -- where its process stopped: at `steps`, or earlier when a signal stopped the run
@@ -358,8 +376,10 @@ function M.run(out, opts)
       check_applied(c, b, acts)
       return true
     end
-    local msgs = deliveries(c, b)
-    if not msgs then return false end
+    -- the versions the tape applies at this boundary: those merged already go in before
+    -- step_done (applied after its sends, as in the run), the others after it, at the
+    -- step_begin that follows (a merge of what this very step sends: tau = 0, blocking)
+    local ready, later = deliveries(c, b)
     c.step = sm:schedule_step()
     train.inner_step(c)
     local acts = {}
@@ -369,7 +389,7 @@ function M.run(out, opts)
         record_sends(c, res)
       end
     end
-    for _, x in ipairs(deliver(c, b, msgs, false)) do acts[#acts + 1] = x end
+    for _, x in ipairs(deliver(c, ready, false)) do acts[#acts + 1] = x end
     -- a schedule that moved since the last boundary's sends (a catch-up, a whole resync):
     -- the step the tape says, the latest of them
     local ph = c.tape.phases[b - 1]
@@ -377,6 +397,12 @@ function M.run(out, opts)
     local res = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
     record_sends(c, res)
     for _, x in ipairs(res) do acts[#acts + 1] = x end
+    if #later > 0 then
+      local set = {}
+      for _, d in ipairs(later) do set[d.a] = true end
+      c.mid = { b = b, later = set, n = #later, acts = acts }
+      return true
+    end
     check_applied(c, b, acts)
     if sm:state() ~= "training" then
       diverged("learner %d is %s after step boundary %d, where the run went on", c.id, sm:state(), b)
