@@ -579,6 +579,9 @@ end
 
 begin_rollback = function(ctx, m, cause, back_at)
   local now = elapsed(ctx)
+  -- stopping (a signal): no rollback begins; the losses of the learners a rollback or the
+  -- stop killed arrive after it and are not failures to roll back from
+  if ctx.stopping then return end
   if ctx.rolling then -- another failure meanwhile: all wait for the later one
     ctx.rolling.back_at = math.max(ctx.rolling.back_at, back_at)
     return
@@ -984,7 +987,7 @@ local function finish(ctx, err)
     if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
     local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or ls.wait_share
-    idle[m] = share
+    idle[m] = share or diloco.json_null -- (none known: a learner killed before it wrote a step)
     -- where its share of the run's wall time went (docs/chaos.md): training and waiting in
     -- its processes, their start-ups, down (killed, crashed or rolled back, until
     -- restarted), paused, held (non-elastic), and done before the run ended
