@@ -98,7 +98,8 @@ describe("a learner whose step goes non-finite", function()
     local ls = summary_of(lev)
     assert.is_nil(ls.error)
     assert.are.equal(1, ls.rollbacks)
-    assert.are.equal(STEPS, ls.schedule_step)
+    assert.is_true(ls.schedule_step >= STEPS and ls.schedule_step <= STEPS + 16, "its schedule step " ..
+      tostring(ls.schedule_step)) -- at the end, or a little past it when it caught up last
     assert.are.equal(0, s.restarts)
     assert.are.equal(0, #of_kind(ev, "fault", "crash"))
     -- it contributes again after the rollback (merges stamped after the fault)
@@ -142,7 +143,8 @@ describe("a learner whose step goes non-finite", function()
     assert.matches("lower inner.lr", crash[1].text, 1, true)
     local s = summary_of(ev)
     assert.is_true(s.per_learner[1].steps <= STEPS and s.per_learner[1].steps >= STEPS // 2)
-    assert.are.equal(STEPS, summary_of(events(S.dir .. "/run/learner-1/metrics.jsonl")).schedule_step)
+    local s1 = summary_of(events(S.dir .. "/run/learner-1/metrics.jsonl")).schedule_step
+    assert.is_true(s1 >= STEPS and s1 <= STEPS + 16, "learner 1's schedule step " .. tostring(s1))
     assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
   end)
 
