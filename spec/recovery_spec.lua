@@ -117,7 +117,8 @@ describe("a learner whose step goes non-finite", function()
     -- the tape cannot re-execute the non-finite step: replay refuses, naming it
     local rout, rcode = H.sh(string.format("%s sim --replay %s/run", exe, S.dir))
     assert.are.equal(2, rcode, rout)
-    assert.matches(string.format("learner 2 rolled back to the last global model at step %d", at), rout, 1, true)
+    assert.matches(string.format("learner 2 rolled back to the last global model at step %d", rb[1].step), rout, 1,
+      true)
   end)
 
   it("fails after ROLLBACKS_MAX rollbacks in a row, naming the limit, while the run goes on", function()
