@@ -133,7 +133,8 @@ describe("a learner whose step goes non-finite", function()
     assert.are.equal(max + 1, #rb)
     assert.is_true(rb[1].step >= at, "at or past " .. at)
     for i, f in ipairs(rb) do
-      assert.are.equal(rb[1].step, f.step) -- the failed step runs again
+      -- the failed step runs again (its schedule step moves on only by a catch-up meanwhile)
+      if i > 1 then assert.is_true(f.step >= rb[i - 1].step and f.step <= rb[1].step + 16, "step " .. f.step) end
       assert.are.equal("loss", f.cause)
       assert.are.equal(i, f.in_a_row)
     end
