@@ -493,6 +493,9 @@ local function reap(ctx)
         if L.paused_since then L.paused_s, L.paused_since = L.paused_s + now - L.paused_since, nil end
         if L.stop_expected then -- killed because a non-elastic run cannot go on
           L.state = "stopped"
+        elseif L.chaos_kill and ctx.stopping then -- killed by chaos or a rollback, reaped after a stop
+          L.chaos_kill = nil
+          L.state = "stopped"
         elseif L.chaos_kill then -- chaos (or a rollback) took it: back after its down time
           L.chaos_kill = nil
           L.state = "down"
