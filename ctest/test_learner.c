@@ -1007,7 +1007,7 @@ static void test_catch_up(void) {
     CHECK_OK(l);
     if (!l) return;
     float model[NMAX * 2];
-    memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_numel(x.p) * sizeof(float));
+    memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * sizeof(float));
     resync(&x, l, model, 0, 0.0);
     lrec r;
     for (int t = 1; t <= 4; t++) {
