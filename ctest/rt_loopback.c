@@ -4,7 +4,8 @@
  * model refused with the difference named, a learner that keeps stepping without ever
  * waiting while its syncer is gone (contributions held, the oldest dropped), the
  * syncer's checkpoint resumed with the next epoch (and who said BYE with it), and a
- * poisoned learner rolled back to the global model. */
+ * poisoned learner rolled back to the global model, and the start gate that lets learners
+ * begin together. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <time.h>
@@ -353,8 +354,59 @@ static void test_resume_bye(void) {
     fx_free(&x1);
 }
 
+/* The start gate (rt.h, start_learners): the first learner to connect waits without the
+ * model until the second has connected, then both join at once; with one missing, the
+ * gate opens start_timeout after the first arrived.  A bad gate is refused. */
+static void test_start_gate(void) {
+    fx xs, x1, x2;
+    fx_make(&xs, 2, 11);
+    fx_make(&x1, 2, 11);
+    fx_make(&x2, 2, 11);
+    dlc_srt_config sc = dlc_srt_default_config();
+    sc.syncer.learners = 2, sc.syncer.tau = 1;
+    sc.plan = xs.plan, sc.theta0 = dlc_params_data(xs.p), sc.net = net_config(), sc.run = "rt_loopback";
+    sc.start_learners = 3; /* more than the run has */
+    CHECK(dlc_srt_new(&sc) == NULL && dlc_last_status() == DLC_ERR_ARG);
+    sc.start_learners = 2, sc.start_timeout = -1;
+    CHECK(dlc_srt_new(&sc) == NULL && strstr(dlc_last_error(), "start_timeout") != NULL);
+    sc.start_timeout = 60;
+    dlc_srt *s = dlc_srt_new(&sc);
+    CHECK_OK(s);
+    if (!s) return;
+    dlc_lrt *a = start_learner(&x1, 0, dlc_srt_port(s));
+    CHECK_OK(a);
+    /* alone at the gate: no model within a second */
+    CHECK(a && dlc_lrt_join(a, 1.0) != DLC_OK);
+    dlc_srt_learner_info ia;
+    CHECK(dlc_srt_learner(s, 0, &ia) == DLC_OK && !ia.joined);
+    dlc_lrt *b = start_learner(&x2, 1, dlc_srt_port(s));
+    CHECK_OK(b);
+    CHECK(b && dlc_lrt_join(b, 10.0) == DLC_OK);
+    CHECK(a && dlc_lrt_join(a, 10.0) == DLC_OK);
+    CHECK(dlc_srt_learner(s, 0, &ia) == DLC_OK && ia.joined && ia.joins == 1);
+    dlc_lrt_free(a);
+    dlc_lrt_free(b);
+    dlc_srt_free(s);
+    /* one of two never comes: the gate opens 0.5 s after the first arrived */
+    sc.start_timeout = 0.5;
+    s = dlc_srt_new(&sc);
+    CHECK_OK(s);
+    if (!s) return;
+    double t0 = dlc_rt_clock();
+    a = start_learner(&x1, 0, dlc_srt_port(s));
+    CHECK(a && dlc_lrt_join(a, 10.0) == DLC_OK);
+    double waited = dlc_rt_clock() - t0;
+    CHECK(waited >= 0.5 && waited < 5);
+    dlc_lrt_free(a);
+    dlc_srt_free(s);
+    fx_free(&xs);
+    fx_free(&x1);
+    fx_free(&x2);
+}
+
 int main(void) {
     (void)gather, (void)randv; /* check_fx.h's, unused here */
+    test_start_gate();
     test_two_learners();
     test_syncer_gone();
     test_resume();

@@ -153,6 +153,19 @@ static int l_syncer(lua_State *L) {
         c.syncer.epoch = lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
+    /* the start gate: learners to wait for (0 none) and for how long at most */
+    if (lua_getfield(L, 1, "start_learners") != LUA_TNIL) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > M)
+            return luaL_error(L, "%s: start_learners must be an integer in 0..%d (learners)", WHO, (int)M);
+        c.start_learners = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, 1, "start_timeout") != LUA_TNIL) {
+        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= 0) || !isfinite(lua_tonumber(L, -1)))
+            return luaL_error(L, "%s: start_timeout must be a finite number of seconds >= 0", WHO);
+        c.start_timeout = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
     int ni = subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");

@@ -64,6 +64,8 @@ typedef struct slearner {
     double cut_until;         /* driver time its cut ends (INFINITY: never), 0: not cut */
     int held;                 /* a connection that became READY during the cut, -1 none */
     char held_text[DLC_RT_TEXT_MAX]; /* its peer address */
+    int waiting;              /* a READY connection held at the start gate, -1 none */
+    char waiting_text[DLC_RT_TEXT_MAX]; /* its peer address */
 } slearner;
 
 struct dlc_srt {
@@ -78,6 +80,8 @@ struct dlc_srt {
     double t0;
     pthread_t thread;
     int started;
+    int gate;                 /* the start gate is shut: first joins wait (rt.h, start_learners) */
+    double gate_first;        /* driver time the first learner reached the gate, -1 none yet */
     atomic_int stop;
     pthread_mutex_t lock;     /* the syncer, learners[], stats */
     slearner *learners;
@@ -296,6 +300,34 @@ static dlc_status cut_end(dlc_srt *s, int m, double now) {
     return join(s, m, held, L->held_text, now);
 }
 
+/* Opens the start gate: every learner waiting at it joins (each is sent the whole model
+ * with the run's step 0, so all start the schedule together).  lock held. */
+static dlc_status gate_open(dlc_srt *s, double now) {
+    s->gate = 0;
+    dlc_status st = DLC_OK;
+    for (int m = 0; m < s->M && st == DLC_OK; m++) {
+        slearner *L = &s->learners[m];
+        if (L->waiting < 0) continue;
+        int peer = L->waiting;
+        L->waiting = -1;
+        st = join(s, m, peer, L->waiting_text, now);
+    }
+    return st;
+}
+
+/* Learner m's READY connection `peer` reaches the shut start gate: it waits there, and
+ * the gate opens once start_learners learners wait.  lock held. */
+static dlc_status gate_wait(dlc_srt *s, int m, int peer, const char *from, double now) {
+    slearner *L = &s->learners[m];
+    if (L->waiting >= 0 && L->waiting != peer) dlc_net_close(s->net, L->waiting); /* replaced */
+    L->waiting = peer;
+    snprintf(L->waiting_text, sizeof L->waiting_text, "%s", from);
+    if (s->gate_first < 0) s->gate_first = now;
+    int n = 0;
+    for (int k = 0; k < s->M; k++) n += s->learners[k].waiting >= 0;
+    return n >= s->cfg.start_learners ? gate_open(s, now) : DLC_OK;
+}
+
 /* One transport event.  lock held. */
 static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
     double now = srt_now(s);
@@ -320,6 +352,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
             snprintf(L->held_text, sizeof L->held_text, "%s", ev->text);
             return DLC_OK;
         }
+        if (s->gate) return gate_wait(s, m, ev->peer, ev->text, now);
         return join(s, m, ev->peer, ev->text, now);
     }
     case DLC_NET_FRAME: {
@@ -354,6 +387,8 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         int m = learner_of(s, ev->peer);
         for (int k = 0; m < 0 && k < s->M; k++)
             if (s->learners[k].held == ev->peer) s->learners[k].held = -1; /* never joined: nothing to lose */
+        for (int k = 0; m < 0 && k < s->M; k++)
+            if (s->learners[k].waiting == ev->peer) s->learners[k].waiting = -1; /* left the start gate */
         if (m < 0) return DLC_OK;
         slearner *L = &s->learners[m];
         bank_bytes(s, m, ev->peer);
@@ -392,6 +427,8 @@ static void *srt_thread(void *arg) {
         dlc_status st = DLC_OK;
         for (int m = 0; m < s->M && st == DLC_OK; m++)
             if (s->learners[m].cut_until > 0 && s->learners[m].cut_until <= now) st = cut_end(s, m, now);
+        if (st == DLC_OK && s->gate && s->gate_first >= 0 && now >= s->gate_first + s->cfg.start_timeout)
+            st = gate_open(s, now); /* start with those there */
         if (exp <= now) {
             st = dlc_syncer_handle_expiry(s->s, now);
             if (st == DLC_OK) st = drain(s);
@@ -454,6 +491,12 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
         dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 (or resume) and listen are required");
         return NULL;
     }
+    if (cfg->start_learners < 0 || cfg->start_learners > cfg->syncer.learners || !(cfg->start_timeout >= 0) ||
+        !isfinite(cfg->start_timeout)) {
+        dlc_error(DLC_ERR_ARG, "srt_new: start_learners = %d, start_timeout = %g: expected 0..%d learners and a "
+                  "finite timeout >= 0 s", cfg->start_learners, cfg->start_timeout, cfg->syncer.learners);
+        return NULL;
+    }
     dlc_srt *s = calloc(1, sizeof *s);
     if (!s) {
         dlc_error(DLC_ERR_NOMEM, "srt_new: out of memory");
@@ -473,7 +516,11 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (!s->s) goto fail;
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
     for (int m = 0; m < s->M; m++)
-        s->learners[m].peer = s->learners[m].banked = s->learners[m].held = -1, s->learners[m].heard = -1;
+        s->learners[m].peer = s->learners[m].banked = s->learners[m].held = s->learners[m].waiting = -1,
+        s->learners[m].heard = -1;
+    /* a resumed run is under way: its learners rejoin as they come */
+    s->gate = !cfg->resume && cfg->start_learners > 0;
+    s->gate_first = -1;
     if (cfg->resume && read_byes(s, cfg->resume) != DLC_OK) goto fail;
     s->cfg.resume = NULL; /* borrowed during new only */
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;

@@ -27,7 +27,7 @@ M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
-    drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic,
+    start_timeout = pd(rt.start_timeout) + 0.0, drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic,
     emulate_links = rt.emulate_links }
 end
 
@@ -75,11 +75,16 @@ function M.start_syncer(ctx, listen, resume)
   local epoch = next_epoch(ctx, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
+    -- the run's first syncer lets its learners start together (rt.h, the start gate); a
+    -- later one (a restart, a rollback, the end) serves a run under way
+    start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
+    start_timeout = ctx.rt.start_timeout,
     net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
       heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls,
       -- every learner of a run on one host comes from one address, all at once
       max_unauth_per_addr = math.max(8, r.islands.count) } }
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
+  ctx.syncer_started = true
   if not epoch then ctx.srd:write_file("epoch", tostring(s:epoch()) .. "\n") end
   -- non-elastic data parallel: a round waits for every learner (one that is lost stops
   -- the others, and run rolls everyone back to their last common checkpoint: rollback)
@@ -267,20 +272,30 @@ local function load_global(ctx)
     return true
   end
   -- a learner that restarted in dp came back with the initial model (a dp syncer has no
-  -- other to send), so one that never restarted holds the run's model
+  -- other to send), so one that never restarted holds the run's model; a learner killed
+  -- before its end left no model.safetensors, but its newest checkpoint holds the model
+  -- of that step (the one a non-elastic rollback restarts from)
   local best, best_step, best_clean
-  for m = 1, ctx.recipe.islands.count do
-    local path = string.format("%s/learner-%d/model.safetensors", ctx.out, m)
+  local function consider(m, path, step_of)
     local t, meta = diloco.load_safetensors(path)
-    local step = t and math.tointeger(tonumber(meta["diloco.step"] or ""))
+    local step = t and step_of(meta)
     local clean = not ctx.learners[m].restarted_at
     if step and (not best or (clean and not best_clean) or (clean == best_clean and step > best_step)) then
       best, best_step, best_clean = t, step, clean
     end
   end
+  for m = 1, ctx.recipe.islands.count do
+    local dir = string.format("%s/learner-%d", ctx.out, m)
+    consider(m, dir .. "/model.safetensors", function(meta) return math.tointeger(tonumber(meta["diloco.step"] or "")) end)
+    local list = diloco.rundir.checkpoints(dir)
+    local last = list[#list]
+    if last then consider(m, last.path, function() return last.step end) end
+  end
   if not best then
-    fail("dp: no learner model in %s/learner-N to evaluate (the syncer of a data-parallel run holds no model; its "
-      .. "learners save theirs at their end)", ctx.out)
+    -- nobody saved a model or a checkpoint (stopped before the first): the job's model
+    -- is the initial one, which a dp syncer holds (it merges nothing)
+    ctx.syncer:global(ctx.params)
+    return true
   end
   for _, p in ipairs(ctx.plist) do
     local src = best[p[1]]

@@ -289,6 +289,8 @@ M.schema = {
       doc = "a link silent this long is lost (a paused, hung or cut-off learner)" },
     join_timeout = { kind = "string|number", default = 120, check = duration_check(true),
       doc = "a learner process must have joined the syncer within this of its start; a syncer with none connected waits this long for those that did not say BYE" },
+    start_timeout = { kind = "string|number", default = 60, check = duration_check(false),
+      doc = "a new run starts when all its learners have connected, or this long after the first did (0: each starts as it joins, at the others' step)" },
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
     emulate_links = { kind = "boolean", default = false,

@@ -81,9 +81,18 @@ typedef struct dlc_srt_config {
                                  * new), stated in the WELCOME: a learner whose run differs is
                                  * refused with the first differing field named; NULL: not
                                  * compared */
+    int start_learners;         /* the start gate of a new run (not a resumed one): the first
+                                 * learners to connect wait, without the model, until this
+                                 * many are connected, then all join at once and start the
+                                 * schedule together (one that a slow launcher started late
+                                 * would otherwise join at the others' step and skip the
+                                 * steps before it); 0..learners, 0: no gate */
+    double start_timeout;       /* seconds after the first reached the gate that it opens
+                                 * for those there, whoever is missing (>= 0, finite) */
 } dlc_srt_config;
 
-/* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "". */
+/* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "",
+ * no start gate. */
 DLC_API dlc_srt_config dlc_srt_default_config(void);
 
 typedef struct dlc_srt dlc_srt; /* opaque */
