@@ -31,8 +31,9 @@ typedef struct held {
 } held;
 
 struct dlc_lrt {
-    dlc_lrt_config cfg;
+    dlc_lrt_config cfg;       /* cfg.connect points at connect */
     rt_strings strs;
+    char *connect;            /* the syncer's address, copied (named in errors later) */
     dlc_learner *l;           /* made at the first WELCOME */
     dlc_net *net;
     dlc_hello hello;
@@ -279,6 +280,11 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     if (lp.id < 0) lp.id = 0; /* the WELCOME will say */
     if (dlc_learner_params_check(&lp) != DLC_OK) goto fail;
     if (rt_strings_copy(&l->strs, &l->cfg.net, &l->cfg.run) != DLC_OK) goto fail;
+    if (!(l->connect = strdup(cfg->connect))) {
+        dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+        goto fail;
+    }
+    l->cfg.connect = l->connect;
     l->hold = cfg->hold > 0 ? cfg->hold : 2 * l->P;
     if (!(l->hq = calloc((size_t)l->hold, sizeof *l->hq))) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
@@ -310,6 +316,7 @@ void dlc_lrt_free(dlc_lrt *l) {
     free(l->hq);
     free(l->numel);
     rt_strings_free(&l->strs);
+    free(l->connect);
     free(l);
 }
 

@@ -206,7 +206,7 @@ typedef struct dlc_lrt_config {
     const dlc_plan *plan;       /* borrowed; must outlive the driver */
     dlc_net_config net;         /* secret or secret_file, timeouts, reconnect, TLS; hello and
                                  * layout are set by the driver (strings copied) */
-    const char *connect;        /* "HOST:PORT" of the syncer */
+    const char *connect;        /* "HOST:PORT" of the syncer (copied) */
     const char *run;            /* the run id ("" allowed) */
     const dlc_run_params *run_params; /* the run's description (borrowed during new), stated
                                  * in the HELLO (NULL: not stated, the syncer compares model
