@@ -26,6 +26,7 @@ typedef struct lfrag {
     double sent_time;
     int pending;           /* a merged fragment waits in pend[off..] for a step boundary */
     int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
+    int pend_fresh;        /* ... and it arrived after p's last send (it may hold that send) */
     int64_t pend_version;
     int received;          /* JOINING: got it; TRAINING: its whole resync arrived (a reconnect) */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
@@ -260,13 +261,19 @@ static dlc_status apply(dlc_learner *l, int p) {
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
     f->sent_step = -1;
-    f->pending = f->pend_resync = 0;
+    f->pending = f->pend_resync = f->pend_fresh = 0;
     return push(l, &a);
 }
 
 /* May fragment p's waiting merge be applied at this step boundary? */
 static int applicable(const dlc_learner *l, const lfrag *f) {
-    return f->pending && (f->pend_resync || f->sent_step < 0 || l->steps - f->sent_step >= l->p.tau);
+    if (!f->pending) return 0;
+    if (f->pend_resync) return 1;
+    if (f->sent_step >= 0) return l->steps - f->sent_step >= l->p.tau;
+    /* held (learner.h, "Step boundaries"): p was trained and not sent since its last
+     * apply; applied now, the merge would overwrite those steps, which its next
+     * contribution would then lack */
+    return !(f->c_steps > 0 && l->p.H > 0 && !l->p.dp && !l->p.blocking);
 }
 
 /* Applies every waiting fragment that may be applied now (a step boundary). */
@@ -307,6 +314,7 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
                       .payload = f->enc, .len = (size_t)w, .epoch = l->epoch, .incarnation = l->incarnation};
     f->sent_step = l->steps;
     f->sent_time = now;
+    f->pend_fresh = 0; /* a merge waiting now came before this send */
     return push(l, &a);
 }
 
@@ -471,6 +479,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     /* a newer merge over a waiting resync is taken whole too: the resync said our own
      * copy of this fragment is not to be mixed in */
     f->pend_resync = resync || (f->pending && f->pend_resync);
+    f->pend_fresh = f->sent_step >= 0;
     f->pending = 1;
     f->pend_version = m->version;
     if (l->state != DLC_LEARNER_JOINING) {
@@ -589,7 +598,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->pend_resync = f->received = 0;
+        f->pending = f->pend_resync = f->pend_fresh = f->received = 0;
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;
@@ -667,7 +676,7 @@ dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step) {
 }
 int dlc_learner_outstanding(const dlc_learner *l) {
     int n = 0;
-    for (int p = 0; l && p < l->P; p++) n += l->f[p].sent_step >= 0 && !l->f[p].pending;
+    for (int p = 0; l && p < l->P; p++) n += l->f[p].sent_step >= 0 && !(l->f[p].pending && l->f[p].pend_fresh);
     return n;
 }
 double dlc_learner_transit(const dlc_learner *l) { return l ? l->transit_ema : 0; }

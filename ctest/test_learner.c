@@ -995,6 +995,105 @@ static void test_phase_reconnect(void) {
     fx_free(&x);
 }
 
+/* Holding a merge (learner.h, "Step boundaries"): a merge of fragment p that arrives
+ * after the learner trained p without sending it (the others' round, out of phase with
+ * its own) waits for its own send of p and τ steps, so the steps it trained on p leave in
+ * its contribution instead of being overwritten; a newer merge replaces the held one; a
+ * resync is not held; with H = 0 (the driver's own schedule) nothing is held.  P = 2,
+ * H = 8 (offsets 0 and 4), τ = 1, α = 0. */
+static void test_hold(void) {
+    fx x;
+    fx_make(&x, 2, 140);
+    dlc_learner_params lp = lparams(0, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p), n0 = dlc_plan_numel(x.plan, 0);
+    float *model = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(model, dlc_params_data(x.p), (size_t)size * 4);
+    randv(target, size, 141, 1.0f);
+    resync(&x, l, model, 0, 0.0);
+    float hat0[NMAX], g1[NMAX], g2[NMAX];
+    gather(&x, 0, model, hat0);
+    randv(g1, n0, 142, 1.0f);
+    randv(g2, n0, 143, 1.0f);
+    lrec r;
+    int sent0 = 0, applied0 = 0;
+    for (int t = 1; t <= 9; t++) {
+        CHECK(dlc_learner_step_begin(l, t - 0.5) == DLC_OK);
+        r = drain(l);
+        applied0 += find(&r, DLC_LACT_APPLIED, 0) != NULL;
+        inner_step(x.p, target);
+        float th[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), th);
+        CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+        r = drain(l);
+        const dlc_learner_action *sa = find(&r, DLC_LACT_SEND, 0);
+        const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 0);
+        if (sa) {
+            /* all 8 steps on fragment 0 leave, against Θ̂ of version 0 */
+            sent0 = t;
+            CHECK(sa->msg.version == 0 && sa->msg.steps == 8 && sa->msg.tokens == 32);
+            float want[NMAX];
+            for (int64_t i = 0; i < n0; i++) want[i] = hat0[i] - th[i];
+            CHECK(memcmp(sa->msg.payload, want, (size_t)n0 * 4) == 0);
+            /* outstanding: fragment 1 (sent at 4, no merge) and 0 (the held merge is older) */
+            CHECK(dlc_learner_outstanding(l) == 2);
+        }
+        if (ap) {
+            applied0++;
+            CHECK(t == 9 && ap->version == 2 && ap->lag == 1 && ap->resync == 0);
+            float now[NMAX];
+            gather(&x, 0, dlc_params_data(x.p), now);
+            CHECK(memcmp(now, g2, (size_t)n0 * 4) == 0); /* α = 0: the merge itself */
+        }
+        CHECK(applied0 == (t >= 9) && dlc_learner_base_version(l, 0) == (t >= 9 ? 2 : 0));
+        dlc_msg m;
+        if (t == 1) { /* the others' round of fragment 0: held */
+            m = fragment_msg(0, 0, 1, 0, g1, n0);
+            m.held = -1; /* no catch-up (test_catch_up) */
+            CHECK(dlc_learner_receive(l, &m, 1.5) == DLC_OK && drain(l).n == 0);
+        }
+        if (t == 5) { /* a newer one replaces it */
+            m = fragment_msg(0, 0, 2, 0, g2, n0);
+            m.held = -1;
+            CHECK(dlc_learner_receive(l, &m, 5.5) == DLC_OK && drain(l).n == 0);
+        }
+    }
+    CHECK(sent0 == 8 && applied0 == 1);
+    /* held again after the apply and a step; a resync of it is taken at the next boundary */
+    {
+        dlc_msg m = fragment_msg(0, 0, 3, 0, g1, n0);
+        m.held = -1;
+        CHECK(dlc_learner_receive(l, &m, 9.5) == DLC_OK);
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 9.55) == DLC_OK && drain(l).n == 0);
+        CHECK(dlc_learner_step_begin(l, 9.6) == DLC_OK && drain(l).n == 0);
+        m = fragment_msg(0, 0, 4, DLC_MSG_RESYNC, g2, n0);
+        CHECK(dlc_learner_receive(l, &m, 9.7) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 9.8) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 4 && r.a[0].resync == 1);
+    }
+    dlc_learner_free(l);
+    /* H = 0: the driver's own schedule; a merge is applied at the next boundary */
+    lp = lparams(0, 0, 1, 0, 0);
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        resync(&x, l, model, 0, 0.0);
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 1.0) == DLC_OK && drain(l).n == 0);
+        dlc_msg m = fragment_msg(0, 0, 1, 0, g1, n0);
+        CHECK(dlc_learner_receive(l, &m, 1.5) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 1.6) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 1 && r.a[0].lag == -1);
+        dlc_learner_free(l);
+    }
+    free(model);
+    free(target);
+    fx_free(&x);
+}
+
 /* Catching up (learner.h): a merge of a fragment the learner has not sent since it last
  * applied it moves its schedule on by the lag of its own send behind the others' (1 to
  * H/2 steps), so its next sends leave with theirs; no move for a fragment it sent, a
@@ -1533,6 +1632,7 @@ int main(void) {
     test_phase_late();
     test_phase_reconnect();
     test_catch_up();
+    test_hold();
     test_set_schedule_step();
     test_dp_alone();
     test_hostile();

@@ -54,8 +54,16 @@
  * step time (no step done yet) or a `held` (< 0), and never in data parallel.
  *
  * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
- * applied at the first step boundary at least τ steps after p was last sent (the first
- * one at all if p was not sent since it was last received).  The boundaries are the two
+ * applied at the first step boundary at least τ steps after p was last sent.  One that
+ * arrives when p was not sent since it was last received is held: when the learner
+ * trained since then (with its own schedule, H > 0, neither blocking nor dp), it waits
+ * for the learner's next send of p and τ steps more, for applied at once (α = 0) it
+ * would overwrite the steps trained on p since the last apply, and the next
+ * contribution would carry only the few after it.  Learners in phase with each other
+ * never hold one (a round's merge comes after their own send); one out of phase, a step
+ * or more behind the others' rounds (a slower or restarted learner), trains its own copy
+ * of p on until its send and contributes all of it.  With no step since the last apply
+ * (or H = 0, or blocking) it is applied at the next boundary.  The boundaries are the two
  * calls around an inner step: dlc_learner_step_done (after the step: the due
  * contributions are sent first, from the trained arena, then what may be applied is
  * applied) and dlc_learner_step_begin (before the next step: what arrived since, or
@@ -279,8 +287,8 @@ DLC_API int64_t dlc_learner_schedule_step(const dlc_learner *l);
  * GRADIENT is for step + 1.  TRAINING only (not while a gradient waits): DLC_ERR_STATE
  * otherwise; step < 0: DLC_ERR_ARG. */
 DLC_API dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step);
-/* Fragments sent whose merge has not arrived yet (a driver that ends a learner waits for
- * them before its BYE). */
+/* Fragments sent with no merge arrived since the send (a driver that ends a learner waits
+ * for them before its BYE; a merge held from before the send does not count). */
 DLC_API int dlc_learner_outstanding(const dlc_learner *l);
 /* EMAs reported to the syncer (s), 0 before the first sample. */
 DLC_API double dlc_learner_step_time(const dlc_learner *l);
