@@ -2,7 +2,7 @@
  *
  * Per fragment p the learner keeps Θ̂_p (the last global value received, contiguous in
  * the fragment's payload order), a slot for a merged fragment that arrived and waits for
- * its step boundary, and the counters of algorithm.md §4.1.  Actions go to a small queue
+ * its step boundary, and the counters of docs/algorithm.md §4.1.  Actions go to a small queue
  * that the driver drains with dlc_learner_poll; payloads live in per-fragment buffers,
  * so several contributions sent in one call never share one. */
 #include <math.h>

@@ -1,5 +1,5 @@
 -- decoupled: recipes/charlm.lua's byte-level GPT trained by four islands with Decoupled
--- DiLoCo (algorithm.md §4) on the virtual-time driver: each island trains on its own
+-- DiLoCo (docs/algorithm.md §4) on the virtual-time driver: each island trains on its own
 -- quarter of the fortunes corpus and never waits for another; the syncer merges each of
 -- the 4 fragments as soon as one island has sent it (quorum 1), waits an adaptive grace
 -- window for more, weighs contributions by tokens^2/steps and merges them by RDA.
@@ -14,7 +14,7 @@ return diloco.recipe {
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1, schedule = "cosine", min_lr = 3e-4, clip = 1.0 },
   -- the outer step on the merged outer gradient (DiLoCo's Nesterov 0.7 / 0.9)
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  -- the preset fills every sync field this table leaves out (algorithm.md §5; docs/recipes.md):
+  -- the preset fills every sync field this table leaves out (docs/algorithm.md §5; docs/recipes.md):
   -- decoupled is H = 24, 4 fragments (one leaves every 6 steps), tau = 2 (a merged fragment
   -- is applied 2 steps after its contribution left), quorum 1, adaptive grace,
   -- tokens^2/steps weights, RDA, alpha = 0.  --set sync.preset=diloco|streaming|dp switches.

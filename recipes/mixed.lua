@@ -1,6 +1,6 @@
 -- mixed: mixed hardware.  Two fast islands and two at half their speed train the charlm
 -- GPT with Decoupled DiLoCo on the virtual-time driver.  Nobody waits for the slow ones:
--- with quorum 1 and the adaptive grace window (algorithm.md §4.3) a fragment merges as
+-- with quorum 1 and the adaptive grace window (docs/algorithm.md §4.3) a fragment merges as
 -- soon as one island sent it and the window closes before anyone needs the result; the
 -- tokens^2/steps weights give each island's contribution the weight of the work in it.
 --   diloco-lua sim recipes/mixed.lua

@@ -196,7 +196,7 @@ describe("sync presets", function()
     return got
   end
 
-  it("fill every field the recipe does not set (algorithm.md section 5)", function()
+  it("fill every field the recipe does not set (docs/algorithm.md section 5)", function()
     for name, want in pairs {
       dp = { 1, 1, 0, "all", "off", "uniform", "mean", 0, true },
       diloco = { 24, 1, 0, "all", "off", "uniform", "mean", 0, true },

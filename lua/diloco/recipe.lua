@@ -120,7 +120,7 @@ local function pattern_list(v)
   end
 end
 
--- The sync presets (algorithm.md section 5): the defaults of every field a recipe does
+-- The sync presets (docs/algorithm.md section 5): the defaults of every field a recipe does
 -- not set.  The recipe's own fields (and --set) always win.
 M.PRESETS = {
   dp = { H = 1, fragments = 1, tau = 0, quorum = "all", grace = "off", weighting = "uniform", merge = "mean",
@@ -220,7 +220,7 @@ M.schema = {
   } },
   sync = { kind = "table", doc = "synchronisation between islands", fields = {
     preset = { kind = "string", default = DEFAULT_PRESET, check = oneof("dp", "diloco", "streaming", "decoupled"),
-      doc = "algorithm preset: the defaults of the fields marked (preset) (algorithm.md section 5)" },
+      doc = "algorithm preset: the defaults of the fields marked (preset) (docs/algorithm.md section 5)" },
     H = { kind = "integer", preset = true, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
     fragments = { kind = "integer", preset = true, check = range(1, 4096, true), doc = "fragments P" },
     tau = { kind = "integer", preset = true, check = range(0, 1e6, true),

@@ -230,7 +230,7 @@ local function on_fault(ctx, ev)
   local info = { kind = ev.fault or ev.type, learner = ev.learner, begin = ev.begin, duration = ev.duration,
     factor = ev.factor, reason = ev.reason, fragment = ev.fragment, virtual_s = ev.time }
   if ev.type == "fault" and ev.fault == "kill" and not ev.begin then
-    -- the process restarted: a fresh inner optimizer (algorithm.md §4.7, no checkpoint of its own here)
+    -- the process restarted: a fresh inner optimizer (docs/algorithm.md §4.7, no checkpoint of its own here)
     local L = ctx.learners[ev.learner]
     L.opt = diloco.optim.build(L.params, ctx.recipe.inner)
     info.optimizer = "fresh"

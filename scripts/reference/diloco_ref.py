@@ -1,5 +1,5 @@
 """Independent PyTorch 1.13 mirror of the multi-island presets (dp, diloco, streaming,
-decoupled; algorithm.md sections 3, 4.1, 4.2, 4.4, 5) with homogeneous islands, zero latency
+decoupled; docs/algorithm.md sections 3, 4.1, 4.2, 4.4, 5) with homogeneous islands, zero latency
 and infinite bandwidth: everything is synchronous and deterministic.  Reads only the files
 written by dump_islands.lua (our initial parameters, our fragment plan, the settings, every
 learner's batches, the eval batches); imports none of our code.
@@ -271,7 +271,7 @@ def main():
             with torch.no_grad():
                 for n in frags[p]:
                     deltas = [base[m][n] - named[m][n].detach() for m in range(M)]
-                    # anchored at the current global (algorithm.md 4.2); Θ̂ == Θ_p here since tau < H
+                    # anchored at the current global (docs/algorithm.md 4.2); Θ̂ == Θ_p here since tau < H
                     deltas = [d + (theta[n].detach() - base[m][n]) for m, d in enumerate(deltas)]
                     theta[n].grad = merge(deltas, ws, how, is_emb[n]).to(theta[n].dtype)
             outer_opt[p].step()

@@ -10,7 +10,7 @@
 -- OUTDIR/eval.bin          header "0 B T n\n", then the n eval batches (rows in meta eval.rows)
 -- Learners: r.islands.count when > 1, else --learners M (islands.count is limited to 1 by
 -- the recipe validation until multi-island training lands), else 1.
--- The preset fills the sync fields the recipe and --set leave unset (algorithm.md §5):
+-- The preset fills the sync fields the recipe and --set leave unset (docs/algorithm.md §5):
 --   diloco: fragments 1, tau 0, uniform, mean, alpha 0; streaming: uniform, mean, alpha 0.5;
 --   decoupled: tokens2_steps, rda, alpha 0; dp: one averaged AdamW step per step.
 -- A field given explicitly (in the recipe or with --set) wins over the preset.
@@ -57,7 +57,7 @@ for j, isl in ipairs(r.islands.list or r.islands) do
 end
 local sy = r.sync
 -- the preset table of recipe.lua when it has one (validation then already applied it),
--- else the same values (algorithm.md section 5)
+-- else the same values (docs/algorithm.md section 5)
 local presets = diloco.recipe.PRESETS or {
   dp = { H = 1, fragments = 1, tau = 0, weighting = "uniform", merge = "mean", alpha = 0 },
   diloco = { H = 24, fragments = 1, tau = 0, weighting = "uniform", merge = "mean", alpha = 0 },

@@ -1,5 +1,5 @@
 /*
- * chaos.h - fault schedules as data (algorithm.md §4.7): what goes wrong, to whom, when
+ * chaos.h - fault schedules as data (docs/algorithm.md §4.7): what goes wrong, to whom, when
  * and for how long, in a run of M learners and one syncer.  The time axis is seconds:
  * virtual time in the simulator (core/vtime.c), wall time since start in the real
  * runtime.  Both drivers consume the same schedule; nothing here runs a clock.

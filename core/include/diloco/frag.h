@@ -1,6 +1,6 @@
 /*
  * frag.h - fragment plans: how the parameter arena (params.h) is split into P fragments
- * that are synchronised separately (Streaming / Decoupled DiLoCo, algorithm.md §3, §4.6).
+ * that are synchronised separately (Streaming / Decoupled DiLoCo, docs/algorithm.md §3, §4.6).
  *
  * A fragment is a list of views of the arena, (tensor, name, offset, numel) in floats,
  * never copies: the same offsets address the grad arena and every optimizer state arena.

@@ -1,6 +1,6 @@
 /*
  * goodput.h - a discrete-event simulator of training goodput on a cluster of N chips that
- * fail (algorithm.md §6, §7; docs/goodput.md): how much of the allocated chip-time ends in
+ * fail (docs/algorithm.md §6, §7; docs/goodput.md): how much of the allocated chip-time ends in
  * useful training under plain data parallel, elastic data parallel and Decoupled DiLoCo
  * with M learners.  Sans-IO and single-threaded: it computes, it never reads a clock.
  *

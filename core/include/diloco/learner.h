@@ -1,6 +1,6 @@
 /*
  * learner.h - one learner (island) of Decoupled DiLoCo as a sans-IO state machine
- * (algorithm.md §4.1, §5).  It never touches a socket, a thread or a clock: the driver
+ * (docs/algorithm.md §4.1, §5).  It never touches a socket, a thread or a clock: the driver
  * (vtime.h in one process, the network runtime later, or a C host) runs the inner steps,
  * passes the time in, delivers messages and performs the actions it returns.
  *

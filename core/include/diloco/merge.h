@@ -1,5 +1,5 @@
 /*
- * merge.h - the syncer's merge of ONE fragment for one round (algorithm.md §4.2, §4.4):
+ * merge.h - the syncer's merge of ONE fragment for one round (docs/algorithm.md §4.2, §4.4):
  * encoded contributions go in one at a time, decoded straight into f32 accumulators, and
  * the merged outer gradient Δ comes out.  Sans-IO, no threads; the syncer owns one per
  * fragment and resets it each round.  Formulas, method and memory bound: docs/merge.md.

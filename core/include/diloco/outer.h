@@ -1,5 +1,5 @@
 /*
- * outer.h - the syncer's state for ONE fragment (algorithm.md §4.2, §4.5): the global
+ * outer.h - the syncer's state for ONE fragment (docs/algorithm.md §4.2, §4.5): the global
  * parameters Θ of the fragment (n floats), its version counter, the outer optimizer
  * (plain SGD, momentum or Nesterov) and a ring of the last R versions of Θ, so that a
  * contribution computed against an older version can be re-anchored at the current Θ.

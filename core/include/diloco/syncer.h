@@ -1,5 +1,5 @@
 /*
- * syncer.h - the syncer of Decoupled DiLoCo as a sans-IO state machine (algorithm.md
+ * syncer.h - the syncer of Decoupled DiLoCo as a sans-IO state machine (docs/algorithm.md
  * §4.2-§4.7, §5): the global parameters Θ per fragment with their outer optimizer and
  * version ring (outer.h), one round per fragment, the minimum quorum K, the adaptive
  * grace window, token weighting, RDA or mean merging (merge.h), resyncs.  It never

@@ -54,7 +54,7 @@
  * learners' connections survive here (what they sent meanwhile is lost), so nothing is
  * refused that a run without fencing would have merged.
  *
- * Accounting (algorithm.md §7): useful tokens = Σ over merges of the merged
+ * Accounting (docs/algorithm.md §7): useful tokens = Σ over merges of the merged
  * contributions' tokens / P; goodput = useful tokens / Σ_m (end · nominal tokens/s of
  * m); uptime = share of windows of H steps at speed 1 (one step for dp) in [0, end)
  * holding at least one merge; idle = alive time neither computing nor dead.
