@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/learner.h"
+#include "diloco/outer.h"
 
 static const char *const state_names[] = {"joining", "training", "waiting", "stopped"};
 _Static_assert(sizeof state_names / sizeof state_names[0] == DLC_LEARNER_STATE_COUNT,
@@ -29,6 +30,7 @@ typedef struct lfrag {
     int pend_fresh;        /* ... and it arrived after p's last send (it may hold that send) */
     int64_t pend_version;
     int received;          /* JOINING: got it; TRAINING: its whole resync arrived (a reconnect) */
+    int skipped;           /* a catch-up skipped a step at which it was due: sent at step_done */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
     int64_t enc_cap;
 } lfrag;
@@ -60,6 +62,7 @@ struct dlc_learner {
     int64_t rollbacks;     /* dlc_learner_rollback calls that succeeded */
     int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
     int64_t resync_run;    /* ... and the run's schedule step it carried */
+    int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
 };
@@ -71,6 +74,7 @@ dlc_learner_params dlc_learner_default_params(void) {
     p.tau = 2;
     p.codec = DLC_CODEC_F32;
     p.codec_params = dlc_codec_default_params();
+    p.ring = 4;
     p.heartbeat = 1.0;
     p.ema = 0.5;
     p.incarnation = 1;
@@ -90,6 +94,8 @@ dlc_status dlc_learner_params_check(const dlc_learner_params *p) {
         return dlc_error(DLC_ERR_ARG, "learner: blocking = %d: expected 0 or 1", p->blocking);
     if (p->error_feedback != 0 && p->error_feedback != 1)
         return dlc_error(DLC_ERR_ARG, "learner: error_feedback = %d: expected 0 or 1", p->error_feedback);
+    if (p->ring < 1 || p->ring > DLC_FRAGSTATE_RING_MAX)
+        return dlc_error(DLC_ERR_ARG, "learner: ring = %d: expected 1..%d versions", p->ring, DLC_FRAGSTATE_RING_MAX);
     if (!(p->heartbeat >= 0) || !isfinite(p->heartbeat))
         return dlc_error(DLC_ERR_ARG, "learner: heartbeat = %g: expected seconds >= 0 (0 = none)", p->heartbeat);
     if (!(p->ema > 0 && p->ema <= 1))
@@ -260,6 +266,7 @@ static dlc_status apply(dlc_learner *l, int p) {
                             .lag = f->sent_step >= 0 && !resync ? l->steps - f->sent_step : -1, .resync = resync};
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
+    if (resync) f->skipped = 0; /* taken whole: nothing of its own is left to send */
     f->sent_step = -1;
     f->pending = f->pend_resync = f->pend_fresh = 0;
     return push(l, &a);
@@ -272,8 +279,9 @@ static int applicable(const dlc_learner *l, const lfrag *f) {
     if (f->sent_step >= 0) return l->steps - f->sent_step >= l->p.tau;
     /* held (learner.h, "Step boundaries"): p was trained and not sent since its last
      * apply; applied now, the merge would overwrite those steps, which its next
-     * contribution would then lack */
-    return !(f->c_steps > 0 && l->p.H > 0 && !l->p.dp && !l->p.blocking);
+     * contribution would then lack; unless it would leave too stale to be merged */
+    return !(f->c_steps > 0 && l->p.H > 0 && !l->p.dp && !l->p.blocking &&
+             f->pend_version - f->base_version < l->p.ring - 1);
 }
 
 /* Applies every waiting fragment that may be applied now (a step boundary). */
@@ -343,7 +351,10 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
         l->f[p].c_tokens += tokens;
     }
     for (int p = 0; p < l->P && s == DLC_OK; p++)
-        if (due(l, p)) s = send_contribution(l, p, now);
+        if (due(l, p) || l->f[p].skipped) {
+            l->f[p].skipped = 0;
+            s = send_contribution(l, p, now);
+        }
     if (s == DLC_OK) s = apply_due(l);
     update_blocking(l);
     return s;
@@ -428,12 +439,26 @@ static dlc_status take_phase(dlc_learner *l, int64_t run) {
     return push(l, &a);
 }
 
+/* The schedule moves on from `from` to `to` as a catch-up: each fragment due at a step
+ * in (from, to] is sent at the next step_done, never skipped (learner.h). */
+static void skip_schedule(dlc_learner *l, int64_t from, int64_t to) {
+    int64_t H = l->p.H;
+    if (H <= 0 || l->p.dp) return;
+    for (int p = 0; p < l->P; p++) {
+        int64_t off = (int64_t)p * H / l->P;
+        int64_t s = from + 1 <= off ? off : off + ((from + 1 - off + H - 1) / H) * H; /* first due > from */
+        if (s <= to) l->f[p].skipped = 1;
+    }
+    l->phase += to - from;
+}
+
 /* A merge of fragment p to which the learner sent nothing since it last applied p: if
  * its own p leaves 1 to H/2 steps after the others', its schedule moves on by that much
  * (learner.h, "Catching up"). */
 static dlc_status catch_up(dlc_learner *l, const dlc_msg *m) {
     int64_t H = l->p.H;
     if (H < 2 || l->p.dp || m->held < 0 || !(l->step_ema > 0) || !isfinite(m->held)) return DLC_OK;
+    if (l->caught_up >= 0 && l->steps - l->caught_up < H) return DLC_OK; /* one per H steps trained */
     int64_t off = (int64_t)m->fragment * H / l->P, t = l->steps + l->phase;
     /* the next schedule step after t at which p is due */
     int64_t next = t + 1 <= off ? off : off + ((t + 1 - off + H - 1) / H) * H;
@@ -441,7 +466,8 @@ static dlc_status catch_up(dlc_learner *l, const dlc_msg *m) {
     if (!(ago < (double)H)) return DLC_OK;
     int64_t lag = next - t + (int64_t)ago;
     if (lag < 1 || lag > H / 2) return DLC_OK;
-    l->phase += lag;
+    skip_schedule(l, t, t + lag);
+    l->caught_up = l->steps;
     dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = m->fragment, .lag = lag,
                             .schedule = l->steps + l->phase};
     return push(l, &a);
@@ -598,12 +624,13 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->pend_resync = f->pend_fresh = f->received = 0;
+        f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = 0;
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;
     l->phase = 0;
     l->best_age = -1;
+    l->caught_up = -1;
     l->best_k = 0;
     l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
@@ -672,6 +699,19 @@ dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step) {
         return dlc_error(DLC_ERR_STATE, "learner_set_schedule_step: learner %d is %s, expected training", l->p.id,
                          state_names[l->state]);
     l->phase = step - l->steps;
+    return DLC_OK;
+}
+
+dlc_status dlc_learner_skip_to(dlc_learner *l, int64_t step) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_skip_to: NULL learner");
+    int64_t t = l->steps + l->phase;
+    if (step < t)
+        return dlc_error(DLC_ERR_ARG, "learner_skip_to: step = %lld: expected >= the schedule step %lld (a catch-up "
+                         "only moves on)", (long long)step, (long long)t);
+    if (l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_skip_to: learner %d is %s, expected training", l->p.id,
+                         state_names[l->state]);
+    skip_schedule(l, t, step);
     return DLC_OK;
 }
 int dlc_learner_outstanding(const dlc_learner *l) {

@@ -185,6 +185,7 @@ dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, dlc_learner_p
     out->codec = r->codec_up;
     out->codec_params.block = r->block;
     out->error_feedback = r->error_feedback;
+    out->ring = r->ring;
     out->ema = r->ema;
     return dlc_learner_params_check(out);
 }

@@ -999,7 +999,8 @@ static void test_phase_reconnect(void) {
  * after the learner trained p without sending it (the others' round, out of phase with
  * its own) waits for its own send of p and τ steps, so the steps it trained on p leave in
  * its contribution instead of being overwritten; a newer merge replaces the held one; a
- * resync is not held; with H = 0 (the driver's own schedule) nothing is held.  P = 2,
+ * resync is not held, nor a merge ring − 1 versions past the base; with H = 0 (the
+ * driver's own schedule) nothing is held.  P = 2,
  * H = 8 (offsets 0 and 4), τ = 1, α = 0. */
 static void test_hold(void) {
     fx x;
@@ -1073,6 +1074,19 @@ static void test_hold(void) {
         CHECK(dlc_learner_step_begin(l, 9.8) == DLC_OK);
         r = drain(l);
         CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 4 && r.a[0].resync == 1);
+        /* a merge ring - 1 = 3 versions past the base (4) is not held: the contribution
+         * would be refused as stale */
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 9.9) == DLC_OK && drain(l).n == 0);
+        m = fragment_msg(0, 0, 6, 0, g1, n0);
+        m.held = -1;
+        CHECK(dlc_learner_receive(l, &m, 9.95) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 9.96) == DLC_OK && drain(l).n == 0); /* 2 past: held */
+        m = fragment_msg(0, 0, 7, 0, g2, n0);
+        m.held = -1;
+        CHECK(dlc_learner_receive(l, &m, 9.97) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 9.98) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 7 && r.a[0].lag == -1);
     }
     dlc_learner_free(l);
     /* H = 0: the driver's own schedule; a merge is applied at the next boundary */
@@ -1147,16 +1161,37 @@ static void test_catch_up(void) {
     CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 0 && r.a[0].lag == 3 &&
           r.a[0].schedule == 9);
     CHECK(dlc_learner_schedule_step(l) == 9 && dlc_learner_steps(l) == 6);
-    /* from 9: fragment 1 leaves at 12 (3 steps on), fragment 0 at 16 (7 steps on), in step
-     * with the others' next rounds (theirs: 1 s ago + 8) */
-    int sent_at[2] = {0, 0};
+    /* fragment 1's next merge would move it by 4 (due in 3, sent 1 s ago), but it caught
+     * up 0 < H steps ago: no move */
+    m = fragment_msg(0, 1, 2, 0, v1, n1);
+    m.held = 1.0;
+    CHECK(dlc_learner_receive(l, &m, 6.8) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 9);
+    /* the move skipped step 8, where fragment 0 was due: it leaves at the next step_done,
+     * with all 6 steps trained since the resync; then from 9: fragment 1 at 12 (3 steps
+     * on), fragment 0 at 16 (7 steps on), in step with the others' next rounds (theirs:
+     * 1 s ago + 8) */
+    int sends[2][3] = {{0}}, ns[2] = {0, 0};
     for (int t = 1; t <= 8; t++) {
         CHECK(dlc_learner_step_done(l, 4, 1.0, 6.7 + t) == DLC_OK);
         r = drain(l);
-        for (int i = 0; i < r.n; i++)
-            if (r.a[i].type == DLC_LACT_SEND && !sent_at[r.a[i].msg.fragment]) sent_at[r.a[i].msg.fragment] = t;
+        for (int i = 0; i < r.n; i++) {
+            int p = r.a[i].type == DLC_LACT_SEND ? r.a[i].msg.fragment : -1;
+            if (p >= 0 && ns[p] < 3) sends[p][ns[p]++] = t;
+            if (p == 0 && t == 1) CHECK(r.a[i].msg.steps == 7 && r.a[i].msg.version == 0);
+        }
     }
-    CHECK(sent_at[1] == 3 && sent_at[0] == 7);
+    CHECK(ns[0] == 2 && sends[0][0] == 1 && sends[0][1] == 7);
+    CHECK(ns[1] == 1 && sends[1][0] == 3);
+    /* a replaying host moves it the same way: skip_to sends what the skip passes over;
+     * back is refused */
+    CHECK(dlc_learner_skip_to(l, dlc_learner_schedule_step(l) - 1) == DLC_ERR_ARG);
+    int64_t t0 = dlc_learner_schedule_step(l); /* 17: fragment 1 next due at 20 */
+    CHECK(dlc_learner_skip_to(l, t0 + 4) == DLC_OK && dlc_learner_schedule_step(l) == t0 + 4);
+    CHECK(dlc_learner_step_done(l, 4, 1.0, 20.0) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_SEND && r.a[0].msg.fragment == 1);
     dlc_learner_free(l);
     fx_free(&x);
 }

@@ -117,6 +117,13 @@ void dlcL_read_syncer_params(lua_State *L, int lt, int st, const struct dlc_plan
 struct dlc_run_params;
 void dlcL_read_run(lua_State *L, int lt, int st, const struct dlc_plan *plan, struct dlc_run_params *run,
                    double *heartbeat, double *timeout, const uint8_t **embedding);
+/* Pushes the options' sub-table t[k] (an empty one when absent; raises "WHO: k must be a
+ * table" for another type) and returns its index. */
+int dlcL_subtable(lua_State *L, int t, const char *who, const char *k);
+/* The constructor's options at 1 name `params` and `plan`: checks both and keeps them
+ * alive as long as the new box at 2, through a user value table left at 3. */
+struct dlc_params;
+void dlcL_params_and_plan(lua_State *L, struct dlc_params **params, struct dlc_plan **plan);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 

@@ -148,30 +148,6 @@ static int event_result(lua_State *L, dlc_status st, int list) {
     return dlcL_error(L);
 }
 
-/* The options' params and plan (at 1), kept alive by the box at 2 through its user value. */
-static void params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
-    lua_createtable(L, 2, 0); /* 3 */
-    lua_getfield(L, 1, "params");
-    *params = dlcL_checkparams(L, -1);
-    lua_rawseti(L, 3, 1);
-    lua_getfield(L, 1, "plan");
-    *plan = dlcL_checkplan(L, -1);
-    lua_rawseti(L, 3, 2);
-    lua_setiuservalue(L, 2, 1);
-}
-
-/* Pushes t[k] when it is a table (else an empty one) and returns its index. */
-static int subtable(lua_State *L, int t, const char *who, const char *k) {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-    } else if (ty != LUA_TTABLE) {
-        luaL_error(L, "%s: %s must be a table, got a %s", who, k, luaL_typename(L, -1));
-    }
-    return lua_gettop(L);
-}
-
 /* ---- diloco.machine.Learner ---- */
 
 static dlc_learner *checklearner(lua_State *L, int arg) {
@@ -234,8 +210,8 @@ static int m_learner(lua_State *L) {
     mlearner *b = dlcL_newbox(L, DLCL_MLEARNER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    params_and_plan(L, &params, &plan);
-    int li = subtable(L, 1, WHO, "learner");
+    dlcL_params_and_plan(L, &params, &plan);
+    int li = dlcL_subtable(L, 1, WHO, "learner");
     int si = 0;
     if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
     else lua_pop(L, 1);
@@ -296,7 +272,10 @@ static int ml_receive(lua_State *L) {
 
 static int ml_set_schedule_step(lua_State *L) {
     dlc_learner *l = checklearner(L, 1);
-    if (dlc_learner_set_schedule_step(l, luaL_checkinteger(L, 2)) != DLC_OK) return dlcL_error(L);
+    /* a catch-up's move (true) sends what the steps it skips were due to send */
+    dlc_status st = lua_toboolean(L, 3) ? dlc_learner_skip_to(l, luaL_checkinteger(L, 2))
+                                        : dlc_learner_set_schedule_step(l, luaL_checkinteger(L, 2));
+    if (st != DLC_OK) return dlcL_error(L);
     return 0;
 }
 
@@ -379,7 +358,7 @@ static int m_syncer(lua_State *L) {
     msyncer *b = dlcL_newbox(L, DLCL_MSYNCER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    params_and_plan(L, &params, &plan);
+    dlcL_params_and_plan(L, &params, &plan);
     lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     lua_pop(L, 1);
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
@@ -389,8 +368,8 @@ static int m_syncer(lua_State *L) {
     if (dlc_params_numel(params) != plan_numel)
         return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
                           (long long)dlc_params_numel(params), (long long)plan_numel);
-    int li = subtable(L, 1, WHO, "learner");
-    int si = subtable(L, 1, WHO, "syncer");
+    int li = dlcL_subtable(L, 1, WHO, "learner");
+    int si = dlcL_subtable(L, 1, WHO, "syncer");
     dlc_run_params run;
     const uint8_t *emb = NULL;
     dlcL_read_run(L, li, si, plan, &run, NULL, NULL, &emb);

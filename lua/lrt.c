@@ -57,18 +57,6 @@ static dlc_lrt *checklrt(lua_State *L, int arg) {
     return b->l;
 }
 
-/* Pushes the sub-table t[k] (empty when absent) and returns its index. */
-static int subtable(lua_State *L, int t, const char *who, const char *k) {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-    } else if (ty != LUA_TTABLE) {
-        luaL_error(L, "%s: %s must be a table, got a %s", who, k, luaL_typename(L, -1));
-    }
-    return lua_gettop(L);
-}
-
 static const char *reqstr(lua_State *L, int t, const char *who, const char *k) {
     if (lua_getfield(L, t, k) != LUA_TSTRING) luaL_error(L, "%s: %s must be a string (\"HOST:PORT\")", who, k);
     const char *v = lua_tostring(L, -1);
@@ -102,27 +90,6 @@ static void read_net(lua_State *L, int t, dlc_net_config *cfg) {
     cfg->layout = NULL;
 }
 
-/* Keeps the value at idx alive as long as the box at 2 (its user value table at 3). */
-static void keep(lua_State *L, int idx) {
-    lua_pushvalue(L, idx);
-    lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
-}
-
-/* The options' params and plan (at 1), kept alive by the new box (at 2) through a user
- * value table left at 3. */
-static void params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
-    lua_newtable(L); /* 3 */
-    lua_pushvalue(L, 3);
-    lua_setiuservalue(L, 2, 1);
-    lua_getfield(L, 1, "params");
-    *params = dlcL_checkparams(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_getfield(L, 1, "plan");
-    *plan = dlcL_checkplan(L, lua_gettop(L));
-    keep(L, lua_gettop(L));
-    lua_settop(L, 3);
-}
-
 /* ---- diloco.Syncer ---- */
 
 static int l_syncer(lua_State *L) {
@@ -132,14 +99,14 @@ static int l_syncer(lua_State *L) {
     srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    params_and_plan(L, &params, &plan);
+    dlcL_params_and_plan(L, &params, &plan);
     lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     lua_pop(L, 1);
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
         return luaL_error(L, "%s: learners must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
     dlc_srt_config c = dlc_srt_default_config();
-    int li = subtable(L, 1, WHO, "learner");
-    int si = subtable(L, 1, WHO, "syncer");
+    int li = dlcL_subtable(L, 1, WHO, "learner");
+    int si = dlcL_subtable(L, 1, WHO, "syncer");
     /* with what the learners do: one run description (core/run.h), stated in the WELCOME */
     dlc_run_params run;
     const uint8_t *emb = NULL;
@@ -166,7 +133,7 @@ static int l_syncer(lua_State *L) {
         c.start_timeout = lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
-    int ni = subtable(L, 1, WHO, "net");
+    int ni = dlcL_subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
     c.run = optstr(L, 1, WHO, "run", "");
@@ -381,9 +348,9 @@ static int l_learner(lua_State *L) {
     lrtbox *b = dlcL_newbox(L, DLCL_LEARNER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    params_and_plan(L, &params, &plan);
+    dlcL_params_and_plan(L, &params, &plan);
     dlc_lrt_config c = dlc_lrt_default_config();
-    int li = subtable(L, 1, WHO, "learner");
+    int li = dlcL_subtable(L, 1, WHO, "learner");
     /* the syncer's fields too (given: the recipe's), so that HELLO states the whole run */
     int si = 0;
     if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
@@ -411,7 +378,7 @@ static int l_learner(lua_State *L) {
         c.learner.incarnation = lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
-    int ni = subtable(L, 1, WHO, "net");
+    int ni = dlcL_subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.connect = reqstr(L, 1, WHO, "connect");
     c.run = optstr(L, 1, WHO, "run", "");

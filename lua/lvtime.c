@@ -170,6 +170,29 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
     lua_pop(L, 1);
 }
 
+int dlcL_subtable(lua_State *L, int t, const char *who, const char *k) {
+    int ty = lua_getfield(L, t, k);
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+    } else if (ty != LUA_TTABLE) {
+        luaL_error(L, "%s: %s must be a table, got a %s", who, k, luaL_typename(L, -1));
+    }
+    return lua_gettop(L);
+}
+
+void dlcL_params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
+    lua_createtable(L, 2, 0); /* 3 */
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, 2, 1);
+    lua_getfield(L, 1, "params");
+    *params = dlcL_checkparams(L, -1);
+    lua_rawseti(L, 3, 1);
+    lua_getfield(L, 1, "plan");
+    *plan = dlcL_checkplan(L, -1);
+    lua_rawseti(L, 3, 2);
+}
+
 void dlcL_read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *run, double *heartbeat,
                    double *timeout, const uint8_t **embedding) {
     run_extras x;

@@ -65,4 +65,28 @@ function H.read_lines(path)
   return lines
 end
 
+-- The JSON objects of a metrics file, one per line, in order.
+function H.events(path)
+  local json_decode = require("diloco").json_decode
+  local list = {}
+  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = json_decode(line) end
+  return list
+end
+
+-- The events of `list` named `event` (and of `kind`, when given), in order.
+function H.of_kind(list, event, kind)
+  local out = {}
+  for _, e in ipairs(list) do
+    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
+  end
+  return out
+end
+
+-- The last event of `list`, asserted to be the run's summary.
+function H.summary_of(list)
+  local s = list[#list]
+  assert.are.equal("summary", s.event)
+  return s
+end
+
 return H

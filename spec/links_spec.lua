@@ -4,6 +4,7 @@
 -- learner processes.  The drivers in one process first (a capped link measured), then a
 -- run of two learner processes; every test kills only the pids it started.
 local H = require "spec.helpers"
+local events, of_kind = H.events, H.of_kind
 local diloco = require "diloco"
 
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
@@ -166,20 +167,6 @@ return diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = none.islands })).islands.links)
   end)
 end)
-
-local function events(path)
-  local list = {}
-  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
-  return list
-end
-
-local function of_kind(list, event, kind)
-  local out = {}
-  for _, e in ipairs(list) do
-    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
-  end
-  return out
-end
 
 describe("diloco-lua run with chaos cut and link events", function()
   local S

@@ -6,6 +6,7 @@
 -- test-only DILOCO_TEST_POISON (lua/diloco/learner.lua): NaN written into a learner's
 -- real parameters at one step.
 local H = require "spec.helpers"
+local events, of_kind, summary_of = H.events, H.of_kind, H.summary_of
 local diloco = require "diloco"
 
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
@@ -30,26 +31,6 @@ return diloco.recipe {
   eval = { every = 0, batches = 4 },
 }
 ]], name, o.restarts or 20, o.join_timeout or "30s", o.steps or STEPS))
-end
-
-local function events(path)
-  local list = {}
-  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
-  return list
-end
-
-local function of_kind(list, event, kind)
-  local out = {}
-  for _, e in ipairs(list) do
-    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
-  end
-  return out
-end
-
-local function summary_of(list)
-  local s = list[#list]
-  assert.are.equal("summary", s.event)
-  return s
 end
 
 -- Every value of every tensor in a safetensors file is finite (returns the count).

@@ -4,6 +4,7 @@
 -- the steps past it are lost work.  A tiny GPT, 2 learner processes; kills only the pids
 -- `run` started (chaos).
 local H = require "spec.helpers"
+local events, of_kind = H.events, H.of_kind
 local diloco = require "diloco"
 
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
@@ -30,20 +31,6 @@ return diloco.recipe {
   chaos = %s,
 }
 ]], STEPS, chaos))
-end
-
-local function events(path)
-  local list = {}
-  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
-  return list
-end
-
-local function of_kind(list, event, kind)
-  local out = {}
-  for _, e in ipairs(list) do
-    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
-  end
-  return out
 end
 
 local function flat(t, out)

@@ -4,6 +4,7 @@
 -- hand.  A tiny GPT, so each run takes seconds; every test kills only the pids it
 -- started.
 local H = require "spec.helpers"
+local events, of_kind, summary_of = H.events, H.of_kind, H.summary_of
 local diloco = require "diloco"
 
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
@@ -30,26 +31,6 @@ return diloco.recipe {
 ]], name, o.dim or 32, o.preset or "decoupled", o.H or 32, o.count or 3, o.heartbeat or "0.5s", o.timeout or "3s",
     o.steps or (sanitized and 150 or 400), o.chaos or "nil")
   return S.write(name .. ".lua", text)
-end
-
-local function events(path)
-  local list = {}
-  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
-  return list
-end
-
-local function of_kind(list, event, kind)
-  local out = {}
-  for _, e in ipairs(list) do
-    if e.event == event and (kind == nil or e.kind == kind) then out[#out + 1] = e end
-  end
-  return out
-end
-
-local function summary_of(list)
-  local s = list[#list]
-  assert.are.equal("summary", s.event)
-  return s
 end
 
 -- Every learner of the run in dir reached schedule step N (inner steps at most N each: a

@@ -3,6 +3,7 @@
 -- process exits, and the exit status is 128 + N as for one island; the stopped run is still
 -- a tape that `sim --replay` reproduces bit for bit.  Kills only the pid it started.
 local H = require "spec.helpers"
+local events = H.events
 local diloco = require "diloco"
 
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
@@ -24,12 +25,6 @@ return diloco.recipe {
   eval = { every = 0, batches = 2 },
 }
 ]])
-end
-
-local function events(path)
-  local list = {}
-  for _, line in ipairs(H.read_lines(path)) do list[#list + 1] = diloco.json_decode(line) end
-  return list
 end
 
 -- Starts the run, waits for its first merges, sends sig, returns the exit status and OUT.

@@ -146,6 +146,8 @@ local function read_tape(out, r)
       elseif e.event == "phase" then -- its schedule moved, after the boundary's sends
         local ph = L.phases[e.boundary] or {}
         ph[#ph + 1] = e.step
+        -- a catch-up (a merge's fragment told) sends what the steps it skips were due to
+        ph.catch_up = ph.catch_up or (e.fragment ~= nil and e.fragment >= 1)
         L.phases[e.boundary] = ph
       elseif e.event == "summary" then
         L.threads = e.threads
@@ -393,7 +395,7 @@ function M.run(out, opts)
     -- a schedule that moved since the last boundary's sends (a catch-up, a whole resync):
     -- the step the tape says, the latest of them
     local ph = c.tape.phases[b - 1]
-    if ph then sm:set_schedule_step(ph[#ph]) end
+    if ph then sm:set_schedule_step(ph[#ph], ph.catch_up) end
     local res = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
     record_sends(c, res)
     for _, x in ipairs(res) do acts[#acts + 1] = x end

@@ -50,8 +50,13 @@
  * steps of the learner's own step time that is `ago`, and its own p is due in d steps:
  * it sends d + ago steps after them.  When that lag is 1 to H/2 steps the learner moves
  * its schedule step on by the lag (never back: the slower ones catch up with the
- * faster), so its next p leaves with theirs; action PHASE.  Nothing happens without a
- * step time (no step done yet) or a `held` (< 0), and never in data parallel.
+ * faster), so its next p leaves with theirs; action PHASE; at most once every H steps it
+ * trains (drift builds up slowly; on a host whose scheduling jitter is many steps long,
+ * one catch-up after another would skip most of its steps).  A fragment due at a step the
+ * move skips is sent at the next dlc_learner_step_done instead, never skipped: a learner
+ * far slower than the others, caught up again and again, would otherwise never reach a
+ * due step and contribute nothing.  Nothing happens without a step time (no step done
+ * yet) or a `held` (< 0), and never in data parallel.
  *
  * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
  * applied at the first step boundary at least τ steps after p was last sent.  One that
@@ -63,7 +68,9 @@
  * never hold one (a round's merge comes after their own send); one out of phase, a step
  * or more behind the others' rounds (a slower or restarted learner), trains its own copy
  * of p on until its send and contributes all of it.  With no step since the last apply
- * (or H = 0, or blocking) it is applied at the next boundary.  The boundaries are the two
+ * (or H = 0, or blocking), or once it is ring − 1 or more versions ahead of the base
+ * (the others' rounds came so fast that the contribution would be refused as stale: a
+ * learner far out of phase), it is applied at the next boundary.  The boundaries are the two
  * calls around an inner step: dlc_learner_step_done (after the step: the due
  * contributions are sent first, from the trained arena, then what may be applied is
  * applied) and dlc_learner_step_begin (before the next step: what arrived since, or
@@ -134,6 +141,11 @@ typedef struct dlc_learner_params {
     dlc_codec_kind codec;         /* uplink codec of contributions */
     dlc_codec_params codec_params;
     int error_feedback;           /* 0/1: carry each contribution's quantization error */
+    int ring;                     /* the syncer's version ring (sync.ring, >= 1): a merge is
+                                   * held ("Step boundaries") only while it is fewer than
+                                   * ring - 1 versions ahead of the learner's base, past
+                                   * which the held contribution would come too late to be
+                                   * merged (refused as stale) */
     double heartbeat;             /* seconds between heartbeats, 0 = none */
     double ema;                   /* (0, 1]: weight of a new sample in the step-time and
                                    * transit moving averages */
@@ -143,7 +155,7 @@ typedef struct dlc_learner_params {
 } dlc_learner_params;
 
 /* id 0, dp 0, H 24, tau 2, alpha 0, blocking 0, f32 with default block, no error
- * feedback, heartbeat 1 s, ema 0.5, incarnation 1. */
+ * feedback, ring 4, heartbeat 1 s, ema 0.5, incarnation 1. */
 DLC_API dlc_learner_params dlc_learner_default_params(void);
 /* DLC_OK or DLC_ERR_ARG naming the field: "learner: tau = 30: expected 0 <= tau < H = 24". */
 DLC_API dlc_status dlc_learner_params_check(const dlc_learner_params *p);
@@ -287,6 +299,11 @@ DLC_API int64_t dlc_learner_schedule_step(const dlc_learner *l);
  * GRADIENT is for step + 1.  TRAINING only (not while a gradient waits): DLC_ERR_STATE
  * otherwise; step < 0: DLC_ERR_ARG. */
 DLC_API dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step);
+/* Moves the schedule step on to `step` (>= the current one, else DLC_ERR_ARG) as a
+ * catch-up does ("Catching up"): each fragment due at a step it skips is sent at the
+ * next dlc_learner_step_done.  For a host that replays a run's PHASE actions of
+ * catch-ups (sim --replay).  TRAINING only (DLC_ERR_STATE otherwise). */
+DLC_API dlc_status dlc_learner_skip_to(dlc_learner *l, int64_t step);
 /* Fragments sent with no merge arrived since the send (a driver that ends a learner waits
  * for them before its BYE; a merge held from before the send does not count). */
 DLC_API int dlc_learner_outstanding(const dlc_learner *l);
