@@ -279,9 +279,9 @@ static int applicable(const dlc_learner *l, const lfrag *f) {
     if (f->sent_step >= 0) return l->steps - f->sent_step >= l->p.tau;
     /* held (learner.h, "Step boundaries"): p was trained and not sent since its last
      * apply; applied now, the merge would overwrite those steps, which its next
-     * contribution would then lack; unless it would leave too stale to be merged */
-    return !(f->c_steps > 0 && l->p.H > 0 && !l->p.dp && !l->p.blocking &&
-             f->pend_version - f->base_version < l->p.ring - 1);
+     * contribution would then lack; only the first version past the base */
+    return !(f->c_steps > 0 && l->p.H > 0 && !l->p.dp && !l->p.blocking && f->pend_version == f->base_version + 1 &&
+             l->p.ring >= 3);
 }
 
 /* Applies every waiting fragment that may be applied now (a step boundary). */

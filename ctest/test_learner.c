@@ -998,9 +998,8 @@ static void test_phase_reconnect(void) {
 /* Holding a merge (learner.h, "Step boundaries"): a merge of fragment p that arrives
  * after the learner trained p without sending it (the others' round, out of phase with
  * its own) waits for its own send of p and τ steps, so the steps it trained on p leave in
- * its contribution instead of being overwritten; a newer merge replaces the held one; a
- * resync is not held, nor a merge ring − 1 versions past the base; with H = 0 (the
- * driver's own schedule) nothing is held.  P = 2,
+ * its contribution instead of being overwritten; only the first version past its base
+ * is held, and never a resync; with H = 0 (the driver's own schedule) nothing is held.  P = 2,
  * H = 8 (offsets 0 and 4), τ = 1, α = 0. */
 static void test_hold(void) {
     fx x;
@@ -1043,50 +1042,46 @@ static void test_hold(void) {
         }
         if (ap) {
             applied0++;
-            CHECK(t == 9 && ap->version == 2 && ap->lag == 1 && ap->resync == 0);
+            CHECK(t == 9 && ap->version == 1 && ap->lag == 1 && ap->resync == 0);
             float now[NMAX];
             gather(&x, 0, dlc_params_data(x.p), now);
-            CHECK(memcmp(now, g2, (size_t)n0 * 4) == 0); /* α = 0: the merge itself */
+            CHECK(memcmp(now, g1, (size_t)n0 * 4) == 0); /* α = 0: the merge itself */
         }
-        CHECK(applied0 == (t >= 9) && dlc_learner_base_version(l, 0) == (t >= 9 ? 2 : 0));
-        dlc_msg m;
+        CHECK(applied0 == (t >= 9) && dlc_learner_base_version(l, 0) == (t >= 9 ? 1 : 0));
         if (t == 1) { /* the others' round of fragment 0: held */
-            m = fragment_msg(0, 0, 1, 0, g1, n0);
+            dlc_msg m = fragment_msg(0, 0, 1, 0, g1, n0);
             m.held = -1; /* no catch-up (test_catch_up) */
             CHECK(dlc_learner_receive(l, &m, 1.5) == DLC_OK && drain(l).n == 0);
         }
-        if (t == 5) { /* a newer one replaces it */
-            m = fragment_msg(0, 0, 2, 0, g2, n0);
-            m.held = -1;
-            CHECK(dlc_learner_receive(l, &m, 5.5) == DLC_OK && drain(l).n == 0);
-        }
     }
     CHECK(sent0 == 8 && applied0 == 1);
-    /* held again after the apply and a step; a resync of it is taken at the next boundary */
     {
-        dlc_msg m = fragment_msg(0, 0, 3, 0, g1, n0);
+        /* held again after the apply and a step (one version past the base, 1); one more
+         * past it is not held, for the contribution would leave ever staler (every
+         * version between its base and the syncer's is undone in part by its merge): at
+         * the next boundary */
+        dlc_msg m = fragment_msg(0, 0, 2, 0, g2, n0);
         m.held = -1;
         CHECK(dlc_learner_receive(l, &m, 9.5) == DLC_OK);
         CHECK(dlc_learner_step_done(l, 4, 1.0, 9.55) == DLC_OK && drain(l).n == 0);
         CHECK(dlc_learner_step_begin(l, 9.6) == DLC_OK && drain(l).n == 0);
-        m = fragment_msg(0, 0, 4, DLC_MSG_RESYNC, g2, n0);
-        CHECK(dlc_learner_receive(l, &m, 9.7) == DLC_OK);
+        m = fragment_msg(0, 0, 3, 0, g1, n0);
+        m.held = -1;
+        CHECK(dlc_learner_receive(l, &m, 9.65) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 9.7) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 3 && r.a[0].lag == -1);
+        /* a resync is never held */
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 9.75) == DLC_OK && drain(l).n == 0);
+        m = fragment_msg(0, 0, 4, 0, g2, n0);
+        m.held = -1;
+        CHECK(dlc_learner_receive(l, &m, 9.76) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, 9.77) == DLC_OK && drain(l).n == 0); /* held */
+        m = fragment_msg(0, 0, 5, DLC_MSG_RESYNC, g2, n0);
+        CHECK(dlc_learner_receive(l, &m, 9.78) == DLC_OK);
         CHECK(dlc_learner_step_begin(l, 9.8) == DLC_OK);
         r = drain(l);
-        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 4 && r.a[0].resync == 1);
-        /* a merge ring - 1 = 3 versions past the base (4) is not held: the contribution
-         * would be refused as stale */
-        CHECK(dlc_learner_step_done(l, 4, 1.0, 9.9) == DLC_OK && drain(l).n == 0);
-        m = fragment_msg(0, 0, 6, 0, g1, n0);
-        m.held = -1;
-        CHECK(dlc_learner_receive(l, &m, 9.95) == DLC_OK);
-        CHECK(dlc_learner_step_begin(l, 9.96) == DLC_OK && drain(l).n == 0); /* 2 past: held */
-        m = fragment_msg(0, 0, 7, 0, g2, n0);
-        m.held = -1;
-        CHECK(dlc_learner_receive(l, &m, 9.97) == DLC_OK);
-        CHECK(dlc_learner_step_begin(l, 9.98) == DLC_OK);
-        r = drain(l);
-        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 7 && r.a[0].lag == -1);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].version == 5 && r.a[0].resync == 1);
     }
     dlc_learner_free(l);
     /* H = 0: the driver's own schedule; a merge is applied at the next boundary */

@@ -179,8 +179,8 @@ describe("diloco-lua run with chaos cut and link events", function()
 local diloco = require "diloco"
 return diloco.recipe {
   name = "cut",
-  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  model = { arch = "gpt", vocab = 256, ctx = 32, dim = 64, layers = 2, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 32, batch = 8 },
   sync = { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
   islands = { count = 2, latency = "5ms" },
   runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s", emulate_links = true },
@@ -189,7 +189,7 @@ return diloco.recipe {
   chaos = { { at = %d, cut = 2, down = "3s" }, { at = %d, link = 1, latency = "100ms", bandwidth = "50MB/s",
     duration = "2s" } },
 }
-]], sanitized and 6000 or 20000, at, at))
+]], sanitized and 1800 or 6000, at, at))
     local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
     assert.are.equal(0, code, out)
     local ev = events(S.dir .. "/run/metrics.jsonl")

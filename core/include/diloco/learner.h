@@ -67,10 +67,13 @@
  * contribution would carry only the few after it.  Learners in phase with each other
  * never hold one (a round's merge comes after their own send); one out of phase, a step
  * or more behind the others' rounds (a slower or restarted learner), trains its own copy
- * of p on until its send and contributes all of it.  With no step since the last apply
- * (or H = 0, or blocking), or once it is ring − 1 or more versions ahead of the base
- * (the others' rounds came so fast that the contribution would be refused as stale: a
- * learner far out of phase), it is applied at the next boundary.  The boundaries are the two
+ * of p on until its send and contributes all of it.  Only the first version past the
+ * base is held: a merge further ahead (the others' rounds came faster than its own,
+ * a learner far out of phase) is applied at the next boundary, as is one with no step
+ * since the last apply, with H = 0, blocking, or a ring of fewer than 3 versions, for
+ * the syncer measures a contribution against its current value, so each version
+ * between the base and that value is partly undone by the merge (and past the ring it
+ * is refused as stale).  The boundaries are the two
  * calls around an inner step: dlc_learner_step_done (after the step: the due
  * contributions are sent first, from the trained arena, then what may be applied is
  * applied) and dlc_learner_step_begin (before the next step: what arrived since, or
@@ -141,11 +144,10 @@ typedef struct dlc_learner_params {
     dlc_codec_kind codec;         /* uplink codec of contributions */
     dlc_codec_params codec_params;
     int error_feedback;           /* 0/1: carry each contribution's quantization error */
-    int ring;                     /* the syncer's version ring (sync.ring, >= 1): a merge is
-                                   * held ("Step boundaries") only while it is fewer than
-                                   * ring - 1 versions ahead of the learner's base, past
-                                   * which the held contribution would come too late to be
-                                   * merged (refused as stale) */
+    int ring;                     /* the syncer's version ring (sync.ring, 1..64): with
+                                   * fewer than 3 versions nothing is held ("Step
+                                   * boundaries"): a held contribution would come too late
+                                   * to be merged (refused as stale) */
     double heartbeat;             /* seconds between heartbeats, 0 = none */
     double ema;                   /* (0, 1]: weight of a new sample in the step-time and
                                    * transit moving averages */
