@@ -6,7 +6,7 @@
  * Ctrl-C trick (a signal handler that only sets a hook).  Differences, on purpose:
  * exit status 2 for usage errors, a traceback for syntax errors too, Ctrl-C at the
  * prompt discards the line instead of killing the process, and the reserved
- * subcommands of the CLI contract (docs: architecture.md, "CLI contract").
+ * subcommands of the CLI contract (docs/cli.md).
  */
 #define _XOPEN_SOURCE 700 /* sigaltstack, SA_ONSTACK */
 #include <errno.h>

@@ -141,6 +141,7 @@ describe("diloco-lua run checks multi-island fields and points to sim (exit 2)",
     { "--set runtime.restarts=-1", "runtime.restarts = -1: expected an integer in [0, 1000000]" },
     { "--set runtime.elastic=1", "runtime.elastic = 1: expected boolean" },
     { "--set runtime.syncer_every=1.5", "runtime.syncer_every = 1.5: expected integer" },
+    { "--set runtime.start_timeout=-1s", 'runtime.start_timeout = "-1s": expected a duration such as "20s"' },
   }
   for _, c in ipairs(cases) do
     it(c[1], function() assert_refused(c[1], c[2]) end)
