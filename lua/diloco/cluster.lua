@@ -27,8 +27,8 @@ M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
-    start_timeout = pd(rt.start_timeout) + 0.0, drain = pd(rt.drain) + 0.0, restarts = rt.restarts, syncer_every = rt.syncer_every, elastic = rt.elastic,
-    emulate_links = rt.emulate_links }
+    start_timeout = pd(rt.start_timeout) + 0.0, drain = pd(rt.drain) + 0.0, restarts = rt.restarts,
+    syncer_every = rt.syncer_every, elastic = rt.elastic, emulate_links = rt.emulate_links }
 end
 
 local function random_hex(n)
@@ -286,7 +286,8 @@ local function load_global(ctx)
   end
   for m = 1, ctx.recipe.islands.count do
     local dir = string.format("%s/learner-%d", ctx.out, m)
-    consider(m, dir .. "/model.safetensors", function(meta) return math.tointeger(tonumber(meta["diloco.step"] or "")) end)
+    consider(m, dir .. "/model.safetensors",
+      function(meta) return math.tointeger(tonumber(meta["diloco.step"] or "")) end)
     local list = diloco.rundir.checkpoints(dir)
     local last = list[#list]
     if last then consider(m, last.path, function() return last.step end) end
