@@ -91,6 +91,31 @@ describe("a learner's link shaped on the syncer's side", function()
     assert.matches("learner out of range", err, 1, true)
     close(s, l, keep)
   end)
+
+  it("refuses a bad start gate, naming it", function()
+    local ps = diloco.Params { { "a", diloco.full({ 8 }, 0.5) } }
+    local plan = diloco.Plan(ps, { fragments = 1 })
+    local function syncer(extra)
+      local o = { params = ps, plan = plan, learners = 2, listen = "127.0.0.1:0", run = "gate",
+        net = { insecure = true } }
+      for k, v in pairs(extra) do o[k] = v end
+      return pcall(diloco.Syncer, o)
+    end
+    local ok, err = syncer { start_learners = 3 }
+    assert.is_false(ok)
+    assert.matches("start_learners must be an integer in 0..2", err, 1, true)
+    ok, err = syncer { start_learners = 2, start_timeout = -1 }
+    assert.is_false(ok)
+    assert.matches("start_timeout must be a finite number of seconds >= 0", err, 1, true)
+    ok, err = syncer { start_learners = 2, start_timeout = math.huge }
+    assert.is_false(ok)
+    assert.matches("start_timeout", err, 1, true)
+    local made, s = syncer { start_learners = 2, start_timeout = 5 }
+    assert.is_true(made, s)
+    s:close()
+    plan:close()
+    ps:close()
+  end)
 end)
 
 describe("recipe links and chaos link events", function()
