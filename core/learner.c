@@ -54,6 +54,7 @@ struct dlc_learner {
     int64_t incarnation;   /* stamped on what it sends; + 1 per restart */
     int64_t epoch;         /* the syncer epoch it follows (0: none heard yet) */
     double step_ema, transit_ema;
+    double boundary_time;  /* `now` of the last dlc_learner_step_done (-1: none yet) */
     double next_heartbeat;
     int joined;            /* fragments received while JOINING */
     double best_age;       /* JOINING: the youngest round age a resync reported (-1 none) */
@@ -345,6 +346,7 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
                          (long long)tokens, seconds);
     l->steps++;
     l->tokens += tokens;
+    l->boundary_time = now;
     if (seconds > 0) l->step_ema = ema(l->step_ema, seconds, l->p.ema);
     for (int p = 0; p < l->P; p++) {
         l->f[p].c_steps++;
@@ -452,25 +454,51 @@ static void skip_schedule(dlc_learner *l, int64_t from, int64_t to) {
     l->phase += to - from;
 }
 
-/* A merge of fragment p to which the learner sent nothing since it last applied p: if
- * its own p leaves 1 to H/2 steps after the others', its schedule moves on by that much
- * (learner.h, "Catching up"). */
-static dlc_status catch_up(dlc_learner *l, const dlc_msg *m) {
-    int64_t H = l->p.H;
-    if (H < 2 || l->p.dp || m->held < 0 || !(l->step_ema > 0) || !isfinite(m->held)) return DLC_OK;
-    if (l->caught_up >= 0 && l->steps - l->caught_up < H) return DLC_OK; /* one per H steps trained */
-    int64_t off = (int64_t)m->fragment * H / l->P, t = l->steps + l->phase;
-    /* the next schedule step after t at which p is due */
-    int64_t next = t + 1 <= off ? off : off + ((t + 1 - off + H - 1) / H) * H;
-    double ago = floor(m->held / l->step_ema + 0.5);
-    if (!(ago < (double)H)) return DLC_OK;
-    int64_t lag = next - t + (int64_t)ago;
+/* The schedule moves on by `lag` steps (1 to H/2) after a merge of fragment p showed the
+ * learner's sends leaving that much after the others' (learner.h, "Catching up"): at
+ * most once every H/P steps it trains. */
+static dlc_status move_on(dlc_learner *l, int p, int64_t lag) {
+    int64_t H = l->p.H, every = H / l->P > 1 ? H / l->P : 1;
     if (lag < 1 || lag > H / 2) return DLC_OK;
+    if (l->caught_up >= 0 && l->steps - l->caught_up < every) return DLC_OK;
+    int64_t t = l->steps + l->phase;
     skip_schedule(l, t, t + lag);
     l->caught_up = l->steps;
-    dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = m->fragment, .lag = lag,
-                            .schedule = l->steps + l->phase};
+    dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = p, .lag = lag, .schedule = l->steps + l->phase};
     return push(l, &a);
+}
+
+/* How many steps the learner's sends leave after those of the round's first contributor,
+ * rounded so that moving on by it lands the learner at most a quarter step ahead of that
+ * contributor (one that overshoots becomes the first, and the one it passed would then
+ * move on in turn); 0 when nothing says.  In steps of its own step time:
+ * - a merge of p it sent nothing to since it last applied p (`behind`): the round's
+ *   first contribution left held + transit ago, and its own p is due d steps on,
+ *   counted from where it is within its current step;
+ * - a merge its contribution was in (age > 0): it arrived age - held after the first;
+ * - a merge its contribution missed (sent, age 0): it left (now - held - transit) ago
+ *   against the first's, a round ago at most.  (An older syncer states no age: then
+ *   every contribution looks like the last, whose lag is about 0.)
+ * Blocking rounds wait for every learner, so only the first case applies there. */
+static int64_t lag_of(const dlc_learner *l, const lfrag *f, const dlc_msg *m, double now, int behind) {
+    int64_t H = l->p.H;
+    double step = l->step_ema, d;
+    if (H < 2 || l->p.dp || m->held < 0 || !(step > 0) || !isfinite(m->held)) return 0;
+    if (behind) {
+        int64_t off = (int64_t)m->fragment * H / l->P, t = l->steps + l->phase;
+        int64_t next = t + 1 <= off ? off : off + ((t + 1 - off + H - 1) / H) * H; /* next due after t */
+        double within = l->boundary_time >= 0 ? (now - l->boundary_time) / step : 0;
+        within = within > 0 ? (within < 1 ? within : 1) : 0;
+        d = (double)(next - t) - within + (m->held + l->transit_ema) / step;
+    } else if (l->p.blocking) {
+        return 0; /* its rounds wait for everyone: the phase is theirs */
+    } else if (m->age > 0) {
+        d = (m->age - m->held) / step;
+    } else {
+        d = (f->sent_time - (now - m->held - l->transit_ema)) / step;
+    }
+    if (!(d < (double)H)) return 0;
+    return (int64_t)floor(d + 0.25);
 }
 
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
@@ -525,8 +553,8 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
                 for (int q = 0; q < l->P; q++) l->f[q].received = 0;
                 s = take_phase(l, l->resync_run);
             }
-        } else if (behind) {
-            s = catch_up(l, m);
+        } else if (!resync) {
+            s = move_on(l, m->fragment, lag_of(l, f, m, now, behind));
         }
         update_blocking(l); /* a blocked learner may go on: the apply waits for step_begin */
         return s;
@@ -568,6 +596,9 @@ dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
                          "syncer incarnation's, refused", l->p.id, dlc_msg_type_name(m->type), (long long)m->epoch,
                          (long long)l->epoch);
+    if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->learner != l->p.id)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s addressed to learner %d, refused", l->p.id,
+                         dlc_msg_type_name(m->type), m->learner);
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
@@ -634,6 +665,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->best_k = 0;
     l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
+    l->boundary_time = -1;
     l->joined = 0;
     l->resynced = 0;
     l->next_heartbeat = INFINITY;

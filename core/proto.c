@@ -59,14 +59,14 @@ typedef enum key_id {
     K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
     K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
     K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_EPOCH, K_INCARNATION, K_RUN_HASH,
-    K_RUN_PARAMS, K_CHECK, K_COUNT
+    K_RUN_PARAMS, K_CHECK, K_AGE, K_COUNT
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
 #define KEY_NAMES                                                                                   \
     X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
     X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
-    X("text") X("e") X("i") X("rh") X("rp") X("ck")
+    X("text") X("e") X("i") X("rh") X("rp") X("ck") X("ra")
 #define X(s) s,
 static const char *const key_names[] = {KEY_NAMES};
 #undef X
@@ -102,14 +102,14 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
 
 /* Keys each frame type may carry but need not: newer than the protocol's first keys, so
  * an older peer's frame without them is still read (absent = 0, not stated).  The
- * encoder writes the fencing keys and a resync's checksum always, the run keys when
- * hello.run_hash != 0. */
+ * encoder writes the fencing keys, a resync's checksum and a fragment's round age
+ * always, the run keys when hello.run_hash != 0. */
 #define MSG_FENCE (B(K_EPOCH) | B(K_INCARNATION))
 #define HELLO_RUN (B(K_RUN_HASH) | B(K_RUN_PARAMS))
 static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
     [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
-    [DLC_FRAME_FRAGMENT] = MSG_FENCE,      [DLC_FRAME_GRADIENT] = MSG_FENCE,
+    [DLC_FRAME_FRAGMENT] = MSG_FENCE | B(K_AGE), [DLC_FRAME_GRADIENT] = MSG_FENCE,
     [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE,  [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK),
     [DLC_FRAME_BYE] = MSG_FENCE,
 };
@@ -576,6 +576,7 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
     case K_STEP_TIME: st = get_num(why, k, v, 0, &f->msg.step_time); break;
     case K_TRANSIT: st = get_num(why, k, v, 0, &f->msg.transit); break;
     case K_HELD: st = get_num(why, k, v, -1, &f->msg.held); break;
+    case K_AGE: st = get_num(why, k, v, 0, &f->msg.age); break;
     case K_FLAGS:
         st = get_int(why, k, v, 0, UINT32_MAX, &i);
         if (st == DLC_OK && (i & ~(int64_t)DLC_MSG_RESYNC))
@@ -935,6 +936,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_STEP_TIME: return msgpack_pack_double(pk, f->msg.step_time);
     case K_TRANSIT: return msgpack_pack_double(pk, f->msg.transit);
     case K_HELD: return msgpack_pack_double(pk, f->msg.held);
+    case K_AGE: return msgpack_pack_double(pk, f->msg.age);
     case K_FLAGS: return msgpack_pack_uint32(pk, f->msg.flags);
     case K_CODEC: return pack_cstr(pk, dlc_codec_name(f->msg.codec), 16);
     case K_NONCE: return msgpack_pack_bin(pk, DLC_PROTO_NONCE) || msgpack_pack_bin_body(pk, f->nonce, DLC_PROTO_NONCE);
@@ -990,6 +992,8 @@ static dlc_status check_encodable(const dlc_frame *f) {
         ((keys & B(K_HELD)) && !(isfinite(m->held) && m->held >= -1)))
         return dlc_error(DLC_ERR_ARG, "%s: step_time %g, transit %g, held %g: must be finite, >= 0 (held >= -1)", name,
                          m->step_time, m->transit, m->held);
+    if ((keys & B(K_AGE)) && !(isfinite(m->age) && m->age >= 0))
+        return dlc_error(DLC_ERR_ARG, "%s: age %g: must be finite, >= 0", name, m->age);
     if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u))
         return dlc_error(DLC_ERR_ARG, "%s: flags 0x%x, expected 0x%x", name, m->flags,
                          f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u);

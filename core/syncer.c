@@ -346,14 +346,14 @@ static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
 static int64_t stamp_incarnation(const dlc_syncer *s, int m) { return s->inc_open[m] ? 0 : s->incarnation[m]; }
 
 /* FRAGMENT p to learner m; a resync also carries the run's phase and median step time. */
-static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held, int64_t phase,
-                                double step_time) {
+static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held, double age,
+                                int64_t phase, double step_time) {
     sfrag *f = &s->f[p];
     dlc_status st = encode_theta(s, f);
     if (st != DLC_OK) return st;
     dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p};
     a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
-                      .steps = phase, .step_time = step_time, .flags = flags, .held = held,
+                      .steps = phase, .step_time = step_time, .flags = flags, .held = held, .age = age,
                       .codec = s->p.codec_down, .payload = f->out,
                       .len = (size_t)f->out_len, .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
     return push(s, &a);
@@ -403,7 +403,7 @@ static dlc_status resync_all(dlc_syncer *s, int m, double now) {
     double step = live_median(s, s->step_t);
     for (int p = 0; p < s->P && st == DLC_OK; p++) {
         sfrag *f = &s->f[p];
-        st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, phase, step);
+        st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, 0, phase, step);
     }
     return st;
 }
@@ -448,7 +448,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
          * be blocked on this round: they get the current fragment back */
         for (int m = 0; m < s->M && st == DLC_OK; m++)
-            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, 0);
+            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, 0, 0);
     }
     if (st != DLC_OK || k == 0) {
         clear_round(f, s->M);
@@ -478,10 +478,11 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         mi->version = dlc_fragstate_version(f->fs);
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
-            /* contributors: how long their contribution waited here; the others: how old
-             * the round is (a newcomer takes its phase from it) */
-            double held = now - (f->c[m].present ? f->c[m].arrived : f->opened);
-            st = send_fragment(s, p, m, 0, held, 0, 0);
+            /* contributors: how long their contribution waited here, and the round's age
+             * (one that came late in it catches up, learner.h); the others: how old the
+             * round is (a newcomer takes its phase from it), and no age */
+            int in = f->c[m].present;
+            st = send_fragment(s, p, m, 0, now - (in ? f->c[m].arrived : f->opened), in ? now - f->opened : 0, 0, 0);
             sent += f->out_len;
         }
     }
@@ -520,7 +521,7 @@ static dlc_status reject(dlc_syncer *s, int m, int p, dlc_reject_reason why) {
     dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = m, .fragment = p, .reason = why};
     dlc_status st = push(s, &a);
     /* dp: the resync carries the run's step, from which the learner counts its next one */
-    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, s->p.dp ? run_phase(s, m) : 0, 0) : st;
+    return st == DLC_OK ? send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, s->p.dp ? run_phase(s, m) : 0, 0) : st;
 }
 
 static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {

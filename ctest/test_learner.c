@@ -1105,8 +1105,10 @@ static void test_hold(void) {
 
 /* Catching up (learner.h): a merge of a fragment the learner has not sent since it last
  * applied it moves its schedule on by the lag of its own send behind the others' (1 to
- * H/2 steps), so its next sends leave with theirs; no move for a fragment it sent, a
- * lag over H/2, or no `held`.  H = 8, P = 2 (offsets 0 and 4), one second a step. */
+ * H/2 steps, measured from where it is within its step, rounded so that it lands at most
+ * a quarter step ahead of them), so its next sends leave with theirs; no move for a
+ * fragment it sent, a lag over H/2, no `held`, or a second move within H/P steps.  H = 8,
+ * P = 2 (offsets 0 and 4), one second a step. */
 static void test_catch_up(void) {
     fx x;
     fx_make(&x, 2, 130);
@@ -1137,9 +1139,10 @@ static void test_catch_up(void) {
         CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
         drain(l);
     }
-    /* at 6, fragment 0 is next due at 8 (d = 2): the others sent it 3 s ago, a lag of 5 > 4 */
+    /* half-way through step 7, fragment 0 is next due at 8 (1.5 steps on): the others sent
+     * it 3.5 s ago, a lag of 5 > 4 */
     m = fragment_msg(0, 0, 1, 0, v0, n0);
-    m.held = 3.0;
+    m.held = 3.5;
     CHECK(dlc_learner_receive(l, &m, 6.5) == DLC_OK);
     r = drain(l);
     CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 6);
@@ -1148,24 +1151,25 @@ static void test_catch_up(void) {
     CHECK(dlc_learner_receive(l, &m, 6.6) == DLC_OK);
     r = drain(l);
     CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 6);
-    /* sent 1 s ago: its own leaves 2 + 1 = 3 steps after theirs, the schedule moves on by 3 */
+    /* 0.7 s into step 7, sent 1 s ago: its own leaves 1.3 + 1 = 2.3 steps after theirs,
+     * the schedule moves on by 2 (3, a whole step more, would put it ahead of them) */
     m = fragment_msg(0, 0, 3, 0, v0, n0);
     m.held = 1.0;
     CHECK(dlc_learner_receive(l, &m, 6.7) == DLC_OK);
     r = drain(l);
-    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 0 && r.a[0].lag == 3 &&
-          r.a[0].schedule == 9);
-    CHECK(dlc_learner_schedule_step(l) == 9 && dlc_learner_steps(l) == 6);
-    /* fragment 1's next merge would move it by 4 (due in 3, sent 1 s ago), but it caught
-     * up 0 < H steps ago: no move */
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 0 && r.a[0].lag == 2 &&
+          r.a[0].schedule == 8);
+    CHECK(dlc_learner_schedule_step(l) == 8 && dlc_learner_steps(l) == 6);
+    /* fragment 1's next merge would move it by 4 (due in 4 - 0.8, sent 1 s ago), but it
+     * caught up 0 < H/P steps ago: no move */
     m = fragment_msg(0, 1, 2, 0, v1, n1);
     m.held = 1.0;
     CHECK(dlc_learner_receive(l, &m, 6.8) == DLC_OK);
     r = drain(l);
-    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 9);
+    CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 8);
     /* the move skipped step 8, where fragment 0 was due: it leaves at the next step_done,
-     * with all 6 steps trained since the resync; then from 9: fragment 1 at 12 (3 steps
-     * on), fragment 0 at 16 (7 steps on), in step with the others' next rounds (theirs:
+     * with the 7 steps trained since the resync; then from 9: fragment 1 at 12 (4 steps
+     * on), fragment 0 at 16 (8 steps on), in step with the others' next rounds (theirs:
      * 1 s ago + 8) */
     int sends[2][3] = {{0}}, ns[2] = {0, 0};
     for (int t = 1; t <= 8; t++) {
@@ -1177,17 +1181,95 @@ static void test_catch_up(void) {
             if (p == 0 && t == 1) CHECK(r.a[i].msg.steps == 7 && r.a[i].msg.version == 0);
         }
     }
-    CHECK(ns[0] == 2 && sends[0][0] == 1 && sends[0][1] == 7);
-    CHECK(ns[1] == 1 && sends[1][0] == 3);
+    CHECK(ns[0] == 2 && sends[0][0] == 1 && sends[0][1] == 8);
+    CHECK(ns[1] == 1 && sends[1][0] == 4);
     /* a replaying host moves it the same way: skip_to sends what the skip passes over;
      * back is refused */
     CHECK(dlc_learner_skip_to(l, dlc_learner_schedule_step(l) - 1) == DLC_ERR_ARG);
-    int64_t t0 = dlc_learner_schedule_step(l); /* 17: fragment 1 next due at 20 */
+    int64_t t0 = dlc_learner_schedule_step(l); /* 16: fragment 1 next due at 20 */
     CHECK(dlc_learner_skip_to(l, t0 + 4) == DLC_OK && dlc_learner_schedule_step(l) == t0 + 4);
     CHECK(dlc_learner_step_done(l, 4, 1.0, 20.0) == DLC_OK);
     r = drain(l);
     CHECK(r.n == 1 && r.a[0].type == DLC_LACT_SEND && r.a[0].msg.fragment == 1);
     dlc_learner_free(l);
+    fx_free(&x);
+}
+
+/* Catching up from a round the learner was in, or missed (learner.h): a contribution
+ * that arrived `age` - `held` after the round's first moves the schedule on by that lag
+ * (rounded to land at most a quarter step ahead); one that missed the round moves it by
+ * how long after the round's first contribution it left; nothing under a lag of 0.75
+ * step, within H/P steps of the last move, with no age in a blocking preset.  H = 8,
+ * P = 2 (offsets 0 and 4), tau = 1, one second a step. */
+static void test_catch_up_in_round(void) {
+    fx x;
+    fx_make(&x, 2, 131);
+    for (int blocking = 0; blocking <= 1; blocking++) {
+        dlc_learner_params lp = lparams(0, 8, 1, 0, blocking);
+        dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+        CHECK_OK(l);
+        if (!l) continue;
+        float model[NMAX * 2], v0[NMAX], v1[NMAX];
+        memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * sizeof(float));
+        resync(&x, l, model, 0, 0.0);
+        gather(&x, 0, model, v0);
+        gather(&x, 1, model, v1);
+        int64_t n0 = dlc_plan_numel(x.plan, 0), n1 = dlc_plan_numel(x.plan, 1);
+        lrec r;
+        for (int t = 1; t <= 4; t++) {
+            CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+            r = drain(l);
+        }
+        CHECK(find(&r, DLC_LACT_SEND, 1) != NULL); /* fragment 1 left at 4 */
+        /* its contribution came 0.5 s after the round's first: under 0.75 step, no move */
+        dlc_msg m = fragment_msg(0, 1, 1, 0, v1, n1);
+        m.held = 0.3, m.age = 0.8;
+        CHECK(dlc_learner_receive(l, &m, 4.5) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 4);
+        /* the next round's merge: 1.7 s after the first, a move of 1 (not in blocking) */
+        m = fragment_msg(0, 1, 2, 0, v1, n1);
+        m.held = 0.3, m.age = 2.0;
+        CHECK(dlc_learner_receive(l, &m, 4.6) == DLC_OK);
+        r = drain(l);
+        if (blocking) {
+            CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 4);
+        } else {
+            CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 1 && r.a[0].lag == 1 &&
+                  r.a[0].schedule == 5);
+            CHECK(dlc_learner_schedule_step(l) == 5 && dlc_learner_steps(l) == 4);
+        }
+        /* fragment 0 leaves at schedule step 8: step 7 here (8 in blocking) */
+        int64_t sent = -1;
+        for (int t = 5; t <= 8; t++) {
+            CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+            r = drain(l);
+            if (find(&r, DLC_LACT_SEND, 0)) sent = t;
+        }
+        CHECK(sent == (blocking ? 8 : 7));
+        if (blocking) {
+            dlc_learner_free(l);
+            continue;
+        }
+        /* a merge of fragment 0 its contribution missed (no age): the round began 3 s
+         * before it arrived at 8.6, the links take about 0.25 s: its own left 1.65 steps after
+         * the first, a move of 1, 4 steps after the last (H/P) */
+        m = fragment_msg(0, 0, 1, 0, v0, n0);
+        m.held = 3.0;
+        CHECK(dlc_learner_receive(l, &m, 8.6) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_PHASE && r.a[0].fragment == 0 && r.a[0].lag == 1 &&
+              r.a[0].schedule == 10);
+        /* and within H/P steps of that move, none: the next merge (2 steps late) waits */
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 9.0) == DLC_OK);
+        drain(l);
+        m = fragment_msg(0, 0, 2, 0, v0, n0);
+        m.held = 0.1, m.age = 2.1;
+        CHECK(dlc_learner_receive(l, &m, 9.2) == DLC_OK);
+        r = drain(l);
+        CHECK(r.n == 0 && dlc_learner_schedule_step(l) == 11);
+        dlc_learner_free(l);
+    }
     fx_free(&x);
 }
 
@@ -1244,6 +1326,16 @@ static void test_hostile(void) {
         CHECK(memcmp(snap, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * 4) == 0);
         CHECK(dlc_learner_base_version(l, 0) == 0 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
     }
+    /* a well-formed merge addressed to another learner */
+    float w[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), w);
+    dlc_msg other = fragment_msg(3, 0, 1, 0, w, n);
+    CHECK(dlc_learner_receive(l, &other, 1.0) == DLC_ERR_FORMAT &&
+          strstr(dlc_last_error(), "a fragment addressed to learner 3, refused") != NULL);
+    CHECK(drain(l).n == 0 && dlc_learner_base_version(l, 0) == 0);
+    other.learner = 0; /* the same, to this one: taken */
+    CHECK(dlc_learner_receive(l, &other, 1.0) == DLC_OK && dlc_learner_step_begin(l, 2.0) == DLC_OK);
+    CHECK(dlc_learner_base_version(l, 0) == 1);
     dlc_learner_free(l);
     /* dp: the averaged gradient */
     lp.dp = 1;
@@ -1256,6 +1348,9 @@ static void test_hostile(void) {
     dlc_msg g = {.type = DLC_MSG_GRADIENT_AVG, .version = 1, .codec = DLC_CODEC_F32, .payload = (const uint8_t *)v,
                  .len = (size_t)n * 4};
     CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT); /* a NaN */
+    g.learner = 2, g.payload = (const uint8_t *)w;
+    CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "addressed to learner 2"));
+    g.learner = 0, g.payload = (const uint8_t *)v;
     g.codec = DLC_CODEC_BF16;
     CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT);
     CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING && drain(l).n == 0);
@@ -1662,6 +1757,7 @@ int main(void) {
     test_phase_late();
     test_phase_reconnect();
     test_catch_up();
+    test_catch_up_in_round();
     test_hold();
     test_set_schedule_step();
     test_dp_alone();

@@ -507,6 +507,38 @@ static void test_resync_crc(void) {
     CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.has_crc == 0);
 }
 
+/* A FRAGMENT carries the round's age ("ra", optional): read back as sent; a negative one
+ * is refused by the encoder and the decoder, naming the key; an older syncer's FRAGMENT
+ * without it reads as 0, not stated; a RESYNC does not carry it. */
+static void test_fragment_age(void) {
+    uint8_t pay[28] = {0};
+    dlc_msg m = {.type = DLC_MSG_FRAGMENT, .learner = 1, .fragment = 2, .version = 6, .codec = DLC_CODEC_F32,
+                 .payload = pay, .len = 28, .held = 0.5, .age = 2.25};
+    dlc_frame f, g;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_FRAGMENT);
+    size_t n = encode(&f);
+    corpus_write("fragment_age", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.age == 2.25 && g.msg.held == 0.5);
+    uint8_t buf[512];
+    memcpy(buf, scratch, n);
+    uint8_t *ra = find(buf, n, "\xa2" "ra", 3);
+    CHECK(ra != NULL && ra[3] == 0xcb); /* float 64 */
+    if (ra) {
+        ra[4] |= 0x80; /* -2.25 */
+        refuse("fragment_age_negative", buf, n, DLC_PERR_MALFORMED, "\"ra\"");
+        ra[4] &= 0x7f;
+        ra[2] = 'x'; /* an older syncer: no "ra" */
+        CHECK(dlc_proto_decode(buf, n, &layout3, &g, NULL) == DLC_OK && g.msg.age == 0 && g.msg.held == 0.5);
+    }
+    f.msg.age = -1;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG && strstr(dlc_last_error(), "age -1"));
+    m.flags = DLC_MSG_RESYNC;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_RESYNC);
+    n = encode(&f);
+    CHECK(find(scratch, n, "\xa2" "ra", 3) == NULL);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.age == 0);
+}
+
 static void test_prefix(void) {
     uint8_t buf[64], hdr[1] = {0x80};
     size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
@@ -821,6 +853,7 @@ int main(int argc, char **argv) {
     test_hello_run();
     test_fence_stamps();
     test_resync_crc();
+    test_fragment_age();
     test_prefix();
     test_header_walk();
     test_fields();

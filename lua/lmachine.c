@@ -84,6 +84,7 @@ static int msg_fields(lua_State *L) {
     dlcL_setint(L, "steps", m->steps);
     dlcL_setint(L, "tokens", m->tokens);
     dlcL_setnum(L, "held", m->held);
+    dlcL_setnum(L, "age", m->age);
     lua_pushboolean(L, (m->flags & DLC_MSG_RESYNC) != 0);
     lua_setfield(L, -2, "resync");
     lua_pushstring(L, dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "?");

@@ -163,8 +163,8 @@ static int n_connect(lua_State *L) { return addr_call(L, dlc_net_connect); }
 
 /* The fields of each message frame type (docs/protocol.md, "Keys by type"), which
  * net:send takes and poll's frames carry. */
-enum { F_LEARNER, F_FRAGMENT, F_VERSION, F_STEPS, F_TOKENS, F_STEP_TIME, F_TRANSIT, F_HELD, F_CODEC, F_PAYLOAD, F_TEXT,
-       F_COUNT };
+enum { F_LEARNER, F_FRAGMENT, F_VERSION, F_STEPS, F_TOKENS, F_STEP_TIME, F_TRANSIT, F_HELD, F_AGE, F_CODEC, F_PAYLOAD,
+       F_TEXT, F_COUNT };
 static const struct {
     const char *key;
     unsigned types;
@@ -177,6 +177,7 @@ static const struct {
     [F_STEP_TIME] = {"step_time", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION) | T_FRAG},
     [F_TRANSIT] = {"transit", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION)},
     [F_HELD] = {"held", T_FRAG},
+    [F_AGE] = {"age", TB(DLC_FRAME_FRAGMENT)},
     [F_CODEC] = {"codec", T_PAYLOAD},
     [F_PAYLOAD] = {"payload", T_PAYLOAD},
     [F_TEXT] = {"text", TB(DLC_FRAME_BYE)},
@@ -260,6 +261,7 @@ static void read_frame(lua_State *L, int t, dlc_frame *f, const char **payload, 
     m->step_time = frame_num(L, t, "step_time");
     m->transit = frame_num(L, t, "transit");
     m->held = frame_num(L, t, "held");
+    m->age = frame_num(L, t, "age");
     *payload = NULL;
     *len = 0;
     if (has(f->type, F_PAYLOAD)) {
@@ -400,6 +402,7 @@ static void push_frame(lua_State *L, const dlc_frame *f) {
     if (has(f->type, F_STEP_TIME)) dlcL_setnum(L, "step_time", m->step_time);
     if (has(f->type, F_TRANSIT)) dlcL_setnum(L, "transit", m->transit);
     if (has(f->type, F_HELD)) dlcL_setnum(L, "held", m->held);
+    if (has(f->type, F_AGE)) dlcL_setnum(L, "age", m->age);
     if (has(f->type, F_CODEC)) {
         const char *c = dlc_codec_name(m->codec);
         setstr(L, "codec", c ? c : "unknown");

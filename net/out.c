@@ -180,24 +180,28 @@ static void flush(conn *c, int from_event) {
     else if (r == 0) dlcn_write_done(c);
 }
 
-/* f joins the queue; wlock held.  A frame with a payload (bulk) goes to the tail.  A
- * control frame (none: a heartbeat, a BYE, the handshake's, an ERROR) goes ahead of the
- * bulk frames not yet begun, behind the frame being written and the control frames
+/* Frames that keep their place in the queue: those with a payload (bulk), and a BYE,
+ * which says the sender is done and so must not overtake what it sent before. */
+static bool in_order(dlc_frame_type t) { return dlc_frame_has_payload(t) || t == DLC_FRAME_BYE; }
+
+/* f joins the queue; wlock held.  A frame with a payload (bulk) or a BYE goes to the
+ * tail.  A control frame (none: a heartbeat, the handshake's, an ERROR) goes ahead of
+ * the bulk frames not yet begun, behind the frame being written and the control frames
  * queued before it: it waits for at most one frame, never for every payload queued,
  * and no frame is ever split.  So heartbeats keep flowing on a slow link that carries
- * fragments back to back. */
+ * fragments back to back, and a learner's last contributions arrive before its BYE. */
 static void oq_insert(conn *c, outframe *f) {
     f->next = NULL;
     if (!c->oq_head) {
         c->oq_head = c->oq_tail = f, c->oq_off = 0;
         return;
     }
-    if (dlc_frame_has_payload(f->type)) {
+    if (in_order(f->type)) {
         c->oq_tail->next = f, c->oq_tail = f;
         return;
     }
     outframe **at = c->oq_off > 0 ? &c->oq_head->next : &c->oq_head; /* the one begun stays first */
-    while (*at && !dlc_frame_has_payload((*at)->type)) at = &(*at)->next;
+    while (*at && !in_order((*at)->type)) at = &(*at)->next;
     f->next = *at;
     *at = f;
     if (!f->next) c->oq_tail = f;

@@ -92,7 +92,7 @@ describe("diloco.net", function()
     -- server -> client: fragment 3 in int4, a resync, a heartbeat, a bye
     local q = diloco.codec_encode("int4", diloco.tensor({ 1, -2, 3, -4, 5, -6, 7 }))
     assert.is_true(server:send(speer, { type = "fragment", learner = 3, fragment = 3, version = 8,
-                                        held = 1.5, codec = "int4", payload = q }))
+                                        held = 1.5, age = 2.25, codec = "int4", payload = q }))
     assert.is_true(server:send(speer, { type = "resync", learner = 3, fragment = 1, version = 8,
                                         steps = 100, held = -1, step_time = 0.125,
                                         payload = f32(diloco.zeros(100)) }))
@@ -101,7 +101,7 @@ describe("diloco.net", function()
     local got = {}
     for i = 1, 4 do got[i] = wait(client, "frame").frame end
     assert.are.same({ type = "fragment", learner = 3, fragment = 3, version = 8, steps = 0, held = 1.5,
-                      step_time = 0, codec = "int4", payload = q }, got[1])
+                      age = 2.25, step_time = 0, codec = "int4", payload = q }, got[1])
     assert.are.equal("resync", got[2].type)
     assert.are.equal(-1, got[2].held)
     assert.are.equal(100, got[2].steps)

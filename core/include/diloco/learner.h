@@ -43,20 +43,29 @@
  * encoded outer gradient Θ̂_p − θ_p with the base version and the steps and tokens
  * counted since fragment p was last received.
  *
- * Catching up.  Learners at slightly different speeds drift out of phase: a merge of
- * fragment p then arrives at a learner that has not sent p since it last applied it (its
- * own contribution would leave later, after a merge that replaces its copy, α = 0, and
- * so carry little).  The merge's `held` says how long ago the others' round began; in
- * steps of the learner's own step time that is `ago`, and its own p is due in d steps:
- * it sends d + ago steps after them.  When that lag is 1 to H/2 steps the learner moves
- * its schedule step on by the lag (never back: the slower ones catch up with the
- * faster), so its next p leaves with theirs; action PHASE; at most once every H steps it
- * trains (drift builds up slowly; on a host whose scheduling jitter is many steps long,
- * one catch-up after another would skip most of its steps).  A fragment due at a step the
- * move skips is sent at the next dlc_learner_step_done instead, never skipped: a learner
- * far slower than the others, caught up again and again, would otherwise never reach a
- * due step and contribute nothing.  Nothing happens without a step time (no step done
- * yet) or a `held` (< 0), and never in data parallel.
+ * Catching up.  Learners at slightly different speeds drift out of phase, and a round
+ * that closes before a late learner's contribution arrives splits in two.  Each merge of
+ * fragment p tells the learner how far its sends leave after those of the round's first
+ * contributor, in steps of its own step time:
+ * - it sent nothing to the round (a merge of p that it has not sent since it last
+ *   applied p; its own contribution would leave later, after a merge that replaces its
+ *   copy, α = 0, and so carry little): the round's first contribution left `held` plus
+ *   its measured transit ago, and its own p is due d steps on, counted from where it is
+ *   within its current step;
+ * - its contribution was in the round (`age` > 0): it arrived `age` − `held` after the
+ *   first;
+ * - its contribution missed the round (sent, no `age`): it left that long after the
+ *   round's first, `held` + transit before the merge arrived.
+ * When that lag, rounded so that the learner lands at most a quarter step ahead of the
+ * first contributor (one that overshot would lead, and the one it passed would move in
+ * turn), is 1 to H/2 steps, the learner moves its schedule step on by it (never back: the
+ * slower ones catch up with the faster), so its next sends leave with theirs; action
+ * PHASE; at most once every H/P steps it trains (a move shows in the next fragment's
+ * round).  Blocking rounds wait for everyone: there only the first case applies.  A
+ * fragment due at a step the move skips is sent at the next dlc_learner_step_done
+ * instead, never skipped: a learner far slower than the others, caught up again and
+ * again, would otherwise never reach a due step and contribute nothing.  Nothing happens
+ * without a step time (no step done yet) or a `held` (< 0), and never in data parallel.
  *
  * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
  * applied at the first step boundary at least τ steps after p was last sent.  One that
@@ -199,8 +208,9 @@ DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
 DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);
 
 /* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A
- * malformed one (wrong fragment, size, codec, non-finite values) or one of an older
- * syncer epoch than the learner follows is refused with DLC_ERR_FORMAT and changes
+ * malformed one (wrong fragment, size, codec, non-finite values), one addressed to
+ * another learner (`learner` is not this one's id) or one of an older syncer epoch than
+ * the learner follows is refused with DLC_ERR_FORMAT and changes
  * nothing; a FRAGMENT older than the one held or waiting is ignored (DLC_OK).  A FRAGMENT
  * is only stashed for the next step boundary (above; no action), except a resync while
  * JOINING, applied at once (APPLIED; the last one makes the learner TRAINING).  It may be

@@ -17,7 +17,7 @@
  *                                   step_time, transit, codec, payload (the encoded outer
  *                                   gradient Θ̂_p − θ_p of the fragment's floats)
  *   FRAGMENT      syncer -> learner learner (destination), fragment, version (new),
- *                                   flags (DLC_MSG_RESYNC), held, codec, payload (Θ_p);
+ *                                   flags (DLC_MSG_RESYNC), held, age, codec, payload (Θ_p);
  *                                   a resync also carries steps (the run's schedule
  *                                   step; dp: the rounds closed), held (the age of the fragment's latest round,
  *                                   -1 if none) and step_time (the median step time)
@@ -90,6 +90,10 @@ typedef struct dlc_msg {
     double held;          /* FRAGMENT: seconds the syncer held this learner's contribution
                            * before sending the merge; for a learner without one in the
                            * round, the round's age (since its first contribution) */
+    double age;           /* FRAGMENT (not a resync): the round's age when merged, seconds
+                           * since its first contribution arrived (0 = not stated: an older
+                           * syncer); a contributor's lag behind the round's first sender is
+                           * age - held */
     uint32_t flags;       /* FRAGMENT: DLC_MSG_RESYNC */
     dlc_codec_kind codec; /* payload encoding */
     const uint8_t *payload; /* borrowed, see above */
