@@ -13,7 +13,7 @@
 #include <string.h>
 #include "diloco/chaos.h"
 
-static const char *const kind_names[] = {"kill", "slow", "cut", "syncer"};
+static const char *const kind_names[] = {"kill", "slow", "cut", "syncer", "link"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
                "one name per dlc_fault_kind");
 
@@ -34,7 +34,7 @@ dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out) {
     if (!name || !out) return dlc_error(DLC_ERR_ARG, "fault_kind_parse: %s is NULL", name ? "out" : "name");
     for (int k = 0; k < DLC_FAULT_KIND_COUNT; k++)
         if (!strcmp(name, kind_names[k])) return *out = (dlc_fault_kind)k, DLC_OK;
-    return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut or syncer", name);
+    return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut, syncer or link", name);
 }
 
 /* ---- the random source: splitmix64 seeds xoshiro256** (Blackman & Vigna) ---- */
@@ -104,7 +104,7 @@ void dlc_chaos_free(dlc_chaos *c) {
 
 static double end_of(const dlc_fault *f) { return f->at + f->duration; }
 
-/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M; -1 for slow. */
+/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M; -1 for slow and link. */
 static int target(const dlc_chaos *c, const dlc_fault *f) {
     switch (f->kind) {
     case DLC_FAULT_KILL: return f->learner;
@@ -145,7 +145,7 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if (!isfinite(f->at) || f->at < 0)
         return dlc_error(DLC_ERR_ARG, "chaos: at = %g: expected a finite time >= 0 s", f->at);
     if ((unsigned)f->kind >= DLC_FAULT_KIND_COUNT)
-        return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer)", (int)f->kind,
+        return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer, link)", (int)f->kind,
                          DLC_FAULT_KIND_COUNT - 1);
     if (f->kind == DLC_FAULT_SYNCER) {
         if (f->learner != -1)
@@ -161,6 +161,17 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if (f->kind == DLC_FAULT_SLOW && (!isfinite(f->factor) || f->factor <= 0))
         return dlc_error(DLC_ERR_ARG, "chaos: factor = %g: expected a finite step-time multiplier > 0 (>= 1 slower)",
                          f->factor);
+    if (f->kind == DLC_FAULT_LINK) {
+        if (!(f->bandwidth >= 0))
+            return dlc_error(DLC_ERR_ARG, "chaos: bandwidth = %g: expected bytes/s > 0 (INFINITY: no cap), or 0 to keep "
+                             "the link's", f->bandwidth);
+        if (isnan(f->latency) || isinf(f->latency))
+            return dlc_error(DLC_ERR_ARG, "chaos: latency = %g: expected one-way seconds >= 0, or < 0 to keep the "
+                             "link's", f->latency);
+        if (f->bandwidth == 0 && f->latency < 0)
+            return dlc_error(DLC_ERR_ARG, "chaos: a link fault sets bandwidth (> 0), latency (>= 0) or both; this one "
+                             "keeps both (bandwidth 0, latency %g)", f->latency);
+    }
     return DLC_OK;
 }
 
@@ -185,6 +196,8 @@ dlc_status dlc_chaos_add(dlc_chaos *c, const dlc_fault *fin) {
     if ((s = reserve(c, 1, "chaos_add")) != DLC_OK) return s;
     dlc_fault f = *fin;
     if (f.kind != DLC_FAULT_SLOW) f.factor = 0;
+    if (f.kind != DLC_FAULT_LINK) f.bandwidth = f.latency = 0;
+    else if (f.latency < 0) f.latency = -1;
     int lo = 0, hi = c->n; /* first index with at > f.at: after every equal one */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
@@ -331,4 +344,18 @@ double dlc_chaos_slow_factor(const dlc_chaos *c, int learner, double t) {
         if (f->kind == DLC_FAULT_SLOW && f->learner == learner && t < end_of(f)) x *= f->factor;
     }
     return x;
+}
+
+dlc_status dlc_chaos_link_at(const dlc_chaos *c, int learner, double t, double *bandwidth, double *latency) {
+    if (!c || !bandwidth || !latency) return dlc_error(DLC_ERR_ARG, "chaos_link_at: NULL argument");
+    if (learner < 0 || learner >= c->learners)
+        return dlc_error(DLC_ERR_ARG, "chaos_link_at: learner = %d: expected an index in [0, %d]", learner,
+                         c->learners - 1);
+    for (int i = 0; i < c->n && c->f[i].at <= t; i++) {
+        const dlc_fault *f = &c->f[i];
+        if (f->kind != DLC_FAULT_LINK || f->learner != learner || !(t < end_of(f))) continue;
+        if (f->bandwidth > 0) *bandwidth = f->bandwidth;
+        if (f->latency >= 0) *latency = f->latency;
+    }
+    return DLC_OK;
 }

@@ -354,6 +354,13 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
     } else if (f->kind == DLC_FAULT_CUT) {
         vt->L[f->learner].cut = ce->begin;
         vt->L[f->learner].cut_until = ce->begin ? f->at + f->duration : vt->now;
+    } else if (f->kind == DLC_FAULT_LINK) {
+        /* the island's own link with the LINK faults under way now on top: at its end
+         * the fault itself is no longer among them */
+        dlc_vtime_island *is = &vt->L[f->learner].is;
+        is->bandwidth = vt->islands[f->learner].bandwidth, is->latency = vt->islands[f->learner].latency;
+        st = dlc_chaos_link_at(vt->p.chaos, f->learner, vt->now, &is->bandwidth, &is->latency);
+        e.bandwidth = is->bandwidth, e.latency = is->latency;
     } else if (f->kind == DLC_FAULT_SYNCER) {
         vt->syncer_down = ce->begin;
         if (!ce->begin) {

@@ -4,7 +4,8 @@
  * cuts and syncer outages merged, slows not; the poisson policy against theory over a
  * long horizon (mean time between failures, down share = down/(mtbf + down), fixed and
  * exponential down times); a learner's stream independent of the number of learners;
- * same seed same schedule, another seed another; the fault limit. */
+ * same seed same schedule, another seed another; the fault limit; link faults: their
+ * fields checked, never merged, the latest begun setting each field of the link. */
 #include <stdint.h>
 #include "check.h"
 #include "diloco/chaos.h"
@@ -21,7 +22,7 @@
     } while (0)
 
 static dlc_fault F(double at, dlc_fault_kind k, int m, double dur, double factor) {
-    dlc_fault f = {at, k, m, dur, factor};
+    dlc_fault f = {.at = at, .kind = k, .learner = m, .duration = dur, .factor = factor};
     return f;
 }
 
@@ -35,6 +36,7 @@ static void test_names(void) {
     CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_SLOW), "slow"));
     CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_CUT), "cut"));
     CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_SYNCER), "syncer"));
+    CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_LINK), "link"));
     CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_KIND_COUNT), "?"));
     dlc_fault_kind k;
     CHECK(dlc_fault_kind_parse("cut", &k) == DLC_OK && k == DLC_FAULT_CUT);
@@ -301,6 +303,55 @@ static void test_streams(void) {
     dlc_chaos_free(z);
 }
 
+/* LINK faults: each field refused with its value; a fault that keeps both is refused;
+ * the fields of other kinds are stored as 0; never merged; dlc_chaos_link_at gives the
+ * link's own fields with each replaced by the latest begun fault under way that sets it. */
+static void test_link(void) {
+    dlc_chaos *c = dlc_chaos_new(2);
+    CHECK_OK(c);
+    if (!c) return;
+    dlc_fault f = {.at = 1, .kind = DLC_FAULT_LINK, .learner = 1, .duration = 4, .bandwidth = -5, .latency = -1};
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "bandwidth = -5");
+    f.bandwidth = NAN;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "bandwidth = nan");
+    f.bandwidth = 0;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "keeps both");
+    f.latency = NAN;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "latency = nan");
+    f.latency = INFINITY;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "latency = inf");
+    CHECK(dlc_chaos_count(c) == 0);
+    /* A: [1, 5) 1 MB/s; B: [2, 4) 50 ms; C: [3, 6) 2 MB/s, overlapping A: three faults */
+    f.bandwidth = 1e6, f.latency = -7;
+    CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    f = (dlc_fault){.at = 2, .kind = DLC_FAULT_LINK, .learner = 1, .duration = 2, .latency = 0.05};
+    CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    f = (dlc_fault){.at = 3, .kind = DLC_FAULT_LINK, .learner = 1, .duration = 3, .bandwidth = 2e6, .latency = -1};
+    CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    f = (dlc_fault){.at = 0, .kind = DLC_FAULT_KILL, .learner = 0, .duration = 1, .bandwidth = 9, .latency = 9};
+    CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    CHECK(dlc_chaos_count(c) == 4);
+    const dlc_fault *k = dlc_chaos_get(c, 0), *a = dlc_chaos_get(c, 1);
+    CHECK(k && k->kind == DLC_FAULT_KILL && k->bandwidth == 0 && k->latency == 0);
+    CHECK(a && a->kind == DLC_FAULT_LINK && a->bandwidth == 1e6 && a->latency == -1); /* "keep" as -1 */
+    static const struct { double t, bw, lat; } want[] = {
+        {0.5, 10e6, 0.02}, {1, 1e6, 0.02}, {2, 1e6, 0.05}, {3.5, 2e6, 0.05}, {4, 2e6, 0.02}, {5, 2e6, 0.02},
+        {6, 10e6, 0.02},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        double bw = 10e6, lat = 0.02;
+        CHECK(dlc_chaos_link_at(c, 1, want[i].t, &bw, &lat) == DLC_OK);
+        if (bw != want[i].bw || lat != want[i].lat)
+            fprintf(stderr, "link at %g: %g B/s %g s, expected %g %g\n", want[i].t, bw, lat, want[i].bw, want[i].lat);
+        CHECK(bw == want[i].bw && lat == want[i].lat);
+    }
+    double bw = 10e6, lat = 0.02;
+    CHECK(dlc_chaos_link_at(c, 0, 3, &bw, &lat) == DLC_OK && bw == 10e6 && lat == 0.02); /* not its faults */
+    CHECK_SFAILS(dlc_chaos_link_at(c, 2, 3, &bw, &lat), DLC_ERR_ARG, "learner = 2");
+    CHECK_SFAILS(dlc_chaos_link_at(c, 0, 3, NULL, &lat), DLC_ERR_ARG, "NULL");
+    dlc_chaos_free(c);
+}
+
 int main(void) {
     test_names();
     test_validation();
@@ -308,5 +359,6 @@ int main(void) {
     test_merge();
     test_poisson_theory();
     test_streams();
+    test_link();
     return check_done("test_chaos");
 }

@@ -30,6 +30,7 @@ typedef struct rec {
     double arrived_max;  /* MERGE: latest arrival among the contributions */
     dlc_fault_kind fault;
     int begin;
+    double latency;      /* FAULT of kind LINK: the link's latency from then on */
 } rec;
 
 typedef struct world {
@@ -130,7 +131,7 @@ static void world_run(world *w, double check_global_at) {
             rec *r = &w->log[w->n++];
             *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step,
                        .fragment = ev.type == DLC_VT_MERGE ? ev.merge.fragment : ev.fragment, .fault = ev.fault,
-                       .begin = ev.begin};
+                       .begin = ev.begin, .latency = ev.latency};
             if (ev.type == DLC_VT_MERGE) {
                 r->version = ev.merge.version, r->count = ev.merge.count;
                 for (int i = 0; i < ev.merge.count; i++) {
@@ -342,6 +343,47 @@ static void test_cut(void) {
     }
 }
 
+/* A LINK fault on learner 1 from 1.5 to 4.5 with a latency of 0.25 s (its bandwidth
+ * kept), H = 2: its contributions sent at 2 and 4 arrive 0.25 s later, the one sent at 6
+ * at once again; the FAULT events carry the link's latency from then on; a second LINK
+ * fault over the first (3.5 to 4.5, latency 0.5) wins while both are under way.  (H = 2
+ * brings each merge back before the learner's next send: with H = 1 its next contribution
+ * would count the tokens of the step already sent again, an accounting matter of its own.) */
+static void test_link(void) {
+    for (int stacked = 0; stacked <= 1; stacked++) {
+        world w;
+        world_init(&w, 2, 1, 0, 6);
+        w.vp.learner.H = 2;
+        dlc_fault f = {.at = 1.5, .kind = DLC_FAULT_LINK, .learner = 1, .duration = 3.0, .latency = 0.25};
+        CHECK(dlc_chaos_add(world_chaos(&w), &f) == DLC_OK);
+        if (stacked) {
+            f.at = 3.5, f.duration = 1.0, f.latency = 0.5;
+            CHECK(dlc_chaos_add(world_chaos(&w), &f) == DLC_OK);
+        }
+        if (!world_start(&w)) {
+            world_free(&w);
+            continue;
+        }
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        int got[3] = {0, 0, 0};
+        double want[3] = {2.25, stacked ? 4.5 : 4.25, 6.0};
+        for (int i = 0; i < w.n; i++)
+            for (int k = 0; k < 3; k++)
+                if (w.log[i].type == DLC_VT_MERGE && (w.log[i].who & 2u) && w.log[i].arrived_max == want[k]) got[k]++;
+        CHECK(got[0] == 1 && got[1] == 1 && got[2] == 1);
+        const rec *b = find(&w, DLC_VT_FAULT, 1, 1.5), *e = find(&w, DLC_VT_FAULT, 1, 4.5);
+        CHECK(b && b->fault == DLC_FAULT_LINK && b->begin == 1 && b->latency == 0.25);
+        CHECK(e && e->fault == DLC_FAULT_LINK && e->begin == 0 && e->latency == 0);
+        if (stacked) {
+            const rec *s2 = find(&w, DLC_VT_FAULT, 1, 3.5);
+            CHECK(s2 && s2->begin == 1 && s2->latency == 0.5);
+        }
+        check_stats(&w);
+        world_free(&w);
+    }
+}
+
 /* Blocking DiLoCo (K = all, τ = 0) with the syncer down from 1.5 to 2.5: both learners'
  * contributions after step 2 are lost and they block; their first message to the
  * restarted syncer (a heartbeat at 2.5) makes it resync them (JOINED), they step on at 2.5
@@ -484,6 +526,7 @@ int main(void) {
     test_one_instant();
     test_kill_rejoin();
     test_cut();
+    test_link();
     test_syncer_fault();
     test_determinism();
     test_dp_rounds();

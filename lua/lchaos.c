@@ -82,19 +82,19 @@ static int l_chaos(lua_State *L) {
 
 static void chaos_release(void *box) { dlc_chaos_free(((chaosbox *)box)->c); }
 
-/* ch:add{at =, kind =, learner =, duration =, factor =} */
+/* ch:add{at =, kind =, learner =, duration =, factor =, bandwidth =, latency =} */
 static int ch_add(lua_State *L) {
     static const char *const who = "Chaos:add";
-    static const char *const known[] = {"at", "kind", "learner", "duration", "factor", NULL};
+    static const char *const known[] = {"at", "kind", "learner", "duration", "factor", "bandwidth", "latency", NULL};
     dlc_chaos *c = checkchaos(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     dlcL_check_keys(L, 2, who, known, "field");
     dlc_fault f = {0};
     if (lua_getfield(L, 2, "kind") != LUA_TSTRING)
-        return luaL_error(L, "%s: kind must be \"kill\", \"slow\", \"cut\" or \"syncer\", got a %s", who,
+        return luaL_error(L, "%s: kind must be \"kill\", \"slow\", \"cut\", \"syncer\" or \"link\", got a %s", who,
                           luaL_typename(L, -1));
     if (dlc_fault_kind_parse(lua_tostring(L, -1), &f.kind) != DLC_OK)
-        return luaL_error(L, "%s: kind = \"%s\": expected kill, slow, cut or syncer", who, lua_tostring(L, -1));
+        return luaL_error(L, "%s: kind = \"%s\": expected kill, slow, cut, syncer or link", who, lua_tostring(L, -1));
     lua_pop(L, 1);
     f.at = num_field(L, 2, who, "at", 1, 0);
     f.duration = num_field(L, 2, who, "duration", 1, 0);
@@ -111,6 +111,15 @@ static int ch_add(lua_State *L) {
         f.factor = num_field(L, 2, who, "factor", 1, 0);
     } else if (lua_getfield(L, 2, "factor") != LUA_TNIL) {
         return luaL_error(L, "%s: factor is only for kind = \"slow\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
+    }
+    if (f.kind == DLC_FAULT_LINK) { /* nil: the link keeps its own */
+        f.bandwidth = num_field(L, 2, who, "bandwidth", 0, 0);
+        f.latency = num_field(L, 2, who, "latency", 0, -1);
+    } else {
+        for (int k = 0; k < 2; k++)
+            if (lua_getfield(L, 2, k ? "latency" : "bandwidth") != LUA_TNIL)
+                return luaL_error(L, "%s: %s is only for kind = \"link\" (kind = \"%s\")", who,
+                                  k ? "latency" : "bandwidth", dlc_fault_kind_name(f.kind));
     }
     c = checkchaos(L, 1); /* option metamethods may have run Lua code */
     if (dlc_chaos_add(c, &f) != DLC_OK) return dlcL_error(L);
@@ -150,7 +159,8 @@ static int ch_count(lua_State *L) {
     return 1;
 }
 
-/* ch:get(i) -> {at =, kind =, learner = (1-based; nil for the syncer), duration =, factor = (slow only)} */
+/* ch:get(i) -> {at =, kind =, learner = (1-based; nil for the syncer), duration =, factor = (slow only),
+ * bandwidth =, latency = (link only, each nil when the link keeps its own)} */
 static int ch_get(lua_State *L) {
     dlc_chaos *c = checkchaos(L, 1);
     lua_Integer i = luaL_checkinteger(L, 2);
@@ -171,6 +181,14 @@ static int ch_get(lua_State *L) {
     if (f->kind == DLC_FAULT_SLOW) {
         lua_pushnumber(L, f->factor);
         lua_setfield(L, -2, "factor");
+    }
+    if (f->kind == DLC_FAULT_LINK && f->bandwidth > 0) {
+        lua_pushnumber(L, f->bandwidth);
+        lua_setfield(L, -2, "bandwidth");
+    }
+    if (f->kind == DLC_FAULT_LINK && f->latency >= 0) {
+        lua_pushnumber(L, f->latency);
+        lua_setfield(L, -2, "latency");
     }
     return 1;
 }

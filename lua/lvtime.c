@@ -369,6 +369,7 @@ static int vt_next(lua_State *L) {
         lua_setfield(L, -2, "begin");
         setnum(L, "duration", ev.duration);
         if (ev.fault == DLC_FAULT_SLOW) setnum(L, "factor", ev.factor);
+        if (ev.fault == DLC_FAULT_LINK) setnum(L, "bandwidth", ev.bandwidth), setnum(L, "latency", ev.latency);
         break;
     case DLC_VT_LOST:
     case DLC_VT_JOINED: setint(L, "learner", ev.learner + 1); break;

@@ -151,12 +151,24 @@ return diloco.recipe {
     assert.matches('chaos[2].latency = "x": expected a duration', out, 1, true)
   end)
 
-  it("are refused by sim, which keeps each island's link fixed", function()
-    local out, code = H.sh(string.format("%s sim %s --out %s/r 2>&1", exe,
-      recipe("simlink", '{ count = 2 }', '{ { at = "1s", link = 2, bandwidth = "20Mbps" } }'), S.dir))
-    assert.are.equal(2, code, out)
-    assert.matches("chaos[1]: a link event (bandwidth or latency changed while running) runs on real processes only",
-      out, 1, true)
+  it("run under sim too: the island's link changes for the event's duration", function()
+    local function sim(name, chaos)
+      local out, code = H.sh(string.format("%s sim %s --out %s/%s 2>&1", exe,
+        recipe(name, '{ count = 2, step_time = "1s" }', chaos), S.dir, name))
+      assert.are.equal(0, code, out)
+      return events(S.dir .. "/" .. name .. "/metrics.jsonl")
+    end
+    local ev = sim("simlink", '{ { at = "3s", link = 2, latency = "4s", bandwidth = "1MB/s", duration = "8s" } }')
+    local f = of_kind(ev, "fault")
+    assert.are.equal(2, #f)
+    assert.are.same({ "link", 2, true, 4.0, 1e6, 8.0, 3.0 },
+      { f[1].kind, f[1].learner, f[1].begin, f[1].latency, f[1].bandwidth, f[1].duration, f[1].virtual_s })
+    -- back to the islands' defaults (20 ms, 2.5 Gbps) at its end
+    assert.are.same({ "link", 2, false, 0.02, 2.5e9 / 8, 11.0 },
+      { f[2].kind, f[2].learner, f[2].begin, f[2].latency, f[2].bandwidth, f[2].virtual_s })
+    -- what learner 2 sent meanwhile came 4 s late: the run is not the one without the event
+    local plain = sim("plain", "nil")
+    assert.are_not.equal(H.summary_of(plain).final_eval_loss, H.summary_of(ev).final_eval_loss)
   end)
 
   it("give sim's islands fields, and the runtime a link only where the recipe set one", function()

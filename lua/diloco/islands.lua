@@ -94,9 +94,10 @@ function M.chaos(r, horizon)
   if c == nil or (#(c.events or {}) == 0 and not c.random) then return nil end
   local ch = diloco.Chaos(r.islands.count)
   for _, e in ipairs(c.events or {}) do
-    if e.kind ~= "link" then -- a link change is the runtime's (sim refuses it, sim.lua)
+    if e.kind ~= "pause" then -- a pause is the runtime's (sim refuses it, sim.lua)
       ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
-        factor = e.kind == "slow" and e.factor or nil }
+        factor = e.kind == "slow" and e.factor or nil, bandwidth = e.kind == "link" and e.bandwidth or nil,
+        latency = e.kind == "link" and e.latency or nil }
     end
   end
   if c.random then

@@ -39,11 +39,6 @@ local function prepare(r, opts)
       fail_code(2, "chaos[%d]: a pause event runs on real processes only (diloco-lua run with several islands); the "
         .. "virtual-time driver has none: use kill (the learner restarts) or cut (its link stalls)", i)
     end
-    if e.kind == "link" then
-      fail_code(2, "chaos[%d]: a link event (bandwidth or latency changed while running) runs on real processes only "
-        .. "(diloco-lua run with several islands); the virtual-time driver keeps each island's link fixed: set "
-        .. "islands[%d].bandwidth / latency instead, or cut (its link stalls)", i, e.learner)
-    end
   end
   local dp = sy.preset == "dp"
   if dp and build_chaos(r) then
@@ -228,7 +223,9 @@ end
 
 local function on_fault(ctx, ev)
   local info = { kind = ev.fault or ev.type, learner = ev.learner, begin = ev.begin, duration = ev.duration,
-    factor = ev.factor, reason = ev.reason, fragment = ev.fragment, virtual_s = ev.time }
+    factor = ev.factor, reason = ev.reason, fragment = ev.fragment, virtual_s = ev.time, latency = ev.latency,
+    -- the link from then on, as `run` writes it: bytes/s, 0 for no cap
+    bandwidth = ev.bandwidth and (ev.bandwidth == math.huge and 0 or ev.bandwidth) }
   if ev.type == "fault" and ev.fault == "kill" and not ev.begin then
     -- the process restarted: a fresh inner optimizer (docs/algorithm.md §4.7, no checkpoint of its own here)
     local L = ctx.learners[ev.learner]

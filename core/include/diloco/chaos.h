@@ -29,6 +29,9 @@
  *    lower dlc_chaos_count and shift the indices of later faults.
  *  - SLOW faults are never merged: while several are active for one learner its step
  *    time is multiplied by the product of their factors (dlc_chaos_slow_factor).
+ *  - LINK faults are never merged either: while several are active for one learner, each
+ *    field of its link (bandwidth, latency) is the one set by the latest begun of them
+ *    (ties: insertion order) that sets it, else the link's own (dlc_chaos_link_at).
  *  - A fault with duration INFINITY has no end event in the timeline.
  *  - A killed learner's SLOW/CUT faults still begin and end on schedule; they matter only
  *    while it is alive (the driver's concern).
@@ -59,10 +62,11 @@ typedef enum dlc_fault_kind {
     DLC_FAULT_SLOW,   /* learner's step time multiplied by `factor` (>= 1 slower, (0,1) faster) for `duration` */
     DLC_FAULT_CUT,    /* the learner's link to the syncer drops every message both ways for `duration` */
     DLC_FAULT_SYNCER, /* the syncer is down for `duration`: receives and sends nothing */
+    DLC_FAULT_LINK,   /* the learner's link to the syncer takes `bandwidth` and/or `latency` for `duration` */
     DLC_FAULT_KIND_COUNT
 } dlc_fault_kind;
 
-/* "kill", "slow", "cut", "syncer"; "?" outside the enum.  Never NULL. */
+/* "kill", "slow", "cut", "syncer", "link"; "?" outside the enum.  Never NULL. */
 DLC_API const char *dlc_fault_kind_name(dlc_fault_kind k);
 /* Parses one of those names into *out: DLC_OK, or DLC_ERR_ARG naming the string. */
 DLC_API dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out);
@@ -73,6 +77,11 @@ typedef struct dlc_fault {
     int learner;         /* 0-based learner index, -1 for DLC_FAULT_SYNCER */
     double duration;     /* > 0, INFINITY = for the rest of the run */
     double factor;       /* DLC_FAULT_SLOW only: finite > 0; else ignored (stored as 0) */
+    double bandwidth;    /* DLC_FAULT_LINK only: bytes/s > 0 (INFINITY: no cap), or 0 to keep the
+                          * link's; else ignored (stored as 0) */
+    double latency;      /* DLC_FAULT_LINK only: one-way seconds, finite >= 0, or < 0 to keep the
+                          * link's (set it to -1 when only the bandwidth changes); a LINK fault
+                          * sets at least one of the two; else ignored (stored as 0) */
 } dlc_fault;
 
 /* One point of the merged timeline: fault `index` (into dlc_chaos_get) begins or ends. */
@@ -131,6 +140,11 @@ DLC_API double dlc_chaos_down_share(const dlc_chaos *c, int learner, double hori
 /* The product of the factors of the SLOW faults of `learner` active at time t (at <= t <
  * at + duration): 1 when none.  NaN for NULL c or a learner out of range. */
 DLC_API double dlc_chaos_slow_factor(const dlc_chaos *c, int learner, double t);
+/* The link of `learner` at time t: *bandwidth and *latency come in as the link's own and
+ * go out with each field replaced by the LINK faults active at t (at <= t < at +
+ * duration) that set it, in time order, so the latest begun wins.  DLC_ERR_ARG for NULL
+ * arguments or a learner out of range (nothing changed). */
+DLC_API dlc_status dlc_chaos_link_at(const dlc_chaos *c, int learner, double t, double *bandwidth, double *latency);
 
 #ifdef __cplusplus
 }

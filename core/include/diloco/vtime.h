@@ -37,12 +37,14 @@
  * back (a stalled connection that retransmits; the syncer may time the learner out
  * meanwhile); a cut of duration INFINITY, which never ends, loses them instead (counted
  * in `dropped`: nothing is scheduled at t = +inf); a SYNCER fault loses every message to the syncer and stops its timers; a
- * killed learner loses what arrives for it.
+ * killed learner loses what arrives for it.  A LINK fault changes the bandwidth, the
+ * latency or both of the learner's two links while it lasts (dlc_chaos_link_at): a
+ * message sent from then on takes the new ones; one already on its way keeps its own.
  *
  * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is
  * lost), the syncer sees the connection drop (dlc_syncer_lost); when it returns it
  * restarts (JOINING) and the syncer sends it the whole model; the host resets its
- * inner optimizer on the FAULT event with begin = 0.  SLOW, CUT, SYNCER as above; a
+ * inner optimizer on the FAULT event with begin = 0.  SLOW, CUT, SYNCER, LINK as above; a
  * SYNCER fault ends with dlc_syncer_restart (the syncer restarts from its checkpoint and
  * decides itself what each learner's next message brings: syncer.h, "Restarts"), and
  * the learners that restarted meanwhile and wait for their model connect: each is
@@ -121,6 +123,8 @@ typedef struct dlc_vtime_event {
     dlc_fault_kind fault;        /* FAULT */
     int begin;                   /* FAULT */
     double duration, factor;     /* FAULT: as scheduled */
+    double bandwidth, latency;   /* FAULT of kind LINK: the learner's link from then on (bytes/s,
+                                  * one-way s), its own with the LINK faults under way on top */
 } dlc_vtime_event;
 
 typedef struct dlc_vtime dlc_vtime; /* opaque */
