@@ -111,6 +111,34 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     assert.is_true(s.final_eval_loss < 5.4)
   end)
 
+  it("rolls back once for two failures at the same moment, restarting both together", function()
+    -- both kills in one pass of the chaos executor: the second comes while the first's
+    -- rollback has signalled every learner but reaped none (a learner restarted alone
+    -- then kept the rollback waiting for its process for ever)
+    local at = sanitized and "5s" or "2s"
+    local path = recipe(S, string.format('{ { at = "%s", kill = 1, down = "1s" }, { at = "%s", kill = 2, down = "2s" } }',
+      at, at))
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = ev[#ev]
+    assert.are.equal("summary", s.event)
+    assert.is_nil(s.error)
+    local rb = of_kind(ev, "fault", "job_rollback")
+    assert.are.equal(2, #rb, out)
+    assert.is_true(rb[1].begin and rb[1].learner == 1)
+    assert.is_false(rb[2].begin)
+    -- back once the later down time is over, both at once
+    assert.is_true(rb[2].latency >= 2, tostring(rb[2].latency))
+    assert.are.equal(1, s.job_rollbacks)
+    for m = 1, 2 do
+      local joins = of_kind(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m)), "join")
+      assert.are.equal(2, #joins, "learner " .. m .. " ran twice")
+      assert.are.equal(rb[2].step, joins[2].restart_at)
+    end
+    assert.are.equal(STEPS * 2 * 128, s.useful_tokens)
+  end)
+
   it("stops on SIGTERM while every learner is down for a rollback, exiting 143", function()
     local path = recipe(S, '{ { at = "1.5s", kill = 2, down = "30s" } }')
     local out = S.dir .. "/run"

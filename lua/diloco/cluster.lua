@@ -577,7 +577,7 @@ local function restart_due(ctx)
     end
   end
   for m, L in ipairs(ctx.learners) do
-    if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping then
+    if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping and not ctx.rolling then
       if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
       spawn(ctx, m)
       L.restarted_at, L.rejoined, L.recovered = now, false, false
@@ -603,6 +603,9 @@ begin_rollback = function(ctx, m, cause, back_at)
   if ctx.stopping then return end
   if ctx.rolling then -- another failure meanwhile: all wait for the later one
     ctx.rolling.back_at = math.max(ctx.rolling.back_at, back_at)
+    -- and it too is restarted by rollback_due with the others, never alone: a learner
+    -- restarted alone would keep the rollback waiting for its process for ever
+    if ctx.learners[m] then ctx.learners[m].restart_at = nil end
     return
   end
   ctx.rolling = { since = now, learner = m, cause = cause, back_at = back_at }
