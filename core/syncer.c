@@ -436,7 +436,8 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
             st = dlc_merge_add(f->mg, DLC_CODEC_F32, NULL, (const uint8_t *)s->scratch, (size_t)f->n * sizeof(float), w);
         if (st != DLC_OK) break;
         f->mc[k++] = (dlc_merge_contrib){.learner = m, .weight = w, .base_version = c->base,
-                                         .staleness = dlc_fragstate_version(f->fs) - c->base, .steps = c->steps,
+                                         .staleness = (s->p.dp ? f->dp_step : dlc_fragstate_version(f->fs)) - c->base,
+                                         .steps = c->steps,
                                          .tokens = c->tokens, .incarnation = s->incarnation[m],
                                          .arrived = c->arrived};
         bytes_in += (int64_t)c->len;

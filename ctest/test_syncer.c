@@ -948,6 +948,9 @@ static void test_dp(void) {
         CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && count_type(&r, DLC_SACT_SEND) == 3);
         const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
         CHECK(ma && ma->merge.version == step && ma->merge.count == 3);
+        /* every gradient is for the round's own step: staleness 0, base the step */
+        for (int i = 0; ma && i < ma->merge.count; i++)
+            CHECK(ma->merge.contribs[i].staleness == 0 && ma->merge.contribs[i].base_version == step);
         double want[NMAX];
         for (int64_t i = 0; i < n; i++) want[i] = ((double)g[0][i] + g[1][i] + g[2][i]) / 3.0;
         for (int L = 0; L < 3; L++) {

@@ -299,6 +299,14 @@ describe("metrics and history", function()
     end
     assert.matches('"final_eval_accuracy":null', last, 1, true)
     assert.matches('"signal":null', last, 1, true)
+    -- no exponent where a plain number reads as well (seen: "rolled_back_tokens":4.096e+04);
+    -- the very small and very large keep theirs
+    local line = diloco.metrics.line("x", { a = 40960.0, b = 20.0, c = 0.1, d = 1.5e-05, e = 2.5e20, f = -3e5,
+      g = 1234567.5 }, 0)
+    assert.are.equal('{"event":"x","time":0.000,"a":40960.0,"b":20.0,"c":0.1,"d":1.5e-05,"e":2.5e+20,"f":-300000.0,'
+      .. '"g":1234567.5}', line)
+    assert.are.equal("300000", diloco.metrics.double_text(3e5))
+    assert.are.equal("0.30000000000000004", diloco.metrics.double_text(0.1 + 0.2))
   end)
 
   -- Seen: /dev/full as the metrics file was exit 0.

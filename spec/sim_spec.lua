@@ -169,10 +169,14 @@ describe("diloco-lua sim is deterministic", function()
     local text = recipe("preset = 'decoupled'")
     local m1, m2, m3 = tmp .. "/d1.jsonl", tmp .. "/d2.jsonl", tmp .. "/d3.jsonl"
     local path = write("det.lua", text)
+    local models = {}
     local function go(metrics, flags)
       local o, st = sh(string.format("%s sim %s --out %s/det --overwrite --quiet --metrics %s %s", exe, path, tmp,
         metrics, flags or ""))
       assert.are.equal(0, st, o)
+      local f = assert(io.open(tmp .. "/det/model.safetensors", "rb"))
+      models[#models + 1] = f:read("a")
+      f:close()
       local ev = {}
       for i, l in ipairs(read_lines(metrics)) do ev[i] = diloco.json_decode(l) end
       assert.is_true(#ev > 10)
@@ -180,6 +184,9 @@ describe("diloco-lua sim is deterministic", function()
     end
     local a, b, c = go(m1), go(m2), go(m3, "--set seed=4")
     assert.are.same(a, b)
+    -- and the same model file, byte for byte (its metadata too: seen, the model's JSON
+    -- in another key order each run)
+    assert.is_true(models[1] == models[2], "the two runs' model.safetensors differ")
     assert.are_not.same(a, c)
     assert.are_not.equal(a[#a].final_eval_loss, c[#c].final_eval_loss)
   end)

@@ -185,6 +185,26 @@ return diloco.recipe {
     assert.matches('islands[2].bandwidth = "1 gigabit": expected a rate > 0', out, 1, true)
   end)
 
+  it("refuses a --set of an islands field that the recipe's island tables set for themselves, naming them", function()
+    local path = write("islands_list.lua", [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", ctx = 16, batch = 2 },
+  steps = 2, eval = { every = 0, batches = 1 },
+  islands = { { speed = 1 }, { speed = 2, batch = 4 } },
+}
+]])
+    local out = refused(path, "--set islands.speed=3 --set islands.batch=8",
+      "--set islands.speed: islands[1], islands[2] set their own speed in the recipe's list of island tables, "
+      .. "which wins over islands.speed")
+    assert.matches("--set islands.batch: islands[2] sets its own batch", out, 1, true)
+    -- a field no island table sets is every island's default: taken
+    local status
+    out, status = sh(string.format("%s sim %s --out %s/lat --quiet --set islands.latency=0.5", exe, path, tmp))
+    assert.are.equal(0, status, out)
+  end)
+
   it("runs several islands as processes, and refuses to resume such a run", function()
     local out = assert_refused("--set islands.count=4 --resume latest",
       "--resume: a run of several islands is not resumed in this version")

@@ -974,7 +974,7 @@ local function finish(ctx, err)
   end
   local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
     ["diloco.recipe_json"] = ctx.recipe_json }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   local saved, serr
   if pcall(load_global, ctx) then saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
   else serr = "no global model (dp: no learner saved one)" end

@@ -8,8 +8,9 @@
 -- below; fields an event does not list follow in sorted order), so the lines diff and
 -- grep well.  A float that is exactly an f32 (losses, gradient norms: what the engine
 -- computes) is printed with the fewest digits that read back to the same f32; any other
--- float with the fewest that read back to the same double; integers as integers.  The
--- summary always carries every field of SUMMARY, null where unknown.
+-- float with the fewest that read back to the same double, without an exponent between
+-- 1e-4 and 1e15 (40960.0, not 4.096e+04); integers as integers.  The summary always
+-- carries every field of SUMMARY, null where unknown.
 --
 -- Every line is flushed as written, so an interrupted run leaves a complete file, and
 -- every write is checked: the first failure (a full disk, /dev/full, a closed pipe) is
@@ -40,20 +41,35 @@ M.FIELDS.summary = M.SUMMARY
 
 local pack, unpack = string.pack, string.unpack
 
+-- s (the shortest %g text that reads back to v) without its exponent where v is of a
+-- size a reader takes in at a glance: 40960 rather than 4.096e+04, 20 rather than 2e+01;
+-- the fewest decimals that still read back (same(text) true).
+local function plain(s, v, same)
+  if not s:find("e", 1, true) then return s end
+  local a = math.abs(v)
+  if a < 1e-4 or a >= 1e15 then return s end
+  for decimals = 0, 20 do
+    local t = string.format("%." .. decimals .. "f", v)
+    if same(t) then return t end
+  end
+  return s
+end
+
 -- The shortest decimal text of a float: the f32 rule or the double rule (see above).
 local function float_text(v)
   if v ~= v or v == math.huge or v == -math.huge then return "null" end
   local is_f32 = unpack("<f", pack("<f", v)) == v
+  local function same(t)
+    local back = tonumber(t)
+    if is_f32 then return pack("<f", back) == pack("<f", v) end
+    return back == v
+  end
   local s
   for digits = 1, 17 do
     s = string.format("%." .. digits .. "g", v)
-    local back = tonumber(s)
-    if is_f32 then
-      if pack("<f", back) == pack("<f", v) then break end
-    elseif back == v then
-      break
-    end
+    if same(s) then break end
   end
+  s = plain(s, v, same)
   if not s:find("[%.eEn]") then s = s .. ".0" end -- stays a float when read back
   return s
 end
@@ -63,9 +79,10 @@ M.float_text = float_text
 function M.double_text(v)
   if math.type(v) == "integer" then return tostring(v) end
   if v ~= v or v == math.huge or v == -math.huge then return tostring(v) end
+  local function same(t) return tonumber(t) == v end
   for digits = 1, 17 do
     local s = string.format("%." .. digits .. "g", v)
-    if tonumber(s) == v then return s end
+    if same(s) then return plain(s, v, same) end
   end
   return string.format("%.17g", v)
 end

@@ -336,6 +336,9 @@ M.schema = {
 -- The text of each number given with --set, as the user wrote it ("1e13", "0x10"),
 -- so a message about the field shows that rather than 10000000000000: written[t][key].
 local written = setmetatable({}, { __mode = "k" })
+-- The fields each --set wrote: from_set[t][key] = true (a field a list in the recipe
+-- overrides is then an error, not an override that silently does nothing).
+local from_set = setmetatable({}, { __mode = "k" })
 
 local function describe(v, depth)
   if type(v) == "string" then return string.format("%q", v) end
@@ -538,6 +541,21 @@ local function normalize_islands(r, errs)
       return
     end
     count = #list
+    -- an islands field given with --set that island tables of the list set for
+    -- themselves: theirs win, so the --set would change nothing for them
+    for _, field in ipairs({ "speed", "batch", "latency", "bandwidth" }) do
+      if from_set[r.islands] and from_set[r.islands][field] then
+        local own = {}
+        for i, e in ipairs(list) do
+          if type(e) == "table" and e[field] ~= nil then own[#own + 1] = string.format("%s[%d]", lprefix, i) end
+        end
+        if #own > 0 then
+          errs[#errs + 1] = string.format("--set islands.%s: %s %s own %s in the recipe's list of island tables, "
+            .. "which wins over islands.%s: change it there (the list overrides islands.%s)",
+            field, table.concat(own, ", "), #own == 1 and "sets its" or "set their", field, field, field)
+        end
+      end
+    end
     if type(isl.speed) == "table" then
       errs[#errs + 1] = string.format("islands.speed = %s: expected a number (the default of every island) when "
         .. "islands is a list of island tables; give each island its speed in its table", describe(isl.speed))
@@ -1066,6 +1084,8 @@ function M.set(r, assignment)
   t[parts[#parts]] = v
   written[t] = written[t] or {}
   written[t][parts[#parts]] = type(v) == "number" and value:match("^%s*(.-)%s*$") or nil
+  from_set[t] = from_set[t] or {}
+  from_set[t][parts[#parts]] = true
 end
 
 -- Loads a recipe file: runs it and checks it returned diloco.recipe{...} (or a table).

@@ -277,7 +277,7 @@ local function finish(ctx, err)
   -- the global model, readable by `diloco-lua sample`
   local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
     ["diloco.recipe_json"] = ctx.recipe_json }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   local sok, serr = pcall(ctx.vt.global, ctx.vt, ctx.eval_params)
   local saved
   if sok then

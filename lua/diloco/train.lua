@@ -203,7 +203,7 @@ local function checkpoint_meta(ctx)
     ["diloco.optim_steps"] = tostring(ctx.opt:step_count()),
     ["diloco.recipe_json"] = ctx.recipe_json,
   }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model) end
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   return meta
 end
 

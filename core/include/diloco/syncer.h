@@ -248,7 +248,8 @@ DLC_API const char *dlc_reject_reason_name(dlc_reject_reason r);
 typedef struct dlc_merge_contrib {
     int learner;
     double weight;           /* as used (before normalisation) */
-    int64_t base_version, staleness; /* staleness = version merged into − base version */
+    int64_t base_version, staleness; /* staleness = version merged into − base version; dp:
+                                      * base_version is the gradient's step, staleness 0 */
     int64_t steps, tokens;
     int64_t incarnation;     /* the sender's incarnation recorded at the merge (0: unstamped) */
     double arrived;          /* time it arrived */
