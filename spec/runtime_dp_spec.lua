@@ -60,6 +60,21 @@ local function same_model(a, b)
   return true
 end
 
+-- Runs the recipe with these chaos events to its end (exit 0, a summary without error);
+-- returns its events, the summary and the job_rollback faults (a begin and an end each).
+local function run_with(S, chaos)
+  local path = recipe(S, chaos)
+  local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+  assert.are.equal(0, code, out)
+  local ev = events(S.dir .. "/run/metrics.jsonl")
+  local s = ev[#ev]
+  assert.are.equal("summary", s.event)
+  assert.is_nil(s.error)
+  local rb = of_kind(ev, "fault", "job_rollback")
+  assert.are.equal(2, #rb, out)
+  return ev, s, rb
+end
+
 describe("diloco-lua run, data parallel with runtime.elastic = false", function()
   local S
   before_each(function() S = H.scratch() end)
@@ -67,16 +82,8 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
 
   it("rolls every learner back to their last common checkpoint when one is killed, and ends with one model", function()
     -- late enough for a checkpoint (every 10 steps) before it, even under the sanitizers
-    local path = recipe(S, string.format('{ { at = "%s", kill = 2, down = "1s" } }', sanitized and "5s" or "2s"))
-    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
-    assert.are.equal(0, code, out)
-    local ev = events(S.dir .. "/run/metrics.jsonl")
-    local s = ev[#ev]
-    assert.are.equal("summary", s.event)
-    assert.is_nil(s.error)
     -- one rollback, begun by the kill and ended at a checkpoint step
-    local rb = of_kind(ev, "fault", "job_rollback")
-    assert.are.equal(2, #rb, out)
+    local ev, s, rb = run_with(S, string.format('{ { at = "%s", kill = 2, down = "1s" } }', sanitized and "5s" or "2s"))
     assert.is_true(rb[1].begin and rb[1].learner == 2 and rb[1].cause == "kill")
     local K = rb[2].step
     assert.is_false(rb[2].begin)
@@ -116,16 +123,8 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     -- rollback has signalled every learner but reaped none (a learner restarted alone
     -- then kept the rollback waiting for its process for ever)
     local at = sanitized and "5s" or "2s"
-    local path = recipe(S, string.format('{ { at = "%s", kill = 1, down = "1s" }, { at = "%s", kill = 2, down = "2s" } }',
-      at, at))
-    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
-    assert.are.equal(0, code, out)
-    local ev = events(S.dir .. "/run/metrics.jsonl")
-    local s = ev[#ev]
-    assert.are.equal("summary", s.event)
-    assert.is_nil(s.error)
-    local rb = of_kind(ev, "fault", "job_rollback")
-    assert.are.equal(2, #rb, out)
+    local _, s, rb = run_with(S, string.format('{ { at = "%s", kill = 1, down = "1s" }, { at = "%s", kill = 2, down = '
+      .. '"2s" } }', at, at))
     assert.is_true(rb[1].begin and rb[1].learner == 1)
     assert.is_false(rb[2].begin)
     -- back once the later down time is over, both at once
@@ -183,14 +182,7 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
   end)
 
   it("rolls back a hung (paused) learner once the syncer has lost it, and restarts all after the pause", function()
-    local path = recipe(S, '{ { at = "1.5s", pause = 1, down = "4s" } }')
-    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
-    assert.are.equal(0, code, out)
-    local ev = events(S.dir .. "/run/metrics.jsonl")
-    local s = ev[#ev]
-    assert.is_nil(s.error)
-    local rb = of_kind(ev, "fault", "job_rollback")
-    assert.are.equal(2, #rb, out)
+    local ev, s, rb = run_with(S, '{ { at = "1.5s", pause = 1, down = "4s" } }')
     assert.are.equal("pause", rb[1].cause)
     local pause = of_kind(ev, "fault", "pause")[1]
     -- lost by timeout (3 s), and everyone back when the pause would have ended
