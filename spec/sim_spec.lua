@@ -164,6 +164,25 @@ local function virtual(events)
   return r
 end
 
+describe("diloco-lua sim on the terminal", function()
+  it("names what it shows: island 1's training loss, the global model's evals, the eval before and after the "
+    .. "final flush", function()
+    local path = write("labels.lua", recipe("preset = 'decoupled'"))
+    -- an eval at the horizon too (every half of the run)
+    local out, st = sh(string.format("%s sim %s --out %s/labels --overwrite --set eval.every=%d", exe, path, tmp,
+      STEPS // 2))
+    assert.are.equal(0, st, out)
+    assert.matches("the bar shows island 1's training loss (an EMA over about 10 of its steps), each eval the "
+      .. "global model's", out, 1, true)
+    assert.matches("step %d+/%d+  island 1 loss %d", out)
+    assert.matches(string.format("eval at step %d: global loss [%%d.]+ %%(before the final flush of the rounds "
+      .. "still open%%)", STEPS), out)
+    local final = out:match("final eval, after the final flush: global loss ([%d.]+)")
+    assert.is_truthy(final, out)
+    assert.matches("done: 3 islands, %d+ steps, final eval loss " .. final:gsub("%.", "%%."), out)
+  end)
+end)
+
 describe("diloco-lua sim is deterministic", function()
   it("the same recipe twice gives the same metrics, another seed others", function()
     local text = recipe("preset = 'decoupled'")

@@ -1050,7 +1050,7 @@ local function finish(ctx, err)
   if not ctx.quiet then
     io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
-      final and string.format(", global eval loss %.4f", final.loss) or "",
+      final and string.format(", final eval loss %.4f (the global model, after the final flush)", final.loss) or "",
       summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",
       summary.uptime and string.format("%.1f%%", 100 * summary.uptime) or "?",
       diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B", st.merges,

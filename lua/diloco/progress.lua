@@ -48,6 +48,7 @@ function M.new(opts)
   if self.tty == nil then self.tty = diloco.isatty(1) end
   self.out = opts.out or io.stdout
   self.unit = opts.unit or "tok"
+  self.label = opts.label or "loss" -- what the loss shown is (sim: "island 1 loss")
   self.width = opts.width or function() return (diloco.terminal_size(1)) end
   self.last_draw = 0
   self.evals = {} -- steps whose eval was printed
@@ -81,7 +82,7 @@ end
 -- info: step, loss, rate (units/s), eta (s), eval_loss (optional: the status line
 -- shows the latest eval; bar:eval prints each once).
 function M:update(info, force)
-  local text = string.format("step %d/%d  loss %.4f  %s %s/s  ETA %s", info.step, self.total, info.loss,
+  local text = string.format("step %d/%d  %s %.4f  %s %s/s  ETA %s", info.step, self.total, self.label, info.loss,
     human(info.rate), self.unit, duration(info.eta))
   if self.tty then
     local now = diloco.clock()

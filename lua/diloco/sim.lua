@@ -106,9 +106,10 @@ local function prepare(r, opts)
   end
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
   if not opts.quiet then
-    ctx.bar = diloco.progress.new { total = r.steps, every = ctx.log_every,
+    ctx.bar = diloco.progress.new { total = r.steps, every = ctx.log_every, label = "island 1 loss",
       unit = ctx.learners[1].loaders.kind == "text" and "tok" or "img", out = opts.progress_out }
-    ctx.bar:print(string.format("%s: %d islands (%s), %s parameters, %s virtual seconds", r.name or "sim", Mn,
+    ctx.bar:print(string.format("%s: %d islands (%s), %s parameters, %s virtual seconds; the bar shows island 1's "
+      .. "training loss (an EMA over about 10 of its steps), each eval the global model's", r.name or "sim", Mn,
       sy.preset, diloco.progress.human(ctx.n_params), diloco.metrics.double_text(r.steps * isl.step_time)))
   end
   return ctx
@@ -315,9 +316,12 @@ local function finish(ctx, err)
   ctx.rd:close()
   diloco.clear_signals()
   if ctx.bar and not ctx.bar.failed then
+    if final then
+      ctx.bar:print(string.format("final eval, after the final flush: global loss %.4f", final.loss))
+    end
     ctx.bar:print(string.format("%s: %d islands, %d steps%s; goodput %.1f%%, uptime %.1f%%, %s up / %s down; %s",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
-      final and string.format(", global eval loss %.4f", final.loss) or "", 100 * st.goodput, 100 * st.uptime,
+      final and string.format(", final eval loss %.4f", final.loss) or "", 100 * st.goodput, 100 * st.uptime,
       diloco.progress.human(st.bytes_up) .. "B", diloco.progress.human(st.bytes_down) .. "B",
       saved and ("saved " .. ctx.out .. "/model.safetensors") or "nothing saved"))
   end
@@ -333,7 +337,10 @@ function M.run(r, opts)
   local ctx = prepare(r, opts)
   ctx.total_tokens = 0
   ctx.say_eval = function(self, e)
-    if self.bar then self.bar:print(string.format("eval at step %d: global loss %.4f", e.step, e.loss)) end
+    if self.bar then
+      self.bar:print(string.format("eval at step %d: global loss %.4f%s", e.step, e.loss,
+        e.step >= self.recipe.steps and " (before the final flush of the rounds still open)" or ""))
+    end
   end
   local handlers = { step = on_step_event, optim = on_optim_event, merge = on_merge, fault = on_fault,
     lost = on_fault, joined = on_fault, reject = on_fault, eval = on_eval }
