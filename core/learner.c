@@ -64,6 +64,11 @@ struct dlc_learner {
     int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
     int64_t resync_run;    /* ... and the run's schedule step it carried */
     int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
+    /* dp replay (learner.h, "Replay") */
+    int64_t run_seen;      /* the furthest run step heard of (resyncs, averages) */
+    int replaying;         /* catching up on the averages of the steps it missed */
+    int64_t asked;         /* the step of the REPLAY not yet answered (-1: none) */
+    int64_t answer_last;   /* the last step of the answers received (0: none) */
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
 };
@@ -93,6 +98,8 @@ dlc_status dlc_learner_params_check(const dlc_learner_params *p) {
         return dlc_error(DLC_ERR_ARG, "learner: alpha = %g: expected a number in [0, 1]", p->alpha);
     if (p->blocking != 0 && p->blocking != 1)
         return dlc_error(DLC_ERR_ARG, "learner: blocking = %d: expected 0 or 1", p->blocking);
+    if (p->replay != 0 && p->replay != 1)
+        return dlc_error(DLC_ERR_ARG, "learner: replay = %d: expected 0 or 1", p->replay);
     if (p->error_feedback != 0 && p->error_feedback != 1)
         return dlc_error(DLC_ERR_ARG, "learner: error_feedback = %d: expected 0 or 1", p->error_feedback);
     if (p->ring < 1 || p->ring > DLC_FRAGSTATE_RING_MAX)
@@ -338,9 +345,9 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_done: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_step_done");
     if (s != DLC_OK) return s;
-    if (l->state != DLC_LEARNER_TRAINING)
-        return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training",
-                         l->p.id, state_names[l->state]);
+    if (l->state != DLC_LEARNER_TRAINING || l->replaying)
+        return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training%s",
+                         l->p.id, state_names[l->state], l->replaying ? " (it is replaying: dlc_learner_replayed)" : "");
     if (tokens < 0 || !(seconds >= 0) || !isfinite(seconds))
         return dlc_error(DLC_ERR_ARG, "learner_step_done: tokens = %lld, seconds = %g: expected >= 0",
                          (long long)tokens, seconds);
@@ -391,9 +398,9 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_gradient: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_gradient");
     if (s != DLC_OK) return s;
-    if (!l->p.dp || l->state != DLC_LEARNER_TRAINING)
+    if (!l->p.dp || l->state != DLC_LEARNER_TRAINING || l->replaying)
         return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id, state_names[l->state],
-                         l->p.dp ? "" : " and not data parallel");
+                         !l->p.dp ? " and not data parallel" : l->replaying ? " and replaying (dlc_learner_replayed)" : "");
     gather(l, 0, (float *)(void *)l->grad_enc, 1);
     int64_t bad = -1;
     const float *g = (const float *)(void *)l->grad_enc;
@@ -504,6 +511,50 @@ static int64_t lag_of(const dlc_learner *l, const lfrag *f, const dlc_msg *m, do
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
  * the next step boundary (learner.h), except while JOINING, when the learner is not
  * stepping and a resync is taken at once. */
+/* dp: the schedule asks the syncer for the averages after it (learner.h, "Replay"). */
+static dlc_status ask_replay(dlc_learner *l) {
+    int64_t t = l->steps + l->phase;
+    l->replaying = 1;
+    l->asked = t;
+    if (l->state != DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_WAITING); /* (a waiting gradient is void) */
+    dlc_learner_action a = {.type = DLC_LACT_SEND};
+    a.msg = (dlc_msg){.type = DLC_MSG_REPLAY, .learner = l->p.id, .version = t, .epoch = l->epoch,
+                      .incarnation = l->incarnation};
+    return push(l, &a);
+}
+
+/* dp: steps up to `to` whose averages the syncer no longer holds are skipped: the schedule
+ * moves there, and the model is no longer the others' (action PHASE, unreplayed). */
+static dlc_status skip_unreplayed(dlc_learner *l, int64_t to) {
+    int64_t t = l->steps + l->phase;
+    if (to <= t) return DLC_OK;
+    l->phase += to - t;
+    dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = -1, .lag = to - t, .schedule = to, .unreplayed = to - t};
+    return push(l, &a);
+}
+
+/* dp: a resync once joined.  A dp syncer holds no model (its payload is the initial one),
+ * so the learner keeps its own; the resync tells the run's step (learner.h, "Replay"). */
+static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
+    int64_t run = m->steps, t = l->steps + l->phase;
+    dlc_status s = DLC_OK;
+    if (l->replaying) {
+        if (l->asked < 0) return DLC_OK; /* answers are coming: the step they end at decides */
+        /* the answer to a REPLAY: nothing after the step asked for */
+        l->asked = -1;
+        l->replaying = 0;
+        if (run > t) s = skip_unreplayed(l, run);
+        if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+        return s;
+    }
+    if (run > t && l->p.replay) return ask_replay(l); /* behind: catch up (a waiting gradient is void) */
+    /* its gradient will not be averaged (refused, or its round lost): it takes the run's
+     * step and steps again */
+    l->phase = run - l->steps;
+    if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+    return s;
+}
+
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
@@ -522,6 +573,8 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     /* decode into scratch first: a malformed payload leaves the waiting one intact */
     dlc_status s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n);
     if (s != DLC_OK) return s;
+    if (resync && m->steps > l->run_seen) l->run_seen = m->steps;
+    if (l->p.dp && l->state != DLC_LEARNER_JOINING) return dp_resync(l, m);
     memcpy(l->pend + f->off, l->scratch, (size_t)f->n * sizeof(float));
     if (!resync && f->sent_step >= 0) {
         /* the links' share of the round trip, measured on arrival (not on application, which
@@ -537,12 +590,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     f->pending = 1;
     f->pend_version = m->version;
     if (l->state != DLC_LEARNER_JOINING) {
-        if (resync && l->p.dp) {
-            /* dp: a resync means the gradient it may wait for will not be averaged (refused,
-             * or its round lost): it takes the run's step and steps again */
-            l->phase = m->steps - l->steps;
-            if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
-        } else if (resync && m->steps > 0 && !f->received) {
+        if (resync && m->steps > 0 && !f->received) {
             /* a whole resync after a reconnect (a single resync, a refused contribution's,
              * carries no run step): once every fragment is in, back in step with the others */
             if (l->resynced == 0) l->best_age = -1, l->resync_run = m->steps;
@@ -574,13 +622,36 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
 }
 
 static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
-    if (!l->p.dp || l->state != DLC_LEARNER_WAITING || m->version != l->steps + l->phase + 1)
-        return DLC_OK; /* not waiting for this one: late, or from before a restart */
+    if (!l->p.dp) return DLC_OK;
     if (m->codec != DLC_CODEC_F32)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id,
                          dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
+    if (m->version < 1 || m->steps < 0 || (m->steps > 0 && m->steps < m->version))
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG of step %lld ending a replay at %lld: expected a "
+                         "step >= 1 and an end of 0 or >= the step", l->p.id, (long long)m->version,
+                         (long long)m->steps);
+    int64_t t = l->steps + l->phase;
+    int answer = m->steps > 0, first = 0;
+    if (l->state != DLC_LEARNER_WAITING || (answer && !l->replaying)) return DLC_OK;
+    if (m->version != t + 1) {
+        /* not the one due: late, from before a restart, or (replaying) a round's average
+         * ahead of the answers; an answer that starts past it: the gap was lost */
+        first = answer && l->replaying && l->asked >= 0 && m->version > t + 1;
+        if (!first) {
+            if (m->version > l->run_seen) l->run_seen = m->version;
+            if (answer && m->version <= t) l->asked = -1;
+            return DLC_OK;
+        }
+    }
     dlc_status s = dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, l->pend, l->n);
     if (s != DLC_OK) return s;
+    if (m->version > l->run_seen) l->run_seen = m->version;
+    if (answer) {
+        l->asked = -1;
+        if (m->steps > l->answer_last) l->answer_last = m->steps;
+        if (m->steps > l->run_seen) l->run_seen = m->steps;
+    }
+    if (first && (s = skip_unreplayed(l, m->version - 1)) != DLC_OK) return s;
     scatter_mix(l, 0, l->pend, 0.0f, 1);
     set_state(l, DLC_LEARNER_TRAINING);
     dlc_learner_action a = {.type = DLC_LACT_GRADIENT_READY, .version = m->version};
@@ -662,6 +733,9 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->phase = 0;
     l->best_age = -1;
     l->caught_up = -1;
+    l->run_seen = l->answer_last = 0;
+    l->replaying = 0;
+    l->asked = -1;
     l->best_k = 0;
     l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
@@ -722,6 +796,42 @@ int64_t dlc_learner_fragment_tokens(const dlc_learner *l, int p) {
 }
 double dlc_learner_step_time(const dlc_learner *l) { return l ? l->step_ema : 0; }
 int64_t dlc_learner_schedule_step(const dlc_learner *l) { return l ? l->steps + l->phase : 0; }
+
+int dlc_learner_replaying(const dlc_learner *l) { return l ? l->replaying : 0; }
+
+dlc_status dlc_learner_replay(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_replay: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_replay");
+    if (s != DLC_OK) return s;
+    if (!l->p.dp || !l->p.replay || l->state != DLC_LEARNER_TRAINING || l->replaying)
+        return dlc_error(DLC_ERR_STATE, "learner_replay: learner %d is %s%s%s%s: expected a data-parallel learner "
+                         "training, whose syncer replays", l->p.id, state_names[l->state],
+                         l->p.dp ? "" : ", not data parallel", l->p.replay ? "" : ", its syncer does not replay",
+                         l->replaying ? ", already replaying" : "");
+    (void)now;
+    return l->steps + l->phase < l->run_seen ? ask_replay(l) : DLC_OK;
+}
+
+dlc_status dlc_learner_replayed(dlc_learner *l, double now) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_replayed: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_replayed");
+    if (s != DLC_OK) return s;
+    if (!l->replaying || l->state != DLC_LEARNER_TRAINING)
+        return dlc_error(DLC_ERR_STATE, "learner_replayed: learner %d is %s%s: expected a replayed average in its "
+                         "grad arena (GRADIENT_READY while replaying)", l->p.id, state_names[l->state],
+                         l->replaying ? "" : " and not replaying");
+    (void)now;
+    int64_t t = ++l->phase + l->steps;
+    if (t >= l->run_seen) {
+        l->replaying = 0;
+        return DLC_OK;
+    }
+    if (l->answer_last > t) {
+        set_state(l, DLC_LEARNER_WAITING); /* the next answer is on its way */
+        return DLC_OK;
+    }
+    return ask_replay(l);
+}
 
 dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_set_schedule_step: NULL learner");

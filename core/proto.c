@@ -28,7 +28,7 @@
 static const char *const frame_names[] = {"auth",     "auth_challenge", "auth_proof",   "hello",
                                           "welcome",  "heartbeat",      "contribution", "fragment",
                                           "gradient", "gradient_avg",   "resync",       "bye",
-                                          "error"};
+                                          "error",    "replay"};
 _Static_assert(sizeof frame_names / sizeof frame_names[0] == DLC_FRAME_TYPE_COUNT, "one name per frame type");
 
 static const char *const errcode_names[] = {"none",     "malformed",  "too_large", "version",
@@ -36,8 +36,8 @@ static const char *const errcode_names[] = {"none",     "malformed",  "too_large
                                             "overloaded", "shutdown", "internal"};
 _Static_assert(sizeof errcode_names / sizeof errcode_names[0] == DLC_PERR_COUNT, "one name per error code");
 
-static const char *const cap_names[] = {"resync_phase", "gradient", "sharded"};
-_Static_assert(sizeof cap_names / sizeof cap_names[0] == 3 && DLC_CAP_ALL == 0x7u, "one name per capability bit");
+static const char *const cap_names[] = {"resync_phase", "gradient", "sharded", "replay"};
+_Static_assert(sizeof cap_names / sizeof cap_names[0] == 4 && DLC_CAP_ALL == 0xfu, "one name per capability bit");
 
 const char *dlc_frame_type_name(dlc_frame_type type) {
     return (unsigned)type < DLC_FRAME_TYPE_COUNT ? frame_names[type] : NULL;
@@ -98,6 +98,7 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
                          B(K_STEP_TIME) | B(K_FLAGS) | B(K_CODEC),
     [DLC_FRAME_BYE] = MSG_COMMON | B(K_TEXT),
     [DLC_FRAME_ERROR] = B(K_CODE) | B(K_TEXT),
+    [DLC_FRAME_REPLAY] = MSG_COMMON | B(K_VERSION),
 };
 
 /* Keys each frame type may carry but need not: newer than the protocol's first keys, so
@@ -110,8 +111,8 @@ static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
     [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
     [DLC_FRAME_FRAGMENT] = MSG_FENCE | B(K_AGE), [DLC_FRAME_GRADIENT] = MSG_FENCE,
-    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE,  [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK),
-    [DLC_FRAME_BYE] = MSG_FENCE,
+    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE | B(K_STEPS), [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK),
+    [DLC_FRAME_BYE] = MSG_FENCE,           [DLC_FRAME_REPLAY] = MSG_FENCE,
 };
 
 int dlc_frame_has_payload(dlc_frame_type t) {
@@ -123,11 +124,11 @@ static const dlc_msg_type frame_msg_type[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_HEARTBEAT] = DLC_MSG_HEARTBEAT,   [DLC_FRAME_CONTRIBUTION] = DLC_MSG_CONTRIBUTION,
     [DLC_FRAME_FRAGMENT] = DLC_MSG_FRAGMENT,     [DLC_FRAME_GRADIENT] = DLC_MSG_GRADIENT,
     [DLC_FRAME_GRADIENT_AVG] = DLC_MSG_GRADIENT_AVG, [DLC_FRAME_RESYNC] = DLC_MSG_FRAGMENT,
-    [DLC_FRAME_BYE] = DLC_MSG_BYE,
+    [DLC_FRAME_BYE] = DLC_MSG_BYE,               [DLC_FRAME_REPLAY] = DLC_MSG_REPLAY,
 };
 
 static bool carries_msg(dlc_frame_type t) {
-    return t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE;
+    return (t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE) || t == DLC_FRAME_REPLAY;
 }
 
 static void frame_set_type(dlc_frame *f, dlc_frame_type type) {
@@ -170,6 +171,7 @@ dlc_status dlc_frame_from_msg(dlc_frame *f, const dlc_msg *m) {
     case DLC_MSG_GRADIENT: t = DLC_FRAME_GRADIENT; break;
     case DLC_MSG_GRADIENT_AVG: t = DLC_FRAME_GRADIENT_AVG; break;
     case DLC_MSG_BYE: t = DLC_FRAME_BYE; break;
+    case DLC_MSG_REPLAY: t = DLC_FRAME_REPLAY; break;
     default: return dlc_error(DLC_ERR_ARG, "dlc_frame_from_msg: message type %d is not one of msg.h's", (int)m->type);
     }
     dlc_frame_init(f, t);
@@ -596,7 +598,7 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
         *(k == K_MODEL ? &h->model_hash : &h->plan_hash) = v->via.u64;
         break;
     case K_CAPS:
-        st = get_names(why, k, v, DLC_PROTO_CAPS_MAX, cap_by_index, 3, &h->caps, &h->caps_unknown);
+        st = get_names(why, k, v, DLC_PROTO_CAPS_MAX, cap_by_index, 4, &h->caps, &h->caps_unknown);
         break;
     case K_CODECS:
         st = get_names(why, k, v, 2 * DLC_CODEC_COUNT + DLC_PROTO_CAPS_MAX, codec_by_index, DLC_CODEC_COUNT,
@@ -946,7 +948,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_RUN: return pack_cstr(pk, h->run, DLC_PROTO_RUN_MAX);
     case K_MODEL: return msgpack_pack_uint64(pk, h->model_hash);
     case K_PLAN: return msgpack_pack_uint64(pk, h->plan_hash);
-    case K_CAPS: return pack_names(pk, h->caps & DLC_CAP_ALL, cap_by_index, 3);
+    case K_CAPS: return pack_names(pk, h->caps & DLC_CAP_ALL, cap_by_index, 4);
     case K_CODECS: return pack_names(pk, h->codecs, codec_by_index, DLC_CODEC_COUNT);
     case K_BLOCK: return msgpack_pack_int(pk, h->block);
     case K_ENDPOINTS:

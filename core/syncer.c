@@ -67,6 +67,9 @@ dlc_status dlc_syncer_params_check(const dlc_syncer_params *p) {
     if (p->learners < 1 || p->learners > DLC_SYNCER_LEARNERS_MAX)
         return dlc_error(DLC_ERR_ARG, "syncer: learners = %d: expected 1..%d", p->learners, DLC_SYNCER_LEARNERS_MAX);
     if (p->dp != 0 && p->dp != 1) return dlc_error(DLC_ERR_ARG, "syncer: dp = %d: expected 0 or 1", p->dp);
+    if (p->dp_history < 0)
+        return dlc_error(DLC_ERR_ARG, "syncer: dp_history = %d: expected >= 0 (0: as many as 512 MiB hold)",
+                         p->dp_history);
     if (p->quorum < 0 || p->quorum > p->learners)
         return dlc_error(DLC_ERR_ARG, "syncer: quorum = %d but learners = %d: quorum must be <= the number of "
                          "learners (0 = every live learner)", p->quorum, p->learners);
@@ -221,7 +224,17 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->out_cap = f->n * (int64_t)sizeof(float);
         f->out = malloc((size_t)f->out_cap);
         if (!f->c || !f->mc || !f->out) goto nomem;
-        if (sp->dp && !(f->avg = malloc((size_t)f->out_cap))) goto nomem;
+        if (sp->dp) {
+            int64_t cap = sp->dp_history;
+            if (cap == 0) {
+                cap = DLC_SYNCER_DP_HISTORY_BYTES / (f->out_cap > 0 ? f->out_cap : 1);
+                cap = cap < 8 ? 8 : cap > 1024 ? 1024 : cap;
+            }
+            f->hist_cap = (int)cap;
+            f->hist = calloc((size_t)f->hist_cap, sizeof *f->hist);
+            f->hist_step = calloc((size_t)f->hist_cap, sizeof *f->hist_step);
+            if (!f->hist || !f->hist_step) goto nomem;
+        }
     }
     return s;
 nomem:
@@ -243,7 +256,9 @@ void dlc_syncer_free(dlc_syncer *s) {
         free(f->c);
         free(f->mc);
         free(f->out);
-        free(f->avg);
+        for (int i = 0; f->hist && i < f->hist_cap; i++) free(f->hist[i]);
+        free(f->hist);
+        free(f->hist_step);
     }
     free(s->f);
     free(s->scratch);
@@ -303,8 +318,9 @@ static int expected(const dlc_syncer *s, const sfrag *f) {
     if (f->state == DLC_ROUND_IDLE) return s->nlive;
     int p = (int)(f - s->f), k = 0;
     /* blocking with several fragments: a rejoined learner only once it has sent p again
-     * (dlc_syncer_params.blocking says why) */
-    int gate = s->p.blocking && s->P > 1;
+     * (dlc_syncer_params.blocking says why); dp: not while it replays (from its REPLAY
+     * to its next gradient, syncer.h) */
+    int gate = (s->p.blocking && s->P > 1) || s->p.dp;
     for (int m = 0; m < s->M; m++)
         k += s->live[m] && ((s->joined_at[m] <= f->opened && (!gate || s->sent_since[(size_t)m * s->P + p])) ||
                             f->c[m].present);
@@ -408,13 +424,38 @@ static dlc_status resync_all(dlc_syncer *s, int m, double now) {
     return st;
 }
 
-/* dp: the last averaged gradient (step avg_step) to learner m. */
-static dlc_status send_avg(dlc_syncer *s, sfrag *f, int m) {
+/* dp: the averaged gradient `avg` of step `step` to learner m; last > 0: an answer to a
+ * REPLAY, whose last step is `last`. */
+static dlc_status send_avg_of(dlc_syncer *s, sfrag *f, int m, const uint8_t *avg, int64_t step, int64_t last) {
     dlc_syncer_action g = {.type = DLC_SACT_SEND, .learner = m};
-    g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = f->avg_step, .codec = DLC_CODEC_F32,
-                      .payload = f->avg, .len = (size_t)f->n * sizeof(float), .epoch = s->epoch,
+    g.msg = (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = m, .version = step, .steps = last,
+                      .codec = DLC_CODEC_F32, .payload = avg, .len = (size_t)f->n * sizeof(float), .epoch = s->epoch,
                       .incarnation = stamp_incarnation(s, m)};
     return push(s, &g);
+}
+
+/* dp: the last averaged gradient (step avg_step) to learner m. */
+static dlc_status send_avg(dlc_syncer *s, sfrag *f, int m) { return send_avg_of(s, f, m, f->avg, f->avg_step, 0); }
+
+/* dp: the round's average (in scratch) into the history, the oldest giving way; f->avg
+ * points at it. */
+static dlc_status hist_push(sfrag *f, const float *avg, int64_t step) {
+    int slot;
+    if (f->hist_len < f->hist_cap) {
+        slot = (f->hist_head + f->hist_len) % f->hist_cap;
+        if (!f->hist[slot] && !(f->hist[slot] = malloc((size_t)f->n * sizeof(float))))
+            return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for the history of averaged gradients (%d of "
+                             "%lld bytes each; dp_history sets how many)", f->hist_len + 1,
+                             (long long)(f->n * (int64_t)sizeof(float)));
+        f->hist_len++;
+    } else {
+        slot = f->hist_head;
+        f->hist_head = (f->hist_head + 1) % f->hist_cap;
+    }
+    memcpy(f->hist[slot], avg, (size_t)f->n * sizeof(float));
+    f->hist_step[slot] = step;
+    f->avg = f->hist[slot];
+    return DLC_OK;
 }
 
 /* Merges fragment p's round and sends the result. */
@@ -465,7 +506,11 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     mi->all_sent = f->count >= expected(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
-        memcpy(f->avg, s->scratch, (size_t)f->n * sizeof(float));
+        st = hist_push(f, s->scratch, f->dp_step);
+        if (st != DLC_OK) {
+            clear_round(f, s->M);
+            return st;
+        }
         f->avg_step = f->dp_step;
         s->dp_next = f->dp_step + 1;
         mi->version = f->dp_step;
@@ -602,6 +647,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
             /* its round closed while it was on the way (it joined during the round, or
              * the quorum did not wait): it gets that round's average, as the others did */
             heard_from(s, m, now);
+            s->sent_since[L] = 1;
             return send_avg(s, f, L);
         }
         /* from another step altogether (a restarted learner's own count, a lost round):
@@ -622,6 +668,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     memcpy(c->bytes, m->payload, m->len);
     c->len = m->len, c->codec = DLC_CODEC_F32;
     c->base = m->version, c->steps = 1, c->tokens = m->tokens, c->arrived = now;
+    s->sent_since[L] = 1; /* awaited in the next rounds (expected) */
     if (!c->present) c->present = 1, f->count++;
     if (f->state == DLC_ROUND_IDLE) {
         f->opened = now;
@@ -629,6 +676,39 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
         set_round_state(f, DLC_ROUND_COLLECTING);
     }
     return evaluate(s, 0, now);
+}
+
+/* dp: a REPLAY (syncer.h, "Replay"): the averages after step k that the history holds. */
+static dlc_status receive_replay(dlc_syncer *s, const dlc_msg *m, double now) {
+    int L = m->learner;
+    if (!s->p.dp)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a replay request from learner %d in a DiLoCo run (only data "
+                         "parallel keeps averaged gradients)", L);
+    if (m->version < 0)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a replay request from learner %d after step %lld: expected >= 0", L,
+                         (long long)m->version);
+    heard_from(s, m, now);
+    /* catching up: not awaited in the rounds until it sends a gradient again */
+    s->sent_since[L] = 0;
+    dlc_status st = evaluate(s, 0, now);
+    if (st != DLC_OK) return st;
+    sfrag *f = &s->f[0];
+    int64_t k = m->version, chunk = DLC_SYNCER_REPLAY_BYTES / (f->n > 0 ? f->n * (int64_t)sizeof(float) : 1);
+    int first = -1, count = 0;
+    for (int i = 0; i < f->hist_len; i++) {
+        int slot = (f->hist_head + i) % f->hist_cap;
+        if (f->hist_step[slot] <= k) continue;
+        if (first < 0) first = i;
+        if (count < (chunk < 1 ? 1 : chunk)) count++;
+    }
+    if (count == 0) /* nothing after k: the run's step, with the model (in dp, the learner keeps its own) */
+        return send_fragment(s, 0, L, DLC_MSG_RESYNC, 0, 0, run_phase(s, L), 0);
+    int64_t last = f->hist_step[(f->hist_head + first + count - 1) % f->hist_cap];
+    for (int i = first; i < first + count && st == DLC_OK; i++) {
+        int slot = (f->hist_head + i) % f->hist_cap;
+        st = send_avg_of(s, f, L, f->hist[slot], f->hist_step[slot], last);
+    }
+    return st;
 }
 
 /* m live and resynced whole.  inc > 0: the incarnation it is known to be; 0 (a join):
@@ -641,8 +721,9 @@ static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
     s->live[m] = 1;
     s->heard[m] = now;
     s->joined_at[m] = now;
-    /* the first join counts as having sent every fragment (the run starts in phase) */
-    memset(s->sent_since + (size_t)m * s->P, s->ever[m] ? 0 : 1, (size_t)s->P);
+    /* the first join counts as having sent every fragment (the run starts in phase); dp:
+     * every join does, until the learner asks for a replay */
+    memset(s->sent_since + (size_t)m * s->P, s->ever[m] && !s->p.dp ? 0 : 1, (size_t)s->P);
     s->ever[m] = 1;
     s->unheard[m] = 0;
     s->step_t[m] = s->transit[m] = 0;
@@ -760,11 +841,12 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     switch (m->type) {
     case DLC_MSG_CONTRIBUTION: return receive_contribution(s, m, now);
     case DLC_MSG_GRADIENT: return receive_gradient(s, m, now);
+    case DLC_MSG_REPLAY: return receive_replay(s, m, now);
     case DLC_MSG_HEARTBEAT: heard_from(s, m, now); return DLC_OK;
     case DLC_MSG_BYE: return drop_learner(s, m->learner, now);
     default:
         return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
-                         "heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
+                         "replay, heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
                          m->learner);
     }
 }

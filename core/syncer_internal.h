@@ -25,8 +25,12 @@ typedef struct sfrag {
     int count;
     double opened, quorum_at, grace, deadline;
     int64_t dp_step;        /* dp: the step of the open round */
-    uint8_t *avg;           /* dp: the last averaged gradient (f32), of step avg_step */
+    uint8_t *avg;           /* dp: the last averaged gradient (f32), of step avg_step (the
+                             * newest entry of the history) */
     int64_t avg_step;       /* dp: -1 before the first round */
+    uint8_t **hist;         /* dp: [hist_cap] averages (allocated as they come), a ring */
+    int64_t *hist_step;     /* dp: [hist_cap] the step of each */
+    int hist_cap, hist_head, hist_len; /* the oldest at hist_head */
     double last_open;       /* when the latest round opened (-1: none yet) */
     contrib *c;             /* [M] */
     dlc_merge_contrib *mc;  /* [M], the last merge's contributors */

@@ -575,6 +575,10 @@ static void test_direction_server(void) {
     f.type = DLC_FRAME_CONTRIBUTION;
     CHECK(speer != before && dlc_net_send(server, speer, &f, NULL, NULL) == DLC_ERR_ARG &&
           strstr(dlc_last_error(), "a contribution is a learner's to send"));
+    dlc_frame q;
+    dlc_frame_init(&q, DLC_FRAME_REPLAY); /* a dp learner's request: a learner's too */
+    CHECK(dlc_net_send(server, speer, &q, NULL, NULL) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "a replay is a learner's to send"));
     dlc_net_counters k;
     CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY && k.frames_out[DLC_FRAME_FRAGMENT] == 0);
     dlc_net_free(cl);

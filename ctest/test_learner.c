@@ -520,6 +520,136 @@ static void test_dp_alone(void) {
     fx_free(&x);
 }
 
+/* A GRADIENT_AVG of `step` (end: the last step of a replay answer, 0 for a round's). */
+static dlc_msg avg_msg(int64_t step, int64_t end, const float *v, int64_t n) {
+    return (dlc_msg){.type = DLC_MSG_GRADIENT_AVG, .learner = 0, .version = step, .steps = end,
+                     .codec = DLC_CODEC_F32, .payload = (const uint8_t *)v, .len = (size_t)n * 4};
+}
+
+/* One replayed average: it arrives, lands in the grad arena (GRADIENT_READY), the driver's
+ * optimizer step is done (replayed); returns the actions of replayed. */
+static lrec replay_one(const fx *x, dlc_learner *l, int64_t step, int64_t end, const float *v, double now) {
+    int64_t n = dlc_plan_numel(x->plan, 0);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_WAITING && dlc_learner_replaying(l));
+    dlc_msg m = avg_msg(step, end, v, n);
+    CHECK(dlc_learner_receive(l, &m, now) == DLC_OK);
+    lrec r = drain(l);
+    const dlc_learner_action *ready = find(&r, DLC_LACT_GRADIENT_READY, -1);
+    CHECK(ready && ready->version == step && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    float got[NMAX];
+    gather(x, 0, dlc_params_grad(x->p), got);
+    CHECK(memcmp(got, v, (size_t)n * 4) == 0);
+    CHECK(dlc_learner_step_done(l, 16, 0.1, now) == DLC_ERR_STATE); /* not a step of its own */
+    CHECK(dlc_learner_gradient(l, 16, now) == DLC_ERR_STATE);
+    CHECK(dlc_learner_replayed(l, now) == DLC_OK);
+    CHECK(dlc_learner_schedule_step(l) == step);
+    return drain(l);
+}
+
+/* Replay (learner.h): a dp learner restored at step 1 of a run at step 4 asks for the
+ * averages after 1 and applies 2, 3, 4 in order, then trains in the run's next round; a
+ * round's average ahead of the answers is not taken out of order; an answer that starts
+ * past the step asked skips the gap (PHASE, unreplayed); a resync past its step makes a
+ * learner waiting for its gradient replay (the gradient void), one at or before its step
+ * ends a replay; without `replay` nothing of this happens. */
+static void test_dp_replay(void) {
+    fx x;
+    fx_make(&x, 1, 53);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_learner_params lp = lparams(0, 8, 0, 0, 0);
+    lp.dp = 1;
+    lp.replay = 2;
+    CHECK(dlc_learner_new(&lp, x.p, x.plan) == NULL && strstr(dlc_last_error(), "replay = 2"));
+    lp.replay = 1;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    float th[NMAX], a[6][NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th);
+    for (int k = 0; k < 6; k++) randv(a[k], n, 540 + (uint64_t)k, 1.0f);
+    dlc_msg join = fragment_msg(0, 0, 0, DLC_MSG_RESYNC, th, n);
+    join.steps = 4; /* the run is at step 4 */
+    CHECK(dlc_learner_receive(l, &join, 1.0) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING && dlc_learner_schedule_step(l) == 4);
+    /* the host restored its checkpoint of step 1 */
+    CHECK(dlc_learner_set_schedule_step(l, 1) == DLC_OK);
+    CHECK(dlc_learner_replayed(l, 1.0) == DLC_ERR_STATE);
+    CHECK(dlc_learner_replay(l, 1.0) == DLC_OK);
+    lrec r = drain(l);
+    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_SEND && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 1 &&
+          r.a[0].msg.learner == 0 && r.a[0].msg.len == 0);
+    CHECK(dlc_learner_replay(l, 1.0) == DLC_ERR_STATE && strstr(dlc_last_error(), "already replaying"));
+    /* a round's average of step 5 overtakes the answers: not taken, but the run is at 5 */
+    dlc_msg ahead = avg_msg(5, 0, a[5], n);
+    CHECK(dlc_learner_receive(l, &ahead, 1.1) == DLC_OK && drain(l).n == 0);
+    /* the answers, ending at 4 */
+    r = replay_one(&x, l, 2, 4, a[2], 1.2);
+    CHECK(r.n == 0 && dlc_learner_state_of(l) == DLC_LEARNER_WAITING); /* 3 and 4 are on their way */
+    r = replay_one(&x, l, 3, 4, a[3], 1.3);
+    CHECK(r.n == 0);
+    /* past the answers' last step, short of step 5: asks again from 4 */
+    r = replay_one(&x, l, 4, 4, a[4], 1.4);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 4);
+    r = replay_one(&x, l, 5, 5, a[5], 1.5);
+    CHECK(r.n == 0 && !dlc_learner_replaying(l) && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* caught up: its next gradient is the run's step 6 */
+    CHECK(dlc_learner_gradient(l, 16, 1.6) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_GRADIENT && r.a[0].msg.version == 6);
+    /* refused (the others passed step 6): a resync at the run's step 8 makes it replay */
+    dlc_msg rs = fragment_msg(0, 0, 0, DLC_MSG_RESYNC, th, n);
+    rs.steps = 8;
+    CHECK(dlc_learner_receive(l, &rs, 1.7) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 5 && dlc_learner_replaying(l));
+    /* the syncer's history starts at 7 now: step 6 is skipped, unreplayed */
+    dlc_msg gap = avg_msg(7, 8, a[1], n);
+    CHECK(dlc_learner_receive(l, &gap, 1.8) == DLC_OK);
+    r = drain(l);
+    const dlc_learner_action *ph = find(&r, DLC_LACT_PHASE, -1);
+    CHECK(ph && ph->unreplayed == 1 && ph->lag == 1 && ph->schedule == 6 && find(&r, DLC_LACT_GRADIENT_READY, -1));
+    CHECK(dlc_learner_replayed(l, 1.8) == DLC_OK && dlc_learner_schedule_step(l) == 7 && drain(l).n == 0);
+    /* the next answer: 8 */
+    r = replay_one(&x, l, 8, 8, a[2], 1.9);
+    CHECK(r.n == 0 && !dlc_learner_replaying(l));
+    /* a resync at or before its step ends nothing and replays nothing */
+    rs.steps = 8;
+    CHECK(dlc_learner_receive(l, &rs, 2.0) == DLC_OK && drain(l).n == 0 && !dlc_learner_replaying(l));
+    CHECK(dlc_learner_replay(l, 2.0) == DLC_OK && drain(l).n == 0); /* nothing to replay */
+    /* a replay the syncer has nothing for: its resync answers (at the learner's step: done;
+     * past it: the steps between are skipped) */
+    rs.steps = 10;
+    CHECK(dlc_learner_receive(l, &rs, 2.1) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 8);
+    CHECK(dlc_learner_receive(l, &rs, 2.2) == DLC_OK);
+    r = drain(l);
+    ph = find(&r, DLC_LACT_PHASE, -1);
+    CHECK(r.n == 1 && ph && ph->unreplayed == 2 && ph->schedule == 10 && !dlc_learner_replaying(l) &&
+          dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* a malformed answer: refused, nothing changes */
+    dlc_msg bad = avg_msg(12, 11, a[0], n);
+    CHECK(dlc_learner_receive(l, &bad, 2.3) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "ending a replay at 11"));
+    dlc_learner_free(l);
+    /* without replay (an older syncer): a resync past its step takes the run's step */
+    lp.replay = 0;
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return fx_free(&x);
+    join.steps = 0;
+    CHECK(dlc_learner_receive(l, &join, 3.0) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_replay(l, 3.0) == DLC_ERR_STATE && strstr(dlc_last_error(), "does not replay"));
+    CHECK(dlc_learner_gradient(l, 16, 3.1) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_receive(l, &rs, 3.2) == DLC_OK && drain(l).n == 0);
+    CHECK(!dlc_learner_replaying(l) && dlc_learner_schedule_step(l) == 10 &&
+          dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 /* An int4 contribution decodes within the codec bound amax/14 per block. */
 static void test_int4(void) {
     fx x;
@@ -747,7 +877,8 @@ static void test_dp_restart(void) {
     for (int m = 0; m < 3; m++) CHECK(dlc_learner_state_of(w.l[m]) == DLC_LEARNER_TRAINING);
     CHECK(dlc_learner_step_done(w.l[2], 32, 0.1, 6.5) == DLC_OK && dlc_learner_steps(w.l[2]) == 1);
     /* learner 2 sends step 5 but its round is lost (say the syncer restarted): resynced
-     * at step 5 of the run, it is TRAINING again and its next gradient is step 6 */
+     * at step 5 of the run, it is TRAINING again and its next gradient is step 6; the
+     * resync's model (a dp syncer's initial one) is not taken: it keeps its own */
     CHECK(dlc_learner_gradient(w.l[2], 32, 7) == DLC_OK);
     dlc_learner_action a;
     CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 5);
@@ -756,11 +887,15 @@ static void test_dp_restart(void) {
     gather(&w.x[0], 0, dlc_params_data(w.x[0].p), v);
     dlc_msg rs = fragment_msg(2, 0, 0, DLC_MSG_RESYNC, v, n);
     rs.steps = 5;
+    float own[NMAX];
+    gather(&w.x[2], 0, dlc_params_data(w.x[2].p), own);
     CHECK(dlc_learner_receive(w.l[2], &rs, 7.5) == DLC_OK);
     CHECK(dlc_learner_state_of(w.l[2]) == DLC_LEARNER_TRAINING);
     CHECK(dlc_learner_step_begin(w.l[2], 7.5) == DLC_OK);
     lrec r = drain(w.l[2]);
-    CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED && r.a[0].resync == 1);
+    CHECK(r.n == 0 && !dlc_learner_replaying(w.l[2]));
+    gather(&w.x[2], 0, dlc_params_data(w.x[2].p), v);
+    CHECK(memcmp(v, own, (size_t)n * sizeof(float)) == 0);
     CHECK(dlc_learner_gradient(w.l[2], 32, 8) == DLC_OK);
     CHECK(dlc_learner_poll(w.l[2], &a) == 1 && a.msg.type == DLC_MSG_GRADIENT && a.msg.version == 6);
     world_free(&w);
@@ -1761,6 +1896,7 @@ int main(void) {
     test_hold();
     test_set_schedule_step();
     test_dp_alone();
+    test_dp_replay();
     test_hostile();
     test_int4();
     test_decoupled_equals_diloco();

@@ -182,11 +182,28 @@ static void test_roundtrip(void) {
           g.msg.len == 726 && g.msg.tokens == 512);
     dlc_frame_init(&f, DLC_FRAME_GRADIENT_AVG);
     f.msg.learner = 5, f.msg.version = 7, f.msg.payload = pay, f.msg.len = 363 * 4 > 1024 ? 0 : 0;
-    f.msg.codec = DLC_CODEC_FP8, f.msg.len = 363;
+    f.msg.codec = DLC_CODEC_FP8, f.msg.len = 363, f.msg.steps = 9; /* an answer to a REPLAY, ending at 9 */
     n = encode(&f);
     corpus_write("gradient_avg", scratch, n);
     CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.type == DLC_MSG_GRADIENT_AVG &&
-          g.msg.learner == 5);
+          g.msg.learner == 5 && g.msg.version == 7 && g.msg.steps == 9);
+
+    /* a dp learner's request for the averages after its step: a header alone */
+    dlc_frame_init(&f, DLC_FRAME_REPLAY);
+    CHECK(f.msg.type == DLC_MSG_REPLAY && strcmp(dlc_frame_type_name(DLC_FRAME_REPLAY), "replay") == 0 &&
+          !dlc_frame_has_payload(DLC_FRAME_REPLAY) && strcmp(dlc_msg_type_name(DLC_MSG_REPLAY), "replay") == 0);
+    f.msg.learner = 2, f.msg.version = 41, f.msg.epoch = 3, f.msg.incarnation = 8;
+    n = encode(&f);
+    corpus_write("replay", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.type == DLC_FRAME_REPLAY &&
+          g.msg.type == DLC_MSG_REPLAY && g.msg.learner == 2 && g.msg.version == 41 && g.msg.epoch == 3 &&
+          g.msg.incarnation == 8 && g.msg.len == 0);
+    dlc_msg rq = {.type = DLC_MSG_REPLAY, .learner = 1, .version = 2};
+    CHECK(dlc_frame_from_msg(&g, &rq) == DLC_OK && g.type == DLC_FRAME_REPLAY && g.msg.version == 2);
+    f.msg.payload = pay, f.msg.len = 4, f.msg.codec = DLC_CODEC_F32; /* it carries none */
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG);
+    f.msg.payload = NULL, f.msg.len = 0, f.msg.version = -1;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG);
 
     dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
     f.msg.learner = 65535, f.msg.steps = INT64_MAX, f.msg.tokens = 0, f.msg.step_time = 1e-9, f.msg.transit = 0;
@@ -840,7 +857,8 @@ static void test_encode_refuses(void) {
           strstr(dlc_last_error(), "fragment 1 owned by endpoint 1 of 1"));
     CHECK(strcmp(dlc_frame_type_name(DLC_FRAME_GRADIENT_AVG), "gradient_avg") == 0 && !dlc_frame_type_name(DLC_FRAME_TYPE_COUNT));
     CHECK(strcmp(dlc_proto_errcode_name(DLC_PERR_OVERLOADED), "overloaded") == 0 && !dlc_proto_errcode_name(-1));
-    CHECK(strcmp(dlc_cap_name(DLC_CAP_SHARDED), "sharded") == 0 && !dlc_cap_name(8));
+    CHECK(strcmp(dlc_cap_name(DLC_CAP_SHARDED), "sharded") == 0 &&
+          strcmp(dlc_cap_name(DLC_CAP_REPLAY), "replay") == 0 && !dlc_cap_name(16));
 }
 
 int main(int argc, char **argv) {

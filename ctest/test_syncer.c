@@ -1014,6 +1014,102 @@ static void test_dp(void) {
     fx_free(&x);
 }
 
+/* dp: one step's round of the three learners' gradients g[step % 6] (learner L's scaled
+ * by L + 1); returns the actions of the last receive. */
+static rec dp_round(dlc_syncer *s, int64_t step, float g[][NMAX], int64_t n, int learners) {
+    rec r = {0};
+    for (int L = 0; L < learners; L++) {
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = step, .tokens = 64, .codec = DLC_CODEC_F32,
+                     .payload = (const uint8_t *)g[step % 6], .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, (double)step + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    return r;
+}
+
+/* Replay (syncer.h): the newest dp_history averages answer a REPLAY, to its sender alone,
+ * in order from the step after the one asked, each stating the answer's last step; the
+ * oldest give way; nothing after the step asked is answered with a resync at the run's
+ * step; a learner that asked is not awaited until its next gradient; a REPLAY outside
+ * data parallel is refused. */
+static void test_dp_replay(void) {
+    fx x;
+    fx_make(&x, 1, 155);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    sp.dp = 1;
+    sp.dp_history = -1;
+    CHECK(dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p)) == NULL && strstr(dlc_last_error(), "dp_history = -1"));
+    sp.dp_history = 3;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return fx_free(&x);
+    float g[6][NMAX];
+    for (int k = 0; k < 6; k++) randv(g[k], n, 1550 + (uint64_t)k, 1.0f);
+    join_all(s, 3, 0);
+    for (int64_t step = 1; step <= 4; step++) {
+        rec r = dp_round(s, step, g, n, 3);
+        CHECK(count_type(&r, DLC_SACT_MERGED) == 1);
+    }
+    /* learner 2 holds step 1: the history keeps 2..4 */
+    dlc_msg q = {.type = DLC_MSG_REPLAY, .learner = 2, .version = 1};
+    CHECK(dlc_syncer_receive(s, &q, 5.0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 3);
+    for (int i = 0; i < r.n && i < 3; i++) {
+        const dlc_msg *a = &r.a[i].msg;
+        CHECK(r.a[i].type == DLC_SACT_SEND && a->type == DLC_MSG_GRADIENT_AVG && a->learner == 2 &&
+              a->version == 2 + i && a->steps == 4 && a->len == (size_t)n * 4);
+        /* the average of three copies of the same gradient is that gradient */
+        double want[NMAX];
+        for (int64_t j = 0; j < n; j++) want[j] = g[(2 + i) % 6][j];
+        CHECK_NEAR(maxdiff_fd((const float *)(const void *)a->payload, want, n), 0, 1e-6);
+    }
+    /* step 5: learners 0 and 1 close it without learner 2, which is replaying */
+    r = dp_round(s, 5, g, n, 2);
+    const dlc_syncer_action *m5 = find_type(&r, DLC_SACT_MERGED);
+    CHECK(m5 && m5->merge.version == 5 && m5->merge.count == 2 && count_type(&r, DLC_SACT_SEND) == 3);
+    /* it asks past 4: 5 alone; the oldest kept is now 3, so asking after 0 starts there */
+    q.version = 4;
+    CHECK(dlc_syncer_receive(s, &q, 5.5) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 1 && r.a[0].msg.version == 5 && r.a[0].msg.steps == 5);
+    q.version = 0;
+    CHECK(dlc_syncer_receive(s, &q, 5.6) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 3 && r.a[0].msg.version == 3 && r.a[2].msg.version == 5 && r.a[0].msg.steps == 5);
+    /* nothing after 5: the run's step, in a resync */
+    q.version = 5;
+    CHECK(dlc_syncer_receive(s, &q, 5.7) == DLC_OK);
+    r = drain(s);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_FRAGMENT && (r.a[0].msg.flags & DLC_MSG_RESYNC) &&
+          r.a[0].msg.steps == 5);
+    /* a round open when learner 2 asks closes at once without it */
+    dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 6, .tokens = 64, .codec = DLC_CODEC_F32,
+                 .payload = (const uint8_t *)g[0], .len = (size_t)n * 4};
+    CHECK(dlc_syncer_receive(s, &m, 6.0) == DLC_OK && drain(s).n == 0);
+    m.learner = 2; /* its gradient of 6: caught up, awaited again */
+    CHECK(dlc_syncer_receive(s, &m, 6.1) == DLC_OK && drain(s).n == 0);
+    q.version = 4, q.learner = 1;
+    CHECK(dlc_syncer_receive(s, &q, 6.2) == DLC_OK);
+    r = drain(s);
+    m5 = find_type(&r, DLC_SACT_MERGED);
+    CHECK(m5 && m5->merge.version == 6 && m5->merge.count == 2);
+    dlc_syncer_free(s);
+    /* outside dp */
+    sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (s) {
+        join_all(s, 2, 0);
+        q.learner = 0, q.version = 0;
+        CHECK(dlc_syncer_receive(s, &q, 1.0) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "replay request"));
+        CHECK(drain(s).n == 0);
+    }
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* ---- refusals ---- */
 
 static void test_refusals(void) {
@@ -1485,6 +1581,7 @@ int main(void) {
     test_flush_and_quorum();
     test_manual();
     test_dp();
+    test_dp_replay();
     test_zero_weight();
     test_hostile();
     test_refused_not_heard();

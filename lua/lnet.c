@@ -159,7 +159,7 @@ static int n_connect(lua_State *L) { return addr_call(L, dlc_net_connect); }
 #define T_PAYLOAD (TB(DLC_FRAME_CONTRIBUTION) | TB(DLC_FRAME_FRAGMENT) | TB(DLC_FRAME_RESYNC) | TB(DLC_FRAME_GRADIENT) | \
                    TB(DLC_FRAME_GRADIENT_AVG))
 #define T_FRAG (TB(DLC_FRAME_FRAGMENT) | TB(DLC_FRAME_RESYNC))
-#define T_MSG (T_PAYLOAD | TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_BYE))
+#define T_MSG (T_PAYLOAD | TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_BYE) | TB(DLC_FRAME_REPLAY))
 
 /* The fields of each message frame type (docs/protocol.md, "Keys by type"), which
  * net:send takes and poll's frames carry. */
@@ -171,8 +171,8 @@ static const struct {
 } fields[F_COUNT] = {
     [F_LEARNER] = {"learner", T_MSG},
     [F_FRAGMENT] = {"fragment", TB(DLC_FRAME_CONTRIBUTION) | T_FRAG},
-    [F_VERSION] = {"version", T_PAYLOAD},
-    [F_STEPS] = {"steps", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION) | T_FRAG},
+    [F_VERSION] = {"version", T_PAYLOAD | TB(DLC_FRAME_REPLAY)},
+    [F_STEPS] = {"steps", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION) | T_FRAG | TB(DLC_FRAME_GRADIENT_AVG)},
     [F_TOKENS] = {"tokens", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION) | TB(DLC_FRAME_GRADIENT)},
     [F_STEP_TIME] = {"step_time", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION) | T_FRAG},
     [F_TRANSIT] = {"transit", TB(DLC_FRAME_HEARTBEAT) | TB(DLC_FRAME_CONTRIBUTION)},

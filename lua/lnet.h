@@ -14,7 +14,7 @@
 enum { DLCL_NET_S_SECRET_FILE, DLCL_NET_S_CERT, DLCL_NET_S_KEY, DLCL_NET_S_CA, DLCL_NET_S_COUNT };
 
 /* Capability bits (DLC_CAP_*) that have names. */
-#define DLCL_NET_CAP_BITS 3
+#define DLCL_NET_CAP_BITS 4
 
 /* diloco.net.new's options, read and checked. */
 typedef struct dlcL_netopts {

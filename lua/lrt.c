@@ -26,6 +26,7 @@
  * Lifetime: a box holds its driver (NULL once closed) and keeps the Params and Plan it
  * borrows alive through its user value; __gc, __close and :close() share one release.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "diloco/rt.h"
@@ -114,6 +115,12 @@ static int l_syncer(lua_State *L) {
     if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
     c.syncer.embedding = emb;
     c.run_params = &run;
+    if (lua_getfield(L, si, "dp_history") != LUA_TNIL) { /* not part of the run: the syncer's own */
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > INT_MAX)
+            return luaL_error(L, "%s: syncer.dp_history must be an integer >= 0 (0: as many as 512 MiB hold)", WHO);
+        c.syncer.dp_history = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, 1, "epoch") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
             return luaL_error(L, "%s: epoch must be an integer >= 1 (the epoch to stamp at least)", WHO);
@@ -498,6 +505,32 @@ static int lr_set_schedule_step(lua_State *L) {
     return 0;
 }
 
+/* l:replay(): dp, asks for the averages of the steps the run is past (rt.h). */
+static int lr_replay(lua_State *L) {
+    if (dlc_lrt_replay(checklrt(L, 1)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+/* l:replayed(): the optimizer step on the replayed average is done. */
+static int lr_replayed(lua_State *L) {
+    if (dlc_lrt_replayed(checklrt(L, 1)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
+/* l:replaying() -> bool, ready: catching up; ready: an average waits in the grads */
+static int lr_replaying(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    lua_pushboolean(L, dlc_lrt_replaying(l));
+    lua_pushboolean(L, dlc_lrt_replay_ready(l));
+    return 2;
+}
+
+/* l:replays() -> bool: dp, the syncer replays averaged gradients (its WELCOME said so) */
+static int lr_replays(lua_State *L) {
+    lua_pushboolean(L, dlc_lrt_replays(checklrt(L, 1)));
+    return 1;
+}
+
 static int lr_poll(lua_State *L) {
     dlc_lrt_event ev;
     if (!dlc_lrt_poll(checklrt(L, 1), &ev)) {
@@ -520,6 +553,7 @@ static int lr_poll(lua_State *L) {
         dlcL_setint(L, "lag", ev.lag);
         dlcL_setint(L, "boundary", ev.boundary);
         dlcL_setint(L, "schedule", ev.schedule);
+        if (ev.unreplayed > 0) dlcL_setint(L, "unreplayed", ev.unreplayed);
     } else {
         lua_pushstring(L, ev.text);
         lua_setfield(L, -2, "text");
@@ -545,6 +579,8 @@ static int lr_stats(lua_State *L) {
     dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
     dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
     dlcL_setint(L, "rollbacks", st.rollbacks);
+    dlcL_setint(L, "replayed", st.replayed);
+    dlcL_setint(L, "unreplayed", st.unreplayed);
     const dlc_learner *lr = dlc_lrt_learner(l);
     dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));
     dlcL_setint(L, "steps", dlc_learner_steps(lr));
@@ -557,7 +593,8 @@ static const luaL_Reg lrt_methods[] = {
     {"state", lr_state},     {"id", lr_id},       {"schedule_step", lr_schedule_step},
     {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
-    {"nonfinite", lr_nonfinite}, {NULL, NULL}};
+    {"nonfinite", lr_nonfinite}, {"replay", lr_replay}, {"replayed", lr_replayed},
+    {"replaying", lr_replaying}, {"replays", lr_replays}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 
 /* ---- registration ---- */

@@ -663,8 +663,9 @@ static const uint8_t ready_from[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_RESYNC] = FROM_SYNCER,
     [DLC_FRAME_BYE] = FROM_LEARNER | FROM_SYNCER,
     [DLC_FRAME_ERROR] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_REPLAY] = FROM_LEARNER,
 };
-_Static_assert(DLC_FRAME_TYPE_COUNT == 13, "ready_from: one entry per frame type");
+_Static_assert(DLC_FRAME_TYPE_COUNT == 14, "ready_from: one entry per frame type");
 
 /* The types a READY connection of this side accepts, for messages: "heartbeat, ..." */
 static void accepted_names(int from, char *out, size_t cap) {

@@ -49,6 +49,8 @@ struct dlc_lrt {
     held *hq;
     int hq_head, hq_len, hold;
     int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
+    int replay_ready;         /* dp: a replayed average is in the grad arena (until replayed) */
+    int replays;              /* dp: the syncer's WELCOME has the "replay" capability */
     int void_step;            /* dp: the last wait ended in a resync, not the average */
     int refused;              /* the syncer refused this learner for good (another run, model,
                                * secret, version): waiting cannot help */
@@ -170,7 +172,10 @@ static dlc_status actions(dlc_lrt *l) {
             push_event(l, &e);
             l->st.applied++;
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
-            l->grad_ready = 1;
+            if (dlc_learner_replaying(l->l))
+                l->replay_ready = 1;
+            else
+                l->grad_ready = 1;
         } else if (a.type == DLC_LACT_PHASE) {
             dlc_lrt_event e;
             memset(&e, 0, sizeof e);
@@ -179,8 +184,10 @@ static dlc_status actions(dlc_lrt *l) {
             e.fragment = a.fragment;
             e.lag = a.lag;
             e.schedule = a.schedule;
+            e.unreplayed = a.unreplayed;
             e.boundary = dlc_learner_steps(l->l);
             push_event(l, &e);
+            l->st.unreplayed += a.unreplayed;
         }
     }
     return st;
@@ -203,6 +210,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         if (!l->l) {
             dlc_learner_params lp = l->cfg.learner;
             lp.id = id;
+            lp.replay = l->replays = lp.dp && (ev->frame.hello.caps & DLC_CAP_REPLAY) != 0; /* the syncer replays */
             if (!(l->l = dlc_learner_new(&lp, l->cfg.params, l->cfg.plan))) return dlc_last_status();
             l->id = id;
         } else if (id != l->id) {
@@ -258,6 +266,9 @@ static dlc_status pump(dlc_lrt *l, int timeout_ms) {
         dlc_status st = on_net_event(l, &ev);
         dlc_net_event_release(&ev);
         if (st != DLC_OK) return st;
+        /* dp: an average in the grad arena waits for its optimizer step; the next stays
+         * queued (it would find the learner not waiting for it) */
+        if (l->grad_ready || l->replay_ready) return DLC_OK;
         timeout_ms = 0; /* after one, take only what is already there */
     }
 }
@@ -352,7 +363,8 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
 static int is_training(const dlc_lrt *l) { return l->l && dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING; }
 static int may_step(const dlc_lrt *l) {
     if (!l->l) return 0;
-    if (l->cfg.learner.dp) return l->grad_ready || dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING;
+    if (l->cfg.learner.dp)
+        return l->grad_ready || l->replay_ready || dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING;
     return dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING;
 }
 
@@ -364,9 +376,13 @@ dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
 dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_step_done: the learner has not joined (dlc_lrt_join)");
     double t0 = dlc_rt_clock();
-    dlc_status st = pump(l, 0); /* the step boundary: arrived fragments first */
+    dlc_status st = DLC_OK;
+    /* the step boundary: arrived fragments first (dp: after, for a resync there may
+     * start a replay, which the host runs before its next step) */
+    if (!l->cfg.learner.dp) st = pump(l, 0);
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);
+    if (st == DLC_OK && l->cfg.learner.dp) st = pump(l, 0);
     if (st == DLC_OK) st = timers(l);
     l->st.call_s += dlc_rt_clock() - t0;
     return st;
@@ -376,9 +392,40 @@ dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_gradient: the learner has not joined (dlc_lrt_join)");
     l->grad_ready = 0;
     dlc_status st = pump(l, 0);
-    if (st == DLC_OK) st = dlc_learner_gradient(l->l, tokens, lrt_now(l));
+    /* a resync just started a replay: this step's gradient is void (dlc_lrt_wait says so) */
+    if (st != DLC_OK || dlc_learner_replaying(l->l)) return st;
+    st = dlc_learner_gradient(l->l, tokens, lrt_now(l));
     return st == DLC_OK ? actions(l) : st;
 }
+
+dlc_status dlc_lrt_replay(dlc_lrt *l) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_replay: the learner has not joined (dlc_lrt_join)");
+    if (!l->cfg.learner.dp || dlc_learner_replaying(l->l)) return DLC_OK;
+    if (!dlc_lrt_replays(l))
+        return dlc_error(DLC_ERR_STATE, "learner %d: the syncer at %s does not replay averaged gradients (an older "
+                         "version): a restarted data-parallel learner cannot catch up", l->id, l->cfg.connect);
+    dlc_status st = pump(l, 0); /* the run's step as the syncer last told it */
+    if (st == DLC_OK && !dlc_learner_replaying(l->l) && dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING)
+        st = dlc_learner_replay(l->l, lrt_now(l));
+    return st == DLC_OK ? actions(l) : st;
+}
+
+dlc_status dlc_lrt_replayed(dlc_lrt *l) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_replayed: the learner has not joined (dlc_lrt_join)");
+    if (!l->replay_ready)
+        return dlc_error(DLC_ERR_STATE, "lrt_replayed: learner %d has no replayed average in its grad arena", l->id);
+    l->replay_ready = 0;
+    dlc_status st = dlc_learner_replayed(l->l, lrt_now(l));
+    if (st == DLC_OK) {
+        l->st.replayed++;
+        st = actions(l);
+    }
+    return st;
+}
+
+int dlc_lrt_replaying(const dlc_lrt *l) { return l && l->l && dlc_learner_replaying(l->l); }
+int dlc_lrt_replay_ready(const dlc_lrt *l) { return l && l->replay_ready; }
+int dlc_lrt_replays(const dlc_lrt *l) { return l && l->replays; }
 
 dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_contribute: the learner has not joined (dlc_lrt_join)");

@@ -70,7 +70,7 @@ dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int lea
     h->model_hash = dlc_plan_model_hash(plan);
     h->plan_hash = dlc_plan_hash(plan);
     h->learner = learner;
-    h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT : 0);
+    h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT | DLC_CAP_REPLAY : 0);
     h->codecs = (1u << DLC_CODEC_COUNT) - 1;
     h->block = block;
     if (rp) { /* the peer compares it field by field */

@@ -271,10 +271,11 @@ local function load_global(ctx)
     ctx.syncer:global(ctx.params)
     return true
   end
-  -- a learner that restarted in dp came back with the initial model (a dp syncer has no
-  -- other to send), so one that never restarted holds the run's model; a learner killed
-  -- before its end left no model.safetensors, but its newest checkpoint holds the model
-  -- of that step (the one a non-elastic rollback restarts from)
+  -- a learner that restarted in elastic dp replayed the steps it missed and holds the
+  -- others' model, unless the syncer no longer held some of them (docs/runtime.md), so
+  -- one that never restarted is preferred; a learner killed before its end left no
+  -- model.safetensors, but its newest checkpoint holds the model of that step (the one
+  -- a non-elastic rollback restarts from)
   local best, best_step, best_clean
   local function consider(m, path, step_of)
     local t, meta = diloco.load_safetensors(path)

@@ -82,7 +82,7 @@ function M.sync_options(r, plist, heartbeat, timeout)
     heartbeat = heartbeat, ema = sy.ema }
   local syncer = { quorum = dp and 0 or M.quorum_value(r, r.islands.count, 0), grace = grace,
     grace_gamma = sy.grace_gamma, ema = sy.ema, weighting = sy.weighting, merge = sy.merge, ring = sy.ring,
-    codec_down = sy.codec_down, embedding = emb, timeout = timeout,
+    codec_down = sy.codec_down, embedding = emb, timeout = timeout, dp_history = sy.dp_history,
     outer = { lr = r.outer.lr, momentum = r.outer.momentum, nesterov = r.outer.kind == "nesterov" } }
   return learner, syncer
 end

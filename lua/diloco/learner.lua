@@ -122,7 +122,9 @@ end
 -- from the syncer).  Returns the checkpoint's path or nil.  restart_at = STEP: the
 -- checkpoint of that schedule step, the model too (a non-elastic dp run restarts every
 -- learner from the same one); one that is missing or does not fit is an error.
-local function restore(ctx, restart_at)
+-- with_model: the newest checkpoint's model too (elastic dp, which then replays the
+-- steps since: a dp syncer holds no model); ctx.restored_step is its schedule step.
+local function restore(ctx, restart_at, with_model)
   local list = diloco.rundir.checkpoints(ctx.out)
   local last = list[#list]
   if restart_at then
@@ -147,14 +149,23 @@ local function restore(ctx, restart_at)
       plain(meta))
     return nil
   end
-  if restart_at then
+  if restart_at or with_model then
     for _, p in ipairs(ctx.plist) do
       local src = t[p[1]]
       if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
+        if not restart_at then
+          ctx:warn("learner %d: %s does not hold this model's '%s': starting from the initial model", ctx.id, last.path,
+            p[1])
+          return nil
+        end
         fail("learner %d: --restart-at %d: %s does not hold this model's '%s'", ctx.id, restart_at, last.path, p[1])
       end
     end
-    for _, p in ipairs(ctx.plist) do p[2]:copy(t[p[1]]) end
+  end
+  local function take_model()
+    if restart_at or with_model then
+      for _, p in ipairs(ctx.plist) do p[2]:copy(t[p[1]]) end
+    end
   end
   for _, p in ipairs(ctx.opt:state()) do
     local src = t[p[1]]
@@ -167,6 +178,8 @@ local function restore(ctx, restart_at)
       return nil
     end
   end
+  take_model()
+  ctx.restored_step = last.step
   for _, p in ipairs(ctx.opt:state()) do p[2]:copy(t[p[1]]) end
   local n = math.tointeger(tonumber(meta["diloco.optim_steps"] or ""))
   if n then ctx.opt:set_step_count(n) end
@@ -255,6 +268,15 @@ function M.prepare(r, opts)
     ctx.restored = opts.restart_at > 0 and restore(ctx, opts.restart_at) or nil
     local sok, serr = pcall(l.set_schedule_step, l, opts.restart_at)
     if not sok then fail("learner %d: --restart-at %d: %s", ctx.id, opts.restart_at, plain(serr)) end
+  elseif ctx.dp and rt.elastic and l:replays() then
+    -- elastic data parallel: the model, optimizer and data cursor of its newest checkpoint
+    -- (none: the initial model the join brought, at step 0), then the averages of the
+    -- steps the others took since, replayed through its optimizer (train, below): it then
+    -- holds the very model the others hold (a dp syncer holds none to send)
+    ctx.restored = has and restore(ctx, nil, true) or nil
+    local sok, serr = pcall(l.set_schedule_step, l, ctx.restored and ctx.restored_step or 0)
+    if not sok then fail("learner %d: restoring %s: %s", ctx.id, ctx.restored or "the initial model", plain(serr)) end
+    l:replay()
   else
     ctx.restored = has and restore(ctx) or nil
   end
@@ -281,7 +303,12 @@ local function drain_events(ctx)
         boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil })
     elseif ev.type == "phase" then -- its schedule moved (a catch-up, a whole resync): on the merge tape
       write(ctx, "phase", { learner = ctx.id, fragment = ev.fragment, lag = ev.lag, boundary = ev.boundary,
-        step = ev.schedule })
+        step = ev.schedule, unreplayed = ev.unreplayed })
+      if ev.unreplayed and not ctx.opts.quiet then
+        ctx:warn("learner %d: the syncer no longer holds the averaged gradients of %d steps before step %d (its "
+          .. "history is sync.dp_history steps, and a restarted syncer holds none): skipped, so this learner's model "
+          .. "now differs from the others'", ctx.id, ev.unreplayed, ev.schedule + 1)
+      end
     else
       write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = ctx.lrt:schedule_step() })
       if not ctx.opts.quiet then ctx:warn("learner %d: %s (%s)", ctx.id, ev.type, ev.text) end
@@ -296,6 +323,35 @@ local function wait_merge(ctx)
   ctx.wait_time = ctx.wait_time + (diloco.clock() - t0)
   if not ok then fail("learner %d: %s", ctx.id, err) end
   return err == true
+end
+
+-- dp: catches up on the averaged gradients of the steps it missed (a restart, or a
+-- gradient refused for a step the others had passed): its optimizer on each, with the
+-- clip and learning rate of that step as dp_step runs them, no forward or backward pass.
+local function replay(ctx)
+  local l, r = ctx.lrt, ctx.recipe
+  local t0, from, n = diloco.clock(), l:schedule_step(), 0
+  while true do
+    local on, ready = l:replaying()
+    if not on then break end
+    if not ready then
+      wait_merge(ctx)
+      on, ready = l:replaying()
+    end
+    if ready then
+      local step = l:schedule_step()
+      local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, r.steps) or r.inner.lr
+      if r.inner.clip > 0 then ctx.params:clip_grad_norm(r.inner.clip) else ctx.params:grad_norm() end
+      ctx.opt:step(lr)
+      l:replayed()
+      n = n + 1
+    end
+  end
+  ctx.replay_s = (ctx.replay_s or 0) + (diloco.clock() - t0)
+  if n > 0 then
+    write(ctx, "replay", { learner = ctx.id, from = from, step = l:schedule_step(), steps = n,
+      seconds = diloco.clock() - t0 })
+  end
 end
 
 -- One data-parallel step: forward and backward, the gradient averaged by the syncer,
@@ -418,6 +474,11 @@ function M.train(ctx)
   local P = #ctx.plan
   while l:schedule_step() < r.steps do
     if stop_reason(ctx) then break end
+    if ctx.dp and l:replaying() then
+      replay(ctx)
+      drain_events(ctx)
+      if l:schedule_step() >= r.steps then break end
+    end
     ctx.step = l:schedule_step() -- the run's step: the learning-rate schedule follows it
     local info, compute
     if ctx.dp then
@@ -474,7 +535,8 @@ function M.finish(ctx, err)
     wait_share = ctx.wait_time / math.max(wall, 1e-9), step_done_s = st.call_s,
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped, applied = st.applied,
-    reconnects = st.reconnects, rollbacks = ctx.rollbacks, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
+    reconnects = st.reconnects, rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
+    unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),
     gemm = diloco.gemm_backend() }
   if ctx.metrics then

@@ -10,9 +10,10 @@
 -- down DOWN, seeded) and learner 1 is paused once.  sim has no pause: its prediction takes
 -- the pause as a kill of the same length (the learner neither computes nor answers).
 -- sim's step time is the real decoupled run's measured one, so the schedule's seconds mean
--- the same in both.  Non-elastic dp checkpoints every 10 steps: a failure rolls every
--- learner back to their newest common checkpoint (docs/runtime.md), and the rolled-back
--- steps are lost work, not goodput.  A second table says where each mode's wall time went
+-- the same in both.  Both dp modes checkpoint every 10 steps: in non-elastic dp a failure
+-- rolls every learner back to their newest common checkpoint (docs/runtime.md), and the
+-- rolled-back steps are lost work, not goodput; in elastic dp a restarted learner starts
+-- from its newest checkpoint and replays the averaged gradients of the steps since.  A second table says where each mode's wall time went
 -- (per learner, the mean over the 4: training, waiting for the network, start-up of its
 -- processes, down, paused, held, done before the run ended; the rest is the run's own
 -- start and end and what the learners' metrics do not see).
@@ -62,7 +63,7 @@ local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},se
 local modes = {
   { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false",
     "checkpoint.every=10" } },
-  { name = "dp, elastic", sets = { "sync.preset=dp", "sync.fragments=1" } },
+  { name = "dp, elastic", sets = { "sync.preset=dp", "sync.fragments=1", "checkpoint.every=10" } },
   { name = "diloco (blocking)", sets = { "sync.preset=diloco" } },
   { name = "decoupled", sets = { "sync.preset=decoupled" } },
 }

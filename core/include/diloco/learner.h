@@ -109,9 +109,31 @@
  * DLC_LACT_GRADIENT_READY, state TRAINING), then the driver runs the optimizer step
  * and calls dlc_learner_step_done.  A GRADIENT's step is the run's (steps since the
  * learner joined + the phase its resync carried, + 1), so a restarted learner counts in
- * the others' round.  A resync that comes while TRAINING or WAITING (its gradient was
- * refused, or its round lost with a restarted syncer) sets the phase to the run's step
- * again and makes a WAITING learner TRAINING: its gradient is void, the step runs again.
+ * the others' round.  Once joined, a dp learner never takes a resync's model (a dp
+ * syncer holds none: its payload is the initial model); a resync that comes while
+ * TRAINING or WAITING (its gradient was refused, or its round lost with a restarted
+ * syncer) tells the run's step.  At or before the learner's own, the phase becomes the
+ * run's step and a WAITING learner TRAINING: its gradient is void, the step runs again.
+ * Past it (with `replay`), the learner replays.
+ *
+ * Replay (dp, `replay`: the syncer has the "replay" capability).  A dp learner that
+ * missed steps (restarted from a checkpoint of step k, or from the initial model at step
+ * 0; or refused for a step the others have passed) holds the model of step k, while the
+ * others hold the model of the run's step: it catches up by running the optimizer on
+ * the averaged gradients of the steps it missed, without forward or backward passes.  It
+ * sends REPLAY (version k; state WAITING, dlc_learner_replaying 1); each GRADIENT_AVG of
+ * step k+1 that comes back (answers carry `steps`, the last step of the answer) is
+ * written into the grad arena (GRADIENT_READY, TRAINING); the driver runs its optimizer
+ * step exactly as for a step of its own (clip, the learning rate of that step) and calls
+ * dlc_learner_replayed: the schedule moves on a step, and the learner WAITs for the next
+ * answer, asks again past the last one, or stops replaying at the furthest run step it
+ * has heard of.  Nothing is delivered between GRADIENT_READY and dlc_learner_replayed
+ * (the arena holds that step's average).  A round's average that arrives in order is
+ * taken as an answer.  When the syncer no longer holds some of the steps (its history
+ * is bounded, and lost with a restart), the learner skips them (action PHASE with
+ * `unreplayed`, its model is then no longer the others') and goes on.  Its next
+ * GRADIENT joins the others' round: deterministic optimizers applied to the same
+ * averages in the same order leave it holding the very model the others hold.
  */
 #ifndef DILOCO_LEARNER_H
 #define DILOCO_LEARNER_H
@@ -163,6 +185,7 @@ typedef struct dlc_learner_params {
     int64_t incarnation;          /* >= 1: the incarnation it starts as (a process that
                                    * restarts passes its previous one + 1); each
                                    * dlc_learner_restart adds 1 */
+    int replay;                   /* 0/1, dp: the syncer answers REPLAY ("Replay" above) */
 } dlc_learner_params;
 
 /* id 0, dp 0, H 24, tau 2, alpha 0, blocking 0, f32 with default block, no error
@@ -195,8 +218,8 @@ DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
 DLC_API dlc_status dlc_learner_step_begin(dlc_learner *l, double now);
 
 /* An inner step finished (a step boundary): `tokens` (>= 0) trained in `seconds` (>= 0,
- * the step's compute time, for the step-time average).  TRAINING only (DLC_ERR_STATE
- * otherwise).  Sends the contributions that are due, then applies the stashed fragments
+ * the step's compute time, for the step-time average).  TRAINING only, not while
+ * replaying (DLC_ERR_STATE otherwise).  Sends the contributions that are due, then applies the stashed fragments
  * that may now be applied, and may enter WAITING. */
 DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now);
 
@@ -204,7 +227,8 @@ DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double 
  * H > 0).  TRAINING or WAITING. */
 DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
 
-/* dp: the gradient of the step is in the grad arena; sends it and WAITs.  TRAINING only. */
+/* dp: the gradient of the step is in the grad arena; sends it and WAITs.  TRAINING only,
+ * not while replaying. */
 DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);
 
 /* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A
@@ -260,6 +284,17 @@ DLC_API dlc_status dlc_learner_rollback(dlc_learner *l, double now);
 /* Rollbacks since the learner was made (restarts keep counting). */
 DLC_API int64_t dlc_learner_rollbacks(const dlc_learner *l);
 
+/* dp with `replay` ("Replay" above): starts a replay when the run is past the schedule
+ * step (a host that restored a checkpoint and set its schedule step calls it once
+ * joined); nothing when it is not.  TRAINING and not replaying, else DLC_ERR_STATE. */
+DLC_API dlc_status dlc_learner_replay(dlc_learner *l, double now);
+/* The optimizer step on a replayed average is done (after GRADIENT_READY while
+ * replaying): the schedule moves on one step; the replay goes on (WAITING) or ends
+ * (TRAINING).  DLC_ERR_STATE when no replayed average waits. */
+DLC_API dlc_status dlc_learner_replayed(dlc_learner *l, double now);
+/* 1 while the learner catches up by replay. */
+DLC_API int dlc_learner_replaying(const dlc_learner *l);
+
 /* ---- actions ---- */
 
 typedef enum dlc_learner_action_type {
@@ -284,6 +319,8 @@ typedef struct dlc_learner_action {
                            * it was not) */
     int resync;           /* APPLIED: 1 for a resync (taken whole) */
     int64_t schedule;     /* PHASE: the schedule step from now on (lag: the move) */
+    int64_t unreplayed;   /* PHASE, dp: steps skipped whose averages the syncer no longer
+                           * held (the learner's model is no longer the others'), else 0 */
 } dlc_learner_action;
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */

@@ -59,11 +59,12 @@ typedef enum dlc_msg_type {
     DLC_MSG_GRADIENT,
     DLC_MSG_GRADIENT_AVG,
     DLC_MSG_BYE,
+    DLC_MSG_REPLAY,       /* dp: learner -> syncer, the averages after step `version`, please */
     DLC_MSG_TYPE_COUNT
 } dlc_msg_type;
 
-/* "heartbeat", "contribution", "fragment", "gradient", "gradient_avg", "bye"; NULL when
- * out of range. */
+/* "heartbeat", "contribution", "fragment", "gradient", "gradient_avg", "bye", "replay";
+ * NULL when out of range. */
 DLC_API const char *dlc_msg_type_name(dlc_msg_type type);
 
 /* FRAGMENT flag: part of a full-model resync (a join, a dropped or rejected contribution):
@@ -79,9 +80,12 @@ typedef struct dlc_msg {
     int learner;          /* sender (to the syncer) or destination (from it), 0-based */
     int fragment;         /* CONTRIBUTION, FRAGMENT: 0-based */
     int64_t version;      /* CONTRIBUTION: base version; FRAGMENT: new version;
-                           * GRADIENT, GRADIENT_AVG: the inner step (1-based) */
+                           * GRADIENT, GRADIENT_AVG: the inner step (1-based); REPLAY:
+                           * the last step whose average the learner holds */
     int64_t steps;        /* CONTRIBUTION: c_steps; HEARTBEAT: schedule step; FRAGMENT with
-                           * DLC_MSG_RESYNC: the run's schedule step for a joining learner */
+                           * DLC_MSG_RESYNC: the run's schedule step for a joining learner;
+                           * GRADIENT_AVG: 0 for a round's average, else an answer to a
+                           * REPLAY, the last step of that answer */
     int64_t tokens;       /* CONTRIBUTION: c_tokens; GRADIENT: tokens of the step;
                            * HEARTBEAT: tokens so far */
     double step_time;     /* CONTRIBUTION, HEARTBEAT: EMA of the inner step time (s), 0 unknown */

@@ -105,12 +105,15 @@ typedef enum dlc_frame_type {
                                * (msg as FRAGMENT with DLC_MSG_RESYNC) */
     DLC_FRAME_BYE,            /* either way: msg.learner, text (the reason) */
     DLC_FRAME_ERROR,          /* either way: code, text; the sender closes after it */
+    DLC_FRAME_REPLAY,         /* learner -> syncer (dp, cap "replay"): msg.version, the last
+                               * step whose average the learner holds; the syncer answers
+                               * with the GRADIENT_AVGs after it (msg.h) */
     DLC_FRAME_TYPE_COUNT
 } dlc_frame_type;
 
 /* "auth", "auth_challenge", "auth_proof", "hello", "welcome", "heartbeat",
- * "contribution", "fragment", "gradient", "gradient_avg", "resync", "bye", "error";
- * NULL out of range. */
+ * "contribution", "fragment", "gradient", "gradient_avg", "resync", "bye", "error",
+ * "replay"; NULL out of range. */
 DLC_API const char *dlc_frame_type_name(dlc_frame_type type);
 /* Whether frames of the type carry a payload (CONTRIBUTION, FRAGMENT, GRADIENT,
  * GRADIENT_AVG, RESYNC); the others are a header alone. */
@@ -141,7 +144,8 @@ DLC_API const char *dlc_proto_errcode_name(int code);
 #define DLC_CAP_RESYNC_PHASE 0x1u /* "resync_phase": resync fragments carry the schedule */
 #define DLC_CAP_GRADIENT 0x2u     /* "gradient": data-parallel GRADIENT / GRADIENT_AVG */
 #define DLC_CAP_SHARDED 0x4u      /* "sharded": fragments may be owned by other endpoints */
-#define DLC_CAP_ALL 0x7u
+#define DLC_CAP_REPLAY 0x8u       /* "replay": a dp learner may ask for past averages (REPLAY) */
+#define DLC_CAP_ALL 0xfu
 /* The name of one capability bit, NULL if none. */
 DLC_API const char *dlc_cap_name(uint32_t bit);
 

@@ -41,7 +41,18 @@
  * average back, to its sender alone (it was on the way when the round closed); any other
  * is refused with DLC_ERR_FORMAT naming the step expected, a REJECTED action and a
  * resync.  A dp resync (a join too) carries the run's step in `steps` (the rounds
- * closed), from which the learner counts its next step.
+ * closed), from which the learner counts its next step.  A learner that asks for a
+ * replay (below) is not awaited in the rounds until its next gradient: the others do not
+ * wait while it catches up.
+ *
+ * Replay (dp): the syncer keeps the newest `dp_history` averages.  A REPLAY with version
+ * k from a live learner is answered with the averages of steps k+1, k+2, ... it holds (up
+ * to DLC_SYNCER_REPLAY_BYTES, at least one), to that learner alone, each with `steps` =
+ * the last step of the answer; the learner applies them through its own optimizer and
+ * holds the model the others hold (learner.h, "Replay").  When it holds none after k
+ * (k is the run's step, or the history was lost in a restart), the answer is a resync
+ * of the model with the run's step; when its oldest is past k + 1 the answer starts
+ * there (the learner sees the gap).
  *
  * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
  * flagged DLC_MSG_RESYNC, carrying the run's schedule step: the median of the other live
@@ -167,7 +178,15 @@ typedef struct dlc_syncer_params {
                                   * the others, blocked here, would never come (a deadlock) */
     int64_t epoch;               /* >= 1: the epoch this syncer incarnation stamps on what it
                                   * sends (a restarted syncer process takes a later one) */
+    int dp_history;              /* dp: the newest averaged gradients kept for REPLAY, >= 0;
+                                  * 0: as many as DLC_SYNCER_DP_HISTORY_BYTES hold, 8..1024 */
 } dlc_syncer_params;
+
+/* dp_history 0: the averages kept fill up to this many bytes (within 8..1024 steps). */
+#define DLC_SYNCER_DP_HISTORY_BYTES (512ll << 20)
+/* Most bytes of averages one REPLAY is answered with (at least one step): the learner
+ * asks again for the rest, so a catch-up never floods the connection's send queue. */
+#define DLC_SYNCER_REPLAY_BYTES (32ll << 20)
 
 /* Decoupled defaults: M = 1, K = 1, adaptive grace γ 0.8, ema 0.5, τ 2, tokens2_steps, RDA,
  * Nesterov 0.7 / 0.9 with R = 4, f32 up and down, no embeddings, no timeout, epoch 1. */

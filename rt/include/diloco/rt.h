@@ -260,11 +260,34 @@ DLC_API dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why)
 
 DLC_API dlc_learner_state dlc_lrt_state(const dlc_lrt *l); /* JOINING before the WELCOME */
 DLC_API int dlc_lrt_id(const dlc_lrt *l);                  /* -1 before the WELCOME */
-/* dp: 1 when the last dlc_lrt_wait ended because the syncer resynced the learner (a
- * restart, a dropped round) rather than with the averaged gradient: the model is the
- * syncer's now and the step's gradient is void; the host skips its optimizer step and
- * runs the step again. */
+/* dp: 1 when the last dlc_lrt_wait ended without the averaged gradient of the step: the
+ * syncer refused it or lost its round (a restart), or the learner started to replay
+ * (below); the step's gradient is void, the host skips its optimizer step, replays when
+ * dlc_lrt_replaying says so, and runs the step again. */
 DLC_API int dlc_lrt_step_void(const dlc_lrt *l);
+/* dp, replay (learner.h, "Replay"): a learner that restored a checkpoint of step k (its
+ * model and optimizer state; dlc_lrt_set_schedule_step(k)), or holds the initial model
+ * at step 0, catches up with the run by running its optimizer on the averages of the
+ * steps it missed:
+ *
+ *     dlc_lrt_replay(l);                       // asks, when the run is past its step
+ *     while (dlc_lrt_replaying(l)) {
+ *         if (!dlc_lrt_replay_ready(l)) dlc_lrt_wait(l, 60.0);
+ *         if (dlc_lrt_replay_ready(l)) {       // the average of the next step is in the grads
+ *             clip, optimizer step with the learning rate of that step;
+ *             dlc_lrt_replayed(l);
+ *         }
+ *     }
+ *
+ * A dp learner also starts replaying by itself when a resync says the run is past its
+ * step (its gradient refused for a step the others have passed): the host checks
+ * dlc_lrt_replaying before each step.  dlc_lrt_replay is DLC_ERR_STATE when the syncer
+ * does not replay (dlc_lrt_replays 0: an older syncer), a no-op when not dp. */
+DLC_API dlc_status dlc_lrt_replay(dlc_lrt *l);
+DLC_API dlc_status dlc_lrt_replayed(dlc_lrt *l);
+DLC_API int dlc_lrt_replaying(const dlc_lrt *l);
+DLC_API int dlc_lrt_replay_ready(const dlc_lrt *l);
+DLC_API int dlc_lrt_replays(const dlc_lrt *l);
 DLC_API const dlc_learner *dlc_lrt_learner(const dlc_lrt *l); /* NULL before; for queries */
 /* dlc_learner_set_schedule_step after a join: the host restored a checkpoint of that step. */
 DLC_API dlc_status dlc_lrt_set_schedule_step(dlc_lrt *l, int64_t step);
@@ -288,6 +311,7 @@ typedef struct dlc_lrt_event {
     int64_t boundary;         /* APPLIED, PHASE: the step boundary, the inner steps the learner
                                * had run since it joined (0: applied while joining) */
     int64_t schedule;         /* PHASE: the schedule step from then on */
+    int64_t unreplayed;       /* PHASE, dp: steps skipped unreplayed (learner.h), else 0 */
     char text[DLC_RT_TEXT_MAX];
 } dlc_lrt_event;
 /* The next event (nothing waits: events come from the calls above): 1 or 0. */
@@ -301,6 +325,8 @@ typedef struct dlc_lrt_stats {
     int64_t sent, held, held_dropped, applied, reconnects;
     uint64_t bytes_in, bytes_out;
     int64_t rollbacks;        /* dlc_lrt_rollback calls that succeeded */
+    int64_t replayed;         /* dp: averages replayed (dlc_lrt_replayed) */
+    int64_t unreplayed;       /* dp: steps skipped because the syncer no longer held them */
 } dlc_lrt_stats;
 DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 
