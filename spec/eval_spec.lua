@@ -121,6 +121,35 @@ describe("eval_batches", function()
       assert.are.same(sub, train.evaluate(model, text_loaders(text_data(), 8, 42, false), 3))
     end)
 
+  it("ends a run with the eval.batches subset and, with eval.final_all, the whole split", function()
+    local ds = text_data()
+    local L = text_loaders(ds, 8, 3, true)
+    local W, P = L.eval.windows, L.eval.batches_per_epoch
+    local model = train.build_model({ arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2 }, 6)
+    local r = { eval = { batches = 3, final_all = true } }
+    local ev = {}
+    local final, whole = train.final_eval(model, L, r, ev)
+    assert.are.same(train.evaluate(model, L, 3), final)     -- the subset the curve used
+    assert.are.equal(3 * 8, final.rows)
+    assert.are.same(train.evaluate(model, L, P), whole)     -- every window once
+    assert.are.equal(W, whole.rows)
+    assert.are.equal(W, train.eval_batches_all(L) * 8 - (8 - W % 8))
+    assert.are.same({ loss_all = whole.loss, rows_all = W }, ev)
+    local summary = train.all_fields({}, whole)
+    assert.are.same({ final_eval_loss_all = whole.loss, final_eval_rows_all = W }, summary)
+    -- off: the subset alone
+    r.eval.final_all = false
+    ev = {}
+    final, whole = train.final_eval(model, L, r, ev)
+    assert.is_nil(whole)
+    assert.are.same({}, ev)
+    -- a subset that is the whole split already: one pass, reported as both
+    r.eval.batches, r.eval.final_all = P, true
+    final, whole = train.final_eval(model, L, r, ev)
+    assert.are.equal(final, whole)
+    assert.are.equal(W, whole.rows)
+  end)
+
   it("spreads image batches too and covers every example once for the final eval", function()
     local d = diloco.ImageData { synthetic = 500, classes = 4, rows = 6, cols = 6, seed = 2, eval_fraction = 0.2 }
     local _, held_out = d:sizes()

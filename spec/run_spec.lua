@@ -134,6 +134,8 @@ describe("a tiny training run", function()
     assert.are.equal(diloco.gemm_backend(), last.gemm) -- same build, same environment
     assert.are.equal(1, last.threads)                   -- the specs run with OPENBLAS_NUM_THREADS=1
     assert.is_true(last.final_eval_loss < math.log(256), "the model learned something")
+    -- the final eval on the whole split too: every window of the eval split once
+    assert.is_true(last.final_eval_rows_all > 0 and last.final_eval_loss_all < math.log(256))
     local evals = 0
     for _, l in ipairs(lines) do
       if diloco.json_decode(l).event == "eval" then evals = evals + 1 end

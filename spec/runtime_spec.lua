@@ -249,6 +249,10 @@ describe("diloco-lua run in data parallel", function()
     assert.is_true(H.close(real.final_eval_loss, sim.final_eval_loss, 1e-3),
       string.format("run %.7f, sim %.7f", real.final_eval_loss, sim.final_eval_loss))
     assert.is_true(real.final_eval_loss < 5.4)
+    -- and on the whole eval split (eval.final_all), every window once in both
+    assert.is_true(real.final_eval_rows_all > 0 and real.final_eval_rows_all == sim.final_eval_rows_all)
+    assert.is_true(H.close(real.final_eval_loss_all, sim.final_eval_loss_all, 1e-3),
+      string.format("run %.7f, sim %.7f", real.final_eval_loss_all, sim.final_eval_loss_all))
   end)
 end)
 

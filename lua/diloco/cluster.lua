@@ -307,11 +307,13 @@ local function load_global(ctx)
   return true
 end
 
-local function evaluate_global(ctx, final)
+-- The global model on the held-out subset; final: at the end (train.final_eval: the
+-- whole split too, into ev).
+local function evaluate_global(ctx, final, ev)
   load_global(ctx)
   local loaders = ctx.loaders
-  return train.evaluate(ctx.model, loaders,
-    final and loaders.kind == "images" and loaders.eval_batches_all or ctx.recipe.eval.batches)
+  if final then return train.final_eval(ctx.model, loaders, ctx.recipe, ev) end
+  return train.evaluate(ctx.model, loaders, ctx.recipe.eval.batches)
 end
 
 local function maybe_eval(ctx)
@@ -965,11 +967,13 @@ local function finish(ctx, err)
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(pump_syncer, ctx, 0.2)
   pcall(save_syncer, ctx) -- the end, or a signal: what a --resume continues from
-  local final
-  local ok, e = pcall(evaluate_global, ctx, true)
+  local final, whole
+  local fev = {}
+  local ok, e, w = pcall(evaluate_global, ctx, true, fev)
   if ok then
-    final = e
-    ctx.metrics:write("eval", { step = r.steps, loss = e.loss, accuracy = e.accuracy, wall_s = elapsed(ctx), final = true })
+    final, whole = e, w
+    fev.step, fev.loss, fev.accuracy, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy, elapsed(ctx), true
+    ctx.metrics:write("eval", fev)
   else
     err = err or string.format("final evaluation: %s", plain(e))
   end
@@ -1038,6 +1042,7 @@ local function finish(ctx, err)
     flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
   }
+  train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
   if not cok and not err then
@@ -1051,7 +1056,9 @@ local function finish(ctx, err)
   if not ctx.quiet then
     io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
-      final and string.format(", final eval loss %.4f (the global model, after the final flush)", final.loss) or "",
+      final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,
+        whole and whole ~= final and string.format("; the whole eval split, %d rows: %.4f", whole.rows, whole.loss)
+        or "") or "",
       summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",
       summary.uptime and string.format("%.1f%%", 100 * summary.uptime) or "?",
       diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B", st.merges,

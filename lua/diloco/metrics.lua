@@ -23,7 +23,7 @@ M.__index = M
 
 M.FIELDS = {
   step = { "learner", "step", "loss", "aux_loss", "lr", "grad_norm", "tokens", "tokens_per_s", "virtual_s", "wall_s" },
-  eval = { "step", "loss", "accuracy", "tokens", "virtual_s", "wall_s", "final" },
+  eval = { "step", "loss", "accuracy", "tokens", "virtual_s", "wall_s", "final", "loss_all", "accuracy_all", "rows_all" },
   merge = { "fragment", "version", "contributors", "live", "quorum", "grace", "waited", "all_sent", "flushed",
     "bytes_in", "bytes_out", "virtual_s" },
   fault = { "kind", "learner", "begin", "duration", "factor", "optimizer", "virtual_s" },

@@ -309,6 +309,8 @@ M.schema = {
     every = { kind = "integer", default = 100, check = range(0, 1e12, true), doc = "steps between evals (0 = end only)" },
     batches = { kind = "integer", default = 8, check = range(1, 1e9, true),
       doc = "held-out batches per eval, evenly spread over the eval split (>= its batches: all of it once)" },
+    final_all = { kind = "boolean", default = true,
+      doc = "at the end, also the whole eval split (summary final_eval_loss_all; images: the final eval is the whole split already)" },
   } },
   log = { kind = "table", doc = "progress and step metrics", fields = {
     every = { kind = "integer", default = nil, check = range(1, 1e12, true),

@@ -239,12 +239,14 @@ local function on_fault(ctx, ev)
   if ev.type ~= "reject" then requorum(ctx, ev) end
 end
 
-local function evaluate_global(ctx, final)
+-- The global model on the held-out subset; final: at the end (train.final_eval: the
+-- whole split too, into ev).
+local function evaluate_global(ctx, final, ev)
   ctx.vt:global(ctx.eval_params)
   local r = ctx.recipe
   local loaders = ctx.learners[1].loaders
-  return train.evaluate(ctx.eval_model, loaders,
-    final and loaders.kind == "images" and loaders.eval_batches_all or r.eval.batches)
+  if final then return train.final_eval(ctx.eval_model, loaders, r, ev) end
+  return train.evaluate(ctx.eval_model, loaders, r.eval.batches)
 end
 
 local function on_eval(ctx, ev)
@@ -266,12 +268,14 @@ end
 local function finish(ctx, err)
   local r = ctx.recipe
   if ctx.bar then ctx.bar:finish() end
-  local final
-  local ok, e = pcall(evaluate_global, ctx, true)
+  local final, whole
+  local fev = {}
+  local ok, e, w = pcall(evaluate_global, ctx, true, fev)
   if ok then
-    final = e
-    ctx.metrics:write("eval", { step = r.steps, loss = e.loss, accuracy = e.accuracy, tokens = ctx.total_tokens,
-      virtual_s = ctx.vt:stats().virtual_s, wall_s = diloco.clock() - ctx.t_start, final = true })
+    final, whole = e, w
+    fev.step, fev.loss, fev.accuracy, fev.tokens, fev.virtual_s, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy,
+      ctx.total_tokens, ctx.vt:stats().virtual_s, diloco.clock() - ctx.t_start, true
+    ctx.metrics:write("eval", fev)
   else
     err = err or string.format("final evaluation: %s", plain(e))
   end
@@ -307,6 +311,7 @@ local function finish(ctx, err)
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per,
   }
+  train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
   if not cok and not err then
@@ -317,7 +322,9 @@ local function finish(ctx, err)
   diloco.clear_signals()
   if ctx.bar and not ctx.bar.failed then
     if final then
-      ctx.bar:print(string.format("final eval, after the final flush: global loss %.4f", final.loss))
+      ctx.bar:print(string.format("final eval, after the final flush: global loss %.4f%s", final.loss,
+        whole and whole ~= final and string.format(" (%d batches; the whole eval split, %d rows: %.4f)", r.eval.batches,
+          whole.rows, whole.loss) or ""))
     end
     ctx.bar:print(string.format("%s: %d islands, %d steps%s; goodput %.1f%%, uptime %.1f%%, %s up / %s down; %s",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,

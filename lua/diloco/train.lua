@@ -120,9 +120,42 @@ function M.evaluate(model, loaders, batches)
     end
   end)
   model:train()
-  local r = { loss = total / seen }
+  local r = { loss = total / seen, rows = seen }
   if loaders.kind == "images" then r.accuracy = correct / seen end
   return r
+end
+
+-- Held-out batches in the whole eval split (every window / example once).
+function M.eval_batches_all(loaders)
+  if loaders.eval_batches_all then return loaders.eval_batches_all end
+  local l = loaders.eval
+  return math.ceil((l.kind == "text" and l.windows or l.size) / l.batch)
+end
+
+-- The end of a run's evaluation: the model on the eval.batches subset the curve used
+-- (images: the whole split, as before), and with eval.final_all on the whole eval split
+-- too (nil when it is off or the subset already was the whole split).  Returns
+-- final, all; the final eval event's fields (loss_all, accuracy_all, rows_all) into ev.
+function M.final_eval(model, loaders, r, ev)
+  local all_n = M.eval_batches_all(loaders)
+  local n = loaders.kind == "images" and all_n or r.eval.batches
+  local final = M.evaluate(model, loaders, n)
+  local all
+  if r.eval.final_all and n < all_n then all = M.evaluate(model, loaders, all_n) end
+  local whole = all or (n >= all_n and final) or nil
+  if ev and whole then
+    ev.loss_all, ev.accuracy_all, ev.rows_all = whole.loss, whole.accuracy, whole.rows
+  end
+  return final, whole
+end
+
+-- The summary's fields of the whole-split eval (M.final_eval).
+function M.all_fields(summary, whole)
+  if whole then
+    summary.final_eval_loss_all, summary.final_eval_accuracy_all = whole.loss, whole.accuracy
+    summary.final_eval_rows_all = whole.rows
+  end
+  return summary
 end
 
 -- ---- the effective recipe: saved in OUT/recipe.json and in every checkpoint ----
@@ -513,13 +546,14 @@ function M.finish(ctx, err)
   local r, loaders = ctx.recipe, ctx.loaders
   if ctx.bar then ctx.bar:finish() end
   -- (after a divergence too: the update was not applied, the parameters are good)
-  local final
-  local ok, e = pcall(M.evaluate, ctx.model, loaders,
-    loaders.kind == "images" and loaders.eval_batches_all or r.eval.batches)
+  local final, whole
+  local fev = {}
+  local ok, e, w = pcall(M.final_eval, ctx.model, loaders, r, fev)
   if ok then
-    final = e
-    ctx.metrics:write("eval", { step = ctx.step, loss = e.loss, accuracy = e.accuracy, tokens = ctx.tokens,
-      wall_s = diloco.clock() - ctx.t_start, final = true })
+    final, whole = e, w
+    fev.step, fev.loss, fev.accuracy, fev.tokens, fev.wall_s, fev.final = ctx.step, e.loss, e.accuracy, ctx.tokens,
+      diloco.clock() - ctx.t_start, true
+    ctx.metrics:write("eval", fev)
   else
     err = err or string.format("final evaluation: %s", plain(e))
   end
@@ -537,6 +571,7 @@ function M.finish(ctx, err)
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, checkpoint_step = ctx.checkpoint_step,
     recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
   }
+  M.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
   if not cok and not err then
@@ -548,7 +583,9 @@ function M.finish(ctx, err)
   if ctx.bar and not ctx.bar.failed then
     ctx.bar:print(string.format("%s after %d steps%s%s; %s", ctx.signal and ("stopped by " .. ctx.signal) or
       (err and "failed" or "done"), ctx.step,
-      final and string.format(": eval loss %.4f", final.loss) or "",
+      final and string.format(": eval loss %.4f%s", final.loss, whole and whole ~= final and
+        string.format(" (%d batches; the whole eval split, %d rows: %.4f)", r.eval.batches, whole.rows, whole.loss) or "")
+        or "",
       final and final.accuracy and string.format(", accuracy %.2f%%", 100 * final.accuracy) or "",
       ctx.checkpoint and string.format("%s %s/s; saved %s", diloco.progress.human(summary.tokens_per_s), ctx.unit,
         ctx.checkpoint) or "nothing saved"))
