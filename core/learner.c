@@ -394,6 +394,26 @@ dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
     return s;
 }
 
+dlc_status dlc_learner_flush(dlc_learner *l, double now, int *sent) {
+    if (sent) *sent = 0;
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_flush: NULL learner");
+    dlc_status s = learner_unpolled(l, "learner_flush");
+    if (s != DLC_OK) return s;
+    if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
+        return dlc_error(DLC_ERR_STATE, "learner_flush: learner %d is %s%s", l->p.id, state_names[l->state],
+                         l->p.dp ? " (data parallel has no fragments)" : "");
+    for (int p = 0; p < l->P && s == DLC_OK; p++) {
+        lfrag *f = &l->f[p];
+        /* trained since its last apply and not in flight: a fragment sent and not yet
+         * merged back would be sent again from the same base, its steps counted twice */
+        if (f->c_steps == 0 || f->sent_step >= 0) continue;
+        s = send_contribution(l, p, now);
+        if (s == DLC_OK && sent) (*sent)++;
+    }
+    update_blocking(l);
+    return s;
+}
+
 dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_gradient: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_gradient");

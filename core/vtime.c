@@ -392,6 +392,8 @@ static dlc_status check_params(const dlc_vtime_params *p) {
     if (!(p->end > 0) || !isfinite(p->end)) return dlc_error(DLC_ERR_ARG, "vtime: end = %g: expected seconds > 0", p->end);
     if (!(p->eval_every >= 0) || !isfinite(p->eval_every))
         return dlc_error(DLC_ERR_ARG, "vtime: eval_every = %g: expected seconds >= 0", p->eval_every);
+    if (p->final_flush != 0 && p->final_flush != 1)
+        return dlc_error(DLC_ERR_ARG, "vtime: final_flush = %d: expected 0 or 1", p->final_flush);
     if (!p->islands) return dlc_error(DLC_ERR_ARG, "vtime: islands is NULL");
     for (int m = 0; m < p->learners; m++) {
         const dlc_vtime_island *is = &p->islands[m];
@@ -557,12 +559,20 @@ static dlc_status step_end(dlc_vtime *vt, const tev *e) {
         v->st.tokens += v->step_tokens;
         st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
         if (st == DLC_OK) st = learner_actions(vt, e->learner);
+        /* the recipe's schedule; a fragment sent at this step already has nothing to add */
         for (int p = 0; p < vt->P && st == DLC_OK; p++)
             if (v->due[p]) {
                 v->due[p] = 0;
+                if (dlc_learner_fragment_steps(v->l, p) == 0) continue;
                 st = dlc_learner_contribute(v->l, p, vt->now);
                 if (st == DLC_OK) st = learner_actions(vt, e->learner);
             }
+        /* the final flush: its last step (no other fits before the end) */
+        int last = vt->now + step_dt(vt, e->learner, vt->now) > vt->p.end * (1 + 1e-12);
+        if (st == DLC_OK && vt->p.final_flush && last) {
+            st = dlc_learner_flush(v->l, vt->now, NULL);
+            if (st == DLC_OK) st = learner_actions(vt, e->learner);
+        }
         return st;
     }
     if (st == DLC_OK) st = learner_actions(vt, e->learner);

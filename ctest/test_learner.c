@@ -156,6 +156,75 @@ static void test_schedule(void) {
     fx_free(&x);
 }
 
+/* The final flush (dlc_learner_flush): every fragment trained since its last apply with
+ * no contribution in flight is sent, with its steps and tokens since that apply; one in
+ * flight is not sent again (its base has not moved: its steps would be merged twice);
+ * once its merge is applied, what was trained after it is sent; nothing trained, nothing
+ * sent; not in dp. */
+static void test_flush(void) {
+    fx x;
+    fx_make(&x, 4, 12);
+    dlc_learner_params lp = lparams(0, 8, 2, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * sizeof(float)), *target = malloc((size_t)size * sizeof(float));
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * sizeof(float));
+    randv(target, size, 13, 1.0f);
+    resync(&x, l, theta0, 0, 0);
+    int sent = -1;
+    CHECK(dlc_learner_flush(l, 0.5, &sent) == DLC_OK && sent == 0 && drain(l).n == 0); /* nothing trained */
+    /* steps 1..3: fragment 0 is due after step 0 + 8k (not yet), fragment 1 after 2 */
+    for (int t = 1; t <= 3; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.5, t) == DLC_OK);
+        lrec r = drain(l);
+        CHECK(r.n == (t == 2));
+    }
+    /* fragment 1 is in flight: the flush sends 0, 2 and 3, each with its 3 steps */
+    CHECK(dlc_learner_flush(l, 3.5, &sent) == DLC_OK && sent == 3);
+    lrec r = drain(l);
+    CHECK(r.n == 3 && !find(&r, DLC_LACT_SEND, 1));
+    for (int p = 0; p < 4; p++) {
+        const dlc_learner_action *a = find(&r, DLC_LACT_SEND, p);
+        if (a) CHECK(a->msg.type == DLC_MSG_CONTRIBUTION && a->msg.steps == 3 && a->msg.tokens == 30 && a->msg.version == 0);
+    }
+    /* all four in flight now: nothing more */
+    CHECK(dlc_learner_flush(l, 3.6, &sent) == DLC_OK && sent == 0 && drain(l).n == 0);
+    /* fragment 1's merge comes back and is applied (τ = 2 steps after its send at 2) */
+    float v[NMAX];
+    gather(&x, 1, theta0, v);
+    dlc_msg m = fragment_msg(0, 1, 1, 0, v, dlc_plan_numel(x.plan, 1));
+    CHECK(dlc_learner_receive(l, &m, 3.7) == DLC_OK);
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 10, 0.5, 4) == DLC_OK);
+    r = drain(l);
+    CHECK(find(&r, DLC_LACT_APPLIED, 1) != NULL);
+    CHECK(dlc_learner_flush(l, 4.5, &sent) == DLC_OK && sent == 0); /* applied at step 4: nothing trained since */
+    inner_step(x.p, target);
+    CHECK(dlc_learner_step_done(l, 10, 0.5, 5) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_flush(l, 5.5, &sent) == DLC_OK && sent == 1);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.fragment == 1 && r.a[0].msg.steps == 1 && r.a[0].msg.version == 1);
+    dlc_learner_free(l);
+    /* dp has no fragments to flush */
+    lp.dp = 1;
+    fx_free(&x);
+    fx_make(&x, 1, 14);
+    l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (l) {
+        resync(&x, l, dlc_params_data(x.p), 0, 0);
+        CHECK(dlc_learner_flush(l, 1.0, &sent) == DLC_ERR_STATE && strstr(dlc_last_error(), "data parallel"));
+        dlc_learner_free(l);
+    }
+    free(theta0);
+    free(target);
+    fx_free(&x);
+}
+
 /* A merge arriving before τ steps is held; applied at the step boundary τ steps after
  * sending (lag τ) with θ = α·θ + (1 − α)·Θ; late ones at once; older ones ignored;
  * malformed ones refused with nothing changed. */
@@ -1897,6 +1966,7 @@ int main(void) {
     test_set_schedule_step();
     test_dp_alone();
     test_dp_replay();
+    test_flush();
     test_hostile();
     test_int4();
     test_decoupled_equals_diloco();

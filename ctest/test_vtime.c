@@ -468,6 +468,43 @@ static void test_determinism(void) {
     world_free(&c);
 }
 
+/* The final flush: 2 learners, H = 4 over 2 fragments, 10 steps.  Without it, fragment 0
+ * (sent after steps 4 and 8) and fragment 1 (after 2, 6, 10) leave steps 9 and 10 of
+ * fragment 0 unmerged; with it each learner sends fragment 0 after its last step (10),
+ * fragment 1 being sent then anyway, and the final merges hold them: one more merge of
+ * fragment 0 per learner, and the useful tokens grow by exactly those 2 steps of both
+ * learners (never past the tokens trained). */
+static void test_final_flush(void) {
+    double useful[2];
+    int merges0[2];
+    for (int ff = 0; ff < 2; ff++) {
+        world w;
+        world_init(&w, 2, 2, 0, 10);
+        w.vp.learner.H = 4;
+        w.vp.final_flush = ff;
+        if (!world_start(&w)) return world_free(&w);
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        merges0[ff] = 0;
+        for (int i = 0; i < w.n; i++)
+            if (w.log[i].type == DLC_VT_MERGE && w.log[i].fragment == 0) merges0[ff]++;
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        useful[ff] = st.useful_tokens;
+        CHECK(st.useful_tokens <= st.learner[0].tokens + st.learner[1].tokens);
+        world_free(&w);
+    }
+    CHECK(merges0[1] == merges0[0] + 2); /* quorum 1 without grace: one merge per contribution */
+    /* 2 learners x 2 steps x 10 tokens, over P = 2 fragments */
+    CHECK_NEAR(useful[1] - useful[0], 2 * 2 * 10 / 2.0, 1e-9);
+    world w;
+    world_init(&w, 1, 1, 0, 3);
+    w.vp.final_flush = 2;
+    CHECK(dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p)) == NULL &&
+          strstr(dlc_last_error(), "final_flush = 2"));
+    world_free(&w);
+}
+
 /* dp: every step is a round of both learners' gradients; each OPTIM finds the mean of the
  * two in the grad arena, and the two models stay identical. */
 static void test_dp_rounds(void) {
@@ -529,6 +566,7 @@ int main(void) {
     test_link();
     test_syncer_fault();
     test_determinism();
+    test_final_flush();
     test_dp_rounds();
     test_dp_kill();
     return check_done("test_vtime");

@@ -525,6 +525,14 @@ static int lr_replaying(lua_State *L) {
     return 2;
 }
 
+/* l:flush() -> n: the final flush, the fragments sent (rt.h) */
+static int lr_flush(lua_State *L) {
+    int n = 0;
+    if (dlc_lrt_flush(checklrt(L, 1), &n) != DLC_OK) return dlcL_error(L);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
 /* l:replays() -> bool: dp, the syncer replays averaged gradients (its WELCOME said so) */
 static int lr_replays(lua_State *L) {
     lua_pushboolean(L, dlc_lrt_replays(checklrt(L, 1)));
@@ -594,7 +602,7 @@ static const luaL_Reg lrt_methods[] = {
     {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
     {"nonfinite", lr_nonfinite}, {"replay", lr_replay}, {"replayed", lr_replayed},
-    {"replaying", lr_replaying}, {"replays", lr_replays}, {NULL, NULL}};
+    {"replaying", lr_replaying}, {"replays", lr_replays}, {"flush", lr_flush}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 
 /* ---- registration ---- */

@@ -258,6 +258,7 @@ static int l_vtime(lua_State *L) {
     vp.step_time = optnum(L, 1, "VTime", "step_time", 1.0);
     vp.end = optnum(L, 1, "VTime", "horizon", 0);
     vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
+    vp.final_flush = optbool(L, 1, "VTime", "final_flush", 0);
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
     int si = subtable(L, 1, "syncer");

@@ -427,6 +427,13 @@ int dlc_lrt_replaying(const dlc_lrt *l) { return l && l->l && dlc_learner_replay
 int dlc_lrt_replay_ready(const dlc_lrt *l) { return l && l->replay_ready; }
 int dlc_lrt_replays(const dlc_lrt *l) { return l && l->replays; }
 
+dlc_status dlc_lrt_flush(dlc_lrt *l, int *sent) {
+    if (sent) *sent = 0;
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_flush: the learner has not joined (dlc_lrt_join)");
+    dlc_status st = dlc_learner_flush(l->l, lrt_now(l), sent);
+    return st == DLC_OK ? actions(l) : st;
+}
+
 dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_contribute: the learner has not joined (dlc_lrt_join)");
     dlc_status st = dlc_learner_contribute(l->l, p, lrt_now(l));

@@ -225,6 +225,39 @@ describe("diloco-lua syncer and learner started by hand", function()
   end)
 end)
 
+describe("sync.final_flush", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("sends what each learner trained since its last sends at its end, in run and in sim, and merges it", function()
+    -- 2 learners, H = 32 over 2 fragments, 72 steps: fragment 1 was last sent after step
+    -- 48 and fragment 2 after 64, so each learner has steps of both that no round took
+    local path = recipe(S, "ff", { count = 2, steps = 72 })
+    local function go(cmd, flush)
+      local out, code = H.sh(string.format("%s %s %s --set sync.final_flush=%s --out %s/%s-%s --quiet", exe, cmd,
+        path, flush, S.dir, cmd, flush))
+      assert.are.equal(0, code, out)
+      return string.format("%s/%s-%s", S.dir, cmd, flush)
+    end
+    for _, cmd in ipairs { "run", "sim" } do
+      local off, on = summary_of(events(go(cmd, "false") .. "/metrics.jsonl")),
+        summary_of(events(go(cmd, "true") .. "/metrics.jsonl"))
+      assert.is_true(on.merges > off.merges, cmd .. ": merges " .. on.merges .. " against " .. off.merges)
+      assert.is_true(on.useful_tokens > off.useful_tokens, cmd)
+      assert.is_true(on.useful_tokens <= on.tokens, cmd .. ": useful tokens past the tokens trained")
+      assert.is_true(on.goodput <= 1, cmd)
+    end
+    -- each learner of the real run says what it flushed
+    for m = 1, 2 do
+      local fl = of_kind(events(string.format("%s/run-true/learner-%d/metrics.jsonl", S.dir, m)), "flush")
+      assert.are.equal(1, #fl, "learner " .. m)
+      assert.is_true(fl[1].fragments >= 1 and fl[1].fragments <= 2)
+      assert.are.equal(0, #of_kind(events(string.format("%s/run-false/learner-%d/metrics.jsonl", S.dir, m)), "flush"))
+    end
+  end)
+end)
+
 -- Skipped, saying why, where the tool or the privilege is missing (scripts/setup installs
 -- openmpi-bin and iproute2; CI runs as root).
 local function have(cmd) return select(2, H.sh("command -v " .. cmd)) == 0 end

@@ -524,6 +524,11 @@ function M.finish(ctx, err)
   local why = err and "failed" or (ctx.signal and ("stopped by " .. ctx.signal) or "finished")
   if ctx.lrt then
     local drain = ctx.rt.drain
+    if not err and not ctx.dp and r.sync.final_flush then
+      -- the final flush: what it trained since its last sends, merged before the final eval
+      local ok, n = pcall(ctx.lrt.flush, ctx.lrt)
+      if ok and n > 0 then write(ctx, "flush", { learner = ctx.id, fragments = n, step = ctx.lrt:schedule_step() }) end
+    end
     pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
     pcall(drain_events, ctx)
   end

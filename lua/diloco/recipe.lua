@@ -261,6 +261,9 @@ M.schema = {
       doc = "f(learner, step, fragments) -> list of 1-based fragments due after that step (replaces H/offsets)" },
     ring = { kind = "integer", default = 4, check = range(1, 64, true),
       doc = "versions of each fragment kept to anchor stale contributions" },
+    final_flush = { kind = "boolean", default = false,
+      doc = "at its end each learner sends every fragment trained since its last apply (none in flight), merged "
+        .. "before the final eval (false: those steps are not in the final model; docs/sim.md)" },
     dp_history = { kind = "integer", default = 0, check = range(0, 65536, true),
       doc = "dp: averaged gradients the syncer keeps for restarted learners to replay (0: as many as 512 MiB hold, "
         .. "8 to 1024)" },

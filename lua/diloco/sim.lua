@@ -87,7 +87,7 @@ local function prepare(r, opts)
     local okv, vt = pcall(diloco.VTime, {
       params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * isl.step_time,
       eval_every = r.eval.every > 0 and r.eval.every * isl.step_time or 0, islands = isls, chaos = ctx.chaos,
-      learner = lopts, syncer = sopts,
+      learner = lopts, syncer = sopts, final_flush = sy.final_flush,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt

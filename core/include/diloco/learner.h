@@ -227,6 +227,13 @@ DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double 
  * H > 0).  TRAINING or WAITING. */
 DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
 
+/* The final flush (the learner's last step): sends every fragment trained since it was
+ * last applied that has no contribution in flight (one sent and not yet merged back
+ * would be sent again from the same base, its steps merged twice; with alpha = 0 the
+ * steps after that send are overwritten by its merge, as at every round).  *sent (may be
+ * NULL): how many.  TRAINING or WAITING, not dp (DLC_ERR_STATE). */
+DLC_API dlc_status dlc_learner_flush(dlc_learner *l, double now, int *sent);
+
 /* dp: the gradient of the step is in the grad arena; sends it and WAITs.  TRAINING only,
  * not while replaying. */
 DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);

@@ -93,6 +93,11 @@ typedef struct dlc_vtime_params {
     dlc_learner_params learner;       /* for every learner (id set by vtime) */
     dlc_syncer_params syncer;         /* learners must be M; dp must match learner.dp */
     dlc_chaos *chaos;                 /* borrowed, must outlive the driver; NULL = none */
+    int final_flush;                  /* 0/1: at its last step (the next would end after
+                                       * `end`) a learner sends every fragment trained
+                                       * since its last apply with none in flight
+                                       * (dlc_learner_flush; not dp), so the final merges
+                                       * hold those steps; 0: they are not merged */
 } dlc_vtime_params;
 
 typedef enum dlc_vtime_event_type {

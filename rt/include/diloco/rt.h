@@ -233,6 +233,10 @@ DLC_API dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s);
 DLC_API dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds);
 /* dp: the gradient is in the grad arena: sends it (state WAITING). */
 DLC_API dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens);
+/* The final flush (sync.final_flush): sends every fragment trained since it was last
+ * applied with no contribution in flight (dlc_learner_flush); *sent (may be NULL): how
+ * many.  Then dlc_lrt_finish waits for their merges. */
+DLC_API dlc_status dlc_lrt_flush(dlc_lrt *l, int *sent);
 /* A host schedule: sends fragment p's contribution now. */
 DLC_API dlc_status dlc_lrt_contribute(dlc_lrt *l, int p);
 /* While the state machine is WAITING (blocking presets, dp) or JOINING (a resync after a
