@@ -131,7 +131,7 @@ describe("the top level", function()
     local out, code = run("frobnicate --fast")
     assert.are.equal(2, code, out)
     assert.matches("diloco-lua: unknown command 'frobnicate' (and no file of that name to run as a script); the "
-      .. "commands are run, sim, sample, goodput, plot, syncer, learner; diloco-lua --help lists them", out, 1, true)
+      .. "commands are run, sim, sample, goodput, plot, compare, syncer, learner; diloco-lua --help lists them", out, 1, true)
     assert.is_nil(out:find("cannot open", 1, true), out)
   end)
 

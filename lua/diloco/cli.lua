@@ -1,4 +1,4 @@
--- diloco.cli: the subcommands of diloco-lua (run, sim, sample, goodput, plot) and every
+-- diloco.cli: the subcommands of diloco-lua (run, sim, sample, goodput, plot, compare) and every
 -- --help text, generated from one option table per command (M.commands, plain data that
 -- the docstring registry and the docs reuse).
 --
@@ -170,6 +170,25 @@ M.commands = {
     },
     exit = "0 drawn, 1 --out without gnuplot (the text chart is printed instead) or gnuplot failed, 2 bad "
       .. "options or an input that is not metrics",
+  },
+  {
+    name = "compare", args = "RUN...", summary = "compare runs side by side: their summaries, their eval curves",
+    about = {
+      "Prints one row per run (a run directory of run or sim, or its metrics.jsonl) with the numbers of the "
+        .. "summary that ends its metrics: preset, learners, final eval loss, goodput, uptime, idle (the mean "
+        .. "over learners), merges, MB up and down, tokens, time (virtual seconds for a sim, wall seconds for "
+        .. "a run) and a status (ok, error, interrupted, no summary); \"-\" where the summary has no such field.  "
+        .. "With --plot each run's eval loss is drawn against --x into a PNG, one curve per run.  docs/cli.md.",
+    },
+    options = with_tail {
+      { name = "markdown", doc = "print the table as Markdown" },
+      { name = "plot", arg = "FILE.png", shown = "none", doc = "draw each run's eval loss curve, overlaid (gnuplot)" },
+      { name = "x", arg = "AXIS", shown = "tokens",
+        doc = "the x axis of --plot: tokens, time (virtual seconds for a sim, wall seconds for a run), wall (wall "
+          .. "seconds) or step" },
+    },
+    exit = "0 done, 1 --plot without gnuplot (the table is printed) or gnuplot failed, 2 bad options or an input "
+      .. "that is not metrics",
   },
   {
     name = "syncer", args = "RECIPE.lua", summary = "serve a recipe's syncer over TCP, for learners of any launcher",
@@ -592,6 +611,7 @@ local handlers = {
   sample = function(args, parse) return require("diloco.sample").main(args, parse) end,
   goodput = function(args, parse) return require("diloco.goodput").main(args, parse) end,
   plot = function(args, parse) return require("diloco.plot").main(args, parse) end,
+  compare = function(args, parse) return require("diloco.compare").main(args, parse) end,
 }
 
 -- "--debug" anywhere among the options (not as the value of a value option): removed

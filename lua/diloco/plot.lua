@@ -96,6 +96,21 @@ function M.read(arg)
   return { label = run_label(arg, path), path = path, records = records, skipped = skipped }
 end
 
+-- Runs (M.read) of one name are told apart by the path given: each such run's label
+-- becomes its path without "/metrics.jsonl".  Changes runs in place and returns them.
+function M.unique_labels(runs)
+  local labels = {}
+  for _, run in ipairs(runs) do
+    if labels[run.label] then
+      for _, r in ipairs(runs) do
+        if r.label == run.label then r.label = r.path:gsub("/metrics%.jsonl$", "") end
+      end
+    end
+    labels[run.label] = true
+  end
+  return runs
+end
+
 -- Parses --y and --events into what to draw: a list of { kind = nil|kind, field }.
 function M.parse_spec(y, events)
   local kinds
@@ -426,15 +441,7 @@ function M.main(args, parse)
     end
     runs[#runs + 1] = run
   end
-  local labels = {}
-  for _, run in ipairs(runs) do
-    if labels[run.label] then -- two runs of one name: tell them apart by the path given
-      for _, r in ipairs(runs) do
-        if r.label == run.label then r.label = r.path:gsub("/metrics%.jsonl$", "") end
-      end
-    end
-    labels[run.label] = true
-  end
+  M.unique_labels(runs)
   local curves = M.series(runs, spec, opts.x)
   local xfield = M.X_ALIASES[opts.x] or opts.x
   local names = {}

@@ -383,6 +383,15 @@ D["diloco.plot.nothing_to_draw"] = "plot.nothing_to_draw(runs, spec, x, xfield)\
 D["diloco.plot.text_chart"] = "plot.text_chart(curves[, {width =, height =, title =, log_y =, xlabel =}]) -> string\nThe curves as a text chart with axes and a legend."
 D["diloco.plot.find_gnuplot"] = "plot.find_gnuplot() -> path | nil\ngnuplot on PATH."
 D["diloco.plot.gnuplot"] = "plot.gnuplot(curves, {out =, width =, height =, title =, xlabel =, ylabel =, log_y =}) -> true | nil, message\nDraws a PNG with gnuplot."
+D["diloco.plot.unique_labels"] = "plot.unique_labels(runs) -> runs\nRuns (plot.read) of one name are told apart by the path given (changed in place)."
+
+D["diloco.compare"] = "diloco.compare: the `diloco-lua compare RUN...` command: runs side by side, a row of each summary's numbers, and their eval loss curves (--plot, gnuplot).  docs/cli.md"
+D["diloco.compare.main"] = "compare.main(args, parse) -> exit status"
+D["diloco.compare.row"] = "compare.row(run) -> {run =, preset =, learners =, final_eval_loss =, goodput =, uptime =, idle =, merges =, mb_up =, mb_down =, tokens =, time =, clock =, status =, notes =}\nThe numbers of one run (a plot.read result) from the summary ending its metrics; nil for a field it lacks; clock \"virtual\" (sim) or \"wall\"."
+D["diloco.compare.cells"] = "compare.cells(row) -> {texts}\nA row's cells in the order of compare.COLUMNS: \"-\" for a missing number, time as \"60.0 s virtual\"."
+D["diloco.compare.table_text"] = "compare.table_text(rows[, {markdown =}]) -> string\nThe rows as an aligned table (or Markdown), the footnote and the notes of failed runs."
+D["diloco.compare.axes_text"] = "compare.axes_text([list]) -> string\n\"tokens, time, wall or step\": the --x axes (or list) joined for a message."
+D["diloco.compare.curves"] = "compare.curves(runs, x) -> curves, missing, xlabel\nEach run's eval loss against x (tokens, time, wall, step) through plot.series; missing: a note per run without a point."
 
 -- ---- the REPL's own modules -----------------------------------------------------------
 D["diloco.help"] = "diloco.help(x) / help(x): this registry.  help() lists the modules and types."
