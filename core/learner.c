@@ -31,6 +31,8 @@ typedef struct lfrag {
     int64_t pend_version;
     int received;          /* JOINING: got it; TRAINING: its whole resync arrived (a reconnect) */
     int skipped;           /* a catch-up skipped a step at which it was due: sent at step_done */
+    double acc_steps, acc_s; /* the account: its share of the steps (1/P each) and seconds
+                              * trained since its last send or apply, in no contribution yet */
     uint8_t *enc;          /* encoded contribution, enc_cap bytes */
     int64_t enc_cap;
 } lfrag;
@@ -64,6 +66,7 @@ struct dlc_learner {
     int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
     int64_t resync_run;    /* ... and the run's schedule step it carried */
     int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
+    dlc_learner_account acc; /* where its compute went (learner.h), over its incarnations */
     /* dp replay (learner.h, "Replay") */
     int64_t run_seen;      /* the furthest run step heard of (resyncs, averages) */
     int replaying;         /* catching up on the averages of the steps it missed */
@@ -263,10 +266,20 @@ static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k
 
 /* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
  * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
+/* The account: fragment p's steps since its last send or apply go to `to` (and with
+ * keep > 0 that share of them to kept), then start again. */
+static void settle(dlc_learner *l, lfrag *f, double *to_steps, double *to_s, double keep) {
+    l->acc.kept_steps += keep * f->acc_steps, l->acc.kept_s += keep * f->acc_s;
+    *to_steps += (1 - keep) * f->acc_steps, *to_s += (1 - keep) * f->acc_s;
+    f->acc_steps = f->acc_s = 0;
+}
+
 static dlc_status apply(dlc_learner *l, int p) {
     lfrag *f = &l->f[p];
     DLC_ASSERT(f->pending);
     int resync = f->pend_resync;
+    /* what it trained on p since its last send is replaced (alpha of it kept in the mix) */
+    settle(l, f, &l->acc.overwritten_steps, &l->acc.overwritten_s, resync ? 0.0 : l->p.alpha);
     const float *src = l->pend + f->off;
     scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
     memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
@@ -316,6 +329,7 @@ static void update_blocking(dlc_learner *l) {
 
 static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     lfrag *f = &l->f[p];
+    settle(l, f, &l->acc.sent_steps, &l->acc.sent_s, 0);
     float *d = l->scratch;
     gather(l, p, d, 0);
     const float *hat = l->hat + f->off;
@@ -354,6 +368,11 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     l->steps++;
     l->tokens += tokens;
     l->boundary_time = now;
+    if (l->p.dp) { /* its gradient went out (a void step never gets here) */
+        l->acc.sent_steps += 1, l->acc.sent_s += seconds;
+    } else {
+        for (int p = 0; p < l->P; p++) l->f[p].acc_steps += 1.0 / l->P, l->f[p].acc_s += seconds / l->P;
+    }
     if (seconds > 0) l->step_ema = ema(l->step_ema, seconds, l->p.ema);
     for (int p = 0; p < l->P; p++) {
         l->f[p].c_steps++;
@@ -731,6 +750,7 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
 void dlc_learner_stop(dlc_learner *l) {
     if (!l || l->state == DLC_LEARNER_STOPPED) return;
     l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
+    for (int p = 0; p < l->P; p++) settle(l, &l->f[p], &l->acc.discarded_steps, &l->acc.discarded_s, 0);
     set_state(l, DLC_LEARNER_STOPPED);
 }
 
@@ -783,6 +803,7 @@ dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
     for (int p = 0; p < l->P && s == DLC_OK; p++) {
         lfrag *f = &l->f[p];
         DLC_ASSERT(f->base_version >= 0); /* joined: every fragment was received */
+        settle(l, f, &l->acc.discarded_steps, &l->acc.discarded_s, 0); /* the trajectory it discards */
         if (f->pending) {
             f->pend_resync = 1;
             s = apply(l, p);
@@ -800,6 +821,15 @@ dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
 }
 
 int64_t dlc_learner_rollbacks(const dlc_learner *l) { return l ? l->rollbacks : 0; }
+
+dlc_learner_account dlc_learner_get_account(const dlc_learner *l) {
+    dlc_learner_account a;
+    memset(&a, 0, sizeof a);
+    if (!l) return a;
+    a = l->acc;
+    for (int p = 0; p < l->P; p++) a.unsent_steps += l->f[p].acc_steps, a.unsent_s += l->f[p].acc_s;
+    return a;
+}
 
 dlc_learner_state dlc_learner_state_of(const dlc_learner *l) { return l ? l->state : DLC_LEARNER_STOPPED; }
 int dlc_learner_id(const dlc_learner *l) { return l ? l->p.id : -1; }

@@ -184,12 +184,18 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->fenced = calloc((size_t)s->M, 1);
     s->unheard = calloc((size_t)s->M, 1);
     s->merged = calloc((size_t)s->M, sizeof(int64_t));
+    s->merged_steps = calloc((size_t)s->M, sizeof(double));
+    s->last_base = malloc((size_t)s->M * (size_t)s->P * sizeof(int64_t));
+    s->last_steps = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
+    s->last_tokens = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
     s->shard = malloc((size_t)s->M * sizeof(int64_t));
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
-        !s->q || !s->incarnation || !s->inc_open || !s->fenced || !s->unheard || !s->merged || !s->shard)
+        !s->q || !s->incarnation || !s->inc_open || !s->fenced || !s->unheard || !s->merged || !s->shard ||
+        !s->merged_steps || !s->last_base || !s->last_steps || !s->last_tokens)
         goto nomem;
+    for (int64_t i = 0; i < (int64_t)s->M * s->P; i++) s->last_base[i] = -1;
     for (int m = 0; m < s->M; m++) s->shard[m] = -1;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
@@ -276,6 +282,10 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->fenced);
     free(s->unheard);
     free(s->merged);
+    free(s->merged_steps);
+    free(s->last_base);
+    free(s->last_steps);
+    free(s->last_tokens);
     free(s->shard);
     free(s->q);
     free(s);
@@ -482,7 +492,18 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
                                          .tokens = c->tokens, .incarnation = s->incarnation[m],
                                          .arrived = c->arrived};
         bytes_in += (int64_t)c->len;
-        useful += (double)c->tokens / s->P;
+        /* the steps and tokens new to the run: a contribution from the base of one of its
+         * earlier merged ones (sent again before a merge came back: a cut, a restarted
+         * syncer) holds that one's steps too (syncer.h, the account) */
+        size_t at = (size_t)m * s->P + (size_t)p;
+        int64_t steps = c->steps, tokens = c->tokens;
+        if (c->base == s->last_base[at] && steps >= s->last_steps[at]) {
+            steps -= s->last_steps[at];
+            tokens -= tokens >= s->last_tokens[at] ? s->last_tokens[at] : tokens;
+        }
+        s->last_base[at] = c->base, s->last_steps[at] = c->steps, s->last_tokens[at] = c->tokens;
+        useful += (double)tokens / s->P;
+        s->merged_steps[m] += (double)steps / s->P;
         s->merged[m]++;
     }
     if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
@@ -728,6 +749,7 @@ static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
     s->unheard[m] = 0;
     s->step_t[m] = s->transit[m] = 0;
     s->sched[m] = 0;
+    for (int p = 0; p < s->P; p++) s->last_base[(size_t)m * s->P + p] = -1; /* its counters restart */
     return resync_all(s, m, now);
 }
 
@@ -917,6 +939,9 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
 
 int dlc_syncer_fragments(const dlc_syncer *s) { return s ? s->P : 0; }
 int64_t dlc_syncer_merged(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->merged[m] : 0; }
+double dlc_syncer_merged_steps(const dlc_syncer *s, int m) {
+    return s && m >= 0 && m < s->M ? s->merged_steps[m] : 0;
+}
 int dlc_syncer_is_unheard(const dlc_syncer *s, int m) {
     return s && m >= 0 && m < s->M && s->live[m] && s->unheard[m];
 }

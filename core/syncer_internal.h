@@ -54,6 +54,9 @@ struct dlc_syncer {
     int64_t *sched;          /* [M]: schedule step each learner last reported (heartbeats) */
     uint8_t *unheard;        /* [M]: not heard from since a restart or a load (syncer.h) */
     int64_t *merged;         /* [M]: contributions merged, over the run (checkpointed) */
+    double *merged_steps;    /* [M]: their new steps / P (syncer.h, the account) */
+    int64_t *last_base, *last_steps, *last_tokens; /* [M * P]: learner m's last merged
+                             * contribution to fragment p since it joined (base -1: none) */
     int64_t *shard;          /* [M]: the driver's data shard of each learner, -1 = none */
     int nlive;
     int64_t dp_next;         /* dp: the step of the next round (1 + the rounds closed) */

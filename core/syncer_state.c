@@ -26,14 +26,18 @@
 enum {
     K_FORMAT, K_EPOCH, K_MODEL_HASH, K_PLAN_HASH, K_LEARNERS, K_FRAGMENTS, K_DP, K_SIZES, K_VERSIONS, K_OLDEST,
     K_ROUND_AGE, K_XI_QUORUM, K_LIVE, K_EVER, K_SCHED, K_STEP_TIME, K_TRANSIT, K_SENT, K_MERGED, K_SHARD,
-    K_INCARNATION, K_INC_OPEN, K_COUNT
+    K_INCARNATION, K_INC_OPEN, K_MERGED_STEPS, K_LAST_BASE, K_LAST_STEPS, K_LAST_TOKENS, K_COUNT
 };
+/* keys newer than the format's first: a checkpoint without them loads (their state starts
+ * afresh) */
+#define K_FIRST_OPTIONAL K_MERGED_STEPS
 static const char *const key_names[] = {
     "syncer.format",    "syncer.epoch",      "syncer.model_hash", "syncer.plan_hash", "syncer.learners",
     "syncer.fragments", "syncer.dp",         "syncer.sizes",      "syncer.versions",  "syncer.oldest",
     "syncer.round_age", "syncer.xi_quorum",  "syncer.live",       "syncer.ever",      "syncer.sched",
     "syncer.step_time", "syncer.transit",    "syncer.sent",       "syncer.merged",    "syncer.shard",
-    "syncer.incarnation", "syncer.inc_open"};
+    "syncer.incarnation", "syncer.inc_open", "syncer.merged_steps", "syncer.last_base", "syncer.last_steps",
+    "syncer.last_tokens"};
 _Static_assert(sizeof key_names / sizeof key_names[0] == K_COUNT, "one name per checkpoint key");
 
 /* ---- save ---- */
@@ -107,6 +111,13 @@ dlc_status dlc_syncer_save(const dlc_syncer *s, const char *path, double now, in
         add_i64(&v[K_SHARD], m == 0, (long long)s->shard[m]);
         add_i64(&v[K_INCARNATION], m == 0, (long long)s->incarnation[m]);
         add_i64(&v[K_INC_OPEN], m == 0, s->inc_open[m]);
+        add_f64(&v[K_MERGED_STEPS], m == 0, s->merged_steps[m]);
+        for (int p = 0; p < P; p++) {
+            size_t at = (size_t)m * P + p;
+            add_i64(&v[K_LAST_BASE], at == 0, (long long)s->last_base[at]);
+            add_i64(&v[K_LAST_STEPS], at == 0, (long long)s->last_steps[at]);
+            add_i64(&v[K_LAST_TOKENS], at == 0, (long long)s->last_tokens[at]);
+        }
         if (m) dlcx_sb_add(&v[K_SENT], ",", 1);
         for (int p = 0; p < P; p++) dlcx_sb_add(&v[K_SENT], s->sent_since[(size_t)m * P + p] ? "1" : "0", 1);
     }
@@ -411,6 +422,13 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
         goto fail;
     if (list(&r, K_INC_OPEN, M, "learner", 0, 0, 1, 0, iv, NULL) != DLC_OK) goto fail;
     for (int m = 0; m < M; m++) s->inc_open[m] = (uint8_t)iv[m];
+    /* the account's records (syncer.h), when the checkpoint has them */
+    if (dlc_safetensors_meta(r.st, key_names[K_MERGED_STEPS]) &&
+        (list(&r, K_MERGED_STEPS, M, "learner", 1, 0, 1e300, 0, NULL, s->merged_steps) != DLC_OK ||
+         list(&r, K_LAST_BASE, M * P, "learner x fragment", 0, -1, 9.2e18, 0, s->last_base, NULL) != DLC_OK ||
+         list(&r, K_LAST_STEPS, M * P, "learner x fragment", 0, 0, 9.2e18, 0, s->last_steps, NULL) != DLC_OK ||
+         list(&r, K_LAST_TOKENS, M * P, "learner x fragment", 0, 0, 9.2e18, 0, s->last_tokens, NULL) != DLC_OK))
+        goto fail;
     const char *sent = meta(&r, K_SENT);
     if (!sent) goto fail;
     size_t sent_len = strlen(sent);

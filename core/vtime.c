@@ -61,6 +61,7 @@ typedef struct vlearner {
                                  * stalls and retransmits, as TCP does) */
     uint8_t *due;               /* [P]: fragments the host's schedule sends after this step */
     double down_since;          /* killed at */
+    double last_end, up_since;  /* its last step's end; when it last came up (0: the start) */
     dlc_vtime_learner_stats st;
 } vlearner;
 
@@ -343,6 +344,7 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             if (st == DLC_OK) st = syncer_actions(vt);
         } else if (!ce->begin && !v->alive) {
             v->alive = 1;
+            v->up_since = vt->now;
             double until = vt->now < vt->p.end ? vt->now : vt->p.end;
             if (until > v->down_since) v->st.down_s += until - v->down_since;
             st = dlc_learner_restart(v->l, vt->now);
@@ -551,6 +553,7 @@ static dlc_status step_end(dlc_vtime *vt, const tev *e) {
     vlearner *v = &vt->L[e->learner];
     if (e->gen != v->gen || !v->busy) return DLC_OK; /* killed during the step */
     v->busy = 0;
+    v->last_end = vt->now;
     dlc_status st;
     if (vt->p.learner.dp) {
         st = dlc_learner_gradient(v->l, v->step_tokens, vt->now);
@@ -722,6 +725,7 @@ dlc_status dlc_vtime_optim_done(dlc_vtime *vt, int m) {
     vt->awaiting = 0;
     v->st.steps++;
     v->st.tokens += v->step_tokens;
+    v->last_end = vt->now;
     st = dlc_learner_step_done(v->l, v->step_tokens, v->step_dt, vt->now);
     return st == DLC_OK ? learner_actions(vt, m) : st;
 }
@@ -775,6 +779,28 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
         double busy = o->busy_s < end ? o->busy_s : end;
         o->idle_s = end - busy - o->down_s > 0 ? end - busy - o->down_s : 0;
         alloc += end * o->nominal_tps;
+        /* the account (vtime.h): its compute by the fate of each step's share, its idle
+         * time split into waiting and done */
+        dlc_learner_account a = dlc_learner_get_account(v->l);
+        o->sent_steps = a.sent_steps;
+        o->merged_steps = dlc_syncer_merged_steps(vt->s, m);
+        double merged = a.sent_steps > 0 ? (o->merged_steps < a.sent_steps ? o->merged_steps : a.sent_steps) /
+                                               a.sent_steps : 0;
+        o->useful_s = a.sent_s * merged + a.kept_s;
+        o->overwritten_s = a.overwritten_s;
+        o->unsent_s = a.unsent_s;
+        double counted = a.sent_s + a.overwritten_s + a.kept_s + a.discarded_s + a.unsent_s;
+        /* dropped: sent and never merged, discarded, and what ran of steps lost mid-way */
+        o->dropped_s = a.sent_s * (1 - merged) + a.discarded_s + (busy > counted ? busy - counted : 0);
+        if (counted > busy) { /* (rounding) the compute is what ran */
+            double k = busy / counted;
+            o->useful_s *= k, o->overwritten_s *= k, o->unsent_s *= k, o->dropped_s *= k;
+        }
+        int ready = v->alive && !v->busy && dlc_learner_state_of(v->l) == DLC_LEARNER_TRAINING;
+        double from = v->last_end > v->up_since ? v->last_end : v->up_since;
+        o->done_s = ready && end > from ? end - from : 0;
+        if (o->done_s > o->idle_s) o->done_s = o->idle_s;
+        o->waiting_s = o->idle_s - o->done_s;
     }
     *st = vt->st;
     st->now = vt->now, st->end = end;

@@ -1110,6 +1110,56 @@ static void test_dp_replay(void) {
     fx_free(&x);
 }
 
+/* The account (syncer.h): a learner that sends fragment 0 again from the same base before
+ * a merge came back (a cut) carries the steps of both; each step counts once in the
+ * merged steps and the useful tokens, a contribution from a newer base counts whole, and
+ * a rejoin starts the records afresh. */
+static void test_merged_once(void) {
+    fx x;
+    fx_make(&x, 2, 165);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(2, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return fx_free(&x);
+    join_all(s, 2, 0);
+    float d[NMAX];
+    randv(d, n, 166, 0.01f);
+    double useful = 0;
+    const struct { int64_t base, steps, tokens; double new_steps, new_tokens; } c[] = {
+        {0, 3, 30, 3, 30},  /* merged: version 1 */
+        {0, 5, 50, 2, 20},  /* the same base again, 2 steps more: those alone */
+        {1, 4, 40, 4, 40},  /* a newer base: whole */
+        {1, 4, 40, 0, 0},   /* the same again (a duplicate): nothing new */
+    };
+    double steps = 0;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        dlc_msg m = contribution(0, 0, c[i].base, c[i].steps, c[i].tokens, d, n);
+        CHECK(dlc_syncer_receive(s, &m, 1.0 + (double)i) == DLC_OK);
+        rec r = drain(s);
+        const dlc_syncer_action *a = find_type(&r, DLC_SACT_MERGED);
+        CHECK(a && a->merge.count == 1);
+        if (a) {
+            CHECK_NEAR(a->merge.useful_tokens, c[i].new_tokens / 2, 1e-12); /* P = 2 */
+            useful += a->merge.useful_tokens;
+        }
+        steps += c[i].new_steps / 2;
+        CHECK_NEAR(dlc_syncer_merged_steps(s, 0), steps, 1e-12);
+    }
+    CHECK_NEAR(useful, 45, 1e-12);
+    /* learner 0 restarts: its counters start again, so base 2 with 4 steps is whole */
+    CHECK(dlc_syncer_lost(s, 0, 9) == DLC_OK && dlc_syncer_join(s, 0, 9) == DLC_OK);
+    drain(s);
+    dlc_msg m = contribution(0, 0, dlc_syncer_version(s, 0), 4, 40, d, n);
+    CHECK(dlc_syncer_receive(s, &m, 10) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *a = find_type(&r, DLC_SACT_MERGED);
+    CHECK(a && a->merge.useful_tokens == 20 && dlc_syncer_merged_steps(s, 0) == steps + 2);
+    CHECK(dlc_syncer_merged_steps(s, 1) == 0 && dlc_syncer_merged_steps(s, 7) == 0);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* ---- refusals ---- */
 
 static void test_refusals(void) {
@@ -1582,6 +1632,7 @@ int main(void) {
     test_manual();
     test_dp();
     test_dp_replay();
+    test_merged_once();
     test_zero_weight();
     test_hostile();
     test_refused_not_heard();

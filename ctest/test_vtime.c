@@ -218,6 +218,17 @@ static void check_stats(world *w) {
         CHECK(l->tokens == 10 * l->steps);
         CHECK(l->idle_s >= 0 && l->busy_s >= 0 && l->down_s >= 0);
         CHECK_NEAR(l->busy_s + l->idle_s + l->down_s, st.end, 1e-9);
+        /* the account: every second in one bucket, none negative, merged steps are sent ones */
+        double b[] = {l->useful_s, l->overwritten_s, l->dropped_s, l->unsent_s, l->waiting_s, l->done_s, l->down_s};
+        double sum = 0;
+        for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+            CHECK(b[i] >= -1e-9 && isfinite(b[i]));
+            sum += b[i];
+        }
+        CHECK_NEAR(sum, st.end, 1e-9 * (st.end > 1 ? st.end : 1));
+        CHECK_NEAR(l->useful_s + l->overwritten_s + l->dropped_s + l->unsent_s, l->busy_s < st.end ? l->busy_s : st.end,
+                   1e-9 * st.end);
+        CHECK(l->merged_steps <= l->sent_steps + 1e-9 && l->sent_steps <= (double)l->steps + 1e-9);
     }
     CHECK(st.goodput >= 0 && st.goodput <= 1);
     CHECK(st.useful_tokens >= 0 && st.useful_tokens <= (double)trained);
@@ -468,6 +479,65 @@ static void test_determinism(void) {
     world_free(&c);
 }
 
+/* The account (vtime.h) under each preset's shape and every fault kind at once: the
+ * buckets of every learner sum to the horizon (check_stats), useful tokens never pass
+ * the tokens trained; without faults and with alpha 0, equal islands' useful share is
+ * the goodput (merged tokens; with alpha > 0 the account adds the part kept) and
+ * each loss is where the design puts it: decoupled (H = 4, 2 fragments, tau = 1) loses
+ * tau/H of each round to overwriting and the steps after the last sends to unsent. */
+static void test_account(void) {
+    /* dp, diloco (blocking, P 1), streaming (blocking, P 2, tau 1), decoupled (K 1, P 2, tau 1), alpha 0.5 */
+    const struct { int dp, P, H, tau, blocking, quorum; double alpha; } presets[] = {
+        {1, 1, 1, 0, 0, DLC_QUORUM_ALL, 0}, {0, 1, 4, 0, 1, DLC_QUORUM_ALL, 0}, {0, 2, 4, 1, 1, DLC_QUORUM_ALL, 0},
+        {0, 2, 4, 1, 0, 1, 0}, {0, 2, 4, 1, 0, 1, 0.5}};
+    for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++)
+        for (int faults = 0; faults <= 1; faults++) {
+            world w;
+            world_init(&w, 3, presets[k].P, presets[k].dp, 24);
+            w.vp.learner.H = presets[k].H, w.vp.learner.tau = presets[k].tau;
+            w.vp.learner.blocking = w.vp.syncer.blocking = presets[k].blocking;
+            w.vp.learner.alpha = presets[k].alpha;
+            w.vp.syncer.quorum = presets[k].quorum, w.vp.syncer.tau = presets[k].tau;
+            w.vp.syncer.timeout = 3;
+            if (faults) {
+                fault(&w, DLC_FAULT_KILL, 1, 5.5, 3, 0);
+                fault(&w, DLC_FAULT_SLOW, 2, 2, 6, 2);
+                if (!presets[k].dp) { /* (dp's rounds wait for every live learner: a cut stalls them all) */
+                    fault(&w, DLC_FAULT_CUT, 0, 11, 2, 0);
+                    fault(&w, DLC_FAULT_SYNCER, -1, 15, 1.5, 0);
+                }
+                dlc_fault f = {.at = 3, .kind = DLC_FAULT_LINK, .learner = 0, .duration = 4, .latency = 0.3};
+                CHECK(dlc_chaos_add(world_chaos(&w), &f) == DLC_OK);
+            }
+            if (!world_start(&w)) {
+                world_free(&w);
+                continue;
+            }
+            world_run(&w, -1);
+            CHECK(!w.failed);
+            check_stats(&w);
+            dlc_vtime_stats st;
+            CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+            if (!faults && presets[k].alpha == 0) { /* (alpha > 0: the account's useful adds the kept part) */
+                double useful = 0;
+                for (int m = 0; m < 3; m++) useful += st.learner[m].useful_s;
+                CHECK_NEAR(useful / (3 * st.end), st.goodput, 1e-9);
+            }
+            if (!faults && k == 3) {
+                for (int m = 0; m < 3; m++) {
+                    const dlc_vtime_learner_stats *l = &st.learner[m];
+                    /* 24 steps; each fragment sent every 4 (at 4, 8, .. 24 and 2, 6, .. 22):
+                     * 1 step of 4 after each send is overwritten when its merge comes back
+                     * (tau 1) */
+                    CHECK(l->dropped_s < 1e-9 && l->down_s == 0 && l->waiting_s < 1e-9);
+                    CHECK(l->overwritten_s > 0 && l->unsent_s > 0);
+                    CHECK_NEAR(l->useful_s + l->overwritten_s + l->unsent_s, 24, 1e-9);
+                }
+            }
+            world_free(&w);
+        }
+}
+
 /* The final flush: 2 learners, H = 4 over 2 fragments, 10 steps.  Without it, fragment 0
  * (sent after steps 4 and 8) and fragment 1 (after 2, 6, 10) leave steps 9 and 10 of
  * fragment 0 unmerged; with it each learner sends fragment 0 after its last step (10),
@@ -567,6 +637,7 @@ int main(void) {
     test_syncer_fault();
     test_determinism();
     test_final_flush();
+    test_account();
     test_dp_rounds();
     test_dp_kill();
     return check_done("test_vtime");

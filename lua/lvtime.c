@@ -479,7 +479,7 @@ static int vt_stats(lua_State *L) {
     lua_createtable(L, st.learners, 0);
     for (int m = 0; m < st.learners; m++) {
         const dlc_vtime_learner_stats *s = &st.learner[m];
-        lua_createtable(L, 0, 10);
+        lua_createtable(L, 0, 18);
         setint(L, "steps", s->steps);
         setint(L, "tokens", s->tokens);
         setnum(L, "busy_s", s->busy_s);
@@ -490,6 +490,15 @@ static int vt_stats(lua_State *L) {
         setint(L, "bytes_down", s->bytes_down);
         setint(L, "merged", s->merged);
         setnum(L, "nominal_tps", s->nominal_tps);
+        /* the account (vtime.h), in virtual seconds */
+        setnum(L, "useful_s", s->useful_s);
+        setnum(L, "overwritten_s", s->overwritten_s);
+        setnum(L, "dropped_s", s->dropped_s);
+        setnum(L, "unsent_s", s->unsent_s);
+        setnum(L, "waiting_s", s->waiting_s);
+        setnum(L, "done_s", s->done_s);
+        setnum(L, "sent_steps", s->sent_steps);
+        setnum(L, "merged_steps", s->merged_steps);
         lua_rawseti(L, -2, m + 1);
     }
     lua_setfield(L, -2, "learners");

@@ -293,12 +293,13 @@ local function finish(ctx, err)
   if not err and ctx.metrics.failed then err = ctx.metrics.failed end
   if not err and save_error then err = save_error end
   local st = ctx.vt:stats()
-  local steps, tokens, idle, per = 0, 0, {}, {}
+  local steps, tokens, idle, per, merged = 0, 0, {}, {}, {}
+  local shares, total = diloco.account.shares(st)
   for m, l in ipairs(st.learners) do
     steps, tokens = steps + l.steps, tokens + l.tokens
-    idle[m] = l.idle
+    idle[m], merged[m] = l.idle, l.merged
     per[m] = { steps = l.steps, tokens = l.tokens, idle = l.idle, down = st.horizon > 0 and l.down_s / st.horizon or 0,
-      merged = l.merged, bytes_up = l.bytes_up, bytes_down = l.bytes_down }
+      merged = l.merged, bytes_up = l.bytes_up, bytes_down = l.bytes_down, account = shares[m] }
   end
   local wall = diloco.clock() - ctx.t_start
   local summary = {
@@ -309,7 +310,7 @@ local function finish(ctx, err)
     params = ctx.n_params, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error,
     recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
-    useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per,
+    useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
   }
   train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
@@ -326,6 +327,8 @@ local function finish(ctx, err)
         whole and whole ~= final and string.format(" (%d batches; the whole eval split, %d rows: %.4f)", r.eval.batches,
           whole.rows, whole.loss) or ""))
     end
+    ctx.bar:print("where each island's virtual time went (docs/sim.md, the account):\n" ..
+      diloco.account.table_text(shares, total, merged))
     ctx.bar:print(string.format("%s: %d islands, %d steps%s; goodput %.1f%%, uptime %.1f%%, %s up / %s down; %s",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
       final and string.format(", final eval loss %.4f", final.loss) or "", 100 * st.goodput, 100 * st.uptime,

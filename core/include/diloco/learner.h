@@ -302,6 +302,27 @@ DLC_API dlc_status dlc_learner_replayed(dlc_learner *l, double now);
 /* 1 while the learner catches up by replay. */
 DLC_API int dlc_learner_replaying(const dlc_learner *l);
 
+/* ---- the account ----
+ *
+ * Where the learner's compute went, over all its incarnations, in inner steps and in the
+ * seconds the driver passed to dlc_learner_step_done.  Each step counts 1/P on each
+ * fragment (data parallel: the whole step), and each fragment's share ends in one of:
+ *   sent         in a contribution (dp: the gradient of a step done); whether the
+ *                syncer merged it is the syncer's to say (dlc_syncer_merged_steps);
+ *   overwritten  trained on p after its last send, replaced when a merge of p was
+ *                applied (1 − alpha of it; all of it for a resync, taken whole);
+ *   kept         the alpha of it that the mix keeps;
+ *   discarded    thrown away by a rollback or a stop (a kill);
+ *   unsent       not yet in any of those (at the end of a run: trained and never sent).
+ * So sent + overwritten + kept + discarded + unsent = the steps done (and the seconds
+ * passed).  A step lost mid-way (a kill, a void dp step) never reaches step_done and is
+ * in none: the driver counts it. */
+typedef struct dlc_learner_account {
+    double sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps;
+    double sent_s, overwritten_s, kept_s, discarded_s, unsent_s;
+} dlc_learner_account;
+DLC_API dlc_learner_account dlc_learner_get_account(const dlc_learner *l); /* zeros for NULL */
+
 /* ---- actions ---- */
 
 typedef enum dlc_learner_action_type {

@@ -329,6 +329,13 @@ DLC_API int64_t dlc_syncer_epoch(const dlc_syncer *s);
 DLC_API int64_t dlc_syncer_incarnation(const dlc_syncer *s, int m);
 /* Contributions of learner m merged over the run (kept by save/load); 0 out of range. */
 DLC_API int64_t dlc_syncer_merged(const dlc_syncer *s, int m);
+/* The account (learner.h): learner m's steps that entered merges, each step 1/P per
+ * fragment (dp: whole steps), counted once: a contribution sent from the same base as
+ * one of its earlier merged ones (a learner that sends p again before a merge of p came
+ * back, across a cut or a syncer restart, carries the steps of both) adds only its steps
+ * past that one; the merge's useful_tokens count the same way.  Since the syncer was
+ * made or loaded (not checkpointed). */
+DLC_API double dlc_syncer_merged_steps(const dlc_syncer *s, int m);
 /* 1 while m is live but not heard from since a restart or a load ("Restarts" above). */
 DLC_API int dlc_syncer_is_unheard(const dlc_syncer *s, int m);
 /* A table the driver fills and the checkpoint keeps: learner m's data shard (-1 = none,

@@ -172,6 +172,18 @@ typedef struct dlc_vtime_learner_stats {
     int64_t bytes_up, bytes_down; /* link bytes sent by / to it (dropped ones included) */
     int64_t merged;               /* contributions of it that entered a merge */
     double nominal_tps;           /* tokens per virtual second at its speed, unslowed */
+    /* The account: every second of [0, end] in one bucket, so that useful + overwritten +
+     * dropped + unsent + waiting + done + down = end.  The compute (busy_s) by the fate
+     * of each step's share of each fragment (learner.h, "the account"): useful (merged,
+     * dlc_syncer_merged_steps of the steps it sent, and the alpha kept of the
+     * overwritten), overwritten (replaced by a merge applied after its last send),
+     * dropped (sent and never merged, discarded by a kill, and what ran of a step a kill
+     * cut short), unsent (trained and in no contribution at the end: sync.final_flush
+     * sends them); idle_s = waiting (blocked on a round, joining) + done (ready, but no
+     * further step fits before `end`).  Compute seconds are split by steps: exact with
+     * steps of equal length, close under SLOW faults. */
+    double useful_s, overwritten_s, dropped_s, unsent_s, waiting_s, done_s;
+    double sent_steps, merged_steps; /* learner.h, syncer.h: steps / P per fragment */
 } dlc_vtime_learner_stats;
 
 typedef struct dlc_vtime_stats {

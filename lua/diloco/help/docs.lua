@@ -385,6 +385,10 @@ D["diloco.plot.find_gnuplot"] = "plot.find_gnuplot() -> path | nil\ngnuplot on P
 D["diloco.plot.gnuplot"] = "plot.gnuplot(curves, {out =, width =, height =, title =, xlabel =, ylabel =, log_y =}) -> true | nil, message\nDraws a PNG with gnuplot."
 D["diloco.plot.unique_labels"] = "plot.unique_labels(runs) -> runs\nRuns (plot.read) of one name are told apart by the path given (changed in place)."
 
+D["diloco.account"] = "diloco.account: where each island's time went in sim (useful, overwritten, dropped, unsent, down, waiting, done): every second of the horizon in one bucket.  docs/sim.md"
+D["diloco.account.of"] = "account.of(learner_stats, horizon) -> {useful, overwritten, dropped, unsent, down, waiting, done}\nOne island's shares of the horizon (diloco.VTime:stats().learners[m])."
+D["diloco.account.shares"] = "account.shares(stats) -> per, total\nEvery island's shares and the total, weighted by nominal tokens per second as goodput is."
+D["diloco.account.table_text"] = "account.table_text(per, total[, merged]) -> string\nThe end-of-run table: a row per island and the total, in percent, with the merges each joined."
 D["diloco.compare"] = "diloco.compare: the `diloco-lua compare RUN...` command: runs side by side, a row of each summary's numbers, and their eval loss curves (--plot, gnuplot).  docs/cli.md"
 D["diloco.compare.main"] = "compare.main(args, parse) -> exit status"
 D["diloco.compare.row"] = "compare.row(run) -> {run =, preset =, learners =, final_eval_loss =, goodput =, uptime =, idle =, merges =, mb_up =, mb_down =, tokens =, time =, clock =, status =, notes =}\nThe numbers of one run (a plot.read result) from the summary ending its metrics; nil for a field it lacks; clock \"virtual\" (sim) or \"wall\"."
