@@ -304,6 +304,7 @@ static int s_learner(lua_State *L) {
     dlcL_setnum(L, "heard", i.heard);
     dlcL_setnum(L, "absent", i.absent);
     dlcL_setint(L, "merged", i.merged);
+    dlcL_setnum(L, "merged_steps", i.merged_steps);
     dlcL_setint(L, "joins", i.joins);
     dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);
     dlcL_setint(L, "bytes_out", (int64_t)i.bytes_out);
@@ -533,6 +534,24 @@ static int lr_flush(lua_State *L) {
     return 1;
 }
 
+/* l:account() -> {sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps,
+ * and the same in seconds (_s)}: where this process's compute went (learner.h) */
+static int lr_account(lua_State *L) {
+    dlc_learner_account a = dlc_learner_get_account(dlc_lrt_learner(checklrt(L, 1)));
+    lua_createtable(L, 0, 10);
+    dlcL_setnum(L, "sent_steps", a.sent_steps);
+    dlcL_setnum(L, "overwritten_steps", a.overwritten_steps);
+    dlcL_setnum(L, "kept_steps", a.kept_steps);
+    dlcL_setnum(L, "discarded_steps", a.discarded_steps);
+    dlcL_setnum(L, "unsent_steps", a.unsent_steps);
+    dlcL_setnum(L, "sent_s", a.sent_s);
+    dlcL_setnum(L, "overwritten_s", a.overwritten_s);
+    dlcL_setnum(L, "kept_s", a.kept_s);
+    dlcL_setnum(L, "discarded_s", a.discarded_s);
+    dlcL_setnum(L, "unsent_s", a.unsent_s);
+    return 1;
+}
+
 /* l:replays() -> bool: dp, the syncer replays averaged gradients (its WELCOME said so) */
 static int lr_replays(lua_State *L) {
     lua_pushboolean(L, dlc_lrt_replays(checklrt(L, 1)));
@@ -602,7 +621,7 @@ static const luaL_Reg lrt_methods[] = {
     {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
     {"nonfinite", lr_nonfinite}, {"replay", lr_replay}, {"replayed", lr_replayed},
-    {"replaying", lr_replaying}, {"replays", lr_replays}, {"flush", lr_flush}, {NULL, NULL}};
+    {"replaying", lr_replaying}, {"replays", lr_replays}, {"flush", lr_flush}, {"account", lr_account}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 
 /* ---- registration ---- */

@@ -689,6 +689,7 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->heard = L->heard;
     out->absent = L->peer >= 0 ? 0 : srt_now(s) - L->left;
     out->merged = L->merged;
+    out->merged_steps = dlc_syncer_merged_steps(s->s, m);
     out->joins = L->joins;
     out->bytes_in = L->bytes_in;
     out->bytes_out = L->bytes_out;

@@ -80,6 +80,26 @@ describe("diloco-lua run with 3 learner processes", function()
     assert.is_true(s.final_eval_loss < 5.3, "final eval loss " .. tostring(s.final_eval_loss))
     assert.is_true(s.useful_tokens > 0 and s.useful_tokens <= s.tokens, "useful tokens within trained tokens")
     assert.is_true(s.goodput > 0 and s.goodput <= 1, "goodput " .. tostring(s.goodput))
+    -- the account: each learner's wall time in the buckets, nothing negative, summing to 1;
+    -- most of what it computed was merged, and its process said where each step went
+    local function sums_to_one(a, who)
+      local sum = 0
+      for _, b in ipairs(diloco.account.RUN_BUCKETS) do
+        assert.is_true(a[b] >= 0, who .. " " .. b)
+        sum = sum + a[b]
+      end
+      assert.is_true(math.abs(sum - 1) < 1e-9, who .. ": " .. sum)
+    end
+    sums_to_one(s.account, "the run")
+    for m = 1, 3 do
+      local a = s.per_learner[m].account
+      sums_to_one(a, "learner " .. m)
+      local compute = a.useful + a.overwritten + a.dropped + a.unsent
+      assert.is_true(a.useful > 0.5 * compute, "learner " .. m .. ": " .. diloco.json_encode(a))
+      local la = summary_of(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m))).account
+      local steps = la.sent_steps + la.overwritten_steps + la.kept_steps + la.discarded_steps + la.unsent_steps
+      assert.is_true(math.abs(steps - s.per_learner[m].steps) < 1e-6, "learner " .. m .. "'s steps: " .. steps)
+    end
     -- the run's secret: readable by its owner only
     local mode = H.sh("stat -c %a " .. S.dir .. "/run/secret")
     assert.are.equal("600", mode:match("%d+"))

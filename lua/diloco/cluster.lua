@@ -918,7 +918,8 @@ end
 local function learner_account(ctx, m)
   local f = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
   if not f then return nil end
-  local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0 }
+  local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0,
+    overwritten_s = 0, kept_s = 0, unsent_s = 0 }
   local cur
   local function close_cur()
     if not cur then return end
@@ -929,6 +930,14 @@ local function learner_account(ctx, m)
       acc.train_s = acc.train_s + (e.train_s or 0)
       acc.wait_s = acc.wait_s + (e.wait_s or 0)
       acc.wall_s = acc.wall_s + (e.wall_s or 0)
+    end
+    -- the account of a process that ended with a summary (a killed one's is lost: its
+    -- steps count as dropped, below)
+    local a = cur.summary and type(cur.summary.account) == "table" and cur.summary.account
+    if a then
+      acc.overwritten_s = acc.overwritten_s + (a.overwritten_s or 0)
+      acc.kept_s = acc.kept_s + (a.kept_s or 0)
+      acc.unsent_s = acc.unsent_s + (a.unsent_s or 0)
     end
     cur = nil
   end
@@ -992,6 +1001,7 @@ local function finish(ctx, err)
   local wall = elapsed(ctx)
   local t_end = ctx.t_train_end or wall
   local steps, tokens, per, idle, capacity, step_times = 0, 0, {}, {}, 0, {}
+  local weights, merged_n, accounts = {}, {}, {}
   for m = 1, r.islands.count do
     local i = ctx.syncer:learner(m)
     local acc = learner_account(ctx, m)
@@ -1025,7 +1035,14 @@ local function finish(ctx, err)
       train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
       startup_s = acc and acc.startup_s or nil, down_s = L.down_s, paused_s = L.paused_s, held_s = L.held_s,
       after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps }
+    -- the account (docs/runtime.md): every second of the run's wall time in one bucket
+    per[m].account = diloco.account.of_run({ train_s = per[m].train_s, steps = lsteps, merged_steps = i.merged_steps,
+      kept_s = acc and acc.kept_s, overwritten_s = acc and acc.overwritten_s, unsent_s = acc and acc.unsent_s,
+      wait_s = per[m].wait_s, startup_s = per[m].startup_s, down_s = L.down_s, paused_s = L.paused_s,
+      held_s = L.held_s, after_done_s = per[m].after_done_s }, wall)
+    weights[m], merged_n[m], accounts[m] = tps or 1, i.merged, per[m].account
   end
+  local account_total = diloco.account.total(accounts, weights, diloco.account.RUN_BUCKETS)
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
     final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
@@ -1041,6 +1058,7 @@ local function finish(ctx, err)
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
     flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
+    account = account_total,
   }
   train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
@@ -1054,6 +1072,8 @@ local function finish(ctx, err)
   ctx.rd:close()
   diloco.clear_signals()
   if not ctx.quiet then
+    io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
+      diloco.account.table_text(accounts, account_total, merged_n, diloco.account.RUN_BUCKETS) .. "\n")
     io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
       final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,

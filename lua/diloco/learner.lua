@@ -529,11 +529,22 @@ function M.finish(ctx, err)
       local ok, n = pcall(ctx.lrt.flush, ctx.lrt)
       if ok and n > 0 then write(ctx, "flush", { learner = ctx.id, fragments = n, step = ctx.lrt:schedule_step() }) end
     end
+    local okb, before = pcall(ctx.lrt.account, ctx.lrt)
+    ctx.account_before = okb and before or nil
     pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
     pcall(drain_events, ctx)
   end
   if ctx.lrt and ctx.rd then save(ctx) end
   local st = ctx.lrt and ctx.lrt:stats() or {}
+  local okacc, account = pcall(function() return ctx.lrt and ctx.lrt:account() end)
+  -- what its end stopped unsent is unsent, not discarded (a stop discards, learner.h)
+  local b = ctx.account_before
+  if okacc and account and b then
+    for _, u in ipairs { "steps", "s" } do
+      local moved = account["discarded_" .. u] - b["discarded_" .. u]
+      account["discarded_" .. u], account["unsent_" .. u] = b["discarded_" .. u], account["unsent_" .. u] + moved
+    end
+  end
   local wall = diloco.clock() - ctx.t_start
   local summary = { learner = ctx.id, preset = r.sync.preset, steps = st.steps, schedule_step = ctx.lrt and
     ctx.lrt:schedule_step(), tokens = ctx.tokens, wall_s = wall, train_s = ctx.train_time, wait_s = ctx.wait_time,
@@ -541,7 +552,7 @@ function M.finish(ctx, err)
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped, applied = st.applied,
     reconnects = st.reconnects, rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
-    unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
+    unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),
     gemm = diloco.gemm_backend() }
   if ctx.metrics then

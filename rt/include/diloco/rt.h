@@ -181,6 +181,7 @@ typedef struct dlc_srt_learner_info {
                                * never connected to this one), 0 while connected: what a host
                                * compares with its deadline for learners to come back */
     int64_t merged;           /* its contributions that entered a merge */
+    double merged_steps;      /* its steps that entered merges, each once (dlc_syncer_merged_steps) */
     int64_t joins;            /* times it joined */
     uint64_t bytes_in, bytes_out; /* wire bytes from and to it, all its connections */
     double rate, latency;     /* its link's emulation (dlc_srt_shape), 0: none */
