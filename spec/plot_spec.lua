@@ -231,3 +231,46 @@ describe("diloco-lua plot", function()
     assert.matches("plot: missing RUN_OR_METRICS", out, 1, true)
   end)
 end)
+
+describe("diloco-lua plot --kind compute", function()
+  -- two islands' accounts, as sim's summary gives them (docs/sim.md, the account)
+  local A1 = { useful = 0.75, overwritten = 0.08, dropped = 0.05, unsent = 0.02, down = 0.1, waiting = 0, done = 0 }
+  local A2 = { useful = 0.5, overwritten = 0.1, dropped = 0.2, unsent = 0.05, down = 0, waiting = 0.15, done = 0 }
+  local acc = metrics("acc.jsonl", { { "summary", steps = 20, per_learner = { { account = A1, merged = 7 },
+    { account = A2, merged = 5 } } } })
+  local run_file = metrics("run1.jsonl", RUN) -- a single island's: no account
+
+  it("prints each island's shares and the total as a table", function()
+    local out, status = sh(acc .. " --kind compute")
+    assert.are.equal(0, status, out)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.matches("^island%s+useful%s+overwritten%s+dropped%s+unsent%s+down%s+waiting%s+done early%s+merges$", lines[1])
+    assert.matches("^1%s+75.0%%%s+8.0%%%s+5.0%%%s+2.0%%%s+10.0%%%s+0.0%%%s+0.0%%%s+7$", lines[2])
+    assert.matches("^2%s+50.0%%%s+10.0%%%s+20.0%%%s+5.0%%%s+0.0%%%s+15.0%%%s+0.0%%%s+5$", lines[3])
+    -- the total: the mean of the two (equal weights), and the merges summed
+    assert.matches("^all%s+62.5%%%s+9.0%%%s+12.5%%%s+3.5%%%s+5.0%%%s+7.5%%%s+0.0%%%s+12$", lines[4])
+  end)
+
+  it("draws the stacked bars into a PNG with gnuplot", function()
+    local png = tmp .. "/compute.png"
+    local out, status = sh(acc .. " " .. run_file .. "x --kind compute --out " .. png)
+    assert.are.equal(2, status, out) -- the second is no run: refused before anything is drawn
+    out, status = sh(acc .. " --kind compute --out " .. png)
+    assert.are.equal(0, status, out)
+    assert.matches("wrote " .. png .. ": 2 islands", out, 1, true)
+    local f = assert(io.open(png, "rb"))
+    assert.are.equal("\137PNG\r\n\26\n", f:read(8))
+    f:close()
+  end)
+
+  it("refuses a run whose summary has no account, and an unknown kind, with exit 2", function()
+    local out, status = sh(run_file .. " --kind compute")
+    assert.are.equal(2, status, out)
+    assert.matches(run_file .. ": no account in its summary (expected the summary of a run of several islands", out, 1,
+      true)
+    out, status = sh(acc .. " --kind bars")
+    assert.are.equal(2, status, out)
+    assert.matches("--kind bars: expected curves or compute", out, 1, true)
+  end)
+end)

@@ -153,6 +153,9 @@ M.commands = {
     },
     options = with_tail {
       { name = "out", arg = "FILE.png", shown = "none: a text chart on stdout", doc = "write a PNG (gnuplot)" },
+      { name = "kind", arg = "KIND", default = "curves",
+        doc = "curves (the records' fields), or compute: where each island's time went (the summary's account), "
+          .. "stacked bars, or a table without --out" },
       { name = "x", arg = "AXIS", default = "steps",
         doc = "steps, tokens, time (wall seconds since the file's first record), virtual (virtual_s of a sim) or "
           .. "any numeric field" },

@@ -415,6 +415,117 @@ function M.gnuplot(curves, opts)
   return true
 end
 
+-- ---- --kind compute: where each island's time went ----
+
+-- The account of each run's summary (docs/sim.md, docs/runtime.md): rows of { label,
+-- shares } per island, and the buckets they hold (run's add "other").  A run without
+-- one is an error naming it.
+function M.compute_rows(runs)
+  local account = require "diloco.account"
+  local rows, buckets = {}, account.BUCKETS
+  for _, run in ipairs(runs) do
+    local summary
+    for i = #run.records, 1, -1 do
+      if run.records[i].event == "summary" then
+        summary = run.records[i]
+        break
+      end
+    end
+    local per = summary and type(summary.per_learner) == "table" and summary.per_learner
+    if not per or #per == 0 or type(per[1].account) ~= "table" then
+      bad_input("%s: no account in its summary (expected the summary of a run of several islands by sim or run of "
+        .. "this version: per_learner[m].account; a run still going has no summary)", run.path)
+    end
+    for m, l in ipairs(per) do
+      local a = type(l.account) == "table" and l.account or {}
+      if a.other then buckets = account.RUN_BUCKETS end
+      rows[#rows + 1] = { label = #runs > 1 and string.format("%s %d", run.label, m) or string.format("island %d", m),
+        shares = a, run = run, learner = m, merged = l.merged }
+    end
+  end
+  return rows, buckets
+end
+
+-- The rows as a stacked-bar PNG: one bar per island, one colour per bucket, in percent.
+function M.gnuplot_compute(rows, buckets, opts)
+  local data = os.tmpname()
+  local f = assert(io.open(data, "w"))
+  for _, r in ipairs(rows) do
+    f:write('"', (r.label:gsub('"', "'")), '"')
+    for _, b in ipairs(buckets) do f:write(string.format(" %.6f", 100 * (tonumber(r.shares[b]) or 0))) end
+    f:write("\n")
+  end
+  f:close()
+  local probe = io.popen("gnuplot -e 'set terminal pngcairo' 2>&1", "r")
+  local said = probe:read("a")
+  probe:close()
+  local terminal = said:find("unknown", 1, true) and "png" or "pngcairo"
+  local longest = 0 -- labels that would run into each other are slanted
+  for _, r in ipairs(rows) do longest = math.max(longest, #r.label) end
+  local crowded = longest * #rows * 8 > 0.6 * opts.width
+  local cols = {}
+  for i, b in ipairs(buckets) do
+    cols[#cols + 1] = string.format("%s using %d%s title %s", i == 1 and gp_string(data) or "''", i + 1,
+      i == 1 and ":xtic(1)" or "", gp_string(b == "done" and "done early" or b))
+  end
+  local script = table.concat({
+    string.format("set terminal %s noenhanced size %d,%d", terminal, opts.width, opts.height),
+    "set output " .. gp_string(opts.out),
+    "set title " .. gp_string(opts.title or ""),
+    "set ylabel 'share of the time (%)'",
+    "set yrange [0:100]", "set style data histograms", "set style histogram rowstacked",
+    "set style fill solid 0.85 border -1", "set boxwidth 0.7", "set key outside right", "set grid ytics",
+    crowded and "set xtics rotate by -30 offset -1,0" or "", crowded and "set bmargin 6" or "",
+    "plot " .. table.concat(cols, ", "),
+  }, "\n")
+  local errfile = os.tmpname()
+  local p = io.popen("gnuplot 2>" .. errfile, "w")
+  p:write(script, "\n")
+  local ok = p:close()
+  local ef = io.open(errfile, "r")
+  local msg = ef and ef:read("a") or ""
+  if ef then ef:close() end
+  os.remove(errfile)
+  os.remove(data)
+  local out = io.open(opts.out, "rb")
+  local size = out and out:seek("end") or 0
+  if out then out:close() end
+  if not ok or size == 0 then return nil, (msg:gsub("%s+$", ""):gsub("^%s+", "")) end
+  return true
+end
+
+-- --kind compute: the table on stdout, or the stacked bars in opts.out.
+local function main_compute(runs, opts, pw, ph, title)
+  local account = require "diloco.account"
+  local rows, buckets = M.compute_rows(runs)
+  local function tables()
+    local parts = {}
+    for _, run in ipairs(runs) do
+      local per, merged = {}, {}
+      for _, r in ipairs(rows) do
+        if r.run == run then per[#per + 1], merged[#merged + 1] = r.shares, r.merged end
+      end
+      parts[#parts + 1] = (#runs > 1 and run.label .. ":\n" or "") .. account.table_text(per, account.total(per, nil,
+        buckets), merged, buckets)
+    end
+    return table.concat(parts, "\n\n")
+  end
+  if not opts.out then
+    io.stdout:write(tables(), "\n")
+    return 0
+  end
+  if not M.find_gnuplot() then
+    io.stdout:write(tables(), "\n")
+    failed("--out %s: gnuplot not found on PATH (scripts/setup installs the Debian package gnuplot-nox), so the "
+      .. "table is printed above and %s was not written", opts.out, opts.out)
+  end
+  local ok, gerr = M.gnuplot_compute(rows, buckets, { out = opts.out, width = pw, height = ph,
+    title = "where each island's time went: " .. title })
+  if not ok then failed("--out %s: gnuplot failed: %s", opts.out, gerr ~= "" and gerr or "no output written") end
+  print(string.format("wrote %s: %d island%s", opts.out, #rows, #rows == 1 and "" or "s"))
+  return 0
+end
+
 -- ---- the command ----
 
 local X_LABELS = { step = "step", tokens = "tokens", virtual_s = "virtual seconds", time = "wall seconds" }
@@ -442,6 +553,13 @@ function M.main(args, parse)
     runs[#runs + 1] = run
   end
   M.unique_labels(runs)
+  if opts.kind == "compute" then
+    local names = {}
+    for _, run in ipairs(runs) do names[#names + 1] = run.label end
+    return main_compute(runs, opts, pw, ph, opts.title or table.concat(names, ", "))
+  elseif opts.kind ~= "curves" then
+    usage("--kind %s: expected curves or compute", opts.kind)
+  end
   local curves = M.series(runs, spec, opts.x)
   local xfield = M.X_ALIASES[opts.x] or opts.x
   local names = {}

@@ -383,6 +383,8 @@ D["diloco.plot.nothing_to_draw"] = "plot.nothing_to_draw(runs, spec, x, xfield)\
 D["diloco.plot.text_chart"] = "plot.text_chart(curves[, {width =, height =, title =, log_y =, xlabel =}]) -> string\nThe curves as a text chart with axes and a legend."
 D["diloco.plot.find_gnuplot"] = "plot.find_gnuplot() -> path | nil\ngnuplot on PATH."
 D["diloco.plot.gnuplot"] = "plot.gnuplot(curves, {out =, width =, height =, title =, xlabel =, ylabel =, log_y =}) -> true | nil, message\nDraws a PNG with gnuplot."
+D["diloco.plot.compute_rows"] = "plot.compute_rows(runs) -> rows, buckets\n--kind compute: each island's account from the runs' summaries (a run without one raises, naming it)."
+D["diloco.plot.gnuplot_compute"] = "plot.gnuplot_compute(rows, buckets, {out, width, height, title}) -> true | nil, message\nThe accounts as stacked bars in a PNG."
 D["diloco.plot.unique_labels"] = "plot.unique_labels(runs) -> runs\nRuns (plot.read) of one name are told apart by the path given (changed in place)."
 
 D["diloco.account"] = "diloco.account: where each island's time went in sim (useful, overwritten, dropped, unsent, down, waiting, done): every second of the horizon in one bucket.  docs/sim.md"
