@@ -264,8 +264,6 @@ static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int gr
 
 static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k) * old + k * x; }
 
-/* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
- * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
 /* The account: fragment p's steps since its last send or apply go to `to` (and with
  * keep > 0 that share of them to kept), then start again. */
 static void settle(dlc_learner *l, lfrag *f, double *to_steps, double *to_s, double keep) {
@@ -274,6 +272,8 @@ static void settle(dlc_learner *l, lfrag *f, double *to_steps, double *to_s, dou
     f->acc_steps = f->acc_s = 0;
 }
 
+/* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
+ * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
 static dlc_status apply(dlc_learner *l, int p) {
     lfrag *f = &l->f[p];
     DLC_ASSERT(f->pending);
@@ -547,9 +547,6 @@ static int64_t lag_of(const dlc_learner *l, const lfrag *f, const dlc_msg *m, do
     return (int64_t)floor(d + 0.25);
 }
 
-/* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
- * the next step boundary (learner.h), except while JOINING, when the learner is not
- * stepping and a resync is taken at once. */
 /* dp: the schedule asks the syncer for the averages after it (learner.h, "Replay"). */
 static dlc_status ask_replay(dlc_learner *l) {
     int64_t t = l->steps + l->phase;
@@ -594,6 +591,9 @@ static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
     return s;
 }
 
+/* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
+ * the next step boundary (learner.h), except while JOINING, when the learner is not
+ * stepping and a resync is taken at once. */
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,

@@ -251,30 +251,36 @@ describe("sync.final_flush", function()
   after_each(function() S.cleanup() end)
 
   it("sends what each learner trained since its last sends at its end, in run and in sim, and merges it", function()
-    -- 2 learners, H = 32 over 2 fragments, 72 steps: fragment 1 was last sent after step
-    -- 48 and fragment 2 after 64, so each learner has steps of both that no round took
-    local path = recipe(S, "ff", { count = 2, steps = 72 })
+    -- 2 learners, H = 32 over 2 fragments, 90 steps: fragment 1 was last sent after step
+    -- 64 and fragment 2 after 80, so each learner has steps of both that no round took
+    local path = recipe(S, "ff", { count = 2, steps = 90 })
     local function go(cmd, flush)
       local out, code = H.sh(string.format("%s %s %s --set sync.final_flush=%s --out %s/%s-%s --quiet", exe, cmd,
         path, flush, S.dir, cmd, flush))
       assert.are.equal(0, code, out)
-      return string.format("%s/%s-%s", S.dir, cmd, flush)
+      return summary_of(events(string.format("%s/%s-%s/metrics.jsonl", S.dir, cmd, flush)))
     end
-    for _, cmd in ipairs { "run", "sim" } do
-      local off, on = summary_of(events(go(cmd, "false") .. "/metrics.jsonl")),
-        summary_of(events(go(cmd, "true") .. "/metrics.jsonl"))
-      assert.is_true(on.merges > off.merges, cmd .. ": merges " .. on.merges .. " against " .. off.merges)
-      assert.is_true(on.useful_tokens > off.useful_tokens, cmd)
-      assert.is_true(on.useful_tokens <= on.tokens, cmd .. ": useful tokens past the tokens trained")
-      assert.is_true(on.goodput <= 1, cmd)
-    end
-    -- each learner of the real run says what it flushed
+    -- sim, deterministic: the flushed contributions are merged, as more useful tokens
+    local off, on = go("sim", "false"), go("sim", "true")
+    assert.is_true(on.merges > off.merges, "merges " .. on.merges .. " against " .. off.merges)
+    assert.is_true(on.useful_tokens > off.useful_tokens)
+    assert.is_true(on.useful_tokens <= on.tokens, "useful tokens past the tokens trained")
+    -- run: a learner whose last sends are still on their way at its end has nothing to
+    -- flush (they would carry the same steps again), so at least one of the two flushes,
+    -- and what is merged stays within what was trained
+    off, on = go("run", "false"), go("run", "true")
+    assert.is_true(on.useful_tokens <= on.tokens and on.goodput <= 1)
+    local flushed = 0
     for m = 1, 2 do
       local fl = of_kind(events(string.format("%s/run-true/learner-%d/metrics.jsonl", S.dir, m)), "flush")
-      assert.are.equal(1, #fl, "learner " .. m)
-      assert.is_true(fl[1].fragments >= 1 and fl[1].fragments <= 2)
+      assert.is_true(#fl <= 1, "learner " .. m .. " flushed once at most")
+      if fl[1] then
+        assert.is_true(fl[1].fragments >= 1 and fl[1].fragments <= 2)
+        flushed = flushed + fl[1].fragments
+      end
       assert.are.equal(0, #of_kind(events(string.format("%s/run-false/learner-%d/metrics.jsonl", S.dir, m)), "flush"))
     end
+    assert.is_true(flushed >= 1, "no learner flushed")
   end)
 end)
 
