@@ -127,6 +127,31 @@ describe("the top level", function()
     end
   end)
 
+  it("exits 1 when --quiet cannot write the summary to stdout, saying where it is (sim and run)", function()
+    local scratch = H.scratch()
+    finally(scratch.cleanup)
+    local path = scratch.write("tiny.lua", [[
+local diloco = require "diloco"
+return diloco.recipe {
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 16, layers = 1, heads = 2, tied = true },
+  data = diloco.data.synthetic_text { bytes = 20000, ctx = 16, batch = 4 },
+  islands = { count = 2 }, steps = 4, eval = { every = 0, batches = 1 },
+}]])
+    for i, cmd in ipairs { "sim " .. q(path), "run " .. q(path) .. " --set islands.count=1" } do
+      local errf, dir = scratch.dir .. "/err.txt", scratch.dir .. "/full" .. i
+      local _, code = H.sh(string.format("(%s %s --out %s --quiet >/dev/full 2>%s)", q(exe), cmd, q(dir), q(errf)))
+      local ef = assert(io.open(errf))
+      local out = ef:read("a")
+      ef:close()
+      assert.are.equal(1, code, out)
+      assert.matches("writing the summary to stdout: No space left on device (the run is saved; its summary is the "
+        .. "last line of " .. dir .. "/metrics.jsonl)", out, 1, true)
+      local f = assert(io.open(dir .. "/metrics.jsonl"))
+      assert.matches('"event":"summary"', f:read("a"), 1, true)
+      f:close()
+    end
+  end)
+
   it("names an unknown command, lists the commands and exits 2 (it once said 'cannot open frobnicate')", function()
     local out, code = run("frobnicate --fast")
     assert.are.equal(2, code, out)

@@ -61,6 +61,16 @@ describe("diloco.recipe", function()
     assert.are.equal(5, #errs)
   end)
 
+  it("takes a run name of one path component only (runs/NAME stays in runs/)", function()
+    for _, bad in ipairs { "../../x", "a/b", "..", ".", "" } do
+      local ok, errs = diloco.recipe.validate(tiny { name = bad })
+      assert.is_nil(ok, bad)
+      assert.matches(string.format("name = %q: expected a name of one path component", bad), table.concat(errs, "\n"),
+        1, true)
+    end
+    assert.is_table((diloco.recipe.validate(tiny { name = "my-run.2" })))
+  end)
+
   it("requires a model and data", function()
     local ok, errs = diloco.recipe.validate(diloco.recipe {})
     assert.is_nil(ok)
@@ -89,6 +99,7 @@ describe("the sync section", function()
   it("names the field, the value and what is allowed for each bad value", function()
     for _, case in ipairs {
       { { quorum = 5 }, "sync.quorum = 5 but islands.count = 1: quorum must be <= the number of learners" },
+      { { quorum = 1e300 }, 'sync.quorum = 1e+300: expected an integer >= 1, "all" (every live learner)' },
       { { tau = 24 }, "sync.tau = 24: the overlap must be below sync.H = 24" },
       { { alpha = 1.5 }, "sync.alpha = 1.5: expected a finite number in [0, 1]" },
       { { alpha = -0.1 }, "sync.alpha = -0.1: expected a finite number in [0, 1]" },

@@ -25,7 +25,7 @@ return diloco.recipe {
   model = { arch = "gpt", vocab = 256, ctx = 64, dim = 256, layers = 4, heads = 4 },
   data = diloco.data.synthetic_text { bytes = 200000, ctx = 64, batch = 4 },
   inner = diloco.optim.adamw { lr = 1e-3, warmup = 2 },
-  steps = 100000, eval = { every = 0, batches = 1 }, log = { every = 1 },
+  steps = 100000, eval = { every = 0, batches = 1, final_all = false }, log = { every = 1 },
   checkpoint = { every = 7, keep = 2 }, seed = 1, threads = 2, -- workers block the signals
 }
 ]]

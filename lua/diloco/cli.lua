@@ -487,21 +487,32 @@ local function load_recipe(pos, opts)
   return r
 end
 
+-- The summary as a JSON line on stdout (--quiet).  A write that fails (a full disk, a
+-- closed pipe) is an error that says where the summary still is: the run is saved.
+local function print_summary(summary)
+  local okw, werr = io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
+  local okf, ferr = true, nil
+  if okw then okf, ferr = io.stdout:flush() end
+  if okw and okf then return true end
+  return nil, string.format("writing the summary to stdout: %s (the run is saved; its summary is the last line of "
+    .. "%s)", tostring(werr or ferr):gsub("^[^:]*: ", ""), summary.out and summary.out .. "/metrics.jsonl" or
+    "its metrics")
+end
+
 -- Runs fn(r, run_opts) (diloco.train.run or diloco.sim.run): with --quiet the summary is
 -- printed as JSON, also after a failure (the run saved what it could); returns the exit
--- status (128 + N after signal N) or raises the run's error.
+-- status (128 + N after signal N) or raises the run's error (a failed write of the
+-- summary too: exit 1).
 local function train(fn, r, opts, run_opts)
   local ok, summary, interrupted, signo = pcall(fn, r, run_opts)
   if not ok then
     local e = summary
-    if type(e) == "table" and e.summary and opts.quiet then
-      io.stdout:write(diloco.metrics.line("summary", e.summary, diloco.wall_time()), "\n")
-    end
+    if type(e) == "table" and e.summary and opts.quiet then print_summary(e.summary) end
     error(e, 0)
   end
   if opts.quiet then
-    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
-    io.stdout:flush() -- a closed stdout here loses nothing: the run is saved
+    local okp, perr = print_summary(summary)
+    if not okp then error({ diloco_error = perr, code = M.EXIT.failed }, 0) end
   end
   return interrupted and M.EXIT.signal_base + (signo or 2) or M.EXIT.ok
 end
@@ -544,8 +555,8 @@ local function replay(opts, pos)
   end
   local summary = require("diloco.replay").run(opts.replay, { quiet = opts.quiet, recipe = pos[1], set = opts.set })
   if opts.quiet then
-    io.stdout:write(diloco.metrics.line("summary", summary, diloco.wall_time()), "\n")
-    io.stdout:flush()
+    local okp, perr = print_summary(summary)
+    if not okp then error({ diloco_error = perr, code = M.EXIT.failed }, 0) end
   end
   return M.EXIT.ok
 end

@@ -137,7 +137,8 @@ local DEFAULT_PRESET = "decoupled"
 local function quorum_check(v)
   local text = 'an integer >= 1, "all" (every live learner) or a function(live_count, info) -> integer'
   if type(v) == "function" or v == "all" then return nil end
-  if type(v) ~= "number" or v ~= v or v == INF or v ~= math.floor(v) or v < 1 then return text end
+  -- (an integer a Lua integer holds: 1e300 is integral, but no count of learners)
+  if type(v) ~= "number" or v ~= v or v == INF or v ~= math.floor(v) or v < 1 or v > 2 ^ 31 then return text end
 end
 
 -- Island fields: the defaults at the top of islands, each island's own in its table.
@@ -166,7 +167,13 @@ local DATA_FIELDS = {
 }
 
 M.schema = {
-  name = { kind = "string", default = nil, doc = "run name (default: the recipe file name)" },
+  name = { kind = "string", default = nil, check = function(v)
+    -- the default output directory is runs/NAME: one path component, never out of runs/
+    if v == "" or v == "." or v == ".." or v:find("[/%z]") then
+      return "a name of one path component: not empty, '.' or '..', without '/' (the output directory is runs/NAME; "
+        .. "--out puts a run anywhere)"
+    end
+  end, doc = "run name (default: the recipe file name)" },
   seed = { kind = "integer", default = 0, check = range(0, 2 ^ 53, true),
     doc = "seed of model init, data order and dropout" },
   steps = { kind = "integer", default = 1000, check = range(1, 1e12, true), doc = "inner steps to train" },
