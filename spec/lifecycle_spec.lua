@@ -57,6 +57,23 @@ describe("the run directory", function()
     assert.are.equal(1, #diloco.rundir.checkpoints(tmp .. "/again"))
   end)
 
+  -- Seen: a kill -9 while a run started left its recipe.json and lock, and every later
+  -- run on that directory was refused ("already holds a run"), --resume latest too.
+  it("takes over a directory whose run was killed while it started (saved nothing)", function()
+    local o = tmp .. "/killed-at-start"
+    os.execute(string.format("mkdir -p %s && echo '{}' > %s/recipe.json && : > %s/.lock && : > %s/metrics.jsonl", o,
+      o, o, o))
+    local out, status = sh(string.format("%s run %s --out %s --set steps=3", exe, recipe, o))
+    assert.are.equal(0, status, out)
+    assert.matches("took over " .. o .. ": it held only the start of a run that never saved anything", out, 1, true)
+    local s = summary_of(o .. "/metrics.jsonl")
+    assert.are.equal(3, s.steps)
+    -- a directory that saved something is still refused
+    out, status = sh(string.format("%s run %s --out %s --set steps=3", exe, recipe, o))
+    assert.are.equal(2, status, out)
+    assert.matches("already holds a run", out, 1, true)
+  end)
+
   -- Seen: two runs on one --out interleaved the metrics into invalid JSON.
   it("refuses a second run on the same directory, naming the first", function()
     local o = tmp .. "/busy"

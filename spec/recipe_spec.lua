@@ -39,6 +39,25 @@ describe("diloco.recipe", function()
     assert.is_truthy(diloco.recipe.validate(r))
   end)
 
+  it("takes --set values as data only: code in them is refused before anything runs", function()
+    local r = tiny()
+    for _, bad in ipairs { "seed={(function() while true do end end)()}", "steps={('x'):rep(9)}",
+        "name={function() end}" } do
+      local ok, err = pcall(diloco.recipe.set, r, bad)
+      assert.is_false(ok, bad)
+      assert.matches("expected data (a number, a quoted string, true, false, or a table of them), without calls or "
+        .. "functions", tostring(err), 1, true)
+    end
+    -- without parentheses nothing callable is reachable (the values see no globals)
+    assert.has_error(function() diloco.recipe.set(r, "inner.no_decay={string.rep'x'}") end,
+      [[--set inner.no_decay={string.rep'x'}: cannot parse "{string.rep'x'}" as a Lua value]])
+    -- parentheses, colons and the word function inside strings are data
+    diloco.recipe.set(r, [[inner.no_decay={"ln(1)", 'a:b', "function", [==[x(y)]==]}]])
+    assert.are.same({ "ln(1)", "a:b", "function", "x(y)" }, r.inner.no_decay)
+    diloco.recipe.set(r, [[name="it's (fine)"]])
+    assert.are.equal("it's (fine)", r.name)
+  end)
+
   it("refuses --set into a value or a function", function()
     local r = tiny()
     assert.has_error(function() diloco.recipe.set(r, "steps.x=1") end, "--set steps.x=1: steps is a number, not a section")

@@ -341,8 +341,8 @@ local function option_lines(options, out)
     local flag = option_flag(o)
     local doc = o.doc
     local d = default_text(o)
+    if o.list then doc = doc:gsub("; repeatable$", "") .. " (repeatable)" end -- said once
     if d then doc = doc .. " (default: " .. d .. ")" end
-    if o.list then doc = doc:gsub("; repeatable$", "") .. " (repeatable)" end
     if o.type and o.min then
       doc = doc .. string.format(" [%s in %s..%s]", o.type == "integer" and "integer" or "number", num_text(o.min),
         num_text(o.max))

@@ -159,6 +159,10 @@ local function prepare(r, opts)
   -- metrics are appended to), else a new run, refused over an old one without --overwrite
   ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
     keep = r.checkpoint.keep, append = opts.resume and true or nil })
+  if ctx.rd.took_over and not opts.quiet then
+    io.stderr:write(string.format("diloco-lua: took over %s: it held only the start of a run that never saved "
+      .. "anything (%s: killed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
+  end
   local sok, srd = pcall(diloco.rundir.open, ctx.out .. "/syncer", { resume = opts.resume and "latest" or nil,
     overwrite = not opts.resume, command = opts.command, keep = r.checkpoint.keep })
   if not sok then

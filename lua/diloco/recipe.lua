@@ -1043,6 +1043,28 @@ function M.validate(r)
   return r
 end
 
+-- The text of s outside its string literals (quoted ones with their escapes, long
+-- brackets), so that a check for code sees no character of a string.
+local function outside_strings(s)
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local c = s:sub(i, i)
+    if c == '"' or c == "'" then
+      local j = i + 1
+      while j <= n and s:sub(j, j) ~= c do j = j + (s:sub(j, j) == "\\" and 2 or 1) end
+      i = j + 1
+    elseif s:find("^%[=*%[", i) then
+      local eq = s:match("^%[(=*)%[", i)
+      local close = s:find("]" .. eq .. "]", i, true)
+      i = close and close + #eq + 2 or n + 1
+    else
+      out[#out + 1] = c
+      i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
 -- Parses the v of --set k=v: numbers, true/false, Lua table literals {…}, quoted or
 -- bare strings.
 local function parse_value(s)
@@ -1052,6 +1074,13 @@ local function parse_value(s)
   local n = math.tointeger(tonumber(s)) or tonumber(s)
   if n then return n end
   if s:match("^%s*{") or s:match("^%s*[\"']") then
+    -- data only: outside its strings, no call, method or function (a value such as
+    -- {(function() while true do end end)()} would run, or loop for ever, right here)
+    local bare = outside_strings(s)
+    if bare:find("[():]") or bare:find("%f[%w_]function%f[^%w_]") then
+      error(string.format("cannot take %q as a value: expected data (a number, a quoted string, true, false, or a "
+        .. "table of them), without calls or functions", s), 0)
+    end
     local f = load("return " .. s, "--set", "t", {})
     local ok, v = pcall(f or error)
     if f and ok then return v end

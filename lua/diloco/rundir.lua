@@ -118,6 +118,17 @@ function M.open(out, opts)
   return self
 end
 
+-- Whether the run in out saved nothing: no checkpoint (ckpts: M.checkpoints(out)), no
+-- model file, and a metrics file that is missing or empty.
+function M.never_saved(out, ckpts)
+  if #(ckpts or M.checkpoints(out)) > 0 then return false end
+  for _, name in ipairs { "model.safetensors", M.LEGACY_CHECKPOINT } do
+    if exists(out .. "/" .. name) then return false end
+  end
+  local _, kind, size = diloco.file_id(out .. "/metrics.jsonl")
+  return kind == nil or (kind == "file" and size == 0)
+end
+
 -- Decides resume_path, metrics_path and whether the metrics are appended.
 function M:resolve(opts)
   local out = self.out
@@ -141,6 +152,11 @@ function M:resolve(opts)
     if opts.resume == "" then fail(2, "--resume: expected a checkpoint path or 'latest', got an empty string") end
     if not exists(opts.resume) then fail(2, "--resume %s: no such file", opts.resume) end
     self.resume_path = opts.resume
+  elseif #present > 0 and not opts.append and not opts.overwrite and M.never_saved(out, ckpts) then
+    -- a run killed while it started (its recipe.json, an empty metrics file, no step
+    -- saved): nothing to resume or lose, so the next run takes the directory over
+    for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
+    self.took_over = present
   elseif #present > 0 and not opts.append then
     if not opts.overwrite then
       table.sort(present)

@@ -48,6 +48,10 @@ local function prepare(r, opts)
   ctx.out = opts.out or r.out or ("runs/" .. (r.name or "sim"))
   ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
     keep = r.checkpoint.keep })
+  if ctx.rd.took_over and not opts.quiet then
+    io.stderr:write(string.format("diloco-lua: took over %s: it held only the start of a run that never saved "
+      .. "anything (%s: killed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
+  end
   local ok, err = pcall(function()
     ctx.learners = {}
     local params = {}

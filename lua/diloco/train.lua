@@ -426,6 +426,10 @@ function M.prepare(r, opts)
     loaders.tokens_per_batch, ctx.unit == "tok" and "tokens" or "images",
     ctx.rd.resume_path and string.format(", resuming at step %d from %s", ctx.step, ctx.rd.resume_path) or "")
   if ctx.rd.overwritten then ctx:say("replaced the earlier run in %s (--overwrite)", ctx.out) end
+  if ctx.rd.took_over then
+    ctx:say("took over %s: it held only the start of a run that never saved anything (%s: killed while it started)",
+      ctx.out, table.concat(ctx.rd.took_over, ", "))
+  end
   if #ctx.rd.removed_temps > 0 then
     ctx:say("removed %d temporary file%s of an earlier run that died while saving", #ctx.rd.removed_temps,
       #ctx.rd.removed_temps == 1 and "" or "s")

@@ -334,6 +334,7 @@ D["diloco.rundir.save"] = "dir:save(step, write_checkpoint, write_model) -> {pat
 D["diloco.rundir.write_file"] = "dir:write_file(name, text)\nWrites a file in OUT atomically."
 D["diloco.rundir.close"] = "dir:close()\nReleases the lock."
 D["diloco.rundir.checkpoints"] = "rundir.checkpoints(dir) -> {{step =, name =, path =}, ...}\nThe checkpoints in a directory, oldest first."
+D["diloco.rundir.never_saved"] = "rundir.never_saved(dir[, checkpoints]) -> bool\nThe run in dir saved nothing (no checkpoint, no model, its metrics missing or empty): one killed while it started, which the next run takes over."
 D["diloco.rundir.checkpoint_name"] = "rundir.checkpoint_name(step) -> \"checkpoint-00001200.safetensors\""
 D["diloco.metrics"] = "diloco.metrics: the JSON-lines metrics writer.  docs/cli.md"
 D["diloco.metrics.open"] = "metrics.open(path[, {append =}]) -> writer | nil, message\nnil path: a writer that keeps nothing."
