@@ -89,4 +89,31 @@ function H.summary_of(list)
   return s
 end
 
+-- Whether two {name = tensor} tables (diloco.load_safetensors) hold the same tensors bit
+-- for bit: true, or false and the first difference.
+function H.same_model(a, b)
+  local function flat(t, out)
+    out = out or {}
+    if type(t) ~= "table" then
+      out[#out + 1] = t
+      return out
+    end
+    for _, v in ipairs(t) do flat(v, out) end
+    return out
+  end
+  for name, x in pairs(a) do
+    local y = b[name]
+    if not y then return false, "no tensor " .. name end
+    local u, v = flat(x:tolist()), flat(y:tolist())
+    if #u ~= #v then return false, name .. ": sizes differ" end
+    for i = 1, #u do
+      if u[i] ~= v[i] then return false, string.format("%s[%d]: %.9g vs %.9g", name, i, u[i], v[i]) end
+    end
+  end
+  for name in pairs(b) do
+    if not a[name] then return false, "no tensor " .. name end
+  end
+  return true
+end
+
 return H

@@ -33,32 +33,7 @@ return diloco.recipe {
 ]], STEPS, chaos))
 end
 
-local function flat(t, out)
-  out = out or {}
-  if type(t) ~= "table" then
-    out[#out + 1] = t
-    return out
-  end
-  for _, v in ipairs(t) do flat(v, out) end
-  return out
-end
-
--- Bit-for-bit equal tensors of the same names, or the first difference.
-local function same_model(a, b)
-  for name, x in pairs(a) do
-    local y = b[name]
-    if not y then return false, "no tensor " .. name end
-    local u, v = flat(x:tolist()), flat(y:tolist())
-    if #u ~= #v then return false, name .. ": sizes differ" end
-    for i = 1, #u do
-      if u[i] ~= v[i] then return false, string.format("%s[%d]: %.9g vs %.9g", name, i, u[i], v[i]) end
-    end
-  end
-  for name in pairs(b) do
-    if not a[name] then return false, "no tensor " .. name end
-  end
-  return true
-end
+local same_model = H.same_model
 
 -- Runs the recipe with these chaos events to its end (exit 0, a summary without error);
 -- returns its events, the summary and the job_rollback faults (a begin and an end each).

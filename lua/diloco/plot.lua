@@ -366,6 +366,33 @@ local function gp_string(s) return "'" .. tostring(s):gsub("'", "''") .. "'" end
 
 -- Draws curves into opts.out (PNG) with gnuplot: opts.width, opts.height (pixels),
 -- title, xlabel, ylabel, log_y.  Returns true, or nil and gnuplot's message.
+-- pngcairo draws smoother lines; the plain png terminal (libgd) is the fallback
+local function png_terminal()
+  local probe = io.popen("gnuplot -e 'set terminal pngcairo' 2>&1", "r")
+  local said = probe:read("a")
+  probe:close()
+  return said:find("unknown", 1, true) and "png" or "pngcairo"
+end
+
+-- Runs gnuplot on script, then removes its data file; true once out is written, else
+-- nil and what gnuplot said.
+local function run_gnuplot(script, data, out)
+  local errfile = os.tmpname()
+  local p = io.popen("gnuplot 2>" .. errfile, "w")
+  p:write(script, "\n")
+  local ok = p:close()
+  local ef = io.open(errfile, "r")
+  local msg = ef and ef:read("a") or ""
+  if ef then ef:close() end
+  os.remove(errfile)
+  os.remove(data)
+  local f = io.open(out, "rb")
+  local size = f and f:seek("end") or 0
+  if f then f:close() end
+  if not ok or size == 0 then return nil, (msg:gsub("%s+$", ""):gsub("^%s+", "")) end
+  return true
+end
+
 function M.gnuplot(curves, opts)
   local data = os.tmpname()
   local f = assert(io.open(data, "w"))
@@ -375,11 +402,7 @@ function M.gnuplot(curves, opts)
     f:write("\n\n")
   end
   f:close()
-  -- pngcairo draws smoother lines; the plain png terminal (libgd) is the fallback
-  local probe = io.popen("gnuplot -e 'set terminal pngcairo' 2>&1", "r")
-  local said = probe:read("a")
-  probe:close()
-  local terminal = said:find("unknown", 1, true) and "png" or "pngcairo"
+  local terminal = png_terminal()
   local plots = {}
   for i, c in ipairs(curves) do
     local style = #c.points <= 40 and "linespoints pointsize 0.7" or "lines"
@@ -397,22 +420,7 @@ function M.gnuplot(curves, opts)
     "set offsets graph 0, 0, 0.05, 0.05", -- points on the largest or smallest y stay off the frame
     "plot " .. table.concat(plots, ", "),
   }, "\n")
-  local errfile = os.tmpname()
-  local p = io.popen("gnuplot 2>" .. errfile, "w")
-  p:write(script, "\n")
-  local ok = p:close()
-  local ef = io.open(errfile, "r")
-  local msg = ef and ef:read("a") or ""
-  if ef then ef:close() end
-  os.remove(errfile)
-  os.remove(data)
-  local out = io.open(opts.out, "rb")
-  local size = out and out:seek("end") or 0
-  if out then out:close() end
-  if not ok or size == 0 then
-    return nil, (msg:gsub("%s+$", ""):gsub("^%s+", ""))
-  end
-  return true
+  return run_gnuplot(script, data, opts.out)
 end
 
 -- ---- --kind compute: where each island's time went ----
@@ -456,10 +464,7 @@ function M.gnuplot_compute(rows, buckets, opts)
     f:write("\n")
   end
   f:close()
-  local probe = io.popen("gnuplot -e 'set terminal pngcairo' 2>&1", "r")
-  local said = probe:read("a")
-  probe:close()
-  local terminal = said:find("unknown", 1, true) and "png" or "pngcairo"
+  local terminal = png_terminal()
   local longest = 0 -- labels that would run into each other are slanted
   for _, r in ipairs(rows) do longest = math.max(longest, #r.label) end
   local crowded = longest * #rows * 8 > 0.6 * opts.width
@@ -478,20 +483,7 @@ function M.gnuplot_compute(rows, buckets, opts)
     crowded and "set xtics rotate by -30 offset -1,0" or "", crowded and "set bmargin 6" or "",
     "plot " .. table.concat(cols, ", "),
   }, "\n")
-  local errfile = os.tmpname()
-  local p = io.popen("gnuplot 2>" .. errfile, "w")
-  p:write(script, "\n")
-  local ok = p:close()
-  local ef = io.open(errfile, "r")
-  local msg = ef and ef:read("a") or ""
-  if ef then ef:close() end
-  os.remove(errfile)
-  os.remove(data)
-  local out = io.open(opts.out, "rb")
-  local size = out and out:seek("end") or 0
-  if out then out:close() end
-  if not ok or size == 0 then return nil, (msg:gsub("%s+$", ""):gsub("^%s+", "")) end
-  return true
+  return run_gnuplot(script, data, opts.out)
 end
 
 -- --kind compute: the table on stdout, or the stacked bars in opts.out.
