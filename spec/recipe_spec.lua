@@ -130,6 +130,8 @@ describe("the sync section", function()
       { { weighting = "loss" }, 'sync.weighting = "loss": expected one of tokens2_steps, tokens, uniform' },
       { { merge = "median" }, 'sync.merge = "median": expected one of rda, mean' },
       { { ring = 0 }, "sync.ring = 0: expected an integer in [1, 64]" },
+      { { dp_history = -1 }, "sync.dp_history = -1: expected an integer in [0, 65536]" },
+      { { final_flush = "yes" }, 'sync.final_flush = "yes": expected boolean' },
       { { grace = "soon" }, 'sync.grace = "soon": expected adaptive, off, or a duration such as "5s"' },
       { { grace = "5 parsecs" }, 'sync.grace = "5 parsecs": expected adaptive, off, or a duration' },
     } do
