@@ -25,18 +25,7 @@ return diloco.recipe {
 
 local function sh(args, env) return H.sh((env or "") .. " " .. exe .. " compare " .. args) end
 
--- A metrics file of records { event, fields... }, written the way runs write them.
-local function metrics(name, records)
-  local lines = {}
-  for i, r in ipairs(records) do
-    local fields = {}
-    for k, v in pairs(r) do
-      if k ~= 1 then fields[k] = v end
-    end
-    lines[#lines + 1] = diloco.metrics.line(r[1], fields, 1000 + i)
-  end
-  return scratch.write(name, table.concat(lines, "\n") .. "\n")
-end
+local function metrics(name, records) return H.metrics_file(scratch, name, records) end
 
 -- The plain table's lines split into cells (columns are two or more blanks apart; no
 -- cell holds two blanks in a row).

@@ -116,4 +116,19 @@ function H.same_model(a, b)
   return true
 end
 
+-- A metrics file of records { event, fields... } written the way runs write them (one
+-- diloco.metrics line each), as name in scratch directory S; returns its path.
+function H.metrics_file(S, name, records)
+  local diloco = require "diloco"
+  local lines = {}
+  for i, r in ipairs(records) do
+    local fields = {}
+    for k, v in pairs(r) do
+      if k ~= 1 then fields[k] = v end
+    end
+    lines[#lines + 1] = diloco.metrics.line(r[1], fields, 1000 + i)
+  end
+  return S.write(name, table.concat(lines, "\n") .. "\n")
+end
+
 return H

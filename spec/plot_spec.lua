@@ -9,18 +9,7 @@ local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua ex
 local scratch = H.scratch()
 local tmp = scratch.dir
 
--- A metrics file of records { event, fields... } written the way runs write them.
-local function metrics(name, records)
-  local lines = {}
-  for i, r in ipairs(records) do
-    local fields = {}
-    for k, v in pairs(r) do
-      if k ~= 1 then fields[k] = v end
-    end
-    lines[#lines + 1] = diloco.metrics.line(r[1], fields, 1000 + i)
-  end
-  return scratch.write(name, table.concat(lines, "\n") .. "\n")
-end
+local function metrics(name, records) return H.metrics_file(scratch, name, records) end
 
 -- A single-island run: step losses every 10 steps, evals at 20 and 40, the summary.
 local RUN = {}
