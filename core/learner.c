@@ -33,8 +33,9 @@ typedef struct lfrag {
     int skipped;           /* a catch-up skipped a step at which it was due: sent at step_done */
     double acc_steps, acc_s; /* the account: its share of the steps (1/P each) and seconds
                               * trained since its last send or apply, in no contribution yet */
-    uint8_t *enc;          /* encoded contribution, enc_cap bytes */
+    uint8_t *enc;          /* encoded contribution, enc_cap bytes (NULL with defer_encode) */
     int64_t enc_cap;
+    int encoding;          /* defer_encode: its ENCODE is out (raw and ef are the driver's) */
 } lfrag;
 
 
@@ -50,6 +51,8 @@ struct dlc_learner {
     float *pend;           /* [n] arrived, not yet applied */
     float *scratch;        /* [max n_p] */
     float *ef;             /* [n] error feedback, NULL when off */
+    float *raw;            /* [n] defer_encode: the outer gradients handed out to encode */
+    int encoding;          /* fragments with an ENCODE out */
     uint8_t *grad_enc;     /* dp: 4n bytes */
     int64_t steps, tokens;
     int64_t phase;         /* the run's schedule step when this learner joined (its resync) */
@@ -103,6 +106,10 @@ dlc_status dlc_learner_params_check(const dlc_learner_params *p) {
         return dlc_error(DLC_ERR_ARG, "learner: blocking = %d: expected 0 or 1", p->blocking);
     if (p->replay != 0 && p->replay != 1)
         return dlc_error(DLC_ERR_ARG, "learner: replay = %d: expected 0 or 1", p->replay);
+    if (p->defer_encode != 0 && p->defer_encode != 1)
+        return dlc_error(DLC_ERR_ARG, "learner: defer_encode = %d: expected 0 or 1", p->defer_encode);
+    if (p->defer_encode && p->dp)
+        return dlc_error(DLC_ERR_ARG, "learner: defer_encode with dp: expected 0 (a gradient leaves as f32 at once)");
     if (p->error_feedback != 0 && p->error_feedback != 1)
         return dlc_error(DLC_ERR_ARG, "learner: error_feedback = %d: expected 0 or 1", p->error_feedback);
     if (p->ring < 1 || p->ring > DLC_FRAGSTATE_RING_MAX)
@@ -197,6 +204,7 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
         if (f->n > maxn) maxn = f->n;
         f->enc_cap = dlc_codec_encoded_size(lp->codec, &lp->codec_params, f->n);
         if (f->enc_cap < 0) goto fail;
+        if (lp->defer_encode) continue; /* the driver encodes into its own buffer */
         f->enc = malloc((size_t)(f->enc_cap > 0 ? f->enc_cap : 1));
         if (!f->enc) goto nomem;
     }
@@ -205,6 +213,7 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
     l->scratch = malloc((size_t)maxn * sizeof(float));
     if (!l->hat || !l->pend || !l->scratch) goto nomem;
     if (lp->error_feedback && !(l->ef = calloc((size_t)l->n, sizeof(float)))) goto nomem;
+    if (lp->defer_encode && !(l->raw = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     if (lp->dp && !(l->grad_enc = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     l->qcap = 16;
     if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
@@ -228,6 +237,7 @@ void dlc_learner_free(dlc_learner *l) {
     free(l->pend);
     free(l->scratch);
     free(l->ef);
+    free(l->raw);
     free(l->grad_enc);
     free(l->q);
     free(l);
@@ -327,21 +337,39 @@ static void update_blocking(dlc_learner *l) {
     if (!wait && l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
 }
 
+/* Deferred encoding: the event calls that would use a buffer an ENCODE lent out. */
+static dlc_status encode_busy(const dlc_learner *l, int p, const char *fn) {
+    if (p >= 0 ? !l->f[p].encoding : !l->encoding) return DLC_OK;
+    return dlc_error(DLC_ERR_STATE, "%s: learner %d has %s still out to encode: expected dlc_learner_encoded first",
+                     fn, l->p.id, p >= 0 ? "this fragment's contribution" : "contributions");
+}
+
 static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     lfrag *f = &l->f[p];
-    settle(l, f, &l->acc.sent_steps, &l->acc.sent_s, 0);
-    float *d = l->scratch;
+    dlc_status s = encode_busy(l, p, "learner: send");
+    if (s != DLC_OK) return s;
+    float *d = l->raw ? l->raw + f->off : l->scratch;
     gather(l, p, d, 0);
     const float *hat = l->hat + f->off;
     for (int64_t i = 0; i < f->n; i++) d[i] = hat[i] - d[i];
-    int64_t w = dlc_codec_encode(l->p.codec, &l->p.codec_params, d, f->n, f->enc, (size_t)f->enc_cap,
-                                 l->ef ? l->ef + f->off : NULL);
-    if (w < 0) return (dlc_status)w; /* non-finite parameters: the codec names the element */
-    dlc_learner_action a = {.type = DLC_LACT_SEND};
+    int64_t w = f->enc_cap;
+    if (!l->raw) {
+        w = dlc_codec_encode(l->p.codec, &l->p.codec_params, d, f->n, f->enc, (size_t)f->enc_cap,
+                             l->ef ? l->ef + f->off : NULL);
+        if (w < 0) return (dlc_status)w; /* non-finite parameters: the codec names the element */
+    }
+    settle(l, f, &l->acc.sent_steps, &l->acc.sent_s, 0);
+    dlc_learner_action a = {.type = l->raw ? DLC_LACT_ENCODE : DLC_LACT_SEND, .fragment = p};
     a.msg = (dlc_msg){.type = DLC_MSG_CONTRIBUTION, .learner = l->p.id, .fragment = p,
                       .version = f->base_version, .steps = f->c_steps, .tokens = f->c_tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = l->p.codec,
                       .payload = f->enc, .len = (size_t)w, .epoch = l->epoch, .incarnation = l->incarnation};
+    if (l->raw) {
+        a.delta = d, a.n = f->n, a.codec_params = l->p.codec_params;
+        a.ef = l->ef ? l->ef + f->off : NULL;
+        f->encoding = 1;
+        l->encoding++;
+    }
     f->sent_step = l->steps;
     f->sent_time = now;
     f->pend_fresh = 0; /* a merge waiting now came before this send */
@@ -358,6 +386,7 @@ static int due(const dlc_learner *l, int p) {
 dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_step_done: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_step_done");
+    if (s == DLC_OK) s = encode_busy(l, -1, "learner_step_done");
     if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING || l->replaying)
         return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training%s",
@@ -405,6 +434,7 @@ dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
     if (s != DLC_OK) return s;
     if (p < 0 || p >= l->P)
         return dlc_error(DLC_ERR_RANGE, "learner_contribute: fragment %d: expected 0..%d", p, l->P - 1);
+    if ((s = encode_busy(l, p, "learner_contribute")) != DLC_OK) return s;
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
         return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id, state_names[l->state],
                          l->p.dp ? " (data parallel sends gradients)" : "");
@@ -417,6 +447,7 @@ dlc_status dlc_learner_flush(dlc_learner *l, double now, int *sent) {
     if (sent) *sent = 0;
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_flush: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_flush");
+    if (s == DLC_OK) s = encode_busy(l, -1, "learner_flush");
     if (s != DLC_OK) return s;
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
         return dlc_error(DLC_ERR_STATE, "learner_flush: learner %d is %s%s", l->p.id, state_names[l->state],
@@ -594,7 +625,8 @@ static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
  * the next step boundary (learner.h), except while JOINING, when the learner is not
  * stepping and a resync is taken at once. */
-static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now) {
+static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues,
+                                   double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
                          m->fragment, l->P - 1);
@@ -609,12 +641,18 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, double now)
     if (m->codec != DLC_CODEC_F32 && m->codec != DLC_CODEC_BF16)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d codec %s: expected f32 or bf16", l->p.id,
                          m->fragment, dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
-    /* decode into scratch first: a malformed payload leaves the waiting one intact */
-    dlc_status s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n);
-    if (s != DLC_OK) return s;
+    dlc_status s = DLC_OK;
+    if (values) { /* decoded by the driver (dlc_learner_receive_decoded) */
+        if (nvalues != f->n)
+            return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld", l->p.id,
+                             m->fragment, (long long)nvalues, (long long)f->n);
+    } else { /* decode into scratch first: a malformed payload leaves the waiting one intact */
+        if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
+        values = l->scratch;
+    }
     if (resync && m->steps > l->run_seen) l->run_seen = m->steps;
     if (l->p.dp && l->state != DLC_LEARNER_JOINING) return dp_resync(l, m);
-    memcpy(l->pend + f->off, l->scratch, (size_t)f->n * sizeof(float));
+    memcpy(l->pend + f->off, values, (size_t)f->n * sizeof(float));
     if (!resync && f->sent_step >= 0) {
         /* the links' share of the round trip, measured on arrival (not on application, which
          * waits for tau steps by design): what the syncer's grace window must leave room for */
@@ -697,7 +735,7 @@ static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
     return push(l, &a);
 }
 
-dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
+static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues, double now) {
     if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
     dlc_status s = learner_unpolled(l, "learner_receive");
     if (s != DLC_OK) return s;
@@ -712,13 +750,21 @@ dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
-        s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, now) : receive_gradient(l, m);
+        s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, values, nvalues, now) : receive_gradient(l, m);
         if (s == DLC_OK && m->epoch > l->epoch) l->epoch = m->epoch; /* the syncer restarted */
         return s;
     default:
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s message: a learner takes fragment and gradient_avg",
                          l->p.id, dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)");
     }
+}
+
+dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) { return receive(l, m, NULL, 0, now); }
+
+dlc_status dlc_learner_receive_decoded(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n, double now) {
+    if (m && m->type == DLC_MSG_FRAGMENT && !values)
+        return dlc_error(DLC_ERR_ARG, "learner_receive_decoded: a FRAGMENT without its values");
+    return receive(l, m, m && m->type == DLC_MSG_FRAGMENT ? values : NULL, n, now);
 }
 
 double dlc_learner_expiry(const dlc_learner *l) {
@@ -749,6 +795,10 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
 
 void dlc_learner_stop(dlc_learner *l) {
     if (!l || l->state == DLC_LEARNER_STOPPED) return;
+    for (int i = 0; i < l->qlen; i++) { /* an ENCODE never polled lent nothing out */
+        const dlc_learner_action *a = &l->q[(l->qhead + i) % l->qcap];
+        if (a->type == DLC_LACT_ENCODE) l->f[a->fragment].encoding = 0, l->encoding--;
+    }
     l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
     for (int p = 0; p < l->P; p++) settle(l, &l->f[p], &l->acc.discarded_steps, &l->acc.discarded_s, 0);
     set_state(l, DLC_LEARNER_STOPPED);
@@ -759,6 +809,8 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     if (l->state != DLC_LEARNER_STOPPED)
         return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
                          state_names[l->state]);
+    dlc_status busy = encode_busy(l, -1, "learner_restart");
+    if (busy != DLC_OK) return busy;
     DLC_ASSERT(l->qlen == 0); /* stop emptied it and STOPPED queues nothing */
     l->incarnation++;
     for (int p = 0; p < l->P; p++) {
@@ -793,6 +845,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
 dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_rollback: NULL learner");
     dlc_status s = learner_unpolled(l, "learner_rollback");
+    if (s == DLC_OK) s = encode_busy(l, -1, "learner_rollback");
     if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING)
         return dlc_error(DLC_ERR_STATE, "learner_rollback: learner %d is %s: expected training or waiting (it holds "
@@ -819,6 +872,30 @@ dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
     (void)now;
     return DLC_OK;
 }
+
+dlc_status dlc_learner_encode(const dlc_learner_action *a, uint8_t *out, size_t cap, size_t *len) {
+    if (len) *len = 0;
+    if (!a || a->type != DLC_LACT_ENCODE || !a->delta || (!out && cap))
+        return dlc_error(DLC_ERR_ARG, "learner_encode: expected an ENCODE action and an output buffer");
+    if (cap < a->msg.len)
+        return dlc_error(DLC_ERR_RANGE, "learner_encode: fragment %d needs %zu bytes, the buffer holds %zu",
+                         a->fragment, a->msg.len, cap);
+    int64_t w = dlc_codec_encode(a->msg.codec, &a->codec_params, a->delta, a->n, out, cap, a->ef);
+    if (w < 0) return (dlc_status)w; /* a non-finite value: the codec names the element */
+    if (len) *len = (size_t)w;
+    return DLC_OK;
+}
+
+dlc_status dlc_learner_encoded(dlc_learner *l, int p) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_encoded: NULL learner");
+    if (p < 0 || p >= l->P || !l->f[p].encoding)
+        return dlc_error(DLC_ERR_STATE, "learner_encoded: learner %d has no encode of fragment %d out", l->p.id, p);
+    l->f[p].encoding = 0;
+    l->encoding--;
+    return DLC_OK;
+}
+
+int dlc_learner_encoding(const dlc_learner *l) { return l ? l->encoding : 0; }
 
 int64_t dlc_learner_rollbacks(const dlc_learner *l) { return l ? l->rollbacks : 0; }
 

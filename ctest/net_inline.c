@@ -8,7 +8,8 @@
  * the loop had not written yet; a poll with nothing to take returns at its timeout; a
  * frame decoded straight into the polling thread's event never overtakes one queued
  * before it; a BYE never overtakes the payloads sent before it; a write to a peer gone is
- * an error, not a SIGPIPE.
+ * an error, not a SIGPIPE; the decode hook's values replace the payload, on the I/O
+ * thread and on the direct path alike.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -115,6 +116,68 @@ static void test_one_thread(void) {
     CHECK(k.frames_in[DLC_FRAME_CONTRIBUTION] == 1 && k.frames_out[DLC_FRAME_FRAGMENT] == 1);
     dlc_net_free(cl);
     dlc_net_free(srv);
+}
+
+/* The decode hook: called on the thread that reads the socket, its values travel in the
+ * event in place of the payload; a hook that fails leaves the frame as it came. */
+static atomic_int decodes;
+static dlc_status decode_f32(const dlc_frame *f, float **values, int64_t *n, void *arg) {
+    (void)arg;
+    atomic_fetch_add(&decodes, 1);
+    if (f->msg.version == 99) return DLC_ERR_FORMAT; /* "cannot": the frame stays raw */
+    int64_t k = (int64_t)(f->msg.len / sizeof(float));
+    if (!(*values = malloc((size_t)k * sizeof(float)))) return DLC_ERR_NOMEM;
+    memcpy(*values, f->msg.payload, (size_t)k * sizeof(float));
+    *n = k;
+    return DLC_OK;
+}
+
+static void test_decode_hook(void) {
+    for (int io = 0; io < 2; io++) { /* the client's own I/O thread, then inline (the direct path) */
+        dlc_net_config c = config(1);
+        c.drain_timeout_s = 0.2;
+        dlc_net *srv = dlc_net_new(&c);
+        c.inline_io = io;
+        c.decode = decode_f32;
+        dlc_net *cl = dlc_net_new(&c);
+        CHECK_OK(srv);
+        CHECK_OK(cl);
+        if (!srv || !cl) return;
+        int port = dlc_net_listen(srv, "127.0.0.1:0");
+        int cpeer = connect_to(cl, port), speer = -1, ready = 0;
+        dlc_net_event ev;
+        CHECK(cpeer >= 0);
+        double end = now_s() + 5;
+        while ((speer < 0 || !ready) && now_s() < end) { /* an inline net moves only while polled */
+            if (dlc_net_poll(srv, &ev, 2) == 1) {
+                if (ev.kind == DLC_NET_READY) speer = ev.peer;
+                dlc_net_event_release(&ev);
+            }
+            if (dlc_net_poll(cl, &ev, 2) == 1) {
+                if (ev.kind == DLC_NET_READY) ready = 1;
+                dlc_net_event_release(&ev);
+            }
+        }
+        CHECK(speer >= 0 && ready);
+        atomic_store(&decodes, 0);
+        for (int v = 5; v <= 6; v++) {
+            fill((float)v);
+            dlc_frame f = big_frame(DLC_FRAME_FRAGMENT, v == 6 ? 99 : v);
+            CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK);
+            CHECK(wait_either(srv, cl, DLC_NET_FRAME, DLC_FRAME_FRAGMENT, 5, &ev) == cl);
+            if (v == 5) { /* decoded: the values, no payload */
+                CHECK(ev.values && ev.nvalues == BIG && ev.frame.msg.payload == NULL && ev.frame.msg.len == 0 &&
+                      memcmp(ev.values, pay, sizeof pay) == 0);
+            } else { /* the hook said no: as it came */
+                CHECK(ev.values == NULL && ev.nvalues == 0 && is_pay(&ev, 99));
+            }
+            dlc_net_event_release(&ev);
+            CHECK(ev.values == NULL && ev.frame.msg.payload == NULL);
+        }
+        CHECK(atomic_load(&decodes) == 2);
+        dlc_net_free(cl);
+        dlc_net_free(srv);
+    }
 }
 
 typedef struct {
@@ -412,6 +475,7 @@ static void test_no_sigpipe(void) {
 }
 
 int main(void) {
+    test_decode_hook();
     signal(SIGPIPE, SIG_IGN);
     test_no_sigpipe();
     test_order();

@@ -43,6 +43,8 @@ static dlc_srt *start_syncer(const fx *x, const char *listen, const char *resume
     return dlc_srt_new(&sc);
 }
 
+static int inline_codec; /* start_learner's learners encode and decode inside their calls */
+
 static dlc_lrt *start_learner(const fx *x, int id, int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -55,6 +57,7 @@ static dlc_lrt *start_learner(const fx *x, int id, int port) {
     lc.connect = addr;
     lc.run = "rt_loopback";
     lc.hold = 3;
+    lc.inline_codec = inline_codec;
     return dlc_lrt_new(&lc);
 }
 
@@ -106,7 +109,10 @@ static void test_two_learners(void) {
     CHECK(port > 0);
     float before[NMAX] = {0};
     CHECK(dlc_srt_global(s, before) == DLC_OK);
-    dlc_lrt *a = start_learner(&x1, 0, port), *b = start_learner(&x2, 1, port);
+    dlc_lrt *a = start_learner(&x1, 0, port);
+    inline_codec = 1;
+    dlc_lrt *b = start_learner(&x2, 1, port);
+    inline_codec = 0;
     CHECK_OK(a);
     CHECK_OK(b);
     CHECK(dlc_lrt_join(a, 10) == DLC_OK);
@@ -140,6 +146,12 @@ static void test_two_learners(void) {
     dlc_lrt_stats ls;
     CHECK(dlc_lrt_get_stats(a, &ls) == DLC_OK);
     CHECK(ls.wait_s < 5 && ls.applied > 0 && ls.sent > 0);
+    /* a encoded on its codec thread and its I/O thread decoded what arrived; b, with
+     * inline_codec, did both inside its calls: each contribution once either way */
+    CHECK(ls.encoded >= 10 && ls.decoded >= ls.applied && ls.encode_wait_s < 1);
+    dlc_lrt_stats lb;
+    CHECK(dlc_lrt_get_stats(b, &lb) == DLC_OK);
+    CHECK(lb.encoded == 0 && lb.decoded == 0 && lb.sent > 0 && lb.applied > 0);
     dlc_lrt_free(a);
     dlc_lrt_free(b);
 

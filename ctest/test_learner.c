@@ -761,6 +761,91 @@ static void test_int4(void) {
     fx_free(&x);
 }
 
+/* Deferred encoding (learner.h): the same bytes as encoding inside the learner, the
+ * fragment's buffers lent out until dlc_learner_encoded, the calls that would touch them
+ * refused meanwhile (changing nothing), and a pre-decoded fragment taken as a decoded one. */
+static void test_deferred_encode(void) {
+    fx xa, xb;
+    fx_make(&xa, 2, 71);
+    fx_make(&xb, 2, 71);
+    dlc_learner_params lp = lparams(0, 4, 1, 0, 0);
+    lp.codec = DLC_CODEC_INT4;
+    lp.codec_params.block = 32;
+    lp.error_feedback = 1;
+    dlc_learner *a = dlc_learner_new(&lp, xa.p, xa.plan);
+    lp.defer_encode = 1;
+    dlc_learner *b = dlc_learner_new(&lp, xb.p, xb.plan);
+    CHECK_OK(a && b);
+    if (!a || !b) return;
+    int64_t size = dlc_params_size(xa.p);
+    float target[NMAX];
+    randv(target, size, 72, 1.0f);
+    resync(&xa, a, dlc_params_data(xa.p), 0, 0);
+    resync(&xb, b, dlc_params_data(xb.p), 0, 0);
+    int encodes = 0;
+    for (int t = 1; t <= 12; t++) {
+        inner_step(xa.p, target);
+        inner_step(xb.p, target);
+        CHECK(dlc_learner_step_done(a, 1, 0.1, t) == DLC_OK);
+        CHECK(dlc_learner_step_done(b, 1, 0.1, t) == DLC_OK);
+        lrec ra = drain(a), rb = drain(b);
+        CHECK(ra.n == rb.n);
+        for (int i = 0; i < ra.n && i < rb.n; i++) {
+            if (ra.a[i].type != DLC_LACT_SEND) continue;
+            const dlc_learner_action *e = &rb.a[i];
+            CHECK(e->type == DLC_LACT_ENCODE && e->fragment == ra.a[i].msg.fragment && e->msg.payload == NULL &&
+                  e->msg.len == ra.a[i].msg.len && e->msg.version == ra.a[i].msg.version &&
+                  e->msg.steps == ra.a[i].msg.steps && e->ef != NULL);
+            if (e->type != DLC_LACT_ENCODE) continue;
+            CHECK(dlc_learner_encoding(b) == 1);
+            /* lent out: the next step boundary is refused and changes nothing */
+            int64_t steps = dlc_learner_steps(b);
+            CHECK(dlc_learner_step_done(b, 1, 0.1, t) == DLC_ERR_STATE);
+            CHECK(strstr(dlc_last_error(), "dlc_learner_encoded") != NULL);
+            CHECK(dlc_learner_steps(b) == steps && dlc_learner_pending(b) == 0);
+            CHECK(dlc_learner_contribute(b, e->fragment, t) == DLC_ERR_STATE);
+            CHECK(dlc_learner_rollback(b, t) == DLC_ERR_STATE);
+            uint8_t out[NMAX * 4];
+            size_t len = 0;
+            CHECK(dlc_learner_encode(e, out, 1, &len) == DLC_ERR_RANGE); /* a short buffer */
+            CHECK(dlc_learner_encode(e, out, sizeof out, &len) == DLC_OK);
+            CHECK(len == ra.a[i].msg.len && memcmp(out, ra.a[i].msg.payload, len) == 0); /* bit for bit */
+            CHECK(dlc_learner_encoded(b, e->fragment) == DLC_OK);
+            CHECK(dlc_learner_encoded(b, e->fragment) == DLC_ERR_STATE); /* none out any more */
+            CHECK(dlc_learner_encoding(b) == 0);
+            encodes++;
+            /* the merge of it, delivered decoded to b and as bytes to a: the same model */
+            float v[NMAX];
+            int p = e->fragment;
+            int64_t n = dlc_plan_numel(xa.plan, p);
+            gather(&xa, p, target, v);
+            dlc_msg m = fragment_msg(0, p, dlc_learner_base_version(a, p) + 1, 0, v, n);
+            CHECK(dlc_learner_receive(a, &m, t) == DLC_OK);
+            CHECK(dlc_learner_receive_decoded(b, &m, v, n - 1, t) == DLC_ERR_FORMAT); /* the wrong size */
+            CHECK(dlc_learner_receive_decoded(b, &m, v, n, t) == DLC_OK);
+        }
+    }
+    CHECK(encodes >= 4);
+    CHECK(memcmp(dlc_params_data(xa.p), dlc_params_data(xb.p), (size_t)size * sizeof(float)) == 0);
+    /* an ENCODE never polled lends nothing: stop takes it back, restart is allowed */
+    for (int t = 13; dlc_learner_encoding(b) == 0 && t < 40; t++) {
+        inner_step(xb.p, target);
+        CHECK(dlc_learner_step_done(b, 1, 0.1, t) == DLC_OK);
+        if (dlc_learner_encoding(b) == 0) drain(b); /* applies */
+    }
+    CHECK(dlc_learner_encoding(b) == 1 && dlc_learner_pending(b) >= 1);
+    dlc_learner_stop(b);
+    CHECK(dlc_learner_encoding(b) == 0);
+    CHECK(dlc_learner_restart(b, 50) == DLC_OK);
+    /* not with dp */
+    lp.dp = 1;
+    CHECK(dlc_learner_params_check(&lp) == DLC_ERR_ARG && strstr(dlc_last_error(), "defer_encode") != NULL);
+    dlc_learner_free(a);
+    dlc_learner_free(b);
+    fx_free(&xa);
+    fx_free(&xb);
+}
+
 /* ---- end to end: 3 learners and a syncer, zero latency, lockstep ---- */
 
 typedef struct world {
@@ -1969,6 +2054,7 @@ int main(void) {
     test_flush();
     test_hostile();
     test_int4();
+    test_deferred_encode();
     test_decoupled_equals_diloco();
     test_dp_world();
     test_dp_restart();

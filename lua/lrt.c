@@ -380,6 +380,9 @@ static int l_learner(lua_State *L) {
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "hold") != LUA_TNIL) c.hold = (int)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "inline_codec");
+    c.inline_codec = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     if (lua_getfield(L, 1, "incarnation") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
             return luaL_error(L, "%s: incarnation must be an integer >= 1 (larger for each restart)", WHO);
@@ -592,10 +595,13 @@ static int lr_stats(lua_State *L) {
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;
     if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);
-    lua_createtable(L, 0, 11);
+    lua_createtable(L, 0, 22);
     dlcL_setnum(L, "now", st.now);
     dlcL_setnum(L, "wait_s", st.wait_s);
     dlcL_setnum(L, "call_s", st.call_s);
+    dlcL_setnum(L, "encode_wait_s", st.encode_wait_s);
+    dlcL_setint(L, "encoded", st.encoded);
+    dlcL_setint(L, "decoded", st.decoded);
     lua_pushboolean(L, st.connected);
     lua_setfield(L, -2, "connected");
     dlcL_setint(L, "sent", st.sent);

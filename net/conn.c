@@ -99,7 +99,7 @@ static evnode *ev_new_frame(int peer) {
     if (!n) return NULL;
     n->next = NULL, n->bytes = 0;
     n->ev.kind = DLC_NET_FRAME, n->ev.peer = peer, n->ev.code = 0, n->ev.text[0] = '\0';
-    n->ev.arg = NULL, n->ev.owned_ = NULL;
+    n->ev.arg = NULL, n->ev.owned_ = NULL, n->ev.values = NULL, n->ev.nvalues = 0;
     return n;
 }
 
@@ -763,14 +763,28 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
         release(buf, borrowed), free(n);
         return;
     }
+    float *values = NULL;
+    int64_t nvalues = 0;
+    if (net->cfg.decode && f->msg.len > 0) { /* decoded here, off the poller's thread */
+        if (net->cfg.decode(f, &values, &nvalues, net->cfg.decode_arg) != DLC_OK || !values) {
+            free(values);
+            values = NULL, nvalues = 0;
+        } else {
+            release(buf, borrowed);
+            buf = NULL, borrowed = 1;
+            f->msg.payload = NULL, f->msg.len = 0;
+        }
+    }
     if (direct) {
         direct->kind = DLC_NET_FRAME, direct->peer = c->id, direct->code = 0, direct->text[0] = '\0';
         direct->arg = NULL, direct->owned_ = borrowed ? NULL : buf;
+        direct->values = values, direct->nvalues = nvalues;
         net->poll_got = 1;
         return;
     }
     n->ev.owned_ = borrowed ? NULL : buf;
-    n->bytes = len;
+    n->ev.values = values, n->ev.nvalues = nvalues;
+    n->bytes = len + (size_t)nvalues * sizeof(float);
     if (c->in_latency > 0 || c->held_head) { /* the receiving direction's latency: held, in order */
         n->due = now_s() + c->in_latency;
         n->next = NULL;
@@ -778,7 +792,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
         else c->held_head = n;
         c->held_tail = n;
         /* its bytes stay counted as being received (the caller takes them off) */
-        atomic_fetch_add_explicit(&net->rx_bytes, len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&net->rx_bytes, n->bytes, memory_order_relaxed);
         dlcn_conn_arm(c);
         return;
     }

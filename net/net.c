@@ -445,7 +445,7 @@ void dlc_net_free(dlc_net *net) {
     }
     for (evnode *e = net->ev_head, *n; e; e = n) {
         n = e->next;
-        dlcn_rx_free(e->ev.owned_);
+        dlc_net_event_release(&e->ev);
         free(e);
     }
     if (net->poll_timer) event_free(net->poll_timer);
@@ -751,6 +751,8 @@ void dlc_net_event_release(dlc_net_event *ev) {
     if (!ev) return;
     dlcn_rx_free(ev->owned_);
     ev->owned_ = NULL;
+    free(ev->values);
+    ev->values = NULL, ev->nvalues = 0;
     ev->frame.msg.payload = NULL;
     ev->frame.msg.len = 0;
 }

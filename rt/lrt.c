@@ -1,12 +1,15 @@
 /*
- * lrt.c - a learner on the wall clock (rt.h).  Everything here runs on the host's
- * compute thread; the transport's I/O thread reads and writes the socket, and its event
- * queue (bounded by the net's in_max) is the mailbox of arrived frames, taken at step
- * boundaries.  Contributions are copied once out of the state machine (a snapshot the
- * net then owns and frees after writing), so the inner loop never waits for a socket.
+ * lrt.c - a learner on the wall clock (rt.h).  Three threads: the host's compute thread
+ * runs everything here but coder_main and decode_fragment; the transport's I/O thread
+ * reads and writes the socket and decodes each arrived fragment (decode_fragment, the
+ * net's decode hook), and its event queue (bounded by the net's in_max) is the mailbox
+ * of arrived frames, taken at step boundaries; the codec thread (coder_main) encodes the
+ * contributions the state machine hands out (DLC_LACT_ENCODE) into buffers the net then
+ * owns, and sends them, so the inner loop never waits for a socket or a codec.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,20 @@ typedef struct held {
     dlc_frame f;              /* the frame, its payload pointing at bytes */
     uint8_t *bytes;
 } held;
+
+/* One contribution out to the codec thread; at most one per fragment (learner.h). */
+enum { JOB_IDLE, JOB_QUEUED, JOB_DONE };
+typedef struct enc_job {
+    int state;                /* under mu */
+    dlc_learner_action a;     /* the ENCODE action: the learner's buffers, lent */
+    int direct;               /* the codec thread sends it (nothing held ahead of it) */
+    /* set by the codec thread before JOB_DONE */
+    uint8_t *out;             /* the encoded payload, unless the net took it */
+    size_t len;
+    int sent;                 /* the net took it */
+    dlc_status st;
+    char err[DLC_RT_TEXT_MAX];
+} enc_job;
 
 struct dlc_lrt {
     dlc_lrt_config cfg;       /* cfg.connect points at connect */
@@ -55,6 +72,14 @@ struct dlc_lrt {
     int refused;              /* the syncer refused this learner for good (another run, model,
                                * secret, version): waiting cannot help */
     dlc_lrt_stats st;
+    /* the codec thread (none with cfg.inline_codec or dp) */
+    pthread_t coder;
+    int coder_on, coder_stop; /* coder_stop under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* a job queued, a job done, stop */
+    enc_job *jobs;            /* [P], by fragment */
+    int *cq, cq_head, cq_len; /* the queue of fragments to encode, a ring of P */
+    int busy;                 /* jobs not idle (compute thread's count) */
 };
 
 static double lrt_now(const dlc_lrt *l) { return dlc_rt_clock() - l->t0; }
@@ -97,15 +122,10 @@ static void drop_held(held *h) {
     h->bytes = NULL;
 }
 
-/* Sends f (payload copied into a buffer the net owns).  A frame that cannot go now is
- * held when `keep` (contributions, gradients), else dropped (heartbeats). */
-static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
-    uint8_t *copy = NULL;
-    if (f->msg.len) {
-        if (!(copy = malloc(f->msg.len)))
-            return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", f->msg.len);
-        memcpy(copy, f->msg.payload, f->msg.len);
-    }
+/* Sends f whose payload `copy` (malloc'd, or NULL) is now the net's or held.  A frame
+ * that cannot go now is held when `keep` (contributions, gradients), else dropped
+ * (heartbeats). */
+static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int keep) {
     dlc_frame g = *f;
     g.msg.payload = copy;
     dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, NULL) : DLC_ERR_STATE;
@@ -135,6 +155,142 @@ static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
     return DLC_OK;
 }
 
+/* send_owned of a copy of f's payload. */
+static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
+    uint8_t *copy = NULL;
+    if (f->msg.len) {
+        if (!(copy = malloc(f->msg.len)))
+            return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", f->msg.len);
+        memcpy(copy, f->msg.payload, f->msg.len);
+    }
+    return send_owned(l, f, copy, keep);
+}
+
+/* ---- the codec thread ---- */
+
+/* Encodes job's contribution into a buffer of its own, and sends it when direct. */
+static void encode_job(dlc_lrt *l, enc_job *j) {
+    j->out = NULL, j->len = 0, j->sent = 0, j->err[0] = '\0';
+    j->st = DLC_OK;
+    size_t cap = j->a.msg.len;
+    if (!(j->out = malloc(cap ? cap : 1))) {
+        j->st = dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", cap);
+    } else {
+        j->st = dlc_learner_encode(&j->a, j->out, cap, &j->len);
+    }
+    if (j->st != DLC_OK) {
+        snprintf(j->err, sizeof j->err, "%s", dlc_last_error());
+        free(j->out);
+        j->out = NULL;
+        return;
+    }
+    if (!j->direct) return;
+    dlc_msg m = j->a.msg;
+    m.payload = j->out, m.len = j->len;
+    dlc_frame f;
+    if (dlc_frame_from_msg(&f, &m) == DLC_OK && dlc_net_send(l->net, l->peer, &f, free_bytes, NULL) == DLC_OK) {
+        j->sent = 1; /* the net's now */
+        j->out = NULL;
+    }
+}
+
+static void *coder_main(void *arg) {
+    dlc_lrt *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->coder_stop && l->cq_len == 0) pthread_cond_wait(&l->cv, &l->mu);
+        if (l->cq_len == 0) break; /* stopped, and nothing left */
+        enc_job *j = &l->jobs[l->cq[l->cq_head]];
+        l->cq_head = (l->cq_head + 1) % l->P;
+        l->cq_len--;
+        pthread_mutex_unlock(&l->mu);
+        encode_job(l, j);
+        pthread_mutex_lock(&l->mu);
+        j->state = JOB_DONE;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Takes back the encodes that are done (with `all`, waiting for every one out): gives
+ * the learner its buffers back and sends or holds what the codec thread did not send.
+ * The first error of a failed encode is returned, after the others are taken. */
+static dlc_status collect(dlc_lrt *l, int all) {
+    if (l->busy == 0) return DLC_OK;
+    dlc_status st = DLC_OK;
+    double t0 = all ? dlc_rt_clock() : 0;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        for (int p = 0; p < l->P; p++) {
+            enc_job *j = &l->jobs[p];
+            if (j->state != JOB_DONE) continue;
+            j->state = JOB_IDLE;
+            l->busy--;
+            pthread_mutex_unlock(&l->mu);
+            dlc_status s = l->l ? dlc_learner_encoded(l->l, p) : DLC_OK;
+            if (s == DLC_OK && j->st != DLC_OK) s = dlc_error(j->st, "%s", j->err);
+            if (s == DLC_OK) {
+                l->st.encoded++;
+                if (j->sent) {
+                    l->st.sent++;
+                } else {
+                    dlc_msg m = j->a.msg;
+                    m.payload = j->out, m.len = j->len;
+                    dlc_frame f;
+                    s = dlc_frame_from_msg(&f, &m);
+                    if (s == DLC_OK) s = send_owned(l, &f, j->out, 1);
+                    else free(j->out);
+                    j->out = NULL;
+                }
+            }
+            if (st == DLC_OK) st = s;
+            pthread_mutex_lock(&l->mu);
+        }
+        if (!all || l->busy == 0) break;
+        pthread_cond_wait(&l->cv, &l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (all) l->st.encode_wait_s += dlc_rt_clock() - t0;
+    return st;
+}
+
+/* An ENCODE action: to the codec thread (or encoded here with inline_codec). */
+static dlc_status start_encode(dlc_lrt *l, const dlc_learner_action *a) {
+    enc_job *j = &l->jobs[a->fragment];
+    DLC_ASSERT(j->state == JOB_IDLE); /* the learner lends a fragment once (learner.h) */
+    j->a = *a;
+    j->direct = l->ready && l->hq_len == 0;
+    l->busy++;
+    pthread_mutex_lock(&l->mu);
+    j->state = JOB_QUEUED;
+    l->cq[(l->cq_head + l->cq_len) % l->P] = a->fragment;
+    l->cq_len++;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return DLC_OK;
+}
+
+/* The net's decode hook, on the I/O thread: a FRAGMENT or RESYNC payload, decoded and
+ * checked (dlc_learner_receive_decoded takes it as it is).  Anything it cannot decode
+ * stays as it came, for the state machine to refuse with its own message. */
+static dlc_status decode_fragment(const dlc_frame *f, float **values, int64_t *n, void *arg) {
+    const dlc_lrt *l = arg;
+    if ((f->type != DLC_FRAME_FRAGMENT && f->type != DLC_FRAME_RESYNC) || f->msg.fragment < 0 ||
+        f->msg.fragment >= l->P)
+        return DLC_OK;
+    int64_t k = l->numel[f->msg.fragment];
+    float *v = malloc((size_t)(k > 0 ? k : 1) * sizeof(float));
+    if (!v) return DLC_ERR_NOMEM;
+    dlc_status st = dlc_codec_decode(f->msg.codec, NULL, f->msg.payload, f->msg.len, v, k);
+    if (st != DLC_OK) {
+        free(v);
+        return st;
+    }
+    *values = v, *n = k;
+    return DLC_OK;
+}
+
 /* Sends what was held, oldest first, while the net takes it. */
 static void flush_held(dlc_lrt *l) {
     while (l->hq_len > 0 && l->ready) {
@@ -154,11 +310,16 @@ static dlc_status actions(dlc_lrt *l) {
     dlc_learner_action a;
     dlc_status st = DLC_OK;
     while (dlc_learner_poll(l->l, &a)) {
-        if (st != DLC_OK) continue; /* empty the queue, keep the first error */
+        if (st != DLC_OK) { /* empty the queue, keep the first error; nothing stays lent */
+            if (a.type == DLC_LACT_ENCODE) dlc_learner_encoded(l->l, a.fragment);
+            continue;
+        }
         if (a.type == DLC_LACT_SEND) {
             dlc_frame f;
             st = dlc_frame_from_msg(&f, &a.msg);
             if (st == DLC_OK) st = send_frame(l, &f, a.msg.type != DLC_MSG_HEARTBEAT);
+        } else if (a.type == DLC_LACT_ENCODE) {
+            st = start_encode(l, &a);
         } else if (a.type == DLC_LACT_APPLIED) {
             dlc_lrt_event e;
             memset(&e, 0, sizeof e);
@@ -211,6 +372,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             dlc_learner_params lp = l->cfg.learner;
             lp.id = id;
             lp.replay = l->replays = lp.dp && (ev->frame.hello.caps & DLC_CAP_REPLAY) != 0; /* the syncer replays */
+            lp.defer_encode = l->coder_on; /* contributions go to the codec thread */
             if (!(l->l = dlc_learner_new(&lp, l->cfg.params, l->cfg.plan))) return dlc_last_status();
             l->id = id;
         } else if (id != l->id) {
@@ -231,7 +393,9 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             snprintf(l->last_refusal, sizeof l->last_refusal, "the syncer said bye: %s", ev->frame.text);
             return DLC_OK;
         }
-        dlc_status st = dlc_learner_receive(l->l, &ev->frame.msg, lrt_now(l));
+        dlc_status st = ev->values ? dlc_learner_receive_decoded(l->l, &ev->frame.msg, ev->values, ev->nvalues, lrt_now(l))
+                                   : dlc_learner_receive(l->l, &ev->frame.msg, lrt_now(l));
+        if (ev->values) l->st.decoded++;
         if (st == DLC_ERR_FORMAT) { /* refused and unchanged: the syncer will resync it */
             snprintf(l->last_refusal, sizeof l->last_refusal, "%s", dlc_last_error());
             st = DLC_OK;
@@ -309,6 +473,22 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     l->cfg.net.hello = &l->hello;
     l->cfg.net.layout = &l->layout;
     l->cfg.net.inline_io = 0; /* the compute thread computes between polls: the I/O thread keeps the link */
+    if (!cfg->inline_codec) l->cfg.net.decode = decode_fragment, l->cfg.net.decode_arg = l;
+    if (!(l->jobs = calloc((size_t)l->P, sizeof *l->jobs)) || !(l->cq = calloc((size_t)l->P, sizeof *l->cq))) {
+        dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+        goto fail;
+    }
+    if (!cfg->inline_codec && !cfg->learner.dp) { /* dp: a gradient leaves as f32 at once */
+        pthread_mutex_init(&l->mu, NULL);
+        pthread_cond_init(&l->cv, NULL);
+        if (pthread_create(&l->coder, NULL, coder_main, l) != 0) {
+            pthread_cond_destroy(&l->cv);
+            pthread_mutex_destroy(&l->mu);
+            dlc_error(DLC_ERR_NOMEM, "lrt_new: cannot start the codec thread");
+            goto fail;
+        }
+        l->coder_on = 1;
+    }
     if (!(l->net = dlc_net_new(&l->cfg.net))) goto fail;
     int peer = dlc_net_connect(l->net, cfg->connect);
     if (peer < 0) goto fail;
@@ -321,6 +501,18 @@ fail:
 
 void dlc_lrt_free(dlc_lrt *l) {
     if (!l) return;
+    if (l->coder_on) { /* it may be sending: before the net goes */
+        pthread_mutex_lock(&l->mu);
+        l->coder_stop = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->coder, NULL);
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+    }
+    for (int p = 0; l->jobs && p < l->P; p++) free(l->jobs[p].out);
+    free(l->jobs);
+    free(l->cq);
     dlc_net_free(l->net);
     dlc_learner_free(l->l);
     for (int i = 0; l->hq && i < l->hq_len; i++) drop_held(&l->hq[(l->hq_head + i) % l->hold]);
@@ -353,6 +545,7 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
         int ms = (int)ceil((until - now) * 1e3);
         if (ms > 100) ms = 100;
         if (ms < 0) ms = 0;
+        if ((st = collect(l, 0)) != DLC_OK) break;
         if ((st = pump(l, ms)) != DLC_OK) break;
         if ((st = timers(l)) != DLC_OK) break;
     }
@@ -376,10 +569,12 @@ dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
 dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_step_done: the learner has not joined (dlc_lrt_join)");
     double t0 = dlc_rt_clock();
-    dlc_status st = DLC_OK;
+    /* the encodes of earlier steps back first (the learner may send those fragments
+     * again now); done long ago unless an encode took longer than a whole step */
+    dlc_status st = collect(l, 1);
     /* the step boundary: arrived fragments first (dp: after, for a resync there may
      * start a replay, which the host runs before its next step) */
-    if (!l->cfg.learner.dp) st = pump(l, 0);
+    if (st == DLC_OK && !l->cfg.learner.dp) st = pump(l, 0);
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);
     if (st == DLC_OK && l->cfg.learner.dp) st = pump(l, 0);
@@ -430,13 +625,15 @@ int dlc_lrt_replays(const dlc_lrt *l) { return l && l->replays; }
 dlc_status dlc_lrt_flush(dlc_lrt *l, int *sent) {
     if (sent) *sent = 0;
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_flush: the learner has not joined (dlc_lrt_join)");
-    dlc_status st = dlc_learner_flush(l->l, lrt_now(l), sent);
+    dlc_status st = collect(l, 1);
+    if (st == DLC_OK) st = dlc_learner_flush(l->l, lrt_now(l), sent);
     return st == DLC_OK ? actions(l) : st;
 }
 
 dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_contribute: the learner has not joined (dlc_lrt_join)");
-    dlc_status st = dlc_learner_contribute(l->l, p, lrt_now(l));
+    dlc_status st = collect(l, 1);
+    if (st == DLC_OK) st = dlc_learner_contribute(l->l, p, lrt_now(l));
     return st == DLC_OK ? actions(l) : st;
 }
 
@@ -460,7 +657,8 @@ dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
 
 dlc_status dlc_lrt_rollback(dlc_lrt *l) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_rollback: the learner has not joined (dlc_lrt_join)");
-    dlc_status st = pump(l, 0); /* what arrived: the newest global model there is */
+    dlc_status st = collect(l, 1);
+    if (st == DLC_OK) st = pump(l, 0); /* what arrived: the newest global model there is */
     if (st == DLC_OK) st = dlc_learner_rollback(l->l, lrt_now(l));
     if (st == DLC_OK) {
         l->st.rollbacks++;
@@ -494,10 +692,10 @@ static int nothing_outstanding(const dlc_lrt *l) { return !l->l || dlc_learner_o
 
 dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_finish: NULL learner");
-    dlc_status st = DLC_OK;
+    dlc_status st = collect(l, 1); /* every contribution out before the BYE */
     if (l->l && l->ready && timeout_s > 0) {
-        st = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions");
-        if (st == DLC_ERR_STATE) st = DLC_OK; /* the run is over for it either way */
+        dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions");
+        if (w != DLC_ERR_STATE && st == DLC_OK) st = w; /* a deadline: the run is over for it either way */
     }
     if (l->ready && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */
         dlc_frame hb;

@@ -28,7 +28,8 @@ function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
     start_timeout = pd(rt.start_timeout) + 0.0, drain = pd(rt.drain) + 0.0, restarts = rt.restarts,
-    syncer_every = rt.syncer_every, elastic = rt.elastic, emulate_links = rt.emulate_links }
+    syncer_every = rt.syncer_every, elastic = rt.elastic, emulate_links = rt.emulate_links,
+    codec_thread = rt.codec_thread }
 end
 
 local function random_hex(n)

@@ -234,7 +234,7 @@ function M.prepare(r, opts)
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
     incarnation = incarnation, connect = addr,
-    run = ctx.run_id, net = net }
+    run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }
   if not l then fail("learner: connecting to %s: %s", addr, err) end
   ctx.lrt = l
   local ok, jerr = l:join(rt.join_timeout)
@@ -548,7 +548,8 @@ function M.finish(ctx, err)
   local wall = diloco.clock() - ctx.t_start
   local summary = { learner = ctx.id, preset = r.sync.preset, steps = st.steps, schedule_step = ctx.lrt and
     ctx.lrt:schedule_step(), tokens = ctx.tokens, wall_s = wall, train_s = ctx.train_time, wait_s = ctx.wait_time,
-    wait_share = ctx.wait_time / math.max(wall, 1e-9), step_done_s = st.call_s,
+    wait_share = ctx.wait_time / math.max(wall, 1e-9), step_done_s = st.call_s, encode_wait_s = st.encode_wait_s,
+    encoded = st.encoded, decoded = st.decoded,
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped, applied = st.applied,
     reconnects = st.reconnects, rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,

@@ -93,6 +93,35 @@ end
 print(string.format("learners' wait share: median %.4f, max %.4f  (goal <= 0.01); in step_done: median %.4f, max %.4f",
   median(waits), wmax, median(calls), cmax))
 
+-- the compute thread's share inside step_done with int4 contributions (quantization and
+-- error feedback: the encode with work in it), encoded on the codec thread (the default)
+-- against inside step_done (runtime.codec_thread=false), rounds alternating
+local function call_share(out)
+  local xs = {}
+  for m = 1, 2 do
+    local ev = events(string.format("%s/learner-%d/metrics.jsonl", out, m))
+    local s, first = ev[#ev], nil
+    for _, e in ipairs(ev) do
+      if e.event == "step" then first = first or e end
+    end
+    xs[#xs + 1] = s.step_done_s / (s.wall_s - first.wall_s)
+  end
+  return xs
+end
+local share = { [true] = {}, [false] = {} }
+for round = 1, rounds do
+  for _, thread in ipairs { true, false } do
+    local out = string.format("%s/codec-%s", tmp, tostring(thread))
+    local c = spawn({ "run", recipe, "--out", out, "--set", "islands.count=2", "--set", "sync.codec=int4", "--set",
+      "runtime.codec_thread=" .. tostring(thread) }, out .. ".log")
+    wait_ok(c, out .. ".log")
+    for _, x in ipairs(call_share(out)) do table.insert(share[thread], x) end
+  end
+end
+local on, off = median(share[true]), median(share[false])
+print(string.format("int4 contributions, share of the loop inside step_done: codec thread %.4f, on the compute thread "
+  .. "%.4f (ratio %.2f)", on, off, on / off))
+
 -- rejoin latency
 local kill_at = 4
 local c = spawn({ "run", recipe, "--out", tmp .. "/kill", "--set", "islands.count=2", "--set",

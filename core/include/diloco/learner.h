@@ -134,6 +134,20 @@
  * `unreplayed`, its model is then no longer the others') and goes on.  Its next
  * GRADIENT joins the others' round: deterministic optimizers applied to the same
  * averages in the same order leave it holding the very model the others hold.
+ *
+ * Deferred encoding (`defer_encode`, not in dp).  Encoding a contribution (quantizing
+ * it, updating the error feedback) is a pass over the fragment that a driver may run off
+ * its compute thread, overlapped with the next inner step.  With defer_encode a due
+ * contribution comes out as DLC_LACT_ENCODE instead of DLC_LACT_SEND: its outer gradient
+ * Θ̂ − θ in f32 (`delta`, taken at the step boundary, so the inner steps that follow do
+ * not change it), the error-feedback residual of the fragment (`ef`, NULL without error
+ * feedback) and the message header (payload NULL, len the encoded size).  Any thread
+ * runs dlc_learner_encode(&a, out, ...) on it and sends the message with that payload;
+ * the learner's thread then calls dlc_learner_encoded(l, p).  From the action to that
+ * call the learner touches neither `delta` nor `ef` of p; in return an event call that
+ * would (a send of p, rollback, restart) is refused with DLC_ERR_STATE, changing nothing,
+ * so a driver completes each encode before its next step_done.  The bytes sent are the
+ * same as without deferral.
  */
 #ifndef DILOCO_LEARNER_H
 #define DILOCO_LEARNER_H
@@ -186,6 +200,8 @@ typedef struct dlc_learner_params {
                                    * restarts passes its previous one + 1); each
                                    * dlc_learner_restart adds 1 */
     int replay;                   /* 0/1, dp: the syncer answers REPLAY ("Replay" above) */
+    int defer_encode;             /* 0/1, not with dp: contributions come out as
+                                   * DLC_LACT_ENCODE ("Deferred encoding" above) */
 } dlc_learner_params;
 
 /* id 0, dp 0, H 24, tau 2, alpha 0, blocking 0, f32 with default block, no error
@@ -248,6 +264,12 @@ DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double n
  * called while an inner step runs: it does not touch the model arena.  STOPPED learners
  * ignore every message. */
 DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now);
+/* The same for a FRAGMENT the driver already decoded off its compute thread: values[0..n)
+ * are dlc_codec_decode(m->codec, NULL, m->payload, m->len, values, n) of a call that
+ * succeeded (so finite), and the learner only copies them (n must be the fragment's
+ * size, else DLC_ERR_FORMAT).  Other messages: as dlc_learner_receive, values ignored. */
+DLC_API dlc_status dlc_learner_receive_decoded(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n,
+                                               double now);
 
 /* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
 DLC_API double dlc_learner_expiry(const dlc_learner *l);
@@ -334,6 +356,8 @@ typedef enum dlc_learner_action_type {
                               * that told (-1: a resync).  A driver that replays a run
                               * records it (sim --replay sets it back with
                               * dlc_learner_set_schedule_step) */
+    DLC_LACT_ENCODE,         /* defer_encode: encode `msg`'s payload from `delta` (and `ef`)
+                              * with dlc_learner_encode, send it, then dlc_learner_encoded */
     DLC_LACT_TYPE_COUNT
 } dlc_learner_action_type;
 
@@ -349,7 +373,23 @@ typedef struct dlc_learner_action {
     int64_t schedule;     /* PHASE: the schedule step from now on (lag: the move) */
     int64_t unreplayed;   /* PHASE, dp: steps skipped whose averages the syncer no longer
                            * held (the learner's model is no longer the others'), else 0 */
+    /* ENCODE (fragment `fragment`; msg.payload NULL, msg.len the encoded size): */
+    const float *delta;   /* the outer gradient, n floats, the learner's */
+    float *ef;            /* its error-feedback residual (n floats, updated), or NULL */
+    int64_t n;
+    dlc_codec_params codec_params; /* with msg.codec */
 } dlc_learner_action;
+
+/* Encodes an ENCODE action's outer gradient into out[0..cap) (cap >= a->msg.len), updating
+ * its error feedback; *len the bytes written (= a->msg.len).  Touches only the action's
+ * buffers and out: any thread may run it between the action and dlc_learner_encoded.
+ * Errors: a non-finite value (named), a short buffer. */
+DLC_API dlc_status dlc_learner_encode(const dlc_learner_action *a, uint8_t *out, size_t cap, size_t *len);
+/* The encode of fragment p is over (sent or not): the learner may use p's buffers again.
+ * DLC_ERR_STATE when p has none outstanding. */
+DLC_API dlc_status dlc_learner_encoded(dlc_learner *l, int p);
+/* Encodes outstanding (0 without defer_encode). */
+DLC_API int dlc_learner_encoding(const dlc_learner *l);
 
 /* Pops the oldest queued action into *a: 1, or 0 when there is none. */
 DLC_API int dlc_learner_poll(dlc_learner *l, dlc_learner_action *a);

@@ -120,6 +120,17 @@ typedef struct dlc_net_config {
      * close and shape; dlc_net_listen must come from the polling thread or while none
      * polls (the loop takes no locks: only the thread running it touches libevent). */
     int inline_io;
+    /* Decoding on the receiving side's I/O thread: when set, called on the thread that
+     * reads the socket (the I/O thread; with inline_io the polling one) for each frame
+     * with a payload from a READY peer, before it is queued.  It may decode the payload
+     * into *values, an array of *n floats from malloc, which the event then carries
+     * (event.values, event.nvalues; freed by dlc_net_event_release) in place of the
+     * payload (released then: frame.msg.payload NULL, len 0).  Returning anything but
+     * DLC_OK, or leaving *values NULL, queues the frame as it came (the poller then
+     * decodes it, and finds the same error).  The decoded bytes count against in_max and
+     * mem_max like received ones. */
+    dlc_status (*decode)(const dlc_frame *f, float **values, int64_t *n, void *arg);
+    void *decode_arg;
 } dlc_net_config;
 
 DLC_API dlc_net_config dlc_net_default_config(void);
@@ -213,6 +224,8 @@ typedef struct dlc_net_event {
     int code;               /* DLC_NET_LOST, DLC_NET_REFUSED: dlc_proto_errcode */
     char text[DLC_PROTO_TEXT_MAX + 128]; /* why, for LOST and REFUSED; the peer address for READY */
     void *arg;              /* DLC_NET_SENT */
+    float *values;          /* DLC_NET_FRAME: the payload as decode (config) decoded it, or NULL */
+    int64_t nvalues;
     void *owned_;           /* the received bytes; freed by dlc_net_event_release */
 } dlc_net_event;
 

@@ -20,13 +20,19 @@
  *     while (dlc_srt_poll(s, &ev, 100) >= 0) { if (ev.kind == DLC_SRT_MERGED) ...; }
  *     dlc_srt_free(s);
  *
- * The learner driver (dlc_lrt) has no thread of its own: the host's compute thread calls
- * it between inner steps, and the transport's I/O thread moves the bytes (the net's two
- * bounded queues are the mailbox between them).  Arrived fragments wait in the mailbox
- * until dlc_lrt_step_done, which hands them to the state machine at the step boundary,
- * then reports the step and sends what is due.  Nothing in step_done waits on the
- * network: in a non-blocking preset the compute thread never waits; with `blocking` (or
- * dp) the host calls dlc_lrt_wait while the state machine is WAITING.
+ * The learner driver (dlc_lrt): the host's compute thread calls it between inner steps;
+ * the transport's I/O thread moves the bytes and decodes every arrived fragment (the
+ * net's two bounded queues are the mailbox between them); a codec thread of the driver
+ * encodes each contribution (quantization, error feedback) while the next inner step
+ * runs, and hands it to the transport.  Arrived fragments wait, decoded, in the mailbox
+ * until dlc_lrt_step_done, which hands them to the state machine at the step boundary
+ * (one copy into the stash), then reports the step and takes the outer gradients that
+ * are due (one pass over those fragments).  Nothing in step_done waits on the network:
+ * in a non-blocking preset the compute thread never waits (only for an encode of the
+ * step before that is not done a whole step later: encode_wait_s); with `blocking` (or
+ * dp) the host calls dlc_lrt_wait while the state machine is WAITING.  In data parallel
+ * the gradient leaves as f32, copied once, and the average arrives decoded into the
+ * grad arena by the compute thread (it waits for it anyway).
  *
  *     dlc_lrt_config lc = dlc_lrt_default_config();
  *     lc.learner = lp; lc.params = params; lc.plan = plan; lc.connect = "127.0.0.1:7070";
@@ -42,7 +48,10 @@
  *
  * Threads: a dlc_srt may be called from any one host thread (its calls take the lock its
  * thread holds while it drives the syncer); a dlc_lrt from one thread only (the compute
- * thread), never concurrently.  Errors: negative dlc_status, message in dlc_last_error()
+ * thread), never concurrently.  The learner's codec thread reads the outer gradient and
+ * writes the error feedback of the fragment it encodes, which the state machine lends it
+ * until the next dlc_lrt call takes the encode back (learner.h, "Deferred encoding"); the
+ * I/O thread reads only the driver's fragment sizes.  Errors: negative dlc_status, message in dlc_last_error()
  * of the calling thread.
  */
 #ifndef DILOCO_RT_H
@@ -214,6 +223,9 @@ typedef struct dlc_lrt_config {
                                  * and plan only) */
     int hold;                   /* contributions kept while the syncer is unreachable
                                  * (oldest dropped past it); 0: 2 × the fragments */
+    int inline_codec;           /* 1: encode contributions and decode fragments on the
+                                 * calling thread, inside the calls (for comparisons); 0
+                                 * (default): off it ("Threads" below) */
 } dlc_lrt_config;
 
 DLC_API dlc_lrt_config dlc_lrt_default_config(void);
@@ -326,6 +338,10 @@ typedef struct dlc_lrt_stats {
     double now;
     double wait_s;            /* time spent inside dlc_lrt_wait and dlc_lrt_join */
     double call_s;            /* time spent inside dlc_lrt_step_done (the compute thread's cost) */
+    double encode_wait_s;     /* of which waiting for the codec thread to finish an encode
+                               * (it had not within a whole inner step) */
+    int64_t encoded;          /* contributions the codec thread encoded */
+    int64_t decoded;          /* fragments the I/O thread decoded */
     int connected;
     int64_t sent, held, held_dropped, applied, reconnects;
     uint64_t bytes_in, bytes_out;
