@@ -74,6 +74,32 @@ describe("the run directory", function()
     assert.matches("already holds a run", out, 1, true)
   end)
 
+  -- Seen: a kill -9 between the checkpoint's rename and the model's left
+  -- checkpoint-00000082 beside a model.safetensors of step 80.
+  it("after a save cut short between its two files, the next run makes the newest pair one step again", function()
+    local o = tmp .. "/cut-save"
+    local out, status = run("cut-save", "--set steps=5 --set checkpoint.every=5")
+    assert.are.equal(0, status, out)
+    assert.is_true(os.rename(o .. "/model.safetensors", tmp .. "/model-5.safetensors"))
+    out, status = run("cut-save", "--resume latest --set steps=10 --set checkpoint.every=5")
+    assert.are.equal(0, status, out)
+    -- the state such a kill leaves: checkpoints 5 and 10, the model of step 5
+    assert.is_true(os.rename(tmp .. "/model-5.safetensors", o .. "/model.safetensors"))
+    local names = {}
+    for _, c in ipairs(diloco.rundir.checkpoints(o)) do names[#names + 1] = c.step end
+    assert.are.same({ 5, 10 }, names)
+    out, status = sh(string.format("%s run %s --out %s --resume latest --set steps=12 --set checkpoint.every=5", exe,
+      recipe, o))
+    assert.are.equal(0, status, out)
+    assert.matches("removed checkpoint-00000010.safetensors: newer than model.safetensors (step 5)", out, 1, true)
+    assert.matches("resuming at step 5", out, 1, true)
+    local s = summary_of(o .. "/metrics.jsonl")
+    assert.are.equal(12, s.steps)
+    local _, meta = diloco.load_safetensors(o .. "/model.safetensors")
+    local ck = diloco.rundir.checkpoints(o)
+    assert.are.equal(tostring(ck[#ck].step), meta["diloco.step"])
+  end)
+
   -- Seen: two runs on one --out interleaved the metrics into invalid JSON.
   it("refuses a second run on the same directory, naming the first", function()
     local o = tmp .. "/busy"

@@ -539,6 +539,25 @@ describe("diloco-lua sim with the recipe's own sync schedule", function()
     end
   end)
 
+  it("stops with exit 1 naming the function when it returns something other than a list", function()
+    local _, status, output, events = sim(recipe([[preset = 'diloco', fragments = 2,
+      schedule = function() return "abc" end]]))
+    assert.are.equal(1, status, output)
+    assert.matches('sync.schedule(1, 1) returned "abc" (a string): expected a list of fragments in [1, 2]', output, 1,
+      true)
+    assert.matches("returned", summary(events).error, 1, true)
+  end)
+
+  it("warns when it never returns a fragment (nothing merged), in the output and the summary", function()
+    local _, status, output, events = sim(recipe([[preset = 'diloco', fragments = 2,
+      schedule = function() return nil end]]))
+    assert.are.equal(0, status, output)
+    assert.matches("warning: sync.schedule returned no fragment after any step", output, 1, true)
+    local s = summary(events)
+    assert.are.equal(0, s.goodput)
+    assert.matches("no fragment after any step", s.warnings[1], 1, true)
+  end)
+
   it("stops with exit 1 naming the function when it returns a fragment that does not exist", function()
     local _, status, output = sim(recipe([[preset = 'diloco', fragments = 2,
       schedule = function() return { 3 } end]]))
@@ -577,3 +596,56 @@ describe("diloco-lua sim refuses bad input with exit 2", function()
 end)
 
 teardown(scratch.cleanup)
+
+describe("diloco-lua sim when a recipe function fails", function()
+  -- Seen: hook errors printed a traceback into lua/ without --debug; a quorum function
+  -- failing at the start left no summary and no metrics.
+  it("names the hook and the recipe's line, with no traceback unless --debug", function()
+    local text = recipe("", "", "hooks = { on_merge = function(info) error('hook boom') end },")
+    local _, status, output, events = sim(text)
+    assert.are.equal(1, status, output)
+    assert.matches("hooks.on_merge failed: [^\n]*r%d+%.lua:%d+: hook boom", output)
+    assert.is_nil(output:find("stack traceback", 1, true), output)
+    assert.matches("hooks.on_merge failed", summary(events).error, 1, true)
+    _, status, output = sim(text, "--debug")
+    assert.are.equal(1, status, output)
+    assert.matches("stack traceback", output, 1, true)
+  end)
+
+  it("stops at the first SIGTERM while an endless hook runs, as for a signal between steps", function()
+    local path = write("endless.lua", recipe("", "",
+      "hooks = { on_step = function(info) if info.step >= 2 then while true do end end end },"))
+    local out = tmp .. "/endless"
+    local t0 = diloco.clock()
+    local output = sh(string.format("%s sim %s --out %s --quiet > %s/endless.log 2>&1 & pid=$!; sleep 2; "
+      .. "kill -TERM $pid; wait $pid; echo \"status=$?\"", exe, path, out, tmp))
+    assert.matches("status=143", output, 1, true)
+    assert.is_true(diloco.clock() - t0 < 30, "it stopped at the first signal")
+    local lines = read_lines(out .. "/metrics.jsonl")
+    local s = assert(diloco.json_decode(lines[#lines]))
+    assert.are.equal("summary", s.event)
+    assert.are.equal("SIGTERM", s.signal)
+    assert.is_true(s.interrupted)
+    assert.is_nil(s.error)
+  end)
+
+  it("writes a summary when the quorum function fails at the start, and the next run takes the directory over",
+    function()
+      local out, status, output, events = sim(recipe("quorum = function(live) error('quorum boom') end"))
+      assert.are.equal(1, status, output)
+      assert.matches("hooks.sync.quorum failed: [^\n]*quorum boom", output)
+      assert.are.equal(1, #events, output)
+      local s = summary(events)
+      assert.are.equal("start", s.failed_at)
+      assert.matches("quorum boom", s.error, 1, true)
+      local path = write("fixed.lua", recipe(""))
+      local again, st2 = sh(string.format("%s sim %s --out %s", exe, path, out))
+      assert.are.equal(0, st2, again)
+      assert.matches("took over " .. out, again, 1, true)
+      -- a run that trained is not taken over, and sim's refusal offers no --resume (it has none)
+      again, st2 = sh(string.format("%s sim %s --out %s", exe, path, out))
+      assert.are.equal(2, st2, again)
+      assert.matches("already holds a run", again, 1, true)
+      assert.is_nil(again:find("--resume", 1, true), again)
+    end)
+end)

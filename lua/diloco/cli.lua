@@ -709,7 +709,7 @@ function M.main(name, args)
   local ok, res = xpcall(handlers[name], function(e)
     if not trace then return e end
     if type(e) == "table" then
-      e.traceback = debug.traceback("", 2)
+      e.traceback = e.hook_traceback or debug.traceback("", 2) -- a recipe hook's own, where it failed
       return e
     end
     return debug.traceback(tostring(e), 2)

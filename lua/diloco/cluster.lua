@@ -12,6 +12,15 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
+
+-- A recipe hook (diloco.train.call_hook); one that a signal interrupted returns nil and
+-- this driver's loop, seeing the signal, stops the run in order.
+local function hook(name, fn, ...)
+  local ok, res = pcall(islands.call_hook, name, fn, ...)
+  if ok then return res end
+  if type(res) == "table" and res.diloco_stop then return nil end
+  error(res, 0)
+end
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
@@ -162,7 +171,7 @@ local function prepare(r, opts)
     keep = r.checkpoint.keep, append = opts.resume and true or nil })
   if ctx.rd.took_over and not opts.quiet then
     io.stderr:write(string.format("diloco-lua: took over %s: it held only the start of a run that never saved "
-      .. "anything (%s: killed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
+      .. "anything (%s: killed or failed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
   end
   local sok, srd = pcall(diloco.rundir.open, ctx.out .. "/syncer", { resume = opts.resume and "latest" or nil,
     overwrite = not opts.resume, command = opts.command, keep = r.checkpoint.keep })
@@ -332,14 +341,14 @@ local function maybe_eval(ctx)
   e.step = step
   ctx.last_eval = e
   write(ctx, "eval", { step = step, loss = e.loss, accuracy = e.accuracy, wall_s = elapsed(ctx) })
-  if r.hooks.on_eval then islands.call_hook("on_eval", r.hooks.on_eval, e) end
+  if r.hooks.on_eval then hook("on_eval", r.hooks.on_eval, e) end
   say(ctx, "eval at step %d: global loss %.4f", step, e.loss)
 end
 
 local function fault(ctx, info)
   info.wall_s = elapsed(ctx)
   write(ctx, "fault", info)
-  if ctx.recipe.hooks.on_fault then islands.call_hook("on_fault", ctx.recipe.hooks.on_fault, info) end
+  if ctx.recipe.hooks.on_fault then hook("on_fault", ctx.recipe.hooks.on_fault, info) end
 end
 
 -- runtime.elastic = false (non-elastic data parallel, the baseline of the chaos
@@ -387,7 +396,7 @@ local function on_syncer_event(ctx, ev)
     end
     ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
     write(ctx, "merge", info)
-    if ctx.recipe.hooks.on_merge then islands.call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
+    if ctx.recipe.hooks.on_merge then hook("on_merge", ctx.recipe.hooks.on_merge, info) end
     for _, c in ipairs(info.contributors) do
       local l = ctx.learners[c.learner]
       if l and l.cut_ended and not l.cut_recovered then -- its first contribution merged since its cut ended
@@ -1212,7 +1221,7 @@ function M.serve(r, opts)
       end
     end
   end
-  local summary, ferr = finish(ctx, not ok and plain(err) or nil)
+  local summary, ferr = finish(ctx, not ok and require("diloco.train").loop_error(err) or nil)
   if ferr then error({ diloco_error = tostring(ferr), code = 1, summary = summary }, 0) end
   return summary, ctx.signal ~= nil, ctx.signo
 end

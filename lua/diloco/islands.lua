@@ -10,13 +10,8 @@ local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 
--- Every recipe hook runs through here: one protected call with a traceback; an error
--- stops the run, naming the hook.
-function M.call_hook(name, fn, ...)
-  local ok, res = xpcall(fn, debug.traceback, ...)
-  if not ok then fail("hooks.%s failed: %s", name, plain(res)) end
-  return res
-end
+-- Every recipe hook runs through here (diloco.train.call_hook).
+M.call_hook = train.call_hook
 
 local function is_embedding(name, patterns)
   for _, p in ipairs(patterns or {}) do
@@ -112,6 +107,10 @@ end
 -- A sync.schedule function's fragments due after a learner's step, checked.
 function M.scheduled(r, id, step, P)
   local due = M.call_hook("sync.schedule", r.sync.schedule, id, step, P)
+  if due ~= nil and type(due) ~= "table" then
+    fail("sync.schedule(%d, %d) returned %s (a %s): expected a list of fragments in [1, %d] ({} or nil: none "
+      .. "after this step)", id, step, diloco.json_encode(due), type(due), P)
+  end
   for _, p in ipairs(due or {}) do
     if math.type(p) ~= "integer" or p < 1 or p > P then
       fail("sync.schedule(%d, %d) returned fragment %s: expected integers in [1, %d]", id, step, tostring(p), P)

@@ -19,6 +19,15 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
+
+-- A recipe hook (diloco.train.call_hook); one that a signal interrupted returns nil and
+-- this driver's loop, seeing the signal, stops the run in order.
+local function hook(name, fn, ...)
+  local ok, res = pcall(islands.call_hook, name, fn, ...)
+  if ok then return res end
+  if type(res) == "table" and res.diloco_stop then return nil end
+  error(res, 0)
+end
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
@@ -428,7 +437,7 @@ local function rollback(ctx, bad, compute)
   write(ctx, "fault", info)
   if not ctx.opts.quiet then ctx:warn("learner %d: step %d: %s: rolled back to the last global model", ctx.id, step,
     bad.text) end
-  if r.hooks.on_fault then islands.call_hook("on_fault", r.hooks.on_fault, info) end
+  if r.hooks.on_fault then hook("on_fault", r.hooks.on_fault, info) end
   if ctx.rollbacks_in_a_row > M.ROLLBACKS_MAX then
     fail("learner %d: %d rollbacks in a row, more than diloco.learner.ROLLBACKS_MAX = %d (steps from the last global "
       .. "model with a fresh optimizer went non-finite each time, the last at step %d: %s): lower inner.lr (%g) or "
@@ -505,7 +514,7 @@ function M.train(ctx)
       ctx.t_window, ctx.tok_window = now, 0
     end
     if r.hooks.on_step then
-      islands.call_hook("on_step", r.hooks.on_step, { learner = ctx.id, step = step, loss = info.loss, lr = info.lr,
+      hook("on_step", r.hooks.on_step, { learner = ctx.id, step = step, loss = info.loss, lr = info.lr,
         grad_norm = info.grad_norm, tokens = ctx.tokens })
     end
     local c = r.checkpoint
@@ -571,8 +580,9 @@ end
 function M.run(r, opts)
   local ctx = M.prepare(r, opts)
   local ok, loop_err = pcall(M.train, ctx)
-  local summary, err = M.finish(ctx, not ok and plain(loop_err) or nil)
-  if err then error({ diloco_error = tostring(err), code = 1, summary = summary }, 0) end
+  local summary, err = M.finish(ctx, not ok and train.loop_error(loop_err) or nil)
+  if err then error({ diloco_error = tostring(err), code = 1, summary = summary,
+    hook_traceback = type(loop_err) == "table" and loop_err.hook_traceback or nil }, 0) end
   return summary, ctx.signal ~= nil, ctx.signo
 end
 

@@ -18,7 +18,8 @@
 --   * refuses a metrics path that names a checkpoint or model file.
 -- Saving writes the step's checkpoint, then the model; if the model cannot be written
 -- the new checkpoint is removed again, so model.safetensors and the newest checkpoint
--- are always of one step (the old pair is kept).  Each file is written to a temporary
+-- are always of one step (the old pair is kept); a save cut short by a kill between the
+-- two is undone by the next open (self.repaired names what it removed).  Each file is written to a temporary
 -- name, synced and renamed (core/ckpt.c), so no file is ever half written.
 local diloco = require "diloco"
 local M = {}
@@ -80,7 +81,8 @@ end
 
 -- opts: resume (nil | "latest" | a checkpoint path), overwrite (bool), metrics (a path
 -- instead of OUT/metrics.jsonl), command (shown to a second run), keep (checkpoints to
--- keep, >= 1).  Raises {diloco_error, code} errors: 2 for a refusal the user can fix
+-- keep, >= 1), resumable (false: the command has no --resume, its refusal does not offer
+-- one).  Raises {diloco_error, code} errors: 2 for a refusal the user can fix
 -- with a flag, 1 for an environmental failure.
 function M.open(out, opts)
   opts = opts or {}
@@ -125,13 +127,56 @@ function M.never_saved(out, ckpts)
   for _, name in ipairs { "model.safetensors", M.LEGACY_CHECKPOINT } do
     if exists(out .. "/" .. name) then return false end
   end
-  local _, kind, size = diloco.file_id(out .. "/metrics.jsonl")
-  return kind == nil or (kind == "file" and size == 0)
+  local path = out .. "/metrics.jsonl"
+  local _, kind, size = diloco.file_id(path)
+  if kind == nil or (kind == "file" and size == 0) then return true end
+  -- a run that failed while it started wrote one line: its summary, failed_at "start"
+  if kind ~= "file" or size > 65536 then return false end
+  local f = io.open(path, "r")
+  if not f then return false end
+  local first, second = f:read("l"), f:read("l")
+  f:close()
+  return second == nil and first ~= nil and first:find('"event":"summary"', 1, true) ~= nil
+    and first:find('"failed_at":"start"', 1, true) ~= nil
+end
+
+-- The diloco.step of a safetensors file's metadata (its header only), or nil.
+local function file_step(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local head = f:read(8)
+  local n = head and #head == 8 and string.unpack("<I8", head)
+  local json = n and n > 0 and n < (1 << 26) and f:read(n)
+  f:close()
+  local ok, h = pcall(diloco.json_decode, json or "")
+  local meta = ok and type(h) == "table" and h.__metadata__
+  return type(meta) == "table" and math.tointeger(tonumber(meta["diloco.step"] or "")) or nil
+end
+
+-- A save cut short (a kill between the checkpoint's rename and the model's, M:save)
+-- leaves checkpoints newer than model.safetensors beside the pair it replaced: they are
+-- removed, so the newest checkpoint and the model are again of one step (the one a
+-- resume continues from).  Only where that older pair is there (a checkpoint of the
+-- model's step).  Returns the names removed, and the pair's step.
+local function repair_pair(out, ckpts)
+  if #ckpts == 0 then return nil end
+  local mstep = file_step(out .. "/model.safetensors")
+  if not mstep or ckpts[#ckpts].step <= mstep then return nil end
+  local paired = false
+  for _, c in ipairs(ckpts) do paired = paired or c.step == mstep end
+  if not paired then return nil end
+  local removed = {}
+  for _, c in ipairs(ckpts) do
+    if c.step > mstep and os.remove(c.path) then removed[#removed + 1] = c.name end
+  end
+  return removed, mstep
 end
 
 -- Decides resume_path, metrics_path and whether the metrics are appended.
 function M:resolve(opts)
   local out = self.out
+  local repaired, pair_step = repair_pair(out, M.checkpoints(out))
+  if repaired and #repaired > 0 then self.repaired, self.pair_step = repaired, pair_step end
   local ckpts = M.checkpoints(out)
   local present = {}
   for _, name in ipairs(RUN_FILES) do
@@ -154,14 +199,15 @@ function M:resolve(opts)
     self.resume_path = opts.resume
   elseif #present > 0 and not opts.append and not opts.overwrite and M.never_saved(out, ckpts) then
     -- a run killed while it started (its recipe.json, an empty metrics file, no step
-    -- saved): nothing to resume or lose, so the next run takes the directory over
+    -- saved) or one that failed then (its summary alone): nothing to resume or lose, so
+    -- the next run takes the directory over
     for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
     self.took_over = present
   elseif #present > 0 and not opts.append then
     if not opts.overwrite then
       table.sort(present)
-      fail(2, "--out %s already holds a run (%s): --resume latest continues it, --overwrite replaces it, " ..
-        "--out DIR picks another directory", out, table.concat(present, ", "))
+      fail(2, "--out %s already holds a run (%s): %s--overwrite replaces it, --out DIR picks another directory",
+        out, table.concat(present, ", "), opts.resumable == false and "" or "--resume latest continues it, ")
     end
     for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
     self.overwritten = present

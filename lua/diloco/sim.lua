@@ -47,12 +47,20 @@ local function prepare(r, opts)
   end
   ctx.out = opts.out or r.out or ("runs/" .. (r.name or "sim"))
   ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
-    keep = r.checkpoint.keep })
+    keep = r.checkpoint.keep, resumable = false }) -- a sim is run again, never resumed
   if ctx.rd.took_over and not opts.quiet then
     io.stderr:write(string.format("diloco-lua: took over %s: it held only the start of a run that never saved "
-      .. "anything (%s: killed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
+      .. "anything (%s: killed or failed while it started)\n", ctx.out, table.concat(ctx.rd.took_over, ", ")))
   end
   local ok, err = pcall(function()
+    -- the metrics first: a run that fails while it starts still ends them with its summary
+    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
+    if not metrics then fail("%s", merr) end
+    ctx.metrics = metrics
+    ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
+    local wok, werr = ctx.rd:write_file("recipe.json",
+      diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+    if not wok then fail("writing the effective recipe: %s", werr) end
     ctx.learners = {}
     local params = {}
     for m = 1, Mn do
@@ -95,16 +103,13 @@ local function prepare(r, opts)
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
-    local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
-    if not metrics then fail("%s", merr) end
-    ctx.metrics = metrics
-    ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
-    local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
-    if not wok then fail("writing the effective recipe: %s", werr) end
   end)
   if not ok then
-    if ctx.metrics then ctx.metrics:close() end
+    if ctx.metrics then
+      ctx.metrics:write("summary", { preset = sy.preset, learners = Mn, steps = 0, tokens = 0, interrupted = false,
+        error = plain(err), recipe = r.name, out = ctx.out, failed_at = "start" })
+      ctx.metrics:close()
+    end
     ctx.rd:close()
     error(err, 0)
   end
@@ -183,7 +188,10 @@ local function on_step_event(ctx, ev)
     local info = train.inner_step(L)
     ctx.total_tokens = ctx.total_tokens + tpb
     if ctx.schedule then
-      for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do vt:contribute(ev.learner, p) end
+      for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do
+        vt:contribute(ev.learner, p)
+        ctx.schedule_sent = true
+      end
     end
     vt:step_done(ev.learner, tpb)
     report_step(ctx, L, ev, info.loss, info.grad_norm, info.lr, true)
@@ -284,7 +292,9 @@ local function finish(ctx, err)
     err = err or string.format("final evaluation: %s", plain(e))
   end
   -- the global model, readable by `diloco-lua sample`
-  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
+  -- its step: the run's (virtual time over the step time), not the planned one when stopped early
+  local reached = math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / r.islands.step_time + 1e-9))
+  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(reached),
     ["diloco.recipe_json"] = ctx.recipe_json }
   if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   local sok, serr = pcall(ctx.vt.global, ctx.vt, ctx.eval_params)
@@ -316,6 +326,11 @@ local function finish(ctx, err)
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
   }
+  if ctx.schedule and not ctx.schedule_sent and not err and not ctx.signal then
+    summary.warnings = { "sync.schedule returned no fragment after any step: no contribution was sent during the run "
+      .. (r.sync.final_flush and "(only the final flush's)" or "(nothing was merged: goodput 0)") }
+    io.stderr:write("diloco-lua: warning: ", summary.warnings[1], "\n")
+  end
   train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
   local cok, cerr = ctx.metrics:close()
@@ -367,8 +382,9 @@ function M.run(r, opts)
       if h then h(ctx, ev) end
     end
   end)
-  local summary, err = finish(ctx, not ok_loop and plain(loop_err) or nil)
-  if err then error({ diloco_error = tostring(err), code = 1, summary = summary }, 0) end
+  local summary, err = finish(ctx, not ok_loop and train.loop_error(loop_err) or nil)
+  if err then error({ diloco_error = tostring(err), code = 1, summary = summary,
+    hook_traceback = type(loop_err) == "table" and loop_err.hook_traceback or nil }, 0) end
   return summary, ctx.signal ~= nil, ctx.signo
 end
 

@@ -36,6 +36,45 @@ end
 local function fail(fmt, ...) fail_code(1, fmt, ...) end
 M.fail, M.fail_code = fail, fail_code
 
+-- Every recipe hook runs through here: one protected call; an error stops the run,
+-- naming the hook and the error (its position in the recipe included); the hook's
+-- traceback is kept for --debug (diloco.cli prints it), not printed otherwise.  A
+-- SIGINT/SIGTERM/SIGHUP that arrives while a hook runs (an endless one included) ends the
+-- hook at once with {diloco_stop = signal}, which the drivers' loops take as that signal
+-- arriving between two steps (M.loop_error).
+local HOOK_CHECK_EVERY = 100000 -- Lua instructions between two looks at the signals
+function M.call_hook(name, fn, ...)
+  local tb
+  local prev = table.pack(debug.gethook())
+  if not diloco.signal_pending() then -- (already stopping: the hook runs to its end)
+    debug.sethook(function()
+      local sig = diloco.signal_pending()
+      if sig then error({ diloco_stop = sig }, 0) end
+    end, "", HOOK_CHECK_EVERY)
+  end
+  local ok, res = xpcall(fn, function(e)
+    if type(e) ~= "table" or not e.diloco_stop then
+      tb = debug.traceback(type(e) == "table" and e.diloco_error or tostring(e), 2)
+    end
+    return e
+  end, ...)
+  debug.sethook(prev[1], prev[2], prev[3])
+  if not ok then
+    if type(res) == "table" and res.diloco_stop then error(res, 0) end
+    local msg = type(res) == "table" and res.diloco_error or tostring(res)
+    error({ diloco_error = string.format("hooks.%s failed: %s", name, msg), code = 1, hook_traceback = tb }, 0)
+  end
+  return res
+end
+
+-- What a driver's loop that ended with the error e reports: nil when a signal stopped a
+-- hook (the run then stops as for that signal between steps), else the message.
+function M.loop_error(e)
+  if e == nil or (type(e) == "table" and e.diloco_stop) then return nil end
+  return plain(e)
+end
+local call_hook = M.call_hook
+
 -- Model options without `arch`, as given in the recipe (saved as JSON metadata so
 -- `diloco-lua sample` can rebuild the model from model.safetensors alone).
 local function model_options(spec)
@@ -426,8 +465,12 @@ function M.prepare(r, opts)
     loaders.tokens_per_batch, ctx.unit == "tok" and "tokens" or "images",
     ctx.rd.resume_path and string.format(", resuming at step %d from %s", ctx.step, ctx.rd.resume_path) or "")
   if ctx.rd.overwritten then ctx:say("replaced the earlier run in %s (--overwrite)", ctx.out) end
+  if ctx.rd.repaired then
+    ctx:say("removed %s: newer than model.safetensors (step %d), from a save cut short; its pair of step %d is the "
+      .. "newest", table.concat(ctx.rd.repaired, ", "), ctx.rd.pair_step, ctx.rd.pair_step)
+  end
   if ctx.rd.took_over then
-    ctx:say("took over %s: it held only the start of a run that never saved anything (%s: killed while it started)",
+    ctx:say("took over %s: it held only the start of a run that never saved anything (%s: killed or failed while it started)",
       ctx.out, table.concat(ctx.rd.took_over, ", "))
   end
   if #ctx.rd.removed_temps > 0 then
@@ -443,7 +486,7 @@ local function next_lr(ctx)
   local r = ctx.recipe
   local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, ctx.total or r.steps)
   if r.hooks.lr then
-    local v = r.hooks.lr(ctx.step + 1, lr)
+    local v = call_hook("lr", r.hooks.lr, ctx.step + 1, lr)
     if math.type(v) == nil or v ~= v or v < 0 or v > 3.4e38 then
       fail("hooks.lr(%d) returned %s%s: expected a finite learning rate >= 0 (a number)", ctx.step + 1,
         type(v) == "string" and string.format("%q", v) or tostring(v), type(v) == "string" and " (a string)" or "")
@@ -508,7 +551,8 @@ function M.report(ctx, info)
     if ctx.bar.failed then fail("%s", ctx.bar.failed) end
   end
   if r.hooks.on_step then
-    r.hooks.on_step { step = ctx.step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm, tokens = ctx.tokens }
+    call_hook("on_step", r.hooks.on_step,
+      { step = ctx.step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm, tokens = ctx.tokens })
   end
 end
 
@@ -523,7 +567,7 @@ function M.maybe_eval(ctx)
     tokens = ctx.tokens, wall_s = diloco.clock() - ctx.t_start })
   if not ok then fail("%s", err) end
   if ctx.bar then ctx.bar:eval(e) end
-  if r.hooks.on_eval then r.hooks.on_eval(e) end
+  if r.hooks.on_eval then call_hook("on_eval", r.hooks.on_eval, e) end
 end
 
 -- Periodic checkpoint: every checkpoint.every steps, or checkpoint.minutes after the
@@ -613,9 +657,10 @@ function M.run(r, opts)
     end
     stop_reason(ctx) -- a signal during the last step still counts
   end)
-  local summary, err = M.finish(ctx, not ok_loop and plain(loop_err) or nil)
+  local summary, err = M.finish(ctx, not ok_loop and M.loop_error(loop_err) or nil)
   if err then
-    error({ diloco_error = tostring(err), code = 1, summary = summary }, 0)
+    error({ diloco_error = tostring(err), code = 1, summary = summary,
+    hook_traceback = type(loop_err) == "table" and loop_err.hook_traceback or nil }, 0)
   end
   return summary, ctx.signal ~= nil, ctx.signo
 end
