@@ -649,3 +649,35 @@ describe("diloco-lua sim when a recipe function fails", function()
       assert.is_nil(again:find("--resume", 1, true), again)
     end)
 end)
+
+describe("diloco-lua sim with many islands, all built in one process", function()
+  local big = "recipes/decoupled.lua" -- charlm's model (specs run from the source tree)
+  -- Seen: 64 islands of a 512-dim model grew to 14.6 GB before failing after 160 s.
+  it("refuses islands that cannot fit in memory before building the second, saying what they need", function()
+    local out = tmp .. "/toobig"
+    local t0 = diloco.clock()
+    local output, status = sh(string.format("%s sim %s --out %s --quiet --set islands.count=64 --set model.dim=1024 "
+      .. "--set model.layers=4 --set model.heads=8 --set steps=5", exe, big, out))
+    assert.are.equal(2, status, output)
+    assert.matches("islands.count = 64 islands of [%d.]+M parameters need about [%d.]+ GB of memory", output)
+    assert.matches("more than the [%d.]+ [GM]B available: fewer islands or a smaller model", output)
+    assert.is_true(diloco.clock() - t0 < 60, "refused at once")
+    local lines = read_lines(out .. "/metrics.jsonl")
+    assert.matches('"failed_at":"start"', lines[#lines], 1, true)
+  end)
+
+  -- Seen: the same ignored SIGTERM while it built the islands.
+  it("stops at a SIGTERM while it builds the islands, with its exit status and a summary", function()
+    local out = tmp .. "/building"
+    local output = sh(string.format("%s sim %s --out %s --quiet --set islands.count=64 --set steps=5 > %s/building.log "
+      .. "2>&1 & pid=$!; sleep 0.8; kill -TERM $pid; wait $pid; echo \"status=$?\"; cat %s/building.log", exe, big, out,
+      tmp, tmp))
+    assert.matches("status=143", output, 1, true)
+    assert.matches("stopped by SIGTERM while building island %d+ of 64", output)
+    local lines = read_lines(out .. "/metrics.jsonl")
+    local s = assert(diloco.json_decode(lines[#lines]))
+    assert.are.equal("SIGTERM", s.signal)
+    assert.is_true(s.interrupted)
+    assert.are.equal(0, s.steps)
+  end)
+end)

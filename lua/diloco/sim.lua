@@ -24,6 +24,28 @@ local call_hook, data_for, quorum_value = islands.call_hook, islands.data_for, i
 
 local function build_chaos(r) return islands.chaos(r, r.steps * r.islands.step_time) end
 
+-- ---- memory: every island is built in this one process ----
+
+-- Bytes the kernel says a new allocation can still get (MemAvailable), or nil.
+local function mem_available()
+  local f = io.open("/proc/meminfo", "r")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  local kb = text:match("MemAvailable:%s*(%d+) kB")
+  return kb and tonumber(kb) * 1024 or nil
+end
+
+-- What each island holds for the whole run, per float of the model: its parameters and
+-- gradients, the inner optimizer's state (AdamW: two moments; SGD and Nesterov: one),
+-- and its learner's copies (the last global model, arrived fragments, a contribution,
+-- the scratch of one fragment) plus the error feedback with it; the syncer's global
+-- model, outer momentum and version ring once.  Activations are per step, one island at
+-- a time, and not counted.
+local function island_floats(r)
+  return 2 + (r.inner.kind == "adamw" and 2 or 1) + 4 + (r.sync.error_feedback and 1 or 0)
+end
+
 -- Sets up the run directory, the learners, the eval model and the driver.
 local function prepare(r, opts)
   local ctx = { recipe = r, t_start = diloco.clock(), virtual = 0 }
@@ -67,6 +89,11 @@ local function prepare(r, opts)
       -- L is also the context of train.inner_step: the one inner step of every driver
       local L = { id = m, island = isl.list[m], steps = 0, tokens = 0, lr_step = 0, recipe = r, who = "island " .. m,
         train_time = 0.0, tok_window = 0 }
+      local sig = diloco.signal_pending()
+      if sig then -- a signal while the islands are built: stop now, nothing trained
+        error({ diloco_error = string.format("stopped by %s while building island %d of %d", sig, m, Mn),
+          code = 1, signal = sig }, 0)
+      end
       L.model = train.build_model(r.model, r.seed)
       L.model:train()
       L.plist = L.model:parameters()
@@ -79,6 +106,16 @@ local function prepare(r, opts)
       L.total = math.max(1, math.floor(r.steps * isl.step_time / dt + 1e-9))
       ctx.learners[m] = L
       params[m] = L.params
+      if m == 1 then -- before building the others: will all of them fit?
+        local n, avail = L.params:numel(), mem_available()
+        local need = 4 * n * (Mn * island_floats(r) + 2 + r.sync.ring)
+        if avail and need > avail then
+          local function bytes(b) return b >= 1e9 and string.format("%.1f GB", b / 1e9) or string.format("%.0f MB", b / 1e6) end
+          fail_code(2, "islands.count = %d islands of %s parameters need about %s of memory (%s each for its model, "
+            .. "gradients, optimizer state and learner), more than the %s available: fewer islands or a smaller model",
+            Mn, diloco.progress.human(n), bytes(need), bytes(4 * n * island_floats(r)), bytes(avail))
+        end
+      end
     end
     local first = ctx.learners[1]
     local fits, problems = diloco.recipe.check_data(r, first.loaders)
@@ -105,12 +142,17 @@ local function prepare(r, opts)
     ctx.vt = vt
   end)
   if not ok then
+    local sig = type(err) == "table" and err.signal or nil
     if ctx.metrics then
-      ctx.metrics:write("summary", { preset = sy.preset, learners = Mn, steps = 0, tokens = 0, interrupted = false,
-        error = plain(err), recipe = r.name, out = ctx.out, failed_at = "start" })
+      ctx.metrics:write("summary", { preset = sy.preset, learners = Mn, steps = 0, tokens = 0, interrupted = sig ~= nil,
+        signal = sig, error = not sig and plain(err) or nil, recipe = r.name, out = ctx.out, failed_at = "start" })
       ctx.metrics:close()
     end
     ctx.rd:close()
+    if sig then -- the exit status of that signal, as between two steps
+      local _, signo = diloco.signal_pending()
+      err.code = 128 + (signo or 15)
+    end
     error(err, 0)
   end
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
