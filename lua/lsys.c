@@ -49,6 +49,8 @@
  *   diloco.file_id(path)        "DEV:INODE" of the file path names (following links), its
  *                               kind ("file", "directory", "other") and size; nil if it
  *                               does not exist.  Two paths of one file give one id
+ *   diloco.truncate(path, size) cut a regular file to size bytes (what a failed append
+ *                               left beyond a complete line): true, or nil, message, "DLC_ERR_IO"
  *   diloco.pid()                this process's id
  *   diloco.pid_alive(pid)       false only if no process pid exists (kill(pid, 0) == ESRCH)
  *   diloco.mkdir_p(path)        create a directory and its parents (like mkdir -p):
@@ -369,6 +371,20 @@ static int l_file_id(lua_State *L) {
     return 3;
 }
 
+static int l_truncate(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    lua_Integer size = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, size >= 0, 2, "expected a size >= 0");
+    if (truncate(path, (off_t)size) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_pid(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)getpid());
     return 1;
@@ -416,6 +432,7 @@ static const luaL_Reg sys_funcs[] = {
     {"lock_dir", l_lock_dir},
     {"listdir", l_listdir},
     {"file_id", l_file_id},
+    {"truncate", l_truncate},
     {"pid", l_pid},
     {"pid_alive", l_pid_alive},
     {"physical_memory", l_physical_memory},

@@ -250,6 +250,28 @@ describe("saves", function()
     assert.are.same({}, leftovers)
   end)
 
+  -- Seen: metrics on a full disk ended in a partial line.
+  it("on a full disk the metrics end with the last complete line", function()
+    local disk = tmp .. "/tiny-disk"
+    os.execute("mkdir -p " .. disk)
+    local _, mounted = sh("mount -t tmpfs -o size=16k tmpfs " .. disk)
+    if mounted ~= 0 then
+      pending("needs root to mount a small tmpfs (CI runs as root)")
+      return
+    end
+    local out, status = sh(string.format("%s run %s --out %s/full-metrics --metrics %s/m.jsonl --set steps=400 --quiet",
+      exe, recipe, tmp, disk))
+    local f = io.open(disk .. "/m.jsonl", "rb")
+    local text = f and f:read("a") or ""
+    if f then f:close() end
+    sh("umount " .. disk)
+    assert.are.equal(1, status, out)
+    assert.matches("No space left on device", out, 1, true)
+    assert.is_true(#text > 4096, "the disk filled: " .. #text .. " bytes")
+    assert.are.equal("\n", text:sub(-1), "the file ends at the end of a line")
+    for line in text:gmatch("([^\n]*)\n") do assert.is_truthy(diloco.json_decode(line), line) end
+  end)
+
   -- Seen: a failed final save threw away the whole run with no summary.
   it("a failed final save keeps the previous checkpoint and reports it", function()
     -- on_step makes the model path a non-empty directory: rename() over it fails

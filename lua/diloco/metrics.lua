@@ -12,7 +12,8 @@
 -- 1e-4 and 1e15 (40960.0, not 4.096e+04); integers as integers.  The summary always
 -- carries every field of SUMMARY, null where unknown.
 --
--- Every line is flushed as written, so an interrupted run leaves a complete file, and
+-- Every line is flushed as written, so an interrupted run leaves a complete file (a line
+-- a full disk cut short is taken back), and
 -- every write is checked: the first failure (a full disk, /dev/full, a closed pipe) is
 -- returned as nil, message, and the writer stays failed (later writes return the same
 -- error), so the run can stop, save and report it.  Appending to a file whose last line
@@ -140,6 +141,9 @@ function M.open(path, opts)
   local f, err = io.open(path, opts.append and "a" or "w")
   if not f then return nil, string.format("metrics %s: %s", path, err) end
   self.file = f
+  -- the bytes of complete lines: a write that fails is cut back to here (a regular file)
+  local _, kind, size = diloco.file_id(path)
+  self.size = kind == "file" and (opts.append and size or 0) or nil
   if prefix ~= "" then
     local ok, werr = self:raw(prefix)
     if not ok then return nil, werr end
@@ -155,8 +159,14 @@ function M:raw(text)
   if ok then ok, err = self.file:flush() end
   if not ok then
     self.failed = string.format("metrics %s: writing failed: %s", self.path, tostring(err))
+    -- part of the line may have reached the file (a full disk): the file ends with the
+    -- last complete line instead, and takes no more
+    pcall(self.file.close, self.file)
+    self.file = nil
+    if self.size then diloco.truncate(self.path, self.size) end
     return nil, self.failed
   end
+  if self.size then self.size = self.size + #text end
   return true
 end
 

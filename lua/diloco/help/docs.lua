@@ -109,6 +109,7 @@ D["diloco.clear_signals"] = "diloco.clear_signals()\nForgets the caught signals.
 D["diloco.pipe_broken"] = "diloco.pipe_broken() -> boolean\nWhether a write hit a closed pipe (SIGPIPE)."
 D["diloco.lock_dir"] = "diloco.lock_dir(lockfile, info) -> Lock | nil, message, code\nAn exclusive flock held until lock:close(); info is shown to whoever finds it locked."
 D["diloco.listdir"] = "diloco.listdir(path) -> {names} | nil, message, code\nThe names in a directory."
+D["diloco.truncate"] = "diloco.truncate(path, size) -> true | nil, msg, code\nCuts a regular file to size bytes (the metrics writer takes back a line a full disk cut short)."
 D["diloco.file_id"] = "diloco.file_id(path) -> \"DEV:INODE\", kind, size | nil\nThe identity of a file."
 D["diloco.mkdir_p"] = "diloco.mkdir_p(path) -> true | nil, message, code\nCreates a directory and its parents."
 D["diloco.pid"] = "diloco.pid() -> integer\nThis process's id."
