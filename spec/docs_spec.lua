@@ -295,6 +295,43 @@ describe("the --> convention", function()
   end)
 end)
 
+-- Users have only the repository: every document that the docs and the code's comments
+-- cite (a NAME.md) is a file in it.
+local function cited_missing(text)
+  local missing = {}
+  for token in text:gmatch("[%w_./%-]+%.md") do
+    -- "/docs/x.md" is code joining a path; PREFIX/... an installed copy
+    if not token:match("^/") and not token:match("PREFIX") then
+      local path = token:gsub("^%./", "")
+      if not (diloco.file_id(ROOT .. "/" .. path) or diloco.file_id(ROOT .. "/docs/" .. path)) then
+        missing[#missing + 1] = token
+      end
+    end
+  end
+  return missing
+end
+
+describe("citations of documents", function()
+  it("name only documents that are in the repository", function()
+    local files = doc_files()
+    for _, dir in ipairs { "lua", "lua/diloco", "core", "core/include/diloco", "net", "rt", "recipes", "scripts" } do
+      for _, n in ipairs(diloco.listdir(dir) or {}) do
+        if n:match("%.[ch]$") or n:match("%.lua$") then files[#files + 1] = dir .. "/" .. n end
+      end
+    end
+    local bad = {}
+    for _, f in ipairs(files) do
+      for _, m in ipairs(cited_missing(read(f))) do bad[#bad + 1] = f .. ": " .. m end
+    end
+    assert(#bad == 0, "cited but not in the repository: " .. table.concat(bad, "; "))
+    assert(#files > 40, "the scan read " .. #files .. " files")
+  end)
+
+  it("catch a citation of a document that does not exist", function()
+    assert.are.same({ "docs/no-such-guide.md" }, cited_missing("see docs/no-such-guide.md and docs/sim.md"))
+  end)
+end)
+
 -- docs/lua-api.md against the module: every diloco.NAME it mentions exists and has a
 -- help entry, and every function and type of the module is mentioned.
 describe("docs/lua-api.md", function()
