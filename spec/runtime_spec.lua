@@ -25,11 +25,11 @@ return diloco.recipe {
   islands = { count = %d },
   runtime = { heartbeat = %q, timeout = %q, drain = "10s" },
   steps = %d,
-  eval = { every = 0, batches = 4 },
+  eval = { every = %d, batches = 4 },
   chaos = %s,
 }
 ]], name, o.dim or 32, o.preset or "decoupled", o.H or 32, o.count or 3, o.heartbeat or "0.5s", o.timeout or "3s",
-    o.steps or (sanitized and 150 or 400), o.chaos or "nil")
+    o.steps or (sanitized and 150 or 400), o.eval_every or 0, o.chaos or "nil")
   return S.write(name .. ".lua", text)
 end
 
@@ -55,11 +55,19 @@ describe("diloco-lua run with 3 learner processes", function()
   after_each(function() S.cleanup() end)
 
   it("trains to the end with merges from all three, in sim's metrics schema", function()
-    local path = recipe(S, "three")
+    local path = recipe(S, "three", { eval_every = sanitized and 50 or 100 })
     local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
     assert.are.equal(0, code, out)
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local s = summary_of(ev)
+    -- the periodic evals of the global model say how many tokens the learners had trained
+    local evals, last = of_kind(ev, "eval"), 0
+    assert.is_true(#evals >= 2, "eval events: " .. #evals)
+    for _, e in ipairs(evals) do
+      assert.is_true(e.tokens ~= nil and e.tokens >= last and e.tokens <= s.tokens, "eval tokens " .. tostring(e.tokens))
+      last = e.tokens
+    end
+    assert.is_true(evals[1].tokens > 0)
     assert.are.equal(3, s.learners)
     assert.are.equal("decoupled", s.preset)
     assert.are.equal(reached_end(S.dir .. "/run", 3, sanitized and 150 or 400), s.steps)

@@ -330,6 +330,8 @@ local function evaluate_global(ctx, final, ev)
   return train.evaluate(ctx.model, loaders, ctx.recipe.eval.batches)
 end
 
+local tokens_so_far -- (below, with the learners' accounts)
+
 local function maybe_eval(ctx)
   local r = ctx.recipe
   if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" then return end -- dp: at the end only
@@ -340,7 +342,8 @@ local function maybe_eval(ctx)
   local e = evaluate_global(ctx, false)
   e.step = step
   ctx.last_eval = e
-  write(ctx, "eval", { step = step, loss = e.loss, accuracy = e.accuracy, wall_s = elapsed(ctx) })
+  write(ctx, "eval", { step = step, loss = e.loss, accuracy = e.accuracy, tokens = tokens_so_far(ctx),
+    wall_s = elapsed(ctx) })
   if r.hooks.on_eval then hook("on_eval", r.hooks.on_eval, e) end
   say(ctx, "eval at step %d: global loss %.4f", step, e.loss)
 end
@@ -978,6 +981,22 @@ local function learner_account(ctx, m)
   return acc
 end
 
+-- Tokens the learners trained so far, every process of each: as their own metrics last
+-- said (run; up to log.every steps behind), else as their heartbeats to the syncer said.
+tokens_so_far = function(ctx)
+  local total = 0
+  for m = 1, #ctx.learners do
+    local acc = ctx.supervising and learner_account(ctx, m)
+    if acc and acc.processes > 0 then
+      total = total + acc.tokens
+    else
+      local ok, i = pcall(ctx.syncer.learner, ctx.syncer, m)
+      total = total + (ok and i and i.tokens or 0)
+    end
+  end
+  return total
+end
+
 local function finish(ctx, err)
   local r = ctx.recipe
   if not ctx.syncer then -- stopped while it was down: back from its checkpoint, to save the model
@@ -996,6 +1015,7 @@ local function finish(ctx, err)
   if ok then
     final, whole = e, w
     fev.step, fev.loss, fev.accuracy, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy, elapsed(ctx), true
+    fev.tokens = tokens_so_far(ctx)
     ctx.metrics:write("eval", fev)
   else
     err = err or string.format("final evaluation: %s", plain(e))
