@@ -109,6 +109,26 @@ describe("help(x)", function()
     assert.matches("^help: function: 0x%x+ %(a function%) is not", select(2, help.text(function() end)))
   end)
 
+  -- Seen: help(diloco) printed its members as one line of 1,000 characters.
+  it("prints wrapped to the terminal (80 columns off a terminal), breaking at spaces", function()
+    local f = io.tmpfile()
+    local old = io.output()
+    io.output(f)
+    local ok = pcall(help, diloco)
+    io.output(old)
+    assert.is_true(ok)
+    f:seek("set")
+    local text, lines = f:read("a"), 0
+    for line in text:gmatch("[^\n]+") do
+      lines = lines + 1
+      assert.is_true(#line <= 80, "a line of " .. #line .. ": " .. line)
+    end
+    assert.is_true(lines > 5)
+    assert.matches("\n  %a", text) -- a continuation line, indented
+    assert.are.equal("aaa bbb\n  ccc\n  ddd", help.wrap("aaa bbb ccc ddd", 8))
+    assert.are.equal("a-very-long-word", help.wrap("a-very-long-word", 4)) -- nowhere to break
+  end)
+
   it("prints through diloco.help(x) as well", function()
     local f = io.tmpfile()
     local old = io.output()

@@ -332,9 +332,30 @@ function M.text(...)
   return nil, "help: " .. describe(x) .. " (help() lists what diloco has)"
 end
 
+-- text with every line longer than width broken at spaces, the continuation lines
+-- indented by two (a line with no space to break at stays as it is).
+function M.wrap(text, width)
+  local out = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local indent = ""
+    while #line > width do
+      local cut = line:sub(1, width + 1):match("^.*() ")
+      if not cut or cut <= #indent + 1 then break end
+      out[#out + 1] = line:sub(1, cut - 1)
+      indent = "  "
+      line = indent .. line:sub(cut + 1)
+    end
+    out[#out + 1] = line
+  end
+  return table.concat(out, "\n")
+end
+
 function M.help(...)
   local text, err = M.text(...)
-  io.write(text or err, "\n")
+  -- to the terminal's width (80 when stdout is not a terminal)
+  local d = package.loaded.diloco
+  local width = type(d) == "table" and d.terminal_size and d.terminal_size(1) or nil
+  io.write(M.wrap(text or err, math.max(20, width or 80)), "\n")
 end
 
 return setmetatable(M, { __call = function(_, ...) return M.help(...) end })

@@ -5,9 +5,10 @@
 local D = {}
 
 -- ---- the module ----------------------------------------------------------------
-D["diloco"] = [[require "diloco": f32 tensors with reverse-mode autograd (libdiloco), optimizers,
-data loaders, codecs, fragment plans, the virtual-time driver and the Lua parts of
-diloco-lua (submodules diloco.nn, diloco.data, ... load on first use).  docs/lua-api.md]]
+D["diloco"] = [[require "diloco": f32 tensors with reverse-mode autograd
+(libdiloco), optimizers, data loaders, codecs, fragment plans, the
+virtual-time driver and the Lua parts of diloco-lua (submodules diloco.nn,
+diloco.data, ... load on first use).  docs/lua-api.md]]
 
 -- creation
 D["diloco.tensor"] = "diloco.tensor(v) -> Tensor\nA tensor from a nested table of numbers, a number (0-d) or a Tensor (a copy)."
@@ -407,7 +408,8 @@ D["diloco.compare.curves"] = "compare.curves(runs, x) -> curves, missing, xlabel
 
 -- ---- the REPL's own modules -----------------------------------------------------------
 D["diloco.help"] = "diloco.help(x) / help(x): this registry.  help() lists the modules and types."
-D["diloco.help.help"] = "help.help([x])\nPrints the entry of x (a value or a name), or why there is none."
+D["diloco.help.help"] = "help.help([x])\nPrints the entry of x (a value or a name), or why there is none, wrapped to the terminal."
+D["diloco.help.wrap"] = "help.wrap(text, width) -> text\nEvery line longer than width broken at spaces, continuation lines indented by two (help prints to the terminal's width, 80 off a terminal)."
 D["diloco.help.text"] = "help.text([x]) -> text | nil, message\nThe text help(x) prints."
 D["diloco.help.name_of"] = "help.name_of(v) -> name | nil\nThe registry's name of a value (\"diloco.zeros\")."
 D["diloco.help.walk"] = "help.walk() -> {{name =, value =, kind =}, ...}\nEvery public function, type and module, found by walking diloco."
