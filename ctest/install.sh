@@ -158,8 +158,9 @@ flags=$(clean env PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --
 case "$flags" in *"$prefix"*) ;; *) fail "pkg-config flags do not point into the prefix: $flags" ;; esac
 # shellcheck disable=SC2086
 (cd "$work/pc" && clean cc -std=c11 -o app app.c $flags) || fail "the pkg-config consumer does not build ($flags)"
-out=$(hidden env LD_LIBRARY_PATH="$prefix/lib" ${preload:+LD_PRELOAD=$preload} "$work/pc/app") ||
-    fail "the pkg-config consumer fails: $out"
+# no LD_LIBRARY_PATH: the flags' RPATH finds libdiloco.so under this non-default prefix
+out=$(hidden ${preload:+env LD_PRELOAD=$preload} "$work/pc/app") ||
+    fail "the pkg-config consumer fails without LD_LIBRARY_PATH (its RPATH): $out"
 [ "$out" = "consumer $version 6" ] || fail "pkg-config consumer printed: $out"
 
 step "a C consumer with find_package(diloco CONFIG)"
@@ -208,6 +209,17 @@ echo "$out" | grep -q "diloco.nn: the Lua files of diloco (diloco/nn.lua, .*LUA_
 step "diloco.so exports luaopen_diloco only"
 syms=$(nm -D --defined-only "$prefix/lib/lua/5.4/diloco.so" | awk '{print $3}')
 [ "$syms" = "luaopen_diloco" ] || fail "diloco.so exports: $(echo "$syms" | head -5 | tr '\n' ' ')..."
+
+step "uninstall after the prefix moved says what it could not find, and fails"
+mv "$prefix" "$tmp/moved"
+if out=$(cmake --build "$build" --target uninstall 2>&1); then
+    mv "$tmp/moved" "$prefix"
+    fail "uninstall of a moved prefix succeeded: $out"
+fi
+mv "$tmp/moved" "$prefix"
+echo "$out" | grep -q "uninstall: none of the [0-9]* files of the last install is where it put them" ||
+    fail "uninstall of a moved prefix said: $out"
+[ -e "$prefix/bin/diloco-lua" ] || fail "the failed uninstall removed files"
 
 step "the uninstall target removes every installed file"
 cmake --build "$build" --target uninstall >"$tmp/uninstall.log" 2>&1 ||
