@@ -4,7 +4,9 @@
 --      independent one-thread single-island `run`s started at the same time (goal >= 0.95);
 --   2. each learner's share of its loop spent waiting for the network and inside
 --      step_done (goal <= 1% on healthy loopback links);
---   3. rejoin latency: a learner killed mid-run, restarted after 1 s: restart -> joined
+--   3. the share inside step_done with int4 contributions, encoded on the learner's codec
+--      thread (the default) and inside step_done (runtime.codec_thread=false);
+--   4. rejoin latency: a learner killed mid-run, restarted after 1 s: restart -> joined
 --      (the whole model received) and restart -> its first contribution merged.
 -- Rates are steady state: tokens between the first and the last step event over the wall
 -- time between them, for the single runs and the learners alike (no start-up, no final

@@ -222,6 +222,31 @@ md[#md + 1] = "A claim holds beyond the spread when its mean difference is more 
 md[#md + 1] = ""
 md[#md + 1] = "![seeds](experiments/seeds.png)"
 md[#md + 1] = ""
+-- the runs of the first seed and budget as `diloco-lua compare` prints them: the table is
+-- that command's own output, so a reader who reruns it on these run directories gets it
+do
+  local seed, b = seeds[1], budgets[1]
+  local dirs, names = {}, {}
+  for _, r in ipairs(runs) do
+    if r.seed == seed and r.budget == b and summary_of(r) then
+      dirs[#dirs + 1] = quote(RUNS .. "/" .. r.name)
+      names[#names + 1] = "runs/experiments/seeds/" .. r.name
+    end
+  end
+  local p = #dirs > 0 and io.popen(quote(EXE) .. " compare " .. table.concat(dirs, " ") .. " --markdown 2>/dev/null")
+  local text = p and p:read("a")
+  if p then p:close() end
+  if text and text:find("|", 1, true) then
+    md[#md + 1] = string.format("### Every run of seed %d at %dx, as `diloco-lua compare` shows it", seed, b)
+    md[#md + 1] = ""
+    md[#md + 1] = "```sh norun"
+    md[#md + 1] = "diloco-lua compare " .. table.concat(names, " ") .. " --markdown"
+    md[#md + 1] = "```"
+    md[#md + 1] = ""
+    md[#md + 1] = (text:gsub("\n+$", ""))
+    md[#md + 1] = ""
+  end
+end
 md[#md + 1] = "<!-- seeds end -->"
 
 -- the plot: each setting's final eval loss per seed, and the mean
