@@ -39,6 +39,19 @@ local function summary_of(path)
   return diloco.json_decode(lines[#lines] or "null"), lines
 end
 
+-- A fresh directory with a tmpfs of these options mounted on it (the caller unmounts),
+-- or nil after marking the test pending where mounting needs a root we are not.
+local function tmpfs(name, options)
+  local dir = tmp .. "/" .. name
+  os.execute("mkdir -p " .. dir)
+  local _, mounted = sh("mount -t tmpfs -o " .. options .. " tmpfs " .. dir)
+  if mounted ~= 0 then
+    pending("needs root to mount a tmpfs (" .. options .. "; CI runs as root)")
+    return nil
+  end
+  return dir
+end
+
 describe("the run directory", function()
   -- Seen: re-running a recipe silently overwrote runs/NAME/.
   it("refuses to overwrite an earlier run without --overwrite, and replaces it with", function()
@@ -133,13 +146,8 @@ describe("the run directory", function()
   end)
 
   it("refuses a read-only --out before training", function()
-    local ro = tmp .. "/ro"
-    os.execute("mkdir -p " .. ro)
-    local _, mounted = sh("mount -t tmpfs -o ro,size=64k tmpfs " .. ro)
-    if mounted ~= 0 then
-      pending("needs root to mount a read-only tmpfs (CI runs as root)")
-      return
-    end
+    local ro = tmpfs("ro", "ro,size=64k")
+    if not ro then return end
     local out, status = sh(string.format("%s run %s --out %s --quiet", exe, recipe, ro))
     sh("umount " .. ro)
     assert.are.equal(1, status, out)
@@ -218,14 +226,9 @@ describe("saves", function()
   -- Seen: a full disk threw the run away with no summary, and left model.safetensors at
   -- step 40 beside checkpoint.safetensors at step 20.
   it("on a full disk keeps the previous pair and says so in the summary", function()
-    local disk = tmp .. "/small"
-    os.execute("mkdir -p " .. disk)
     -- A tmpfs of 640 KiB: one checkpoint (260 KB) + model (90 KB) fit, two checkpoints do not.
-    local _, mounted = sh("mount -t tmpfs -o size=640k tmpfs " .. disk)
-    if mounted ~= 0 then
-      pending("needs root to mount a small tmpfs (CI runs as root)")
-      return
-    end
+    local disk = tmpfs("small", "size=640k")
+    if not disk then return end
     local out, status = sh(string.format("%s run %s --out %s/run --set steps=12 --set checkpoint.every=4 " ..
       "--set checkpoint.keep=5 --quiet", exe, recipe, disk))
     local lines = read_lines(disk .. "/run/metrics.jsonl")
@@ -252,13 +255,8 @@ describe("saves", function()
 
   -- Seen: metrics on a full disk ended in a partial line.
   it("on a full disk the metrics end with the last complete line", function()
-    local disk = tmp .. "/tiny-disk"
-    os.execute("mkdir -p " .. disk)
-    local _, mounted = sh("mount -t tmpfs -o size=16k tmpfs " .. disk)
-    if mounted ~= 0 then
-      pending("needs root to mount a small tmpfs (CI runs as root)")
-      return
-    end
+    local disk = tmpfs("tiny-disk", "size=16k")
+    if not disk then return end
     local out, status = sh(string.format("%s run %s --out %s/full-metrics --metrics %s/m.jsonl --set steps=400 --quiet",
       exe, recipe, tmp, disk))
     local f = io.open(disk .. "/m.jsonl", "rb")

@@ -13,6 +13,16 @@ local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 -- Every recipe hook runs through here (diloco.train.call_hook).
 M.call_hook = train.call_hook
 
+-- A hook of a driver whose loop stops the run in order on a signal (run's supervisor, a
+-- learner): one that a signal interrupted returns nil, and the loop, seeing the signal,
+-- stops as it would between two steps.
+function M.hook(name, fn, ...)
+  local ok, res = pcall(train.call_hook, name, fn, ...)
+  if ok then return res end
+  if type(res) == "table" and res.diloco_stop then return nil end
+  error(res, 0)
+end
+
 local function is_embedding(name, patterns)
   for _, p in ipairs(patterns or {}) do
     if name:find(p) then return true end

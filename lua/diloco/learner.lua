@@ -19,15 +19,7 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
-
--- A recipe hook (diloco.train.call_hook); one that a signal interrupted returns nil and
--- this driver's loop, seeing the signal, stops the run in order.
-local function hook(name, fn, ...)
-  local ok, res = pcall(islands.call_hook, name, fn, ...)
-  if ok then return res end
-  if type(res) == "table" and res.diloco_stop then return nil end
-  error(res, 0)
-end
+local hook = islands.hook
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
