@@ -17,9 +17,10 @@
 -- (per learner, the mean over the 4: training, waiting for the network, start-up of its
 -- processes, down, paused, held, done before the run ended; the rest is the run's own
 -- start and end and what the learners' metrics do not see).
--- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR
+-- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED]   (SEED: the policy's, 7)
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
+local seed = math.tointeger(tonumber(arg[6] or "7")) or 7 -- the failure policy's
 local exe = diloco.proc.self_exe()
 
 local function events(path)
@@ -56,10 +57,10 @@ local function healthy_idle(summary)
   return n > 0 and sum / n or nil
 end
 
-local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7,{at='%s',pause=1,down=%q}}", mtbf,
-  down, "15s", down)
-local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=7,{at='%s',kill=1,down=%q}}", mtbf,
-  down, "15s", down)
+local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='%s',pause=1,down=%q}}", mtbf,
+  down, seed, "15s", down)
+local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='%s',kill=1,down=%q}}",
+  mtbf, down, seed, "15s", down)
 local modes = {
   { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false",
     "checkpoint.every=10" } },
@@ -72,8 +73,8 @@ local base = go("run", "nofault", { "sync.preset=decoupled" })
 local tps = 0
 for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
 local step_time = 4 * 1024 / tps -- 4 learners of 16 x 64 tokens a step
-print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed 7), learner 1 paused at 15 s for %s; "
-  .. "measured step time %.3f s (sim's islands.step_time)", recipe, steps, mtbf, down, down, step_time))
+print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
+  .. "for %s; measured step time %.3f s (sim's islands.step_time)", recipe, steps, mtbf, down, seed, down, step_time))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
 local out = {}
