@@ -473,7 +473,9 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     l->cfg.net.hello = &l->hello;
     l->cfg.net.layout = &l->layout;
     l->cfg.net.inline_io = 0; /* the compute thread computes between polls: the I/O thread keeps the link */
-    if (!cfg->inline_codec) l->cfg.net.decode = decode_fragment, l->cfg.net.decode_arg = l;
+    /* dp: the compute thread waits for each average anyway, and decodes what arrives itself
+     * (its resyncs only tell the run's step) */
+    if (!cfg->inline_codec && !cfg->learner.dp) l->cfg.net.decode = decode_fragment, l->cfg.net.decode_arg = l;
     if (!(l->jobs = calloc((size_t)l->P, sizeof *l->jobs)) || !(l->cq = calloc((size_t)l->P, sizeof *l->cq))) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
         goto fail;
