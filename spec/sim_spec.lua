@@ -613,13 +613,17 @@ describe("diloco-lua sim when a recipe function fails", function()
   end)
 
   it("stops at the first SIGTERM while an endless hook runs, as for a signal between steps", function()
-    local path = write("endless.lua", recipe("", "",
-      "hooks = { on_step = function(info) if info.step >= 2 then while true do end end end },"))
+    -- the hook says when it is in its loop (a file), and the signal goes then
+    local mark = tmp .. "/in-endless-hook"
+    local path = write("endless.lua", recipe("", "", string.format("hooks = { on_step = function(info) if info.step "
+      .. ">= 2 then io.open(%q, 'w'):close() while true do end end end },", mark)))
     local out = tmp .. "/endless"
     local t0 = diloco.clock()
-    local output = sh(string.format("%s sim %s --out %s --quiet > %s/endless.log 2>&1 & pid=$!; sleep 2; "
-      .. "kill -TERM $pid; wait $pid; echo \"status=$?\"", exe, path, out, tmp))
+    local output = sh(string.format("%s sim %s --out %s --quiet > %s/endless.log 2>&1 & pid=$!; n=0; "
+      .. "while [ ! -e %s ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; "
+      .. "kill -TERM $pid; wait $pid; echo \"status=$? waited=$n\"", exe, path, out, tmp, mark))
     assert.matches("status=143", output, 1, true)
+    assert.is_true(diloco.file_id(mark) ~= nil, "the hook was entered: " .. output)
     assert.is_true(diloco.clock() - t0 < 30, "it stopped at the first signal")
     local lines = read_lines(out .. "/metrics.jsonl")
     local s = assert(diloco.json_decode(lines[#lines]))
