@@ -55,19 +55,11 @@ describe("diloco-lua run with 3 learner processes", function()
   after_each(function() S.cleanup() end)
 
   it("trains to the end with merges from all three, in sim's metrics schema", function()
-    local path = recipe(S, "three", { eval_every = sanitized and 50 or 100 })
+    local path = recipe(S, "three")
     local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
     assert.are.equal(0, code, out)
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local s = summary_of(ev)
-    -- the periodic evals of the global model say how many tokens the learners had trained
-    local evals, last = of_kind(ev, "eval"), 0
-    assert.is_true(#evals >= 2, "eval events: " .. #evals)
-    for _, e in ipairs(evals) do
-      assert.is_true(e.tokens ~= nil and e.tokens >= last and e.tokens <= s.tokens, "eval tokens " .. tostring(e.tokens))
-      last = e.tokens
-    end
-    assert.is_true(evals[1].tokens > 0)
     assert.are.equal(3, s.learners)
     assert.are.equal("decoupled", s.preset)
     assert.are.equal(reached_end(S.dir .. "/run", 3, sanitized and 150 or 400), s.steps)
@@ -115,6 +107,21 @@ describe("diloco-lua run with 3 learner processes", function()
     local t, meta = diloco.load_safetensors(S.dir .. "/run/model.safetensors")
     assert.is_table(t, meta)
     assert.is_string(meta["diloco.model"])
+  end)
+
+  it("writes the global model's periodic evals with the tokens the learners had trained", function()
+    local path = recipe(S, "evals", { count = 2, steps = sanitized and 150 or 300, eval_every = sanitized and 50 or 100 })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = summary_of(ev)
+    local evals, last = of_kind(ev, "eval"), 0
+    assert.is_true(#evals >= 2, "eval events: " .. #evals)
+    for _, e in ipairs(evals) do
+      assert.is_true(e.tokens ~= nil and e.tokens >= last and e.tokens <= s.tokens, "eval tokens " .. tostring(e.tokens))
+      last = e.tokens
+    end
+    assert.is_true(evals[1].tokens > 0 and evals[#evals].tokens == s.tokens, "the final eval's tokens are the run's")
   end)
 
   it("restarts a killed learner, which rejoins with the model and contributes again", function()
