@@ -673,9 +673,10 @@ describe("diloco-lua sim with many islands, all built in one process", function(
   -- Seen: the same ignored SIGTERM while it built the islands.
   it("stops at a SIGTERM while it builds the islands, with its exit status and a summary", function()
     local out = tmp .. "/building"
+    -- the metrics file is opened before the islands are built: the signal goes once it is there
     local output = sh(string.format("%s sim %s --out %s --quiet --set islands.count=64 --set steps=5 > %s/building.log "
-      .. "2>&1 & pid=$!; sleep 0.8; kill -TERM $pid; wait $pid; echo \"status=$?\"; cat %s/building.log", exe, big, out,
-      tmp, tmp))
+      .. "2>&1 & pid=$!; n=0; while [ ! -e %s/metrics.jsonl ] && [ $n -lt 1200 ]; do sleep 0.02; n=$((n+1)); done; "
+      .. "kill -TERM $pid; wait $pid; echo \"status=$?\"; cat %s/building.log", exe, big, out, tmp, out, tmp))
     assert.matches("status=143", output, 1, true)
     assert.matches("stopped by SIGTERM while building island %d+ of 64", output)
     local lines = read_lines(out .. "/metrics.jsonl")

@@ -140,6 +140,7 @@ describe("diloco-lua run checks multi-island fields and points to sim (exit 2)",
     { "--set runtime.timeout=soon", 'runtime.timeout = "soon": expected a duration such as "20s"' },
     { "--set runtime.restarts=-1", "runtime.restarts = -1: expected an integer in [0, 1000000]" },
     { "--set runtime.elastic=1", "runtime.elastic = 1: expected boolean" },
+    { "--set runtime.codec_thread=yes", 'runtime.codec_thread = "yes": expected boolean' },
     { "--set runtime.syncer_every=1.5", "runtime.syncer_every = 1.5: expected integer" },
     { "--set runtime.start_timeout=-1s", 'runtime.start_timeout = "-1s": expected a duration such as "20s"' },
   }
