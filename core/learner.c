@@ -74,6 +74,10 @@ struct dlc_learner {
     int64_t run_seen;      /* the furthest run step heard of (resyncs, averages) */
     int replaying;         /* catching up on the averages of the steps it missed */
     int64_t asked;         /* the step of the REPLAY not yet answered (-1: none) */
+    int64_t asked_k;       /* the step of the last REPLAY sent while replaying (-1: none): a
+                            * RESYNC answering another one is an earlier question's */
+    int reask;             /* a resync came while a replayed average was in the arena: ask
+                            * again at dlc_learner_replayed (a REPLAY may have been lost) */
     int64_t answer_last;   /* the last step of the answers received (0: none) */
     dlc_learner_action *q; /* ring of queued actions */
     int qcap, qhead, qlen;
@@ -582,7 +586,8 @@ static int64_t lag_of(const dlc_learner *l, const lfrag *f, const dlc_msg *m, do
 static dlc_status ask_replay(dlc_learner *l) {
     int64_t t = l->steps + l->phase;
     l->replaying = 1;
-    l->asked = t;
+    l->asked = l->asked_k = t;
+    l->reask = 0;
     if (l->state != DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_WAITING); /* (a waiting gradient is void) */
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_REPLAY, .learner = l->p.id, .version = t, .epoch = l->epoch,
@@ -605,14 +610,26 @@ static dlc_status skip_unreplayed(dlc_learner *l, int64_t to) {
 static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
     int64_t run = m->steps, t = l->steps + l->phase;
     dlc_status s = DLC_OK;
-    if (l->replaying) {
-        if (l->asked < 0) return DLC_OK; /* answers are coming: the step they end at decides */
-        /* the answer to a REPLAY: nothing after the step asked for */
-        l->asked = -1;
+    if (m->answers > 0) {
+        /* "nothing held after k", the answer to a REPLAY of step k: taken only as the
+         * answer to the last one asked (a second answer to a REPLAY asked twice, or one
+         * that comes after the replay ended, changes nothing) */
+        if (!l->replaying || m->answers - 1 != l->asked_k || l->state != DLC_LEARNER_WAITING) return DLC_OK;
+        l->asked = l->asked_k = -1;
         l->replaying = 0;
         if (run > t) s = skip_unreplayed(l, run);
-        if (l->state == DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_TRAINING);
+        set_state(l, DLC_LEARNER_TRAINING);
         return s;
+    }
+    if (l->replaying) {
+        /* a refused gradient's resync (sent before the syncer read its REPLAY) or a
+         * rejoin's, whose connection may have lost the REPLAY or its answers: it asks
+         * again from where it is; answers to both are told apart by their steps */
+        if (l->state != DLC_LEARNER_WAITING) {
+            l->reask = 1; /* a replayed average is in the arena: asked at dlc_learner_replayed */
+            return DLC_OK;
+        }
+        return ask_replay(l);
     }
     if (run > t && l->p.replay) return ask_replay(l); /* behind: catch up (a waiting gradient is void) */
     /* its gradient will not be averaged (refused, or its round lost): it takes the run's
@@ -716,7 +733,9 @@ static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
         first = answer && l->replaying && l->asked >= 0 && m->version > t + 1;
         if (!first) {
             if (m->version > l->run_seen) l->run_seen = m->version;
-            if (answer && m->version <= t) l->asked = -1;
+            /* an answer to the REPLAY asked (its steps are past it) that a round's average
+             * already gave: the answers are coming, in order from here */
+            if (answer && m->version <= t && m->version > l->asked) l->asked = -1;
             return DLC_OK;
         }
     }
@@ -827,7 +846,8 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->caught_up = -1;
     l->run_seen = l->answer_last = 0;
     l->replaying = 0;
-    l->asked = -1;
+    l->asked = l->asked_k = -1;
+    l->reask = 0;
     l->best_k = 0;
     l->best_p = 0;
     l->step_ema = l->transit_ema = 0;
@@ -951,9 +971,11 @@ dlc_status dlc_learner_replayed(dlc_learner *l, double now) {
     int64_t t = ++l->phase + l->steps;
     if (t >= l->run_seen) {
         l->replaying = 0;
+        l->asked = l->asked_k = -1;
+        l->reask = 0;
         return DLC_OK;
     }
-    if (l->answer_last > t) {
+    if (l->answer_last > t && !l->reask) {
         set_state(l, DLC_LEARNER_WAITING); /* the next answer is on its way */
         return DLC_OK;
     }

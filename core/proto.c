@@ -59,14 +59,14 @@ typedef enum key_id {
     K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
     K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
     K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_EPOCH, K_INCARNATION, K_RUN_HASH,
-    K_RUN_PARAMS, K_CHECK, K_AGE, K_COUNT
+    K_RUN_PARAMS, K_CHECK, K_AGE, K_ANSWERS, K_COUNT
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
 #define KEY_NAMES                                                                                   \
     X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
     X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
-    X("text") X("e") X("i") X("rh") X("rp") X("ck") X("ra")
+    X("text") X("e") X("i") X("rh") X("rp") X("ck") X("ra") X("rq")
 #define X(s) s,
 static const char *const key_names[] = {KEY_NAMES};
 #undef X
@@ -111,7 +111,7 @@ static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
     [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
     [DLC_FRAME_FRAGMENT] = MSG_FENCE | B(K_AGE), [DLC_FRAME_GRADIENT] = MSG_FENCE,
-    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE | B(K_STEPS), [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK),
+    [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE | B(K_STEPS), [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK) | B(K_ANSWERS),
     [DLC_FRAME_BYE] = MSG_FENCE,           [DLC_FRAME_REPLAY] = MSG_FENCE,
 };
 
@@ -579,6 +579,10 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
     case K_TRANSIT: st = get_num(why, k, v, 0, &f->msg.transit); break;
     case K_HELD: st = get_num(why, k, v, -1, &f->msg.held); break;
     case K_AGE: st = get_num(why, k, v, 0, &f->msg.age); break;
+    case K_ANSWERS: /* the REPLAY's step k on the wire, 1 + k in the message (0 = none) */
+        st = get_int(why, k, v, 0, INT64_MAX - 1, &i);
+        f->msg.answers = i + 1;
+        break;
     case K_FLAGS:
         st = get_int(why, k, v, 0, UINT32_MAX, &i);
         if (st == DLC_OK && (i & ~(int64_t)DLC_MSG_RESYNC))
@@ -923,6 +927,7 @@ static int pack_run(msgpack_packer *pk, const dlc_run_params *r) {
 static uint32_t keys_of(const dlc_frame *f) {
     uint32_t keys = type_keys[f->type] | type_optional[f->type];
     if ((f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME) && f->hello.run_hash == 0) keys &= ~HELLO_RUN;
+    if (f->msg.answers <= 0) keys &= ~B(K_ANSWERS); /* a resync that answers no REPLAY */
     return keys;
 }
 
@@ -939,6 +944,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_TRANSIT: return msgpack_pack_double(pk, f->msg.transit);
     case K_HELD: return msgpack_pack_double(pk, f->msg.held);
     case K_AGE: return msgpack_pack_double(pk, f->msg.age);
+    case K_ANSWERS: return msgpack_pack_int64(pk, f->msg.answers - 1);
     case K_FLAGS: return msgpack_pack_uint32(pk, f->msg.flags);
     case K_CODEC: return pack_cstr(pk, dlc_codec_name(f->msg.codec), 16);
     case K_NONCE: return msgpack_pack_bin(pk, DLC_PROTO_NONCE) || msgpack_pack_bin_body(pk, f->nonce, DLC_PROTO_NONCE);
@@ -994,6 +1000,11 @@ static dlc_status check_encodable(const dlc_frame *f) {
         ((keys & B(K_HELD)) && !(isfinite(m->held) && m->held >= -1)))
         return dlc_error(DLC_ERR_ARG, "%s: step_time %g, transit %g, held %g: must be finite, >= 0 (held >= -1)", name,
                          m->step_time, m->transit, m->held);
+    if (m->answers < 0)
+        return dlc_error(DLC_ERR_ARG, "%s: answers %lld: expected 0 (none) or 1 + a REPLAY's step", name,
+                         (long long)m->answers);
+    if (m->answers > 0 && f->type != DLC_FRAME_RESYNC)
+        return dlc_error(DLC_ERR_ARG, "%s: answers %lld: only a RESYNC answers a REPLAY", name, (long long)m->answers);
     if ((keys & B(K_AGE)) && !(isfinite(m->age) && m->age >= 0))
         return dlc_error(DLC_ERR_ARG, "%s: age %g: must be finite, >= 0", name, m->age);
     if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u))

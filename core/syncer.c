@@ -722,8 +722,12 @@ static dlc_status receive_replay(dlc_syncer *s, const dlc_msg *m, double now) {
         if (first < 0) first = i;
         if (count < (chunk < 1 ? 1 : chunk)) count++;
     }
-    if (count == 0) /* nothing after k: the run's step, with the model (in dp, the learner keeps its own) */
-        return send_fragment(s, 0, L, DLC_MSG_RESYNC, 0, 0, run_phase(s, L), 0);
+    if (count == 0) { /* nothing after k: the run's step, with the model (in dp, the learner keeps its own) */
+        st = send_fragment(s, 0, L, DLC_MSG_RESYNC, 0, 0, run_phase(s, L), 0);
+        /* marked as this REPLAY's answer: a refused gradient's resync on its way is not one */
+        if (st == DLC_OK) s->q[(s->qhead + s->qlen - 1) % s->qcap].msg.answers = k + 1;
+        return st;
+    }
     int64_t last = f->hist_step[(f->hist_head + first + count - 1) % f->hist_cap];
     for (int i = first; i < first + count && st == DLC_OK; i++) {
         int slot = (f->hist_head + i) % f->hist_cap;

@@ -678,7 +678,14 @@ static void test_dp_replay(void) {
     r = drain(l);
     const dlc_learner_action *ph = find(&r, DLC_LACT_PHASE, -1);
     CHECK(ph && ph->unreplayed == 1 && ph->lag == 1 && ph->schedule == 6 && find(&r, DLC_LACT_GRADIENT_READY, -1));
-    CHECK(dlc_learner_replayed(l, 1.8) == DLC_OK && dlc_learner_schedule_step(l) == 7 && drain(l).n == 0);
+    /* a resync while that average is in the arena (a rejoin's: the rest of the answer may
+     * be lost): nothing now, the REPLAY goes again once the step is replayed */
+    rs.steps = 8;
+    CHECK(dlc_learner_receive(l, &rs, 1.81) == DLC_OK && drain(l).n == 0 &&
+          dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    CHECK(dlc_learner_replayed(l, 1.82) == DLC_OK && dlc_learner_schedule_step(l) == 7);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 7);
     /* the next answer: 8 */
     r = replay_one(&x, l, 8, 8, a[2], 1.9);
     CHECK(r.n == 0 && !dlc_learner_replaying(l));
@@ -692,11 +699,27 @@ static void test_dp_replay(void) {
     CHECK(dlc_learner_receive(l, &rs, 2.1) == DLC_OK);
     r = drain(l);
     CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 8);
-    CHECK(dlc_learner_receive(l, &rs, 2.2) == DLC_OK);
+    /* a refused gradient's resync that crossed the REPLAY (it answers none): not the
+     * answer; the learner asks again (the REPLAY might have been lost with a connection) */
+    CHECK(dlc_learner_receive(l, &rs, 2.15) == DLC_OK);
+    r = drain(l);
+    CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_REPLAY && r.a[0].msg.version == 8 && dlc_learner_replaying(l) &&
+          dlc_learner_schedule_step(l) == 8 && dlc_learner_state_of(l) == DLC_LEARNER_WAITING);
+    /* an answer to another question (a REPLAY of step 5): nothing changes */
+    dlc_msg ans = rs;
+    ans.answers = 5 + 1;
+    CHECK(dlc_learner_receive(l, &ans, 2.18) == DLC_OK && drain(l).n == 0 && dlc_learner_replaying(l) &&
+          dlc_learner_schedule_step(l) == 8);
+    /* the answer to the REPLAY of step 8: nothing held after it */
+    ans.answers = 8 + 1;
+    CHECK(dlc_learner_receive(l, &ans, 2.2) == DLC_OK);
     r = drain(l);
     ph = find(&r, DLC_LACT_PHASE, -1);
     CHECK(r.n == 1 && ph && ph->unreplayed == 2 && ph->schedule == 10 && !dlc_learner_replaying(l) &&
           dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    /* the second answer (to the REPLAY asked twice) after the replay ended: nothing */
+    CHECK(dlc_learner_receive(l, &ans, 2.25) == DLC_OK && drain(l).n == 0 && !dlc_learner_replaying(l) &&
+          dlc_learner_schedule_step(l) == 10 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
     /* a malformed answer: refused, nothing changes */
     dlc_msg bad = avg_msg(12, 11, a[0], n);
     CHECK(dlc_learner_receive(l, &bad, 2.3) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "ending a replay at 11"));

@@ -556,6 +556,45 @@ static void test_fragment_age(void) {
     CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.age == 0);
 }
 
+/* A RESYNC answering a dp learner's REPLAY of step k carries k ("rq", optional): read back
+ * as 1 + k in `answers`; a resync that answers none has no "rq" and reads 0; a negative one
+ * is refused by the decoder naming the key, and the encoder refuses `answers` < 0 and on
+ * any frame but a RESYNC. */
+static void test_resync_answers(void) {
+    uint8_t pay[28] = {0};
+    dlc_msg m = {.type = DLC_MSG_FRAGMENT, .learner = 1, .fragment = 2, .version = 0, .steps = 9,
+                 .codec = DLC_CODEC_F32, .payload = pay, .len = 28, .flags = DLC_MSG_RESYNC, .answers = 7 + 1};
+    dlc_frame f, g;
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_RESYNC);
+    size_t n = encode(&f);
+    corpus_write("resync_answers", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.answers == 8 && g.msg.steps == 9);
+    uint8_t buf[512];
+    memcpy(buf, scratch, n);
+    uint8_t *rq = find(buf, n, "\xa2" "rq", 3);
+    CHECK(rq != NULL && rq[3] == 0x07); /* positive fixint: the step itself */
+    if (rq) {
+        rq[3] = 0xff; /* -1 */
+        refuse("resync_answers_negative", buf, n, DLC_PERR_MALFORMED, "\"rq\"");
+        rq[3] = 0x00; /* a REPLAY of step 0 */
+        CHECK(dlc_proto_decode(buf, n, &layout3, &g, NULL) == DLC_OK && g.msg.answers == 1);
+        rq[2] = 'x'; /* an older syncer's resync: answers none */
+        CHECK(dlc_proto_decode(buf, n, &layout3, &g, NULL) == DLC_OK && g.msg.answers == 0);
+    }
+    m.answers = 0; /* a join's or a refusal's resync: no "rq" */
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK);
+    n = encode(&f);
+    CHECK(find(scratch, n, "\xa2" "rq", 3) == NULL);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.answers == 0);
+    f.msg.answers = -1;
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "answers -1"));
+    m.flags = 0, m.answers = 3; /* a FRAGMENT answers no REPLAY */
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_FRAGMENT);
+    CHECK(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "only a RESYNC answers a REPLAY"));
+}
+
 static void test_prefix(void) {
     uint8_t buf[64], hdr[1] = {0x80};
     size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
@@ -872,6 +911,7 @@ int main(int argc, char **argv) {
     test_fence_stamps();
     test_resync_crc();
     test_fragment_age();
+    test_resync_answers();
     test_prefix();
     test_header_walk();
     test_fields();

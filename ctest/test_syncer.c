@@ -1083,7 +1083,7 @@ static void test_dp_replay(void) {
     CHECK(dlc_syncer_receive(s, &q, 5.7) == DLC_OK);
     r = drain(s);
     CHECK(r.n == 1 && r.a[0].msg.type == DLC_MSG_FRAGMENT && (r.a[0].msg.flags & DLC_MSG_RESYNC) &&
-          r.a[0].msg.steps == 5);
+          r.a[0].msg.steps == 5 && r.a[0].msg.answers == 5 + 1); /* marked: the answer to REPLAY 5 */
     /* a round open when learner 2 asks closes at once without it */
     dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = 0, .version = 6, .tokens = 64, .codec = DLC_CODEC_F32,
                  .payload = (const uint8_t *)g[0], .len = (size_t)n * 4};

@@ -131,7 +131,11 @@
  * (the arena holds that step's average).  A round's average that arrives in order is
  * taken as an answer.  When the syncer no longer holds some of the steps (its history
  * is bounded, and lost with a restart), the learner skips them (action PHASE with
- * `unreplayed`, its model is then no longer the others') and goes on.  Its next
+ * `unreplayed`, its model is then no longer the others') and goes on.  Only a resync
+ * whose `answers` names its last REPLAY says "nothing held after it"; a resync without
+ * (a refused gradient's, a rejoin's) makes it ask again from the step it holds (at
+ * dlc_learner_replayed when an average is in the arena), since a lost connection may
+ * have taken the REPLAY or its answer; answers to steps already replayed are dropped.  Its next
  * GRADIENT joins the others' round: deterministic optimizers applied to the same
  * averages in the same order leave it holding the very model the others hold.
  *

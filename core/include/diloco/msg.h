@@ -106,6 +106,9 @@ typedef struct dlc_msg {
                            * heard (0 = none yet) */
     int64_t incarnation;  /* the learner's incarnation: stamped by it; from the syncer, the
                            * one it holds for the destination (0 = not known yet) */
+    int64_t answers;      /* FRAGMENT with DLC_MSG_RESYNC to a dp learner: 1 + the step k of
+                           * the REPLAY it answers ("nothing held after k"); 0 = it answers
+                           * none (a join's or a refused gradient's resync) */
 } dlc_msg;
 
 /* Bytes the message costs on a link: DLC_MSG_OVERHEAD + len. */
