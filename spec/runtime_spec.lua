@@ -91,6 +91,11 @@ describe("diloco-lua run with 3 learner processes", function()
       assert.is_true(math.abs(sum - 1) < 1e-9, who .. ": " .. sum)
     end
     sums_to_one(s.account, "the run")
+    -- over the same window as goodput (the final evaluation and save are not island time):
+    -- its useful share is the goodput, up to the weighting of the learners and their steps
+    -- (loose: steps of a millisecond here; over the run's whole wall time it was half)
+    assert.is_true(s.account.useful > 0.7 * s.goodput and s.account.useful < 1.3 * s.goodput,
+      string.format("useful share %.4f, goodput %.4f", s.account.useful, s.goodput))
     for m = 1, 3 do
       local a = s.per_learner[m].account
       sums_to_one(a, "learner " .. m)

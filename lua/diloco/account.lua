@@ -50,7 +50,8 @@ function M.shares(stats)
   return per, M.total(per, weights)
 end
 
--- `run`: learner m's shares of the run's wall time W from what the supervisor measured
+-- `run`: learner m's shares of the training window W (the learners' start to the last
+-- one's end: what goodput's capacity is measured over) from what the supervisor measured
 -- (seconds: train_s, wait_s, startup_s, down_s, paused_s, held_s, after_done_s, over all
 -- its processes; overwritten_s, kept_s, unsent_s from the accounts of the processes that
 -- ended with a summary) and the syncer's merged_steps over its steps: its compute splits

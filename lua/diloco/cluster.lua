@@ -1061,11 +1061,13 @@ local function finish(ctx, err)
       train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
       startup_s = acc and acc.startup_s or nil, down_s = L.down_s, paused_s = L.paused_s, held_s = L.held_s,
       after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps }
-    -- the account (docs/runtime.md): every second of the run's wall time in one bucket
+    -- the account (docs/runtime.md): every second of the training window (from the
+    -- learners' start to the last one's end, the window goodput's capacity is measured
+    -- over; not the final flush, evaluation and save) in one bucket
     per[m].account = diloco.account.of_run({ train_s = per[m].train_s, steps = lsteps, merged_steps = i.merged_steps,
       kept_s = acc and acc.kept_s, overwritten_s = acc and acc.overwritten_s, unsent_s = acc and acc.unsent_s,
       wait_s = per[m].wait_s, startup_s = per[m].startup_s, down_s = L.down_s, paused_s = L.paused_s,
-      held_s = L.held_s, after_done_s = per[m].after_done_s }, wall)
+      held_s = L.held_s, after_done_s = per[m].after_done_s }, t_end - (ctx.t_train_start or 0))
     weights[m], merged_n[m], accounts[m] = tps or 1, i.merged, per[m].account
   end
   local account_total = diloco.account.total(accounts, weights, diloco.account.RUN_BUCKETS)

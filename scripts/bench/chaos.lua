@@ -15,8 +15,9 @@
 -- rolled-back steps are lost work, not goodput; in elastic dp a restarted learner starts
 -- from its newest checkpoint and replays the averaged gradients of the steps since.  A second table says where each mode's wall time went
 -- (per learner, the mean over the 4: training, waiting for the network, start-up of its
--- processes, down, paused, held, done before the run ended; the rest is the run's own
--- start and end and what the learners' metrics do not see).
+-- processes, down, paused, held, done before the run ended; the rest is what the
+-- learners' metrics do not see within the training window, which the final evaluation
+-- and save of the global model follow).
 -- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED]   (SEED: the policy's, 7)
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
@@ -109,7 +110,7 @@ for _, m in ipairs(modes) do
     for _, p in ipairs(r.per_learner or {}) do sum = sum + (p[k] or 0) end
     mean[k] = n > 0 and sum / n or 0
   end
-  local rest = r.wall_s
+  local rest = r.train_s or r.wall_s -- the training window (the final evaluation and save come after it)
   for _, k in ipairs(keys) do rest = rest - mean[k] end
   print(string.format("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |", m.name, r.wall_s,
     mean.train_s, mean.wait_s, mean.startup_s, mean.down_s, mean.paused_s, mean.held_s, mean.after_done_s, rest,
