@@ -7,8 +7,10 @@
 -- goodput >= 3x non-elastic dp, real goodput within 5 points of sim's, final loss within 3%.
 --
 -- The policy: each learner is killed at Poisson times (mean time between failures MTBF,
--- down DOWN, seeded) and learner 1 is paused once.  sim has no pause: its prediction takes
--- the pause as a kill of the same length (the learner neither computes nor answers).
+-- down DOWN, seeded): faults the syncer sees at once (the connection drops).  Learner 1 is
+-- paused at 15 s and learner 3's link is cut at 30 s, each for DOWN: faults the syncer
+-- sees only by timeout.  sim has no pause: its prediction takes the pause as a kill of the
+-- same length (the learner neither computes nor answers); sim cuts the link as run does.
 -- sim's step time is the real decoupled run's measured one, so the schedule's seconds mean
 -- the same in both.  Both dp modes checkpoint every 10 steps: in non-elastic dp a failure
 -- rolls every learner back to their newest common checkpoint (docs/runtime.md), and the
@@ -18,10 +20,13 @@
 -- processes, down, paused, held, done before the run ended; the rest is what the
 -- learners' metrics do not see within the training window, which the final evaluation
 -- and save of the global model follow).
--- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED]   (SEED: the policy's, 7)
+-- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON]]
+-- (SEED: the policy's, 7; JSON: a file to write every mode's summary and sim's into, for
+-- scripts/experiments/chaos.lua)
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
 local seed = math.tointeger(tonumber(arg[6] or "7")) or 7 -- the failure policy's
+local json_out = arg[7]
 local exe = diloco.proc.self_exe()
 
 local function events(path)
@@ -58,10 +63,10 @@ local function healthy_idle(summary)
   return n > 0 and sum / n or nil
 end
 
-local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='%s',pause=1,down=%q}}", mtbf,
-  down, seed, "15s", down)
-local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='%s',kill=1,down=%q}}",
-  mtbf, down, seed, "15s", down)
+local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='15s',pause=1,down=%q},"
+  .. "{at='30s',cut=3,down=%q}}", mtbf, down, seed, down, down)
+local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='15s',kill=1,down=%q},"
+  .. "{at='30s',cut=3,down=%q}}", mtbf, down, seed, down, down)
 local modes = {
   { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false",
     "checkpoint.every=10" } },
@@ -75,10 +80,11 @@ local tps = 0
 for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
 local step_time = 4 * 1024 / tps -- 4 learners of 16 x 64 tokens a step
 print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
-  .. "for %s; measured step time %.3f s (sim's islands.step_time)", recipe, steps, mtbf, down, seed, down, step_time))
+  .. "and learner 3's link cut at 30 s, each for %s; measured step time %.3f s (sim's islands.step_time)", recipe, steps,
+  mtbf, down, seed, down, step_time))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
-local out = {}
+local out, sims = {}, {}
 for _, m in ipairs(modes) do
   local sets = { "chaos=" .. chaos }
   for _, s in ipairs(m.sets) do sets[#sets + 1] = s end
@@ -88,7 +94,7 @@ for _, m in ipairs(modes) do
   local ok, s = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_sim", ssets)
   if not ok then s = {} end
   local idle = healthy_idle(r)
-  out[m.name] = r
+  out[m.name], sims[m.name] = r, s
   print(string.format("| %s | %s | %s | %s | %s | %.4f | %s | %.1f |", m.name,
     r.goodput and string.format("%.1f%%", 100 * r.goodput) or "-",
     s.goodput and string.format("%.1f%%", 100 * s.goodput) or "-",
@@ -119,4 +125,14 @@ end
 local d, n = out["decoupled"], out["dp, non-elastic"]
 if d.goodput and n.goodput and n.goodput > 0 then
   print(string.format("decoupled goodput / non-elastic dp goodput = %.2f (goal >= 3)", d.goodput / n.goodput))
+end
+if json_out then
+  local res = { mtbf = mtbf, down = down, seed = seed, steps = steps, step_time = step_time, modes = {} }
+  for _, m in ipairs(modes) do
+    local r, sm = out[m.name], sims[m.name]
+    res.modes[#res.modes + 1] = { name = m.name, run = r, sim = sm.goodput and sm or nil, healthy_idle = healthy_idle(r) }
+  end
+  local f = assert(io.open(json_out, "wb"))
+  f:write(diloco.json_encode(res), "\n")
+  f:close()
 end
