@@ -448,7 +448,16 @@ function M.prepare(r, opts)
     end
   end)
   if not ok then
-    if ctx.metrics then ctx.metrics:close() end
+    -- failed while it started (the model, the data, a resume): its summary says so, as
+    -- sim's does, so a script reading the run directory sees why (and a later run may
+    -- take over a directory whose run never saved anything: rundir.never_saved)
+    if not ctx.metrics then ctx.metrics = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append }) end
+    if ctx.metrics then
+      ctx.metrics:write("summary", { steps = ctx.step, tokens = ctx.tokens, interrupted = false,
+        error = plain(err), recipe = r.name,
+        out = ctx.out, failed_at = "start" })
+      ctx.metrics:close()
+    end
     ctx.rd:close()
     error(err, 0)
   end
