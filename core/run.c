@@ -4,6 +4,8 @@
  * and the field names the checks print; the struct's order is the table's order. */
 #include "diloco/run.h"
 
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -309,4 +311,139 @@ int dlc_run_diff(const dlc_run_params *a, const dlc_run_params *b, char *out, si
         return 1;
     }
     return 0;
+}
+
+/* ---- presets and the text form (run.h, "From text") ---- */
+
+dlc_status dlc_run_preset_params(dlc_run_preset p, dlc_run_params *out) {
+    if (!out) return dlc_error(DLC_ERR_ARG, "run_preset_params: out is NULL");
+    if ((unsigned)p >= DLC_PRESET_COUNT)
+        return dlc_error(DLC_ERR_ARG, "run_preset_params: preset %d: expected 0..%d", (int)p, DLC_PRESET_COUNT - 1);
+    dlc_run_params r = dlc_run_default_params(); /* decoupled */
+    r.preset = p;
+    if (p != DLC_PRESET_DECOUPLED) { /* the synchronous family: every learner, plain mean */
+        r.quorum = DLC_QUORUM_ALL;
+        r.grace = DLC_GRACE_OFF;
+        r.weighting = DLC_WEIGHT_UNIFORM;
+        r.merge = DLC_MERGE_MEAN;
+    }
+    switch (p) {
+    case DLC_PRESET_DP: r.dp = 1, r.H = 1, r.fragments = 1, r.tau = 0, r.blocking = 1; break;
+    case DLC_PRESET_DILOCO: r.fragments = 1, r.tau = 0, r.blocking = 1; break;
+    case DLC_PRESET_STREAMING: r.alpha = 0.5; break;
+    default: break;
+    }
+    *out = r;
+    return DLC_OK;
+}
+
+/* One value of field f from JSON into r; a message naming the field on failure. */
+static dlc_status read_json_field(const dlc_run_field *f, json_t *v, dlc_run_params *r) {
+    char *at = (char *)r + f->offset;
+    switch (f->type) {
+    case DLC_RUN_INT: {
+        if (f->offset == offsetof(dlc_run_params, quorum) && json_is_string(v) &&
+            strcmp(json_string_value(v), "all") == 0) {
+            int all = DLC_QUORUM_ALL;
+            memcpy(at, &all, sizeof all);
+            return DLC_OK;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
+            return dlc_error(DLC_ERR_ARG, "run: %s: expected an integer%s", f->name,
+                             f->offset == offsetof(dlc_run_params, quorum) ? " or \"all\"" : "");
+        int i = (int)json_integer_value(v);
+        memcpy(at, &i, sizeof i);
+        return DLC_OK;
+    }
+    case DLC_RUN_FLAG: {
+        if (!json_is_boolean(v)) return dlc_error(DLC_ERR_ARG, "run: %s: expected true or false", f->name);
+        int i = json_is_true(v);
+        memcpy(at, &i, sizeof i);
+        return DLC_OK;
+    }
+    case DLC_RUN_NUMBER: {
+        if (!json_is_number(v)) return dlc_error(DLC_ERR_ARG, "run: %s: expected a number", f->name);
+        double d = json_number_value(v);
+        memcpy(at, &d, sizeof d);
+        return DLC_OK;
+    }
+    case DLC_RUN_ENUM: {
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        for (int e = 0; s && e < f->enum_count; e++)
+            if (strcmp(s, f->enum_name(e)) == 0) return memcpy(at, &e, sizeof e), DLC_OK;
+        char names[256] = "";
+        size_t used = 0;
+        for (int e = 0; e < f->enum_count && used < sizeof names; e++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", e ? ", " : "", f->enum_name(e));
+        return dlc_error(DLC_ERR_ARG, "run: %s = %s%s%s: expected one of %s", f->name, s ? "\"" : "",
+                         s ? s : "(not a string)", s ? "\"" : "", names);
+    }
+    default: return dlc_error(DLC_ERR_ARG, "run: %s is not set from text", f->name);
+    }
+}
+
+/* The fields a text may set: the recipe's sync and outer fields, not the derived ones. */
+static int settable(const dlc_run_field *f) {
+    return f->type != DLC_RUN_HASH64 && strcmp(f->name, "sync.dp") != 0 && strcmp(f->name, "sync.preset") != 0;
+}
+
+dlc_status dlc_run_parse(const char *text, dlc_run_params *out) {
+    if (!text || !out) return dlc_error(DLC_ERR_ARG, "run_parse: NULL argument");
+    json_error_t jerr;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return dlc_error(DLC_ERR_ARG, "run: not JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+    dlc_status st = DLC_OK;
+    dlc_run_params r;
+    const char *key;
+    json_t *sec;
+    if (!json_is_object(root)) {
+        st = dlc_error(DLC_ERR_ARG, "run: expected a JSON object {\"sync\": {...}, \"outer\": {...}}");
+        goto done;
+    }
+    json_object_foreach(root, key, sec) {
+        if (strcmp(key, "sync") != 0 && strcmp(key, "outer") != 0) {
+            st = dlc_error(DLC_ERR_ARG, "run: unknown section \"%s\": expected sync and outer", key);
+            goto done;
+        }
+        if (!json_is_object(sec)) {
+            st = dlc_error(DLC_ERR_ARG, "run: %s: expected an object of fields", key);
+            goto done;
+        }
+    }
+    /* the preset first: it fills every field the text leaves out (as a recipe's does) */
+    json_t *sync = json_object_get(root, "sync"), *preset = sync ? json_object_get(sync, "preset") : NULL;
+    dlc_run_preset p = DLC_PRESET_DECOUPLED;
+    if (preset && (!json_is_string(preset) || dlc_run_preset_parse(json_string_value(preset), &p) != DLC_OK)) {
+        st = dlc_error(DLC_ERR_ARG, "run: sync.preset: expected \"dp\", \"diloco\", \"streaming\" or \"decoupled\"");
+        goto done;
+    }
+    (void)dlc_run_preset_params(p, &r);
+    json_object_foreach(root, key, sec) {
+        const char *name;
+        json_t *v;
+        json_object_foreach(sec, name, v) {
+            if (strcmp(key, "sync") == 0 && strcmp(name, "preset") == 0) continue;
+            char full[96];
+            snprintf(full, sizeof full, "%s.%s", key, name);
+            const dlc_run_field *f = NULL;
+            for (int i = 0; i < NFIELDS && !f; i++)
+                if (settable(&fields[i]) && strcmp(fields[i].name, full) == 0) f = &fields[i];
+            if (!f) {
+                char known[512] = "";
+                size_t used = 0;
+                for (int i = 0; i < NFIELDS && used < sizeof known; i++)
+                    if (settable(&fields[i]) && strncmp(fields[i].name, key, strlen(key)) == 0)
+                        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "",
+                                                 fields[i].name + strlen(key) + 1);
+                st = dlc_error(DLC_ERR_ARG, "run: unknown field %s: expected one of %s%s", full,
+                               strcmp(key, "sync") == 0 ? "preset, " : "", known);
+                goto done;
+            }
+            if ((st = read_json_field(f, v, &r)) != DLC_OK) goto done;
+        }
+    }
+    if ((st = dlc_run_params_check(&r)) == DLC_OK) *out = r;
+done:
+    json_decref(root);
+    return st;
 }

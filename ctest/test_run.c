@@ -224,11 +224,72 @@ static void test_diff(void) {
     CHECK(dlc_run_diff(NULL, &b, why, sizeof why) == DLC_ERR_ARG);
 }
 
+/* The presets as lua/diloco/recipe.lua's PRESETS fill a recipe's sync fields. */
+static void test_presets(void) {
+    dlc_run_params r;
+    CHECK(dlc_run_preset_params(DLC_PRESET_DP, &r) == DLC_OK && r.dp == 1 && r.H == 1 && r.fragments == 1 &&
+          r.tau == 0 && r.quorum == DLC_QUORUM_ALL && r.grace == DLC_GRACE_OFF && r.weighting == DLC_WEIGHT_UNIFORM &&
+          r.merge == DLC_MERGE_MEAN && r.alpha == 0 && r.blocking == 1 && dlc_run_params_check(&r) == DLC_OK);
+    CHECK(dlc_run_preset_params(DLC_PRESET_DILOCO, &r) == DLC_OK && r.dp == 0 && r.H == 24 && r.fragments == 1 &&
+          r.tau == 0 && r.quorum == DLC_QUORUM_ALL && r.grace == DLC_GRACE_OFF && r.merge == DLC_MERGE_MEAN &&
+          r.blocking == 1 && r.preset == DLC_PRESET_DILOCO && dlc_run_params_check(&r) == DLC_OK);
+    CHECK(dlc_run_preset_params(DLC_PRESET_STREAMING, &r) == DLC_OK && r.H == 24 && r.fragments == 4 && r.tau == 2 &&
+          r.quorum == DLC_QUORUM_ALL && r.grace == DLC_GRACE_OFF && r.weighting == DLC_WEIGHT_UNIFORM &&
+          r.merge == DLC_MERGE_MEAN && r.alpha == 0.5 && r.blocking == 0 && dlc_run_params_check(&r) == DLC_OK);
+    dlc_run_params d = dlc_run_default_params();
+    CHECK(dlc_run_preset_params(DLC_PRESET_DECOUPLED, &r) == DLC_OK && memcmp(&r, &d, sizeof r) == 0);
+    CHECK(dlc_run_preset_params(DLC_PRESET_COUNT, &r) == DLC_ERR_ARG && strstr(dlc_last_error(), "preset 4"));
+}
+
+/* The text form: the preset fills what the text leaves out, every type is read, and a
+ * bad text is refused naming the field, leaving *out unchanged. */
+static void test_parse(void) {
+    dlc_run_params r = dlc_run_default_params(), d = r;
+    CHECK(dlc_run_parse("{}", &r) == DLC_OK && memcmp(&r, &d, sizeof r) == 0);
+    CHECK(dlc_run_parse("{\"sync\": {\"preset\": \"streaming\", \"H\": 12, \"codec\": \"int4\", \"quorum\": 2, "
+                        "\"error_feedback\": true, \"grace\": \"fixed\", \"grace_s\": 1.5}, "
+                        "\"outer\": {\"lr\": 0.4, \"momentum\": 0.8, \"nesterov\": false}}",
+                        &r) == DLC_OK);
+    CHECK(r.preset == DLC_PRESET_STREAMING && r.H == 12 && r.fragments == 4 && r.tau == 2 && r.alpha == 0.5 &&
+          r.codec_up == DLC_CODEC_INT4 && r.quorum == 2 && r.error_feedback == 1 && r.grace == DLC_GRACE_FIXED &&
+          r.grace_s == 1.5 && r.outer_lr == 0.4 && r.outer_momentum == 0.8 && r.outer_nesterov == 0);
+    CHECK(dlc_run_parse("{\"sync\": {\"preset\": \"diloco\", \"quorum\": \"all\"}}", &r) == DLC_OK &&
+          r.blocking == 1 && r.fragments == 1 && r.quorum == DLC_QUORUM_ALL);
+    CHECK(dlc_run_parse("{\"sync\": {\"preset\": \"dp\"}}", &r) == DLC_OK && r.dp == 1);
+    dlc_run_params before = r;
+    struct {
+        const char *text, *says;
+    } bad[] = {
+        {"not json", "not JSON"},
+        {"[1]", "expected a JSON object"},
+        {"{\"inner\": {}}", "unknown section \"inner\""},
+        {"{\"sync\": 3}", "sync: expected an object"},
+        {"{\"sync\": {\"preset\": \"fast\"}}", "sync.preset"},
+        {"{\"sync\": {\"tua\": 2}}", "unknown field sync.tua: expected one of preset, H, fragments"},
+        {"{\"outer\": {\"lr\": \"big\"}}", "outer.lr: expected a number"},
+        {"{\"sync\": {\"tau\": 2.5}}", "sync.tau: expected an integer"},
+        {"{\"sync\": {\"quorum\": \"most\"}}", "sync.quorum: expected an integer or \"all\""},
+        {"{\"sync\": {\"blocking\": 1}}", "sync.blocking: expected true or false"},
+        {"{\"sync\": {\"codec\": \"int3\"}}", "sync.codec = \"int3\": expected one of f32, bf16"},
+        {"{\"sync\": {\"H\": 4, \"tau\": 4}}", "sync.tau = 4: expected 0 <= tau < H = 4"},
+        {"{\"sync\": {\"plan_hash\": 1}}", "unknown field sync.plan_hash"},
+        {"{\"sync\": {\"H\": 4, \"H\": 5}}", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlc_status st = dlc_run_parse(bad[i].text, &r);
+        CHECK(st == DLC_ERR_ARG && strstr(dlc_last_error(), bad[i].says) && memcmp(&r, &before, sizeof r) == 0);
+        if (!strstr(dlc_last_error(), bad[i].says)) fprintf(stderr, "  %s -> %s\n", bad[i].text, dlc_last_error());
+    }
+    CHECK(dlc_run_parse(NULL, &r) == DLC_ERR_ARG && dlc_run_parse("{}", NULL) == DLC_ERR_ARG);
+}
+
 int main(void) {
     test_names();
     test_derive();
     test_check();
     test_hash();
     test_diff();
+    test_presets();
+    test_parse();
     return check_done("run");
 }

@@ -89,6 +89,22 @@ typedef struct dlc_run_params {
  * Nesterov 0.7 / 0.9, f32 up and down, block 128, no error feedback, ema 0.5. */
 DLC_API dlc_run_params dlc_run_default_params(void);
 
+/* The defaults of a preset, as a recipe's sync.preset fills them (docs/recipes.md): dp
+ * (H 1, one fragment, blocking, every learner, mean), diloco (H 24, one fragment,
+ * blocking, every learner, mean), streaming (H 24, 4 fragments, tau 2, alpha 0.5, every
+ * learner, mean), decoupled (dlc_run_default_params).  DLC_ERR_ARG for an unknown one. */
+DLC_API dlc_status dlc_run_preset_params(dlc_run_preset p, dlc_run_params *out);
+
+/* From text: a run described as a recipe's sync and outer fields in JSON,
+ *     {"sync": {"preset": "streaming", "H": 12, "codec": "int4", "quorum": "all"},
+ *      "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ * The preset (default decoupled) fills every field the text leaves out; integers, numbers,
+ * booleans for flags, names for enums, "all" or an integer for the quorum.  The hashes are
+ * not text (a host computes them from its plan).  Into *out on success; DLC_ERR_ARG naming
+ * the field and what was expected (an unknown field lists the known ones), *out
+ * unchanged. */
+DLC_API dlc_status dlc_run_parse(const char *text, dlc_run_params *out);
+
 /* DLC_OK, or DLC_ERR_ARG naming the field, its value and what was expected:
  * "run: sync.tau = 30: expected 0 <= tau < H = 24". */
 DLC_API dlc_status dlc_run_params_check(const dlc_run_params *r);

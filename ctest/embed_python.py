@@ -1,0 +1,188 @@
+"""ctest embed_python: a Python learner with a numpy model (python/diloco over libdiloco's
+embedding API) joins a `diloco-lua syncer` run beside a `diloco-lua learner` process.
+
+    python3 ctest/embed_python.py SOURCE_DIR BUILD_DIR
+
+The recipe is an MLP classifier on Fashion-MNIST (784 -> 32 -> 10, relu), two islands,
+decoupled DiLoCo.  Island 1 is `diloco-lua learner`; island 2 is this program's numpy MLP
+with the same parameter names and shapes, trained by its own SGD on its own shard of the
+IDX files.  Checks: both learners' contributions are merged (the syncer's summary); the
+numpy learner's held-out loss falls; it ends within 10% (relative L2) of the global model
+the syncer saved; a numpy learner with one hidden unit fewer is refused, the message
+naming the model layout.  Exit 0 on success; every failure printed."""
+
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+src, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+sys.path.insert(0, os.path.join(src, "python"))
+os.environ.setdefault("DILOCO_LIB", os.path.join(build, "libdiloco.so"))
+import diloco  # noqa: E402
+
+EXE = os.path.join(build, "diloco-lua")
+DATA = "/usr/share/datasets/fashion-mnist"
+HIDDEN, STEPS, BATCH = 32, 240, 32
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("embed_python: FAIL: " + what, flush=True)
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    _, _, _, ndim = struct.unpack(">BBBB", raw[:4])
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def mlp_params(hidden, rng):
+    return {"fc.0.weight": (rng.standard_normal((hidden, 784)) * np.sqrt(2 / 784)).astype(np.float32),
+            "fc.0.bias": np.zeros(hidden, np.float32),
+            "head.weight": (rng.standard_normal((10, hidden)) * np.sqrt(1 / hidden)).astype(np.float32),
+            "head.bias": np.zeros(10, np.float32)}
+
+
+def forward(p, x):
+    h = np.maximum(x @ p["fc.0.weight"].T + p["fc.0.bias"], 0)
+    z = h @ p["head.weight"].T + p["head.bias"]
+    z = z - z.max(axis=1, keepdims=True)
+    prob = np.exp(z)
+    prob /= prob.sum(axis=1, keepdims=True)
+    return h, prob
+
+
+def loss(p, x, y):
+    _, prob = forward(p, x)
+    return float(-np.log(prob[np.arange(len(y)), y] + 1e-12).mean())
+
+
+def sgd_step(p, x, y, lr):
+    h, prob = forward(p, x)
+    d = prob
+    d[np.arange(len(y)), y] -= 1
+    d /= len(y)
+    gW2, gb2 = d.T @ h, d.sum(0)
+    dh = (d @ p["head.weight"]) * (h > 0)
+    gW1, gb1 = dh.T @ x, dh.sum(0)
+    # in place: the library holds the arrays' memory
+    p["head.weight"] -= lr * gW2
+    p["head.bias"] -= lr * gb2
+    p["fc.0.weight"] -= lr * gW1
+    p["fc.0.bias"] -= lr * gb1
+
+
+def safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(body[a:b], np.float32).reshape(v["shape"])
+    return out
+
+
+tmp = tempfile.mkdtemp(prefix="diloco-embed-python.")
+syncer = learner = None
+try:
+    recipe = os.path.join(tmp, "mlp.lua")
+    with open(recipe, "w") as f:
+        f.write("""local diloco = require "diloco"
+return diloco.recipe {
+  name = "embedpy",
+  model = { arch = "mlp", input = 784, hidden = { %d }, classes = 10 },
+  data = diloco.data.fashion { batch = %d },
+  inner = diloco.optim.adamw { lr = 3e-3, warmup = 10 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = "decoupled", H = 8, fragments = 2 },
+  islands = { count = 2 },
+  runtime = { heartbeat = "0.25s", timeout = "3s" },
+  steps = %d, eval = { every = 0, batches = 4 }, threads = 1,
+}
+""" % (HIDDEN, BATCH, STEPS))
+    secret = os.path.join(tmp, "secret")
+    with open(secret, "w") as f:
+        f.write("embed-python-secret-0123456789\n")
+    os.chmod(secret, 0o600)
+    addr = os.path.join(tmp, "address")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    syncer = subprocess.Popen([EXE, "syncer", recipe, "--listen", "127.0.0.1:0", "--address-file", addr,
+                               "--secret-file", secret, "--out", os.path.join(tmp, "run"), "--quiet"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    learner = subprocess.Popen([EXE, "learner", recipe, "--connect", "@" + addr, "--id", "1", "--secret-file", secret,
+                                "--out", os.path.join(tmp, "learner-1"), "--quiet"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+
+    # the data: the test split held out, a shard of the training split of its own
+    xs = ((idx(os.path.join(DATA, "train-images-idx3-ubyte.gz")).reshape(-1, 784) / 255.0 - 0.2860) / 0.3530)
+    ys = idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz")).astype(np.int64)
+    xt = ((idx(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")).reshape(-1, 784)[:1000] / 255.0 - 0.2860) / 0.3530)
+    yt = idx(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")).astype(np.int64)[:1000]
+    xs, xt = xs.astype(np.float32), xt.astype(np.float32)
+    rng = np.random.default_rng(7)
+
+    # a layout of another model (one hidden unit fewer) is refused, naming the layout
+    try:
+        diloco.Learner(mlp_params(HIDDEN - 1, rng), connect="@" + addr, secret_file=secret,
+                       run={"sync": {"preset": "decoupled", "H": 8, "fragments": 2}}, join_timeout=20)
+        check(False, "a learner of another layout joined")
+    except diloco.Error as e:
+        check("model layout" in str(e), "another layout's refusal does not name the layout: %s" % e)
+
+    p = mlp_params(HIDDEN, rng)
+    run = {"sync": {"preset": "decoupled", "H": 8, "fragments": 2}, "outer": {"lr": 0.7, "momentum": 0.9}}
+    lr_ = diloco.Learner(p, connect="@" + addr, secret_file=secret, run=run, id=1, join_timeout=60, heartbeat=0.25)
+    l0 = loss(p, xt, yt)
+    shard = rng.permutation(len(xs))[:STEPS * BATCH]
+    for step in range(STEPS):
+        b = shard[step * BATCH:(step + 1) * BATCH]
+        sgd_step(p, xs[b], ys[b], 0.05)
+        time.sleep(0.005)  # a step of a real trainer takes time
+        lr_.step_done(BATCH)
+    lr_.finish(30)
+    l1 = loss(p, xt, yt)
+    print("embed_python: the numpy learner's held-out loss %.4f -> %.4f, %d merged fragments applied"
+          % (l0, l1, lr_.applied), flush=True)
+    lr_.close()
+    check(l1 < 0.8 * l0, "the numpy learner's loss %.4f did not fall below 0.8 x %.4f" % (l1, l0))
+    check(learner.wait(timeout=120) == 0, "diloco-lua learner failed:\n" + learner.stdout.read().decode())
+    check(syncer.wait(timeout=120) == 0, "diloco-lua syncer failed:\n" + syncer.stdout.read().decode())
+    with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
+        summary = [json.loads(line) for line in f][-1]
+    merged = [pl.get("merged", 0) for pl in summary.get("per_learner", [])]
+    print("embed_python: the syncer merged %s contributions from the two learners" % merged, flush=True)
+    check(len(merged) == 2 and all(m > 0 for m in merged), "contributions merged per learner: %s" % merged)
+    g = safetensors(os.path.join(tmp, "run", "model.safetensors"))
+    num = sum(float(((p[k] - g[k]) ** 2).sum()) for k in p)
+    den = sum(float((g[k] ** 2).sum()) for k in p)
+    rel = (num / den) ** 0.5
+    print("embed_python: the numpy learner is %.4f (relative L2) from the global model; its loss %.4f" %
+          (rel, loss(g, xt, yt)), flush=True)
+    check(rel < 0.1, "the numpy learner ends %.4f (relative L2) from the global model" % rel)
+finally:
+    for proc in (learner, syncer):
+        if proc and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+if failures:
+    print("embed_python: %d checks failed" % len(failures))
+    sys.exit(1)
+print("embed_python: ok")

@@ -1,0 +1,332 @@
+"""diloco: a Python trainer joins a Decoupled DiLoCo run as a learner, or hosts its syncer.
+
+A thin ctypes binding of libdiloco's embedding API (rt/include/diloco/client.h; the guide
+is docs/embedding.md).  The parameters stay the caller's: numpy arrays or PyTorch CPU
+tensors of float32, contiguous, passed by pointer, never copied by this module::
+
+    import numpy as np, diloco
+    params = {"fc.0.weight": np.zeros((64, 784), np.float32), ...}   # in the model's order
+    learner = diloco.Learner(params, connect="10.0.0.1:7070", secret_file="secret",
+                             run={"sync": {"preset": "decoupled", "H": 24}})
+    for batch in data:
+        my_inner_step(params, batch)          # the caller's forward, backward, optimizer
+        learner.step_done(tokens=len(batch))  # merged fragments land in params here
+    learner.finish()
+
+The library writes into the arrays only inside ``Learner(...)``, ``step_done``,
+``rollback`` and ``finish``.  Errors raise ``diloco.Error`` with the library's message.
+The shared library is found through ``DILOCO_LIB`` (a path to libdiloco.so), next to an
+installed package (PREFIX/lib), in a source checkout's ``build/``, or on the system's
+library path.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+
+__all__ = ["Error", "Learner", "Server", "library_path"]
+
+
+class Error(RuntimeError):
+    """An error of libdiloco: the message names what was wrong and what was expected."""
+
+
+# ---- the library ----
+
+def _candidates():
+    env = os.environ.get("DILOCO_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:  # installed: PREFIX/lib/python3/dist-packages/diloco, the library in PREFIX/LIBDIR
+        from . import _libdir
+        prefix = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+        for name in ("libdiloco.so", "libdiloco.so.0"):
+            yield os.path.join(prefix, _libdir.LIBDIR, name)
+    except ImportError:  # a source checkout has no _libdir.py
+        pass
+    # a source checkout: python/diloco -> build/
+    root = os.path.dirname(os.path.dirname(here))
+    yield os.path.join(root, "build", "libdiloco.so")
+    found = ctypes.util.find_library("diloco")
+    if found:
+        yield found
+
+
+def library_path():
+    """The libdiloco.so this module loads (the first that exists of the places above)."""
+    tried = []
+    for c in _candidates():
+        if os.path.sep not in c or os.path.exists(c):
+            return c
+        tried.append(c)
+    raise Error("libdiloco.so not found (tried %s): set DILOCO_LIB to its path" % ", ".join(tried))
+
+
+_lib = None
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.c_void_p), ("numel", ctypes.c_int64),
+                ("ndim", ctypes.c_int), ("shape", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _ClientConfig(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.POINTER(_Tensor)), ("count", ctypes.c_int), ("run", ctypes.c_char_p),
+                ("run_params", ctypes.c_void_p), ("connect", ctypes.c_char_p), ("secret_file", ctypes.c_char_p),
+                ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p), ("id", ctypes.c_int),
+                ("join_timeout", ctypes.c_double), ("wait_timeout", ctypes.c_double), ("heartbeat", ctypes.c_double)]
+
+
+class _ServerConfig(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.POINTER(_Tensor)), ("count", ctypes.c_int), ("run", ctypes.c_char_p),
+                ("run_params", ctypes.c_void_p), ("learners", ctypes.c_int), ("listen", ctypes.c_char_p),
+                ("secret_file", ctypes.c_char_p), ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p),
+                ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double)]
+
+
+class _ServerEvent(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("learner", ctypes.c_int), ("fragment", ctypes.c_int),
+                ("version", ctypes.c_int64), ("time", ctypes.c_double), ("text", ctypes.c_char * 256)]
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(library_path())
+    P, I, D, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
+    sigs = {
+        "dlc_last_error": (ctypes.c_char_p, []),
+        "dlc_client_default_config": (_ClientConfig, []),
+        "dlc_client_new": (P, [ctypes.POINTER(_ClientConfig)]),
+        "dlc_client_free": (None, [P]),
+        "dlc_client_step": (I, [P, I64]),
+        "dlc_client_rollback": (I, [P]),
+        "dlc_client_finish": (I, [P, D]),
+        "dlc_client_id": (I, [P]),
+        "dlc_client_steps": (I64, [P]),
+        "dlc_client_applied": (I64, [P]),
+        "dlc_server_default_config": (_ServerConfig, []),
+        "dlc_server_new": (P, [ctypes.POINTER(_ServerConfig)]),
+        "dlc_server_free": (None, [P]),
+        "dlc_server_port": (I, [P]),
+        "dlc_server_poll": (I, [P, ctypes.POINTER(_ServerEvent), I]),
+        "dlc_server_global": (I, [P, ctypes.POINTER(_Tensor), I]),
+        "dlc_server_event_name": (ctypes.c_char_p, [I]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    _lib = lib
+    return lib
+
+
+def _fail(what):
+    raise Error("%s: %s" % (what, _load().dlc_last_error().decode("utf-8", "replace")))
+
+
+# ---- parameters: numpy arrays or torch tensors, by pointer ----
+
+def _pointer_and_shape(name, a):
+    """The address, element count and shape of a float32 contiguous CPU buffer."""
+    if hasattr(a, "data_ptr") and hasattr(a, "is_contiguous"):  # a torch.Tensor
+        if str(a.dtype) != "torch.float32":
+            raise Error("parameter %r: dtype %s: expected torch.float32" % (name, a.dtype))
+        if a.device.type != "cpu":
+            raise Error("parameter %r: on %s: expected a CPU tensor" % (name, a.device))
+        if not a.is_contiguous():
+            raise Error("parameter %r: not contiguous: expected a contiguous tensor (.contiguous())" % name)
+        return a.data_ptr(), a.numel(), tuple(a.shape)
+    iface = getattr(a, "__array_interface__", None)
+    if iface is None:
+        raise Error("parameter %r: a %s: expected a numpy array or a torch tensor of float32" % (name, type(a).__name__))
+    if iface["typestr"] != "<f4":
+        raise Error("parameter %r: dtype %s: expected float32" % (name, iface["typestr"]))
+    if iface.get("strides") is not None:
+        raise Error("parameter %r: not C-contiguous: expected a contiguous array (np.ascontiguousarray)" % name)
+    ptr, readonly = iface["data"]
+    if readonly:
+        raise Error("parameter %r: read-only: the library writes merged fragments into it" % name)
+    n = 1
+    for d in iface["shape"]:
+        n *= d
+    return ptr, n, tuple(iface["shape"])
+
+
+class _Layout:
+    """The C tensor list for params (a dict in order, or a list of (name, array))."""
+
+    def __init__(self, params):
+        items = list(params.items()) if hasattr(params, "items") else list(params)
+        if not items:
+            raise Error("params: empty: expected the model's parameters, name -> float32 array, in order")
+        self.keep = items  # the arrays must outlive the C side's use of their memory
+        self.arr = (_Tensor * len(items))()
+        self.shapes = []
+        for i, (name, a) in enumerate(items):
+            if not isinstance(name, str) or not name:
+                raise Error("params: item %d: expected a non-empty name, got %r" % (i, name))
+            ptr, n, shape = _pointer_and_shape(name, a)
+            if n < 1:
+                raise Error("parameter %r: empty: expected at least one element" % name)
+            dims = (ctypes.c_int64 * max(1, len(shape)))(*shape) if shape else (ctypes.c_int64 * 1)(1)
+            self.shapes.append(dims)
+            t = self.arr[i]
+            t.name, t.data, t.numel = name.encode(), ptr, n
+            t.ndim, t.shape = (len(shape), dims) if 1 <= len(shape) <= 4 else (0, None)
+        self.count = len(items)
+
+
+def _run_text(run):
+    if run is None:
+        return None
+    if isinstance(run, str):
+        return run.encode()
+    return json.dumps(run).encode()
+
+
+class Learner:
+    """One learner of a run on the caller's parameters (docs/embedding.md).
+
+    params: the model's parameters in order, a dict name -> array (or a list of pairs),
+    float32 contiguous numpy arrays or CPU torch tensors, shaped as every learner of the
+    run has them.  connect: "HOST:PORT" of the syncer, or "@FILE" (its address file).
+    secret_file or secret: the run's secret.  run: the run's sync and outer fields, a dict
+    or JSON text ({"sync": {"preset": "decoupled", "H": 24}, "outer": {"lr": 0.7}}).
+    Joins at once: the arrays then hold the global model."""
+
+    def __init__(self, params, connect, secret_file=None, secret=None, run=None, run_id=None, id=None,
+                 join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0):
+        lib = _load()
+        self._layout = _Layout(params)
+        cfg = lib.dlc_client_default_config()
+        cfg.tensors, cfg.count = self._layout.arr, self._layout.count
+        self._run = _run_text(run)
+        cfg.run = self._run
+        cfg.connect = connect.encode()
+        cfg.secret_file = secret_file.encode() if secret_file is not None else None
+        cfg.secret = secret.encode() if secret is not None else None
+        cfg.run_id = run_id.encode() if run_id is not None else None
+        cfg.id = -1 if id is None else int(id)
+        cfg.join_timeout, cfg.wait_timeout, cfg.heartbeat = join_timeout, wait_timeout, heartbeat
+        self._c = lib.dlc_client_new(ctypes.byref(cfg))
+        if not self._c:
+            _fail("diloco.Learner")
+
+    def _check(self, st, what):
+        if st != 0:
+            _fail("diloco.Learner." + what)
+
+    def step_done(self, tokens):
+        """After each inner step, with the tokens it consumed: merged fragments land in the
+        parameters here; in a blocking preset (diloco) it waits here for the round."""
+        if self._c is None:
+            raise Error("diloco.Learner.step_done: the learner is closed")
+        self._check(_lib.dlc_client_step(self._c, int(tokens)), "step_done")
+
+    def rollback(self):
+        """A non-finite loss on the caller's side: the parameters go back to the last global model."""
+        self._check(_lib.dlc_client_rollback(self._c), "rollback")
+
+    def finish(self, timeout=30.0):
+        """The end: what it trained since its last sends goes out, its contributions come back
+        merged (into the parameters), then it says BYE."""
+        if self._c is not None:
+            self._check(_lib.dlc_client_finish(self._c, float(timeout)), "finish")
+
+    def close(self):
+        if self._c is not None:
+            _lib.dlc_client_free(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def id(self):
+        """0-based learner id, as the syncer assigned it."""
+        return _lib.dlc_client_id(self._c)
+
+    @property
+    def steps(self):
+        return _lib.dlc_client_steps(self._c)
+
+    @property
+    def applied(self):
+        """Merged fragments written into the parameters so far."""
+        return _lib.dlc_client_applied(self._c)
+
+
+class Server:
+    """A run's syncer on a thread of the library; params give the layout and the initial
+    global model (copied), learners the learner count M."""
+
+    def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
+                 timeout=5.0, heartbeat=1.0):
+        lib = _load()
+        self._layout = _Layout(params)
+        cfg = lib.dlc_server_default_config()
+        cfg.tensors, cfg.count = self._layout.arr, self._layout.count
+        self._run = _run_text(run)
+        cfg.run = self._run
+        cfg.learners = int(learners)
+        cfg.listen = listen.encode()
+        cfg.secret_file = secret_file.encode() if secret_file is not None else None
+        cfg.secret = secret.encode() if secret is not None else None
+        cfg.run_id = run_id.encode()
+        cfg.timeout, cfg.heartbeat = timeout, heartbeat
+        self._s = lib.dlc_server_new(ctypes.byref(cfg))
+        if not self._s:
+            _fail("diloco.Server")
+
+    @property
+    def port(self):
+        return _lib.dlc_server_port(self._s)
+
+    def poll(self, timeout=1.0):
+        """The next event as a dict (kind: merged, joined, lost, rejected, refused, bye;
+        learner, fragment, version, time, text), or None when none came within timeout s."""
+        ev = _ServerEvent()
+        got = _lib.dlc_server_poll(self._s, ctypes.byref(ev), int(timeout * 1000))
+        if got < 0:
+            _fail("diloco.Server.poll")
+        if got == 0:
+            return None
+        return {"kind": _lib.dlc_server_event_name(ev.kind).decode(), "learner": ev.learner,
+                "fragment": ev.fragment, "version": ev.version, "time": ev.time,
+                "text": ev.text.decode("utf-8", "replace")}
+
+    def global_model(self, params):
+        """The global model into params (the server's layout)."""
+        lay = _Layout(params)
+        if _lib.dlc_server_global(self._s, lay.arr, lay.count) != 0:
+            _fail("diloco.Server.global_model")
+
+    def close(self):
+        if self._s is not None:
+            _lib.dlc_server_free(self._s)
+            self._s = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

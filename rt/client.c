@@ -1,0 +1,420 @@
+/* client.c - a host's own parameters in a run (client.h): the learner driver (lrt.c) and
+ * the syncer driver (srt.c) over a dlc_params arena that mirrors the host's buffers.
+ *
+ * The state machines work on one arena (params.h); a host's tensors are its own
+ * allocations.  So the client keeps the arena as the run's copy of the host's model:
+ * each dlc_client_step copies the host's values in (one pass, checked finite on the
+ * way), lets the driver take the step (contributions read the arena, merged fragments
+ * are written into it), and copies back the fragments a merge changed. */
+#include "diloco/client.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "diloco/frag.h"
+#include "diloco/params.h"
+
+/* ---- the layout both sides build from the host's tensor list ---- */
+
+typedef struct layout {
+    dlc_params *params;
+    dlc_plan *plan;
+    dlc_run_params run;
+    int count;
+    int64_t *offset, *numel; /* each host tensor's place in the arena */
+} layout;
+
+static void layout_free(layout *y) {
+    dlc_plan_free(y->plan);
+    dlc_params_free(y->params);
+    free(y->offset);
+    free(y->numel);
+    memset(y, 0, sizeof *y);
+}
+
+static dlc_status layout_make(layout *y, const char *who, const dlc_client_tensor *t, int count, const char *run_text,
+                              const dlc_run_params *run_params) {
+    memset(y, 0, sizeof *y);
+    if (!t || count < 1) return dlc_error(DLC_ERR_ARG, "%s: %d tensors: expected a list of at least one", who, count);
+    for (int i = 0; i < count; i++) {
+        if (!t[i].name || !t[i].name[0])
+            return dlc_error(DLC_ERR_ARG, "%s: tensor %d has no name: expected a non-empty, unique name", who, i);
+        if (!t[i].data) return dlc_error(DLC_ERR_ARG, "%s: tensor '%s': data is NULL", who, t[i].name);
+        if (t[i].numel < 1)
+            return dlc_error(DLC_ERR_ARG, "%s: tensor '%s': numel = %lld: expected >= 1", who, t[i].name,
+                             (long long)t[i].numel);
+        if (t[i].ndim < 0 || t[i].ndim > DLC_MAX_DIMS || (t[i].ndim > 0 && !t[i].shape))
+            return dlc_error(DLC_ERR_ARG, "%s: tensor '%s': ndim = %d: expected 0 (a vector) or 1..%d with a shape",
+                             who, t[i].name, t[i].ndim, DLC_MAX_DIMS);
+        int64_t prod = 1;
+        for (int d = 0; d < t[i].ndim; d++) prod = t[i].shape[d] >= 0 ? prod * t[i].shape[d] : -1;
+        if (t[i].ndim > 0 && prod != t[i].numel)
+            return dlc_error(DLC_ERR_ARG, "%s: tensor '%s': its shape holds %lld elements, numel = %lld", who,
+                             t[i].name, (long long)prod, (long long)t[i].numel);
+        for (int j = 0; j < i; j++)
+            if (strcmp(t[i].name, t[j].name) == 0)
+                return dlc_error(DLC_ERR_ARG, "%s: tensors %d and %d are both named '%s': expected unique names", who, j,
+                                 i, t[i].name);
+    }
+    dlc_status st = DLC_OK;
+    if (run_params) {
+        y->run = *run_params;
+    } else if (run_text) {
+        if ((st = dlc_run_parse(run_text, &y->run)) != DLC_OK) return st;
+    } else {
+        y->run = dlc_run_default_params();
+    }
+    if (y->run.dp)
+        return dlc_error(DLC_ERR_ARG, "%s: sync.preset = dp: data parallel needs the host's gradients, which the "
+                         "client does not take (diloco, streaming and decoupled run on the parameters)", who);
+    const char **names = calloc((size_t)count, sizeof *names);
+    dlc_tensor **ts = calloc((size_t)count, sizeof *ts);
+    y->offset = calloc((size_t)count, sizeof *y->offset);
+    y->numel = calloc((size_t)count, sizeof *y->numel);
+    if (!names || !ts || !y->offset || !y->numel) {
+        st = dlc_error(DLC_ERR_NOMEM, "%s: out of memory for %d tensors", who, count);
+        goto done;
+    }
+    for (int i = 0; i < count && st == DLC_OK; i++) {
+        int64_t vec = t[i].numel;
+        names[i] = t[i].name;
+        y->numel[i] = t[i].numel;
+        ts[i] = t[i].ndim > 0 ? dlc_tensor_from_data(t[i].ndim, t[i].shape, t[i].data)
+                              : dlc_tensor_from_data(1, &vec, t[i].data);
+        if (!ts[i]) st = dlc_last_status();
+    }
+    if (st == DLC_OK && !(y->params = dlc_params_new(count, names, ts))) st = dlc_last_status();
+    if (st == DLC_OK) {
+        for (int i = 0; i < count; i++) y->offset[i] = dlc_params_offset(y->params, i);
+        dlc_plan_params pp = dlc_plan_default_params();
+        pp.kind = y->run.plan;
+        pp.fragments = y->run.fragments;
+        pp.split_rows = count < y->run.fragments; /* fewer tensors than fragments: cut them */
+        if (!(y->plan = dlc_plan_new(y->params, &pp))) st = dlc_last_status();
+    }
+    if (st == DLC_OK) {
+        y->run.plan_hash = dlc_plan_hash(y->plan);
+        y->run.model_hash = dlc_plan_model_hash(y->plan);
+        st = dlc_run_params_check(&y->run);
+    }
+    y->count = count;
+done:
+    for (int i = 0; ts && i < count; i++)
+        if (ts[i]) dlc_tensor_release(ts[i]); /* the params hold their own references */
+    free(ts);
+    free(names);
+    if (st != DLC_OK) layout_free(y);
+    return st;
+}
+
+/* host -> arena, every tensor; DLC_ERR_RANGE naming the first non-finite value (the arena
+ * then holds part of the step: the caller rolls back or the next step overwrites it). */
+static dlc_status host_in(layout *y, const dlc_client_tensor *t) {
+    float *a = dlc_params_data(y->params);
+    for (int i = 0; i < y->count; i++) {
+        const float *src = t[i].data;
+        float *dst = a + y->offset[i];
+        float bad = 0;
+        int64_t at = -1;
+        for (int64_t k = 0; k < y->numel[i]; k++) {
+            float v = src[k];
+            dst[k] = v;
+            if (at < 0 && !isfinite(v)) at = k, bad = v;
+        }
+        if (at >= 0)
+            return dlc_error(DLC_ERR_RANGE, "parameter '%s' element %lld is %s", t[i].name, (long long)at,
+                             isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf");
+    }
+    return DLC_OK;
+}
+
+/* arena -> host, every tensor */
+static void host_out(layout *y, const dlc_client_tensor *t) {
+    const float *a = dlc_params_data(y->params);
+    for (int i = 0; i < y->count; i++) memcpy(t[i].data, a + y->offset[i], (size_t)y->numel[i] * sizeof(float));
+}
+
+/* The secret of a config: the file's or the string, into the net config. */
+static dlc_status secret_of(const char *who, const char *file, const char *text, dlc_net_config *nc) {
+    if ((file != NULL) == (text != NULL))
+        return dlc_error(DLC_ERR_ARG, "%s: expected one of secret_file and secret (the run's secret)", who);
+    if (file) nc->secret_file = file;
+    else nc->secret = text, nc->secret_len = strlen(text);
+    return DLC_OK;
+}
+
+/* ---- the learner ---- */
+
+struct dlc_client {
+    layout y;
+    dlc_client_tensor *t; /* the host's list (copied; the names too) */
+    char **names;
+    dlc_lrt *l;
+    double wait_timeout;
+    double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
+    int64_t steps, applied;
+    int finished;
+};
+
+dlc_client_config dlc_client_default_config(void) {
+    dlc_client_config c;
+    memset(&c, 0, sizeof c);
+    c.id = -1;
+    c.join_timeout = 60;
+    c.wait_timeout = 300;
+    c.heartbeat = 1;
+    return c;
+}
+
+/* "@FILE": the syncer's address file (its first line "HOST:PORT", then "run ID"), waited
+ * for up to `timeout` s.  addr and run (cap bytes each) receive them. */
+static dlc_status read_address_file(const char *path, double timeout, char *addr, size_t cap, char *run, size_t rcap) {
+    double t0 = dlc_rt_clock();
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char line[512];
+            addr[0] = run[0] = 0;
+            if (fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\r\n")] = 0;
+                snprintf(addr, cap, "%s", line);
+            }
+            while (fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\r\n")] = 0;
+                if (strncmp(line, "run ", 4) == 0) snprintf(run, rcap, "%.*s", (int)(rcap - 1), line + 4);
+            }
+            fclose(f);
+            if (addr[0]) return DLC_OK;
+        } else if (errno != ENOENT) {
+            return dlc_error(DLC_ERR_IO, "connect @%s: %s", path, strerror(errno));
+        }
+        if (dlc_rt_clock() - t0 >= timeout)
+            return dlc_error(DLC_ERR_STATE, "connect @%s: no address file within %g s (the syncer's --address-file)",
+                             path, timeout);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The merged fragments the driver applied since the last call: into the host's buffers. */
+static void take_applied(dlc_client *c) {
+    dlc_lrt_event ev;
+    int any = 0;
+    while (dlc_lrt_poll(c->l, &ev) == 1)
+        if (ev.kind == DLC_LRT_APPLIED) any = 1, c->applied++;
+    if (any) host_out(&c->y, c->t);
+}
+
+dlc_client *dlc_client_new(const dlc_client_config *cfg) {
+    static const char *const WHO = "client";
+    if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config"), NULL;
+    if (!cfg->connect || !cfg->connect[0])
+        return dlc_error(DLC_ERR_ARG, "client: connect: expected the syncer's HOST:PORT or @FILE"), NULL;
+    if (!(cfg->join_timeout > 0) || !(cfg->wait_timeout > 0) || !(cfg->heartbeat > 0))
+        return dlc_error(DLC_ERR_ARG, "client: join_timeout %g, wait_timeout %g, heartbeat %g: expected seconds > 0",
+                         cfg->join_timeout, cfg->wait_timeout, cfg->heartbeat),
+               NULL;
+    if (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX)
+        return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned)",
+                         cfg->id, DLC_PROTO_LEARNERS_MAX),
+               NULL;
+    dlc_client *c = calloc(1, sizeof *c);
+    if (!c) return dlc_error(DLC_ERR_NOMEM, "client: out of memory"), NULL;
+    dlc_status st = layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
+    if (st != DLC_OK) return free(c), NULL;
+    c->t = calloc((size_t)cfg->count, sizeof *c->t);
+    c->names = calloc((size_t)cfg->count, sizeof *c->names);
+    if (!c->t || !c->names) {
+        dlc_error(DLC_ERR_NOMEM, "client: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < cfg->count; i++) {
+        c->t[i] = cfg->tensors[i];
+        if (!(c->names[i] = strdup(cfg->tensors[i].name))) {
+            dlc_error(DLC_ERR_NOMEM, "client: out of memory");
+            goto fail;
+        }
+        c->t[i].name = c->names[i];
+        c->t[i].shape = NULL; /* not kept */
+    }
+    c->wait_timeout = cfg->wait_timeout;
+    char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
+    if (cfg->connect[0] == '@') {
+        if (read_address_file(cfg->connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
+            goto fail;
+    } else {
+        snprintf(addr, sizeof addr, "%s", cfg->connect);
+    }
+    dlc_lrt_config lc = dlc_lrt_default_config();
+    if (dlc_run_learner_params(&c->y.run, 0, &lc.learner) != DLC_OK) goto fail;
+    lc.learner.id = cfg->id;
+    lc.learner.heartbeat = cfg->heartbeat;
+    lc.params = c->y.params;
+    lc.plan = c->y.plan;
+    lc.run_params = &c->y.run;
+    lc.connect = addr;
+    lc.run = cfg->run_id ? cfg->run_id : run_id;
+    if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
+    lc.net.heartbeat_s = cfg->heartbeat;
+    if (!(c->l = dlc_lrt_new(&lc))) goto fail;
+    if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
+    take_applied(c);
+    host_out(&c->y, c->t); /* the whole global model, whatever the events said */
+    c->last_step = dlc_rt_clock();
+    return c;
+fail:;
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", dlc_last_error());
+    dlc_status code = dlc_last_status();
+    dlc_client_free(c);
+    dlc_error(code, "%s", keep);
+    return NULL;
+}
+
+void dlc_client_free(dlc_client *c) {
+    if (!c) return;
+    if (c->l && !c->finished && dlc_lrt_state(c->l) != DLC_LEARNER_STOPPED)
+        (void)dlc_lrt_finish(c->l, 0, "the host closed its client");
+    dlc_lrt_free(c->l);
+    for (int i = 0; c->names && i < c->y.count; i++) free(c->names[i]);
+    free(c->names);
+    free(c->t);
+    layout_free(&c->y);
+    free(c);
+}
+
+dlc_status dlc_client_step(dlc_client *c, int64_t tokens) {
+    if (!c) return dlc_error(DLC_ERR_ARG, "client_step: NULL client");
+    if (c->finished) return dlc_error(DLC_ERR_STATE, "client_step: the client has finished (dlc_client_finish)");
+    if (tokens < 0) return dlc_error(DLC_ERR_ARG, "client_step: tokens = %lld: expected >= 0", (long long)tokens);
+    dlc_status st = host_in(&c->y, c->t);
+    if (st != DLC_OK) return st;
+    double now = dlc_rt_clock();
+    st = dlc_lrt_step_done(c->l, tokens, now - c->last_step);
+    if (st == DLC_OK && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) st = dlc_lrt_wait(c->l, c->wait_timeout);
+    take_applied(c);
+    if (st == DLC_OK) c->steps++;
+    c->last_step = dlc_rt_clock();
+    return st;
+}
+
+dlc_status dlc_client_rollback(dlc_client *c) {
+    if (!c) return dlc_error(DLC_ERR_ARG, "client_rollback: NULL client");
+    dlc_status st = dlc_lrt_rollback(c->l);
+    if (st == DLC_OK) {
+        take_applied(c);
+        host_out(&c->y, c->t);
+    }
+    return st;
+}
+
+dlc_status dlc_client_finish(dlc_client *c, double timeout_s) {
+    if (!c) return dlc_error(DLC_ERR_ARG, "client_finish: NULL client");
+    if (c->finished) return DLC_OK;
+    dlc_status st = host_in(&c->y, c->t);
+    if (st == DLC_OK) st = dlc_lrt_flush(c->l, NULL);
+    dlc_status f = dlc_lrt_finish(c->l, timeout_s, "finished");
+    take_applied(c);
+    c->finished = 1;
+    return st != DLC_OK ? st : f;
+}
+
+int dlc_client_id(const dlc_client *c) { return c ? dlc_lrt_id(c->l) : -1; }
+int64_t dlc_client_steps(const dlc_client *c) { return c ? c->steps : 0; }
+int64_t dlc_client_applied(const dlc_client *c) { return c ? c->applied : 0; }
+dlc_lrt *dlc_client_lrt(dlc_client *c) { return c ? c->l : NULL; }
+
+/* ---- the syncer ---- */
+
+struct dlc_server {
+    layout y;
+    dlc_srt *s;
+};
+
+dlc_server_config dlc_server_default_config(void) {
+    dlc_server_config c;
+    memset(&c, 0, sizeof c);
+    c.learners = 1;
+    c.listen = "127.0.0.1:0";
+    c.run_id = "";
+    c.timeout = 5;
+    c.heartbeat = 1;
+    return c;
+}
+
+dlc_server *dlc_server_new(const dlc_server_config *cfg) {
+    static const char *const WHO = "server";
+    if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
+    if (!(cfg->timeout > 0) || !(cfg->heartbeat > 0) || cfg->heartbeat >= cfg->timeout)
+        return dlc_error(DLC_ERR_ARG, "server: heartbeat %g, timeout %g: expected seconds > 0, heartbeat < timeout",
+                         cfg->heartbeat, cfg->timeout),
+               NULL;
+    dlc_server *s = calloc(1, sizeof *s);
+    if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
+    if (layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params) != DLC_OK) return free(s), NULL;
+    if (host_in(&s->y, cfg->tensors) != DLC_OK) goto fail;
+    dlc_srt_config sc = dlc_srt_default_config();
+    if (dlc_run_syncer_params(&s->y.run, cfg->learners, &sc.syncer) != DLC_OK) goto fail;
+    sc.plan = s->y.plan;
+    sc.theta0 = dlc_params_data(s->y.params);
+    sc.listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
+    sc.run = cfg->run_id ? cfg->run_id : "";
+    sc.run_params = &s->y.run;
+    if (secret_of(WHO, cfg->secret_file, cfg->secret, &sc.net) != DLC_OK) goto fail;
+    sc.net.heartbeat_s = cfg->heartbeat;
+    sc.net.timeout_s = cfg->timeout;
+    if (!(s->s = dlc_srt_new(&sc))) goto fail;
+    return s;
+fail:;
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", dlc_last_error());
+    dlc_status code = dlc_last_status();
+    dlc_server_free(s);
+    dlc_error(code, "%s", keep);
+    return NULL;
+}
+
+void dlc_server_free(dlc_server *s) {
+    if (!s) return;
+    dlc_srt_free(s->s);
+    layout_free(&s->y);
+    free(s);
+}
+
+int dlc_server_port(const dlc_server *s) { return s ? dlc_srt_port(s->s) : -1; }
+dlc_srt *dlc_server_srt(dlc_server *s) { return s ? s->s : NULL; }
+
+int dlc_server_poll(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
+    if (!s || !ev) return dlc_error(DLC_ERR_ARG, "server_poll: NULL argument");
+    dlc_srt_event e;
+    int got = dlc_srt_poll(s->s, &e, timeout_ms);
+    if (got != 1) return got;
+    memset(ev, 0, sizeof *ev);
+    ev->kind = (int)e.kind;
+    ev->learner = e.learner;
+    ev->fragment = e.kind == DLC_SRT_MERGED ? e.merge.fragment : e.kind == DLC_SRT_REJECTED ? e.fragment : -1;
+    ev->version = e.kind == DLC_SRT_MERGED ? e.merge.version : -1;
+    ev->time = e.time;
+    snprintf(ev->text, sizeof ev->text, "%.*s", (int)sizeof ev->text - 1, e.text);
+    dlc_srt_event_release(&e);
+    return 1;
+}
+
+const char *dlc_server_event_name(int kind) { return dlc_srt_event_name((dlc_srt_event_kind)kind); }
+
+dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *t, int count) {
+    if (!s || !t) return dlc_error(DLC_ERR_ARG, "server_global: NULL argument");
+    if (count != s->y.count)
+        return dlc_error(DLC_ERR_ARG, "server_global: %d tensors, the server's layout has %d", count, s->y.count);
+    for (int i = 0; i < count; i++)
+        if (!t[i].data || t[i].numel != s->y.numel[i])
+            return dlc_error(DLC_ERR_ARG, "server_global: tensor %d ('%s'): %lld elements, the layout's has %lld", i,
+                             t[i].name ? t[i].name : "?", (long long)t[i].numel, (long long)s->y.numel[i]);
+    dlc_status st = dlc_srt_global(s->s, dlc_params_data(s->y.params));
+    if (st == DLC_OK) host_out(&s->y, t);
+    return st;
+}

@@ -1,0 +1,161 @@
+/*
+ * client.h - bring your own trainer: a host process (a C program, a Python one through
+ * python/diloco) joins a run as a learner, or hosts its syncer, with its own parameters
+ * in its own buffers.  The learner client and the server are the real-time drivers of
+ * rt.h (dlc_lrt, dlc_srt) over the transport, on host memory.  docs/embedding.md is the
+ * guide.
+ *
+ * A learner:
+ *
+ *     float *w = ..., *b = ...;                    // the host's model, f32, contiguous
+ *     dlc_client_tensor t[2] = {{"w", w, 4096}, {"b", b, 64}};
+ *     dlc_client_config cc = dlc_client_default_config();
+ *     cc.tensors = t; cc.count = 2;
+ *     cc.run = "{\"sync\": {\"preset\": \"decoupled\", \"H\": 24}}";   // run.h, dlc_run_parse
+ *     cc.connect = "10.0.0.1:7070"; cc.secret_file = "secret";
+ *     dlc_client *c = dlc_client_new(&cc);          // joined: w and b hold the global model
+ *     if (!c) fail(dlc_last_error());
+ *     for (;;) {
+ *         the host's inner step on w and b;
+ *         if (dlc_client_step(c, tokens) != DLC_OK) fail(dlc_last_error());
+ *     }
+ *     dlc_client_finish(c, 30.0);                   // its last contributions merged, BYE
+ *     dlc_client_free(c);
+ *
+ * The buffers are the host's: the library reads and writes them only inside
+ * dlc_client_new and dlc_client_step, on the calling thread.  Inside dlc_client_step it
+ * takes the host's values, hands the step to the learner state machine (learner.h: the
+ * fragments that are due leave as contributions, encoded on the driver's codec thread),
+ * and writes every merged fragment that arrived into the host's buffers (alpha mixing,
+ * tau, as the run says); with a blocking preset (diloco) it waits there for the round.
+ * In a non-blocking preset (streaming, decoupled) it never waits on the network.  The
+ * connection, heartbeats, reconnects and the resync of the whole model after a lost
+ * connection are the driver's (its I/O thread).  Data parallel needs the host's
+ * gradients and is not offered here (DLC_ERR_ARG).
+ *
+ * A syncer: dlc_server_new listens and serves on the library's thread; the host polls
+ * its events (merges, joins, losses) with dlc_srt_poll on dlc_server_srt, and reads the
+ * global model into its buffers with dlc_server_global.
+ *
+ * Threads: one dlc_client from one thread at a time (calls are not concurrent); distinct
+ * clients are independent.  A dlc_server's calls may come from any one thread (rt.h).
+ * Errors: a negative dlc_status with the message in dlc_last_error() of the calling
+ * thread; nothing prints or exits.
+ */
+#ifndef DILOCO_CLIENT_H
+#define DILOCO_CLIENT_H
+
+#include <stdint.h>
+#include "diloco/rt.h"
+#include "diloco/run.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter tensor of the host: `numel` contiguous floats at `data`.  The order of
+ * the list and the names and sizes make the model's layout: every learner and the
+ * syncer of a run must list the same (a learner whose layout differs is refused). */
+typedef struct dlc_client_tensor {
+    const char *name;     /* non-empty, unique */
+    float *data;
+    int64_t numel;        /* >= 1 */
+    int ndim;             /* 0: a vector of numel; else the shape (its product is numel),
+                           * as a diloco-lua learner of the same model has it (the layout
+                           * compares names and shapes) */
+    const int64_t *shape;
+} dlc_client_tensor;
+
+typedef struct dlc_client_config {
+    const dlc_client_tensor *tensors; /* borrowed during new; the buffers for the client's life */
+    int count;                  /* >= 1 */
+    const char *run;            /* the run as text (dlc_run_parse); NULL: decoupled's defaults */
+    const dlc_run_params *run_params; /* or as a struct (wins over run); its hashes are set
+                                 * from the layout */
+    const char *connect;        /* "HOST:PORT" of the syncer, or "@FILE": its address file
+                                 * (`diloco-lua syncer --address-file`; waited for) */
+    const char *secret_file;    /* a file holding the run's secret, or */
+    const char *secret;         /* the secret itself (NUL-terminated); one of the two */
+    const char *run_id;         /* the run id the syncer serves; NULL: the address file's, or "" */
+    int id;                     /* 0-based learner id; -1 (default): the syncer assigns one */
+    double join_timeout;        /* seconds to connect and receive the whole model (60) */
+    double wait_timeout;        /* blocking presets: the longest wait for a round (300 s) */
+    double heartbeat;           /* seconds between heartbeats (1) */
+} dlc_client_config;
+
+DLC_API dlc_client_config dlc_client_default_config(void);
+
+typedef struct dlc_client dlc_client; /* opaque */
+
+/* Checks the config (a bad one named: the tensor, the run field), connects, joins and
+ * writes the global model into the host's buffers.  NULL with the message in
+ * dlc_last_error(): a refusal by the syncer names what differs (the layout, the run, the
+ * secret); a deadline names what did not arrive. */
+DLC_API dlc_client *dlc_client_new(const dlc_client_config *cfg);
+/* Says BYE (if not finished) and closes.  NULL is a no-op. */
+DLC_API void dlc_client_free(dlc_client *c);
+
+/* After each inner step of the host, with the tokens it consumed (>= 0): see above.
+ * DLC_ERR_RANGE (changing nothing) when a host value is not finite, naming it; the host
+ * may then call dlc_client_rollback. */
+DLC_API dlc_status dlc_client_step(dlc_client *c, int64_t tokens);
+/* A fault on the host (a non-finite loss): its buffers go back to the last global model
+ * (rt.h, dlc_lrt_rollback); the host resets its inner optimizer. */
+DLC_API dlc_status dlc_client_rollback(dlc_client *c);
+/* The end: sends what it trained since each fragment's last send, waits up to timeout_s
+ * for its contributions to come back merged (writing them into the host's buffers), then
+ * says BYE. */
+DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
+
+DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
+DLC_API int64_t dlc_client_steps(const dlc_client *c); /* dlc_client_step calls since the join */
+DLC_API int64_t dlc_client_applied(const dlc_client *c); /* merged fragments written to the host */
+DLC_API dlc_lrt *dlc_client_lrt(dlc_client *c);        /* the driver, for its stats (dlc_lrt_get_stats) */
+
+/* ---- the syncer ---- */
+
+typedef struct dlc_server_config {
+    const dlc_client_tensor *tensors; /* the layout, and the initial global model (copied) */
+    int count;
+    const char *run;            /* as for the client */
+    const dlc_run_params *run_params;
+    int learners;               /* M >= 1 */
+    const char *listen;         /* "HOST:PORT" (port 0: any free one; default 127.0.0.1:0) */
+    const char *secret_file, *secret;
+    const char *run_id;         /* "" allowed */
+    double timeout;             /* a silent learner is lost after this (5 s) */
+    double heartbeat;           /* (1 s) */
+} dlc_server_config;
+
+DLC_API dlc_server_config dlc_server_default_config(void);
+
+typedef struct dlc_server dlc_server; /* opaque */
+
+DLC_API dlc_server *dlc_server_new(const dlc_server_config *cfg);
+DLC_API void dlc_server_free(dlc_server *s); /* NULL ok */
+DLC_API int dlc_server_port(const dlc_server *s);
+DLC_API dlc_srt *dlc_server_srt(dlc_server *s); /* poll its events, stats, flush (rt.h) */
+/* A flat event for hosts that call through an FFI (python/diloco): the kind (rt.h's
+ * dlc_srt_event_kind), the learner (-1 unknown), the fragment and new version of a merge
+ * (-1 otherwise), seconds since the server started, and the text of a loss, refusal or
+ * BYE (cut to fit). */
+typedef struct dlc_server_event {
+    int kind;
+    int learner;
+    int fragment;
+    int64_t version;
+    double time;
+    char text[256];
+} dlc_server_event;
+/* 1 with the next event, 0 when none came within timeout_ms (-1: wait for ever), or a
+ * negative status (the server's thread failed). */
+DLC_API int dlc_server_poll(dlc_server *s, dlc_server_event *ev, int timeout_ms);
+/* "merged", "joined", "lost", "rejected", "refused", "bye"; NULL out of range. */
+DLC_API const char *dlc_server_event_name(int kind);
+/* The global model into the buffers of `tensors` (the layout the server was made with). */
+DLC_API dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *tensors, int count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
