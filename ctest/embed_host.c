@@ -103,6 +103,13 @@ static int learner(const char *port, const char *secret, int id, const char *out
             return 1;
         }
     }
+    int64_t sched = dlc_client_schedule_step(c);
+    if (sched < STEPS || dlc_client_steps(c) != STEPS) {
+        fprintf(stderr, "learner %d: %lld steps, run step %lld: expected %d and >= %d\n", id,
+                (long long)dlc_client_steps(c), (long long)sched, STEPS, STEPS);
+        dlc_client_free(c);
+        return 1;
+    }
     if (dlc_client_finish(c, 20) != DLC_OK) fprintf(stderr, "learner %d: finish: %s\n", id, dlc_last_error());
     printf("learner %d: loss %.5f -> %.5f, %lld merged fragments applied\n", id, l0, loss(w, b),
            (long long)dlc_client_applied(c));

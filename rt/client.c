@@ -326,6 +326,10 @@ dlc_status dlc_client_finish(dlc_client *c, double timeout_s) {
 int dlc_client_id(const dlc_client *c) { return c ? dlc_lrt_id(c->l) : -1; }
 int64_t dlc_client_steps(const dlc_client *c) { return c ? c->steps : 0; }
 int64_t dlc_client_applied(const dlc_client *c) { return c ? c->applied : 0; }
+int64_t dlc_client_schedule_step(const dlc_client *c) {
+    const dlc_learner *l = c ? dlc_lrt_learner(c->l) : NULL;
+    return l ? dlc_learner_schedule_step(l) : 0;
+}
 dlc_lrt *dlc_client_lrt(dlc_client *c) { return c ? c->l : NULL; }
 
 /* ---- the syncer ---- */

@@ -109,6 +109,7 @@ def _load():
         "dlc_client_id": (I, [P]),
         "dlc_client_steps": (I64, [P]),
         "dlc_client_applied": (I64, [P]),
+        "dlc_client_schedule_step": (I64, [P]),
         "dlc_server_default_config": (_ServerConfig, []),
         "dlc_server_new": (P, [ctypes.POINTER(_ServerConfig)]),
         "dlc_server_free": (None, [P]),
@@ -262,6 +263,12 @@ class Learner:
     @property
     def steps(self):
         return _lib.dlc_client_steps(self._c)
+
+    @property
+    def schedule_step(self):
+        """The run's step this learner is at (its steps plus those skipped catching up with
+        the others' rounds): what a learning-rate schedule follows."""
+        return _lib.dlc_client_schedule_step(self._c)
 
     @property
     def applied(self):

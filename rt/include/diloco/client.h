@@ -109,6 +109,10 @@ DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
 
 DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
 DLC_API int64_t dlc_client_steps(const dlc_client *c); /* dlc_client_step calls since the join */
+/* The run's step this learner is at (learner.h, dlc_learner_schedule_step): its inner steps
+ * plus those it skipped catching up with the others' rounds.  A host's learning-rate
+ * schedule follows it, and a run of N steps ends when it reaches N. */
+DLC_API int64_t dlc_client_schedule_step(const dlc_client *c);
 DLC_API int64_t dlc_client_applied(const dlc_client *c); /* merged fragments written to the host */
 DLC_API dlc_lrt *dlc_client_lrt(dlc_client *c);        /* the driver, for its stats (dlc_lrt_get_stats) */
 
