@@ -7,7 +7,9 @@
  *                                   processes (this program again), then the checks
  *   embed_host learner PORT SECRET_FILE ID OUT   one learner (what the test starts)
  *
- * Checks: every learner joins, trains and finishes (exit 0) with contributions merged;
+ * Checks: every learner joins, trains and finishes (exit 0) with contributions merged
+ * (learner 1's link is cut past the timeout after a few merges: it is lost, trains on,
+ * reconnects and rejoins with the whole model);
  * the global model's loss on held-out data falls below a tenth of the initial model's;
  * each learner ends within 5% (relative L2) of the global model; a learner whose layout
  * differs (one feature fewer) is refused, the message naming the model layout. */
@@ -95,7 +97,9 @@ static int learner(const char *port, const char *secret, int id, const char *out
         }
         for (int i = 0; i < D; i++) w[i] -= 0.02f * gw[i];
         b -= 0.02f * gb;
-        struct timespec ts = {0, 2 * 1000 * 1000}; /* a step of a real trainer takes time */
+        /* a step of a real trainer takes time; learner 1's longer, so that it still trains
+         * when its cut (below) ends: it rejoins, then finishes */
+        struct timespec ts = {0, (id == 1 ? 20 : 2) * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (dlc_client_step(c, BATCH) != DLC_OK) {
             fprintf(stderr, "learner %d: step %d: %s\n", id, step, dlc_last_error());
@@ -122,8 +126,10 @@ static int learner(const char *port, const char *secret, int id, const char *out
         return 1;
     }
     if (dlc_client_finish(c, 20) != DLC_OK) fprintf(stderr, "learner %d: finish: %s\n", id, dlc_last_error());
-    printf("learner %d: loss %.5f -> %.5f, %lld merged fragments applied\n", id, l0, loss(w, b),
-           (long long)dlc_client_applied(c));
+    dlc_lrt_stats ls;
+    dlc_lrt_get_stats(dlc_client_lrt(c), &ls);
+    printf("learner %d: loss %.5f -> %.5f, %lld merged fragments applied, %lld reconnects, connected %d\n", id, l0,
+           loss(w, b), (long long)dlc_client_applied(c), (long long)ls.reconnects, ls.connected);
     dlc_client_free(c);
     FILE *f = fopen(out, "wb");
     if (!f || fwrite(w, sizeof w, 1, f) != 1 || fwrite(&b, sizeof b, 1, f) != 1) return perror(out), 1;
@@ -190,7 +196,7 @@ int main(int argc, char **argv) {
     }
     /* serve until every learner said BYE (or a deadline) */
     dlc_srt *srt = dlc_server_srt(s);
-    int byes = 0, merges = 0;
+    int byes = 0, merges = 0, cut = 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (byes < LEARNERS) {
@@ -202,8 +208,15 @@ int main(int argc, char **argv) {
         }
         if (got == 1) {
             if (ev.kind == DLC_SRT_BYE) byes++;
+            if (ev.kind == DLC_SRT_LOST || ev.kind == DLC_SRT_REFUSED || ev.kind == DLC_SRT_JOINED)
+                printf("embed_host: %.2f s: learner %d %s%s%s\n", ev.time, ev.learner, dlc_srt_event_name(ev.kind),
+                       ev.text[0] ? ": " : "", ev.text);
             if (ev.kind == DLC_SRT_MERGED) merges++;
             dlc_srt_event_release(&ev);
+        }
+        if (merges >= 6 && !cut) { /* learner 1's link cut past the timeout: lost, then back whole */
+            CHECK(dlc_srt_cut(srt, 1, 3.5) == DLC_OK, "cut: %s", dlc_last_error());
+            cut = 1;
         }
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -220,6 +233,8 @@ int main(int argc, char **argv) {
         }
         dlc_srt_learner_info info;
         CHECK(dlc_srt_learner(srt, m, &info) == DLC_OK && info.merged > 0, "learner %d: no contribution merged", m);
+        CHECK(m != 1 || info.joins >= 2, "learner 1 joined %lld times: expected a rejoin after its cut",
+              (long long)info.joins);
     }
     CHECK(dlc_server_global(s, t, 2) == DLC_OK, "global: %s", dlc_last_error());
     double lg = loss(w, b);

@@ -104,7 +104,9 @@ DLC_API dlc_status dlc_client_step(dlc_client *c, int64_t tokens);
 DLC_API dlc_status dlc_client_rollback(dlc_client *c);
 /* The end: sends what it trained since each fragment's last send, waits up to timeout_s
  * for its contributions to come back merged (writing them into the host's buffers), then
- * says BYE. */
+ * says BYE.  A client whose connection is down when it finishes (or goes down meanwhile)
+ * leaves at once without its BYE: what it had not had merged is lost, and the syncer sees
+ * it lost, not finished. */
 DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
 
 DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
