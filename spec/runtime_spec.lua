@@ -162,7 +162,13 @@ describe("diloco-lua run with 3 learner processes", function()
     assert.are.equal(2, s.per_learner[2].joins)
     assert.are.equal(1, s.restarts)
     -- its own metrics hold both processes: the restart appended to what the first wrote
-    assert.are.equal(2, #of_kind(events(S.dir .. "/run/learner-2/metrics.jsonl"), "join"))
+    local joins = of_kind(events(S.dir .. "/run/learner-2/metrics.jsonl"), "join")
+    assert.are.equal(2, #joins)
+    -- without a checkpoint its data went on from the run's step it joined at, not from
+    -- the start of its shard again
+    assert.is_nil(joins[1].data_cursor)
+    assert.is_true(joins[2].step > 0 and joins[2].data_cursor == joins[2].step,
+      "the restart's data cursor: " .. tostring(joins[2].data_cursor) .. " at step " .. tostring(joins[2].step))
     assert.is_nil(s.error)
   end)
 

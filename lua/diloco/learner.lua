@@ -280,6 +280,15 @@ function M.prepare(r, opts)
     l:replay()
   else
     ctx.restored = has and restore(ctx) or nil
+    -- joined past the start without a checkpoint (a restart, a late launch): its text data
+    -- goes on from the batch its island reaches at the run's step, not from the start of
+    -- its shard again (its earlier processes read the batches before; a checkpoint's
+    -- cursor is exact, this is the island's schedule)
+    local s = l:schedule_step()
+    if not ctx.restored and s > 0 and ctx.loaders.train:state().cursor then
+      ctx.loaders.train:set_state({ cursor = s })
+      ctx.data_cursor = s
+    end
   end
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
   ctx.last_save = diloco.clock()
@@ -291,6 +300,7 @@ function M.prepare(r, opts)
   -- before its first step; tokens: what its checkpoint had trained (the counters go on from it)
   write(ctx, "join", { learner = ctx.id, step = ctx.first_step, connect = addr, restored = ctx.restored,
     optimizer = ctx.restored and "checkpoint" or "fresh", tokens = ctx.tokens, restart_at = opts.restart_at,
+    data_cursor = ctx.data_cursor,
     startup_s = diloco.clock() - ctx.t_start })
   return ctx
 end
