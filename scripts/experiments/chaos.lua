@@ -39,19 +39,8 @@ end
 
 local RUNS = root .. "/runs/experiments/chaos"
 local DOCS = root .. "/docs/experiments"
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local C = dofile(root .. "/scripts/experiments/common.lua")
+local quote, read, write = C.quote, C.read, C.write
 
 os.execute("mkdir -p " .. quote(RUNS) .. " " .. quote(DOCS))
 local res = {}
@@ -80,12 +69,8 @@ end
 local function pct(x) return type(x) == "number" and string.format("%.1f%%", 100 * x) or "-" end
 local function num(x, f) return type(x) == "number" and string.format(f or "%.4f", x) or "-" end
 local function mean_sd(xs)
-  local n, s = #xs, 0
-  if n == 0 then return nil end
-  for _, x in ipairs(xs) do s = s + x end
-  local m, v = s / n, 0
-  for _, x in ipairs(xs) do v = v + (x - m) ^ 2 end
-  return m, n > 1 and math.sqrt(v / (n - 1)) or 0
+  local m, sd = C.mean_sd(xs)
+  return m, sd or (m and 0) -- (one seed: no spread)
 end
 local function ratio(p)
   local d, n = mode(p, "decoupled"), mode(p, "dp, non-elastic")
@@ -257,14 +242,5 @@ md[#md + 1] = ""
 md[#md + 1] = "<!-- chaos end -->"
 
 local path = root .. "/docs/experiments.md"
-local doc = read(path) or ""
-local section = table.concat(md, "\n") .. "\n"
-local a = doc:find("<!-- chaos begin", 1, true)
-local z = doc:find("<!-- chaos end -->\n", 1, true)
-if a and z then
-  doc = doc:sub(1, a - 1) .. section .. doc:sub(z + #"<!-- chaos end -->\n")
-else
-  doc = doc:gsub("\n*$", "\n\n") .. section
-end
-write(path, doc)
+C.write_section(path, "chaos", table.concat(md, "\n") .. "\n")
 io.stderr:write("wrote " .. path .. " (its chaos section) and " .. DOCS .. "/chaos-sweep.png\n")

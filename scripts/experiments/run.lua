@@ -44,21 +44,8 @@ local function sh(cmd)
   return ok
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
-
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local C = dofile(root .. "/scripts/experiments/common.lua")
+local quote, read, write = C.quote, C.read, C.write
 
 -- ---- the runs ----
 
