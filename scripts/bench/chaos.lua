@@ -20,7 +20,8 @@
 -- (per learner, the mean over the 4: training, waiting for the network, start-up of its
 -- processes, down, paused, held, done before the run ended; the rest is what the
 -- learners' metrics do not see within the training window, which the final evaluation
--- and save of the global model follow).
+-- and save of the global model follow), with the steps non-elastic dp rolled back and
+-- those elastic dp's restarted learners skipped unreplayed (their own summaries).
 -- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON]]
 -- (SEED: the policy's, 7; JSON: a file to write every mode's summary and sim's into, for
 -- scripts/experiments/chaos.lua)
@@ -51,7 +52,17 @@ local function go(cmd, name, sets)
   local st = diloco.proc.wait(pid, true)
   if st.exited ~= 0 then error(name .. " failed: see " .. tmp .. "/" .. name .. ".log") end
   local ev = events(tmp .. "/" .. name .. "/metrics.jsonl")
-  return ev[#ev], ev
+  local summary = ev[#ev]
+  if cmd == "run" then -- what each learner's own summaries say (its last process's): replays, rollbacks
+    summary.learner_summaries = {}
+    for m = 1, 4 do
+      local ok, lev = pcall(events, string.format("%s/%s/learner-%d/metrics.jsonl", tmp, name, m))
+      local last = ok and lev[#lev] or nil
+      summary.learner_summaries[m] = last and last.event == "summary" and { replayed = last.replayed,
+        unreplayed = last.unreplayed, rollbacks = last.rollbacks, steps = last.steps } or diloco.json_null
+    end
+  end
+  return summary, ev
 end
 
 -- the mean idle share of the learners while they were up: what another learner's fault
@@ -109,8 +120,8 @@ end
 
 -- where the wall time went: the mean over the learners of each share (summary.per_learner)
 print("")
-print("| mode | wall s | training | waiting | start-up | down | paused | held | done early | rest | rolled back steps |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| mode | wall s | training | waiting | start-up | down | paused | held | done early | rest | rolled back steps | unreplayed steps |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for _, m in ipairs(modes) do
   local r = out[m.name]
   local keys = { "train_s", "wait_s", "startup_s", "down_s", "paused_s", "held_s", "after_done_s" }
@@ -122,9 +133,13 @@ for _, m in ipairs(modes) do
   end
   local rest = r.train_s or r.wall_s -- the training window (the final evaluation and save come after it)
   for _, k in ipairs(keys) do rest = rest - mean[k] end
-  print(string.format("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |", m.name, r.wall_s,
+  local unrep
+  for _, ls in ipairs(r.learner_summaries or {}) do
+    if type(ls) == "table" and ls.unreplayed then unrep = (unrep or 0) + ls.unreplayed end
+  end
+  print(string.format("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |", m.name, r.wall_s,
     mean.train_s, mean.wait_s, mean.startup_s, mean.down_s, mean.paused_s, mean.held_s, mean.after_done_s, rest,
-    r.rolled_back_steps and tostring(r.rolled_back_steps) or "-"))
+    r.rolled_back_steps and tostring(r.rolled_back_steps) or "-", unrep and tostring(unrep) or "-"))
 end
 local d, n = out["decoupled"], out["dp, non-elastic"]
 if d.goodput and n.goodput and n.goodput > 0 then
