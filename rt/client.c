@@ -147,6 +147,17 @@ static dlc_status secret_of(const char *who, const char *file, const char *text,
     return DLC_OK;
 }
 
+/* Frees a half-made object and returns NULL, keeping the error that stopped it (what
+ * the frees do may set others). */
+static void *drop(void (*release)(void *), void *obj) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", dlc_last_error());
+    dlc_status code = dlc_last_status();
+    release(obj);
+    dlc_error(code, "%s", keep);
+    return NULL;
+}
+
 /* ---- the learner ---- */
 
 struct dlc_client {
@@ -159,6 +170,8 @@ struct dlc_client {
     int64_t steps, applied;
     int finished;
 };
+
+static void client_release(void *c) { dlc_client_free(c); }
 
 dlc_client_config dlc_client_default_config(void) {
     dlc_client_config c;
@@ -266,13 +279,8 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     host_out(&c->y, c->t); /* the whole global model, whatever the events said */
     c->last_step = dlc_rt_clock();
     return c;
-fail:;
-    char keep[1024];
-    snprintf(keep, sizeof keep, "%s", dlc_last_error());
-    dlc_status code = dlc_last_status();
-    dlc_client_free(c);
-    dlc_error(code, "%s", keep);
-    return NULL;
+fail:
+    return drop(client_release, c);
 }
 
 void dlc_client_free(dlc_client *c) {
@@ -339,6 +347,8 @@ struct dlc_server {
     dlc_srt *s;
 };
 
+static void server_release(void *s) { dlc_server_free(s); }
+
 dlc_server_config dlc_server_default_config(void) {
     dlc_server_config c;
     memset(&c, 0, sizeof c);
@@ -373,13 +383,8 @@ dlc_server *dlc_server_new(const dlc_server_config *cfg) {
     sc.net.timeout_s = cfg->timeout;
     if (!(s->s = dlc_srt_new(&sc))) goto fail;
     return s;
-fail:;
-    char keep[1024];
-    snprintf(keep, sizeof keep, "%s", dlc_last_error());
-    dlc_status code = dlc_last_status();
-    dlc_server_free(s);
-    dlc_error(code, "%s", keep);
-    return NULL;
+fail:
+    return drop(server_release, s);
 }
 
 void dlc_server_free(dlc_server *s) {

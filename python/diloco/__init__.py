@@ -189,7 +189,31 @@ def _run_text(run):
     return json.dumps(run).encode()
 
 
-class Learner:
+class _Handle:
+    """A library object freed by close(), at the end of a with block, or when collected."""
+
+    _h = None
+    _free = None  # the name of the library's free function
+
+    def close(self):
+        if self._h is not None:
+            getattr(_lib, self._free)(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Learner(_Handle):
     """One learner of a run on the caller's parameters (docs/embedding.md).
 
     params: the model's parameters in order, a dict name -> array (or a list of pairs),
@@ -198,6 +222,8 @@ class Learner:
     secret_file or secret: the run's secret.  run: the run's sync and outer fields, a dict
     or JSON text ({"sync": {"preset": "decoupled", "H": 24}, "outer": {"lr": 0.7}}).
     Joins at once: the arrays then hold the global model."""
+
+    _free = "dlc_client_free"
 
     def __init__(self, params, connect, secret_file=None, secret=None, run=None, run_id=None, id=None,
                  join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0):
@@ -213,8 +239,8 @@ class Learner:
         cfg.run_id = run_id.encode() if run_id is not None else None
         cfg.id = -1 if id is None else int(id)
         cfg.join_timeout, cfg.wait_timeout, cfg.heartbeat = join_timeout, wait_timeout, heartbeat
-        self._c = lib.dlc_client_new(ctypes.byref(cfg))
-        if not self._c:
+        self._h = lib.dlc_client_new(ctypes.byref(cfg))
+        if not self._h:
             _fail("diloco.Learner")
 
     def _check(self, st, what):
@@ -224,61 +250,46 @@ class Learner:
     def step_done(self, tokens):
         """After each inner step, with the tokens it consumed: merged fragments land in the
         parameters here; in a blocking preset (diloco) it waits here for the round."""
-        if self._c is None:
+        if self._h is None:
             raise Error("diloco.Learner.step_done: the learner is closed")
-        self._check(_lib.dlc_client_step(self._c, int(tokens)), "step_done")
+        self._check(_lib.dlc_client_step(self._h, int(tokens)), "step_done")
 
     def rollback(self):
         """A non-finite loss on the caller's side: the parameters go back to the last global model."""
-        self._check(_lib.dlc_client_rollback(self._c), "rollback")
+        self._check(_lib.dlc_client_rollback(self._h), "rollback")
 
     def finish(self, timeout=30.0):
         """The end: what it trained since its last sends goes out, its contributions come back
         merged (into the parameters), then it says BYE."""
-        if self._c is not None:
-            self._check(_lib.dlc_client_finish(self._c, float(timeout)), "finish")
-
-    def close(self):
-        if self._c is not None:
-            _lib.dlc_client_free(self._c)
-            self._c = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        if self._h is not None:
+            self._check(_lib.dlc_client_finish(self._h, float(timeout)), "finish")
 
     @property
     def id(self):
         """0-based learner id, as the syncer assigned it."""
-        return _lib.dlc_client_id(self._c)
+        return _lib.dlc_client_id(self._h)
 
     @property
     def steps(self):
-        return _lib.dlc_client_steps(self._c)
+        return _lib.dlc_client_steps(self._h)
 
     @property
     def schedule_step(self):
         """The run's step this learner is at (its steps plus those skipped catching up with
         the others' rounds): what a learning-rate schedule follows."""
-        return _lib.dlc_client_schedule_step(self._c)
+        return _lib.dlc_client_schedule_step(self._h)
 
     @property
     def applied(self):
         """Merged fragments written into the parameters so far."""
-        return _lib.dlc_client_applied(self._c)
+        return _lib.dlc_client_applied(self._h)
 
 
-class Server:
+class Server(_Handle):
     """A run's syncer on a thread of the library; params give the layout and the initial
     global model (copied), learners the learner count M."""
+
+    _free = "dlc_server_free"
 
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
                  timeout=5.0, heartbeat=1.0):
@@ -294,19 +305,19 @@ class Server:
         cfg.secret = secret.encode() if secret is not None else None
         cfg.run_id = run_id.encode()
         cfg.timeout, cfg.heartbeat = timeout, heartbeat
-        self._s = lib.dlc_server_new(ctypes.byref(cfg))
-        if not self._s:
+        self._h = lib.dlc_server_new(ctypes.byref(cfg))
+        if not self._h:
             _fail("diloco.Server")
 
     @property
     def port(self):
-        return _lib.dlc_server_port(self._s)
+        return _lib.dlc_server_port(self._h)
 
     def poll(self, timeout=1.0):
         """The next event as a dict (kind: merged, joined, lost, rejected, refused, bye;
         learner, fragment, version, time, text), or None when none came within timeout s."""
         ev = _ServerEvent()
-        got = _lib.dlc_server_poll(self._s, ctypes.byref(ev), int(timeout * 1000))
+        got = _lib.dlc_server_poll(self._h, ctypes.byref(ev), int(timeout * 1000))
         if got < 0:
             _fail("diloco.Server.poll")
         if got == 0:
@@ -318,22 +329,6 @@ class Server:
     def global_model(self, params):
         """The global model into params (the server's layout)."""
         lay = _Layout(params)
-        if _lib.dlc_server_global(self._s, lay.arr, lay.count) != 0:
+        if _lib.dlc_server_global(self._h, lay.arr, lay.count) != 0:
             _fail("diloco.Server.global_model")
 
-    def close(self):
-        if self._s is not None:
-            _lib.dlc_server_free(self._s)
-            self._s = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
