@@ -219,12 +219,16 @@ write(dat, table.concat(lines, "\n") .. "\n")
 local gp = io.popen("gnuplot", "w")
 if gp then
   local titles = { "dp, non-elastic", "dp, elastic", "diloco (blocking)", "decoupled" }
+  local colors = { "#9400d3", "#009e73", "#56b4e9", "#e69f00" } -- a sim line in its mode's colour
   local plots = {}
   for i, t in ipairs(titles) do
-    plots[#plots + 1] = string.format("%s using 1:%d with linespoints lw 2 pt 7 title '%s'", quote(dat), i + 1, t)
+    plots[#plots + 1] = string.format("%s using 1:%d with linespoints lw 2 pt 7 lc rgb '%s' title '%s'", quote(dat),
+      i + 1, colors[i], t)
   end
-  plots[#plots + 1] = string.format("%s using 1:6 with linespoints dt 2 pt 6 title 'diloco, sim'", quote(dat))
-  plots[#plots + 1] = string.format("%s using 1:7 with linespoints dt 2 pt 6 title 'decoupled, sim'", quote(dat))
+  plots[#plots + 1] = string.format("%s using 1:6 with linespoints dt 2 pt 6 lc rgb '%s' title 'diloco, sim'",
+    quote(dat), colors[3])
+  plots[#plots + 1] = string.format("%s using 1:7 with linespoints dt 2 pt 6 lc rgb '%s' title 'decoupled, sim'",
+    quote(dat), colors[4])
   gp:write(table.concat({
     "set terminal pngcairo noenhanced size 900,560",
     "set output " .. quote(DOCS .. "/chaos-sweep.png"),
