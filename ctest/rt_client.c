@@ -1,0 +1,107 @@
+/*
+ * rt_client.c - the embedding API's bad input (rt/include/diloco/client.h): every config
+ * the client and the server refuse before they open a socket, each with a message that
+ * names what was wrong and what was expected, and nothing made.  (A whole run through the
+ * API: ctest embed_host and embed_python.)
+ */
+#include "check.h"
+#include "diloco/client.h"
+
+static float w[12], b[3];
+
+static void refused_client(const dlc_client_config *cc, const char *says) {
+    dlc_client *c = dlc_client_new(cc);
+    CHECK(c == NULL && strstr(dlc_last_error(), says));
+    if (c || !strstr(dlc_last_error(), says)) fprintf(stderr, "  expected \"%s\", got \"%s\"\n", says, dlc_last_error());
+    dlc_client_free(c);
+}
+
+static void test_client_config(void) {
+    int64_t shape[2] = {3, 4}, bad_shape[2] = {3, 5};
+    dlc_client_tensor t[2] = {{"w", w, 12, 2, shape}, {"b", b, 3, 0, NULL}};
+    dlc_client_config cc = dlc_client_default_config();
+    CHECK(cc.id == -1 && cc.join_timeout == 60 && cc.wait_timeout == 300 && cc.heartbeat == 1);
+    cc.tensors = t, cc.count = 2, cc.connect = "127.0.0.1:1", cc.secret = "s3cret-s3cret-s3cret", cc.join_timeout = 1;
+    CHECK(dlc_client_new(NULL) == NULL && strstr(dlc_last_error(), "NULL config"));
+    dlc_client_config x = cc;
+    x.connect = NULL;
+    refused_client(&x, "connect: expected the syncer's HOST:PORT or @FILE");
+    x = cc, x.heartbeat = 0;
+    refused_client(&x, "heartbeat 0: expected seconds > 0");
+    x = cc, x.id = -2;
+    refused_client(&x, "id = -2: expected a 0-based learner id");
+    x = cc, x.count = 0;
+    refused_client(&x, "0 tensors: expected a list of at least one");
+    dlc_client_tensor u[2] = {t[0], t[1]};
+    x = cc, x.tensors = u;
+    u[1].name = "";
+    refused_client(&x, "tensor 1 has no name");
+    u[1].name = "w";
+    refused_client(&x, "tensors 0 and 1 are both named 'w'");
+    u[1] = t[1], u[1].data = NULL;
+    refused_client(&x, "tensor 'b': data is NULL");
+    u[1] = t[1], u[1].numel = 0;
+    refused_client(&x, "tensor 'b': numel = 0: expected >= 1");
+    u[1] = t[1], u[0].shape = bad_shape;
+    refused_client(&x, "tensor 'w': its shape holds 15 elements, numel = 12");
+    u[0] = t[0], u[0].ndim = 5;
+    refused_client(&x, "tensor 'w': ndim = 5");
+    x = cc, x.run = "{\"sync\": {\"H\": 0.5}}";
+    refused_client(&x, "sync.H: expected an integer");
+    x = cc, x.run = "{\"sync\": {\"preset\": \"dp\"}}";
+    refused_client(&x, "data parallel needs the host's gradients");
+    x = cc, x.secret_file = "/nonexistent";
+    refused_client(&x, "expected one of secret_file and secret");
+    x = cc, x.secret = NULL;
+    refused_client(&x, "expected one of secret_file and secret");
+    x = cc, x.connect = "@/nonexistent/dir/address", x.join_timeout = 0.2;
+    refused_client(&x, "no address file within 0.2 s");
+    /* a syncer that is not there: the join's deadline names what did not arrive */
+    x = cc, x.join_timeout = 0.5;
+    refused_client(&x, "WELCOME and whole model");
+    CHECK(dlc_client_step(NULL, 1) == DLC_ERR_ARG && dlc_client_finish(NULL, 1) == DLC_ERR_ARG &&
+          dlc_client_rollback(NULL) == DLC_ERR_ARG && dlc_client_id(NULL) == -1 && dlc_client_lrt(NULL) == NULL);
+    dlc_client_free(NULL);
+}
+
+static void test_server_config(void) {
+    dlc_client_tensor t[2] = {{"w", w, 12, 0, NULL}, {"b", b, 3, 0, NULL}};
+    dlc_server_config sc = dlc_server_default_config();
+    CHECK(sc.learners == 1 && strcmp(sc.listen, "127.0.0.1:0") == 0 && sc.timeout == 5 && sc.heartbeat == 1);
+    sc.tensors = t, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret";
+    dlc_server_config x = sc;
+    x.heartbeat = 5;
+    CHECK(dlc_server_new(&x) == NULL && strstr(dlc_last_error(), "heartbeat < timeout"));
+    x = sc, x.learners = 0;
+    CHECK(dlc_server_new(&x) == NULL && strstr(dlc_last_error(), "learners"));
+    x = sc, x.run = "{\"outer\": {\"momentum\": 1.5}}";
+    CHECK(dlc_server_new(&x) == NULL && strstr(dlc_last_error(), "outer.momentum = 1.5"));
+    w[3] = 1.0f / 0.0f;
+    CHECK(dlc_server_new(&sc) == NULL && strstr(dlc_last_error(), "parameter 'w' element 3 is inf"));
+    w[3] = 0;
+    x = sc, x.listen = "not an address";
+    CHECK(dlc_server_new(&x) == NULL && strlen(dlc_last_error()) > 0);
+    /* a good one serves, and hands its global model back into the host's buffers */
+    for (int i = 0; i < 12; i++) w[i] = (float)i;
+    dlc_server *s = dlc_server_new(&sc);
+    CHECK_OK(s);
+    if (!s) return;
+    CHECK(dlc_server_port(s) > 0 && dlc_server_srt(s) != NULL);
+    float w2[12] = {0}, b2[3] = {0};
+    dlc_client_tensor g[2] = {{"w", w2, 12, 0, NULL}, {"b", b2, 3, 0, NULL}};
+    CHECK(dlc_server_global(s, g, 2) == DLC_OK && w2[11] == 11.0f && b2[0] == 0.0f);
+    CHECK(dlc_server_global(s, g, 1) == DLC_ERR_ARG && strstr(dlc_last_error(), "1 tensors, the server's layout has 2"));
+    g[1].numel = 2;
+    CHECK(dlc_server_global(s, g, 2) == DLC_ERR_ARG && strstr(dlc_last_error(), "2 elements, the layout's has 3"));
+    dlc_server_event ev;
+    CHECK(dlc_server_poll(s, &ev, 10) == 0); /* nothing happened */
+    CHECK(strcmp(dlc_server_event_name(DLC_SRT_MERGED), "merged") == 0 && dlc_server_event_name(99) == NULL);
+    dlc_server_free(s);
+    dlc_server_free(NULL);
+}
+
+int main(void) {
+    test_client_config();
+    test_server_config();
+    return check_done("rt_client");
+}
