@@ -9,7 +9,10 @@ with the same parameter names and shapes, trained by its own SGD on its own shar
 IDX files.  Checks: both learners' contributions are merged (the syncer's summary); the
 numpy learner's held-out loss falls; it ends within 10% (relative L2) of the global model
 the syncer saved; a numpy learner with one hidden unit fewer is refused, the message
-naming the model layout.  Exit 0 on success; every failure printed."""
+naming the model layout.  Then a syncer hosted in Python (diloco.Server) serves a numpy
+learner of a linear model: its events are polled (joined, merged, bye) and its global
+model, read back, is within 5% of the true weights.  Exit 0 on success; every failure
+printed."""
 
 import gzip
 import json
@@ -175,6 +178,39 @@ return diloco.recipe {
     print("embed_python: the numpy learner is %.4f (relative L2) from the global model; its loss %.4f" %
           (rel, loss(g, xt, yt)), flush=True)
     check(rel < 0.1, "the numpy learner ends %.4f (relative L2) from the global model" % rel)
+
+    # a syncer hosted in Python (diloco.Server) with a numpy learner of its own: a linear
+    # model y = w.x, merged, polled, and the global model read back
+    rng2 = np.random.default_rng(3)
+    wt = rng2.standard_normal(16).astype(np.float32)
+    w0 = np.zeros(16, np.float32)
+    srv = diloco.Server({"w": w0}, learners=1, secret="python-server-secret-0123456789",
+                        run={"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}, timeout=3.0,
+                        heartbeat=0.25)
+    w = np.zeros(16, np.float32)
+    with diloco.Learner({"w": w}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
+                        run={"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}, heartbeat=0.25) as ln:
+        for step in range(120):
+            x = rng2.standard_normal((8, 16)).astype(np.float32)
+            w -= 0.05 * (2 * x.T @ (x @ w - x @ wt) / 8)
+            ln.step_done(8)
+        ln.finish(10)
+    kinds = []
+    while True:
+        ev = srv.poll(2.0)
+        if ev is None:
+            break
+        kinds.append(ev["kind"])
+        if ev["kind"] == "bye":
+            break
+    g = np.zeros(16, np.float32)
+    srv.global_model({"w": g})
+    srv.close()
+    err = float(np.linalg.norm(g - wt) / np.linalg.norm(wt))
+    print("embed_python: diloco.Server saw %s; its global model is %.4f (relative) from the true weights"
+          % (sorted(set(kinds)), err), flush=True)
+    check("joined" in kinds and "merged" in kinds and "bye" in kinds, "diloco.Server events: %s" % kinds)
+    check(err < 0.05, "diloco.Server's global model is %.4f from the true weights" % err)
 finally:
     for proc in (learner, syncer):
         if proc and proc.poll() is None:
