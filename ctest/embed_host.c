@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
     }
     /* serve until every learner said BYE (or a deadline) */
     dlc_srt *srt = dlc_server_srt(s);
-    int byes = 0, merges = 0, cut = 0;
+    int byes = 0, merges = 0, cut = 0, joined1 = 0;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (byes < LEARNERS) {
@@ -208,13 +208,16 @@ int main(int argc, char **argv) {
         }
         if (got == 1) {
             if (ev.kind == DLC_SRT_BYE) byes++;
+            if (ev.kind == DLC_SRT_JOINED && ev.learner == 1) joined1 = 1;
             if (ev.kind == DLC_SRT_LOST || ev.kind == DLC_SRT_REFUSED || ev.kind == DLC_SRT_JOINED)
                 printf("embed_host: %.2f s: learner %d %s%s%s\n", ev.time, ev.learner, dlc_srt_event_name(ev.kind),
                        ev.text[0] ? ": " : "", ev.text);
             if (ev.kind == DLC_SRT_MERGED) merges++;
             dlc_srt_event_release(&ev);
         }
-        if (merges >= 6 && !cut) { /* learner 1's link cut past the timeout: lost, then back whole */
+        /* learner 1's link cut past the timeout once it has joined (a slow start under a
+         * sanitizer may bring it after the others' first merges): lost, then back whole */
+        if (merges >= 6 && joined1 && !cut) {
             CHECK(dlc_srt_cut(srt, 1, 3.5) == DLC_OK, "cut: %s", dlc_last_error());
             cut = 1;
         }
