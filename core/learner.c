@@ -380,11 +380,25 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     return push(l, &a);
 }
 
-static int due(const dlc_learner *l, int p) {
+/* Is fragment p due at the boundary that ends inner step `steps`? */
+static int due_at(const dlc_learner *l, int p, int64_t steps) {
     int H = l->p.H;
     if (H <= 0 || l->p.dp) return 0;
-    int64_t off = (int64_t)p * H / l->P, t = l->steps + l->phase;
-    return t >= off && l->steps > 0 && (t - off) % H == 0;
+    int64_t off = (int64_t)p * H / l->P, t = steps + l->phase;
+    return t >= off && steps > 0 && (t - off) % H == 0;
+}
+
+static int due(const dlc_learner *l, int p) { return due_at(l, p, l->steps); }
+
+int dlc_learner_step_reads(const dlc_learner *l, uint8_t *mask) {
+    if (!l || !mask) return dlc_error(DLC_ERR_ARG, "learner_step_reads: NULL argument");
+    int n = 0;
+    for (int p = 0; p < l->P; p++) {
+        const lfrag *f = &l->f[p];
+        mask[p] = (uint8_t)(l->p.dp || due_at(l, p, l->steps + 1) || f->skipped || f->pending);
+        n += mask[p];
+    }
+    return n;
 }
 
 dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now) {

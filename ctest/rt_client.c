@@ -1,9 +1,12 @@
 /*
  * rt_client.c - the embedding API's bad input (rt/include/diloco/client.h): every config
  * the client and the server refuse before they open a socket, each with a message that
- * names what was wrong and what was expected, and nothing made.  (A whole run through the
- * API: ctest embed_host and embed_python.)
+ * names what was wrong and what was expected, and nothing made; one client's steps against
+ * an in-process server (what the host's buffers hold after each).  (A whole run through
+ * the API: ctest embed_host and embed_python.)
  */
+#include <math.h>
+#include <time.h>
 #include "check.h"
 #include "diloco/client.h"
 
@@ -100,8 +103,71 @@ static void test_server_config(void) {
     dlc_server_free(NULL);
 }
 
+/* One client against an in-process server (streaming, H 8, 2 fragments: w and b): the
+ * join writes the global model into the host's buffers; a step that applies no merge
+ * leaves them bit for bit as the host wrote them, and one that applies a merge to one
+ * fragment leaves the other's values the host's (the client copies out only what a
+ * merge changed); a NaN is refused, naming it, once its fragment is due, and rollback
+ * brings the buffers back to the last global model. */
+static void test_client_steps(void) {
+    static const char *run = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
+    float sw[12], sb[3] = {1, 2, 3}, cw[12] = {0}, cb[3] = {0}, pw[12], pb[3];
+    for (int i = 0; i < 12; i++) sw[i] = 0.5f * (float)i;
+    dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
+    dlc_client_tensor ct[2] = {{"w", cw, 12, 0, NULL}, {"b", cb, 3, 0, NULL}};
+    dlc_server_config sc = dlc_server_default_config();
+    sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = run;
+    dlc_server *s = dlc_server_new(&sc);
+    CHECK_OK(s);
+    if (!s) return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_server_port(s));
+    dlc_client_config cc = dlc_client_default_config();
+    cc.tensors = ct, cc.count = 2, cc.connect = addr, cc.secret = sc.secret, cc.run = run, cc.join_timeout = 10;
+    dlc_client *c = dlc_client_new(&cc);
+    CHECK_OK(c);
+    if (!c) {
+        dlc_server_free(s);
+        return;
+    }
+    CHECK(memcmp(cw, sw, sizeof cw) == 0 && memcmp(cb, sb, sizeof cb) == 0);
+    int untouched = 0, one = 0, both = 0;
+    for (int t = 1; t <= 60; t++) {
+        for (int i = 0; i < 12; i++) cw[i] += 0.01f;
+        for (int i = 0; i < 3; i++) cb[i] -= 0.01f;
+        memcpy(pw, cw, sizeof cw), memcpy(pb, cb, sizeof cb);
+        int64_t before = dlc_client_applied(c);
+        CHECK(dlc_client_step(c, 10) == DLC_OK);
+        int dw = memcmp(pw, cw, sizeof cw) != 0, db = memcmp(pb, cb, sizeof cb) != 0;
+        if (dlc_client_applied(c) == before) {
+            CHECK(!dw && !db);
+            untouched++;
+        } else if (dw != db) {
+            one++;
+        } else {
+            both++;
+        }
+        struct timespec ts = {0, 3 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* the merges' round trip */
+    }
+    CHECK(untouched > 0 && one > 0);
+    if (one == 0) fprintf(stderr, "  no step applied one fragment alone (%d untouched, %d both)\n", untouched, both);
+    cw[5] = NAN;
+    dlc_status r = DLC_OK;
+    for (int t = 0; t < 10 && r == DLC_OK; t++) r = dlc_client_step(c, 10); /* due within H = 8 */
+    CHECK(r == DLC_ERR_RANGE && strstr(dlc_last_error(), "parameter 'w' element 5 is nan"));
+    CHECK(dlc_client_rollback(c) == DLC_OK);
+    int finite = 1;
+    for (int i = 0; i < 12; i++) finite &= isfinite(cw[i]) != 0;
+    CHECK(finite && dlc_client_step(c, 10) == DLC_OK);
+    CHECK(dlc_client_finish(c, 5) == DLC_OK);
+    dlc_client_free(c);
+    dlc_server_free(s);
+}
+
 int main(void) {
     test_client_config();
     test_server_config();
+    test_client_steps();
     return check_done("rt_client");
 }

@@ -13,7 +13,9 @@
  * (K = all, grace off, P = 1, τ = 0, uniform, mean) against diloco (blocking) after 5
  * rounds, bit for bit; and dp through the syncer.  Rollback: a poisoned arena back to
  * each fragment's last global value (a stashed merge taken whole), counters restarted,
- * sends left outstanding, error feedback zeroed; blocking, dp and the refusals. */
+ * sends left outstanding, error feedback zeroed; blocking, dp and the refusals.  The
+ * step's reads (dlc_learner_step_reads): an arena holding only the named fragments (the
+ * rest NaN) sends and applies exactly what a whole one does. */
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -2059,6 +2061,90 @@ static void test_rollback_blocking_dp_ef(void) {
     fx_free(&x);
 }
 
+/* dlc_learner_step_reads, the contract a host mirroring the model relies on (client.h):
+ * a learner whose arena holds the host's values only in the fragments the mask names
+ * before each step_done (the rest NaN) sends the same contributions, bit for bit, and
+ * ends every step with the same values in each fragment it named or applied, as a
+ * learner whose arena is whole; merges come back one step after each send (held for
+ * τ = 2, mixed with α = 0.5).  The mask is the due fragments plus those with a stashed
+ * merge. */
+static void test_step_reads(void) {
+    fx a, b;
+    fx_make(&a, 4, 30);
+    fx_make(&b, 4, 30);
+    dlc_learner_params lp = lparams(0, 8, 2, 0.5, 0);
+    dlc_learner *la = dlc_learner_new(&lp, a.p, a.plan), *lb = dlc_learner_new(&lp, b.p, b.plan);
+    CHECK_OK(la && lb);
+    if (!la || !lb) return;
+    int64_t size = dlc_params_size(a.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(a.p), (size_t)size * 4);
+    randv(target, size, 31, 1.0f);
+    resync(&a, la, theta0, 0, 0);
+    resync(&b, lb, theta0, 0, 0);
+    uint8_t mask[4];
+    CHECK(dlc_learner_step_reads(NULL, mask) == DLC_ERR_ARG && dlc_learner_step_reads(la, NULL) == DLC_ERR_ARG);
+    int64_t sent_at[4] = {-1, -1, -1, -1}, version[4] = {0, 0, 0, 0};
+    int stash[4] = {0, 0, 0, 0}; /* a merge received and not yet applied */
+    int applied = 0, sends = 0;
+    for (int t = 1; t <= 40; t++) {
+        inner_step(a.p, target); /* a's arena is the host's model */
+        int n = dlc_learner_step_reads(lb, mask), count = 0;
+        for (int p = 0; p < 4; p++) {
+            int off = p * 8 / 4, due = t >= off && (t - off) % 8 == 0;
+            CHECK(!due || mask[p]); /* every due fragment */
+            CHECK(mask[p] == (due || stash[p]));
+            count += mask[p];
+        }
+        CHECK(n == count);
+        float *bd = dlc_params_data(b.p);
+        for (int64_t i = 0; i < size; i++) bd[i] = NAN;
+        for (int p = 0; p < 4; p++) {
+            float v[NMAX];
+            if (!mask[p]) continue;
+            gather(&a, p, dlc_params_data(a.p), v);
+            scatter(&b, p, v, bd);
+        }
+        CHECK(dlc_learner_step_done(la, 5, 0, t) == DLC_OK && dlc_learner_step_done(lb, 5, 0, t) == DLC_OK);
+        lrec ra = drain(la), rb = drain(lb);
+        CHECK(ra.n == rb.n);
+        for (int i = 0; i < ra.n && i < rb.n; i++) {
+            const dlc_learner_action *x = &ra.a[i], *y = &rb.a[i];
+            CHECK(x->type == y->type && x->fragment == y->fragment);
+            if (x->type == DLC_LACT_SEND) {
+                CHECK(x->msg.fragment == y->msg.fragment && x->msg.len == y->msg.len &&
+                      memcmp(x->msg.payload, y->msg.payload, x->msg.len) == 0);
+                sent_at[x->msg.fragment] = t, sends++;
+            }
+            if (x->type == DLC_LACT_APPLIED) mask[x->fragment] = 1, stash[x->fragment] = 0, applied++;
+        }
+        for (int p = 0; p < 4; p++) {
+            float va[NMAX], vb[NMAX];
+            if (!mask[p]) continue;
+            gather(&a, p, dlc_params_data(a.p), va);
+            gather(&b, p, bd, vb);
+            CHECK(memcmp(va, vb, (size_t)dlc_plan_numel(a.plan, p) * 4) == 0);
+        }
+        /* each merge comes back a step after its send */
+        for (int p = 0; p < 4; p++) {
+            if (sent_at[p] != t - 1) continue;
+            float g[NMAX];
+            randv(g, dlc_plan_numel(a.plan, p), (uint64_t)(100 + t), 1.0f);
+            dlc_msg m = fragment_msg(0, p, ++version[p], 0, g, dlc_plan_numel(a.plan, p));
+            CHECK(dlc_learner_receive(la, &m, t + 0.5) == DLC_OK && dlc_learner_receive(lb, &m, t + 0.5) == DLC_OK);
+            CHECK(drain(la).n == 0 && drain(lb).n == 0);
+            stash[p] = 1;
+        }
+    }
+    CHECK(sends >= 16 && applied >= 14);
+    dlc_learner_free(la);
+    dlc_learner_free(lb);
+    free(theta0);
+    free(target);
+    fx_free(&a);
+    fx_free(&b);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -2087,5 +2173,6 @@ int main(void) {
     test_heartbeat_precision();
     test_rollback();
     test_rollback_blocking_dp_ef();
+    test_step_reads();
     return check_done("test_learner");
 }

@@ -3,9 +3,11 @@
  *
  * The state machines work on one arena (params.h); a host's tensors are its own
  * allocations.  So the client keeps the arena as the run's copy of the host's model:
- * each dlc_client_step copies the host's values in (one pass, checked finite on the
- * way), lets the driver take the step (contributions read the arena, merged fragments
- * are written into it), and copies back the fragments a merge changed. */
+ * at each dlc_client_step it copies in, checked finite, the fragments the step boundary
+ * will read (dlc_lrt_step_reads: those due to leave as contributions and those a merge
+ * will be mixed into; at most steps none), lets the driver take the step, and copies
+ * back the fragments a merge changed.  The arena's other fragments may be older than
+ * the host's values: nothing reads them until they are copied in again. */
 #include "diloco/client.h"
 
 #include <errno.h>
@@ -111,31 +113,53 @@ done:
     return st;
 }
 
-/* host -> arena, every tensor; DLC_ERR_RANGE naming the first non-finite value (the arena
- * then holds part of the step: the caller rolls back or the next step overwrites it). */
+/* host -> arena: `n` floats of host tensor i from element `at`, checked finite on the
+ * way (the check apart from the copy, so that both loops vectorize); DLC_ERR_RANGE
+ * naming the first non-finite value (the arena then holds part of it: the caller rolls
+ * back or the next step overwrites it). */
+static dlc_status range_in(layout *y, const dlc_client_tensor *t, int i, int64_t at, int64_t n) {
+    const float *src = t[i].data + at;
+    memcpy(dlc_params_data(y->params) + y->offset[i] + at, src, (size_t)n * sizeof(float));
+    int any = 0;
+    for (int64_t k = 0; k < n; k++) any |= !isfinite(src[k]);
+    if (!any) return DLC_OK;
+    int64_t k = 0;
+    while (isfinite(src[k])) k++;
+    return dlc_error(DLC_ERR_RANGE, "parameter '%s' element %lld is %s", t[i].name, (long long)(at + k),
+                     isnan(src[k]) ? "nan" : src[k] > 0 ? "inf" : "-inf");
+}
+
+/* host -> arena, every tensor */
 static dlc_status host_in(layout *y, const dlc_client_tensor *t) {
-    float *a = dlc_params_data(y->params);
-    for (int i = 0; i < y->count; i++) {
-        const float *src = t[i].data;
-        float *dst = a + y->offset[i];
-        float bad = 0;
-        int64_t at = -1;
-        for (int64_t k = 0; k < y->numel[i]; k++) {
-            float v = src[k];
-            dst[k] = v;
-            if (at < 0 && !isfinite(v)) at = k, bad = v;
-        }
-        if (at >= 0)
-            return dlc_error(DLC_ERR_RANGE, "parameter '%s' element %lld is %s", t[i].name, (long long)at,
-                             isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf");
-    }
-    return DLC_OK;
+    dlc_status st = DLC_OK;
+    for (int i = 0; i < y->count && st == DLC_OK; i++) st = range_in(y, t, i, 0, y->numel[i]);
+    return st;
 }
 
 /* arena -> host, every tensor */
 static void host_out(layout *y, const dlc_client_tensor *t) {
     const float *a = dlc_params_data(y->params);
     for (int i = 0; i < y->count; i++) memcpy(t[i].data, a + y->offset[i], (size_t)y->numel[i] * sizeof(float));
+}
+
+/* host -> arena, the views of fragment p */
+static dlc_status frag_in(layout *y, const dlc_client_tensor *t, int p) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(y->plan, p, &nv);
+    dlc_status st = DLC_OK;
+    for (int j = 0; j < nv && st == DLC_OK; j++)
+        st = range_in(y, t, v[j].tensor, v[j].offset - y->offset[v[j].tensor], v[j].numel);
+    return st;
+}
+
+/* arena -> host, the views of fragment p */
+static void frag_out(layout *y, const dlc_client_tensor *t, int p) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(y->plan, p, &nv);
+    const float *a = dlc_params_data(y->params);
+    for (int j = 0; j < nv; j++)
+        memcpy(t[v[j].tensor].data + (v[j].offset - y->offset[v[j].tensor]), a + v[j].offset,
+               (size_t)v[j].numel * sizeof(float));
 }
 
 /* The secret of a config: the file's or the string, into the net config. */
@@ -164,6 +188,8 @@ struct dlc_client {
     layout y;
     dlc_client_tensor *t; /* the host's list (copied; the names too) */
     char **names;
+    uint8_t *taken;       /* [P]: fragments copied in at this step boundary */
+    uint8_t *changed;     /* [P]: fragments a merge changed (to copy out) */
     dlc_lrt *l;
     double wait_timeout;
     double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
@@ -213,13 +239,17 @@ static dlc_status read_address_file(const char *path, double timeout, char *addr
     }
 }
 
-/* The merged fragments the driver applied since the last call: into the host's buffers. */
+/* The merged fragments the driver applied since the last call: into the host's buffers
+ * (only those: the arena's other fragments may be older than the host's values). */
 static void take_applied(dlc_client *c) {
     dlc_lrt_event ev;
-    int any = 0;
+    int P = dlc_plan_count(c->y.plan);
+    memset(c->changed, 0, (size_t)P);
     while (dlc_lrt_poll(c->l, &ev) == 1)
-        if (ev.kind == DLC_LRT_APPLIED) any = 1, c->applied++;
-    if (any) host_out(&c->y, c->t);
+        if (ev.kind == DLC_LRT_APPLIED && ev.fragment >= 0 && ev.fragment < P)
+            c->changed[ev.fragment] = 1, c->applied++;
+    for (int p = 0; p < P; p++)
+        if (c->changed[p]) frag_out(&c->y, c->t, p);
 }
 
 dlc_client *dlc_client_new(const dlc_client_config *cfg) {
@@ -241,7 +271,9 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     if (st != DLC_OK) return free(c), NULL;
     c->t = calloc((size_t)cfg->count, sizeof *c->t);
     c->names = calloc((size_t)cfg->count, sizeof *c->names);
-    if (!c->t || !c->names) {
+    c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
+    c->changed = calloc((size_t)dlc_plan_count(c->y.plan), 1);
+    if (!c->t || !c->names || !c->taken || !c->changed) {
         dlc_error(DLC_ERR_NOMEM, "client: out of memory");
         goto fail;
     }
@@ -291,6 +323,8 @@ void dlc_client_free(dlc_client *c) {
     for (int i = 0; c->names && i < c->y.count; i++) free(c->names[i]);
     free(c->names);
     free(c->t);
+    free(c->taken);
+    free(c->changed);
     layout_free(&c->y);
     free(c);
 }
@@ -299,11 +333,25 @@ dlc_status dlc_client_step(dlc_client *c, int64_t tokens) {
     if (!c) return dlc_error(DLC_ERR_ARG, "client_step: NULL client");
     if (c->finished) return dlc_error(DLC_ERR_STATE, "client_step: the client has finished (dlc_client_finish)");
     if (tokens < 0) return dlc_error(DLC_ERR_ARG, "client_step: tokens = %lld: expected >= 0", (long long)tokens);
-    dlc_status st = host_in(&c->y, c->t);
+    /* only the fragments this boundary reads come in: those due to leave, those a merge
+     * mixes into (most steps, none) */
+    int P = dlc_plan_count(c->y.plan);
+    int n = dlc_lrt_step_reads(c->l, c->taken);
+    if (n < 0) return n;
+    dlc_status st = DLC_OK;
+    for (int p = 0; p < P && st == DLC_OK; p++)
+        if (c->taken[p]) st = frag_in(&c->y, c->t, p);
     if (st != DLC_OK) return st;
     double now = dlc_rt_clock();
     st = dlc_lrt_step_done(c->l, tokens, now - c->last_step);
-    if (st == DLC_OK && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) st = dlc_lrt_wait(c->l, c->wait_timeout);
+    if (st == DLC_OK && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
+        /* blocked on the round: what arrives meanwhile is applied at the boundary ending
+         * the wait, so the rest of the model comes in too (the host's values have not
+         * moved; the wait costs far more than the copy) */
+        for (int p = 0; p < P && st == DLC_OK; p++)
+            if (!c->taken[p]) st = frag_in(&c->y, c->t, p);
+        if (st == DLC_OK) st = dlc_lrt_wait(c->l, c->wait_timeout);
+    }
     take_applied(c);
     if (st == DLC_OK) c->steps++;
     c->last_step = dlc_rt_clock();
@@ -315,7 +363,7 @@ dlc_status dlc_client_rollback(dlc_client *c) {
     dlc_status st = dlc_lrt_rollback(c->l);
     if (st == DLC_OK) {
         take_applied(c);
-        host_out(&c->y, c->t);
+        host_out(&c->y, c->t); /* the rollback wrote every fragment (the last global model) */
     }
     return st;
 }

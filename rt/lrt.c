@@ -66,6 +66,7 @@ struct dlc_lrt {
     held *hq;
     int hq_head, hq_len, hold;
     int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
+    int at_boundary;          /* dlc_lrt_step_reads ran: step_done skips collect and pump */
     int replay_ready;         /* dp: a replayed average is in the grad arena (until replayed) */
     int replays;              /* dp: the syncer's WELCOME has the "replay" capability */
     int void_step;            /* dp: the last wait ended in a resync, not the average */
@@ -422,6 +423,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
 /* Takes transport events for up to timeout_ms (0: only what is there), returning after
  * the first one when `one`. */
 static dlc_status pump(dlc_lrt *l, int timeout_ms) {
+    l->at_boundary = 0; /* a boundary's reads are stale once more has arrived */
     for (;;) {
         dlc_net_event ev;
         int r = dlc_net_poll(l->net, &ev, timeout_ms);
@@ -575,14 +577,29 @@ dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
      * again now); done long ago unless an encode took longer than a whole step */
     dlc_status st = collect(l, 1);
     /* the step boundary: arrived fragments first (dp: after, for a resync there may
-     * start a replay, which the host runs before its next step) */
-    if (st == DLC_OK && !l->cfg.learner.dp) st = pump(l, 0);
+     * start a replay, which the host runs before its next step); after step_reads, what
+     * arrived since waits for the next boundary (the host copied in only what the
+     * state machine would read then) */
+    if (st == DLC_OK && !l->cfg.learner.dp && !l->at_boundary) st = pump(l, 0);
+    l->at_boundary = 0;
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);
     if (st == DLC_OK && l->cfg.learner.dp) st = pump(l, 0);
     if (st == DLC_OK) st = timers(l);
     l->st.call_s += dlc_rt_clock() - t0;
     return st;
+}
+
+int dlc_lrt_step_reads(dlc_lrt *l, uint8_t *mask) {
+    if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_step_reads: the learner has not joined (dlc_lrt_join)");
+    if (!mask) return dlc_error(DLC_ERR_ARG, "lrt_step_reads: NULL mask");
+    double t0 = dlc_rt_clock();
+    dlc_status st = collect(l, 1);
+    if (st == DLC_OK && !l->cfg.learner.dp) st = pump(l, 0);
+    l->st.call_s += dlc_rt_clock() - t0;
+    if (st != DLC_OK) return st;
+    l->at_boundary = 1;
+    return dlc_learner_step_reads(l->l, mask);
 }
 
 dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens) {

@@ -243,6 +243,15 @@ DLC_API dlc_status dlc_learner_step_begin(dlc_learner *l, double now);
  * that may now be applied, and may enter WAITING. */
 DLC_API dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds, double now);
 
+/* The fragments whose model values the next dlc_learner_step_done reads: mask[p] (P
+ * entries) = 1 for each fragment it would send (due at that step, or left over from a
+ * skipped one) or that holds a stashed merge (applied there when it may be, mixed with
+ * alpha of the model's values), else 0; returns how many (a negative dlc_status for a
+ * NULL argument).  Valid until the next event call.  A host that keeps its own copy of
+ * the parameters (client.h) copies in only these before the step.  Data parallel: every
+ * fragment (its GRADIENT reads the whole gradient arena). */
+DLC_API int dlc_learner_step_reads(const dlc_learner *l, uint8_t *mask);
+
 /* Sends fragment p's contribution now (the driver's own schedule; also allowed with
  * H > 0).  TRAINING or WAITING. */
 DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);

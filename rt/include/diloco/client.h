@@ -24,7 +24,8 @@
  *
  * The buffers are the host's: the library reads and writes them only inside
  * dlc_client_new and dlc_client_step, on the calling thread.  Inside dlc_client_step it
- * takes the host's values, hands the step to the learner state machine (learner.h: the
+ * takes the host's values of the fragments the step reads (those due to leave, those a
+ * merge is mixed into; most steps none), hands the step to the learner state machine (learner.h: the
  * fragments that are due leave as contributions, encoded on the driver's codec thread),
  * and writes every merged fragment that arrived into the host's buffers (alpha mixing,
  * tau, as the run says); with a blocking preset (diloco) it waits there for the round.
@@ -96,8 +97,9 @@ DLC_API dlc_client *dlc_client_new(const dlc_client_config *cfg);
 DLC_API void dlc_client_free(dlc_client *c);
 
 /* After each inner step of the host, with the tokens it consumed (>= 0): see above.
- * DLC_ERR_RANGE (changing nothing) when a host value is not finite, naming it; the host
- * may then call dlc_client_rollback. */
+ * DLC_ERR_RANGE (the step not taken) when a value it takes is not finite, naming it (a
+ * fragment's values are taken when it is due, so a NaN is found within H steps); the
+ * host may then call dlc_client_rollback. */
 DLC_API dlc_status dlc_client_step(dlc_client *c, int64_t tokens);
 /* A fault on the host (a non-finite loss): its buffers go back to the last global model
  * (rt.h, dlc_lrt_rollback); the host resets its inner optimizer. */

@@ -244,6 +244,13 @@ DLC_API dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s);
 /* An inner step finished: hands the arrived fragments to the state machine, then
  * dlc_learner_step_done(tokens, seconds), sends what is due, heartbeats.  Never waits. */
 DLC_API dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds);
+/* The step boundary's first half, for a host that mirrors the model (client.h): the
+ * encodes of earlier steps collected and the arrived fragments handed to the state
+ * machine, as dlc_lrt_step_done would; then mask[P] gets the fragments whose model values
+ * that step_done will read (dlc_learner_step_reads), and the count is returned (a
+ * negative dlc_status on error).  The next call must be dlc_lrt_step_done, which then
+ * takes no more arrivals (those wait for the next boundary). */
+DLC_API int dlc_lrt_step_reads(dlc_lrt *l, uint8_t *mask);
 /* dp: the gradient is in the grad arena: sends it (state WAITING). */
 DLC_API dlc_status dlc_lrt_gradient(dlc_lrt *l, int64_t tokens);
 /* The final flush (sync.final_flush): sends every fragment trained since it was last
