@@ -1,6 +1,7 @@
 /* frag.c - fragment plans over the parameter arena and their layout hashes.
  * The rules are in docs/fragments.md; keep the two in step (and the golden hash in
  * ctest/test_frag.c, which pins the byte stream). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -38,6 +39,8 @@ struct dlc_plan {
     int64_t *numel;        /* [P] */
     int *whole;            /* [n] fragment holding tensor i whole, -1 if split */
     char *names;           /* the names, NUL-separated */
+    uint32_t *thash;       /* [n] each tensor's name and shape, hashed (dlc_plan_tensor_hash) */
+    char **desc;           /* [n] "'name' [d0, d1]" (dlc_plan_tensor_desc) */
     uint64_t model_hash, hash;
 };
 
@@ -79,6 +82,31 @@ static uint64_t model_hash(const dlc_params *params) {
         for (int d = 0; d < t->ndim; d++) h = h_u64(h, (uint64_t)t->shape[d]);
     }
     return h;
+}
+
+/* One tensor's part of the model stream, on its own (a HELLO lists them: hello.tensors). */
+static uint32_t tensor_hash(const dlc_params *params, int i) {
+    const char *name = dlc_params_name(params, i);
+    const dlc_tensor *t = dlc_params_tensor(params, i);
+    size_t len = strlen(name);
+    uint64_t h = h_bytes(FNV_OFFSET, "dlc.tensor.v1", 13);
+    h = h_u32(h, (uint32_t)len);
+    h = h_bytes(h, name, len);
+    h = h_u32(h, (uint32_t)t->ndim);
+    for (int d = 0; d < t->ndim; d++) h = h_u64(h, (uint64_t)t->shape[d]);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static char *tensor_desc(const dlc_params *params, int i) {
+    const dlc_tensor *t = dlc_params_tensor(params, i);
+    char shape[DLC_MAX_DIMS * 22 + 4] = "";
+    size_t at = 0;
+    for (int d = 0; d < t->ndim; d++)
+        at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    size_t cap = strlen(dlc_params_name(params, i)) + strlen(shape) + 8;
+    char *out = malloc(cap);
+    if (out) snprintf(out, cap, "'%s' [%s]", dlc_params_name(params, i), shape);
+    return out;
 }
 
 uint64_t dlc_frag_model_hash(const dlc_params *params) {
@@ -289,8 +317,15 @@ dlc_plan *dlc_plan_new(const dlc_params *params, const dlc_plan_params *ppin) {
     plan->whole = malloc((size_t)n * sizeof *plan->whole);
     plan->all = malloc((size_t)m * sizeof *plan->all);
     plan->names = malloc(namebytes);
-    if (!plan->nviews || !plan->views || !plan->numel || !plan->whole || !plan->all || !plan->names)
+    plan->thash = malloc((size_t)n * sizeof *plan->thash);
+    plan->desc = calloc((size_t)n, sizeof *plan->desc);
+    if (!plan->nviews || !plan->views || !plan->numel || !plan->whole || !plan->all || !plan->names ||
+        !plan->thash || !plan->desc)
         goto nomem;
+    for (int i = 0; i < n; i++) {
+        plan->thash[i] = tensor_hash(params, i);
+        if (!(plan->desc[i] = tensor_desc(params, i))) goto nomem;
+    }
     char *np = plan->names;
     const char **names = malloc((size_t)n * sizeof *names);
     if (!names) goto nomem;
@@ -374,6 +409,9 @@ void dlc_plan_free(dlc_plan *plan) {
     free(plan->whole);
     free(plan->all);
     free(plan->names);
+    free(plan->thash);
+    for (int i = 0; plan->desc && i < plan->n; i++) free(plan->desc[i]);
+    free(plan->desc);
     free(plan);
 }
 
@@ -410,5 +448,13 @@ int dlc_plan_fragment_of(const dlc_plan *plan, int i) {
 }
 
 uint64_t dlc_plan_model_hash(const dlc_plan *plan) { return plan ? plan->model_hash : 0; }
+
+uint32_t dlc_plan_tensor_hash(const dlc_plan *plan, int i) {
+    return plan && i >= 0 && i < plan->n ? plan->thash[i] : 0;
+}
+
+const char *dlc_plan_tensor_desc(const dlc_plan *plan, int i) {
+    return plan && i >= 0 && i < plan->n ? plan->desc[i] : NULL;
+}
 
 uint64_t dlc_plan_hash(const dlc_plan *plan) { return plan ? plan->hash : 0; }

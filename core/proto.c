@@ -21,6 +21,7 @@
 #include <zlib.h>
 
 #include "internal.h"
+#include "diloco/frag.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -59,14 +60,14 @@ typedef enum key_id {
     K_LEARNER, K_FRAGMENT, K_VERSION, K_STEPS, K_TOKENS, K_STEP_TIME, K_TRANSIT, K_HELD,
     K_FLAGS, K_CODEC, K_NONCE, K_MAC, K_PMIN, K_PMAX, K_RUN, K_MODEL, K_PLAN, K_CAPS,
     K_CODECS, K_BLOCK, K_ENDPOINTS, K_OWNER, K_CODE, K_TEXT, K_EPOCH, K_INCARNATION, K_RUN_HASH,
-    K_RUN_PARAMS, K_CHECK, K_AGE, K_ANSWERS, K_COUNT
+    K_RUN_PARAMS, K_CHECK, K_AGE, K_ANSWERS, K_LAYOUT, K_COUNT
 } key_id;
 _Static_assert(K_COUNT <= 32, "key sets are 32-bit masks");
 
 #define KEY_NAMES                                                                                   \
     X("l") X("f") X("v") X("s") X("t") X("st") X("tr") X("h") X("fl") X("c") X("n") X("m") X("pmin")  \
     X("pmax") X("run") X("mh") X("ph") X("caps") X("codecs") X("blk") X("eps") X("own") X("code")      \
-    X("text") X("e") X("i") X("rh") X("rp") X("ck") X("ra") X("rq")
+    X("text") X("e") X("i") X("rh") X("rp") X("ck") X("ra") X("rq") X("lt")
 #define X(s) s,
 static const char *const key_names[] = {KEY_NAMES};
 #undef X
@@ -108,7 +109,7 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
 #define MSG_FENCE (B(K_EPOCH) | B(K_INCARNATION))
 #define HELLO_RUN (B(K_RUN_HASH) | B(K_RUN_PARAMS))
 static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
-    [DLC_FRAME_HELLO] = HELLO_RUN,         [DLC_FRAME_WELCOME] = HELLO_RUN,
+    [DLC_FRAME_HELLO] = HELLO_RUN | B(K_LAYOUT), [DLC_FRAME_WELCOME] = HELLO_RUN,
     [DLC_FRAME_HEARTBEAT] = MSG_FENCE,     [DLC_FRAME_CONTRIBUTION] = MSG_FENCE,
     [DLC_FRAME_FRAGMENT] = MSG_FENCE | B(K_AGE), [DLC_FRAME_GRADIENT] = MSG_FENCE,
     [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE | B(K_STEPS), [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK) | B(K_ANSWERS),
@@ -635,6 +636,17 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
             h->owner[p] = (uint16_t)i;
         }
         break;
+    case K_LAYOUT:
+        if (v->type != MSGPACK_OBJECT_ARRAY) return field_type(why, k, v, "an array of tensor hashes");
+        if (v->via.array.size < 1 || v->via.array.size > DLC_PROTO_TENSORS_MAX)
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"lt\": %u tensors, expected 1..%d",
+                        v->via.array.size, DLC_PROTO_TENSORS_MAX);
+        h->tensors = (int)v->via.array.size;
+        for (int t = 0; t < h->tensors && st == DLC_OK; t++) {
+            st = get_int(why, k, &v->via.array.ptr[t], 0, UINT32_MAX, &i);
+            h->tensor_hash[t] = (uint32_t)i;
+        }
+        break;
     case K_CODE:
         st = get_int(why, k, v, 1, 255, &i);
         f->code = (int)i;
@@ -928,6 +940,7 @@ static uint32_t keys_of(const dlc_frame *f) {
     uint32_t keys = type_keys[f->type] | type_optional[f->type];
     if ((f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME) && f->hello.run_hash == 0) keys &= ~HELLO_RUN;
     if (f->msg.answers <= 0) keys &= ~B(K_ANSWERS); /* a resync that answers no REPLAY */
+    if (f->hello.tensors <= 0) keys &= ~B(K_LAYOUT);
     return keys;
 }
 
@@ -974,6 +987,11 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_RUN_HASH: return msgpack_pack_uint64(pk, h->run_hash);
     case K_RUN_PARAMS: return pack_run(pk, &h->run_params);
     case K_CHECK: return msgpack_pack_uint32(pk, payload_crc(&f->msg));
+    case K_LAYOUT:
+        if (msgpack_pack_array(pk, (size_t)h->tensors)) return -1;
+        for (int t = 0; t < h->tensors; t++)
+            if (msgpack_pack_uint32(pk, h->tensor_hash[t])) return -1;
+        return 0;
     case K_COUNT: break;
     }
     return -1;
@@ -989,6 +1007,8 @@ static dlc_status check_encodable(const dlc_frame *f) {
         return dlc_error(DLC_ERR_ARG, "%s: learner %d, expected 0..%d", name, m->learner, DLC_PROTO_LEARNERS_MAX - 1);
     if (f->type == DLC_FRAME_HELLO && (f->hello.learner < -1 || f->hello.learner >= DLC_PROTO_LEARNERS_MAX))
         return dlc_error(DLC_ERR_ARG, "hello: learner %d, expected -1..%d", f->hello.learner, DLC_PROTO_LEARNERS_MAX - 1);
+    if (f->type == DLC_FRAME_HELLO && (f->hello.tensors < 0 || f->hello.tensors > DLC_PROTO_TENSORS_MAX))
+        return dlc_error(DLC_ERR_ARG, "hello: %d tensors, expected 0..%d", f->hello.tensors, DLC_PROTO_TENSORS_MAX);
     if ((keys & B(K_FRAGMENT)) && (m->fragment < 0 || m->fragment >= DLC_PROTO_FRAGMENTS_MAX))
         return dlc_error(DLC_ERR_ARG, "%s: fragment %d, expected 0..%d", name, m->fragment, DLC_PROTO_FRAGMENTS_MAX - 1);
     if (((keys & B(K_VERSION)) && m->version < 0) || ((keys & B(K_STEPS)) && m->steps < 0) ||
@@ -1065,6 +1085,24 @@ int64_t dlc_proto_encode(const dlc_frame *f, const dlc_proto_layout *layout, uin
 
 /* ---- negotiation ---- */
 
+/* The first tensor whose name or shape differs, when both hellos list them: "; the layout
+ * differs at tensor I: this server's is 'name' [shape]" (the learner's driver adds its
+ * own, docs/protocol.md). */
+static void layout_diff(const dlc_hello *ours, const dlc_hello *theirs, char *out, size_t cap) {
+    if (ours->tensors <= 0 || theirs->tensors <= 0) return;
+    int n = ours->tensors < theirs->tensors ? ours->tensors : theirs->tensors, i = 0;
+    while (i < n && ours->tensor_hash[i] == theirs->tensor_hash[i]) i++;
+    const char *desc = dlc_plan_tensor_desc(ours->plan, i);
+    if (i >= ours->tensors)
+        snprintf(out, cap, "; the layout differs at tensor %d: this server's has %d tensors", i, ours->tensors);
+    else if (i >= theirs->tensors)
+        snprintf(out, cap, "; the layout differs at tensor %d: the learner states %d tensors%s%.200s", i,
+                 theirs->tensors, desc ? ", this server's is " : "", desc ? desc : "");
+    else
+        snprintf(out, cap, "; the layout differs at tensor %d: this server's is %.200s", i,
+                 desc ? desc : "another name or shape");
+}
+
 dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, dlc_hello *welcome, int *why) {
     if (why) *why = DLC_PERR_NONE;
     if (!ours || !theirs || !welcome) return fail(why, DLC_PERR_INTERNAL, DLC_ERR_ARG, "dlc_proto_negotiate: NULL argument");
@@ -1077,10 +1115,13 @@ dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, d
     if (strcmp(ours->run, theirs->run) != 0)
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "run id \"%s\", but this server runs \"%s\"", theirs->run,
                     ours->run);
-    if (ours->model_hash != theirs->model_hash)
+    if (ours->model_hash != theirs->model_hash) {
+        char d[320] = "";
+        layout_diff(ours, theirs, d, sizeof d);
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE,
-                    "model layout hash %016llx, but this server's model is %016llx (another model or recipe?)",
-                    (unsigned long long)theirs->model_hash, (unsigned long long)ours->model_hash);
+                    "model layout hash %016llx, but this server's model is %016llx (another model or recipe?)%s",
+                    (unsigned long long)theirs->model_hash, (unsigned long long)ours->model_hash, d);
+    }
     if (ours->plan_hash != theirs->plan_hash)
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE,
                     "fragment plan hash %016llx, but this server's plan is %016llx (sync.fragments or sync.plan differ)",

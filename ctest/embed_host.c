@@ -12,7 +12,7 @@
  * reconnects and rejoins with the whole model);
  * the global model's loss on held-out data falls below a tenth of the initial model's;
  * each learner ends within 5% (relative L2) of the global model; a learner whose layout
- * differs (one feature fewer) is refused, the message naming the model layout. */
+ * differs (one feature fewer) is refused, the message naming the tensor, both sides'. */
 #define _POSIX_C_SOURCE 200809L
 #include <diloco/client.h>
 
@@ -166,15 +166,16 @@ int main(int argc, char **argv) {
     double l0 = loss(w, b);
     snprintf(port, sizeof port, "127.0.0.1:%d", dlc_server_port(s));
 
-    /* a learner of another layout (one feature fewer) is refused, naming the layout */
+    /* a learner of another layout (one feature fewer) is refused, naming the tensor, both sides' */
     float w2[D - 1] = {0};
     dlc_client_tensor t2[2] = {{"w", w2, D - 1, 0, NULL}, {"b", &b, 1, 0, NULL}};
     dlc_client_config bad = dlc_client_default_config();
     bad.tensors = t2, bad.count = 2, bad.run = RUN, bad.connect = port, bad.secret_file = secret;
     bad.run_id = "embed", bad.join_timeout = 5;
     dlc_client *c = dlc_client_new(&bad);
-    CHECK(!c && strstr(dlc_last_error(), "model layout"), "a learner of another layout: %s",
-          c ? "joined" : dlc_last_error());
+    CHECK(!c && strstr(dlc_last_error(), "the layout differs at tensor 0: this server's is 'w' [") &&
+              strstr(dlc_last_error(), "this learner's is 'w' ["),
+          "a learner of another layout: %s", c ? "joined" : dlc_last_error());
     dlc_client_free(c);
     /* a run description that does not parse is refused naming the field */
     bad.tensors = t, bad.run = "{\"sync\": {\"tau\": \"two\"}}";

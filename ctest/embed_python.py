@@ -9,8 +9,8 @@ with the same parameter names and shapes, trained by its own SGD on its own shar
 IDX files.  Checks: both learners' contributions are merged (the syncer's summary); the
 numpy learner's held-out loss falls; it ends within 10% (relative L2) of the global model
 the syncer saved; a numpy learner with one hidden unit fewer is refused, the message
-naming the model layout.  Then a syncer hosted in Python (diloco.Server) serves a numpy
-learner of a linear model: its events are polled (joined, merged, bye) and its global
+naming the tensor that differs, both sides'.  Then a syncer hosted in Python
+(diloco.Server) serves a numpy learner of a linear model: its events are polled (joined, merged, bye) and its global
 model, read back, is within 5% of the true weights.  Exit 0 on success; every failure
 printed."""
 
@@ -140,13 +140,15 @@ return diloco.recipe {
     xs, xt = xs.astype(np.float32), xt.astype(np.float32)
     rng = np.random.default_rng(7)
 
-    # a layout of another model (one hidden unit fewer) is refused, naming the layout
+    # a layout of another model (one hidden unit fewer) is refused, naming the tensor, both sides'
     try:
         diloco.Learner(mlp_params(HIDDEN - 1, rng), connect="@" + addr, secret_file=secret,
                        run={"sync": {"preset": "decoupled", "H": 8, "fragments": 2}}, join_timeout=20)
         check(False, "a learner of another layout joined")
     except diloco.Error as e:
-        check("model layout" in str(e), "another layout's refusal does not name the layout: %s" % e)
+        want = ["the layout differs at tensor 0: this server's is 'fc.0.weight' [%d, 784]" % HIDDEN,
+                "this learner's is 'fc.0.weight' [%d, 784]" % (HIDDEN - 1)]
+        check(all(w in str(e) for w in want), "another layout's refusal does not name the tensor: %s" % e)
 
     p = mlp_params(HIDDEN, rng)
     run = {"sync": {"preset": "decoupled", "H": 8, "fragments": 2}, "outer": {"lr": 0.7, "momentum": 0.9}}

@@ -108,7 +108,8 @@ static void test_server_config(void) {
  * leaves them bit for bit as the host wrote them, and one that applies a merge to one
  * fragment leaves the other's values the host's (the client copies out only what a
  * merge changed); a NaN is refused, naming it, once its fragment is due, and rollback
- * brings the buffers back to the last global model. */
+ * brings the buffers back to the last global model; a learner with another layout is
+ * refused naming the first tensor that differs, the server's and its own. */
 static void test_client_steps(void) {
     static const char *run = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
     float sw[12], sb[3] = {1, 2, 3}, cw[12] = {0}, cb[3] = {0}, pw[12], pb[3];
@@ -161,6 +162,19 @@ static void test_client_steps(void) {
     for (int i = 0; i < 12; i++) finite &= isfinite(cw[i]) != 0;
     CHECK(finite && dlc_client_step(c, 10) == DLC_OK);
     CHECK(dlc_client_finish(c, 5) == DLC_OK);
+    dlc_client_free(c);
+    /* a learner whose layout differs is refused with the tensor named, both sides' */
+    float xb[4] = {0};
+    dlc_client_tensor xt[2] = {{"w", cw, 12, 0, NULL}, {"b", xb, 4, 0, NULL}};
+    cc.tensors = xt;
+    c = dlc_client_new(&cc);
+    const char *want[] = {"the layout differs at tensor 1: this server's is 'b' [3]", "this learner's is 'b' [4]",
+                          "mismatch"};
+    CHECK(c == NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK(strstr(dlc_last_error(), want[i]) != NULL);
+        if (!strstr(dlc_last_error(), want[i])) fprintf(stderr, "  expected \"%s\" in \"%s\"\n", want[i], dlc_last_error());
+    }
     dlc_client_free(c);
     dlc_server_free(s);
 }

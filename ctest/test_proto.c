@@ -11,6 +11,8 @@
  */
 #include <stdint.h>
 #include "check.h"
+#include "diloco/frag.h"
+#include "diloco/params.h"
 
 static const char *corpus_dir;
 static int corpus_n;
@@ -360,6 +362,71 @@ static void run_refused(const dlc_run_params *r, const char *text) {
         fprintf(stderr, "expected \"%s\" in: %s\n", text, dlc_last_error());
         CHECK(0);
     }
+}
+
+/* A HELLO's layout ("lt"): each tensor's name-and-shape hash round trips, absent when
+ * none is stated; a wrong one is refused naming the field; negotiation names the first
+ * tensor that differs, with this side's name and shape when its plan is at hand. */
+static void test_hello_layout(void) {
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.fragments = 0, f.hello.endpoints = 0;
+    size_t n = encode(&f);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.tensors == 0 && g.hello.plan == NULL);
+    f.hello.tensors = 3;
+    f.hello.tensor_hash[0] = 5, f.hello.tensor_hash[1] = 0xffffffffu, f.hello.tensor_hash[2] = 0;
+    n = encode(&f);
+    corpus_write("hello_layout", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.tensors == 3 &&
+          g.hello.tensor_hash[0] == 5 && g.hello.tensor_hash[1] == 0xffffffffu && g.hello.tensor_hash[2] == 0);
+    /* patched in place: [5, ...] -> [-1, ...] */
+    uint8_t *at = NULL;
+    for (size_t i = 0; i + 4 < n && !at; i++)
+        if (scratch[i] == 0xa2 && scratch[i + 1] == 'l' && scratch[i + 2] == 't' && scratch[i + 3] == 0x93) at = scratch + i;
+    CHECK(at != NULL);
+    if (at) {
+        at[4] = 0xff;
+        refuse("hello_layout_negative", scratch, n, DLC_PERR_MALFORMED, "header field \"lt\" = -1, expected 0..4294967295");
+    }
+    f.hello.tensors = DLC_PROTO_TENSORS_MAX + 1;
+    CHECK(dlc_proto_encode(&f, NULL, scratch, DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX) == DLC_ERR_ARG &&
+          strstr(dlc_last_error(), "1025 tensors, expected 0..1024"));
+
+    /* negotiation: this side's plan names its tensor */
+    float wv[12] = {0}, bv[3] = {0};
+    int64_t ws[2] = {3, 4}, bs[1] = {3};
+    dlc_tensor *ts[2] = {dlc_tensor_from_data(2, ws, wv), dlc_tensor_from_data(1, bs, bv)};
+    const char *names[2] = {"w", "b"};
+    dlc_params *params = dlc_params_new(2, names, ts);
+    dlc_plan *plan = dlc_plan_new(params, NULL);
+    CHECK_OK(plan);
+    if (!plan) return;
+    CHECK(dlc_plan_tensors(plan) == 2 && strcmp(dlc_plan_tensor_desc(plan, 0), "'w' [3, 4]") == 0 &&
+          strcmp(dlc_plan_tensor_desc(plan, 1), "'b' [3]") == 0 && dlc_plan_tensor_desc(plan, 2) == NULL &&
+          dlc_plan_tensor_hash(plan, 2) == 0 && dlc_plan_tensor_hash(plan, 0) != dlc_plan_tensor_hash(plan, 1));
+    dlc_hello ours = server_hello(), c, w;
+    ours.plan = plan, ours.tensors = 2;
+    ours.tensor_hash[0] = dlc_plan_tensor_hash(plan, 0), ours.tensor_hash[1] = dlc_plan_tensor_hash(plan, 1);
+    int why;
+    c = ours, c.plan = NULL, c.model_hash ^= 1, c.tensor_hash[1] ^= 1;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "the layout differs at tensor 1: this server's is 'b' [3]"));
+    c = ours, c.model_hash ^= 1, c.tensors = 1;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 &&
+          strstr(dlc_last_error(), "differs at tensor 1: the learner states 1 tensors, this server's is 'b' [3]"));
+    c = ours, c.model_hash ^= 1, c.tensors = 3, c.tensor_hash[2] = 9;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 &&
+          strstr(dlc_last_error(), "differs at tensor 2: this server's has 2 tensors"));
+    ours.plan = NULL, c = ours, c.model_hash ^= 1, c.tensor_hash[0] ^= 1;
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 &&
+          strstr(dlc_last_error(), "differs at tensor 0: this server's is another name or shape"));
+    c = ours, c.model_hash ^= 1, c.tensors = 0; /* an older peer: the hashes only */
+    CHECK(dlc_proto_negotiate(&ours, &c, &w, &why) < 0 && !strstr(dlc_last_error(), "differs at tensor"));
+    dlc_plan_free(plan);
+    dlc_params_free(params);
+    dlc_tensor_release(ts[0]);
+    dlc_tensor_release(ts[1]);
 }
 
 static void test_hello_run(void) {
@@ -908,6 +975,7 @@ int main(int argc, char **argv) {
     test_decoder();
     test_hello();
     test_hello_run();
+    test_hello_layout();
     test_fence_stamps();
     test_resync_crc();
     test_fragment_age();

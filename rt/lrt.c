@@ -365,6 +365,17 @@ static dlc_status timers(dlc_lrt *l) {
 }
 
 /* One transport event. */
+/* A syncer that refused this learner's layout names the first tensor that differs and
+ * its own (docs/protocol.md, "mismatch"): this learner's goes beside it. */
+static void layout_own(const dlc_lrt *l, const dlc_net_event *ev, char *out, size_t cap) {
+    const char *at = ev->code == DLC_PERR_MISMATCH ? strstr(ev->text, "the layout differs at tensor ") : NULL;
+    int i;
+    if (!at || sscanf(at, "the layout differs at tensor %d", &i) != 1 || i < 0) return;
+    const char *desc = dlc_plan_tensor_desc(l->cfg.plan, i);
+    if (desc) snprintf(out, cap, "; this learner's is %.200s", desc);
+    else snprintf(out, cap, "; this learner has %d tensors", dlc_plan_tensors(l->cfg.plan));
+}
+
 static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
     switch (ev->kind) {
     case DLC_NET_READY: {
@@ -406,9 +417,12 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
     case DLC_NET_LOST:
         if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION)
             l->refused = !l->ready && !l->l; /* refused before it ever joined: final */
-        if (ev->code != DLC_PERR_NONE || ev->text[0])
-            snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text,
+        if (ev->code != DLC_PERR_NONE || ev->text[0]) {
+            char own[300] = "";
+            layout_own(l, ev, own, sizeof own);
+            snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s%s (%s)", ev->text, own,
                      dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?");
+        }
         if (l->ready) conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
         l->ready = 0;
         l->st.connected = 0;

@@ -68,6 +68,11 @@ dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int lea
         return dlc_error(DLC_ERR_ARG, "run id of %zu bytes: expected at most %d", strlen(run), DLC_PROTO_RUN_MAX);
     strcpy(h->run, run);
     h->model_hash = dlc_plan_model_hash(plan);
+    h->plan = plan;
+    /* a learner's HELLO lists its tensors; the syncer names the first that differs from
+     * its own (a larger model states only the hash) */
+    if (dlc_plan_tensors(plan) <= DLC_PROTO_TENSORS_MAX) h->tensors = dlc_plan_tensors(plan);
+    for (int i = 0; i < h->tensors; i++) h->tensor_hash[i] = dlc_plan_tensor_hash(plan, i);
     h->plan_hash = dlc_plan_hash(plan);
     h->learner = learner;
     h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT | DLC_CAP_REPLAY : 0);

@@ -108,6 +108,11 @@ DLC_API int dlc_plan_fragment_of(const dlc_plan *plan, int i);
 
 /* Model hash: names and shapes only, so it equals dlc_frag_model_hash(params). */
 DLC_API uint64_t dlc_plan_model_hash(const dlc_plan *plan);
+/* Tensor i's name and shape hashed on their own (0 out of range: a HELLO lists them, so
+ * that a syncer names the first tensor that differs), and described, "'name' [d0, d1]"
+ * (owned by the plan; NULL out of range). */
+DLC_API uint32_t dlc_plan_tensor_hash(const dlc_plan *plan, int i);
+DLC_API const char *dlc_plan_tensor_desc(const dlc_plan *plan, int i);
 /* Plan hash: model, arena offsets and size, and every fragment's views. */
 DLC_API uint64_t dlc_plan_hash(const dlc_plan *plan);
 /* Model hash of `params` (borrowed) without making a plan; 0 with DLC_ERR_ARG for NULL. */

@@ -76,6 +76,8 @@ extern "C" {
 /* Most fragments of a model (WELCOME's owner list), most learners (ids 0..MAX-1). */
 #define DLC_PROTO_FRAGMENTS_MAX 1024
 #define DLC_PROTO_LEARNERS_MAX 65536
+/* Most tensors a HELLO lists the layout of (a larger model states only its hash). */
+#define DLC_PROTO_TENSORS_MAX 1024
 /* Capability names a HELLO may list (known or not). */
 #define DLC_PROTO_CAPS_MAX 32
 /* Default and largest configurable frame size (prefix + header + payload): a 64M-float
@@ -167,6 +169,10 @@ typedef struct dlc_hello {
     int endpoints;                     /* WELCOME: entries of endpoint ("" = this one) */
     char endpoint[DLC_PROTO_ENDPOINTS_MAX][DLC_PROTO_ENDPOINT_MAX + 1];
     uint16_t owner[DLC_PROTO_FRAGMENTS_MAX]; /* WELCOME: fragment -> endpoint index */
+    int tensors;                       /* HELLO: entries of tensor_hash (0: not stated) */
+    uint32_t tensor_hash[DLC_PROTO_TENSORS_MAX]; /* dlc_plan_tensor_hash of each, in order */
+    const struct dlc_plan *plan;       /* ours only, never on the wire (NULL when decoded):
+                                        * negotiation names this side's tensor that differs */
 } dlc_hello;
 
 /* One frame, decoded or to encode. */
