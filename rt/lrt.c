@@ -364,7 +364,6 @@ static dlc_status timers(dlc_lrt *l) {
     return st == DLC_OK ? actions(l) : st;
 }
 
-/* One transport event. */
 /* A syncer that refused this learner's layout names the first tensor that differs and
  * its own (docs/protocol.md, "mismatch"): this learner's goes beside it. */
 static void layout_own(const dlc_lrt *l, const dlc_net_event *ev, char *out, size_t cap) {
@@ -376,6 +375,7 @@ static void layout_own(const dlc_lrt *l, const dlc_net_event *ev, char *out, siz
     else snprintf(out, cap, "; this learner has %d tensors", dlc_plan_tensors(l->cfg.plan));
 }
 
+/* One transport event. */
 static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
     switch (ev->kind) {
     case DLC_NET_READY: {
