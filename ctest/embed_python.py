@@ -10,9 +10,11 @@ IDX files.  Checks: both learners' contributions are merged (the syncer's summar
 numpy learner's held-out loss falls; it ends within 10% (relative L2) of the global model
 the syncer saved; a numpy learner with one hidden unit fewer is refused, the message
 naming the tensor that differs, both sides'.  Then a syncer hosted in Python
-(diloco.Server) serves a numpy learner of a linear model: its events are polled (joined, merged, bye) and its global
-model, read back, is within 5% of the true weights.  Exit 0 on success; every failure
-printed."""
+(diloco.Server) serves a numpy learner of a linear model: its events are polled (joined,
+merged, bye) and its global model, read back, is within 5% of the true weights; the
+learner's momentum, its own state, is saved through state_dir every 50 steps and at the
+finish, and a learner made again on the same state_dir loads the last one.  Exit 0 on
+success; every failure printed."""
 
 import gzip
 import json
@@ -189,14 +191,39 @@ return diloco.recipe {
     srv = diloco.Server({"w": w0}, learners=1, secret="python-server-secret-0123456789",
                         run={"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}, timeout=3.0,
                         heartbeat=0.25)
-    w = np.zeros(16, np.float32)
+    w, v = np.zeros(16, np.float32), np.zeros(16, np.float32)  # v: the momentum, the host's own state
+    state = os.path.join(tmp, "host-state")
+    saved, loaded = [], []
+
+    def save_v(path, step):
+        with open(path, "wb") as f:
+            np.save(f, v)
+        saved.append(step)
+
+    def load_v(path, step):
+        with open(path, "rb") as f:
+            loaded.append((step, np.load(f)))
+
+    lrun = {"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}
     with diloco.Learner({"w": w}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
-                        run={"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}, heartbeat=0.25) as ln:
+                        run=lrun, heartbeat=0.25, id=0, state_dir=state, save_state=save_v, load_state=load_v,
+                        save_every=50) as ln:
         for step in range(120):
             x = rng2.standard_normal((8, 16)).astype(np.float32)
-            w -= 0.05 * (2 * x.T @ (x @ w - x @ wt) / 8)
+            v[:] = 0.5 * v + 2 * x.T @ (x @ w - x @ wt) / 8
+            w -= 0.05 * v
             ln.step_done(8)
         ln.finish(10)
+    # restarted with the same state_dir: the host's momentum of the finish comes back
+    w2 = np.zeros(16, np.float32)
+    with diloco.Learner({"w": w2}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
+                        run=lrun, heartbeat=0.25, id=0, state_dir=state, save_state=save_v, load_state=load_v):
+        pass
+    check(len(saved) == 3 and saved[-1] >= 120, "host state saves at steps %s (expected 50, 100 and the finish)" % saved)
+    check(len(loaded) == 1 and loaded[0][0] == saved[-1] and np.array_equal(loaded[0][1], v),
+          "a restarted learner loaded %s, expected the state of step %s" % ([s for s, _ in loaded], saved[-1:]))
+    check(sorted(os.listdir(state)) == ["latest", "state-%012d" % saved[-1]],
+          "the state directory holds %s" % sorted(os.listdir(state)))
     kinds = []
     while True:
         ev = srv.poll(2.0)

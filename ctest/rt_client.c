@@ -6,6 +6,7 @@
  * the API: ctest embed_host and embed_python.)
  */
 #include <math.h>
+#include <stdlib.h>
 #include <time.h>
 #include "check.h"
 #include "diloco/client.h"
@@ -179,9 +180,115 @@ static void test_client_steps(void) {
     dlc_server_free(s);
 }
 
+/* The host's own state (client.h: state_dir): saved every save_every steps and at the
+ * finish, published whole (one state file, named by latest); a save that fails or writes
+ * nothing is an error that leaves the published state as it was; a restarted client (same
+ * id) loads the newest; bad configs and a latest naming nothing are refused. */
+typedef struct host_st {
+    int saves, loads, fail, empty;
+    int64_t loaded_step;
+    char loaded[64];
+} host_st;
+
+static int save_cb(void *ctx, const char *path, int64_t step) {
+    host_st *h = ctx;
+    if (h->fail) return 7;
+    if (h->empty) return 0;
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "moments of step %lld\n", (long long)step);
+    h->saves++;
+    return fclose(f) != 0;
+}
+
+static int load_cb(void *ctx, const char *path, int64_t step) {
+    host_st *h = ctx;
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    h->loaded[0] = 0;
+    if (!fgets(h->loaded, sizeof h->loaded, f)) h->loaded[0] = 0;
+    fclose(f);
+    h->loads++, h->loaded_step = step;
+    return 0;
+}
+
+static int count_files(const char *dir, const char *prefix) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -c '^%s' || true", dir, prefix);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p && fscanf(p, "%d", &n) != 1) n = -1;
+    if (p) pclose(p);
+    return n;
+}
+
+static void test_client_state(void) {
+    static const char *run = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
+    float sw[12] = {0}, sb[3] = {0}, cw[12], cb[3];
+    dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
+    dlc_client_tensor ct[2] = {{"w", cw, 12, 0, NULL}, {"b", cb, 3, 0, NULL}};
+    dlc_server_config sc = dlc_server_default_config();
+    sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = run;
+    dlc_server *s = dlc_server_new(&sc);
+    CHECK_OK(s);
+    if (!s) return;
+    char addr[64], dir[] = "/tmp/dlc-state-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_server_port(s));
+    host_st h = {0};
+    dlc_client_config cc = dlc_client_default_config();
+    cc.tensors = ct, cc.count = 2, cc.connect = addr, cc.secret = sc.secret, cc.run = run, cc.join_timeout = 10;
+    cc.id = 0;
+    dlc_client_config x = cc;
+    x.state_dir = dir;
+    refused_client(&x, "expected a state_dir with a save_state");
+    x = cc, x.save_state = save_cb;
+    refused_client(&x, "state_dir NULL, save_state set");
+    x = cc, x.state_dir = dir, x.save_state = save_cb, x.save_every = -1;
+    refused_client(&x, "save_every -1");
+    cc.state_dir = dir, cc.save_state = save_cb, cc.load_state = load_cb, cc.state_ctx = &h, cc.save_every = 5;
+    dlc_client *c = dlc_client_new(&cc);
+    CHECK_OK(c);
+    if (!c) goto out;
+    CHECK(h.loads == 0); /* nothing published yet */
+    for (int t = 1; t <= 12; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
+    CHECK(h.saves == 2 && count_files(dir, "state-") == 1 && count_files(dir, "latest") == 1);
+    h.fail = 1;
+    for (int t = 13; t <= 14; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
+    CHECK(dlc_client_step(c, 10) == DLC_ERR_IO && strstr(dlc_last_error(), "save_state for step") &&
+          strstr(dlc_last_error(), "failed for") && strstr(dlc_last_error(), "stays"));
+    h.fail = 0, h.empty = 1;
+    for (int t = 16; t <= 19; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
+    CHECK(dlc_client_step(c, 10) == DLC_ERR_IO && strstr(dlc_last_error(), "wrote no file at"));
+    CHECK(count_files(dir, "state-") == 1 && count_files(dir, ".state") == 0 && h.saves == 2);
+    h.empty = 0;
+    int64_t end = dlc_client_schedule_step(c);
+    CHECK(dlc_client_finish(c, 5) == DLC_OK && h.saves == 3 && count_files(dir, "state-") == 1);
+    end = dlc_client_schedule_step(c) > end ? dlc_client_schedule_step(c) : end;
+    dlc_client_free(c);
+    /* restarted: the newest state comes back */
+    c = dlc_client_new(&cc);
+    CHECK_OK(c);
+    CHECK(h.loads == 1 && h.loaded_step == end);
+    snprintf(path, sizeof path, "moments of step %lld\n", (long long)end);
+    CHECK(strcmp(h.loaded, path) == 0);
+    if (strcmp(h.loaded, path) != 0) fprintf(stderr, "  loaded \"%s\", expected \"%s\"\n", h.loaded, path);
+    dlc_client_free(c);
+    /* a latest that names no state is refused, naming it */
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("garbage\n", f), fclose(f);
+    refused_client(&cc, "does not name a state");
+out:
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    CHECK(system(path) == 0);
+    dlc_server_free(s);
+}
+
 int main(void) {
     test_client_config();
     test_server_config();
     test_client_steps();
+    test_client_state();
     return check_done("rt_client");
 }

@@ -11,11 +11,14 @@
 #include "diloco/client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "diloco/frag.h"
 #include "diloco/params.h"
@@ -184,8 +187,87 @@ static void *drop(void (*release)(void *), void *obj) {
 
 /* ---- the learner ---- */
 
+/* ---- the host's state for a restart (client.h: state_dir) ---- */
+
+typedef struct host_state {
+    char *dir;
+    int (*save)(void *ctx, const char *path, int64_t step);
+    int (*load)(void *ctx, const char *path, int64_t step);
+    void *ctx;
+    int64_t every, last_step; /* last_step: the published state's step, -1 none */
+} host_state;
+
+/* fsync a file or directory by path; 0, or -1 with errno (a directory a file system
+ * cannot sync, EINVAL, counts as synced) */
+static int sync_path(const char *path, int dir) {
+    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fsync(fd) != 0 && errno != EINVAL ? -1 : 0;
+    int keep = errno;
+    close(fd);
+    errno = keep;
+    return r;
+}
+
+/* The newest published state: 1 with its step, 0 when there is none (no STATE_DIR/latest),
+ * or a negative status for a latest that names no state. */
+static int state_latest(const host_state *h, int64_t *step) {
+    char path[4096], line[64];
+    snprintf(path, sizeof path, "%s/latest", h->dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : dlc_error(DLC_ERR_IO, "client: state_dir: %s: %s", path, strerror(errno));
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    long long k = -1;
+    char end = 0;
+    if (!ok || sscanf(line, "state-%lld%c", &k, &end) != 2 || end != '\n' || k < 0)
+        return dlc_error(DLC_ERR_FORMAT, "client: state_dir: %s does not name a state (expected \"state-STEP\")", path);
+    snprintf(path, sizeof path, "%s/state-%012lld", h->dir, k);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dlc_error(DLC_ERR_IO, "client: state_dir: %s/latest names %s: %s", h->dir, path, strerror(errno));
+    *step = k;
+    return 1;
+}
+
+/* The host saves its state of the run's step `step`; published once whole. */
+static dlc_status state_save(host_state *h, int64_t step) {
+    char tmp[4096], fin[4096], lt[4096], lf[4096], old[4096], text[40];
+    snprintf(tmp, sizeof tmp, "%s/.state-%012lld.tmp", h->dir, (long long)step);
+    snprintf(fin, sizeof fin, "%s/state-%012lld", h->dir, (long long)step);
+    snprintf(lt, sizeof lt, "%s/.latest.tmp", h->dir);
+    snprintf(lf, sizeof lf, "%s/latest", h->dir);
+    (void)unlink(tmp);
+    int r = h->save(h->ctx, tmp, step);
+    struct stat sb;
+    if (r != 0 || stat(tmp, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int none = r == 0;
+        (void)unlink(tmp);
+        return dlc_error(DLC_ERR_IO, "client: save_state for step %lld %s %s; the state %s stays", (long long)step,
+                         none ? "wrote no file at" : "failed for", tmp, h->last_step >= 0 ? "published before" : "(none)");
+    }
+    int len = snprintf(text, sizeof text, "state-%012lld\n", (long long)step);
+    FILE *f = NULL;
+    if (sync_path(tmp, 0) != 0 || rename(tmp, fin) != 0 || !(f = fopen(lt, "w")) ||
+        fwrite(text, 1, (size_t)len, f) != (size_t)len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        dlc_status e = dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", fin, strerror(errno));
+        if (f) fclose(f);
+        (void)unlink(tmp);
+        return e;
+    }
+    if (fclose(f) != 0 || rename(lt, lf) != 0 || sync_path(h->dir, 1) != 0)
+        return dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", lf, strerror(errno));
+    if (h->last_step >= 0 && h->last_step != step) {
+        snprintf(old, sizeof old, "%s/state-%012lld", h->dir, (long long)h->last_step);
+        (void)unlink(old);
+    }
+    h->last_step = step;
+    return DLC_OK;
+}
+
 struct dlc_client {
     layout y;
+    host_state hs;
     dlc_client_tensor *t; /* the host's list (copied; the names too) */
     char **names;
     uint8_t *taken;       /* [P]: fragments copied in at this step boundary */
@@ -265,10 +347,23 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned)",
                          cfg->id, DLC_PROTO_LEARNERS_MAX),
                NULL;
+    if ((cfg->state_dir != NULL) != (cfg->save_state != NULL) || (cfg->load_state && !cfg->state_dir) ||
+        cfg->save_every < 0)
+        return dlc_error(DLC_ERR_ARG, "client: state_dir %s, save_state %s, load_state %s, save_every %lld: expected "
+                         "a state_dir with a save_state (load_state optional), or none of them; save_every >= 0",
+                         cfg->state_dir ? "set" : "NULL", cfg->save_state ? "set" : "NULL",
+                         cfg->load_state ? "set" : "NULL", (long long)cfg->save_every),
+               NULL;
+    if (cfg->state_dir && mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST)
+        return dlc_error(DLC_ERR_IO, "client: state_dir %s: %s", cfg->state_dir, strerror(errno)), NULL;
     dlc_client *c = calloc(1, sizeof *c);
     if (!c) return dlc_error(DLC_ERR_NOMEM, "client: out of memory"), NULL;
+    c->hs = (host_state){.save = cfg->save_state, .load = cfg->load_state, .ctx = cfg->state_ctx,
+                         .every = cfg->save_every, .last_step = -1};
+    if (cfg->state_dir && !(c->hs.dir = strdup(cfg->state_dir)))
+        return free(c), dlc_error(DLC_ERR_NOMEM, "client: out of memory"), NULL;
     dlc_status st = layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
-    if (st != DLC_OK) return free(c), NULL;
+    if (st != DLC_OK) return free(c->hs.dir), free(c), NULL;
     c->t = calloc((size_t)cfg->count, sizeof *c->t);
     c->names = calloc((size_t)cfg->count, sizeof *c->names);
     c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
@@ -309,6 +404,21 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
     take_applied(c);
     host_out(&c->y, c->t); /* the whole global model, whatever the events said */
+    if (c->hs.dir) { /* the host's own state of before a restart */
+        int64_t step = -1;
+        int got = state_latest(&c->hs, &step);
+        if (got < 0) goto fail;
+        if (got) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/state-%012lld", c->hs.dir, (long long)step);
+            c->hs.last_step = step;
+            int r = c->hs.load ? c->hs.load(c->hs.ctx, path, step) : 0;
+            if (r != 0) {
+                dlc_error(DLC_ERR_IO, "client: load_state returned %d for %s", r, path);
+                goto fail;
+            }
+        }
+    }
     c->last_step = dlc_rt_clock();
     return c;
 fail:
@@ -325,6 +435,7 @@ void dlc_client_free(dlc_client *c) {
     free(c->t);
     free(c->taken);
     free(c->changed);
+    free(c->hs.dir);
     layout_free(&c->y);
     free(c);
 }
@@ -354,6 +465,8 @@ dlc_status dlc_client_step(dlc_client *c, int64_t tokens) {
     }
     take_applied(c);
     if (st == DLC_OK) c->steps++;
+    if (st == DLC_OK && c->hs.dir && c->hs.every > 0 && c->steps % c->hs.every == 0)
+        st = state_save(&c->hs, dlc_client_schedule_step(c));
     c->last_step = dlc_rt_clock();
     return st;
 }
@@ -376,7 +489,16 @@ dlc_status dlc_client_finish(dlc_client *c, double timeout_s) {
     dlc_status f = dlc_lrt_finish(c->l, timeout_s, "finished");
     take_applied(c);
     c->finished = 1;
-    return st != DLC_OK ? st : f;
+    /* the host's state at the end, whatever the syncer said (saved even when the
+     * connection was down: a restart continues from here) */
+    dlc_status first = st != DLC_OK ? st : f;
+    char keep[1024] = "";
+    if (first != DLC_OK) snprintf(keep, sizeof keep, "%s", dlc_last_error());
+    dlc_status sv = c->hs.dir ? state_save(&c->hs, dlc_client_schedule_step(c)) : DLC_OK;
+    if (first == DLC_OK) return sv;
+    char also[1024] = "";
+    if (sv != DLC_OK) snprintf(also, sizeof also, "; and %s", dlc_last_error()); /* (copied: dlc_error writes there) */
+    return dlc_error(first, "%s%s", keep, also);
 }
 
 int dlc_client_id(const dlc_client *c) { return c ? dlc_lrt_id(c->l) : -1; }

@@ -47,7 +47,7 @@ local function assert_only_diloco(b)
   end
 end
 local NOT_CODE = { [""] = true, text = true }
-local OTHER_CODE = { c = true, cmake = true } -- fragments of C and CMake: not compiled here
+local OTHER_CODE = { c = true, cmake = true, python = true } -- fragments of C, CMake, Python: not run here
 
 -- Fenced blocks: { file, line, lang, tags = {norun = true, ...}, text, output = text of
 -- a ```text block that follows with only blank lines between }.
@@ -211,7 +211,7 @@ describe("docs samples", function()
     for _, b in ipairs(all) do
       local where = b.file .. ":" .. b.line
       assert(RUNNERS[b.lang] or NOT_CODE[b.lang] or OTHER_CODE[b.lang],
-        where .. ": fence language '" .. b.lang .. "' (expected lua, sh, console, c, cmake, text or none)")
+        where .. ": fence language '" .. b.lang .. "' (expected lua, sh, console, c, cmake, python, text or none)")
       for tag in pairs(b.tags) do
         assert(tag == "norun" or (tag == "repl" and b.lang == "lua"),
           where .. ": unknown tag '" .. tag .. "' (norun, and repl for lua)")

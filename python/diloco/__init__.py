@@ -24,6 +24,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import sys
 
 __all__ = ["Error", "Learner", "Server", "library_path"]
 
@@ -73,11 +74,17 @@ class _Tensor(ctypes.Structure):
                 ("ndim", ctypes.c_int), ("shape", ctypes.POINTER(ctypes.c_int64))]
 
 
+# int (*)(void *ctx, const char *path, int64_t step): client.h's save_state, load_state
+_StateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64)
+
+
 class _ClientConfig(ctypes.Structure):
     _fields_ = [("tensors", ctypes.POINTER(_Tensor)), ("count", ctypes.c_int), ("run", ctypes.c_char_p),
                 ("run_params", ctypes.c_void_p), ("connect", ctypes.c_char_p), ("secret_file", ctypes.c_char_p),
                 ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p), ("id", ctypes.c_int),
-                ("join_timeout", ctypes.c_double), ("wait_timeout", ctypes.c_double), ("heartbeat", ctypes.c_double)]
+                ("join_timeout", ctypes.c_double), ("wait_timeout", ctypes.c_double), ("heartbeat", ctypes.c_double),
+                ("state_dir", ctypes.c_char_p), ("save_state", _StateFn), ("load_state", _StateFn),
+                ("state_ctx", ctypes.c_void_p), ("save_every", ctypes.c_int64)]
 
 
 class _ServerConfig(ctypes.Structure):
@@ -213,6 +220,19 @@ class _Handle:
             pass
 
 
+def _state_call(fn, name):
+    """A Python callable as client.h's state callback: 0 when it returns, 1 when it raises
+    (the exception printed to stderr; the library then names the failed save or load)."""
+    def call(ctx, path, step):
+        try:
+            fn(os.fsdecode(path), int(step))
+            return 0
+        except Exception as e:  # a callback must not raise through C
+            sys.stderr.write("diloco.Learner: %s raised %s: %s\n" % (name, type(e).__name__, e))
+            return 1
+    return call
+
+
 class Learner(_Handle):
     """One learner of a run on the caller's parameters (docs/embedding.md).
 
@@ -221,12 +241,20 @@ class Learner(_Handle):
     run has them.  connect: "HOST:PORT" of the syncer, or "@FILE" (its address file).
     secret_file or secret: the run's secret.  run: the run's sync and outer fields, a dict
     or JSON text ({"sync": {"preset": "decoupled", "H": 24}, "outer": {"lr": 0.7}}).
-    Joins at once: the arrays then hold the global model."""
+    Joins at once: the arrays then hold the global model.
+
+    The caller's own state for a restart (its optimizer's moments): with state_dir, the
+    library calls save_state(path, step) every save_every steps (0: only at finish) and
+    at finish, the caller writes one file at path (torch.save(opt.state_dict(), path)),
+    and the library publishes it whole; a Learner made again with the same state_dir
+    calls load_state(path, step) with the newest after its join.  An exception in a
+    callback fails the call it ran in (the state published before stays)."""
 
     _free = "dlc_client_free"
 
     def __init__(self, params, connect, secret_file=None, secret=None, run=None, run_id=None, id=None,
-                 join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0):
+                 join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0, state_dir=None, save_state=None,
+                 load_state=None, save_every=0):
         lib = _load()
         self._layout = _Layout(params)
         cfg = lib.dlc_client_default_config()
@@ -239,6 +267,15 @@ class Learner(_Handle):
         cfg.run_id = run_id.encode() if run_id is not None else None
         cfg.id = -1 if id is None else int(id)
         cfg.join_timeout, cfg.wait_timeout, cfg.heartbeat = join_timeout, wait_timeout, heartbeat
+        self._state_fns = []  # kept alive as long as the client may call them
+        if state_dir is not None:
+            cfg.state_dir = os.fsencode(state_dir)
+            cfg.save_every = int(save_every)
+        for name, fn in (("save_state", save_state), ("load_state", load_state)):
+            if fn is not None:
+                cb = _StateFn(_state_call(fn, name))
+                self._state_fns.append(cb)
+                setattr(cfg, name, cb)
         self._h = lib.dlc_client_new(ctypes.byref(cfg))
         if not self._h:
             _fail("diloco.Learner")

@@ -82,6 +82,22 @@ typedef struct dlc_client_config {
     double join_timeout;        /* seconds to connect and receive the whole model (60) */
     double wait_timeout;        /* blocking presets: the longest wait for a round (300 s) */
     double heartbeat;           /* seconds between heartbeats (1) */
+    /* The host's own state for a restart (its optimizer's moments, its data position; the
+     * model itself comes back from the syncer at the join).  With state_dir set, the
+     * client calls save_state(state_ctx, path, step) every save_every of its steps (0:
+     * only at dlc_client_finish) and at dlc_client_finish: the host writes one file at
+     * `path`, `step` being the run's step (dlc_client_schedule_step), and returns 0; the
+     * client then publishes it atomically as STATE_DIR/state-STEP (named in
+     * STATE_DIR/latest) and removes the one before.  A save that fails (nonzero, or no
+     * file) publishes nothing: the last published state stays whole.  dlc_client_new,
+     * after the join, calls load_state(state_ctx, path, step) with the newest published
+     * state, if there is one.  Both callbacks run on the calling thread, inside the
+     * client's calls. */
+    const char *state_dir;
+    int (*save_state)(void *ctx, const char *path, int64_t step);
+    int (*load_state)(void *ctx, const char *path, int64_t step);
+    void *state_ctx;
+    int64_t save_every;         /* steps (>= 0) */
 } dlc_client_config;
 
 DLC_API dlc_client_config dlc_client_default_config(void);
@@ -99,7 +115,8 @@ DLC_API void dlc_client_free(dlc_client *c);
 /* After each inner step of the host, with the tokens it consumed (>= 0): see above.
  * DLC_ERR_RANGE (the step not taken) when a value it takes is not finite, naming it (a
  * fragment's values are taken when it is due, so a NaN is found within H steps); the
- * host may then call dlc_client_rollback. */
+ * host may then call dlc_client_rollback.  DLC_ERR_IO when a save of the host's state
+ * failed (the step was taken; the state before it stays published). */
 DLC_API dlc_status dlc_client_step(dlc_client *c, int64_t tokens);
 /* A fault on the host (a non-finite loss): its buffers go back to the last global model
  * (rt.h, dlc_lrt_rollback); the host resets its inner optimizer. */
