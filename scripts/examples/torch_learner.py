@@ -9,7 +9,11 @@ parameter storage there.  Its learning rate follows the run's step (learner.sche
 as a diloco-lua learner's does.
 
   /usr/bin/python3 scripts/examples/torch_learner.py DUMP_DIR ISLAND --connect @ADDRESS_FILE \\
-      --secret-file SECRET [--threads 1]
+      --secret-file SECRET [--threads 1] [--state-dir DIR]
+
+With --state-dir, AdamW's state and the data position are saved there every 100 steps
+and at the end (the library publishes each save whole), and a learner started again with
+the same directory loads them after its join: the model itself comes back from the syncer.
 
 DUMP_DIR is dump_islands.lua's output for the recipe and --set of the run; ISLAND the
 1-based island this learner is (its learner-ISLAND.bin).  scripts/examples/torch_mixed
@@ -38,6 +42,7 @@ def main():
     ap.add_argument("--connect", required=True)
     ap.add_argument("--secret-file", required=True)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--state-dir")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     with open(os.path.join(a.dump, "meta.json")) as f:
@@ -62,13 +67,23 @@ def main():
              "grace_gamma", "weighting", "merge", "ring", "codec", "codec_down", "block", "error_feedback", "ema")
     run = {"sync": {k: v for k, v in meta["sync"].items() if k in known},
            "outer": {"lr": meta["outer"]["lr"], "momentum": meta["outer"]["momentum"]}}
-    learner = diloco.Learner(params, connect=a.connect, secret_file=a.secret_file, run=run, id=a.island - 1,
-                             heartbeat=0.5)
     decay = [named[n] for n in names if plan["decays"][n]]
     no_decay = [named[n] for n in names if not plan["decays"][n]]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": inner["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}], lr=inner["lr"],
                             betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"])
+    state, pos = {}, [0]  # pos[0]: the next batch of this island's data
+
+    def load(path, step):
+        saved = torch.load(path)
+        opt.load_state_dict(saved["opt"])
+        pos[0] = saved["batch"]
+
+    if a.state_dir:  # AdamW's moments and the data position survive a restart; the model comes from the syncer
+        state = dict(state_dir=a.state_dir, save_every=100, load_state=load,
+                     save_state=lambda path, step: torch.save({"opt": opt.state_dict(), "batch": pos[0]}, path))
+    learner = diloco.Learner(params, connect=a.connect, secret_file=a.secret_file, run=run, id=a.island - 1,
+                             heartbeat=0.5, **state)
     warm, lr0, lr1 = inner.get("warmup") or 0, inner["lr"], inner.get("min_lr") or inner["lr"]
 
     def lr_at(s):
@@ -77,13 +92,14 @@ def main():
         q = min(max((s - warm) / max(steps - warm, 1), 0.0), 1.0)
         return lr1 + 0.5 * (lr0 - lr1) * (1 + math.cos(math.pi * q))
 
-    t0, i = time.time(), 0
+    t0, i = time.time(), pos[0]
     while learner.schedule_step < steps and i < len(data):
         s = learner.schedule_step
         for g in opt.param_groups:
             g["lr"] = lr_at(s)
         w = data[i]
         i += 1
+        pos[0] = i
         loss = model.loss(w[:, :T], w[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
