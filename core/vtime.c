@@ -298,10 +298,31 @@ static dlc_status learner_actions(dlc_vtime *vt, int m) {
     return st;
 }
 
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Step k's jitter factor of learner m in its life `gen`: exp(s·z − s²/2), z a standard
+ * normal (Box-Muller over two hashed uniforms), s² = ln(1 + jitter²): mean 1, coefficient
+ * of variation jitter.  A pure function of its arguments: the start check and the start
+ * itself draw the same. */
+static double jitter_factor(uint64_t seed, int m, uint64_t gen, int64_t k, double jitter) {
+    if (!(jitter > 0)) return 1.0;
+    uint64_t h = mix64(seed ^ mix64(0x6a09e667f3bcc909ULL + (uint64_t)m) ^ mix64(gen * 0x9e3779b97f4a7c15ULL + 1) ^
+                       mix64((uint64_t)k + 0x3c6ef372fe94f82bULL));
+    double u1 = ((double)(mix64(h) >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(mix64(h + 1) >> 11) * 0x1.0p-53;
+    double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    double s2 = log1p(jitter * jitter);
+    return exp(sqrt(s2) * z - 0.5 * s2);
+}
+
 static double step_dt(const dlc_vtime *vt, int m, double t) {
     const vlearner *v = &vt->L[m];
     double f = vt->p.chaos ? dlc_chaos_slow_factor(vt->p.chaos, m, t) : 1.0;
     if (!(f > 0) || !isfinite(f)) f = 1.0;
+    f *= jitter_factor(vt->p.seed, m, (uint64_t)v->gen, dlc_learner_steps(v->l), v->is.jitter);
     return vt->p.step_time * v->is.scale / v->is.speed * f;
 }
 
@@ -403,6 +424,8 @@ static dlc_status check_params(const dlc_vtime_params *p) {
             return dlc_error(DLC_ERR_ARG, "vtime: island %d: speed = %g: expected a finite number > 0", m, is->speed);
         if (!(is->scale > 0) || !isfinite(is->scale))
             return dlc_error(DLC_ERR_ARG, "vtime: island %d: scale = %g: expected a finite number > 0", m, is->scale);
+        if (!(is->jitter >= 0) || !isfinite(is->jitter))
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: jitter = %g: expected a finite number >= 0", m, is->jitter);
         if (is->tokens < 1)
             return dlc_error(DLC_ERR_ARG, "vtime: island %d: tokens = %lld: expected >= 1", m, (long long)is->tokens);
         if (!(is->latency >= 0) || !isfinite(is->latency))

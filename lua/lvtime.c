@@ -6,7 +6,9 @@
  *       params = { p1, p2, p3, p4 },        -- one Params per learner (same model layout)
  *       plan = plan,                        -- diloco.Plan over that layout
  *       step_time = 1.0, horizon = 3000, eval_every = 250,
- *       islands = { {speed = 1, scale = 1, tokens = 1024, latency = 0.02, bandwidth = 3.1e8}, ... },
+ *       islands = { {speed = 1, scale = 1, tokens = 1024, latency = 0.02, bandwidth = 3.1e8,
+ *                    jitter = 0}, ... },             -- jitter: each step's time, log-normal
+ *       seed = 0,                           -- of the steps' jitter
  *       learner = { H = 24, tau = 2, alpha = 0, blocking = false, dp = false, codec = "int4",
  *                   block = 128, error_feedback = false, heartbeat = 1, ema = 0.5 },
  *       syncer = { quorum = 1 (0 = all live), grace = "adaptive" | "off" | seconds,
@@ -259,6 +261,7 @@ static int l_vtime(lua_State *L) {
     vp.end = optnum(L, 1, "VTime", "horizon", 0);
     vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
     vp.final_flush = optbool(L, 1, "VTime", "final_flush", 0);
+    vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
     int si = subtable(L, 1, "syncer");
@@ -284,6 +287,7 @@ static int l_vtime(lua_State *L) {
         is[m].tokens = (int64_t)optnum(L, t, "island", "tokens", 1);
         is[m].latency = optnum(L, t, "island", "latency", 0);
         is[m].bandwidth = optnum(L, t, "island", "bandwidth", INFINITY);
+        is[m].jitter = optnum(L, t, "island", "jitter", 0);
         lua_pop(L, 1);
     }
     vp.islands = is;

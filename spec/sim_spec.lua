@@ -520,6 +520,29 @@ describe("diloco-lua sim with mixed islands", function()
     end
     assert.is_true(seen > 0, "a merge with islands 2 and 3 of equal steps")
   end)
+
+  it("spreads each step's time with islands.jitter, the same way for the same seed", function()
+    local text = TINY:format([[sync = { H = 8, preset = 'decoupled' },
+      islands = { count = 3, jitter = 0.5, latency = 0, bandwidth = 'inf' },]])
+    local _, status, output, events = sim(text)
+    assert.are.equal(0, status, output)
+    local per, steps = summary(events).per_learner, {}
+    local total, differ = 0, false
+    for m = 1, 3 do
+      steps[m] = per[m].steps
+      total = total + steps[m]
+      differ = differ or steps[m] ~= STEPS
+    end
+    -- no island steps in lockstep at the nominal time any more; on the whole about as many
+    assert.is_true(differ, "with jitter 0.5 some island's steps differ from " .. STEPS .. ": " .. table.concat(steps, ", "))
+    assert.is_true(math.abs(total - 3 * STEPS) <= 0.35 * 3 * STEPS, "steps " .. table.concat(steps, ", "))
+    local _, status2, output2, events2 = sim(text)
+    assert.are.equal(0, status2, output2)
+    for m = 1, 3 do assert.are.equal(steps[m], summary(events2).per_learner[m].steps) end
+    local _, status3, output3 = sim(TINY:format([[sync = { H = 8 }, islands = { count = 3, jitter = -0.1 },]]))
+    assert.are_not.equal(0, status3)
+    assert.matches("islands.jitter = -0.1: expected a coefficient of variation in [0, 4]", output3, 1, true)
+  end)
 end)
 
 describe("diloco-lua sim with the recipe's own sync schedule", function()

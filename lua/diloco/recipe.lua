@@ -284,6 +284,10 @@ M.schema = {
       doc = "relative speed: one number for all, or one per island (count form)" },
     step_time = { kind = "string|number", default = 1.0, check = duration_check(true),
       doc = "virtual seconds of one inner step at speed 1 with data.batch (sim)" },
+    jitter = { kind = "number", default = 0, check = function(v)
+        if v ~= v or v < 0 or v > 4 then return "a coefficient of variation in [0, 4]" end end,
+      doc = "sim: the spread of each inner step's time around its nominal, a coefficient of variation "
+        .. "(log-normal, mean 1; 0: every step takes exactly its time)" },
     latency = { kind = "string|number", default = 0.02, check = duration_check(false),
       doc = "default one-way latency of a link to the syncer" },
     bandwidth = { kind = "string|number", default = 312500000, check = rate_check,
@@ -662,7 +666,8 @@ local function normalize_islands(r, errs)
   else
     links = false
   end
-  r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links }
+  r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links,
+    jitter = isl.jitter ~= 0 and isl.jitter or nil } -- (sim; absent when 0, as recipes before it)
 end
 
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted

@@ -128,7 +128,8 @@ local function prepare(r, opts)
     local isls = {}
     for m, L in ipairs(ctx.learners) do
       isls[m] = { speed = L.island.speed, scale = L.island.batch / r.data.batch,
-        tokens = L.loaders.tokens_per_batch, latency = L.island.latency, bandwidth = L.island.bandwidth }
+        tokens = L.loaders.tokens_per_batch, latency = L.island.latency, bandwidth = L.island.bandwidth,
+        jitter = isl.jitter }
     end
     ctx.chaos = build_chaos(r)
     ctx.schedule = type(sy.schedule) == "function" and sy.schedule or nil
@@ -136,7 +137,7 @@ local function prepare(r, opts)
     local okv, vt = pcall(diloco.VTime, {
       params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * isl.step_time,
       eval_every = r.eval.every > 0 and r.eval.every * isl.step_time or 0, islands = isls, chaos = ctx.chaos,
-      learner = lopts, syncer = sopts, final_flush = sy.final_flush,
+      learner = lopts, syncer = sopts, final_flush = sy.final_flush, seed = r.seed,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt

@@ -19,7 +19,9 @@
  *     dlc_vtime_stats st; dlc_vtime_get_stats(vt, &st);
  *
  * Time.  Learner m's inner step lasts step_time · scale_m / speed_m virtual seconds,
- * times the factor of any SLOW fault active when it starts.  A step that would end
+ * times the factor of any SLOW fault active when it starts, times its jitter: a factor
+ * drawn for each step from a log-normal of mean 1 and coefficient of variation
+ * jitter_m, a function of (seed, m, the learner's life, the step) only.  A step that would end
  * after `end` is not started; after `end` the run drains (messages in flight are
  * delivered, grace windows expire), every round still holding a contribution is
  * flushed, and DONE follows.  Events at one instant are processed in a fixed order:
@@ -82,6 +84,8 @@ typedef struct dlc_vtime_island {
     int64_t tokens;    /* >= 1: tokens of one inner step */
     double latency;    /* one-way seconds >= 0, both directions */
     double bandwidth;  /* bytes/s > 0, INFINITY allowed, both directions */
+    double jitter;     /* >= 0: each step's time drawn around its nominal, log-normal with
+                        * this coefficient of variation and mean 1 (0: every step nominal) */
 } dlc_vtime_island;
 
 typedef struct dlc_vtime_params {
@@ -93,6 +97,7 @@ typedef struct dlc_vtime_params {
     dlc_learner_params learner;       /* for every learner (id set by vtime) */
     dlc_syncer_params syncer;         /* learners must be M; dp must match learner.dp */
     dlc_chaos *chaos;                 /* borrowed, must outlive the driver; NULL = none */
+    uint64_t seed;                    /* of the steps' jitter (same seed, same times) */
     int final_flush;                  /* 0/1: at its last step (the next would end after
                                        * `end`) a learner sends every fragment trained
                                        * since its last apply with none in flight
