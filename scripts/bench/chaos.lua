@@ -22,13 +22,17 @@
 -- learners' metrics do not see within the training window, which the final evaluation
 -- and save of the global model follow), with the steps non-elastic dp rolled back and
 -- those elastic dp's restarted learners skipped unreplayed (their own summaries).
--- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON]]
+-- sim's islands.jitter is the spread of the real steps: the coefficient of variation of
+-- the no-fault run's per-step compute time (its learners log every step), unless JITTER
+-- says otherwise (a number; 0: sim's islands step in lockstep, as before it was measured).
+-- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON [JITTER]]]
 -- (SEED: the policy's, 7; JSON: a file to write every mode's summary and sim's into, for
--- scripts/experiments/chaos.lua)
+-- scripts/experiments/chaos.lua; "-" for none)
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
 local seed = math.tointeger(tonumber(arg[6] or "7")) or 7 -- the failure policy's
-local json_out = arg[7]
+local json_out = arg[7] ~= "-" and arg[7] or nil
+local jitter_arg = arg[8] and assert(tonumber(arg[8]), "JITTER: expected a number >= 0") or nil
 local exe = diloco.proc.self_exe()
 
 local function events(path)
@@ -86,14 +90,40 @@ local modes = {
   { name = "diloco (blocking)", sets = { "sync.preset=diloco" } },
   { name = "decoupled", sets = { "sync.preset=decoupled" } },
 }
--- the step time sim needs: the real decoupled run's, measured without faults
-local base = go("run", "nofault", { "sync.preset=decoupled" })
+-- The coefficient of variation of one step's compute time over the learners of a run
+-- that logged every step (the first 5 of each left out: start-up).
+local function step_cv(name)
+  local xs, sum = {}, 0
+  for m = 1, 4 do
+    local ok, lev = pcall(events, string.format("%s/%s/learner-%d/metrics.jsonl", tmp, name, m))
+    local prev
+    for _, e in ipairs(ok and lev or {}) do
+      if e.event == "step" and e.train_s then
+        if prev and e.step == prev.step + 1 and e.step > 5 then
+          xs[#xs + 1] = e.train_s - prev.train_s
+          sum = sum + xs[#xs]
+        end
+        prev = e
+      end
+    end
+  end
+  if #xs < 10 then return nil end
+  local mean, ss = sum / #xs, 0
+  for _, x in ipairs(xs) do ss = ss + (x - mean) ^ 2 end
+  return math.sqrt(ss / (#xs - 1)) / mean
+end
+
+-- the step time sim needs: the real decoupled run's, measured without faults; and its spread
+local base = go("run", "nofault", { "sync.preset=decoupled", "log.every=1" })
 local tps = 0
 for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
 local step_time = 4 * 1024 / tps -- 4 learners of 16 x 64 tokens a step
+local measured_cv = step_cv("nofault")
+local jitter = jitter_arg or measured_cv or 0
 print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
-  .. "and learner 3's link cut at 30 s, each for %s; measured step time %.3f s (sim's islands.step_time)", recipe, steps,
-  mtbf, down, seed, down, step_time))
+  .. "and learner 3's link cut at 30 s, each for %s; measured step time %.3f s (sim's islands.step_time), its "
+  .. "spread %s (sim's islands.jitter = %.3f)", recipe, steps, mtbf, down, seed, down, step_time,
+  measured_cv and string.format("%.3f", measured_cv) or "not measured", jitter))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
 local out, sims = {}, {}
@@ -104,7 +134,7 @@ for _, m in ipairs(modes) do
   -- the real learners talk over loopback (no link emulation): sim's links are as free
   -- (the recipe's 20 ms would be a quarter of a step at this step time)
   local ssets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time), "islands.latency=0",
-    "islands.bandwidth=inf" }
+    "islands.bandwidth=inf", string.format("islands.jitter=%.4f", jitter) }
   for _, s in ipairs(m.sets) do if not s:match("^runtime") then ssets[#ssets + 1] = s end end
   local ok, s = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_sim", ssets)
   if not ok then s = {} end
@@ -146,7 +176,8 @@ if d.goodput and n.goodput and n.goodput > 0 then
   print(string.format("decoupled goodput / non-elastic dp goodput = %.2f (goal >= 3)", d.goodput / n.goodput))
 end
 if json_out then
-  local res = { mtbf = mtbf, down = down, seed = seed, steps = steps, step_time = step_time, modes = {} }
+  local res = { mtbf = mtbf, down = down, seed = seed, steps = steps, step_time = step_time, modes = {},
+    jitter = jitter, step_cv = measured_cv or diloco.json_null }
   for _, m in ipairs(modes) do
     local r, sm = out[m.name], sims[m.name]
     res.modes[#res.modes + 1] = { name = m.name, run = r, sim = sm.goodput and sm or nil, healthy_idle = healthy_idle(r) }
