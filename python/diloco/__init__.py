@@ -207,6 +207,17 @@ class _Handle:
             getattr(_lib, self._free)(self._h)
             self._h = None
 
+    def _config(self, cfg, params, run, secret_file, secret):
+        """The fields a client's and a server's config share: the layout, the run, the secret
+        (the layout and run text are kept on self: the config borrows them)."""
+        self._layout = _Layout(params)
+        cfg.tensors, cfg.count = self._layout.arr, self._layout.count
+        self._run = _run_text(run)
+        cfg.run = self._run
+        cfg.secret_file = secret_file.encode() if secret_file is not None else None
+        cfg.secret = secret.encode() if secret is not None else None
+        return cfg
+
     def __enter__(self):
         return self
 
@@ -256,14 +267,8 @@ class Learner(_Handle):
                  join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0, state_dir=None, save_state=None,
                  load_state=None, save_every=0):
         lib = _load()
-        self._layout = _Layout(params)
-        cfg = lib.dlc_client_default_config()
-        cfg.tensors, cfg.count = self._layout.arr, self._layout.count
-        self._run = _run_text(run)
-        cfg.run = self._run
+        cfg = self._config(lib.dlc_client_default_config(), params, run, secret_file, secret)
         cfg.connect = connect.encode()
-        cfg.secret_file = secret_file.encode() if secret_file is not None else None
-        cfg.secret = secret.encode() if secret is not None else None
         cfg.run_id = run_id.encode() if run_id is not None else None
         cfg.id = -1 if id is None else int(id)
         cfg.join_timeout, cfg.wait_timeout, cfg.heartbeat = join_timeout, wait_timeout, heartbeat
@@ -331,15 +336,9 @@ class Server(_Handle):
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
                  timeout=5.0, heartbeat=1.0):
         lib = _load()
-        self._layout = _Layout(params)
-        cfg = lib.dlc_server_default_config()
-        cfg.tensors, cfg.count = self._layout.arr, self._layout.count
-        self._run = _run_text(run)
-        cfg.run = self._run
+        cfg = self._config(lib.dlc_server_default_config(), params, run, secret_file, secret)
         cfg.learners = int(learners)
         cfg.listen = listen.encode()
-        cfg.secret_file = secret_file.encode() if secret_file is not None else None
-        cfg.secret = secret.encode() if secret is not None else None
         cfg.run_id = run_id.encode()
         cfg.timeout, cfg.heartbeat = timeout, heartbeat
         self._h = lib.dlc_server_new(ctypes.byref(cfg))
