@@ -111,21 +111,33 @@ static void test_server_config(void) {
  * merge changed); a NaN is refused, naming it, once its fragment is due, and rollback
  * brings the buffers back to the last global model; a learner with another layout is
  * refused naming the first tensor that differs, the server's and its own. */
-static void test_client_steps(void) {
-    static const char *run = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
-    float sw[12], sb[3] = {1, 2, 3}, cw[12] = {0}, cb[3] = {0}, pw[12], pb[3];
-    for (int i = 0; i < 12; i++) sw[i] = 0.5f * (float)i;
+/* The two tests' run: a server on w[12] and b[3] (streaming, H 8, 2 fragments) and a
+ * client config of the host's buffers for it; NULL when the server failed. */
+static const char *const RUN2 = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
+
+static dlc_server *serve_two(float *sw, float *sb, float *cw, float *cb, dlc_client_tensor ct[2], char *addr,
+                             size_t cap, dlc_client_config *cc) {
     dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
-    dlc_client_tensor ct[2] = {{"w", cw, 12, 0, NULL}, {"b", cb, 3, 0, NULL}};
     dlc_server_config sc = dlc_server_default_config();
-    sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = run;
+    sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = RUN2;
     dlc_server *s = dlc_server_new(&sc);
     CHECK_OK(s);
-    if (!s) return;
+    if (!s) return NULL;
+    snprintf(addr, cap, "127.0.0.1:%d", dlc_server_port(s));
+    ct[0] = (dlc_client_tensor){"w", cw, 12, 0, NULL}, ct[1] = (dlc_client_tensor){"b", cb, 3, 0, NULL};
+    *cc = dlc_client_default_config();
+    cc->tensors = ct, cc->count = 2, cc->connect = addr, cc->secret = sc.secret, cc->run = RUN2, cc->join_timeout = 10;
+    return s;
+}
+
+static void test_client_steps(void) {
+    float sw[12], sb[3] = {1, 2, 3}, cw[12] = {0}, cb[3] = {0}, pw[12], pb[3];
+    for (int i = 0; i < 12; i++) sw[i] = 0.5f * (float)i;
+    dlc_client_tensor ct[2];
+    dlc_client_config cc;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_server_port(s));
-    dlc_client_config cc = dlc_client_default_config();
-    cc.tensors = ct, cc.count = 2, cc.connect = addr, cc.secret = sc.secret, cc.run = run, cc.join_timeout = 10;
+    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc);
+    if (!s) return;
     dlc_client *c = dlc_client_new(&cc);
     CHECK_OK(c);
     if (!c) {
@@ -223,21 +235,14 @@ static int count_files(const char *dir, const char *prefix) {
 }
 
 static void test_client_state(void) {
-    static const char *run = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
     float sw[12] = {0}, sb[3] = {0}, cw[12], cb[3];
-    dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
-    dlc_client_tensor ct[2] = {{"w", cw, 12, 0, NULL}, {"b", cb, 3, 0, NULL}};
-    dlc_server_config sc = dlc_server_default_config();
-    sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = run;
-    dlc_server *s = dlc_server_new(&sc);
-    CHECK_OK(s);
-    if (!s) return;
+    dlc_client_tensor ct[2];
+    dlc_client_config cc;
     char addr[64], dir[] = "/tmp/dlc-state-XXXXXX", path[256];
+    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc);
+    if (!s) return;
     CHECK(mkdtemp(dir) != NULL);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_server_port(s));
     host_st h = {0};
-    dlc_client_config cc = dlc_client_default_config();
-    cc.tensors = ct, cc.count = 2, cc.connect = addr, cc.secret = sc.secret, cc.run = run, cc.join_timeout = 10;
     cc.id = 0;
     dlc_client_config x = cc;
     x.state_dir = dir;
