@@ -288,6 +288,10 @@ static void test_sequential(void) {
  * fragment 1 = {b.0.w}.  Computed independently (Python, from the document). */
 #define GOLDEN_MODEL 0xc1a94072485ef353ULL
 #define GOLDEN_PLAN 0x3577cf3386840948ULL
+/* Each tensor's own hash (a HELLO's "lt"): FNV-1a 64 of its part of the stream under the
+ * tag "dlc.tensor.v1", folded to 32 bits (h ^ h >> 32); same layout, same source. */
+#define GOLDEN_TENSOR_A 0xf05cc334u
+#define GOLDEN_TENSOR_B 0xc318b6c3u
 
 static void test_hash(void) {
     model a = gpt(2, 64, 16, 32, 64), b = gpt(2, 64, 16, 32, 64);
@@ -320,6 +324,14 @@ static void test_hash(void) {
     CHECK(dlc_params_size(g.p) == 32);
     CHECK(dlc_frag_model_hash(g.p) == GOLDEN_MODEL);
     CHECK(dlc_plan_hash(gp) == GOLDEN_PLAN);
+    CHECK(dlc_plan_tensor_hash(gp, 0) == GOLDEN_TENSOR_A && dlc_plan_tensor_hash(gp, 1) == GOLDEN_TENSOR_B);
+    dlc_plan *rp = plan_of(&r, DLC_PLAN_BALANCED, 2, 0), *tp = plan_of(&t, DLC_PLAN_BALANCED, 2, 0);
+    CHECK(dlc_plan_tensor_hash(rp, 0) == GOLDEN_TENSOR_A && dlc_plan_tensor_hash(rp, 1) != GOLDEN_TENSOR_B);
+    CHECK(dlc_plan_tensor_hash(tp, 0) != GOLDEN_TENSOR_A && dlc_plan_tensor_hash(tp, 1) == GOLDEN_TENSOR_B);
+    CHECK(strcmp(dlc_plan_tensor_desc(tp, 0), "'a' [3, 2]") == 0 &&
+          strcmp(dlc_plan_tensor_desc(rp, 1), "'b.0.v' [5]") == 0);
+    dlc_plan_free(rp);
+    dlc_plan_free(tp);
     dlc_plan_free(gp);
     model_free(&g);
     model_free(&r);
