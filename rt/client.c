@@ -185,8 +185,6 @@ static void *drop(void (*release)(void *), void *obj) {
     return NULL;
 }
 
-/* ---- the learner ---- */
-
 /* ---- the host's state for a restart (client.h: state_dir) ---- */
 
 typedef struct host_state {
@@ -264,6 +262,8 @@ static dlc_status state_save(host_state *h, int64_t step) {
     h->last_step = step;
     return DLC_OK;
 }
+
+/* ---- the learner ---- */
 
 struct dlc_client {
     layout y;
@@ -353,6 +353,10 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
                          "a state_dir with a save_state (load_state optional), or none of them; save_every >= 0",
                          cfg->state_dir ? "set" : "NULL", cfg->save_state ? "set" : "NULL",
                          cfg->load_state ? "set" : "NULL", (long long)cfg->save_every),
+               NULL;
+    if (cfg->state_dir && (!cfg->state_dir[0] || strlen(cfg->state_dir) > 3000))
+        return dlc_error(DLC_ERR_ARG, "client: state_dir of %zu bytes: expected a directory path of 1..3000 bytes",
+                         strlen(cfg->state_dir)),
                NULL;
     if (cfg->state_dir && mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST)
         return dlc_error(DLC_ERR_IO, "client: state_dir %s: %s", cfg->state_dir, strerror(errno)), NULL;
