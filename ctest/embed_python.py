@@ -13,8 +13,9 @@ naming the tensor that differs, both sides'.  Then a syncer hosted in Python
 (diloco.Server) serves a numpy learner of a linear model: its events are polled (joined,
 merged, bye) and its global model, read back, is within 5% of the true weights; the
 learner's momentum, its own state, is saved through state_dir every 50 steps and at the
-finish, and a learner made again on the same state_dir loads the last one.  Exit 0 on
-success; every failure printed."""
+finish, and a learner made again on the same state_dir loads the last one; a server's
+events come to its on_event from the caller's loop (dispatch) and from the library's
+thread.  Exit 0 on success; every failure printed."""
 
 import gzip
 import json
@@ -240,6 +241,31 @@ return diloco.recipe {
           % (sorted(set(kinds)), err), flush=True)
     check("joined" in kinds and "merged" in kinds and "bye" in kinds, "diloco.Server events: %s" % kinds)
     check(err < 0.05, "diloco.Server's global model is %.4f from the true weights" % err)
+
+    # the events through on_event: from the caller's loop (dispatch), and from the library's thread
+    for threaded in (False, True):
+        seen = []
+        srv = diloco.Server({"w": w0}, learners=1, secret="python-server-secret-0123456789", run=lrun,
+                            timeout=3.0, heartbeat=0.25, on_event=lambda ev: seen.append(ev["kind"]),
+                            event_thread=threaded)
+        w3 = np.zeros(16, np.float32)
+        with diloco.Learner({"w": w3}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
+                            run=lrun, heartbeat=0.25) as ln:
+            for step in range(40):
+                w3 -= 0.01 * w3
+                ln.step_done(8)
+                if not threaded:
+                    srv.dispatch(0)
+            ln.finish(10)
+        deadline = time.time() + 5
+        while "bye" not in seen and time.time() < deadline:
+            if threaded:
+                time.sleep(0.01)
+            else:
+                srv.dispatch(0.1)
+        srv.close()
+        check(seen[:1] == ["joined"] and "merged" in seen and seen[-1:] == ["bye"],
+              "diloco.Server on_event (event_thread=%s) saw %s" % (threaded, seen))
 finally:
     for proc in (learner, syncer):
         if proc and proc.poll() is None:

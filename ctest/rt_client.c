@@ -6,6 +6,8 @@
  * the API: ctest embed_host and embed_python.)
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include "check.h"
@@ -116,10 +118,12 @@ static void test_server_config(void) {
 static const char *const RUN2 = "{\"sync\": {\"preset\": \"streaming\", \"H\": 8, \"fragments\": 2}}";
 
 static dlc_server *serve_two(float *sw, float *sb, float *cw, float *cb, dlc_client_tensor ct[2], char *addr,
-                             size_t cap, dlc_client_config *cc) {
+                             size_t cap, dlc_client_config *cc, void (*on_event)(void *, const dlc_server_event *),
+                             void *ctx, int event_thread) {
     dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
     dlc_server_config sc = dlc_server_default_config();
     sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = RUN2;
+    sc.on_event = on_event, sc.event_ctx = ctx, sc.event_thread = event_thread;
     dlc_server *s = dlc_server_new(&sc);
     CHECK_OK(s);
     if (!s) return NULL;
@@ -136,7 +140,7 @@ static void test_client_steps(void) {
     dlc_client_tensor ct[2];
     dlc_client_config cc;
     char addr[64];
-    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc);
+    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc, NULL, NULL, 0);
     if (!s) return;
     dlc_client *c = dlc_client_new(&cc);
     CHECK_OK(c);
@@ -239,7 +243,7 @@ static void test_client_state(void) {
     dlc_client_tensor ct[2];
     dlc_client_config cc;
     char addr[64], dir[] = "/tmp/dlc-state-XXXXXX", path[256];
-    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc);
+    dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc, NULL, NULL, 0);
     if (!s) return;
     CHECK(mkdtemp(dir) != NULL);
     host_st h = {0};
@@ -290,10 +294,73 @@ out:
     dlc_server_free(s);
 }
 
+/* The server's events through on_event: in the host's own loop (dlc_server_dispatch, on
+ * the calling thread) and on the library's thread (event_thread), each seeing the
+ * client's join, merges and BYE in order; dlc_server_poll is refused while on_event takes
+ * the events, dlc_server_dispatch without one or beside the library's thread. */
+typedef struct evcount {
+    atomic_int n[8], other_thread, order_bad, last;
+    pthread_t main;
+} evcount;
+
+static void count_event(void *ctx, const dlc_server_event *ev) {
+    evcount *c = ctx;
+    if (ev->kind >= 0 && ev->kind < 8) atomic_fetch_add(&c->n[ev->kind], 1);
+    if (!pthread_equal(pthread_self(), c->main)) atomic_store(&c->other_thread, 1);
+    if (atomic_load(&c->last) == DLC_SRT_BYE) atomic_store(&c->order_bad, 1); /* nothing after the BYE */
+    atomic_store(&c->last, ev->kind);
+}
+
+static void test_server_events(void) {
+    for (int thread = 0; thread <= 1; thread++) {
+        float sw[12] = {0}, sb[3] = {0}, cw[12], cb[3];
+        dlc_client_tensor ct[2];
+        dlc_client_config cc;
+        char addr[64];
+        evcount c;
+        memset(&c, 0, sizeof c);
+        atomic_store(&c.last, -1);
+        c.main = pthread_self();
+        dlc_server *s = serve_two(sw, sb, cw, cb, ct, addr, sizeof addr, &cc, count_event, &c, thread);
+        if (!s) return;
+        dlc_server_event ev;
+        CHECK(dlc_server_poll(s, &ev, 0) == DLC_ERR_STATE && strstr(dlc_last_error(), "on_event"));
+        if (thread) CHECK(dlc_server_dispatch(s, 0) == DLC_ERR_STATE && strstr(dlc_last_error(), "event_thread"));
+        dlc_client *cl = dlc_client_new(&cc);
+        CHECK_OK(cl);
+        for (int t = 0; cl && t < 24; t++) {
+            CHECK(dlc_client_step(cl, 10) == DLC_OK);
+            struct timespec ts = {0, 3 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            if (!thread) CHECK(dlc_server_dispatch(s, 0) >= 0); /* the host's loop, between its own work */
+        }
+        if (cl) CHECK(dlc_client_finish(cl, 5) == DLC_OK);
+        dlc_client_free(cl);
+        for (int i = 0; i < 500 && atomic_load(&c.n[DLC_SRT_BYE]) == 0; i++) {
+            if (!thread) CHECK(dlc_server_dispatch(s, 10) >= 0);
+            else nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        }
+        CHECK(atomic_load(&c.n[DLC_SRT_JOINED]) == 1 && atomic_load(&c.n[DLC_SRT_MERGED]) >= 3 &&
+              atomic_load(&c.n[DLC_SRT_BYE]) == 1 && !atomic_load(&c.order_bad));
+        CHECK(atomic_load(&c.other_thread) == thread); /* the library's thread, or the host's */
+        dlc_server_free(s);
+    }
+    float w1[12] = {0}, b1[3] = {0};
+    dlc_client_tensor t[2] = {{"w", w1, 12, 0, NULL}, {"b", b1, 3, 0, NULL}};
+    dlc_server_config sc = dlc_server_default_config();
+    sc.tensors = t, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret";
+    dlc_server *s = dlc_server_new(&sc);
+    CHECK_OK(s);
+    CHECK(dlc_server_dispatch(s, 0) == DLC_ERR_STATE && strstr(dlc_last_error(), "no on_event"));
+    CHECK(dlc_server_dispatch(NULL, 0) == DLC_ERR_ARG);
+    dlc_server_free(s);
+}
+
 int main(void) {
     test_client_config();
     test_server_config();
     test_client_steps();
     test_client_state();
+    test_server_events();
     return check_done("rt_client");
 }

@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,7 +521,50 @@ dlc_lrt *dlc_client_lrt(dlc_client *c) { return c ? c->l : NULL; }
 struct dlc_server {
     layout y;
     dlc_srt *s;
+    void (*on_event)(void *ctx, const dlc_server_event *ev);
+    void *event_ctx;
+    int event_thread;         /* the thread below runs (joined by dlc_server_free) */
+    pthread_t thread;
+    atomic_int stop;
 };
+
+/* The next event of the driver, flattened. */
+static int server_take(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
+    dlc_srt_event e;
+    int got = dlc_srt_poll(s->s, &e, timeout_ms);
+    if (got != 1) return got;
+    memset(ev, 0, sizeof *ev);
+    ev->kind = (int)e.kind;
+    ev->learner = e.learner;
+    ev->fragment = e.kind == DLC_SRT_MERGED ? e.merge.fragment : e.kind == DLC_SRT_REJECTED ? e.fragment : -1;
+    ev->version = e.kind == DLC_SRT_MERGED ? e.merge.version : -1;
+    ev->time = e.time;
+    snprintf(ev->text, sizeof ev->text, "%.*s", (int)sizeof ev->text - 1, e.text);
+    dlc_srt_event_release(&e);
+    return 1;
+}
+
+/* Waits up to timeout_ms for an event, then hands it and every other one ready to
+ * on_event: how many, or a negative status. */
+static int server_dispatch(dlc_server *s, int timeout_ms) {
+    dlc_server_event ev;
+    int n = 0, got = server_take(s, &ev, timeout_ms);
+    while (got == 1) {
+        s->on_event(s->event_ctx, &ev);
+        n++;
+        got = server_take(s, &ev, 0);
+    }
+    return got < 0 ? got : n;
+}
+
+/* event_thread: the events to on_event until dlc_server_free (its waits short enough
+ * that the stop is seen within 100 ms) */
+static void *event_loop(void *arg) {
+    dlc_server *s = arg;
+    while (!atomic_load(&s->stop))
+        if (server_dispatch(s, 100) < 0) break; /* the driver failed: nothing more will come */
+    return NULL;
+}
 
 static void server_release(void *s) { dlc_server_free(s); }
 
@@ -556,6 +601,15 @@ dlc_server *dlc_server_new(const dlc_server_config *cfg) {
     sc.net.heartbeat_s = cfg->heartbeat;
     sc.net.timeout_s = cfg->timeout;
     if (!(s->s = dlc_srt_new(&sc))) goto fail;
+    s->on_event = cfg->on_event, s->event_ctx = cfg->event_ctx;
+    if (cfg->event_thread) {
+        int e = pthread_create(&s->thread, NULL, event_loop, s);
+        if (e != 0) {
+            dlc_error(DLC_ERR_IO, "server: cannot start the event thread: %s", strerror(e));
+            goto fail;
+        }
+        s->event_thread = 1;
+    }
     return s;
 fail:
     return drop(server_release, s);
@@ -563,6 +617,10 @@ fail:
 
 void dlc_server_free(dlc_server *s) {
     if (!s) return;
+    if (s->event_thread) {
+        atomic_store(&s->stop, 1);
+        pthread_join(s->thread, NULL);
+    }
     dlc_srt_free(s->s);
     layout_free(&s->y);
     free(s);
@@ -573,18 +631,17 @@ dlc_srt *dlc_server_srt(dlc_server *s) { return s ? s->s : NULL; }
 
 int dlc_server_poll(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
     if (!s || !ev) return dlc_error(DLC_ERR_ARG, "server_poll: NULL argument");
-    dlc_srt_event e;
-    int got = dlc_srt_poll(s->s, &e, timeout_ms);
-    if (got != 1) return got;
-    memset(ev, 0, sizeof *ev);
-    ev->kind = (int)e.kind;
-    ev->learner = e.learner;
-    ev->fragment = e.kind == DLC_SRT_MERGED ? e.merge.fragment : e.kind == DLC_SRT_REJECTED ? e.fragment : -1;
-    ev->version = e.kind == DLC_SRT_MERGED ? e.merge.version : -1;
-    ev->time = e.time;
-    snprintf(ev->text, sizeof ev->text, "%.*s", (int)sizeof ev->text - 1, e.text);
-    dlc_srt_event_release(&e);
-    return 1;
+    if (s->on_event)
+        return dlc_error(DLC_ERR_STATE, "server_poll: the server hands its events to on_event (dlc_server_dispatch)");
+    return server_take(s, ev, timeout_ms);
+}
+
+int dlc_server_dispatch(dlc_server *s, int timeout_ms) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "server_dispatch: NULL server");
+    if (!s->on_event || s->event_thread)
+        return dlc_error(DLC_ERR_STATE, "server_dispatch: %s", !s->on_event ? "no on_event in the server's config "
+                         "(dlc_server_poll takes the events)" : "the server's own thread dispatches (event_thread)");
+    return server_dispatch(s, timeout_ms);
 }
 
 const char *dlc_server_event_name(int kind) { return dlc_srt_event_name((dlc_srt_event_kind)kind); }

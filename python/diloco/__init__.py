@@ -87,16 +87,22 @@ class _ClientConfig(ctypes.Structure):
                 ("state_ctx", ctypes.c_void_p), ("save_every", ctypes.c_int64)]
 
 
+class _ServerEvent(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("learner", ctypes.c_int), ("fragment", ctypes.c_int),
+                ("version", ctypes.c_int64), ("time", ctypes.c_double), ("text", ctypes.c_char * 256)]
+
+
+# void (*)(void *ctx, const dlc_server_event *ev): client.h's on_event
+_EventFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_ServerEvent))
+
+
 class _ServerConfig(ctypes.Structure):
     _fields_ = [("tensors", ctypes.POINTER(_Tensor)), ("count", ctypes.c_int), ("run", ctypes.c_char_p),
                 ("run_params", ctypes.c_void_p), ("learners", ctypes.c_int), ("listen", ctypes.c_char_p),
                 ("secret_file", ctypes.c_char_p), ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p),
-                ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double)]
+                ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double), ("on_event", _EventFn),
+                ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int)]
 
-
-class _ServerEvent(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int), ("learner", ctypes.c_int), ("fragment", ctypes.c_int),
-                ("version", ctypes.c_int64), ("time", ctypes.c_double), ("text", ctypes.c_char * 256)]
 
 
 def _load():
@@ -122,6 +128,7 @@ def _load():
         "dlc_server_free": (None, [P]),
         "dlc_server_port": (I, [P]),
         "dlc_server_poll": (I, [P, ctypes.POINTER(_ServerEvent), I]),
+        "dlc_server_dispatch": (I, [P, I]),
         "dlc_server_global": (I, [P, ctypes.POINTER(_Tensor), I]),
         "dlc_server_event_name": (ctypes.c_char_p, [I]),
     }
@@ -327,23 +334,51 @@ class Learner(_Handle):
         return _lib.dlc_client_applied(self._h)
 
 
+def _event_dict(ev):
+    return {"kind": _lib.dlc_server_event_name(ev.kind).decode(), "learner": ev.learner,
+            "fragment": ev.fragment, "version": ev.version, "time": ev.time,
+            "text": ev.text.decode("utf-8", "replace")}
+
+
 class Server(_Handle):
     """A run's syncer on a thread of the library; params give the layout and the initial
-    global model (copied), learners the learner count M."""
+    global model (copied), learners the learner count M.
+
+    Its events (dicts, as poll returns them) come from poll, or go to on_event(event):
+    called by dispatch(timeout) in the caller's own loop, or with event_thread=True from a
+    thread of the library's (ctypes takes the GIL for it) until close.  An exception in
+    on_event is printed to stderr and the next event still comes."""
 
     _free = "dlc_server_free"
 
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
-                 timeout=5.0, heartbeat=1.0):
+                 timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False):
         lib = _load()
         cfg = self._config(lib.dlc_server_default_config(), params, run, secret_file, secret)
         cfg.learners = int(learners)
         cfg.listen = listen.encode()
         cfg.run_id = run_id.encode()
         cfg.timeout, cfg.heartbeat = timeout, heartbeat
+        self._on_event = None
+        if on_event is not None:
+            def call(ctx, ev):
+                try:
+                    on_event(_event_dict(ev.contents))
+                except Exception as e:  # a callback must not raise through C
+                    sys.stderr.write("diloco.Server: on_event raised %s: %s\n" % (type(e).__name__, e))
+            self._on_event = _EventFn(call)  # kept alive as long as the server may call it
+            cfg.on_event, cfg.event_thread = self._on_event, int(bool(event_thread))
         self._h = lib.dlc_server_new(ctypes.byref(cfg))
         if not self._h:
             _fail("diloco.Server")
+
+    def dispatch(self, timeout=0.0):
+        """With on_event (and not event_thread): waits up to timeout s for an event, then calls
+        on_event for it and every other one ready; returns how many."""
+        got = _lib.dlc_server_dispatch(self._h, int(timeout * 1000))
+        if got < 0:
+            _fail("diloco.Server.dispatch")
+        return got
 
     @property
     def port(self):
@@ -358,9 +393,7 @@ class Server(_Handle):
             _fail("diloco.Server.poll")
         if got == 0:
             return None
-        return {"kind": _lib.dlc_server_event_name(ev.kind).decode(), "learner": ev.learner,
-                "fragment": ev.fragment, "version": ev.version, "time": ev.time,
-                "text": ev.text.decode("utf-8", "replace")}
+        return _event_dict(ev)
 
     def global_model(self, params):
         """The global model into params (the server's layout)."""

@@ -34,9 +34,10 @@
  * connection are the driver's (its I/O thread).  Data parallel needs the host's
  * gradients and is not offered here (DLC_ERR_ARG).
  *
- * A syncer: dlc_server_new listens and serves on the library's thread; the host polls
- * its events (merges, joins, losses) with dlc_srt_poll on dlc_server_srt, and reads the
- * global model into its buffers with dlc_server_global.
+ * A syncer: dlc_server_new listens and serves on the library's thread; the host takes
+ * its events (merges, joins, losses) with dlc_server_poll, or through its on_event
+ * callback (dlc_server_dispatch in the host's own loop, or on a library thread), and
+ * reads the global model into its buffers with dlc_server_global.
  *
  * Threads: one dlc_client from one thread at a time (calls are not concurrent); distinct
  * clients are independent.  A dlc_server's calls may come from any one thread (rt.h).
@@ -139,6 +140,8 @@ DLC_API dlc_lrt *dlc_client_lrt(dlc_client *c);        /* the driver, for its st
 
 /* ---- the syncer ---- */
 
+struct dlc_server_event; /* below */
+
 typedef struct dlc_server_config {
     const dlc_client_tensor *tensors; /* the layout, and the initial global model (copied) */
     int count;
@@ -150,6 +153,16 @@ typedef struct dlc_server_config {
     const char *run_id;         /* "" allowed */
     double timeout;             /* a silent learner is lost after this (5 s) */
     double heartbeat;           /* (1 s) */
+    /* A callback for each event (a merge, a join, a loss, a rejection, a refusal, a BYE:
+     * what `run` writes to its metrics), in order, instead of dlc_server_poll: on the
+     * host's thread inside dlc_server_dispatch (its own event loop calls that), or with
+     * event_thread = 1 on a thread of the library's, from dlc_server_new to
+     * dlc_server_free.  There the callback must not call dlc_server_free (it may call
+     * dlc_server_global and the dlc_srt functions of rt.h) and should return soon: the
+     * events wait for it. */
+    void (*on_event)(void *ctx, const struct dlc_server_event *ev);
+    void *event_ctx;
+    int event_thread;           /* 0/1 */
 } dlc_server_config;
 
 DLC_API dlc_server_config dlc_server_default_config(void);
@@ -173,8 +186,14 @@ typedef struct dlc_server_event {
     char text[256];
 } dlc_server_event;
 /* 1 with the next event, 0 when none came within timeout_ms (-1: wait for ever), or a
- * negative status (the server's thread failed). */
+ * negative status (the server's thread failed; DLC_ERR_STATE when on_event takes the
+ * events). */
 DLC_API int dlc_server_poll(dlc_server *s, dlc_server_event *ev, int timeout_ms);
+/* The host's event loop with on_event: waits up to timeout_ms (0: not at all, -1: for
+ * ever) for an event, then calls on_event for it and every other event ready, on the
+ * calling thread; returns how many, or a negative status (the server's thread failed;
+ * DLC_ERR_STATE without on_event or with event_thread). */
+DLC_API int dlc_server_dispatch(dlc_server *s, int timeout_ms);
 /* "merged", "joined", "lost", "rejected", "refused", "bye"; NULL out of range. */
 DLC_API const char *dlc_server_event_name(int kind);
 /* The global model into the buffers of `tensors` (the layout the server was made with). */
