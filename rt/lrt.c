@@ -66,7 +66,7 @@ struct dlc_lrt {
     held *hq;
     int hq_head, hq_len, hold;
     int grad_ready;           /* dp: GRADIENT_READY seen since the last gradient */
-    int at_boundary;          /* dlc_lrt_step_reads ran: step_done skips collect and pump */
+    int at_boundary;          /* dlc_lrt_step_reads ran: step_done takes no more arrivals */
     int replay_ready;         /* dp: a replayed average is in the grad arena (until replayed) */
     int replays;              /* dp: the syncer's WELCOME has the "replay" capability */
     int void_step;            /* dp: the last wait ended in a resync, not the average */
