@@ -418,10 +418,13 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION)
             l->refused = !l->ready && !l->l; /* refused before it ever joined: final */
         if (ev->code != DLC_PERR_NONE || ev->text[0]) {
-            char own[300] = "";
+            char own[290] = "";
+            const char *code = dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?";
             layout_own(l, ev, own, sizeof own);
-            snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s%s (%s)", ev->text, own,
-                     dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?");
+            if (own[0]) /* (bounded to fit: the syncer's sentence, then this learner's) */
+                snprintf(l->last_refusal, sizeof l->last_refusal, "%.330s%.289s (%.10s)", ev->text, own, code);
+            else
+                snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text, code);
         }
         if (l->ready) conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
         l->ready = 0;
