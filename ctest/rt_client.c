@@ -255,6 +255,12 @@ static void test_client_state(void) {
     refused_client(&x, "state_dir NULL, save_state set");
     x = cc, x.state_dir = dir, x.save_state = save_cb, x.save_every = -1;
     refused_client(&x, "save_every -1");
+    char longdir[3100];
+    memset(longdir, 'd', sizeof longdir - 1), longdir[sizeof longdir - 1] = 0;
+    x = cc, x.state_dir = longdir, x.save_state = save_cb;
+    refused_client(&x, "state_dir of 3099 bytes: expected a directory path of 1..3000 bytes");
+    x = cc, x.state_dir = "", x.save_state = save_cb;
+    refused_client(&x, "state_dir of 0 bytes");
     cc.state_dir = dir, cc.save_state = save_cb, cc.load_state = load_cb, cc.state_ctx = &h, cc.save_every = 5;
     dlc_client *c = dlc_client_new(&cc);
     CHECK_OK(c);

@@ -389,6 +389,19 @@ static void test_hello_layout(void) {
         at[4] = 0xff;
         refuse("hello_layout_negative", scratch, n, DLC_PERR_MALFORMED, "header field \"lt\" = -1, expected 0..4294967295");
     }
+    /* "lt": [] appended to a hello without it (the map one key longer): refused, not read as none */
+    f.hello.tensors = 0;
+    n = encode(&f);
+    uint8_t hdr[1024], buf[1100];
+    size_t hlen = n - 16;
+    CHECK(hlen + 4 <= sizeof hdr && (scratch[16] & 0xf0) == 0x80 && (scratch[16] & 0x0f) < 15);
+    if (hlen + 4 <= sizeof hdr && (scratch[16] & 0xf0) == 0x80 && (scratch[16] & 0x0f) < 15) {
+        memcpy(hdr, scratch + 16, hlen);
+        hdr[0]++;
+        hdr[hlen++] = 0xa2, hdr[hlen++] = 'l', hdr[hlen++] = 't', hdr[hlen++] = 0x90;
+        size_t m = raw(buf, DLC_FRAME_HELLO, hdr, hlen, 0);
+        refuse("hello_layout_empty", buf, m, DLC_PERR_MALFORMED, "header field \"lt\": 0 tensors, expected 1..1024");
+    }
     f.hello.tensors = DLC_PROTO_TENSORS_MAX + 1;
     CHECK(dlc_proto_encode(&f, NULL, scratch, DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX) == DLC_ERR_ARG &&
           strstr(dlc_last_error(), "1025 tensors, expected 0..1024"));
