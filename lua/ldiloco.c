@@ -489,6 +489,7 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_rt(L, mod, sti);
     dlcL_open_proc(L, mod, sti);
     dlcL_open_machine(L, mod, sti);
+    dlcL_open_mpi(L, mod, sti);
 
     /* Pure-Lua submodules (lua/diloco/NAME.lua: nn, data, optim, recipe, ...) load on
      * first use as diloco.NAME, so `local diloco = require "diloco"` is all a recipe

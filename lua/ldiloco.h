@@ -98,6 +98,9 @@ void dlcL_open_rt(lua_State *L, int mod, int st);
 void dlcL_open_proc(lua_State *L, int mod, int st);
 /* lmachine.c: diloco.machine, the core state machines driven by hand. */
 void dlcL_open_machine(lua_State *L, int mod, int st);
+/* lmpi.c: diloco.mpi, the collectives of an island of several ranks (docs/mpi.md); its
+ * `available` is false in a build without MPI. */
+void dlcL_open_mpi(lua_State *L, int mod, int st);
 /* The learner and syncer options of diloco.VTime (and of the real-time drivers), checked
  * (raises naming the option), through one run description (core/run.h) so that both
  * derive from the same fields: the learner table at lt (with learner.preset) and, for

@@ -12,11 +12,16 @@
  *   diloco.proc.die_with_parent("TERM")      -- this process gets SIGTERM when its parent dies
  *   diloco.proc.sleep(0.1)                   -- seconds
  *   diloco.proc.write_private(path, text)    -- a new file of mode 0600 (a secret)
+ *   diloco.proc.children(pid)                -- the pids whose parent is that child (mpirun's ranks)
+ *   diloco.proc.signal_grandchild(pid, gpid, "KILL") -- one of them
  *
  * spawn execs a fresh program (posix_spawn: never a fork of this process, which may hold
  * OpenMP threads), with every descriptor above 2 closed, the signal mask emptied and
  * every signal at its default disposition, in its own process group (a Ctrl-C reaches
- * the supervisor, which stops its children in order).  env adds to or replaces entries
+ * the supervisor, which stops its children in order).  With parent_death = "KILL" the
+ * child gets that signal when this process dies (fork, prctl, exec at once: for a
+ * program, such as mpirun, that does not die with its supervisor by itself; only
+ * async-signal-safe calls run between the fork and the exec).  env adds to or replaces entries
  * of this process's environment (false removes one).  Environmental failures return
  * nil, message, code; misuse raises.
  */
@@ -27,6 +32,8 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -89,7 +96,77 @@ static void set_owned(lua_State *L, lua_Integer pid, int yes) {
     lua_pop(L, 1);
 }
 
-/* proc.spawn {argv..., env = {}, stdout = path, stderr = path, cwd = nil} */
+/* The child of spawn_tied, between fork and exec: async-signal-safe calls only.  Any
+ * failure writes its errno to fd `report` and exits. */
+static void tied_child(const char *const *argv, const char *const *envp, const char *out, const char *err,
+                       int pdeath, pid_t parent, int report) {
+    sigset_t none;
+    sigemptyset(&none);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setpgid(0, 0);
+    int e = 0;
+    if (prctl(PR_SET_PDEATHSIG, pdeath) != 0) e = errno;
+    if (!e && getppid() != parent) e = ESRCH; /* the supervisor died meanwhile */
+    int fd = e ? -1 : open("/dev/null", O_RDONLY);
+    if (!e && (fd < 0 || dup2(fd, 0) < 0)) e = errno;
+    if (!e && out) {
+        fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0) e = errno;
+    }
+    if (!e && err && out && !strcmp(err, out)) {
+        if (dup2(1, 2) < 0) e = errno;
+    } else if (!e && err) {
+        fd = open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd < 0 || dup2(fd, 2) < 0) e = errno;
+    }
+    if (!e) {
+        for (int i = 3; i < 65536; i++)
+            if (i != report) close(i);
+        execve(argv[0], (char *const *)argv, (char *const *)envp);
+        e = errno;
+    }
+    while (write(report, &e, sizeof e) < 0 && errno == EINTR) {}
+    _exit(127);
+}
+
+/* fork + exec with the parent-death signal set in between; 0 or an errno (the exec's
+ * failure comes back through a close-on-exec pipe). */
+static int spawn_tied(pid_t *pid, const char *const *argv, const char *const *envp, const char *out,
+                      const char *err, int pdeath) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return errno;
+    pid_t parent = getpid();
+    pid_t c = fork();
+    if (c < 0) {
+        int e = errno;
+        close(p[0]);
+        close(p[1]);
+        return e;
+    }
+    if (c == 0) {
+        close(p[0]);
+        tied_child(argv, envp, out, err, pdeath, parent, p[1]);
+    }
+    close(p[1]);
+    int e = 0;
+    ssize_t n;
+    do n = read(p[0], &e, sizeof e);
+    while (n < 0 && errno == EINTR);
+    close(p[0]);
+    if (n == (ssize_t)sizeof e) { /* it failed before or at the exec: reap it */
+        while (waitpid(c, NULL, 0) < 0 && errno == EINTR) {}
+        return e ? e : EIO;
+    }
+    *pid = c;
+    return 0;
+}
+
+/* proc.spawn {argv..., env = {}, stdout = path, stderr = path, parent_death = "KILL"} */
 static int l_spawn(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 1);
@@ -159,8 +236,11 @@ static int l_spawn(lua_State *L) {
     if (err && out && !strcmp(err, out)) posix_spawn_file_actions_adddup2(&fa, 1, 2);
     else if (err) posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    int pdeath = 0;
+    if (lua_getfield(L, 1, "parent_death") != LUA_TNIL) pdeath = sig_of(L, -1);
     pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, &at, (char *const *)argv, (char *const *)envp);
+    int rc = pdeath ? spawn_tied(&pid, argv, envp, out, err, pdeath)
+                    : posix_spawn(&pid, argv[0], &fa, &at, (char *const *)argv, (char *const *)envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rc != 0) {
@@ -222,6 +302,68 @@ static int l_signal(lua_State *L) {
     pid_t pid = checkchild(L, 1);
     int sig = sig_of(L, 2);
     if (kill(pid, sig) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* The parent pid in /proc/PID/stat (after the command's closing parenthesis), or -1. */
+static pid_t ppid_of(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    int pp = -1;
+    char state;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &pp) != 2) return -1;
+    return (pid_t)pp;
+}
+
+/* proc.children(pid) -> {pid, ...}: the live processes whose parent is that child of
+ * ours (the ranks an mpirun we started forked: it puts each in a process group of
+ * its own, so a signal to its group does not reach them). */
+static int l_children(lua_State *L) {
+    pid_t parent = checkchild(L, 1);
+    lua_newtable(L);
+    DIR *d = opendir("/proc");
+    if (!d) return 1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (*end || v <= 0) continue;
+        if (ppid_of((pid_t)v) == parent) {
+            lua_pushinteger(L, v);
+            lua_rawseti(L, -2, ++n);
+        }
+    }
+    closedir(d);
+    return 1;
+}
+
+/* proc.signal_grandchild(child, pid, sig): pid must be a child of that child of ours. */
+static int l_signal_grandchild(lua_State *L) {
+    pid_t parent = checkchild(L, 1);
+    lua_Integer pid = luaL_checkinteger(L, 2);
+    int sig = sig_of(L, 3);
+    if (pid <= 0 || ppid_of((pid_t)pid) != parent) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "pid %d is not a child of pid %d (it ended, or is not one of its processes)", (int)pid,
+                        (int)parent);
+        lua_pushstring(L, "DLC_ERR_IO");
+        return 3;
+    }
+    if (kill((pid_t)pid, sig) != 0) {
         lua_pushnil(L);
         lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
         lua_pushstring(L, "DLC_ERR_IO");
@@ -317,7 +459,8 @@ void dlcL_open_proc(lua_State *L, int mod, int st) {
     (void)st;
     static const luaL_Reg funcs[] = {{"spawn", l_spawn}, {"wait", l_wait},       {"signal", l_signal},
                                      {"self_exe", l_self_exe}, {"realpath", l_realpath}, {"die_with_parent", l_die_with_parent},
-                                     {"pid", l_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},   {NULL, NULL}};
+                                     {"pid", l_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},
+                                     {"children", l_children}, {"signal_grandchild", l_signal_grandchild}, {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, funcs, 0);
     lua_setfield(L, mod, "proc");

@@ -319,7 +319,7 @@ describe("multi-island checks name the field, the value and what is expected", f
     { { islands = { count = 2, step_time = "0s" } }, 'islands.step_time = "0s": expected a duration > 0' },
     { { islands = { { shard = 3 }, {} } }, "islands[1].shard = 3: expected a data shard in [1, 2] (islands.count = 2)" },
     { { islands = { { batch = 0 } } }, "islands[1].batch = 0: expected an integer in [1, 1000000]" },
-    { { islands = { { sped = 2 } } }, "islands[1].sped: unknown field (allowed: bandwidth, batch, latency, shard, speed)" },
+    { { islands = { { sped = 2 } } }, "islands[1].sped: unknown field (allowed: bandwidth, batch, latency, ranks, shard, speed)" },
     { { islands = { "fast" } }, 'islands[1] = "fast": expected an island table {speed, batch, shard, latency, bandwidth}' },
     { { islands = { { speed = 1 }, speed = { 1 } } }, "islands.speed = {1}: expected a number (the default of every island)" },
     { { hooks = { on_merge = "print" } }, 'hooks.on_merge = "print": expected function' },

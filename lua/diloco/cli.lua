@@ -510,7 +510,7 @@ local function train(fn, r, opts, run_opts)
     if type(e) == "table" and e.summary and opts.quiet then print_summary(e.summary) end
     error(e, 0)
   end
-  if opts.quiet then
+  if opts.quiet and not (summary and summary.silent) then -- (silent: an island's rank > 0)
     local okp, perr = print_summary(summary)
     if not okp then error({ diloco_error = perr, code = M.EXIT.failed }, 0) end
   end
@@ -533,7 +533,8 @@ end
 local function run(args, parse)
   local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
-  if r.islands.count > 1 then -- real islands: learner processes and the syncer here
+  -- real islands: learner processes (or mpirun jobs, an island of several ranks) and the syncer here
+  if r.islands.count > 1 or r.islands.list[1].ranks then
     if opts.resume then usage_error("--resume: a run of several islands is not resumed in this version") end
     return train(require("diloco.cluster").run, r, opts, { metrics = opts.metrics, out = opts.out,
       overwrite = opts.overwrite, quiet = opts.quiet, recipe_path = pos[1], set = opts.set,

@@ -349,6 +349,32 @@ end
 -- runtime.elastic = false (non-elastic data parallel, the baseline of the chaos
 -- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
 -- go on together once it is back.
+-- An island of several ranks (islands[m].ranks > 1, docs/mpi.md) runs as one mpirun job:
+-- L.pid is mpirun's.  mpirun puts each rank in a process group of its own and, killed
+-- alone, leaves them running, so its ranks are signalled by pid (each checked to be a
+-- child of that mpirun): STOP, CONT and KILL reach every rank (KILL then mpirun too);
+-- TERM goes to rank 0, the learner, which stops its ranks and ends in order.
+local function rank_pid(ctx, m, k)
+  local f = io.open(string.format("%s/learner-%d/rank-%d.pid", ctx.out, m, k), "r")
+  local pid = f and math.tointeger(tonumber(f:read("l") or ""))
+  if f then f:close() end
+  return pid
+end
+
+local function signal_learner(ctx, m, sig)
+  local L = ctx.learners[m]
+  if not L.pid then return nil end
+  if not L.ranks then return diloco.proc.signal(L.pid, sig) end
+  if sig == "TERM" then
+    local pid = rank_pid(ctx, m, 0)
+    if pid and diloco.proc.signal_grandchild(L.pid, pid, "TERM") then return true end
+    return diloco.proc.signal(L.pid, "TERM") -- rank 0 not up yet: mpirun ends its job
+  end
+  for _, pid in ipairs(diloco.proc.children(L.pid)) do diloco.proc.signal_grandchild(L.pid, pid, sig) end
+  if sig == "KILL" then return diloco.proc.signal(L.pid, "KILL") end
+  return true
+end
+
 local function hold_others(ctx)
   if ctx.rt.elastic or not ctx.supervising or ctx.job_rollbacks then return end
   local anyone_lost = false
@@ -358,7 +384,7 @@ local function hold_others(ctx)
   for m, L in ipairs(ctx.learners) do
     local hold = anyone_lost and not L.lost and L.state == "running"
     if L.pid and hold ~= (L.held or false) then
-      diloco.proc.signal(L.pid, hold and "STOP" or "CONT")
+      signal_learner(ctx, m, hold and "STOP" or "CONT")
       L.held = hold
       if hold then L.held_since = elapsed(ctx)
       elseif L.held_since then L.held_s, L.held_since = L.held_s + elapsed(ctx) - L.held_since, nil end
@@ -487,8 +513,24 @@ local function spawn(ctx, m, fresh, rollback)
   end
   local threads = tostring(ctx.recipe.threads or 1)
   local argv = learner_argv(ctx, m, fresh, rollback)
-  argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
   argv.env = { OMP_NUM_THREADS = threads, OPENBLAS_NUM_THREADS = threads, DILOCO_SUPERVISOR = tostring(diloco.proc.pid()) }
+  local R = ctx.recipe.islands.list[m].ranks
+  L.ranks = R
+  if R then
+    -- an island of R ranks: one mpirun job on this machine (its ranks inherit the
+    -- environment), unbound (several jobs share the cores), tied to this process
+    for k = 0, R - 1 do os.remove(string.format("%s/rank-%d.pid", dir, k)) end
+    table.move(argv, 1, #argv, 7, argv)
+    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6] = ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np",
+      tostring(R)
+    argv.env.OMPI_ALLOW_RUN_AS_ROOT, argv.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1", "1"
+    -- a rank that died ends the job at once: the others are killed without the second
+    -- of grace mpirun gives by default (rank 0 takes a TERM for a clean stop, and a rank
+    -- whose peer died is stuck in a collective that never completes)
+    argv.env.OMPI_MCA_odls_base_sigkill_timeout = "0"
+    argv.parent_death = "KILL"
+  end
+  argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
   local pid, err = diloco.proc.spawn(argv)
   if not pid then fail("starting learner %d: %s", m, err) end
   L.pid, L.state, L.started = pid, "running", elapsed(ctx)
@@ -542,9 +584,9 @@ local function reap(ctx)
             L.state = "failed"
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
             if ctx.job_rollbacks then -- non-elastic: without it nobody can go on
-              for _, O in ipairs(ctx.learners) do
+              for j, O in ipairs(ctx.learners) do
                 if O.pid then
-                  diloco.proc.signal(O.pid, "KILL")
+                  signal_learner(ctx, j, "KILL")
                   O.chaos_kill = nil
                 end
                 if O.state ~= "failed" then O.stop_expected = true end
@@ -625,7 +667,7 @@ begin_rollback = function(ctx, m, cause, back_at)
   for j, L in ipairs(ctx.learners) do
     if L.pid then
       L.chaos_kill = true -- reaped as down, not as a crash
-      diloco.proc.signal(L.pid, "KILL")
+      signal_learner(ctx, j, "KILL")
     end
     if L.state == "done" then L.state, L.done_at = "down", nil end
     L.slow, L.restart_at = nil, nil -- restarted by rollback_due, all together
@@ -718,13 +760,16 @@ local function chaos_due(ctx)
     if e.kind == "kill" and L and L.pid then
       L.chaos_kill = true
       L.restart_at, L.down_cause, L.down_since = elapsed(ctx) + down, "kill", elapsed(ctx)
-      diloco.proc.signal(L.pid, "KILL")
+      local pid = e.rank and L.ranks and rank_pid(ctx, e.learner, e.rank)
+      -- one rank of an island: its mpirun ends the job, the island is down as a whole
+      if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
       if L.held then L.held = false end
       ctx.faults = ctx.faults + 1
-      fault(ctx, { kind = "kill", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
+      fault(ctx, { kind = "kill", learner = e.learner, rank = e.rank, begin = true,
+        duration = down < math.huge and down or nil })
       if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
-      diloco.proc.signal(L.pid, "STOP")
+      signal_learner(ctx, e.learner, "STOP")
       L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
       ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
@@ -805,7 +850,7 @@ local function chaos_due(ctx)
       local now = elapsed(ctx)
       local run = now >= sl.untl or ((now - sl.t0) % M.SLOW_PERIOD) < M.SLOW_PERIOD / sl.factor
       if run ~= sl.running then
-        diloco.proc.signal(L.pid, run and "CONT" or "STOP")
+        signal_learner(ctx, m, run and "CONT" or "STOP")
         sl.running = run
       end
       if now >= sl.untl then
@@ -816,7 +861,7 @@ local function chaos_due(ctx)
       L.slow = nil -- it died meanwhile
     end
     if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
-      diloco.proc.signal(L.pid, "CONT")
+      signal_learner(ctx, m, "CONT")
       L.state = "running"
       if L.paused_since then L.paused_s, L.paused_since = L.paused_s + elapsed(ctx) - L.paused_since, nil end
       fault(ctx, { kind = "pause", learner = m, begin = false })
@@ -1169,11 +1214,11 @@ local function loop(ctx)
     if stop_reason(ctx) and not ctx.stopping then
       ctx.stopping = elapsed(ctx)
       say(ctx, "stopping (%s): each learner finishes its step and leaves", ctx.signal)
-      for _, L in ipairs(ctx.learners) do
+      for m, L in ipairs(ctx.learners) do
         if L.pid then
-          if L.state == "paused" or L.slow then diloco.proc.signal(L.pid, "CONT") end
+          if L.state == "paused" or L.slow then signal_learner(ctx, m, "CONT") end
           L.slow = nil
-          diloco.proc.signal(L.pid, "TERM")
+          signal_learner(ctx, m, "TERM")
         elseif L.state == "down" then -- waiting for its restart (or a rollback's): it stays down
           L.state = "stopped"
         end
@@ -1185,7 +1230,7 @@ local function loop(ctx)
       for m, L in ipairs(ctx.learners) do
         if L.pid then
           say(ctx, "learner %d did not stop within %d s: killed", m, M.STOP_TIMEOUT)
-          diloco.proc.signal(L.pid, "KILL")
+          signal_learner(ctx, m, "KILL")
         end
       end
     end
@@ -1194,7 +1239,7 @@ local function loop(ctx)
         if L.state == "running" and not L.joined and elapsed(ctx) - L.started > ctx.rt.join_timeout then
           say(ctx, "learner %d did not join within %g s: killed (its log: %s)", m, ctx.rt.join_timeout, log_tail(ctx, m))
           L.chaos_kill = nil
-          diloco.proc.signal(L.pid, "KILL")
+          signal_learner(ctx, m, "KILL")
         end
       end
     end
@@ -1209,6 +1254,21 @@ end
 -- Serves the recipe's syncer; with opts.supervise, also starts and supervises its
 -- learners.  Returns summary, interrupted, signo; a failure writes the summary, then
 -- raises the one error type with code 1.
+-- mpirun's path, for islands of several ranks; a clear error when it (or MPI in this
+-- build) is missing.
+function M.find_mpirun(m, R)
+  if not diloco.mpi.available then fail("islands[%d].ranks = %d: %s", m, R, diloco.mpi.why) end
+  for dir in (os.getenv("PATH") or "/usr/bin:/bin"):gmatch("[^:]+") do
+    local path = dir .. "/mpirun"
+    local f = io.open(path, "r")
+    if f then
+      f:close()
+      return path
+    end
+  end
+  fail("islands[%d].ranks = %d: mpirun is not on PATH (install openmpi-bin: scripts/setup does)", m, R)
+end
+
 function M.serve(r, opts)
   local ctx = prepare(r, opts)
   ctx.supervising = opts.supervise
@@ -1221,6 +1281,9 @@ function M.serve(r, opts)
       r.sync.preset, diloco.progress.human(ctx.n_params), ctx.address, ctx.run_id)
     if ctx.supervising then
       ctx.chaos, ctx.chaos_next = chaos_timeline(ctx), 1
+      for m = 1, r.islands.count do
+        if r.islands.list[m].ranks and not ctx.mpirun then ctx.mpirun = M.find_mpirun(m, r.islands.list[m].ranks) end
+      end
       for m = 1, r.islands.count do spawn(ctx, m, true) end
     end
     ctx.t_train_start = elapsed(ctx)
@@ -1228,9 +1291,9 @@ function M.serve(r, opts)
     loop(ctx)
   end)
   if not ok and ctx.supervising then -- never leave children behind
-    for _, L in ipairs(ctx.learners) do
+    for m, L in ipairs(ctx.learners) do
       if L.pid then
-        pcall(diloco.proc.signal, L.pid, "KILL")
+        pcall(signal_learner, ctx, m, "KILL")
         pcall(diloco.proc.wait, L.pid, true)
       end
     end

@@ -150,6 +150,8 @@ local ISLAND_FIELDS = {
   batch = { kind = "integer", default = nil, check = range(1, 1e6, true),
     doc = "sequences/images per step" },
   shard = { kind = "integer", default = nil, doc = "data shard" },
+  ranks = { kind = "integer", default = nil, check = range(1, 4096, true),
+    doc = "MPI ranks of the island: data parallel inside it, R x the batch (docs/mpi.md)" },
   latency = { kind = "string|number", default = nil, check = duration_check(false),
     doc = "one-way latency of its link to the syncer" },
   bandwidth = { kind = "string|number", default = nil, check = rate_check,
@@ -294,6 +296,9 @@ M.schema = {
       doc = "default link bandwidth: bytes/s, or \"2.5Gbps\", \"100Mbps\", \"1MB/s\", \"inf\"" },
     batch = { kind = "integer", default = nil, check = range(1, 1e6, true),
       doc = "default batch of every island (default data.batch)" },
+    ranks = { kind = "integer", default = nil, check = range(1, 4096, true),
+      doc = "default MPI ranks of every island (1: one process; R > 1: an MPI job whose ranks average their "
+        .. "gradients, R x the batch; docs/mpi.md)" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
     links = { kind = "table|boolean", default = nil,
       doc = "set by validation: the links the real runtime shapes with runtime.emulate_links, one table {latency, bandwidth} per island with "
@@ -618,7 +623,9 @@ local function normalize_islands(r, errs)
         if speed == nil then
           speed = type(isl.speed) == "number" and isl.speed or type(isl.speed) == "table" and isl.speed[i] or 1
         end
+        local ranks = c.ranks or isl.ranks or 1
         out[i] = { speed = speed, batch = c.batch or isl.batch or dbatch, shard = c.shard or i,
+          ranks = ranks > 1 and ranks or nil, -- (absent when 1, as recipes before it)
           latency = M.parse_duration(c.latency or isl.latency) + 0.0,
           bandwidth = M.parse_rate(c.bandwidth or isl.bandwidth) + 0.0 }
         -- the link the recipe gave (its own or islands'), which the real runtime shapes;
@@ -675,14 +682,14 @@ end
 -- islands (the learner indices are checked against islands.count).
 local EVENT_KINDS = { "kill", "pause", "slow", "cut", "syncer", "link" }
 local EVENT_FIELDS = {
-  kill = { at = true, kill = true, down = true },
+  kill = { at = true, kill = true, down = true, rank = true },
   pause = { at = true, pause = true, down = true },
   slow = { at = true, slow = true, factor = true, duration = true },
   cut = { at = true, cut = true, down = true },
   syncer = { at = true, syncer = true, down = true },
   link = { at = true, link = true, bandwidth = true, latency = true, duration = true },
   normalized = { at = true, kind = true, learner = true, duration = true, factor = true, bandwidth = true,
-    latency = true },
+    latency = true, rank = true },
 }
 local EVENT_FORM = '{ at = "20s", kill = 2, down = "10s" }, { at = "30s", slow = 1, factor = 3, duration = "15s" }, '
   .. '{ at = "40s", cut = 3, down = "5s" }, { at = "45s", link = 2, bandwidth = "20Mbps", latency = "50ms", '
@@ -810,6 +817,16 @@ local function check_event(ev, name, count, errs)
     errs[#errs + 1] = string.format("%s.%s = %s: expected nil (only a link event has a bandwidth and a latency)", name,
       ev.bandwidth ~= nil and "bandwidth" or "latency", describe(ev.bandwidth or ev.latency))
   end
+  if ev.rank ~= nil then -- kill one MPI rank of an island of several (docs/mpi.md)
+    if kind ~= "kill" then
+      errs[#errs + 1] = string.format("%s.rank = %s: expected nil (only a kill names a rank)", name, describe(ev.rank))
+    elseif not (is_int(ev.rank) and ev.rank >= 0) then
+      errs[#errs + 1] = string.format("%s.rank = %s: expected an MPI rank >= 0 of the island (0 is its learner)", name,
+        describe(ev.rank))
+    else
+      out.rank = math.tointeger(ev.rank)
+    end
+  end
   if #errs == before then return out end
 end
 
@@ -907,6 +924,13 @@ local function normalize_chaos(r, errs)
   if #errs == before then
     for i = 1, #src do
       local ev = check_event(src[i], string.format("%s[%d]", prefix, i), count, errs)
+      local isl = ev and ev.rank and ev.learner and type(r.islands) == "table" and r.islands.list
+        and r.islands.list[ev.learner]
+      if isl and ev.rank >= (isl.ranks or 1) then
+        errs[#errs + 1] = string.format("%s[%d].rank = %d: island %d has %d rank%s: expected a rank in [0, %d]", prefix,
+          i, ev.rank, ev.learner, isl.ranks or 1, (isl.ranks or 1) == 1 and "" or "s", (isl.ranks or 1) - 1)
+        ev = nil
+      end
       if ev then
         ev.i = i
         events[#events + 1] = ev
@@ -938,6 +962,15 @@ local function check_sync(r, errs)
   if sy.preset == "dp" and sy.fragments ~= 1 then
     errs[#errs + 1] = string.format("sync.fragments = %d: expected 1 with sync.preset = \"dp\" (data parallel "
       .. "exchanges the whole gradient every step)", sy.fragments)
+  end
+  if sy.preset == "dp" then
+    for i, e in ipairs(isl.list or {}) do
+      if e.ranks then
+        errs[#errs + 1] = string.format("islands[%d].ranks = %d: islands of several ranks run the DiLoCo presets "
+          .. "(diloco, streaming, decoupled), not sync.preset = \"dp\" (expected ranks = 1)", i, e.ranks)
+        break
+      end
+    end
   end
   sy.grace_s = nil
   if sy.grace ~= "adaptive" and sy.grace ~= "off" then sy.grace_s = M.parse_duration(sy.grace) + 0.0 end

@@ -9,7 +9,9 @@
 -- Time: one inner step of island i lasts islands.step_time * (its batch / data.batch) /
 -- its speed virtual seconds; the run lasts steps * islands.step_time, so an island at
 -- speed 1 with the recipe's batch trains exactly `steps` steps, a faster one more.
--- Each island's learning-rate schedule spans the steps it is expected to run.
+-- Each island's learning-rate schedule spans the steps it is expected to run.  An
+-- island of R ranks (islands[i].ranks) trains on R x its batch at the time of its batch:
+-- its ranks compute side by side, and sim counts their allreduce as free.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local M = {}
@@ -99,7 +101,8 @@ local function prepare(r, opts)
       L.plist = L.model:parameters()
       L.params = diloco.Params(L.plist)
       L.opt = diloco.optim.build(L.params, r.inner)
-      local okd, loaders = pcall(diloco.data.open, data_for(r.data, L.island.batch), L.island.shard, Mn, r.seed)
+      local okd, loaders = pcall(diloco.data.open, data_for(r.data, L.island.batch * (L.island.ranks or 1)),
+        L.island.shard, Mn, r.seed)
       if not okd then fail("data (island %d): %s", m, plain(loaders)) end
       L.loaders = loaders
       local dt = isl.step_time * (L.island.batch / r.data.batch) / L.island.speed

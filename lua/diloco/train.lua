@@ -516,13 +516,26 @@ function M.inner_step(ctx)
   local t0 = diloco.clock()
   local lr = next_lr(ctx)
   local x, y = loaders.train:next()
+  if ctx.rows then x, y = x:slice(1, ctx.rows[1], ctx.rows[2]), y:slice(1, ctx.rows[1], ctx.rows[2]) end
   ctx.params:zero_grad()
   local loss, ce = ctx.model:loss(x, y)
-  loss:backward()
-  local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
   local lv = loss:item()
+  if ctx.reduce_start then ctx.reduce_start(lv) end -- (its mean travels during the backward pass)
+  if ctx.grad_seed then
+    -- an island of R ranks: the backward pass seeded with 1/R, so the sum over the
+    -- ranks (ctx.reduce) is the mean gradient without another pass over the arena
+    if type(ctx.grad_seed) == "number" then ctx.grad_seed = diloco.full(loss.shape, ctx.grad_seed) end
+    loss:backward(ctx.grad_seed)
+  else
+    loss:backward()
+  end
   local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
   loss:free()
+  -- an island of several ranks (learner.lua): this rank's rows of the island's batch
+  -- (ctx.rows), the gradients and the loss then averaged over the ranks (ctx.reduce), so
+  -- every rank clips and steps on the same mean gradient
+  if ctx.reduce then lv = ctx.reduce(lv) end
+  local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
   if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
     -- the one error type (fail), carrying the values: a learner rolls back on it instead
     error({ diloco_error = string.format("%sstep %d: training diverged (loss %s, gradient norm %s), the update was "
