@@ -106,6 +106,7 @@ describe("an island of several MPI ranks", function()
       assert.is_true(s.per_learner[m].merged > 0, "island " .. m .. " merged")
       local ls = summary_of(events(string.format("%s/run/learner-%d/metrics.jsonl", S.dir, m)))
       assert.are.equal(2, ls.ranks)
+      assert.are.equal(2, s.per_learner[m].ranks)
       assert.is_true(ls.ranks_same, "island " .. m .. ": its ranks ended the same")
       assert.are.equal(ls.steps * 2 * 8 * 16, ls.tokens)
     end
@@ -142,6 +143,15 @@ describe("an island of several MPI ranks", function()
     -- the other island never waited
     assert.is_true(s.idle[2] <= 0.02, "island 2 idle share " .. tostring(s.idle[2]))
     assert.are.equal(0, s.per_learner[2].crashes)
+  end)
+
+  it("in sim trains as one learner with R x the batch, at its own batch's step time (no MPI needed)", function()
+    local path = recipe(S, "sim", { islands = "{ { ranks = 2 }, { } }", steps = 20 })
+    local out, code = H.sh(string.format("%s sim %s --out %s/sim --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local s = summary_of(events(S.dir .. "/sim/metrics.jsonl"))
+    assert.are.equal(s.per_learner[2].steps, s.per_learner[1].steps)
+    assert.are.equal(2 * s.per_learner[2].tokens, s.per_learner[1].tokens)
   end)
 
   it("is refused with what was wrong: ranks without mpirun, a size that differs, dp", function()

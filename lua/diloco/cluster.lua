@@ -1105,7 +1105,8 @@ local function finish(ctx, err)
       state = L.state, tokens_per_s = tps, from = L.from, processes = acc and acc.processes or nil,
       train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
       startup_s = acc and acc.startup_s or nil, down_s = L.down_s, paused_s = L.paused_s, held_s = L.held_s,
-      after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps }
+      after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps,
+      ranks = ctx.recipe.islands.list[m].ranks }
     -- the account (docs/runtime.md): every second of the training window (from the
     -- learners' start to the last one's end, the window goodput's capacity is measured
     -- over; not the final flush, evaluation and save) in one bucket
