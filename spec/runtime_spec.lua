@@ -230,6 +230,34 @@ describe("diloco-lua run with 3 learner processes", function()
   end)
 end)
 
+describe("run's account of a learner's processes", function()
+  it("takes a killed process's overwritten and kept seconds from its last step event", function()
+    local S = H.scratch()
+    diloco.mkdir_p(S.dir .. "/learner-2")
+    -- process 1 killed after its step 20 (no summary), process 2 ended with one; a third,
+    -- killed before this version wrote the fields, adds none
+    H.metrics_file(S, "learner-2/metrics.jsonl", {
+      { "join", step = 0, tokens = 0, startup_s = 0.5 },
+      { "step", step = 10, tokens = 100, train_s = 1.0, wait_s = 0, wall_s = 1.2, overwritten_s = 0.1, kept_s = 0.05 },
+      { "step", step = 20, tokens = 200, train_s = 2.0, wait_s = 0, wall_s = 2.4, overwritten_s = 0.3, kept_s = 0.1 },
+      { "join", step = 30, tokens = 200, startup_s = 0.25 },
+      { "step", step = 40, tokens = 300, train_s = 1.0, wait_s = 0.5, wall_s = 1.6 },
+      { "summary", steps = 15, tokens = 350, train_s = 1.5, wait_s = 0.5, wall_s = 2.0,
+        account = { overwritten_s = 0.2, kept_s = 0.02, unsent_s = 0.1 } },
+      { "join", step = 45, tokens = 350, startup_s = 0.25 },
+      { "step", step = 50, tokens = 400, train_s = 0.5, wait_s = 0, wall_s = 0.6 },
+    })
+    local acc = require("diloco.cluster").learner_account(S.dir, 2)
+    S.cleanup()
+    assert.are.equal(3, acc.processes)
+    assert.are.equal(20 + 15 + 5, acc.steps)
+    assert.is_true(H.close(2.0 + 1.5 + 0.5, acc.train_s), tostring(acc.train_s))
+    assert.is_true(H.close(0.3 + 0.2, acc.overwritten_s), tostring(acc.overwritten_s))
+    assert.is_true(H.close(0.1 + 0.02, acc.kept_s), tostring(acc.kept_s))
+    assert.is_true(H.close(0.1, acc.unsent_s), tostring(acc.unsent_s)) -- a killed one's unsent died with it
+  end)
+end)
+
 describe("diloco-lua syncer and learner started by hand", function()
   local S
   before_each(function() S = H.scratch() end)

@@ -969,8 +969,8 @@ end
 -- each from a join event on) say: the last summary, and over all its processes the
 -- steps, tokens, train_s, wait_s and wall_s (a killed one wrote no summary: its last
 -- step event counts, so up to log.every steps of it are missed) and the start-up seconds.
-local function learner_account(ctx, m)
-  local f = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
+function M.learner_account(out, m)
+  local f = io.open(string.format("%s/learner-%d/metrics.jsonl", out, m), "r")
   if not f then return nil end
   local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0,
     overwritten_s = 0, kept_s = 0, unsent_s = 0 }
@@ -985,9 +985,13 @@ local function learner_account(ctx, m)
       acc.wait_s = acc.wait_s + (e.wait_s or 0)
       acc.wall_s = acc.wall_s + (e.wall_s or 0)
     end
-    -- the account of a process that ended with a summary (a killed one's is lost: its
-    -- steps count as dropped, below)
+    -- the account of a process that ended with a summary; of a killed one, what its last
+    -- step event said it had overwritten and kept (its unsent work, and the steps since
+    -- that event, died with it: dropped, below)
     local a = cur.summary and type(cur.summary.account) == "table" and cur.summary.account
+    if not a and not cur.summary and cur.last and cur.last.overwritten_s then
+      a = { overwritten_s = cur.last.overwritten_s, kept_s = cur.last.kept_s }
+    end
     if a then
       acc.overwritten_s = acc.overwritten_s + (a.overwritten_s or 0)
       acc.kept_s = acc.kept_s + (a.kept_s or 0)
@@ -1023,7 +1027,7 @@ end
 tokens_so_far = function(ctx)
   local total = 0
   for m = 1, #ctx.learners do
-    local acc = ctx.supervising and learner_account(ctx, m)
+    local acc = ctx.supervising and M.learner_account(ctx.out, m)
     if acc and acc.processes > 0 then
       total = total + acc.tokens
     else
@@ -1075,7 +1079,7 @@ local function finish(ctx, err)
   local weights, merged_n, accounts = {}, {}, {}
   for m = 1, r.islands.count do
     local i = ctx.syncer:learner(m)
-    local acc = learner_account(ctx, m)
+    local acc = M.learner_account(ctx.out, m)
     local ls = acc and acc.summary or {}
     local L = ctx.learners[m]
     -- over every process the learner ran as (its own metrics, when its directory is here)

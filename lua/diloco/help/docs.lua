@@ -509,6 +509,7 @@ D["diloco.cluster"] = "diloco.cluster: `run` with several islands (the syncer he
 D["diloco.cluster.run"] = "cluster.run(recipe, opts) -> summary\nServes the syncer and supervises islands.count learner processes."
 D["diloco.cluster.serve"] = "cluster.serve(recipe, opts) -> summary\nServes the syncer until every learner has joined and left."
 D["diloco.cluster.link_of"] = "cluster.link_of(ctx, m) -> rate, latency\nLearner m's link now (bytes/s, 0 no cap; s): the recipe's islands.links, each field replaced by the chaos link events under way."
+D["diloco.cluster.learner_account"] = "cluster.learner_account(out, m) -> {steps, tokens, train_s, wait_s, wall_s, startup_s, processes, overwritten_s, kept_s, unsent_s, summary} | nil\nWhat OUT/learner-m/metrics.jsonl says over every process learner m ran as (a killed one's last step event for its account)."
 D["diloco.cluster.runtime"] = "cluster.runtime(recipe) -> {heartbeat, timeout, join_timeout, drain, restarts}\nThe recipe's runtime section in seconds."
 D["diloco.cluster.find_mpirun"] = "cluster.find_mpirun(island, ranks) -> path\nmpirun on PATH for an island of several ranks; raises naming openmpi-bin (or MPI missing from this build)."
 D["diloco.learner"] = "diloco.learner: `diloco-lua learner`, one island joined to a syncer over TCP.  docs/runtime.md"
