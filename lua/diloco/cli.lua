@@ -231,7 +231,10 @@ M.commands = {
         .. "until the run's step reaches steps, then leaves.  The id comes from --id, else the launcher's rank "
         .. "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, minus --rank-offset), else the syncer assigns one.  "
         .. "A learner whose OUT holds a checkpoint continues its optimizer state and data cursor from it; the "
-        .. "model always comes from the syncer.",
+        .. "model always comes from the syncer.  With --id under a launcher of several ranks "
+        .. "(`mpirun -np R diloco-lua learner RECIPE --connect ... --id N`) the learner is island N as one MPI "
+        .. "job: its R ranks average their gradients each step, R x the batch, rank 0 talks to the syncer "
+        .. "(docs/mpi.md).",
     },
     options = with_tail {
       { name = "connect", arg = "HOST:PORT|@FILE", shown = "required",

@@ -22,6 +22,10 @@
 -- learners' metrics do not see within the training window, which the final evaluation
 -- and save of the global model follow), with the steps non-elastic dp rolled back and
 -- those elastic dp's restarted learners skipped unreplayed (their own summaries).
+-- A third table runs sim again for each DiLoCo mode at the speeds that run's learners
+-- computed at (each one's tokens over its training seconds, relative to the fastest; its
+-- step time is sim's): four learners on two cores do not get equal shares, and a real run
+-- ends when the schedule reaches STEPS, the slower learners catching up with the fastest.
 -- sim's islands.jitter is the spread of the real steps: the coefficient of variation of
 -- the no-fault run's per-step compute time (its learners log every step), unless JITTER
 -- says otherwise (a number; 0: sim's islands step in lockstep, as before it was measured).
@@ -79,6 +83,24 @@ local function healthy_idle(summary)
   return n > 0 and sum / n or nil
 end
 
+-- A run's learners' compute speeds: each one's tokens over its training seconds (all its
+-- processes), relative to the fastest, and the fastest one's step time; nil without them.
+local function measured_speeds(r)
+  local rates, fastest = {}, 0
+  for m, p in ipairs(r.per_learner or {}) do
+    if not (p.tokens_per_s and p.tokens_per_s > 0) then return nil end
+    rates[m] = p.tokens_per_s
+    fastest = math.max(fastest, p.tokens_per_s)
+  end
+  if #rates ~= 4 then return nil end
+  local list, parts = {}, {}
+  for m, x in ipairs(rates) do
+    list[m] = x / fastest
+    parts[m] = string.format("%.4f", list[m])
+  end
+  return { list = list, text = "{" .. table.concat(parts, ",") .. "}", step_time = 1024 / fastest }
+end
+
 local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='15s',pause=1,down=%q},"
   .. "{at='30s',cut=3,down=%q}}", mtbf, down, seed, down, down)
 local sim_chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='15s',kill=1,down=%q},"
@@ -126,7 +148,7 @@ print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s do
   measured_cv and string.format("%.3f", measured_cv) or "not measured", jitter))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
-local out, sims = {}, {}
+local out, sims, sims_speed = {}, {}, {}
 for _, m in ipairs(modes) do
   local sets = { "chaos=" .. chaos }
   for _, s in ipairs(m.sets) do sets[#sets + 1] = s end
@@ -138,6 +160,22 @@ for _, m in ipairs(modes) do
   for _, s in ipairs(m.sets) do if not s:match("^runtime") then ssets[#ssets + 1] = s end end
   local ok, s = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_sim", ssets)
   if not ok then s = {} end
+  -- sim again at the speeds this run's learners computed at (learners sharing 2 cores do
+  -- not get equal shares, and the survivors of a kill get more), the fastest at speed 1:
+  -- a real run ends when the schedule reaches `steps`, and its slower learners catch up
+  -- with the fastest (learner.h, "Catching up"), so sim's horizon is the fastest's
+  local speeds = measured_speeds(r)
+  if speeds and s.goodput then
+    local vsets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", speeds.step_time),
+      "islands.latency=0", "islands.bandwidth=inf", string.format("islands.jitter=%.4f", jitter),
+      "islands.speed=" .. speeds.text }
+    for _, x in ipairs(m.sets) do if not x:match("^runtime") then vsets[#vsets + 1] = x end end
+    local okv, v = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_simspeed", vsets)
+    if okv then
+      v.speeds, v.speed_step_time = speeds.list, speeds.step_time
+      sims_speed[m.name] = v
+    end
+  end
   local idle = healthy_idle(r)
   out[m.name], sims[m.name] = r, s
   print(string.format("| %s | %s | %s | %s | %s | %.4f | %s | %.1f |", m.name,
@@ -171,6 +209,21 @@ for _, m in ipairs(modes) do
     mean.train_s, mean.wait_s, mean.startup_s, mean.down_s, mean.paused_s, mean.held_s, mean.after_done_s, rest,
     r.rolled_back_steps and tostring(r.rolled_back_steps) or "-", unrep and tostring(unrep) or "-"))
 end
+print("")
+print("sim at the speeds each run's learners computed at (the fastest at speed 1, its step time sim's):")
+print("| mode | goodput | sim goodput | sim goodput, measured speeds | final eval | sim final eval | sim final eval, "
+  .. "measured speeds | speeds | fastest step s |")
+print("|---|---|---|---|---|---|---|---|---|")
+for _, m in ipairs(modes) do
+  local r, s, v = out[m.name], sims[m.name], sims_speed[m.name]
+  if v and v.goodput then
+    local sp = {}
+    for i, x in ipairs(v.speeds) do sp[i] = string.format("%.2f", x) end
+    print(string.format("| %s | %.1f%% | %.1f%% | %.1f%% | %.4f | %.4f | %.4f | %s | %.4f |", m.name, 100 * r.goodput,
+      100 * s.goodput, 100 * v.goodput, r.final_eval_loss, s.final_eval_loss, v.final_eval_loss, table.concat(sp, " "),
+      v.speed_step_time))
+  end
+end
 local d, n = out["decoupled"], out["dp, non-elastic"]
 if d.goodput and n.goodput and n.goodput > 0 then
   print(string.format("decoupled goodput / non-elastic dp goodput = %.2f (goal >= 3)", d.goodput / n.goodput))
@@ -180,7 +233,8 @@ if json_out then
     jitter = jitter, step_cv = measured_cv or diloco.json_null }
   for _, m in ipairs(modes) do
     local r, sm = out[m.name], sims[m.name]
-    res.modes[#res.modes + 1] = { name = m.name, run = r, sim = sm.goodput and sm or nil, healthy_idle = healthy_idle(r) }
+    res.modes[#res.modes + 1] = { name = m.name, run = r, sim = sm.goodput and sm or nil, healthy_idle = healthy_idle(r),
+      sim_speeds = sims_speed[m.name] }
   end
   local f = assert(io.open(json_out, "wb"))
   f:write(diloco.json_encode(res), "\n")
