@@ -145,6 +145,41 @@ describe("an island of several MPI ranks", function()
     assert.are.equal(0, s.per_learner[2].crashes)
   end)
 
+  it("under run, stopped by SIGTERM: rank 0 stops its ranks, the island ends its step and says so", function()
+    local why = skip_why()
+    if why then return pending(why) end
+    local path = recipe(S, "stop", { islands = "{ { ranks = 2 }, { } }", steps = 1000000 })
+    local out = S.dir .. "/run"
+    local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet",
+      stdout = S.dir .. "/run.out", stderr = S.dir .. "/run.err" })
+    local ok, err = pcall(function()
+      local deadline, merges = diloco.clock() + 60, 0
+      while merges < 10 and diloco.clock() < deadline do
+        diloco.proc.sleep(0.1)
+        merges = 0
+        for _, e in ipairs(H.read_lines(out .. "/metrics.jsonl")) do
+          if e:find('"event":"merge"', 1, true) then merges = merges + 1 end
+        end
+      end
+      assert(merges >= 10, "no 10 merges within 60 s")
+    end)
+    if not ok then
+      pcall(diloco.proc.signal, pid, "KILL")
+      diloco.proc.wait(pid, true)
+      error(err, 0)
+    end
+    assert(diloco.proc.signal(pid, "TERM"))
+    local st = diloco.proc.wait(pid, true)
+    assert.are.equal(143, st.exited, table.concat(H.read_lines(S.dir .. "/run.err"), "\n"))
+    local s = summary_of(events(out .. "/metrics.jsonl"))
+    assert.is_true(s.interrupted)
+    assert.is_number(s.final_eval_loss)
+    local ls = summary_of(events(out .. "/learner-1/metrics.jsonl"))
+    assert.is_true(ls.interrupted, "island 1 stopped by the signal, not killed")
+    assert.are.equal(2, ls.ranks)
+    assert.is_true(ls.ranks_same, "its ranks stopped together, the same")
+  end)
+
   it("in sim trains as one learner with R x the batch, at its own batch's step time (no MPI needed)", function()
     local path = recipe(S, "sim", { islands = "{ { ranks = 2 }, { } }", steps = 20 })
     local out, code = H.sh(string.format("%s sim %s --out %s/sim --quiet", exe, path, S.dir))
@@ -178,3 +213,54 @@ describe("an island of several MPI ranks", function()
     assert.matches("chaos[1].rank = 1: island 2 has 1 rank: expected a rank in [0, 0]", out, 1, true)
   end)
 end)
+
+-- What `run` uses to keep an mpirun job tied to it and to reach its ranks (lua/lproc.c).
+describe("diloco.proc for a job's ranks", function()
+  it("ties a child to its parent (parent_death), lists its children, signals only those", function()
+    local S = H.scratch()
+    local mid = S.write("mid.lua", [[
+local d = require "diloco"
+local pid = assert(d.proc.spawn { "/bin/sleep", "30", parent_death = "KILL" })
+local f = assert(io.open(arg[1], "w"))
+f:write(pid, "\n")
+f:close()
+d.proc.sleep(30)
+]])
+    local pidfile = S.dir .. "/sleep.pid"
+    local parent = assert(diloco.proc.spawn { exe, mid, pidfile })
+    local t0, grand = diloco.clock(), nil
+    while not grand and diloco.clock() - t0 < 20 do
+      local f = io.open(pidfile)
+      grand = f and math.tointeger(tonumber(f:read("l") or ""))
+      if f then f:close() end
+      if not grand then diloco.proc.sleep(0.02) end
+    end
+    assert.is_number(grand, "the middle process started its child")
+    local kids = diloco.proc.children(parent)
+    assert.are.same({ grand }, kids)
+    -- a pid that is not its child is refused, named
+    local ok, err = diloco.proc.signal_grandchild(parent, diloco.proc.pid(), "CONT")
+    assert.is_nil(ok)
+    assert.matches("is not a child of pid " .. parent, err, 1, true)
+    assert.is_true(diloco.proc.signal_grandchild(parent, grand, "CONT"))
+    -- the middle process dies: the kernel kills its tied child
+    diloco.proc.signal(parent, "KILL")
+    diloco.proc.wait(parent, true)
+    local function alive(pid)
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if not f then return false end
+      local st = f:read("a"):match("%) (%a)")
+      f:close()
+      return st ~= "Z" and st ~= "X"
+    end
+    t0 = diloco.clock()
+    while alive(grand) and diloco.clock() - t0 < 5 do diloco.proc.sleep(0.02) end
+    S.cleanup()
+    assert.is_false(alive(grand), "the tied child outlived its parent")
+    -- a program that is missing is an error, not a child that never runs
+    local pid, why = diloco.proc.spawn { "/nonexistent/prog", parent_death = "KILL" }
+    assert.is_nil(pid)
+    assert.matches("cannot start /nonexistent/prog", why, 1, true)
+  end)
+end)
+
