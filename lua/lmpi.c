@@ -9,8 +9,8 @@
  *
  *     local mpi = diloco.mpi            -- mpi.available is false in a build without MPI
  *     local rank, size = mpi.init()
- *     mpi.start_loss(local_loss)                           -- before the backward pass
- *     local loss = mpi.average_grads(params)               -- grads and loss: the mean
+ *     local loss = mpi.mean(local_loss)                    -- before the backward pass
+ *     mpi.average_grads(params)                            -- the gradients: the mean
  *     mpi.bcast(params:flat(), offset, count)              -- rank 0's floats to all
  *     local msg = mpi.bcast_string(rank == 0 and text or nil)
  *
@@ -107,55 +107,45 @@ static void wait_quietly(lua_State *L, MPI_Request *req, const char *name) {
     }
 }
 
-/* mpi.start_loss(loss): starts the loss's mean over the ranks (a non-blocking
- * allreduce of one double) before the backward pass; average_grads finishes it, so its
- * latency hides behind the backward compute. */
-static double pending_loss[1];
-static MPI_Request pending_req = MPI_REQUEST_NULL;
-static int l_start_loss(lua_State *L) {
+/* mpi.mean(x) -> the mean of x over the ranks (one MPI_Allreduce of a double): the loss,
+ * taken before the backward pass, where the ranks meet anyway. */
+static int l_mean(lua_State *L) {
     need_init(L);
-    double v = luaL_checknumber(L, 1);
-    if (pending_req != MPI_REQUEST_NULL) return luaL_error(L, "mpi.start_loss: the last one was not finished");
-    pending_loss[0] = v;
-    check(L, MPI_Iallreduce(MPI_IN_PLACE, pending_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &pending_req),
-          "MPI_Iallreduce");
-    return 0;
+    double v[1] = {luaL_checknumber(L, 1)};
+    int size = 1;
+    check(L, MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+    double t0 = now_s();
+    check(L, MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    allreduce_s += now_s() - t0;
+    lua_pushnumber(L, v[0] / size);
+    return 1;
 }
 
-/* mpi.average_grads(params [, loss [, prescaled]]) -> the mean loss; the gradient arena
- * becomes the mean of every rank's, in place: one MPI_Allreduce of SUM, then a scale by
- * 1/R, unless prescaled says the backward pass was seeded with 1/R already (the island's
- * way: no pass over the arena).  The loss is the one mpi.start_loss began, else `loss`
- * (its allreduce then overlaps the gradients'). */
+/* mpi.average_grads(params [, prescaled]): the gradient arena becomes the mean of every
+ * rank's, in place: one MPI_Allreduce of SUM, then a scale by 1/R, unless prescaled says
+ * the backward pass was seeded with 1/R already (the island's way: the call is then the
+ * bare allreduce, no pass over the arena). */
 static int l_average_grads(lua_State *L) {
     need_init(L);
     dlc_params *p = dlcL_checkparams(L, 1);
-    int started = pending_req != MPI_REQUEST_NULL;
-    if (!started) pending_loss[0] = luaL_checknumber(L, 2);
-    int prescaled = lua_toboolean(L, 3);
+    int prescaled = lua_toboolean(L, 2);
     int size = 1;
     check(L, MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
     float *g = dlc_params_grad(p);
     int64_t n = dlc_params_size(p);
     double t0 = now_s();
-    if (!started)
-        check(L, MPI_Iallreduce(MPI_IN_PLACE, pending_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &pending_req),
-              "MPI_Iallreduce");
     for (int64_t off = 0; off < n;) { /* counts are int: chunks of at most 2^30 floats */
         int c = (int)(n - off < (1 << 30) ? n - off : (1 << 30));
         check(L, MPI_Allreduce(MPI_IN_PLACE, g + off, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
         off += c;
     }
-    check(L, MPI_Wait(&pending_req, MPI_STATUS_IGNORE), "MPI_Iallreduce");
-    pending_req = MPI_REQUEST_NULL;
     if (size > 1 && !prescaled) {
         const float s = 1.0f / (float)size;
         for (int64_t i = 0; i < n; i++) g[i] *= s;
     }
     allreduce_s += now_s() - t0;
     allreduce_n++;
-    lua_pushnumber(L, pending_loss[0] / size);
-    return 1;
+    return 0;
 }
 
 /* The floats [offset, offset + count) of tensor arg (contiguous), checked. */
@@ -253,7 +243,8 @@ static int l_barrier(lua_State *L) {
 }
 
 /* mpi.stats() -> {allreduce_s, allreduce_n, bcast_s, bcast_n, bcast_bytes}: this
- * process's time in average_grads and in bcast of floats, since it started. */
+ * process's time in average_grads and mean (allreduce_s; allreduce_n counts the
+ * average_grads) and in bcast of floats, since it started. */
 static int l_stats(lua_State *L) {
     lua_createtable(L, 0, 5);
     dlcL_setnum(L, "allreduce_s", allreduce_s);
@@ -283,7 +274,7 @@ void dlcL_open_mpi(lua_State *L, int mod, int st) {
         {"init", l_init},           {"finalize", l_finalize},   {"abort", l_abort},
         {"average_grads", l_average_grads}, {"allreduce", l_allreduce}, {"bcast", l_bcast},
         {"bcast_string", l_bcast_string}, {"same", l_same},   {"barrier", l_barrier},
-        {"library", l_library},     {"stats", l_stats},         {"start_loss", l_start_loss}, {NULL, NULL}};
+        {"library", l_library},     {"stats", l_stats},         {"mean", l_mean}, {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, funcs, 0);
     lua_pushboolean(L, 1);

@@ -297,10 +297,8 @@ static int l_wait(lua_State *L) {
     return 1;
 }
 
-/* proc.signal(pid, sig) -> true, or nil, msg, code */
-static int l_signal(lua_State *L) {
-    pid_t pid = checkchild(L, 1);
-    int sig = sig_of(L, 2);
+/* Sends sig to pid: true, or nil, msg, code. */
+static int send_signal(lua_State *L, pid_t pid, int sig) {
     if (kill(pid, sig) != 0) {
         lua_pushnil(L);
         lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
@@ -309,6 +307,12 @@ static int l_signal(lua_State *L) {
     }
     lua_pushboolean(L, 1);
     return 1;
+}
+
+/* proc.signal(pid, sig) -> true, or nil, msg, code */
+static int l_signal(lua_State *L) {
+    pid_t pid = checkchild(L, 1);
+    return send_signal(L, pid, sig_of(L, 2));
 }
 
 /* The parent pid in /proc/PID/stat (after the command's closing parenthesis), or -1. */
@@ -363,14 +367,7 @@ static int l_signal_grandchild(lua_State *L) {
         lua_pushstring(L, "DLC_ERR_IO");
         return 3;
     }
-    if (kill((pid_t)pid, sig) != 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return send_signal(L, (pid_t)pid, sig);
 }
 
 static int l_self_exe(lua_State *L) {

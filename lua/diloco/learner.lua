@@ -655,26 +655,31 @@ local function island_start_msg(ctx)
     loader = ctx.loaders.train:state() })
 end
 
--- Rank 0, before each step: the step and what changed (drain_events, rollback).
+-- Rank 0: the message `op` ("step": run one; "stop") with what changed in the model since
+-- the last one (drain_events, rollback), then those ranges of the arena.
+local function push_changes(ctx, op)
+  local mpi, frags = diloco.mpi, {}
+  if not ctx.ranks_whole then
+    for f in pairs(ctx.ranks_frags) do frags[#frags + 1] = f end
+    table.sort(frags)
+  end
+  mpi.bcast_string(diloco.json_encode({ op = op, step = ctx.lrt:schedule_step(), whole = ctx.ranks_whole or nil,
+    fresh = ctx.ranks_fresh or nil, fragments = #frags > 0 and frags or nil, check = op == "stop" or nil }))
+  if ctx.ranks_whole then
+    mpi.bcast(ctx.flat)
+  else
+    for _, f in ipairs(frags) do
+      for _, v in ipairs(ctx.plan:views(f)) do mpi.bcast(ctx.flat, v.offset, v.numel) end
+    end
+  end
+end
+
+-- Rank 0, before each step: the step and what changed.
 send_ranks = function(ctx)
   local t0 = diloco.clock()
-  local mpi, msg = diloco.mpi, nil
+  local mpi = diloco.mpi
   if ctx.ranks_started then
-    local frags = {}
-    if not ctx.ranks_whole then
-      for f in pairs(ctx.ranks_frags) do frags[#frags + 1] = f end
-      table.sort(frags)
-    end
-    msg = { op = "step", step = ctx.lrt:schedule_step(), whole = ctx.ranks_whole or nil, fresh = ctx.ranks_fresh or nil,
-      fragments = #frags > 0 and frags or nil }
-    mpi.bcast_string(diloco.json_encode(msg))
-    if ctx.ranks_whole then
-      mpi.bcast(ctx.flat)
-    else
-      for _, f in ipairs(frags) do
-        for _, v in ipairs(ctx.plan:views(f)) do mpi.bcast(ctx.flat, v.offset, v.numel) end
-      end
-    end
+    push_changes(ctx, "step")
   else
     mpi.bcast_string(island_start_msg(ctx))
     mpi.bcast(ctx.flat)
@@ -685,10 +690,15 @@ send_ranks = function(ctx)
   ctx.ranks_sync_s = (ctx.ranks_sync_s or 0) + (diloco.clock() - t0)
 end
 
+-- Rank 0, at the end of its loop: what changed since the last step (the merges its last
+-- step boundary applied), then stop, and all ranks compare their parameters.
 stop_ranks = function(ctx)
   local mpi = diloco.mpi
-  -- (a learner that joined at the last step never started them: nothing to compare)
-  mpi.bcast_string(diloco.json_encode({ op = "stop", check = ctx.ranks_started or false }))
+  if ctx.ranks_started then
+    push_changes(ctx, "stop")
+  else -- (a learner that joined at the last step never started them: nothing to compare)
+    mpi.bcast_string(diloco.json_encode({ op = "stop" }))
+  end
   ctx.ranks_same = not ctx.ranks_started or mpi.same(ctx.flat)
   ctx.mpi = nil
   if not ctx.ranks_same then
@@ -731,17 +741,11 @@ local function run_rank(r, opts, rank, size)
   ctx.loaders = loaders
   ctx.rows = { rank * isl.batch + 1, (rank + 1) * isl.batch }
   ctx.grad_seed = 1 / size
-  ctx.reduce_start = mpi.start_loss
-  ctx.reduce = function(lv) return mpi.average_grads(ctx.params, lv, true) end
+  ctx.reduce_loss = mpi.mean
+  ctx.reduce = function() mpi.average_grads(ctx.params, true) end
   local steps = 0
   while true do
     local msg = diloco.json_decode(mpi.bcast_string(nil))
-    if msg.op == "stop" then
-      if msg.check and not mpi.same(ctx.flat) then
-        fail("learner %d rank %d: this rank's parameters differ from rank 0's at the end", id, rank)
-      end
-      break
-    end
     if msg.op == "start" then
       mpi.bcast(ctx.flat)
       for _, p in ipairs(ctx.opt:state()) do mpi.bcast(p[2]) end
@@ -753,9 +757,15 @@ local function run_rank(r, opts, rank, size)
         mpi.bcast(ctx.flat)
       else
         for _, f in ipairs(msg.fragments or {}) do
-          for _, v in ipairs(ctx.plan and ctx.plan:views(f) or {}) do mpi.bcast(ctx.flat, v.offset, v.numel) end
+          for _, v in ipairs(ctx.plan:views(f)) do mpi.bcast(ctx.flat, v.offset, v.numel) end
         end
       end
+    end
+    if msg.op == "stop" then
+      if msg.check and not mpi.same(ctx.flat) then
+        fail("learner %d rank %d: this rank's parameters differ from rank 0's at the end", id, rank)
+      end
+      break
     end
     if msg.step then ctx.step = msg.step end
     -- the step itself (a rollback on rank 0, from a non-finite mean, is its to handle)
@@ -785,8 +795,8 @@ function M.run(r, opts)
     ctx.mpi, ctx.ranks, ctx.flat, ctx.ranks_frags = true, R, ctx.params:flat(), {}
     ctx.rows = { 1, ctx.island.batch }
     ctx.grad_seed = 1 / R
-    ctx.reduce_start = diloco.mpi.start_loss
-    ctx.reduce = function(lv) return diloco.mpi.average_grads(ctx.params, lv, true) end
+    ctx.reduce_loss = diloco.mpi.mean
+    ctx.reduce = function() diloco.mpi.average_grads(ctx.params, true) end
   end
   local ok, loop_err = pcall(M.train, ctx)
   local summary, err = M.finish(ctx, not ok and train.loop_error(loop_err) or nil)

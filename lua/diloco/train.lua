@@ -520,7 +520,11 @@ function M.inner_step(ctx)
   ctx.params:zero_grad()
   local loss, ce = ctx.model:loss(x, y)
   local lv = loss:item()
-  if ctx.reduce_start then ctx.reduce_start(lv) end -- (its mean travels during the backward pass)
+  local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
+  -- an island of several ranks (learner.lua): this rank's rows of the island's batch
+  -- (ctx.rows); the loss averaged over the ranks here, the gradients after the backward
+  -- pass (ctx.reduce), so every rank checks, clips and steps on the same means
+  if ctx.reduce_loss then lv = ctx.reduce_loss(lv) end
   if ctx.grad_seed then
     -- an island of R ranks: the backward pass seeded with 1/R, so the sum over the
     -- ranks (ctx.reduce) is the mean gradient without another pass over the arena
@@ -529,12 +533,8 @@ function M.inner_step(ctx)
   else
     loss:backward()
   end
-  local aux = ce and ce ~= loss and lv - ce:item() or nil -- auxiliary losses (MoE balance)
   loss:free()
-  -- an island of several ranks (learner.lua): this rank's rows of the island's batch
-  -- (ctx.rows), the gradients and the loss then averaged over the ranks (ctx.reduce), so
-  -- every rank clips and steps on the same mean gradient
-  if ctx.reduce then lv = ctx.reduce(lv) end
+  if ctx.reduce then ctx.reduce() end
   local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
   if lv ~= lv or math.abs(lv) == math.huge or gnorm ~= gnorm or gnorm == math.huge then
     -- the one error type (fail), carrying the values: a learner rolls back on it instead

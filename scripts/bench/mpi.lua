@@ -8,6 +8,8 @@
 local diloco = require "diloco"
 local recipe, steps, rounds, tmp = arg[1], math.tointeger(tonumber(arg[2])), math.tointeger(tonumber(arg[3])), arg[4]
 local exe = diloco.proc.self_exe()
+local bench = dofile(arg[0]:match("^(.*)/[^/]*$") .. "/common.lua")
+local events, rate, median = bench.events, bench.rate, bench.median
 local r = assert(diloco.recipe.validate(diloco.recipe.load(recipe)))
 local B = r.data.batch
 local common = { "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--quiet", "--overwrite", "--set",
@@ -24,29 +26,6 @@ local function run(args, threads, log)
     local f = io.open(log)
     error(string.format("%s failed (%s): %s", log, diloco.json_encode(st), f and f:read("a") or ""))
   end
-end
-
-local function events(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = diloco.json_decode(line) end
-  return out
-end
-
-local function rate(path)
-  local first, last
-  for _, e in ipairs(events(path)) do
-    if e.event == "step" then
-      first = first or e
-      last = e
-    end
-  end
-  return (last.tokens - first.tokens) / (last.wall_s - first.wall_s)
-end
-
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  return n % 2 == 1 and xs[(n + 1) // 2] or 0.5 * (xs[n // 2] + xs[n // 2 + 1])
 end
 
 local ref, ours, shares = {}, {}, {}

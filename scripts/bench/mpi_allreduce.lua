@@ -1,11 +1,11 @@
 -- scripts/bench/mpi_allreduce.lua, run by scripts/bench/mpi under `mpirun -np 2`: the
--- island's gradient average as a learner runs it (mpi.start_loss, then
--- mpi.average_grads(params, nil, true): one MPI_Allreduce of SUM over the gradient arena
--- and the wait for the loss's mean, which a learner starts before its backward pass and
--- this measures with no compute in between; the 1/R is in the backward pass's seed) against a bare MPI_Allreduce of the same buffer
--- (mpi.allreduce: that one call), on the gradient arena of RECIPE's model.  The average
--- with the scale pass after it (a caller that did not seed the backward) is printed too.
--- ITERS calls of each per round, rounds alternating; medians of the per-call times.
+-- island's gradient average as a learner runs it (mpi.average_grads(params, true): one
+-- MPI_Allreduce of SUM over the gradient arena, the 1/R being in the backward pass's seed)
+-- against a bare MPI_Allreduce of the same buffer (mpi.allreduce: that one call), on the
+-- gradient arena of RECIPE's model.  Also printed: the average with a scale pass by 1/R
+-- after it (a caller that did not seed the backward), and the loss's mean (mpi.mean, one
+-- double, which a learner takes before its backward pass).  ITERS calls of each per
+-- round, rounds alternating; medians of the per-call times.
 -- Usage: mpirun -np 2 diloco-lua scripts/bench/mpi_allreduce.lua RECIPE ITERS ROUNDS
 local diloco = require "diloco"
 local mpi = diloco.mpi
@@ -31,15 +31,13 @@ local function timed(fn)
   return (diloco.clock() - t0) / iters
 end
 
-local bare, ours, scaled = {}, {}, {}
+local bare, ours, scaled, means = {}, {}, {}, {}
 timed(function() mpi.allreduce(g) end) -- warm-up: connections, buffers
 for _ = 1, rounds do
   bare[#bare + 1] = timed(function() mpi.allreduce(g) end)
-  ours[#ours + 1] = timed(function()
-    mpi.start_loss(1.0)
-    mpi.average_grads(params, nil, true)
-  end)
-  scaled[#scaled + 1] = timed(function() mpi.average_grads(params, 1.0) end)
+  ours[#ours + 1] = timed(function() mpi.average_grads(params, true) end)
+  scaled[#scaled + 1] = timed(function() mpi.average_grads(params) end)
+  means[#means + 1] = timed(function() mpi.mean(1.0) end)
 end
 if rank == 0 then
   local b, o = median(bare), median(ours)
@@ -47,7 +45,7 @@ if rank == 0 then
     params:size() * 4 / 1e6, size, mpi.library()))
   print(string.format("  bare MPI_Allreduce %.3f ms, island's average_grads %.3f ms: ratio %.3f  (goal >= 0.95)",
     b * 1e3, o * 1e3, b / o))
-  print(string.format("  (with a scale pass by 1/R after it instead of the seeded backward: %.3f ms, ratio %.3f)",
-    median(scaled) * 1e3, b / median(scaled)))
+  print(string.format("  (with a scale pass by 1/R after it instead of the seeded backward: %.3f ms, ratio %.3f; "
+    .. "the loss's mean: %.4f ms)", median(scaled) * 1e3, b / median(scaled), median(means) * 1e3))
 end
 mpi.finalize()

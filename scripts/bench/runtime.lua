@@ -15,6 +15,8 @@
 local diloco = require "diloco"
 local recipe, steps, rounds, tmp = arg[1], math.tointeger(tonumber(arg[2])), math.tointeger(tonumber(arg[3])), arg[4]
 local exe = diloco.proc.self_exe()
+local bench = dofile(arg[0]:match("^(.*)/[^/]*$") .. "/common.lua")
+local events, rate, median = bench.events, bench.rate, bench.median
 local common = { "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--set", "threads=1", "--quiet",
   "--overwrite", "--set", "steps=" .. steps, "--set", "log.every=" .. math.max(1, steps // 40) }
 
@@ -33,30 +35,6 @@ local function wait_ok(pid, log)
     local f = io.open(log)
     error(string.format("%s failed (%s): %s", log, diloco.json_encode(st), f and f:read("a") or ""))
   end
-end
-
-local function events(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = diloco.json_decode(line) end
-  return out
-end
-
--- steady-state tokens/s of a metrics file's step events
-local function rate(path)
-  local first, last
-  for _, e in ipairs(events(path)) do
-    if e.event == "step" then
-      first = first or e
-      last = e
-    end
-  end
-  return (last.tokens - first.tokens) / (last.wall_s - first.wall_s)
-end
-
-local function median(xs)
-  table.sort(xs)
-  local n = #xs
-  return n % 2 == 1 and xs[(n + 1) // 2] or 0.5 * (xs[n // 2] + xs[n // 2 + 1])
 end
 
 local ref, ours, waits, calls = {}, {}, {}, {}
