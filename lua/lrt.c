@@ -1,6 +1,7 @@
 /*
  * lrt.c - diloco.Syncer and diloco.Learner: the real-time drivers (rt/include/diloco/rt.h,
- * docs/runtime.md) from Lua, for `diloco-lua run`, `syncer` and `learner`.
+ * docs/runtime.md) from Lua, for `diloco-lua run`, `syncer` and `learner`, made through
+ * the embedding API's driver mode (rt/include/diloco/client.h: dlc_server, dlc_client).
  *
  *     local s = diloco.Syncer { params = P, plan = plan, learners = 3, listen = "127.0.0.1:0",
  *                               run = "r1", net = { secret_file = "OUT/secret" },
@@ -10,10 +11,10 @@
  *     s:shape(2, 2.5e6, 0.05)           -- learner 2's link, both ways: 2.5 MB/s, 50 ms
  *     s:cut(2, 10)                      -- learner 2's link cut for 10 s
  *
- *     local l = diloco.Learner { params = P, plan = plan, connect = "127.0.0.1:" .. s:port(),
+ *     local l = assert(diloco.Learner { params = P, plan = plan, connect = "127.0.0.1:" .. s:port(),
  *                                id = 2, run = "r1", net = { secret_file = "OUT/secret" },
- *                                learner = { tau = 2 } }
- *     assert(l:join(30))                -- the whole model arrived
+ *                                learner = { tau = 2 }, join_timeout = 30 })
+ *                                       -- joined: the whole model arrived
  *     l:step_done(tokens, seconds)      -- after each inner step
  *     if l:nonfinite() then l:rollback() end  -- instead, after a step gone non-finite
  *
@@ -29,32 +30,37 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include "diloco/rt.h"
+#include "diloco/client.h"
 #include "ldiloco.h"
 #include "lnet.h"
 
 #define DLCL_SYNCER "diloco.Syncer"
 #define DLCL_LEARNER "diloco.Learner"
 
+/* Each driver is made and freed through client.h's driver mode (dlc_server,
+ * dlc_client): `diloco-lua run`, `syncer` and `learner` stand on the API other hosts
+ * embed; the methods call rt.h on the driver it holds. */
 typedef struct srtbox {
-    dlc_srt *s;
+    dlc_server *server; /* first: the resource (NULL once closed) */
+    dlc_srt *s;         /* its driver */
     dlc_params *params; /* the layout of global() (borrowed, kept alive by the user value) */
     int M;
 } srtbox;
 
 typedef struct lrtbox {
-    dlc_lrt *l;
+    dlc_client *c; /* first: the resource (NULL once closed) */
+    dlc_lrt *l;    /* its driver */
 } lrtbox;
 
 static dlc_srt *checksrt(lua_State *L, int arg) {
     srtbox *b = luaL_checkudata(L, arg, DLCL_SYNCER);
-    if (!b->s) luaL_argerror(L, arg, "Syncer has been closed");
+    if (!b->server) luaL_argerror(L, arg, "Syncer has been closed");
     return b->s;
 }
 
 static dlc_lrt *checklrt(lua_State *L, int arg) {
     lrtbox *b = luaL_checkudata(L, arg, DLCL_LEARNER);
-    if (!b->l) luaL_argerror(L, arg, "Learner has been closed");
+    if (!b->c) luaL_argerror(L, arg, "Learner has been closed");
     return b->l;
 }
 
@@ -152,15 +158,18 @@ static int l_syncer(lua_State *L) {
     if (dlc_params_numel(params) != plan_numel)
         return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
                           (long long)dlc_params_numel(params), (long long)plan_numel);
-    b->s = dlc_srt_new(&c);
-    if (!b->s) return dlcL_fail(L, dlc_last_status());
+    dlc_server_config sc = dlc_server_default_config();
+    sc.driver = &c;
+    b->server = dlc_server_new(&sc);
+    if (!b->server) return dlcL_fail(L, dlc_last_status());
+    b->s = dlc_server_srt(b->server);
     b->params = params;
     b->M = (int)M;
     lua_settop(L, 2);
     return 1;
 }
 
-static void srt_release(void *box) { dlc_srt_free(((srtbox *)box)->s); }
+static void srt_release(void *box) { dlc_server_free(((srtbox *)box)->server); }
 
 static int s_port(lua_State *L) {
     lua_pushinteger(L, dlc_srt_port(checksrt(L, 1)));
@@ -395,13 +404,25 @@ static int l_learner(lua_State *L) {
     c.run = optstr(L, 1, WHO, "run", "");
     c.params = params;
     c.plan = plan;
-    b->l = dlc_lrt_new(&c);
-    if (!b->l) return dlcL_fail(L, dlc_last_status());
+    /* joined inside dlc_client_new: the whole model arrived, or a refusal or deadline named */
+    double join_timeout = 30;
+    if (lua_getfield(L, 1, "join_timeout") != LUA_TNIL) {
+        join_timeout = lua_tonumber(L, -1);
+        if (!lua_isnumber(L, -1) || !(join_timeout > 0) || !isfinite(join_timeout))
+            return luaL_error(L, "%s: join_timeout must be a finite number of seconds > 0", WHO);
+    }
+    lua_pop(L, 1);
+    dlc_client_config cc = dlc_client_default_config();
+    cc.driver = &c;
+    cc.join_timeout = join_timeout;
+    b->c = dlc_client_new(&cc);
+    if (!b->c) return dlcL_fail(L, dlc_last_status());
+    b->l = dlc_client_lrt(b->c);
     lua_settop(L, 2);
     return 1;
 }
 
-static void lrt_release(void *box) { dlc_lrt_free(((lrtbox *)box)->l); }
+static void lrt_release(void *box) { dlc_client_free(((lrtbox *)box)->c); }
 
 /* Pushes true for DLC_OK, else nil, message, code (raises for misuse). */
 static int result(lua_State *L, dlc_status st) {
@@ -413,7 +434,13 @@ static int result(lua_State *L, dlc_status st) {
     return dlcL_fail(L, st);
 }
 
-static int lr_join(lua_State *L) { return result(L, dlc_lrt_join(checklrt(L, 1), luaL_optnumber(L, 2, 30))); }
+/* l:join([timeout_s]) -> true: diloco.Learner{} joined already (kept for the scripts that
+ * call it) */
+static int lr_join(lua_State *L) {
+    checklrt(L, 1);
+    lua_pushboolean(L, 1);
+    return 1;
+}
 /* l:wait([timeout_s]) -> true, void | nil, message, code (void: dp, resynced instead) */
 static int lr_wait(lua_State *L) {
     dlc_lrt *l = checklrt(L, 1);
@@ -425,12 +452,13 @@ static int lr_wait(lua_State *L) {
 }
 
 static int lr_step_done(lua_State *L) {
-    dlc_lrt *l = checklrt(L, 1);
+    checklrt(L, 1);
+    dlc_client *c = ((lrtbox *)lua_touserdata(L, 1))->c;
     lua_Integer tokens = luaL_checkinteger(L, 2);
     double seconds = luaL_optnumber(L, 3, 0);
     luaL_argcheck(L, tokens >= 0, 2, "tokens must be >= 0");
     luaL_argcheck(L, seconds >= 0 && isfinite(seconds), 3, "seconds must be >= 0");
-    dlc_status st = dlc_lrt_step_done(l, tokens, seconds);
+    dlc_status st = dlc_client_step_timed(c, tokens, seconds);
     if (st != DLC_OK) return dlcL_error(L);
     return 0;
 }
@@ -451,14 +479,18 @@ static int lr_contribute(lua_State *L) {
 }
 
 static int lr_finish(lua_State *L) {
-    dlc_lrt *l = checklrt(L, 1);
-    return result(L, dlc_lrt_finish(l, luaL_optnumber(L, 2, 10), luaL_optstring(L, 3, "finished")));
+    checklrt(L, 1);
+    dlc_client *c = ((lrtbox *)lua_touserdata(L, 1))->c;
+    double timeout = luaL_optnumber(L, 2, 10);
+    luaL_argcheck(L, timeout >= 0 && isfinite(timeout), 2, "timeout must be a finite number of seconds >= 0");
+    /* the host flushed (l:flush) when it wanted to */
+    return result(L, dlc_client_finish_why(c, timeout, luaL_optstring(L, 3, "finished"), 0));
 }
 
 /* l:rollback() -> true | nil, message, code: back to the last global model (rt.h). */
 static int lr_rollback(lua_State *L) {
-    dlc_lrt *l = checklrt(L, 1);
-    dlc_status st = dlc_lrt_rollback(l);
+    checklrt(L, 1);
+    dlc_status st = dlc_client_rollback(((lrtbox *)lua_touserdata(L, 1))->c);
     if (st == DLC_OK) {
         lua_pushboolean(L, 1);
         return 1;

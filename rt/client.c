@@ -7,7 +7,11 @@
  * will read (dlc_lrt_step_reads: those due to leave as contributions and those a merge
  * will be mixed into; at most steps none), lets the driver take the step, and copies
  * back the fragments a merge changed.  The arena's other fragments may be older than
- * the host's values: nothing reads them until they are copied in again. */
+ * the host's values: nothing reads them until they are copied in again.
+ *
+ * In driver mode (client.h: a host whose model is the arena, `diloco-lua learner` and
+ * `syncer` among them) there is nothing to copy: the client is the driver's life cycle
+ * (address file, join, the host's state, steps, finish), the layout the driver's. */
 #include "diloco/client.h"
 
 #include <errno.h>
@@ -30,14 +34,17 @@
 typedef struct layout {
     dlc_params *params;
     dlc_plan *plan;
+    int borrowed;            /* params and plan are a driver config's (driver mode): not freed */
     dlc_run_params run;
     int count;
     int64_t *offset, *numel; /* each host tensor's place in the arena */
 } layout;
 
 static void layout_free(layout *y) {
-    dlc_plan_free(y->plan);
-    dlc_params_free(y->params);
+    if (!y->borrowed) {
+        dlc_plan_free(y->plan);
+        dlc_params_free(y->params);
+    }
     free(y->offset);
     free(y->numel);
     memset(y, 0, sizeof *y);
@@ -279,6 +286,7 @@ struct dlc_client {
     double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
     int64_t steps, applied;
     int finished;
+    int driver;           /* driver mode: the arena is the host's model (no t, no copies) */
 };
 
 static void client_release(void *c) { dlc_client_free(c); }
@@ -326,6 +334,7 @@ static dlc_status read_address_file(const char *path, double timeout, char *addr
 /* The merged fragments the driver applied since the last call: into the host's buffers
  * (only those: the arena's other fragments may be older than the host's values). */
 static void take_applied(dlc_client *c) {
+    if (c->driver) return; /* the host's arena is the model; the events are the host's */
     dlc_lrt_event ev;
     int P = dlc_plan_count(c->y.plan);
     memset(c->changed, 0, (size_t)P);
@@ -339,13 +348,19 @@ static void take_applied(dlc_client *c) {
 dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     static const char *const WHO = "client";
     if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config"), NULL;
-    if (!cfg->connect || !cfg->connect[0])
+    const dlc_lrt_config *drv = cfg->driver;
+    const char *connect = drv && drv->connect ? drv->connect : cfg->connect;
+    if (!connect || !connect[0])
         return dlc_error(DLC_ERR_ARG, "client: connect: expected the syncer's HOST:PORT or @FILE"), NULL;
+    if (drv && (!drv->params || !drv->plan))
+        return dlc_error(DLC_ERR_ARG, "client: driver: params %s, plan %s: expected the arena and plan the driver "
+                         "works on", drv->params ? "set" : "NULL", drv->plan ? "set" : "NULL"),
+               NULL;
     if (!(cfg->join_timeout > 0) || !(cfg->wait_timeout > 0) || !(cfg->heartbeat > 0))
         return dlc_error(DLC_ERR_ARG, "client: join_timeout %g, wait_timeout %g, heartbeat %g: expected seconds > 0",
                          cfg->join_timeout, cfg->wait_timeout, cfg->heartbeat),
                NULL;
-    if (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX)
+    if (!drv && (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX))
         return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned)",
                          cfg->id, DLC_PROTO_LEARNERS_MAX),
                NULL;
@@ -368,17 +383,25 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
                          .every = cfg->save_every, .last_step = -1};
     if (cfg->state_dir && !(c->hs.dir = strdup(cfg->state_dir)))
         return free(c), dlc_error(DLC_ERR_NOMEM, "client: out of memory"), NULL;
-    dlc_status st = layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
-    if (st != DLC_OK) return free(c->hs.dir), free(c), NULL;
-    c->t = calloc((size_t)cfg->count, sizeof *c->t);
-    c->names = calloc((size_t)cfg->count, sizeof *c->names);
+    if (drv) { /* the driver's arena and plan are the layout (borrowed) */
+        c->driver = 1;
+        c->y.params = drv->params;
+        c->y.plan = (dlc_plan *)drv->plan;
+        c->y.borrowed = 1;
+    } else if (layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params) != DLC_OK) {
+        return free(c->hs.dir), free(c), NULL;
+    }
     c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
     c->changed = calloc((size_t)dlc_plan_count(c->y.plan), 1);
-    if (!c->t || !c->names || !c->taken || !c->changed) {
+    if (!drv) {
+        c->t = calloc((size_t)cfg->count, sizeof *c->t);
+        c->names = calloc((size_t)cfg->count, sizeof *c->names);
+    }
+    if (!c->taken || !c->changed || (!drv && (!c->t || !c->names))) {
         dlc_error(DLC_ERR_NOMEM, "client: out of memory");
         goto fail;
     }
-    for (int i = 0; i < cfg->count; i++) {
+    for (int i = 0; !drv && i < cfg->count; i++) {
         c->t[i] = cfg->tensors[i];
         if (!(c->names[i] = strdup(cfg->tensors[i].name))) {
             dlc_error(DLC_ERR_NOMEM, "client: out of memory");
@@ -389,27 +412,33 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     }
     c->wait_timeout = cfg->wait_timeout;
     char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
-    if (cfg->connect[0] == '@') {
-        if (read_address_file(cfg->connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
+    if (connect[0] == '@') {
+        if (read_address_file(connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
             goto fail;
     } else {
-        snprintf(addr, sizeof addr, "%s", cfg->connect);
+        snprintf(addr, sizeof addr, "%s", connect);
     }
-    dlc_lrt_config lc = dlc_lrt_default_config();
-    if (dlc_run_learner_params(&c->y.run, 0, &lc.learner) != DLC_OK) goto fail;
-    lc.learner.id = cfg->id;
-    lc.learner.heartbeat = cfg->heartbeat;
-    lc.params = c->y.params;
-    lc.plan = c->y.plan;
-    lc.run_params = &c->y.run;
+    dlc_lrt_config lc;
+    if (drv) {
+        lc = *drv;
+        if (!lc.run) lc.run = run_id;
+    } else {
+        lc = dlc_lrt_default_config();
+        if (dlc_run_learner_params(&c->y.run, 0, &lc.learner) != DLC_OK) goto fail;
+        lc.learner.id = cfg->id;
+        lc.learner.heartbeat = cfg->heartbeat;
+        lc.params = c->y.params;
+        lc.plan = c->y.plan;
+        lc.run_params = &c->y.run;
+        lc.run = cfg->run_id ? cfg->run_id : run_id;
+        if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
+        lc.net.heartbeat_s = cfg->heartbeat;
+    }
     lc.connect = addr;
-    lc.run = cfg->run_id ? cfg->run_id : run_id;
-    if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
-    lc.net.heartbeat_s = cfg->heartbeat;
     if (!(c->l = dlc_lrt_new(&lc))) goto fail;
     if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
     take_applied(c);
-    host_out(&c->y, c->t); /* the whole global model, whatever the events said */
+    if (!drv) host_out(&c->y, c->t); /* the whole global model, whatever the events said */
     if (c->hs.dir) { /* the host's own state of before a restart */
         int64_t step = -1;
         int got = state_latest(&c->hs, &step);
@@ -446,22 +475,28 @@ void dlc_client_free(dlc_client *c) {
     free(c);
 }
 
-dlc_status dlc_client_step(dlc_client *c, int64_t tokens) {
+dlc_status dlc_client_step(dlc_client *c, int64_t tokens) { return dlc_client_step_timed(c, tokens, -1); }
+
+dlc_status dlc_client_step_timed(dlc_client *c, int64_t tokens, double seconds) {
     if (!c) return dlc_error(DLC_ERR_ARG, "client_step: NULL client");
     if (c->finished) return dlc_error(DLC_ERR_STATE, "client_step: the client has finished (dlc_client_finish)");
     if (tokens < 0) return dlc_error(DLC_ERR_ARG, "client_step: tokens = %lld: expected >= 0", (long long)tokens);
+    if (isnan(seconds) || isinf(seconds))
+        return dlc_error(DLC_ERR_ARG, "client_step: seconds = %g: expected a finite number (< 0: measured)", seconds);
     /* only the fragments this boundary reads come in: those due to leave, those a merge
-     * mixes into (most steps, none) */
+     * mixes into (most steps, none; in driver mode none, the arena is the host's) */
     int P = dlc_plan_count(c->y.plan);
-    int n = dlc_lrt_step_reads(c->l, c->taken);
-    if (n < 0) return n;
     dlc_status st = DLC_OK;
-    for (int p = 0; p < P && st == DLC_OK; p++)
-        if (c->taken[p]) st = frag_in(&c->y, c->t, p);
-    if (st != DLC_OK) return st;
+    if (!c->driver) {
+        int n = dlc_lrt_step_reads(c->l, c->taken);
+        if (n < 0) return n;
+        for (int p = 0; p < P && st == DLC_OK; p++)
+            if (c->taken[p]) st = frag_in(&c->y, c->t, p);
+        if (st != DLC_OK) return st;
+    }
     double now = dlc_rt_clock();
-    st = dlc_lrt_step_done(c->l, tokens, now - c->last_step);
-    if (st == DLC_OK && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
+    st = dlc_lrt_step_done(c->l, tokens, seconds >= 0 ? seconds : now - c->last_step);
+    if (st == DLC_OK && !c->driver && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
         /* blocked on the round: what arrives meanwhile is applied at the boundary ending
          * the wait, so the rest of the model comes in too (the host's values have not
          * moved; the wait costs far more than the copy) */
@@ -480,19 +515,23 @@ dlc_status dlc_client_step(dlc_client *c, int64_t tokens) {
 dlc_status dlc_client_rollback(dlc_client *c) {
     if (!c) return dlc_error(DLC_ERR_ARG, "client_rollback: NULL client");
     dlc_status st = dlc_lrt_rollback(c->l);
-    if (st == DLC_OK) {
+    if (st == DLC_OK && !c->driver) {
         take_applied(c);
         host_out(&c->y, c->t); /* the rollback wrote every fragment (the last global model) */
     }
     return st;
 }
 
-dlc_status dlc_client_finish(dlc_client *c, double timeout_s) {
+dlc_status dlc_client_finish(dlc_client *c, double timeout_s) { return dlc_client_finish_why(c, timeout_s, NULL, 1); }
+
+dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *why, int flush) {
     if (!c) return dlc_error(DLC_ERR_ARG, "client_finish: NULL client");
     if (c->finished) return DLC_OK;
-    dlc_status st = host_in(&c->y, c->t);
-    if (st == DLC_OK) st = dlc_lrt_flush(c->l, NULL);
-    dlc_status f = dlc_lrt_finish(c->l, timeout_s, "finished");
+    if (!(timeout_s >= 0) || isinf(timeout_s))
+        return dlc_error(DLC_ERR_ARG, "client_finish: timeout %g: expected seconds >= 0", timeout_s);
+    dlc_status st = flush && !c->driver ? host_in(&c->y, c->t) : DLC_OK;
+    if (st == DLC_OK && flush) st = dlc_lrt_flush(c->l, NULL);
+    dlc_status f = dlc_lrt_finish(c->l, timeout_s, why ? why : "finished");
     take_applied(c);
     c->finished = 1;
     /* the host's state at the end, whatever the syncer said (saved even when the
@@ -579,28 +618,34 @@ dlc_server_config dlc_server_default_config(void) {
     return c;
 }
 
-dlc_server *dlc_server_new(const dlc_server_config *cfg) {
+/* The driver of a server made from the host's tensors: its layout, then dlc_srt_new. */
+static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cfg) {
     static const char *const WHO = "server";
-    if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
     if (!(cfg->timeout > 0) || !(cfg->heartbeat > 0) || cfg->heartbeat >= cfg->timeout)
         return dlc_error(DLC_ERR_ARG, "server: heartbeat %g, timeout %g: expected seconds > 0, heartbeat < timeout",
-                         cfg->heartbeat, cfg->timeout),
-               NULL;
-    dlc_server *s = calloc(1, sizeof *s);
-    if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
-    if (layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params) != DLC_OK) return free(s), NULL;
-    if (host_in(&s->y, cfg->tensors) != DLC_OK) goto fail;
+                         cfg->heartbeat, cfg->timeout);
+    dlc_status st = layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
+    if (st == DLC_OK) st = host_in(&s->y, cfg->tensors);
     dlc_srt_config sc = dlc_srt_default_config();
-    if (dlc_run_syncer_params(&s->y.run, cfg->learners, &sc.syncer) != DLC_OK) goto fail;
+    if (st == DLC_OK) st = dlc_run_syncer_params(&s->y.run, cfg->learners, &sc.syncer);
+    if (st != DLC_OK) return st;
     sc.plan = s->y.plan;
     sc.theta0 = dlc_params_data(s->y.params);
     sc.listen = cfg->listen ? cfg->listen : "127.0.0.1:0";
     sc.run = cfg->run_id ? cfg->run_id : "";
     sc.run_params = &s->y.run;
-    if (secret_of(WHO, cfg->secret_file, cfg->secret, &sc.net) != DLC_OK) goto fail;
+    if ((st = secret_of(WHO, cfg->secret_file, cfg->secret, &sc.net)) != DLC_OK) return st;
     sc.net.heartbeat_s = cfg->heartbeat;
     sc.net.timeout_s = cfg->timeout;
-    if (!(s->s = dlc_srt_new(&sc))) goto fail;
+    return (s->s = dlc_srt_new(&sc)) ? DLC_OK : dlc_last_status();
+}
+
+dlc_server *dlc_server_new(const dlc_server_config *cfg) {
+    if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
+    dlc_server *s = calloc(1, sizeof *s);
+    if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
+    /* driver mode: the driver's config says everything, no layout of host tensors */
+    if (cfg->driver ? !(s->s = dlc_srt_new(cfg->driver)) : server_from_tensors(s, cfg) != DLC_OK) goto fail;
     s->on_event = cfg->on_event, s->event_ctx = cfg->event_ctx;
     if (cfg->event_thread) {
         int e = pthread_create(&s->thread, NULL, event_loop, s);
@@ -648,6 +693,9 @@ const char *dlc_server_event_name(int kind) { return dlc_srt_event_name((dlc_srt
 
 dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *t, int count) {
     if (!s || !t) return dlc_error(DLC_ERR_ARG, "server_global: NULL argument");
+    if (!s->y.params)
+        return dlc_error(DLC_ERR_STATE, "server_global: the server was made from a driver config, whose plan is "
+                         "the layout: read the model with dlc_srt_global (rt.h)");
     if (count != s->y.count)
         return dlc_error(DLC_ERR_ARG, "server_global: %d tensors, the server's layout has %d", count, s->y.count);
     for (int i = 0; i < count; i++)

@@ -1,5 +1,6 @@
 -- diloco.learner: `diloco-lua learner RECIPE --connect HOST:PORT`, one island as a process
--- of its own, joined to a syncer over TCP (diloco.Learner, rt/include/diloco/rt.h).
+-- of its own, joined to a syncer over TCP (diloco.Learner: a dlc_client of
+-- rt/include/diloco/client.h in driver mode, on the rt.h driver).
 -- `diloco-lua run` starts M of them; any launcher can too (docs/cli.md).
 --
 --   local summary = diloco.learner.run(r, { connect = "10.0.0.5:7070", id = 2, out = "runs/x/learner-2",
@@ -234,16 +235,13 @@ function M.prepare(r, opts)
   -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
+  -- (through client.h's driver mode: connected and joined on return, the whole model here,
+  -- or a refusal or deadline named)
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
-    incarnation = incarnation, connect = addr,
+    incarnation = incarnation, connect = addr, join_timeout = rt.join_timeout,
     run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }
-  if not l then fail("learner: connecting to %s: %s", addr, err) end
+  if not l then fail("learner: joining the syncer at %s: %s", addr, err) end
   ctx.lrt = l
-  local ok, jerr = l:join(rt.join_timeout)
-  if not ok then
-    l:close()
-    fail("%s", jerr)
-  end
   ctx.id = l:id()
   ctx.island = r.islands.list[ctx.id]
   local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, ctx.island.batch * (opts.ranks or 1)),

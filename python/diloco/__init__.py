@@ -84,7 +84,8 @@ class _ClientConfig(ctypes.Structure):
                 ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p), ("id", ctypes.c_int),
                 ("join_timeout", ctypes.c_double), ("wait_timeout", ctypes.c_double), ("heartbeat", ctypes.c_double),
                 ("state_dir", ctypes.c_char_p), ("save_state", _StateFn), ("load_state", _StateFn),
-                ("state_ctx", ctypes.c_void_p), ("save_every", ctypes.c_int64)]
+                ("state_ctx", ctypes.c_void_p), ("save_every", ctypes.c_int64),
+                ("driver", ctypes.c_void_p)]  # client.h's driver mode: NULL here
 
 
 class _ServerEvent(ctypes.Structure):
@@ -101,7 +102,8 @@ class _ServerConfig(ctypes.Structure):
                 ("run_params", ctypes.c_void_p), ("learners", ctypes.c_int), ("listen", ctypes.c_char_p),
                 ("secret_file", ctypes.c_char_p), ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p),
                 ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double), ("on_event", _EventFn),
-                ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int)]
+                ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int),
+                ("driver", ctypes.c_void_p)]  # client.h's driver mode: NULL here
 
 
 

@@ -99,6 +99,20 @@ typedef struct dlc_client_config {
     int (*load_state)(void *ctx, const char *path, int64_t step);
     void *state_ctx;
     int64_t save_every;         /* steps (>= 0) */
+    /* Driver mode, for a host whose model already is a params arena (params.h) and that
+     * needs the driver's whole configuration (data parallel, an incarnation, where the
+     * codec runs, TLS, the hold): `diloco-lua learner` is such a host.  With `driver` set
+     * (borrowed during dlc_client_new), the client runs the driver (dlc_lrt) on
+     * driver->params in place, with no copies: tensors, count, run, run_params,
+     * secret_file, secret, id and heartbeat are not read (the driver's config says them),
+     * and connect is not either unless driver->connect is NULL; either may be "@FILE"
+     * (driver->run NULL: the file's run id).  Then: the driver's events stay queued for the host
+     * (dlc_lrt_poll on dlc_client_lrt; dlc_client_applied stays 0); dlc_client_step does
+     * not wait at a blocking round (it returns with dlc_lrt_state WAITING, and the host
+     * calls dlc_lrt_wait: its deadline, its accounting) and checks no values (the host
+     * checks its arena: dlc_lrt_check_finite); dlc_client_finish sends what is unsent only
+     * when told (dlc_client_finish_why).  NULL (default): the host's tensors as above. */
+    const dlc_lrt_config *driver;
 } dlc_client_config;
 
 DLC_API dlc_client_config dlc_client_default_config(void);
@@ -119,6 +133,10 @@ DLC_API void dlc_client_free(dlc_client *c);
  * host may then call dlc_client_rollback.  DLC_ERR_IO when a save of the host's state
  * failed (the step was taken; the state before it stays published). */
 DLC_API dlc_status dlc_client_step(dlc_client *c, int64_t tokens);
+/* The same, with the seconds the step computed for (>= 0: the host's own measure, which
+ * leaves out what it did between steps, an eval or a checkpoint; < 0: the time since the
+ * last step returned, as dlc_client_step takes). */
+DLC_API dlc_status dlc_client_step_timed(dlc_client *c, int64_t tokens, double seconds);
 /* A fault on the host (a non-finite loss): its buffers go back to the last global model
  * (rt.h, dlc_lrt_rollback); the host resets its inner optimizer. */
 DLC_API dlc_status dlc_client_rollback(dlc_client *c);
@@ -128,6 +146,11 @@ DLC_API dlc_status dlc_client_rollback(dlc_client *c);
  * leaves at once without its BYE: what it had not had merged is lost, and the syncer sees
  * it lost, not finished. */
 DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
+/* The same with the reason its BYE gives ("finished", "stopped by SIGTERM"; NULL:
+ * "finished") and whether it first sends what it trained since each fragment's last send
+ * (flush 1, as dlc_client_finish does; 0: not, e.g. a host that flushed through the
+ * driver itself, or one leaving on an error). */
+DLC_API dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *why, int flush);
 
 DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
 DLC_API int64_t dlc_client_steps(const dlc_client *c); /* dlc_client_step calls since the join */
@@ -163,6 +186,13 @@ typedef struct dlc_server_config {
     void (*on_event)(void *ctx, const struct dlc_server_event *ev);
     void *event_ctx;
     int event_thread;           /* 0/1 */
+    /* Driver mode, for a host that needs the driver's whole configuration (resume from a
+     * checkpoint, the start gate, an epoch, TLS, the dp history): `diloco-lua syncer` and
+     * `run` are such hosts.  With `driver` set (borrowed during dlc_server_new), the server
+     * is made from it: tensors, count, run, run_params, learners, listen, secret_file,
+     * secret, run_id, timeout and heartbeat are not read, and dlc_server_global is
+     * refused (the layout is the driver's plan: dlc_srt_global reads the model). */
+    const dlc_srt_config *driver;
 } dlc_server_config;
 
 DLC_API dlc_server_config dlc_server_default_config(void);
