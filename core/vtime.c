@@ -318,11 +318,29 @@ static double jitter_factor(uint64_t seed, int m, uint64_t gen, int64_t k, doubl
     return exp(sqrt(s2) * z - 0.5 * s2);
 }
 
+/* Shared cores (vtime.h, cores): how many learners compute now, learner m included:
+ * alive and training, not waiting at a round, with a step under way or steps left. */
+static int computing(const dlc_vtime *vt, int m) {
+    int n = 1;
+    for (int k = 0; k < vt->M; k++) {
+        const vlearner *o = &vt->L[k];
+        if (k == m || !o->alive) continue;
+        if (o->busy || o->start_queued || o->awaiting ||
+            (dlc_learner_state_of(o->l) == DLC_LEARNER_TRAINING && o->last_end + vt->p.step_time <= vt->p.end))
+            n++;
+    }
+    return n;
+}
+
 static double step_dt(const dlc_vtime *vt, int m, double t) {
     const vlearner *v = &vt->L[m];
     double f = vt->p.chaos ? dlc_chaos_slow_factor(vt->p.chaos, m, t) : 1.0;
     if (!(f > 0) || !isfinite(f)) f = 1.0;
     f *= jitter_factor(vt->p.seed, m, (uint64_t)v->gen, dlc_learner_steps(v->l), v->is.jitter);
+    if (vt->p.cores > 0) {
+        int n = computing(vt, m);
+        if (n > vt->p.cores) f *= (double)n / vt->p.cores;
+    }
     return vt->p.step_time * v->is.scale / v->is.speed * f;
 }
 
@@ -417,6 +435,9 @@ static dlc_status check_params(const dlc_vtime_params *p) {
         return dlc_error(DLC_ERR_ARG, "vtime: eval_every = %g: expected seconds >= 0", p->eval_every);
     if (p->final_flush != 0 && p->final_flush != 1)
         return dlc_error(DLC_ERR_ARG, "vtime: final_flush = %d: expected 0 or 1", p->final_flush);
+    if (p->cores < 0)
+        return dlc_error(DLC_ERR_ARG, "vtime: cores = %d: expected 0 (an island's own hardware each) or the "
+                         "cores the islands share (>= 1)", p->cores);
     if (!p->islands) return dlc_error(DLC_ERR_ARG, "vtime: islands is NULL");
     for (int m = 0; m < p->learners; m++) {
         const dlc_vtime_island *is = &p->islands[m];
@@ -479,6 +500,7 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     }
     int H = vp->learner.dp || vp->learner.H < 1 ? 1 : vp->learner.H;
     vt->window = H * vp->step_time;
+    if (vp->cores > 0 && vp->learners > vp->cores) vt->window *= (double)vp->learners / vp->cores; /* shared */
     vt->nwindows = (int64_t)ceil(vp->end / vt->window);
     if (vt->nwindows < 1) vt->nwindows = 1;
     if (!(vt->window_hit = calloc((size_t)vt->nwindows, 1))) goto nomem;
@@ -801,6 +823,10 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
         }
         double busy = o->busy_s < end ? o->busy_s : end;
         o->idle_s = end - busy - o->down_s > 0 ? end - busy - o->down_s : 0;
+        if (vt->p.cores > 0) { /* the rate it reached on the shared cores, as `run` measures */
+            double share = vt->M > vt->p.cores ? (double)vt->M / vt->p.cores : 1;
+            o->nominal_tps = o->busy_s > 0 && o->tokens > 0 ? (double)o->tokens / o->busy_s : o->nominal_tps / share;
+        }
         alloc += end * o->nominal_tps;
         /* the account (vtime.h): its compute by the fate of each step's share, its idle
          * time split into waiting and done */

@@ -629,6 +629,45 @@ static void test_dp_kill(void) {
     world_free(&w);
 }
 
+/* Shared cores (vtime.h, cores): 3 learners on 2 cores step 1.5 s each while all three
+ * compute; learner 2 killed at 3.2 for good, the other two step at their own 1 s from
+ * their next step (the one under way keeps its length); their nominal rate is the one they
+ * reached.  Without cores, or with as many cores as learners, every step takes 1 s; a
+ * negative count is refused. */
+static void test_shared_cores(void) {
+    for (int cores = 0; cores <= 3; cores++) {
+        if (cores == 1) continue;
+        world w;
+        world_init(&w, 3, 1, 0, 9);
+        w.vp.cores = cores;
+        fault(&w, DLC_FAULT_KILL, 2, 3.2, INFINITY, 0);
+        if (!world_start(&w)) return world_free(&w);
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        if (cores == 2) {
+            /* 0 - 1.5 - 3.0 - 4.5 (the step under way at the kill), then 1 s: 5.5 ... 8.5 */
+            CHECK(st.learner[0].steps == 7 && st.learner[1].steps == 7 && st.learner[2].steps == 2);
+            CHECK(find(&w, DLC_VT_STEP, 0, 4.5) && find(&w, DLC_VT_STEP, 0, 7.5) && !find(&w, DLC_VT_STEP, 0, 4.0));
+            CHECK_NEAR(st.learner[0].busy_s, 3 * 1.5 + 4 * 1.0, 1e-9);
+            CHECK_NEAR(st.learner[0].nominal_tps, 70 / 8.5, 1e-9);
+            CHECK_NEAR(st.learner[2].busy_s, 2 * 1.5 + 0.2, 1e-9); /* and 0.2 s of the lost step */
+        } else {
+            CHECK(st.learner[0].steps == 9 && st.learner[1].steps == 9 && st.learner[2].steps == 3);
+            CHECK_NEAR(st.learner[0].nominal_tps, 10.0, 1e-12);
+        }
+        check_stats(&w);
+        world_free(&w);
+    }
+    world w;
+    world_init(&w, 3, 1, 0, 9);
+    w.vp.cores = -1;
+    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
+    CHECK(w.vt == NULL && strstr(dlc_last_error(), "cores = -1"));
+    world_free(&w);
+}
+
 int main(void) {
     test_one_instant();
     test_kill_rejoin();
@@ -640,5 +679,6 @@ int main(void) {
     test_account();
     test_dp_rounds();
     test_dp_kill();
+    test_shared_cores();
     return check_done("test_vtime");
 }

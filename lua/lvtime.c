@@ -9,6 +9,7 @@
  *       islands = { {speed = 1, scale = 1, tokens = 1024, latency = 0.02, bandwidth = 3.1e8,
  *                    jitter = 0}, ... },             -- jitter: each step's time, log-normal
  *       seed = 0,                           -- of the steps' jitter
+ *       cores = 0,                          -- > 0: the islands share that many cores
  *       learner = { H = 24, tau = 2, alpha = 0, blocking = false, dp = false, codec = "int4",
  *                   block = 128, error_feedback = false, heartbeat = 1, ema = 0.5 },
  *       syncer = { quorum = 1 (0 = all live), grace = "adaptive" | "off" | seconds,
@@ -262,6 +263,7 @@ static int l_vtime(lua_State *L) {
     vp.eval_every = optnum(L, 1, "VTime", "eval_every", 0);
     vp.final_flush = optbool(L, 1, "VTime", "final_flush", 0);
     vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
+    vp.cores = optint(L, 1, "VTime", "cores", 0);
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
     int si = subtable(L, 1, "syncer");

@@ -545,6 +545,28 @@ describe("diloco-lua sim with mixed islands", function()
   end)
 end)
 
+describe("diloco-lua sim with islands.cores", function()
+  it("shares the cores: all up, each island trains steps; one down for good, the others step at their own time", function()
+    local isl = "islands = { count = 3, cores = 2, latency = 0, bandwidth = 'inf' },"
+    local _, status, output, events = sim(TINY:format("sync = { H = 8, preset = 'decoupled' }, " .. isl))
+    assert.are.equal(0, status, output)
+    for m = 1, 3 do assert.are.equal(STEPS, summary(events).per_learner[m].steps) end
+    -- the run spans STEPS x 1.5 s; island 3 down from 0.5 s: the others' first step takes
+    -- 1.5 s (it started with three computing), every later one 1 s
+    _, status, output, events = sim(TINY:format("sync = { H = 8, preset = 'decoupled' }, " .. isl
+      .. " chaos = { { at = '0.5s', kill = 3, down = '100000s' } },"))
+    assert.are.equal(0, status, output)
+    local per = summary(events).per_learner
+    local want = 1 + math.floor(STEPS * 1.5 - 1.5 + 1e-9)
+    assert.are.equal(want, per[1].steps)
+    assert.are.equal(want, per[2].steps)
+    assert.are.equal(0, per[3].steps)
+    local _, status3, output3 = sim(TINY:format("sync = { H = 8 }, islands = { count = 3, cores = 0 },"))
+    assert.are_not.equal(0, status3)
+    assert.matches("islands.cores = 0", output3, 1, true)
+  end)
+end)
+
 describe("diloco-lua sim with the recipe's own sync schedule", function()
   it("sends the fragments sync.schedule returns, after the steps it names", function()
     -- fragment 1 after every 5th step of each island, fragment 2 never (but at the flush)

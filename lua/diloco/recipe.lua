@@ -290,6 +290,10 @@ M.schema = {
         if v ~= v or v < 0 or v > 4 then return "a coefficient of variation in [0, 4]" end end,
       doc = "sim: the spread of each inner step's time around its nominal, a coefficient of variation "
         .. "(log-normal, mean 1; 0: every step takes exactly its time)" },
+    cores = { kind = "integer", default = nil, check = range(1, 4096, true),
+      doc = "sim: the cores the islands share, one compute thread each (learner processes on one host): a step "
+        .. "that starts while n islands compute lasts n / cores times longer when n > cores, and step_time is a "
+        .. "step on a core of its own (absent: each island on hardware of its own)" },
     latency = { kind = "string|number", default = 0.02, check = duration_check(false),
       doc = "default one-way latency of a link to the syncer" },
     bandwidth = { kind = "string|number", default = 312500000, check = rate_check,
@@ -674,7 +678,8 @@ local function normalize_islands(r, errs)
     links = false
   end
   r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links,
-    jitter = isl.jitter ~= 0 and isl.jitter or nil } -- (sim; absent when 0, as recipes before it)
+    jitter = isl.jitter ~= 0 and isl.jitter or nil, -- (sim; absent when 0, as recipes before it)
+    cores = isl.cores } -- (sim; absent: each island its own hardware)
 end
 
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted

@@ -11,7 +11,12 @@
 -- speed 1 with the recipe's batch trains exactly `steps` steps, a faster one more.
 -- Each island's learning-rate schedule spans the steps it is expected to run.  An
 -- island of R ranks (islands[i].ranks) trains on R x its batch at the time of its batch:
--- its ranks compute side by side, and sim counts their allreduce as free.
+-- its ranks compute side by side, and sim counts their allreduce as free.  With
+-- islands.cores = C (the islands share C cores, one compute thread each: learner
+-- processes on one host) islands.step_time is a step on a core of its own and a step
+-- that starts while n islands compute lasts n / C times longer when n > C; the run's
+-- step then spans step_time * max(1, M / C) (its `span`), so M islands all up train
+-- `steps` steps in the horizon, as without it.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local M = {}
@@ -24,7 +29,14 @@ end
 local islands = require "diloco.islands"
 local call_hook, data_for, quorum_value = islands.call_hook, islands.data_for, islands.quorum_value
 
-local function build_chaos(r) return islands.chaos(r, r.steps * r.islands.step_time) end
+-- Virtual seconds of one of the run's steps: islands.step_time, times M / cores when the
+-- islands share fewer cores than there are islands.
+local function span(r)
+  local c, n = r.islands.cores, r.islands.count
+  return r.islands.step_time * ((c and n > c) and n / c or 1)
+end
+
+local function build_chaos(r) return islands.chaos(r, r.steps * span(r)) end
 
 -- ---- memory: every island is built in this one process ----
 
@@ -136,11 +148,12 @@ local function prepare(r, opts)
     end
     ctx.chaos = build_chaos(r)
     ctx.schedule = type(sy.schedule) == "function" and sy.schedule or nil
-    local lopts, sopts = islands.sync_options(r, first.plist, isl.step_time, 10 * isl.step_time)
+    local step_s = span(r)
+    local lopts, sopts = islands.sync_options(r, first.plist, step_s, 10 * step_s)
     local okv, vt = pcall(diloco.VTime, {
-      params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * isl.step_time,
-      eval_every = r.eval.every > 0 and r.eval.every * isl.step_time or 0, islands = isls, chaos = ctx.chaos,
-      learner = lopts, syncer = sopts, final_flush = sy.final_flush, seed = r.seed,
+      params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * step_s,
+      eval_every = r.eval.every > 0 and r.eval.every * step_s or 0, islands = isls, chaos = ctx.chaos,
+      learner = lopts, syncer = sopts, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
@@ -165,7 +178,7 @@ local function prepare(r, opts)
       unit = ctx.learners[1].loaders.kind == "text" and "tok" or "img", out = opts.progress_out }
     ctx.bar:print(string.format("%s: %d islands (%s), %s parameters, %s virtual seconds; the bar shows island 1's "
       .. "training loss (an EMA over about 10 of its steps), each eval the global model's", r.name or "sim", Mn,
-      sy.preset, diloco.progress.human(ctx.n_params), diloco.metrics.double_text(r.steps * isl.step_time)))
+      sy.preset, diloco.progress.human(ctx.n_params), diloco.metrics.double_text(r.steps * span(r))))
   end
   return ctx
 end
@@ -215,7 +228,7 @@ local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
       tokens = L.tokens, virtual_s = ev.time })
   end
   if ctx.bar and L.id == 1 then
-    local vstep = math.floor(ev.time / r.islands.step_time + 0.5)
+    local vstep = math.floor(ev.time / span(r) + 0.5)
     local wall = diloco.clock() - ctx.t_start
     ctx.bar:update({ step = vstep, loss = L.loss_ema, rate = ctx.total_tokens / math.max(wall, 1e-9),
       eta = (r.steps - vstep) * wall / math.max(vstep, 1), eval_loss = ctx.last_eval and ctx.last_eval.loss })
@@ -309,7 +322,7 @@ end
 
 local function on_eval(ctx, ev)
   local e = evaluate_global(ctx, false)
-  e.step = math.floor(ev.time / ctx.recipe.islands.step_time + 0.5)
+  e.step = math.floor(ev.time / span(ctx.recipe) + 0.5)
   ctx.last_eval = e
   write(ctx, "eval", { step = e.step, loss = e.loss, accuracy = e.accuracy, tokens = ctx.total_tokens,
     virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
@@ -339,7 +352,7 @@ local function finish(ctx, err)
   end
   -- the global model, readable by `diloco-lua sample`
   -- its step: the run's (virtual time over the step time), not the planned one when stopped early
-  local reached = math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / r.islands.step_time + 1e-9))
+  local reached = math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / span(r) + 1e-9))
   local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(reached),
     ["diloco.recipe_json"] = ctx.recipe_json }
   if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end

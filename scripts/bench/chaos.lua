@@ -27,6 +27,11 @@
 -- is sim's): four learners on two cores do not get equal shares, the survivors of a kill
 -- get more, and a real run ends when the schedule reaches STEPS, which moves with the
 -- fastest learner (the slower ones catch up with it, learner.h).
+-- A fourth table runs sim for blocking diloco and decoupled on the host's cores
+-- (islands.cores = nproc, docs/sim.md "Shared cores"): a step that starts while n learners
+-- compute lasts n / cores of a step on a core of its own, which is the no-fault run's
+-- step time x cores / 4 (its 4 learners computed all the time); a learner that is down,
+-- or waits at a round, leaves its core to the others, as the kernel does.
 -- sim's islands.jitter is the spread of the real steps: the coefficient of variation of
 -- the no-fault run's per-step compute time (its learners log every step), unless JITTER
 -- says otherwise (a number; 0: sim's islands step in lockstep, as before it was measured).
@@ -152,7 +157,8 @@ print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s do
   measured_cv and string.format("%.3f", measured_cv) or "not measured", jitter))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
-local out, sims, sims_speed = {}, {}, {}
+local out, sims, sims_speed, sims_cores = {}, {}, {}, {}
+local cores = tonumber(io.popen("nproc"):read("l")) or 2
 for _, m in ipairs(modes) do
   local sets = { "chaos=" .. chaos }
   for _, s in ipairs(m.sets) do sets[#sets + 1] = s end
@@ -182,6 +188,15 @@ for _, m in ipairs(modes) do
       v.speeds, v.speed_step_time = speeds.list, speeds.step_time
       sims_speed[m.name] = v
     end
+  end
+  -- sim on the host's cores, for the two DiLoCo modes (dp's steps wait on every learner)
+  if cores < 4 and not m.name:match("^dp") then
+    local csets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time * cores / 4),
+      string.format("islands.cores=%d", cores), "islands.latency=0", "islands.bandwidth=inf",
+      string.format("islands.jitter=%.4f", jitter) }
+    for _, x in ipairs(m.sets) do if not x:match("^runtime") then csets[#csets + 1] = x end end
+    local okc, c = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_simcores", csets)
+    if okc then sims_cores[m.name] = c end
   end
   local idle = healthy_idle(r)
   out[m.name], sims[m.name] = r, s
@@ -231,6 +246,19 @@ for _, m in ipairs(modes) do
       v.speed_step_time))
   end
 end
+print("")
+print(string.format("sim on the host's %d cores (islands.cores = %d, a step on a core of its own %.4f s):", cores, cores,
+  step_time * cores / 4))
+print("| mode | goodput | sim goodput | sim goodput, shared cores | final eval | sim final eval | sim final eval, "
+  .. "shared cores |")
+print("|---|---|---|---|---|---|---|")
+for _, m in ipairs(modes) do
+  local r, s, c = out[m.name], sims[m.name], sims_cores[m.name]
+  if c and c.goodput and s.goodput then
+    print(string.format("| %s | %.1f%% | %.1f%% | %.1f%% | %.4f | %.4f | %.4f |", m.name, 100 * r.goodput,
+      100 * s.goodput, 100 * c.goodput, r.final_eval_loss, s.final_eval_loss, c.final_eval_loss))
+  end
+end
 local d, n = out["decoupled"], out["dp, non-elastic"]
 if d.goodput and n.goodput and n.goodput > 0 then
   print(string.format("decoupled goodput / non-elastic dp goodput = %.2f (goal >= 3)", d.goodput / n.goodput))
@@ -241,7 +269,7 @@ if json_out then
   for _, m in ipairs(modes) do
     local r, sm = out[m.name], sims[m.name]
     res.modes[#res.modes + 1] = { name = m.name, run = r, sim = sm.goodput and sm or nil, healthy_idle = healthy_idle(r),
-      sim_speeds = sims_speed[m.name] }
+      sim_speeds = sims_speed[m.name], sim_cores = sims_cores[m.name] }
   end
   local f = assert(io.open(json_out, "wb"))
   f:write(diloco.json_encode(res), "\n")

@@ -103,6 +103,16 @@ typedef struct dlc_vtime_params {
                                        * since its last apply with none in flight
                                        * (dlc_learner_flush; not dp), so the final merges
                                        * hold those steps; 0: they are not merged */
+    int cores;                        /* > 0: the islands share this many cores, one compute
+                                       * thread each (several learner processes on one
+                                       * host): a step that starts while n learners are
+                                       * computing (training, not down, waiting at a round
+                                       * or done; itself included) lasts max(1, n / cores)
+                                       * times its own time, so step_time is a step's time
+                                       * on a core of its own; a learner's nominal rate is
+                                       * then the one it reached (its tokens over its
+                                       * compute seconds), as `run` measures.  0 (default):
+                                       * each island on hardware of its own */
 } dlc_vtime_params;
 
 typedef enum dlc_vtime_event_type {
@@ -176,7 +186,8 @@ typedef struct dlc_vtime_learner_stats {
     double busy_s, idle_s, down_s; /* within [0, end] */
     int64_t bytes_up, bytes_down; /* link bytes sent by / to it (dropped ones included) */
     int64_t merged;               /* contributions of it that entered a merge */
-    double nominal_tps;           /* tokens per virtual second at its speed, unslowed */
+    double nominal_tps;           /* tokens per virtual second at its speed, unslowed (with
+                                   * cores: the rate it reached, its tokens over busy_s) */
     /* The account: every second of [0, end] in one bucket, so that useful + overwritten +
      * dropped + unsent + waiting + done + down = end.  The compute (busy_s) by the fate
      * of each step's share of each fragment (learner.h, "the account"): useful (merged,
