@@ -158,7 +158,14 @@ print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s do
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
 local out, sims, sims_speed, sims_cores = {}, {}, {}, {}
-local cores = tonumber(io.popen("nproc"):read("l")) or 2
+local cores = 2 -- the host's, for sim on shared cores
+do
+  local h = io.popen("nproc")
+  if h then
+    cores = tonumber(h:read("l")) or cores
+    h:close()
+  end
+end
 for _, m in ipairs(modes) do
   local sets = { "chaos=" .. chaos }
   for _, s in ipairs(m.sets) do sets[#sets + 1] = s end

@@ -110,8 +110,9 @@ typedef struct dlc_client_config {
      * (dlc_lrt_poll on dlc_client_lrt; dlc_client_applied stays 0); dlc_client_step does
      * not wait at a blocking round (it returns with dlc_lrt_state WAITING, and the host
      * calls dlc_lrt_wait: its deadline, its accounting) and checks no values (the host
-     * checks its arena: dlc_lrt_check_finite); dlc_client_finish sends what is unsent only
-     * when told (dlc_client_finish_why).  NULL (default): the host's tensors as above. */
+     * checks its arena: dlc_lrt_check_finite); dlc_client_finish sends what is unsent
+     * first, as in the other mode, and dlc_client_finish_why lets the host leave that out
+     * (it flushed through the driver itself).  NULL (default): the host's tensors as above. */
     const dlc_lrt_config *driver;
 } dlc_client_config;
 
