@@ -466,6 +466,8 @@ static void test_driver_mode(void) {
     CHECK(far < 0.0201 && moved > 0.01);
     if (!(far < 0.0201 && moved > 0.01)) fprintf(stderr, "  learner - global %g, global - initial %g\n", far, moved);
     free(sg);
+    CHECK(dlc_client_step_timed(c, 10, NAN) == DLC_ERR_ARG && strstr(dlc_last_error(), "seconds = nan"));
+    CHECK(dlc_client_finish_why(c, -1, "x", 0) == DLC_ERR_ARG && strstr(dlc_last_error(), "timeout -1"));
     CHECK(dlc_client_finish_why(c, 5, "the host is done here", 0) == DLC_OK);
     CHECK(dlc_client_finish_why(c, 5, "again", 0) == DLC_OK); /* once */
     CHECK(dlc_client_step_timed(c, 10, 0) == DLC_ERR_STATE);

@@ -79,6 +79,11 @@ describe("a learner's link shaped on the syncer's side", function()
     local ok, err = pcall(s.shape, s, 1, 10, 0)
     assert.is_false(ok)
     assert.matches("bandwidth = 10 bytes/s: expected 0 (no cap) or >= 1000", err, 1, true)
+    -- a learner's join deadline, checked before it connects
+    local okj, errj = pcall(diloco.Learner, { params = keep[2], plan = keep[4], connect = "127.0.0.1:" .. s:port(),
+      id = 1, run = "links", net = { insecure = true }, learner = { H = 1000, tau = 0 }, join_timeout = 0 })
+    assert.is_false(okj)
+    assert.matches("join_timeout must be a finite number of seconds > 0", errj, 1, true)
     ok, err = pcall(s.shape, s, 1, 0, 90)
     assert.matches("latency = 90 s: expected 0..60", err, 1, true)
     ok, err = pcall(s.cut, s, 1, -1)
