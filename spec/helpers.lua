@@ -65,6 +65,30 @@ function H.read_lines(path)
   return lines
 end
 
+-- How many lines of a metrics file are events named `name` (the file may be mid-write).
+function H.count_events(path, name)
+  local n, pat = 0, '"event":"' .. name .. '"'
+  for _, l in ipairs(H.read_lines(path)) do if l:find(pat, 1, true) then n = n + 1 end end
+  return n
+end
+
+-- Waits, polling every 0.1 s, until ready() returns true, at most `secs`; if it never does
+-- (or raises), kills the process `pid` (the test's own, by pid), reaps it and raises
+-- "no WHAT within SECS s" (or ready's error).
+function H.await_or_kill(pid, secs, what, ready)
+  local diloco = require "diloco"
+  local deadline = diloco.clock() + secs
+  local ok, done = pcall(ready)
+  while ok and not done and diloco.clock() < deadline do
+    diloco.proc.sleep(0.1)
+    ok, done = pcall(ready)
+  end
+  if ok and done then return end
+  pcall(diloco.proc.signal, pid, "KILL")
+  diloco.proc.wait(pid, true)
+  error(ok and string.format("no %s within %g s", what, secs) or done, 0)
+end
+
 -- The JSON objects of a metrics file, one per line, in order.
 function H.events(path)
   local json_decode = require("diloco").json_decode

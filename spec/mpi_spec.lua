@@ -155,22 +155,7 @@ describe("an island of several MPI ranks", function()
     local out = S.dir .. "/run"
     local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet",
       stdout = S.dir .. "/run.out", stderr = S.dir .. "/run.err" })
-    local ok, err = pcall(function()
-      local deadline, merges = diloco.clock() + 60, 0
-      while merges < 10 and diloco.clock() < deadline do
-        diloco.proc.sleep(0.1)
-        merges = 0
-        for _, e in ipairs(H.read_lines(out .. "/metrics.jsonl")) do
-          if e:find('"event":"merge"', 1, true) then merges = merges + 1 end
-        end
-      end
-      assert(merges >= 10, "no 10 merges within 60 s")
-    end)
-    if not ok then
-      pcall(diloco.proc.signal, pid, "KILL")
-      diloco.proc.wait(pid, true)
-      error(err, 0)
-    end
+    H.await_or_kill(pid, 60, "10 merges", function() return H.count_events(out .. "/metrics.jsonl", "merge") >= 10 end)
     assert(diloco.proc.signal(pid, "TERM"))
     local st = diloco.proc.wait(pid, true)
     assert.are.equal(143, st.exited, table.concat(H.read_lines(S.dir .. "/run.err"), "\n"))

@@ -118,24 +118,9 @@ describe("diloco-lua run, data parallel with runtime.elastic = false", function(
     local out = S.dir .. "/run"
     local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet",
       stdout = S.dir .. "/run.out", stderr = S.dir .. "/run.err" })
-    local ok, err = pcall(function() -- until the rollback has begun: everyone down for 30 s
-      local deadline = diloco.clock() + 60
-      local begun = false
-      while not begun and diloco.clock() < deadline do
-        diloco.proc.sleep(0.1)
-        local f = io.open(out .. "/metrics.jsonl")
-        if f then
-          begun = f:read("a"):find('"kind":"job_rollback"', 1, true) ~= nil
-          f:close()
-        end
-      end
-      assert(begun, "no rollback within 60 s")
+    H.await_or_kill(pid, 60, "rollback", function() -- until it has begun: everyone down for 30 s
+      return table.concat(H.read_lines(out .. "/metrics.jsonl"), "\n"):find('"kind":"job_rollback"', 1, true) ~= nil
     end)
-    if not ok then
-      pcall(diloco.proc.signal, pid, "KILL")
-      diloco.proc.wait(pid, true)
-      error(err, 0)
-    end
     local t0 = diloco.clock()
     assert(diloco.proc.signal(pid, "TERM"))
     local st

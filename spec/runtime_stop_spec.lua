@@ -32,25 +32,7 @@ local function stopped_run(S, sig, name)
   local out = S.dir .. "/" .. name
   local pid = assert(diloco.proc.spawn { exe, "run", recipe(S), "--out", out, "--quiet",
     stdout = S.dir .. "/" .. name .. ".out", stderr = S.dir .. "/" .. name .. ".err" })
-  local ok, err = pcall(function()
-    local deadline = diloco.clock() + 60
-    local merges = 0
-    while merges < 20 and diloco.clock() < deadline do
-      diloco.proc.sleep(0.1)
-      merges = 0
-      local f = io.open(out .. "/metrics.jsonl")
-      if f then
-        for line in f:lines() do if line:find('"event":"merge"', 1, true) then merges = merges + 1 end end
-        f:close()
-      end
-    end
-    assert(merges >= 20, "no 20 merges within 60 s")
-  end)
-  if not ok then
-    pcall(diloco.proc.signal, pid, "KILL")
-    diloco.proc.wait(pid, true)
-    error(err, 0)
-  end
+  H.await_or_kill(pid, 60, "20 merges", function() return H.count_events(out .. "/metrics.jsonl", "merge") >= 20 end)
   assert(diloco.proc.signal(pid, sig))
   local st = diloco.proc.wait(pid, true)
   return st, out
