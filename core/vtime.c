@@ -62,6 +62,7 @@ typedef struct vlearner {
     uint8_t *due;               /* [P]: fragments the host's schedule sends after this step */
     double down_since;          /* killed at */
     double last_end, up_since;  /* its last step's end; when it last came up (0: the start) */
+    int finished;               /* steps > 0: its schedule reached them (this life) */
     dlc_vtime_learner_stats st;
 } vlearner;
 
@@ -84,6 +85,8 @@ struct dlc_vtime {
     int ntl;
     double now;
     int syncer_down, flushed, done, mc_reset;
+    int end_check;              /* steps > 0: a learner stopped or died: has the run ended? */
+    int ended;                  /* steps > 0: every live learner stopped; p.end moved here */
     int direct;                 /* construction: SENDs to learners are handed over at once */
     int awaiting;               /* learner index + 1 whose STEP / OPTIM is unanswered */
     double window;              /* uptime window (s) */
@@ -289,7 +292,7 @@ static dlc_status learner_actions(dlc_vtime *vt, int m) {
             st = transmit(vt, m, &a.msg, 1);
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
             dlc_vtime_event e = {.type = DLC_VT_OPTIM, .time = vt->now, .learner = m,
-                                 .step = dlc_learner_steps(v->l) + 1};
+                                 .step = dlc_learner_steps(v->l) + 1, .schedule = dlc_learner_schedule_step(v->l)};
             v->awaiting = 2;
             st = host_push(vt, &e);
         }
@@ -326,7 +329,8 @@ static int computing(const dlc_vtime *vt, int m) {
         const vlearner *o = &vt->L[k];
         if (k == m || !o->alive) continue;
         if (o->busy || o->start_queued || o->awaiting ||
-            (dlc_learner_state_of(o->l) == DLC_LEARNER_TRAINING && o->last_end + vt->p.step_time <= vt->p.end))
+            (dlc_learner_state_of(o->l) == DLC_LEARNER_TRAINING && !o->finished &&
+             o->last_end + vt->p.step_time <= vt->p.end))
             n++;
     }
     return n;
@@ -344,11 +348,23 @@ static double step_dt(const dlc_vtime *vt, int m, double t) {
     return vt->p.step_time * v->is.scale / v->is.speed * f;
 }
 
+/* steps > 0: learner m, between steps, has reached the run's last step: it stops (and
+ * flushes with final_flush, as a real learner does as its loop ends). */
+static dlc_status finish_learner(dlc_vtime *vt, int m) {
+    vlearner *v = &vt->L[m];
+    v->finished = 1;
+    vt->end_check = 1;
+    if (!vt->p.final_flush || vt->p.learner.dp) return DLC_OK;
+    dlc_status st = dlc_learner_flush(v->l, vt->now, NULL);
+    return st == DLC_OK ? learner_actions(vt, m) : st;
+}
+
 /* Queues learner m's next step start if it may step now. */
 static dlc_status maybe_start(dlc_vtime *vt, int m) {
     vlearner *v = &vt->L[m];
-    if (!v->alive || v->busy || v->start_queued || v->awaiting) return DLC_OK;
+    if (!v->alive || v->busy || v->start_queued || v->awaiting || v->finished) return DLC_OK;
     if (dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) return DLC_OK;
+    if (vt->p.steps > 0 && dlc_learner_schedule_step(v->l) >= vt->p.steps) return finish_learner(vt, m);
     if (vt->now + step_dt(vt, m, vt->now) > vt->p.end * (1 + 1e-12)) return DLC_OK;
     v->start_queued = 1;
     tev e = {.t = vt->now, .cls = EV_STEP_START, .learner = m, .gen = v->gen};
@@ -378,6 +394,8 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             v->awaiting = 0;
             if (vt->awaiting == f->learner + 1) vt->awaiting = 0;
             v->down_since = vt->now;
+            v->finished = 0;
+            vt->end_check = 1;
             dlc_learner_stop(v->l);
             st = dlc_syncer_lost(vt->s, f->learner, vt->now);
             if (st == DLC_OK) st = syncer_actions(vt);
@@ -435,6 +453,9 @@ static dlc_status check_params(const dlc_vtime_params *p) {
         return dlc_error(DLC_ERR_ARG, "vtime: eval_every = %g: expected seconds >= 0", p->eval_every);
     if (p->final_flush != 0 && p->final_flush != 1)
         return dlc_error(DLC_ERR_ARG, "vtime: final_flush = %d: expected 0 or 1", p->final_flush);
+    if (p->steps < 0)
+        return dlc_error(DLC_ERR_ARG, "vtime: steps = %lld: expected the run's steps (> 0) or 0 (train until end)",
+                         (long long)p->steps);
     if (p->cores < 0)
         return dlc_error(DLC_ERR_ARG, "vtime: cores = %d: expected 0 (an island's own hardware each) or the "
                          "cores the islands share (>= 1)", p->cores);
@@ -616,7 +637,7 @@ static dlc_status step_end(dlc_vtime *vt, const tev *e) {
                 if (st == DLC_OK) st = learner_actions(vt, e->learner);
             }
         /* the final flush: its last step (no other fits before the end) */
-        int last = vt->now + step_dt(vt, e->learner, vt->now) > vt->p.end * (1 + 1e-12);
+        int last = vt->p.steps == 0 && vt->now + step_dt(vt, e->learner, vt->now) > vt->p.end * (1 + 1e-12);
         if (st == DLC_OK && vt->p.final_flush && last) {
             st = dlc_learner_flush(v->l, vt->now, NULL);
             if (st == DLC_OK) st = learner_actions(vt, e->learner);
@@ -625,6 +646,45 @@ static dlc_status step_end(dlc_vtime *vt, const tev *e) {
     }
     if (st == DLC_OK) st = learner_actions(vt, e->learner);
     return st;
+}
+
+/* steps > 0: the run ends once every live learner has stopped (at least one has; a
+ * learner that is down then stays down, as `run` does not restart one to train alone):
+ * its end moves to now, and the faults and evaluations scheduled after it are dropped
+ * (what is in flight is delivered: the drain). */
+static void check_end(dlc_vtime *vt) {
+    vt->end_check = 0;
+    if (vt->ended) return;
+    int stopped = 0;
+    for (int m = 0; m < vt->M; m++) {
+        const vlearner *v = &vt->L[m];
+        if (!v->alive) continue;
+        if (!v->finished) return;
+        stopped++;
+    }
+    if (stopped == 0) return;
+    vt->ended = 1;
+    if (vt->now < vt->p.end) vt->p.end = vt->now;
+    int n = 0;
+    for (int i = 0; i < vt->hlen; i++) {
+        const tev *e = &vt->heap[i];
+        if ((e->cls == EV_CHAOS || e->cls == EV_EVAL || e->cls == EV_STEP_START) && e->t > vt->now) continue;
+        vt->heap[n++] = *e;
+    }
+    vt->hlen = n;
+    for (int i = n / 2 - 1; i >= 0; i--) { /* heapify: sift each parent down */
+        tev x = vt->heap[i];
+        int j = i;
+        for (;;) {
+            int c = 2 * j + 1;
+            if (c >= n) break;
+            if (c + 1 < n && before(&vt->heap[c + 1], &vt->heap[c])) c++;
+            if (!before(&vt->heap[c], &x)) break;
+            vt->heap[j] = vt->heap[c];
+            j = c;
+        }
+        vt->heap[j] = x;
+    }
 }
 
 /* The earliest state-machine timer: *who = -1 for the syncer, else the learner. */
@@ -666,6 +726,7 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             *ev = (dlc_vtime_event){.type = DLC_VT_DONE, .time = vt->now, .learner = -1};
             return 1;
         }
+        if (vt->end_check) check_end(vt);
         int who;
         double tt = next_timer(vt, &who);
         /* Drained: nothing in flight and the syncer's next timer at or after end: it
@@ -686,6 +747,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
                 vlearner *v = &vt->L[e.learner];
                 v->start_queued = 0;
                 if (e.gen != v->gen || !v->alive || dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) break;
+                if (vt->p.steps > 0 && dlc_learner_schedule_step(v->l) >= vt->p.steps) { /* a catch-up since */
+                    st = finish_learner(vt, e.learner);
+                    break;
+                }
                 double dt = step_dt(vt, e.learner, vt->now);
                 if (vt->now + dt > vt->p.end * (1 + 1e-12)) break;
                 v->busy = 1, v->awaiting = 1;
@@ -696,7 +761,7 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
                 if (st == DLC_OK) st = learner_actions(vt, e.learner);
                 if (st != DLC_OK) break;
                 dlc_vtime_event h = {.type = DLC_VT_STEP, .time = vt->now, .learner = e.learner,
-                                     .step = dlc_learner_steps(v->l) + 1};
+                                     .step = dlc_learner_steps(v->l) + 1, .schedule = dlc_learner_schedule_step(v->l)};
                 st = host_push(vt, &h);
                 break;
             }
@@ -812,7 +877,10 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
     if (!vt || !st) return dlc_error(DLC_ERR_ARG, "vtime_get_stats: NULL argument");
     double end = vt->p.end, alloc = 0;
     int64_t hit = 0;
-    for (int64_t w = 0; w < vt->nwindows; w++) hit += vt->window_hit[w];
+    int64_t nw = (int64_t)ceil(end / vt->window); /* steps > 0: the run may have ended early */
+    if (nw < 1) nw = 1;
+    if (nw > vt->nwindows) nw = vt->nwindows;
+    for (int64_t w = 0; w < nw; w++) hit += vt->window_hit[w];
     for (int m = 0; m < vt->M; m++) {
         const vlearner *v = &vt->L[m];
         dlc_vtime_learner_stats *o = &vt->lst[m];
@@ -854,7 +922,7 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
     *st = vt->st;
     st->now = vt->now, st->end = end;
     st->goodput = alloc > 0 ? st->useful_tokens / alloc : 0;
-    st->uptime = (double)hit / (double)vt->nwindows;
+    st->uptime = (double)hit / (double)nw;
     st->learners = vt->M;
     st->learner = vt->lst;
     return DLC_OK;

@@ -23,6 +23,7 @@ typedef struct rec {
     double time;
     int learner;
     int64_t step;
+    int64_t schedule;    /* STEP, OPTIM: the schedule step before it */
     int fragment;        /* MERGE: merge.fragment; REJECT: fragment */
     int64_t version;     /* MERGE */
     int count;           /* MERGE */
@@ -129,7 +130,7 @@ static void world_run(world *w, double check_global_at) {
         }
         if (w->n < LOGMAX) {
             rec *r = &w->log[w->n++];
-            *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step,
+            *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step, .schedule = ev.schedule,
                        .fragment = ev.type == DLC_VT_MERGE ? ev.merge.fragment : ev.fragment, .fault = ev.fault,
                        .begin = ev.begin, .latency = ev.latency};
             if (ev.type == DLC_VT_MERGE) {
@@ -668,6 +669,72 @@ static void test_shared_cores(void) {
     world_free(&w);
 }
 
+/* steps: each learner stops when its schedule step reaches them, and the run ends when
+ * every live one has.  3 learners on 2 cores (1.5 s a step while all 3 compute), learner 2
+ * killed at 3.2 s (its step 3.0 - 4.5 lost): learners 0 and 1 step at 0, 1.5, 3.0, then
+ * 1 s a step alone: 4.5, 5.5, 6.5, and stop at 7.5 with 6 steps, far before `end` (100).
+ * Learner 2 down for good, or due back after the end (at 13.2: it stays down), changes
+ * nothing; the evaluations after 7.5 are dropped, the stats are over [0, 7.5]. */
+static void test_stop_at_steps(void) {
+    for (int back = 0; back < 2; back++) {
+        world w;
+        world_init(&w, 3, 1, 0, 100);
+        w.vp.cores = 2;
+        w.vp.steps = 6;
+        w.vp.eval_every = 2;
+        fault(&w, DLC_FAULT_KILL, 2, 3.2, back ? 10 : INFINITY, 0);
+        if (!world_start(&w)) return world_free(&w);
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        CHECK_NEAR(st.end, 7.5, 1e-9);
+        CHECK(st.learner[0].steps == 6 && st.learner[1].steps == 6 && st.learner[2].steps == 2);
+        CHECK_NEAR(st.learner[2].down_s, 7.5 - 3.2, 1e-9);
+        CHECK(count(&w, DLC_VT_EVAL, -2, -1, INFINITY) == 3); /* 2, 4, 6 */
+        CHECK(count(&w, DLC_VT_FAULT, -2, -1, INFINITY) == 1); /* the kill; its end (13.2) is past the run's */
+        const rec *r = find(&w, DLC_VT_STEP, 0, 6.5);
+        CHECK(r && r->step == 6 && r->schedule == 5);
+        CHECK(dlc_learner_schedule_step(dlc_vtime_learner(w.vt, 0)) == 6);
+        CHECK_NEAR(st.learner[0].busy_s, 3 * 1.5 + 3 * 1.0, 1e-9);
+        CHECK(st.learner[0].done_s < 1e-9); /* it stopped at the end */
+        check_stats(&w);
+        world_free(&w);
+    }
+    /* the final flush as a learner stops: H = 4, P = 2 (fragment 1 sent at 2 and 6,
+     * fragment 0 at 4): at step 6 each learner flushes fragment 0's steps 5 and 6 */
+    double useful[2];
+    int merges0[2];
+    for (int ff = 0; ff < 2; ff++) {
+        world w;
+        world_init(&w, 2, 2, 0, 100);
+        w.vp.learner.H = 4;
+        w.vp.steps = 6;
+        w.vp.final_flush = ff;
+        if (!world_start(&w)) return world_free(&w);
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        merges0[ff] = 0;
+        for (int i = 0; i < w.n; i++)
+            if (w.log[i].type == DLC_VT_MERGE && w.log[i].fragment == 0) merges0[ff]++;
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        CHECK_NEAR(st.end, 6, 1e-9);
+        CHECK(st.learner[0].steps == 6 && st.learner[1].steps == 6);
+        useful[ff] = st.useful_tokens;
+        check_stats(&w);
+        world_free(&w);
+    }
+    CHECK(merges0[1] == merges0[0] + 2);
+    CHECK_NEAR(useful[1] - useful[0], 2 * 2 * 10 / 2.0, 1e-9);
+    world w;
+    world_init(&w, 1, 1, 0, 3);
+    w.vp.steps = -1;
+    CHECK(dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p)) == NULL &&
+          strstr(dlc_last_error(), "steps = -1"));
+    world_free(&w);
+}
+
 int main(void) {
     test_one_instant();
     test_kill_rejoin();
@@ -680,5 +747,6 @@ int main(void) {
     test_dp_rounds();
     test_dp_kill();
     test_shared_cores();
+    test_stop_at_steps();
     return check_done("test_vtime");
 }

@@ -10,6 +10,8 @@
  *                    jitter = 0}, ... },             -- jitter: each step's time, log-normal
  *       seed = 0,                           -- of the steps' jitter
  *       cores = 0,                          -- > 0: the islands share that many cores
+ *       steps = 0,                          -- > 0: each learner stops when its schedule step
+ *                                           --   reaches it; the run ends when every live one has
  *       learner = { H = 24, tau = 2, alpha = 0, blocking = false, dp = false, codec = "int4",
  *                   block = 128, error_feedback = false, heartbeat = 1, ema = 0.5 },
  *       syncer = { quorum = 1 (0 = all live), grace = "adaptive" | "off" | seconds,
@@ -264,6 +266,11 @@ static int l_vtime(lua_State *L) {
     vp.final_flush = optbool(L, 1, "VTime", "final_flush", 0);
     vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
     vp.cores = optint(L, 1, "VTime", "cores", 0);
+    double steps = optnum(L, 1, "VTime", "steps", 0);
+    if (steps != floor(steps) || steps < 0 || steps > 9007199254740992.0)
+        return luaL_error(L, "VTime: steps = %g: expected the run's steps (an integer > 0) or 0 (train until horizon)",
+                          steps);
+    vp.steps = (int64_t)steps;
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");
     int si = subtable(L, 1, "syncer");
@@ -357,6 +364,7 @@ static int vt_next(lua_State *L) {
     case DLC_VT_OPTIM:
         setint(L, "learner", ev.learner + 1);
         setint(L, "step", ev.step);
+        setint(L, "schedule", ev.schedule);
         break;
     case DLC_VT_MERGE:
         dlcL_push_merge(L, &ev.merge);

@@ -567,6 +567,49 @@ describe("diloco-lua sim with islands.cores", function()
   end)
 end)
 
+describe("diloco-lua sim with islands.stop = \"steps\"", function()
+  it("stops each island when its schedule reaches steps and ends the run then, as run does", function()
+    local isl = "islands = { count = 3, cores = 2, latency = 0, bandwidth = 'inf', stop = '%s' },"
+      .. " chaos = { { at = '0.5s', kill = 3, down = '100000s' } },"
+    -- island 3 down for good: the others step 1 s alone (1.5 s the first); at the horizon
+    -- (STEPS x 1.5 s) they train more than STEPS steps, with stop = "steps" exactly STEPS
+    -- and the run ends at 1.5 + (STEPS - 1) s
+    local _, status, output, events = sim(TINY:format("sync = { H = 8, preset = 'decoupled' }, "
+      .. isl:format("steps")))
+    assert.are.equal(0, status, output)
+    local s = summary(events)
+    assert.are.equal(STEPS, s.per_learner[1].steps)
+    assert.are.equal(STEPS, s.per_learner[2].steps)
+    assert.is_true(math.abs(s.virtual_s - (STEPS + 0.5)) < 1e-6, "virtual_s " .. s.virtual_s)
+    assert.is_true(s.per_learner[1].account.done < 1e-9, "stopped at the end: done early 0")
+    local _, status2, output2, events2 = sim(TINY:format("sync = { H = 8, preset = 'decoupled' }, "
+      .. isl:format("horizon")))
+    assert.are.equal(0, status2, output2)
+    assert.is_true(summary(events2).per_learner[1].steps > STEPS, "at the horizon, more steps")
+    -- the learning rate follows the schedule step: island 3, back after 4 s, trains at the
+    -- others' rate of the same schedule step (its own count is behind)
+    local cosine = TINY:gsub("warmup = 2", "warmup = 2, schedule = 'cosine', min_lr = 3e-4")
+    local back = "islands = { count = 3, cores = 2, latency = 0, bandwidth = 'inf', stop = 'steps' },"
+      .. " chaos = { { at = '0.5s', kill = 3, down = '4s' } },"
+    local _, status3, output3, events3 = sim(cosine:format("sync = { H = 8, preset = 'decoupled' }, " .. back))
+    assert.are.equal(0, status3, output3)
+    local lr1, compared = {}, 0
+    for _, e in ipairs(of(events3, "step")) do
+      if e.learner == 1 then lr1[e.schedule] = e.lr end
+    end
+    for _, e in ipairs(of(events3, "step")) do
+      if e.learner == 3 and e.schedule > e.step and lr1[e.schedule] then
+        assert.is_true(math.abs(e.lr - lr1[e.schedule]) < 1e-12, "schedule step " .. e.schedule)
+        compared = compared + 1
+      end
+    end
+    assert.is_true(compared > 0, "island 3 rejoined ahead of its own count")
+    local _, status4, output4 = sim(TINY:format("sync = { H = 8 }, islands = { count = 3, stop = 'never' },"))
+    assert.are_not.equal(0, status4)
+    assert.matches('islands.stop = "never"', output4, 1, true)
+  end)
+end)
+
 describe("diloco-lua sim with the recipe's own sync schedule", function()
   it("sends the fragments sync.schedule returns, after the steps it names", function()
     -- fragment 1 after every 5th step of each island, fragment 2 never (but at the flush)

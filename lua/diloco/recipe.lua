@@ -294,6 +294,11 @@ M.schema = {
       doc = "sim: the cores the islands share, one compute thread each (learner processes on one host): a step "
         .. "that starts while n islands compute lasts n / cores times longer when n > cores, and step_time is a "
         .. "step on a core of its own (absent: each island on hardware of its own)" },
+    stop = { kind = "string", default = "horizon", check = function(v)
+        if v ~= "horizon" and v ~= "steps" then return "\"horizon\" or \"steps\"" end end,
+      doc = "sim: when an island stops: \"horizon\" (at steps x the run's step time; a faster island trains more "
+        .. "steps) or \"steps\" (when its schedule step reaches `steps`, as run's learners do; the run ends when "
+        .. "every live island has, and the learning rate follows the schedule step)" },
     latency = { kind = "string|number", default = 0.02, check = duration_check(false),
       doc = "default one-way latency of a link to the syncer" },
     bandwidth = { kind = "string|number", default = 312500000, check = rate_check,
@@ -679,7 +684,8 @@ local function normalize_islands(r, errs)
   end
   r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links,
     jitter = isl.jitter ~= 0 and isl.jitter or nil, -- (sim; absent when 0, as recipes before it)
-    cores = isl.cores } -- (sim; absent: each island its own hardware)
+    cores = isl.cores, -- (sim; absent: each island its own hardware)
+    stop = isl.stop ~= "horizon" and isl.stop or nil } -- (sim; absent: at the horizon, as recipes before it)
 end
 
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted

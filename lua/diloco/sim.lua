@@ -16,7 +16,11 @@
 -- processes on one host) islands.step_time is a step on a core of its own and a step
 -- that starts while n islands compute lasts n / C times longer when n > C; the run's
 -- step then spans step_time * max(1, M / C) (its `span`), so M islands all up train
--- `steps` steps in the horizon, as without it.
+-- `steps` steps in the horizon, as without it.  With islands.stop = "steps" each island
+-- instead stops when its schedule step (the run's step it is at: its steps since it
+-- joined plus the step it joined at, moved on by catch-ups) reaches `steps`, as run's
+-- learners do, the run ends when every live island has (at STOP_CAP x the horizon at the
+-- latest), and each island's learning rate follows its schedule step, as in run.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local M = {}
@@ -37,6 +41,10 @@ local function span(r)
 end
 
 local function build_chaos(r) return islands.chaos(r, r.steps * span(r)) end
+
+-- islands.stop = "steps": the longest a run may last, in horizons (islands this much
+-- slower than their step_time say so in a warning)
+M.STOP_CAP = 10
 
 -- ---- memory: every island is built in this one process ----
 
@@ -118,7 +126,7 @@ local function prepare(r, opts)
       if not okd then fail("data (island %d): %s", m, plain(loaders)) end
       L.loaders = loaders
       local dt = isl.step_time * (L.island.batch / r.data.batch) / L.island.speed
-      L.total = math.max(1, math.floor(r.steps * isl.step_time / dt + 1e-9))
+      L.total = isl.stop == "steps" and r.steps or math.max(1, math.floor(r.steps * isl.step_time / dt + 1e-9))
       ctx.learners[m] = L
       params[m] = L.params
       if m == 1 then -- before building the others: will all of them fit?
@@ -151,7 +159,9 @@ local function prepare(r, opts)
     local step_s = span(r)
     local lopts, sopts = islands.sync_options(r, first.plist, step_s, 10 * step_s)
     local okv, vt = pcall(diloco.VTime, {
-      params = params, plan = ctx.plan, step_time = isl.step_time, horizon = r.steps * step_s,
+      params = params, plan = ctx.plan, step_time = isl.step_time,
+      horizon = r.steps * step_s * (isl.stop == "steps" and M.STOP_CAP or 1),
+      steps = isl.stop == "steps" and r.steps or 0,
       eval_every = r.eval.every > 0 and r.eval.every * step_s or 0, islands = isls, chaos = ctx.chaos,
       learner = lopts, syncer = sopts, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
     })
@@ -220,7 +230,7 @@ local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
   end
   if L.steps % ctx.log_every == 0 then
     write(ctx, "step", { learner = L.id, step = L.steps, loss = lv, lr = lr, grad_norm = gnorm, tokens = L.tokens,
-      virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
+      schedule = ev.schedule + 1, virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
   end
   local r = ctx.recipe
   if r.hooks.on_step then
@@ -242,6 +252,10 @@ local function on_step_event(ctx, ev)
   local r, vt = ctx.recipe, ctx.vt
   local L = ctx.learners[ev.learner]
   local tpb = L.loaders.tokens_per_batch
+  if r.islands.stop == "steps" then -- the run's step, as in run
+    L.lr_step = ev.schedule
+    if ev.schedule + 1 > ctx.reached then ctx.reached = ev.schedule + 1 end
+  end
   if r.sync.preset ~= "dp" then
     L.step, L.total = L.lr_step, L.total
     local info = train.inner_step(L)
@@ -352,7 +366,8 @@ local function finish(ctx, err)
   end
   -- the global model, readable by `diloco-lua sample`
   -- its step: the run's (virtual time over the step time), not the planned one when stopped early
-  local reached = math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / span(r) + 1e-9))
+  local reached = r.islands.stop == "steps" and ctx.reached
+    or math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / span(r) + 1e-9))
   local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(reached),
     ["diloco.recipe_json"] = ctx.recipe_json }
   if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
@@ -385,10 +400,18 @@ local function finish(ctx, err)
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
   }
+  if r.islands.stop == "steps" and reached < r.steps and not err and not ctx.signal then
+    summary.warnings = summary.warnings or {}
+    table.insert(summary.warnings, string.format("islands.stop = \"steps\": the run reached step %d of %d in %d "
+      .. "horizons (steps x the step time), the longest sim runs it: the islands compute far slower than "
+      .. "islands.step_time says", reached, r.steps, M.STOP_CAP))
+    io.stderr:write("diloco-lua: warning: ", summary.warnings[#summary.warnings], "\n")
+  end
   if ctx.schedule and not ctx.schedule_sent and not err and not ctx.signal then
-    summary.warnings = { "sync.schedule returned no fragment after any step: no contribution was sent during the run "
-      .. (r.sync.final_flush and "(only the final flush's)" or "(nothing was merged: goodput 0)") }
-    io.stderr:write("diloco-lua: warning: ", summary.warnings[1], "\n")
+    summary.warnings = summary.warnings or {}
+    table.insert(summary.warnings, "sync.schedule returned no fragment after any step: no contribution was sent "
+      .. "during the run " .. (r.sync.final_flush and "(only the final flush's)" or "(nothing was merged: goodput 0)"))
+    io.stderr:write("diloco-lua: warning: ", summary.warnings[#summary.warnings], "\n")
   end
   train.all_fields(summary, whole)
   ctx.metrics:write("summary", summary)
@@ -423,7 +446,7 @@ end
 function M.run(r, opts)
   opts = opts or {}
   local ctx = prepare(r, opts)
-  ctx.total_tokens = 0
+  ctx.total_tokens, ctx.reached = 0, 0
   ctx.say_eval = function(self, e)
     if self.bar then
       self.bar:print(string.format("eval at step %d: global loss %.4f%s", e.step, e.loss,

@@ -31,7 +31,10 @@
 -- (islands.cores = nproc, docs/sim.md "Shared cores"): a step that starts while n learners
 -- compute lasts n / cores of a step on a core of its own, which is the no-fault run's
 -- step time x cores / 4 (its 4 learners computed all the time); a learner that is down,
--- or waits at a round, leaves its core to the others, as the kernel does.
+-- or waits at a round, leaves its core to the others, as the kernel does; and each
+-- learner stops when its schedule step reaches STEPS, the run when every live one has
+-- (islands.stop = "steps"), as a real run ends, so that the survivors' extra speed ends
+-- the run sooner instead of adding steps to a fixed horizon.
 -- sim's islands.jitter is the spread of the real steps: the coefficient of variation of
 -- the no-fault run's per-step compute time (its learners log every step), unless JITTER
 -- says otherwise (a number; 0: sim's islands step in lockstep, as before it was measured).
@@ -199,7 +202,7 @@ for _, m in ipairs(modes) do
   -- sim on the host's cores, for the two DiLoCo modes (dp's steps wait on every learner)
   if cores < 4 and not m.name:match("^dp") then
     local csets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time * cores / 4),
-      string.format("islands.cores=%d", cores), "islands.latency=0", "islands.bandwidth=inf",
+      string.format("islands.cores=%d", cores), "islands.stop=steps", "islands.latency=0", "islands.bandwidth=inf",
       string.format("islands.jitter=%.4f", jitter) }
     for _, x in ipairs(m.sets) do if not x:match("^runtime") then csets[#csets + 1] = x end end
     local okc, c = pcall(go, "sim", m.name:gsub("[^%w]", "_") .. "_simcores", csets)
@@ -254,16 +257,17 @@ for _, m in ipairs(modes) do
   end
 end
 print("")
-print(string.format("sim on the host's %d cores (islands.cores = %d, a step on a core of its own %.4f s):", cores, cores,
-  step_time * cores / 4))
+print(string.format("sim on the host's %d cores (islands.cores = %d, a step on a core of its own %.4f s, "
+  .. "islands.stop = \"steps\"):", cores, cores, step_time * cores / 4))
 print("| mode | goodput | sim goodput | sim goodput, shared cores | final eval | sim final eval | sim final eval, "
-  .. "shared cores |")
-print("|---|---|---|---|---|---|---|")
+  .. "shared cores | training window s: real, sim on cores |")
+print("|---|---|---|---|---|---|---|---|")
 for _, m in ipairs(modes) do
   local r, s, c = out[m.name], sims[m.name], sims_cores[m.name]
   if c and c.goodput and s.goodput then
-    print(string.format("| %s | %.1f%% | %.1f%% | %.1f%% | %.4f | %.4f | %.4f |", m.name, 100 * r.goodput,
-      100 * s.goodput, 100 * c.goodput, r.final_eval_loss, s.final_eval_loss, c.final_eval_loss))
+    print(string.format("| %s | %.1f%% | %.1f%% | %.1f%% | %.4f | %.4f | %.4f | %.1f, %.1f |", m.name, 100 * r.goodput,
+      100 * s.goodput, 100 * c.goodput, r.final_eval_loss, s.final_eval_loss, c.final_eval_loss,
+      r.train_s or r.wall_s, c.virtual_s or 0))
   end
 end
 local d, n = out["decoupled"], out["dp, non-elastic"]

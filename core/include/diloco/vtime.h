@@ -18,6 +18,12 @@
  *     }
  *     dlc_vtime_stats st; dlc_vtime_get_stats(vt, &st);
  *
+ * The end.  Without `steps`, every learner trains until `end`.  With it, each stops when
+ * its schedule step reaches `steps` (a learner that rejoined late takes the run's step
+ * and stops with the others) and the run's end moves to the moment the last live learner
+ * stops (the faults and evaluations scheduled after it are dropped); the stats and the
+ * goodput are over [0, that end].
+ *
  * Time.  Learner m's inner step lasts step_time · scale_m / speed_m virtual seconds,
  * times the factor of any SLOW fault active when it starts, times its jitter: a factor
  * drawn for each step from a log-normal of mean 1 and coefficient of variation
@@ -113,6 +119,15 @@ typedef struct dlc_vtime_params {
                                        * then the one it reached (its tokens over its
                                        * compute seconds), as `run` measures.  0 (default):
                                        * each island on hardware of its own */
+    int64_t steps;                    /* > 0: a learner trains until its schedule step
+                                       * (dlc_learner_schedule_step: its steps plus the
+                                       * run's step it joined at, moved on by catch-ups)
+                                       * reaches this, as a real run's learners do, and
+                                       * the run ends when every live learner has (one
+                                       * that is down then stays down), with `end` the
+                                       * latest it may last; with final_flush a learner
+                                       * flushes as it stops.  0 (default): every learner
+                                       * trains until `end`, a faster one more steps */
 } dlc_vtime_params;
 
 typedef enum dlc_vtime_event_type {
@@ -137,6 +152,8 @@ typedef struct dlc_vtime_event {
     int learner;                 /* STEP, OPTIM, REJECT, FAULT (-1 for the syncer), LOST, JOINED */
     int64_t step;                /* STEP, OPTIM: the learner's inner step about to run (1-based,
                                   * counted since it (re)joined) */
+    int64_t schedule;            /* STEP, OPTIM: its schedule step before that step (learner.h,
+                                  * dlc_learner_schedule_step: the run's step it is at) */
     dlc_merge_info merge;        /* MERGE: contribs valid until the next dlc_vtime_next */
     int fragment;                /* REJECT */
     dlc_reject_reason reason;    /* REJECT */
