@@ -1,7 +1,7 @@
 /* chaos.c - fault schedules (chaos.h, docs/chaos.md).
  *
  * The faults live in one array sorted by `at`, ties in insertion order, and the on/off
- * kinds (kill, cut, syncer) are kept disjoint per target by a merge sweep after every
+ * kinds (kill, cut, syncer, pause) are kept disjoint per target by a merge sweep after every
  * change: in time order, a fault that starts before (or when) the last kept fault of
  * its target ends is folded into it.  Since everything before the change was already
  * disjoint, that single pass is enough.  One add is a binary-search insert plus a sweep
@@ -13,7 +13,7 @@
 #include <string.h>
 #include "diloco/chaos.h"
 
-static const char *const kind_names[] = {"kill", "slow", "cut", "syncer", "link"};
+static const char *const kind_names[] = {"kill", "slow", "cut", "syncer", "link", "pause"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
                "one name per dlc_fault_kind");
 
@@ -21,7 +21,7 @@ struct dlc_chaos {
     int learners;
     int n, cap;
     dlc_fault *f;        /* [cap], n used, sorted by at (stable) */
-    int *last;           /* [2·learners + 1] scratch of the merge sweep: last kept index per target */
+    int *last;           /* [3·learners + 1] scratch of the merge sweep: last kept index per target */
     dlc_chaos_event *tl; /* cached timeline, ntl events; valid when tl_ok */
     int ntl, tl_ok;
 };
@@ -34,7 +34,7 @@ dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out) {
     if (!name || !out) return dlc_error(DLC_ERR_ARG, "fault_kind_parse: %s is NULL", name ? "out" : "name");
     for (int k = 0; k < DLC_FAULT_KIND_COUNT; k++)
         if (!strcmp(name, kind_names[k])) return *out = (dlc_fault_kind)k, DLC_OK;
-    return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut, syncer or link", name);
+    return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut, syncer, link or pause", name);
 }
 
 /* ---- the random source: splitmix64 seeds xoshiro256** (Blackman & Vigna) ---- */
@@ -85,7 +85,7 @@ dlc_chaos *dlc_chaos_new(int learners) {
     dlc_chaos *c = calloc(1, sizeof *c);
     if (!c) goto fail;
     c->learners = learners;
-    c->last = malloc(sizeof(int) * (size_t)(2 * learners + 1));
+    c->last = malloc(sizeof(int) * (size_t)(3 * learners + 1));
     if (!c->last) goto fail;
     return c;
 fail:
@@ -104,12 +104,14 @@ void dlc_chaos_free(dlc_chaos *c) {
 
 static double end_of(const dlc_fault *f) { return f->at + f->duration; }
 
-/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M; -1 for slow and link. */
+/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M, pause m -> 2M + 1 + m;
+ * -1 for slow and link. */
 static int target(const dlc_chaos *c, const dlc_fault *f) {
     switch (f->kind) {
     case DLC_FAULT_KILL: return f->learner;
     case DLC_FAULT_CUT: return c->learners + f->learner;
     case DLC_FAULT_SYNCER: return 2 * c->learners;
+    case DLC_FAULT_PAUSE: return 2 * c->learners + 1 + f->learner;
     default: return -1;
     }
 }
@@ -119,7 +121,7 @@ static int target(const dlc_chaos *c, const dlc_fault *f) {
 static void sweep(dlc_chaos *c, int only) {
     int single = -1, w = 0;
     if (only < 0)
-        for (int k = 0; k < 2 * c->learners + 1; k++) c->last[k] = -1;
+        for (int k = 0; k < 3 * c->learners + 1; k++) c->last[k] = -1;
     for (int r = 0; r < c->n; r++) {
         dlc_fault f = c->f[r];
         int k = target(c, &f);
@@ -145,7 +147,7 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if (!isfinite(f->at) || f->at < 0)
         return dlc_error(DLC_ERR_ARG, "chaos: at = %g: expected a finite time >= 0 s", f->at);
     if ((unsigned)f->kind >= DLC_FAULT_KIND_COUNT)
-        return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer, link)", (int)f->kind,
+        return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer, link, pause)", (int)f->kind,
                          DLC_FAULT_KIND_COUNT - 1);
     if (f->kind == DLC_FAULT_SYNCER) {
         if (f->learner != -1)

@@ -63,6 +63,11 @@ typedef struct vlearner {
     double down_since;          /* killed at */
     double last_end, up_since;  /* its last step's end; when it last came up (0: the start) */
     int finished;               /* steps > 0: its schedule reached them (this life) */
+    int paused;                 /* a PAUSE under way: it neither computes nor hears nor says */
+    double paused_since, pause_until;
+    double step_end;            /* when its step under way ends: start + its time + the
+                                 * pauses it sat through (INFINITY: paused for good) */
+    double pause_left;          /* paused mid-step: the compute its step had left */
     dlc_vtime_learner_stats st;
 } vlearner;
 
@@ -327,7 +332,7 @@ static int computing(const dlc_vtime *vt, int m) {
     int n = 1;
     for (int k = 0; k < vt->M; k++) {
         const vlearner *o = &vt->L[k];
-        if (k == m || !o->alive) continue;
+        if (k == m || !o->alive || o->paused) continue;
         if (o->busy || o->start_queued || o->awaiting ||
             (dlc_learner_state_of(o->l) == DLC_LEARNER_TRAINING && !o->finished &&
              o->last_end + vt->p.step_time <= vt->p.end))
@@ -362,7 +367,7 @@ static dlc_status finish_learner(dlc_vtime *vt, int m) {
 /* Queues learner m's next step start if it may step now. */
 static dlc_status maybe_start(dlc_vtime *vt, int m) {
     vlearner *v = &vt->L[m];
-    if (!v->alive || v->busy || v->start_queued || v->awaiting || v->finished) return DLC_OK;
+    if (!v->alive || v->busy || v->start_queued || v->awaiting || v->finished || v->paused) return DLC_OK;
     if (dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) return DLC_OK;
     if (vt->p.steps > 0 && dlc_learner_schedule_step(v->l) >= vt->p.steps) return finish_learner(vt, m);
     if (vt->now + step_dt(vt, m, vt->now) > vt->p.end * (1 + 1e-12)) return DLC_OK;
@@ -387,12 +392,14 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             v->alive = 0;
             v->gen++;
             if (v->busy) { /* the step under way is lost: count only what ran before the kill */
-                v->st.busy_s -= v->step_start + v->step_dt - vt->now;
+                v->st.busy_s -= v->paused ? v->pause_left : v->step_end - vt->now;
                 v->busy = 0;
             }
             v->start_queued = 0;
             v->awaiting = 0;
             if (vt->awaiting == f->learner + 1) vt->awaiting = 0;
+            if (v->paused) v->st.down_s += vt->now - v->paused_since; /* paused until now, then dead */
+            v->paused = 0;
             v->down_since = vt->now;
             v->finished = 0;
             vt->end_check = 1;
@@ -409,6 +416,21 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
                 st = dlc_syncer_join(vt->s, f->learner, vt->now);
                 if (st == DLC_OK) st = syncer_actions(vt);
             }
+        }
+    } else if (f->kind == DLC_FAULT_PAUSE) {
+        /* stopped where it is: a step under way ends that much later, nothing reaches it
+         * or leaves it meanwhile (its timers wait), then it goes on with its state */
+        vlearner *v = &vt->L[f->learner];
+        if (ce->begin && v->alive && !v->paused) {
+            v->paused = 1;
+            v->paused_since = vt->now;
+            v->pause_until = f->at + f->duration;
+            if (v->busy) v->pause_left = v->step_end - vt->now, v->step_end += f->duration;
+        } else if (!ce->begin && v->alive && v->paused) {
+            v->paused = 0;
+            double until = vt->now < vt->p.end ? vt->now : vt->p.end;
+            if (until > v->paused_since) v->st.down_s += until - v->paused_since;
+            st = maybe_start(vt, f->learner);
         }
     } else if (f->kind == DLC_FAULT_CUT) {
         vt->L[f->learner].cut = ce->begin;
@@ -588,14 +610,25 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         e->msg = NULL;
         return heap_push(vt, later);
     }
+    if (!q->to_syncer && v->alive && v->paused && vt->now < v->pause_until) {
+        if (isinf(v->pause_until)) { /* stopped for good: it never reads it */
+            vt->st.dropped++;
+            free_msg(q);
+            e->msg = NULL;
+            return DLC_OK;
+        }
+        /* a stopped process reads nothing: it takes it when it goes on */
+        tev later = {.t = v->pause_until, .cls = EV_DELIVER, .learner = e->learner, .msg = q};
+        e->msg = NULL;
+        return heap_push(vt, later);
+    }
     if (!q->to_syncer && v->alive && v->busy) {
         /* mid-step: the learner, which reads its messages between steps, takes it right
          * after its step end (same instant and class, later sequence number).  Not for the
          * arena's sake (dlc_learner_receive only stashes a fragment): the time it is
          * received at is the arrival time the learner measures its transit with, which
          * the syncer's adaptive grace uses; docs/sim.md says what moves without this. */
-        tev later = {.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = e->learner, .msg = q,
-                     .deferred = 1};
+        tev later = {.t = v->step_end, .cls = EV_STEP_END, .learner = e->learner, .msg = q, .deferred = 1};
         e->msg = NULL;
         return heap_push(vt, later);
     }
@@ -618,6 +651,10 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
 static dlc_status step_end(dlc_vtime *vt, const tev *e) {
     vlearner *v = &vt->L[e->learner];
     if (e->gen != v->gen || !v->busy) return DLC_OK; /* killed during the step */
+    if (vt->now < v->step_end) { /* paused during the step: it ends that much later */
+        if (isinf(v->step_end)) return DLC_OK; /* stopped for good: it never ends */
+        return heap_push(vt, (tev){.t = v->step_end, .cls = EV_STEP_END, .learner = e->learner, .gen = v->gen});
+    }
     v->busy = 0;
     v->last_end = vt->now;
     dlc_status st;
@@ -697,7 +734,7 @@ static double next_timer(const dlc_vtime *vt, int *who) {
     }
     if (vt->now < vt->p.end)
         for (int m = 0; m < vt->M; m++) {
-            if (!vt->L[m].alive) continue;
+            if (!vt->L[m].alive || vt->L[m].paused) continue;
             double x = dlc_learner_expiry(vt->L[m].l);
             if (x < t && x <= vt->p.end) t = x, *who = m;
         }
@@ -746,7 +783,8 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             case EV_STEP_START: {
                 vlearner *v = &vt->L[e.learner];
                 v->start_queued = 0;
-                if (e.gen != v->gen || !v->alive || dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING) break;
+                if (e.gen != v->gen || !v->alive || v->paused || dlc_learner_state_of(v->l) != DLC_LEARNER_TRAINING)
+                    break;
                 if (vt->p.steps > 0 && dlc_learner_schedule_step(v->l) >= vt->p.steps) { /* a catch-up since */
                     st = finish_learner(vt, e.learner);
                     break;
@@ -808,7 +846,8 @@ static dlc_status schedule_end(dlc_vtime *vt, int m, int64_t tokens) {
     v->step_tokens = tokens;
     v->awaiting = 0;
     vt->awaiting = 0;
-    return heap_push(vt, (tev){.t = v->step_start + v->step_dt, .cls = EV_STEP_END, .learner = m, .gen = v->gen});
+    v->step_end = v->step_start + v->step_dt;
+    return heap_push(vt, (tev){.t = v->step_end, .cls = EV_STEP_END, .learner = m, .gen = v->gen});
 }
 
 dlc_status dlc_vtime_step_done(dlc_vtime *vt, int m, int64_t tokens) {
@@ -885,9 +924,9 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
         const vlearner *v = &vt->L[m];
         dlc_vtime_learner_stats *o = &vt->lst[m];
         *o = v->st;
-        if (!v->alive) { /* an outage still going on */
-            double until = vt->now < end ? vt->now : end;
-            if (until > v->down_since) o->down_s += until - v->down_since;
+        if (!v->alive || v->paused) { /* an outage still going on */
+            double until = vt->now < end ? vt->now : end, since = v->alive ? v->paused_since : v->down_since;
+            if (until > since) o->down_s += until - since;
         }
         double busy = o->busy_s < end ? o->busy_s : end;
         o->idle_s = end - busy - o->down_s > 0 ? end - busy - o->down_s : 0;

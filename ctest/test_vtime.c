@@ -355,6 +355,63 @@ static void test_cut(void) {
     }
 }
 
+/* A PAUSE of learner 1 from 2.5 to 5.5 (a process under SIGSTOP): its step 2 - 3 ends at
+ * 6 (3 s later), it starts none meanwhile and says nothing, so the syncer (timeout 2.5 s,
+ * last heard at 2) loses it at 4.5 and takes it back with its contribution at 6; then it
+ * steps on: 7 steps by the horizon (10), 3 s of them paused (down_s).  Paused for good and
+ * killed at 4 (back at 5): the step under way when the pause began is lost (0.5 s of it
+ * ran), its down time is the pause and the kill (1.5 + 1 s). */
+static void test_pause(void) {
+    for (int killed = 0; killed <= 1; killed++) {
+        world w;
+        world_init(&w, 2, 1, 0, 10);
+        w.vp.syncer.timeout = 2.5;
+        fault(&w, DLC_FAULT_PAUSE, 1, 2.5, killed ? INFINITY : 3.0, 0);
+        if (killed) fault(&w, DLC_FAULT_KILL, 1, 4.0, 1.0, 0);
+        if (!world_start(&w)) return world_free(&w);
+        world_run(&w, -1);
+        CHECK(!w.failed);
+        dlc_vtime_stats st;
+        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
+        CHECK(st.learner[0].steps == 10);
+        if (!killed) {
+            CHECK(count(&w, DLC_VT_STEP, 1, 2.5, 6.0) == 0 && find(&w, DLC_VT_STEP, 1, 6.0));
+            CHECK(st.learner[1].steps == 7);
+            CHECK_NEAR(st.learner[1].busy_s, 7.0, 1e-9);
+            CHECK_NEAR(st.learner[1].down_s, 3.0, 1e-9);
+            CHECK(count(&w, DLC_VT_LOST, 1, 4.4, 4.6) == 1);
+            CHECK(find(&w, DLC_VT_JOINED, 1, 6.0) != NULL);
+            CHECK(merges_of(&w, 1, 2.5, 6.0) == 0 && merges_of(&w, 1, 6.0, INFINITY) >= 3);
+        } else {
+            CHECK_NEAR(st.learner[1].busy_s, 2.5 + (double)(st.learner[1].steps - 2), 1e-9);
+            CHECK_NEAR(st.learner[1].down_s, 2.5, 1e-9);
+            CHECK(find(&w, DLC_VT_STEP, 1, 2.0) && count(&w, DLC_VT_STEP, 1, 2.0, 5.0) == 0);
+        }
+        check_stats(&w);
+        world_free(&w);
+    }
+    /* a pause that begins at a step boundary (3.0: the step end, then the pause, then the
+     * step start that would have been) starts no step until it ends */
+    world w;
+    world_init(&w, 2, 1, 0, 10);
+    fault(&w, DLC_FAULT_PAUSE, 1, 3.0, 3.0, 0);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed && count(&w, DLC_VT_STEP, 1, 2.5, 6.0) == 0 && find(&w, DLC_VT_STEP, 1, 6.0));
+    check_stats(&w);
+    world_free(&w);
+    dlc_chaos *c = dlc_chaos_new(2);
+    dlc_fault_kind k;
+    CHECK(c && dlc_fault_kind_parse("pause", &k) == DLC_OK && k == DLC_FAULT_PAUSE);
+    CHECK(!strcmp(dlc_fault_kind_name(DLC_FAULT_PAUSE), "pause"));
+    /* an on/off state: touching pauses of one learner merge, as kills do */
+    dlc_fault a = {.at = 1, .kind = DLC_FAULT_PAUSE, .learner = 1, .duration = 2};
+    dlc_fault b = {.at = 3, .kind = DLC_FAULT_PAUSE, .learner = 1, .duration = 1};
+    CHECK(dlc_chaos_add(c, &a) == DLC_OK && dlc_chaos_add(c, &b) == DLC_OK);
+    CHECK(dlc_chaos_count(c) == 1 && dlc_chaos_get(c, 0)->duration == 3);
+    dlc_chaos_free(c);
+}
+
 /* A LINK fault on learner 1 from 1.5 to 4.5 with a latency of 0.25 s (its bandwidth
  * kept), H = 2: its contributions sent at 2 and 4 arrive 0.25 s later, the one sent at 6
  * at once again; the FAULT events carry the link's latency from then on; a second LINK
@@ -748,5 +805,6 @@ int main(void) {
     test_dp_kill();
     test_shared_cores();
     test_stop_at_steps();
+    test_pause();
     return check_done("test_vtime");
 }

@@ -91,10 +91,10 @@ static int ch_add(lua_State *L) {
     dlcL_check_keys(L, 2, who, known, "field");
     dlc_fault f = {0};
     if (lua_getfield(L, 2, "kind") != LUA_TSTRING)
-        return luaL_error(L, "%s: kind must be \"kill\", \"slow\", \"cut\", \"syncer\" or \"link\", got a %s", who,
+        return luaL_error(L, "%s: kind must be \"kill\", \"slow\", \"cut\", \"syncer\", \"link\" or \"pause\", got a %s", who,
                           luaL_typename(L, -1));
     if (dlc_fault_kind_parse(lua_tostring(L, -1), &f.kind) != DLC_OK)
-        return luaL_error(L, "%s: kind = \"%s\": expected kill, slow, cut, syncer or link", who, lua_tostring(L, -1));
+        return luaL_error(L, "%s: kind = \"%s\": expected kill, slow, cut, syncer, link or pause", who, lua_tostring(L, -1));
     lua_pop(L, 1);
     f.at = num_field(L, 2, who, "at", 1, 0);
     f.duration = num_field(L, 2, who, "duration", 1, 0);

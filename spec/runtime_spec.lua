@@ -378,17 +378,6 @@ describe("diloco-lua run in data parallel", function()
   end)
 end)
 
-describe("chaos pause events", function()
-  it("are refused by sim, naming the event, which has no pause", function()
-    local S = H.scratch()
-    local path = recipe(S, "simpause", { chaos = '{ { at = "1s", kill = 1, down = "1s" }, { at = "2s", pause = 2, down = "1s" } }' })
-    local out, code = H.sh(string.format("%s sim %s --out %s/run --quiet", exe, path, S.dir))
-    S.cleanup()
-    assert.are.equal(2, code, out)
-    assert.matches("chaos[2]: a pause event runs on real processes only", out, 1, true)
-  end)
-end)
-
 describe("diloco-lua syncer and learners under a launcher", function()
   local S
   before_each(function() S = H.scratch() end)

@@ -610,6 +610,38 @@ describe("diloco-lua sim with islands.stop = \"steps\"", function()
   end)
 end)
 
+describe("diloco-lua sim with a pause", function()
+  it("stops the island where it is for the pause, the syncer times it out, and it goes on with its state", function()
+    local isl = "islands = { count = 3, latency = 0, bandwidth = 'inf', timeout = '2s' },"
+      .. " chaos = { { at = '5s', pause = 2, down = '5s' } },"
+    local _, status, output, events = sim(TINY:format("sync = { H = 8, preset = 'decoupled' }, " .. isl))
+    assert.are.equal(0, status, output)
+    local s = summary(events)
+    -- paused 5 s of a run of STEPS 1-second steps: it trains 5 fewer, no restart
+    assert.are.equal(STEPS, s.per_learner[1].steps)
+    assert.are.equal(STEPS - 5, s.per_learner[2].steps)
+    assert.is_true(math.abs(s.per_learner[2].down - 5 / STEPS) < 1e-9, "paused time is down time")
+    local begins, ends, lost, joined = 0, 0, 0, 0
+    for _, e in ipairs(of(events, "fault")) do
+      if e.kind == "pause" then
+        assert.are.equal(2, e.learner)
+        assert.is_nil(e.optimizer, "a pause keeps the optimizer")
+        if e.begin then begins = begins + 1; assert.are.equal(5, e.virtual_s)
+        else ends = ends + 1; assert.are.equal(10, e.virtual_s) end
+      elseif e.kind == "lost" and e.learner == 2 then
+        lost = lost + 1
+        assert.is_true(e.virtual_s > 5 and e.virtual_s < 10, "timed out during the pause: " .. e.virtual_s)
+      elseif e.kind == "joined" and e.learner == 2 then
+        joined = joined + 1
+      end
+    end
+    assert.are.same({ 1, 1, 1, 1 }, { begins, ends, lost, joined })
+    local _, status2, output2 = sim(TINY:format("sync = { H = 8 }, islands = { count = 3, timeout = '1s' },"))
+    assert.are.equal(2, status2, output2)
+    assert.matches("islands.timeout = 1s: expected more than the run's step time (1s)", output2, 1, true)
+  end)
+end)
+
 describe("diloco-lua sim with the recipe's own sync schedule", function()
   it("sends the fragments sync.schedule returns, after the steps it names", function()
     -- fragment 1 after every 5th step of each island, fragment 2 never (but at the flush)

@@ -98,12 +98,10 @@ function M.chaos(r, horizon)
   local c = r.chaos
   if c == nil or (#(c.events or {}) == 0 and not c.random) then return nil end
   local ch = diloco.Chaos(r.islands.count)
-  for _, e in ipairs(c.events or {}) do
-    if e.kind ~= "pause" then -- a pause is the runtime's (sim refuses it, sim.lua)
-      ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
-        factor = e.kind == "slow" and e.factor or nil, bandwidth = e.kind == "link" and e.bandwidth or nil,
-        latency = e.kind == "link" and e.latency or nil }
-    end
+  for _, e in ipairs(c.events or {}) do -- (sim's: run executes its scripted events itself, cluster.lua)
+    ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
+      factor = e.kind == "slow" and e.factor or nil, bandwidth = e.kind == "link" and e.bandwidth or nil,
+      latency = e.kind == "link" and e.latency or nil }
   end
   if c.random then
     for _, l in ipairs(c.random.learners) do

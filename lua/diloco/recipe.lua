@@ -294,6 +294,9 @@ M.schema = {
       doc = "sim: the cores the islands share, one compute thread each (learner processes on one host): a step "
         .. "that starts while n islands compute lasts n / cores times longer when n > cores, and step_time is a "
         .. "step on a core of its own (absent: each island on hardware of its own)" },
+    timeout = { kind = "string|number", default = nil, check = duration_check(true),
+      doc = "sim: silence after which the syncer counts an island lost (default 10 x the run's step time; run uses "
+        .. "runtime.timeout)" },
     stop = { kind = "string", default = "horizon", check = function(v)
         if v ~= "horizon" and v ~= "steps" then return "\"horizon\" or \"steps\"" end end,
       doc = "sim: when an island stops: \"horizon\" (at steps x the run's step time; a faster island trains more "
@@ -685,7 +688,8 @@ local function normalize_islands(r, errs)
   r.islands = { count = count, step_time = M.parse_duration(isl.step_time) + 0.0, list = out, links = links,
     jitter = isl.jitter ~= 0 and isl.jitter or nil, -- (sim; absent when 0, as recipes before it)
     cores = isl.cores, -- (sim; absent: each island its own hardware)
-    stop = isl.stop ~= "horizon" and isl.stop or nil } -- (sim; absent: at the horizon, as recipes before it)
+    stop = isl.stop ~= "horizon" and isl.stop or nil, -- (sim; absent: at the horizon, as recipes before it)
+    timeout = isl.timeout ~= nil and M.parse_duration(isl.timeout) + 0.0 or nil } -- (sim; absent: 10 step times)
 end
 
 -- chaos -> { seed = int, events = { {at, kind, learner, duration, factor}, ... } sorted

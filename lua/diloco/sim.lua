@@ -78,11 +78,9 @@ local function prepare(r, opts)
     fail_code(2, "--resume: a sim run is not resumed: run it again (the same recipe and seed give the same run)")
   end
   local Mn, isl, sy = r.islands.count, r.islands, r.sync
-  for i, e in ipairs(r.chaos and r.chaos.events or {}) do
-    if e.kind == "pause" then
-      fail_code(2, "chaos[%d]: a pause event runs on real processes only (diloco-lua run with several islands); the "
-        .. "virtual-time driver has none: use kill (the learner restarts) or cut (its link stalls)", i)
-    end
+  if isl.timeout and isl.timeout <= span(r) then
+    fail_code(2, "islands.timeout = %gs: expected more than the run's step time (%gs), the islands' heartbeat in sim",
+      isl.timeout, span(r))
   end
   local dp = sy.preset == "dp"
   if dp and build_chaos(r) then
@@ -157,7 +155,7 @@ local function prepare(r, opts)
     ctx.chaos = build_chaos(r)
     ctx.schedule = type(sy.schedule) == "function" and sy.schedule or nil
     local step_s = span(r)
-    local lopts, sopts = islands.sync_options(r, first.plist, step_s, 10 * step_s)
+    local lopts, sopts = islands.sync_options(r, first.plist, step_s, isl.timeout or 10 * step_s)
     local okv, vt = pcall(diloco.VTime, {
       params = params, plan = ctx.plan, step_time = isl.step_time,
       horizon = r.steps * step_s * (isl.stop == "steps" and M.STOP_CAP or 1),

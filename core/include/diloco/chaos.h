@@ -21,7 +21,7 @@
  * Rules (each a choice, made once here):
  *  - Faults are kept sorted by `at`; equal `at` keep insertion order (a poisson batch
  *    counts as inserted learner by learner, each learner's failures in time order).
- *  - KILL, CUT and SYNCER are on/off states, so overlapping or touching ones of the same
+ *  - KILL, CUT, SYNCER and PAUSE are on/off states, so overlapping or touching ones of the same
  *    target (same kind and learner; the syncer is one target) are MERGED into one fault
  *    covering the union [min at, max end], at the position of the one that starts first
  *    (its `at` is kept, its duration grows).  Hence at most one of each is active per
@@ -33,7 +33,7 @@
  *    field of its link (bandwidth, latency) is the one set by the latest begun of them
  *    (ties: insertion order) that sets it, else the link's own (dlc_chaos_link_at).
  *  - A fault with duration INFINITY has no end event in the timeline.
- *  - A killed learner's SLOW/CUT faults still begin and end on schedule; they matter only
+ *  - A killed learner's SLOW/CUT/PAUSE faults still begin and end on schedule; they matter only
  *    while it is alive (the driver's concern).
  *
  * Randomness: xoshiro256** seeded by splitmix64, inside this module (never rand()); each
@@ -63,10 +63,12 @@ typedef enum dlc_fault_kind {
     DLC_FAULT_CUT,    /* the learner's link to the syncer drops every message both ways for `duration` */
     DLC_FAULT_SYNCER, /* the syncer is down for `duration`: receives and sends nothing */
     DLC_FAULT_LINK,   /* the learner's link to the syncer takes `bandwidth` and/or `latency` for `duration` */
+    DLC_FAULT_PAUSE,  /* learner is stopped (SIGSTOP) for `duration`: it neither computes nor says anything,
+                       * keeps its state, and goes on where it was (the syncer sees silence) */
     DLC_FAULT_KIND_COUNT
 } dlc_fault_kind;
 
-/* "kill", "slow", "cut", "syncer", "link"; "?" outside the enum.  Never NULL. */
+/* "kill", "slow", "cut", "syncer", "link", "pause"; "?" outside the enum.  Never NULL. */
 DLC_API const char *dlc_fault_kind_name(dlc_fault_kind k);
 /* Parses one of those names into *out: DLC_OK, or DLC_ERR_ARG naming the string. */
 DLC_API dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out);

@@ -14,7 +14,7 @@
  *   merge.h     the merge of one fragment: RDA or weighted mean of encoded contributions, one pass
  *   outer.h     one fragment's syncer state: global Θ, version, outer SGD/Nesterov, version ring
  *   run.h       the run description learners and syncer agree on; their params derive from it
- *   chaos.h     fault schedules (kill, slow, cut, syncer down) as data, fixed or Poisson, seeded
+ *   chaos.h     fault schedules (kill, pause, slow, cut, syncer down, link) as data, fixed or Poisson, seeded
  */
 #ifndef DILOCO_H
 #define DILOCO_H

@@ -48,6 +48,11 @@
  * killed learner loses what arrives for it.  A LINK fault changes the bandwidth, the
  * latency or both of the learner's two links while it lasts (dlc_chaos_link_at): a
  * message sent from then on takes the new ones; one already on its way keeps its own.
+ * A PAUSE stops the learner where it is (a process under SIGSTOP): a step under way ends
+ * the pause's length later, it starts no step, reads nothing (what arrives waits for the
+ * pause's end) and says nothing (its timers wait), so the syncer only sees silence and
+ * may time it out; then it goes on with its model, optimizer and counters.  Its paused
+ * time counts as down_s.
  *
  * Faults (chaos.h, borrowed).  KILL: the learner stops at once (a step under way is
  * lost), the syncer sees the connection drop (dlc_syncer_lost); when it returns it
