@@ -602,13 +602,19 @@ static void test_account(void) {
  * fragment 1 being sent then anyway, and the final merges hold them: one more merge of
  * fragment 0 per learner, and the useful tokens grow by exactly those 2 steps of both
  * learners (never past the tokens trained). */
-static void test_final_flush(void) {
+/* Two learners, H = 4, P = 2, with and without the final flush, over `end` s with the
+ * steps limit `steps` (0: none): with it, the final merges hold 2 more contributions of
+ * fragment 0 (one per learner: its 2 steps since its last send), 2 x 2 x 10 tokens / P
+ * more useful tokens.  With steps, the run ends at that step (1 s a step), each learner
+ * having trained them. */
+static void flush_pair(int64_t steps, double end) {
     double useful[2];
     int merges0[2];
     for (int ff = 0; ff < 2; ff++) {
         world w;
-        world_init(&w, 2, 2, 0, 10);
+        world_init(&w, 2, 2, 0, end);
         w.vp.learner.H = 4;
+        w.vp.steps = steps;
         w.vp.final_flush = ff;
         if (!world_start(&w)) return world_free(&w);
         world_run(&w, -1);
@@ -620,11 +626,20 @@ static void test_final_flush(void) {
         CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
         useful[ff] = st.useful_tokens;
         CHECK(st.useful_tokens <= st.learner[0].tokens + st.learner[1].tokens);
+        if (steps > 0) {
+            CHECK_NEAR(st.end, (double)steps, 1e-9);
+            CHECK(st.learner[0].steps == steps && st.learner[1].steps == steps);
+        }
+        check_stats(&w);
         world_free(&w);
     }
     CHECK(merges0[1] == merges0[0] + 2); /* quorum 1 without grace: one merge per contribution */
     /* 2 learners x 2 steps x 10 tokens, over P = 2 fragments */
     CHECK_NEAR(useful[1] - useful[0], 2 * 2 * 10 / 2.0, 1e-9);
+}
+
+static void test_final_flush(void) {
+    flush_pair(0, 10);
     world w;
     world_init(&w, 1, 1, 0, 3);
     w.vp.final_flush = 2;
@@ -758,32 +773,9 @@ static void test_stop_at_steps(void) {
         check_stats(&w);
         world_free(&w);
     }
-    /* the final flush as a learner stops: H = 4, P = 2 (fragment 1 sent at 2 and 6,
-     * fragment 0 at 4): at step 6 each learner flushes fragment 0's steps 5 and 6 */
-    double useful[2];
-    int merges0[2];
-    for (int ff = 0; ff < 2; ff++) {
-        world w;
-        world_init(&w, 2, 2, 0, 100);
-        w.vp.learner.H = 4;
-        w.vp.steps = 6;
-        w.vp.final_flush = ff;
-        if (!world_start(&w)) return world_free(&w);
-        world_run(&w, -1);
-        CHECK(!w.failed);
-        merges0[ff] = 0;
-        for (int i = 0; i < w.n; i++)
-            if (w.log[i].type == DLC_VT_MERGE && w.log[i].fragment == 0) merges0[ff]++;
-        dlc_vtime_stats st;
-        CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK);
-        CHECK_NEAR(st.end, 6, 1e-9);
-        CHECK(st.learner[0].steps == 6 && st.learner[1].steps == 6);
-        useful[ff] = st.useful_tokens;
-        check_stats(&w);
-        world_free(&w);
-    }
-    CHECK(merges0[1] == merges0[0] + 2);
-    CHECK_NEAR(useful[1] - useful[0], 2 * 2 * 10 / 2.0, 1e-9);
+    /* the final flush as a learner stops (fragment 1 sent at 2 and 6, fragment 0 at 4: at
+     * step 6 each flushes fragment 0's steps 5 and 6) */
+    flush_pair(6, 100);
     world w;
     world_init(&w, 1, 1, 0, 3);
     w.vp.steps = -1;

@@ -88,7 +88,8 @@ local md = { "<!-- chaos begin: scripts/experiments/chaos.lua writes this sectio
     .. "at 15 s and learner 3's link cut at 30 s, each for %s (seen only by `runtime.timeout` = 3 s). Non-elastic dp "
     .. "stops everyone while a learner is down and rolls all back to the newest common checkpoint (every 10 steps); "
     .. "elastic dp goes on without it and replays what it missed; sim predicts each DiLoCo mode for the same schedule "
-    .. "with the step time measured in the run (a pause as a kill). Goodput, uptime and the account as "
+    .. "with the step time measured in the run (pausing and timing out as run does). Goodput, uptime and the "
+    .. "account as "
     .. "docs/algorithm.md §7; healthy idle is the learners' mean share of time waiting for the network.", steps,
     steps * 4 * 1024, down, down), "" }
 
