@@ -64,7 +64,7 @@ static double optnum(lua_State *L, int t, const char *who, const char *k, double
 static int optint(lua_State *L, int t, const char *who, const char *k, int def) {
     double v = optnum(L, t, who, k, def);
     if (v != floor(v) || v < -2147483647.0 || v > 2147483647.0)
-        luaL_error(L, "VTime: %s.%s = %g: expected an integer", who, k, v);
+        luaL_error(L, "VTime: %s.%s = %f: expected an integer", who, k, (lua_Number)v);
     return (int)v;
 }
 
@@ -267,9 +267,12 @@ static int l_vtime(lua_State *L) {
     vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
     vp.cores = optint(L, 1, "VTime", "cores", 0);
     double steps = optnum(L, 1, "VTime", "steps", 0);
-    if (steps != floor(steps) || steps < 0 || steps > 9007199254740992.0)
-        return luaL_error(L, "VTime: steps = %g: expected the run's steps (an integer > 0) or 0 (train until horizon)",
-                          steps);
+    if (steps != floor(steps) || steps < 0 || steps > 9007199254740992.0) {
+        if (steps == floor(steps) && fabs(steps) < 9e18) lua_pushfstring(L, "%I", (lua_Integer)steps);
+        else lua_pushfstring(L, "%f", (lua_Number)steps);
+        return luaL_error(L, "VTime: steps = %s: expected the run's steps (an integer > 0) or 0 (train until horizon)",
+                          lua_tostring(L, -1));
+    }
     vp.steps = (int64_t)steps;
     vp.chaos = chaos;
     int li = subtable(L, 1, "learner");

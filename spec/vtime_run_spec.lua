@@ -22,6 +22,10 @@ describe("diloco.VTime reads one run description", function()
     { "dp under another preset", function(o) o.learner.dp = true; o.learner.preset = "diloco" end,
       "sync.dp = 1 with sync.preset = diloco" },
     { "a preset of dp without dp", function(o) o.learner.preset = "dp" end, "sync.dp = 0 with sync.preset = dp" },
+    { "steps that are not a count", function(o) o.steps = 2.5 end,
+      "VTime: steps = 2.5: expected the run's steps (an integer > 0) or 0" },
+    { "negative steps", function(o) o.steps = -3 end, "VTime: steps = -3: expected" },
+    { "cores that are not a count", function(o) o.cores = 1.5 end, "VTime: VTime.cores = 1.5: expected an integer" },
   }
   for _, c in ipairs(cases) do
     it("refuses " .. c[1], function()
