@@ -29,7 +29,8 @@ return diloco.recipe {
   chaos = %s,
 }
 ]], name, o.dim or 32, o.preset or "decoupled", o.H or 32, o.count or 3, o.heartbeat or "0.5s", o.timeout or "3s",
-    o.start_timeout and string.format(", start_timeout = %q", o.start_timeout) or "", o.steps or (sanitized and 150 or 400),
+    (o.start_timeout and string.format(", start_timeout = %q", o.start_timeout) or "") .. (o.runtime or ""),
+    o.steps or (sanitized and 150 or 400),
     o.eval_every or 0, o.chaos or "nil")
   return S.write(name .. ".lua", text)
 end
@@ -48,6 +49,34 @@ local function reached_end(dir, M, N)
     total = total + ls.steps
   end
   return total
+end
+
+-- The run's merges that stand, from its metrics: each resume continued from its
+-- checkpoint's count, the merges made after that checkpoint were lost; returns that count
+-- and how many were lost.
+local function standing_merges(ev)
+  local gm, lost = 0, 0
+  for _, e in ipairs(ev) do
+    if e.event == "merge" then
+      gm = gm + 1
+    elseif e.event == "resume" then
+      lost = lost + (gm - e.merges)
+      gm = e.merges
+    end
+  end
+  return gm, lost
+end
+
+-- The account (docs/runtime.md) of a run whose syncer restarted: the run's, over its whole
+-- window, nothing negative, summing to 1, its useful share the goodput's size.
+local function whole_account(s)
+  local sum = 0
+  for _, b in ipairs(diloco.account.RUN_BUCKETS) do
+    assert.is_true(s.account[b] >= 0, b)
+    sum = sum + s.account[b]
+  end
+  assert.is_true(math.abs(sum - 1) < 1e-9, "the account sums to " .. sum .. ": " .. diloco.json_encode(s.account))
+  assert.is_true(s.goodput > 0 and s.goodput < 1, "goodput " .. tostring(s.goodput))
 end
 
 describe("diloco-lua run with 3 learner processes", function()
@@ -177,6 +206,41 @@ describe("diloco-lua run with 3 learner processes", function()
     assert.is_true(joins[2].step > 0 and joins[2].data_cursor == joins[2].step,
       "the restart's data cursor: " .. tostring(joins[2].data_cursor) .. " at step " .. tostring(joins[2].step))
     assert.is_nil(s.error)
+  end)
+
+  it("brings its syncer back from its checkpoint after a syncer fault, losing no learner", function()
+    local path = recipe(S, "syncer_down", { count = 2, steps = sanitized and 3000 or 12000, runtime = ", syncer_every = 5",
+      chaos = sanitized and '{ { at = "3s", syncer = "down", down = "1s" } }'
+        or '{ { at = "1.5s", syncer = "down", down = "1s" } }' })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local f = of_kind(ev, "fault", "syncer")
+    assert.are.equal(2, #f, "the syncer's fault, begin and end")
+    assert.is_true(f[1].begin and not f[2].begin)
+    assert.are.equal(2, f[2].epoch)
+    assert.matches("checkpoint%-%d+%.safetensors$", f[2].from)
+    assert.is_true(f[1].merges_lost >= 0 and f[1].merges_lost < 5, "at most the merges since the last checkpoint: "
+      .. tostring(f[1].merges_lost))
+    local s = summary_of(ev)
+    assert.is_nil(s.error)
+    assert.are.equal(2, s.epoch)
+    assert.are.equal(1, s.syncer_restarts)
+    assert.are.equal(f[1].merges_lost, s.merges_lost)
+    assert.are.equal(#of_kind(ev, "merge") - f[1].merges_lost, s.merges)
+    -- no learner lost: each ran as one process throughout and contributed after the restart
+    for m = 1, 2 do
+      assert.are.equal(1, s.per_learner[m].processes, "learner " .. m .. "'s processes")
+      assert.are.equal(0, s.per_learner[m].crashes)
+      local after = false
+      for _, mg in ipairs(of_kind(ev, "merge")) do
+        if mg.wall_s > f[2].wall_s then
+          for _, c in ipairs(mg.contributors) do after = after or c.learner == m end
+        end
+      end
+      assert.is_true(after, "learner " .. m .. " contributes to the restarted syncer")
+    end
+    whole_account(s)
   end)
 
   it("does not restart a learner that is still down when the others have finished", function()
@@ -572,6 +636,22 @@ describe("diloco-lua syncer killed with kill -9", function()
     assert.are.equal(#resumes + 1, s.epoch)
     assert.is_nil(s.error)
     assert.is_true(s.final_eval_loss < 5.3)
+    -- the summary is the run's, not the last syncer's: its merges those that stand, the
+    -- ones made after a checkpoint by a syncer that died counted as lost (each resume
+    -- says how many), its clock from the run's start
+    local standing, lost = standing_merges(ev)
+    assert.are.equal(standing, s.merges)
+    assert.are.equal(lost, s.merges_lost)
+    local said = 0
+    for _, r in ipairs(resumes) do
+      said = said + r.merges_lost
+      assert.is_true(r.wall_s > 0, "the resume's wall_s counts from the run's start")
+    end
+    assert.are.equal(lost, said)
+    local merges = of_kind(ev, "merge")
+    assert.is_true(s.wall_s > merges[#merges].wall_s and merges[#merges].wall_s > resumes[#resumes].wall_s
+      and resumes[1].wall_s > merges[1].wall_s, "wall_s from the run's start, in order")
+    whole_account(s)
     -- within each syncer incarnation every fragment's version only grows, and each restart
     -- continues from at most the merges since the checkpoint it loaded
     local last, seg = {}, 0

@@ -118,11 +118,46 @@ function M.link_of(ctx, m)
   return (bw and bw < math.huge) and bw or 0, lat or 0
 end
 
+-- What OUT/metrics.jsonl says of the run's merges before a --resume: the seconds from
+-- the run's start (Unix time `start`; nil: from the file's first event) of the merges
+-- 1..`upto` as they stand (each earlier resume continued from its checkpoint's count,
+-- the merges after that checkpoint were lost), the count the last syncer had reached,
+-- and the Unix time of the file's first event.  Read by pattern: a merge line is long.
+function M.past_merges(path, upto, start)
+  local f = path and io.open(path, "r")
+  if not f then return {}, upto, nil end
+  local at, gm, first = {}, 0, nil
+  for line in f:lines() do
+    local t = tonumber(line:match('^{"event":"[%w_]+","time":([%d.]+)') or "")
+    first = first or t
+    if line:find('^{"event":"merge"') then
+      gm = gm + 1
+      at[gm] = t
+    elseif line:find('^{"event":"resume"') then
+      gm = math.tointeger(tonumber(line:match('"merges":(%d+)') or "")) or gm
+    end
+  end
+  f:close()
+  start = start or first
+  local times = {}
+  for k = 1, math.min(upto, gm) do
+    if at[k] and start then times[#times + 1] = at[k] - start end
+  end
+  return times, gm, first
+end
+
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
 local function save_syncer(ctx)
   local total = ctx.gm
+  -- with what a --resume needs to account for the whole run, not its own part: when the
+  -- run started (Unix time) and its training window began, the useful tokens so far
   local meta = { ["diloco.run_id"] = ctx.run_id, ["diloco.merges"] = tostring(total),
-    ["diloco.recipe_json"] = ctx.recipe_json }
+    ["diloco.recipe_json"] = ctx.recipe_json, ["diloco.useful_tokens"] = string.format("%.17g", ctx.useful or 0),
+    ["diloco.run_start"] = string.format("%.6f", ctx.run_start), ["diloco.train_start"] =
+    string.format("%.6f", ctx.t_train_start or 0) }
+  -- what this process had counted at this checkpoint, for a restart from it (restore_counts)
+  ctx.saved_counts = ctx.saved_counts or {}
+  ctx.saved_counts[total] = { merges = ctx.merges, times = #ctx.merge_times }
   local res, err = ctx.srd:save(total, function(path) return ctx.syncer:save(path, meta) end, function(path)
     ctx.syncer:global(ctx.params)
     return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
@@ -135,6 +170,19 @@ local function save_syncer(ctx)
   else
     ctx.metrics:write("checkpoint", { error = plain(err), merges = total, wall_s = wall })
   end
+end
+
+-- The syncer comes back in this process from checkpoint `last` (nil: none, a fresh one):
+-- the merges made after it are lost (merges_lost), and with them their useful tokens and
+-- their times (uptime).
+local function restore_counts(ctx, last)
+  local keep = last and math.tointeger(last.step) or 0
+  local c = (ctx.saved_counts or {})[keep] or { merges = 0, times = 0 }
+  ctx.merges_lost = (ctx.merges_lost or 0) + math.max(0, ctx.gm - keep)
+  ctx.gm, ctx.merges = keep, c.merges
+  for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
+  local _, meta = last and diloco.load_safetensors(last.path)
+  ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or ctx.useful
 end
 
 local function maybe_save_syncer(ctx)
@@ -190,6 +238,24 @@ local function prepare(r, opts)
       saved = meta
     end
     ctx.gm = math.tointeger(tonumber(saved["diloco.merges"] or "0")) or 0 -- the run's merges (continued on resume)
+    ctx.merges = ctx.gm
+    ctx.run_start = diloco.wall_time() - (diloco.clock() - ctx.t_start)
+    if ctx.srd.resume_path then
+      -- a resumed syncer accounts for the whole run: its clock counts from the run's start,
+      -- the useful tokens and the merge times are those of the merges that stand (the
+      -- checkpoint's; those made after it by the syncer that died are lost: merges_lost)
+      local times, reached, first = M.past_merges(ctx.rd.metrics_path, ctx.gm,
+        tonumber(saved["diloco.run_start"] or ""))
+      local start = tonumber(saved["diloco.run_start"] or "") or first
+      if start and start <= ctx.run_start then
+        ctx.t_start = ctx.t_start - (ctx.run_start - start)
+        ctx.run_start = start
+        ctx.merge_times = times
+      end
+      ctx.useful = tonumber(saved["diloco.useful_tokens"] or "")
+      ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
+      ctx.merges_lost = math.max(0, reached - ctx.gm)
+    end
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
     elseif ctx.srd.resume_path and not opts.secret and diloco.file_id(ctx.out .. "/secret") then
@@ -212,7 +278,8 @@ local function prepare(r, opts)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
     if ctx.srd.resume_path then
-      ctx.metrics:write("resume", { from = ctx.srd.resume_path, merges = ctx.gm, epoch = ctx.syncer:epoch() })
+      ctx.metrics:write("resume", { from = ctx.srd.resume_path, merges = ctx.gm, epoch = ctx.syncer:epoch(),
+        merges_lost = ctx.merges_lost, wall_s = diloco.clock() - ctx.t_start })
     end
     ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
@@ -836,7 +903,7 @@ local function chaos_due(ctx)
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
     local last = list[#list]
-    ctx.gm = last and math.tointeger(last.step) or 0 -- the merges of that checkpoint: the rest are lost
+    restore_counts(ctx, last) -- the merges of that checkpoint: the rest are lost
     local t0 = diloco.clock()
     M.start_syncer(ctx, ctx.address, last and last.path or nil)
     ctx.syncer_back_at = nil
@@ -1043,7 +1110,7 @@ local function finish(ctx, err)
   if not ctx.syncer then -- stopped while it was down: back from its checkpoint, to save the model
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
     local last = list[#list]
-    ctx.gm = last and math.tointeger(last.step) or 0
+    restore_counts(ctx, last)
     local ok, e = pcall(M.start_syncer, ctx, ctx.address, last and last.path or nil)
     if not ok then error(e, 0) end
   end
@@ -1131,6 +1198,7 @@ local function finish(ctx, err)
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
     rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    merges_lost = ctx.merges_lost,
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
@@ -1291,8 +1359,8 @@ function M.serve(r, opts)
       end
       for m = 1, r.islands.count do spawn(ctx, m, true) end
     end
-    ctx.t_train_start = elapsed(ctx)
-    ctx.chaos_t0 = ctx.t_train_start
+    ctx.t_train_start = ctx.resumed_train_start or elapsed(ctx) -- (a resumed syncer: the run's)
+    ctx.chaos_t0 = elapsed(ctx)
     loop(ctx)
   end)
   if not ok and ctx.supervising then -- never leave children behind
