@@ -565,7 +565,9 @@ describe("diloco-lua syncer killed with kill -9", function()
     end
     local kills_mid_write = 0
     local ok, err = pcall(function()
-      local a = syncer("127.0.0.1:0", { "--set", "runtime.syncer_every=5" })
+      -- the first one is killed before its first periodic checkpoint: only the one of the
+      -- run's start is there, and the merges it made are lost
+      local a = syncer("127.0.0.1:0", { "--set", "runtime.syncer_every=100000" })
       local learners = {}
       for id = 1, 2 do
         learners[id] = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
@@ -573,15 +575,18 @@ describe("diloco-lua syncer killed with kill -9", function()
           stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
         pids[#pids + 1] = learners[id]
       end
-      local function wait_for_checkpoint()
-        for _ = 1, 300 do
-          if #diloco.rundir.checkpoints(S.dir .. "/run/syncer") > 0 then return end
+      local function wait_for_merges(n)
+        for _ = 1, 600 do
+          local _, reached = require("diloco.cluster").past_merges(S.dir .. "/run/metrics.jsonl", 0)
+          if reached >= n then return end
           diloco.proc.sleep(0.05)
         end
-        error("no syncer checkpoint within 15 s: " .. table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+        error("no " .. n .. " merges within 30 s: " .. table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
       end
-      wait_for_checkpoint()
-      diloco.proc.sleep(0.5)
+      wait_for_merges(3)
+      local list = diloco.rundir.checkpoints(S.dir .. "/run/syncer")
+      assert.are.equal(1, #list, "the start's checkpoint")
+      assert.are.equal(0, math.tointeger(list[1].step))
       local port = H.read_lines(addr)[1]:match(":(%d+)$")
       diloco.proc.signal(a, "KILL")
       diloco.proc.wait(a, true)
@@ -630,6 +635,9 @@ describe("diloco-lua syncer killed with kill -9", function()
     local ev = events(S.dir .. "/run/metrics.jsonl")
     local resumes = of_kind(ev, "resume")
     assert.are.equal(1 + kills_mid_write, #resumes, "a restart after each kill")
+    -- the first from the start's checkpoint: what the first syncer merged is lost
+    assert.are.equal(0, resumes[1].merges)
+    assert.is_true(resumes[1].merges_lost >= 3, "merges lost at the first kill: " .. tostring(resumes[1].merges_lost))
     -- each start a later epoch, also after one killed before its first checkpoint
     for i, r in ipairs(resumes) do assert.are.equal(i + 1, r.epoch) end
     local s = summary_of(ev)

@@ -122,11 +122,12 @@ end
 -- the run's start (Unix time `start`; nil: from the file's first event) of the merges
 -- 1..`upto` as they stand (each earlier resume continued from its checkpoint's count,
 -- the merges after that checkpoint were lost), the count the last syncer had reached,
--- and the Unix time of the file's first event.  Read by pattern: a merge line is long.
+-- the Unix time of the file's first event, and the merges lost at the earlier resumes.
+-- Read by pattern: a merge line is long.
 function M.past_merges(path, upto, start)
   local f = path and io.open(path, "r")
-  if not f then return {}, upto, nil end
-  local at, gm, first = {}, 0, nil
+  if not f then return {}, upto, nil, 0 end
+  local at, gm, first, lost = {}, 0, nil, 0
   for line in f:lines() do
     local t = tonumber(line:match('^{"event":"[%w_]+","time":([%d.]+)') or "")
     first = first or t
@@ -134,7 +135,8 @@ function M.past_merges(path, upto, start)
       gm = gm + 1
       at[gm] = t
     elseif line:find('^{"event":"resume"') then
-      gm = math.tointeger(tonumber(line:match('"merges":(%d+)') or "")) or gm
+      local from = math.tointeger(tonumber(line:match('"merges":(%d+)') or "")) or gm
+      lost, gm = lost + math.max(0, gm - from), from
     end
   end
   f:close()
@@ -143,7 +145,7 @@ function M.past_merges(path, upto, start)
   for k = 1, math.min(upto, gm) do
     if at[k] and start then times[#times + 1] = at[k] - start end
   end
-  return times, gm, first
+  return times, gm, first, lost
 end
 
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
@@ -244,7 +246,7 @@ local function prepare(r, opts)
       -- a resumed syncer accounts for the whole run: its clock counts from the run's start,
       -- the useful tokens and the merge times are those of the merges that stand (the
       -- checkpoint's; those made after it by the syncer that died are lost: merges_lost)
-      local times, reached, first = M.past_merges(ctx.rd.metrics_path, ctx.gm,
+      local times, reached, first, lost_before = M.past_merges(ctx.rd.metrics_path, ctx.gm,
         tonumber(saved["diloco.run_start"] or ""))
       local start = tonumber(saved["diloco.run_start"] or "") or first
       if start and start <= ctx.run_start then
@@ -254,7 +256,8 @@ local function prepare(r, opts)
       end
       ctx.useful = tonumber(saved["diloco.useful_tokens"] or "")
       ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
-      ctx.merges_lost = math.max(0, reached - ctx.gm)
+      ctx.merges_lost = math.max(0, reached - ctx.gm) -- (this resume's; the run's in the summary)
+      ctx.merges_lost_before = lost_before
     end
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
@@ -1198,7 +1201,7 @@ local function finish(ctx, err)
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
     rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
-    merges_lost = ctx.merges_lost,
+    merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
@@ -1361,6 +1364,9 @@ function M.serve(r, opts)
     end
     ctx.t_train_start = ctx.resumed_train_start or elapsed(ctx) -- (a resumed syncer: the run's)
     ctx.chaos_t0 = elapsed(ctx)
+    -- a checkpoint of the start (merges 0), so that a syncer killed before its first
+    -- periodic one is resumed too (it loses the merges so far, as after any other)
+    if not ctx.srd.resume_path then save_syncer(ctx) end
     loop(ctx)
   end)
   if not ok and ctx.supervising then -- never leave children behind
