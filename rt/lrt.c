@@ -57,6 +57,7 @@ struct dlc_lrt {
     dlc_proto_layout layout;
     int64_t *numel;
     int peer, ready, id, P;
+    int ready_once; /* it was READY before: a READY after that is a reconnect */
     double t0;
     char last_refusal[DLC_RT_TEXT_MAX];
     /* host events, a ring */
@@ -390,8 +391,8 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         } else if (id != l->id) {
             return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id, id);
         }
-        if (l->ready) l->st.reconnects++;
-        l->ready = 1;
+        if (l->ready_once) l->st.reconnects++; /* (a LOST cleared `ready` before this READY) */
+        l->ready = l->ready_once = 1;
         l->st.connected = 1;
         conn_event(l, DLC_LRT_CONNECTED, ev->text);
         flush_held(l);

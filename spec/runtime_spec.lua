@@ -622,6 +622,10 @@ describe("diloco-lua syncer killed with kill -9", function()
       for id = 1, 2 do
         local st = diloco.proc.wait(learners[id], true)
         assert.are.equal(0, st.exited, "learner " .. id .. ": " .. table.concat(H.read_lines(S.dir .. "/l" .. id .. ".log"), "\n"))
+        -- one process throughout, which reconnected to each new syncer it could reach
+        local ls = summary_of(events(S.dir .. "/l" .. id .. "/metrics.jsonl"))
+        assert.are.equal(1, #of_kind(events(S.dir .. "/l" .. id .. "/metrics.jsonl"), "join"))
+        assert.is_true(ls.reconnects >= 1, "learner " .. id .. " reconnected " .. tostring(ls.reconnects) .. " times")
       end
       local st = diloco.proc.wait(c, true)
       assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
