@@ -107,14 +107,16 @@ local function go(name, at)
   return s
 end
 
-local function mean_wait(s)
-  local sum = 0
+-- the learners' own summaries: the mean share of their loop spent waiting for the
+-- network, and their reconnects (to each new syncer) in all
+local function learners_said(s)
+  local wait, reconnects = 0, 0
   for m = 1, M do
     local ok, lev = pcall(events, string.format("%s/run/learner-%d/metrics.jsonl", s.dir, m))
     local ls = ok and lev[#lev] or {}
-    sum = sum + (ls.wait_share or 0)
+    wait, reconnects = wait + (ls.wait_share or 0), reconnects + (ls.reconnects or 0)
   end
-  return sum / M
+  return wait / M, reconnects
 end
 
 print(string.format("recipe %s (sync.preset = decoupled), %d learners x %d steps, one thread each; the syncer "
@@ -167,14 +169,16 @@ for i, k in ipairs(killed.kills) do
     all_at and string.format("+%.2f", all_at - from) or "not all"))
 end
 
-print("\n| run | goodput | uptime | learners' wait share | final eval | merges (lost) | wall s | learners lost |")
-print("|---|---|---|---|---|---|---|---|")
+print("\n| run | goodput | uptime | learners' wait share | final eval | merges (lost) | wall s | reconnects "
+  .. "| learners lost |")
+print("|---|---|---|---|---|---|---|---|---|")
 for _, row in ipairs { { "left alone", alone }, { "syncer killed " .. #fractions .. "x", killed } } do
   local s = row[2]
   local lost_learners = #s.bad
   for _, k in ipairs(s.kills) do if not k.all_back then lost_learners = math.max(lost_learners, 1) end end
-  print(string.format("| %s | %.1f%% | %.1f%% | %.2f%% | %.4f | %d (%d) | %.1f | %d |", row[1], 100 * s.goodput,
-    100 * s.uptime, 100 * mean_wait(s), s.final_eval_loss, s.merges, s.merges_lost or 0, s.wall_s, lost_learners))
+  local wait, reconnects = learners_said(s)
+  print(string.format("| %s | %.1f%% | %.1f%% | %.2f%% | %.4f | %d (%d) | %.1f | %d | %d |", row[1], 100 * s.goodput,
+    100 * s.uptime, 100 * wait, s.final_eval_loss, s.merges, s.merges_lost or 0, s.wall_s, reconnects, lost_learners))
 end
 for _, b in ipairs(killed.bad) do print("  " .. b) end
 local lost_learners = #killed.bad > 0
