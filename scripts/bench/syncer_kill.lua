@@ -17,11 +17,11 @@
 -- Usage: diloco-lua scripts/bench/syncer_kill.lua RECIPE STEPS KILLS DOWN EVERY OUTDIR
 --   KILLS: when to kill, as fractions of the time the run left alone took to its last merge
 --   ("0.3,0.6")
---   DOWN: seconds between the kill and the restart; EVERY: runtime.syncer_every (merges)
+--   DOWN: the time between the kill and the restart (seconds, or a duration: "5s"); EVERY: runtime.syncer_every (merges)
 local diloco = require "diloco"
 local cluster = require "diloco.cluster"
-local recipe, steps, kills_arg, down, every, tmp = arg[1], tonumber(arg[2]), arg[3], tonumber(arg[4]),
-  math.tointeger(tonumber(arg[5])), arg[6]
+local recipe, steps, kills_arg, every, tmp = arg[1], tonumber(arg[2]), arg[3], math.tointeger(tonumber(arg[5])), arg[6]
+local down = tonumber(arg[4]) or require("diloco.recipe").parse_duration(arg[4] or "") -- (5 or "5s")
 assert(recipe and steps and kills_arg and down and every and tmp,
   "usage: syncer_kill.lua RECIPE STEPS KILLS DOWN EVERY OUTDIR")
 local fractions = {}
