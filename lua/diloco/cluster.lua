@@ -184,7 +184,8 @@ local function restore_counts(ctx, last)
   ctx.gm, ctx.merges = keep, c.merges
   for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
   local _, meta = last and diloco.load_safetensors(last.path)
-  ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or ctx.useful
+  -- (no checkpoint: nothing merged stands; one of an older build's: the count goes on)
+  ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or (last and ctx.useful or 0)
 end
 
 local function maybe_save_syncer(ctx)
