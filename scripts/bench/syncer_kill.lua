@@ -62,27 +62,46 @@ local function start_syncer(dir, listen, resume)
   return spawn(argv, dir .. "/syncer.log")
 end
 
--- One run: the syncer, four learners, the kills at `at` (seconds after the start).
+-- One run: the syncer, four learners, the kills at `at` (seconds after the start).  On an
+-- error every process it started is killed (by pid) before the error goes on.
+local go_once
 local function go(name, at)
+  local pids = {}
+  local ok, s = pcall(go_once, name, at, pids)
+  if ok then return s end
+  for _, pid in pairs(pids) do
+    pcall(diloco.proc.signal, pid, "KILL")
+    pcall(diloco.proc.wait, pid, true)
+  end
+  error(s, 0)
+end
+
+function go_once(name, at, pids)
   local dir = tmp .. "/" .. name
   diloco.mkdir_p(dir)
   local t0 = diloco.clock()
   local syncer = start_syncer(dir, "127.0.0.1:0")
+  pids.syncer = syncer
   local learners = {}
   for m = 1, M do
     learners[m] = spawn({ exe, "learner", recipe, "--connect", "@" .. dir .. "/address", "--id", tostring(m),
       "--secret-file", secret, "--out", dir .. "/run/learner-" .. m, "--overwrite", "--quiet" },
       string.format("%s/learner-%d.log", dir, m))
+    pids[m] = learners[m]
   end
   local kills = {}
   for _, t in ipairs(at) do
     while diloco.clock() - t0 < t do
-      if diloco.proc.wait(syncer) then error(name .. ": the syncer ended before the kill at " .. t .. " s") end
+      if diloco.proc.wait(syncer) then
+        pids.syncer = nil
+        error(name .. ": the syncer ended before the kill at " .. t .. " s", 0)
+      end
       diloco.proc.sleep(0.01)
     end
     local port = assert(io.open(dir .. "/address")):read("l"):match(":(%d+)$")
     diloco.proc.signal(syncer, "KILL")
     diloco.proc.wait(syncer, true)
+    pids.syncer = nil -- (reaped: its pid may be another process's now)
     -- what the run's record says at the kill: the merges it had reached, and those of the
     -- newest checkpoint on disk (each save is atomic: a write under way is not one)
     local _, reached = cluster.past_merges(dir .. "/run/metrics.jsonl", 0)
@@ -91,14 +110,17 @@ local function go(name, at)
     diloco.proc.sleep(down)
     k.restart = diloco.clock() - t0
     syncer = start_syncer(dir, "127.0.0.1:" .. port, true)
+    pids.syncer = syncer
     kills[#kills + 1] = k
   end
   local bad = {}
   for m = 1, M do
     local st = diloco.proc.wait(learners[m], true)
     if st.exited ~= 0 then bad[#bad + 1] = string.format("learner %d: %s", m, diloco.json_encode(st)) end
+    pids[m] = nil
   end
   local st = diloco.proc.wait(syncer, true)
+  pids.syncer = nil
   if st.exited ~= 0 then error(name .. ": the syncer failed, see " .. dir .. "/syncer.log") end
   local ev = events(dir .. "/run/metrics.jsonl")
   local s = ev[#ev]
