@@ -68,7 +68,7 @@ local function standing_merges(ev)
 end
 
 -- The account (docs/runtime.md) of a run whose syncer restarted: the run's, over its whole
--- window, nothing negative, summing to 1, its useful share the goodput's size.
+-- window, nothing negative, summing to 1, and a goodput between 0 and 1.
 local function whole_account(s)
   local sum = 0
   for _, b in ipairs(diloco.account.RUN_BUCKETS) do
