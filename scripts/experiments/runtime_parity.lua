@@ -6,7 +6,12 @@
 -- of each real run reproduces its final global parameters bit for bit.
 --
 --   diloco-lua scripts/experiments/runtime_parity.lua [--steps N] [--seeds 0,1] [--islands M]
---       [--presets decoupled,diloco] [--out runs/parity]
+--       [--presets decoupled,diloco] [--repeat R] [--out runs/parity]
+--
+-- --repeat R runs `run` R times per seed (sim once: it is deterministic) and adds a row
+-- with the mean of the R real runs' final eval loss against sim's: a real decoupled run
+-- moves from one invocation to the next with the same seed (which contributions meet in
+-- a round depends on the host's scheduling), and R runs say by how much.
 --
 -- The recipe is recipes/decoupled.lua (charlm's GPT, M islands of data.batch 16 x 64
 -- tokens).  Token budget per run: M x N x 1024.  Each learner process trains with one
@@ -14,7 +19,7 @@
 local diloco = require "diloco"
 
 local root = (arg[0]:match("^(.*)/scripts/experiments/runtime_parity%.lua$") or ".")
-local opts = { steps = 300, seeds = "0", islands = 4, presets = "decoupled", out = "runs/parity" }
+local opts = { steps = 300, seeds = "0", islands = 4, presets = "decoupled", out = "runs/parity", ["repeat"] = "1" }
 do
   local i = 1
   while i <= #arg do
@@ -24,6 +29,8 @@ do
     i = i + 2
   end
 end
+local R = math.tointeger(tonumber(opts["repeat"]))
+if not R or R < 1 then error("--repeat " .. tostring(opts["repeat"]) .. ": expected a whole number >= 1") end
 local exe = diloco.proc.self_exe()
 local recipe = root .. "/recipes/decoupled.lua"
 
@@ -71,9 +78,19 @@ for _, preset in ipairs(split(opts.presets)) do
     extra = { "--set", "sync.preset=" .. preset, "--set", "seed=" .. seed }
     local name = string.format("%s/%s-s%s", opts.out, preset, seed)
     local s = go("sim", name .. "-sim")
-    local r = go("run", name .. "-run")
-    print(string.format("| %s | %s | %.4f | %.4f | %+.2f%% | %d / %d | %.3f / %.3f | %s |", preset, seed,
-      s.final_eval_loss, r.final_eval_loss, 100 * (r.final_eval_loss / s.final_eval_loss - 1), s.merges, r.merges,
-      s.goodput or 0, r.goodput or 0, replay(name .. "-run")))
+    local sum, merges = 0, 0
+    for k = 1, R do
+      local rn = R > 1 and string.format("%s-run%d", name, k) or name .. "-run"
+      local r = go("run", rn)
+      sum, merges = sum + r.final_eval_loss, merges + r.merges
+      print(string.format("| %s | %s%s | %.4f | %.4f | %+.2f%% | %d / %d | %.3f / %.3f | %s |", preset, seed,
+        R > 1 and (" run " .. k) or "", s.final_eval_loss, r.final_eval_loss,
+        100 * (r.final_eval_loss / s.final_eval_loss - 1), s.merges, r.merges, s.goodput or 0, r.goodput or 0,
+        replay(rn)))
+    end
+    if R > 1 then
+      print(string.format("| %s | %s, mean of %d | %.4f | %.4f | %+.2f%% | %d / %.1f | | |", preset, seed, R,
+        s.final_eval_loss, sum / R, 100 * (sum / R / s.final_eval_loss - 1), s.merges, merges / R))
+    end
   end
 end
