@@ -595,7 +595,10 @@ done:
     return err;
 }
 
-dlc_safetensors *dlc_safetensors_open(const char *path) {
+/* Opens `path`, validates its header against the file's size, and reads the data region
+ * too when `with_data` (dlc_safetensors_open), not when only the header is wanted
+ * (dlc_safetensors_open_header: st->data stays NULL). */
+static dlc_safetensors *open_file(const char *path, int with_data) {
     if (!path || !path[0]) {
         dlc_error(DLC_ERR_ARG, "safetensors_open: path is empty");
         return NULL;
@@ -655,6 +658,10 @@ dlc_safetensors *dlc_safetensors_open(const char *path) {
     if ((err = parse_header(st, hdr, hlen)) != DLC_OK) goto fail;
     free(hdr);
     hdr = NULL;
+    if (!with_data) {
+        fclose(f);
+        return st;
+    }
     if (st->data_len > SIZE_MAX || !(st->data = malloc(st->data_len ? st->data_len : 1))) {
         err = dlc_error(DLC_ERR_NOMEM, "%s: out of memory for %llu bytes of tensor data", path,
                         (unsigned long long)st->data_len);
@@ -671,6 +678,10 @@ fail:
     dlc_safetensors_close(st);
     return NULL;
 }
+
+dlc_safetensors *dlc_safetensors_open(const char *path) { return open_file(path, 1); }
+
+dlc_safetensors *dlc_safetensors_open_header(const char *path) { return open_file(path, 0); }
 
 int dlc_safetensors_count(const dlc_safetensors *st) { return st ? st->n : 0; }
 
@@ -712,6 +723,12 @@ dlc_tensor *dlc_safetensors_get(const dlc_safetensors *st, const char *name) {
     const st_entry *e = find(st, name);
     if (!e) {
         dlc_error(DLC_ERR_ARG, "%s: has no tensor '%s'", st->path, show(sa, name));
+        return NULL;
+    }
+    if (!st->data) {
+        dlc_error(DLC_ERR_ARG, "%s: tensor '%s': the file was opened for its header only "
+                               "(dlc_safetensors_open_header): open it with dlc_safetensors_open to read tensors",
+                  st->path, show(sa, name));
         return NULL;
     }
     dlc_tensor *t = dlc_tensor_new(e->ndim, e->shape);

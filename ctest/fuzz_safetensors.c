@@ -6,6 +6,9 @@
  * dlc_safetensors_get (all four dtypes convert), every metadata key is looked up,
  * and a name taken from the input's last bytes is looked up too (a caller may ask
  * for any name: absent names must fail cleanly and show safely in the message).
+ * The header alone (dlc_safetensors_open_header) must agree: it opens exactly when the
+ * whole open does, with the same status when neither does (only NOMEM may differ: the
+ * header alone allocates less), and the same names and metadata.
  * Failure to open is a normal outcome; the crash, hang, leak and sanitizer reports
  * are the findings.  Built by -DDLC_FUZZ=ON, run by scripts/fuzz.
  */
@@ -37,9 +40,23 @@ static int write_file(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!write_file(data, size)) abort(); /* the harness itself is broken */
+    dlc_safetensors *hd = dlc_safetensors_open_header(path);
+    dlc_status hs = hd ? DLC_OK : dlc_last_status();
     dlc_safetensors *st = dlc_safetensors_open(path);
-    if (!st) return 0;
+    dlc_status ws = st ? DLC_OK : dlc_last_status();
+    if (hs != ws && hs != DLC_ERR_NOMEM && ws != DLC_ERR_NOMEM) abort();
+    if (!st || !hd) {
+        dlc_safetensors_close(hd);
+        dlc_safetensors_close(st);
+        return 0;
+    }
     int n = dlc_safetensors_count(st);
+    if (dlc_safetensors_count(hd) != n || dlc_safetensors_meta_count(hd) != dlc_safetensors_meta_count(st)) abort();
+    for (int i = 0; i < n; i++)
+        if (strcmp(dlc_safetensors_name(hd, i), dlc_safetensors_name(st, i)) != 0) abort();
+    for (int i = 0; i < dlc_safetensors_meta_count(st); i++)
+        if (strcmp(dlc_safetensors_meta_key(hd, i), dlc_safetensors_meta_key(st, i)) != 0) abort();
+    dlc_safetensors_close(hd);
     for (int i = 0; i < n; i++) {
         const char *name = dlc_safetensors_name(st, i);
         if (!name || !dlc_safetensors_dtype(st, name)) abort();

@@ -156,6 +156,49 @@ static void test_round_trip(void) {
     for (int i = 0; i < 5; i++) dlc_tensor_release(t[i]);
 }
 
+/* The header alone: the same names, shapes and metadata as a whole open, no tensor
+ * (get fails naming the way to read one), and a file whose data region is cut short is
+ * refused as open refuses it, though the data is never read. */
+static void test_header_only(void) {
+    char p[256];
+    pathf(p, "hdr.safetensors");
+    int64_t s2[2] = {2, 3};
+    dlc_tensor *t[2] = {check_randn(11, 1.0f, 2, s2), dlc_tensor_full(0, NULL, 2.0f)};
+    const char *names[2] = {"w", "b"}, *mk[1] = {"diloco.step"}, *mv[1] = {"40"};
+    CHECK(dlc_safetensors_save(p, 2, names, t, 1, mk, mv) == DLC_OK);
+    dlc_safetensors *st = dlc_safetensors_open_header(p);
+    CHECK_OK(st);
+    if (st) {
+        CHECK(dlc_safetensors_count(st) == 2);
+        CHECK(strcmp(dlc_safetensors_name(st, 0), "w") == 0 && strcmp(dlc_safetensors_name(st, 1), "b") == 0);
+        int64_t shp[DLC_MAX_DIMS];
+        CHECK(dlc_safetensors_shape(st, "w", shp) == 2 && shp[0] == 2 && shp[1] == 3);
+        CHECK(dlc_safetensors_shape(st, "b", shp) == 0);
+        CHECK(strcmp(dlc_safetensors_dtype(st, "w"), "F32") == 0);
+        CHECK(strcmp(dlc_safetensors_meta(st, "diloco.step"), "40") == 0);
+        CHECK(dlc_safetensors_meta_count(st) == 2);
+        CHECK_FAILS(dlc_safetensors_get(st, "w"), DLC_ERR_ARG, "header only");
+        CHECK_FAILS(dlc_safetensors_get(st, "nope"), DLC_ERR_ARG, "has no tensor 'nope'");
+        dlc_safetensors_close(st);
+    }
+    size_t n;
+    unsigned char *raw = read_bytes(p, &n);
+    write_bytes(p, raw, n - 4); /* the last tensor's bytes cut short */
+    st = dlc_safetensors_open_header(p);
+    CHECK(!st && dlc_last_status() == DLC_ERR_FORMAT && strstr(dlc_last_error(), p) == dlc_last_error());
+    dlc_safetensors_close(st);
+    write_bytes(p, raw, n + 0); /* whole again: opens */
+    st = dlc_safetensors_open_header(p);
+    CHECK_OK(st);
+    dlc_safetensors_close(st);
+    free(raw);
+    pathf(p, "missing.safetensors");
+    CHECK(!dlc_safetensors_open_header(p) && dlc_last_status() == DLC_ERR_IO);
+    CHECK(!dlc_safetensors_open_header("") && dlc_last_status() == DLC_ERR_ARG);
+    dlc_tensor_release(t[0]);
+    dlc_tensor_release(t[1]);
+}
+
 /* The exact bytes of a small file, built by hand from the spec. */
 static void test_fixture_bytes(void) {
     char p[256];
@@ -396,6 +439,10 @@ static void test_hostile(void) {
             fprintf(stderr, "  hostile case '%s': %s: %s\n", c->what, st ? "opened" : "wrong error",
                     dlc_last_error());
         dlc_safetensors_close(st);
+        /* the header alone is held to the same rules */
+        st = dlc_safetensors_open_header(p);
+        CHECK(!st && dlc_last_status() == DLC_ERR_FORMAT && strstr(dlc_last_error(), c->needle));
+        dlc_safetensors_close(st);
         /* no state damage: the valid file still opens and reads */
         dlc_safetensors *g = dlc_safetensors_open(good);
         dlc_tensor *w = g ? dlc_safetensors_get(g, "w") : NULL;
@@ -495,6 +542,7 @@ int main(void) {
         return 2;
     }
     test_round_trip();
+    test_header_only();
     test_fixture_bytes();
     test_atomic_replace();
     test_conversions();

@@ -1,11 +1,12 @@
 /*
- * lckpt.c - checkpoints for Lua: diloco.save_safetensors and diloco.load_safetensors
- * (core/ckpt.h).  JSON (diloco.json_encode / json_decode / json_null) is ljson.c.
+ * lckpt.c - checkpoints for Lua: diloco.save_safetensors, diloco.load_safetensors and
+ * diloco.safetensors_meta (core/ckpt.h).  JSON (diloco.json_encode / json_decode / json_null) is ljson.c.
  *
  *     assert(diloco.save_safetensors("m.safetensors", { {"wte", wte}, {"wpe", wpe} },
  *                                    { step = 1200, recipe = "gpt-tiny" }))
  *     local ts, meta, names = assert(diloco.load_safetensors("m.safetensors"))
  *     -- ts.wte is a Tensor, meta.step == "1200", names == {"wte", "wpe"}
+ *     local meta, names = assert(diloco.safetensors_meta("m.safetensors")) -- no tensor read
  *
  * Errors (liolib's convention, ldiloco.h): wrong arguments raise; an environmental
  * failure returns nil, message, code (the status name, "DLC_ERR_IO" / "DLC_ERR_FORMAT"):
@@ -211,7 +212,35 @@ static int l_load_safetensors(lua_State *L) {
     return 3;
 }
 
+/* diloco.safetensors_meta(path) -> metadata, {names in file order} | nil, msg, code
+ * The header alone (dlc_safetensors_open_header): validated as load_safetensors does,
+ * the tensors' data never read. */
+static int l_safetensors_meta(lua_State *L) {
+    const char *path = checkpath(L, 1);
+    lua_settop(L, 1);
+    dlcL_res *b = dlcL_newres(L); /* 2 */
+    dlc_safetensors *st = dlc_safetensors_open_header(path);
+    if (!st) return dlcL_fail(L, dlc_last_status()); /* raises on NOMEM */
+    b->p = st;
+    b->release = st_release;
+    int n = dlc_safetensors_count(st), nm = dlc_safetensors_meta_count(st);
+    lua_createtable(L, 0, nm); /* 3 */
+    lua_createtable(L, n, 0);  /* 4 */
+    for (int i = 0; i < nm; i++) {
+        const char *k = dlc_safetensors_meta_key(st, i);
+        lua_pushstring(L, dlc_safetensors_meta(st, k));
+        lua_setfield(L, 3, k);
+    }
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, dlc_safetensors_name(st, i));
+        lua_rawseti(L, 4, i + 1);
+    }
+    dlcL_freeres(b);
+    return 2;
+}
+
 static const luaL_Reg ckpt_funcs[] = {
+    {"safetensors_meta", l_safetensors_meta},
     {"save_safetensors", l_save_safetensors},
     {"load_safetensors", l_load_safetensors},
     {NULL, NULL},

@@ -183,7 +183,7 @@ local function restore_counts(ctx, last)
   ctx.merges_lost = (ctx.merges_lost or 0) + math.max(0, ctx.gm - keep)
   ctx.gm, ctx.merges = keep, c.merges
   for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
-  local _, meta = last and diloco.load_safetensors(last.path)
+  local meta = last and diloco.safetensors_meta(last.path)
   -- (no checkpoint: nothing merged stands; one of an older build's: the count goes on)
   ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or (last and ctx.useful or 0)
 end
@@ -236,8 +236,8 @@ local function prepare(r, opts)
     if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
     local saved = {}
     if ctx.srd.resume_path then -- the run continued: its id, its merges so far
-      local _, meta = diloco.load_safetensors(ctx.srd.resume_path)
-      if type(meta) ~= "table" then fail("--resume %s: %s", ctx.srd.resume_path, tostring(meta)) end
+      local meta, err = diloco.safetensors_meta(ctx.srd.resume_path)
+      if type(meta) ~= "table" then fail("--resume %s: %s", ctx.srd.resume_path, tostring(err)) end
       saved = meta
     end
     ctx.gm = math.tointeger(tonumber(saved["diloco.merges"] or "0")) or 0 -- the run's merges (continued on resume)

@@ -78,6 +78,15 @@ typedef struct dlc_safetensors dlc_safetensors; /* opaque: an opened, validated 
  */
 DLC_API dlc_safetensors *dlc_safetensors_open(const char *path);
 
+/*
+ * The header alone: reads and validates it as dlc_safetensors_open does (every entry,
+ * the exact coverage of the data region, which is measured by the file's size and not
+ * read), for the names, dtypes, shapes and metadata of a file without reading its
+ * tensors (a checkpoint's step, say).  dlc_safetensors_get on the handle fails with
+ * DLC_ERR_ARG.  The same errors as dlc_safetensors_open.
+ */
+DLC_API dlc_safetensors *dlc_safetensors_open_header(const char *path);
+
 /* Number of tensors; names in file-layout order (by data offset), i in [0, count).
  * The returned string is borrowed from st (valid until close); NULL if i is out of
  * range. */

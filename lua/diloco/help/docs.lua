@@ -94,6 +94,7 @@ D["diloco.codecs"] = "diloco.codecs() -> {\"f32\", \"bf16\", \"fp8\", \"int8\", 
 -- files and JSON
 D["diloco.save_safetensors"] = "diloco.save_safetensors(path, tensors[, metadata]) -> true | nil, message, code\ntensors: an array of {name, tensor} pairs (order kept) or a map name -> Tensor.  docs/checkpoints.md"
 D["diloco.load_safetensors"] = "diloco.load_safetensors(path) -> tensors, metadata, names | nil, message, code\ntensors: name -> Tensor; names in file order."
+D["diloco.safetensors_meta"] = "diloco.safetensors_meta(path) -> metadata, names | nil, message, code\nThe header alone, validated as load_safetensors does; no tensor is read."
 D["diloco.json_encode"] = "diloco.json_encode(v[, {indent =, sort_keys =}]) -> string\nJSON text of a Lua value (jansson); diloco.json_null encodes null."
 D["diloco.json_decode"] = "diloco.json_decode(text) -> value | nil, message, code\nA Lua value from JSON text; null decodes to diloco.json_null."
 
