@@ -17,7 +17,7 @@
 -- rolls every learner back to their newest common checkpoint (docs/runtime.md), and the
 -- rolled-back steps are lost work, not goodput; in elastic dp a restarted learner starts
 -- from its newest checkpoint and replays the averaged gradients of the steps since.  A second table says where each mode's wall time went
--- (per learner, the mean over the 4: training, waiting for the network, start-up of its
+-- (per learner, the mean over the learners: training, waiting for the network, start-up of its
 -- processes, down, paused, held, done before the run ended; the rest is what the
 -- learners' metrics do not see within the training window, which the final evaluation
 -- and save of the global model follow), with the steps non-elastic dp rolled back and
@@ -30,7 +30,7 @@
 -- A fourth table runs sim for blocking diloco and decoupled on the host's cores
 -- (islands.cores = nproc, docs/sim.md "Shared cores"): a step that starts while n learners
 -- compute lasts n / cores of a step on a core of its own, which is the no-fault run's
--- step time x cores / 4 (its 4 learners computed all the time); a learner that is down,
+-- step time x cores / M (its M learners computed all the time); a learner that is down,
 -- or waits at a round, leaves its core to the others, as the kernel does; and each
 -- learner stops when its schedule step reaches STEPS, the run when every live one has
 -- (islands.stop = "steps"), as a real run ends, so that the survivors' extra speed ends
@@ -38,14 +38,17 @@
 -- sim's islands.jitter is the spread of the real steps: the coefficient of variation of
 -- the no-fault run's per-step compute time (its learners log every step), unless JITTER
 -- says otherwise (a number; 0: sim's islands step in lockstep, as before it was measured).
--- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON [JITTER]]]
+-- Usage: diloco-lua scripts/bench/chaos.lua RECIPE STEPS MTBF DOWN OUTDIR [SEED [JSON [JITTER [LEARNERS]]]]
 -- (SEED: the policy's, 7; JSON: a file to write every mode's summary and sim's into, for
--- scripts/experiments/chaos.lua; "-" for none)
+-- scripts/experiments/chaos.lua; "-" for none; JITTER "-": the measured spread; LEARNERS:
+-- how many learner processes, 4 unless said: the paper's goodput figures are for 8)
 local diloco = require "diloco"
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
 local seed = math.tointeger(tonumber(arg[6] or "7")) or 7 -- the failure policy's
 local json_out = arg[7] ~= "-" and arg[7] or nil
-local jitter_arg = arg[8] and assert(tonumber(arg[8]), "JITTER: expected a number >= 0") or nil
+local jitter_arg = arg[8] and arg[8] ~= "-" and assert(tonumber(arg[8]), "JITTER: expected a number >= 0 or -") or nil
+local M = math.tointeger(tonumber(arg[9] or "4"))
+if not M or M < 4 then error("LEARNERS: " .. tostring(arg[9]) .. ": expected a whole number >= 4 (learner 3's link is cut)") end
 local exe = diloco.proc.self_exe()
 local TIMEOUT = "3s" -- run's runtime.timeout and sim's islands.timeout: a paused or cut learner is lost after it
 
@@ -57,7 +60,7 @@ end
 
 local function go(cmd, name, sets)
   local argv = { exe, cmd, recipe, "--out", tmp .. "/" .. name, "--overwrite", "--quiet", "--set", "steps=" .. steps,
-    "--set", "islands.count=4", "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--set", "threads=1",
+    "--set", "islands.count=" .. M, "--set", "eval.every=0", "--set", "checkpoint.minutes=0", "--set", "threads=1",
     "--set", "runtime.heartbeat=0.5s", "--set", "runtime.timeout=" .. TIMEOUT,
     "--set", "log.every=5" } -- (a killed learner's steps since its last step event are not in the accounting)
   for _, s in ipairs(sets) do
@@ -73,7 +76,7 @@ local function go(cmd, name, sets)
   local summary = ev[#ev]
   if cmd == "run" then -- what each learner's own summaries say (its last process's): replays, rollbacks
     summary.learner_summaries = {}
-    for m = 1, 4 do
+    for m = 1, M do
       local ok, lev = pcall(events, string.format("%s/%s/learner-%d/metrics.jsonl", tmp, name, m))
       local last = ok and lev[#lev] or nil
       summary.learner_summaries[m] = last and last.event == "summary" and { replayed = last.replayed,
@@ -105,7 +108,7 @@ local function measured_speeds(r, blocking)
     rates[m] = p.tokens_per_s
     ref = ref and (blocking and math.min(ref, p.tokens_per_s) or math.max(ref, p.tokens_per_s)) or p.tokens_per_s
   end
-  if #rates ~= 4 then return nil end
+  if #rates ~= M then return nil end
   local list, parts = {}, {}
   for m, x in ipairs(rates) do
     list[m] = x / ref
@@ -114,8 +117,10 @@ local function measured_speeds(r, blocking)
   return { list = list, text = "{" .. table.concat(parts, ",") .. "}", step_time = 1024 / ref }
 end
 
-local chaos = string.format("{random={mtbf=%q,down=%q,learners={1,2,3,4}},seed=%d,{at='15s',pause=1,down=%q},"
-  .. "{at='30s',cut=3,down=%q}}", mtbf, down, seed, down, down)
+local every = {}
+for m = 1, M do every[m] = tostring(m) end
+local chaos = string.format("{random={mtbf=%q,down=%q,learners={%s}},seed=%d,{at='15s',pause=1,down=%q},"
+  .. "{at='30s',cut=3,down=%q}}", mtbf, down, table.concat(every, ","), seed, down, down)
 local sim_chaos = chaos -- (sim pauses as run does, docs/sim.md "Faults")
 local modes = {
   { name = "dp, non-elastic", sets = { "sync.preset=dp", "sync.fragments=1", "runtime.elastic=false",
@@ -128,7 +133,7 @@ local modes = {
 -- that logged every step (the first 5 of each left out: start-up).
 local function step_cv(name)
   local xs, sum = {}, 0
-  for m = 1, 4 do
+  for m = 1, M do
     local ok, lev = pcall(events, string.format("%s/%s/learner-%d/metrics.jsonl", tmp, name, m))
     local prev
     for _, e in ipairs(ok and lev or {}) do
@@ -151,12 +156,12 @@ end
 local base = go("run", "nofault", { "sync.preset=decoupled", "log.every=1" })
 local tps = 0
 for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
-local step_time = 4 * 1024 / tps -- 4 learners of 16 x 64 tokens a step
+local step_time = M * 1024 / tps -- M learners of 16 x 64 tokens a step
 local measured_cv = step_cv("nofault")
 local jitter = jitter_arg or measured_cv or 0
-print(string.format("recipe %s, 4 learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
+print(string.format("recipe %s, %d learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
   .. "and learner 3's link cut at 30 s, each for %s; measured step time %.3f s (sim's islands.step_time), its "
-  .. "spread %s (sim's islands.jitter = %.3f)", recipe, steps, mtbf, down, seed, down, step_time,
+  .. "spread %s (sim's islands.jitter = %.3f)", recipe, M, steps, mtbf, down, seed, down, step_time,
   measured_cv and string.format("%.3f", measured_cv) or "not measured", jitter))
 print("| mode | goodput | sim goodput | uptime | healthy idle | final eval | sim final eval | wall s |")
 print("|---|---|---|---|---|---|---|---|")
@@ -201,8 +206,8 @@ for _, m in ipairs(modes) do
     end
   end
   -- sim on the host's cores, for the two DiLoCo modes (dp's steps wait on every learner)
-  if cores < 4 and not m.name:match("^dp") then
-    local csets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time * cores / 4),
+  if cores < M and not m.name:match("^dp") then
+    local csets = { "chaos=" .. sim_chaos, string.format("islands.step_time=%.6f", step_time * cores / M),
       string.format("islands.cores=%d", cores), "islands.stop=steps", "islands.latency=0",
       "islands.timeout=" .. TIMEOUT, "islands.bandwidth=inf",
       string.format("islands.jitter=%.4f", jitter) }
@@ -260,7 +265,7 @@ for _, m in ipairs(modes) do
 end
 print("")
 print(string.format("sim on the host's %d cores (islands.cores = %d, a step on a core of its own %.4f s, "
-  .. "islands.stop = \"steps\"):", cores, cores, step_time * cores / 4))
+  .. "islands.stop = \"steps\"):", cores, cores, step_time * cores / M))
 print("| mode | goodput | sim goodput | sim goodput, shared cores | final eval | sim final eval | sim final eval, "
   .. "shared cores | training window s: real, sim on cores |")
 print("|---|---|---|---|---|---|---|---|")
