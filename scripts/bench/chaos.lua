@@ -43,6 +43,7 @@
 -- scripts/experiments/chaos.lua; "-" for none; JITTER "-": the measured spread; LEARNERS:
 -- how many learner processes, 4 unless said: the paper's goodput figures are for 8)
 local diloco = require "diloco"
+local bench = dofile(arg[0]:match("^(.*)/[^/]*$") .. "/common.lua")
 local recipe, steps, mtbf, down, tmp = arg[1], tonumber(arg[2]), arg[3], arg[4], arg[5]
 local seed = math.tointeger(tonumber(arg[6] or "7")) or 7 -- the failure policy's
 local json_out = arg[7] ~= "-" and arg[7] or nil
@@ -129,35 +130,12 @@ local modes = {
   { name = "diloco (blocking)", sets = { "sync.preset=diloco" } },
   { name = "decoupled", sets = { "sync.preset=decoupled" } },
 }
--- The coefficient of variation of one step's compute time over the learners of a run
--- that logged every step (the first 5 of each left out: start-up).
-local function step_cv(name)
-  local xs, sum = {}, 0
-  for m = 1, M do
-    local ok, lev = pcall(events, string.format("%s/%s/learner-%d/metrics.jsonl", tmp, name, m))
-    local prev
-    for _, e in ipairs(ok and lev or {}) do
-      if e.event == "step" and e.train_s then
-        if prev and e.step == prev.step + 1 and e.step > 5 then
-          xs[#xs + 1] = e.train_s - prev.train_s
-          sum = sum + xs[#xs]
-        end
-        prev = e
-      end
-    end
-  end
-  if #xs < 10 then return nil end
-  local mean, ss = sum / #xs, 0
-  for _, x in ipairs(xs) do ss = ss + (x - mean) ^ 2 end
-  return math.sqrt(ss / (#xs - 1)) / mean
-end
-
 -- the step time sim needs: the real decoupled run's, measured without faults; and its spread
 local base = go("run", "nofault", { "sync.preset=decoupled", "log.every=1" })
 local tps = 0
 for _, p in ipairs(base.per_learner) do tps = tps + (p.tokens_per_s or 0) end
 local step_time = M * 1024 / tps -- M learners of 16 x 64 tokens a step
-local measured_cv = step_cv("nofault")
+local measured_cv = bench.step_cv(tmp .. "/nofault", M)
 local jitter = jitter_arg or measured_cv or 0
 print(string.format("recipe %s, %d learners x %d steps, kills: Poisson mtbf %s down %s (seed %d), learner 1 paused at 15 s "
   .. "and learner 3's link cut at 30 s, each for %s; measured step time %.3f s (sim's islands.step_time), its "
