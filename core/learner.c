@@ -415,7 +415,7 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     l->steps++;
     l->tokens += tokens;
     l->boundary_time = now;
-    if (l->p.dp) { /* its gradient went out (a void step never gets here) */
+    if (l->p.dp) { /* its gradient went out (a step its resync voided never gets here) */
         l->acc.sent_steps += 1, l->acc.sent_s += seconds;
     } else {
         for (int p = 0; p < l->P; p++) l->f[p].acc_steps += 1.0 / l->P, l->f[p].acc_s += seconds / l->P;

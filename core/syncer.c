@@ -341,8 +341,10 @@ static int quorum_of(const dlc_syncer *s, const sfrag *f) {
     return s->p.quorum == DLC_QUORUM_ALL ? expected(s, f) : s->p.quorum;
 }
 
+/* A contribution's weight in its merge.  dp: 1, or 0 for a void gradient (no tokens: the
+ * learner's step went non-finite on a finite model; it applies the others' average). */
 static double weight_of(const dlc_syncer *s, const contrib *c) {
-    if (s->p.dp) return 1;
+    if (s->p.dp) return c->tokens > 0 ? 1 : 0;
     switch (s->p.weighting) {
     case DLC_WEIGHT_UNIFORM: return 1;
     case DLC_WEIGHT_TOKENS: return (double)c->tokens;
@@ -509,9 +511,11 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
     if (st == DLC_OK && k == 0) {
         /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
-         * be blocked on this round: they get the current fragment back */
+         * be blocked on this round: they get the current fragment back (dp: the run's step
+         * with it, at which each runs its step again, learner.h) */
         for (int m = 0; m < s->M && st == DLC_OK; m++)
-            if (f->c[m].present && s->live[m]) st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, 0, 0);
+            if (f->c[m].present && s->live[m])
+                st = send_fragment(s, p, m, DLC_MSG_RESYNC, 0, 0, s->p.dp ? run_phase(s, m) : 0, 0);
     }
     if (st != DLC_OK || k == 0) {
         clear_round(f, s->M);

@@ -1014,6 +1014,68 @@ static void test_dp(void) {
     fx_free(&x);
 }
 
+/* dp: a void gradient (no tokens: the learner's step went non-finite on a finite model)
+ * is left out of the average, which still goes to its sender too; a round whose every
+ * gradient is void averages nothing: each sender is resynced at the run's step (the
+ * rounds closed so far), to run the step again, and the next round is that step's. */
+static void test_dp_void(void) {
+    fx x;
+    fx_make(&x, 1, 151);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+    sp.dp = 1;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    float g[3][NMAX], zero[NMAX] = {0};
+    join_all(s, 3, 0);
+    for (int L = 0; L < 3; L++) randv(g[L], n, 1600 + (uint64_t)L, 1.0f);
+    rec r = {0};
+    for (int L = 0; L < 3; L++) { /* learner 1's step is void */
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = 1, .tokens = L == 1 ? 0 : 64,
+                     .codec = DLC_CODEC_F32, .payload = (const uint8_t *)(L == 1 ? zero : g[L]), .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, 1.0 + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.version == 1 && ma->merge.count == 2 && count_type(&r, DLC_SACT_SEND) == 3);
+    for (int i = 0; ma && i < ma->merge.count; i++) CHECK(ma->merge.contribs[i].learner != 1);
+    CHECK(ma && ma->merge.useful_tokens == 128);
+    double want[NMAX];
+    for (int64_t i = 0; i < n; i++) want[i] = ((double)g[0][i] + g[2][i]) / 2.0;
+    for (int L = 0; L < 3; L++) {
+        const dlc_msg *a = NULL;
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.learner == L) a = &r.a[i].msg;
+        CHECK(a && a->type == DLC_MSG_GRADIENT_AVG && a->version == 1);
+        if (a) CHECK_NEAR(maxdiff_fd((const float *)(const void *)a->payload, want, n), 0, 1e-6);
+    }
+    /* step 2: every step void: no merge, each resynced at the run's step, 1 */
+    for (int L = 0; L < 3; L++) {
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = 2, .tokens = 0, .codec = DLC_CODEC_F32,
+                     .payload = (const uint8_t *)zero, .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, 2.0 + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 0);
+    for (int L = 0; L < 3; L++) {
+        const dlc_msg *rs = sent_to(&r, L, 0);
+        CHECK(rs && rs->type == DLC_MSG_FRAGMENT && (rs->flags & DLC_MSG_RESYNC) && rs->steps == 1);
+    }
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    /* the step runs again: its round is step 2's */
+    for (int L = 0; L < 3; L++) {
+        dlc_msg m = {.type = DLC_MSG_GRADIENT, .learner = L, .version = 2, .tokens = 64, .codec = DLC_CODEC_F32,
+                     .payload = (const uint8_t *)g[L], .len = (size_t)n * 4};
+        CHECK(dlc_syncer_receive(s, &m, 3.0 + 0.1 * L) == DLC_OK);
+        r = drain(s);
+    }
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.version == 2 && ma->merge.count == 3);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* dp: one step's round of the three learners' gradients g[step % 6] (learner L's scaled
  * by L + 1); returns the actions of the last receive. */
 static rec dp_round(dlc_syncer *s, int64_t step, float g[][NMAX], int64_t n, int learners) {
@@ -1631,6 +1693,7 @@ int main(void) {
     test_flush_and_quorum();
     test_manual();
     test_dp();
+    test_dp_void();
     test_dp_replay();
     test_merged_once();
     test_zero_weight();

@@ -1,10 +1,11 @@
 -- Recovery of real runs (docs/runtime.md, "Recovery"): a learner whose step goes
--- non-finite rolls back to the last global model instead of poisoning the run or dying,
--- and fails with the limit named when it keeps doing so; a syncer resumed after every
--- learner said BYE ends the run instead of waiting.  Real processes over loopback, a tiny
--- GPT; every test kills only the pids it started.  The non-finite step is made by the
--- test-only DILOCO_TEST_POISON (lua/diloco/learner.lua): NaN written into a learner's
--- real parameters at one step.
+-- non-finite rolls back to the last global model instead of poisoning the run or dying
+-- (in data parallel, on a finite model, its step is void), and fails with the limit named
+-- when it keeps doing so; a syncer resumed after every learner said BYE ends the run
+-- instead of waiting.  Real processes over loopback, a tiny GPT; every test kills only
+-- the pids it started.  The non-finite step is made by the test-only DILOCO_TEST_POISON
+-- (lua/diloco/learner.lua): NaN written into a learner's real parameters at one step, or
+-- (dp) its loss taken as NaN.
 local H = require "spec.helpers"
 local events, of_kind, summary_of = H.events, H.of_kind, H.summary_of
 local diloco = require "diloco"
@@ -16,6 +17,7 @@ local STEPS = sanitized and 300 or 400
 
 local function recipe(S, name, o)
   o = o or {}
+  local sync = o.dp and 'preset = "dp", fragments = 1' or 'preset = "decoupled", H = 32, fragments = 2, tau = 1'
   return S.write(name .. ".lua", string.format([[
 local diloco = require "diloco"
 return diloco.recipe {
@@ -24,13 +26,13 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
+  sync = { %s },
   islands = { count = 2 },
   runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", restarts = %d, join_timeout = %q },
   steps = %d,
   eval = { every = 0, batches = 4 },
 }
-]], name, o.restarts or 20, o.join_timeout or "30s", o.steps or STEPS))
+]], name, sync, o.restarts or 20, o.join_timeout or "30s", o.steps or STEPS))
 end
 
 -- Every value of every tensor in a safetensors file is finite (returns the count).
@@ -132,15 +134,61 @@ describe("a learner whose step goes non-finite", function()
     assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
   end)
 
+  it("in data parallel, on a finite model, is void: left out of that step's average, which it applies as the others do",
+    function()
+    local path = recipe(S, "void", { dp = true })
+    local at = STEPS // 2
+    local out, code = H.sh(string.format("DILOCO_TEST_POISON=2:%d:1:batch %s run %s --out %s/run --quiet", at, exe,
+      path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = summary_of(ev)
+    assert.is_nil(s.error)
+    assert.are.equal(0, s.restarts)
+    assert.are.equal(0, #of_kind(ev, "fault", "crash"))
+    local rb = of_kind(ev, "fault", "rollback")
+    assert.are.equal(1, #rb, out)
+    assert.are.equal(2, rb[1].learner)
+    assert.are.equal(at, rb[1].step)
+    assert.is_true(rb[1].void)
+    assert.are.equal("loss", rb[1].cause)
+    assert.are.equal("nan", rb[1].loss)
+    -- that step's average is learner 1's gradient alone; every other step's holds both
+    for _, m in ipairs(of_kind(ev, "merge")) do
+      local who = {}
+      for _, c in ipairs(m.contributors) do who[#who + 1] = c.learner end
+      assert.are.same(m.version == at and { 1 } or { 1, 2 }, who, "the merge of step " .. m.version)
+    end
+    -- its tokens are not useful: 2 learners x 8 x 16 tokens a step, less that step's 128
+    assert.are.equal(STEPS * 2 * 128 - 128, s.useful_tokens)
+    local ls = summary_of(events(S.dir .. "/run/learner-2/metrics.jsonl"))
+    assert.is_nil(ls.error)
+    assert.are.equal(1, ls.rollbacks)
+    assert.are.equal(STEPS, ls.schedule_step)
+    -- one model: both learners applied every average, that step's too
+    local saved = assert(diloco.load_safetensors(S.dir .. "/run/model.safetensors"))
+    for m = 1, 2 do
+      local t = assert(diloco.load_safetensors(string.format("%s/run/learner-%d/model.safetensors", S.dir, m)))
+      local ok, why = H.same_model(t, saved)
+      assert.is_true(ok, string.format("learner %d's model vs the run's: %s", m, why))
+    end
+    assert.is_true(all_finite(S.dir .. "/run/model.safetensors") > 20000)
+    local rout, rcode = H.sh(string.format("%s sim --replay %s/run", exe, S.dir))
+    assert.are.equal(2, rcode, rout)
+    assert.matches(string.format("learner 2 had a void step (its gradient left out of the average) at step %d", at),
+      rout, 1, true)
+  end)
+
   it("refuses a DILOCO_TEST_POISON of another form, naming the forms", function()
     local learner = require "diloco.learner"
     assert.are.same({ id = 2, step = 7, times = 1, when = "before" }, learner.poison_from("2:7"))
     assert.are.same({ id = 1, step = 3, times = 4, when = "after" }, learner.poison_from("1:3:4:after"))
+    assert.are.same({ id = 2, step = 9, times = 1, when = "batch" }, learner.poison_from("2:9:1:batch"))
     assert.is_nil(learner.poison_from(nil))
     local ok, err = pcall(learner.poison_from, "2:x")
     assert.is_false(ok)
     assert.are.equal(2, err.code)
-    assert.matches("expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after", err.diloco_error, 1, true)
+    assert.matches("expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after|batch", err.diloco_error, 1, true)
     assert.is_false((pcall(learner.poison_from, "2:7:1:during")))
   end)
 end)

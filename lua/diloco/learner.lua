@@ -36,13 +36,15 @@ M.ROLLBACKS_MAX = 5
 -- end at schedule step STEP or later, TIMES times in a row (default 1; a rollback runs the step
 -- again), WHEN "before" the step (default: its loss is then not finite) or "after" its
 -- optimizer step (the parameter check finds it): a real non-finite model, to exercise
--- the rollback on real processes.  Nothing else reads it.
+-- the rollback on real processes.  WHEN "batch" (data parallel only) leaves the model
+-- alone and takes the step's loss as NaN, as a batch that overflowed would make it: the
+-- void step (dp_step).  Nothing else reads it.
 function M.poison_from(v)
   if not v or v == "" then return nil end
   local id, step, rest = v:match("^(%d+):(%d+)(.*)$")
   local times, when = (rest or ""):match("^:?(%d*):?(%a*)$")
-  if not id or not times or (when ~= "" and when ~= "before" and when ~= "after") then
-    fail_code(2, "DILOCO_TEST_POISON = %q: expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after (a "
+  if not id or not times or (when ~= "" and when ~= "before" and when ~= "after" and when ~= "batch") then
+    fail_code(2, "DILOCO_TEST_POISON = %q: expected ID:STEP, ID:STEP:TIMES or ID:STEP:TIMES:before|after|batch (a "
       .. "test-only variable)", v)
   end
   return { id = math.tointeger(tonumber(id)), step = math.tointeger(tonumber(step)),
@@ -369,7 +371,13 @@ local function replay(ctx)
 end
 
 -- One data-parallel step: forward and backward, the gradient averaged by the syncer,
--- then clip and the optimizer step.
+-- then clip and the optimizer step.  A step whose loss or gradient is not finite while
+-- the model is (a batch that overflowed) is void: its gradient goes out as zeros with no
+-- tokens, which the syncer leaves out of the average, and the learner applies the
+-- others' average as they do, so its model stays theirs (a `fault` event of kind
+-- `rollback` with `void`; more than ROLLBACKS_MAX in a row fail it).  A non-finite model
+-- fails the learner: `run` restarts it from its checkpoint and the replay.
+local dp_void -- (below)
 local function dp_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
@@ -380,12 +388,20 @@ local function dp_step(ctx)
   loss:backward()
   local lv = loss:item()
   loss:free()
+  local p = ctx.poison
+  if p and p.when == "batch" and p.times > 0 and ctx.lrt:schedule_step() + 1 >= p.step then
+    p.times, lv = p.times - 1, 0 / 0
+  end
+  local bad
   if lv ~= lv or math.abs(lv) == math.huge then
-    fail("learner %d, step %d: training diverged (loss %s), the update was not applied (data parallel does not roll "
-      .. "back: its model is the others', which a restart takes from the syncer)", ctx.id, ctx.step + 1, tostring(lv))
+    bad = { cause = "loss", loss = lv }
+  else
+    local gn = ctx.params:grad_norm()
+    if gn ~= gn or math.abs(gn) == math.huge then bad = { cause = "gradient", loss = lv, grad_norm = gn } end
   end
   local compute = diloco.clock() - t0
-  ctx.lrt:gradient(loaders.tokens_per_batch)
+  if bad then dp_void(ctx, bad) end
+  ctx.lrt:gradient(bad and 0 or loaders.tokens_per_batch)
   if wait_merge(ctx) then -- resynced: the model is the syncer's, this step is void
     ctx.train_time = ctx.train_time + compute
     return nil, compute
@@ -394,9 +410,11 @@ local function dp_step(ctx)
   local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
   ctx.opt:step(lr)
   compute = compute + (diloco.clock() - t0)
+  ctx.train_time = ctx.train_time + compute
+  if bad then return { lr = lr, grad_norm = gnorm, void = true }, compute end
+  ctx.rollbacks_in_a_row = 0
   ctx.tokens = ctx.tokens + loaders.tokens_per_batch
   ctx.tok_window = ctx.tok_window + loaders.tokens_per_batch
-  ctx.train_time = ctx.train_time + compute
   ctx.loss_ema = ctx.loss_ema and (0.9 * ctx.loss_ema + 0.1 * lv) or lv
   return { loss = lv, grad_norm = gnorm, lr = lr }, compute
 end
@@ -422,33 +440,58 @@ local function num_text(v)
   return type(j) == "string" and j or string.format("%.6g", v)
 end
 
--- The step that would end at schedule step `step` went non-finite (bad: cause, and the
--- loss, gradient norm or parameter): the model goes back to the last global model, the
--- optimizer starts afresh (its moments describe, or hold, what went wrong), the step is
--- not reported (it trained nothing), a fault event says so.
-local function rollback(ctx, bad, compute)
-  local l, r = ctx.lrt, ctx.recipe
-  local step = l:schedule_step() + 1
-  local ok, err = l:rollback()
-  if not ok then fail("learner %d, step %d: %s; the rollback to the last global model failed: %s", ctx.id, step,
-    bad.text, err) end
-  ctx.opt = diloco.optim.build(ctx.params, r.inner)
-  ctx.ranks_whole, ctx.ranks_fresh = true, true -- the island's other ranks: the same model, a fresh optimizer
+-- A step went non-finite (bad: cause, and the loss, gradient norm or parameter) and was
+-- undone (how: `extra`'s fields): counted, a fault event of kind `rollback`, the hook,
+-- and the learner fails after more than ROLLBACKS_MAX in a row.
+local function note_rollback(ctx, bad, compute, extra)
+  local r, step = ctx.recipe, ctx.lrt:schedule_step() + 1
   ctx.rollbacks, ctx.rollbacks_in_a_row = ctx.rollbacks + 1, ctx.rollbacks_in_a_row + 1
   ctx.train_time = ctx.train_time + compute
   local info = { kind = "rollback", learner = ctx.id, step = step, cause = bad.cause, loss = json_num(bad.loss),
     grad_norm = json_num(bad.grad_norm), parameter = bad.parameter, index = bad.index, value = json_num(bad.value),
     text = bad.text, in_a_row = ctx.rollbacks_in_a_row, rollbacks = ctx.rollbacks,
     wall_s = diloco.clock() - ctx.t_start }
+  for k, v in pairs(extra or {}) do info[k] = v end
   write(ctx, "fault", info)
-  if not ctx.opts.quiet then ctx:warn("learner %d: step %d: %s: rolled back to the last global model", ctx.id, step,
-    bad.text) end
+  if not ctx.opts.quiet then ctx:warn("learner %d: step %d: %s: %s", ctx.id, step, bad.text, extra and extra.void
+    and "a void step (its gradient left out of the average)" or "rolled back to the last global model") end
   if r.hooks.on_fault then hook("on_fault", r.hooks.on_fault, info) end
   if ctx.rollbacks_in_a_row > M.ROLLBACKS_MAX then
-    fail("learner %d: %d rollbacks in a row, more than diloco.learner.ROLLBACKS_MAX = %d (steps from the last global "
-      .. "model with a fresh optimizer went non-finite each time, the last at step %d: %s): lower inner.lr (%g) or "
-      .. "check island %d's data", ctx.id, ctx.rollbacks_in_a_row, M.ROLLBACKS_MAX, step, bad.text, r.inner.lr, ctx.id)
+    fail("learner %d: %d rollbacks in a row, more than diloco.learner.ROLLBACKS_MAX = %d (%s went non-finite each "
+      .. "time, the last at step %d: %s): lower inner.lr (%g) or check island %d's data", ctx.id, ctx.rollbacks_in_a_row,
+      M.ROLLBACKS_MAX, extra and extra.void and "its steps on the others' model" or
+      "steps from the last global model with a fresh optimizer", step, bad.text, r.inner.lr, ctx.id)
   end
+end
+
+-- The step that would end at schedule step `step` went non-finite: the model goes back
+-- to the last global model, the optimizer starts afresh (its moments describe, or hold,
+-- what went wrong), the step is not reported (it trained nothing), a fault event says so.
+local function rollback(ctx, bad, compute)
+  local l, r = ctx.lrt, ctx.recipe
+  local ok, err = l:rollback()
+  if not ok then fail("learner %d, step %d: %s; the rollback to the last global model failed: %s", ctx.id,
+    l:schedule_step() + 1, bad.text, err) end
+  ctx.opt = diloco.optim.build(ctx.params, r.inner)
+  ctx.ranks_whole, ctx.ranks_fresh = true, true -- the island's other ranks: the same model, a fresh optimizer
+  note_rollback(ctx, bad, compute)
+end
+
+-- dp: the step's loss or gradient is not finite (bad).  Its model must still be the
+-- others' (finite), or nothing but a restart (a checkpoint and the replay) brings it back;
+-- its gradient goes out as zeros, with no tokens (dp_step).  compute is counted by
+-- dp_step, with the rest of the step.
+dp_void = function(ctx, bad)
+  local msg = ctx.lrt:nonfinite()
+  if msg then
+    fail("learner %d, step %d: training diverged (%s %s, and %s), the update was not applied (a data-parallel model "
+      .. "that is no longer the others' comes back by a restart: its checkpoint and the replay)", ctx.id,
+      ctx.lrt:schedule_step() + 1, bad.cause, num_text(bad.cause == "loss" and bad.loss or bad.grad_norm), msg)
+  end
+  bad.text = bad.cause == "loss" and string.format("loss %s", num_text(bad.loss))
+    or string.format("loss %s, gradient norm %s", num_text(bad.loss), num_text(bad.grad_norm))
+  ctx.params:zero_grad()
+  note_rollback(ctx, bad, 0, { void = true })
 end
 
 -- One inner step (not dp) with its check: returns the step's info, or nil after a
@@ -499,7 +542,7 @@ function M.train(ctx)
     local info, compute
     if ctx.dp then
       info, compute = dp_step(ctx)
-      if info then l:step_done(tpb, compute) end
+      if info then l:step_done(info.void and 0 or tpb, compute) end
     else
       info, compute = checked_step(ctx)
       if info then
@@ -511,9 +554,10 @@ function M.train(ctx)
       if l:state() == "waiting" then wait_merge(ctx) end
     end
     drain_events(ctx)
-    if not info then goto continue end -- a void dp step or a rollback: run it again
+    if not info then goto continue end -- a dp step its resync voided, or a rollback: run it again
     local step = l:schedule_step()
-    if step % ctx.log_every == 0 or step >= r.steps then
+    -- (a void dp step, its own gradient left out, trained nothing of its own to report)
+    if not info.void and (step % ctx.log_every == 0 or step >= r.steps) then
       local now = diloco.clock()
       -- overwritten_s, kept_s: this process's so far (its account): a killed process
       -- writes no summary, and `run`'s account takes these from its last step event
@@ -524,7 +568,7 @@ function M.train(ctx)
         overwritten_s = a.overwritten_s, kept_s = a.kept_s })
       ctx.t_window, ctx.tok_window = now, 0
     end
-    if r.hooks.on_step then
+    if r.hooks.on_step and not info.void then
       hook("on_step", r.hooks.on_step, { learner = ctx.id, step = step, loss = info.loss, lr = info.lr,
         grad_norm = info.grad_norm, tokens = ctx.tokens })
     end

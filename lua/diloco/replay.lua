@@ -141,8 +141,9 @@ local function read_tape(out, r)
         b[#b + 1] = { fragment = e.fragment, version = e.version, resync = e.resync == true }
         L.applies[e.boundary] = b
       elseif e.event == "fault" and e.kind == "rollback" then
-        refuse("learner %d rolled back to the last global model at step %s (%s): a non-finite step the tape cannot "
-          .. "re-execute (runs with rollbacks are not replayed)", m, tostring(e.step), tostring(e.text))
+        refuse("learner %d %s at step %s (%s): a non-finite step the tape cannot re-execute (runs with rollbacks are "
+          .. "not replayed)", m, e.void and "had a void step (its gradient left out of the average)"
+          or "rolled back to the last global model", tostring(e.step), tostring(e.text))
       elseif e.event == "phase" then -- its schedule moved, after the boundary's sends
         local ph = L.phases[e.boundary] or {}
         ph[#ph + 1] = e.step

@@ -264,7 +264,9 @@ DLC_API dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now);
 DLC_API dlc_status dlc_learner_flush(dlc_learner *l, double now, int *sent);
 
 /* dp: the gradient of the step is in the grad arena; sends it and WAITs.  TRAINING only,
- * not while replaying. */
+ * not while replaying.  tokens = 0 with a zeroed grad arena: a void step (its loss or
+ * gradient went non-finite on a finite model), left out of the average (syncer.h); the
+ * learner applies the average that comes back as for any step. */
 DLC_API dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now);
 
 /* A message from the syncer (FRAGMENT or GRADIENT_AVG; m borrowed for the call).  A

@@ -41,7 +41,10 @@
  * average back, to its sender alone (it was on the way when the round closed); any other
  * is refused with DLC_ERR_FORMAT naming the step expected, a REJECTED action and a
  * resync.  A dp resync (a join too) carries the run's step in `steps` (the rounds
- * closed), from which the learner counts its next step.  A learner that asks for a
+ * closed), from which the learner counts its next step.  A GRADIENT of no tokens is void
+ * (its sender's step went non-finite): it weighs 0, left out of the average, which its
+ * sender still gets; a round of void gradients alone averages nothing and resyncs each
+ * sender at the run's step, to run that step again.  A learner that asks for a
  * replay (below) is not awaited in the rounds until its next gradient: the others do not
  * wait while it catches up.
  *
