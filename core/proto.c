@@ -48,6 +48,44 @@ const char *dlc_proto_errcode_name(int code) {
     return code >= 0 && code < DLC_PERR_COUNT ? errcode_names[code] : NULL;
 }
 
+/* The length of the valid UTF-8 sequence at s[0..n), 0 if it is not one (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1fu;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0fu;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07u;
+    else return 0; /* a continuation byte, an overlong lead (c0, c1) or f5..ff */
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+size_t dlc_text_clean(char *s) {
+    if (!s) return 0;
+    unsigned char *u = (unsigned char *)s;
+    size_t n = strlen(s), replaced = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(u + i, n - i);
+        if (len == 1 && (u[i] < 0x20 || u[i] == 0x7f)) len = 0;
+        if (len == 0) {
+            u[i++] = '?';
+            replaced++;
+            continue;
+        }
+        i += len;
+    }
+    return replaced;
+}
+
 const char *dlc_cap_name(uint32_t bit) {
     for (unsigned i = 0; i < sizeof cap_names / sizeof cap_names[0]; i++)
         if (bit == 1u << i) return cap_names[i];
@@ -418,7 +456,19 @@ static dlc_status get_str(int *why, key_id k, const msgpack_object *o, char *dst
         return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"%s\": a string holding a NUL byte", key_names[k]);
     memcpy(dst, o->via.str.ptr, o->via.str.size);
     dst[o->via.str.size] = '\0';
+    dlc_text_clean(dst); /* text from the wire is data: valid UTF-8, no control characters */
     return DLC_OK;
+}
+
+/* The first bytes of a peer's string o, cleaned, for an error message that quotes it. */
+static const char *quote(const msgpack_object *o, char *buf, size_t cap) {
+    size_t n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
+    memcpy(buf, o->via.str.ptr, n);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\0') buf[i] = '?';
+    dlc_text_clean(buf);
+    return buf;
 }
 
 static dlc_status get_bin(int *why, key_id k, const msgpack_object *o, uint8_t *dst, size_t n) {
@@ -452,9 +502,10 @@ static dlc_status get_codec(int *why, key_id k, const msgpack_object *o, dlc_cod
             *out = (dlc_codec_kind)c;
             return DLC_OK;
         }
+    char q[33];
     return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
-                "header field \"%s\" = \"%.*s\": not a codec (f32, bf16, fp8, int8, int4, e3m0)", key_names[k],
-                (int)(o->via.str.size > 32 ? 32 : o->via.str.size), o->via.str.ptr);
+                "header field \"%s\" = \"%s\": not a codec (f32, bf16, fp8, int8, int4, e3m0)", key_names[k],
+                quote(o, q, sizeof q));
 }
 
 /* An array of strings matched against names[count]: bit i set for names[i]; the names
@@ -535,9 +586,11 @@ static dlc_status get_run(int *why, const msgpack_object *o, dlc_run_params *r) 
         case DLC_RUN_ENUM:
             if (v->type != MSGPACK_OBJECT_STR) goto bad;
             for (iv = 0; iv < f->enum_count && !str_eq(v, f->enum_name(iv)); iv++) {}
-            if (iv == f->enum_count)
-                return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s = \"%.*s\": not one of "
-                            "its names", f->name, (int)(v->via.str.size > 32 ? 32 : v->via.str.size), v->via.str.ptr);
+            if (iv == f->enum_count) {
+                char q[33];
+                return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"rp\": %s = \"%s\": not one of "
+                            "its names", f->name, quote(v, q, sizeof q));
+            }
             memcpy(at, &iv, sizeof iv);
             break;
         default: goto bad;

@@ -37,6 +37,9 @@ static dlc_net *server;
 static int port;
 static pthread_t echo_thread;
 static atomic_int echo_stop, last_ready = -1, refused[DLC_PERR_COUNT], lost[DLC_PERR_COUNT];
+/* the text of the server's latest REFUSED event */
+static pthread_mutex_t refused_mu = PTHREAD_MUTEX_INITIALIZER;
+static char refused_text[DLC_PROTO_TEXT_MAX + 128];
 
 static void free_copy(const void *p, void *arg) {
     (void)arg;
@@ -49,6 +52,11 @@ static void *echo_main(void *arg) {
         dlc_net_event ev;
         if (dlc_net_poll(server, &ev, 50) != 1) continue;
         if (ev.kind == DLC_NET_READY) atomic_store(&last_ready, ev.peer);
+        if (ev.kind == DLC_NET_REFUSED) {
+            pthread_mutex_lock(&refused_mu);
+            snprintf(refused_text, sizeof refused_text, "%s", ev.text);
+            pthread_mutex_unlock(&refused_mu);
+        }
         if (ev.kind == DLC_NET_REFUSED && ev.code >= 0 && ev.code < DLC_PERR_COUNT) atomic_fetch_add(&refused[ev.code], 1);
         if (ev.kind == DLC_NET_LOST && ev.code >= 0 && ev.code < DLC_PERR_COUNT) atomic_fetch_add(&lost[ev.code], 1);
         if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_CONTRIBUTION) {
@@ -399,6 +407,88 @@ static void test_hostile_frames(void) {
     n = encode(&f, buf);
     hostile("auth_when_ready", buf, n, 1, DLC_PERR_UNEXPECTED, "auth after the handshake");
     test_bulk();
+}
+
+/* 1 if s is valid UTF-8 (RFC 3629) without ASCII control characters; checked here byte
+ * by byte, independently of dlc_text_clean. */
+static int safe_text(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        int len = *u < 0x80 ? 1 : (*u & 0xe0) == 0xc0 ? 2 : (*u & 0xf0) == 0xe0 ? 3 : (*u & 0xf8) == 0xf0 ? 4 : 0;
+        if (len == 0 || (len == 1 && (*u < 0x20 || *u == 0x7f)) || *u == 0xc0 || *u == 0xc1 || *u > 0xf4) return 0;
+        uint32_t cp = len == 1 ? *u : *u & (0x7f >> len);
+        for (int i = 1; i < len; i++) {
+            if ((u[i] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (u[i] & 0x3f);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        u += len;
+    }
+    return 1;
+}
+
+/* Waits until the server's latest REFUSED text holds needle; 1 if it came within 5 s,
+ * with the text in out. */
+static int wait_refused(const char *needle, char *out, size_t cap) {
+    double end = now_s() + 5;
+    for (;;) {
+        pthread_mutex_lock(&refused_mu);
+        int hit = strstr(refused_text, needle) != NULL;
+        if (hit) snprintf(out, cap, "%s", refused_text);
+        pthread_mutex_unlock(&refused_mu);
+        if (hit) return 1;
+        if (now_s() >= end) return 0;
+        struct pollfd none;
+        poll(&none, 0, 10); /* the echo thread posts it: look again */
+    }
+}
+
+/* Text from the wire is data (issue 35, 1): an ERROR before authentication whose text is
+ * not UTF-8 and holds terminal escapes, and a HELLO whose run id is not UTF-8, reach
+ * the server's events (and the ERROR sent back) as valid UTF-8 without control
+ * characters, and the server serves on.  Before, the raw bytes went into the event
+ * text, and the syncer's metrics writer refused them and stopped the syncer. */
+static void test_wire_text(void) {
+    static const char bad[] = "ERR\xff\xfe \x1b[2J caf\xc3\xa9 \xed\xa0\x80 \xc0\xaf end \xe2\x82";
+    uint8_t buf[1024];
+    char got[sizeof refused_text];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_ERROR);
+    f.code = DLC_PERR_INTERNAL;
+    snprintf(f.text, sizeof f.text, "%s", bad);
+    size_t n = encode(&f, buf);
+    int fd = raw_connect();
+    CHECK(fd >= 0);
+    raw_send(fd, buf, n);
+    CHECK(wait_refused("ERR", got, sizeof got));
+    CHECK(safe_text(got) && strstr(got, "caf\xc3\xa9") && strstr(got, " end ") && !strchr(got, '\x1b'));
+    close(fd);
+    CHECK(valid_exchange("error_text"));
+    /* HELLO: the run id not UTF-8 (the secret known: authenticated first) */
+    fd = raw_connect();
+    CHECK(fd >= 0);
+    dlc_frame g, a;
+    dlc_frame_init(&a, DLC_FRAME_AUTH);
+    dlc_auth_nonce(a.nonce, sizeof a.nonce);
+    raw_send(fd, buf, encode(&a, buf));
+    CHECK(raw_read(fd, &g, buf, sizeof buf) == 1 && g.type == DLC_FRAME_AUTH_CHALLENGE);
+    dlc_frame p;
+    dlc_frame_init(&p, DLC_FRAME_AUTH_PROOF);
+    dlc_auth_proof(SECRET, strlen(SECRET), 0, a.nonce, g.nonce, p.mac);
+    raw_send(fd, buf, encode(&p, buf));
+    dlc_frame h;
+    dlc_frame_init(&h, DLC_FRAME_HELLO);
+    h.hello = hello_client;
+    snprintf(h.hello.run, sizeof h.hello.run, "%s", "run\xff\x07\xf8x");
+    raw_send(fd, buf, encode(&h, buf));
+    static uint8_t big[1 << 16];
+    int r;
+    while ((r = raw_read(fd, &g, big, sizeof big)) == 1 && g.type != DLC_FRAME_ERROR) {}
+    CHECK(r == 1 && g.code == DLC_PERR_MISMATCH && safe_text(g.text) && strstr(g.text, "run???x"));
+    CHECK(wait_refused("run???x", got, sizeof got) && safe_text(got));
+    close(fd);
+    CHECK(valid_exchange("hello_run_text"));
 }
 
 static void test_auth(void) {
@@ -1119,6 +1209,7 @@ int main(void) {
     hello_client.fragments = 0, hello_client.endpoints = 0, hello_client.learner = -1;
     start_server();
     test_hostile_frames();
+    test_wire_text();
     test_auth();
     test_slow_peers();
     test_pipelined();

@@ -980,12 +980,50 @@ static void test_encode_refuses(void) {
           strcmp(dlc_cap_name(DLC_CAP_REPLAY), "replay") == 0 && !dlc_cap_name(16));
 }
 
+/* dlc_text_clean: valid text unchanged, each bad byte one '?', the length kept. */
+static void test_text_clean(void) {
+    static const struct {
+        const char *in, *out;
+        size_t replaced;
+    } cases[] = {
+        {"plain ascii", "plain ascii", 0},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 0},
+        {"\xff\xfe", "??", 2},
+        {"a\x1b[2Jb\tc\x7f", "a?[2Jb?c?", 3},
+        {"over\xc0\xaflong", "over??long", 2},              /* overlong '/' */
+        {"\xe0\x80\xafx", "???x", 3},                       /* overlong, 3 bytes */
+        {"sur\xed\xa0\x80", "sur???", 3},                   /* U+D800 */
+        {"big\xf4\x90\x80\x80", "big????", 4},             /* past U+10FFFF */
+        {"cut\xe2\x82", "cut??", 2},                         /* truncated at the end */
+        {"\xe2\x82x\xc3\xa9", "??x\xc3\xa9", 2},            /* truncated in the middle */
+        {"\x80lone", "?lone", 1},
+        {"", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        size_t r = dlc_text_clean(buf);
+        if (strcmp(buf, cases[i].out) != 0 || r != cases[i].replaced)
+            fprintf(stderr, "text_clean case %zu: got \"%s\" (%zu replaced)\n", i, buf, r);
+        CHECK(strcmp(buf, cases[i].out) == 0 && r == cases[i].replaced);
+    }
+    CHECK(dlc_text_clean(NULL) == 0);
+    /* decoded strings pass through it: a BYE's text with bad bytes comes out clean */
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_BYE);
+    snprintf(f.text, sizeof f.text, "%s", "bye\xff\x1b.");
+    uint8_t buf[DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX];
+    int64_t n = dlc_proto_encode(&f, NULL, buf, sizeof buf);
+    CHECK(n > 0 && dlc_proto_decode(buf, (size_t)n, NULL, &g, NULL) == DLC_OK && strcmp(g.text, "bye??.") == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--corpus") == 0) corpus_dir = argv[2];
     dec = dlc_proto_decoder_new();
     CHECK(dec != NULL);
     test_roundtrip();
     test_decoder();
+    test_text_clean();
     test_hello();
     test_hello_run();
     test_hello_layout();

@@ -106,6 +106,7 @@ static evnode *ev_new_frame(int peer) {
 /* Takes ownership of n. */
 void dlcn_ev_post(dlc_net *net, evnode *n) {
     if (!n) return;
+    dlc_text_clean(n->ev.text); /* it may quote a peer, cut at a byte count */
     pthread_mutex_lock(&net->lock);
     if (net->ev_tail) net->ev_tail->next = n;
     else net->ev_head = n;

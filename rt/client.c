@@ -579,6 +579,7 @@ static int server_take(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
     ev->version = e.kind == DLC_SRT_MERGED ? e.merge.version : -1;
     ev->time = e.time;
     snprintf(ev->text, sizeof ev->text, "%.*s", (int)sizeof ev->text - 1, e.text);
+    dlc_text_clean(ev->text);
     dlc_srt_event_release(&e);
     return 1;
 }

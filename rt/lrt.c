@@ -111,6 +111,7 @@ static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
     e.kind = k;
     e.time = lrt_now(l);
     snprintf(e.text, sizeof e.text, "%s", text ? text : "");
+    dlc_text_clean(e.text); /* it may quote the syncer, cut at a byte count */
     push_event(l, &e);
 }
 
@@ -404,6 +405,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         if (t == DLC_FRAME_HEARTBEAT) return DLC_OK; /* the transport's: liveness only */
         if (t == DLC_FRAME_BYE) {
             snprintf(l->last_refusal, sizeof l->last_refusal, "the syncer said bye: %s", ev->frame.text);
+            dlc_text_clean(l->last_refusal);
             return DLC_OK;
         }
         dlc_status st = ev->values ? dlc_learner_receive_decoded(l->l, &ev->frame.msg, ev->values, ev->nvalues, lrt_now(l))
@@ -426,6 +428,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
                 snprintf(l->last_refusal, sizeof l->last_refusal, "%.330s%.289s (%.10s)", ev->text, own, code);
             else
                 snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text, code);
+            dlc_text_clean(l->last_refusal); /* cut at byte counts */
         }
         if (l->ready) conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
         l->ready = 0;

@@ -117,6 +117,7 @@ static void post(dlc_srt *s, const dlc_srt_event *ev) {
     n->next = NULL;
     n->ev = *ev;
     n->ev.clock = s->t0 + ev->time;
+    dlc_text_clean(n->ev.text); /* it may quote a peer, cut at a byte count */
     pthread_mutex_lock(&s->qlock);
     if (s->qlen >= DLC_RT_EVENTS_MAX) { /* the host stopped reading: drop the oldest */
         srt_node *old = s->qhead;

@@ -372,6 +372,19 @@ describe("metrics and history", function()
     assert.are.equal("0.30000000000000004", diloco.metrics.double_text(0.1 + 0.2))
   end)
 
+  -- Seen (issue 35): a peer's ERROR text that was not UTF-8 reached a fault event, the
+  -- JSON writer refused it and the syncer stopped.  No string fails a metrics line.
+  it("a metrics line of strings that are not UTF-8 is still a JSON line", function()
+    local bad = "peer \xff\xfe caf\xc3\xa9 \xe2\x82"
+    local line = diloco.metrics.line("fault", { kind = "refused", text = bad, ["k\xff"] = 1,
+      nested = { bad, { why = bad } } }, 0)
+    local v = assert(diloco.json_decode(line), line)
+    assert.are.equal("peer ?? caf\xc3\xa9 ??", v.text)
+    assert.are.equal(1, v["k?"])
+    assert.are.same({ "peer ?? caf\xc3\xa9 ??", { why = "peer ?? caf\xc3\xa9 ??" } }, v.nested)
+    assert.are.equal("caf\xc3\xa9", diloco.metrics.valid_utf8("caf\xc3\xa9"))
+  end)
+
   -- Seen: /dev/full as the metrics file was exit 0.
   it("a metrics file that cannot be written fails the run, which still saves", function()
     local out, status = run("full", "--set steps=6 --metrics /dev/full")

@@ -10,7 +10,9 @@
 -- computes) is printed with the fewest digits that read back to the same f32; any other
 -- float with the fewest that read back to the same double, without an exponent between
 -- 1e-4 and 1e15 (40960.0, not 4.096e+04); integers as integers.  The summary always
--- carries every field of SUMMARY, null where unknown.
+-- carries every field of SUMMARY, null where unknown.  Strings (keys and values, also
+-- inside tables) are written as valid UTF-8: a byte that cannot start a valid sequence
+-- becomes "?", so no string, a peer's text included, can fail a line.
 --
 -- Every line is flushed as written, so an interrupted run leaves a complete file (a line
 -- a full disk cut short is taken back), and
@@ -88,6 +90,38 @@ function M.double_text(v)
   return string.format("%.17g", v)
 end
 
+-- s as valid UTF-8: each byte where a valid sequence cannot start becomes "?".  A
+-- metrics line never fails for a string's bytes: some come from peers, or are cut at a
+-- byte count (docs/protocol.md, "Text from the wire").
+function M.valid_utf8(s)
+  if utf8.len(s) then return s end
+  local out, i = {}, 1
+  while true do
+    local n, bad = utf8.len(s, i)
+    if n then
+      out[#out + 1] = s:sub(i)
+      return table.concat(out)
+    end
+    out[#out + 1] = s:sub(i, bad - 1) .. "?"
+    i = bad + 1
+  end
+end
+
+-- A copy of table t with every string key and value made valid UTF-8 (seen: the tables
+-- on the way down, a cycle is the encoder's to report).
+local function valid_table(t, seen)
+  if seen[t] then return t end
+  seen[t] = true
+  local c = {}
+  for k, v in pairs(t) do
+    if type(k) == "string" then k = M.valid_utf8(k) end
+    if type(v) == "string" then v = M.valid_utf8(v)
+    elseif type(v) == "table" and getmetatable(v) == nil then v = valid_table(v, seen) end
+    c[k] = v
+  end
+  return c
+end
+
 local function value_text(v)
   local t = type(v)
   if v == nil then return "null" end
@@ -96,9 +130,13 @@ local function value_text(v)
     return float_text(v)
   end
   if t == "boolean" then return tostring(v) end
-  if t == "string" then return diloco.json_encode(v) end
-  if t == "table" then return diloco.json_encode(v, { sort_keys = true }) end
-  return diloco.json_encode(tostring(v))
+  if t == "string" then return diloco.json_encode(M.valid_utf8(v)) end
+  if t == "table" then
+    local ok, text = pcall(diloco.json_encode, v, { sort_keys = true })
+    if ok then return text end
+    return diloco.json_encode(valid_table(v, {}), { sort_keys = true }) -- (another error raises as before)
+  end
+  return diloco.json_encode(M.valid_utf8(tostring(v)))
 end
 
 -- The line for one event (without its newline).
@@ -109,14 +147,14 @@ function M.line(event, fields, time)
   for _, k in ipairs(order) do
     listed[k] = true
     local v = fields[k]
-    if v ~= nil or event == "summary" then parts[#parts + 1] = diloco.json_encode(k) .. ":" .. value_text(v) end
+    if v ~= nil or event == "summary" then parts[#parts + 1] = diloco.json_encode(M.valid_utf8(k)) .. ":" .. value_text(v) end
   end
   local extra = {}
   for k in pairs(fields) do
     if not listed[k] and k ~= "event" and k ~= "time" then extra[#extra + 1] = k end
   end
   table.sort(extra)
-  for _, k in ipairs(extra) do parts[#parts + 1] = diloco.json_encode(k) .. ":" .. value_text(fields[k]) end
+  for _, k in ipairs(extra) do parts[#parts + 1] = diloco.json_encode(M.valid_utf8(k)) .. ":" .. value_text(fields[k]) end
   return table.concat(parts, ",") .. "}"
 end
 

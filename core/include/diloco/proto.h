@@ -141,6 +141,16 @@ typedef enum dlc_proto_errcode {
  * "timeout", "overloaded", "shutdown", "internal"; NULL out of range. */
 DLC_API const char *dlc_proto_errcode_name(int code);
 
+/* Text from the wire is data: every string the decoder hands out (an ERROR's or BYE's
+ * text, a HELLO's run id, endpoints) has passed through this, and so does every event
+ * text the transport and the runtimes build around one, since a byte-count truncation
+ * may cut a character in two.  In place, s[0..n) (n = strlen(s)): each byte of an
+ * invalid, overlong or truncated UTF-8 sequence, of a surrogate or a code point past
+ * U+10FFFF, and each ASCII control character (0x00-0x1f, 0x7f) becomes '?', so the
+ * result is valid UTF-8 of the same length, safe in a JSON string, a log line or a
+ * terminal.  Returns the bytes replaced.  NULL is 0. */
+DLC_API size_t dlc_text_clean(char *s);
+
 /* Capabilities (HELLO and WELCOME list them by name; a name this build does not know is
  * counted and ignored, so an older peer talks to a newer one). */
 #define DLC_CAP_RESYNC_PHASE 0x1u /* "resync_phase": resync fragments carry the schedule */
