@@ -34,7 +34,7 @@ _Static_assert(sizeof frame_names / sizeof frame_names[0] == DLC_FRAME_TYPE_COUN
 
 static const char *const errcode_names[] = {"none",     "malformed",  "too_large", "version",
                                             "auth",     "unexpected", "mismatch",  "timeout",
-                                            "overloaded", "shutdown", "internal"};
+                                            "overloaded", "shutdown", "internal", "conflict"};
 _Static_assert(sizeof errcode_names / sizeof errcode_names[0] == DLC_PERR_COUNT, "one name per error code");
 
 static const char *const cap_names[] = {"resync_phase", "gradient", "sharded", "replay"};

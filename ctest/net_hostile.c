@@ -1146,23 +1146,68 @@ static void test_reconnect(void) {
 
 /* A learner that connects again under its id replaces its old connection (a reconnect
  * the server has not noticed yet), which is told why. */
+/* Waits up to 5 s for *counter (the echo thread's) to reach at least target: 1 if it did. */
+static int wait_count(atomic_int *counter, int target) {
+    double end = now_s() + 5;
+    while (atomic_load(counter) < target) {
+        if (now_s() >= end) return 0;
+        struct pollfd none;
+        poll(&none, 0, 10);
+    }
+    return 1;
+}
+
+/* A contribution from net's peer (as learner `me`) comes back echoed: 1. */
+static int echoes(dlc_net *net, int peer, int me) {
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_CONTRIBUTION);
+    f.msg.learner = me, f.msg.fragment = 0, f.msg.version = 3, f.msg.codec = DLC_CODEC_F32;
+    f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    dlc_net_event ev;
+    if (dlc_net_send(net, peer, &f, NULL, NULL) != DLC_OK || !wait_event(net, DLC_NET_FRAME, 5, &ev)) return 0;
+    int ok = ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 4;
+    dlc_net_event_release(&ev);
+    return ok;
+}
+
+/* Issue 35, 2: a second claim on a live learner's id is refused (CONFLICT, naming the
+ * live one's address) and the live one carries on; once the holder has been silent for
+ * half the timeout (here cut off on its side), the claim takes over at once: the old
+ * connection is closed with CONFLICT "replaced" (not left to time out).  Before, any
+ * claim replaced the live learner. */
 static void test_takeover(void) {
     dlc_hello h = hello_client;
     h.learner = 5;
-    dlc_net_config c = base_config();
-    c.hello = &h;
-    c.reconnect_max_s = 0;
+    dlc_net_config ca = base_config(), cb = base_config();
+    ca.hello = cb.hello = &h;
+    ca.reconnect_max_s = 0;   /* a: one connection */
+    cb.reconnect_max_s = 0.1; /* b: claims again and again */
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    dlc_net *a = dlc_net_new(&c), *b = dlc_net_new(&c);
+    dlc_net *a = dlc_net_new(&ca), *b = dlc_net_new(&cb);
     dlc_net_event ev;
-    dlc_net_connect(a, addr);
+    int pa = dlc_net_connect(a, addr);
     CHECK(wait_event(a, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
     dlc_net_event_release(&ev);
-    dlc_net_connect(b, addr);
+    int conflicts0 = atomic_load(&refused[DLC_PERR_CONFLICT]), replaced0 = atomic_load(&lost[DLC_PERR_CONFLICT]);
+    int pb = dlc_net_connect(b, addr);
+    CHECK(wait_event(b, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_CONFLICT &&
+          strstr(ev.text, "learner 5 is live, connected from 127.0.0.1:") && strstr(ev.text, "is refused"));
+    dlc_net_event_release(&ev);
+    CHECK(echoes(a, pa, 5)); /* a is still the learner 5 */
+    char got[sizeof refused_text];
+    CHECK(wait_refused("second claim on its id", got, sizeof got) && atomic_load(&refused[DLC_PERR_CONFLICT]) > conflicts0);
+    /* a falls silent (cut on its side): b, retrying, gets in before a's timeout would
+     * have freed the id, by taking over */
+    CHECK(dlc_net_cut(a, pa, 1) == DLC_OK);
     CHECK(wait_event(b, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
     dlc_net_event_release(&ev);
-    CHECK(wait_event(a, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_MISMATCH && strstr(ev.text, "learner 5 connected again"));
+    CHECK(echoes(b, pb, 5));
+    /* closed as replaced, not timed out (its LOST comes once the drain ends) */
+    CHECK(wait_count(&lost[DLC_PERR_CONFLICT], replaced0 + 1));
+    /* a, cut off, hears nothing: its own timeout ends it */
+    CHECK(wait_event(a, DLC_NET_LOST, 5, &ev));
     dlc_net_event_release(&ev);
     dlc_net_free(a);
     dlc_net_free(b);

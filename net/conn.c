@@ -593,14 +593,24 @@ static void on_handshake(conn *c, dlc_frame *f) {
         conn *old = id >= 0 ? learner_holder(net, id, c) : NULL;
         if (id < 0)
             for (id = 0; learner_holder(net, id, c); id++) {}
-        c->learner = id;
+        double now = now_s(), silent = old ? now - old->last_rx : 0;
+        if (!old || silent >= NET_LIVE_FRACTION * net->cfg.timeout_s) c->learner = id;
         pthread_mutex_unlock(&net->lock);
-        /* A learner that asks again for its id has reconnected before this side saw its
-         * old connection die (that takes up to timeout_s): the new one, authenticated,
-         * replaces the old one rather than being refused. */
+        /* A second claim on a live learner's id (a duplicate process, a stale launcher,
+         * anyone holding the secret) never displaces it: refused, naming both.  Only a
+         * holder already silent for part of the timeout (its process gone without a FIN,
+         * paused, cut off) gives way at once to the new incarnation, which would otherwise
+         * wait out the timeout; the old connection is closed, so nothing more of it is
+         * taken (connection-level fencing), and its LOST says why. */
+        if (old && silent < NET_LIVE_FRACTION * net->cfg.timeout_s) {
+            dlcn_conn_fail(c, DLC_PERR_CONFLICT, "learner %d is live, connected from %s (heard %.1f s ago): a second "
+                           "claim on its id, from %s, is refused (stop the other process, or give this one another id)",
+                           id, old->name, silent, c->name);
+            return;
+        }
         if (old)
-            dlcn_conn_fail(old, DLC_PERR_MISMATCH, "learner %d connected again from %s: this connection is replaced", id,
-                      c->name);
+            dlcn_conn_fail(old, DLC_PERR_CONFLICT, "learner %d connected again from %s after %.1f s of silence here: "
+                           "this connection is replaced", id, c->name, silent);
         w.learner = id;
         dlc_frame_init(&out, DLC_FRAME_WELCOME);
         out.hello = w;

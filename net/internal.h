@@ -75,6 +75,9 @@
 #define NET_UNAUTH_DEFAULT 64
 #define NET_UNAUTH_PER_ADDR_DEFAULT 8
 #define NET_UNAUTH_MAX 4096
+/* A server-side connection heard from within this fraction of timeout_s is live: a new
+ * claim on its learner id is refused; one silent longer gives way to the claim. */
+#define NET_LIVE_FRACTION 0.5
 /* Default of mem_max: the net's memory budget (output queued, frames received). */
 #define NET_MEM_DEFAULT ((size_t)1 << 30)
 /* libevent token-bucket tick of the WAN emulation. */

@@ -27,6 +27,9 @@ const char *dlc_lrt_event_name(dlc_lrt_event_kind k) {
 /* Most host events kept between two dlc_lrt_poll loops (P applied per resync at most
  * plus a few connection changes: a bound far above what one step produces). */
 #define LRT_EVENTS_MAX 4096
+/* CONFLICT refusals (another live connection holds this learner's id) lasting this many
+ * of its net's timeout_s are final: the holder is no stale connection of its own. */
+#define LRT_CONFLICT_TIMEOUTS 2
 
 typedef struct held {
     dlc_frame f;              /* the frame, its payload pointing at bytes */
@@ -72,7 +75,9 @@ struct dlc_lrt {
     int replays;              /* dp: the syncer's WELCOME has the "replay" capability */
     int void_step;            /* dp: the last wait ended in a resync, not the average */
     int refused;              /* the syncer refused this learner for good (another run, model,
-                               * secret, version): waiting cannot help */
+                               * secret, version; its id held by a live learner): waiting
+                               * cannot help, and training on alone would be a run of its own */
+    double conflict_t;        /* lrt_now of the first of the CONFLICT refusals in a row (0: none) */
     dlc_lrt_stats st;
     /* the codec thread (none with cfg.inline_codec or dp) */
     pthread_t coder;
@@ -393,6 +398,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id, id);
         }
         if (l->ready_once) l->st.reconnects++; /* (a LOST cleared `ready` before this READY) */
+        l->conflict_t = 0;
         l->ready = l->ready_once = 1;
         l->st.connected = 1;
         conn_event(l, DLC_LRT_CONNECTED, ev->text);
@@ -418,8 +424,18 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         return st == DLC_OK ? actions(l) : st;
     }
     case DLC_NET_LOST:
-        if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION)
-            l->refused = !l->ready && !l->l; /* refused before it ever joined: final */
+        /* another run, secret or version: final, before it joined or after (a syncer
+         * restarted with another recipe): it never trains on alone */
+        if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION) l->refused = 1;
+        /* its id held by a live connection (a duplicate), or taken over by a new
+         * incarnation while this one was silent: the transport retries, since a restart
+         * may reach the syncer before its old connection falls silent there; refusals
+         * that last LRT_CONFLICT_TIMEOUTS of its timeouts are final */
+        if (ev->code == DLC_PERR_CONFLICT) {
+            double now = lrt_now(l);
+            if (l->conflict_t <= 0) l->conflict_t = now > 0 ? now : 1e-9;
+            else if (now - l->conflict_t >= LRT_CONFLICT_TIMEOUTS * l->cfg.net.timeout_s) l->refused = 1;
+        }
         if (ev->code != DLC_PERR_NONE || ev->text[0]) {
             char own[290] = "";
             const char *code = dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?";
@@ -548,6 +564,13 @@ void dlc_lrt_free(dlc_lrt *l) {
     free(l);
 }
 
+/* The error of a learner the syncer refused or cut off for good (l->refused). */
+static dlc_status refused_error(const dlc_lrt *l) {
+    char who[32] = "learner";
+    if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id);
+    return dlc_error(DLC_ERR_STATE, "%s: refused by the syncer at %s: %s", who, l->cfg.connect, l->last_refusal);
+}
+
 /* Waits (taking messages) until done(l) or the deadline; what names what it waited for. */
 static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc_lrt *), const char *what) {
     double t0 = dlc_rt_clock(), deadline = t0 + timeout_s;
@@ -556,7 +579,7 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
         double now = dlc_rt_clock();
         if (l->refused) {
             l->st.wait_s += now - t0;
-            return dlc_error(DLC_ERR_STATE, "learner: refused by the syncer at %s: %s", l->cfg.connect, l->last_refusal);
+            return refused_error(l);
         }
         if (now >= deadline) {
             l->st.wait_s += now - t0;
@@ -593,6 +616,7 @@ dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
 
 dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_step_done: the learner has not joined (dlc_lrt_join)");
+    if (l->refused) return refused_error(l);
     double t0 = dlc_rt_clock();
     /* the encodes of earlier steps back first (the learner may send those fragments
      * again now); done long ago unless an encode took longer than a whole step */

@@ -22,7 +22,7 @@ double dlc_rt_clock(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const char *const srt_event_names[] = {"merged", "joined", "lost", "rejected", "refused", "bye"};
+static const char *const srt_event_names[] = {"merged", "joined", "lost", "rejected", "refused", "bye", "replaced"};
 _Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT_COUNT, "srt event names");
 const char *dlc_srt_event_name(dlc_srt_event_kind k) {
     return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
@@ -66,6 +66,7 @@ typedef struct slearner {
     char held_text[DLC_RT_TEXT_MAX]; /* its peer address */
     int waiting;              /* a READY connection held at the start gate, -1 none */
     char waiting_text[DLC_RT_TEXT_MAX]; /* its peer address */
+    char from[DLC_RT_TEXT_MAX]; /* the peer address of `peer` */
 } slearner;
 
 struct dlc_srt {
@@ -273,8 +274,15 @@ static void link_shape(dlc_srt *s, int peer, double rate, double latency) {
  * sends it the whole model.  lock held. */
 static dlc_status join(dlc_srt *s, int m, int peer, const char *from, double now) {
     slearner *L = &s->learners[m];
-    if (L->peer >= 0 && L->peer != peer) bank_bytes(s, m, L->peer);
+    if (L->peer >= 0 && L->peer != peer) {
+        bank_bytes(s, m, L->peer);
+        char text[DLC_RT_TEXT_MAX];
+        snprintf(text, sizeof text, "its connection from %.200s fell silent and gave way to a new one from %.200s",
+                 L->from, from);
+        post_simple(s, DLC_SRT_REPLACED, m, text);
+    }
     L->peer = peer;
+    snprintf(L->from, sizeof L->from, "%s", from);
     L->joined = 1;
     L->bye = 0;
     L->joins++;

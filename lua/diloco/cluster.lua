@@ -533,6 +533,9 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "refused" then
     fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: refused %s", ev.text or "")
+  elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
+    fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
+    say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")
   elseif ev.type == "bye" then
     if L then
       L.bye = true

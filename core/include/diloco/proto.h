@@ -134,11 +134,14 @@ typedef enum dlc_proto_errcode {
     DLC_PERR_OVERLOADED,  /* too many connections */
     DLC_PERR_SHUTDOWN,    /* the server is shutting down */
     DLC_PERR_INTERNAL,    /* a bug or resource failure on the sender's side */
+    DLC_PERR_CONFLICT,    /* a learner id held by another live connection (the claim is
+                           * refused), or this connection's id taken over by a new one
+                           * after it fell silent */
     DLC_PERR_COUNT
 } dlc_proto_errcode;
 
 /* "none", "malformed", "too_large", "version", "auth", "unexpected", "mismatch",
- * "timeout", "overloaded", "shutdown", "internal"; NULL out of range. */
+ * "timeout", "overloaded", "shutdown", "internal", "conflict"; NULL out of range. */
 DLC_API const char *dlc_proto_errcode_name(int code);
 
 /* Text from the wire is data: every string the decoder hands out (an ERROR's or BYE's

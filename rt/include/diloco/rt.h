@@ -121,6 +121,10 @@ typedef enum dlc_srt_event_kind {
     DLC_SRT_REJECTED, /* a contribution of learner was not merged (reason, fragment) */
     DLC_SRT_REFUSED,  /* a connection or message was refused (learner -1 before WELCOME; text) */
     DLC_SRT_BYE,      /* learner left for good (text: its reason) */
+    DLC_SRT_REPLACED, /* learner's live-looking connection, silent for part of the timeout,
+                       * gave way to a new one claiming its id (text: both addresses); a
+                       * JOINED follows.  A claim on the id of a learner heard from
+                       * recently is refused instead (REFUSED, code "conflict") */
     DLC_SRT_EVENT_COUNT
 } dlc_srt_event_kind;
 DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "joined", ... */

@@ -1,0 +1,125 @@
+-- A live syncer with learners attached, started by hand as users do, against hostile and
+-- duplicate peers (issue 35): text that is not UTF-8, a second claim on a live learner's
+-- id, floods of sockets from the learners' own address, connection churn.  Each attack
+-- comes from outside the project's code: raw sockets of spec/hostile_peer.py (written from
+-- docs/protocol.md), or a second real learner process.  Every test kills only the pids it
+-- started.
+local H = require "spec.helpers"
+local events, of_kind = H.events, H.of_kind
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec"
+local peer = "/usr/bin/python3 " .. here .. "/hostile_peer.py"
+
+local function recipe(S, name, o)
+  return S.write(name .. ".lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = %q,
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = "decoupled", H = 16, fragments = 2, tau = 1 },
+  islands = { count = %d },
+  runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s" },
+  steps = 1000000,
+}
+]], name, o.count or 2))
+end
+
+-- A syncer and `count` learners started by hand; returns the run's handle: its pids (to
+-- kill at the end), the syncer's address and metrics path, and start_learner(id).
+local function live_run(S, count)
+  local path = recipe(S, "live", { count = count })
+  local secret = S.write("secret", "s3cret\n")
+  local run = { pids = {}, learners = {}, addr_file = S.dir .. "/address", metrics = S.dir .. "/run/metrics.jsonl",
+    path = path, secret = secret }
+  run.syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
+    run.addr_file, "--secret-file", secret, "--out", S.dir .. "/run", "--quiet",
+    stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" })
+  run.pids[#run.pids + 1] = run.syncer
+  function run.start_learner(id, out)
+    local pid = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. run.addr_file, "--id", tostring(id),
+      "--secret-file", secret, "--out", out or (S.dir .. "/l" .. id), "--overwrite", "--quiet",
+      stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
+    run.pids[#run.pids + 1] = pid
+    run.learners[id] = pid
+    return pid
+  end
+  for id = 1, count do run.start_learner(id) end
+  function run.merges() return H.count_events(run.metrics, "merge") end
+  function run.address() return (H.read_lines(run.addr_file)[1] or ""):match("^%s*(.-)%s*$") end
+  -- waits (polling its metrics) until at least n merges, at most secs
+  function run.await_merges(n, secs)
+    H.await_or_kill(run.syncer, secs or 60, n .. " merges", function() return run.merges() >= n end)
+  end
+  function run.alive(pid) return diloco.proc.wait(pid) == nil end
+  function run.stop()
+    for _, pid in ipairs(run.pids) do
+      if diloco.proc.wait(pid) == nil then pcall(diloco.proc.signal, pid, "KILL") end
+      diloco.proc.wait(pid, true)
+    end
+  end
+  function run.log(name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
+  return run
+end
+
+-- Every line of the metrics file at path is a JSON object (valid UTF-8: the decoder checks).
+local function all_json(path)
+  local n = 0
+  for i, line in ipairs(H.read_lines(path)) do
+    assert(diloco.json_decode(line), string.format("%s:%d is not JSON: %s", path, i, line))
+    n = i
+  end
+  return n
+end
+
+describe("a live syncer against hostile peers", function()
+  local S, run
+  before_each(function() S = H.scratch() end)
+  after_each(function()
+    if run then run.stop() end
+    run = nil
+    S.cleanup()
+  end)
+
+  -- Seen: one pre-auth ERROR whose text was not UTF-8 reached a fault event, the JSON
+  -- writer refused it, and the syncer stopped merging 0.26 s later.
+  it("serves on after an ERROR frame that is not UTF-8, sent before authentication", function()
+    run = live_run(S, 2)
+    run.await_merges(4)
+    local out, code = H.sh(peer .. " error-utf8 " .. run.address())
+    assert.are.equal(0, code, out)
+    local before = run.merges()
+    run.await_merges(before + 6)
+    assert.is_true(run.alive(run.syncer), run.log("syncer"))
+    all_json(run.metrics)
+  end)
+
+  -- Seen: a duplicate `--id 2` replaced the live learner 2's connection; the live one was
+  -- told "mismatch", trained alone to the end and exited 0, and the syncer logged nothing.
+  it("refuses a second learner with a live learner's id: the duplicate exits non-zero, the live one stays", function()
+    run = live_run(S, 2)
+    run.await_merges(4)
+    local out, code = H.sh(string.format("OMP_NUM_THREADS=1 timeout 120 %s learner %s --connect @%s --id 2 "
+      .. "--secret-file %s --out %s/dup --overwrite --quiet", exe, run.path, run.addr_file, run.secret, S.dir))
+    assert.are_not.equal(0, code, out)
+    assert.are_not.equal(124, code, "the duplicate was not refused within 120 s: " .. out)
+    assert.matches("is live, connected from 127.0.0.1:", out, 1, true)
+    assert.matches("is refused", out, 1, true)
+    -- the live learner 2 kept its connection all along, and still merges
+    local before = run.merges()
+    run.await_merges(before + 6)
+    assert.is_true(run.alive(run.learners[2]), run.log("l2"))
+    local ev = events(run.metrics)
+    for _, kind in ipairs { "lost", "replaced" } do
+      for _, f in ipairs(of_kind(ev, "fault", kind)) do
+        assert.are_not.equal(2, f.learner, "learner 2 " .. kind .. ": " .. tostring(f.text))
+      end
+    end
+    all_json(run.metrics)
+  end)
+end)
