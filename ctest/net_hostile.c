@@ -936,21 +936,70 @@ static void test_unauth_caps(void) {
         CHECK(heard);
     }
     CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.unauth == 63 && k.overloaded == EXTRA + (N - EXTRA - 64) + 1);
-    /* what the idle ones were told: 4 refused for their address, 33 evicted */
+    /* what the idle ones were told: 4 evicted for their address's newer ones, 33 for the
+     * cap on all */
     int per_addr = 0, evicted = 0;
     for (int i = 0; i < N; i++) {
         static uint8_t buf[4096];
         dlc_frame g;
         struct pollfd pf = {fds[i], POLLIN, 0};
         if (poll(&pf, 1, 0) != 1 || raw_read(fds[i], &g, buf, sizeof buf) != 1 || g.type != DLC_FRAME_ERROR) continue;
-        per_addr += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "from 127.0.0.2 are not authenticated yet") != NULL;
-        evicted += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "evicted for a newer connection") != NULL;
+        per_addr += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "from 127.0.0.2 are not authenticated yet") != NULL &&
+                    strstr(g.text, "from the same address") != NULL;
+        evicted += g.code == DLC_PERR_OVERLOADED && strstr(g.text, "max_unauth = 64") != NULL;
     }
     CHECK(per_addr == EXTRA && evicted == N - EXTRA - 64 + 1);
+    for (int i = 0; i < EXTRA; i++) { /* the oldest of 127.0.0.2 gave way, not the newest */
+        struct pollfd pf = {fds[i], POLLIN, 0};
+        CHECK(poll(&pf, 1, 0) == 1);
+    }
     if (per_addr != EXTRA || evicted != N - EXTRA - 63)
         fprintf(stderr, "unauth caps: %d refused for their address, %d evicted\n", per_addr, evicted);
     dlc_net_free(cl);
     for (int i = 0; i < N; i++) close(fds[i]);
+    dlc_net_free(srv);
+}
+
+/* Issue 35, 3: eight idle sockets from 127.0.0.1 (the per-address cap), then a flood
+ * that keeps 8 open from there (each closed one reopened), do not keep a learner from
+ * 127.0.0.1 out: it is READY at its first attempt (no retry), every time.  Before, the
+ * eight refused every newcomer from their address until they went. */
+static void test_flood_own_address(void) {
+    enum { FLOOD = 8 };
+    int fds[FLOOD];
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.auth_timeout_s = 30; /* the idle ones stay */
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    CHECK(sport > 0);
+    for (int i = 0; i < FLOOD; i++) fds[i] = raw_connect_to(sport, 0);
+    dlc_net_counters k;
+    for (double end = now_s() + 10; dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.unauth < FLOOD && now_s() < end;)
+        sleep_s(0.01);
+    CHECK(k.unauth == FLOOD);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    for (int round = 0; round < 3; round++) {
+        dlc_net_config cc = base_config();
+        cc.hello = &hello_client, cc.reconnect_max_s = 0;
+        dlc_net *cl = dlc_net_new(&cc);
+        dlc_net_connect(cl, addr);
+        dlc_net_event ev;
+        int ready = wait_event(cl, DLC_NET_READY, 5, &ev);
+        CHECK(ready);
+        if (ready) dlc_net_event_release(&ev);
+        dlc_net_free(cl);
+        /* the flood reopens what was evicted: 8 idle sockets from 127.0.0.1 again */
+        for (int i = 0; i < FLOOD; i++) {
+            struct pollfd pf = {fds[i], POLLIN, 0};
+            if (poll(&pf, 1, 0) == 1) close(fds[i]), fds[i] = raw_connect_to(sport, 0);
+        }
+        for (double end = now_s() + 10; dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.unauth < FLOOD && now_s() < end;)
+            sleep_s(0.01);
+    }
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.overloaded >= 3);
+    for (int i = 0; i < FLOOD; i++) close(fds[i]);
     dlc_net_free(srv);
 }
 
@@ -1265,6 +1314,7 @@ int main(void) {
     test_stops_reading();
     test_many_connections();
     test_unauth_caps();
+    test_flood_own_address();
     test_mem_budget();
     test_bad_config();
     test_graceful_close();

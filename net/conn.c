@@ -580,6 +580,11 @@ static void on_handshake(conn *c, dlc_frame *f) {
                 return;
             }
             c->step = 2;
+            /* it proved it knows the secret: no flood of unauthenticated sockets may evict
+             * it now (auth_timeout_s still bounds the HELLO) */
+            pthread_mutex_lock(&net->lock);
+            unauth_remove(c);
+            pthread_mutex_unlock(&net->lock);
             return;
         }
         dlc_hello w;
@@ -1128,6 +1133,19 @@ static conn *unauth_victim(dlc_net *net) {
     return best;
 }
 
+/* The unauthenticated conn of sa's host that gives way to a new one from that host at
+ * max_unauth_per_addr: the least far in its handshake (a socket that sent nothing before
+ * one that sent AUTH), the oldest of those.  So a flood from a learner's own address (a
+ * co-located process, a NAT, a launcher gone wrong) evicts its own sockets and cannot
+ * lock a learner out: the learner's socket, newest and answering at once, outlasts
+ * max_unauth_per_addr - 1 flood sockets after it.  net->lock held. */
+static conn *unauth_victim_of(dlc_net *net, const struct sockaddr *sa) {
+    conn *best = NULL;
+    for (conn *o = net->ua_head; o; o = o->ua_next)
+        if (same_host((const struct sockaddr *)&o->addr, sa) && (!best || o->step < best->step)) best = o;
+    return best;
+}
+
 /* One best-effort ERROR frame written straight to fd, then the caller closes it. */
 static void error_to_fd(evutil_socket_t fd, int code, const char *text) {
     dlc_frame f;
@@ -1173,21 +1191,22 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     net->total.accepted++;
     int n = count_server_conns(net), from = unauth_from(net, sa), unauth = net->n_unauth;
     bool stopping = net->stopping;
-    conn *victim = n >= net->cfg.max_peers || unauth >= net->cfg.max_unauth ? unauth_victim(net) : NULL;
+    conn *own = from >= net->cfg.max_unauth_per_addr ? unauth_victim_of(net, sa) : NULL;
+    conn *victim = !own && (n >= net->cfg.max_peers || unauth >= net->cfg.max_unauth) ? unauth_victim(net) : NULL;
     pthread_mutex_unlock(&net->lock);
     if (stopping) {
         refuse_fd(net, fd, DLC_PERR_SHUTDOWN, "the server is shutting down");
         return;
     }
-    if (from >= net->cfg.max_unauth_per_addr) {
+    if (own) {
         char host[80];
         snprintf(host, sizeof host, "%s", name);
         char *colon = strrchr(host, ':');
         if (colon) *colon = '\0';
-        snprintf(text, sizeof text, "%d connections from %s are not authenticated yet (max_unauth_per_addr = %d)", from,
-                 host, net->cfg.max_unauth_per_addr);
-        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
-        return;
+        snprintf(text, sizeof text, "evicted for a newer connection from the same address: %d connections from %s are "
+                 "not authenticated yet (max_unauth_per_addr = %d), this one the oldest of the least far in the handshake",
+                 from, host, net->cfg.max_unauth_per_addr);
+        evict(own, text);
     }
     if (n >= net->cfg.max_peers && !victim) {
         snprintf(text, sizeof text, "the server has its maximum of %d connections", net->cfg.max_peers);

@@ -85,11 +85,13 @@ typedef struct dlc_net_config {
      * silence is this side's), until it fits. */
     size_t mem_max;
     int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
-    /* Server: connections accepted and not yet authenticated (before READY), in all
-     * (64) and from one source address (8), so idle sockets cannot fill max_peers.
-     * Beyond max_unauth_per_addr a new connection gets ERROR overloaded; beyond
-     * max_unauth (or at max_peers) the oldest unauthenticated connection of the address
-     * holding the most gives way (ERROR overloaded, closed) to the new one. */
+    /* Server: connections accepted and not yet authenticated (not yet past the HMAC
+     * proof), in all (64) and from one source address (8), so idle sockets cannot fill
+     * max_peers.  A new connection never waits behind them: beyond max_unauth_per_addr
+     * the one of its address least far in the handshake (the oldest of those) gives way
+     * (ERROR overloaded, closed), so a flood from a learner's own address cannot lock it
+     * out; beyond max_unauth (or at max_peers) the oldest unauthenticated connection of
+     * the address holding the most gives way. */
     int max_unauth;
     int max_unauth_per_addr;
     double heartbeat_s;      /* send a HEARTBEAT when nothing was queued for this long (1 s); 0 off.
