@@ -148,6 +148,13 @@ function M.past_merges(path, upto, start)
   return times, gm, first, lost
 end
 
+-- The syncer's global model into the file at path, as of `merges` merges.
+local function write_global(ctx, path, merges)
+  ctx.syncer:global(ctx.params)
+  return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
+    ["diloco.step"] = tostring(merges) })
+end
+
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
 local function save_syncer(ctx)
   local total = ctx.gm
@@ -161,9 +168,7 @@ local function save_syncer(ctx)
   ctx.saved_counts = ctx.saved_counts or {}
   ctx.saved_counts[total] = { merges = ctx.merges, times = #ctx.merge_times }
   local res, err = ctx.srd:save(total, function(path) return ctx.syncer:save(path, meta) end, function(path)
-    ctx.syncer:global(ctx.params)
-    return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
-      ["diloco.step"] = tostring(total) })
+    return write_global(ctx, path, total)
   end)
   ctx.last_save, ctx.merges_saved = diloco.clock(), total
   local wall = diloco.clock() - ctx.t_start
@@ -282,8 +287,27 @@ local function prepare(r, opts)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
     if ctx.srd.resume_path then
+      local behind = ctx.srd.model_behind
+      if behind then -- a save cut short between its two files: the model of its checkpoint again
+        local wok, werr = write_global(ctx, ctx.srd.out .. "/model.safetensors", behind.step)
+        if not wok then fail("--resume %s: writing its global model: %s", behind.path, plain(werr)) end
+      end
       ctx.metrics:write("resume", { from = ctx.srd.resume_path, merges = ctx.gm, epoch = ctx.syncer:epoch(),
-        merges_lost = ctx.merges_lost, wall_s = diloco.clock() - ctx.t_start })
+        merges_lost = ctx.merges_lost, wall_s = diloco.clock() - ctx.t_start,
+        model_behind = behind and behind.model_step or nil, skipped = ctx.srd.skipped })
+      -- on stderr whatever --quiet says: losing work is never silent
+      local notes = {}
+      if behind then
+        notes[#notes + 1] = string.format("; its save was cut short before model.safetensors (of %d merges), "
+          .. "written again", behind.model_step)
+      end
+      for _, k in ipairs(ctx.srd.skipped or {}) do
+        notes[#notes + 1] = string.format("; %s skipped, kept: %s", k.name, k.why)
+      end
+      io.stderr:write(string.format("diloco-lua: syncer resumed from %s (%d merges): %s%s\n", ctx.srd.resume_path,
+        ctx.gm, ctx.merges_lost > 0 and string.format("%d merge%s made after it lost", ctx.merges_lost,
+          ctx.merges_lost == 1 and "" or "s") or "no merges lost", table.concat(notes)))
+      io.stderr:flush()
     end
     ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
