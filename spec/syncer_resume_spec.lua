@@ -20,11 +20,11 @@ return diloco.recipe {
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
   sync = { preset = "decoupled", H = 8, fragments = 2, tau = 1 },
   islands = { count = 2 },
-  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", join_timeout = "2s", syncer_every = %d },
+  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", join_timeout = %q, syncer_every = %d },
   steps = %d,
   chaos = %s,
 }
-]], name, o.syncer_every or 5, o.steps or 200, o.chaos or "nil"))
+]], name, o.join_timeout or "2s", o.syncer_every or 5, o.steps or 200, o.chaos or "nil"))
 end
 
 -- The lines of a file, and the file rewritten with lines 1..n of them.
@@ -85,5 +85,110 @@ describe("diloco-lua syncer --resume", function()
     assert.are.equal(tostring(newest.step), mmeta["diloco.step"])
     -- said on stderr under --quiet: which checkpoint, how many merges lost
     assert.matches("resumed from " .. newest.path .. " (" .. newest.step .. " merges): no merges lost", out, 1, true)
+  end)
+
+  -- Issue 35, item 8: a syncer resumed from a checkpoint older than its last merges numbers
+  -- the fragments' versions from the checkpoint's again, so the learners, which reported
+  -- later ones, are resynced to lower versions: each such resync is a `resync` event.
+  it("makes each resync of a learner to a lower version than it reported a resync event", function()
+    -- (the learners would train for minutes: they are stopped once they merged again)
+    local path = recipe(S, "back", { syncer_every = 100000, steps = 1000000, join_timeout = "60s" })
+    local secret = S.write("secret", "s3cret\n")
+    local addr, out_dir = S.dir .. "/address", S.dir .. "/run"
+    local pids = {}
+    local function syncer(listen, extra)
+      local argv = { exe, "syncer", path, "--listen", listen, "--address-file", addr, "--secret-file", secret,
+        "--out", out_dir, "--quiet", stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" }
+      for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+      local pid = assert(diloco.proc.spawn(argv))
+      pids[#pids + 1] = pid
+      return pid
+    end
+    local ok, err = pcall(function()
+      local a = syncer("127.0.0.1:0")
+      H.await_or_kill(a, 30, "address file", function() return #H.read_lines(addr) > 0 end)
+      local learners = {}
+      for id = 1, 2 do
+        learners[id] = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
+          "--secret-file", secret, "--out", S.dir .. "/l" .. id, "--overwrite", "--quiet",
+          stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
+        pids[#pids + 1] = learners[id]
+      end
+      -- the learners contributed from later versions than the start's checkpoint holds
+      H.await_or_kill(a, 60, "12 merges", function()
+        return H.count_events(out_dir .. "/metrics.jsonl", "merge") >= 12
+      end)
+      local port = H.read_lines(addr)[1]:match(":(%d+)$") -- where the learners reconnect
+      diloco.proc.signal(a, "KILL")
+      diloco.proc.wait(a, true)
+      local c = syncer("127.0.0.1:" .. port, { "--resume" })
+      -- until both learners' contributions were merged by the resumed syncer: both joined it
+      H.await_or_kill(c, 60, "merges of both learners after the resume", function()
+        local after, from = false, {}
+        for _, l in ipairs(H.read_lines(out_dir .. "/metrics.jsonl")) do
+          if l:find('^{"event":"resume"') then after = true end
+          if after and l:find('^{"event":"merge"') then
+            local e = diloco.json_decode(l)
+            for _, ct in ipairs(type(e) == "table" and e.contributors or {}) do from[ct.learner] = true end
+          end
+        end
+        return from[1] and from[2]
+      end)
+      for id = 1, 2 do
+        diloco.proc.signal(learners[id], "TERM")
+        local st = diloco.proc.wait(learners[id], true)
+        assert.is_true(st.exited == 0 or st.exited == 143, "learner " .. id .. " stopped by TERM: "
+          .. tostring(st.exited) .. ": " .. table.concat(H.read_lines(S.dir .. "/l" .. id .. ".log"), "\n"))
+      end
+      local st = diloco.proc.wait(c, true)
+      assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+      pids = {}
+    end)
+    for _, pid in ipairs(pids) do
+      pcall(diloco.proc.signal, pid, "KILL")
+      pcall(diloco.proc.wait, pid, true)
+    end
+    assert(ok, err)
+    local log = table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n")
+    local ev = events(out_dir .. "/metrics.jsonl")
+    local resume = of_kind(ev, "resume")[1]
+    assert.are.equal(0, resume.merges, "resumed from the start's checkpoint")
+    assert.is_true(resume.merges_lost >= 12, "merges lost: " .. tostring(resume.merges_lost))
+    -- losing work is never silent: said on stderr under --quiet
+    assert.matches(string.format("resumed from %s (0 merges): %d merges made after it lost", resume.from,
+      resume.merges_lost), log, 1, true)
+    -- what each learner reported (the base versions of its merged contributions) before the
+    -- resume, per fragment
+    local reported, before = {}, true
+    for _, e in ipairs(ev) do
+      if e.event == "resume" then before = false end
+      if before and e.event == "merge" then
+        for _, c in ipairs(e.contributors) do
+          local r = reported[c.learner] or {}
+          reported[c.learner] = r
+          r[e.fragment] = math.max(r[e.fragment] or -1, c.base_version)
+        end
+      end
+    end
+    local resyncs = of_kind(ev, "resync")
+    assert.is_true(#resyncs > 0, "no resync event after a resume that lost " .. resume.merges_lost .. " merges")
+    -- each to the version the resumed syncer held when the learner joined it: the start's
+    -- checkpoint's 0, then one more at each of its merges before that
+    local version, to = { 0, 0 }, {}
+    for _, e in ipairs(ev) do
+      if e.event == "resume" then version = { 0, 0 } end
+      if e.event == "merge" then version[e.fragment] = e.version end
+      if e.event == "resync" then to[e] = version[e.fragment] end
+    end
+    local seen = {}
+    for _, r in ipairs(resyncs) do
+      assert.are.equal(resume.epoch, r.epoch)
+      assert.are.equal(to[r], r.to_version, diloco.json_encode(r))
+      assert.is_true(r.from_version > r.to_version, diloco.json_encode(r))
+      assert.are.equal(reported[r.learner][r.fragment], r.from_version, diloco.json_encode(r))
+      local key = r.learner .. "/" .. r.fragment
+      assert.is_nil(seen[key], "one resync event per learner and fragment: " .. key)
+      seen[key] = true
+    end
   end)
 end)

@@ -155,6 +155,71 @@ local function write_global(ctx, path, merges)
     ["diloco.step"] = tostring(merges) })
 end
 
+-- The fragments' versions a syncer checkpoint holds (its metadata syncer.versions, one per
+-- fragment), 1-based by fragment; nil: no checkpoint (a fresh syncer: every version 0).
+local function checkpoint_versions(meta, P)
+  local v = {}
+  local list = type(meta) == "table" and meta["syncer.versions"]
+  if list then
+    for x in list:gmatch("[^,]+") do v[#v + 1] = math.tointeger(tonumber(x)) end
+  end
+  for p = 1, P do v[p] = v[p] or 0 end
+  return v
+end
+
+-- What each learner reported to the syncer incarnations since the last resume in the metrics
+-- at path: reported[m][p], the highest base version of its merged contributions of fragment
+-- p (the versions a resumed syncer may move it back from, merge by merge as on_syncer_event
+-- keeps them).
+local function past_reported(path)
+  local f = path and io.open(path, "r")
+  local reported = {}
+  if not f then return reported end
+  for line in f:lines() do
+    if line:find('^{"event":"resume"') then
+      reported = {}
+    elseif line:find('^{"event":"merge"') then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" and type(e.contributors) == "table" then
+        for _, c in ipairs(e.contributors) do
+          local r = reported[c.learner] or {}
+          reported[c.learner] = r
+          if c.base_version and e.fragment then r[e.fragment] = math.max(r[e.fragment] or -1, c.base_version) end
+        end
+      end
+    end
+  end
+  f:close()
+  return reported
+end
+
+-- The syncer started again from a checkpoint (meta: its metadata, nil: none): its versions
+-- are the checkpoint's, and every learner it resyncs when it joins is checked against what
+-- it reported (moved_back).
+local function versions_restart(ctx, meta)
+  ctx.versions = checkpoint_versions(meta, #ctx.plan)
+  ctx.resync_check = {}
+  for m = 1, ctx.recipe.islands.count do ctx.resync_check[m] = true end
+end
+
+-- Learner m joined a syncer started again from a checkpoint (every join resyncs it whole,
+-- rt.h): a `resync` event for each fragment whose version it is moved back from, lower than
+-- it reported.  Versions only grow within an epoch; a syncer resumed from a checkpoint older
+-- than its last merges numbers them again from the checkpoint's (docs/runtime.md).
+local function moved_back(ctx, m)
+  if not (ctx.resync_check and ctx.resync_check[m]) then return end
+  ctx.resync_check[m] = nil
+  local r = ctx.reported[m] or {}
+  for p = 1, #ctx.plan do
+    local from, to = r[p], ctx.versions[p]
+    if from and from > to then
+      write(ctx, "resync", { learner = m, fragment = p, from_version = from, to_version = to,
+        epoch = ctx.syncer:epoch(), wall_s = diloco.clock() - ctx.t_start })
+    end
+  end
+  ctx.reported[m] = {} -- the old numbering is gone for it
+end
+
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
 local function save_syncer(ctx)
   local total = ctx.gm
@@ -189,6 +254,7 @@ local function restore_counts(ctx, last)
   ctx.gm, ctx.merges = keep, c.merges
   for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
   local meta = last and diloco.safetensors_meta(last.path)
+  versions_restart(ctx, meta)
   -- (no checkpoint: nothing merged stands; one of an older build's: the count goes on)
   ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or (last and ctx.useful or 0)
 end
@@ -264,6 +330,10 @@ local function prepare(r, opts)
       ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
       ctx.merges_lost = math.max(0, reached - ctx.gm) -- (this resume's; the run's in the summary)
       ctx.merges_lost_before = lost_before
+      ctx.reported = past_reported(ctx.rd.metrics_path)
+      versions_restart(ctx, saved)
+    else
+      ctx.reported, ctx.versions = {}, checkpoint_versions(nil, #ctx.plan)
     end
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
@@ -511,6 +581,12 @@ local function on_syncer_event(ctx, ev)
       ctx.dp_step = math.max(ctx.dp_step or 0, info.version)
     end
     ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
+    ctx.versions[info.fragment] = info.version
+    for _, c in ipairs(info.contributors) do
+      local r = ctx.reported[c.learner] or {}
+      ctx.reported[c.learner] = r
+      r[info.fragment] = math.max(r[info.fragment] or -1, c.base_version)
+    end
     write(ctx, "merge", info)
     if ctx.recipe.hooks.on_merge then hook("on_merge", ctx.recipe.hooks.on_merge, info) end
     for _, c in ipairs(info.contributors) do
@@ -527,6 +603,7 @@ local function on_syncer_event(ctx, ev)
     end
   elseif ev.type == "joined" then
     if L then
+      moved_back(ctx, ev.learner)
       L.joined = true
       L.from = ev.text and ev.text:match("connected from (%S+)") or L.from
       if L.restarted_at and not L.rejoined then
