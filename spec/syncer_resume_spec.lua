@@ -114,9 +114,19 @@ describe("diloco-lua syncer --resume", function()
           stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
         pids[#pids + 1] = learners[id]
       end
-      -- the learners contributed from later versions than the start's checkpoint holds
-      H.await_or_kill(a, 60, "12 merges", function()
-        return H.count_events(out_dir .. "/metrics.jsonl", "merge") >= 12
+      -- both learners contributed from later versions than the start's checkpoint holds (the
+      -- first to join the resumed syncer is then sent version 0 of a fragment it reported
+      -- later than: a resync event at least)
+      H.await_or_kill(a, 60, "12 merges, each learner's from a version >= 1", function()
+        local from, n = {}, 0
+        for _, l in ipairs(H.read_lines(out_dir .. "/metrics.jsonl")) do
+          local e = l:find('^{"event":"merge"') and diloco.json_decode(l)
+          if type(e) == "table" then
+            n = n + 1
+            for _, ct in ipairs(e.contributors) do from[ct.learner] = from[ct.learner] or ct.base_version >= 1 end
+          end
+        end
+        return n >= 12 and from[1] and from[2]
       end)
       local port = H.read_lines(addr)[1]:match(":(%d+)$") -- where the learners reconnect
       diloco.proc.signal(a, "KILL")
