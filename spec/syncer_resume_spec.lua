@@ -35,6 +35,48 @@ local function truncate_lines(path, n)
   f:close()
 end
 
+-- Asserts that every counter of the summary of the run whose metrics are `ev` (its
+-- learners' in dir/learner-N, when `supervised`) equals a count of the events it counts
+-- (issue 35, item 7: the summary said rejects 7 with 54 reject events, syncer_restarts 0
+-- after 7 restarts by hand, faults 0 with fault events).
+local function counters_match_events(ev, dir, supervised)
+  local s = summary_of(ev)
+  -- a fault counts once, at its begin: not its end (begin = false), nor a recovery
+  local function counts(e) return e.begin ~= false and e.kind ~= "joined" and e.kind ~= "recovered" end
+  local n = { reject = 0, fault = 0, merge = 0, resume = 0, syncer_back = 0, lost = 0, crash = {} }
+  for _, e in ipairs(ev) do
+    if e.event == "reject" then n.reject = n.reject + 1 end
+    if e.event == "merge" then n.merge = n.merge + 1 end
+    if e.event == "resume" then
+      n.resume = n.resume + 1
+      n.lost = n.lost + e.merges_lost
+    end
+    if e.event == "fault" then
+      if counts(e) then n.fault = n.fault + 1 end
+      if e.kind == "syncer" and e.begin == false then n.syncer_back = n.syncer_back + 1 end
+      if e.kind == "syncer" and e.begin == true then n.lost = n.lost + e.merges_lost end
+      if e.kind == "crash" then n.crash[e.learner] = (n.crash[e.learner] or 0) + 1 end
+    end
+  end
+  assert.are.equal(n.reject, s.rejects, "rejects: the reject events")
+  assert.are.equal(n.fault, s.faults, "faults: the fault events that begin one")
+  assert.are.equal(n.resume + n.syncer_back, s.syncer_restarts, "syncer_restarts: resumes and chaos syncer restarts")
+  assert.are.equal(1 + s.syncer_restarts, s.epoch, "one epoch per syncer start")
+  assert.are.equal(n.lost, s.merges_lost, "merges_lost: as each restart said")
+  assert.are.equal(n.merge, s.merges + s.merges_lost, "merges: the merge events but those lost")
+  if supervised then
+    local restarts = 0
+    for m = 1, s.learners do
+      local joins = #of_kind(events(string.format("%s/learner-%d/metrics.jsonl", dir, m)), "join")
+      assert.are.equal(joins, s.per_learner[m].processes, "learner " .. m .. "'s processes: its join events")
+      restarts = restarts + joins - 1
+      assert.are.equal(n.crash[m] or 0, s.per_learner[m].crashes, "learner " .. m .. "'s crashes: its crash faults")
+    end
+    assert.are.equal(restarts, s.restarts, "restarts: the learners' joins after their first")
+  end
+  return s, n
+end
+
 describe("diloco-lua syncer --resume", function()
   local S
   before_each(function() S = H.scratch() end)
@@ -200,5 +242,33 @@ describe("diloco-lua syncer --resume", function()
       assert.is_nil(seen[key], "one resync event per learner and fragment: " .. key)
       seen[key] = true
     end
+    -- a syncer started again by hand with --resume is a restart; its summary counts the
+    -- whole run's events, the dead syncer's too
+    local sm = counters_match_events(ev, out_dir, false)
+    assert.are.equal(1, sm.syncer_restarts)
+  end)
+end)
+
+describe("the summary of a run with faults", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("counts exactly the events it counts", function()
+    -- a learner killed (restarted after 0.5 s), a syncer fault (its learners' next
+    -- messages are rejected: another epoch), a pause
+    local path = recipe(S, "faults", { syncer_every = 20, steps = 6000, join_timeout = "30s", chaos = [[{
+    { at = "1s", kill = 2, down = "0.5s" },
+    { at = "2s", syncer = "down", down = "0.3s" },
+    { at = "2.5s", pause = 1, down = "0.3s" } }]] })
+    local out, code = H.sh(string.format("%s run %s --out %s/run --quiet", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s, n = counters_match_events(ev, S.dir .. "/run", true)
+    -- the faults took place: otherwise the counts above prove little
+    assert.are.equal(1, s.syncer_restarts, out)
+    assert.is_true(s.restarts >= 1, "restarts " .. tostring(s.restarts))
+    assert.is_true(n.fault >= 3, "fault events that count: " .. n.fault)
+    assert.is_true(n.reject >= 1, "reject events: " .. n.reject .. " (a syncer fault fences its learners' next messages)")
   end)
 end)

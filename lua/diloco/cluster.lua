@@ -155,6 +155,37 @@ local function write_global(ctx, path, merges)
     ["diloco.step"] = tostring(merges) })
 end
 
+-- Whether a fault event (its fields) counts in the summary's `faults`: each fault seen
+-- once, at its begin (a fault's end, begin = false, and a recovery, kind joined or
+-- recovered, do not count; those without begin, lost or crash, do).
+function M.counts_as_fault(e)
+  return e.begin ~= false and e.kind ~= "joined" and e.kind ~= "recovered"
+end
+
+-- What OUT/metrics.jsonl at path counts before a --resume, for the run's summary: its
+-- reject events, its fault events that count (M.counts_as_fault) and its syncer restarts
+-- (resume events, and chaos syncer faults' ends).
+function M.past_counts(path)
+  local c = { rejects = 0, faults = 0, syncer_restarts = 0 }
+  local f = path and io.open(path, "r")
+  if not f then return c end
+  for line in f:lines() do
+    if line:find('^{"event":"reject"') then
+      c.rejects = c.rejects + 1
+    elseif line:find('^{"event":"resume"') then
+      c.syncer_restarts = c.syncer_restarts + 1
+    elseif line:find('^{"event":"fault"') then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" then
+        if M.counts_as_fault(e) then c.faults = c.faults + 1 end
+        if e.kind == "syncer" and e.begin == false then c.syncer_restarts = c.syncer_restarts + 1 end
+      end
+    end
+  end
+  f:close()
+  return c
+end
+
 -- The fragments' versions a syncer checkpoint holds (its metadata syncer.versions, one per
 -- fragment), 1-based by fragment; nil: no checkpoint (a fresh syncer: every version 0).
 local function checkpoint_versions(meta, P)
@@ -270,7 +301,7 @@ end
 -- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
 -- quiet, command, run_id, secret_file, address_file, advertise, net.
 local function prepare(r, opts)
-  local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, restarts = 0, merges = 0,
+  local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, rejects = 0, restarts = 0, merges = 0,
     merge_times = {}, learners = {}, evals = 0 }
   -- the syncer's own compute (evaluations) at one thread: its learners share the cores
   -- (an idle OpenMP team spins, taking a core from them)
@@ -332,6 +363,9 @@ local function prepare(r, opts)
       ctx.merges_lost_before = lost_before
       ctx.reported = past_reported(ctx.rd.metrics_path)
       versions_restart(ctx, saved)
+      -- the run's counters over every syncer before this one, and this start a restart
+      local past = M.past_counts(ctx.rd.metrics_path)
+      ctx.rejects, ctx.faults, ctx.syncer_restarts = past.rejects, past.faults, past.syncer_restarts + 1
     else
       ctx.reported, ctx.versions = {}, checkpoint_versions(nil, #ctx.plan)
     end
@@ -508,6 +542,7 @@ end
 local function fault(ctx, info)
   info.wall_s = elapsed(ctx)
   write(ctx, "fault", info)
+  if M.counts_as_fault(info) then ctx.faults = ctx.faults + 1 end
   if ctx.recipe.hooks.on_fault then hook("on_fault", ctx.recipe.hooks.on_fault, info) end
 end
 
@@ -631,6 +666,7 @@ local function on_syncer_event(ctx, ev)
     hold_others(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
+    ctx.rejects = ctx.rejects + 1
   elseif ev.type == "refused" then
     fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: refused %s", ev.text or "")
@@ -936,19 +972,16 @@ local function chaos_due(ctx)
       -- one rank of an island: its mpirun ends the job, the island is down as a whole
       if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
       if L.held then L.held = false end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "kill", learner = e.learner, rank = e.rank, begin = true,
         duration = down < math.huge and down or nil })
       if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
       signal_learner(ctx, e.learner, "STOP")
       L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "slow" and L and L.pid then
       -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
       L.slow = { factor = e.factor or 2, t0 = elapsed(ctx), untl = elapsed(ctx) + down, running = true }
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = L.slow.factor,
         duration = down < math.huge and down or nil })
     elseif e.kind == "syncer" and ctx.syncer then
@@ -959,7 +992,6 @@ local function chaos_due(ctx)
       ctx.syncer:close()
       ctx.syncer = nil
       ctx.syncer_back_at = elapsed(ctx) + (down < math.huge and down or 0)
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
         merges_lost = ctx.gm - ctx.merges_saved })
     elseif e.kind == "cut" then
@@ -969,7 +1001,6 @@ local function chaos_due(ctx)
       ctx.cuts[e.learner] = elapsed(ctx) + down
       if ctx.syncer then ctx.syncer:cut(e.learner, down) end
       if L then L.cut_ended, L.cut_recovered = nil, nil end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "cut", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "link" then
       ctx.link_events = ctx.link_events or {}
@@ -978,7 +1009,6 @@ local function chaos_due(ctx)
       list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = elapsed(ctx) + down }
       local rate, latency = M.link_of(ctx, e.learner)
       if ctx.syncer then ctx.syncer:shape(e.learner, rate, latency) end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "link", learner = e.learner, begin = true, bandwidth = rate, latency = latency,
         duration = down < math.huge and down or nil })
     elseif L == nil or L.pid then
@@ -1302,7 +1332,7 @@ local function finish(ctx, err)
     tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
-    rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
     merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
