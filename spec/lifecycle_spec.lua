@@ -88,8 +88,9 @@ describe("the run directory", function()
   end)
 
   -- Seen: a kill -9 between the checkpoint's rename and the model's left
-  -- checkpoint-00000082 beside a model.safetensors of step 80.
-  it("after a save cut short between its two files, the next run makes the newest pair one step again", function()
+  -- checkpoint-00000082 beside a model.safetensors of step 80.  (Issue 35: the next open
+  -- then removed the complete checkpoint-00000082 and resumed from step 80.)
+  it("after a save cut short between its two files, resumes from its complete checkpoint and writes its model again", function()
     local o = tmp .. "/cut-save"
     local out, status = run("cut-save", "--set steps=5 --set checkpoint.every=5")
     assert.are.equal(0, status, out)
@@ -104,8 +105,9 @@ describe("the run directory", function()
     out, status = sh(string.format("%s run %s --out %s --resume latest --set steps=12 --set checkpoint.every=5", exe,
       recipe, o))
     assert.are.equal(0, status, out)
-    assert.matches("removed checkpoint-00000010.safetensors: newer than model.safetensors (step 5)", out, 1, true)
-    assert.matches("resuming at step 5", out, 1, true)
+    assert.matches(o .. "/checkpoint-00000010.safetensors is complete, its save was cut short before "
+      .. "model.safetensors (step 5): resumed from it, the model of step 10 written again", out, 1, true)
+    assert.matches("resuming at step 10", out, 1, true)
     local s = summary_of(o .. "/metrics.jsonl")
     assert.are.equal(12, s.steps)
     local _, meta = diloco.load_safetensors(o .. "/model.safetensors")

@@ -148,6 +148,109 @@ function M.past_merges(path, upto, start)
   return times, gm, first, lost
 end
 
+-- The syncer's global model into the file at path, as of `merges` merges.
+local function write_global(ctx, path, merges)
+  ctx.syncer:global(ctx.params)
+  return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
+    ["diloco.step"] = tostring(merges) })
+end
+
+-- Whether a fault event (its fields) counts in the summary's `faults`: each fault seen
+-- once, at its begin (a fault's end, begin = false, and a recovery, kind joined or
+-- recovered, do not count; those without begin, lost or crash, do).
+function M.counts_as_fault(e)
+  return e.begin ~= false and e.kind ~= "joined" and e.kind ~= "recovered"
+end
+
+-- What OUT/metrics.jsonl at path counts before a --resume, for the run's summary: its
+-- reject events, its fault events that count (M.counts_as_fault) and its syncer restarts
+-- (resume events, and chaos syncer faults' ends).
+function M.past_counts(path)
+  local c = { rejects = 0, faults = 0, syncer_restarts = 0 }
+  local f = path and io.open(path, "r")
+  if not f then return c end
+  for line in f:lines() do
+    if line:find('^{"event":"reject"') then
+      c.rejects = c.rejects + 1
+    elseif line:find('^{"event":"resume"') then
+      c.syncer_restarts = c.syncer_restarts + 1
+    elseif line:find('^{"event":"fault"') then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" then
+        if M.counts_as_fault(e) then c.faults = c.faults + 1 end
+        if e.kind == "syncer" and e.begin == false then c.syncer_restarts = c.syncer_restarts + 1 end
+      end
+    end
+  end
+  f:close()
+  return c
+end
+
+-- The fragments' versions a syncer checkpoint holds (its metadata syncer.versions, one per
+-- fragment), 1-based by fragment; nil: no checkpoint (a fresh syncer: every version 0).
+local function checkpoint_versions(meta, P)
+  local v = {}
+  local list = type(meta) == "table" and meta["syncer.versions"]
+  if list then
+    for x in list:gmatch("[^,]+") do v[#v + 1] = math.tointeger(tonumber(x)) end
+  end
+  for p = 1, P do v[p] = v[p] or 0 end
+  return v
+end
+
+-- What each learner reported to the syncer incarnations since the last resume in the metrics
+-- at path: reported[m][p], the highest base version of its merged contributions of fragment
+-- p (the versions a resumed syncer may move it back from, merge by merge as on_syncer_event
+-- keeps them).
+local function past_reported(path)
+  local f = path and io.open(path, "r")
+  local reported = {}
+  if not f then return reported end
+  for line in f:lines() do
+    if line:find('^{"event":"resume"') then
+      reported = {}
+    elseif line:find('^{"event":"merge"') then
+      local e = diloco.json_decode(line)
+      if type(e) == "table" and type(e.contributors) == "table" then
+        for _, c in ipairs(e.contributors) do
+          local r = reported[c.learner] or {}
+          reported[c.learner] = r
+          if c.base_version and e.fragment then r[e.fragment] = math.max(r[e.fragment] or -1, c.base_version) end
+        end
+      end
+    end
+  end
+  f:close()
+  return reported
+end
+
+-- The syncer started again from a checkpoint (meta: its metadata, nil: none): its versions
+-- are the checkpoint's, and every learner it resyncs when it joins is checked against what
+-- it reported (moved_back).
+local function versions_restart(ctx, meta)
+  ctx.versions = checkpoint_versions(meta, #ctx.plan)
+  ctx.resync_check = {}
+  for m = 1, ctx.recipe.islands.count do ctx.resync_check[m] = true end
+end
+
+-- Learner m joined a syncer started again from a checkpoint (every join resyncs it whole,
+-- rt.h): a `resync` event for each fragment whose version it is moved back from, lower than
+-- it reported.  Versions only grow within an epoch; a syncer resumed from a checkpoint older
+-- than its last merges numbers them again from the checkpoint's (docs/runtime.md).
+local function moved_back(ctx, m)
+  if not (ctx.resync_check and ctx.resync_check[m]) then return end
+  ctx.resync_check[m] = nil
+  local r = ctx.reported[m] or {}
+  for p = 1, #ctx.plan do
+    local from, to = r[p], ctx.versions[p]
+    if from and from > to then
+      write(ctx, "resync", { learner = m, fragment = p, from_version = from, to_version = to,
+        epoch = ctx.syncer:epoch(), wall_s = diloco.clock() - ctx.t_start })
+    end
+  end
+  ctx.reported[m] = {} -- the old numbering is gone for it
+end
+
 -- Checkpoints the syncer in OUT/syncer (its state, and the global model beside it).
 local function save_syncer(ctx)
   local total = ctx.gm
@@ -161,9 +264,7 @@ local function save_syncer(ctx)
   ctx.saved_counts = ctx.saved_counts or {}
   ctx.saved_counts[total] = { merges = ctx.merges, times = #ctx.merge_times }
   local res, err = ctx.srd:save(total, function(path) return ctx.syncer:save(path, meta) end, function(path)
-    ctx.syncer:global(ctx.params)
-    return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
-      ["diloco.step"] = tostring(total) })
+    return write_global(ctx, path, total)
   end)
   ctx.last_save, ctx.merges_saved = diloco.clock(), total
   local wall = diloco.clock() - ctx.t_start
@@ -184,6 +285,7 @@ local function restore_counts(ctx, last)
   ctx.gm, ctx.merges = keep, c.merges
   for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
   local meta = last and diloco.safetensors_meta(last.path)
+  versions_restart(ctx, meta)
   -- (no checkpoint: nothing merged stands; one of an older build's: the count goes on)
   ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or (last and ctx.useful or 0)
 end
@@ -199,7 +301,7 @@ end
 -- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
 -- quiet, command, run_id, secret_file, address_file, advertise, net.
 local function prepare(r, opts)
-  local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, restarts = 0, merges = 0,
+  local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, rejects = 0, restarts = 0, merges = 0,
     merge_times = {}, learners = {}, evals = 0 }
   -- the syncer's own compute (evaluations) at one thread: its learners share the cores
   -- (an idle OpenMP team spins, taking a core from them)
@@ -259,6 +361,13 @@ local function prepare(r, opts)
       ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
       ctx.merges_lost = math.max(0, reached - ctx.gm) -- (this resume's; the run's in the summary)
       ctx.merges_lost_before = lost_before
+      ctx.reported = past_reported(ctx.rd.metrics_path)
+      versions_restart(ctx, saved)
+      -- the run's counters over every syncer before this one, and this start a restart
+      local past = M.past_counts(ctx.rd.metrics_path)
+      ctx.rejects, ctx.faults, ctx.syncer_restarts = past.rejects, past.faults, past.syncer_restarts + 1
+    else
+      ctx.reported, ctx.versions = {}, checkpoint_versions(nil, #ctx.plan)
     end
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
@@ -282,8 +391,27 @@ local function prepare(r, opts)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
     if ctx.srd.resume_path then
+      local behind = ctx.srd.model_behind
+      if behind then -- a save cut short between its two files: the model of its checkpoint again
+        local wok, werr = write_global(ctx, ctx.srd.out .. "/model.safetensors", behind.step)
+        if not wok then fail("--resume %s: writing its global model: %s", behind.path, plain(werr)) end
+      end
       ctx.metrics:write("resume", { from = ctx.srd.resume_path, merges = ctx.gm, epoch = ctx.syncer:epoch(),
-        merges_lost = ctx.merges_lost, wall_s = diloco.clock() - ctx.t_start })
+        merges_lost = ctx.merges_lost, wall_s = diloco.clock() - ctx.t_start,
+        model_behind = behind and behind.model_step or nil, skipped = ctx.srd.skipped })
+      -- on stderr whatever --quiet says: losing work is never silent
+      local notes = {}
+      if behind then
+        notes[#notes + 1] = string.format("; its save was cut short before model.safetensors (of %d merges), "
+          .. "written again", behind.model_step)
+      end
+      for _, k in ipairs(ctx.srd.skipped or {}) do
+        notes[#notes + 1] = string.format("; %s skipped, kept: %s", k.name, k.why)
+      end
+      io.stderr:write(string.format("diloco-lua: syncer resumed from %s (%d merges): %s%s\n", ctx.srd.resume_path,
+        ctx.gm, ctx.merges_lost > 0 and string.format("%d merge%s made after it lost", ctx.merges_lost,
+          ctx.merges_lost == 1 and "" or "s") or "no merges lost", table.concat(notes)))
+      io.stderr:flush()
     end
     ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
@@ -414,6 +542,7 @@ end
 local function fault(ctx, info)
   info.wall_s = elapsed(ctx)
   write(ctx, "fault", info)
+  if M.counts_as_fault(info) then ctx.faults = ctx.faults + 1 end
   if ctx.recipe.hooks.on_fault then hook("on_fault", ctx.recipe.hooks.on_fault, info) end
 end
 
@@ -487,6 +616,12 @@ local function on_syncer_event(ctx, ev)
       ctx.dp_step = math.max(ctx.dp_step or 0, info.version)
     end
     ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
+    ctx.versions[info.fragment] = info.version
+    for _, c in ipairs(info.contributors) do
+      local r = ctx.reported[c.learner] or {}
+      ctx.reported[c.learner] = r
+      r[info.fragment] = math.max(r[info.fragment] or -1, c.base_version)
+    end
     write(ctx, "merge", info)
     if ctx.recipe.hooks.on_merge then hook("on_merge", ctx.recipe.hooks.on_merge, info) end
     for _, c in ipairs(info.contributors) do
@@ -503,6 +638,7 @@ local function on_syncer_event(ctx, ev)
     end
   elseif ev.type == "joined" then
     if L then
+      moved_back(ctx, ev.learner)
       L.joined = true
       L.from = ev.text and ev.text:match("connected from (%S+)") or L.from
       if L.restarted_at and not L.rejoined then
@@ -530,6 +666,7 @@ local function on_syncer_event(ctx, ev)
     hold_others(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
+    ctx.rejects = ctx.rejects + 1
   elseif ev.type == "refused" then
     fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: refused %s", ev.text or "")
@@ -838,19 +975,16 @@ local function chaos_due(ctx)
       -- one rank of an island: its mpirun ends the job, the island is down as a whole
       if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
       if L.held then L.held = false end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "kill", learner = e.learner, rank = e.rank, begin = true,
         duration = down < math.huge and down or nil })
       if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
       signal_learner(ctx, e.learner, "STOP")
       L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "slow" and L and L.pid then
       -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
       L.slow = { factor = e.factor or 2, t0 = elapsed(ctx), untl = elapsed(ctx) + down, running = true }
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = L.slow.factor,
         duration = down < math.huge and down or nil })
     elseif e.kind == "syncer" and ctx.syncer then
@@ -861,7 +995,6 @@ local function chaos_due(ctx)
       ctx.syncer:close()
       ctx.syncer = nil
       ctx.syncer_back_at = elapsed(ctx) + (down < math.huge and down or 0)
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
         merges_lost = ctx.gm - ctx.merges_saved })
     elseif e.kind == "cut" then
@@ -871,7 +1004,6 @@ local function chaos_due(ctx)
       ctx.cuts[e.learner] = elapsed(ctx) + down
       if ctx.syncer then ctx.syncer:cut(e.learner, down) end
       if L then L.cut_ended, L.cut_recovered = nil, nil end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "cut", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "link" then
       ctx.link_events = ctx.link_events or {}
@@ -880,7 +1012,6 @@ local function chaos_due(ctx)
       list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = elapsed(ctx) + down }
       local rate, latency = M.link_of(ctx, e.learner)
       if ctx.syncer then ctx.syncer:shape(e.learner, rate, latency) end
-      ctx.faults = ctx.faults + 1
       fault(ctx, { kind = "link", learner = e.learner, begin = true, bandwidth = rate, latency = latency,
         duration = down < math.huge and down or nil })
     elseif L == nil or L.pid then
@@ -1204,7 +1335,7 @@ local function finish(ctx, err)
     tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
-    rejects = st.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
     merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,

@@ -33,6 +33,7 @@ M.FIELDS = {
   reject = { "learner", "fragment", "reason", "virtual_s" },
   checkpoint = { "step", "path", "seconds", "error", "kept", "removed" },
   resume = { "step", "tokens", "from", "changed" },
+  resync = { "learner", "fragment", "from_version", "to_version", "epoch" },
   summary = nil, -- M.SUMMARY
 }
 

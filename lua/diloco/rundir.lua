@@ -18,9 +18,13 @@
 --   * refuses a metrics path that names a checkpoint or model file.
 -- Saving writes the step's checkpoint, then the model; if the model cannot be written
 -- the new checkpoint is removed again, so model.safetensors and the newest checkpoint
--- are always of one step (the old pair is kept); a save cut short by a kill between the
--- two is undone by the next open (self.repaired names what it removed).  Each file is written to a temporary
--- name, synced and renamed (core/ckpt.c), so no file is ever half written.
+-- are always of one step (the old pair is kept).  A save cut short by a kill between the
+-- two leaves a complete checkpoint newer than the model: resume "latest" continues from
+-- it, never removes it, and says so in self.model_behind ({step, path, model_step}: the
+-- caller writes the model of that step again once it has loaded it).  Resume "latest"
+-- takes the newest complete checkpoint (its header and size check out); newer ones that
+-- do not are kept and named in self.skipped ({name, why}).  Each file is written to a
+-- temporary name, synced and renamed (core/ckpt.c), so no file is ever half written.
 local diloco = require "diloco"
 local M = {}
 M.__index = M
@@ -154,29 +158,34 @@ local function file_step(path)
 end
 
 -- A save cut short (a kill between the checkpoint's rename and the model's, M:save)
--- leaves checkpoints newer than model.safetensors beside the pair it replaced: they are
--- removed, so the newest checkpoint and the model are again of one step (the one a
--- resume continues from).  Only where that older pair is there (a checkpoint of the
--- model's step).  Returns the names removed, and the pair's step.
-local function repair_pair(out, ckpts)
-  if #ckpts == 0 then return nil end
+-- leaves its checkpoint whole and in place, newer than model.safetensors: the newest
+-- complete state is that checkpoint (it holds the model too), so nothing is removed;
+-- returns {step, path, model_step} for the caller to write the model of that step again
+-- once it has loaded it (nil: the model is of the newest checkpoint's step, or there is
+-- no model file to compare with).
+local function model_behind(out, newest)
+  if not newest then return nil end
   local mstep = file_step(out .. "/model.safetensors")
-  if not mstep or ckpts[#ckpts].step <= mstep then return nil end
-  local paired = false
-  for _, c in ipairs(ckpts) do paired = paired or c.step == mstep end
-  if not paired then return nil end
-  local removed = {}
-  for _, c in ipairs(ckpts) do
-    if c.step > mstep and os.remove(c.path) then removed[#removed + 1] = c.name end
+  if not mstep or newest.step <= mstep then return nil end
+  return { step = newest.step, path = newest.path, model_step = mstep }
+end
+
+-- The newest complete checkpoint of ckpts (its header and size check out: each save is
+-- atomic, so only a file damaged after it was written fails), and the newer ones that
+-- did not, each {name, why}: kept on disk, never removed (losing work is the user's call).
+local function newest_complete(ckpts)
+  local skipped = {}
+  for i = #ckpts, 1, -1 do
+    local meta, err = diloco.safetensors_meta(ckpts[i].path)
+    if type(meta) == "table" then return ckpts[i], skipped end
+    skipped[#skipped + 1] = { name = ckpts[i].name, why = tostring(err) }
   end
-  return removed, mstep
+  return nil, skipped
 end
 
 -- Decides resume_path, metrics_path and whether the metrics are appended.
 function M:resolve(opts)
   local out = self.out
-  local repaired, pair_step = repair_pair(out, M.checkpoints(out))
-  if repaired and #repaired > 0 then self.repaired, self.pair_step = repaired, pair_step end
   local ckpts = M.checkpoints(out)
   local present = {}
   for _, name in ipairs(RUN_FILES) do
@@ -185,11 +194,17 @@ function M:resolve(opts)
   for _, c in ipairs(ckpts) do present[#present + 1] = c.name end
 
   if opts.resume == "latest" then
-    local last = ckpts[#ckpts]
+    local last, skipped = newest_complete(ckpts)
+    if #skipped > 0 then self.skipped = skipped end
     if last then
       self.resume_path = last.path
+      self.model_behind = model_behind(out, last)
     elseif exists(out .. "/" .. M.LEGACY_CHECKPOINT) then
       self.resume_path = out .. "/" .. M.LEGACY_CHECKPOINT
+    elseif #skipped > 0 then
+      local why = {}
+      for _, k in ipairs(skipped) do why[#why + 1] = k.why end
+      fail(2, "--resume latest: %s holds no complete checkpoint to resume from (%s)", out, table.concat(why, "; "))
     else
       fail(2, "--resume latest: %s holds no checkpoint (checkpoint-STEP.safetensors) to resume from", out)
     end

@@ -279,6 +279,13 @@ local function checkpoint_meta(ctx)
   return meta
 end
 
+-- The model file (the parameters alone) of the checkpoint metadata meta at path.
+local function save_model(ctx, path, meta)
+  return diloco.save_safetensors(path, ctx.plist, { ["diloco.model"] = meta["diloco.model"],
+    ["diloco.step"] = meta["diloco.step"], ["diloco.recipe"] = meta["diloco.recipe"],
+    ["diloco.recipe_json"] = meta["diloco.recipe_json"] })
+end
+
 -- Saves the checkpoint of the current step and the model beside it (rundir:save).
 -- Returns the rundir's result or nil, err; records the outcome in ctx.
 local function save(ctx)
@@ -288,11 +295,7 @@ local function save(ctx)
     local all, state = table.move(ctx.plist, 1, #ctx.plist, 1, {}), ctx.opt:state()
     table.move(state, 1, #state, #all + 1, all)
     return diloco.save_safetensors(path, all, meta)
-  end, function(path)
-    return diloco.save_safetensors(path, ctx.plist, { ["diloco.model"] = meta["diloco.model"],
-      ["diloco.step"] = meta["diloco.step"], ["diloco.recipe"] = meta["diloco.recipe"],
-      ["diloco.recipe_json"] = meta["diloco.recipe_json"] })
-  end)
+  end, function(path) return save_model(ctx, path, meta) end)
   ctx.last_save = diloco.clock()
   if res then
     ctx.checkpoint, ctx.checkpoint_step, ctx.save_error = res.path, ctx.step, nil
@@ -423,6 +426,11 @@ function M.prepare(r, opts)
     local changes = {}
     if ctx.rd.resume_path then
       ctx.step, ctx.tokens, changes = resume(ctx, ctx.rd.resume_path)
+      local behind = ctx.rd.model_behind
+      if behind then -- a save cut short between its two files: the model of its checkpoint again
+        local wok, werr = save_model(ctx, ctx.out .. "/model.safetensors", checkpoint_meta(ctx))
+        if not wok then fail("--resume %s: writing its model: %s", behind.path, plain(werr)) end
+      end
       if ctx.step >= r.steps then
         fail_code(2, "--resume %s: the checkpoint is at step %d, the recipe trains %d steps: nothing to do " ..
           "(raise steps)", ctx.rd.resume_path, ctx.step, r.steps)
@@ -474,9 +482,13 @@ function M.prepare(r, opts)
     loaders.tokens_per_batch, ctx.unit == "tok" and "tokens" or "images",
     ctx.rd.resume_path and string.format(", resuming at step %d from %s", ctx.step, ctx.rd.resume_path) or "")
   if ctx.rd.overwritten then ctx:say("replaced the earlier run in %s (--overwrite)", ctx.out) end
-  if ctx.rd.repaired then
-    ctx:say("removed %s: newer than model.safetensors (step %d), from a save cut short; its pair of step %d is the "
-      .. "newest", table.concat(ctx.rd.repaired, ", "), ctx.rd.pair_step, ctx.rd.pair_step)
+  if ctx.rd.model_behind then
+    ctx:say("%s is complete, its save was cut short before model.safetensors (step %d): resumed from it, the "
+      .. "model of step %d written again", ctx.rd.model_behind.path, ctx.rd.model_behind.model_step,
+      ctx.rd.model_behind.step)
+  end
+  for _, k in ipairs(ctx.rd.skipped or {}) do
+    ctx:warn("--resume latest: %s skipped (kept): %s", k.name, k.why)
   end
   if ctx.rd.took_over then
     ctx:say("took over %s: it held only the start of a run that never saved anything (%s: killed or failed while it started)",
