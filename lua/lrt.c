@@ -140,6 +140,12 @@ static int l_syncer(lua_State *L) {
         c.start_learners = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
+    if (lua_getfield(L, 1, "refusals_every") != LUA_TNIL) {
+        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0) || !isfinite(lua_tonumber(L, -1)))
+            return luaL_error(L, "%s: refusals_every must be a finite number of seconds > 0", WHO);
+        c.refusals_every = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, 1, "start_timeout") != LUA_TNIL) {
         if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= 0) || !isfinite(lua_tonumber(L, -1)))
             return luaL_error(L, "%s: start_timeout must be a finite number of seconds >= 0", WHO);
@@ -205,6 +211,9 @@ static int s_poll(lua_State *L) {
         dlcL_setint(L, "fragment", ev.fragment + 1);
         lua_pushstring(L, dlc_reject_reason_name(ev.reason));
         lua_setfield(L, -2, "reason");
+    } else if (ev.kind == DLC_SRT_REFUSALS) {
+        dlcL_setint(L, "count", ev.count);
+        dlcL_setnum(L, "interval", ev.interval);
     }
     dlc_srt_event_release(&ev);
     return 1;
@@ -333,6 +342,13 @@ static int s_stats(lua_State *L) {
     dlcL_setint(L, "merges", st.merges);
     dlcL_setint(L, "rejects", st.rejects);
     dlcL_setint(L, "refused", st.refused);
+    lua_createtable(L, 0, 4); /* refused_by: {reason = count}, the reasons seen */
+    for (int r = 0; r < DLC_SRT_REFUSAL_REASONS; r++) {
+        if (!st.refused_by[r]) continue;
+        lua_pushinteger(L, st.refused_by[r]);
+        lua_setfield(L, -2, r == DLC_PERR_COUNT ? "message" : dlc_proto_errcode_name(r));
+    }
+    lua_setfield(L, -2, "refused_by");
     dlcL_setint(L, "events_dropped", st.events_dropped);
     dlcL_setint(L, "sends_dropped", st.sends_dropped);
     dlcL_setnum(L, "useful_tokens", st.useful_tokens);

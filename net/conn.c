@@ -99,7 +99,7 @@ static evnode *ev_new_frame(int peer) {
     if (!n) return NULL;
     n->next = NULL, n->bytes = 0;
     n->ev.kind = DLC_NET_FRAME, n->ev.peer = peer, n->ev.code = 0, n->ev.text[0] = '\0';
-    n->ev.arg = NULL, n->ev.owned_ = NULL, n->ev.values = NULL, n->ev.nvalues = 0;
+    n->ev.arg = NULL, n->ev.owned_ = NULL, n->ev.values = NULL, n->ev.nvalues = 0, n->ev.from[0] = '\0';
     return n;
 }
 
@@ -117,12 +117,17 @@ void dlcn_ev_post(dlc_net *net, evnode *n) {
     pthread_mutex_unlock(&net->lock);
 }
 
-void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text) {
+void dlcn_ev_post_from(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text, const char *from) {
     evnode *n = dlcn_ev_new(kind, peer);
     if (!n) return;
     n->ev.code = code;
     snprintf(n->ev.text, sizeof n->ev.text, "%s", text ? text : "");
+    snprintf(n->ev.from, sizeof n->ev.from, "%s", from ? from : "");
     dlcn_ev_post(net, n);
+}
+
+void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text) {
+    dlcn_ev_post_from(net, kind, peer, code, text, NULL);
 }
 
 /* ---- connection state ---- */
@@ -489,8 +494,8 @@ void dlcn_conn_close_now(conn *c) {
     dlcn_in_release(c, 1); /* frames held for the emulated latency: before the LOST (dropped if cut) */
     dlcn_mem_freed(net);
     if (!was_connecting || c->client)
-        dlcn_ev_post_simple(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
-                       c->end_text[0] ? c->end_text : "connection closed");
+        dlcn_ev_post_from(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
+                          c->end_text[0] ? c->end_text : "connection closed", c->name);
     bool permanent = c->end_code == DLC_PERR_AUTH || c->end_code == DLC_PERR_VERSION ||
                      c->end_code == DLC_PERR_MISMATCH || c->end_code == DLC_PERR_SHUTDOWN;
     if (c->client && !c->app_closed && !permanent && !net->stopping && net->cfg.reconnect_max_s > 0) {
@@ -1158,13 +1163,13 @@ static void error_to_fd(evutil_socket_t fd, int code, const char *text) {
 }
 
 /* A connection refused before a conn exists: ERROR, close, REFUSED, counted. */
-static void refuse_fd(dlc_net *net, evutil_socket_t fd, int code, const char *text) {
+static void refuse_fd(dlc_net *net, evutil_socket_t fd, int code, const char *text, const char *from) {
     error_to_fd(fd, code, text);
     evutil_closesocket(fd);
     pthread_mutex_lock(&net->lock);
     net->total.overloaded += code == DLC_PERR_OVERLOADED;
     pthread_mutex_unlock(&net->lock);
-    dlcn_ev_post_simple(net, DLC_NET_REFUSED, -1, code, text);
+    dlcn_ev_post_from(net, DLC_NET_REFUSED, -1, code, text, from);
 }
 
 /* An unauthenticated conn gives way: told why (plain TCP: the ERROR written at once;
@@ -1195,7 +1200,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     conn *victim = !own && (n >= net->cfg.max_peers || unauth >= net->cfg.max_unauth) ? unauth_victim(net) : NULL;
     pthread_mutex_unlock(&net->lock);
     if (stopping) {
-        refuse_fd(net, fd, DLC_PERR_SHUTDOWN, "the server is shutting down");
+        refuse_fd(net, fd, DLC_PERR_SHUTDOWN, "the server is shutting down", name);
         return;
     }
     if (own) {
@@ -1210,7 +1215,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     }
     if (n >= net->cfg.max_peers && !victim) {
         snprintf(text, sizeof text, "the server has its maximum of %d connections", net->cfg.max_peers);
-        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text);
+        refuse_fd(net, fd, DLC_PERR_OVERLOADED, text, name);
         return;
     }
     if (victim) {

@@ -306,6 +306,8 @@ void dlcn_rx_free(uint8_t *buf);
 evnode *dlcn_ev_new(dlc_net_event_kind kind, int peer);
 void dlcn_ev_post(dlc_net *net, evnode *n);                    /* takes n */
 void dlcn_ev_post_simple(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text);
+/* The same, naming the peer's address (event.from). */
+void dlcn_ev_post_from(dlc_net *net, dlc_net_event_kind kind, int peer, int code, const char *text, const char *from);
 /* I/O thread only: */
 conn *dlcn_conn_new(dlc_net *net, int client);                 /* also from dlc_net_connect */
 void dlcn_start_connect(conn *c);

@@ -22,7 +22,8 @@ double dlc_rt_clock(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const char *const srt_event_names[] = {"merged", "joined", "lost", "rejected", "refused", "bye", "replaced"};
+static const char *const srt_event_names[] = {"merged",  "joined",   "lost",    "rejected",
+                                              "refused", "bye",      "replaced", "refusals"};
 _Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT_COUNT, "srt event names");
 const char *dlc_srt_event_name(dlc_srt_event_kind k) {
     return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
@@ -93,6 +94,18 @@ struct dlc_srt {
     pthread_cond_t qcond;
     srt_node *qhead, *qtail;
     int qlen;
+    /* the refusals of the current refusals_every interval (rt.h; lock held) */
+    struct {
+        double t0;            /* driver time the interval began */
+        int64_t count, posted; /* refusals in it; those posted as REFUSED events */
+        int64_t by[DLC_SRT_REFUSAL_REASONS];
+        struct {
+            char host[64];
+            int64_t n;
+        } addr[DLC_SRT_REFUSAL_ADDRS];
+        int naddr;
+        int64_t others;       /* refusals from addresses beyond addr[] */
+    } rf;
 };
 
 static double srt_now(const dlc_srt *s) { return dlc_rt_clock() - s->t0; }
@@ -104,6 +117,7 @@ dlc_srt_config dlc_srt_default_config(void) {
     c.net = dlc_net_default_config();
     c.listen = "127.0.0.1:0";
     c.run = "";
+    c.refusals_every = 10;
     return c;
 }
 
@@ -145,6 +159,64 @@ static void post_simple(dlc_srt *s, dlc_srt_event_kind kind, int learner, const 
     ev.learner = learner;
     if (text) snprintf(ev.text, sizeof ev.text, "%s", text);
     post(s, &ev);
+}
+
+static const char *refusal_reason_name(int r) {
+    return r == DLC_PERR_COUNT ? "message" : dlc_proto_errcode_name(r) ? dlc_proto_errcode_name(r) : "?";
+}
+
+/* A refusal of `reason` (a dlc_proto_errcode, or DLC_PERR_COUNT for a learner's message)
+ * from address `from` ("host:port", "" unknown): counted; posted as a REFUSED event only
+ * if it is the first of its reason in the interval (so a flood of refusals costs the
+ * host a bounded number of events: refusals_tick reports the rest).  lock held. */
+static void refuse(dlc_srt *s, int reason, int learner, const char *from, const char *text) {
+    if (reason < 0 || reason > DLC_PERR_COUNT) reason = DLC_PERR_INTERNAL;
+    s->st.refused++;
+    s->st.refused_by[reason]++;
+    s->rf.count++;
+    char host[64];
+    snprintf(host, sizeof host, "%s", from && from[0] ? from : "unknown");
+    char *colon = strrchr(host, ':'); /* the port aside: one host, many sockets */
+    if (colon && colon != host) *colon = '\0';
+    int a = 0;
+    while (a < s->rf.naddr && strcmp(s->rf.addr[a].host, host) != 0) a++;
+    if (a == s->rf.naddr && a < DLC_SRT_REFUSAL_ADDRS) snprintf(s->rf.addr[s->rf.naddr++].host, sizeof host, "%s", host);
+    if (a < s->rf.naddr) s->rf.addr[a].n++;
+    else s->rf.others++;
+    if (s->rf.by[reason]++ == 0) {
+        s->rf.posted++;
+        post_simple(s, DLC_SRT_REFUSED, learner, text);
+    }
+}
+
+/* At the end of a refusals_every interval: one REFUSALS event for the refusals that were
+ * not each posted (with the counts of all of them), and a new interval.  lock held. */
+static void refusals_tick(dlc_srt *s, double now) {
+    if (now - s->rf.t0 < s->cfg.refusals_every) return;
+    if (s->rf.count > s->rf.posted) {
+        dlc_srt_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.kind = DLC_SRT_REFUSALS;
+        ev.time = now;
+        ev.learner = -1;
+        ev.count = s->rf.count;
+        ev.interval = now - s->rf.t0;
+        size_t n = (size_t)snprintf(ev.text, sizeof ev.text, "%lld refused in %.1f s (%lld reported one by one): by "
+                                    "reason", (long long)s->rf.count, ev.interval, (long long)s->rf.posted);
+        for (int r = 0; r < DLC_SRT_REFUSAL_REASONS && n < sizeof ev.text; r++)
+            if (s->rf.by[r])
+                n += (size_t)snprintf(ev.text + n, sizeof ev.text - n, " %s %lld", refusal_reason_name(r),
+                                      (long long)s->rf.by[r]);
+        if (n < sizeof ev.text) n += (size_t)snprintf(ev.text + n, sizeof ev.text - n, "; by address");
+        for (int a = 0; a < s->rf.naddr && n < sizeof ev.text; a++)
+            n += (size_t)snprintf(ev.text + n, sizeof ev.text - n, " %s %lld", s->rf.addr[a].host,
+                                  (long long)s->rf.addr[a].n);
+        if (s->rf.others && n < sizeof ev.text)
+            snprintf(ev.text + n, sizeof ev.text - n, " others %lld", (long long)s->rf.others);
+        post(s, &ev);
+    }
+    memset(&s->rf, 0, sizeof s->rf);
+    s->rf.t0 = now;
 }
 
 /* The learner bound to peer, -1 none.  lock held. */
@@ -348,8 +420,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
             snprintf(why, sizeof why, "learner id %d from %.400s: this run has learners 0..%d (--id or the launcher's rank)",
                      m, ev->text, s->M - 1);
             dlc_net_close(s->net, ev->peer);
-            s->st.refused++;
-            post_simple(s, DLC_SRT_REFUSED, m, why);
+            refuse(s, DLC_PERR_MISMATCH, m, ev->text, why);
             return DLC_OK;
         }
         slearner *L = &s->learners[m];
@@ -385,8 +456,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         }
         dlc_status st = dlc_syncer_receive(s->s, &msg, now);
         if (st == DLC_ERR_FORMAT) { /* refused, the syncer unchanged: say so and go on */
-            s->st.refused++;
-            post_simple(s, DLC_SRT_REFUSED, m, dlc_last_error());
+            refuse(s, DLC_PERR_COUNT, m, s->learners[m].from, dlc_last_error());
             st = DLC_OK;
         }
         if (st == DLC_OK) st = drain(s);
@@ -412,8 +482,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         return st;
     }
     case DLC_NET_REFUSED:
-        s->st.refused++;
-        post_simple(s, DLC_SRT_REFUSED, -1, ev->text);
+        refuse(s, ev->code, -1, ev->from, ev->text);
         return DLC_OK;
     default: return DLC_OK;
     }
@@ -443,6 +512,7 @@ static void *srt_thread(void *arg) {
             if (st == DLC_OK) st = drain(s);
             exp = dlc_syncer_expiry(s->s);
         }
+        refusals_tick(s, now);
         pthread_mutex_unlock(&s->lock);
         if (st != DLC_OK) {
             fail_thread(s, st);
@@ -498,6 +568,10 @@ static dlc_status read_byes(dlc_srt *s, const char *path) {
 dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (!cfg || !cfg->plan || (!cfg->theta0 && !cfg->resume) || !cfg->listen) {
         dlc_error(DLC_ERR_ARG, "srt_new: config, plan, theta0 (or resume) and listen are required");
+        return NULL;
+    }
+    if (!(cfg->refusals_every > 0) || !isfinite(cfg->refusals_every)) {
+        dlc_error(DLC_ERR_ARG, "srt_new: refusals_every = %g: expected a finite interval > 0 s", cfg->refusals_every);
         return NULL;
     }
     if (cfg->start_learners < 0 || cfg->start_learners > cfg->syncer.learners || !(cfg->start_timeout >= 0) ||

@@ -29,6 +29,7 @@ function M.runtime(r)
   local rt, pd = r.runtime, diloco.recipe.parse_duration
   return { heartbeat = pd(rt.heartbeat) + 0.0, timeout = pd(rt.timeout) + 0.0, join_timeout = pd(rt.join_timeout) + 0.0,
     start_timeout = pd(rt.start_timeout) + 0.0, drain = pd(rt.drain) + 0.0, restarts = rt.restarts,
+    refusals = pd(rt.refusals) + 0.0,
     syncer_every = rt.syncer_every, elastic = rt.elastic, emulate_links = rt.emulate_links,
     codec_thread = rt.codec_thread }
 end
@@ -80,7 +81,7 @@ function M.start_syncer(ctx, listen, resume)
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
     -- later one (a restart, a rollback, the end) serves a run under way
     start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
-    start_timeout = ctx.rt.start_timeout,
+    start_timeout = ctx.rt.start_timeout, refusals_every = ctx.rt.refusals,
     net = { secret_file = ctx.secret_file, secret = ctx.opts.secret, timeout = ctx.rt.timeout,
       heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls,
       -- every learner of a run on one host comes from one address, all at once
@@ -667,9 +668,12 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
     ctx.rejects = ctx.rejects + 1
-  elseif ev.type == "refused" then
+  elseif ev.type == "refused" then -- the first of its reason in runtime.refusals
     fault(ctx, { kind = "refused", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: refused %s", ev.text or "")
+  elseif ev.type == "refusals" then -- the interval's count, by reason and address
+    write(ctx, "refusals", { count = ev.count, interval_s = ev.interval, text = ev.text, wall_s = elapsed(ctx) })
+    say(ctx, "syncer: %s", ev.text or "")
   elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
     fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")
@@ -1336,6 +1340,7 @@ local function finish(ctx, err)
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
     rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    refused = st.refused, refused_by = next(st.refused_by or {}) and st.refused_by or nil,
     merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,

@@ -325,6 +325,8 @@ M.schema = {
       doc = "a learner process must have joined the syncer within this of its start; a syncer with none connected waits this long for those that did not say BYE" },
     start_timeout = { kind = "string|number", default = 60, check = duration_check(false),
       doc = "a new run starts when all its learners have connected, or this long after the first did (0: each starts as it joins, at the others' step)" },
+    refusals = { kind = "string|number", default = 10, check = duration_check(true),
+      doc = "the syncer reports refused connections and messages in bounded form: the first of each reason in this interval as a fault event, then one refusals event with the counts by reason and address" },
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
     codec_thread = { kind = "boolean", default = true,

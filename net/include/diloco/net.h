@@ -229,6 +229,7 @@ typedef struct dlc_net_event {
     float *values;          /* DLC_NET_FRAME: the payload as decode (config) decoded it, or NULL */
     int64_t nvalues;
     void *owned_;           /* the received bytes; freed by dlc_net_event_release */
+    char from[80];          /* LOST, REFUSED: the peer's address ("127.0.0.1:5555"), "" unknown */
 } dlc_net_event;
 
 /* Takes the next event into *ev: 1, or 0 when none arrived within timeout_ms (0: do

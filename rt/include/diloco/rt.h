@@ -96,6 +96,11 @@ typedef struct dlc_srt_config {
                                  * schedule together (one that a slow launcher started late
                                  * would otherwise join at the others' step and skip the
                                  * steps before it); 0..learners, 0: no gate */
+    /* Refusals (connections refused before they joined, messages refused) are reported in
+     * bounded form, whatever their rate: the first of each reason in an interval of
+     * refusals_every seconds as a REFUSED event, the rest counted, and at the interval's
+     * end one REFUSALS event with the counts by reason and by address (10 s; > 0). */
+    double refusals_every;
     double start_timeout;       /* seconds after the first reached the gate that it opens
                                  * for those there, whoever is missing (>= 0, finite) */
 } dlc_srt_config;
@@ -119,12 +124,16 @@ typedef enum dlc_srt_event_kind {
     DLC_SRT_JOINED,   /* learner connected (or reconnected) and was sent the whole model */
     DLC_SRT_LOST,     /* learner's connection ended (text: why) */
     DLC_SRT_REJECTED, /* a contribution of learner was not merged (reason, fragment) */
-    DLC_SRT_REFUSED,  /* a connection or message was refused (learner -1 before WELCOME; text) */
+    DLC_SRT_REFUSED,  /* a connection or message was refused (learner -1 before WELCOME; text):
+                       * the first of its reason in the current refusals_every interval */
     DLC_SRT_BYE,      /* learner left for good (text: its reason) */
     DLC_SRT_REPLACED, /* learner's live-looking connection, silent for part of the timeout,
                        * gave way to a new one claiming its id (text: both addresses); a
                        * JOINED follows.  A claim on the id of a learner heard from
                        * recently is refused instead (REFUSED, code "conflict") */
+    DLC_SRT_REFUSALS, /* the refusals of the last refusals_every seconds, when some were not
+                       * each a REFUSED event: count, and text with the counts by reason
+                       * and by address (the DLC_SRT_REFUSAL_ADDRS busiest, then "others") */
     DLC_SRT_EVENT_COUNT
 } dlc_srt_event_kind;
 DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "joined", ... */
@@ -139,6 +148,8 @@ typedef struct dlc_srt_event {
     dlc_merge_info merge;     /* MERGED: merge.contribs owned by the event */
     char text[DLC_RT_TEXT_MAX];
     dlc_merge_contrib *owned_; /* freed by dlc_srt_event_release */
+    int64_t count;            /* REFUSALS: refusals in the interval */
+    double interval;          /* REFUSALS: its length (s) */
 } dlc_srt_event;
 
 /* The next event: 1, 0 when none arrived within timeout_ms (-1: wait for ever), or a
@@ -202,10 +213,17 @@ typedef struct dlc_srt_learner_info {
 } dlc_srt_learner_info;
 DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out);
 
+/* The reasons refusals are counted by: the transport's error codes (dlc_proto_errcode),
+ * then "message" (a ready learner's message the syncer refused). */
+#define DLC_SRT_REFUSAL_REASONS (DLC_PERR_COUNT + 1)
+/* Addresses a REFUSALS event names (the busiest of its interval). */
+#define DLC_SRT_REFUSAL_ADDRS 8
+
 typedef struct dlc_srt_stats {
     double now;               /* seconds since the driver started */
     int learners, live;
     int64_t merges, rejects, refused, events_dropped, sends_dropped;
+    int64_t refused_by[DLC_SRT_REFUSAL_REASONS]; /* refused, by reason (above) */
     double useful_tokens;     /* Σ over merges of dlc_merge_info.useful_tokens */
     uint64_t bytes_in, bytes_out; /* wire bytes, all peers, all frame types */
     uint64_t bytes_in_type[DLC_FRAME_TYPE_COUNT], bytes_out_type[DLC_FRAME_TYPE_COUNT];
