@@ -40,6 +40,7 @@ static atomic_int echo_stop, last_ready = -1, refused[DLC_PERR_COUNT], lost[DLC_
 /* the text of the server's latest REFUSED event */
 static pthread_mutex_t refused_mu = PTHREAD_MUTEX_INITIALIZER;
 static char refused_text[DLC_PROTO_TEXT_MAX + 128];
+static char lost_text[DLC_PROTO_TEXT_MAX + 128]; /* of the latest LOST (under refused_mu) */
 
 static void free_copy(const void *p, void *arg) {
     (void)arg;
@@ -52,9 +53,10 @@ static void *echo_main(void *arg) {
         dlc_net_event ev;
         if (dlc_net_poll(server, &ev, 50) != 1) continue;
         if (ev.kind == DLC_NET_READY) atomic_store(&last_ready, ev.peer);
-        if (ev.kind == DLC_NET_REFUSED) {
+        if (ev.kind == DLC_NET_REFUSED || ev.kind == DLC_NET_LOST) {
             pthread_mutex_lock(&refused_mu);
-            snprintf(refused_text, sizeof refused_text, "%s", ev.text);
+            if (ev.kind == DLC_NET_REFUSED) snprintf(refused_text, sizeof refused_text, "%s", ev.text);
+            else snprintf(lost_text, sizeof lost_text, "%s", ev.text);
             pthread_mutex_unlock(&refused_mu);
         }
         if (ev.kind == DLC_NET_REFUSED && ev.code >= 0 && ev.code < DLC_PERR_COUNT) atomic_fetch_add(&refused[ev.code], 1);
@@ -444,6 +446,17 @@ static int wait_refused(const char *needle, char *out, size_t cap) {
     }
 }
 
+/* Waits up to 5 s for *counter (the echo thread's) to reach at least target: 1 if it did. */
+static int wait_count(atomic_int *counter, int target) {
+    double end = now_s() + 5;
+    while (atomic_load(counter) < target) {
+        if (now_s() >= end) return 0;
+        struct pollfd none;
+        poll(&none, 0, 10);
+    }
+    return 1;
+}
+
 /* Text from the wire is data (issue 35, 1): an ERROR before authentication whose text is
  * not UTF-8 and holds terminal escapes, and a HELLO whose run id is not UTF-8, reach
  * the server's events (and the ERROR sent back) as valid UTF-8 without control
@@ -825,6 +838,53 @@ static void test_stops_reading(void) {
     close(fd);
 }
 
+/* Issue 35, 5: a peer that keeps sending heartbeats (alive) but reads nothing.  The
+ * server's frames to it fill the socket, then its queue; once nothing has moved for
+ * timeout_s (1.5 s) it is lost with a timeout that says it stopped reading, and the
+ * memory its queue held is free again.  Before, it stayed READY with its whole queue for
+ * as long as its heartbeats came (the red team's grew the syncer by 0.8 MB/s). */
+static void test_reads_nothing(void) {
+    atomic_store(&last_ready, -1);
+    int fd = raw_connect();
+    int rcv = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+    CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
+    int peer = -1;
+    for (double end = now_s() + 5; (peer = atomic_load(&last_ready)) < 0 && now_s() < end;) sleep_s(0.01);
+    CHECK(peer >= 0);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    for (int sent = 0; sent < 1000 && dlc_net_send(server, peer, &f, NULL, NULL) == DLC_OK; sent++) {}
+    dlc_net_counters c, all;
+    CHECK(dlc_net_get_counters(server, peer, &c) == DLC_OK && c.queued > 0);
+    int lost_before = atomic_load(&lost[DLC_PERR_TIMEOUT]);
+    uint8_t hb[256];
+    dlc_frame h;
+    dlc_frame_init(&h, DLC_FRAME_HEARTBEAT);
+    h.msg.learner = raw_learner;
+    size_t n = encode(&h, hb);
+    double t0 = now_s(), end = t0 + 8;
+    int gone = 0;
+    while (!gone && now_s() < end) { /* a heartbeat every 0.2 s, well within its 1.5 s timeout */
+        raw_send(fd, hb, n);
+        struct pollfd none;
+        poll(&none, 0, 200);
+        gone = dlc_net_get_counters(server, peer, &c) < 0;
+    }
+    CHECK(gone);
+    CHECK(wait_count(&lost[DLC_PERR_TIMEOUT], lost_before + 1));
+    pthread_mutex_lock(&refused_mu);
+    int said = strstr(lost_text, "it stopped reading") != NULL;
+    if (!said) fprintf(stderr, "reads_nothing: lost as \"%s\"\n", lost_text);
+    pthread_mutex_unlock(&refused_mu);
+    CHECK(said);
+    CHECK(dlc_net_get_counters(server, -1, &all) == DLC_OK && all.mem < 64 * 1024);
+    close(fd);
+    CHECK(valid_exchange("reads_nothing"));
+}
+
 static void test_many_connections(void) {
     enum { N = 1000 };
     static int fds[N];
@@ -1195,17 +1255,6 @@ static void test_reconnect(void) {
 
 /* A learner that connects again under its id replaces its old connection (a reconnect
  * the server has not noticed yet), which is told why. */
-/* Waits up to 5 s for *counter (the echo thread's) to reach at least target: 1 if it did. */
-static int wait_count(atomic_int *counter, int target) {
-    double end = now_s() + 5;
-    while (atomic_load(counter) < target) {
-        if (now_s() >= end) return 0;
-        struct pollfd none;
-        poll(&none, 0, 10);
-    }
-    return 1;
-}
-
 /* A contribution from net's peer (as learner `me`) comes back echoed: 1. */
 static int echoes(dlc_net *net, int peer, int me) {
     static float pay[NUMEL];
@@ -1312,6 +1361,7 @@ int main(void) {
     test_direction_client();
     test_resync_crc_client();
     test_stops_reading();
+    test_reads_nothing();
     test_many_connections();
     test_unauth_caps();
     test_flood_own_address();

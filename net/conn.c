@@ -517,6 +517,7 @@ void dlcn_conn_close_now(conn *c) {
 static void become_ready(conn *c, const dlc_hello *h) {
     dlc_net *net = c->net;
     set_state(c, DLC_CONN_READY);
+    c->stall_t = 0;
     dlcn_update_direct(c);
     c->last_rx = c->last_tx = now_s();
     dlcn_conn_arm(c); /* from the auth deadline to the heartbeat and the timeout */
@@ -900,6 +901,28 @@ void dlcn_conn_arm(conn *c) {
     evtimer_add(c->timer, &tv);
 }
 
+/* 1 if READY c's peer has taken none of the bytes sent to it for timeout_s: it stopped
+ * reading (its window stays shut) or the link died.  Progress is any byte the kernel had
+ * acknowledged (its unacknowledged count, SIOCOUTQ, moved) or any byte written into the
+ * socket (room was made), so a slow link, which takes something all the time, never
+ * looks stalled; a peer that sends heartbeats but reads nothing would otherwise hold
+ * its queue (up to out_max) for ever.  Plain TCP (over TLS the writes are OpenSSL's:
+ * such a peer is bounded by out_max alone). */
+static int stalled(conn *c, double t) {
+    evutil_socket_t fd = c->own_out && c->bev ? bufferevent_getfd(c->bev) : -1;
+    int outq = 0;
+    uint64_t wrote = atomic_load_explicit(&c->wrote, memory_order_relaxed);
+    if (fd < 0 || c->cut || ioctl(fd, SIOCOUTQ, &outq) < 0 || outq <= 0) {
+        c->stall_t = 0;
+        return 0;
+    }
+    if (c->stall_t <= 0 || outq != c->stall_outq || wrote != c->stall_wrote) {
+        c->stall_t = t, c->stall_outq = outq, c->stall_wrote = wrote;
+        return 0;
+    }
+    return t - c->stall_t >= c->net->cfg.timeout_s;
+}
+
 static void on_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     conn *c = arg;
@@ -926,6 +949,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
         /* a conn waiting for mem_max is silent because this side does not read it */
         if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s && !c->mem_wait) {
             dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
+            return;
+        }
+        if (net->cfg.timeout_s > 0 && stalled(c, t)) {
+            size_t queued;
+            pthread_mutex_lock(&net->lock);
+            queued = c->queued;
+            pthread_mutex_unlock(&net->lock);
+            dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "it stopped reading: none of the %d bytes in flight to it acknowledged for "
+                           "%.3g s, %zu more queued (timeout); its queue is dropped", c->stall_outq, t - c->stall_t,
+                           queued);
             return;
         }
         if (net->cfg.heartbeat_s > 0 && t - c->last_tx >= net->cfg.heartbeat_s) {

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -185,6 +187,13 @@ typedef struct conn {
     /* dlc_net_cut: neither read nor written (what is sent is queued, nothing arrives)
      * until uncut; the timeout runs on, and a close closes at once (nothing can flush) */
     int cut;
+    /* READY: the bytes the kernel had not yet had acknowledged (SIOCOUTQ) when last
+     * looked at, and since when that count has not moved; a count above 0 that stays
+     * put for timeout_s is a peer that stopped reading (or a dead link) */
+    int stall_outq;
+    double stall_t;
+    _Atomic uint64_t wrote;  /* plain TCP: bytes written to the socket (any thread, under wlock) */
+    uint64_t stall_wrote;    /* wrote when stall_t was set */
     struct ev_token_bucket_cfg *bucket; /* TLS: libevent's rate limit */
     /* Plain TCP output (net/out.c): our own queue and writer instead of libevent's, so
      * that dlc_net_send can write the socket from the caller's thread.  wlock guards

@@ -94,6 +94,7 @@ static int write_some(conn *c, outframe **done) {
             return -1;
         }
         if (c->rate > 0) c->tokens -= (double)w;
+        atomic_fetch_add_explicit(&c->wrote, (uint64_t)w, memory_order_relaxed);
         size_t left = (size_t)w;
         while (left && c->oq_head) {
             outframe *f = c->oq_head;
@@ -229,6 +230,7 @@ static ssize_t write_now(conn *c, const outframe *f) {
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
             w = sendmsg(fd, &mh, MSG_NOSIGNAL);
         }
+        if (w > 0) atomic_fetch_add_explicit(&c->wrote, (uint64_t)w, memory_order_relaxed);
         if (w >= 0) return w;
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
