@@ -89,6 +89,37 @@ function H.await_or_kill(pid, secs, what, ready)
   error(ok and string.format("no %s within %g s", what, secs) or done, 0)
 end
 
+-- A recipe file of a tiny GPT on the fortunes (seconds per run), for the specs that start
+-- real learners and syncers, as name.lua in scratch directory S; returns its path.
+-- o: count (islands, 2), preset ("decoupled"), H (8), steps (200), runtime (a table of
+-- runtime fields, heartbeat 0.5 s, timeout 3 s, drain 10 s unless given), chaos (Lua
+-- text, nil).
+function H.tiny_recipe(S, name, o)
+  o = o or {}
+  local rt = { heartbeat = "0.5s", timeout = "3s", drain = "10s" }
+  for k, v in pairs(o.runtime or {}) do rt[k] = v end
+  local keys = {}
+  for k in pairs(rt) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local fields = {}
+  for _, k in ipairs(keys) do fields[#fields + 1] = string.format("%s = %q", k, rt[k]) end
+  return S.write(name .. ".lua", string.format([[
+local diloco = require "diloco"
+return diloco.recipe {
+  name = %q,
+  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
+  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
+  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
+  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
+  sync = { preset = %q, H = %d, fragments = 2, tau = 1 },
+  islands = { count = %d },
+  runtime = { %s },
+  steps = %d,
+  chaos = %s,
+}
+]], name, o.preset or "decoupled", o.H or 8, o.count or 2, table.concat(fields, ", "), o.steps or 200, o.chaos or "nil"))
+end
+
 -- The JSON objects of a metrics file, one per line, in order.
 function H.events(path)
   local json_decode = require("diloco").json_decode

@@ -14,20 +14,8 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec"
 local peer = "/usr/bin/python3 " .. here .. "/hostile_peer.py"
 
 local function recipe(S, name, o)
-  return S.write(name .. ".lua", string.format([[
-local diloco = require "diloco"
-return diloco.recipe {
-  name = %q,
-  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
-  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
-  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled", H = 16, fragments = 2, tau = 1 },
-  islands = { count = %d },
-  runtime = { heartbeat = "0.5s", timeout = "2s", drain = "10s", refusals = %q },
-  steps = 1000000,
-}
-]], name, o.count or 2, o.refusals or "10s"))
+  return H.tiny_recipe(S, name, { count = o.count, H = 16, steps = 1000000,
+    runtime = { timeout = "2s", refusals = o.refusals or "10s" } })
 end
 
 -- A syncer and `count` learners started by hand; returns the run's handle: its pids (to
@@ -58,9 +46,12 @@ local function live_run(S, count, o)
   end
   function run.alive(pid) return diloco.proc.wait(pid) == nil end
   function run.stop()
-    for _, pid in ipairs(run.pids) do
-      if diloco.proc.wait(pid) == nil then pcall(diloco.proc.signal, pid, "KILL") end
-      diloco.proc.wait(pid, true)
+    for _, pid in ipairs(run.pids) do -- (a pid H.await_or_kill reaped already: pcall)
+      local ok, st = pcall(diloco.proc.wait, pid)
+      if ok and st == nil then
+        pcall(diloco.proc.signal, pid, "KILL")
+        diloco.proc.wait(pid, true)
+      end
     end
   end
   function run.log(name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
@@ -83,7 +74,7 @@ describe("a live syncer against hostile peers", function()
   after_each(function()
     if run then run.stop() end
     run = nil
-    S.cleanup()
+    if os.getenv("HOSTILE_KEEP") then print("kept " .. S.dir) else S.cleanup() end
   end)
 
   -- Seen: one pre-auth ERROR whose text was not UTF-8 reached a fault event, the JSON
@@ -132,11 +123,13 @@ describe("a live syncer against hostile peers", function()
     local size0 = #table.concat(H.read_lines(run.metrics), "\n")
     local out, code = H.sh(peer .. " churn " .. run.address() .. " 600")
     assert.are.equal(0, code, out)
-    -- every refusal is counted in a refusals event within an interval or two
-    H.await_or_kill(run.syncer, 30, "600 refusals reported", function()
+    -- the refusals are counted in refusals events within an interval or two (all but
+    -- the last few sockets, which the syncer may refuse in a later interval of their own,
+    -- each then a refused line of its reason)
+    H.await_or_kill(run.syncer, 30, "590 refusals reported", function()
       local n = 0
       for _, e in ipairs(of_kind(events(run.metrics), "refusals")) do n = n + e.count end
-      return n >= 600
+      return n >= 590
     end)
     local ev = events(run.metrics)
     local refused = of_kind(ev, "fault", "refused")

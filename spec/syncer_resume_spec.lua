@@ -10,21 +10,8 @@ local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua ex
 if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
 
 local function recipe(S, name, o)
-  return S.write(name .. ".lua", string.format([[
-local diloco = require "diloco"
-return diloco.recipe {
-  name = %q,
-  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
-  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
-  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled", H = 8, fragments = 2, tau = 1 },
-  islands = { count = 2 },
-  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", join_timeout = %q, syncer_every = %d },
-  steps = %d,
-  chaos = %s,
-}
-]], name, o.join_timeout or "2s", o.syncer_every or 5, o.steps or 200, o.chaos or "nil"))
+  return H.tiny_recipe(S, name, { steps = o.steps, chaos = o.chaos, runtime = { join_timeout = o.join_timeout or "2s",
+    syncer_every = o.syncer_every or 5 } })
 end
 
 -- The lines of a file, and the file rewritten with lines 1..n of them.
