@@ -519,7 +519,7 @@ static void become_ready(conn *c, const dlc_hello *h) {
     set_state(c, DLC_CONN_READY);
     c->stall_t = 0;
     dlcn_update_direct(c);
-    c->last_rx = c->last_tx = now_s();
+    c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
     dlcn_conn_arm(c); /* from the auth deadline to the heartbeat and the timeout */
     c->was_ready = 1;
     if (c->client) {
@@ -843,7 +843,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         set_state(c, DLC_CONN_AUTHENTICATING);
         c->step = 0;
         c->deadline = now_s() + c->net->cfg.auth_timeout_s;
-        c->last_rx = c->last_tx = now_s();
+        c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_AUTH);
         if (dlc_auth_nonce(c->nc, DLC_PROTO_NONCE) < 0) {
@@ -1291,6 +1291,6 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     unauth_add(c);
     pthread_mutex_unlock(&net->lock);
     c->deadline = now_s() + net->cfg.auth_timeout_s;
-    c->last_rx = c->last_tx = now_s();
+    c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
     dlcn_conn_arm(c);
 }

@@ -684,6 +684,8 @@ local function on_syncer_event(ctx, ev)
     end
   end
 end
+-- (ctest/fuzz_syncer.c feeds it every event of a syncer driven by fuzzed peers, as here)
+M.on_syncer_event = on_syncer_event
 
 local function pump_syncer(ctx, timeout)
   if not ctx.syncer then -- down (chaos): nothing to hear until it is back
