@@ -269,8 +269,10 @@ def flood(a):
             try:
                 hold.append(connect(a.port, a.src))
                 count["held"] += 1
-            except OSError:
+            except OSError as e:
                 count["errors"] += 1
+                key = "error " + (os.strerror(e.errno) if e.errno else type(e).__name__)
+                count[key] = count.get(key, 0) + 1
                 break
         # the churn: connections refused at once
         if a.rate > 0:
@@ -287,8 +289,10 @@ def flood(a):
                     s.sendall(frame(AUTH_PROOF, {"m": os.urandom(32)}))
                 socks.append(s)
                 count["churn"] += 1
-            except OSError:
+            except OSError as e:
                 count["errors"] += 1
+                key = "error " + (os.strerror(e.errno) if e.errno else type(e).__name__)
+                count[key] = count.get(key, 0) + 1
             while len(socks) > 32:
                 quiet_close(socks.pop(0))
         else:
