@@ -113,6 +113,7 @@ local procs = {} -- pid -> {name =, done = status or nil}
 local function spawn(name, argv, logfile)
   argv.stdout, argv.stderr = logfile, logfile
   argv.env = { OMP_NUM_THREADS = "1", OPENBLAS_NUM_THREADS = "1" }
+  argv.parent_death = "KILL" -- (the harness killed or interrupted: nothing it started lives on)
   local pid = assert(diloco.proc.spawn(argv))
   procs[pid] = { name = name }
   return pid
