@@ -484,7 +484,9 @@ function main()
   end
   for _, pid in ipairs(attackers) do wait_for(pid, 5) end -- (each ends at its --until, printing its counts)
   for _, pid in ipairs(attackers) do kill(pid, "KILL") end
-  for _, imp in ipairs(R.impersonations) do kill(imp.pid, "KILL") end
+  for _, imp in ipairs(R.impersonations) do -- (one reaped may have left its pid to a newer child)
+    if not imp.ended then kill(imp.pid, "KILL") end
+  end
   -- a rejoin in the last seconds: give it its 2 s and more to be written
   local t_end = now() + 3
   while now() < t_end do
@@ -492,6 +494,10 @@ function main()
     diloco.proc.sleep(0.1)
   end
   R.syncer_alive_at_end = status(syncer) == nil
+  if not R.syncer_alive_at_end and not R.syncer_end then
+    R.syncer_end = { t = now(), status = st_text(status(syncer)) }
+    log("the syncer ended: %s", R.syncer_end.status)
+  end
   for m = 1, M do
     R["alive_at_end" .. m] = status(learner_pid[m]) == nil
   end
