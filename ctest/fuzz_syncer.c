@@ -31,7 +31,9 @@
  *   bit 7     end with a close while the syncer's bytes are unread (a reset), not a
  *             half-close
  * Then it waits, in polls of at most 1 ms, until the syncer has closed the connection and
- * told its end (LOST or REFUSED; after a BYE, quiet), each event through on_syncer_event,
+ * told its end (LOST or REFUSED, or a refusal counted in its stats: past the first of its
+ * reason in an interval a refusal is summed in a REFUSALS event, every 0.05 s here;
+ * after a BYE, quiet), each event through on_syncer_event,
  * and checks every line the writer added: complete, valid UTF-8, JSON that jansson reads
  * into an object with a string "event".  Every 64 inputs (and at the start) a fresh
  * learner's handshake must get its WELCOME and JOINED from each syncer.  Abort on: a Lua
@@ -102,11 +104,11 @@ static const char LUA_SETUP[] =
     "local w = assert(metrics.open(path))\n"
     "for k, s in ipairs(S) do\n"
     "  s.syncer_box = assert(diloco.Syncer { params = params, plan = s.plan, learners = M, run = 'fuzz',\n"
-    "    listen = '127.0.0.1:0', net = net, learner = s.learner, syncer = s.syncer })\n"
+    "    listen = '127.0.0.1:0', net = net, learner = s.learner, syncer = s.syncer, refusals_every = 0.05 })\n"
     "  s.port = s.syncer_box:port()\n"
     "  -- what on_syncer_event reads of a run's context (cluster.lua); not supervising\n"
     "  s.ctx = { learners = {}, merges = 0, gm = 0, faults = 0, rejects = 0, merge_times = {}, quiet = true,\n"
-    "    rt = { elastic = true },\n"
+    "    rt = { elastic = true }, versions = {}, reported = {},\n"
     "    recipe = { hooks = {}, sync = { quorum = s.syncer.quorum } }, t_start = diloco.clock(), metrics = w }\n"
     "  for m = 1, M do s.ctx.learners[m] = { id = m, state = 'running', crashes = 0, down_s = 0, paused_s = 0,\n"
     "    held_s = 0 } end\n"
@@ -130,6 +132,11 @@ static const char LUA_SETUP[] =
     "    ev, err = s.syncer_box:poll(0)\n"
     "  end\n"
     "  if err then error('syncer ' .. k .. ': its driver failed: ' .. tostring(err), 0) end\n"
+    "  -- a refusal past the first of its reason in an interval is counted, not an event of\n"
+    "  -- its own (the next refusals event sums it): counted is told\n"
+    "  local refused = s.syncer_box:stats().refused\n"
+    "  if refused > (s.refused_seen or 0) then ended = true end\n"
+    "  s.refused_seen = refused\n"
     "  s.ctx.merge_times = {}\n"
     "  return n, ended, bye, joined\n"
     "end\n"
