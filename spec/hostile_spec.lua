@@ -25,15 +25,14 @@ local function live_run(S, count, o)
   local secret = S.write("secret", "s3cret\n")
   local run = { pids = {}, learners = {}, addr_file = S.dir .. "/address", metrics = S.dir .. "/run/metrics.jsonl",
     path = path, secret = secret }
-  run.syncer = assert(diloco.proc.spawn { "/usr/bin/timeout", "-s", "KILL", "600", exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
+  run.syncer = assert(diloco.proc.spawn { exe, "syncer", path, parent_death = "KILL", "--listen", "127.0.0.1:0", "--address-file",
     run.addr_file, "--secret-file", secret, "--out", S.dir .. "/run", "--quiet",
     stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" })
   run.pids[#run.pids + 1] = run.syncer
-  -- each learner under timeout(1): the runs have no end of their own (steps 10^6), and a
-  -- learner whose test died (a ctest timeout) must not train on for hours; TERM to the
-  -- timeout process reaches the learner
+  -- each process dies with the spec (parent_death): the runs have no end of their own
+  -- (steps 10^6), and a learner whose test died (a ctest timeout) must not train on
   function run.start_learner(id, out)
-    local pid = assert(diloco.proc.spawn { "/usr/bin/timeout", "-s", "KILL", "600", exe, "learner", path, "--connect", "@" .. run.addr_file, "--id", tostring(id),
+    local pid = assert(diloco.proc.spawn { exe, "learner", path, parent_death = "KILL", "--connect", "@" .. run.addr_file, "--id", tostring(id),
       "--secret-file", secret, "--out", out or (S.dir .. "/l" .. id), "--overwrite", "--quiet",
       stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
     run.pids[#run.pids + 1] = pid
@@ -53,7 +52,7 @@ local function live_run(S, count, o)
     for _, pid in ipairs(run.pids) do -- (a pid H.await_or_kill reaped already: pcall)
       local ok, st = pcall(diloco.proc.wait, pid)
       if ok and st == nil then
-        pcall(diloco.proc.signal, pid, "TERM") -- timeout(1) passes it on
+        pcall(diloco.proc.signal, pid, "TERM")
         left[#left + 1] = pid
       end
     end

@@ -434,8 +434,11 @@ def crafted(a):
 # ---- a peer that stops reading ----
 
 def stall(a):
+    """A holder of the secret that says HELLO as learner a.id and then reads nothing while
+    it sends heartbeats; each time the syncer cuts it off it comes back, until a.until.
+    Counts its connections, those welcomed, those the syncer cut, and how long each lived."""
     secret = read_secret(a.secret_file)
-    count = {"ready": 0, "heartbeats": 0, "preauth": 0, "errors": 0, "refused": ""}
+    count = {"ready": 0, "cut": 0, "heartbeats": 0, "preauth": 0, "errors": 0, "refused": "", "lived_max": 0.0}
     pre = []
     for _ in range(a.preauth):
         try:
@@ -445,37 +448,45 @@ def stall(a):
             count["preauth"] += 1
         except OSError:
             count["errors"] += 1
-    s = None
-    try:
-        s = connect(a.port, a.src, timeout=3.0, rcvbuf=4096)
-        deadline = time.time() + 5.0
-        if authenticate(s, secret, deadline):
-            s.sendall(frame(HELLO, hello(a, a.id - 1)))
-            got = read_frame(s, deadline)
-            if got and got[0] == WELCOME:
-                count["ready"] = 1
-            elif got and isinstance(got[1], dict):
-                count["refused"] = str(got[1].get("text", ""))[:200]
-        # from here on: never read; heartbeats keep the connection alive
-        t_next = time.time()
-        while count["ready"] and time.time() < a.until and count["heartbeats"] < 1_000_000:
-            t_next = pace(t_next, 2.0)
-            try:
-                s.settimeout(2.0)
-                s.sendall(heartbeat(a.id - 1))
-                count["heartbeats"] += 1
-            except OSError:
-                count["errors"] += 1
-                break
-        while time.time() < a.until:  # refused or cut: keep the pre-auth stallers to the end
-            time.sleep(min(0.5, max(0.0, a.until - time.time())))
-    except OSError:
-        count["errors"] += 1
-    finally:
-        if s:
-            quiet_close(s)
-        for p in pre:
-            quiet_close(p)
+    attempts = 0
+    while time.time() < a.until and attempts < 10000:
+        attempts += 1
+        s = None
+        try:
+            s = connect(a.port, a.src, timeout=3.0, rcvbuf=4096)
+            deadline = time.time() + 5.0
+            ready = False
+            if authenticate(s, secret, deadline):
+                s.sendall(frame(HELLO, hello(a, a.id - 1)))
+                got = read_frame(s, deadline)
+                if got and got[0] == WELCOME:
+                    ready = True
+                    count["ready"] += 1
+                elif got and isinstance(got[1], dict):
+                    count["refused"] = str(got[1].get("text", ""))[:200]
+            # from here on: never read; heartbeats keep the connection alive until the
+            # syncer cuts it off (a send then fails, or times out on a full socket)
+            t0 = t_next = time.time()
+            while ready and time.time() < a.until and count["heartbeats"] < 1_000_000:
+                t_next = pace(t_next, 2.0)
+                try:
+                    s.settimeout(2.0)
+                    s.sendall(heartbeat(a.id - 1))
+                    count["heartbeats"] += 1
+                except OSError:
+                    count["cut"] += 1
+                    count["lived_max"] = max(count["lived_max"], round(time.time() - t0, 1))
+                    break
+            if not ready:
+                time.sleep(min(1.0, max(0.0, a.until - time.time())))
+        except OSError:
+            count["errors"] += 1
+            time.sleep(min(1.0, max(0.0, a.until - time.time())))
+        finally:
+            if s:
+                quiet_close(s)
+    for p in pre:
+        quiet_close(p)
     print("stall", count, flush=True)
 
 

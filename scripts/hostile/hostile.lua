@@ -43,9 +43,10 @@
 --              --id K` (K = 1, 2, 1, ... a live healthy learner) with its own --out and the
 --              secret, killed with kill -9 after 4 s (or when it exits on its own);
 --   stall      from A + 10% to A + 95% (from 127.0.0.4): a holder of the secret says HELLO
---              as learner 2 (live), then never reads again (a 4 KiB receive buffer) while
---              it sends heartbeats as 2; and 16 sockets (127.0.1.x) that sent AUTH and
---              never read the challenge;
+--              as learner 5, an island of the recipe that no process runs (a live id
+--              would be refused: impersonate tests that), then never reads again (a 4
+--              KiB receive buffer) while it sends heartbeats; cut off, it comes back; and
+--              16 sockets (127.0.1.x) that sent AUTH and never read the challenge;
 --   kills      from A + 10%, every max(12 s, SECONDS/10) until 8 s before the end: learner 3,
 --              then 4, then 3, ... killed with kill -9, restarted 2 s later (same --out).
 --
@@ -105,7 +106,9 @@ local function log(fmt, ...)
   io.stdout:flush()
 end
 
-local sets = { "steps=1000000", "islands.count=" .. M, "sync.preset=decoupled", "eval.every=0", "eval.final_all=false",
+-- islands.count is M + 1: island M + 1 runs no process, its id is the stall attacker's;
+-- the run starts as each learner joins (no start gate waiting for it)
+local sets = { "steps=1000000", "islands.count=" .. (M + 1), "runtime.start_timeout=0", "sync.preset=decoupled", "eval.every=0", "eval.final_all=false",
   "eval.batches=2", "checkpoint.minutes=0", "threads=1", "runtime.heartbeat=0.5s", "runtime.timeout=3s", "log.every=5" }
 
 -- ---- processes: every one the harness started, by pid ----
@@ -393,7 +396,7 @@ function main()
   end)
   at_if("stall", A + 0.1 * SECONDS, function()
     attackers[#attackers + 1] = attacker("stall", join_args({ "stall", "--port", port, "--until", A + 0.95 * SECONDS,
-      "--src", "127.0.0.4", "--id", 2, "--preauth", 16 }, auth_args))
+      "--src", "127.0.0.4", "--id", M + 1, "--preauth", 16 }, auth_args))
   end)
   local period = math.max(15, SECONDS / 8)
   local n_imp = 0
@@ -684,6 +687,20 @@ for _, half in ipairs { { "first half (flood 10/s)", A, mid }, { "second half (f
   table.sort(parts)
   check("metrics.jsonl growth, " .. half[1], per_min <= 32 * 1024,
     string.format("%.1f KiB/min (%s)", per_min / 1024, table.concat(parts, ", ")), "<= 32 KiB/min")
+end
+
+-- the stall attacker (a holder of the secret that reads nothing) is cut off each time:
+-- it was welcomed, cut, and no connection of its lived past 3 timeouts (3 s each)
+if ATTACKS.stall then
+  local f = io.open(tmp .. "/logs/stall.log")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  local ready = tonumber(text:match("'ready': (%d+)") or "")
+  local cut = tonumber(text:match("'cut': (%d+)") or "")
+  local lived = tonumber(text:match("'lived_max': ([%d.]+)") or "")
+  check("a peer that reads nothing is cut off", ready and ready >= 1 and cut and cut >= 1 and lived and lived <= 9,
+    ready and string.format("welcomed %d, cut %d, longest lived %.1f s", ready, cut or -1, lived or -1)
+      or "no stall.log summary", "welcomed and cut, each within 9 s")
 end
 
 -- what the attackers and impersonators did
