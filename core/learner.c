@@ -174,7 +174,7 @@ int dlc_learner_pending(const dlc_learner *l) { return l ? l->qlen : 0; }
 static dlc_status learner_unpolled(const dlc_learner *l, const char *fn) {
     if (l->qlen == 0) return DLC_OK;
     return dlc_error(DLC_ERR_STATE, "%s: learner %d has %d unpolled action%s: expected 0 (poll every action "
-                     "with dlc_learner_poll before the next event)", fn, l->p.id, l->qlen, l->qlen == 1 ? "" : "s");
+                     "with dlc_learner_poll before the next event)", fn, l->p.id + 1, l->qlen, l->qlen == 1 ? "" : "s");
 }
 
 dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan) {
@@ -345,7 +345,7 @@ static void update_blocking(dlc_learner *l) {
 static dlc_status encode_busy(const dlc_learner *l, int p, const char *fn) {
     if (p >= 0 ? !l->f[p].encoding : !l->encoding) return DLC_OK;
     return dlc_error(DLC_ERR_STATE, "%s: learner %d has %s still out to encode: expected dlc_learner_encoded first",
-                     fn, l->p.id, p >= 0 ? "this fragment's contribution" : "contributions");
+                     fn, l->p.id + 1, p >= 0 ? "this fragment's contribution" : "contributions");
 }
 
 static dlc_status send_contribution(dlc_learner *l, int p, double now) {
@@ -408,7 +408,8 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING || l->replaying)
         return dlc_error(DLC_ERR_STATE, "learner_step_done: learner %d is %s, steps are allowed only while training%s",
-                         l->p.id, state_names[l->state], l->replaying ? " (it is replaying: dlc_learner_replayed)" : "");
+                         l->p.id + 1, state_names[l->state],
+                         l->replaying ? " (it is replaying: dlc_learner_replayed)" : "");
     if (tokens < 0 || !(seconds >= 0) || !isfinite(seconds))
         return dlc_error(DLC_ERR_ARG, "learner_step_done: tokens = %lld, seconds = %g: expected >= 0",
                          (long long)tokens, seconds);
@@ -441,7 +442,7 @@ dlc_status dlc_learner_step_begin(dlc_learner *l, double now) {
     if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_step_begin: learner %d is %s, steps are allowed only while training",
-                         l->p.id, state_names[l->state]);
+                         l->p.id + 1, state_names[l->state]);
     (void)now;
     return apply_due(l);
 }
@@ -454,7 +455,7 @@ dlc_status dlc_learner_contribute(dlc_learner *l, int p, double now) {
         return dlc_error(DLC_ERR_RANGE, "learner_contribute: fragment %d: expected 0..%d", p, l->P - 1);
     if ((s = encode_busy(l, p, "learner_contribute")) != DLC_OK) return s;
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
-        return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id, state_names[l->state],
+        return dlc_error(DLC_ERR_STATE, "learner_contribute: learner %d is %s%s", l->p.id + 1, state_names[l->state],
                          l->p.dp ? " (data parallel sends gradients)" : "");
     s = send_contribution(l, p, now);
     update_blocking(l);
@@ -468,7 +469,7 @@ dlc_status dlc_learner_flush(dlc_learner *l, double now, int *sent) {
     if (s == DLC_OK) s = encode_busy(l, -1, "learner_flush");
     if (s != DLC_OK) return s;
     if (l->p.dp || (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING))
-        return dlc_error(DLC_ERR_STATE, "learner_flush: learner %d is %s%s", l->p.id, state_names[l->state],
+        return dlc_error(DLC_ERR_STATE, "learner_flush: learner %d is %s%s", l->p.id + 1, state_names[l->state],
                          l->p.dp ? " (data parallel has no fragments)" : "");
     for (int p = 0; p < l->P && s == DLC_OK; p++) {
         lfrag *f = &l->f[p];
@@ -487,7 +488,7 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     dlc_status s = learner_unpolled(l, "learner_gradient");
     if (s != DLC_OK) return s;
     if (!l->p.dp || l->state != DLC_LEARNER_TRAINING || l->replaying)
-        return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id, state_names[l->state],
+        return dlc_error(DLC_ERR_STATE, "learner_gradient: learner %d is %s%s", l->p.id + 1, state_names[l->state],
                          !l->p.dp ? " and not data parallel" : l->replaying ? " and replaying (dlc_learner_replayed)" : "");
     gather(l, 0, (float *)(void *)l->grad_enc, 1);
     int64_t bad = -1;
@@ -659,24 +660,24 @@ static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues,
                                    double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id,
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id + 1,
                          m->fragment, l->P - 1);
     lfrag *f = &l->f[m->fragment];
     int resync = (m->flags & DLC_MSG_RESYNC) != 0;
     if (m->version < 0)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d version %lld: expected >= 0", l->p.id, m->fragment,
-                         (long long)m->version);
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d version %lld: expected >= 0", l->p.id + 1,
+                         m->fragment, (long long)m->version);
     if (!resync && (m->version <= f->base_version || (f->pending && m->version <= f->pend_version)))
         return DLC_OK; /* older than what we hold: late or duplicate */
     if (!resync && l->state == DLC_LEARNER_JOINING) return DLC_OK; /* the resync will follow */
     if (m->codec != DLC_CODEC_F32 && m->codec != DLC_CODEC_BF16)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d codec %s: expected f32 or bf16", l->p.id,
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d codec %s: expected f32 or bf16", l->p.id + 1,
                          m->fragment, dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
     dlc_status s = DLC_OK;
     if (values) { /* decoded by the driver (dlc_learner_receive_decoded) */
         if (nvalues != f->n)
-            return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld", l->p.id,
-                             m->fragment, (long long)nvalues, (long long)f->n);
+            return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld",
+                             l->p.id + 1, m->fragment, (long long)nvalues, (long long)f->n);
     } else { /* decode into scratch first: a malformed payload leaves the waiting one intact */
         if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
         values = l->scratch;
@@ -732,11 +733,11 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
 static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
     if (!l->p.dp) return DLC_OK;
     if (m->codec != DLC_CODEC_F32)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id,
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG codec %s: expected f32", l->p.id + 1,
                          dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
     if (m->version < 1 || m->steps < 0 || (m->steps > 0 && m->steps < m->version))
         return dlc_error(DLC_ERR_FORMAT, "learner %d: GRADIENT_AVG of step %lld ending a replay at %lld: expected a "
-                         "step >= 1 and an end of 0 or >= the step", l->p.id, (long long)m->version,
+                         "step >= 1 and an end of 0 or >= the step", l->p.id + 1, (long long)m->version,
                          (long long)m->steps);
     int64_t t = l->steps + l->phase;
     int answer = m->steps > 0, first = 0;
@@ -775,11 +776,11 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
     if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
     if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
-                         "syncer incarnation's, refused", l->p.id, dlc_msg_type_name(m->type), (long long)m->epoch,
+                         "syncer incarnation's, refused", l->p.id + 1, dlc_msg_type_name(m->type), (long long)m->epoch,
                          (long long)l->epoch);
     if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->learner != l->p.id)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s addressed to learner %d, refused", l->p.id,
-                         dlc_msg_type_name(m->type), m->learner);
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s addressed to learner %d, refused", l->p.id + 1,
+                         dlc_msg_type_name(m->type), m->learner + 1);
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
@@ -788,7 +789,7 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
         return s;
     default:
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s message: a learner takes fragment and gradient_avg",
-                         l->p.id, dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)");
+                         l->p.id + 1, dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)");
     }
 }
 
@@ -840,7 +841,7 @@ void dlc_learner_stop(dlc_learner *l) {
 dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_restart: NULL learner");
     if (l->state != DLC_LEARNER_STOPPED)
-        return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id,
+        return dlc_error(DLC_ERR_STATE, "learner_restart: learner %d is %s, expected stopped", l->p.id + 1,
                          state_names[l->state]);
     dlc_status busy = encode_busy(l, -1, "learner_restart");
     if (busy != DLC_OK) return busy;
@@ -883,10 +884,10 @@ dlc_status dlc_learner_rollback(dlc_learner *l, double now) {
     if (s != DLC_OK) return s;
     if (l->state != DLC_LEARNER_TRAINING && l->state != DLC_LEARNER_WAITING)
         return dlc_error(DLC_ERR_STATE, "learner_rollback: learner %d is %s: expected training or waiting (it holds "
-                         "the whole global model only once joined)", l->p.id, state_names[l->state]);
+                         "the whole global model only once joined)", l->p.id + 1, state_names[l->state]);
     if (l->p.dp)
         return dlc_error(DLC_ERR_STATE, "learner_rollback: learner %d is data parallel: its last global model is its "
-                         "last resync, not the model the others step on (a restart resyncs it)", l->p.id);
+                         "last resync, not the model the others step on (a restart resyncs it)", l->p.id + 1);
     for (int p = 0; p < l->P && s == DLC_OK; p++) {
         lfrag *f = &l->f[p];
         DLC_ASSERT(f->base_version >= 0); /* joined: every fragment was received */
@@ -923,7 +924,7 @@ dlc_status dlc_learner_encode(const dlc_learner_action *a, uint8_t *out, size_t 
 dlc_status dlc_learner_encoded(dlc_learner *l, int p) {
     if (!l) return dlc_error(DLC_ERR_ARG, "learner_encoded: NULL learner");
     if (p < 0 || p >= l->P || !l->f[p].encoding)
-        return dlc_error(DLC_ERR_STATE, "learner_encoded: learner %d has no encode of fragment %d out", l->p.id, p);
+        return dlc_error(DLC_ERR_STATE, "learner_encoded: learner %d has no encode of fragment %d out", l->p.id + 1, p);
     l->f[p].encoding = 0;
     l->encoding--;
     return DLC_OK;
@@ -966,7 +967,7 @@ dlc_status dlc_learner_replay(dlc_learner *l, double now) {
     if (s != DLC_OK) return s;
     if (!l->p.dp || !l->p.replay || l->state != DLC_LEARNER_TRAINING || l->replaying)
         return dlc_error(DLC_ERR_STATE, "learner_replay: learner %d is %s%s%s%s: expected a data-parallel learner "
-                         "training, whose syncer replays", l->p.id, state_names[l->state],
+                         "training, whose syncer replays", l->p.id + 1, state_names[l->state],
                          l->p.dp ? "" : ", not data parallel", l->p.replay ? "" : ", its syncer does not replay",
                          l->replaying ? ", already replaying" : "");
     (void)now;
@@ -979,7 +980,7 @@ dlc_status dlc_learner_replayed(dlc_learner *l, double now) {
     if (s != DLC_OK) return s;
     if (!l->replaying || l->state != DLC_LEARNER_TRAINING)
         return dlc_error(DLC_ERR_STATE, "learner_replayed: learner %d is %s%s: expected a replayed average in its "
-                         "grad arena (GRADIENT_READY while replaying)", l->p.id, state_names[l->state],
+                         "grad arena (GRADIENT_READY while replaying)", l->p.id + 1, state_names[l->state],
                          l->replaying ? "" : " and not replaying");
     (void)now;
     int64_t t = ++l->phase + l->steps;
@@ -1001,7 +1002,7 @@ dlc_status dlc_learner_set_schedule_step(dlc_learner *l, int64_t step) {
     if (step < 0)
         return dlc_error(DLC_ERR_ARG, "learner_set_schedule_step: step = %lld: expected >= 0", (long long)step);
     if (l->state != DLC_LEARNER_TRAINING)
-        return dlc_error(DLC_ERR_STATE, "learner_set_schedule_step: learner %d is %s, expected training", l->p.id,
+        return dlc_error(DLC_ERR_STATE, "learner_set_schedule_step: learner %d is %s, expected training", l->p.id + 1,
                          state_names[l->state]);
     l->phase = step - l->steps;
     return DLC_OK;
@@ -1014,7 +1015,7 @@ dlc_status dlc_learner_skip_to(dlc_learner *l, int64_t step) {
         return dlc_error(DLC_ERR_ARG, "learner_skip_to: step = %lld: expected >= the schedule step %lld (a catch-up "
                          "only moves on)", (long long)step, (long long)t);
     if (l->state != DLC_LEARNER_TRAINING)
-        return dlc_error(DLC_ERR_STATE, "learner_skip_to: learner %d is %s, expected training", l->p.id,
+        return dlc_error(DLC_ERR_STATE, "learner_skip_to: learner %d is %s, expected training", l->p.id + 1,
                          state_names[l->state]);
     skip_schedule(l, t, step);
     return DLC_OK;

@@ -606,16 +606,16 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
     int L = m->learner, p = m->fragment;
     if (s->p.dp)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a contribution from learner %d in a data-parallel run "
-                         "(expected gradients)", L);
+                         "(expected gradients)", L + 1);
     if (p < 0 || p >= s->P)
-        return dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: expected 0..%d", L, p,
-                         s->P - 1);
+        return dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: expected 0..%d", L + 1,
+                         p, s->P - 1);
     sfrag *f = &s->f[p];
     int64_t want = dlc_codec_encoded_size(s->p.codec_up, &s->p.codec_params, f->n);
     if (m->codec != s->p.codec_up || (int64_t)m->len != want || (!m->payload && m->len) || m->tokens < 0 ||
         m->steps < 0) {
         dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s %zu bytes, "
-                                 "steps %lld, tokens %lld: expected %s, %lld bytes, steps and tokens >= 0", L, p,
+                                 "steps %lld, tokens %lld: expected %s, %lld bytes, steps and tokens >= 0", L + 1, p,
                                  dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown codec)", m->len,
                                  (long long)m->steps, (long long)m->tokens, dlc_codec_name(s->p.codec_up),
                                  (long long)want);
@@ -624,7 +624,7 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
     }
     if (m->steps > 0 && dlc_fragstate_at(f->fs, m->version) &&
         dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
-        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L, p,
+        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L + 1, p,
                                  dlc_last_error());
         dlc_status st = reject(s, L, p, DLC_REJECT_NONFINITE);
         return st != DLC_OK ? st : e;
@@ -657,13 +657,13 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     int L = m->learner;
     if (!s->p.dp)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a gradient from learner %d in a DiLoCo run (expected "
-                         "contributions)", L);
+                         "contributions)", L + 1);
     sfrag *f = &s->f[0];
     if (m->codec != DLC_CODEC_F32 || (int64_t)m->len != f->n * (int64_t)sizeof(float) || !m->payload)
-        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %zu bytes: expected f32, %lld bytes", L,
+        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %zu bytes: expected f32, %lld bytes", L + 1,
                          m->len, (long long)(f->n * (int64_t)sizeof(float)));
     if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
-        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L, dlc_last_error());
+        return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L + 1, dlc_last_error());
     /* the round a gradient belongs to is its step: the open round's, or the next one */
     /* (dp_next 0, after a load: unknown, the first gradient's step is taken) */
     int64_t want = f->state != DLC_ROUND_IDLE ? f->dp_step : s->dp_next > 0 ? s->dp_next : m->version;
@@ -678,7 +678,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
         /* from another step altogether (a restarted learner's own count, a lost round):
          * refused, and the learner resynced at the run's step */
         dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d for step %lld: expected step %lld "
-                                 "(%s)", L, (long long)m->version, (long long)want,
+                                 "(%s)", L + 1, (long long)m->version, (long long)want,
                                  f->state == DLC_ROUND_IDLE ? "the next round" : "the open round");
         dlc_status st = reject(s, L, 0, m->version < want ? DLC_REJECT_STALE : DLC_REJECT_MALFORMED);
         return st != DLC_OK ? st : e;
@@ -708,10 +708,10 @@ static dlc_status receive_replay(dlc_syncer *s, const dlc_msg *m, double now) {
     int L = m->learner;
     if (!s->p.dp)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a replay request from learner %d in a DiLoCo run (only data "
-                         "parallel keeps averaged gradients)", L);
+                         "parallel keeps averaged gradients)", L + 1);
     if (m->version < 0)
-        return dlc_error(DLC_ERR_FORMAT, "syncer: a replay request from learner %d after step %lld: expected >= 0", L,
-                         (long long)m->version);
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a replay request from learner %d after step %lld: expected >= 0",
+                         L + 1, (long long)m->version);
     heard_from(s, m, now);
     /* catching up: not awaited in the rounds until it sends a gradient again */
     s->sent_since[L] = 0;
@@ -766,7 +766,7 @@ static dlc_status drop_learner(dlc_syncer *s, int m, double now);
 static dlc_status check_learner(const dlc_syncer *s, int m, const char *fn) {
     if (!s) return dlc_error(DLC_ERR_ARG, "%s: NULL syncer", fn);
     if (m < 0 || m >= s->M)
-        return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 0..%d", fn, m, s->M - 1);
+        return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 1..%d", fn, m + 1, s->M);
     return DLC_OK;
 }
 
@@ -814,7 +814,7 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
                  "incarnation)", (long long)m->epoch, (long long)s->epoch);
     else
         snprintf(what, sizeof what, "of incarnation %lld, but learner %d is incarnation %lld now (a previous "
-                 "process of it)", (long long)m->incarnation, L, (long long)s->incarnation[L]);
+                 "process of it)", (long long)m->incarnation, L + 1, (long long)s->incarnation[L]);
     dlc_status st = DLC_OK;
     int resync = s->live[L] && m->type != DLC_MSG_BYE;
     if (resync && (m->type == DLC_MSG_CONTRIBUTION || m->type == DLC_MSG_GRADIENT)) {
@@ -828,7 +828,7 @@ static dlc_status fence(dlc_syncer *s, const dlc_msg *m, dlc_reject_reason why, 
         s->unheard[L] = 0; /* resynced whole: what a first message after a restart brings */
     }
     if (st != DLC_OK) return st;
-    return dlc_error(DLC_ERR_FORMAT, "syncer: a %s from learner %d %s: refused, not merged%s", type, L, what,
+    return dlc_error(DLC_ERR_FORMAT, "syncer: a %s from learner %d %s: refused, not merged%s", type, L + 1, what,
                      resync ? "; the learner is resynced" : "");
 }
 
@@ -841,7 +841,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     int L = m->learner;
     if (m->incarnation < 0 || m->epoch < 0)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a message from learner %d stamped epoch %lld, incarnation %lld: "
-                         "expected >= 0", L, (long long)m->epoch, (long long)m->incarnation);
+                         "expected >= 0", L + 1, (long long)m->epoch, (long long)m->incarnation);
     if (m->incarnation != 0 && m->incarnation < s->incarnation[L]) return fence(s, m, DLC_REJECT_INCARNATION, now);
     if (!s->live[L] && m->type == DLC_MSG_BYE) return DLC_OK; /* gone already: not a rejoin */
     if (!s->live[L] || (m->incarnation > s->incarnation[L] && !s->inc_open[L])) {
@@ -877,7 +877,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     default:
         return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
                          "replay, heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
-                         m->learner);
+                         m->learner + 1);
     }
 }
 
@@ -958,7 +958,7 @@ dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard) {
     dlc_status st = check_learner(s, m, "syncer_set_shard");
     if (st != DLC_OK) return st;
     if (shard < -1)
-        return dlc_error(DLC_ERR_ARG, "syncer_set_shard: learner %d: shard = %lld: expected >= 0 (-1 = none)", m,
+        return dlc_error(DLC_ERR_ARG, "syncer_set_shard: learner %d: shard = %lld: expected >= 0 (-1 = none)", m + 1,
                          (long long)shard);
     s->shard[m] = shard;
     return DLC_OK;

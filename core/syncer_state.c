@@ -407,7 +407,7 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
     if (list(&r, K_EVER, M, "learner", 0, 0, 1, 0, iv, NULL) != DLC_OK) goto fail;
     for (int m = 0; m < M; m++) {
         if (s->live[m] && !iv[m]) {
-            dlc_error(DLC_ERR_FORMAT, "%s: learner %d: %s = 1 but %s = 0: a live learner has joined", path, m,
+            dlc_error(DLC_ERR_FORMAT, "%s: learner %d: %s = 1 but %s = 0: a live learner has joined", path, m + 1,
                       key_names[K_LIVE], key_names[K_EVER]);
             goto fail;
         }

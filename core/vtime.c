@@ -485,17 +485,22 @@ static dlc_status check_params(const dlc_vtime_params *p) {
     for (int m = 0; m < p->learners; m++) {
         const dlc_vtime_island *is = &p->islands[m];
         if (!(is->speed > 0) || !isfinite(is->speed))
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: speed = %g: expected a finite number > 0", m, is->speed);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: speed = %g: expected a finite number > 0",
+                             m + 1, is->speed);
         if (!(is->scale > 0) || !isfinite(is->scale))
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: scale = %g: expected a finite number > 0", m, is->scale);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: scale = %g: expected a finite number > 0",
+                             m + 1, is->scale);
         if (!(is->jitter >= 0) || !isfinite(is->jitter))
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: jitter = %g: expected a finite number >= 0", m, is->jitter);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: jitter = %g: expected a finite number >= 0",
+                             m + 1, is->jitter);
         if (is->tokens < 1)
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: tokens = %lld: expected >= 1", m, (long long)is->tokens);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: tokens = %lld: expected >= 1",
+                             m + 1, (long long)is->tokens);
         if (!(is->latency >= 0) || !isfinite(is->latency))
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: latency = %g: expected seconds >= 0", m, is->latency);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: latency = %g: expected seconds >= 0", m + 1, is->latency);
         if (!(is->bandwidth > 0))
-            return dlc_error(DLC_ERR_ARG, "vtime: island %d: bandwidth = %g: expected bytes/s > 0", m, is->bandwidth);
+            return dlc_error(DLC_ERR_ARG, "vtime: island %d: bandwidth = %g: expected bytes/s > 0",
+                             m + 1, is->bandwidth);
     }
     if (p->syncer.learners != p->learners)
         return dlc_error(DLC_ERR_ARG, "vtime: syncer.learners = %d but learners = %d", p->syncer.learners,
@@ -757,7 +762,7 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             return 1;
         }
         if (vt->awaiting)
-            return dlc_error(DLC_ERR_STATE, "vtime_next: learner %d's %s has not been answered", vt->awaiting - 1,
+            return dlc_error(DLC_ERR_STATE, "vtime_next: learner %d's %s has not been answered", vt->awaiting,
                              vt->L[vt->awaiting - 1].awaiting == 2 ? "optim" : "step");
         if (vt->done) {
             *ev = (dlc_vtime_event){.type = DLC_VT_DONE, .time = vt->now, .learner = -1};
@@ -834,10 +839,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
 
 static dlc_status answer(dlc_vtime *vt, int m, int kind, const char *fn) {
     if (!vt) return dlc_error(DLC_ERR_ARG, "%s: NULL driver", fn);
-    if (m < 0 || m >= vt->M) return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 0..%d", fn, m, vt->M - 1);
+    if (m < 0 || m >= vt->M) return dlc_error(DLC_ERR_RANGE, "%s: learner %d: expected 1..%d", fn, m + 1, vt->M);
     if (vt->awaiting != m + 1 || vt->L[m].awaiting != kind)
-        return dlc_error(DLC_ERR_STATE, "%s: learner %d was not asked to %s", fn, m, kind == 2 ? "step its optimizer"
-                                                                                            : "step");
+        return dlc_error(DLC_ERR_STATE, "%s: learner %d was not asked to %s", fn, m + 1,
+                         kind == 2 ? "step its optimizer" : "step");
     return DLC_OK;
 }
 

@@ -636,8 +636,9 @@ static void test_bound_learner(void) {
     raw_send(fd, buf, encode(&f, buf));
     f.msg.learner = raw_learner + 1;
     raw_send(fd, buf, encode(&f, buf));
-    char want[128];
-    snprintf(want, sizeof want, "heartbeat from learner %d on the connection of learner %d", raw_learner + 1, raw_learner);
+    char want[128]; /* texts name learners by number, index + 1 */
+    snprintf(want, sizeof want, "heartbeat from learner %d on the connection of learner %d", raw_learner + 2,
+             raw_learner + 1);
     CHECK(expect_error(fd, DLC_PERR_MISMATCH, want));
     close(fd);
     CHECK(valid_exchange("bound_learner"));
@@ -1290,8 +1291,8 @@ static void test_takeover(void) {
     dlc_net_event_release(&ev);
     int conflicts0 = atomic_load(&refused[DLC_PERR_CONFLICT]), replaced0 = atomic_load(&lost[DLC_PERR_CONFLICT]);
     int pb = dlc_net_connect(b, addr);
-    CHECK(wait_event(b, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_CONFLICT &&
-          strstr(ev.text, "learner 5 is live, connected from 127.0.0.1:") && strstr(ev.text, "is refused"));
+    CHECK(wait_event(b, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_CONFLICT && /* index 5 is learner 6 */
+          strstr(ev.text, "learner 6 is live, connected from 127.0.0.1:") && strstr(ev.text, "is refused"));
     dlc_net_event_release(&ev);
     CHECK(echoes(a, pa, 5)); /* a is still the learner 5 */
     char got[sizeof refused_text];

@@ -62,9 +62,9 @@ static void test_links(void) {
     CHECK_OK(s);
     if (!s) return;
 
-    /* bad arguments: named, nothing changed */
-    CHECK(dlc_srt_shape(s, 1, 0, 0) == DLC_ERR_RANGE && strstr(dlc_last_error(), "learner 1: expected 0..0"));
-    CHECK(dlc_srt_shape(s, 0, 10, 0) == DLC_ERR_ARG && strstr(dlc_last_error(), "bandwidth = 10 bytes/s"));
+    /* bad arguments: named (a learner by its number, index + 1), nothing changed */
+    CHECK(dlc_srt_shape(s, 1, 0, 0) == DLC_ERR_RANGE && strstr(dlc_last_error(), "learner 2: expected 1..1"));
+    CHECK(dlc_srt_shape(s, 0, 10, 0) == DLC_ERR_ARG && strstr(dlc_last_error(), "learner 1: bandwidth = 10 bytes/s"));
     CHECK(dlc_srt_shape(s, 0, 0, -1) == DLC_ERR_ARG && strstr(dlc_last_error(), "latency = -1 s"));
     CHECK(dlc_srt_cut(s, 0, -2) == DLC_ERR_ARG && strstr(dlc_last_error(), "seconds = -2"));
     CHECK(dlc_srt_cut(s, 0, NAN) == DLC_ERR_ARG);

@@ -1120,7 +1120,7 @@ static void test_assert_and_refusals(void) {
         int64_t n0 = dlc_plan_numel(x.plan, 0);
         dlc_learner_action peek;
         CHECK(dlc_learner_step_done(l, 1, 0, 0) == DLC_ERR_STATE);
-        CHECK(strstr(dlc_last_error(), "learner_step_done: learner 0 has 1 unpolled action:") != NULL);
+        CHECK(strstr(dlc_last_error(), "learner_step_done: learner 1 has 1 unpolled action:") != NULL); /* id 0 */
         CHECK(dlc_learner_contribute(l, 0, 0) == DLC_ERR_STATE && dlc_learner_handle_expiry(l, 5) == DLC_ERR_STATE);
         dlc_msg fr = fragment_msg(0, 0, 1, 0, dlc_params_data(x.p), n0);
         CHECK(dlc_learner_receive(l, &fr, 0) == DLC_ERR_STATE);
@@ -1640,12 +1640,13 @@ static void test_hostile(void) {
         CHECK(memcmp(snap, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * 4) == 0);
         CHECK(dlc_learner_base_version(l, 0) == 0 && dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
     }
-    /* a well-formed merge addressed to another learner */
+    /* a well-formed merge addressed to another learner (texts name learners by number:
+     * this one, id 0, is learner 1; id 3 is learner 4) */
     float w[NMAX];
     gather(&x, 0, dlc_params_data(x.p), w);
     dlc_msg other = fragment_msg(3, 0, 1, 0, w, n);
     CHECK(dlc_learner_receive(l, &other, 1.0) == DLC_ERR_FORMAT &&
-          strstr(dlc_last_error(), "a fragment addressed to learner 3, refused") != NULL);
+          strstr(dlc_last_error(), "learner 1: a fragment addressed to learner 4, refused") != NULL);
     CHECK(drain(l).n == 0 && dlc_learner_base_version(l, 0) == 0);
     other.learner = 0; /* the same, to this one: taken */
     CHECK(dlc_learner_receive(l, &other, 1.0) == DLC_OK && dlc_learner_step_begin(l, 2.0) == DLC_OK);
@@ -1663,7 +1664,7 @@ static void test_hostile(void) {
                  .len = (size_t)n * 4};
     CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT); /* a NaN */
     g.learner = 2, g.payload = (const uint8_t *)w;
-    CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "addressed to learner 2"));
+    CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT && strstr(dlc_last_error(), "addressed to learner 3"));
     g.learner = 0, g.payload = (const uint8_t *)v;
     g.codec = DLC_CODEC_BF16;
     CHECK(dlc_learner_receive(l, &g, 1.1) == DLC_ERR_FORMAT);

@@ -469,7 +469,7 @@ static void test_malformed(void) {
     join_all(s, 2, 0);
     dlc_msg m = contribution(1, 0, 0, 4, 40, d, n - 1);
     CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_ERR_FORMAT);
-    CHECK(strstr(dlc_last_error(), "learner 1") != NULL);
+    CHECK(strstr(dlc_last_error(), "contribution from learner 2") != NULL); /* index 1: learner 2 */
     rec r = drain(s);
     const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);
     CHECK(ra && ra->learner == 1 && ra->reason == DLC_REJECT_MALFORMED);
@@ -995,7 +995,7 @@ static void test_dp(void) {
      * the step expected, counted in no round, and its sender resynced at the run's step */
     late.version = 1, late.learner = 2;
     CHECK(dlc_syncer_receive(s, &late, 4.0) == DLC_ERR_FORMAT);
-    CHECK(strstr(dlc_last_error(), "gradient from learner 2 for step 1: expected step 4 (the next round)") != NULL);
+    CHECK(strstr(dlc_last_error(), "gradient from learner 3 for step 1: expected step 4 (the next round)") != NULL);
     r = drain(s);
     const dlc_syncer_action *rj = find_type(&r, DLC_SACT_REJECTED);
     CHECK(rj && rj->learner == 2 && rj->reason == DLC_REJECT_STALE);
@@ -1400,11 +1400,12 @@ static void test_hostile(void) {
         {{.type = DLC_MSG_TYPE_COUNT + 3, .learner = 0}, "(unknown)"},
         {{.type = DLC_MSG_FRAGMENT, .learner = 1}, "fragment message"},
         {{.type = DLC_MSG_GRADIENT_AVG, .learner = 1}, "gradient_avg message"},
-        {{.type = DLC_MSG_HEARTBEAT, .learner = 2}, "learner 2"},
-        {{.type = DLC_MSG_HEARTBEAT, .learner = -1}, "learner -1"},
+        /* texts name learners by number, index + 1 */
+        {{.type = DLC_MSG_HEARTBEAT, .learner = 2}, "learner 3: expected 1..2"},
+        {{.type = DLC_MSG_HEARTBEAT, .learner = -1}, "learner 0: expected 1..2"},
         {{.type = DLC_MSG_GRADIENT, .learner = 0, .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d,
           .len = (size_t)n * 4},
-         "gradient from learner 0 in a DiLoCo run"},
+         "gradient from learner 1 in a DiLoCo run"},
         {contribution(0, 5, 0, 3, 30, d, n), "fragment 5"},
         {contribution(0, 0, 0, -3, 30, d, n), "steps -3"},
         {contribution(0, 0, 0, 3, -30, d, n), "tokens -30"},
@@ -1413,7 +1414,7 @@ static void test_hostile(void) {
          "int4"},
         {{.type = DLC_MSG_CONTRIBUTION, .learner = 0, .steps = 3, .tokens = 30, .codec = DLC_CODEC_F32, .payload = NULL,
           .len = (size_t)n * 4},
-         "contribution from learner 0"},
+         "contribution from learner 1"},
         {contribution(1, 0, 0, 3, 30, bad, n), "nan"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1574,7 +1575,7 @@ static void test_fence_incarnation(void) {
     c = contribution(0, 0, 0, 4, 40, d, n0);
     c.epoch = 1, c.incarnation = 1;
     CHECK(dlc_syncer_receive(s, &c, 4) == DLC_ERR_FORMAT);
-    CHECK(strstr(dlc_last_error(), "of incarnation 1, but learner 0 is incarnation 2") &&
+    CHECK(strstr(dlc_last_error(), "of incarnation 1, but learner 1 is incarnation 2") &&
           strstr(dlc_last_error(), "not merged"));
     r = drain(s);
     const dlc_syncer_action *ra = find_type(&r, DLC_SACT_REJECTED);

@@ -656,7 +656,7 @@ static void test_refused(void) {
         {"syncer.live", "1,1", "syncer.live holds 2 entries, expected 3 (one per learner)"},
         {"syncer.live", "1,2,1", "syncer.live = \"1,2,1\": entry 1 (learner)"},
         {"syncer.live", "1,1,1,", "syncer.live holds 4 entries, expected 3"},
-        {"syncer.ever", "1,0,1", "learner 1: syncer.live = 1 but syncer.ever = 0"},
+        {"syncer.ever", "1,0,1", "learner 2: syncer.live = 1 but syncer.ever = 0"}, /* entry 1: learner 2 */
         {"syncer.step_time", "0,nan,0", "syncer.step_time = \"0,nan,0\": entry 1 (learner) is not a number"},
         {"syncer.transit", "0,0,-3", "syncer.transit"},
         {"syncer.sched", "0,0", "syncer.sched holds 2 entries"},

@@ -616,12 +616,12 @@ static void on_handshake(conn *c, dlc_frame *f) {
         if (old && silent < NET_LIVE_FRACTION * net->cfg.timeout_s) {
             dlcn_conn_fail(c, DLC_PERR_CONFLICT, "learner %d is live, connected from %s (heard %.1f s ago): a second "
                            "claim on its id, from %s, is refused (stop the other process, or give this one another id)",
-                           id, old->name, silent, c->name);
+                           id + 1, old->name, silent, c->name);
             return;
         }
         if (old)
             dlcn_conn_fail(old, DLC_PERR_CONFLICT, "learner %d connected again from %s after %.1f s of silence here: "
-                           "this connection is replaced", id, c->name, silent);
+                           "this connection is replaced", id + 1, c->name, silent);
         w.learner = id;
         dlc_frame_init(&out, DLC_FRAME_WELCOME);
         out.hello = w;
@@ -721,7 +721,8 @@ static int ready_check(conn *c, const dlc_frame *f) {
      * was welcomed as (no hello: no id was given, nothing to bind) */
     if (!c->client && c->learner >= 0 && f->type != DLC_FRAME_ERROR && f->msg.learner != c->learner) {
         dlcn_conn_fail(c, DLC_PERR_MISMATCH, "%s from learner %d on the connection of learner %d: a learner sends only "
-                       "as the id its WELCOME gave it", dlc_frame_type_name(f->type), f->msg.learner, c->learner);
+                       "as the id its WELCOME gave it", dlc_frame_type_name(f->type), f->msg.learner + 1,
+                       c->learner + 1);
         return -1;
     }
     return 0;

@@ -395,7 +395,8 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             if (!(l->l = dlc_learner_new(&lp, l->cfg.params, l->cfg.plan))) return dlc_last_status();
             l->id = id;
         } else if (id != l->id) {
-            return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id, id);
+            return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id + 1,
+                             id + 1);
         }
         if (l->ready_once) l->st.reconnects++; /* (a LOST cleared `ready` before this READY) */
         l->conflict_t = 0;
@@ -567,7 +568,7 @@ void dlc_lrt_free(dlc_lrt *l) {
 /* The error of a learner the syncer refused or cut off for good (l->refused). */
 static dlc_status refused_error(const dlc_lrt *l) {
     char who[32] = "learner";
-    if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id);
+    if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id + 1);
     return dlc_error(DLC_ERR_STATE, "%s: refused by the syncer at %s: %s", who, l->cfg.connect, l->last_refusal);
 }
 
@@ -584,7 +585,7 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
         if (now >= deadline) {
             l->st.wait_s += now - t0;
             char who[32] = "learner";
-            if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id);
+            if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id + 1);
             return dlc_error(DLC_ERR_STATE, "%s: no %s from the syncer at %s within %g s%s%s", who, what,
                              l->cfg.connect, timeout_s, l->last_refusal[0] ? ": last refusal: " : "", l->last_refusal);
         }
@@ -662,7 +663,7 @@ dlc_status dlc_lrt_replay(dlc_lrt *l) {
     if (!l->cfg.learner.dp || dlc_learner_replaying(l->l)) return DLC_OK;
     if (!dlc_lrt_replays(l))
         return dlc_error(DLC_ERR_STATE, "learner %d: the syncer at %s does not replay averaged gradients (an older "
-                         "version): a restarted data-parallel learner cannot catch up", l->id, l->cfg.connect);
+                         "version): a restarted data-parallel learner cannot catch up", l->id + 1, l->cfg.connect);
     dlc_status st = pump(l, 0); /* the run's step as the syncer last told it */
     if (st == DLC_OK && !dlc_learner_replaying(l->l) && dlc_learner_state_of(l->l) == DLC_LEARNER_TRAINING)
         st = dlc_learner_replay(l->l, lrt_now(l));
@@ -672,7 +673,8 @@ dlc_status dlc_lrt_replay(dlc_lrt *l) {
 dlc_status dlc_lrt_replayed(dlc_lrt *l) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_replayed: the learner has not joined (dlc_lrt_join)");
     if (!l->replay_ready)
-        return dlc_error(DLC_ERR_STATE, "lrt_replayed: learner %d has no replayed average in its grad arena", l->id);
+        return dlc_error(DLC_ERR_STATE, "lrt_replayed: learner %d has no replayed average in its grad arena",
+                         l->id + 1);
     l->replay_ready = 0;
     dlc_status st = dlc_learner_replayed(l->l, lrt_now(l));
     if (st == DLC_OK) {

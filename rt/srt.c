@@ -417,8 +417,8 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         int m = ev->frame.hello.learner;
         if (m < 0 || m >= s->M) {
             char why[DLC_RT_TEXT_MAX];
-            snprintf(why, sizeof why, "learner id %d from %.400s: this run has learners 0..%d (--id or the launcher's rank)",
-                     m, ev->text, s->M - 1);
+            snprintf(why, sizeof why, "learner id %d from %.400s: this run has learners 1..%d (--id or the launcher's rank)",
+                     m + 1, ev->text, s->M);
             dlc_net_close(s->net, ev->peer);
             refuse(s, DLC_PERR_MISMATCH, m, ev->text, why);
             return DLC_OK;
@@ -759,7 +759,7 @@ dlc_status dlc_srt_flush(dlc_srt *s) {
 
 dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     if (!s || !out) return dlc_error(DLC_ERR_ARG, "srt_learner: NULL argument");
-    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_learner: learner %d: expected 0..%d", m, s->M - 1);
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_learner: learner %d: expected 1..%d", m + 1, s->M);
     pthread_mutex_lock(&s->lock);
     const slearner *L = &s->learners[m];
     memset(out, 0, sizeof *out);
@@ -809,12 +809,12 @@ dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out) {
 
 dlc_status dlc_srt_shape(dlc_srt *s, int m, double rate, double latency) {
     if (!s) return dlc_error(DLC_ERR_ARG, "srt_shape: NULL syncer");
-    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_shape: learner %d: expected 0..%d", m, s->M - 1);
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_shape: learner %d: expected 1..%d", m + 1, s->M);
     if (!isfinite(rate) || rate < 0 || (rate > 0 && rate < 1000))
-        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: bandwidth = %g bytes/s: expected 0 (no cap) or >= 1000", m,
+        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: bandwidth = %g bytes/s: expected 0 (no cap) or >= 1000", m + 1,
                          rate);
     if (!isfinite(latency) || latency < 0 || latency > 60)
-        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: latency = %g s: expected 0..60", m, latency);
+        return dlc_error(DLC_ERR_ARG, "srt_shape: learner %d: latency = %g s: expected 0..60", m + 1, latency);
     pthread_mutex_lock(&s->lock);
     slearner *L = &s->learners[m];
     L->rate = rate, L->latency = latency;
@@ -826,10 +826,10 @@ dlc_status dlc_srt_shape(dlc_srt *s, int m, double rate, double latency) {
 
 dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds) {
     if (!s) return dlc_error(DLC_ERR_ARG, "srt_cut: NULL syncer");
-    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_cut: learner %d: expected 0..%d", m, s->M - 1);
+    if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_cut: learner %d: expected 1..%d", m + 1, s->M);
     if (isnan(seconds) || seconds < 0)
         return dlc_error(DLC_ERR_ARG, "srt_cut: learner %d: seconds = %g: expected > 0 (INFINITY: for good), or 0 to "
-                         "end the cut", m, seconds);
+                         "end the cut", m + 1, seconds);
     pthread_mutex_lock(&s->lock);
     slearner *L = &s->learners[m];
     dlc_status st = DLC_OK;

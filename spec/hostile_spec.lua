@@ -114,7 +114,8 @@ describe("a live syncer against hostile peers", function()
       .. "--secret-file %s --out %s/dup --overwrite --quiet", exe, run.path, run.addr_file, run.secret, S.dir))
     assert.are_not.equal(0, code, out)
     assert.are_not.equal(124, code, "the duplicate was not refused within 120 s: " .. out)
-    assert.matches("is live, connected from 127.0.0.1:", out, 1, true)
+    -- texts name learners by number, as --id and the events' learner field do: "learner 2"
+    assert.matches("learner 2 is live, connected from 127.0.0.1:", out, 1, true)
     assert.matches("is refused", out, 1, true)
     -- the live learner 2 kept its connection all along, and still merges
     local before = run.merges()
@@ -126,6 +127,12 @@ describe("a live syncer against hostile peers", function()
         assert.are_not.equal(2, f.learner, "learner 2 " .. kind .. ": " .. tostring(f.text))
       end
     end
+    -- the syncer's own account of the refusal names the same learner 2
+    local said
+    for _, f in ipairs(of_kind(ev, "fault", "refused")) do
+      if tostring(f.text):find("is live", 1, true) then said = f.text end
+    end
+    assert.matches("learner 2 is live, connected from 127.0.0.1:", tostring(said), 1, true)
     all_json(run.metrics)
   end)
 

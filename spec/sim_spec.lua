@@ -370,7 +370,7 @@ describe("diloco.VTime refuses bad options", function()
   local cases = {
     { "no params", function(o) o.params = nil end, "params must be a list of Params" },
     { "an island missing", function(o) o.islands[2] = nil end, "islands must be a list of 2 island tables" },
-    { "speed 0", function(o) o.islands[1].speed = 0 end, "island 0: speed = 0: expected a finite number > 0" },
+    { "speed 0", function(o) o.islands[1].speed = 0 end, "island 1: speed = 0: expected a finite number > 0" },
     { "no horizon", function(o) o.horizon = nil end, "end = 0: expected seconds > 0" },
     { "tau >= H", function(o) o.learner.tau = 8 end, "tau = 8: expected 0 <= tau < H = 8" },
     { "a bad grace", function(o) o.syncer.grace = "sometimes" end,
