@@ -1281,7 +1281,7 @@ static void test_takeover(void) {
     dlc_net_config ca = base_config(), cb = base_config();
     ca.hello = cb.hello = &h;
     ca.reconnect_max_s = 0;   /* a: one connection */
-    cb.reconnect_max_s = 0.1; /* b: claims again and again */
+    cb.reconnect_max_s = 0;   /* b: one claim while a is live */
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     dlc_net *a = dlc_net_new(&ca), *b = dlc_net_new(&cb);
@@ -1289,17 +1289,22 @@ static void test_takeover(void) {
     int pa = dlc_net_connect(a, addr);
     CHECK(wait_event(a, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
     dlc_net_event_release(&ev);
+    CHECK(echoes(a, pa, 5)); /* a has just been heard */
     int conflicts0 = atomic_load(&refused[DLC_PERR_CONFLICT]), replaced0 = atomic_load(&lost[DLC_PERR_CONFLICT]);
-    int pb = dlc_net_connect(b, addr);
+    dlc_net_connect(b, addr);
     CHECK(wait_event(b, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_CONFLICT && /* index 5 is learner 6 */
           strstr(ev.text, "learner 6 is live, connected from 127.0.0.1:") && strstr(ev.text, "is refused"));
     dlc_net_event_release(&ev);
     CHECK(echoes(a, pa, 5)); /* a is still the learner 5 */
     char got[sizeof refused_text];
     CHECK(wait_refused("second claim on its id", got, sizeof got) && atomic_load(&refused[DLC_PERR_CONFLICT]) > conflicts0);
-    /* a falls silent (cut on its side): b, retrying, gets in before a's timeout would
-     * have freed the id, by taking over */
+    dlc_net_free(b);
+    /* a falls silent (cut on its side): a new claimant, retrying, gets in before a's
+     * timeout would have freed the id, by taking over */
+    cb.reconnect_max_s = 0.1;
+    b = dlc_net_new(&cb);
     CHECK(dlc_net_cut(a, pa, 1) == DLC_OK);
+    int pb = dlc_net_connect(b, addr);
     CHECK(wait_event(b, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 5);
     dlc_net_event_release(&ev);
     CHECK(echoes(b, pb, 5));
