@@ -25,16 +25,17 @@ local function live_run(S, count, o)
   local secret = S.write("secret", "s3cret\n")
   local run = { pids = {}, learners = {}, addr_file = S.dir .. "/address", metrics = S.dir .. "/run/metrics.jsonl",
     path = path, secret = secret }
-  run.syncer = assert(diloco.proc.spawn { exe, "syncer", path, parent_death = "KILL", "--listen", "127.0.0.1:0", "--address-file",
+  run.syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
     run.addr_file, "--secret-file", secret, "--out", S.dir .. "/run", "--quiet",
-    stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" })
+    stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log", parent_death = "KILL" })
   run.pids[#run.pids + 1] = run.syncer
   -- each process dies with the spec (parent_death): the runs have no end of their own
   -- (steps 10^6), and a learner whose test died (a ctest timeout) must not train on
-  function run.start_learner(id, out)
-    local pid = assert(diloco.proc.spawn { exe, "learner", path, parent_death = "KILL", "--connect", "@" .. run.addr_file, "--id", tostring(id),
+  function run.start_learner(id, out, logname)
+    local log = S.dir .. "/" .. (logname or ("l" .. id)) .. ".log"
+    local pid = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. run.addr_file, "--id", tostring(id),
       "--secret-file", secret, "--out", out or (S.dir .. "/l" .. id), "--overwrite", "--quiet",
-      stdout = S.dir .. "/l" .. id .. ".log", stderr = S.dir .. "/l" .. id .. ".log", env = { OMP_NUM_THREADS = "1" } })
+      stdout = log, stderr = log, env = { OMP_NUM_THREADS = "1" }, parent_death = "KILL" })
     run.pids[#run.pids + 1] = pid
     run.learners[id] = pid
     return pid
@@ -133,6 +134,39 @@ describe("a live syncer against hostile peers", function()
       if tostring(f.text):find("is live", 1, true) then said = f.text end
     end
     assert.matches("learner 2 is live, connected from 127.0.0.1:", tostring(said), 1, true)
+    all_json(run.metrics)
+  end)
+
+  -- The other half of the rule: a holder that has fallen silent (paused here) gives way at
+  -- once to a new incarnation, which the syncer logs; the old one, back, finds itself cut
+  -- off for good and exits non-zero saying why, instead of training on alone.
+  it("lets a new incarnation take over a silent learner's id; the old one, back, exits non-zero", function()
+    run = live_run(S, 2)
+    run.await_merges(4)
+    local old = run.learners[2]
+    assert(diloco.proc.signal(old, "STOP"))
+    local new = run.start_learner(2, S.dir .. "/l2-new", "l2-new")
+    -- the new one joins after a second of the old one's silence (half the 2 s timeout)
+    H.await_or_kill(new, 60, "the new incarnation's takeover", function()
+      return #of_kind(events(run.metrics), "fault", "replaced") >= 1
+    end)
+    local replaced = of_kind(events(run.metrics), "fault", "replaced")[1]
+    assert.are.equal(2, replaced.learner)
+    assert.matches("fell silent and gave way to a new one from 127.0.0.1:", replaced.text, 1, true)
+    assert(diloco.proc.signal(old, "CONT"))
+    local st
+    H.await_or_kill(old, 60, "the old incarnation's exit", function()
+      st = diloco.proc.wait(old)
+      return st ~= nil
+    end)
+    assert.is_true(st.exited ~= nil and st.exited ~= 0, "the old learner 2 ended with " .. tostring(st.exited or st.name))
+    local log = table.concat(H.read_lines(S.dir .. "/l2.log"), "\n")
+    assert.matches("learner 2", log, 1, true)
+    assert.matches("conflict", log, 1, true)
+    -- the new incarnation merges on
+    local before = run.merges()
+    run.await_merges(before + 4)
+    assert.is_true(run.alive(new))
     all_json(run.metrics)
   end)
 
