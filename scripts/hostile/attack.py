@@ -96,6 +96,17 @@ def mp(v):
     raise TypeError(type(v))
 
 
+def container_count(b, i, fix_max, c16):
+    """The entry count of the map or array whose type byte is b[i] (fix form up to
+    fix_max, 16-bit count c16, 32-bit c16 + 1): (count, the index after the count)."""
+    t = b[i]
+    if t <= fix_max:
+        return t & 15, i + 1
+    if t == c16:
+        return struct.unpack_from(">H", b, i + 1)[0], i + 3
+    return struct.unpack_from(">I", b, i + 1)[0], i + 5
+
+
 def unmp(b, i=0):
     """One msgpack value of b at i: (value, next i).  Only what a server's handshake
     frames hold; anything else raises ValueError."""
@@ -103,12 +114,7 @@ def unmp(b, i=0):
     if t <= 0x7F:
         return t, i + 1
     if 0x80 <= t <= 0x8F or t in (0xDE, 0xDF):
-        if t <= 0x8F:
-            n, i = t & 15, i + 1
-        elif t == 0xDE:
-            n, i = struct.unpack_from(">H", b, i + 1)[0], i + 3
-        else:
-            n, i = struct.unpack_from(">I", b, i + 1)[0], i + 5
+        n, i = container_count(b, i, 0x8F, 0xDE)
         out = {}
         for _ in range(n):
             k, i = unmp(b, i)
@@ -116,12 +122,7 @@ def unmp(b, i=0):
             out[k] = v
         return out, i
     if 0x90 <= t <= 0x9F or t in (0xDC, 0xDD):
-        if t <= 0x9F:
-            n, i = t & 15, i + 1
-        elif t == 0xDC:
-            n, i = struct.unpack_from(">H", b, i + 1)[0], i + 3
-        else:
-            n, i = struct.unpack_from(">I", b, i + 1)[0], i + 5
+        n, i = container_count(b, i, 0x9F, 0xDC)
         out = []
         for _ in range(n):
             v, i = unmp(b, i)
