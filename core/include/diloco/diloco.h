@@ -34,6 +34,7 @@
 #include "frag.h"
 #include "merge.h"
 #include "outer.h"
+#include "policy.h"
 #include "msg.h"
 #include "proto.h"
 #include "learner.h"

@@ -31,14 +31,19 @@
 #include <stdint.h>
 #include "codec.h"
 #include "frag.h"
-#include "learner.h"
 #include "merge.h"
+#include "policy.h"
 #include "status.h"
-#include "syncer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The state machines' params that a run derives (learner.h, syncer.h): a run description
+ * names them without including the state machines, so the wire codec (proto.h) states a
+ * run without depending on them. */
+struct dlc_learner_params;
+struct dlc_syncer_params;
 
 /* The algorithm presets (docs/sim.md; lua/diloco/recipe.lua's sync.preset). */
 typedef enum dlc_run_preset {
@@ -113,13 +118,13 @@ DLC_API dlc_status dlc_run_params_check(const dlc_run_params *r);
  * with r's fields (codec = codec_up); heartbeat and incarnation keep their defaults
  * (1 s, 1) for the caller to change.  DLC_ERR_ARG (r checked, then *out) and *out
  * unspecified on failure. */
-DLC_API dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, dlc_learner_params *out);
+DLC_API dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, struct dlc_learner_params *out);
 
 /* The params of the syncer of `learners` learners in run r, into *out:
  * dlc_syncer_default_params() with r's fields; epoch, timeout and embedding keep their
  * defaults (1, 0, NULL) for the caller to change.  DLC_ERR_ARG as above ("syncer:
  * quorum = 5 but learners = 4: ..."). */
-DLC_API dlc_status dlc_run_syncer_params(const dlc_run_params *r, int learners, dlc_syncer_params *out);
+DLC_API dlc_status dlc_run_syncer_params(const dlc_run_params *r, int learners, struct dlc_syncer_params *out);
 
 /* 64-bit FNV-1a of r's canonical byte stream (docs/protocol.md, "Run description"):
  * "dlc.run.v1", then every field in the struct's order, integers and flags as i64,

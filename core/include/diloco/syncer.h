@@ -120,6 +120,7 @@
 #include "merge.h"
 #include "msg.h"
 #include "outer.h"
+#include "policy.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -141,19 +142,7 @@ typedef enum dlc_round_state {
 } dlc_round_state;
 DLC_API const char *dlc_round_state_name(dlc_round_state s); /* "idle", "collecting", "grace" */
 
-typedef enum dlc_grace_mode { DLC_GRACE_ADAPTIVE, DLC_GRACE_OFF, DLC_GRACE_FIXED, DLC_GRACE_MODE_COUNT } dlc_grace_mode;
-DLC_API const char *dlc_grace_mode_name(dlc_grace_mode m); /* "adaptive", "off", "fixed" */
-
-typedef enum dlc_weighting {
-    DLC_WEIGHT_TOKENS2_STEPS, /* c_tokens² / c_steps: quantity × quality (§4.4) */
-    DLC_WEIGHT_TOKENS,        /* c_tokens */
-    DLC_WEIGHT_UNIFORM,       /* 1 */
-    DLC_WEIGHTING_COUNT
-} dlc_weighting;
-DLC_API const char *dlc_weighting_name(dlc_weighting w); /* "tokens2_steps", "tokens", "uniform" */
-DLC_API dlc_status dlc_weighting_parse(const char *name, dlc_weighting *out);
-
-#define DLC_QUORUM_ALL 0      /* quorum = every live learner */
+/* dlc_grace_mode, dlc_weighting and DLC_QUORUM_ALL: policy.h */
 #define DLC_SYNCER_LEARNERS_MAX 4096
 
 typedef struct dlc_syncer_params {
