@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/ops.h"
 #include "internal.h"
 
 /* ---- multi-head attention (causal or not) ----

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <assert.h>
+#include "diloco/autograd.h"
 #include "internal.h"
 
 static const char *const op_names[] = {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <assert.h>
 #include <jansson.h>
+#include "diloco/ckpt.h"
 #include "internal.h"
 #include "strbuf.h"
 

@@ -9,8 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
 #include "diloco/codec.h"
+#include "internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "codec.c writes the wire layout in host order: port it to big-endian first"

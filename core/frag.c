@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
 #include "diloco/frag.h"
+#include "internal.h"
 
 static const char *const kind_names[] = {"balanced", "strided", "sequential"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_PLAN_KIND_COUNT,

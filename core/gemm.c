@@ -22,6 +22,7 @@
 #include <dnnl.h>
 #include <omp.h>
 #endif
+#include "diloco/ops.h"
 #include "internal.h"
 
 enum { GEMM_OPENBLAS, GEMM_ONEDNN };

@@ -12,7 +12,9 @@
 #ifndef DILOCO_INTERNAL_H
 #define DILOCO_INTERNAL_H
 
-#include "diloco/diloco.h"
+#include "diloco/autograd.h"
+#include "diloco/status.h"
+#include "diloco/tensor.h"
 
 #define DLC_NODE_MAX_IN 3
 #define DLC_NODE_MAX_SAVED 3

@@ -4,6 +4,7 @@
  */
 #include <limits.h>
 #include <string.h>
+#include "diloco/ops.h"
 #include "internal.h"
 
 /* ------------------------------------------------------------------------------

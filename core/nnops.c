@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/ops.h"
 #include "internal.h"
 
 /* Rows of a [..., C] tensor: the product of every dim but the last. */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include "diloco/ops.h"
 #include "internal.h"
 
 /* ------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/optim.h"
+#include "diloco/params.h"
 #include "internal.h"
 
 /* Blocks of B floats: every run starts and ends on a multiple of DLC_PARAMS_ALIGN, so

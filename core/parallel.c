@@ -22,6 +22,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "diloco/ops.h"
 #include "internal.h"
 
 static atomic_llong g_grain = 0;    /* 0: not read yet */

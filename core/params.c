@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/params.h"
 #include "internal.h"
 
 struct dlc_params {

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "internal.h"
 #include "diloco/frag.h"
+#include "internal.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <stdlib.h>
 #include <assert.h>
+#include "diloco/status.h"
+#include "diloco/version.h"
 #include "internal.h"
 
 static const char *const status_names[] = {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <math.h>
 #include <stdatomic.h>
+#include "diloco/tensor.h"
 #include "internal.h"
 
 /* A storage is a float buffer with a refcount.  Buffers we allocate are recycled
