@@ -382,6 +382,9 @@ static void test_start_gate(void) {
     sc.start_learners = 2, sc.start_timeout = -1;
     CHECK(dlc_srt_new(&sc) == NULL && strstr(dlc_last_error(), "start_timeout") != NULL);
     sc.start_timeout = 60;
+    sc.refusals_every = 0; /* refusals reported in intervals of no length */
+    CHECK(dlc_srt_new(&sc) == NULL && strstr(dlc_last_error(), "refusals_every = 0: expected a finite interval > 0 s"));
+    sc.refusals_every = 10;
     dlc_srt *s = dlc_srt_new(&sc);
     CHECK_OK(s);
     if (!s) return;

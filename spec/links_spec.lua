@@ -111,6 +111,12 @@ describe("a learner's link shaped on the syncer's side", function()
     ok, err = syncer { start_learners = 2, start_timeout = math.huge }
     assert.is_false(ok)
     assert.matches("start_timeout", err, 1, true)
+    ok, err = syncer { refusals_every = 0 }
+    assert.is_false(ok)
+    assert.matches("refusals_every must be a finite number of seconds > 0", err, 1, true)
+    ok, err = syncer { refusals_every = "soon" }
+    assert.is_false(ok)
+    assert.matches("refusals_every must be a finite number of seconds > 0", err, 1, true)
     local made, s = syncer { start_learners = 2, start_timeout = 5 }
     assert.is_true(made, s)
     s:close()

@@ -143,6 +143,8 @@ describe("diloco-lua run checks multi-island fields and points to sim (exit 2)",
     { "--set runtime.codec_thread=yes", 'runtime.codec_thread = "yes": expected boolean' },
     { "--set runtime.syncer_every=1.5", "runtime.syncer_every = 1.5: expected integer" },
     { "--set runtime.start_timeout=-1s", 'runtime.start_timeout = "-1s": expected a duration such as "20s"' },
+    { "--set runtime.refusals=0", 'runtime.refusals = 0: expected a duration > 0' },
+    { "--set runtime.refusals=often", 'runtime.refusals = "often": expected a duration such as "20s"' },
   }
   for _, c in ipairs(cases) do
     it(c[1], function() assert_refused(c[1], c[2]) end)
