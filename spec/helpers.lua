@@ -89,20 +89,27 @@ function H.await_or_kill(pid, secs, what, ready)
   error(ok and string.format("no %s within %g s", what, secs) or done, 0)
 end
 
+-- The fields of t as Lua text, in key order: "a = 1, b = \"x\"".
+local function fields_text(t)
+  local keys, out = {}, {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do out[#out + 1] = string.format("%s = %q", k, t[k]) end
+  return table.concat(out, ", ")
+end
+
 -- A recipe file of a tiny GPT on the fortunes (seconds per run), for the specs that start
 -- real learners and syncers, as name.lua in scratch directory S; returns its path.
--- o: count (islands, 2), preset ("decoupled"), H (8), steps (200), runtime (a table of
--- runtime fields, heartbeat 0.5 s, timeout 3 s, drain 10 s unless given), chaos (Lua
--- text, nil).
+-- o: count (islands, 2), sync (the sync fields, { preset = "decoupled", H = 8,
+-- fragments = 2, tau = 1 } unless given), steps (200), runtime (fields over heartbeat
+-- 0.5 s, timeout 3 s, drain 10 s), eval (the eval fields, none: the recipe's defaults),
+-- chaos (Lua text, nil).
 function H.tiny_recipe(S, name, o)
   o = o or {}
   local rt = { heartbeat = "0.5s", timeout = "3s", drain = "10s" }
   for k, v in pairs(o.runtime or {}) do rt[k] = v end
-  local keys = {}
-  for k in pairs(rt) do keys[#keys + 1] = k end
-  table.sort(keys)
-  local fields = {}
-  for _, k in ipairs(keys) do fields[#fields + 1] = string.format("%s = %q", k, rt[k]) end
+  local sync = o.sync or { preset = "decoupled", H = 8, fragments = 2, tau = 1 }
+  local eval = o.eval and string.format("\n  eval = { %s },", fields_text(o.eval)) or ""
   return S.write(name .. ".lua", string.format([[
 local diloco = require "diloco"
 return diloco.recipe {
@@ -111,13 +118,13 @@ return diloco.recipe {
   data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = %q, H = %d, fragments = 2, tau = 1 },
+  sync = { %s },
   islands = { count = %d },
   runtime = { %s },
-  steps = %d,
+  steps = %d,%s
   chaos = %s,
 }
-]], name, o.preset or "decoupled", o.H or 8, o.count or 2, table.concat(fields, ", "), o.steps or 200, o.chaos or "nil"))
+]], name, fields_text(sync), o.count or 2, fields_text(rt), o.steps or 200, eval, o.chaos or "nil"))
 end
 
 -- The JSON objects of a metrics file, one per line, in order.

@@ -14,7 +14,8 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec"
 local peer = "/usr/bin/python3 " .. here .. "/hostile_peer.py"
 
 local function recipe(S, name, o)
-  return H.tiny_recipe(S, name, { count = o.count, H = 16, steps = 1000000,
+  return H.tiny_recipe(S, name, { count = o.count, steps = 1000000,
+    sync = { preset = "decoupled", H = 16, fragments = 2, tau = 1 },
     runtime = { timeout = "2s", refusals = o.refusals or "10s" } })
 end
 

@@ -17,22 +17,9 @@ local STEPS = sanitized and 300 or 400
 
 local function recipe(S, name, o)
   o = o or {}
-  local sync = o.dp and 'preset = "dp", fragments = 1' or 'preset = "decoupled", H = 32, fragments = 2, tau = 1'
-  return S.write(name .. ".lua", string.format([[
-local diloco = require "diloco"
-return diloco.recipe {
-  name = %q,
-  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
-  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
-  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { %s },
-  islands = { count = 2 },
-  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s", restarts = %d, join_timeout = %q },
-  steps = %d,
-  eval = { every = 0, batches = 4 },
-}
-]], name, sync, o.restarts or 20, o.join_timeout or "30s", o.steps or STEPS))
+  return H.tiny_recipe(S, name, { steps = o.steps or STEPS, eval = { every = 0, batches = 4 },
+    sync = o.dp and { preset = "dp", fragments = 1 } or { preset = "decoupled", H = 32, fragments = 2, tau = 1 },
+    runtime = { restarts = o.restarts or 20, join_timeout = o.join_timeout or "30s" } })
 end
 
 -- Every value of every tensor in a safetensors file is finite (returns the count).

@@ -10,23 +10,9 @@ if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe e
 
 local function recipe(S, name, o)
   o = o or {}
-  return S.write(name .. ".lua", string.format([[
-local diloco = require "diloco"
-return diloco.recipe {
-  name = %q,
-  model = { arch = "gpt", vocab = 256, ctx = 16, dim = 32, layers = 1, heads = 2, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%%", ctx = 16, batch = 8 },
-  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
-  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = %q, H = 16, fragments = %d, tau = %d, codec = %q },
-  islands = { count = 2 },
-  runtime = { heartbeat = "0.5s", timeout = "3s", drain = "10s" },
-  steps = %d,
-  eval = { every = 0, batches = 2 },
-  chaos = %s,
-}
-]], name, o.preset or "decoupled", o.fragments or 2, o.tau or 1, o.codec or "f32", o.steps or 300,
-    o.chaos or "nil"))
+  return H.tiny_recipe(S, name, { steps = o.steps or 300, eval = { every = 0, batches = 2 }, chaos = o.chaos,
+    sync = { preset = o.preset or "decoupled", H = 16, fragments = o.fragments or 2, tau = o.tau or 1,
+      codec = o.codec or "f32" } })
 end
 
 local function run(S, path, out)
