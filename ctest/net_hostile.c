@@ -1098,15 +1098,18 @@ static void test_mem_budget(void) {
             dlc_status st = dlc_net_send(srv, peers[i], &f, NULL, NULL);
             if (st == DLC_OK) continue;
             CHECK(st == DLC_ERR_RANGE);
-            named += strstr(dlc_last_error(), "exceed mem_max = 8388608") != NULL;
+            /* each peer's share of mem_max (8 MiB / 4 = 2 MiB) is below out_max (4 MiB):
+             * the share is what refuses, and the error says so */
+            named += strstr(dlc_last_error(), "exceed its share of mem_max, 2097152 = mem_max 8388608 / 4 ready peers") != NULL;
             full[i] = 1, open_--;
         }
     dlc_net_counters k;
+    for (int i = 0; i < ready; i++) CHECK(dlc_net_get_counters(srv, peers[i], &k) == DLC_OK && k.queued <= mem_max / PEERS);
     CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK);
     CHECK(k.queued <= mem_max && k.mem <= mem_max && k.queued > (4u << 20));
-    CHECK(named >= 1);
-    if (k.queued > mem_max || named < 1)
-        fprintf(stderr, "mem budget: %llu bytes queued for %d peers (mem_max %zu), %d refusals name mem_max\n",
+    CHECK(named == PEERS);
+    if (k.queued > mem_max || named != PEERS)
+        fprintf(stderr, "mem budget: %llu bytes queued for %d peers (mem_max %zu), %d refusals name the share\n",
                 (unsigned long long)k.queued, ready, mem_max, named);
     /* reading stops: a 4 MiB frame does not fit, and waits */
     dlc_net_config cc = base_config();
@@ -1138,6 +1141,73 @@ static void test_mem_budget(void) {
     CHECK(got);
     CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY);
     dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
+/* A peer's queue stays above its share of mem_max when the share shrinks (peers joined)
+ * and the peer drains too slowly: after timeout_s it is closed with ERROR overloaded,
+ * naming the share, and its queue is dropped; the newcomer is served meanwhile. */
+static void test_share_shrinks(void) {
+    const size_t mem_max = 8u << 20;
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.mem_max = mem_max;
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    int fa = raw_connect_to(sport, 4096);
+    CHECK(raw_handshake(fa, NULL, NULL, NULL, NULL));
+    int la = raw_learner;
+    dlc_net_event ev;
+    CHECK(wait_event(srv, DLC_NET_READY, 5, &ev));
+    int pa = ev.peer;
+    dlc_net_event_release(&ev);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    dlc_status st;
+    while ((st = dlc_net_send(srv, pa, &f, NULL, NULL)) == DLC_OK) {}
+    CHECK(st == DLC_ERR_RANGE && strstr(dlc_last_error(), "its share of mem_max, 8388608 = mem_max 8388608 / 1 ready peers"));
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(srv, pa, &k) == DLC_OK && k.queued > (6u << 20)); /* A holds the whole budget */
+    /* B joins: each share is now 4 MiB; A holds more and drains 4 KiB per 0.1 s */
+    int fb = raw_connect_to(sport, 0);
+    CHECK(raw_handshake(fb, NULL, NULL, NULL, NULL));
+    int lb = raw_learner;
+    uint8_t hb[2][256];
+    size_t hn[2];
+    dlc_frame h;
+    dlc_frame_init(&h, DLC_FRAME_HEARTBEAT);
+    h.msg.learner = la, hn[0] = encode(&h, hb[0]);
+    h.msg.learner = lb, hn[1] = encode(&h, hb[1]);
+    int pb = -1, lost_a = 0, code = -1;
+    char text[DLC_PROTO_TEXT_MAX + 128] = "";
+    static uint8_t sink[4096];
+    double end = now_s() + 10, pace = 0;
+    while (!lost_a && now_s() < end) {
+        if (now_s() >= pace) { /* heartbeats, and A reads 4 KiB per 0.1 s: slow, never stalled */
+            raw_send(fa, hb[0], hn[0]), raw_send(fb, hb[1], hn[1]);
+            if (recv(fa, sink, sizeof sink, MSG_DONTWAIT) < 0) {}
+            pace = now_s() + 0.1;
+        }
+        while (recv(fb, sink, sizeof sink, MSG_DONTWAIT) > 0) {}
+        if (dlc_net_poll(srv, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_READY) pb = ev.peer;
+        if (ev.kind == DLC_NET_LOST && ev.peer == pa) {
+            lost_a = 1, code = ev.code;
+            snprintf(text, sizeof text, "%s", ev.text);
+        }
+        dlc_net_event_release(&ev);
+    }
+    if (pb < 0) fprintf(stderr, "share shrinks: B not ready\n");
+    CHECK(pb >= 0 && lost_a && code == DLC_PERR_OVERLOADED);
+    CHECK(strstr(text, "above its share of the memory budget") && strstr(text, "its share 4194304 = mem_max 8388608 / 2 ready peers"));
+    if (!lost_a || !strstr(text, "its share 4194304")) fprintf(stderr, "share shrinks: A lost %d (%d) \"%s\"\n", lost_a, code, text);
+    /* A's queue is gone; B, which kept up, is READY and can take a full share */
+    CHECK(dlc_net_get_counters(srv, -1, &k) == DLC_OK && k.queued < (64u << 10));
+    CHECK(dlc_net_get_counters(srv, pb, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    CHECK(dlc_net_send(srv, pb, &f, NULL, NULL) == DLC_OK);
+    close(fa), close(fb);
     dlc_net_free(srv);
 }
 
@@ -1372,6 +1442,7 @@ int main(void) {
     test_unauth_caps();
     test_flood_own_address();
     test_mem_budget();
+    test_share_shrinks();
     test_bad_config();
     test_graceful_close();
     test_heartbeats();

@@ -170,6 +170,8 @@ static void set_state(conn *c, dlc_conn_state to) {
     DLC_ASSERT(legal(c->state, to));
     pthread_mutex_lock(&c->net->lock);
     if (to != DLC_CONN_AUTHENTICATING) unauth_remove(c);
+    c->net->n_ready += (to == DLC_CONN_READY) - (c->state == DLC_CONN_READY);
+    if (to != DLC_CONN_READY) c->over_t = 0;
     c->state = to;
     if (to != DLC_CONN_READY) c->direct = 0;
     pthread_mutex_unlock(&c->net->lock);
@@ -185,14 +187,15 @@ void dlcn_outframe_free(outframe *f) {
     free(f);
 }
 
-/* The peer's queued bytes drop by n; DRAINED once below out_max / 2 after a refusal. */
+/* The peer's queued bytes drop by n; DRAINED once below half its limit (out_max or its
+ * share of mem_max, the smaller) after a refusal. */
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
     int drained = 0;
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (c && c->gen == gen) {
         dlcn_queued_sub(c, n);
-        if (c->refused && c->queued < net->cfg.out_max / 2 && (!net->mem_refused || dlcn_mem(net) < net->cfg.mem_max / 2))
+        if (c->refused && c->queued < dlcn_limit(net) / 2 && (!net->mem_refused || dlcn_mem(net) < net->cfg.mem_max / 2))
             c->refused = 0, drained = 1;
     }
     pthread_mutex_unlock(&net->lock);
@@ -209,7 +212,7 @@ void dlcn_mem_freed(dlc_net *net) {
         net->mem_refused = 0;
         for (int i = 0; i < net->npeers; i++) { /* every peer refused, whose own queue allows */
             conn *c = net->peers[i];
-            if (!c || !c->refused || c->queued >= net->cfg.out_max / 2) continue;
+            if (!c || !c->refused || c->queued >= dlcn_limit(net) / 2) continue;
             evnode *n = dlcn_ev_new(DLC_NET_DRAINED, c->id);
             if (!n) break;
             c->refused = 0, n->next = list, list = n;
@@ -404,10 +407,11 @@ void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) {
     }
     send_error(c, code, c->end_text);
     dlcn_out_release(c);
-    if (code == DLC_PERR_TIMEOUT || c->cut) {
+    if (code == DLC_PERR_TIMEOUT || code == DLC_PERR_OVERLOADED || c->cut) {
         /* a silent peer reads nothing either: draining would only hold its LOST back
          * for drain_timeout_s (a paused learner reported 5 s late); the ERROR goes if
-         * the socket takes it now.  Nothing passes a cut link at all. */
+         * the socket takes it now.  A peer closed for holding more than its share of
+         * memory is not flushed either.  Nothing passes a cut link at all. */
         dlcn_conn_close_now(c);
         return;
     }
@@ -891,6 +895,8 @@ void dlcn_conn_arm(conn *c) {
     case DLC_CONN_READY:
         if (net->cfg.timeout_s > 0 && !c->mem_wait) next = c->last_rx + net->cfg.timeout_s;
         if (net->cfg.heartbeat_s > 0 && c->last_tx + net->cfg.heartbeat_s < next) next = c->last_tx + net->cfg.heartbeat_s;
+        if (c->over_t > 0 && net->cfg.timeout_s > 0 && c->over_t + net->cfg.timeout_s < next)
+            next = c->over_t + net->cfg.timeout_s;
         break;
     default: return;
     }
@@ -924,6 +930,29 @@ static int stalled(conn *c, double t) {
     return t - c->stall_t >= c->net->cfg.timeout_s;
 }
 
+/* READY c's queue has stayed above its share of mem_max (mem_max / the READY peers) for
+ * timeout_s: the share shrank as peers joined, or the peer reads too slowly for what is
+ * sent to it, and it holds memory that belongs to the others.  Sends past the share are
+ * refused (dlc_net_send), so only a share that shrank puts a queue above it; a lone frame
+ * larger than the share is let through and never counts.  Closes c and returns 1. */
+static int over_share(conn *c, double t) {
+    dlc_net *net = c->net;
+    pthread_mutex_lock(&net->lock);
+    size_t queued = c->queued, share = dlcn_share(net);
+    int frames = c->qframes, ready = net->n_ready;
+    pthread_mutex_unlock(&net->lock);
+    if (queued <= share || frames < 2) {
+        c->over_t = 0;
+        return 0;
+    }
+    if (c->over_t <= 0) c->over_t = t;
+    if (t - c->over_t < net->cfg.timeout_s) return 0;
+    dlcn_conn_fail(c, DLC_PERR_OVERLOADED, "its queue stayed above its share of the memory budget for %.3g s: %zu bytes "
+                   "in %d frames queued, its share %zu = mem_max %zu / %d ready peers (timeout); its queue is dropped",
+                   t - c->over_t, queued, frames, share, net->cfg.mem_max, ready);
+    return 1;
+}
+
 static void on_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     conn *c = arg;
@@ -952,6 +981,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
             dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;
         }
+        if (net->cfg.timeout_s > 0 && over_share(c, t)) return;
         if (net->cfg.timeout_s > 0 && stalled(c, t)) {
             size_t queued;
             pthread_mutex_lock(&net->lock);

@@ -165,6 +165,8 @@ typedef struct conn {
     size_t inlen, inhave;
     outframe *delay_head, *delay_tail; /* held for the emulated latency */
     size_t queued;           /* under net->lock */
+    int qframes;             /* under net->lock: the frames queued[] counts */
+    double over_t;           /* I/O thread: since when queued has been above the peer's share (0: not) */
     int refused;             /* a send was refused since the last DRAINED */
     int mem_wait;            /* I/O thread: the next frame waits for mem_max; not read meanwhile */
     int app_closed;          /* dlc_net_close: no reconnect */
@@ -256,6 +258,7 @@ struct dlc_net {
     conn **peers;            /* by id */
     conn *ua_head, *ua_tail; /* server conns not yet authenticated, oldest first */
     int n_unauth;
+    int n_ready;             /* under lock: conns READY (mem_max is shared among them) */
     int npeers;              /* ids handed out */
     cmd *cmd_head, *cmd_tail;
     int ncmds;
@@ -339,10 +342,22 @@ static inline void dlcn_count(_Atomic uint64_t *counter, uint64_t v) {
 }
 void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
 /* net->lock held: c's queued bytes, and with them the net's (mem_max), change by n. */
-static inline void dlcn_queued_add(conn *c, size_t n) { c->queued += n, c->net->out_bytes += n; }
+static inline void dlcn_queued_add(conn *c, size_t n) { c->queued += n, c->qframes++, c->net->out_bytes += n; }
 static inline void dlcn_queued_sub(conn *c, size_t n) {
     if (n > c->queued) n = c->queued;
     c->queued -= n, c->net->out_bytes -= n;
+    if (c->qframes > 0) c->qframes--;
+    if (c->queued == 0) c->qframes = 0;
+}
+/* net->lock held: one READY peer's share of mem_max (mem_max / the READY peers), and the
+ * bytes a peer may have queued, the smaller of out_max and that share.  A frame always
+ * fits an empty queue (out_max permitting), so a share below a frame still moves. */
+static inline size_t dlcn_share(const struct dlc_net *net) {
+    return net->cfg.mem_max / (size_t)(net->n_ready > 1 ? net->n_ready : 1);
+}
+static inline size_t dlcn_limit(const struct dlc_net *net) {
+    size_t s = dlcn_share(net);
+    return s < net->cfg.out_max ? s : net->cfg.out_max;
 }
 /* The bytes counted against mem_max (a snapshot; exact with net->lock held). */
 static inline size_t dlcn_mem(dlc_net *net) {

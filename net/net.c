@@ -567,6 +567,12 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         net->total.refused_full++;
         st = dlc_error(DLC_ERR_RANGE, "peer %d: %zu bytes queued + %zu exceed out_max = %zu (back-pressure: retry "
                                       "after its DRAINED event)", peer, c->queued, o->total, net->cfg.out_max);
+    } else if (c->queued > 0 && c->queued + o->total > dlcn_share(net)) {
+        c->refused = 1;
+        net->total.refused_full++;
+        st = dlc_error(DLC_ERR_RANGE, "peer %d: %zu bytes queued + %zu exceed its share of mem_max, %zu = mem_max %zu "
+                                      "/ %d ready peers (back-pressure: retry after its DRAINED event)", peer,
+                       c->queued, o->total, dlcn_share(net), net->cfg.mem_max, net->n_ready);
     } else if (dlcn_mem(net) + o->total > net->cfg.mem_max) {
         c->refused = 1, net->mem_refused = 1;
         net->total.refused_full++;
@@ -579,7 +585,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         bool drained = false;
         if (r >= 0) dlcn_count_out(c, o, 1);
         if (r == 0) dlcn_queued_add(c, o->total); /* its copy waits in the queue */
-        else if (r == 1 && c->refused && c->queued < net->cfg.out_max / 2) c->refused = 0, drained = true;
+        else if (r == 1 && c->refused && c->queued < dlcn_limit(net) / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
         if (r < 0) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
         if (r == 1) dlcn_frame_done(o);

@@ -82,7 +82,10 @@ typedef struct dlc_net_config {
      * frames being received.  A send beyond it is refused (DLC_ERR_RANGE, back-pressure;
      * DRAINED follows once the net is below mem_max / 2); a frame with a payload that
      * does not fit waits, its connection not read meanwhile (and not timed out: the
-     * silence is this side's), until it fits. */
+     * silence is this side's), until it fits.  Each READY peer's queue is bounded by its
+     * share, mem_max / the READY peers (as by out_max; a frame always fits an empty
+     * queue), and a peer whose queue stays above its share for timeout_s (the share
+     * shrank as peers joined) is closed with ERROR overloaded, its queue dropped. */
     size_t mem_max;
     int max_peers;           /* server: connections beyond this get ERROR overloaded (1024) */
     /* Server: connections accepted and not yet authenticated (not yet past the HMAC
@@ -163,8 +166,10 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  * DLC_NET_SENT event for this frame, or the peer's DLC_NET_LOST).  Returns DLC_OK, or
  * without queuing anything (the payload still the caller's):
  *   DLC_ERR_STATE  the peer is not READY (unknown, connecting, lost, closing);
- *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max,
- *                  or the net's memory plus this frame exceeds mem_max (retry after
+ *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max
+ *                  or its share of mem_max (mem_max / the READY peers; never for a
+ *                  frame to an empty queue), or the net's memory plus this frame
+ *                  exceeds mem_max (retry after
  *                  DLC_NET_DRAINED), or the command queue is full;
  *   DLC_ERR_ARG    a frame that cannot be encoded (named), or of a type this side does
  *                  not send (a client sends HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a
