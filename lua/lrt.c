@@ -214,6 +214,10 @@ static int s_poll(lua_State *L) {
     } else if (ev.kind == DLC_SRT_REFUSALS) {
         dlcL_setint(L, "count", ev.count);
         dlcL_setnum(L, "interval", ev.interval);
+    } else if (ev.kind == DLC_SRT_BEHIND && ev.count > 0) { /* a fragment replaced while it waited */
+        dlcL_setint(L, "fragment", ev.fragment + 1);
+        dlcL_setint(L, "count", ev.count);
+        dlcL_setnum(L, "interval", ev.interval);
     }
     dlc_srt_event_release(&ev);
     return 1;
@@ -351,6 +355,8 @@ static int s_stats(lua_State *L) {
     lua_setfield(L, -2, "refused_by");
     dlcL_setint(L, "events_dropped", st.events_dropped);
     dlcL_setint(L, "sends_dropped", st.sends_dropped);
+    dlcL_setint(L, "sends_held", st.sends_held);
+    dlcL_setint(L, "sends_superseded", st.sends_superseded);
     dlcL_setnum(L, "useful_tokens", st.useful_tokens);
     dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
     dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);

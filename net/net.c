@@ -562,7 +562,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
                        c ? dlc_conn_state_name(c->state) : "not connected (unknown or gone)");
     } else if ((why = dlcn_direction_refusal(c, f->type))) {
         st = dlc_error(DLC_ERR_ARG, "dlc_net_send to peer %d: a %s is %s", peer, dlc_frame_type_name(f->type), why);
-    } else if (c->queued + o->total > net->cfg.out_max) {
+    } else if (c->queued > 0 && c->queued + o->total > net->cfg.out_max) { /* one frame always fits an empty queue */
         c->refused = 1;
         net->total.refused_full++;
         st = dlc_error(DLC_ERR_RANGE, "peer %d: %zu bytes queued + %zu exceed out_max = %zu (back-pressure: retry "

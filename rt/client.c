@@ -575,7 +575,9 @@ static int server_take(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
     memset(ev, 0, sizeof *ev);
     ev->kind = (int)e.kind;
     ev->learner = e.learner;
-    ev->fragment = e.kind == DLC_SRT_MERGED ? e.merge.fragment : e.kind == DLC_SRT_REJECTED ? e.fragment : -1;
+    if (e.kind == DLC_SRT_MERGED) ev->fragment = e.merge.fragment;
+    else if (e.kind == DLC_SRT_REJECTED || (e.kind == DLC_SRT_BEHIND && e.count > 0)) ev->fragment = e.fragment;
+    else ev->fragment = -1;
     ev->version = e.kind == DLC_SRT_MERGED ? e.merge.version : -1;
     ev->time = e.time;
     snprintf(ev->text, sizeof ev->text, "%.*s", (int)sizeof ev->text - 1, e.text);

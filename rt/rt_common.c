@@ -59,6 +59,22 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
     return DLC_OK;
 }
 
+dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_config *cfg) {
+    int big = 0;
+    for (int p = 1; p < P; p++)
+        if (numel[p] > numel[big]) big = p;
+    uint64_t need = (uint64_t)numel[big] * sizeof(float) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX;
+    if (need > DLC_PROTO_FRAME_MAX_LIMIT)
+        return dlc_error(DLC_ERR_ARG, "%s: the largest of the %d fragments holds %lld floats: its frame (%llu bytes "
+                         "as f32) is beyond the protocol's largest, %zu bytes: split the model into more fragments "
+                         "(sync.fragments)", who, P, (long long)numel[big], (unsigned long long)need,
+                         DLC_PROTO_FRAME_MAX_LIMIT);
+    if (cfg->frame_max < need) cfg->frame_max = (size_t)need;
+    if (cfg->in_max < cfg->frame_max) cfg->in_max = cfg->frame_max;
+    if (cfg->mem_max < 2 * cfg->frame_max) cfg->mem_max = 2 * cfg->frame_max;
+    return DLC_OK;
+}
+
 dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp,
                     const dlc_run_params *rp) {
     memset(h, 0, sizeof *h);

@@ -20,6 +20,11 @@ void rt_strings_free(rt_strings *s);
 
 /* The payload sizes of plan's fragments (*numel allocated, the caller frees it). */
 dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_layout *out, int64_t **numel);
+/* The net's limits raised to what the run's layout needs (numel: P fragments' floats):
+ * frame_max to the largest fragment as f32 (the largest any codec or a dp gradient
+ * takes) with its header, in_max to frame_max, mem_max to twice frame_max.  A fragment
+ * beyond the protocol's largest frame is refused, named, with what to change. */
+dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_config *cfg);
 /* The HELLO (learner: the id asked for, -1 any) or, with learner = RT_SERVER, the
  * server's terms, of a run over plan: run id, model and plan hashes, every codec, block,
  * the capabilities (gradients with dp). */

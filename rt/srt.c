@@ -22,8 +22,8 @@ double dlc_rt_clock(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const char *const srt_event_names[] = {"merged",  "joined",   "lost",    "rejected",
-                                              "refused", "bye",      "replaced", "refusals"};
+static const char *const srt_event_names[] = {"merged", "joined",   "lost",     "rejected", "refused",
+                                              "bye",    "replaced", "refusals", "behind"};
 _Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT_COUNT, "srt event names");
 const char *dlc_srt_event_name(dlc_srt_event_kind k) {
     return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
@@ -53,8 +53,35 @@ static void sbuf_unref(const void *payload, void *arg) {
     if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
 }
 
+static sbuf *sbuf_ref(sbuf *b) {
+    if (b) atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    return b;
+}
+
+/* A send that waits for room in its learner's queue (the transport refused it for
+ * back-pressure, or others wait ahead of it): sent in order at the peer's DRAINED.  A
+ * FRAGMENT waits once per fragment: a newer one of the same fragment takes its place
+ * (superseded: the learner gets the newest Θ_p, as it would have after both), keeping a
+ * RESYNC's flag and schedule step.  So a learner's waiting sends hold at most one entry
+ * per fragment (references to shared payloads, never copies) plus the few others. */
+typedef struct owed {
+    struct owed *next;
+    dlc_msg msg;              /* its payload is buf's */
+    struct sbuf *buf;         /* one reference; NULL without a payload */
+} owed;
+
+/* Waiting sends of other types (dp's averages, REPLAY answers) one learner may hold
+ * beyond its one FRAGMENT per fragment; past it the learner is cut off and resynced. */
+#define SRT_OWED_OTHER_MAX 64
+
 typedef struct slearner {
     int peer;                 /* the READY connection bound to it, -1 none */
+    owed *ob_head, *ob_tail;  /* its waiting sends, oldest first */
+    int ob_other;             /* of them not FRAGMENTs */
+    size_t ob_bytes;          /* their payload bytes */
+    double ob_since;          /* driver time the oldest began to wait */
+    int64_t superseded;       /* FRAGMENTs superseded since the last BEHIND event */
+    double behind_t;          /* driver time of its last BEHIND event, -1 none */
     int banked;               /* the connection whose counters are in bytes_* already, -1 none */
     int joined, bye;
     int64_t steps, tokens, merged, joins;
@@ -87,6 +114,10 @@ struct dlc_srt {
     atomic_int stop;
     pthread_mutex_t lock;     /* the syncer, learners[], stats */
     slearner *learners;
+    /* per fragment, the latest encoded Θ_p sent (one reference, NULL none yet) and its
+     * version and epoch: joins, resyncs and broadcasts of that version share it */
+    sbuf **cur;
+    int64_t *cur_version, *cur_epoch;
     dlc_srt_stats st;
     dlc_status failed;        /* the thread's fatal status, DLC_OK while fine */
     char failed_msg[DLC_RT_TEXT_MAX];
@@ -226,6 +257,178 @@ static int learner_of(const dlc_srt *s, int peer) {
     return -1;
 }
 
+/* ---- sends that wait for room (owed) ---- */
+
+static void owed_free(owed *o) {
+    sbuf_unref(NULL, o->buf);
+    free(o);
+}
+
+/* Learner m's waiting sends are dropped (its connection ended: a join resyncs it whole).
+ * lock held. */
+static void owed_clear(dlc_srt *s, int m) {
+    slearner *L = &s->learners[m];
+    for (owed *o = L->ob_head, *next; o; o = next) {
+        next = o->next;
+        owed_free(o);
+    }
+    L->ob_head = L->ob_tail = NULL;
+    L->ob_other = 0, L->ob_bytes = 0, L->ob_since = 0;
+}
+
+/* A BEHIND event for learner m, at most one per refusals_every: a FRAGMENT to it was
+ * superseded while it waited (m's link or reading is slower than the merges).  lock held. */
+static void behind(dlc_srt *s, int m, const dlc_msg *old, const dlc_msg *now_msg) {
+    slearner *L = &s->learners[m];
+    s->st.sends_superseded++;
+    L->superseded++;
+    double now = srt_now(s);
+    if (L->behind_t >= 0 && now - L->behind_t < s->cfg.refusals_every) return;
+    dlc_srt_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = DLC_SRT_BEHIND;
+    ev.time = now;
+    ev.learner = m;
+    ev.fragment = now_msg->fragment;
+    ev.count = L->superseded;
+    ev.interval = L->behind_t >= 0 ? now - L->behind_t : now;
+    snprintf(ev.text, sizeof ev.text, "its queue is full (%zu bytes of fragments waiting for it %.1f s): fragment %d "
+             "v%lld waited and was replaced by v%lld, the newest, before it could go; %lld replaced in %.1f s (its "
+             "link or its reading is slower than the merges)", L->ob_bytes, now - L->ob_since, now_msg->fragment,
+             (long long)old->version, (long long)now_msg->version, (long long)L->superseded, ev.interval);
+    L->behind_t = now;
+    L->superseded = 0;
+    post(s, &ev);
+}
+
+/* msg (its payload buf's, one reference taken over) waits for room in learner m's queue.
+ * A FRAGMENT takes the place of a waiting one of the same fragment.  lock held. */
+static dlc_status owe(dlc_srt *s, int m, const dlc_msg *msg, sbuf *buf) {
+    slearner *L = &s->learners[m];
+    if (msg->type == DLC_MSG_FRAGMENT) {
+        for (owed *o = L->ob_head; o; o = o->next) {
+            if (o->msg.type != DLC_MSG_FRAGMENT || o->msg.fragment != msg->fragment) continue;
+            dlc_msg was = o->msg;
+            o->msg = *msg;
+            if ((was.flags & DLC_MSG_RESYNC) && !(msg->flags & DLC_MSG_RESYNC)) { /* still a resync: its phase kept */
+                o->msg.flags |= DLC_MSG_RESYNC;
+                o->msg.steps = was.steps, o->msg.step_time = was.step_time, o->msg.held = was.held;
+            }
+            L->ob_bytes = L->ob_bytes - was.len + msg->len;
+            sbuf_unref(NULL, o->buf);
+            o->buf = buf;
+            behind(s, m, &was, msg);
+            return DLC_OK;
+        }
+    } else if (L->ob_other >= SRT_OWED_OTHER_MAX) {
+        sbuf_unref(NULL, buf);
+        char text[DLC_RT_TEXT_MAX];
+        snprintf(text, sizeof text, "%d %s and other sends wait for room in its queue (%zu bytes, %.1f s): it is "
+                 "cut off, to rejoin and be resynced", L->ob_other, dlc_msg_type_name(msg->type), L->ob_bytes,
+                 srt_now(s) - L->ob_since);
+        s->st.sends_dropped++;
+        owed_clear(s, m);
+        dlc_net_close(s->net, L->peer); /* LOST follows; its next connection joins */
+        post_simple(s, DLC_SRT_BEHIND, m, text);
+        return DLC_OK;
+    }
+    owed *o = malloc(sizeof *o);
+    if (!o) {
+        sbuf_unref(NULL, buf);
+        return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a waiting send");
+    }
+    o->next = NULL, o->msg = *msg, o->buf = buf;
+    if (!L->ob_head) L->ob_since = srt_now(s);
+    if (L->ob_tail) L->ob_tail->next = o;
+    else L->ob_head = o;
+    L->ob_tail = o;
+    L->ob_other += msg->type != DLC_MSG_FRAGMENT;
+    L->ob_bytes += msg->len;
+    s->st.sends_held++;
+    return DLC_OK;
+}
+
+/* Sends msg (payload buf's, one reference taken over) to learner m's connection now: 1
+ * sent (or dropped, the peer going: its LOST follows), 0 refused for back-pressure (buf
+ * not taken: still the caller's reference), or a negative status (the reference
+ * released).  lock held. */
+static int send_now(dlc_srt *s, int m, const dlc_msg *msg, sbuf *buf) {
+    dlc_frame f;
+    if (dlc_frame_from_msg(&f, msg) != DLC_OK) {
+        sbuf_unref(NULL, buf);
+        return dlc_error(DLC_ERR_INTERNAL, "syncer: cannot frame a %s message: %s", dlc_msg_type_name(msg->type),
+                         dlc_last_error());
+    }
+    dlc_status ss = dlc_net_send(s->net, s->learners[m].peer, &f, buf ? sbuf_unref : NULL, buf);
+    if (ss == DLC_OK) return 1;
+    if (ss == DLC_ERR_RANGE) return 0;
+    sbuf_unref(NULL, buf);
+    s->st.sends_dropped++; /* the peer is going (its LOST follows): its next join resyncs it */
+    return 1;
+}
+
+/* msg to learner m: now if nothing waits ahead of it and its queue takes it, else it
+ * waits (owe) for the peer's DRAINED.  buf: one reference, taken over.  lock held. */
+static dlc_status deliver(dlc_srt *s, int m, const dlc_msg *msg, sbuf *buf) {
+    if (!s->learners[m].ob_head) {
+        int r = send_now(s, m, msg, buf);
+        if (r != 0) return r < 0 ? (dlc_status)r : DLC_OK;
+    }
+    return owe(s, m, msg, buf);
+}
+
+/* Learner m's peer has room again: its waiting sends go, oldest first, until the queue
+ * is full again.  lock held. */
+static dlc_status owed_flush(dlc_srt *s, int m) {
+    slearner *L = &s->learners[m];
+    while (L->ob_head && L->peer >= 0) {
+        owed *o = L->ob_head;
+        int r = send_now(s, m, &o->msg, o->buf);
+        if (r == 0) return DLC_OK; /* full again: the next DRAINED */
+        L->ob_head = o->next;
+        if (!L->ob_head) L->ob_tail = NULL;
+        L->ob_other -= o->msg.type != DLC_MSG_FRAGMENT;
+        L->ob_bytes -= o->msg.len;
+        L->ob_since = srt_now(s);
+        free(o); /* its reference went with the send */
+        if (r < 0) {
+            owed_clear(s, m);
+            return (dlc_status)r;
+        }
+    }
+    return DLC_OK;
+}
+
+/* The payload of a SEND as a shared buffer (one reference for the caller): a FRAGMENT's
+ * from the cache of its fragment's latest version (copied in once per version), another
+ * type's from the batch's (*batch, copied once per distinct payload of a drain).  NULL
+ * when out of memory.  lock held. */
+static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, sbuf **batch, const uint8_t **batch_src) {
+    if (msg->type == DLC_MSG_FRAGMENT && msg->fragment >= 0 && msg->fragment < s->P) {
+        int p = msg->fragment;
+        sbuf *c = s->cur[p];
+        if (c && s->cur_version[p] == msg->version && s->cur_epoch[p] == msg->epoch && c->len == msg->len)
+            return sbuf_ref(c);
+        if (!(c = malloc(sizeof *c + msg->len))) return NULL;
+        atomic_init(&c->refs, 1);
+        c->len = msg->len;
+        memcpy(c->data, msg->payload, msg->len);
+        sbuf_unref(NULL, s->cur[p]);
+        s->cur[p] = c, s->cur_version[p] = msg->version, s->cur_epoch[p] = msg->epoch;
+        return sbuf_ref(c);
+    }
+    if (!*batch || *batch_src != msg->payload || (*batch)->len != msg->len) {
+        sbuf *b = malloc(sizeof *b + msg->len);
+        if (!b) return NULL;
+        atomic_init(&b->refs, 1);
+        b->len = msg->len;
+        memcpy(b->data, msg->payload, msg->len);
+        sbuf_unref(NULL, *batch);
+        *batch = b, *batch_src = msg->payload;
+    }
+    return sbuf_ref(*batch);
+}
+
 /* Performs the syncer's queued actions.  lock held. */
 static dlc_status drain(dlc_srt *s) {
     dlc_syncer_action a;
@@ -240,39 +443,21 @@ static dlc_status drain(dlc_srt *s) {
         switch (a.type) {
         case DLC_SACT_SEND: {
             int m = a.msg.learner;
-            int peer = m >= 0 && m < s->M ? s->learners[m].peer : -1;
-            if (peer < 0) {
-                s->st.sends_dropped++;
+            if (m < 0 || m >= s->M || s->learners[m].peer < 0) {
+                s->st.sends_dropped++; /* not connected: its join resyncs it whole */
                 break;
             }
-            /* one copy per distinct payload of this batch: a merged fragment broadcast
-             * to M learners is the same bytes M times */
-            if (a.msg.len && (!shared || shared_src != a.msg.payload || shared->len != a.msg.len)) {
-                if (shared) sbuf_unref(NULL, shared);
-                shared = malloc(sizeof *shared + a.msg.len);
-                if (!shared) {
-                    st = dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte fragment", a.msg.len);
+            dlc_msg msg = a.msg;
+            sbuf *buf = NULL;
+            if (msg.len) { /* a merged fragment broadcast to M learners is one buffer */
+                if (!(buf = payload_of(s, &msg, &shared, &shared_src))) {
+                    st = dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte %s", msg.len,
+                                   dlc_msg_type_name(msg.type));
                     break;
                 }
-                atomic_init(&shared->refs, 1);
-                shared->len = a.msg.len;
-                memcpy(shared->data, a.msg.payload, a.msg.len);
-                shared_src = a.msg.payload;
+                msg.payload = buf->data;
             }
-            dlc_frame f;
-            dlc_msg msg = a.msg;
-            if (msg.len) msg.payload = shared->data;
-            if (dlc_frame_from_msg(&f, &msg) != DLC_OK) {
-                st = dlc_error(DLC_ERR_INTERNAL, "syncer: cannot frame a %s message: %s", dlc_msg_type_name(msg.type),
-                               dlc_last_error());
-                break;
-            }
-            if (msg.len) atomic_fetch_add_explicit(&shared->refs, 1, memory_order_relaxed);
-            dlc_status ss = dlc_net_send(s->net, peer, &f, msg.len ? sbuf_unref : NULL, msg.len ? shared : NULL);
-            if (ss != DLC_OK) {
-                if (msg.len) sbuf_unref(NULL, shared);
-                s->st.sends_dropped++; /* a peer gone or over its output limit: it resyncs */
-            }
+            st = deliver(s, m, &msg, buf);
             break;
         }
         case DLC_SACT_MERGED: {
@@ -353,6 +538,7 @@ static dlc_status join(dlc_srt *s, int m, int peer, const char *from, double now
                  L->from, from);
         post_simple(s, DLC_SRT_REPLACED, m, text);
     }
+    owed_clear(s, m); /* what waited for the old connection: the join resyncs it whole */
     L->peer = peer;
     snprintf(L->from, sizeof L->from, "%s", from);
     L->joined = 1;
@@ -471,6 +657,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         if (m < 0) return DLC_OK;
         slearner *L = &s->learners[m];
         bank_bytes(s, m, ev->peer);
+        owed_clear(s, m);
         L->peer = -1;
         L->left = now;
         dlc_status st = DLC_OK;
@@ -484,6 +671,10 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
     case DLC_NET_REFUSED:
         refuse(s, ev->code, -1, ev->from, ev->text);
         return DLC_OK;
+    case DLC_NET_DRAINED: { /* room again: what waits for it goes */
+        int m = learner_of(s, ev->peer);
+        return m >= 0 ? owed_flush(s, m) : DLC_OK;
+    }
     default: return DLC_OK;
     }
 }
@@ -594,19 +785,24 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     s->M = cfg->syncer.learners;
     s->P = dlc_plan_count(cfg->plan);
     if (rt_strings_copy(&s->strs, &s->cfg.net, &s->cfg.run) != DLC_OK) goto fail;
+    /* the layout's limits before the syncer's memory is taken */
+    if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
+    if (rt_limits("syncer", s->numel, s->P, &s->cfg.net) != DLC_OK) goto fail;
     s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;
     if (!(s->learners = calloc((size_t)s->M, sizeof *s->learners))) goto nomem;
     for (int m = 0; m < s->M; m++)
         s->learners[m].peer = s->learners[m].banked = s->learners[m].held = s->learners[m].waiting = -1,
-        s->learners[m].heard = -1;
+        s->learners[m].heard = -1, s->learners[m].behind_t = -1;
+    if (!(s->cur = calloc((size_t)s->P, sizeof *s->cur)) || !(s->cur_version = calloc((size_t)s->P, sizeof(int64_t))) ||
+        !(s->cur_epoch = calloc((size_t)s->P, sizeof(int64_t))))
+        goto nomem;
     /* a resumed run is under way: its learners rejoin as they come */
     s->gate = !cfg->resume && cfg->start_learners > 0;
     s->gate_first = -1;
     if (cfg->resume && read_byes(s, cfg->resume) != DLC_OK) goto fail;
     s->cfg.resume = NULL; /* borrowed during new only */
-    if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
     if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp,
                  cfg->run_params) != DLC_OK)
         goto fail;
@@ -637,7 +833,12 @@ void dlc_srt_free(dlc_srt *s) {
         atomic_store(&s->stop, 1);
         pthread_join(s->thread, NULL);
     }
-    dlc_net_free(s->net);
+    dlc_net_free(s->net); /* its queues release their references to the shared payloads */
+    for (int m = 0; s->learners && m < s->M; m++) owed_clear(s, m);
+    for (int p = 0; s->cur && p < s->P; p++) sbuf_unref(NULL, s->cur[p]);
+    free(s->cur);
+    free(s->cur_version);
+    free(s->cur_epoch);
     dlc_syncer_free(s->s);
     for (srt_node *n = s->qhead, *next; n; n = next) {
         next = n->next;
@@ -780,9 +981,14 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->latency = L->latency;
     out->cut = L->cut_until > 0 ? L->cut_until - srt_now(s) : 0;
     if (L->cut_until > 0 && out->cut <= 0) out->cut = 1e-9; /* ends at the driver's next turn */
+    for (const owed *o = L->ob_head; o; o = o->next) out->held++;
+    out->held_bytes = (int64_t)L->ob_bytes;
     dlc_net_counters c;
-    if (L->peer >= 0 && L->banked != L->peer && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK)
-        for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
+    if (L->peer >= 0 && dlc_net_get_counters(s->net, L->peer, &c) == DLC_OK) {
+        out->queued_bytes = (int64_t)c.queued;
+        if (L->banked != L->peer)
+            for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
+    }
     pthread_mutex_unlock(&s->lock);
     return DLC_OK;
 }

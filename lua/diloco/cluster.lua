@@ -674,6 +674,10 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "refusals" then -- the interval's count, by reason and address
     write(ctx, "refusals", { count = ev.count, interval_s = ev.interval, text = ev.text, wall_s = elapsed(ctx) })
     say(ctx, "syncer: %s", ev.text or "")
+  elseif ev.type == "behind" then -- merged fragments to it waited behind its full queue
+    write(ctx, "behind", { learner = ev.learner, fragment = ev.fragment, count = ev.count, interval_s = ev.interval,
+      text = ev.text, wall_s = elapsed(ctx) })
+    say(ctx, "syncer: learner %d: %s", ev.learner or 0, ev.text or "")
   elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
     fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")

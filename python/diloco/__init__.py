@@ -387,8 +387,9 @@ class Server(_Handle):
         return _lib.dlc_server_port(self._h)
 
     def poll(self, timeout=1.0):
-        """The next event as a dict (kind: merged, joined, lost, rejected, refused, bye;
-        learner, fragment, version, time, text), or None when none came within timeout s."""
+        """The next event as a dict (kind: merged, joined, lost, rejected, refused, bye,
+        replaced, refusals, behind: rt/include/diloco/rt.h; learner, fragment, version,
+        time, text), or None when none came within timeout s."""
         ev = _ServerEvent()
         got = _lib.dlc_server_poll(self._h, ctypes.byref(ev), int(timeout * 1000))
         if got < 0:

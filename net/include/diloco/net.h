@@ -74,7 +74,8 @@ typedef struct dlc_net_config {
     /* Payload sizes of the model (copied); NULL: payload-carrying frames are refused. */
     const dlc_proto_layout *layout;
     size_t frame_max;        /* largest frame accepted after auth (DLC_PROTO_FRAME_MAX_DEFAULT) */
-    size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB) */
+    size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB;
+                              * a frame to an empty queue always goes, up to frame_max) */
     size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
                               * the I/O thread stops reading sockets (512 MiB) */
     /* One memory budget for the whole net (1 GiB; at least frame_max): the bytes queued
@@ -167,7 +168,7 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  * without queuing anything (the payload still the caller's):
  *   DLC_ERR_STATE  the peer is not READY (unknown, connecting, lost, closing);
  *   DLC_ERR_RANGE  back-pressure: the peer's queued bytes plus this frame exceed out_max
- *                  or its share of mem_max (mem_max / the READY peers; never for a
+ *                  or its share of mem_max (mem_max / the READY peers; neither for a
  *                  frame to an empty queue), or the net's memory plus this frame
  *                  exceeds mem_max (retry after
  *                  DLC_NET_DRAINED), or the command queue is full;

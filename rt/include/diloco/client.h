@@ -225,7 +225,8 @@ DLC_API int dlc_server_poll(dlc_server *s, dlc_server_event *ev, int timeout_ms)
  * calling thread; returns how many, or a negative status (the server's thread failed;
  * DLC_ERR_STATE without on_event or with event_thread). */
 DLC_API int dlc_server_dispatch(dlc_server *s, int timeout_ms);
-/* "merged", "joined", "lost", "rejected", "refused", "bye", "replaced"; NULL out of range. */
+/* "merged", "joined", "lost", "rejected", "refused", "bye", "replaced", "refusals", "behind"
+ * (rt.h); NULL out of range. */
 DLC_API const char *dlc_server_event_name(int kind);
 /* The global model into the buffers of `tensors` (the layout the server was made with). */
 DLC_API dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *tensors, int count);

@@ -11,6 +11,18 @@
  * losses, refusals, goodbyes) comes out of dlc_srt_poll as events.  A merged fragment
  * goes to every live learner from one refcounted copy of its bytes.
  *
+ * Back-pressure: nothing the syncer sends is lost to a full queue.  A send the transport
+ * refuses (the learner's queue is past out_max or its share of mem_max, net.h) waits in
+ * the driver, in order, and goes at the peer's DRAINED; so does every later send to that
+ * learner.  A join streams the whole model that way, fragment by fragment, never queued
+ * whole.  A merged fragment that waits is replaced by the next version of its fragment
+ * (the learner gets the newest Θ_p; a resync stays a resync), so a learner holds at most
+ * one waiting entry per fragment, referencing the shared bytes; each replacement is
+ * counted (sends_superseded) and reported (a BEHIND event, at most one per learner per
+ * refusals_every).  What waits for a connection that ends is dropped: the next join sends
+ * the whole model.  The net's frame_max, in_max and mem_max are raised to what the
+ * layout's largest fragment needs (dlc_srt_new), and the learner's likewise.
+ *
  *     dlc_srt_config sc = dlc_srt_default_config();
  *     sc.syncer = sp; sc.plan = plan; sc.theta0 = dlc_params_data(model);
  *     sc.listen = "127.0.0.1:0"; sc.net.secret_file = "OUT/secret"; sc.run = "r1";
@@ -134,6 +146,12 @@ typedef enum dlc_srt_event_kind {
     DLC_SRT_REFUSALS, /* the refusals of the last refusals_every seconds, when some were not
                        * each a REFUSED event: count, and text with the counts by reason
                        * and by address (the DLC_SRT_REFUSAL_ADDRS busiest, then "others") */
+    DLC_SRT_BEHIND,   /* learner's queue is full and merged fragments to it wait
+                       * (back-pressure, at the top): one waiting was replaced by a newer version
+                       * of its fragment (fragment; count: replaced since the last BEHIND
+                       * of this learner, interval: over how long; at most one per learner
+                       * per refusals_every), or so many other sends waited that it was cut
+                       * off to rejoin (text says which) */
     DLC_SRT_EVENT_COUNT
 } dlc_srt_event_kind;
 DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "joined", ... */
@@ -143,13 +161,13 @@ typedef struct dlc_srt_event {
     double time;              /* seconds since the driver started */
     double clock;             /* the same instant on dlc_rt_clock (CLOCK_MONOTONIC) */
     int learner;              /* -1 when unknown */
-    int fragment;             /* REJECTED */
+    int fragment;             /* REJECTED, BEHIND */
     dlc_reject_reason reason; /* REJECTED */
     dlc_merge_info merge;     /* MERGED: merge.contribs owned by the event */
     char text[DLC_RT_TEXT_MAX];
     dlc_merge_contrib *owned_; /* freed by dlc_srt_event_release */
-    int64_t count;            /* REFUSALS: refusals in the interval */
-    double interval;          /* REFUSALS: its length (s) */
+    int64_t count;            /* REFUSALS: refusals in the interval; BEHIND: fragments replaced */
+    double interval;          /* REFUSALS, BEHIND: its length (s) */
 } dlc_srt_event;
 
 /* The next event: 1, 0 when none arrived within timeout_ms (-1: wait for ever), or a
@@ -210,6 +228,9 @@ typedef struct dlc_srt_learner_info {
     uint64_t bytes_in, bytes_out; /* wire bytes from and to it, all its connections */
     double rate, latency;     /* its link's emulation (dlc_srt_shape), 0: none */
     double cut;               /* seconds its cut lasts still (INFINITY: for good), 0: not cut */
+    int held;                 /* sends waiting for room in its queue (back-pressure, above) */
+    int64_t held_bytes;       /* their payload bytes */
+    int64_t queued_bytes;     /* bytes in its connection's queue (the transport's), now */
 } dlc_srt_learner_info;
 DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out);
 
@@ -222,7 +243,11 @@ DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out)
 typedef struct dlc_srt_stats {
     double now;               /* seconds since the driver started */
     int learners, live;
-    int64_t merges, rejects, refused, events_dropped, sends_dropped;
+    int64_t merges, rejects, refused, events_dropped;
+    /* Sends to learners: dropped (its connection was gone or going: the next join
+     * resyncs it whole), held (the learner's queue was full: it waited for room, in
+     * order), superseded (a held FRAGMENT replaced by a newer one of its fragment) */
+    int64_t sends_dropped, sends_held, sends_superseded;
     int64_t refused_by[DLC_SRT_REFUSAL_REASONS]; /* refused, by reason (above) */
     double useful_tokens;     /* Σ over merges of dlc_merge_info.useful_tokens */
     uint64_t bytes_in, bytes_out; /* wire bytes, all peers, all frame types */
