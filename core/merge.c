@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/mem.h"
 #include "diloco/merge.h"
 #include "internal.h"
 
@@ -79,7 +80,7 @@ dlc_merge *dlc_merge_new(const dlc_merge_params *p) {
     m->emb = calloc((size_t)m->T, 1);
     m->normsum = calloc((size_t)m->T, sizeof(double));
     m->sumsq = calloc((size_t)m->T, sizeof(double));
-    m->acc = calloc((size_t)n, sizeof(float));
+    m->acc = dlc_big_calloc((size_t)n * sizeof(float));
     if (!m->numel || !m->emb || !m->normsum || !m->sumsq || !m->acc) goto fail;
     memcpy(m->numel, p->numel, sizeof(int64_t) * (size_t)m->T);
     for (int s = 0; s < m->T; s++) m->emb[s] = p->embedding && p->embedding[s] ? 1 : 0;

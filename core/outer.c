@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/mem.h"
 #include "diloco/outer.h"
 
 struct dlc_fragstate {
@@ -73,10 +74,10 @@ dlc_fragstate *dlc_fragstate_new(const dlc_fragstate_params *p, const float *the
     if (!fs) goto fail;
     fs->p = *p;
     fs->n = n;
-    fs->ring = malloc(sizeof(float) * (size_t)n * (size_t)p->ring);
+    fs->ring = dlc_big_alloc(sizeof(float) * (size_t)n * (size_t)p->ring);
     if (!fs->ring) goto fail;
     if (p->momentum > 0) {
-        fs->buf = calloc((size_t)n, sizeof(float));
+        fs->buf = dlc_big_calloc((size_t)n * sizeof(float));
         if (!fs->buf) goto fail;
     }
     memcpy(slot(fs, 0), theta, sizeof(float) * (size_t)n);

@@ -1,6 +1,7 @@
 /* params.c - the parameter arena: packing tensors into one buffer, grad norm, clipping. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/params.h"
@@ -16,6 +17,23 @@ struct dlc_params {
     dlc_tensor *gflat;    /* [size] the grad arena */
     dlc_params *next;     /* registry link */
 };
+
+/* The grad arena: zeros from calloc, aligned by hand, so that a host that never takes a
+ * gradient (a syncer's or an embedding client's layout: they run on values alone) does
+ * not pay for it in resident memory (a large calloc is fresh pages, touched only when
+ * written; the value arena is written at once).  NULL when out of memory. */
+static void grad_release(void *base) { free(base); }
+
+static dlc_tensor *grad_arena(int64_t size) {
+    size_t bytes = (size_t)size * sizeof(float) + 64;
+    void *base = calloc(1, bytes);
+    if (!base) return dlc_error(DLC_ERR_NOMEM, "params: out of memory for a grad arena of %lld floats",
+                                (long long)size), NULL;
+    float *data = (float *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+    dlc_tensor *t = dlc_tensor_wrap(1, &size, data, grad_release, base);
+    if (!t) free(base);
+    return t;
+}
 
 /* Live dlc_params, so a tensor is never packed into two at once (the second would
  * re-point it and leave the first with a stale slot).  Any thread may create one. */
@@ -131,7 +149,7 @@ dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *t
 
     /* Acquire everything before changing any tensor, so failure leaves them as given. */
     p->flat = dlc_tensor_zeros(1, &p->size);
-    p->gflat = dlc_tensor_zeros(1, &p->size);
+    p->gflat = grad_arena(p->size);
     if (!p->flat || !p->gflat) goto fail;
     for (int i = 0; i < n; i++) {
         grads[i] = dlc_tensor_view(p->gflat, p->off[i], tensors[i]->ndim, tensors[i]->shape);

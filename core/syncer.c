@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/mem.h"
 #include "diloco/syncer.h"
 #include "syncer_internal.h"
 
@@ -199,7 +200,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     for (int m = 0; m < s->M; m++) s->shard[m] = -1;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
-    s->scratch = malloc((size_t)maxn * sizeof(float));
+    s->scratch = dlc_big_alloc((size_t)maxn * sizeof(float));
     if (!s->scratch) goto nomem;
     for (int p = 0; p < s->P; p++) {
         sfrag *f = &s->f[p];
@@ -228,7 +229,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->c = calloc((size_t)s->M, sizeof *f->c);
         f->mc = calloc((size_t)s->M, sizeof *f->mc);
         f->out_cap = f->n * (int64_t)sizeof(float);
-        f->out = malloc((size_t)f->out_cap);
+        f->out = dlc_big_alloc((size_t)f->out_cap);
         if (!f->c || !f->mc || !f->out) goto nomem;
         if (sp->dp) {
             int64_t cap = sp->dp_history;
@@ -455,7 +456,7 @@ static dlc_status hist_push(sfrag *f, const float *avg, int64_t step) {
     int slot;
     if (f->hist_len < f->hist_cap) {
         slot = (f->hist_head + f->hist_len) % f->hist_cap;
-        if (!f->hist[slot] && !(f->hist[slot] = malloc((size_t)f->n * sizeof(float))))
+        if (!f->hist[slot] && !(f->hist[slot] = dlc_big_alloc((size_t)f->n * sizeof(float))))
             return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for the history of averaged gradients (%d of "
                              "%lld bytes each; dp_history sets how many)", f->hist_len + 1,
                              (long long)(f->n * (int64_t)sizeof(float)));
@@ -634,7 +635,8 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
     if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
-        uint8_t *b = realloc(c->bytes, m->len);
+        uint8_t *b = dlc_big_alloc(m->len); /* the old bytes are not kept: overwritten below */
+        if (b) dlc_big_free(c->bytes);
         if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte contribution", m->len);
         c->bytes = b, c->cap = m->len;
     }
@@ -686,7 +688,8 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     heard_from(s, m, now);
     contrib *c = &f->c[L];
     if (c->cap < m->len) {
-        uint8_t *b = realloc(c->bytes, m->len);
+        uint8_t *b = dlc_big_alloc(m->len); /* the old bytes are not kept: overwritten below */
+        if (b) dlc_big_free(c->bytes);
         if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte gradient", m->len);
         c->bytes = b, c->cap = m->len;
     }

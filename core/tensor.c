@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <math.h>
 #include <stdatomic.h>
+#include "diloco/mem.h"
 #include "diloco/tensor.h"
 #include "internal.h"
 
@@ -87,7 +88,7 @@ static dlc_storage *storage_alloc(int64_t n) {
     dlc_storage *s = calloc(1, sizeof *s);
     if (!s) goto fail;
     size_t bytes = ((size_t)(cap > 0 ? cap : 1) * sizeof(float) + 63) & ~(size_t)63;
-    s->data = aligned_alloc(64, bytes);
+    s->data = dlc_big_alloc(bytes);
     if (!s->data) goto fail;
     s->n = n;
     s->cap = cap;

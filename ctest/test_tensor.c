@@ -1,6 +1,7 @@
 /* test_tensor.c - creation, views and refcounting, the random generator, errors. */
 #include <pthread.h>
 #include "check.h"
+#include "diloco/mem.h"
 
 static void test_creation(void) {
     int64_t s[2] = {2, 3};
@@ -177,7 +178,30 @@ static void test_cache_threads(void) {
     dlc_tensor_cache_clear();
 }
 
+/* mem.h: a large buffer is 2 MiB aligned (advised for huge pages), a small one 64-byte
+ * aligned; the zeroed one is zeros; both are writable end to end and freed by free(). */
+static void test_big_alloc(void) {
+    size_t sizes[] = {1, 100, DLC_BIG_MIN - 1, DLC_BIG_MIN, (size_t)5 << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        uint8_t *a = dlc_big_alloc(n), *z = dlc_big_calloc(n);
+        CHECK(a && z);
+        if (!a || !z) continue;
+        uintptr_t align = n >= DLC_BIG_MIN ? (uintptr_t)2 << 20 : 64;
+        CHECK((uintptr_t)a % align == 0 && (uintptr_t)z % align == 0);
+        size_t zeros = 0;
+        for (size_t i = 0; i < n; i++) zeros += z[i] == 0;
+        CHECK(zeros == n);
+        memset(a, 0xab, n);
+        CHECK(a[0] == 0xab && a[n - 1] == 0xab);
+        dlc_big_free(a);
+        free(z);
+    }
+    dlc_big_free(NULL);
+}
+
 int main(void) {
+    test_big_alloc();
     test_cache_threads();
     test_creation();
     test_view_overflow();

@@ -2,6 +2,7 @@
  * machine, the handshake, framing in and out, timers, closing and reconnecting.  Runs on
  * the I/O thread only (with inline_io: the thread in dlc_net_poll or dlc_net_free); what
  * other threads read of a conn is under net->lock (internal.h). */
+#include "diloco/mem.h"
 #include "internal.h"
 
 static const char *const state_names[] = {"connecting", "authenticating", "ready", "draining", "closed"};
@@ -62,7 +63,7 @@ uint8_t *dlcn_rx_alloc(size_t n) {
         }
         pthread_mutex_unlock(&rx_lock);
     }
-    size_t *p = malloc(sizeof(size_t) + n);
+    size_t *p = dlc_big_alloc(sizeof(size_t) + n); /* freed with free() */
     if (!p) return NULL;
     p[0] = n;
     return (uint8_t *)(p + 1);

@@ -12,6 +12,7 @@
  * In driver mode (client.h: a host whose model is the arena, `diloco-lua learner` and
  * `syncer` among them) there is nothing to copy: the client is the driver's life cycle
  * (address file, join, the host's state, steps, finish), the layout the driver's. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "diloco/client.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -621,6 +623,15 @@ dlc_server_config dlc_server_default_config(void) {
     return c;
 }
 
+/* The whole pages of n floats at a give their memory back to the system: what a read
+ * finds there afterwards is zeros (the syncer's copy of the model is the one that lives;
+ * dlc_server_global writes the arena whole before it reads it). */
+static void pages_release(float *a, size_t n) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a refusal only costs memory */
+}
+
 /* The driver of a server made from the host's tensors: its layout, then dlc_srt_new. */
 static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cfg) {
     static const char *const WHO = "server";
@@ -640,7 +651,10 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
     if ((st = secret_of(WHO, cfg->secret_file, cfg->secret, &sc.net)) != DLC_OK) return st;
     sc.net.heartbeat_s = cfg->heartbeat;
     sc.net.timeout_s = cfg->timeout;
-    return (s->s = dlc_srt_new(&sc)) ? DLC_OK : dlc_last_status();
+    if (!(s->s = dlc_srt_new(&sc))) return dlc_last_status();
+    /* Θ0 is the syncer's now: the arena holds nothing until dlc_server_global */
+    pages_release(dlc_params_data(s->y.params), (size_t)dlc_params_size(s->y.params));
+    return DLC_OK;
 }
 
 dlc_server *dlc_server_new(const dlc_server_config *cfg) {

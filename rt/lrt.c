@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/mem.h"
 #include "diloco/params.h"
 #include "diloco/rt.h"
 #include "diloco/tensor.h"
@@ -167,7 +168,7 @@ static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int 
 static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
     uint8_t *copy = NULL;
     if (f->msg.len) {
-        if (!(copy = malloc(f->msg.len)))
+        if (!(copy = dlc_big_alloc(f->msg.len)))
             return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", f->msg.len);
         memcpy(copy, f->msg.payload, f->msg.len);
     }
@@ -181,7 +182,7 @@ static void encode_job(dlc_lrt *l, enc_job *j) {
     j->out = NULL, j->len = 0, j->sent = 0, j->err[0] = '\0';
     j->st = DLC_OK;
     size_t cap = j->a.msg.len;
-    if (!(j->out = malloc(cap ? cap : 1))) {
+    if (!(j->out = dlc_big_alloc(cap ? cap : 1))) {
         j->st = dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", cap);
     } else {
         j->st = dlc_learner_encode(&j->a, j->out, cap, &j->len);
@@ -288,7 +289,7 @@ static dlc_status decode_fragment(const dlc_frame *f, float **values, int64_t *n
         f->msg.fragment >= l->P)
         return DLC_OK;
     int64_t k = l->numel[f->msg.fragment];
-    float *v = malloc((size_t)(k > 0 ? k : 1) * sizeof(float));
+    float *v = dlc_big_alloc((size_t)(k > 0 ? k : 1) * sizeof(float)); /* freed with free() */
     if (!v) return DLC_ERR_NOMEM;
     dlc_status st = dlc_codec_decode(f->msg.codec, NULL, f->msg.payload, f->msg.len, v, k);
     if (st != DLC_OK) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "diloco/mem.h"
 #include "diloco/ckpt.h"
 #include "diloco/rt.h"
 #include "rt_internal.h"
@@ -114,8 +115,9 @@ struct dlc_srt {
     atomic_int stop;
     pthread_mutex_t lock;     /* the syncer, learners[], stats */
     slearner *learners;
-    /* per fragment, the latest encoded Θ_p sent (one reference, NULL none yet) and its
-     * version and epoch: joins, resyncs and broadcasts of that version share it */
+    /* per fragment, the latest encoded Θ_p sent while sends of it are queued or waiting
+     * (one reference, NULL none; cache_trim), its version and epoch: joins, resyncs and
+     * broadcasts of that version share it */
     sbuf **cur;
     int64_t *cur_version, *cur_epoch;
     dlc_srt_stats st;
@@ -259,6 +261,8 @@ static int learner_of(const dlc_srt *s, int peer) {
 
 /* ---- sends that wait for room (owed) ---- */
 
+static void cache_trim(dlc_srt *s);
+
 static void owed_free(owed *o) {
     sbuf_unref(NULL, o->buf);
     free(o);
@@ -396,7 +400,20 @@ static dlc_status owed_flush(dlc_srt *s, int m) {
             return (dlc_status)r;
         }
     }
+    cache_trim(s);
     return DLC_OK;
+}
+
+/* The cached payloads that nothing else references (every send of them written) are let
+ * go: the cache shares a version's bytes among the sends that overlap, it does not keep
+ * a copy of the model for ever.  Only this thread takes references from the cache
+ * (under lock), so a count of 1 stays 1.  lock held. */
+static void cache_trim(dlc_srt *s) {
+    for (int p = 0; p < s->P; p++)
+        if (s->cur[p] && atomic_load_explicit(&s->cur[p]->refs, memory_order_acquire) == 1) {
+            sbuf_unref(NULL, s->cur[p]);
+            s->cur[p] = NULL;
+        }
 }
 
 /* The payload of a SEND as a shared buffer (one reference for the caller): a FRAGMENT's
@@ -409,7 +426,7 @@ static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, sbuf **batch, const uint
         sbuf *c = s->cur[p];
         if (c && s->cur_version[p] == msg->version && s->cur_epoch[p] == msg->epoch && c->len == msg->len)
             return sbuf_ref(c);
-        if (!(c = malloc(sizeof *c + msg->len))) return NULL;
+        if (!(c = dlc_big_alloc(sizeof *c + msg->len))) return NULL;
         atomic_init(&c->refs, 1);
         c->len = msg->len;
         memcpy(c->data, msg->payload, msg->len);
@@ -418,7 +435,7 @@ static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, sbuf **batch, const uint
         return sbuf_ref(c);
     }
     if (!*batch || *batch_src != msg->payload || (*batch)->len != msg->len) {
-        sbuf *b = malloc(sizeof *b + msg->len);
+        sbuf *b = dlc_big_alloc(sizeof *b + msg->len);
         if (!b) return NULL;
         atomic_init(&b->refs, 1);
         b->len = msg->len;
@@ -505,6 +522,7 @@ static dlc_status drain(dlc_srt *s) {
         if (st != DLC_OK) break;
     }
     if (shared) sbuf_unref(NULL, shared);
+    cache_trim(s);
     return st;
 }
 

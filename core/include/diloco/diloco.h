@@ -35,6 +35,7 @@
 #include "merge.h"
 #include "outer.h"
 #include "policy.h"
+#include "mem.h"
 #include "msg.h"
 #include "proto.h"
 #include "learner.h"
