@@ -15,10 +15,12 @@ void *dlc_big_alloc(size_t bytes) {
         size_t n = (bytes + 63) & ~(size_t)63;
         return aligned_alloc(64, n);
     }
-    size_t n = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    if (n < bytes || posix_memalign(&p, HUGE_PAGE, n) != 0) return NULL;
+    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, n, MADV_HUGEPAGE); /* advice: refused, the buffer works in small pages */
+    /* the whole huge pages inside it only: the tail stays in small pages, so no buffer
+     * holds more resident memory than its size rounds up to in 4 KiB pages.  Advice: if
+     * it is refused, the buffer works in small pages. */
+    (void)madvise(p, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
 #endif
     return p;
 }

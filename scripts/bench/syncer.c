@@ -5,7 +5,9 @@
  *     syncer's working set of several models is, copied until max(4N bytes, 256 MiB) have
  *     moved; median of 3) and a bare loopback TCP socket
  *     (two threads, 127.0.0.1, blocking send/recv in 4 MiB chunks of max(4N bytes,
- *     256 MiB); median of 3), both in GB/s (1e9 bytes);
+ *     256 MiB); median of 3), both in GB/s (1e9 bytes); and the first touch of fresh
+ *     memory (a model-sized buffer, at least 64 MiB, written once) in 4 KiB pages against
+ *     one from dlc_big_alloc (mem.h: 2 MiB pages where the kernel gives them);
  *   the syncer: a child process (this program exec'ed again with a hidden --role), a
  *     dlc_server of the model as 16 tensors of N/16 floats (random), run
  *     {"sync": {"preset": "decoupled", "H": 8, "fragments": P}} (f32), M learners,
@@ -50,6 +52,7 @@
  * Run it on a quiet host: it measures wall and CPU time.
  */
 #include <diloco/client.h>
+#include <diloco/mem.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -328,6 +332,37 @@ static double ref_memcpy(size_t bytes) {
     return r[1];
 }
 
+/* First touch of fresh memory, GB/s: a model-sized buffer (at least 64 MiB) written
+ * once, as a buffer received or decoded into is; in 4 KiB pages (malloc, huge pages
+ * refused with MADV_NOHUGEPAGE) and from dlc_big_alloc (2 MiB pages where the kernel
+ * gives them); median of 3, each on a new buffer. */
+static void ref_touch(size_t bytes, double *small, double *big) {
+    size_t n = bytes > 64 * MIB ? bytes : 64 * MIB;
+    double r[2][3];
+    for (int k = 0; k < 3; k++)
+        for (int kind = 0; kind < 2; kind++) {
+            unsigned char *a = kind ? dlc_big_alloc(n) : malloc(n);
+            if (!a) {
+                *small = *big = -1;
+                return;
+            }
+#ifdef MADV_NOHUGEPAGE
+            if (!kind) {
+                uintptr_t pg = 4096, lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = ((uintptr_t)a + n) & ~(pg - 1);
+                if (hi > lo) madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
+            }
+#endif
+            double t0 = now();
+            memset(a, 3, n);
+            r[kind][k] = (double)n / (now() - t0) / 1e9;
+            sink ^= a[n / 2];
+            free(a);
+        }
+    qsort(r[0], 3, sizeof(double), cmp_double);
+    qsort(r[1], 3, sizeof(double), cmp_double);
+    *small = r[0][1], *big = r[1][1];
+}
+
 typedef struct sock_rx {
     int lfd;
     size_t total;
@@ -538,8 +573,11 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
                 strerror(errno));
         return -1;
     }
-    printf("%gM: model %.1f MB; memcpy %.2f GB/s, loopback socket %.2f GB/s\n", size_m, out->model_mb,
-           out->memcpy_gbs, out->socket_gbs);
+    double touch_small, touch_big;
+    ref_touch(bytes, &touch_small, &touch_big);
+    printf("%gM: model %.1f MB; memcpy %.2f GB/s, loopback socket %.2f GB/s; first touch of fresh memory %.2f GB/s "
+           "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx)\n", size_m, out->model_mb, out->memcpy_gbs,
+           out->socket_gbs, touch_small, touch_big, touch_small > 0 ? touch_big / touch_small : 0);
 
     char dir[] = "/tmp/bench_syncer.XXXXXX";
     if (!mkdtemp(dir)) return fprintf(stderr, "bench_syncer: mkdtemp: %s\n", strerror(errno)), -1;
