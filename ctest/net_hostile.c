@@ -1211,6 +1211,63 @@ static void test_share_shrinks(void) {
     dlc_net_free(srv);
 }
 
+/* One frame larger than a peer's share, on a slow link, with the transport's heartbeats
+ * queued behind it, is not "above the share": it goes whole however long it takes (4 MiB
+ * at 1 MB/s against a 1.5 s timeout, the share 8 MiB / 3 peers), and the peer stays. */
+static void test_share_lone_frame(void) {
+    enum { PEERS = 3 };
+    dlc_net_config sc = base_config();
+    sc.hello = &hello_server, sc.mem_max = 8u << 20;
+    dlc_net *srv = dlc_net_new(&sc);
+    CHECK_OK(srv);
+    int sport = dlc_net_listen(srv, "127.0.0.1:0");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", sport);
+    dlc_net *cl[PEERS];
+    int peer[PEERS], ready = 0;
+    dlc_net_event ev;
+    for (int i = 0; i < PEERS; i++) {
+        dlc_net_config cc = base_config();
+        cc.hello = &hello_client;
+        cl[i] = dlc_net_new(&cc);
+        CHECK_OK(cl[i]);
+        dlc_net_connect(cl[i], addr);
+        CHECK(wait_event(cl[i], DLC_NET_READY, 5, &ev));
+        dlc_net_event_release(&ev);
+    }
+    while (ready < PEERS && wait_event(srv, DLC_NET_READY, 5, &ev)) peer[ready++] = ev.peer, dlc_net_event_release(&ev);
+    CHECK(ready == PEERS);
+    if (ready < PEERS) return;
+    static float big[BIG];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.fragment = 1, f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)big, f.msg.len = sizeof big;
+    /* which client is peer[0]: the one that gets the frame; all are shaped alike */
+    for (int i = 0; i < PEERS; i++) CHECK(dlc_net_shape(srv, peer[i], 1e6, 0) == DLC_OK);
+    CHECK(dlc_net_send(srv, peer[0], &f, NULL, NULL) == DLC_OK);
+    int got = 0, gone = 0;
+    double t0 = now_s();
+    while (!got && !gone && now_s() < t0 + 15) {
+        for (int i = 0; i < PEERS; i++)
+            while (dlc_net_poll(cl[i], &ev, 0) == 1) {
+                got += ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.len == sizeof big;
+                gone += ev.kind == DLC_NET_LOST;
+                dlc_net_event_release(&ev);
+            }
+        if (dlc_net_poll(srv, &ev, 50) == 1) {
+            if (ev.kind == DLC_NET_LOST) {
+                gone++;
+                fprintf(stderr, "share lone frame: peer %d lost: %s\n", ev.peer, ev.text);
+            }
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(got == 1 && gone == 0);
+    CHECK(now_s() - t0 > 2); /* it did outlast the timeout */
+    for (int i = 0; i < PEERS; i++) dlc_net_free(cl[i]);
+    dlc_net_free(srv);
+}
+
 static void test_bad_config(void) {
     dlc_net_config c = base_config();
     c.frame_max = 0;
@@ -1443,6 +1500,7 @@ int main(void) {
     test_flood_own_address();
     test_mem_budget();
     test_share_shrinks();
+    test_share_lone_frame();
     test_bad_config();
     test_graceful_close();
     test_heartbeats();

@@ -190,12 +190,12 @@ void dlcn_outframe_free(outframe *f) {
 
 /* The peer's queued bytes drop by n; DRAINED once below half its limit (out_max or its
  * share of mem_max, the smaller) after a refusal. */
-void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n) {
+void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n, int app) {
     int drained = 0;
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (c && c->gen == gen) {
-        dlcn_queued_sub(c, n);
+        dlcn_queued_sub(c, n, app);
         if (c->refused && c->queued < dlcn_limit(net) / 2 && (!net->mem_refused || dlcn_mem(net) < net->cfg.mem_max / 2))
             c->refused = 0, drained = 1;
     }
@@ -243,9 +243,10 @@ void dlcn_payload_written(const void *data, size_t len, void *arg) {
     int peer = f->peer;
     unsigned gen = f->gen;
     size_t total = f->total;
+    int app = dlcn_app_frame(f);
     dlcn_frame_done(f);
     free(f);
-    dlcn_unqueue(net, peer, gen, total);
+    dlcn_unqueue(net, peer, gen, total, app);
 }
 
 /* Hands f to the socket buffer (header copied, payload by reference). */
@@ -326,7 +327,7 @@ static void send_own(conn *c, dlc_frame *f) {
     o->net = c->net, o->peer = c->id, o->gen = c->gen, o->type = f->type, o->hlen = (size_t)n, o->total = (size_t)n;
     memcpy(o->hdr, hdr, (size_t)n);
     pthread_mutex_lock(&c->net->lock);
-    dlcn_queued_add(c, o->total); /* the transport's own frames are never refused for mem_max */
+    dlcn_queued_add(c, o->total, 0); /* the transport's own frames are never refused for mem_max */
     pthread_mutex_unlock(&c->net->lock);
     dlcn_out_queue(c, o);
     if (c->delay_head) dlcn_conn_arm(c);
@@ -485,8 +486,9 @@ void dlcn_conn_close_now(conn *c) {
         outframe *f = c->delay_head;
         c->delay_head = f->next;
         size_t total = f->total;
+        int app = dlcn_app_frame(f);
         dlcn_outframe_free(f);
-        dlcn_unqueue(net, c->id, c->gen, total);
+        dlcn_unqueue(net, c->id, c->gen, total, app);
     }
     c->delay_tail = NULL;
     if (c->inbuf) atomic_fetch_sub_explicit(&net->rx_bytes, c->inlen, memory_order_relaxed);
@@ -494,7 +496,7 @@ void dlcn_conn_close_now(conn *c) {
     c->inbuf = NULL, c->inlen = c->inhave = 0;
     c->half_closed = 0;
     pthread_mutex_lock(&net->lock);
-    dlcn_queued_sub(c, c->queued);
+    dlcn_queued_sub(c, c->queued, 0);
     pthread_mutex_unlock(&net->lock);
     dlcn_in_release(c, 1); /* frames held for the emulated latency: before the LOST (dropped if cut) */
     dlcn_mem_freed(net);

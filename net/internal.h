@@ -165,7 +165,7 @@ typedef struct conn {
     size_t inlen, inhave;
     outframe *delay_head, *delay_tail; /* held for the emulated latency */
     size_t queued;           /* under net->lock */
-    int qframes;             /* under net->lock: the frames queued[] counts */
+    int qframes;             /* under net->lock: the application frames queued counts */
     double over_t;           /* I/O thread: since when queued has been above the peer's share (0: not) */
     int refused;             /* a send was refused since the last DRAINED */
     int mem_wait;            /* I/O thread: the next frame waits for mem_max; not read meanwhile */
@@ -340,15 +340,21 @@ void dlcn_count_out(conn *c, const outframe *f, int direct);
 static inline void dlcn_count(_Atomic uint64_t *counter, uint64_t v) {
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
 }
-void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n);
+void dlcn_unqueue(dlc_net *net, int peer, unsigned gen, size_t n, int app);
 /* net->lock held: c's queued bytes, and with them the net's (mem_max), change by n. */
-static inline void dlcn_queued_add(conn *c, size_t n) { c->queued += n, c->qframes++, c->net->out_bytes += n; }
-static inline void dlcn_queued_sub(conn *c, size_t n) {
+/* app: a frame of dlc_net_send's (counted in qframes), not one of the transport's own. */
+static inline void dlcn_queued_add(conn *c, size_t n, int app) {
+    c->queued += n, c->net->out_bytes += n;
+    if (app) c->qframes++;
+}
+static inline void dlcn_queued_sub(conn *c, size_t n, int app) {
     if (n > c->queued) n = c->queued;
     c->queued -= n, c->net->out_bytes -= n;
-    if (c->qframes > 0) c->qframes--;
+    if (app && c->qframes > 0) c->qframes--;
     if (c->queued == 0) c->qframes = 0;
 }
+/* An application frame (dlc_net_send's): it notifies SENT or frees a payload. */
+static inline int dlcn_app_frame(const outframe *f) { return f->notify || f->free_payload != NULL; }
 /* net->lock held: one READY peer's share of mem_max (mem_max / the READY peers), and the
  * bytes a peer may have queued, the smaller of out_max and that share.  A frame always
  * fits an empty queue (out_max permitting), so a share below a frame still moves. */

@@ -130,7 +130,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 size_t total = k->frame->total;
                 unsigned gen = k->frame->gen;
                 dlcn_outframe_free(k->frame);
-                dlcn_unqueue(net, k->peer, gen, total);
+                dlcn_unqueue(net, k->peer, gen, total, 1);
             }
             if (c) { /* queued in order: the sender may write directly again */
                 pthread_mutex_lock(&net->lock);
@@ -584,7 +584,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
         int r = dlcn_send_direct(c, o);
         bool drained = false;
         if (r >= 0) dlcn_count_out(c, o, 1);
-        if (r == 0) dlcn_queued_add(c, o->total); /* its copy waits in the queue */
+        if (r == 0) dlcn_queued_add(c, o->total, 1); /* its copy waits in the queue */
         else if (r == 1 && c->refused && c->queued < dlcn_limit(net) / 2) c->refused = 0, drained = true;
         pthread_mutex_unlock(&net->lock);
         if (r < 0) return dlc_error(DLC_ERR_NOMEM, "dlc_net_send: out of memory");
@@ -601,7 +601,7 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
             cmd *k = &h->send;
             k->kind = CMD_SEND, k->peer = peer, k->frame = h;
             st = cmd_push(net, k);
-            if (st == DLC_OK) dlcn_queued_add(c, h->total), c->cmd_pending++, c->direct = 0;
+            if (st == DLC_OK) dlcn_queued_add(c, h->total, 1), c->cmd_pending++, c->direct = 0;
             else free(h);
         }
     }

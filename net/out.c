@@ -297,8 +297,9 @@ void dlcn_out_stop(conn *c) {
         outframe *next = f->next;
         size_t total = f->total;
         unsigned gen = f->gen;
+        int app = dlcn_app_frame(f);
         dlcn_outframe_free(f);
-        dlcn_unqueue(c->net, c->id, gen, total);
+        dlcn_unqueue(c->net, c->id, gen, total, app);
         f = next;
     }
 }

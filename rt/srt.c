@@ -74,6 +74,8 @@ typedef struct owed {
 /* Waiting sends of other types (dp's averages, REPLAY answers) one learner may hold
  * beyond its one FRAGMENT per fragment; past it the learner is cut off and resynced. */
 #define SRT_OWED_OTHER_MAX 64
+/* Seconds after which waiting sends are offered to the transport again without a DRAINED. */
+#define SRT_OWED_RETRY_S 0.5
 
 typedef struct slearner {
     int peer;                 /* the READY connection bound to it, -1 none */
@@ -81,6 +83,7 @@ typedef struct slearner {
     int ob_other;             /* of them not FRAGMENTs */
     size_t ob_bytes;          /* their payload bytes */
     double ob_since;          /* driver time the oldest began to wait */
+    double ob_tried;          /* driver time they were last offered to the transport */
     int64_t superseded;       /* FRAGMENTs superseded since the last BEHIND event */
     double behind_t;          /* driver time of its last BEHIND event, -1 none */
     int banked;               /* the connection whose counters are in bytes_* already, -1 none */
@@ -342,7 +345,7 @@ static dlc_status owe(dlc_srt *s, int m, const dlc_msg *msg, sbuf *buf) {
         return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a waiting send");
     }
     o->next = NULL, o->msg = *msg, o->buf = buf;
-    if (!L->ob_head) L->ob_since = srt_now(s);
+    if (!L->ob_head) L->ob_since = L->ob_tried = srt_now(s);
     if (L->ob_tail) L->ob_tail->next = o;
     else L->ob_head = o;
     L->ob_tail = o;
@@ -385,6 +388,7 @@ static dlc_status deliver(dlc_srt *s, int m, const dlc_msg *msg, sbuf *buf) {
  * is full again.  lock held. */
 static dlc_status owed_flush(dlc_srt *s, int m) {
     slearner *L = &s->learners[m];
+    L->ob_tried = srt_now(s);
     while (L->ob_head && L->peer >= 0) {
         owed *o = L->ob_head;
         int r = send_now(s, m, &o->msg, o->buf);
@@ -716,6 +720,10 @@ static void *srt_thread(void *arg) {
             if (s->learners[m].cut_until > 0 && s->learners[m].cut_until <= now) st = cut_end(s, m, now);
         if (st == DLC_OK && s->gate && s->gate_first >= 0 && now >= s->gate_first + s->cfg.start_timeout)
             st = gate_open(s, now); /* start with those there */
+        /* waiting sends are offered again now and then, whatever the DRAINED events: a send
+         * refused because the transport's command queue was full has no DRAINED of its own */
+        for (int m = 0; m < s->M && st == DLC_OK; m++)
+            if (s->learners[m].ob_head && now - s->learners[m].ob_tried >= SRT_OWED_RETRY_S) st = owed_flush(s, m);
         if (exp <= now) {
             st = dlc_syncer_handle_expiry(s->s, now);
             if (st == DLC_OK) st = drain(s);
