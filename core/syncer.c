@@ -9,6 +9,7 @@
  * reproducible bit for bit). */
 #include <math.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/mem.h"
@@ -149,6 +150,35 @@ static dlc_status syncer_unpolled(const dlc_syncer *s, const char *fn) {
                      "with dlc_syncer_poll before the next event)", fn, s->qlen, s->qlen == 1 ? "" : "s");
 }
 
+/* ---- shared payload buffers (syncer.h) ---- */
+
+struct dlc_payload {
+    atomic_int refs;
+    uint8_t *data;
+};
+
+static dlc_payload *payload_new(size_t cap) {
+    dlc_payload *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    if (!(p->data = dlc_big_alloc(cap ? cap : 1))) {
+        free(p);
+        return NULL;
+    }
+    atomic_init(&p->refs, 1);
+    return p;
+}
+
+dlc_payload *dlc_payload_ref(dlc_payload *p) {
+    if (p) atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+    return p;
+}
+
+void dlc_payload_unref(dlc_payload *p) {
+    if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
+    dlc_big_free(p->data);
+    free(p);
+}
+
 dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, const float *theta0) {
     if (dlc_syncer_params_check(sp) != DLC_OK) return NULL;
     if (!plan || !theta0) {
@@ -229,7 +259,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->c = calloc((size_t)s->M, sizeof *f->c);
         f->mc = calloc((size_t)s->M, sizeof *f->mc);
         f->out_cap = f->n * (int64_t)sizeof(float);
-        f->out = dlc_big_alloc((size_t)f->out_cap);
+        f->out = payload_new((size_t)f->out_cap);
         if (!f->c || !f->mc || !f->out) goto nomem;
         if (sp->dp) {
             int64_t cap = sp->dp_history;
@@ -262,7 +292,7 @@ void dlc_syncer_free(dlc_syncer *s) {
         for (int m = 0; f->c && m < s->M; m++) free(f->c[m].bytes);
         free(f->c);
         free(f->mc);
-        free(f->out);
+        dlc_payload_unref(f->out);
         for (int i = 0; f->hist && i < f->hist_cap; i++) free(f->hist[i]);
         free(f->hist);
         free(f->hist_step);
@@ -359,12 +389,20 @@ static void clear_round(sfrag *f, int M) {
     if (f->state != DLC_ROUND_IDLE) set_round_state(f, DLC_ROUND_IDLE);
 }
 
-/* Encodes Θ_p (codec_down) into f->out unless it already holds this version. */
+/* Encodes Θ_p (codec_down) into f->out unless it already holds this version; into a new
+ * buffer when a driver still holds the old one. */
 static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
     int64_t v = dlc_fragstate_version(f->fs);
     if (f->out_version == v) return DLC_OK;
-    int64_t w = dlc_codec_encode(s->p.codec_down, NULL, dlc_fragstate_theta(f->fs), f->n, f->out, (size_t)f->out_cap,
-                                 NULL);
+    if (atomic_load_explicit(&f->out->refs, memory_order_acquire) > 1) {
+        dlc_payload *fresh = payload_new((size_t)f->out_cap);
+        if (!fresh) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %lld-byte fragment",
+                                     (long long)f->out_cap);
+        dlc_payload_unref(f->out);
+        f->out = fresh;
+    }
+    int64_t w = dlc_codec_encode(s->p.codec_down, NULL, dlc_fragstate_theta(f->fs), f->n, f->out->data,
+                                 (size_t)f->out_cap, NULL);
     if (w < 0) return (dlc_status)w;
     f->out_len = w;
     f->out_version = v;
@@ -380,10 +418,10 @@ static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, dou
     sfrag *f = &s->f[p];
     dlc_status st = encode_theta(s, f);
     if (st != DLC_OK) return st;
-    dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p};
+    dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p, .owner = f->out};
     a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
                       .steps = phase, .step_time = step_time, .flags = flags, .held = held, .age = age,
-                      .codec = s->p.codec_down, .payload = f->out,
+                      .codec = s->p.codec_down, .payload = f->out->data,
                       .len = (size_t)f->out_len, .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
     return push(s, &a);
 }

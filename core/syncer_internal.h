@@ -34,7 +34,7 @@ typedef struct sfrag {
     double last_open;       /* when the latest round opened (-1: none yet) */
     contrib *c;             /* [M] */
     dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
-    uint8_t *out;           /* encoded Θ_p */
+    dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others) */
     int64_t out_cap, out_len, out_version;
 } sfrag;
 

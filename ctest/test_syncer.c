@@ -546,6 +546,55 @@ static void test_join(void) {
     fx_free(&x);
 }
 
+/* A SEND of a FRAGMENT names the buffer its payload lies in (syncer.h, dlc_payload): a
+ * driver that keeps a reference across later merges finds its bytes unchanged (the next
+ * version is encoded into a new buffer) and frees it with the last reference; one that
+ * keeps none sees the same buffer reused. */
+static void test_payload_owner(void) {
+    fx x;
+    fx_make(&x, 2, 81);
+    dlc_syncer_params sp = sgd_params(1, 1, DLC_GRACE_OFF, 0);
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    rec r = drain(s);
+    const dlc_syncer_action *a = NULL;
+    for (int i = 0; i < r.n; i++)
+        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) a = &r.a[i];
+    CHECK(a && a->owner && a->msg.version == 0);
+    if (!a) return;
+    int64_t n1 = dlc_plan_numel(x.plan, 1);
+    float v0[NMAX], d[NMAX];
+    memcpy(v0, a->msg.payload, a->msg.len);
+    dlc_payload *held = dlc_payload_ref(a->owner);
+    const uint8_t *held_bytes = a->msg.payload;
+    randv(d, n1, 810, 0.1f);
+    dlc_msg m = contribution(0, 1, 0, 4, 40, d, n1);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    r = drain(s);
+    const dlc_msg *f = sent_to(&r, 0, 1);
+    const dlc_syncer_action *b = NULL;
+    for (int i = 0; i < r.n; i++)
+        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) b = &r.a[i];
+    CHECK(f && f->version == 1 && b && b->owner && b->owner != held);
+    CHECK(memcmp(held_bytes, v0, (size_t)n1 * sizeof(float)) == 0);                /* untouched */
+    CHECK(f && memcmp(f->payload, v0, (size_t)n1 * sizeof(float)) != 0);           /* version 1 */
+    dlc_payload_unref(held);
+    /* nothing held now: version 2 is encoded into version 1's buffer */
+    dlc_payload *b1 = b ? b->owner : NULL;
+    m = contribution(0, 1, 1, 4, 40, d, n1);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    r = drain(s);
+    const dlc_syncer_action *c = NULL;
+    for (int i = 0; i < r.n; i++)
+        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) c = &r.a[i];
+    CHECK(c && c->msg.version == 2 && c->owner == b1);
+    dlc_payload_unref(NULL);
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 /* A lost learner's contribution leaves the round; the round then merges when every
  * remaining live learner has sent. */
 static void test_lost(void) {
@@ -1674,6 +1723,7 @@ static void test_fence_epoch(void) {
 }
 
 int main(void) {
+    test_payload_owner();
     test_quorum_grace_late();
     test_grace_cut_short();
     test_adaptive_grace();

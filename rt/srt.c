@@ -45,13 +45,17 @@ typedef struct srt_node {
 typedef struct sbuf {
     atomic_int refs;
     size_t len;
+    dlc_payload *core;        /* the syncer's own buffer, referenced (no copy), or NULL: data */
+    const uint8_t *bytes;     /* core's bytes or data */
     uint8_t data[];
 } sbuf;
 
 static void sbuf_unref(const void *payload, void *arg) {
     (void)payload;
     sbuf *b = arg;
-    if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1) return;
+    dlc_payload_unref(b->core);
+    free(b);
 }
 
 static sbuf *sbuf_ref(sbuf *b) {
@@ -421,19 +425,25 @@ static void cache_trim(dlc_srt *s) {
 }
 
 /* The payload of a SEND as a shared buffer (one reference for the caller): a FRAGMENT's
- * from the cache of its fragment's latest version (copied in once per version), another
- * type's from the batch's (*batch, copied once per distinct payload of a drain).  NULL
- * when out of memory.  lock held. */
-static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, sbuf **batch, const uint8_t **batch_src) {
+ * from the cache of its fragment's latest version, which references the syncer's own
+ * buffer (`owner`, no copy; copied in once per version without one), another type's from
+ * the batch's (*batch, copied once per distinct payload of a drain).  NULL when out of
+ * memory.  lock held. */
+static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, dlc_payload *owner, sbuf **batch,
+                        const uint8_t **batch_src) {
     if (msg->type == DLC_MSG_FRAGMENT && msg->fragment >= 0 && msg->fragment < s->P) {
         int p = msg->fragment;
         sbuf *c = s->cur[p];
-        if (c && s->cur_version[p] == msg->version && s->cur_epoch[p] == msg->epoch && c->len == msg->len)
+        if (c && s->cur_version[p] == msg->version && s->cur_epoch[p] == msg->epoch && c->len == msg->len &&
+            (!owner || c->core == owner))
             return sbuf_ref(c);
-        if (!(c = dlc_big_alloc(sizeof *c + msg->len))) return NULL;
+        /* the syncer's buffer referenced, not copied (syncer.h, dlc_payload) */
+        if (!(c = owner ? malloc(sizeof *c) : dlc_big_alloc(sizeof *c + msg->len))) return NULL;
         atomic_init(&c->refs, 1);
         c->len = msg->len;
-        memcpy(c->data, msg->payload, msg->len);
+        c->core = owner ? dlc_payload_ref(owner) : NULL;
+        c->bytes = owner ? msg->payload : c->data;
+        if (!owner) memcpy(c->data, msg->payload, msg->len);
         sbuf_unref(NULL, s->cur[p]);
         s->cur[p] = c, s->cur_version[p] = msg->version, s->cur_epoch[p] = msg->epoch;
         return sbuf_ref(c);
@@ -443,6 +453,7 @@ static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, sbuf **batch, const uint
         if (!b) return NULL;
         atomic_init(&b->refs, 1);
         b->len = msg->len;
+        b->core = NULL, b->bytes = b->data;
         memcpy(b->data, msg->payload, msg->len);
         sbuf_unref(NULL, *batch);
         *batch = b, *batch_src = msg->payload;
@@ -471,12 +482,12 @@ static dlc_status drain(dlc_srt *s) {
             dlc_msg msg = a.msg;
             sbuf *buf = NULL;
             if (msg.len) { /* a merged fragment broadcast to M learners is one buffer */
-                if (!(buf = payload_of(s, &msg, &shared, &shared_src))) {
+                if (!(buf = payload_of(s, &msg, a.owner, &shared, &shared_src))) {
                     st = dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte %s", msg.len,
                                    dlc_msg_type_name(msg.type));
                     break;
                 }
-                msg.payload = buf->data;
+                msg.payload = buf->bytes;
             }
             st = deliver(s, m, &msg, buf);
             break;

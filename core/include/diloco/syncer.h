@@ -285,10 +285,23 @@ typedef struct dlc_merge_info {
     double useful_tokens;    /* Σ c_tokens / P of the merged contributions (§7) */
 } dlc_merge_info;
 
+/* The buffer of an encoded fragment the syncer sends (a SEND's `owner`).  The syncer
+ * encodes each version of Θ_p into one and keeps it while it can; a driver that sends the
+ * payload later than the syncer's next event call (a frame queued behind others, a
+ * learner whose link is slow) takes a reference instead of copying the bytes, and drops
+ * it once they are written.  The syncer never writes into a buffer a driver holds: the
+ * next version goes into a new one.  References may be dropped from any thread. */
+typedef struct dlc_payload dlc_payload;
+DLC_API dlc_payload *dlc_payload_ref(dlc_payload *p); /* returns p */
+DLC_API void dlc_payload_unref(dlc_payload *p);        /* NULL ok */
+
 typedef struct dlc_syncer_action {
     dlc_syncer_action_type type;
     dlc_msg msg;             /* SEND: payload owned by the syncer, valid until its next
-                              * accepted event call (above) */
+                              * accepted event call (above), or for as long as the driver
+                              * holds a reference to `owner` */
+    dlc_payload *owner;      /* SEND of a FRAGMENT: the buffer msg.payload lies in (not a
+                              * reference: dlc_payload_ref it to keep it); NULL otherwise */
     dlc_merge_info merge;    /* MERGED */
     int learner, fragment;   /* REJECTED, JOINED, LOST */
     dlc_reject_reason reason;/* REJECTED */
