@@ -9,7 +9,7 @@
  * heartbeats and timeouts are the one liveness layer: the state machine's own timeout is
  * off), grace deadlines expire on time.  What the host wants to know (merges, joins,
  * losses, refusals, goodbyes) comes out of dlc_srt_poll as events.  A merged fragment
- * goes to every live learner from one refcounted copy of its bytes.
+ * goes to every live learner from one refcounted buffer, the syncer's own (no copy).
  *
  * Back-pressure: nothing the syncer sends is lost to a full queue.  A send the transport
  * refuses (the learner's queue is past out_max or its share of mem_max, net.h) waits in
