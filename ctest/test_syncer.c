@@ -550,6 +550,14 @@ static void test_join(void) {
  * driver that keeps a reference across later merges finds its bytes unchanged (the next
  * version is encoded into a new buffer) and frees it with the last reference; one that
  * keeps none sees the same buffer reused. */
+/* The last SEND action of fragment p in r, NULL if none. */
+static const dlc_syncer_action *send_action(const rec *r, int p) {
+    const dlc_syncer_action *a = NULL;
+    for (int i = 0; i < r->n; i++)
+        if (r->a[i].type == DLC_SACT_SEND && r->a[i].msg.fragment == p) a = &r->a[i];
+    return a;
+}
+
 static void test_payload_owner(void) {
     fx x;
     fx_make(&x, 2, 81);
@@ -559,9 +567,7 @@ static void test_payload_owner(void) {
     if (!s) return;
     CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
     rec r = drain(s);
-    const dlc_syncer_action *a = NULL;
-    for (int i = 0; i < r.n; i++)
-        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) a = &r.a[i];
+    const dlc_syncer_action *a = send_action(&r, 1);
     CHECK(a && a->owner && a->msg.version == 0);
     if (!a) return;
     int64_t n1 = dlc_plan_numel(x.plan, 1);
@@ -574,9 +580,7 @@ static void test_payload_owner(void) {
     CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
     r = drain(s);
     const dlc_msg *f = sent_to(&r, 0, 1);
-    const dlc_syncer_action *b = NULL;
-    for (int i = 0; i < r.n; i++)
-        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) b = &r.a[i];
+    const dlc_syncer_action *b = send_action(&r, 1);
     CHECK(f && f->version == 1 && b && b->owner && b->owner != held);
     CHECK(memcmp(held_bytes, v0, (size_t)n1 * sizeof(float)) == 0);                /* untouched */
     CHECK(f && memcmp(f->payload, v0, (size_t)n1 * sizeof(float)) != 0);           /* version 1 */
@@ -586,9 +590,7 @@ static void test_payload_owner(void) {
     m = contribution(0, 1, 1, 4, 40, d, n1);
     CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
     r = drain(s);
-    const dlc_syncer_action *c = NULL;
-    for (int i = 0; i < r.n; i++)
-        if (r.a[i].type == DLC_SACT_SEND && r.a[i].msg.fragment == 1) c = &r.a[i];
+    const dlc_syncer_action *c = send_action(&r, 1);
     CHECK(c && c->msg.version == 2 && c->owner == b1);
     dlc_payload_unref(NULL);
     dlc_syncer_free(s);
