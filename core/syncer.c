@@ -1,12 +1,17 @@
 /* syncer.c - the syncer as a sans-IO state machine (syncer.h, docs/sim.md).
  *
  * One sfrag per fragment: its outer state (Θ, momentum, ring), a merge accumulator, the
- * round (state, one contribution slot per learner holding the encoded bytes as they
- * arrived) and the encoded Θ_p last sent.  A contribution is checked when it arrives
- * (size, finiteness, base version in the ring), so closing a round cannot fail on a
- * learner's data: it decodes each stored contribution once more, anchors it at the
- * current Θ_p and adds it to the accumulator, in learner order (so a run is
- * reproducible bit for bit). */
+ * round (state, one slot per learner with what its contribution's report and account
+ * need) and the encoded Θ_p last sent.  A contribution is checked, decoded, re-anchored
+ * at the current Θ_p (which no other event moves while the round is open) and added to
+ * the accumulator when it arrives, so the syncer never stores contributions: its memory
+ * does not grow with the learners, and closing a round cannot fail on a learner's data.
+ * Sums run in arrival order, which a replay feeds again in the same order (bit for bit).
+ * What a stored contribution allowed and an accumulated one does not: taking it back.
+ * So a contribution stays in its round when its sender is lost or restarts, and a
+ * learner that sends p again while its earlier contribution waits in p's open round has
+ * the newer one held (its encoded bytes, one per learner and fragment, a newer one
+ * replacing it) to open p's next round, re-anchored there like any late one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdatomic.h>
@@ -217,6 +222,8 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->merged = calloc((size_t)s->M, sizeof(int64_t));
     s->merged_steps = calloc((size_t)s->M, sizeof(double));
     s->last_base = malloc((size_t)s->M * (size_t)s->P * sizeof(int64_t));
+    s->last_life = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
+    s->life = calloc((size_t)s->M, sizeof(int64_t));
     s->last_steps = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
     s->last_tokens = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
     s->shard = malloc((size_t)s->M * sizeof(int64_t));
@@ -224,7 +231,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
         !s->q || !s->incarnation || !s->inc_open || !s->fenced || !s->unheard || !s->merged || !s->shard ||
-        !s->merged_steps || !s->last_base || !s->last_steps || !s->last_tokens)
+        !s->merged_steps || !s->last_base || !s->last_steps || !s->last_tokens || !s->last_life || !s->life)
         goto nomem;
     for (int64_t i = 0; i < (int64_t)s->M * s->P; i++) s->last_base[i] = -1;
     for (int m = 0; m < s->M; m++) s->shard[m] = -1;
@@ -257,10 +264,11 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         if (!f->mg) goto fail;
         if (!(f->fs = dlc_fragstate_new(&sp->outer, s->scratch, f->n))) goto fail;
         f->c = calloc((size_t)s->M, sizeof *f->c);
-        f->mc = calloc((size_t)s->M, sizeof *f->mc);
+        f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
+        f->arr = calloc((size_t)s->M, sizeof *f->arr);
         f->out_cap = f->n * (int64_t)sizeof(float);
         f->out = payload_new((size_t)f->out_cap);
-        if (!f->c || !f->mc || !f->out) goto nomem;
+        if (!f->c || !f->mc || !f->arr || !f->out) goto nomem;
         if (sp->dp) {
             int64_t cap = sp->dp_history;
             if (cap == 0) {
@@ -289,9 +297,10 @@ void dlc_syncer_free(dlc_syncer *s) {
         sfrag *f = &s->f[p];
         dlc_fragstate_free(f->fs);
         dlc_merge_free(f->mg);
-        for (int m = 0; f->c && m < s->M; m++) free(f->c[m].bytes);
+        for (int m = 0; f->c && m < s->M; m++) dlc_big_free(f->c[m].h_bytes);
         free(f->c);
         free(f->mc);
+        free(f->arr);
         dlc_payload_unref(f->out);
         for (int i = 0; f->hist && i < f->hist_cap; i++) free(f->hist[i]);
         free(f->hist);
@@ -315,6 +324,8 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->merged);
     free(s->merged_steps);
     free(s->last_base);
+    free(s->last_life);
+    free(s->life);
     free(s->last_steps);
     free(s->last_tokens);
     free(s->shard);
@@ -374,18 +385,31 @@ static int quorum_of(const dlc_syncer *s, const sfrag *f) {
 
 /* A contribution's weight in its merge.  dp: 1, or 0 for a void gradient (no tokens: the
  * learner's step went non-finite on a finite model; it applies the others' average). */
-static double weight_of(const dlc_syncer *s, const contrib *c) {
-    if (s->p.dp) return c->tokens > 0 ? 1 : 0;
+static double weight_of(const dlc_syncer *s, int64_t tokens, int64_t steps) {
+    if (s->p.dp) return tokens > 0 ? 1 : 0;
     switch (s->p.weighting) {
     case DLC_WEIGHT_UNIFORM: return 1;
-    case DLC_WEIGHT_TOKENS: return (double)c->tokens;
-    default: return (double)c->tokens * (double)c->tokens / (double)c->steps;
+    case DLC_WEIGHT_TOKENS: return (double)tokens;
+    default: return (double)tokens * (double)tokens / (double)steps;
     }
 }
 
+/* Every learner that takes part in p's open round (expected) has sent to it. */
+static int all_in(const dlc_syncer *s, const sfrag *f) {
+    int p = (int)(f - s->f);
+    int gate = (s->p.blocking && s->P > 1) || s->p.dp; /* as in expected */
+    for (int m = 0; m < s->M; m++)
+        if (s->live[m] && !f->c[m].present && s->joined_at[m] <= f->opened &&
+            (!gate || s->sent_since[(size_t)m * s->P + p]))
+            return 0;
+    return 1;
+}
+
+/* Empties p's round and its accumulator (a held contribution stays held). */
 static void clear_round(sfrag *f, int M) {
     for (int m = 0; m < M; m++) f->c[m].present = 0;
     f->count = 0;
+    if (dlc_merge_count(f->mg) > 0) dlc_merge_reset(f->mg);
     if (f->state != DLC_ROUND_IDLE) set_round_state(f, DLC_ROUND_IDLE);
 }
 
@@ -509,45 +533,51 @@ static dlc_status hist_push(sfrag *f, const float *avg, int64_t step) {
     return DLC_OK;
 }
 
-/* Merges fragment p's round and sends the result. */
+static dlc_status evaluate(dlc_syncer *s, int p, double now, int may_close);
+static dlc_status admit_held(dlc_syncer *s, int p, double now);
+
+/* Merges fragment p's round (its contributions are in the accumulator already) and sends
+ * the result; then a held contribution opens the next round. */
 static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     sfrag *f = &s->f[p];
-    dlc_merge_reset(f->mg);
     int k = 0;
     int64_t bytes_in = 0;
     double useful = 0;
     dlc_status st = DLC_OK;
-    for (int m = 0; m < s->M && st == DLC_OK; m++) {
+    /* two lists, used in turn: a flush can close p twice before the driver polls */
+    dlc_merge_contrib *mc = f->mc + (f->mc_flip ? s->M : 0);
+    f->mc_flip ^= 1;
+    for (int i = 0; i < f->count; i++) { /* in arrival order: the order of the sums */
+        int m = f->arr[i];
         contrib *c = &f->c[m];
-        if (!c->present) continue;
-        double w = weight_of(s, c);
-        if (!(w > 0)) continue;
-        st = dlc_codec_decode(c->codec, &s->p.codec_params, c->bytes, c->len, s->scratch, f->n);
-        if (st == DLC_OK && !s->p.dp) st = dlc_fragstate_anchor(f->fs, c->base, s->scratch);
-        if (st == DLC_OK)
-            st = dlc_merge_add(f->mg, DLC_CODEC_F32, NULL, (const uint8_t *)s->scratch, (size_t)f->n * sizeof(float), w);
-        if (st != DLC_OK) break;
-        f->mc[k++] = (dlc_merge_contrib){.learner = m, .weight = w, .base_version = c->base,
-                                         .staleness = (s->p.dp ? f->dp_step : dlc_fragstate_version(f->fs)) - c->base,
-                                         .steps = c->steps,
-                                         .tokens = c->tokens, .incarnation = s->incarnation[m],
-                                         .arrived = c->arrived};
+        if (!(c->weight > 0)) continue;
+        mc[k++] = (dlc_merge_contrib){.learner = m, .weight = c->weight, .base_version = c->base,
+                                      .staleness = (s->p.dp ? f->dp_step : dlc_fragstate_version(f->fs)) - c->base,
+                                      .steps = c->steps, .tokens = c->tokens, .incarnation = c->incarnation,
+                                      .arrived = c->arrived};
         bytes_in += (int64_t)c->len;
         /* the steps and tokens new to the run: a contribution from the base of one of its
          * earlier merged ones (sent again before a merge came back: a cut, a restarted
-         * syncer) holds that one's steps too (syncer.h, the account) */
-        size_t at = (size_t)m * s->P + (size_t)p;
+         * syncer) holds that one's steps too (syncer.h, the account), when both came from
+         * the same life of the learner (between two of its joins: its counters restart at
+         * a join).  A round merges an earlier life's contribution before a later one's
+         * (a later one is held while the earlier is in p's round). */
+        s->merged[m]++;
+        /* dp: a gradient whose learner was lost before its round closed is in the average,
+         * but its step never completed (a step is done at its average) */
+        if (s->p.dp && (!s->live[m] || c->life != s->life[m])) continue;
         int64_t steps = c->steps, tokens = c->tokens;
-        if (c->base == s->last_base[at] && steps >= s->last_steps[at]) {
+        size_t at = (size_t)m * s->P + (size_t)p;
+        if (c->life == s->last_life[at] && c->base == s->last_base[at] && steps >= s->last_steps[at]) {
             steps -= s->last_steps[at];
             tokens -= tokens >= s->last_tokens[at] ? s->last_tokens[at] : tokens;
         }
         s->last_base[at] = c->base, s->last_steps[at] = c->steps, s->last_tokens[at] = c->tokens;
+        s->last_life[at] = c->life;
         useful += (double)tokens / s->P;
         s->merged_steps[m] += (double)steps / s->P;
-        s->merged[m]++;
     }
-    if (st == DLC_OK && k > 0) st = dlc_merge_finish(f->mg, s->scratch);
+    if (k > 0) st = dlc_merge_finish(f->mg, s->scratch);
     if (st == DLC_OK && k == 0) {
         /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
          * be blocked on this round: they get the current fragment back (dp: the run's step
@@ -558,16 +588,16 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     }
     if (st != DLC_OK || k == 0) {
         clear_round(f, s->M);
-        return st;
+        return st == DLC_OK ? admit_held(s, p, now) : st;
     }
     dlc_syncer_action a = {.type = DLC_SACT_MERGED, .fragment = p};
     dlc_merge_info *mi = &a.merge;
-    *mi = (dlc_merge_info){.fragment = p, .count = k, .contribs = f->mc, .live = s->nlive, .quorum = quorum_of(s, f),
+    *mi = (dlc_merge_info){.fragment = p, .count = k, .contribs = mc, .live = s->nlive, .quorum = quorum_of(s, f),
                            .opened = f->opened, .quorum_at = f->state == DLC_ROUND_GRACE ? f->quorum_at : now,
                            .grace = f->state == DLC_ROUND_GRACE ? f->grace : 0, .flushed = flushed,
                            .bytes_in = bytes_in, .useful_tokens = useful};
     mi->waited = now - mi->quorum_at;
-    mi->all_sent = f->count >= expected(s, f);
+    mi->all_sent = all_in(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
         st = hist_push(f, s->scratch, f->dp_step);
@@ -599,19 +629,24 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     mi->bytes_out = sent;
     clear_round(f, s->M);
     if (st == DLC_OK) st = push(s, &a);
-    return st;
+    return st == DLC_OK ? admit_held(s, p, now) : st;
 }
 
 /* Re-checks fragment p's round against the quorum, the grace deadline and the live set. */
-static dlc_status evaluate(dlc_syncer *s, int p, double now) {
+/* may_close 0: a round that is due to close is left in GRACE with its deadline now, for
+ * the driver's next dlc_syncer_handle_expiry (a round opened by a held contribution
+ * inside close_round: one close per fragment per call). */
+static dlc_status evaluate(dlc_syncer *s, int p, double now, int may_close) {
     sfrag *f = &s->f[p];
     if (f->state == DLC_ROUND_IDLE) return DLC_OK;
     if (f->count == 0) {
         clear_round(f, s->M);
         return DLC_OK;
     }
-    int K = quorum_of(s, f);
-    if (f->count >= K) {
+    /* every learner of the round (syncer.h): a lost learner's contribution stays, so the
+     * count may hold more than the live ones */
+    int all = all_in(s, f);
+    if (s->p.quorum == DLC_QUORUM_ALL ? all : f->count >= s->p.quorum) {
         if (f->state != DLC_ROUND_GRACE) {
             double sample = now - f->opened;
             s->xi_quorum = s->xi_quorum == 0 ? sample : (1 - s->p.ema) * s->xi_quorum + s->p.ema * sample;
@@ -620,7 +655,10 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now) {
             f->deadline = now + f->grace;
             set_round_state(f, DLC_ROUND_GRACE);
         }
-        if (!s->manual && (f->count >= expected(s, f) || now >= f->deadline)) return close_round(s, p, now, 0);
+        if (!s->manual && (all || now >= f->deadline)) {
+            if (may_close) return close_round(s, p, now, 0);
+            f->deadline = now;
+        }
     } else if (f->state == DLC_ROUND_GRACE) {
         set_round_state(f, DLC_ROUND_COLLECTING);
     }
@@ -639,6 +677,70 @@ static void heard_from(dlc_syncer *s, const dlc_msg *m, double now) {
     if (m->type == DLC_MSG_HEARTBEAT && m->steps > 0) s->sched[m->learner] = m->steps;
     if (m->step_time > 0 && isfinite(m->step_time)) s->step_t[m->learner] = m->step_time;
     if (m->transit > 0 && isfinite(m->transit)) s->transit[m->learner] = m->transit;
+}
+
+/* What enters a round: a contribution's (or dp gradient's) record, its payload apart. */
+typedef struct arrival {
+    int64_t base, steps, tokens, incarnation, life;
+    double arrived;
+} arrival;
+
+/* Learner L's payload (codec_up; dp: f32, already decoded into scratch when decoded is
+ * set) enters fragment p's round, opening one if none is open: decoded, re-anchored at
+ * the current Θ_p through the ring (its base must be in it) and added to the accumulator
+ * with its weight.  A refusal leaves the round and the accumulator as they were and
+ * returns DLC_ERR_FORMAT naming it, with *why the reason. */
+static dlc_status admit(dlc_syncer *s, int p, int L, const arrival *a, const uint8_t *bytes, size_t len, int decoded,
+                        dlc_reject_reason *why, double now) {
+    sfrag *f = &s->f[p];
+    *why = DLC_REJECT_NONFINITE;
+    dlc_status st = DLC_OK;
+    if (!decoded) st = dlc_codec_decode(s->p.codec_up, &s->p.codec_params, bytes, len, s->scratch, f->n);
+    if (st == DLC_OK && !s->p.dp) {
+        st = dlc_fragstate_anchor(f->fs, a->base, s->scratch);
+        if (st != DLC_OK) *why = DLC_REJECT_STALE;
+    }
+    double w = weight_of(s, a->tokens, a->steps);
+    if (st == DLC_OK && w > 0) {
+        st = dlc_merge_add(f->mg, DLC_CODEC_F32, NULL, (const uint8_t *)s->scratch, (size_t)f->n * sizeof(float), w);
+        if (st != DLC_OK && st != DLC_ERR_FORMAT) *why = DLC_REJECT_MALFORMED; /* a weight out of range */
+    }
+    if (st != DLC_OK)
+        return dlc_error(DLC_ERR_FORMAT, "syncer: %s from learner %d for fragment %d: %s", s->p.dp ? "gradient" :
+                         "contribution", L + 1, p, dlc_last_error());
+    contrib *c = &f->c[L];
+    c->present = 1;
+    c->weight = w;
+    c->base = a->base, c->steps = a->steps, c->tokens = a->tokens, c->incarnation = a->incarnation;
+    c->life = a->life, c->arrived = a->arrived;
+    c->len = len;
+    f->arr[f->count++] = L;
+    if (f->state == DLC_ROUND_IDLE) {
+        f->opened = f->last_open = now;
+        if (s->p.dp) f->dp_step = a->base;
+        set_round_state(f, DLC_ROUND_COLLECTING);
+    }
+    return DLC_OK;
+}
+
+/* After a close: the contributions held for p's next round open it, in learner order;
+ * one refused now (its base fell out of the ring) is dropped, its sender resynced when
+ * it is live. */
+static dlc_status admit_held(dlc_syncer *s, int p, double now) {
+    sfrag *f = &s->f[p];
+    dlc_status st = DLC_OK;
+    for (int m = 0; m < s->M && st == DLC_OK; m++) {
+        contrib *c = &f->c[m];
+        if (!c->held) continue;
+        c->held = 0;
+        arrival a = {c->h_base, c->h_steps, c->h_tokens, c->h_incarnation, c->h_life, c->h_arrived};
+        dlc_reject_reason why;
+        if (admit(s, p, m, &a, c->h_bytes, c->h_len, 0, &why, now) != DLC_OK && s->live[m])
+            st = reject(s, m, p, why);
+        dlc_big_free(c->h_bytes);
+        c->h_bytes = NULL;
+    }
+    return st == DLC_OK ? evaluate(s, p, now, 0) : st;
 }
 
 static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double now) {
@@ -661,36 +763,47 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         dlc_status st = reject(s, L, p, DLC_REJECT_MALFORMED);
         return st != DLC_OK ? st : e;
     }
-    if (m->steps > 0 && dlc_fragstate_at(f->fs, m->version) &&
-        dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n) != DLC_OK) {
-        dlc_status e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L + 1, p,
-                                 dlc_last_error());
-        dlc_status st = reject(s, L, p, DLC_REJECT_NONFINITE);
-        return st != DLC_OK ? st : e;
+    int in_ring = dlc_fragstate_at(f->fs, m->version) != NULL;
+    contrib *c = &f->c[L];
+    arrival a = {m->version, m->steps, m->tokens, s->incarnation[L], s->life[L], now};
+    int admitted = 0;
+    if (m->steps > 0 && in_ring) {
+        dlc_status e;
+        dlc_reject_reason why = DLC_REJECT_NONFINITE;
+        if (!c->present) {
+            e = admit(s, p, L, &a, m->payload, m->len, 0, &why, now);
+            admitted = e == DLC_OK;
+        } else { /* to be held: checked now all the same */
+            e = dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n);
+            if (e != DLC_OK)
+                e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L + 1, p,
+                              dlc_last_error());
+        }
+        if (e != DLC_OK) {
+            dlc_status st = reject(s, L, p, why);
+            return st != DLC_OK ? st : e;
+        }
     }
     heard_from(s, m, now); /* a valid message (a stale one too: its sender is alive) */
     if (m->steps == 0) return DLC_OK; /* nothing trained since the last receive */
-    if (!dlc_fragstate_at(f->fs, m->version)) return reject(s, L, p, DLC_REJECT_STALE);
-    contrib *c = &f->c[L];
-    if (c->cap < m->len) {
-        uint8_t *b = dlc_big_alloc(m->len); /* the old bytes are not kept: overwritten below */
-        if (b) dlc_big_free(c->bytes);
+    if (!in_ring) return reject(s, L, p, DLC_REJECT_STALE);
+    s->sent_since[(size_t)L * s->P + p] = 1;
+    if (admitted) return evaluate(s, p, now, 1);
+    /* its earlier contribution is in the open round: this one waits for the next (a
+     * newer one replacing it) */
+    if (!c->h_bytes || c->h_len < m->len) {
+        uint8_t *b = dlc_big_alloc(m->len);
         if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte contribution", m->len);
-        c->bytes = b, c->cap = m->len;
+        dlc_big_free(c->h_bytes);
+        c->h_bytes = b;
     }
-    memcpy(c->bytes, m->payload, m->len);
-    c->len = m->len, c->codec = m->codec;
-    c->base = m->version, c->steps = m->steps, c->tokens = m->tokens, c->arrived = now;
-    s->sent_since[(size_t)L * s->P + (int)(f - s->f)] = 1;
-    if (!c->present) {
-        c->present = 1;
-        f->count++;
-    }
-    if (f->state == DLC_ROUND_IDLE) {
-        f->opened = f->last_open = now;
-        set_round_state(f, DLC_ROUND_COLLECTING);
-    }
-    return evaluate(s, p, now);
+    memcpy(c->h_bytes, m->payload, m->len);
+    c->h_len = m->len;
+    c->held = 1;
+    c->h_base = a.base, c->h_steps = a.steps, c->h_tokens = a.tokens, c->h_incarnation = a.incarnation;
+    c->h_life = a.life, c->h_arrived = a.arrived;
+    s->held++;
+    return DLC_OK;
 }
 
 static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) {
@@ -724,24 +837,14 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
         return st != DLC_OK ? st : e;
     }
     heard_from(s, m, now);
-    contrib *c = &f->c[L];
-    if (c->cap < m->len) {
-        uint8_t *b = dlc_big_alloc(m->len); /* the old bytes are not kept: overwritten below */
-        if (b) dlc_big_free(c->bytes);
-        if (!b) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %zu-byte gradient", m->len);
-        c->bytes = b, c->cap = m->len;
-    }
-    memcpy(c->bytes, m->payload, m->len);
-    c->len = m->len, c->codec = DLC_CODEC_F32;
-    c->base = m->version, c->steps = 1, c->tokens = m->tokens, c->arrived = now;
     s->sent_since[L] = 1; /* awaited in the next rounds (expected) */
-    if (!c->present) c->present = 1, f->count++;
-    if (f->state == DLC_ROUND_IDLE) {
-        f->opened = now;
-        f->dp_step = m->version;
-        set_round_state(f, DLC_ROUND_COLLECTING);
-    }
-    return evaluate(s, 0, now);
+    /* a second gradient of the same step (a restarted learner's) adds nothing: its first
+     * is in the average */
+    if (f->c[L].present) return DLC_OK;
+    arrival a = {m->version, 1, m->tokens, s->incarnation[L], s->life[L], now};
+    dlc_reject_reason why;
+    dlc_status st = admit(s, 0, L, &a, m->payload, m->len, 1, &why, now);
+    return st == DLC_OK ? evaluate(s, 0, now, 1) : st;
 }
 
 /* dp: a REPLAY (syncer.h, "Replay"): the averages after step k that the history holds. */
@@ -756,7 +859,7 @@ static dlc_status receive_replay(dlc_syncer *s, const dlc_msg *m, double now) {
     heard_from(s, m, now);
     /* catching up: not awaited in the rounds until it sends a gradient again */
     s->sent_since[L] = 0;
-    dlc_status st = evaluate(s, 0, now);
+    dlc_status st = evaluate(s, 0, now, 1);
     if (st != DLC_OK) return st;
     sfrag *f = &s->f[0];
     int64_t k = m->version, chunk = DLC_SYNCER_REPLAY_BYTES / (f->n > 0 ? f->n * (int64_t)sizeof(float) : 1);
@@ -798,7 +901,7 @@ static dlc_status make_live(dlc_syncer *s, int m, int64_t inc, double now) {
     s->unheard[m] = 0;
     s->step_t[m] = s->transit[m] = 0;
     s->sched[m] = 0;
-    for (int p = 0; p < s->P; p++) s->last_base[(size_t)m * s->P + p] = -1; /* its counters restart */
+    s->life[m]++; /* its counters restart: its records of earlier lives do not apply */
     return resync_all(s, m, now);
 }
 
@@ -821,17 +924,14 @@ dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now) {
     return st == DLC_OK ? make_live(s, m, 0, now) : st;
 }
 
-/* m leaves the live set; its contributions leave the open rounds. */
+/* m leaves the live set; its contributions stay in the open rounds (and a held one
+ * waits for its next), the rounds stop waiting for it. */
 static dlc_status drop_learner(dlc_syncer *s, int m, double now) {
     if (!s->live[m]) return DLC_OK;
     s->live[m] = 0;
     s->nlive--;
     dlc_status st = DLC_OK;
-    for (int p = 0; p < s->P; p++) {
-        sfrag *f = &s->f[p];
-        if (f->c[m].present) f->c[m].present = 0, f->count--;
-    }
-    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
+    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now, 1);
     return st;
 }
 
@@ -944,7 +1044,7 @@ dlc_status dlc_syncer_handle_expiry(dlc_syncer *s, double now) {
                 if (st == DLC_OK) st = drop_learner(s, m, now);
             }
     for (int p = 0; p < s->P && st == DLC_OK; p++)
-        if (s->f[p].state == DLC_ROUND_GRACE && s->f[p].deadline <= now) st = evaluate(s, p, now);
+        if (s->f[p].state == DLC_ROUND_GRACE && s->f[p].deadline <= now) st = evaluate(s, p, now, 1);
     return st;
 }
 
@@ -956,7 +1056,7 @@ dlc_status dlc_syncer_set_quorum(dlc_syncer *s, int k, double now) {
     dlc_status st = syncer_unpolled(s, "syncer_set_quorum");
     if (st != DLC_OK) return st;
     s->p.quorum = k;
-    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now);
+    for (int p = 0; p < s->P && st == DLC_OK; p++) st = evaluate(s, p, now, 1);
     return st;
 }
 
@@ -969,8 +1069,10 @@ dlc_status dlc_syncer_set_manual(dlc_syncer *s, int on) {
 dlc_status dlc_syncer_flush(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_flush: NULL syncer");
     dlc_status st = syncer_unpolled(s, "syncer_flush");
-    for (int p = 0; p < s->P && st == DLC_OK; p++)
-        if (s->f[p].count > 0) st = close_round(s, p, now, 1);
+    /* twice: a contribution held for a fragment's next round opens it at the first close */
+    for (int pass = 0; pass < 2; pass++)
+        for (int p = 0; p < s->P && st == DLC_OK; p++)
+            if (s->f[p].count > 0) st = close_round(s, p, now, 1);
     return st;
 }
 
@@ -978,7 +1080,10 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
     if (!s) return dlc_error(DLC_ERR_ARG, "syncer_restart: NULL syncer");
     dlc_status st = syncer_unpolled(s, "syncer_restart");
     if (st != DLC_OK) return st;
-    for (int p = 0; p < s->P; p++) clear_round(&s->f[p], s->M);
+    for (int p = 0; p < s->P; p++) {
+        clear_round(&s->f[p], s->M);
+        for (int m = 0; m < s->M; m++) s->f[p].c[m].held = 0;
+    }
     for (int m = 0; m < s->M; m++) {
         s->unheard[m] = 1;
         if (s->live[m]) s->heard[m] = now;
@@ -987,6 +1092,7 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
 }
 
 int dlc_syncer_fragments(const dlc_syncer *s) { return s ? s->P : 0; }
+int64_t dlc_syncer_held(const dlc_syncer *s) { return s ? s->held : 0; }
 int64_t dlc_syncer_merged(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->merged[m] : 0; }
 double dlc_syncer_merged_steps(const dlc_syncer *s, int m) {
     return s && m >= 0 && m < s->M ? s->merged_steps[m] : 0;

@@ -8,13 +8,21 @@
 #include <stdint.h>
 #include "diloco/syncer.h"
 
+/* Learner m's part in fragment p's open round.  Its payload went into the merge
+ * accumulator when it arrived (core/syncer.c, "Rounds"); what stays is what the merge's
+ * report and the account need.  held: a newer contribution that came while this one was
+ * in the round, waiting (its encoded bytes) to open the next one. */
 typedef struct contrib {
     int present;
-    int64_t base, steps, tokens;
+    double weight;          /* its weight in the merge (0: no tokens, not added) */
+    int64_t base, steps, tokens, incarnation, life; /* life: the learner's when it arrived */
     double arrived;
-    dlc_codec_kind codec;
-    uint8_t *bytes;
-    size_t len, cap;
+    size_t len;
+    int held;
+    int64_t h_base, h_steps, h_tokens, h_incarnation, h_life;
+    double h_arrived;
+    uint8_t *h_bytes;
+    size_t h_len;
 } contrib;
 
 typedef struct sfrag {
@@ -33,7 +41,9 @@ typedef struct sfrag {
     int hist_cap, hist_head, hist_len; /* the oldest at hist_head */
     double last_open;       /* when the latest round opened (-1: none yet) */
     contrib *c;             /* [M] */
-    dlc_merge_contrib *mc;  /* [M], the last merge's contributors */
+    int *arr;               /* [M]: the round's contributors in arrival order (count) */
+    dlc_merge_contrib *mc;  /* [2M]: a merge's contributors, the halves used in turn */
+    int mc_flip;
     dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others) */
     int64_t out_cap, out_len, out_version;
 } sfrag;
@@ -56,9 +66,12 @@ struct dlc_syncer {
     int64_t *merged;         /* [M]: contributions merged, over the run (checkpointed) */
     double *merged_steps;    /* [M]: their new steps / P (syncer.h, the account) */
     int64_t *last_base, *last_steps, *last_tokens; /* [M * P]: learner m's last merged
-                             * contribution to fragment p since it joined (base -1: none) */
+                             * contribution to fragment p (base -1: none) ... */
+    int64_t *last_life;      /* [M * P] ... from which of its lives */
+    int64_t *life;           /* [M]: + 1 at each (re)join (0 after a load) */
     int64_t *shard;          /* [M]: the driver's data shard of each learner, -1 = none */
     int nlive;
+    int64_t held;            /* contributions held for a round's next (dlc_syncer_held) */
     int64_t dp_next;         /* dp: the step of the next round (1 + the rounds closed) */
     double xi_quorum;
     int64_t epoch;           /* stamped on every message sent */

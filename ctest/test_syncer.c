@@ -329,8 +329,10 @@ static void test_adaptive_grace(void) {
     fx_free(&x);
 }
 
-/* A second contribution from the same learner replaces the first: the count stays and
- * the second payload is what is merged. */
+/* A second contribution from a learner whose first is in the open round is held (a
+ * third replaces it) and opens the next round when this one closes, re-anchored there;
+ * the account counts its steps past the first once.  A held one whose round is due at
+ * once is left for the next expiry (dlc_syncer_expiry is then). */
 static void test_duplicate(void) {
     fx x;
     fx_make(&x, 1, 40);
@@ -339,17 +341,21 @@ static void test_duplicate(void) {
     dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
     CHECK_OK(s);
     if (!s) return;
-    float th0[NMAX], da[NMAX], db[NMAX], d1[NMAX];
+    float th0[NMAX], th1[NMAX], da[NMAX], db[NMAX], dc[NMAX], d1[NMAX], d1b[NMAX];
     gather(&x, 0, dlc_params_data(x.p), th0);
     randv(da, n, 400, 0.1f);
     randv(db, n, 401, 0.1f);
+    randv(dc, n, 403, 0.1f);
     randv(d1, n, 402, 0.1f);
+    randv(d1b, n, 404, 0.1f);
     join_all(s, 3, 0);
     dlc_msg m = contribution(0, 0, 0, 4, 40, da, n);
     CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
     m = contribution(0, 0, 0, 6, 60, db, n);
     CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
-    CHECK(drain(s).n == 0);
+    m = contribution(0, 0, 0, 7, 70, dc, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.5) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_held(s) == 2);
     CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
     m = contribution(1, 0, 0, 4, 40, d1, n);
     CHECK(dlc_syncer_receive(s, &m, 3.0) == DLC_OK);
@@ -360,12 +366,56 @@ static void test_duplicate(void) {
     CHECK(ma && ma->merge.count == 2);
     if (ma) {
         const dlc_merge_contrib *c0 = contrib_of(&ma->merge, 0);
-        CHECK(c0 && c0->steps == 6 && c0->tokens == 60 && c0->arrived == 2.0);
+        CHECK(c0 && c0->steps == 4 && c0->tokens == 40 && c0->arrived == 1.0);
         CHECK(ma->merge.opened == 1.0);
     }
     double want[NMAX];
-    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)db[i] + d1[i]);
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)da[i] + d1[i]);
     CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
+    CHECK_NEAR(dlc_syncer_merged_steps(s, 0), 4, 1e-12);
+    memcpy(th1, dlc_syncer_theta(s, 0), (size_t)n * sizeof(float));
+    /* the held one (the newest, dc) opened round 2 at the close */
+    CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
+    m = contribution(1, 0, 1, 4, 40, d1b, n);
+    CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
+    CHECK(dlc_syncer_handle_expiry(s, 14.0) == DLC_OK);
+    r = drain(s);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2 && ma->merge.version == 2 && ma->merge.opened == 8.0);
+    if (ma) {
+        const dlc_merge_contrib *c0 = contrib_of(&ma->merge, 0);
+        CHECK(c0 && c0->steps == 7 && c0->base_version == 0 && c0->staleness == 1 && c0->arrived == 2.5);
+    }
+    /* re-anchored: θ_0 = Θ^(0) − dc, Δ' = Θ^(1) − θ_0 */
+    for (int64_t i = 0; i < n; i++)
+        want[i] = (double)th1[i] - LR * 0.5 * (((double)th1[i] - th0[i] + dc[i]) + d1b[i]);
+    CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 4e-6);
+    CHECK_NEAR(dlc_syncer_merged_steps(s, 0), 7, 1e-12); /* 4, then the 3 past them */
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
+    dlc_syncer_free(s);
+
+    /* K = 1 of 2, grace 5: learner 0's second contribution is held; learner 1 is lost, so
+     * every live learner has sent and the round closes; the held one's round is due at
+     * once, left for the expiry */
+    sp = sgd_params(2, 1, DLC_GRACE_FIXED, 5.0);
+    s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    join_all(s, 2, 0);
+    m = contribution(0, 0, 0, 4, 40, da, n);
+    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
+    m = contribution(0, 0, 0, 6, 60, db, n);
+    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
+    CHECK(drain(s).n == 0 && dlc_syncer_expiry(s) == 6.0);
+    CHECK(dlc_syncer_lost(s, 1, 3.0) == DLC_OK);
+    r = drain(s);
+    CHECK(count_type(&r, DLC_SACT_MERGED) == 1 && dlc_syncer_version(s, 0) == 1);
+    CHECK(dlc_syncer_round_count(s, 0) == 1 && dlc_syncer_round_state(s, 0) == DLC_ROUND_GRACE);
+    CHECK(dlc_syncer_expiry(s) == 3.0);
+    CHECK(dlc_syncer_handle_expiry(s, 3.0) == DLC_OK);
+    r = drain(s);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 1 && ma->merge.version == 2 && dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE);
     dlc_syncer_free(s);
     fx_free(&x);
 }
@@ -597,8 +647,8 @@ static void test_payload_owner(void) {
     fx_free(&x);
 }
 
-/* A lost learner's contribution leaves the round; the round then merges when every
- * remaining live learner has sent. */
+/* A lost learner's contribution stays in its round (it counts towards the quorum); the
+ * round stops waiting for the lost learner and merges when every live one has sent. */
 static void test_lost(void) {
     fx x;
     fx_make(&x, 1, 90);
@@ -619,18 +669,19 @@ static void test_lost(void) {
     CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
     m = contribution(1, 0, 0, 4, 40, d1, n);
     CHECK(drain(s).n == 0 && dlc_syncer_round_count(s, 0) == 2);
-    /* learner 2 dies: its contribution leaves; 1 of 2 live sent: K = all = 2 not reached */
+    /* learner 2 dies: its contribution stays; learner 1 has not sent: K = all not reached */
     CHECK(dlc_syncer_lost(s, 2, 3.0) == DLC_OK);
     CHECK(drain(s).n == 0);
-    CHECK(dlc_syncer_live(s) == 2 && dlc_syncer_round_count(s, 0) == 1);
+    CHECK(dlc_syncer_live(s) == 2 && dlc_syncer_round_count(s, 0) == 2);
     CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
     CHECK(dlc_syncer_receive(s, &m, 4.0) == DLC_OK);
     rec r = drain(s);
     const dlc_syncer_action *ma = find_type(&r, DLC_SACT_MERGED);
-    CHECK(ma && ma->merge.count == 2 && ma->merge.all_sent == 1 && ma->merge.live == 2 && ma->merge.quorum == 2);
+    CHECK(ma && ma->merge.count == 3 && ma->merge.all_sent == 1 && ma->merge.live == 2 && ma->merge.quorum == 2);
     CHECK(count_type(&r, DLC_SACT_SEND) == 2 && !sent_to(&r, 2, 0));
+    CHECK(dlc_syncer_merged(s, 2) == 1 && dlc_syncer_merged_steps(s, 2) == 4);
     double want[NMAX];
-    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * 0.5 * ((double)d0[i] + d1[i]);
+    for (int64_t i = 0; i < n; i++) want[i] = (double)th0[i] - LR * ((double)d0[i] + d1[i] + d2[i]) / 3;
     CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
 
     /* K = all of 3 with 2 sent: the third dies and the round merges with the two */
@@ -651,16 +702,23 @@ static void test_lost(void) {
     for (int64_t i = 0; i < n; i++) want[i] = (double)th1[i] - LR * 0.5 * ((double)d0[i] + d1[i]);
     CHECK_NEAR(maxdiff_fd(dlc_syncer_theta(s, 0), want, n), 0, 2e-6);
 
-    /* the only contributor dies: the round is empty again */
+    /* the contributor of an open round dies: its contribution waits there for the live
+     * learner's */
     m = contribution(0, 0, 2, 4, 40, d0, n);
     CHECK(dlc_syncer_receive(s, &m, 9.0) == DLC_OK);
     CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING);
     CHECK(dlc_syncer_lost(s, 0, 10.0) == DLC_OK);
     CHECK(drain(s).n == 0);
-    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_IDLE && dlc_syncer_round_count(s, 0) == 0);
+    CHECK(dlc_syncer_round_state(s, 0) == DLC_ROUND_COLLECTING && dlc_syncer_round_count(s, 0) == 1);
     CHECK(dlc_syncer_version(s, 0) == 2);
     /* lost twice is harmless */
     CHECK(dlc_syncer_lost(s, 0, 10.5) == DLC_OK && dlc_syncer_live(s) == 1);
+    m = contribution(1, 0, 2, 4, 40, d1, n);
+    CHECK(dlc_syncer_receive(s, &m, 11.0) == DLC_OK);
+    r = drain(s);
+    ma = find_type(&r, DLC_SACT_MERGED);
+    CHECK(ma && ma->merge.count == 2 && ma->merge.live == 1 && ma->merge.version == 3);
+    CHECK(count_type(&r, DLC_SACT_SEND) == 1 && sent_to(&r, 1, 0));
     dlc_syncer_free(s);
     fx_free(&x);
 }

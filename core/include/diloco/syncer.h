@@ -15,11 +15,19 @@
  *     dlc_syncer_action a;
  *     while (dlc_syncer_poll(s, &a)) switch (a.type) { case DLC_SACT_SEND: ... }
  *
- * A round of fragment p (state per fragment, below) collects at most one contribution
- * per learner (a second one from the same learner replaces the first).  Each arriving
- * contribution is checked at once: its payload must decode to finite values (else it is
- * rejected and the learner resynced) and its base version must be in the ring (else it
- * is dropped and the learner resynced); a contribution with no steps is ignored.  When
+ * A round of fragment p (state per fragment, below) takes at most one contribution per
+ * learner.  Each arriving contribution is checked at once: its payload must decode to
+ * finite values (else it is rejected and the learner resynced) and its base version must
+ * be in the ring (else it is dropped and the learner resynced); a contribution with no
+ * steps is ignored.  A contribution that passes is re-anchored at the current Θ_p and
+ * added to the round's merge accumulator as it arrives (in arrival order; none is
+ * stored, so memory does not grow with the learners), and it stays in its round when its
+ * learner is lost or restarts before the round closes (it counts towards the quorum; the
+ * round stops waiting for that learner).  A learner that sends p again while its earlier
+ * contribution is in p's open round has the newer one held (its encoded bytes; a still
+ * newer one replaces it; dlc_syncer_held counts them) until the round closes, when it
+ * opens p's next round, re-anchored there like any late contribution (dropped and its
+ * learner resynced if its base has left the ring by then).  When
  * the round holds K contributions (K = DLC_QUORUM_ALL: every live learner) it waits
  * for the grace window g, cut short as soon as every live learner has sent ("every live
  * learner" of a round: those live when it opened; one that joins during a round takes
@@ -31,11 +39,11 @@
  *   grace OFF       g = 0;  grace FIXED  g = grace_s.
  * (A round whose contributions all weigh 0 — no tokens — merges nothing; its senders get
  * the current Θ_p back, flagged DLC_MSG_RESYNC, so none stays blocked on it.)
- * Then every contribution is re-anchored at the current Θ_p through the ring, weighted
- * (uniform 1, tokens c_tokens, tokens2_steps c_tokens²/c_steps), merged in one pass,
- * the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
+ * Each contribution was weighted as it came (uniform 1, tokens c_tokens, tokens2_steps
+ * c_tokens²/c_steps); at the close the merge is finished, the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
  * learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
- * learner, averaged and sent back as GRADIENT_AVG, with no outer step.  A GRADIENT counts
+ * learner, averaged and sent back as GRADIENT_AVG, with no outer step (a second
+ * GRADIENT of the same step from a learner adds nothing: its first is in).  A GRADIENT counts
  * in the round of its step (`version`): the open round's or, when none is open, the next
  * one's (1 + the rounds closed).  One for the round that closed last gets that round's
  * average back, to its sender alone (it was on the way when the round closed); any other
@@ -59,8 +67,8 @@
  *
  * Liveness: join (a new or restarted learner; it gets the full model as P FRAGMENTs
  * flagged DLC_MSG_RESYNC, carrying the run's schedule step: the median of the other live
- * learners' heartbeats), lost (the driver saw it die: its contributions leave the open
- * rounds), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
+ * learners' heartbeats), lost (the driver saw it die: its contributions stay in the open
+ * rounds, which stop waiting for it), and, with `timeout` > 0, silence for `timeout` seconds (action LOST).  A
  * message from a learner that is not live makes it join again (action JOINED, full
  * resync; the message itself is dropped), except a BYE, which is ignored.
  *
@@ -207,8 +215,8 @@ DLC_API void dlc_syncer_free(dlc_syncer *s); /* NULL ok */
 /* Learner m joins (or rejoins): live, and sent the full model.  Its next stamped message
  * tells its incarnation, taken as it is if not older than the one recorded (fencing). */
 DLC_API dlc_status dlc_syncer_join(dlc_syncer *s, int m, double now);
-/* Learner m is gone: not live; its contributions leave the open rounds, which may
- * then merge (every remaining live learner has sent). */
+/* Learner m is gone: not live; its contributions stay in the open rounds, which stop
+ * waiting for it and may then merge (every remaining live learner has sent). */
 DLC_API dlc_status dlc_syncer_lost(dlc_syncer *s, int m, double now);
 /* A message from a learner (CONTRIBUTION, GRADIENT, HEARTBEAT, BYE; borrowed for the
  * call).  A malformed one is refused with DLC_ERR_FORMAT naming what was wrong (and a
@@ -270,8 +278,9 @@ typedef struct dlc_merge_info {
     int fragment;
     int64_t version;         /* the new version (dp: the step) */
     int count;               /* contributions merged */
-    const dlc_merge_contrib *contribs; /* count entries, owned by the syncer, valid as
-                                        * a SEND's payload */
+    const dlc_merge_contrib *contribs; /* count entries in the order they arrived (the
+                                        * order of the sums: a replay feeds them so);
+                                        * owned by the syncer, valid as a SEND's payload */
     int live;                /* live learners at the merge */
     int quorum;              /* the K in force */
     double opened;           /* first contribution's arrival */
@@ -334,6 +343,8 @@ DLC_API int64_t dlc_syncer_epoch(const dlc_syncer *s);
 DLC_API int64_t dlc_syncer_incarnation(const dlc_syncer *s, int m);
 /* Contributions of learner m merged over the run (kept by save/load); 0 out of range. */
 DLC_API int64_t dlc_syncer_merged(const dlc_syncer *s, int m);
+/* Contributions held for their fragment's next round (above), since made or loaded. */
+DLC_API int64_t dlc_syncer_held(const dlc_syncer *s);
 /* The account (learner.h): learner m's steps that entered merges, each step 1/P per
  * fragment (dp: whole steps), counted once: a contribution sent from the same base as
  * one of its earlier merged ones (a learner that sends p again before a merge of p came
