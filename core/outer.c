@@ -1,9 +1,10 @@
 /* outer.c - one fragment's global parameters, outer optimizer and version ring
  * (outer.h, docs/outer.md).
  *
- * The ring is one block of R·n floats; version v lives in slot v mod R, so the current
+ * The ring is R buffers of n floats; version v lives in slot v mod R, so the current
  * Θ is a slot too and a step writes slot (cur+1) mod R from slot cur mod R, overwriting
- * exactly the version that falls out.  With R = 1 both are the same slot and the step is
+ * exactly the version that falls out.  A slot's buffer can be given away (a driver still
+ * sends from it, dlc_fragstate_give) and a fresh one takes its place.  With R = 1 both are the same slot and the step is
  * in place, which the elementwise loop allows.  Every check (finiteness of the delta,
  * version overflow) runs before the first write, so a refused call changes nothing. */
 #include <math.h>
@@ -17,7 +18,7 @@ struct dlc_fragstate {
     int64_t n;
     int64_t cur;   /* current version */
     int64_t reset; /* version of the last new/set: nothing older is kept */
-    float *ring;   /* [R][n] */
+    float **ring;  /* [R] buffers of n floats */
     float *buf;    /* [n] momentum buffer, NULL for plain SGD */
 };
 
@@ -49,9 +50,7 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
     return -1;
 }
 
-static float *slot(const dlc_fragstate *fs, int64_t v) {
-    return fs->ring + (size_t)(v % fs->p.ring) * (size_t)fs->n;
-}
+static float *slot(const dlc_fragstate *fs, int64_t v) { return fs->ring[v % fs->p.ring]; }
 
 static int64_t oldest(const dlc_fragstate *fs) {
     int64_t o = fs->cur - fs->p.ring + 1;
@@ -74,8 +73,10 @@ dlc_fragstate *dlc_fragstate_new(const dlc_fragstate_params *p, const float *the
     if (!fs) goto fail;
     fs->p = *p;
     fs->n = n;
-    fs->ring = dlc_big_alloc(sizeof(float) * (size_t)n * (size_t)p->ring);
+    fs->ring = calloc((size_t)p->ring, sizeof *fs->ring);
     if (!fs->ring) goto fail;
+    for (int r = 0; r < p->ring; r++)
+        if (!(fs->ring[r] = dlc_big_alloc(sizeof(float) * (size_t)n))) goto fail;
     if (p->momentum > 0) {
         fs->buf = dlc_big_calloc((size_t)n * sizeof(float));
         if (!fs->buf) goto fail;
@@ -90,8 +91,9 @@ fail:
 
 void dlc_fragstate_free(dlc_fragstate *fs) {
     if (!fs) return;
+    for (int r = 0; fs->ring && r < fs->p.ring; r++) dlc_big_free(fs->ring[r]);
     free(fs->ring);
-    free(fs->buf);
+    dlc_big_free(fs->buf);
     free(fs);
 }
 
@@ -170,6 +172,25 @@ dlc_status dlc_fragstate_restore(dlc_fragstate *fs, int64_t lo, int64_t version,
     fs->cur = version;
     fs->reset = lo;
     return DLC_OK;
+}
+
+float *dlc_fragstate_give(dlc_fragstate *fs, int64_t version) {
+    if (!fs) return dlc_error(DLC_ERR_ARG, "fragstate_give: fs is NULL"), NULL;
+    if (version > fs->cur || version <= fs->cur - fs->p.ring || version < 0)
+        return dlc_error(DLC_ERR_STATE, "fragstate_give: version %lld has no slot: the slots hold versions %lld..%lld",
+                         (long long)version, (long long)(fs->cur - fs->p.ring + 1 > 0 ? fs->cur - fs->p.ring + 1 : 0),
+                         (long long)fs->cur),
+               NULL;
+    float *fresh = dlc_big_alloc(sizeof(float) * (size_t)fs->n);
+    if (!fresh)
+        return dlc_error(DLC_ERR_NOMEM, "fragstate_give: out of memory for %lld floats", (long long)fs->n), NULL;
+    float **at = &fs->ring[version % fs->p.ring], *old = *at;
+    *at = fresh;
+    if (version == fs->cur)
+        memcpy(fresh, old, sizeof(float) * (size_t)fs->n);
+    else if (fs->reset <= version)
+        fs->reset = version + 1; /* it, and anything older, leaves the ring */
+    return old;
 }
 
 int64_t dlc_fragstate_size(const dlc_fragstate *fs) { return fs ? fs->n : 0; }

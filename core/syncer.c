@@ -159,6 +159,7 @@ static dlc_status syncer_unpolled(const dlc_syncer *s, const char *fn) {
 
 struct dlc_payload {
     atomic_int refs;
+    int owned;     /* data is the payload's own (else a ring slot's, until given to it) */
     uint8_t *data;
 };
 
@@ -169,6 +170,17 @@ static dlc_payload *payload_new(size_t cap) {
         free(p);
         return NULL;
     }
+    p->owned = 1;
+    atomic_init(&p->refs, 1);
+    return p;
+}
+
+/* A payload over a ring slot's Θ (f32 down: the encoding is the floats themselves). */
+static dlc_payload *payload_wrap(const float *theta) {
+    dlc_payload *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->owned = 0;
+    p->data = (uint8_t *)(uintptr_t)theta;
     atomic_init(&p->refs, 1);
     return p;
 }
@@ -180,7 +192,7 @@ dlc_payload *dlc_payload_ref(dlc_payload *p) {
 
 void dlc_payload_unref(dlc_payload *p) {
     if (!p || atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1) return;
-    dlc_big_free(p->data);
+    if (p->owned) dlc_big_free(p->data);
     free(p);
 }
 
@@ -267,8 +279,15 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
         f->arr = calloc((size_t)s->M, sizeof *f->arr);
         f->out_cap = f->n * (int64_t)sizeof(float);
-        f->out = payload_new((size_t)f->out_cap);
-        if (!f->c || !f->mc || !f->arr || !f->out) goto nomem;
+        /* f32 down: sent from the ring's slots (no encoded copy); else an encoded copy */
+        if (sp->codec_down == DLC_CODEC_F32) {
+            f->ring_pl = calloc((size_t)sp->outer.ring, sizeof *f->ring_pl);
+            f->ring_v = calloc((size_t)sp->outer.ring, sizeof *f->ring_v);
+            if (!f->ring_pl || !f->ring_v) goto nomem;
+        } else if (!(f->out = payload_new((size_t)f->out_cap))) {
+            goto nomem;
+        }
+        if (!f->c || !f->mc || !f->arr) goto nomem;
         if (sp->dp) {
             int64_t cap = sp->dp_history;
             if (cap == 0) {
@@ -295,7 +314,21 @@ void dlc_syncer_free(dlc_syncer *s) {
     if (!s) return;
     for (int p = 0; s->f && p < s->P; p++) {
         sfrag *f = &s->f[p];
-        dlc_fragstate_free(f->fs);
+        /* a slot a driver still sends from becomes its payload's own (else a leak, not a
+         * dangling read: out of memory while freeing) */
+        int keep_fs = 0;
+        for (int r = 0; f->ring_pl && r < s->p.outer.ring; r++) {
+            dlc_payload *pl = f->ring_pl[r];
+            if (!pl) continue;
+            if (atomic_load_explicit(&pl->refs, memory_order_acquire) > 1) {
+                if (dlc_fragstate_give(f->fs, f->ring_v[r])) pl->owned = 1;
+                else keep_fs = 1;
+            }
+            dlc_payload_unref(pl);
+        }
+        free(f->ring_pl);
+        free(f->ring_v);
+        if (!keep_fs) dlc_fragstate_free(f->fs);
         dlc_merge_free(f->mg);
         for (int m = 0; f->c && m < s->M; m++) dlc_big_free(f->c[m].h_bytes);
         free(f->c);
@@ -413,9 +446,49 @@ static void clear_round(sfrag *f, int M) {
     if (f->state != DLC_ROUND_IDLE) set_round_state(f, DLC_ROUND_IDLE);
 }
 
+/* f32 down: the payload over Θ_p's ring slot, made on first use. */
+static dlc_status wrap_theta(dlc_syncer *s, sfrag *f) {
+    int64_t v = dlc_fragstate_version(f->fs);
+    int r = (int)(v % s->p.outer.ring);
+    if (f->ring_pl[r] && f->ring_v[r] == v) return DLC_OK;
+    DLC_ASSERT(!f->ring_pl[r]); /* released before its slot was written (release_slot) */
+    const float *th = dlc_fragstate_theta(f->fs);
+    for (int64_t i = 0; i < f->n; i++)
+        if (!isfinite(th[i]))
+            return dlc_error(DLC_ERR_RANGE, "syncer: fragment %d version %lld: [%lld] = %g: expected finite values to "
+                             "send", (int)(f - s->f), (long long)v, (long long)i, (double)th[i]);
+    if (!(f->ring_pl[r] = payload_wrap(th))) return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory");
+    f->ring_v[r] = v;
+    f->out_len = f->n * (int64_t)sizeof(float);
+    f->out_version = v;
+    return DLC_OK;
+}
+
+/* f32 down, before a step writes ring slot r: its payload goes; one a driver still
+ * sends from takes the slot's buffer with it (the ring gets a fresh one). */
+static dlc_status release_slot(sfrag *f, int r) {
+    dlc_payload *pl = f->ring_pl[r];
+    if (!pl) return DLC_OK;
+    if (atomic_load_explicit(&pl->refs, memory_order_acquire) > 1) {
+        float *buf = dlc_fragstate_give(f->fs, f->ring_v[r]);
+        if (!buf) return dlc_error(DLC_ERR_NOMEM, "syncer: %s", dlc_last_error());
+        DLC_ASSERT((uint8_t *)buf == pl->data);
+        pl->owned = 1;
+    }
+    f->ring_pl[r] = NULL;
+    dlc_payload_unref(pl);
+    return DLC_OK;
+}
+
+/* The payload of the Θ_p last encoded or wrapped. */
+static dlc_payload *out_payload(const dlc_syncer *s, const sfrag *f) {
+    return f->ring_pl ? f->ring_pl[f->out_version % s->p.outer.ring] : f->out;
+}
+
 /* Encodes Θ_p (codec_down) into f->out unless it already holds this version; into a new
- * buffer when a driver still holds the old one. */
+ * buffer when a driver still holds the old one (f32: wrap_theta). */
 static dlc_status encode_theta(dlc_syncer *s, sfrag *f) {
+    if (f->ring_pl) return wrap_theta(s, f);
     int64_t v = dlc_fragstate_version(f->fs);
     if (f->out_version == v) return DLC_OK;
     if (atomic_load_explicit(&f->out->refs, memory_order_acquire) > 1) {
@@ -442,10 +515,11 @@ static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, dou
     sfrag *f = &s->f[p];
     dlc_status st = encode_theta(s, f);
     if (st != DLC_OK) return st;
-    dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p, .owner = f->out};
+    dlc_payload *pl = out_payload(s, f);
+    dlc_syncer_action a = {.type = DLC_SACT_SEND, .learner = m, .fragment = p, .owner = pl};
     a.msg = (dlc_msg){.type = DLC_MSG_FRAGMENT, .learner = m, .fragment = p, .version = f->out_version,
                       .steps = phase, .step_time = step_time, .flags = flags, .held = held, .age = age,
-                      .codec = s->p.codec_down, .payload = f->out->data,
+                      .codec = s->p.codec_down, .payload = pl->data,
                       .len = (size_t)f->out_len, .epoch = s->epoch, .incarnation = stamp_incarnation(s, m)};
     return push(s, &a);
 }
@@ -614,7 +688,9 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
             sent += f->n * (int64_t)sizeof(float);
         }
     } else {
-        st = dlc_fragstate_step(f->fs, s->scratch);
+        if (f->ring_pl)
+            st = release_slot(f, (int)((dlc_fragstate_version(f->fs) + 1) % s->p.outer.ring));
+        if (st == DLC_OK) st = dlc_fragstate_step(f->fs, s->scratch);
         mi->version = dlc_fragstate_version(f->fs);
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;

@@ -44,7 +44,10 @@ typedef struct sfrag {
     int *arr;               /* [M]: the round's contributors in arrival order (count) */
     dlc_merge_contrib *mc;  /* [2M]: a merge's contributors, the halves used in turn */
     int mc_flip;
-    dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others) */
+    dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others);
+                             * NULL with f32 down, which sends from the ring: */
+    dlc_payload **ring_pl;  /* [R] f32 down: a payload over each ring slot's Θ (or NULL) */
+    int64_t *ring_v;        /* [R] ... and its version */
     int64_t out_cap, out_len, out_version;
 } sfrag;
 

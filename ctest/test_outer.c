@@ -3,7 +3,9 @@
  * current and at older versions against copies saved by the test; bases outside the
  * ring refused with DLC_ERR_STATE and the delta untouched; wrap-around over 3R steps;
  * non-finite deltas refused with the state unchanged; set() resets the ring; restore()
- * brings a saved ring back exactly, or refuses and changes nothing; bad params. */
+ * brings a saved ring back exactly, or refuses and changes nothing; give() hands a slot's
+ * buffer away (the caller's bytes stay; the ring goes on in a fresh one); bad params. */
+#include "diloco/mem.h"
 #include <stdint.h>
 #include "check.h"
 #include "diloco/outer.h"
@@ -308,6 +310,49 @@ static void test_params(void) {
     dlc_fragstate_free(NULL);
 }
 
+/* give: the oldest version's buffer, taken just before the step that would overwrite it,
+ * keeps its bytes while the ring goes on (and that version leaves the ring at once); the
+ * current version's is copied first (R = 1: the step then runs on the fresh buffer);
+ * versions outside the slots are refused, changing nothing. */
+static void test_give(int R) {
+    float theta[N], d[N], saved[N], cur[N];
+    fill(theta, N, 21, 1.0f);
+    dlc_fragstate *fs = mk(0.7, 0.9, 1, R, theta);
+    CHECK_OK(fs);
+    if (!fs) return;
+    for (int v = 1; v < R; v++) {
+        fill(d, N, 600 + (uint64_t)v, 0.1f);
+        CHECK(dlc_fragstate_step(fs, d) == DLC_OK);
+    }
+    int64_t top = dlc_fragstate_version(fs), old = top - R + 1; /* the slots are full */
+    CHECK(dlc_fragstate_give(fs, top + 1) == NULL && dlc_last_status() == DLC_ERR_STATE);
+    CHECK(dlc_fragstate_give(fs, old - 1) == NULL && dlc_last_status() == DLC_ERR_STATE);
+    CHECK(dlc_fragstate_oldest(fs) == old && dlc_fragstate_version(fs) == top);
+    memcpy(saved, dlc_fragstate_at(fs, old), sizeof saved);
+    memcpy(cur, dlc_fragstate_theta(fs), sizeof cur);
+    const float *was = dlc_fragstate_at(fs, old);
+    float *mine = dlc_fragstate_give(fs, old);
+    CHECK(mine && mine == was && !memcmp(mine, saved, sizeof saved));
+    if (R > 1) CHECK(dlc_fragstate_oldest(fs) == old + 1 && dlc_fragstate_at(fs, old) == NULL);
+    else CHECK(dlc_fragstate_theta(fs) != was && !memcmp(dlc_fragstate_theta(fs), cur, sizeof cur));
+    fill(d, N, 700, 0.1f);
+    CHECK(dlc_fragstate_step(fs, d) == DLC_OK);
+    CHECK(mine && !memcmp(mine, saved, sizeof saved)); /* the step wrote the fresh buffer */
+    CHECK(dlc_fragstate_version(fs) == top + 1 && dlc_fragstate_oldest(fs) == top + 2 - R);
+    /* the step matches one on an untouched ring */
+    dlc_fragstate *ref = mk(0.7, 0.9, 1, R, theta);
+    for (int v = 1; ref && v < R; v++) {
+        fill(d, N, 600 + (uint64_t)v, 0.1f);
+        CHECK(dlc_fragstate_step(ref, d) == DLC_OK);
+    }
+    fill(d, N, 700, 0.1f);
+    CHECK(ref && dlc_fragstate_step(ref, d) == DLC_OK);
+    CHECK(ref && !memcmp(dlc_fragstate_theta(ref), dlc_fragstate_theta(fs), sizeof(float) * N));
+    dlc_fragstate_free(ref);
+    dlc_big_free(mine);
+    dlc_fragstate_free(fs);
+}
+
 int main(void) {
     test_optimizer(0.7, 0.9, 1); /* Nesterov */
     test_optimizer(0.5, 0.8, 0); /* momentum */
@@ -319,6 +364,9 @@ int main(void) {
     test_nonfinite();
     test_set();
     test_restore();
+    test_give(1);
+    test_give(2);
+    test_give(4);
     test_params();
     return check_done("test_outer");
 }

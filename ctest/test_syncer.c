@@ -596,10 +596,6 @@ static void test_join(void) {
     fx_free(&x);
 }
 
-/* A SEND of a FRAGMENT names the buffer its payload lies in (syncer.h, dlc_payload): a
- * driver that keeps a reference across later merges finds its bytes unchanged (the next
- * version is encoded into a new buffer) and frees it with the last reference; one that
- * keeps none sees the same buffer reused. */
 /* The last SEND action of fragment p in r, NULL if none. */
 static const dlc_syncer_action *send_action(const rec *r, int p) {
     const dlc_syncer_action *a = NULL;
@@ -608,43 +604,74 @@ static const dlc_syncer_action *send_action(const rec *r, int p) {
     return a;
 }
 
+/* A SEND of a FRAGMENT names the buffer its payload lies in (syncer.h, dlc_payload): a
+ * driver that keeps a reference across later merges finds its bytes unchanged and frees
+ * it with the last reference.  bf16 down: the next version is encoded into a new buffer
+ * while one is held, into the same one when none is.  f32 down: the payload is Θ_p's own
+ * ring slot (no copy); a held version's slot buffer goes with its payload when a step
+ * would overwrite it (the ring takes a fresh one), an unheld one is reused; a payload
+ * still held when the syncer is freed stays readable. */
 static void test_payload_owner(void) {
-    fx x;
-    fx_make(&x, 2, 81);
-    dlc_syncer_params sp = sgd_params(1, 1, DLC_GRACE_OFF, 0);
-    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
-    CHECK_OK(s);
-    if (!s) return;
-    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
-    rec r = drain(s);
-    const dlc_syncer_action *a = send_action(&r, 1);
-    CHECK(a && a->owner && a->msg.version == 0);
-    if (!a) return;
-    int64_t n1 = dlc_plan_numel(x.plan, 1);
-    float v0[NMAX], d[NMAX];
-    memcpy(v0, a->msg.payload, a->msg.len);
-    dlc_payload *held = dlc_payload_ref(a->owner);
-    const uint8_t *held_bytes = a->msg.payload;
-    randv(d, n1, 810, 0.1f);
-    dlc_msg m = contribution(0, 1, 0, 4, 40, d, n1);
-    CHECK(dlc_syncer_receive(s, &m, 1.0) == DLC_OK);
-    r = drain(s);
-    const dlc_msg *f = sent_to(&r, 0, 1);
-    const dlc_syncer_action *b = send_action(&r, 1);
-    CHECK(f && f->version == 1 && b && b->owner && b->owner != held);
-    CHECK(memcmp(held_bytes, v0, (size_t)n1 * sizeof(float)) == 0);                /* untouched */
-    CHECK(f && memcmp(f->payload, v0, (size_t)n1 * sizeof(float)) != 0);           /* version 1 */
-    dlc_payload_unref(held);
-    /* nothing held now: version 2 is encoded into version 1's buffer */
-    dlc_payload *b1 = b ? b->owner : NULL;
-    m = contribution(0, 1, 1, 4, 40, d, n1);
-    CHECK(dlc_syncer_receive(s, &m, 2.0) == DLC_OK);
-    r = drain(s);
-    const dlc_syncer_action *c = send_action(&r, 1);
-    CHECK(c && c->msg.version == 2 && c->owner == b1);
-    dlc_payload_unref(NULL);
-    dlc_syncer_free(s);
-    fx_free(&x);
+    for (int f32 = 0; f32 <= 1; f32++) {
+        fx x;
+        fx_make(&x, 2, 81);
+        dlc_syncer_params sp = sgd_params(1, 1, DLC_GRACE_OFF, 0);
+        sp.codec_down = f32 ? DLC_CODEC_F32 : DLC_CODEC_BF16;
+        sp.outer.ring = 2;
+        dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+        CHECK_OK(s);
+        if (!s) return;
+        CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+        rec r = drain(s);
+        const dlc_syncer_action *a = send_action(&r, 1);
+        CHECK(a && a->owner && a->msg.version == 0);
+        if (!a) return;
+        int64_t n1 = dlc_plan_numel(x.plan, 1);
+        size_t len = a->msg.len;
+        CHECK(len == (size_t)n1 * (f32 ? 4 : 2));
+        if (f32) CHECK(a->msg.payload == (const uint8_t *)dlc_syncer_theta(s, 1)); /* the ring's slot */
+        float v0[NMAX], d[NMAX];
+        memcpy(v0, a->msg.payload, len);
+        dlc_payload *held = dlc_payload_ref(a->owner);
+        const uint8_t *held_bytes = a->msg.payload;
+        randv(d, n1, 810, 0.1f);
+        /* versions 1 and 2: with R = 2, version 2 is written where version 0 was */
+        const dlc_syncer_action *b = NULL;
+        const uint8_t *b_bytes = NULL;
+        for (int64_t v = 1; v <= 2; v++) {
+            dlc_msg m = contribution(0, 1, v - 1, 4, 40, d, n1);
+            CHECK(dlc_syncer_receive(s, &m, (double)v) == DLC_OK);
+            r = drain(s);
+            const dlc_msg *f = sent_to(&r, 0, 1);
+            b = send_action(&r, 1);
+            CHECK(f && f->version == v && b && b->owner && b->owner != held);
+            CHECK(memcmp(held_bytes, v0, len) == 0); /* untouched */
+            CHECK(f && memcmp(f->payload, v0, len) != 0);
+            if (f32) CHECK(b && b->msg.payload == (const uint8_t *)dlc_syncer_theta(s, 1));
+            if (v == 1 && b) b_bytes = b->msg.payload;
+        }
+        CHECK(b && b->msg.payload != held_bytes);
+        dlc_payload_unref(held);
+        /* nothing held now: version 3 goes into version 1's buffer (bf16: version 2's) */
+        dlc_payload *b2 = b ? b->owner : NULL;
+        dlc_msg m = contribution(0, 1, 2, 4, 40, d, n1);
+        CHECK(dlc_syncer_receive(s, &m, 3.0) == DLC_OK);
+        r = drain(s);
+        const dlc_syncer_action *c = send_action(&r, 1);
+        CHECK(c && c->msg.version == 3);
+        if (c && f32) CHECK(c->msg.payload == b_bytes && c->owner != b2);
+        if (c && !f32) CHECK(c->owner == b2);
+        /* a payload held past the syncer's end */
+        float v3[NMAX];
+        dlc_payload *last = c ? dlc_payload_ref(c->owner) : NULL;
+        const uint8_t *last_bytes = c ? c->msg.payload : NULL;
+        if (c) memcpy(v3, c->msg.payload, len);
+        dlc_syncer_free(s);
+        if (last) CHECK(memcmp(last_bytes, v3, len) == 0);
+        dlc_payload_unref(last);
+        dlc_payload_unref(NULL);
+        fx_free(&x);
+    }
 }
 
 /* A lost learner's contribution stays in its round (it counts towards the quorum); the

@@ -74,7 +74,9 @@ void dlcn_rx_free(uint8_t *b) {
     size_t cap = ((size_t *)b)[-1];
     if (cap >= NET_RX_CACHE_MIN && cap <= NET_RX_CACHE_MAX) {
         pthread_mutex_lock(&rx_lock);
-        for (int i = 0; i < NET_RX_CACHE; i++)
+        size_t held = 0;
+        for (int i = 0; i < NET_RX_CACHE; i++) held += rx_cache[i] ? ((size_t *)rx_cache[i])[-1] : 0;
+        for (int i = 0; held + cap <= NET_RX_CACHE_BYTES && i < NET_RX_CACHE; i++)
             if (!rx_cache[i]) {
                 rx_cache[i] = b;
                 b = NULL;

@@ -63,11 +63,13 @@
  * timeout_s is not alive), at most NET_LOWAT_MIN. */
 #define NET_ALIVE_PARTS 4
 #define NET_ALIVE_MIN ((size_t)4 << 10)
-/* Receive buffers kept for reuse (process-wide), the smallest and the largest kept:
- * at most 4 x 128 MiB stay allocated after a burst of large fragments. */
+/* Receive buffers kept for reuse (process-wide): at most 4, each of 1 to 128 MiB, and
+ * 128 MiB in all stay allocated after a burst of large fragments (a model's size does
+ * not add to what a process holds idle). */
 #define NET_RX_CACHE 4
 #define NET_RX_CACHE_MIN ((size_t)1 << 20)
 #define NET_RX_CACHE_MAX ((size_t)128 << 20)
+#define NET_RX_CACHE_BYTES ((size_t)128 << 20)
 /* How long dlc_net_poll spins (yielding) for an event before sleeping on its condition
  * variable: a reply that comes back within it skips a thread wake-up (~3 us here). */
 #define NET_POLL_SPIN_S 50e-6

@@ -104,17 +104,27 @@ DLC_API dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int6
  * non-finite value ("fragstate_restore: version 7 [3] = nan: ..."). */
 DLC_API dlc_status dlc_fragstate_restore(dlc_fragstate *fs, int64_t oldest, int64_t version, const float *thetas);
 
+/* Gives away the buffer that holds Θ^(version) (a version in the ring's slots:
+ * current − R < version <= current) and puts a fresh one in its place: the caller owns
+ * the returned n floats (free with dlc_big_free, mem.h) and may keep reading them.  The
+ * current version is copied into the fresh buffer and stays; an older one leaves the
+ * ring (with anything older), as if it had fallen out.  Lets a driver send a version
+ * from the ring without a copy: it takes the buffer just before a step would overwrite
+ * it.  NULL with DLC_ERR_STATE (no slot holds that version) or DLC_ERR_NOMEM, nothing
+ * changed. */
+DLC_API float *dlc_fragstate_give(dlc_fragstate *fs, int64_t version);
+
 /* ---- accessors (NULL fs: 0 / NULL) ---- */
 
 /* The fragment's size n. */
 DLC_API int64_t dlc_fragstate_size(const dlc_fragstate *fs);
 /* The parameters in use (owned by fs). */
 DLC_API const dlc_fragstate_params *dlc_fragstate_get_params(const dlc_fragstate *fs);
-/* Θ^(current): n floats, borrowed, valid until the next step, set or free (each step
- * moves the current version to another ring slot). */
+/* Θ^(current): n floats, borrowed, valid until the next step, set, give or free (each
+ * step moves the current version to another ring slot). */
 DLC_API const float *dlc_fragstate_theta(const dlc_fragstate *fs);
 /* Θ^(version) if that version is in the ring, else NULL with DLC_ERR_STATE; borrowed,
- * valid until the next step, set or free. */
+ * valid until the next step, set, give or free. */
 DLC_API const float *dlc_fragstate_at(const dlc_fragstate *fs, int64_t version);
 /* Steps taken since version 0 (or the version given to set). */
 DLC_API int64_t dlc_fragstate_version(const dlc_fragstate *fs);

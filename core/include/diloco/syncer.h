@@ -40,8 +40,8 @@
  * (A round whose contributions all weigh 0 — no tokens — merges nothing; its senders get
  * the current Θ_p back, flagged DLC_MSG_RESYNC, so none stays blocked on it.)
  * Each contribution was weighted as it came (uniform 1, tokens c_tokens, tokens2_steps
- * c_tokens²/c_steps); at the close the merge is finished, the outer step is taken, the version moves on, and Θ_p (codec_down) goes to every live
- * learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
+ * c_tokens²/c_steps); at the close the merge is finished, the outer step is taken,
+ * the version moves on, and Θ_p (codec_down) goes to every live learner.  In data parallel (dp = 1) the round is one step's GRADIENTs of every live
  * learner, averaged and sent back as GRADIENT_AVG, with no outer step (a second
  * GRADIENT of the same step from a learner adds nothing: its first is in).  A GRADIENT counts
  * in the round of its step (`version`): the open round's or, when none is open, the next
@@ -167,7 +167,8 @@ typedef struct dlc_syncer_params {
     dlc_fragstate_params outer;  /* outer optimizer and ring R */
     dlc_codec_kind codec_up;     /* contributions' codec (and block) */
     dlc_codec_params codec_params;
-    dlc_codec_kind codec_down;   /* FRAGMENT codec: f32 or bf16 */
+    dlc_codec_kind codec_down;   /* FRAGMENT codec: f32 or bf16 (f32: sent from the
+                                  * version ring itself, no encoded copy) */
     const uint8_t *embedding;    /* per tensor of the model (plan tensor index): nonzero =
                                   * weighted mean under RDA; NULL = none (borrowed, copied) */
     double timeout;              /* seconds of silence that make a learner lost, 0 = never */
