@@ -304,7 +304,7 @@ static int s_cut(lua_State *L) {
     return 0;
 }
 
-/* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, merged, joins, bytes_in, bytes_out,
+/* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
  * rate, latency, cut (seconds it lasts still, 0 not cut)} */
 static int s_learner(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
@@ -323,6 +323,7 @@ static int s_learner(lua_State *L) {
     dlcL_setint(L, "steps", i.steps);
     dlcL_setint(L, "tokens", i.tokens);
     dlcL_setnum(L, "step_time", i.step_time);
+    dlcL_setnum(L, "best_step_time", i.best_step_time);
     dlcL_setnum(L, "heard", i.heard);
     dlcL_setnum(L, "absent", i.absent);
     dlcL_setint(L, "merged", i.merged);

@@ -94,6 +94,7 @@ typedef struct slearner {
     int joined, bye;
     int64_t steps, tokens, merged, joins;
     double step_time, heard;
+    double best_step_time;    /* the smallest step_time reported: its healthy rate */
     double left;              /* driver time its connection ended (0: never connected here) */
     uint64_t bytes_in, bytes_out; /* of its closed connections */
     double rate, latency;     /* dlc_srt_shape: applied to each of its connections */
@@ -668,6 +669,9 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         } else if (msg.type == DLC_MSG_CONTRIBUTION && msg.step_time > 0) {
             L->step_time = msg.step_time;
         }
+        if (msg.step_time > 0 && isfinite(msg.step_time) &&
+            (L->best_step_time == 0 || msg.step_time < L->best_step_time))
+            L->best_step_time = msg.step_time;
         if (msg.type == DLC_MSG_BYE) {
             L->bye = 1;
             bank_bytes(s, m, ev->peer);
@@ -1007,6 +1011,7 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->steps = L->steps;
     out->tokens = L->tokens;
     out->step_time = L->step_time;
+    out->best_step_time = L->best_step_time;
     out->heard = L->heard;
     out->absent = L->peer >= 0 ? 0 : srt_now(s) - L->left;
     out->merged = L->merged;

@@ -1306,10 +1306,12 @@ local function finish(ctx, err)
     local ltokens = acc and acc.processes > 0 and acc.tokens or ls.tokens or i.tokens
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
     -- its healthy rate: measured by the learner over all its processes (its metrics, when
-    -- its directory is here), else from the step time it reported and its batch
+    -- its directory is here), else from the fastest step time it reported (not the last,
+    -- which a loaded host's last steps can make slower than its run) and its batch
     local tps = acc and acc.train_s > 0 and ltokens / acc.train_s or nil
-    if not tps and i.step_time > 0 and ctx.tokens_per_batch then
-      tps = ctx.tokens_per_batch * (r.islands.list[m].batch / r.data.batch) / i.step_time
+    local step_t = (i.best_step_time or 0) > 0 and i.best_step_time or i.step_time
+    if not tps and step_t > 0 and ctx.tokens_per_batch then
+      tps = ctx.tokens_per_batch * (r.islands.list[m].batch / r.data.batch) / step_t
     end
     if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end

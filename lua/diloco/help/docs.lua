@@ -435,7 +435,7 @@ D["Syncer:poll"] = "s:poll([timeout_s]) -> event | nil\nThe next event: type = \
 D["Syncer:global"] = "s:global(params) -> params\nThe current global model into a Params of the same model."
 D["Syncer:set_quorum"] = "s:set_quorum(k)\nThe minimum quorum from now on (0: every live learner)."
 D["Syncer:flush"] = "s:flush()\nMerges every open round holding a contribution (the end of a run)."
-D["Syncer:learner"] = "s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, heard, absent, merged, joins, bytes_in, bytes_out, rate, latency, cut}\nWhat the syncer knows of learner m (rate, latency: its link's emulation; cut: the seconds its cut lasts still, 0 none)."
+D["Syncer:learner"] = "s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time (the smallest it reported), heard, absent, merged, joins, bytes_in, bytes_out, rate, latency, cut}\nWhat the syncer knows of learner m (rate, latency: its link's emulation; cut: the seconds its cut lasts still, 0 none)."
 D["Syncer:shape"] = "s:shape(m, rate, latency)\nLearner m's link, both ways, emulated on the syncer's side: bytes/s (0: no cap, else >= 1000) and one-way seconds (0..60), now and for its connections to come (docs/runtime.md, Links)."
 D["Syncer:cut"] = "s:cut(m, seconds)\nCuts learner m's link both ways for seconds (math.huge: for good); 0 ends a cut.  A cut longer than the timeout loses it; it joins again after."
 D["Syncer:stats"] = "s:stats() -> {now, live, merges, rejects, refused, useful_tokens, bytes_in, bytes_out, bytes_by_type, ...}\nThe syncer's counters."

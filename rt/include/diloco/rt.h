@@ -218,6 +218,9 @@ typedef struct dlc_srt_learner_info {
     int64_t steps;            /* its schedule step, from its last heartbeat or contribution */
     int64_t tokens;           /* tokens it reported (its heartbeats), this incarnation */
     double step_time;         /* its reported step-time EMA (s), 0 unknown */
+    double best_step_time;    /* the smallest step_time it reported here: its healthy
+                               * rate, which a slow patch (a shared core, a pause) does
+                               * not lower; 0 unknown */
     double heard;             /* driver time of its last frame, -1 never */
     double absent;            /* s since its connection ended (since the driver started if it
                                * never connected to this one), 0 while connected: what a host
