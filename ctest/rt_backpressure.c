@@ -8,7 +8,9 @@
  *   - while A merges ~100 times a second, the fragments to B wait and are replaced by
  *     newer versions: none dropped (sends_dropped 0), superseded counted, a BEHIND event
  *     with its count;
- *   - what waits for B is at most one entry per fragment, and it drains once A stops. */
+ *   - what waits for B is at most one entry per fragment, and it drains once A stops;
+ *   - with the default out_max too: the driver keeps the transport's queue for B within
+ *     its window (two frames, at least 256 KiB), the rest waiting where it is replaced. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <time.h>
@@ -96,7 +98,7 @@ static void collect(dlc_srt *s, seen *n) {
     CHECK(r == 0);
 }
 
-static void test_slow_learner(void) {
+static void test_slow_learner(int small_out_max) {
     model xs, xa, xb;
     model_make(&xs, 5);
     model_make(&xa, 5);
@@ -108,7 +110,7 @@ static void test_slow_learner(void) {
     sc.theta0 = dlc_params_data(xs.p);
     sc.net = net_config();
     sc.listen = "127.0.0.1:0";
-    sc.net.out_max = 1024; /* less than one fragment's frame: each goes on an empty queue */
+    if (small_out_max) sc.net.out_max = 1024; /* less than one frame: each goes on an empty queue */
     sc.run = "rt_backpressure";
     sc.refusals_every = 0.5;
     dlc_srt *s = dlc_srt_new(&sc);
@@ -138,6 +140,17 @@ static void test_slow_learner(void) {
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
         collect(s, &n);
+        /* the transport's queue for B stays a short pipe: one frame beyond the window
+         * (out_max 1024: one frame; else the driver's, 256 KiB for these 8 KiB frames) */
+        dlc_srt_learner_info q;
+        CHECK(dlc_srt_learner(s, 1, &q) == DLC_OK);
+        size_t pipe = small_out_max ? 16 << 10 : (256 << 10) + (16 << 10);
+        if ((size_t)q.queued_bytes > pipe) {
+            CHECK((size_t)q.queued_bytes <= pipe);
+            fprintf(stderr, "slow learner: %zu bytes queued for B in the transport, beyond %zu\n",
+                    (size_t)q.queued_bytes, pipe);
+            break;
+        }
     }
     CHECK(dlc_lrt_finish(a, 10, "done") == DLC_OK);
     dlc_srt_stats st;
@@ -152,6 +165,9 @@ static void test_slow_learner(void) {
     /* B's link carries what waited for it, at most one entry per fragment (32 KiB, 2 s
      * at 20 KB/s): the newest version of each, then nothing waits */
     dlc_srt_learner_info li = {0};
+    /* (with the driver's window, 256 KiB wait in the transport: 13 s at 20 KB/s; the
+     * link is let go instead) */
+    if (!small_out_max) CHECK(dlc_srt_shape(s, 1, 0, 0) == DLC_OK);
     double end = dlc_rt_clock() + 20;
     while (dlc_rt_clock() < end) {
         CHECK(dlc_srt_learner(s, 1, &li) == DLC_OK);
@@ -173,6 +189,7 @@ static void test_slow_learner(void) {
 }
 
 int main(void) {
-    test_slow_learner();
+    test_slow_learner(1);
+    test_slow_learner(0); /* the driver's own window on the transport's queue */
     return check_done("rt_backpressure");
 }
