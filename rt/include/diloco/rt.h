@@ -15,8 +15,8 @@
  * refuses (the learner's queue is past out_max or its share of mem_max, net.h; the driver
  * lowers out_max to two of the largest fragment's frames, at least 256 KiB, so that the
  * transport's queue stays a short pipe) waits in the driver, in order, and goes at the
- * peer's DRAINED; so does every later send to that learner.  A join streams the whole model that way, fragment by fragment, never queued
- * whole.  A merged fragment that waits is replaced by the next version of its fragment
+ * peer's DRAINED; so does every later send to that learner.  A join streams the whole
+ * model that way, fragment by fragment, never queued whole.  A merged fragment that waits is replaced by the next version of its fragment
  * (the learner gets the newest Θ_p; a resync stays a resync), so a learner holds at most
  * one waiting entry per fragment, referencing the shared bytes; each replacement is
  * counted (sends_superseded) and reported (a BEHIND event, at most one per learner per
