@@ -396,19 +396,23 @@ static double grace_window(dlc_syncer *s) {
 
 /* ---- rounds ---- */
 
-/* Live learners that take part in fragment p's open round: those that were live when it
- * opened (one that joins during a round takes part from the next, so a blocking run does
- * not wait a whole period for a newcomer). */
+/* Live learner m is awaited in p's open round: it was live when the round opened, and
+ * (blocking with several fragments) a rejoined learner only once it has sent p again
+ * (dlc_syncer_params.blocking says why); dp: not while it replays (from its REPLAY to its
+ * next gradient, syncer.h). */
+static int awaited(const dlc_syncer *s, const sfrag *f, int m) {
+    int gate = (s->p.blocking && s->P > 1) || s->p.dp;
+    return s->live[m] && s->joined_at[m] <= f->opened &&
+           (!gate || s->sent_since[(size_t)m * s->P + (size_t)(f - s->f)]);
+}
+
+/* Live learners that take part in fragment p's open round: those awaited (one that joins
+ * during a round takes part from the next, so a blocking run does not wait a whole period
+ * for a newcomer) and those that sent to it. */
 static int expected(const dlc_syncer *s, const sfrag *f) {
     if (f->state == DLC_ROUND_IDLE) return s->nlive;
-    int p = (int)(f - s->f), k = 0;
-    /* blocking with several fragments: a rejoined learner only once it has sent p again
-     * (dlc_syncer_params.blocking says why); dp: not while it replays (from its REPLAY
-     * to its next gradient, syncer.h) */
-    int gate = (s->p.blocking && s->P > 1) || s->p.dp;
-    for (int m = 0; m < s->M; m++)
-        k += s->live[m] && ((s->joined_at[m] <= f->opened && (!gate || s->sent_since[(size_t)m * s->P + p])) ||
-                            f->c[m].present);
+    int k = 0;
+    for (int m = 0; m < s->M; m++) k += awaited(s, f, m) || (s->live[m] && f->c[m].present);
     return k;
 }
 
@@ -429,12 +433,8 @@ static double weight_of(const dlc_syncer *s, int64_t tokens, int64_t steps) {
 
 /* Every learner that takes part in p's open round (expected) has sent to it. */
 static int all_in(const dlc_syncer *s, const sfrag *f) {
-    int p = (int)(f - s->f);
-    int gate = (s->p.blocking && s->P > 1) || s->p.dp; /* as in expected */
     for (int m = 0; m < s->M; m++)
-        if (s->live[m] && !f->c[m].present && s->joined_at[m] <= f->opened &&
-            (!gate || s->sent_since[(size_t)m * s->P + p]))
-            return 0;
+        if (awaited(s, f, m) && !f->c[m].present) return 0;
     return 1;
 }
 
