@@ -39,6 +39,14 @@ typedef struct lfrag {
 } lfrag;
 
 
+/* A learner moves its schedule on by at most one step in MOVE_SHARE it trains (and by up
+ * to H/2 at once, the first at any time): learners that drift apart by a few percent
+ * stay in phase, while one that is lastingly slower (an island at half the others'
+ * speed, whose sends leave later at every round however often it moves) keeps its own
+ * schedule and contributes every step it trains, for moving it on and on would only
+ * shorten its contributions and split the others' rounds (docs/experiments.md). */
+enum { MOVE_SHARE = 8 };
+
 struct dlc_learner {
     dlc_learner_params p;
     dlc_learner_state state;
@@ -69,6 +77,8 @@ struct dlc_learner {
     int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
     int64_t resync_run;    /* ... and the run's schedule step it carried */
     int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
+    int64_t move_credit;   /* the steps its schedule may still move on, in 1/MOVE_SHARE
+                            * steps: + 1 a step trained, at most MOVE_SHARE * H / 2 */
     dlc_learner_account acc; /* where its compute went (learner.h), over its incarnations */
     /* dp replay (learner.h, "Replay") */
     int64_t run_seen;      /* the furthest run step heard of (resyncs, averages) */
@@ -415,6 +425,7 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
                          (long long)tokens, seconds);
     l->steps++;
     l->tokens += tokens;
+    if (l->move_credit < MOVE_SHARE * (l->p.H / 2)) l->move_credit++;
     l->boundary_time = now;
     if (l->p.dp) { /* its gradient went out (a step its resync voided never gets here) */
         l->acc.sent_steps += 1, l->acc.sent_s += seconds;
@@ -552,14 +563,16 @@ static void skip_schedule(dlc_learner *l, int64_t from, int64_t to) {
 
 /* The schedule moves on by `lag` steps (1 to H/2) after a merge of fragment p showed the
  * learner's sends leaving that much after the others' (learner.h, "Catching up"): at
- * most once every H/P steps it trains. */
+ * most once every H/P steps it trains, and within its budget of moves (MOVE_SHARE). */
 static dlc_status move_on(dlc_learner *l, int p, int64_t lag) {
     int64_t H = l->p.H, every = H / l->P > 1 ? H / l->P : 1;
     if (lag < 1 || lag > H / 2) return DLC_OK;
     if (l->caught_up >= 0 && l->steps - l->caught_up < every) return DLC_OK;
+    if (lag * MOVE_SHARE > l->move_credit) return DLC_OK;
     int64_t t = l->steps + l->phase;
     skip_schedule(l, t, t + lag);
     l->caught_up = l->steps;
+    l->move_credit -= lag * MOVE_SHARE;
     dlc_learner_action a = {.type = DLC_LACT_PHASE, .fragment = p, .lag = lag, .schedule = l->steps + l->phase};
     return push(l, &a);
 }
@@ -859,6 +872,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->phase = 0;
     l->best_age = -1;
     l->caught_up = -1;
+    l->move_credit = MOVE_SHARE * (l->p.H / 2);
     l->run_seen = l->answer_last = 0;
     l->replaying = 0;
     l->asked = l->asked_k = -1;

@@ -1587,6 +1587,58 @@ static void test_catch_up_in_round(void) {
     fx_free(&x);
 }
 
+/* A learner lastingly slower than the others (learner.h, "Catching up"): every merge of
+ * a fragment it sent says its contribution came 3 steps after the round's first, however
+ * often it moves.  It moves on by at most one step in 8 it trains (after the H/2 it may
+ * move at any time), so it keeps its own schedule and contributes what it trains instead
+ * of shortening every contribution; a learner drifting by less than that still moves as
+ * often as it needs.  H = 8, P = 2, tau = 1, one second a step, 400 steps. */
+static void test_catch_up_budget(void) {
+    fx x;
+    fx_make(&x, 2, 132);
+    dlc_learner_params lp = lparams(0, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    float model[NMAX * 2], v[2][NMAX];
+    memcpy(model, dlc_params_data(x.p), (size_t)dlc_params_size(x.p) * sizeof(float));
+    resync(&x, l, model, 0, 0.0);
+    gather(&x, 0, model, v[0]);
+    gather(&x, 1, model, v[1]);
+    int64_t n[2] = {dlc_plan_numel(x.plan, 0), dlc_plan_numel(x.plan, 1)}, version[2] = {0, 0};
+    int64_t moved = 0, moves = 0, sent_steps = 0, sends = 0, first = -1;
+    const int T = 400;
+    for (int t = 1; t <= T; t++) {
+        CHECK(dlc_learner_step_begin(l, t - 0.9) == DLC_OK);
+        drain(l);
+        CHECK(dlc_learner_step_done(l, 4, 1.0, (double)t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++) {
+            if (r.a[i].type != DLC_LACT_SEND) continue;
+            int p = r.a[i].msg.fragment;
+            sends++, sent_steps += r.a[i].msg.steps;
+            dlc_msg m = fragment_msg(0, p, ++version[p], 0, v[p], n[p]);
+            m.held = 0.2, m.age = 3.2; /* arrived 3 s after the round's first */
+            CHECK(dlc_learner_receive(l, &m, t + 0.1) == DLC_OK);
+            lrec q = drain(l);
+            for (int j = 0; j < q.n; j++)
+                if (q.a[j].type == DLC_LACT_PHASE) {
+                    if (first < 0) first = t;
+                    moves++, moved += q.a[j].lag;
+                    CHECK(q.a[j].lag == 3);
+                }
+        }
+    }
+    /* the first move at once, from the H/2 it starts with; then at most 1 step in 8 */
+    CHECK(first == 4);
+    CHECK(moved <= 4 + T / 8 && moved >= T / 8 - 3);
+    /* its contributions carry what it trained: H - tau = 7 steps each less the few the
+     * moves took (6.1 on the mean; moving at every chance, 4) */
+    CHECK(sends > 0 && (double)sent_steps / (double)sends > 5.5);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 /* A dp learner restored from a checkpoint of step 40 (a non-elastic rollback) continues
  * its schedule there: its next GRADIENT is for step 41.  Refused while it waits for the
  * average, before it joined, and for a negative step. */
@@ -2157,6 +2209,7 @@ int main(void) {
     test_phase_reconnect();
     test_catch_up();
     test_catch_up_in_round();
+    test_catch_up_budget();
     test_hold();
     test_set_schedule_step();
     test_dp_alone();

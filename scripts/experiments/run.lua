@@ -527,8 +527,9 @@ if want.mixed or result("mixed-K1") then
   p("")
   p("recipes/mixed.lua: 800 virtual seconds (the fast islands train 800 steps, the slow ones 400: 2400")
   p("steps in all, the same tokens), decoupled with quorum 1 and adaptive grace against quorum = all")
-  p("(still non-blocking: every round waits for all four, the fast islands keep training and their later")
-  p("contribution replaces the earlier one), and blocking diloco (H = 24), where the fast islands wait.")
+  p("(still non-blocking: every round waits for all four, the fast islands keep training and a later")
+  p("contribution of theirs waits for the next round, docs/algorithm.md §4.2), and blocking diloco")
+  p("(H = 24), where the fast islands wait.")
   local k1, ka, kd = result("mixed-K1"), result("mixed-Kall"), result("mixed-diloco")
   local target
   if ka then target = ka.summary.final_eval_loss end

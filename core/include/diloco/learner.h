@@ -61,11 +61,17 @@
  * turn), is 1 to H/2 steps, the learner moves its schedule step on by it (never back: the
  * slower ones catch up with the faster), so its next sends leave with theirs; action
  * PHASE; at most once every H/P steps it trains (a move shows in the next fragment's
- * round).  Blocking rounds wait for everyone: there only the first case applies.  A
- * fragment due at a step the move skips is sent at the next dlc_learner_step_done
- * instead, never skipped: a learner far slower than the others, caught up again and
- * again, would otherwise never reach a due step and contribute nothing.  Nothing happens
- * without a step time (no step done yet) or a `held` (< 0), and never in data parallel.
+ * round), and by at most one step in 8 it trains beyond the H/2 it may move at any time
+ * (a move waits until it is within that budget).  Learners whose speeds differ by a few
+ * percent stay in phase; one lastingly slower (an island at half the others' speed,
+ * late at every round however often it moves) keeps its own schedule and contributes
+ * every step it trains, where moving it on and on would cut every contribution short and
+ * split the others' rounds.  Blocking rounds wait for everyone: there only the first
+ * case applies.  A fragment due at a step the move skips is sent at the next
+ * dlc_learner_step_done instead, never skipped: a learner far slower than the others,
+ * caught up again and again, would otherwise never reach a due step and contribute
+ * nothing.  Nothing happens without a step time (no step done yet) or a `held` (< 0),
+ * and never in data parallel.
  *
  * Step boundaries.  A merged fragment that arrives is stashed by dlc_learner_receive and
  * applied at the first step boundary at least τ steps after p was last sent.  One that
