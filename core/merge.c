@@ -121,8 +121,8 @@ static int is_blocked(dlc_codec_kind k) {
  * pointer to them (in m->chunk), or NULL with the codec's error.  Blocked codecs: the
  * covering blocks' scales and codes are gathered into m->mini, a valid encoding of
  * those blocks, and decoded as one buffer, so the codec's own decoder and checks run. */
-static const float *decode_range(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cp,
-                                 const uint8_t *in, int64_t i0, int len) {
+static float *decode_range(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cp, const uint8_t *in,
+                           int64_t i0, int len) {
     dlc_status st;
     if (!is_blocked(kind)) {
         int esz = kind == DLC_CODEC_F32 ? 4 : kind == DLC_CODEC_BF16 ? 2 : 1;
@@ -166,6 +166,10 @@ static void axpy_d(float *acc, const float *x, int len, double w, double norm) {
     for (int i = 0; i < len; i++) acc[i] += (float)(w * ((double)x[i] / norm));
 }
 
+DLC_HOT static void anchor(float *x, const float *cur, const float *base, int len) {
+    for (int i = 0; i < len; i++) x[i] = x[i] + (cur[i] - base[i]);
+}
+
 static dlc_status range_error(const dlc_merge *m, dlc_codec_kind kind, int s) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s", dlc_last_error());
@@ -175,25 +179,87 @@ static dlc_status range_error(const dlc_merge *m, dlc_codec_kind kind, int s) {
                      dlc_codec_name(kind), s, msg, (long long)m->base);
 }
 
-dlc_status dlc_merge_add(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
-                         const uint8_t *bytes, size_t len, double weight) {
+/* Elements [i0, i0 + len) of the contribution as merged: decoded, plus (cur - base) when
+ * it is re-anchored (the same float operations as dlc_fragstate_anchor's); NULL on a
+ * decode error. */
+static const float *range_of(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cp, const uint8_t *in,
+                             int64_t i0, int len, const float *cur, const float *base) {
+    float *x = decode_range(m, kind, cp, in, i0, len);
+    if (x && cur) anchor(x, cur + i0, base + i0, len);
+    return x;
+}
+
+/* Sweep 1 of an add: every chunk decoded (the codec checks its values), re-anchored and
+ * checked finite, the squares summed per segment into m->sumsq; the accumulators are
+ * untouched.  The arguments are checked. */
+static dlc_status sweep_check(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                              const uint8_t *bytes, size_t len, const float *cur, const float *base,
+                              dlc_codec_params *cp) {
     if (!m) return dlc_error(DLC_ERR_ARG, "merge add: m is NULL");
-    if (!(weight > 0.0 && weight <= DLC_MERGE_WEIGHT_MAX))
-        return dlc_error(DLC_ERR_ARG, "merge add: weight = %g, expected a finite number in (0, %g]", weight,
-                         DLC_MERGE_WEIGHT_MAX);
-    dlc_codec_params cp = cparams ? *cparams : dlc_codec_default_params();
-    dlc_status st = dlc_codec_check(kind, &cp);
+    if ((cur == NULL) != (base == NULL))
+        return dlc_error(DLC_ERR_ARG, "merge add: cur and base are both given or both NULL");
+    *cp = cparams ? *cparams : dlc_codec_default_params();
+    dlc_status st = dlc_codec_check(kind, cp);
     if (st != DLC_OK) return st;
-    int64_t size = dlc_codec_encoded_size(kind, &cp, m->n);
+    int64_t size = dlc_codec_encoded_size(kind, cp, m->n);
     if (size < 0) return (dlc_status)size;
     if ((uint64_t)size != len)
         return dlc_error(DLC_ERR_FORMAT, "merge add (%s): len = %zu bytes, but the fragment's %lld floats encode to %lld",
                          dlc_codec_name(kind), len, (long long)m->n, (long long)size);
     if (!bytes) return dlc_error(DLC_ERR_ARG, "merge add: bytes is NULL");
+    if (m->mode == DLC_MERGE_MEAN && !cur) return DLC_OK; /* dlc_codec_decode_axpy checks first */
+    int64_t off = 0;
+    for (int s = 0; s < m->T; off += m->numel[s], s++) {
+        double ss = 0.0;
+        int sum = cur || (m->mode == DLC_MERGE_RDA && !m->emb[s]);
+        for (int64_t i = 0; i < m->numel[s]; i += CH) {
+            int l = m->numel[s] - i < CH ? (int)(m->numel[s] - i) : CH;
+            const float *x = range_of(m, kind, cp, bytes, off + i, l, cur, base);
+            if (!x) return range_error(m, kind, s);
+            if (sum) ss += sum_squares(x, l);
+        }
+        /* decoded values are finite (the codec checked); re-anchored ones may not be,
+         * and a square of a finite float cannot overflow a double */
+        if (!isfinite(ss))
+            return dlc_error(DLC_ERR_FORMAT, "merge add (%s): contribution refused, segment %d (fragment elements "
+                             "%lld..%lld) is not finite once re-anchored at the current version",
+                             dlc_codec_name(kind), s, (long long)off, (long long)(off + m->numel[s] - 1));
+        m->sumsq[s] = ss;
+    }
+    return DLC_OK;
+}
+
+dlc_status dlc_merge_add(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                         const uint8_t *bytes, size_t len, double weight) {
+    return dlc_merge_add_anchored(m, kind, cparams, bytes, len, weight, NULL, NULL);
+}
+
+dlc_status dlc_merge_check(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                           const uint8_t *bytes, size_t len, const float *cur, const float *base) {
+    dlc_codec_params cp;
+    dlc_status st = sweep_check(m, kind, cparams, bytes, len, cur, base, &cp);
+    if (st == DLC_OK && m->mode == DLC_MERGE_MEAN && !cur) {
+        /* no accumulator is touched: a decode of each chunk checks every value */
+        for (int64_t i = 0; i < m->n && st == DLC_OK; i += CH)
+            if (!decode_range(m, kind, &cp, bytes, i, m->n - i < CH ? (int)(m->n - i) : CH))
+                st = range_error(m, kind, 0);
+    }
+    return st;
+}
+
+dlc_status dlc_merge_add_anchored(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                                  const uint8_t *bytes, size_t len, double weight, const float *cur,
+                                  const float *base) {
+    if (m && !(weight > 0.0 && weight <= DLC_MERGE_WEIGHT_MAX))
+        return dlc_error(DLC_ERR_ARG, "merge add: weight = %g, expected a finite number in (0, %g]", weight,
+                         DLC_MERGE_WEIGHT_MAX);
+    dlc_codec_params cp;
+    dlc_status st = sweep_check(m, kind, cparams, bytes, len, cur, base, &cp);
+    if (st != DLC_OK) return st;
     if (!isfinite(m->wsum + weight))
         return dlc_error(DLC_ERR_RANGE, "merge add: weight sum %g + %g overflows", m->wsum, weight);
 
-    if (m->mode == DLC_MERGE_MEAN) {
+    if (m->mode == DLC_MERGE_MEAN && !cur) {
         st = dlc_codec_decode_axpy(kind, &cp, bytes, len, m->n, (float)weight, m->acc);
         if (st != DLC_OK) {
             char msg[256];
@@ -201,33 +267,22 @@ dlc_status dlc_merge_add(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_para
             return dlc_error(st, "merge add: contribution refused: %s", msg);
         }
     } else {
-        /* sweep 1: validate and sum squares, m's accumulators untouched */
+        /* sweep 2 (sweep 1 checked): cannot fail (same bytes, same checks) */
         int64_t off = 0;
         for (int s = 0; s < m->T; off += m->numel[s], s++) {
-            double ss = 0.0;
-            for (int64_t i = 0; i < m->numel[s]; i += CH) {
-                int l = m->numel[s] - i < CH ? (int)(m->numel[s] - i) : CH;
-                const float *x = decode_range(m, kind, &cp, bytes, off + i, l);
-                if (!x) return range_error(m, kind, s);
-                if (!m->emb[s]) ss += sum_squares(x, l);
-            }
-            m->sumsq[s] = ss;
-        }
-        /* sweep 2: cannot fail (same bytes, same checks) */
-        off = 0;
-        for (int s = 0; s < m->T; off += m->numel[s], s++) {
-            double norm = sqrt(m->sumsq[s]);
-            if (!m->emb[s] && norm == 0.0) continue; /* φ(0) = 0 */
-            double f = m->emb[s] ? weight : weight / norm;
+            int rda = m->mode == DLC_MERGE_RDA && !m->emb[s];
+            double norm = rda ? sqrt(m->sumsq[s]) : 1.0;
+            if (rda && norm == 0.0) continue; /* φ(0) = 0 */
+            double f = rda ? weight / norm : weight;
             int wide = !(f <= FLT_MAX);
             for (int64_t i = 0; i < m->numel[s]; i += CH) {
                 int l = m->numel[s] - i < CH ? (int)(m->numel[s] - i) : CH;
-                const float *x = decode_range(m, kind, &cp, bytes, off + i, l);
+                const float *x = range_of(m, kind, &cp, bytes, off + i, l, cur, base);
                 DLC_ASSERT(x);
                 if (wide) axpy_d(m->acc + off + i, x, l, weight, norm);
                 else axpy(m->acc + off + i, x, l, (float)f);
             }
-            if (!m->emb[s]) m->normsum[s] += weight * norm;
+            if (rda) m->normsum[s] += weight * norm;
         }
     }
     m->wsum += weight;
@@ -235,8 +290,9 @@ dlc_status dlc_merge_add(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_para
     return DLC_OK;
 }
 
-dlc_status dlc_merge_finish(const dlc_merge *m, float *out) {
-    if (!m || !out) return dlc_error(DLC_ERR_ARG, "merge finish: %s is NULL", m ? "out" : "m");
+/* Writes the merged Δ into out, which may be m->acc itself (each segment's norm is taken
+ * before it is written, and every element is written from its own). */
+static dlc_status finish_into(const dlc_merge *m, float *out) {
     if (m->count == 0)
         return dlc_error(DLC_ERR_STATE, "merge finish: no contribution was added (expected at least one)");
     int64_t off = 0;
@@ -259,4 +315,14 @@ dlc_status dlc_merge_finish(const dlc_merge *m, float *out) {
                                  (long long)(off + i), s, o[i]);
     }
     return DLC_OK;
+}
+
+dlc_status dlc_merge_finish(const dlc_merge *m, float *out) {
+    if (!m || !out) return dlc_error(DLC_ERR_ARG, "merge finish: %s is NULL", m ? "out" : "m");
+    return finish_into(m, out);
+}
+
+float *dlc_merge_take(dlc_merge *m) {
+    if (!m) return dlc_error(DLC_ERR_ARG, "merge take: m is NULL"), NULL;
+    return finish_into(m, m->acc) == DLC_OK ? m->acc : NULL;
 }

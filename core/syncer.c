@@ -209,6 +209,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     dlc_syncer *s = calloc(1, sizeof *s);
     int64_t *seg = NULL;
     uint8_t *emb = NULL;
+    float *gathered = NULL;
     if (!s) goto nomem;
     s->p = *sp;
     s->p.embedding = NULL;
@@ -249,8 +250,9 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     for (int m = 0; m < s->M; m++) s->shard[m] = -1;
     int64_t maxn = 0;
     for (int p = 0; p < s->P; p++) maxn = dlc_plan_numel(plan, p) > maxn ? dlc_plan_numel(plan, p) : maxn;
-    s->scratch = dlc_big_alloc((size_t)maxn * sizeof(float));
-    if (!s->scratch) goto nomem;
+    /* Θ0's fragment p gathered, for the ring to copy (freed on return: the rounds need no
+     * fragment-sized scratch, merge.h) */
+    if (!(gathered = dlc_big_alloc((size_t)maxn * sizeof(float)))) goto nomem;
     for (int p = 0; p < s->P; p++) {
         sfrag *f = &s->f[p];
         int nv;
@@ -262,7 +264,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         seg = malloc((size_t)nv * sizeof *seg);
         emb = malloc((size_t)nv);
         if (!seg || !emb) goto nomem;
-        float *t = s->scratch;
+        float *t = gathered;
         for (int j = 0; j < nv; j++) {
             seg[j] = v[j].numel;
             emb[j] = sp->embedding ? sp->embedding[v[j].tensor] != 0 : 0;
@@ -274,7 +276,7 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         free(seg), free(emb);
         seg = NULL, emb = NULL;
         if (!f->mg) goto fail;
-        if (!(f->fs = dlc_fragstate_new(&sp->outer, s->scratch, f->n))) goto fail;
+        if (!(f->fs = dlc_fragstate_new(&sp->outer, gathered, f->n))) goto fail;
         f->c = calloc((size_t)s->M, sizeof *f->c);
         f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
         f->arr = calloc((size_t)s->M, sizeof *f->arr);
@@ -300,12 +302,14 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
             if (!f->hist || !f->hist_step) goto nomem;
         }
     }
+    free(gathered);
     return s;
 nomem:
     dlc_error(DLC_ERR_NOMEM, "syncer_new: out of memory");
 fail:
     free(seg);
     free(emb);
+    free(gathered);
     dlc_syncer_free(s);
     return NULL;
 }
@@ -340,7 +344,6 @@ void dlc_syncer_free(dlc_syncer *s) {
         free(f->hist_step);
     }
     free(s->f);
-    free(s->scratch);
     free(s->sorted);
     free(s->live);
     free(s->heard);
@@ -586,7 +589,7 @@ static dlc_status send_avg_of(dlc_syncer *s, sfrag *f, int m, const uint8_t *avg
 /* dp: the last averaged gradient (step avg_step) to learner m. */
 static dlc_status send_avg(dlc_syncer *s, sfrag *f, int m) { return send_avg_of(s, f, m, f->avg, f->avg_step, 0); }
 
-/* dp: the round's average (in scratch) into the history, the oldest giving way; f->avg
+/* dp: the round's average (the merge's Δ) into the history, the oldest giving way; f->avg
  * points at it. */
 static dlc_status hist_push(sfrag *f, const float *avg, int64_t step) {
     int slot;
@@ -651,7 +654,8 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         useful += (double)tokens / s->P;
         s->merged_steps[m] += (double)steps / s->P;
     }
-    if (k > 0) st = dlc_merge_finish(f->mg, s->scratch);
+    const float *delta = NULL; /* the merged Δ, in the accumulator itself (reset at the clear) */
+    if (k > 0 && !(delta = dlc_merge_take(f->mg))) st = DLC_ERR_RANGE;
     if (st == DLC_OK && k == 0) {
         /* every contribution weighed 0 (no tokens): nothing to merge, but their senders may
          * be blocked on this round: they get the current fragment back (dp: the run's step
@@ -674,7 +678,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     mi->all_sent = all_in(s, f);
     int64_t sent = 0;
     if (s->p.dp) {
-        st = hist_push(f, s->scratch, f->dp_step);
+        st = hist_push(f, delta, f->dp_step);
         if (st != DLC_OK) {
             clear_round(f, s->M);
             return st;
@@ -690,7 +694,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     } else {
         if (f->ring_pl)
             st = release_slot(f, (int)((dlc_fragstate_version(f->fs) + 1) % s->p.outer.ring));
-        if (st == DLC_OK) st = dlc_fragstate_step(f->fs, s->scratch);
+        if (st == DLC_OK) st = dlc_fragstate_step(f->fs, delta);
         mi->version = dlc_fragstate_version(f->fs);
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
@@ -761,24 +765,31 @@ typedef struct arrival {
     double arrived;
 } arrival;
 
-/* Learner L's payload (codec_up; dp: f32, already decoded into scratch when decoded is
- * set) enters fragment p's round, opening one if none is open: decoded, re-anchored at
- * the current Θ_p through the ring (its base must be in it) and added to the accumulator
- * with its weight.  A refusal leaves the round and the accumulator as they were and
+/* Learner L's payload (codec_up; dp: an f32 gradient) enters fragment p's round, opening
+ * one if none is open: decoded, re-anchored at the current Θ_p through the ring (its base
+ * must be in it) and added to the accumulator with its weight, in one pass (merge.h,
+ * dlc_merge_add_anchored).  A refusal leaves the round and the accumulator as they were and
  * returns DLC_ERR_FORMAT naming it, with *why the reason. */
-static dlc_status admit(dlc_syncer *s, int p, int L, const arrival *a, const uint8_t *bytes, size_t len, int decoded,
+static dlc_status admit(dlc_syncer *s, int p, int L, const arrival *a, const uint8_t *bytes, size_t len,
                         dlc_reject_reason *why, double now) {
     sfrag *f = &s->f[p];
     *why = DLC_REJECT_NONFINITE;
     dlc_status st = DLC_OK;
-    if (!decoded) st = dlc_codec_decode(s->p.codec_up, &s->p.codec_params, bytes, len, s->scratch, f->n);
-    if (st == DLC_OK && !s->p.dp) {
-        st = dlc_fragstate_anchor(f->fs, a->base, s->scratch);
-        if (st != DLC_OK) *why = DLC_REJECT_STALE;
+    dlc_codec_kind kind = s->p.dp ? DLC_CODEC_F32 : s->p.codec_up;
+    const float *cur = NULL, *base = NULL;
+    if (!s->p.dp && a->base != dlc_fragstate_version(f->fs)) {
+        cur = dlc_fragstate_theta(f->fs);
+        if (!(base = dlc_fragstate_at(f->fs, a->base))) {
+            *why = DLC_REJECT_STALE;
+            st = dlc_error(DLC_ERR_STATE, "base version %lld is not kept: the ring holds versions %lld..%lld",
+                           (long long)a->base, (long long)dlc_fragstate_oldest(f->fs),
+                           (long long)dlc_fragstate_version(f->fs));
+        }
     }
     double w = weight_of(s, a->tokens, a->steps);
-    if (st == DLC_OK && w > 0) {
-        st = dlc_merge_add(f->mg, DLC_CODEC_F32, NULL, (const uint8_t *)s->scratch, (size_t)f->n * sizeof(float), w);
+    if (st == DLC_OK) {
+        st = w > 0 ? dlc_merge_add_anchored(f->mg, kind, &s->p.codec_params, bytes, len, w, cur, base)
+                   : dlc_merge_check(f->mg, kind, &s->p.codec_params, bytes, len, cur, base);
         if (st != DLC_OK && st != DLC_ERR_FORMAT) *why = DLC_REJECT_MALFORMED; /* a weight out of range */
     }
     if (st != DLC_OK)
@@ -811,7 +822,7 @@ static dlc_status admit_held(dlc_syncer *s, int p, double now) {
         c->held = 0;
         arrival a = {c->h_base, c->h_steps, c->h_tokens, c->h_incarnation, c->h_life, c->h_arrived};
         dlc_reject_reason why;
-        if (admit(s, p, m, &a, c->h_bytes, c->h_len, 0, &why, now) != DLC_OK && s->live[m])
+        if (admit(s, p, m, &a, c->h_bytes, c->h_len, &why, now) != DLC_OK && s->live[m])
             st = reject(s, m, p, why);
         dlc_big_free(c->h_bytes);
         c->h_bytes = NULL;
@@ -847,10 +858,10 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         dlc_status e;
         dlc_reject_reason why = DLC_REJECT_NONFINITE;
         if (!c->present) {
-            e = admit(s, p, L, &a, m->payload, m->len, 0, &why, now);
+            e = admit(s, p, L, &a, m->payload, m->len, &why, now);
             admitted = e == DLC_OK;
         } else { /* to be held: checked now all the same */
-            e = dlc_codec_decode(m->codec, &s->p.codec_params, m->payload, m->len, s->scratch, f->n);
+            e = dlc_merge_check(f->mg, m->codec, &s->p.codec_params, m->payload, m->len, NULL, NULL);
             if (e != DLC_OK)
                 e = dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: %s", L + 1, p,
                               dlc_last_error());
@@ -891,7 +902,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     if (m->codec != DLC_CODEC_F32 || (int64_t)m->len != f->n * (int64_t)sizeof(float) || !m->payload)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %zu bytes: expected f32, %lld bytes", L + 1,
                          m->len, (long long)(f->n * (int64_t)sizeof(float)));
-    if (dlc_codec_decode(DLC_CODEC_F32, NULL, m->payload, m->len, s->scratch, f->n) != DLC_OK)
+    if (dlc_merge_check(f->mg, DLC_CODEC_F32, NULL, m->payload, m->len, NULL, NULL) != DLC_OK)
         return dlc_error(DLC_ERR_FORMAT, "syncer: gradient from learner %d: %s", L + 1, dlc_last_error());
     /* the round a gradient belongs to is its step: the open round's, or the next one */
     /* (dp_next 0, after a load: unknown, the first gradient's step is taken) */
@@ -919,7 +930,7 @@ static dlc_status receive_gradient(dlc_syncer *s, const dlc_msg *m, double now) 
     if (f->c[L].present) return DLC_OK;
     arrival a = {m->version, 1, m->tokens, s->incarnation[L], s->life[L], now};
     dlc_reject_reason why;
-    dlc_status st = admit(s, 0, L, &a, m->payload, m->len, 1, &why, now);
+    dlc_status st = admit(s, 0, L, &a, m->payload, m->len, &why, now);
     return st == DLC_OK ? evaluate(s, 0, now, 1) : st;
 }
 

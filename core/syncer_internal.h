@@ -56,7 +56,6 @@ struct dlc_syncer {
     const dlc_plan *plan;
     int P, M;
     sfrag *f;
-    float *scratch;          /* [max n_p] */
     double *sorted;          /* [M], for medians */
     int manual;              /* 1: rounds close only by dlc_syncer_flush (dlc_syncer_set_manual) */
     uint8_t *live;

@@ -252,6 +252,60 @@ static void test_refused_add_unchanged(void) {
     free(o2);
 }
 
+/* dlc_merge_add_anchored (merge.h): bit for bit the add of the contribution decoded,
+ * re-anchored element by element as x + (cur - base) in a buffer of its own, and added as
+ * f32, for every mode, codec and an embedding segment; a re-anchored value that is not
+ * finite is refused with the accumulator unchanged; dlc_merge_check changes nothing and
+ * agrees with the add; dlc_merge_take gives finish's Δ. */
+static void test_anchored(void) {
+    int64_t seg[3] = {5000, 3000, 200}, n = 8200;
+    uint8_t emb[3] = {0, 1, 0};
+    float *x = randn(n, 11, 0.01f), *y = randn(n, 12, 0.02f), *cur = randn(n, 13, 1.0f), *base = randn(n, 14, 1.0f);
+    float *d = malloc(sizeof(float) * (size_t)n), *o1 = malloc(sizeof(float) * (size_t)n),
+          *o2 = malloc(sizeof(float) * (size_t)n);
+    dlc_codec_params cp = dlc_codec_default_params();
+    const dlc_codec_kind kinds[4] = {DLC_CODEC_F32, DLC_CODEC_BF16, DLC_CODEC_INT8, DLC_CODEC_INT4};
+    for (int mode = 0; mode < DLC_MERGE_MODE_COUNT; mode++)
+        for (int kk = 0; kk < 4; kk++) {
+            dlc_codec_kind k = kinds[kk];
+            int64_t size = dlc_codec_encoded_size(k, &cp, n);
+            uint8_t *bx = malloc((size_t)size), *by = malloc((size_t)size);
+            CHECK(dlc_codec_encode(k, &cp, x, n, bx, (size_t)size, NULL) == size);
+            CHECK(dlc_codec_encode(k, &cp, y, n, by, (size_t)size, NULL) == size);
+            dlc_merge *a = mk((dlc_merge_mode)mode, 3, seg, emb), *b = mk((dlc_merge_mode)mode, 3, seg, emb);
+            /* the reference: decode, re-anchor, add as f32; y is taken as it is */
+            CHECK(dlc_codec_decode(k, &cp, bx, (size_t)size, d, n) == DLC_OK);
+            for (int64_t i = 0; i < n; i++) d[i] = d[i] + (cur[i] - base[i]);
+            CHECK(add(a, DLC_CODEC_F32, d, n, 2.5) == DLC_OK);
+            CHECK(dlc_merge_add(a, k, &cp, by, (size_t)size, 0.5) == DLC_OK);
+            CHECK(dlc_merge_check(b, k, &cp, bx, (size_t)size, cur, base) == DLC_OK && dlc_merge_count(b) == 0);
+            CHECK(dlc_merge_add_anchored(b, k, &cp, bx, (size_t)size, 2.5, cur, base) == DLC_OK);
+            CHECK(dlc_merge_add_anchored(b, k, &cp, by, (size_t)size, 0.5, NULL, NULL) == DLC_OK);
+            CHECK(dlc_merge_finish(a, o1) == DLC_OK && dlc_merge_finish(b, o2) == DLC_OK);
+            CHECK(memcmp(o1, o2, sizeof(float) * (size_t)n) == 0);
+            /* a base far from cur: x + (cur - base) overflows to inf in the last segment */
+            float keep = base[8100];
+            base[8100] = -FLT_MAX;
+            cur[8100] = FLT_MAX;
+            CHECK(dlc_merge_check(b, k, &cp, bx, (size_t)size, cur, base) == DLC_ERR_FORMAT &&
+                  strstr(dlc_last_error(), "segment 2") && strstr(dlc_last_error(), "re-anchored"));
+            CHECK(dlc_merge_add_anchored(b, k, &cp, bx, (size_t)size, 1.0, cur, base) == DLC_ERR_FORMAT);
+            fprintf(stderr, "  (expected) %s\n", dlc_last_error());
+            base[8100] = keep;
+            cur[8100] = 0.5f;
+            CHECK(dlc_merge_add_anchored(b, k, &cp, bx, (size_t)size, 1.0, cur, NULL) == DLC_ERR_ARG);
+            CHECK(dlc_merge_count(b) == 2);
+            CHECK(dlc_merge_finish(b, o2) == DLC_OK && memcmp(o1, o2, sizeof(float) * (size_t)n) == 0);
+            const float *t = dlc_merge_take(b);
+            CHECK(t && memcmp(o1, t, sizeof(float) * (size_t)n) == 0);
+            dlc_merge_reset(b);
+            CHECK(dlc_merge_count(b) == 0 && !dlc_merge_take(b));
+            free(bx), free(by);
+            dlc_merge_free(a), dlc_merge_free(b);
+        }
+    free(x), free(y), free(cur), free(base), free(d), free(o1), free(o2);
+}
+
 static void test_params(void) {
     int64_t bad[2] = {3, 0};
     dlc_merge_params p = {DLC_MERGE_RDA, 2, bad, NULL};
@@ -276,6 +330,7 @@ int main(void) {
     test_weights();
     test_codecs();
     test_refused_add_unchanged();
+    test_anchored();
     test_params();
     return check_done("test_merge");
 }

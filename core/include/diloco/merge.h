@@ -78,10 +78,29 @@ DLC_API void dlc_merge_free(dlc_merge *m);
 DLC_API dlc_status dlc_merge_add(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
                                  const uint8_t *bytes, size_t len, double weight);
 
+/* dlc_merge_add of the contribution re-anchored at another version of the fragment:
+ * each decoded value x_i enters as x_i + (cur_i - base_i), the learner's Δ measured
+ * against cur instead of the base it trained from (cur and base: n floats each, both or
+ * neither given; NULL, NULL is dlc_merge_add).  One pass over the bytes and the two
+ * versions per sweep, no fragment-sized scratch.  Also DLC_ERR_FORMAT when a re-anchored
+ * value is not finite; on any error the accumulator is as it was. */
+DLC_API dlc_status dlc_merge_add_anchored(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                                          const uint8_t *bytes, size_t len, double weight, const float *cur,
+                                          const float *base);
+/* The checks of dlc_merge_add_anchored alone (no weight): whether the contribution would
+ * be taken.  The accumulator is untouched. */
+DLC_API dlc_status dlc_merge_check(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cparams,
+                                   const uint8_t *bytes, size_t len, const float *cur, const float *base);
+
 /* Writes the merged Δ into out (n floats, caller-owned, must not alias m).  m is not
  * modified (finish can be called again, or more contributions added).
  * DLC_ERR_STATE with no contribution; DLC_ERR_RANGE if a merged value is not finite. */
 DLC_API dlc_status dlc_merge_finish(const dlc_merge *m, float *out);
+
+/* dlc_merge_finish into the accumulator itself: returns the merged Δ (n floats, owned by
+ * m), or NULL with finish's errors.  The sums are gone: m must be dlc_merge_reset before
+ * its next add.  For a host that applies Δ at once and holds no second fragment. */
+DLC_API float *dlc_merge_take(dlc_merge *m);
 
 /* Empties the accumulator for the next round (keeps the segments and mode). */
 DLC_API void dlc_merge_reset(dlc_merge *m);

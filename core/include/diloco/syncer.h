@@ -114,10 +114,12 @@
  * learn it after a join).  dlc_syncer_restart keeps the epoch: it models a
  * restart whose learners' connections survive (vtime.h), not a new syncer process.
  *
- * Memory: per fragment the ring (R copies), momentum, a merge accumulator, the encoded
- * bytes of the round's contributions (at most one per learner, stored as they arrive:
- * this is the receive buffer a network driver holds anyway), the encoded Θ_p to send;
- * plus one scratch fragment.  The accumulator never grows with the number of learners.
+ * Memory: per fragment the ring (R copies), momentum and a merge accumulator, into which
+ * a contribution is decoded, re-anchored and added in one pass as it arrives (no decoded
+ * copy; the merged Δ is finished in the accumulator itself); the encoded bytes of at most
+ * one held contribution per learner (a second one to an open round); and, with a bf16
+ * downlink, the encoded Θ_p to send (an f32 one goes from the ring's slots).  Nothing
+ * grows with the number of learners, and no other fragment-sized buffer is kept.
  */
 #ifndef DILOCO_SYNCER_H
 #define DILOCO_SYNCER_H
