@@ -691,13 +691,17 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
         if (nvalues != f->n)
             return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld",
                              l->p.id + 1, m->fragment, (long long)nvalues, (long long)f->n);
-    } else { /* decode into scratch first: a malformed payload leaves the waiting one intact */
+    } else if (f->pending || (l->p.dp && l->state != DLC_LEARNER_JOINING)) {
+        /* decoded into scratch first: a malformed payload leaves the waiting one intact */
         if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
         values = l->scratch;
+    } else { /* nothing waits in p's stash: decoded into it (a refusal leaves p as it was) */
+        if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->pend + f->off, f->n)) != DLC_OK) return s;
+        values = l->pend + f->off;
     }
     if (resync && m->steps > l->run_seen) l->run_seen = m->steps;
     if (l->p.dp && l->state != DLC_LEARNER_JOINING) return dp_resync(l, m);
-    memcpy(l->pend + f->off, values, (size_t)f->n * sizeof(float));
+    if (values != l->pend + f->off) memcpy(l->pend + f->off, values, (size_t)f->n * sizeof(float));
     if (!resync && f->sent_step >= 0) {
         /* the links' share of the round trip, measured on arrival (not on application, which
          * waits for tau steps by design): what the syncer's grace window must leave room for */

@@ -30,9 +30,12 @@ static dlc_learner_params lparams(void) {
     return lp;
 }
 
+static int bf16_down; /* start_syncer's syncer sends bf16 fragments */
+
 static dlc_srt *start_syncer(const fx *x, const char *listen, const char *resume) {
     dlc_srt_config sc = dlc_srt_default_config();
     sc.syncer.learners = 2;
+    if (bf16_down) sc.syncer.codec_down = DLC_CODEC_BF16;
     sc.syncer.tau = 1;
     sc.plan = x->plan;
     sc.theta0 = dlc_params_data(x->p);
@@ -102,7 +105,9 @@ static void test_two_learners(void) {
     fx_make(&xs, 2, 11);
     fx_make(&x1, 2, 11);
     fx_make(&x2, 2, 11);
+    bf16_down = 1; /* decoded on a's I/O thread (an f32 one: by the learner, into its stash) */
     dlc_srt *s = start_syncer(&xs, "127.0.0.1:0", NULL);
+    bf16_down = 0;
     CHECK_OK(s);
     if (!s) return;
     int port = dlc_srt_port(s);

@@ -1703,6 +1703,11 @@ static void test_hostile(void) {
     other.learner = 0; /* the same, to this one: taken */
     CHECK(dlc_learner_receive(l, &other, 1.0) == DLC_OK && dlc_learner_step_begin(l, 2.0) == DLC_OK);
     CHECK(dlc_learner_base_version(l, 0) == 1);
+    /* what it applied is the merge, whole: the refused NaN fragments were decoded where a
+     * merge waits (its stash, nothing waiting then) and left no trace there */
+    float got[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), got);
+    CHECK(memcmp(got, w, (size_t)n * sizeof(float)) == 0);
     dlc_learner_free(l);
     /* dp: the averaged gradient */
     lp.dp = 1;

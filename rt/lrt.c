@@ -282,11 +282,14 @@ static dlc_status start_encode(dlc_lrt *l, const dlc_learner_action *a) {
 
 /* The net's decode hook, on the I/O thread: a FRAGMENT or RESYNC payload, decoded and
  * checked (dlc_learner_receive_decoded takes it as it is).  Anything it cannot decode
- * stays as it came, for the state machine to refuse with its own message. */
+ * stays as it came, for the state machine to refuse with its own message.  An f32
+ * payload stays as it came too: its decode is a checked copy, which the learner makes
+ * straight into its stash (core/learner.c), where here it would be a copy into a fresh
+ * buffer (its pages faulted in) and then one more. */
 static dlc_status decode_fragment(const dlc_frame *f, float **values, int64_t *n, void *arg) {
     const dlc_lrt *l = arg;
     if ((f->type != DLC_FRAME_FRAGMENT && f->type != DLC_FRAME_RESYNC) || f->msg.fragment < 0 ||
-        f->msg.fragment >= l->P)
+        f->msg.fragment >= l->P || f->msg.codec == DLC_CODEC_F32)
         return DLC_OK;
     int64_t k = l->numel[f->msg.fragment];
     float *v = dlc_big_alloc((size_t)(k > 0 ? k : 1) * sizeof(float)); /* freed with free() */
