@@ -157,6 +157,11 @@ static void test_two_learners(void) {
     dlc_lrt_stats lb;
     CHECK(dlc_lrt_get_stats(b, &lb) == DLC_OK);
     CHECK(lb.encoded == 0 && lb.decoded == 0 && lb.sent > 0 && lb.applied > 0);
+    /* many contributions went out in the buffer of an earlier one, kept (not all: the
+     * first, and one encoded while the last was still on its way) */
+    CHECK(ls.reused >= ls.sent / 4 && ls.reused < ls.sent && lb.reused >= lb.sent / 4);
+    fprintf(stderr, "  buffers reused: a %lld of %lld sent, b %lld of %lld\n", (long long)ls.reused,
+            (long long)ls.sent, (long long)lb.reused, (long long)lb.sent);
     dlc_lrt_free(a);
     dlc_lrt_free(b);
 

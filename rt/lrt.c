@@ -31,6 +31,8 @@ const char *dlc_lrt_event_name(dlc_lrt_event_kind k) {
 /* CONFLICT refusals (another live connection holds this learner's id) lasting this many
  * of its net's timeout_s are final: the holder is no stale connection of its own. */
 #define LRT_CONFLICT_TIMEOUTS 2
+/* Sent contributions' buffers kept for the next ones (buf_get, buf_put). */
+#define LRT_SPARE 1
 
 typedef struct held {
     dlc_frame f;              /* the frame, its payload pointing at bytes */
@@ -88,6 +90,12 @@ struct dlc_lrt {
     enc_job *jobs;            /* [P], by fragment */
     int *cq, cq_head, cq_len; /* the queue of fragments to encode, a ring of P */
     int busy;                 /* jobs not idle (compute thread's count) */
+    /* payload buffers kept for the next contribution (buf_get, buf_put) */
+    pthread_mutex_t spare_mu;
+    uint8_t *spare[LRT_SPARE];
+    int nspare;
+    int64_t reused;           /* under spare_mu */
+    size_t spare_cap;         /* the largest buffer asked for yet, under spare_mu */
 };
 
 static double lrt_now(const dlc_lrt *l) { return dlc_rt_clock() - l->t0; }
@@ -121,13 +129,57 @@ static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
     push_event(l, &e);
 }
 
-static void free_bytes(const void *payload, void *arg) {
-    (void)arg;
-    free((void *)payload);
+/* ---- payload buffers ----
+ * A contribution's encoded bytes go to the net, which frees them once sent.  A fragment
+ * of a large model is tens of megabytes: a fresh allocation is mapped anew and every page
+ * of it faulted in, at every send.  So sent buffers are kept, LRT_SPARE at most, for the
+ * next contribution to take (the size each holds is in a header before its bytes), each
+ * as large as the largest contribution yet. */
+#define BUF_HDR 64
+
+static uint8_t *buf_get(dlc_lrt *l, size_t len) {
+    if (len == 0) len = 1;
+    pthread_mutex_lock(&l->spare_mu);
+    for (int i = 0; i < l->nspare; i++) {
+        uint8_t *b = l->spare[i];
+        size_t cap;
+        memcpy(&cap, b - BUF_HDR, sizeof cap);
+        if (cap >= len) {
+            l->spare[i] = l->spare[--l->nspare];
+            l->reused++;
+            pthread_mutex_unlock(&l->spare_mu);
+            return b;
+        }
+    }
+    /* as large as the largest asked for yet: fragments differ in size, and a kept
+     * buffer is to take the next contribution of any of them */
+    if (len < l->spare_cap) len = l->spare_cap;
+    else l->spare_cap = len;
+    pthread_mutex_unlock(&l->spare_mu);
+    uint8_t *b = len <= SIZE_MAX - BUF_HDR ? dlc_big_alloc(len + BUF_HDR) : NULL;
+    if (!b) return NULL;
+    memcpy(b, &len, sizeof len);
+    return b + BUF_HDR;
 }
 
-static void drop_held(held *h) {
-    free(h->bytes);
+/* Any thread (the net's I/O thread among them). */
+static void buf_put(dlc_lrt *l, uint8_t *b) {
+    if (!b) return;
+    size_t cap;
+    memcpy(&cap, b - BUF_HDR, sizeof cap);
+    pthread_mutex_lock(&l->spare_mu);
+    if (l->nspare < LRT_SPARE && cap >= l->spare_cap) { /* not one smaller than the largest */
+        l->spare[l->nspare++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&l->spare_mu);
+    if (b) free(b - BUF_HDR);
+}
+
+static void free_bytes(const void *payload, void *arg) { buf_put(arg, (uint8_t *)payload); }
+
+static void drop_held(dlc_lrt *l, held *h) {
+    buf_put(l, h->bytes);
     h->bytes = NULL;
 }
 
@@ -137,21 +189,21 @@ static void drop_held(held *h) {
 static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int keep) {
     dlc_frame g = *f;
     g.msg.payload = copy;
-    dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, NULL) : DLC_ERR_STATE;
+    dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, l) : DLC_ERR_STATE;
     if (st == DLC_OK) {
         l->st.sent++;
         return DLC_OK;
     }
     if (st != DLC_ERR_STATE && st != DLC_ERR_RANGE) {
-        free(copy);
+        buf_put(l, copy);
         return st;
     }
     if (!keep) {
-        free(copy);
+        buf_put(l, copy);
         return DLC_OK;
     }
     if (l->hq_len == l->hold) { /* bounded: the oldest goes */
-        drop_held(&l->hq[l->hq_head]);
+        drop_held(l, &l->hq[l->hq_head]);
         l->hq_head = (l->hq_head + 1) % l->hold;
         l->hq_len--;
         l->st.held_dropped++;
@@ -168,7 +220,7 @@ static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int 
 static dlc_status send_frame(dlc_lrt *l, const dlc_frame *f, int keep) {
     uint8_t *copy = NULL;
     if (f->msg.len) {
-        if (!(copy = dlc_big_alloc(f->msg.len)))
+        if (!(copy = buf_get(l, f->msg.len)))
             return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", f->msg.len);
         memcpy(copy, f->msg.payload, f->msg.len);
     }
@@ -182,14 +234,14 @@ static void encode_job(dlc_lrt *l, enc_job *j) {
     j->out = NULL, j->len = 0, j->sent = 0, j->err[0] = '\0';
     j->st = DLC_OK;
     size_t cap = j->a.msg.len;
-    if (!(j->out = dlc_big_alloc(cap ? cap : 1))) {
+    if (!(j->out = buf_get(l, cap))) {
         j->st = dlc_error(DLC_ERR_NOMEM, "learner: out of memory for a %zu-byte contribution", cap);
     } else {
         j->st = dlc_learner_encode(&j->a, j->out, cap, &j->len);
     }
     if (j->st != DLC_OK) {
         snprintf(j->err, sizeof j->err, "%s", dlc_last_error());
-        free(j->out);
+        buf_put(l, j->out);
         j->out = NULL;
         return;
     }
@@ -197,7 +249,7 @@ static void encode_job(dlc_lrt *l, enc_job *j) {
     dlc_msg m = j->a.msg;
     m.payload = j->out, m.len = j->len;
     dlc_frame f;
-    if (dlc_frame_from_msg(&f, &m) == DLC_OK && dlc_net_send(l->net, l->peer, &f, free_bytes, NULL) == DLC_OK) {
+    if (dlc_frame_from_msg(&f, &m) == DLC_OK && dlc_net_send(l->net, l->peer, &f, free_bytes, l) == DLC_OK) {
         j->sent = 1; /* the net's now */
         j->out = NULL;
     }
@@ -249,7 +301,7 @@ static dlc_status collect(dlc_lrt *l, int all) {
                     dlc_frame f;
                     s = dlc_frame_from_msg(&f, &m);
                     if (s == DLC_OK) s = send_owned(l, &f, j->out, 1);
-                    else free(j->out);
+                    else buf_put(l, j->out);
                     j->out = NULL;
                 }
             }
@@ -308,7 +360,7 @@ static void flush_held(dlc_lrt *l) {
     while (l->hq_len > 0 && l->ready) {
         held *h = &l->hq[l->hq_head];
         h->f.msg.payload = h->bytes;
-        dlc_status st = dlc_net_send(l->net, l->peer, &h->f, h->bytes ? free_bytes : NULL, NULL);
+        dlc_status st = dlc_net_send(l->net, l->peer, &h->f, h->bytes ? free_bytes : NULL, l);
         if (st != DLC_OK) return; /* still full or gone: later */
         h->bytes = NULL;          /* the net's now */
         l->hq_head = (l->hq_head + 1) % l->hold;
@@ -491,6 +543,7 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
         return NULL;
     }
+    pthread_mutex_init(&l->spare_mu, NULL);
     l->cfg = *cfg;
     l->t0 = dlc_rt_clock();
     l->peer = l->id = -1;
@@ -557,13 +610,15 @@ void dlc_lrt_free(dlc_lrt *l) {
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
     }
-    for (int p = 0; l->jobs && p < l->P; p++) free(l->jobs[p].out);
+    for (int p = 0; l->jobs && p < l->P; p++) buf_put(l, l->jobs[p].out);
     free(l->jobs);
     free(l->cq);
-    dlc_net_free(l->net);
+    dlc_net_free(l->net); /* its queued payloads come back through free_bytes */
     dlc_learner_free(l->l);
-    for (int i = 0; l->hq && i < l->hq_len; i++) drop_held(&l->hq[(l->hq_head + i) % l->hold]);
+    for (int i = 0; l->hq && i < l->hq_len; i++) drop_held(l, &l->hq[(l->hq_head + i) % l->hold]);
     free(l->hq);
+    for (int i = 0; i < l->nspare; i++) free(l->spare[i] - BUF_HDR);
+    pthread_mutex_destroy(&l->spare_mu);
     free(l->numel);
     rt_strings_free(&l->strs);
     free(l->connect);
@@ -814,6 +869,9 @@ dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out) {
     if (!l || !out) return dlc_error(DLC_ERR_ARG, "lrt_get_stats: NULL argument");
     *out = l->st;
     out->now = lrt_now(l);
+    pthread_mutex_lock(&l->spare_mu);
+    out->reused = l->reused;
+    pthread_mutex_unlock(&l->spare_mu);
     dlc_net_counters c;
     if (dlc_net_get_counters(l->net, -1, &c) == DLC_OK) {
         out->bytes_in = out->bytes_out = 0;

@@ -406,6 +406,8 @@ typedef struct dlc_lrt_stats {
     int64_t rollbacks;        /* dlc_lrt_rollback calls that succeeded */
     int64_t replayed;         /* dp: averages replayed (dlc_lrt_replayed) */
     int64_t unreplayed;       /* dp: steps skipped because the syncer no longer held them */
+    int64_t reused;           /* payloads encoded into the buffer of an earlier send, kept
+                               * (one at most) instead of a fresh allocation */
 } dlc_lrt_stats;
 DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 
