@@ -26,6 +26,7 @@ typedef struct lfrag {
     int64_t sent_step;     /* step of the last send since the last receive, -1 none */
     double sent_time;
     int pending;           /* a merged fragment waits in pend[off..] for a step boundary */
+    int in_base;           /* ... in hat[off..] instead (JOINING: stash_of) */
     int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
     int pend_fresh;        /* ... and it arrived after p's last send (it may hold that send) */
     int64_t pend_version;
@@ -304,9 +305,10 @@ static dlc_status apply(dlc_learner *l, int p) {
     int resync = f->pend_resync;
     /* what it trained on p since its last send is replaced (alpha of it kept in the mix) */
     settle(l, f, &l->acc.overwritten_steps, &l->acc.overwritten_s, resync ? 0.0 : l->p.alpha);
-    const float *src = l->pend + f->off;
+    const float *src = f->in_base ? l->hat + f->off : l->pend + f->off;
     scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
-    memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
+    if (!f->in_base) memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
+    f->in_base = 0;
     dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version,
                             .lag = f->sent_step >= 0 && !resync ? l->steps - f->sent_step : -1, .resync = resync};
     f->base_version = f->pend_version;
@@ -667,6 +669,15 @@ static dlc_status dp_resync(dlc_learner *l, const dlc_msg *m) {
     return s;
 }
 
+/* Where an arriving merge of f waits for its apply: the stash (pend), or, while JOINING
+ * with f not yet received (it is applied at once, and nothing reads f's base until
+ * then), the base Θ̂ itself: a join then writes no stash, whose pages a first join
+ * would otherwise fault in all at once (a rejoin, a newer resync of f and dp use pend). */
+static float *stash_of(const dlc_learner *l, const lfrag *f) {
+    int in_base = l->state == DLC_LEARNER_JOINING && !f->received && !f->pending && !l->p.dp;
+    return (in_base ? l->hat : l->pend) + f->off;
+}
+
 /* A FRAGMENT is checked and decoded, then only stashed (pend): the arena is written at
  * the next step boundary (learner.h), except while JOINING, when the learner is not
  * stepping and a resync is taken at once. */
@@ -696,12 +707,12 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
         if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
         values = l->scratch;
     } else { /* nothing waits in p's stash: decoded into it (a refusal leaves p as it was) */
-        if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->pend + f->off, f->n)) != DLC_OK) return s;
-        values = l->pend + f->off;
+        if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, stash_of(l, f), f->n)) != DLC_OK) return s;
+        values = stash_of(l, f);
     }
     if (resync && m->steps > l->run_seen) l->run_seen = m->steps;
     if (l->p.dp && l->state != DLC_LEARNER_JOINING) return dp_resync(l, m);
-    if (values != l->pend + f->off) memcpy(l->pend + f->off, values, (size_t)f->n * sizeof(float));
+    if (values != stash_of(l, f)) memcpy(stash_of(l, f), values, (size_t)f->n * sizeof(float));
     if (!resync && f->sent_step >= 0) {
         /* the links' share of the round trip, measured on arrival (not on application, which
          * waits for tau steps by design): what the syncer's grace window must leave room for */
@@ -711,6 +722,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
     int behind = !resync && f->sent_step < 0 && l->state != DLC_LEARNER_JOINING;
     /* a newer merge over a waiting resync is taken whole too: the resync said our own
      * copy of this fragment is not to be mixed in */
+    f->in_base = stash_of(l, f) == l->hat + f->off;
     f->pend_resync = resync || (f->pending && f->pend_resync);
     f->pend_fresh = f->sent_step >= 0;
     f->pending = 1;
@@ -869,7 +881,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = 0;
+        f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = f->in_base = 0;
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;

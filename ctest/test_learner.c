@@ -1665,7 +1665,9 @@ static void test_set_schedule_step(void) {
 }
 
 /* Hostile messages to a learner: a type a learner never takes, a NaN fragment, a NaN or
- * wrong-codec averaged gradient; each refused with DLC_ERR_FORMAT, nothing changed. */
+ * wrong-codec averaged gradient; each refused with DLC_ERR_FORMAT, nothing changed.  A
+ * NaN resync while it joins (decoded where the join puts it, its base) is refused too,
+ * and the join's next resync gives it the model and the base it rolls back to. */
 static void test_hostile(void) {
     fx x;
     fx_make(&x, 1, 97);
@@ -1674,7 +1676,31 @@ static void test_hostile(void) {
     dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
     CHECK_OK(l);
     if (!l) return;
+    {
+        float bad[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), bad);
+        for (int64_t i = 0; i < n; i++) bad[i] += 1.0f;
+        bad[n - 1] = NAN;
+        dlc_msg m = fragment_msg(0, 0, 0, DLC_MSG_RESYNC, bad, n);
+        CHECK(dlc_learner_receive(l, &m, 0) == DLC_ERR_FORMAT && drain(l).n == 0);
+        CHECK(dlc_learner_state_of(l) == DLC_LEARNER_JOINING);
+    }
     resync(&x, l, dlc_params_data(x.p), 0, 0);
+    CHECK(dlc_learner_state_of(l) == DLC_LEARNER_TRAINING);
+    {
+        /* its base is the model: a rollback after a step that moved the arena puts the
+         * model back exactly (a NaN left in the base by the refused resync would show) */
+        float before[NMAX], after[NMAX];
+        gather(&x, 0, dlc_params_data(x.p), before);
+        float *th = dlc_params_data(x.p);
+        for (int64_t i = 0; i < dlc_params_size(x.p); i++) th[i] += 0.5f;
+        CHECK(dlc_learner_step_done(l, 4, 1.0, 0.5) == DLC_OK);
+        drain(l);
+        CHECK(dlc_learner_rollback(l, 0.6) == DLC_OK);
+        drain(l);
+        gather(&x, 0, dlc_params_data(x.p), after);
+        CHECK(memcmp(before, after, (size_t)n * sizeof(float)) == 0);
+    }
     float v[NMAX], snap[256];
     gather(&x, 0, dlc_params_data(x.p), v);
     v[n / 3] = NAN;
