@@ -662,6 +662,8 @@ static int lr_stats(lua_State *L) {
     dlcL_setint(L, "sent", st.sent);
     dlcL_setint(L, "held", st.held);
     dlcL_setint(L, "held_dropped", st.held_dropped);
+    dlcL_setint(L, "held_superseded", st.held_superseded);
+    dlcL_setint(L, "reused", st.reused);
     dlcL_setint(L, "applied", st.applied);
     dlcL_setint(L, "reconnects", st.reconnects);
     dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);

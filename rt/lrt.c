@@ -183,6 +183,27 @@ static void drop_held(dlc_lrt *l, held *h) {
     h->bytes = NULL;
 }
 
+/* A contribution of fragment p from base version v holds every step of an earlier one of
+ * p from v (its outer gradient is measured from the same base, its steps and tokens
+ * counted from it: learner.h), so a held one of p from v that has not left yet goes when
+ * a newer one is sent or held: what waits for a slow or unreachable syncer is at most
+ * one contribution per fragment and base, and none arrives after the one that holds it. */
+static void supersede(dlc_lrt *l, const dlc_frame *g) {
+    if (g->type != DLC_FRAME_CONTRIBUTION || l->hq_len == 0) return;
+    int kept = 0;
+    for (int i = 0; i < l->hq_len; i++) {
+        held h = l->hq[(l->hq_head + i) % l->hold];
+        if (h.f.type == DLC_FRAME_CONTRIBUTION && h.f.msg.fragment == g->msg.fragment &&
+            h.f.msg.version == g->msg.version) {
+            drop_held(l, &h);
+            l->st.held_superseded++;
+            continue;
+        }
+        l->hq[(l->hq_head + kept++) % l->hold] = h;
+    }
+    l->hq_len = kept;
+}
+
 /* Sends f whose payload `copy` (malloc'd, or NULL) is now the net's or held.  A frame
  * that cannot go now is held when `keep` (contributions, gradients), else dropped
  * (heartbeats). */
@@ -191,6 +212,7 @@ static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int 
     g.msg.payload = copy;
     dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, l) : DLC_ERR_STATE;
     if (st == DLC_OK) {
+        supersede(l, &g);
         l->st.sent++;
         return DLC_OK;
     }
@@ -202,6 +224,7 @@ static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int 
         buf_put(l, copy);
         return DLC_OK;
     }
+    supersede(l, &g);
     if (l->hq_len == l->hold) { /* bounded: the oldest goes */
         drop_held(l, &l->hq[l->hq_head]);
         l->hq_head = (l->hq_head + 1) % l->hold;

@@ -272,8 +272,10 @@ typedef struct dlc_lrt_config {
     const dlc_run_params *run_params; /* the run's description (borrowed during new), stated
                                  * in the HELLO (NULL: not stated, the syncer compares model
                                  * and plan only) */
-    int hold;                   /* contributions kept while the syncer is unreachable
-                                 * (oldest dropped past it); 0: 2 × the fragments */
+    int hold;                   /* contributions kept while the syncer is unreachable or
+                                 * its queue full (oldest dropped past it; a newer one of
+                                 * the same fragment and base replaces a kept one, which
+                                 * it holds whole); 0: 2 × the fragments */
     int inline_codec;           /* 1: encode contributions and decode fragments on the
                                  * calling thread, inside the calls (for comparisons); 0
                                  * (default): off it ("Threads" below) */
@@ -402,6 +404,8 @@ typedef struct dlc_lrt_stats {
     int64_t decoded;          /* fragments the I/O thread decoded */
     int connected;
     int64_t sent, held, held_dropped, applied, reconnects;
+    int64_t held_superseded;  /* held contributions that a newer one of the same fragment
+                               * and base replaced before they left (nothing lost) */
     uint64_t bytes_in, bytes_out;
     int64_t rollbacks;        /* dlc_lrt_rollback calls that succeeded */
     int64_t replayed;         /* dp: averages replayed (dlc_lrt_replayed) */
