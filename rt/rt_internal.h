@@ -25,6 +25,12 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
  * takes) with its header, in_max to frame_max, mem_max to twice frame_max.  A fragment
  * beyond the protocol's largest frame is refused, named, with what to change. */
 dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_config *cfg);
+/* A peer's queue in the transport kept a short pipe, not a store: out_max lowered to two
+ * frames of the largest fragment as f32, at least RT_WINDOW_MIN.  What does not fit waits
+ * in the driver, where a newer send of a fragment replaces an older one, so a slow link
+ * carries the newest rather than a backlog (srt: merged fragments; lrt: contributions). */
+#define RT_WINDOW_MIN ((size_t)256 << 10)
+void rt_window(const int64_t *numel, int P, dlc_net_config *cfg);
 /* The HELLO (learner: the id asked for, -1 any) or, with learner = RT_SERVER, the
  * server's terms, of a run over plan: run id, model and plan hashes, every codec, block,
  * the capabilities (gradients with dp). */

@@ -78,9 +78,6 @@ typedef struct owed {
 /* Waiting sends of other types (dp's averages, REPLAY answers) one learner may hold
  * beyond its one FRAGMENT per fragment; past it the learner is cut off and resynced. */
 #define SRT_OWED_OTHER_MAX 64
-/* Least bytes a learner's transport queue takes before sends wait in the driver (the
- * window is two of the largest fragment's frames, at least this). */
-#define SRT_WINDOW_MIN ((size_t)256 << 10)
 /* Seconds after which waiting sends are offered to the transport again without a DRAINED. */
 #define SRT_OWED_RETRY_S 0.5
 
@@ -832,17 +829,9 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     /* the layout's limits before the syncer's memory is taken */
     if (rt_layout(cfg->plan, s->cfg.syncer.codec_params, &s->layout, &s->numel) != DLC_OK) goto fail;
     if (rt_limits("syncer", s->numel, s->P, &s->cfg.net) != DLC_OK) goto fail;
-    /* A learner's queue in the transport is a short pipe, not a store: what does not fit
-     * waits here (owed), where a newer version of a fragment replaces an older one, so a
-     * slow link carries the newest versions rather than a long backlog of old ones. */
-    {
-        size_t big = 0;
-        for (int p = 0; p < s->P; p++)
-            if ((size_t)s->numel[p] > big) big = (size_t)s->numel[p];
-        size_t window = 2 * (big * sizeof(float) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
-        if (window < SRT_WINDOW_MIN) window = SRT_WINDOW_MIN;
-        if (s->cfg.net.out_max > window) s->cfg.net.out_max = window;
-    }
+    /* a learner's queue in the transport is a short pipe: what does not fit waits here
+     * (owed), where a newer version of a fragment replaces an older one */
+    rt_window(s->numel, s->P, &s->cfg.net);
     s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;
