@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/learner.h"
+#include "diloco/mem.h"
 #include "diloco/outer.h"
 
 static const char *const state_names[] = {"joining", "training", "waiting", "stopped"};
@@ -60,7 +61,10 @@ struct dlc_learner {
     float *pend;           /* [n] arrived, not yet applied */
     float *scratch;        /* [max n_p] */
     float *ef;             /* [n] error feedback, NULL when off */
-    float *raw;            /* [n] defer_encode: the outer gradients handed out to encode */
+    float **raw;           /* [P] defer_encode: fragment p's outer gradient lent to its
+                            * ENCODE until dlc_learner_encoded (NULL: none out) */
+    float *raw_spare;      /* one such buffer kept for the next ENCODE (NULL: none) */
+    int64_t maxn;          /* the largest fragment's floats: every raw buffer's size */
     int encoding;          /* fragments with an ENCODE out */
     uint8_t *grad_enc;     /* dp: 4n bytes */
     int64_t steps, tokens;
@@ -228,7 +232,8 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
     l->scratch = malloc((size_t)maxn * sizeof(float));
     if (!l->hat || !l->pend || !l->scratch) goto nomem;
     if (lp->error_feedback && !(l->ef = calloc((size_t)l->n, sizeof(float)))) goto nomem;
-    if (lp->defer_encode && !(l->raw = malloc((size_t)l->n * sizeof(float)))) goto nomem;
+    l->maxn = maxn;
+    if (lp->defer_encode && !(l->raw = calloc((size_t)l->P, sizeof *l->raw))) goto nomem;
     if (lp->dp && !(l->grad_enc = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     l->qcap = 16;
     if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
@@ -252,7 +257,9 @@ void dlc_learner_free(dlc_learner *l) {
     free(l->pend);
     free(l->scratch);
     free(l->ef);
+    for (int p = 0; l->raw && p < l->P; p++) free(l->raw[p]);
     free(l->raw);
+    free(l->raw_spare);
     free(l->grad_enc);
     free(l->q);
     free(l);
@@ -360,11 +367,31 @@ static dlc_status encode_busy(const dlc_learner *l, int p, const char *fn) {
                      fn, l->p.id + 1, p >= 0 ? "this fragment's contribution" : "contributions");
 }
 
+/* defer_encode: a buffer for fragment p's outer gradient while its ENCODE is out (the
+ * one kept from an earlier ENCODE, else a new one), and back when it is done: at most
+ * the fragments out at once plus one, not a copy of the whole model, and no pages
+ * faulted in anew at every send. */
+static float *raw_take(dlc_learner *l, int p) {
+    DLC_ASSERT(!l->raw[p]);
+    float *d = l->raw_spare;
+    l->raw_spare = NULL;
+    if (!d) d = dlc_big_alloc((size_t)l->maxn * sizeof(float));
+    return l->raw[p] = d;
+}
+
+static void raw_give(dlc_learner *l, int p) {
+    float *d = l->raw[p];
+    l->raw[p] = NULL;
+    if (!l->raw_spare) l->raw_spare = d;
+    else free(d);
+}
+
 static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     lfrag *f = &l->f[p];
     dlc_status s = encode_busy(l, p, "learner: send");
     if (s != DLC_OK) return s;
-    float *d = l->raw ? l->raw + f->off : l->scratch;
+    float *d = l->raw ? raw_take(l, p) : l->scratch;
+    if (!d) return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for fragment %d's outer gradient", p);
     gather(l, p, d, 0);
     const float *hat = l->hat + f->off;
     for (int64_t i = 0; i < f->n; i++) d[i] = hat[i] - d[i];
@@ -389,7 +416,13 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     f->sent_step = l->steps;
     f->sent_time = now;
     f->pend_fresh = 0; /* a merge waiting now came before this send */
-    return push(l, &a);
+    s = push(l, &a);
+    if (s != DLC_OK && l->raw) { /* never handed out */
+        f->encoding = 0;
+        l->encoding--;
+        raw_give(l, p);
+    }
+    return s;
 }
 
 /* Is fragment p due at the boundary that ends inner step `steps`? */
@@ -860,7 +893,10 @@ void dlc_learner_stop(dlc_learner *l) {
     if (!l || l->state == DLC_LEARNER_STOPPED) return;
     for (int i = 0; i < l->qlen; i++) { /* an ENCODE never polled lent nothing out */
         const dlc_learner_action *a = &l->q[(l->qhead + i) % l->qcap];
-        if (a->type == DLC_LACT_ENCODE) l->f[a->fragment].encoding = 0, l->encoding--;
+        if (a->type == DLC_LACT_ENCODE) {
+            l->f[a->fragment].encoding = 0, l->encoding--;
+            raw_give(l, a->fragment);
+        }
     }
     l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
     for (int p = 0; p < l->P; p++) settle(l, &l->f[p], &l->acc.discarded_steps, &l->acc.discarded_s, 0);
@@ -957,6 +993,7 @@ dlc_status dlc_learner_encoded(dlc_learner *l, int p) {
         return dlc_error(DLC_ERR_STATE, "learner_encoded: learner %d has no encode of fragment %d out", l->p.id + 1, p);
     l->f[p].encoding = 0;
     l->encoding--;
+    raw_give(l, p);
     return DLC_OK;
 }
 

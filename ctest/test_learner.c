@@ -787,7 +787,8 @@ static void test_int4(void) {
 }
 
 /* Deferred encoding (learner.h): the same bytes as encoding inside the learner, the
- * fragment's buffers lent out until dlc_learner_encoded, the calls that would touch them
+ * fragment's buffers lent out until dlc_learner_encoded (its outer gradient in a buffer
+ * kept from one ENCODE to the next), the calls that would touch them
  * refused meanwhile (changing nothing), and a pre-decoded fragment taken as a decoded one. */
 static void test_deferred_encode(void) {
     fx xa, xb;
@@ -808,6 +809,7 @@ static void test_deferred_encode(void) {
     resync(&xa, a, dlc_params_data(xa.p), 0, 0);
     resync(&xb, b, dlc_params_data(xb.p), 0, 0);
     int encodes = 0;
+    const float *lent = NULL;
     for (int t = 1; t <= 12; t++) {
         inner_step(xa.p, target);
         inner_step(xb.p, target);
@@ -823,6 +825,11 @@ static void test_deferred_encode(void) {
                   e->msg.steps == ra.a[i].msg.steps && e->ef != NULL);
             if (e->type != DLC_LACT_ENCODE) continue;
             CHECK(dlc_learner_encoding(b) == 1);
+            /* the outer gradient lies in a buffer of the largest fragment's size, the one
+             * the last ENCODE gave back (one out at a time: no copy of the whole model) */
+            CHECK(e->delta != NULL && e->n == dlc_plan_numel(xb.plan, e->fragment));
+            CHECK(lent == NULL || e->delta == lent);
+            lent = e->delta;
             /* lent out: the next step boundary is refused and changes nothing */
             int64_t steps = dlc_learner_steps(b);
             CHECK(dlc_learner_step_done(b, 1, 0.1, t) == DLC_ERR_STATE);

@@ -157,7 +157,9 @@
  * call the learner touches neither `delta` nor `ef` of p; in return an event call that
  * would (a send of p, rollback, restart) is refused with DLC_ERR_STATE, changing nothing,
  * so a driver completes each encode before its next step_done.  The bytes sent are the
- * same as without deferral.
+ * same as without deferral.  `delta` lies in a buffer the learner lends for that time (the
+ * largest fragment's size; the one an earlier ENCODE gave back when there is one), so
+ * deferral costs a buffer per fragment out at once plus one, not a copy of the model.
  */
 #ifndef DILOCO_LEARNER_H
 #define DILOCO_LEARNER_H
