@@ -330,7 +330,7 @@ M.schema = {
     drain = { kind = "string|number", default = 30, check = duration_check(false),
       doc = "at its end a learner waits at most this for its last contributions to be merged" },
     codec_thread = { kind = "boolean", default = true,
-      doc = "a learner encodes its contributions on a thread of its own and its I/O thread decodes the fragments that arrive (false: both on the compute thread, inside its calls; data parallel: always there)" },
+      doc = "a learner encodes its contributions on a thread of its own and its I/O thread decodes the bf16 fragments that arrive; f32 ones are checked and copied into place on the compute thread (false: both on the compute thread, inside its calls; data parallel: always there)" },
     emulate_links = { kind = "boolean", default = false,
       doc = "true: run and syncer emulate each island's latency and bandwidth on its link to the syncer (false: the real links as they are; chaos link events are emulated either way)" },
     elastic = { kind = "boolean", default = true,
