@@ -33,6 +33,8 @@ static _Thread_local dlc_storage *pool[POOL_BUCKETS];
 static _Thread_local size_t pool_bytes;
 static atomic_size_t live_bytes;
 
+size_t dlc_tensor_bytes_cached(void) { return pool_bytes; }
+
 size_t dlc_tensor_bytes_live(void) { return atomic_load(&live_bytes); }
 
 /* The cache is per thread; a thread that exits hands its cached buffers back to

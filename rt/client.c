@@ -99,8 +99,10 @@ static dlc_status layout_make(layout *y, const char *who, const dlc_client_tenso
         int64_t vec = t[i].numel;
         names[i] = t[i].name;
         y->numel[i] = t[i].numel;
-        ts[i] = t[i].ndim > 0 ? dlc_tensor_from_data(t[i].ndim, t[i].shape, t[i].data)
-                              : dlc_tensor_from_data(1, &vec, t[i].data);
+        /* the host's buffer wrapped, not copied: dlc_params_new copies it into the arena
+         * and re-points the wrapper there (a copy would stay in the tensor pool, 1x) */
+        ts[i] = t[i].ndim > 0 ? dlc_tensor_wrap(t[i].ndim, t[i].shape, t[i].data, NULL, NULL)
+                              : dlc_tensor_wrap(1, &vec, t[i].data, NULL, NULL);
         if (!ts[i]) st = dlc_last_status();
     }
     if (st == DLC_OK && !(y->params = dlc_params_new(count, names, ts))) st = dlc_last_status();

@@ -116,6 +116,8 @@ DLC_API size_t dlc_tensor_bytes_live(void);
  * token count, still hit the cache).  This hands the calling thread's cache
  * back to malloc now; a thread's cache is also released when the thread exits. */
 DLC_API void dlc_tensor_cache_clear(void);
+/* Bytes the calling thread's cache holds (freed storages kept for reuse). */
+DLC_API size_t dlc_tensor_bytes_cached(void);
 
 /* ---- random numbers ----
  * Philox-4x32-10 keyed by the seed, counter advanced per block of 4 outputs: the
