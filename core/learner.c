@@ -54,6 +54,8 @@ struct dlc_learner {
     dlc_learner_state state;
     dlc_params *params;
     const dlc_plan *plan;
+    float **host;          /* [tensors] dlc_learner_bind_tensors: where each tensor of the
+                            * model lives (NULL: in the params arena) */
     int P;
     int64_t n;             /* floats of all fragments */
     lfrag *f;
@@ -253,6 +255,7 @@ void dlc_learner_free(dlc_learner *l) {
     if (l->f)
         for (int p = 0; p < l->P; p++) free(l->f[p].enc);
     free(l->f);
+    free(l->host);
     free(l->hat);
     free(l->pend);
     free(l->scratch);
@@ -265,25 +268,30 @@ void dlc_learner_free(dlc_learner *l) {
     free(l);
 }
 
-/* ---- the fragment <-> arena copies ---- */
+/* ---- the fragment <-> model copies ---- */
+
+/* Where view v's values live: in the arena, or (dlc_learner_bind_tensors) in the host's
+ * tensor, at the view's offset within that tensor. */
+static float *view_at(const dlc_learner *l, const dlc_frag_view *v, int grad) {
+    if (l->host) return l->host[v->tensor] + (v->offset - dlc_params_offset(l->params, v->tensor));
+    return (grad ? dlc_params_grad(l->params) : dlc_params_data(l->params)) + v->offset;
+}
 
 static void gather(const dlc_learner *l, int p, float *dst, int grad) {
     int nv;
     const dlc_frag_view *v = dlc_plan_views(l->plan, p, &nv);
-    const float *base = grad ? dlc_params_grad(l->params) : dlc_params_data(l->params);
     for (int j = 0; j < nv; j++) {
-        memcpy(dst, base + v[j].offset, (size_t)v[j].numel * sizeof(float));
+        memcpy(dst, view_at(l, &v[j], grad), (size_t)v[j].numel * sizeof(float));
         dst += v[j].numel;
     }
 }
 
-/* arena_p = a·arena_p + (1 − a)·src (a = 0: copy). */
+/* model_p = a·model_p + (1 − a)·src (a = 0: copy). */
 static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int grad) {
     int nv;
     const dlc_frag_view *v = dlc_plan_views(l->plan, p, &nv);
-    float *base = grad ? dlc_params_grad(l->params) : dlc_params_data(l->params);
     for (int j = 0; j < nv; j++) {
-        float *d = base + v[j].offset;
+        float *d = view_at(l, &v[j], grad);
         if (a == 0) {
             memcpy(d, src, (size_t)v[j].numel * sizeof(float));
         } else {
@@ -292,6 +300,23 @@ static void scatter_mix(dlc_learner *l, int p, const float *src, float a, int gr
         }
         src += v[j].numel;
     }
+}
+
+dlc_status dlc_learner_bind_tensors(dlc_learner *l, float *const *data) {
+    if (!l || !data) return dlc_error(DLC_ERR_ARG, "learner_bind_tensors: NULL %s", l ? "data" : "learner");
+    if (l->p.dp)
+        return dlc_error(DLC_ERR_ARG, "learner_bind_tensors: learner %d is data parallel: its gradient lives in the "
+                         "params arena", l->p.id + 1);
+    int count = dlc_params_count(l->params);
+    for (int i = 0; i < count; i++)
+        if (!data[i]) return dlc_error(DLC_ERR_ARG, "learner_bind_tensors: tensor %d ('%s') is NULL", i,
+                                       dlc_params_name(l->params, i));
+    float **h = malloc((size_t)count * sizeof *h);
+    if (!h) return dlc_error(DLC_ERR_NOMEM, "learner_bind_tensors: out of memory");
+    memcpy(h, data, (size_t)count * sizeof *h);
+    free(l->host);
+    l->host = h;
+    return DLC_OK;
 }
 
 static double ema(double old, double x, double k) { return old == 0 ? x : (1 - k) * old + k * x; }

@@ -15,7 +15,9 @@
  * each fragment's last global value (a stashed merge taken whole), counters restarted,
  * sends left outstanding, error feedback zeroed; blocking, dp and the refusals.  The
  * step's reads (dlc_learner_step_reads): an arena holding only the named fragments (the
- * rest NaN) sends and applies exactly what a whole one does. */
+ * rest NaN) sends and applies exactly what a whole one does.  A model bound to the
+ * host's own tensors (dlc_learner_bind_tensors) behaves bit for bit as one on the arena,
+ * which it never touches. */
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -2236,6 +2238,95 @@ static void test_step_reads(void) {
     fx_free(&b);
 }
 
+/* dlc_learner_bind_tensors: a learner whose model lives in the host's own tensors (one
+ * allocation each) sends, applies and rolls back bit for bit as one on the arena, and
+ * never reads or writes its arena (NaN throughout, still NaN at the end). */
+static void test_bind_tensors(void) {
+    fx a, b;
+    fx_make(&a, 4, 40);
+    fx_make(&b, 4, 40);
+    dlc_learner_params lp = lparams(0, 8, 2, 0.5, 0);
+    dlc_learner *la = dlc_learner_new(&lp, a.p, a.plan), *lb = dlc_learner_new(&lp, b.p, b.plan);
+    CHECK_OK(la && lb);
+    if (!la || !lb) return;
+    int64_t size = dlc_params_size(a.p);
+    float *host[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t n = dlc_params_tensor(b.p, k)->numel;
+        host[k] = malloc((size_t)n * sizeof(float));
+        memcpy(host[k], dlc_params_data(b.p) + dlc_params_offset(b.p, k), (size_t)n * sizeof(float));
+    }
+    float *null4[4] = {host[0], NULL, host[2], host[3]};
+    CHECK(dlc_learner_bind_tensors(lb, NULL) == DLC_ERR_ARG);
+    CHECK(dlc_learner_bind_tensors(lb, null4) == DLC_ERR_ARG && strstr(dlc_last_error(), "tensor 1 ('b')"));
+    CHECK(dlc_learner_bind_tensors(lb, host) == DLC_OK);
+    float *bd = dlc_params_data(b.p);
+    for (int64_t i = 0; i < size; i++) bd[i] = NAN;
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(a.p), (size_t)size * 4);
+    randv(target, size, 41, 1.0f);
+    resync(&a, la, theta0, 0, 0);
+    resync(&a, lb, theta0, 0, 0); /* (the fixture a only lays the fragments out) */
+    int64_t sent_at[4] = {-1, -1, -1, -1}, version[4] = {0, 0, 0, 0};
+    int applied = 0, sends = 0, same = 1;
+    for (int t = 1; t <= 40; t++) {
+        inner_step(a.p, target);
+        for (int k = 0; k < 4; k++) { /* the same step on the host's tensors */
+            int64_t o = dlc_params_offset(b.p, k), n = dlc_params_tensor(b.p, k)->numel;
+            for (int64_t i = 0; i < n; i++) host[k][i] -= 0.01f * (host[k][i] - target[o + i]);
+        }
+        if (t == 23) { /* a fault: both roll back to their last global model */
+            CHECK(dlc_learner_rollback(la, t) == DLC_OK && dlc_learner_rollback(lb, t) == DLC_OK);
+            drain(la), drain(lb);
+        }
+        CHECK(dlc_learner_step_done(la, 5, 0, t) == DLC_OK && dlc_learner_step_done(lb, 5, 0, t) == DLC_OK);
+        lrec ra = drain(la), rb = drain(lb);
+        CHECK(ra.n == rb.n);
+        for (int i = 0; i < ra.n && i < rb.n; i++) {
+            const dlc_learner_action *x = &ra.a[i], *y = &rb.a[i];
+            CHECK(x->type == y->type && x->fragment == y->fragment);
+            if (x->type == DLC_LACT_SEND) {
+                CHECK(x->msg.len == y->msg.len && memcmp(x->msg.payload, y->msg.payload, x->msg.len) == 0);
+                sent_at[x->msg.fragment] = t, sends++;
+            }
+            if (x->type == DLC_LACT_APPLIED) applied++;
+        }
+        for (int k = 0; k < 4; k++)
+            same &= memcmp(host[k], dlc_params_data(a.p) + dlc_params_offset(a.p, k),
+                           (size_t)dlc_params_tensor(a.p, k)->numel * sizeof(float)) == 0;
+        for (int p = 0; p < 4; p++) { /* each merge comes back a step after its send */
+            if (sent_at[p] != t - 1) continue;
+            float g[NMAX];
+            randv(g, dlc_plan_numel(a.plan, p), (uint64_t)(200 + t), 1.0f);
+            dlc_msg m = fragment_msg(0, p, ++version[p], 0, g, dlc_plan_numel(a.plan, p));
+            CHECK(dlc_learner_receive(la, &m, t + 0.5) == DLC_OK && dlc_learner_receive(lb, &m, t + 0.5) == DLC_OK);
+            CHECK(drain(la).n == 0 && drain(lb).n == 0);
+        }
+    }
+    CHECK(same);
+    CHECK(sends >= 16 && applied >= 14);
+    int untouched = 1;
+    for (int64_t i = 0; i < size; i++) untouched &= isnan(bd[i]);
+    CHECK(untouched);
+    /* data parallel keeps its gradient in the arena: refused */
+    dlc_learner_params dp = lparams(1, 8, 0, 0, 1);
+    dp.dp = 1, dp.H = 1;
+    fx c;
+    fx_make(&c, 1, 42);
+    dlc_learner *ld = dlc_learner_new(&dp, c.p, c.plan);
+    CHECK_OK(ld);
+    CHECK(!ld || (dlc_learner_bind_tensors(ld, host) == DLC_ERR_ARG && strstr(dlc_last_error(), "data parallel")));
+    dlc_learner_free(ld);
+    fx_free(&c);
+    dlc_learner_free(la);
+    dlc_learner_free(lb);
+    for (int k = 0; k < 4; k++) free(host[k]);
+    free(theta0);
+    free(target);
+    fx_free(&a);
+    fx_free(&b);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -2266,5 +2357,6 @@ int main(void) {
     test_rollback();
     test_rollback_blocking_dp_ef();
     test_step_reads();
+    test_bind_tensors();
     return check_done("test_learner");
 }

@@ -1,17 +1,19 @@
 /* client.c - a host's own parameters in a run (client.h): the learner driver (lrt.c) and
- * the syncer driver (srt.c) over a dlc_params arena that mirrors the host's buffers.
+ * the syncer driver (srt.c) over the host's buffers.
  *
- * The state machines work on one arena (params.h); a host's tensors are its own
- * allocations.  So the client keeps the arena as the run's copy of the host's model:
- * at each dlc_client_step it copies in, checked finite, the fragments the step boundary
- * will read (dlc_lrt_step_reads: those due to leave as contributions and those a merge
- * will be mixed into; at most steps none), lets the driver take the step, and copies
- * back the fragments a merge changed.  The arena's other fragments may be older than
- * the host's values: nothing reads them until they are copied in again.
+ * The state machines lay the model out on a dlc_params arena (params.h) and a plan; a
+ * host's tensors are its own allocations.  The learner works on the host's buffers
+ * themselves (dlc_lrt_config.tensors, learner.h dlc_learner_bind_tensors): the arena
+ * only gives the layout, and its pages are given back once it is made, so the client
+ * holds no copy of the model.  At each dlc_client_step the client checks finite the
+ * fragments the step boundary will read (dlc_lrt_step_reads: those due to leave as
+ * contributions and those a merge will be mixed into; at most steps none) and lets the
+ * driver take the step, which writes merges straight into the host's buffers.  The
+ * server copies the host's tensors once, as Θ0, into the syncer's own state.
  *
  * In driver mode (client.h: a host whose model is the arena, `diloco-lua learner` and
- * `syncer` among them) there is nothing to copy: the client is the driver's life cycle
- * (address file, join, the host's state, steps, finish), the layout the driver's. */
+ * `syncer` among them) there is nothing to translate: the client is the driver's life
+ * cycle (address file, join, the host's state, steps, finish), the layout the driver's. */
 #define _DEFAULT_SOURCE /* madvise */
 #include "diloco/client.h"
 
@@ -129,15 +131,12 @@ done:
     return st;
 }
 
-/* host -> arena: `n` floats of host tensor i from element `at`, checked finite on the
- * way (the check apart from the copy, so that both loops vectorize); DLC_ERR_RANGE
- * naming the first non-finite value (the arena then holds part of it: the caller rolls
- * back or the next step overwrites it). */
-static dlc_status range_in(layout *y, const dlc_client_tensor *t, int i, int64_t at, int64_t n) {
+/* `n` floats of host tensor i from element `at` checked finite: DLC_ERR_RANGE naming
+ * the first that is not. */
+static dlc_status range_check(const dlc_client_tensor *t, int i, int64_t at, int64_t n) {
     const float *src = t[i].data + at;
-    memcpy(dlc_params_data(y->params) + y->offset[i] + at, src, (size_t)n * sizeof(float));
     int any = 0;
-    for (int64_t k = 0; k < n; k++) any |= !isfinite(src[k]);
+    for (int64_t k = 0; k < n; k++) any |= !isfinite(src[k]); /* no early exit: the loop vectorizes */
     if (!any) return DLC_OK;
     int64_t k = 0;
     while (isfinite(src[k])) k++;
@@ -145,37 +144,35 @@ static dlc_status range_in(layout *y, const dlc_client_tensor *t, int i, int64_t
                      isnan(src[k]) ? "nan" : src[k] > 0 ? "inf" : "-inf");
 }
 
-/* host -> arena, every tensor */
-static dlc_status host_in(layout *y, const dlc_client_tensor *t) {
+/* every tensor */
+static dlc_status host_check(layout *y, const dlc_client_tensor *t) {
     dlc_status st = DLC_OK;
-    for (int i = 0; i < y->count && st == DLC_OK; i++) st = range_in(y, t, i, 0, y->numel[i]);
+    for (int i = 0; i < y->count && st == DLC_OK; i++) st = range_check(t, i, 0, y->numel[i]);
     return st;
 }
 
-/* arena -> host, every tensor */
+/* the views of fragment p */
+static dlc_status frag_check(layout *y, const dlc_client_tensor *t, int p) {
+    int nv;
+    const dlc_frag_view *v = dlc_plan_views(y->plan, p, &nv);
+    dlc_status st = DLC_OK;
+    for (int j = 0; j < nv && st == DLC_OK; j++)
+        st = range_check(t, v[j].tensor, v[j].offset - y->offset[v[j].tensor], v[j].numel);
+    return st;
+}
+
+/* arena -> host, every tensor (the server's global model) */
 static void host_out(layout *y, const dlc_client_tensor *t) {
     const float *a = dlc_params_data(y->params);
     for (int i = 0; i < y->count; i++) memcpy(t[i].data, a + y->offset[i], (size_t)y->numel[i] * sizeof(float));
 }
 
-/* host -> arena, the views of fragment p */
-static dlc_status frag_in(layout *y, const dlc_client_tensor *t, int p) {
-    int nv;
-    const dlc_frag_view *v = dlc_plan_views(y->plan, p, &nv);
-    dlc_status st = DLC_OK;
-    for (int j = 0; j < nv && st == DLC_OK; j++)
-        st = range_in(y, t, v[j].tensor, v[j].offset - y->offset[v[j].tensor], v[j].numel);
-    return st;
-}
-
-/* arena -> host, the views of fragment p */
-static void frag_out(layout *y, const dlc_client_tensor *t, int p) {
-    int nv;
-    const dlc_frag_view *v = dlc_plan_views(y->plan, p, &nv);
-    const float *a = dlc_params_data(y->params);
-    for (int j = 0; j < nv; j++)
-        memcpy(t[v[j].tensor].data + (v[j].offset - y->offset[v[j].tensor]), a + v[j].offset,
-               (size_t)v[j].numel * sizeof(float));
+/* Gives the pages of n floats at a back to the system (they read as zeros if touched
+ * again): an arena that only lays the model out, or whose values have been taken. */
+static void pages_release(float *a, size_t n) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a refusal only costs memory */
 }
 
 /* The secret of a config: the file's or the string, into the net config. */
@@ -283,8 +280,8 @@ struct dlc_client {
     host_state hs;
     dlc_client_tensor *t; /* the host's list (copied; the names too) */
     char **names;
-    uint8_t *taken;       /* [P]: fragments copied in at this step boundary */
-    uint8_t *changed;     /* [P]: fragments a merge changed (to copy out) */
+    float **data;         /* [count]: the host's buffers, where the learner works */
+    uint8_t *taken;       /* [P]: fragments checked at this step boundary */
     dlc_lrt *l;
     double wait_timeout;
     double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
@@ -335,18 +332,14 @@ static dlc_status read_address_file(const char *path, double timeout, char *addr
     }
 }
 
-/* The merged fragments the driver applied since the last call: into the host's buffers
- * (only those: the arena's other fragments may be older than the host's values). */
+/* Counts the merged fragments the driver applied (into the host's buffers) since the
+ * last call. */
 static void take_applied(dlc_client *c) {
-    if (c->driver) return; /* the host's arena is the model; the events are the host's */
+    if (c->driver) return; /* the events are the host's */
     dlc_lrt_event ev;
     int P = dlc_plan_count(c->y.plan);
-    memset(c->changed, 0, (size_t)P);
     while (dlc_lrt_poll(c->l, &ev) == 1)
-        if (ev.kind == DLC_LRT_APPLIED && ev.fragment >= 0 && ev.fragment < P)
-            c->changed[ev.fragment] = 1, c->applied++;
-    for (int p = 0; p < P; p++)
-        if (c->changed[p]) frag_out(&c->y, c->t, p);
+        if (ev.kind == DLC_LRT_APPLIED && ev.fragment >= 0 && ev.fragment < P) c->applied++;
 }
 
 dlc_client *dlc_client_new(const dlc_client_config *cfg) {
@@ -396,12 +389,12 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         return free(c->hs.dir), free(c), NULL;
     }
     c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
-    c->changed = calloc((size_t)dlc_plan_count(c->y.plan), 1);
     if (!drv) {
         c->t = calloc((size_t)cfg->count, sizeof *c->t);
         c->names = calloc((size_t)cfg->count, sizeof *c->names);
+        c->data = calloc((size_t)cfg->count, sizeof *c->data);
     }
-    if (!c->taken || !c->changed || (!drv && (!c->t || !c->names))) {
+    if (!c->taken || (!drv && (!c->t || !c->names || !c->data))) {
         dlc_error(DLC_ERR_NOMEM, "client: out of memory");
         goto fail;
     }
@@ -413,7 +406,10 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         }
         c->t[i].name = c->names[i];
         c->t[i].shape = NULL; /* not kept */
+        c->data[i] = cfg->tensors[i].data;
     }
+    /* the learner works on the host's buffers: the arena only lays the model out */
+    if (!drv) pages_release(dlc_params_data(c->y.params), (size_t)dlc_params_size(c->y.params));
     c->wait_timeout = cfg->wait_timeout;
     char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
     if (connect[0] == '@') {
@@ -433,6 +429,7 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         lc.learner.heartbeat = cfg->heartbeat;
         lc.params = c->y.params;
         lc.plan = c->y.plan;
+        lc.tensors = c->data;
         lc.run_params = &c->y.run;
         lc.run = cfg->run_id ? cfg->run_id : run_id;
         if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
@@ -441,8 +438,7 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
     lc.connect = addr;
     if (!(c->l = dlc_lrt_new(&lc))) goto fail;
     if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
-    take_applied(c);
-    if (!drv) host_out(&c->y, c->t); /* the whole global model, whatever the events said */
+    take_applied(c); /* the join wrote the whole global model into the host's buffers */
     if (c->hs.dir) { /* the host's own state of before a restart */
         int64_t step = -1;
         int got = state_latest(&c->hs, &step);
@@ -473,7 +469,7 @@ void dlc_client_free(dlc_client *c) {
     free(c->names);
     free(c->t);
     free(c->taken);
-    free(c->changed);
+    free(c->data);
     free(c->hs.dir);
     layout_free(&c->y);
     free(c);
@@ -487,25 +483,24 @@ dlc_status dlc_client_step_timed(dlc_client *c, int64_t tokens, double seconds) 
     if (tokens < 0) return dlc_error(DLC_ERR_ARG, "client_step: tokens = %lld: expected >= 0", (long long)tokens);
     if (isnan(seconds) || isinf(seconds))
         return dlc_error(DLC_ERR_ARG, "client_step: seconds = %g: expected a finite number (< 0: measured)", seconds);
-    /* only the fragments this boundary reads come in: those due to leave, those a merge
-     * mixes into (most steps, none; in driver mode none, the arena is the host's) */
+    /* only the fragments this boundary reads are checked: those due to leave, those a
+     * merge mixes into (most steps, none; in driver mode none, the host checks its arena) */
     int P = dlc_plan_count(c->y.plan);
     dlc_status st = DLC_OK;
     if (!c->driver) {
         int n = dlc_lrt_step_reads(c->l, c->taken);
         if (n < 0) return n;
         for (int p = 0; p < P && st == DLC_OK; p++)
-            if (c->taken[p]) st = frag_in(&c->y, c->t, p);
+            if (c->taken[p]) st = frag_check(&c->y, c->t, p);
         if (st != DLC_OK) return st;
     }
     double now = dlc_rt_clock();
     st = dlc_lrt_step_done(c->l, tokens, seconds >= 0 ? seconds : now - c->last_step);
     if (st == DLC_OK && !c->driver && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
-        /* blocked on the round: what arrives meanwhile is applied at the boundary ending
-         * the wait, so the rest of the model comes in too (the host's values have not
-         * moved; the wait costs far more than the copy) */
+        /* blocked on the round: what arrives meanwhile is mixed in at the boundary ending
+         * the wait, so the rest of the model is checked too (the wait costs far more) */
         for (int p = 0; p < P && st == DLC_OK; p++)
-            if (!c->taken[p]) st = frag_in(&c->y, c->t, p);
+            if (!c->taken[p]) st = frag_check(&c->y, c->t, p);
         if (st == DLC_OK) st = dlc_lrt_wait(c->l, c->wait_timeout);
     }
     take_applied(c);
@@ -519,10 +514,7 @@ dlc_status dlc_client_step_timed(dlc_client *c, int64_t tokens, double seconds) 
 dlc_status dlc_client_rollback(dlc_client *c) {
     if (!c) return dlc_error(DLC_ERR_ARG, "client_rollback: NULL client");
     dlc_status st = dlc_lrt_rollback(c->l);
-    if (st == DLC_OK && !c->driver) {
-        take_applied(c);
-        host_out(&c->y, c->t); /* the rollback wrote every fragment (the last global model) */
-    }
+    if (st == DLC_OK) take_applied(c); /* it wrote the last global model into the host's buffers */
     return st;
 }
 
@@ -533,7 +525,7 @@ dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *wh
     if (c->finished) return DLC_OK;
     if (!(timeout_s >= 0) || isinf(timeout_s))
         return dlc_error(DLC_ERR_ARG, "client_finish: timeout %g: expected seconds >= 0", timeout_s);
-    dlc_status st = flush && !c->driver ? host_in(&c->y, c->t) : DLC_OK;
+    dlc_status st = flush && !c->driver ? host_check(&c->y, c->t) : DLC_OK;
     if (st == DLC_OK && flush) st = dlc_lrt_flush(c->l, NULL);
     dlc_status f = dlc_lrt_finish(c->l, timeout_s, why ? why : "finished");
     take_applied(c);
@@ -625,15 +617,6 @@ dlc_server_config dlc_server_default_config(void) {
     return c;
 }
 
-/* The whole pages of n floats at a give their memory back to the system: what a read
- * finds there afterwards is zeros (the syncer's copy of the model is the one that lives;
- * dlc_server_global writes the arena whole before it reads it). */
-static void pages_release(float *a, size_t n) {
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a refusal only costs memory */
-}
-
 /* The driver of a server made from the host's tensors: its layout, then dlc_srt_new. */
 static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cfg) {
     static const char *const WHO = "server";
@@ -641,7 +624,7 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
         return dlc_error(DLC_ERR_ARG, "server: heartbeat %g, timeout %g: expected seconds > 0, heartbeat < timeout",
                          cfg->heartbeat, cfg->timeout);
     dlc_status st = layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
-    if (st == DLC_OK) st = host_in(&s->y, cfg->tensors);
+    if (st == DLC_OK) st = host_check(&s->y, cfg->tensors); /* params_new copied them into the arena */
     dlc_srt_config sc = dlc_srt_default_config();
     if (st == DLC_OK) st = dlc_run_syncer_params(&s->y.run, cfg->learners, &sc.syncer);
     if (st != DLC_OK) return st;
@@ -723,5 +706,6 @@ dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *t, int coun
                              t[i].name ? t[i].name : "?", (long long)t[i].numel, (long long)s->y.numel[i]);
     dlc_status st = dlc_srt_global(s->s, dlc_params_data(s->y.params));
     if (st == DLC_OK) host_out(&s->y, t);
+    pages_release(dlc_params_data(s->y.params), (size_t)dlc_params_size(s->y.params)); /* read, not kept */
     return st;
 }

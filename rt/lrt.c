@@ -472,6 +472,12 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             lp.replay = l->replays = lp.dp && (ev->frame.hello.caps & DLC_CAP_REPLAY) != 0; /* the syncer replays */
             lp.defer_encode = l->coder_on; /* contributions go to the codec thread */
             if (!(l->l = dlc_learner_new(&lp, l->cfg.params, l->cfg.plan))) return dlc_last_status();
+            if (l->cfg.tensors && dlc_learner_bind_tensors(l->l, l->cfg.tensors) != DLC_OK) {
+                dlc_status st = dlc_last_status();
+                dlc_learner_free(l->l);
+                l->l = NULL;
+                return st;
+            }
             l->id = id;
         } else if (id != l->id) {
             return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id + 1,
@@ -559,6 +565,11 @@ static dlc_status pump(dlc_lrt *l, int timeout_ms) {
 dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     if (!cfg || !cfg->params || !cfg->plan || !cfg->connect) {
         dlc_error(DLC_ERR_ARG, "lrt_new: config, params, plan and connect are required");
+        return NULL;
+    }
+    if (cfg->tensors && cfg->learner.dp) {
+        dlc_error(DLC_ERR_ARG, "lrt_new: tensors given with dp: data parallel works in the params arena (its "
+                  "gradient lives there)");
         return NULL;
     }
     dlc_lrt *l = calloc(1, sizeof *l);
@@ -822,9 +833,8 @@ dlc_status dlc_lrt_rollback(dlc_lrt *l) {
 dlc_status dlc_lrt_check_finite(const dlc_lrt *l, int *tensor, int64_t *index, float *value) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_check_finite: NULL learner");
     const dlc_params *p = l->cfg.params;
-    const float *data = dlc_params_data(p);
     for (int k = 0; k < dlc_params_count(p); k++) {
-        const float *x = data + dlc_params_offset(p, k);
+        const float *x = l->cfg.tensors ? l->cfg.tensors[k] : dlc_params_data(p) + dlc_params_offset(p, k);
         int64_t n = dlc_params_tensor(p, k)->numel, bad = -1;
         int any = 0;
         for (int64_t i = 0; i < n; i++) any |= !isfinite(x[i]); /* no early exit: the loop vectorizes */

@@ -229,6 +229,14 @@ typedef struct dlc_learner dlc_learner; /* opaque */
  * NULL with DLC_ERR_ARG or DLC_ERR_NOMEM. */
 DLC_API dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, const dlc_plan *plan);
 DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
+/* A model that lives outside the params arena: data[i] holds tensor i of params (its
+ * numel floats) where the host keeps it, e.g. a framework's own buffers.  From then on
+ * the learner reads and writes the model there, never the arena's values (whose pages
+ * the host may give back: the arena only lays the model out); the plan's views, which
+ * index the arena, are translated tensor by tensor.  The pointers are copied; the
+ * buffers must outlive the learner.  Call it before the first event.  DLC_ERR_ARG for a
+ * NULL pointer or a data-parallel learner (its gradient lives in the arena). */
+DLC_API dlc_status dlc_learner_bind_tensors(dlc_learner *l, float *const *data);
 
 /* ---- events (each may queue actions; read them with dlc_learner_poll) ----
  *

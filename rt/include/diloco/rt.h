@@ -265,6 +265,10 @@ typedef struct dlc_lrt_config {
     dlc_learner_params learner; /* id < 0: the WELCOME assigns one */
     dlc_params *params;         /* the model (borrowed; must outlive the driver) */
     const dlc_plan *plan;       /* borrowed; must outlive the driver */
+    float *const *tensors;      /* NULL: the model lives in params' arena; else where each of
+                                 * params' tensors lives, the arena only its layout
+                                 * (dlc_learner_bind_tensors; not with dp; borrowed, and the
+                                 * buffers, for the driver's life) */
     dlc_net_config net;         /* secret or secret_file, timeouts, reconnect, TLS; hello and
                                  * layout are set by the driver (strings copied) */
     const char *connect;        /* "HOST:PORT" of the syncer (copied) */
@@ -297,8 +301,8 @@ DLC_API dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s);
 /* An inner step finished: hands the arrived fragments to the state machine, then
  * dlc_learner_step_done(tokens, seconds), sends what is due, heartbeats.  Never waits. */
 DLC_API dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds);
-/* The step boundary's first half, for a host that mirrors the model (client.h): the
- * encodes of earlier steps collected and the arrived fragments handed to the state
+/* The step boundary's first half, for a host that checks the values a step reads
+ * (client.h): the encodes of earlier steps collected and the arrived fragments handed to the state
  * machine, as dlc_lrt_step_done would; then mask[P] gets the fragments whose model values
  * that step_done will read (dlc_learner_step_reads), and the count is returned (a
  * negative dlc_status on error).  The next call must be dlc_lrt_step_done, which then
