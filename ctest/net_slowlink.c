@@ -5,7 +5,9 @@
  * Neither side is lost: the learner's receiver counts the body arriving at its observed
  * rate as life (the 64 KiB fragment takes the small-frame read path, the 272 KiB one the
  * bulk path), and the syncer's heartbeats overtake the queued fragments at every frame
- * boundary instead of waiting behind all of them.  Runs in about 21 s.
+ * boundary instead of waiting behind all of them.  Runs in about 21 s.  And a learner
+ * that does not poll while frames wait over its in_max is not timed out by its own
+ * silence (it stops reading; its timeout starts again when it reads).
  */
 #include <signal.h>
 #include <stdint.h>
@@ -112,8 +114,76 @@ static void test_slow_link(void) {
     dlc_net_free(srv);
 }
 
+/* A learner that does not poll (a long step of its host) while frames wait over in_max:
+ * its net stops reading, and the silence that follows is its own, so it does not time
+ * the syncer out; polled again, every frame is there and the connection READY. */
+static void test_paused_reader(void) {
+    dlc_frame w;
+    dlc_frame_init(&w, DLC_FRAME_WELCOME);
+    dlc_hello hs = w.hello, hc;
+    hs.proto_min = DLC_PROTO_VERSION_MIN, hs.proto_max = DLC_PROTO_VERSION_MAX;
+    strcpy(hs.run, "paused");
+    hs.model_hash = 3, hs.plan_hash = 4, hs.block = 128, hs.codecs = 1u << DLC_CODEC_F32;
+    hs.fragments = 2, hs.endpoints = 1;
+    hc = hs;
+    hc.fragments = 0, hc.endpoints = 0, hc.learner = -1;
+    dlc_net_config sc = config(&hs), cc = config(&hc);
+    cc.in_max = (size_t)SMALL * sizeof(float); /* one frame waiting is over it */
+    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
+    CHECK_OK(srv);
+    CHECK_OK(cl);
+    if (!srv || !cl) return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_net_listen(srv, "127.0.0.1:0"));
+    int cpeer = dlc_net_connect(cl, addr), speer = -1, learner = -1;
+    dlc_net_event ev;
+    for (double end = now_s() + 10; (speer < 0 || learner < 0) && now_s() < end;) {
+        if (dlc_net_poll(srv, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY) speer = ev.peer;
+            dlc_net_event_release(&ev);
+        }
+        if (dlc_net_poll(cl, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY && ev.peer == cpeer) learner = ev.frame.hello.learner;
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(speer >= 0 && learner >= 0);
+    for (int i = 0; i < SMALL; i++) small_pay[i] = (float)i * 0.5f;
+    for (int k = 0; k < 4; k++) {
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+        f.msg.learner = learner, f.msg.fragment = 0, f.msg.version = k + 1, f.msg.codec = DLC_CODEC_F32;
+        f.msg.payload = (const uint8_t *)small_pay, f.msg.len = (size_t)SMALL * sizeof(float);
+        CHECK(dlc_net_send(srv, speer, &f, NULL, NULL) == DLC_OK);
+    }
+    /* the learner does not poll; its heartbeats keep coming to the syncer for twice its
+     * timeout (counted, not slept) */
+    int beats = 0, lost = 0;
+    double t0 = now_s();
+    while (beats < (int)(2 * cc.timeout_s / cc.heartbeat_s) && !lost && now_s() < t0 + 30) {
+        if (dlc_net_poll(srv, &ev, 50) != 1) continue;
+        beats += ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_HEARTBEAT;
+        if (ev.kind == DLC_NET_LOST) lost++, fprintf(stderr, "paused reader: syncer lost the learner: %s\n", ev.text);
+        dlc_net_event_release(&ev);
+    }
+    CHECK(lost == 0 && now_s() - t0 > cc.timeout_s);
+    int got = 0;
+    for (double end = now_s() + 10; got < 4 && !lost && now_s() < end;) {
+        if (dlc_net_poll(cl, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_LOST) lost++, fprintf(stderr, "paused reader: learner lost the syncer: %s\n", ev.text);
+        got += ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == got + 1;
+        dlc_net_event_release(&ev);
+    }
+    CHECK(got == 4 && lost == 0);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(cl, cpeer, &k) == DLC_OK && k.state == DLC_CONN_READY);
+    dlc_net_free(cl);
+    dlc_net_free(srv);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    test_paused_reader();
     test_slow_link();
     return check_done("net_slowlink");
 }

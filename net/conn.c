@@ -898,7 +898,7 @@ void dlcn_conn_arm(conn *c) {
     case DLC_CONN_AUTHENTICATING:
     case DLC_CONN_DRAINING: next = c->deadline; break;
     case DLC_CONN_READY:
-        if (net->cfg.timeout_s > 0 && !c->mem_wait) next = c->last_rx + net->cfg.timeout_s;
+        if (net->cfg.timeout_s > 0 && !c->mem_wait && !net->paused) next = c->last_rx + net->cfg.timeout_s;
         if (net->cfg.heartbeat_s > 0 && c->last_tx + net->cfg.heartbeat_s < next) next = c->last_tx + net->cfg.heartbeat_s;
         if (c->over_t > 0 && net->cfg.timeout_s > 0 && c->over_t + net->cfg.timeout_s < next)
             next = c->over_t + net->cfg.timeout_s;
@@ -981,8 +981,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
         dlcn_in_release(c, 0);
         /* a body slowed down below its read threshold: take what is there, wake sooner */
         if (dlcn_in_timer(c) && c->state != DLC_CONN_READY) return;
-        /* a conn waiting for mem_max is silent because this side does not read it */
-        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s && !c->mem_wait) {
+        /* a conn waiting for mem_max, or not read while the event queue is over in_max
+         * (its reader is busy: a long step of the host), is silent because this side
+         * does not read it */
+        if (net->cfg.timeout_s > 0 && t - c->last_rx >= net->cfg.timeout_s && !c->mem_wait && !net->paused) {
             dlcn_conn_fail(c, DLC_PERR_TIMEOUT, "no frame for %.3g s (timeout)", t - c->last_rx);
             return;
         }

@@ -113,9 +113,13 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&net->lock);
     if (resume) {
         dlcn_pause_reading(net, 0);
-        for (int i = 0; i < net->npeers; i++) /* what waited in libevent's buffers */
-            if (net->peers[i] && net->peers[i]->bev && net->peers[i]->state != DLC_CONN_CLOSED)
-                dlcn_on_read(net->peers[i]->bev, net->peers[i]);
+        double now = now_coarse_s();
+        for (int i = 0; i < net->npeers; i++) { /* what waited in libevent's buffers */
+            conn *c = net->peers[i];
+            if (!c || c->state == DLC_CONN_CLOSED) continue;
+            if (c->last_rx < now) c->last_rx = now; /* its silence was ours: the timeout starts again */
+            if (c->bev) dlcn_on_read(c->bev, c);
+        }
     }
     while (k) {
         cmd *next = k->next;

@@ -82,6 +82,8 @@ void rt_window(const int64_t *numel, int P, dlc_net_config *cfg) {
     size_t window = 2 * (big * sizeof(float) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
     if (window < RT_WINDOW_MIN) window = RT_WINDOW_MIN;
     if (cfg->out_max > window) cfg->out_max = window;
+    size_t in = window > cfg->frame_max ? window : cfg->frame_max;
+    if (cfg->in_max > in) cfg->in_max = in;
 }
 
 dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp,

@@ -28,7 +28,11 @@ dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_confi
 /* A peer's queue in the transport kept a short pipe, not a store: out_max lowered to two
  * frames of the largest fragment as f32, at least RT_WINDOW_MIN.  What does not fit waits
  * in the driver, where a newer send of a fragment replaces an older one, so a slow link
- * carries the newest rather than a backlog (srt: merged fragments; lrt: contributions). */
+ * carries the newest rather than a backlog (srt: merged fragments; lrt: contributions).
+ * The frames received and not yet taken by the driver likewise: in_max lowered to the
+ * same (at least frame_max); past it the transport stops reading and the sender's
+ * driver holds what is newest (a learner's merges wait in the syncer's queue for it, not
+ * in its own memory; the connection is not timed out meanwhile, net.h). */
 #define RT_WINDOW_MIN ((size_t)256 << 10)
 void rt_window(const int64_t *numel, int P, dlc_net_config *cfg);
 /* The HELLO (learner: the id asked for, -1 any) or, with learner = RT_SERVER, the

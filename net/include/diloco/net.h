@@ -77,7 +77,9 @@ typedef struct dlc_net_config {
     size_t out_max;          /* bytes queued for one peer before dlc_net_send refuses (256 MiB;
                               * a frame to an empty queue always goes, up to frame_max) */
     size_t in_max;           /* bytes of received frames waiting in dlc_net_poll's queue before
-                              * the I/O thread stops reading sockets (512 MiB) */
+                              * the I/O thread stops reading sockets (512 MiB); it reads again
+                              * once they are below half, and a peer is not timed out for
+                              * the silence meanwhile (its timeout starts again then) */
     /* One memory budget for the whole net (1 GiB; at least frame_max): the bytes queued
      * for output to every peer, plus received frames waiting for dlc_net_poll, plus the
      * frames being received.  A send beyond it is refused (DLC_ERR_RANGE, back-pressure;
