@@ -419,6 +419,24 @@ dlc_status dlc_codec_decode(dlc_codec_kind kind, const dlc_codec_params *params,
     return DLC_OK;
 }
 
+dlc_status dlc_codec_validate(dlc_codec_kind kind, const dlc_codec_params *params, const uint8_t *in, size_t in_len,
+                              int64_t n) {
+    uint8_t none;
+    dlc_status st = check_input(kind, params, in, in_len, n, &none, "validate");
+    if (st != DLC_OK) return st;
+    int64_t bad = decode_run(kind, params ? params->block : DLC_CODEC_BLOCK_DEFAULT, in, n, NULL, 1, 0.0f);
+    if (bad < 0) return DLC_OK;
+    int64_t end = bad + CHUNK < n ? bad + CHUNK : n;
+    for (int64_t i = bad; i < end && (kind == DLC_CODEC_F32 || kind == DLC_CODEC_BF16); i++) {
+        float v = kind == DLC_CODEC_F32 ? ((const f32u *)in)[i] : bf16_dec(((const u16u *)in)[i]);
+        if (!isfinite(v))
+            return dlc_error(DLC_ERR_FORMAT, "codec %s validate: element %lld decodes to %s", codec_names[kind],
+                             (long long)i, nonfinite_name(v));
+    }
+    return dlc_error(DLC_ERR_FORMAT, "codec %s validate: a value from element %lld on decodes to a non-finite number",
+                     codec_names[kind], (long long)bad);
+}
+
 dlc_status dlc_codec_decode_axpy(dlc_codec_kind kind, const dlc_codec_params *params, const uint8_t *in,
                                  size_t in_len, int64_t n, float w, float *acc) {
     dlc_status st = check_input(kind, params, in, in_len, n, acc, "decode_axpy");

@@ -31,6 +31,12 @@ typedef struct lfrag {
     int pend_resync;       /* ... and it is (or replaced) a resync: taken whole, at once */
     int pend_fresh;        /* ... and it arrived after p's last send (it may hold that send) */
     int64_t pend_version;
+    /* dlc_learner_receive_lent: the waiting merge kept where the driver holds it (its
+     * frame), not in pend: decoded values, or the encoded payload (validated) */
+    const float *lent_v;
+    const uint8_t *lent_b;
+    size_t lent_len;
+    dlc_codec_kind lent_codec;
     int received;          /* JOINING: got it; TRAINING: its whole resync arrived (a reconnect) */
     int skipped;           /* a catch-up skipped a step at which it was due: sent at step_done */
     double acc_steps, acc_s; /* the account: its share of the steps (1/P each) and seconds
@@ -60,7 +66,8 @@ struct dlc_learner {
     int64_t n;             /* floats of all fragments */
     lfrag *f;
     float *hat;            /* [n] Θ̂, fragments concatenated */
-    float *pend;           /* [n] arrived, not yet applied */
+    float *pend;           /* [n] arrived, not yet applied (allocated at the first merge
+                            * that is not lent: dlc_learner_receive_lent keeps none) */
     float *scratch;        /* [max n_p] */
     float *ef;             /* [n] error feedback, NULL when off */
     float **raw;           /* [P] defer_encode: fragment p's outer gradient lent to its
@@ -230,9 +237,9 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
         if (!f->enc) goto nomem;
     }
     l->hat = malloc((size_t)l->n * sizeof(float));
-    l->pend = malloc((size_t)l->n * sizeof(float));
     l->scratch = malloc((size_t)maxn * sizeof(float));
-    if (!l->hat || !l->pend || !l->scratch) goto nomem;
+    if (!l->hat || !l->scratch) goto nomem;
+    if (lp->dp && !(l->pend = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     if (lp->error_feedback && !(l->ef = calloc((size_t)l->n, sizeof(float)))) goto nomem;
     l->maxn = maxn;
     if (lp->defer_encode && !(l->raw = calloc((size_t)l->P, sizeof *l->raw))) goto nomem;
@@ -337,6 +344,16 @@ static dlc_status apply(dlc_learner *l, int p) {
     int resync = f->pend_resync;
     /* what it trained on p since its last send is replaced (alpha of it kept in the mix) */
     settle(l, f, &l->acc.overwritten_steps, &l->acc.overwritten_s, resync ? 0.0 : l->p.alpha);
+    if (f->lent_v || f->lent_b) { /* from the driver's frame into the base, then mixed from there */
+        if (f->lent_v) {
+            memcpy(l->hat + f->off, f->lent_v, (size_t)f->n * sizeof(float));
+        } else {
+            dlc_status d = dlc_codec_decode(f->lent_codec, NULL, f->lent_b, f->lent_len, l->hat + f->off, f->n);
+            DLC_ASSERT(d == DLC_OK); /* validated on arrival; the driver keeps the bytes unchanged */
+        }
+        f->lent_v = NULL, f->lent_b = NULL;
+        f->in_base = 1;
+    }
     const float *src = f->in_base ? l->hat + f->off : l->pend + f->off;
     scatter_mix(l, p, src, resync ? 0.0f : (float)l->p.alpha, 0);
     if (!f->in_base) memcpy(l->hat + f->off, src, (size_t)f->n * sizeof(float));
@@ -740,7 +757,7 @@ static float *stash_of(const dlc_learner *l, const lfrag *f) {
  * the next step boundary (learner.h), except while JOINING, when the learner is not
  * stepping and a resync is taken at once. */
 static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues,
-                                   double now) {
+                                   int lend, double now) {
     if (m->fragment < 0 || m->fragment >= l->P)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d: expected a fragment in 0..%d", l->p.id + 1,
                          m->fragment, l->P - 1);
@@ -756,10 +773,18 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
         return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d codec %s: expected f32 or bf16", l->p.id + 1,
                          m->fragment, dlc_codec_name(m->codec) ? dlc_codec_name(m->codec) : "(unknown)");
     dlc_status s = DLC_OK;
-    if (values) { /* decoded by the driver (dlc_learner_receive_decoded) */
-        if (nvalues != f->n)
-            return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld",
-                             l->p.id + 1, m->fragment, (long long)nvalues, (long long)f->n);
+    if (values && nvalues != f->n)
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: FRAGMENT %d decoded to %lld values: expected %lld", l->p.id + 1,
+                         m->fragment, (long long)nvalues, (long long)f->n);
+    /* lent (dlc_learner_receive_lent): kept where the driver holds it until applied, so
+     * only checked now; not while JOINING into the base (applied at once) nor in dp */
+    int in_base = l->state == DLC_LEARNER_JOINING && !f->received && !f->pending && !l->p.dp;
+    lend = lend && !in_base && !l->p.dp;
+    if (!lend && !in_base && !l->pend && !(l->pend = malloc((size_t)l->n * sizeof(float))))
+        return dlc_error(DLC_ERR_NOMEM, "learner %d: out of memory for the stash of merges", l->p.id + 1);
+    if (lend) {
+        if (!values && (s = dlc_codec_validate(m->codec, NULL, m->payload, m->len, f->n)) != DLC_OK) return s;
+    } else if (values) { /* decoded by the driver (dlc_learner_receive_decoded) */
     } else if (f->pending || (l->p.dp && l->state != DLC_LEARNER_JOINING)) {
         /* decoded into scratch first: a malformed payload leaves the waiting one intact */
         if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
@@ -770,7 +795,13 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
     }
     if (resync && m->steps > l->run_seen) l->run_seen = m->steps;
     if (l->p.dp && l->state != DLC_LEARNER_JOINING) return dp_resync(l, m);
-    if (values != stash_of(l, f)) memcpy(stash_of(l, f), values, (size_t)f->n * sizeof(float));
+    if (lend) {
+        f->lent_v = values, f->lent_b = values ? NULL : m->payload;
+        f->lent_len = m->len, f->lent_codec = m->codec;
+    } else {
+        if (values != stash_of(l, f)) memcpy(stash_of(l, f), values, (size_t)f->n * sizeof(float));
+        f->lent_v = NULL, f->lent_b = NULL; /* this one replaces a lent one waiting */
+    }
     if (!resync && f->sent_step >= 0) {
         /* the links' share of the round trip, measured on arrival (not on application, which
          * waits for tau steps by design): what the syncer's grace window must leave room for */
@@ -780,7 +811,7 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
     int behind = !resync && f->sent_step < 0 && l->state != DLC_LEARNER_JOINING;
     /* a newer merge over a waiting resync is taken whole too: the resync said our own
      * copy of this fragment is not to be mixed in */
-    f->in_base = stash_of(l, f) == l->hat + f->off;
+    f->in_base = !lend && stash_of(l, f) == l->hat + f->off;
     f->pend_resync = resync || (f->pending && f->pend_resync);
     f->pend_fresh = f->sent_step >= 0;
     f->pending = 1;
@@ -856,7 +887,8 @@ static dlc_status receive_gradient(dlc_learner *l, const dlc_msg *m) {
     return push(l, &a);
 }
 
-static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues, double now) {
+static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values, int64_t nvalues, int lend,
+                          double now) {
     if (!l || !m) return dlc_error(DLC_ERR_ARG, "learner_receive: NULL argument");
     dlc_status s = learner_unpolled(l, "learner_receive");
     if (s != DLC_OK) return s;
@@ -871,7 +903,7 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
     switch (m->type) {
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
-        s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, values, nvalues, now) : receive_gradient(l, m);
+        s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, values, nvalues, lend, now) : receive_gradient(l, m);
         if (s == DLC_OK && m->epoch > l->epoch) l->epoch = m->epoch; /* the syncer restarted */
         return s;
     default:
@@ -880,12 +912,25 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
     }
 }
 
-dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) { return receive(l, m, NULL, 0, now); }
+dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double now) {
+    return receive(l, m, NULL, 0, 0, now);
+}
 
 dlc_status dlc_learner_receive_decoded(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n, double now) {
     if (m && m->type == DLC_MSG_FRAGMENT && !values)
         return dlc_error(DLC_ERR_ARG, "learner_receive_decoded: a FRAGMENT without its values");
-    return receive(l, m, m && m->type == DLC_MSG_FRAGMENT ? values : NULL, n, now);
+    return receive(l, m, m && m->type == DLC_MSG_FRAGMENT ? values : NULL, n, 0, now);
+}
+
+dlc_status dlc_learner_receive_lent(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n, double now) {
+    int frag = m && m->type == DLC_MSG_FRAGMENT;
+    return receive(l, m, frag ? values : NULL, frag && values ? n : 0, 1, now);
+}
+
+const void *dlc_learner_lent(const dlc_learner *l, int p) {
+    if (!l || p < 0 || p >= l->P) return NULL;
+    const lfrag *f = &l->f[p];
+    return f->lent_v ? (const void *)f->lent_v : (const void *)f->lent_b;
 }
 
 double dlc_learner_expiry(const dlc_learner *l) {
@@ -943,6 +988,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
         f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = f->in_base = 0;
+        f->lent_v = NULL, f->lent_b = NULL; /* the driver's again */
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
     l->steps = l->tokens = 0;

@@ -17,7 +17,8 @@
  * step's reads (dlc_learner_step_reads): an arena holding only the named fragments (the
  * rest NaN) sends and applies exactly what a whole one does.  A model bound to the
  * host's own tensors (dlc_learner_bind_tensors) behaves bit for bit as one on the arena,
- * which it never touches. */
+ * which it never touches; merges lent in the driver's buffers (dlc_learner_receive_lent)
+ * apply bit for bit as copied ones, each buffer let go once applied or replaced. */
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -2327,6 +2328,115 @@ static void test_bind_tensors(void) {
     fx_free(&b);
 }
 
+/* dlc_learner_receive_lent: merges kept in the driver's buffers (here one per fragment,
+ * poisoned and freed as soon as dlc_learner_lent lets it go) apply bit for bit as the
+ * copied ones, through holds, a newer merge replacing a waiting one, a refused payload
+ * (the waiting one kept) and a rollback; a resync while joining is not lent. */
+static void lent_poll(dlc_learner *l, uint8_t **buf, int P) {
+    for (int p = 0; p < P; p++)
+        if (buf[p] && dlc_learner_lent(l, p) != buf[p]) {
+            memset(buf[p], 0xff, 4); /* NaN: read after its release, it would show */
+            free(buf[p]);
+            buf[p] = NULL;
+        }
+}
+
+static void test_receive_lent(void) {
+    fx a, b;
+    fx_make(&a, 4, 50);
+    fx_make(&b, 4, 50);
+    dlc_learner_params lp = lparams(0, 8, 2, 0.5, 0);
+    dlc_learner *la = dlc_learner_new(&lp, a.p, a.plan), *lb = dlc_learner_new(&lp, b.p, b.plan);
+    CHECK_OK(la && lb);
+    if (!la || !lb) return;
+    int64_t size = dlc_params_size(a.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(a.p), (size_t)size * 4);
+    randv(target, size, 51, 1.0f);
+    uint8_t *buf[4] = {NULL, NULL, NULL, NULL};
+    /* the join: resyncs lent, but applied at once into the base: nothing held */
+    resync(&a, la, theta0, 0, 0);
+    for (int p = 0; p < 4; p++) {
+        float v[NMAX];
+        gather(&a, p, theta0, v);
+        dlc_msg m = fragment_msg(0, p, 0, DLC_MSG_RESYNC, v, dlc_plan_numel(a.plan, p));
+        CHECK(dlc_learner_receive_lent(lb, &m, NULL, 0, 0) == DLC_OK);
+        CHECK(dlc_learner_lent(lb, p) == NULL);
+        lrec r = drain(lb);
+        CHECK(r.n == 1 && r.a[0].type == DLC_LACT_APPLIED);
+    }
+    int64_t sent_at[4] = {-1, -1, -1, -1}, version[4] = {0, 0, 0, 0};
+    int applied = 0, held = 0, same = 1;
+    for (int t = 1; t <= 48; t++) {
+        inner_step(a.p, target);
+        inner_step(b.p, target);
+        if (t == 29) {
+            CHECK(dlc_learner_rollback(la, t) == DLC_OK && dlc_learner_rollback(lb, t) == DLC_OK);
+            drain(la), drain(lb);
+            lent_poll(lb, buf, 4);
+        }
+        CHECK(dlc_learner_step_done(la, 5, 0, t) == DLC_OK && dlc_learner_step_done(lb, 5, 0, t) == DLC_OK);
+        lrec ra = drain(la), rb = drain(lb);
+        lent_poll(lb, buf, 4);
+        CHECK(ra.n == rb.n);
+        for (int i = 0; i < ra.n && i < rb.n; i++) {
+            const dlc_learner_action *x = &ra.a[i], *y = &rb.a[i];
+            CHECK(x->type == y->type && x->fragment == y->fragment);
+            if (x->type == DLC_LACT_SEND) {
+                CHECK(x->msg.len == y->msg.len && memcmp(x->msg.payload, y->msg.payload, x->msg.len) == 0);
+                sent_at[x->msg.fragment] = t;
+            }
+            if (x->type == DLC_LACT_APPLIED) {
+                applied++;
+                CHECK(buf[x->fragment] == NULL);
+            }
+        }
+        same &= memcmp(dlc_params_data(a.p), dlc_params_data(b.p), (size_t)size * 4) == 0;
+        for (int p = 0; p < 4; p++) { /* each merge comes back a step after its send, some twice */
+            if (sent_at[p] != t - 1) continue;
+            int twice = (t + p) % 3 == 0;
+            for (int k = 0; k <= twice; k++) {
+                int64_t n = dlc_plan_numel(a.plan, p);
+                float g[NMAX];
+                randv(g, n, (uint64_t)(300 + 10 * t + k), 1.0f);
+                dlc_msg m = fragment_msg(0, p, ++version[p], 0, g, n);
+                CHECK(dlc_learner_receive(la, &m, t + 0.5) == DLC_OK);
+                uint8_t *mine = malloc((size_t)n * 4);
+                memcpy(mine, g, (size_t)n * 4);
+                m.payload = mine;
+                if (k == 1) { /* a malformed newer one first: refused, the waiting one kept */
+                    uint8_t *bad = malloc((size_t)n * 4);
+                    memcpy(bad, g, (size_t)n * 4);
+                    memset(bad + 4 * (n / 2), 0xff, 4);
+                    dlc_msg mb = m;
+                    mb.payload = bad;
+                    CHECK(dlc_learner_receive_lent(lb, &mb, NULL, 0, t + 0.5) == DLC_ERR_FORMAT);
+                    CHECK(dlc_learner_lent(lb, p) == buf[p] && buf[p] != NULL);
+                    free(bad);
+                }
+                CHECK(dlc_learner_receive_lent(lb, &m, NULL, 0, t + 0.5) == DLC_OK);
+                CHECK(drain(la).n == 0 && drain(lb).n == 0);
+                CHECK(dlc_learner_lent(lb, p) == mine);
+                lent_poll(lb, buf, 4); /* the one it replaced goes */
+                buf[p] = mine;
+                held++;
+            }
+        }
+    }
+    CHECK(same);
+    CHECK(applied >= 14 && held >= 20);
+    dlc_learner_stop(lb);
+    CHECK(dlc_learner_restart(lb, 50) == DLC_OK);
+    for (int p = 0; p < 4; p++) CHECK(dlc_learner_lent(lb, p) == NULL);
+    lent_poll(lb, buf, 4);
+    dlc_learner_free(la);
+    dlc_learner_free(lb);
+    free(theta0);
+    free(target);
+    fx_free(&a);
+    fx_free(&b);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -2358,5 +2468,6 @@ int main(void) {
     test_rollback_blocking_dp_ef();
     test_step_reads();
     test_bind_tensors();
+    test_receive_lent();
     return check_done("test_learner");
 }

@@ -96,6 +96,10 @@ struct dlc_lrt {
     int nspare;
     int64_t reused;           /* under spare_mu */
     size_t spare_cap;         /* the largest buffer asked for yet, under spare_mu */
+    /* merged fragments kept in the frames they came in until applied (learner.h,
+     * dlc_learner_receive_lent): the received event of fragment p (kind DLC_NET_FRAME;
+     * else empty) */
+    dlc_net_event *lent;      /* [P] */
 };
 
 static double lrt_now(const dlc_lrt *l) { return dlc_rt_clock() - l->t0; }
@@ -359,8 +363,8 @@ static dlc_status start_encode(dlc_lrt *l, const dlc_learner_action *a) {
  * checked (dlc_learner_receive_decoded takes it as it is).  Anything it cannot decode
  * stays as it came, for the state machine to refuse with its own message.  An f32
  * payload stays as it came too: its decode is a checked copy, which the learner makes
- * straight into its stash (core/learner.c), where here it would be a copy into a fresh
- * buffer (its pages faulted in) and then one more. */
+ * straight into its base when it applies the merge (core/learner.c), where here it
+ * would be a copy into a fresh buffer (its pages faulted in) and then one more. */
 static dlc_status decode_fragment(const dlc_frame *f, float **values, int64_t *n, void *arg) {
     const dlc_lrt *l = arg;
     if ((f->type != DLC_FRAME_FRAGMENT && f->type != DLC_FRAME_RESYNC) || f->msg.fragment < 0 ||
@@ -390,6 +394,30 @@ static void flush_held(dlc_lrt *l) {
         l->hq_len--;
         l->st.sent++;
     }
+}
+
+/* The address the learner holds of a kept frame: its decoded values, or its payload. */
+static const void *lent_ptr(const dlc_net_event *ev) {
+    return ev->values ? (const void *)ev->values : (const void *)ev->frame.msg.payload;
+}
+
+/* Frees the kept frames the learner no longer holds (applied, replaced, restarted). */
+static void reclaim(dlc_lrt *l) {
+    for (int p = 0; l->lent && p < l->P; p++)
+        if (l->lent[p].kind == DLC_NET_FRAME && (!l->l || dlc_learner_lent(l->l, p) != lent_ptr(&l->lent[p]))) {
+            dlc_net_event_release(&l->lent[p]);
+            l->lent[p].kind = DLC_NET_READY; /* empty */
+        }
+}
+
+/* Keeps the frame of ev (a FRAGMENT just received) if the learner holds it lent: the
+ * event is moved into its fragment's slot and ev left owning nothing. */
+static void keep_lent(dlc_lrt *l, dlc_net_event *ev) {
+    int p = ev->frame.msg.fragment;
+    if (p < 0 || p >= l->P || !l->lent || dlc_learner_lent(l->l, p) != lent_ptr(ev)) return;
+    if (l->lent[p].kind == DLC_NET_FRAME) dlc_net_event_release(&l->lent[p]); /* (it let that one go) */
+    l->lent[p] = *ev;
+    ev->owned_ = NULL, ev->values = NULL, ev->nvalues = 0;
 }
 
 /* Performs the state machine's queued actions. */
@@ -438,6 +466,7 @@ static dlc_status actions(dlc_lrt *l) {
             l->st.unreplayed += a.unreplayed;
         }
     }
+    reclaim(l);
     return st;
 }
 
@@ -500,9 +529,13 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             dlc_text_clean(l->last_refusal);
             return DLC_OK;
         }
-        dlc_status st = ev->values ? dlc_learner_receive_decoded(l->l, &ev->frame.msg, ev->values, ev->nvalues, lrt_now(l))
-                                   : dlc_learner_receive(l->l, &ev->frame.msg, lrt_now(l));
+        /* a merged fragment stays in its frame until applied (no stash of the model) */
+        int lend = (t == DLC_FRAME_FRAGMENT || t == DLC_FRAME_RESYNC) && !l->cfg.learner.dp;
+        dlc_status st = lend ? dlc_learner_receive_lent(l->l, &ev->frame.msg, ev->values, ev->nvalues, lrt_now(l))
+                        : ev->values ? dlc_learner_receive_decoded(l->l, &ev->frame.msg, ev->values, ev->nvalues, lrt_now(l))
+                                     : dlc_learner_receive(l->l, &ev->frame.msg, lrt_now(l));
         if (ev->values) l->st.decoded++;
+        if (lend) keep_lent(l, ev);
         if (st == DLC_ERR_FORMAT) { /* refused and unchanged: the syncer will resync it */
             snprintf(l->last_refusal, sizeof l->last_refusal, "%s", dlc_last_error());
             st = DLC_OK;
@@ -611,7 +644,8 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     /* dp: the compute thread waits for each average anyway, and decodes what arrives itself
      * (its resyncs only tell the run's step) */
     if (!cfg->inline_codec && !cfg->learner.dp) l->cfg.net.decode = decode_fragment, l->cfg.net.decode_arg = l;
-    if (!(l->jobs = calloc((size_t)l->P, sizeof *l->jobs)) || !(l->cq = calloc((size_t)l->P, sizeof *l->cq))) {
+    if (!(l->jobs = calloc((size_t)l->P, sizeof *l->jobs)) || !(l->cq = calloc((size_t)l->P, sizeof *l->cq)) ||
+        !(l->lent = calloc((size_t)l->P, sizeof *l->lent))) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
         goto fail;
     }
@@ -652,6 +686,9 @@ void dlc_lrt_free(dlc_lrt *l) {
     free(l->cq);
     dlc_net_free(l->net); /* its queued payloads come back through free_bytes */
     dlc_learner_free(l->l);
+    l->l = NULL;
+    reclaim(l); /* every kept frame */
+    free(l->lent);
     for (int i = 0; l->hq && i < l->hq_len; i++) drop_held(l, &l->hq[(l->hq_head + i) % l->hold]);
     free(l->hq);
     for (int i = 0; i < l->nspare; i++) free(l->spare[i] - BUF_HDR);

@@ -99,6 +99,12 @@ DLC_API int64_t dlc_codec_encode(dlc_codec_kind kind, const dlc_codec_params *pa
 DLC_API dlc_status dlc_codec_decode(dlc_codec_kind kind, const dlc_codec_params *params,
                                     const uint8_t *in, size_t in_len, float *out, int64_t n);
 
+/* The checks of dlc_codec_decode without the decode: DLC_OK when `in` decodes to n
+ * finite values, else its error.  For a reader that keeps the bytes (a learner that
+ * applies a merge from the frame it came in). */
+DLC_API dlc_status dlc_codec_validate(dlc_codec_kind kind, const dlc_codec_params *params,
+                                      const uint8_t *in, size_t in_len, int64_t n);
+
 /* acc[i] += w * decoded[i] for i < n, the syncer's merge without a decoded copy.  Same
  * checks as dlc_codec_decode, all done before acc is touched: on error acc is unchanged. */
 DLC_API dlc_status dlc_codec_decode_axpy(dlc_codec_kind kind, const dlc_codec_params *params,

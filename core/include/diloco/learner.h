@@ -14,8 +14,10 @@
  * dlc_learner_receive writes the averaged gradient into the grad arena, only while
  * WAITING for it (after dlc_learner_gradient, before the optimizer step).  It owns: the
  * last global value Θ̂ of every fragment it received (one copy of the model), the
- * fragments that arrived and wait to be applied (a second copy), the encoded contribution
- * of each fragment (its encoded size), and with error feedback one more copy.
+ * fragments that arrived and wait to be applied (a second copy, allocated at the first
+ * such merge; none when the driver lends them, dlc_learner_receive_lent), the encoded
+ * contribution of each fragment (its encoded size; none with defer_encode), and with
+ * error feedback one more copy.
  *
  *     dlc_learner_params lp = dlc_learner_default_params();
  *     lp.id = 2; lp.H = 24; lp.tau = 2;
@@ -301,6 +303,19 @@ DLC_API dlc_status dlc_learner_receive(dlc_learner *l, const dlc_msg *m, double 
  * size, else DLC_ERR_FORMAT).  Other messages: as dlc_learner_receive, values ignored. */
 DLC_API dlc_status dlc_learner_receive_decoded(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n,
                                                double now);
+/* The same, a FRAGMENT lent rather than copied, for a driver that keeps a merge in the
+ * frame it came in until it is applied (no stash of the model in the learner): values
+ * (n floats, decoded as for dlc_learner_receive_decoded) or, values NULL, m's payload
+ * (checked now, dlc_codec_validate; decoded into the base when applied) must stay valid
+ * and unchanged while the learner holds it: while dlc_learner_lent(l, m->fragment)
+ * returns that pointer.  The driver asks after each call (a newer merge of the
+ * fragment, an apply, a restart let it go) and frees a buffer the learner no longer
+ * holds.  Not lent, and copied as dlc_learner_receive_decoded does: a resync while
+ * JOINING (applied at once) and dp.  Other messages: as dlc_learner_receive. */
+DLC_API dlc_status dlc_learner_receive_lent(dlc_learner *l, const dlc_msg *m, const float *values, int64_t n,
+                                            double now);
+/* The buffer (values or payload) the learner holds lent for fragment p, or NULL. */
+DLC_API const void *dlc_learner_lent(const dlc_learner *l, int p);
 
 /* The earliest time dlc_learner_handle_expiry wants to be called (INFINITY for none). */
 DLC_API double dlc_learner_expiry(const dlc_learner *l);

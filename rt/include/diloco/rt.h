@@ -39,7 +39,8 @@
  * encodes each contribution (quantization, error feedback) while the next inner step
  * runs, and hands it to the transport.  Arrived fragments wait, decoded, in the mailbox
  * until dlc_lrt_step_done, which hands them to the state machine at the step boundary
- * (one copy into the stash), then reports the step and takes the outer gradients that
+ * (checked, and kept in their frames until applied: dlc_learner_receive_lent), then
+ * reports the step and takes the outer gradients that
  * are due (one pass over those fragments).  Nothing in step_done waits on the network:
  * in a non-blocking preset the compute thread never waits (only for an encode of the
  * step before that is not done a whole step later: encode_wait_s); with `blocking` (or
