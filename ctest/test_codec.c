@@ -344,6 +344,9 @@ static void test_rejects(void) {
               strstr(dlc_last_error(), want));
         CHECK(dlc_codec_decode((dlc_codec_kind)k, NULL, buf, (size_t)size - 1, y, n) == DLC_ERR_FORMAT);
         CHECK(dlc_codec_decode_axpy((dlc_codec_kind)k, NULL, buf, (size_t)size - 1, n, 1.0f, y) == DLC_ERR_FORMAT);
+        CHECK(dlc_codec_validate((dlc_codec_kind)k, NULL, buf, (size_t)size - 1, n) == DLC_ERR_FORMAT &&
+              strstr(dlc_last_error(), "validate: in_len"));
+        CHECK(dlc_codec_validate((dlc_codec_kind)k, NULL, buf, (size_t)size, n) == DLC_OK);
         /* hostile bytes: a NaN or negative scale, a NaN f32 / bf16 value */
         float acc0 = 3.0f;
         for (int64_t i = 0; i < n; i++) y[i] = acc0;
@@ -357,6 +360,8 @@ static void test_rejects(void) {
                       strstr(dlc_last_error(), "block 2 has scale"));
                 for (int64_t i = 0; i < n; i++) y[i] = acc0;
                 CHECK(dlc_codec_decode_axpy((dlc_codec_kind)k, NULL, buf, (size_t)size, n, 1.0f, y) == DLC_ERR_FORMAT);
+                CHECK(dlc_codec_validate((dlc_codec_kind)k, NULL, buf, (size_t)size, n) == DLC_ERR_FORMAT &&
+                      strstr(dlc_last_error(), "block 2 has scale"));
                 memcpy(buf + 8, keep, 4);
             }
         } else if (k != DLC_CODEC_FP8) {
@@ -367,6 +372,8 @@ static void test_rejects(void) {
             for (int64_t i = 0; i < n; i++) y[i] = acc0;
             CHECK(dlc_codec_decode_axpy((dlc_codec_kind)k, NULL, buf, (size_t)size, n, 1.0f, y) == DLC_ERR_FORMAT &&
                   strstr(dlc_last_error(), "element 2900"));
+            CHECK(dlc_codec_validate((dlc_codec_kind)k, NULL, buf, (size_t)size, n) == DLC_ERR_FORMAT &&
+                  strstr(dlc_last_error(), "validate: element 2900 decodes to nan"));
         }
         int same = 1;
         for (int64_t i = 0; i < n; i++) same &= y[i] == acc0; /* axpy left acc alone */
