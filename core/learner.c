@@ -68,7 +68,8 @@ struct dlc_learner {
     float *hat;            /* [n] Θ̂, fragments concatenated */
     float *pend;           /* [n] arrived, not yet applied (allocated at the first merge
                             * that is not lent: dlc_learner_receive_lent keeps none) */
-    float *scratch;        /* [max n_p] */
+    float *scratch;        /* [max n_p], at its first use (scratch_get): a driver that
+                            * defers encodes and lends merges never needs it */
     float *ef;             /* [n] error feedback, NULL when off */
     float **raw;           /* [P] defer_encode: fragment p's outer gradient lent to its
                             * ENCODE until dlc_learner_encoded (NULL: none out) */
@@ -88,6 +89,9 @@ struct dlc_learner {
     int64_t best_k;        /* steps until that fragment is next due for the others */
     int best_p;
     int64_t rollbacks;     /* dlc_learner_rollback calls that succeeded */
+    int send_room;         /* dlc_learner_set_send_room: contributions step_done may still
+                            * send (-1: any) */
+    int64_t deferred;      /* due contributions that waited for room (dlc_learner_deferred) */
     int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
     int64_t resync_run;    /* ... and the run's schedule step it carried */
     int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
@@ -237,8 +241,7 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
         if (!f->enc) goto nomem;
     }
     l->hat = malloc((size_t)l->n * sizeof(float));
-    l->scratch = malloc((size_t)maxn * sizeof(float));
-    if (!l->hat || !l->scratch) goto nomem;
+    if (!l->hat) goto nomem;
     if (lp->dp && !(l->pend = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     if (lp->error_feedback && !(l->ef = calloc((size_t)l->n, sizeof(float)))) goto nomem;
     l->maxn = maxn;
@@ -246,6 +249,7 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
     if (lp->dp && !(l->grad_enc = malloc((size_t)l->n * sizeof(float)))) goto nomem;
     l->qcap = 16;
     if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
+    l->send_room = -1;
     l->state = DLC_LEARNER_STOPPED; /* so that restart's transition is the legal one */
     l->incarnation = lp->incarnation - 1; /* restart makes it lp->incarnation */
     dlc_learner_restart(l, 0);
@@ -413,6 +417,11 @@ static dlc_status encode_busy(const dlc_learner *l, int p, const char *fn) {
  * one kept from an earlier ENCODE, else a new one), and back when it is done: at most
  * the fragments out at once plus one, not a copy of the whole model, and no pages
  * faulted in anew at every send. */
+static float *scratch_get(dlc_learner *l) {
+    if (!l->scratch) l->scratch = malloc((size_t)l->maxn * sizeof(float));
+    return l->scratch;
+}
+
 static float *raw_take(dlc_learner *l, int p) {
     DLC_ASSERT(!l->raw[p]);
     float *d = l->raw_spare;
@@ -432,7 +441,7 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     lfrag *f = &l->f[p];
     dlc_status s = encode_busy(l, p, "learner: send");
     if (s != DLC_OK) return s;
-    float *d = l->raw ? raw_take(l, p) : l->scratch;
+    float *d = l->raw ? raw_take(l, p) : scratch_get(l);
     if (!d) return dlc_error(DLC_ERR_NOMEM, "learner: out of memory for fragment %d's outer gradient", p);
     gather(l, p, d, 0);
     const float *hat = l->hat + f->off;
@@ -516,7 +525,13 @@ dlc_status dlc_learner_step_done(dlc_learner *l, int64_t tokens, double seconds,
     }
     for (int p = 0; p < l->P && s == DLC_OK; p++)
         if (due(l, p) || l->f[p].skipped) {
+            if (l->send_room == 0 && !l->p.blocking && !l->p.dp) { /* no room: it trains on, sent later */
+                if (!l->f[p].skipped) l->deferred++;
+                l->f[p].skipped = 1;
+                continue;
+            }
             l->f[p].skipped = 0;
+            if (l->send_room > 0) l->send_room--;
             s = send_contribution(l, p, now);
         }
     if (s == DLC_OK) s = apply_due(l);
@@ -787,6 +802,8 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
     } else if (values) { /* decoded by the driver (dlc_learner_receive_decoded) */
     } else if (f->pending || (l->p.dp && l->state != DLC_LEARNER_JOINING)) {
         /* decoded into scratch first: a malformed payload leaves the waiting one intact */
+        if (!scratch_get(l))
+            return dlc_error(DLC_ERR_NOMEM, "learner %d: out of memory decoding fragment %d", l->p.id + 1, m->fragment);
         if ((s = dlc_codec_decode(m->codec, NULL, m->payload, m->len, l->scratch, f->n)) != DLC_OK) return s;
         values = l->scratch;
     } else { /* nothing waits in p's stash: decoded into it (a refusal leaves p as it was) */
@@ -1071,6 +1088,12 @@ dlc_status dlc_learner_encoded(dlc_learner *l, int p) {
 int dlc_learner_encoding(const dlc_learner *l) { return l ? l->encoding : 0; }
 
 int64_t dlc_learner_rollbacks(const dlc_learner *l) { return l ? l->rollbacks : 0; }
+
+void dlc_learner_set_send_room(dlc_learner *l, int room) {
+    if (l) l->send_room = room < 0 ? -1 : room;
+}
+
+int64_t dlc_learner_deferred(const dlc_learner *l) { return l ? l->deferred : 0; }
 
 dlc_learner_account dlc_learner_get_account(const dlc_learner *l) {
     dlc_learner_account a;

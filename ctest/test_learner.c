@@ -2437,6 +2437,66 @@ static void test_receive_lent(void) {
     fx_free(&b);
 }
 
+/* dlc_learner_set_send_room: with no room a due contribution is not sent; the fragment
+ * trains on (named by step_reads) and leaves at the first boundary with room, covering
+ * every step since its base; a room of 1 lets one of two due ones go; blocking
+ * sends regardless. */
+static void test_send_room(void) {
+    fx x;
+    fx_make(&x, 4, 60);
+    dlc_learner_params lp = lparams(0, 8, 2, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p);
+    float *theta0 = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    memcpy(theta0, dlc_params_data(x.p), (size_t)size * 4);
+    randv(target, size, 61, 1.0f);
+    resync(&x, l, theta0, 0, 0);
+    /* fragment p is due at steps 2p, 2p + 8, ... (H 8, P 4) */
+    uint8_t mask[4];
+    int64_t sent_steps[4] = {0, 0, 0, 0};
+    int64_t sent_at[4] = {-1, -1, -1, -1};
+    for (int t = 1; t <= 12; t++) {
+        inner_step(x.p, target);
+        dlc_learner_set_send_room(l, (t >= 2 && t <= 5) || (t >= 8 && t <= 10) ? 0 : t == 11 ? 1 : -1);
+        if (t >= 3 && t <= 5) CHECK(dlc_learner_step_reads(l, mask) >= 1 && mask[1]); /* deferred: read each step */
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION) {
+                int p = r.a[i].msg.fragment;
+                sent_steps[p] = r.a[i].msg.steps, sent_at[p] = t;
+            }
+        if (t == 5) CHECK(sent_at[1] < 0 && sent_at[2] < 0 && dlc_learner_deferred(l) == 2);
+        if (t == 6) /* room again: 1 (due at 2) and 2 (due at 4) leave with 3 (due now), each
+                     * covering the steps since its base (no merge came back) */
+            CHECK(sent_at[1] == 6 && sent_at[2] == 6 && sent_at[3] == 6 && sent_steps[1] == 6 && sent_steps[3] == 6);
+        if (t == 10) CHECK(sent_at[0] < 0 && sent_at[1] == 6 && dlc_learner_deferred(l) == 4);
+        if (t == 11) CHECK(sent_at[0] == 11 && sent_steps[0] == 11 && sent_at[1] == 6); /* room for one */
+        if (t == 12) CHECK(sent_at[1] == 12 && sent_at[2] == 12);
+    }
+    CHECK(dlc_learner_deferred(l) == 4);
+    dlc_learner_free(l);
+    /* blocking: the round waits for it, so it is sent with no room */
+    dlc_learner_params lb = lparams(0, 8, 0, 0, 1);
+    l = dlc_learner_new(&lb, x.p, x.plan);
+    CHECK_OK(l);
+    resync(&x, l, theta0, 0, 0);
+    dlc_learner_set_send_room(l, 0);
+    int sends = 0;
+    for (int t = 1; t <= 2; t++) {
+        CHECK(dlc_learner_step_done(l, 5, 0, t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++) sends += r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION;
+    }
+    CHECK(sends == 1 && dlc_learner_deferred(l) == 0);
+    dlc_learner_free(l);
+    free(theta0);
+    free(target);
+    fx_free(&x);
+}
+
 int main(void) {
     test_schedule();
     test_apply();
@@ -2469,5 +2529,6 @@ int main(void) {
     test_step_reads();
     test_bind_tensors();
     test_receive_lent();
+    test_send_room();
     return check_done("test_learner");
 }

@@ -663,6 +663,7 @@ static int lr_stats(lua_State *L) {
     dlcL_setint(L, "held", st.held);
     dlcL_setint(L, "held_dropped", st.held_dropped);
     dlcL_setint(L, "held_superseded", st.held_superseded);
+    dlcL_setint(L, "deferred", st.deferred);
     dlcL_setint(L, "reused", st.reused);
     dlcL_setint(L, "applied", st.applied);
     dlcL_setint(L, "reconnects", st.reconnects);

@@ -762,6 +762,9 @@ dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
      * state machine would read then) */
     if (st == DLC_OK && !l->cfg.learner.dp && !l->at_boundary) st = pump(l, 0);
     l->at_boundary = 0;
+    /* back-pressure: while a contribution waits for the transport, the next that falls
+     * due trains on and leaves once the link has room (learner.h) instead of queueing */
+    if (st == DLC_OK) dlc_learner_set_send_room(l->l, l->ready && l->hq_len > 0 ? 0 : -1);
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);
     if (st == DLC_OK && l->cfg.learner.dp) st = pump(l, 0);
@@ -945,6 +948,7 @@ dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out) {
     pthread_mutex_lock(&l->spare_mu);
     out->reused = l->reused;
     pthread_mutex_unlock(&l->spare_mu);
+    out->deferred = l->l ? dlc_learner_deferred(l->l) : 0;
     dlc_net_counters c;
     if (dlc_net_get_counters(l->net, -1, &c) == DLC_OK) {
         out->bytes_in = out->bytes_out = 0;

@@ -617,7 +617,7 @@ function M.finish(ctx, err)
     encoded = st.encoded, decoded = st.decoded,
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped,
-    held_superseded = st.held_superseded, applied = st.applied, reconnects = st.reconnects,
+    held_superseded = st.held_superseded, deferred = st.deferred, applied = st.applied, reconnects = st.reconnects,
     rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
     unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),

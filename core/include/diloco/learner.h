@@ -359,6 +359,19 @@ DLC_API dlc_status dlc_learner_rollback(dlc_learner *l, double now);
 /* Rollbacks since the learner was made (restarts keep counting). */
 DLC_API int64_t dlc_learner_rollbacks(const dlc_learner *l);
 
+/* Back-pressure from the driver: at most `room` contributions leave at the next step
+ * boundaries (each send takes one; -1, the default: any).  With none left, a fragment
+ * that is due is not sent: it trains on and leaves at the first dlc_learner_step_done
+ * that has room, its contribution then covering the steps since its last send (as a
+ * catch-up's skipped send does; dlc_learner_step_reads names it at every boundary
+ * meanwhile).  A driver whose link is backed up so keeps no backlog of contributions
+ * (each a fragment of memory, and older the longer it waits), and sends the newest
+ * when the link frees.  Blocking presets and dp always send (they wait for the round);
+ * flush and contribute ignore it. */
+DLC_API void dlc_learner_set_send_room(dlc_learner *l, int room);
+/* Due contributions that waited for room (counted once per wait). */
+DLC_API int64_t dlc_learner_deferred(const dlc_learner *l);
+
 /* dp with `replay` ("Replay" above): starts a replay when the run is past the schedule
  * step (a host that restored a checkpoint and set its schedule step calls it once
  * joined); nothing when it is not.  TRAINING and not replaying, else DLC_ERR_STATE. */

@@ -417,6 +417,8 @@ typedef struct dlc_lrt_stats {
     int64_t unreplayed;       /* dp: steps skipped because the syncer no longer held them */
     int64_t reused;           /* payloads encoded into the buffer of an earlier send, kept
                                * (one at most) instead of a fresh allocation */
+    int64_t deferred;         /* due contributions that trained on because one waited for
+                               * the transport (dlc_learner_set_send_room), sent later */
 } dlc_lrt_stats;
 DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 
