@@ -763,8 +763,13 @@ dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
     if (st == DLC_OK && !l->cfg.learner.dp && !l->at_boundary) st = pump(l, 0);
     l->at_boundary = 0;
     /* back-pressure: while a contribution waits for the transport, the next that falls
-     * due trains on and leaves once the link has room (learner.h) instead of queueing */
-    if (st == DLC_OK) dlc_learner_set_send_room(l->l, l->ready && l->hq_len > 0 ? 0 : -1);
+     * due trains on and leaves once the link has room (learner.h) instead of queueing;
+     * then the fragments that waited leave a few a step (as many as fall due in a step,
+     * and one more), not all at once, each with its buffers */
+    if (st == DLC_OK) {
+        int H = l->cfg.learner.H > 0 ? l->cfg.learner.H : 1;
+        dlc_learner_set_send_room(l->l, !l->ready ? -1 : l->hq_len > 0 ? 0 : (l->P + H - 1) / H + 1);
+    }
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);
     if (st == DLC_OK && l->cfg.learner.dp) st = pump(l, 0);
