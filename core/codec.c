@@ -421,8 +421,7 @@ dlc_status dlc_codec_decode(dlc_codec_kind kind, const dlc_codec_params *params,
 
 dlc_status dlc_codec_validate(dlc_codec_kind kind, const dlc_codec_params *params, const uint8_t *in, size_t in_len,
                               int64_t n) {
-    uint8_t none;
-    dlc_status st = check_input(kind, params, in, in_len, n, &none, "validate");
+    dlc_status st = check_input(kind, params, in, in_len, n, in, "validate"); /* (no output to check) */
     if (st != DLC_OK) return st;
     int64_t bad = decode_run(kind, params ? params->block : DLC_CODEC_BLOCK_DEFAULT, in, n, NULL, 1, 0.0f);
     if (bad < 0) return DLC_OK;

@@ -1,9 +1,11 @@
 /* params.c - the parameter arena: packing tensors into one buffer, grad norm, clipping. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "diloco/params.h"
 #include "internal.h"
 
@@ -18,20 +20,40 @@ struct dlc_params {
     dlc_params *next;     /* registry link */
 };
 
-/* The grad arena: zeros from calloc, aligned by hand, so that a host that never takes a
- * gradient (a syncer's or an embedding client's layout: they run on values alone) does
- * not pay for it in resident memory (a large calloc is fresh pages, touched only when
- * written; the value arena is written at once).  NULL when out of memory. */
-static void grad_release(void *base) { free(base); }
+/* An arena of zeros, aligned by hand, that costs no resident memory until written
+ * (fresh anonymous pages, touched only when written; a small one from calloc): the grad
+ * arena, so that a host that never takes a gradient (a syncer's or an embedding
+ * client's layout: they run on values alone) does not pay for it, and
+ * dlc_params_new_layout's value arena.  NULL when out of memory. */
+typedef struct lazy {
+    void *base;
+    size_t bytes; /* 0: from calloc */
+} lazy;
 
-static dlc_tensor *grad_arena(int64_t size) {
+static void lazy_release(void *ctx) {
+    lazy *z = ctx;
+    if (z->bytes) munmap(z->base, z->bytes);
+    else free(z->base);
+    free(z);
+}
+
+static dlc_tensor *lazy_arena(int64_t size, const char *what) {
     size_t bytes = (size_t)size * sizeof(float) + 64;
-    void *base = calloc(1, bytes);
-    if (!base) return dlc_error(DLC_ERR_NOMEM, "params: out of memory for a grad arena of %lld floats",
-                                (long long)size), NULL;
-    float *data = (float *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
-    dlc_tensor *t = dlc_tensor_wrap(1, &size, data, grad_release, base);
-    if (!t) free(base);
+    lazy *z = malloc(sizeof *z);
+    if (!z) return dlc_error(DLC_ERR_NOMEM, "params: out of memory"), NULL;
+    /* from 1 MiB on, pages of its own (calloc may reuse the heap's touched memory) */
+    z->bytes = bytes >= ((size_t)1 << 20) ? bytes : 0;
+    z->base = z->bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                       : calloc(1, bytes);
+    if (z->base == MAP_FAILED) z->base = NULL;
+    if (!z->base) {
+        free(z);
+        return dlc_error(DLC_ERR_NOMEM, "params: out of memory for a %s arena of %lld floats", what,
+                         (long long)size), NULL;
+    }
+    float *data = (float *)(((uintptr_t)z->base + 63) & ~(uintptr_t)63);
+    dlc_tensor *t = dlc_tensor_wrap(1, &size, data, lazy_release, z);
+    if (!t) lazy_release(z);
     return t;
 }
 
@@ -118,7 +140,7 @@ static dlc_status validate(int n, const char *const *names, dlc_tensor *const *t
     return DLC_OK;
 }
 
-dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *tensors) {
+static dlc_params *pack(int n, const char *const *names, dlc_tensor *const *tensors, int values) {
     if (validate(n, names, tensors) != DLC_OK) return NULL;
     dlc_tensor **grads = NULL;
     dlc_params *p = calloc(1, sizeof *p);
@@ -148,8 +170,8 @@ dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *t
     if (p->size == 0) p->size = A; /* all tensors empty: keep the arenas non-empty */
 
     /* Acquire everything before changing any tensor, so failure leaves them as given. */
-    p->flat = dlc_tensor_zeros(1, &p->size);
-    p->gflat = grad_arena(p->size);
+    p->flat = values ? dlc_tensor_zeros(1, &p->size) : lazy_arena(p->size, "value");
+    p->gflat = lazy_arena(p->size, "grad");
     if (!p->flat || !p->gflat) goto fail;
     for (int i = 0; i < n; i++) {
         grads[i] = dlc_tensor_view(p->gflat, p->off[i], tensors[i]->ndim, tensors[i]->shape);
@@ -158,7 +180,7 @@ dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *t
 
     for (int i = 0; i < n; i++) {
         dlc_tensor *t = tensors[i];
-        if (t->numel) memcpy(p->flat->data + p->off[i], t->data, (size_t)t->numel * sizeof(float));
+        if (t->numel && values) memcpy(p->flat->data + p->off[i], t->data, (size_t)t->numel * sizeof(float));
         dlc_status st = dlcx_tensor_rebind(t, p->flat, p->off[i]); /* fits by construction */
         DLC_ASSERT(st == DLC_OK);
         t->requires_grad = 1;
@@ -187,6 +209,14 @@ fail:
         dlc_params_free(p);
     }
     return NULL;
+}
+
+dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *tensors) {
+    return pack(n, names, tensors, 1);
+}
+
+dlc_params *dlc_params_new_layout(int n, const char *const *names, dlc_tensor *const *tensors) {
+    return pack(n, names, tensors, 0);
 }
 
 void dlc_params_free(dlc_params *p) {

@@ -1,6 +1,9 @@
 /* test_optim.c - the parameter arena (layout, re-pointing, grads, norms) and the
  * optimizers and lr schedules against straightforward double-precision references. */
+#define _DEFAULT_SOURCE /* mincore */
 #include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "check.h"
 #include "internal.h" /* dlcx_tensor_rebind */
 
@@ -152,6 +155,35 @@ static void test_rebind(void) {
     dlc_tensor_release(old);
     dlc_tensor_release(t);
     dlc_tensor_release(base);
+}
+
+/* dlc_params_new_layout: the same offsets and size as dlc_params_new, the tensors
+ * re-pointed into an arena of zeros that no byte of was written: none of its pages is
+ * resident (mincore) until something writes it. */
+static void test_layout_only(void) {
+    const char *names[2] = {"a", "b"};
+    int64_t sa[1] = {3 << 20}, sb[2] = {5, 7}; /* 12 MiB and a small one */
+    dlc_tensor *a = dlc_tensor_full(1, sa, 2.0f), *b = dlc_tensor_full(2, sb, 3.0f);
+    dlc_tensor *a2 = dlc_tensor_full(1, sa, 2.0f), *b2 = dlc_tensor_full(2, sb, 3.0f);
+    dlc_tensor *ts[2] = {a, b}, *ts2[2] = {a2, b2};
+    dlc_params *lay = dlc_params_new_layout(2, names, ts), *full = dlc_params_new(2, names, ts2);
+    CHECK_OK(lay && full);
+    if (!lay || !full) return;
+    CHECK(dlc_params_size(lay) == dlc_params_size(full) && dlc_params_offset(lay, 1) == dlc_params_offset(full, 1));
+    CHECK(a->data == dlc_params_data(lay) && b->data == dlc_params_data(lay) + dlc_params_offset(lay, 1));
+    CHECK(b->data[34] == 0.0f && a2->data[5] == 2.0f); /* zeros, not the values */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)a->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    size_t len = (size_t)(4 << 20); /* 4 MiB inside a's 12, away from b's page */
+    unsigned char vec[(4 << 20) / 4096 + 1];
+    int resident = 0;
+    if (pg == 4096 && mincore((void *)lo, len, vec) == 0) {
+        for (size_t i = 0; i < len / 4096; i++) resident += vec[i] & 1;
+        CHECK(resident == 0);
+    }
+    dlc_params_free(lay);
+    dlc_params_free(full);
+    dlc_tensor_release(a), dlc_tensor_release(b), dlc_tensor_release(a2), dlc_tensor_release(b2);
 }
 
 static void test_pack_errors(void) {
@@ -708,6 +740,7 @@ int main(void) {
         test_step_count_bounds();
         test_layout();
         test_rebind();
+        test_layout_only();
         test_pack_errors();
         test_backward_into_arena();
         test_grad_norm_and_clip();

@@ -4,7 +4,7 @@
  * The state machines lay the model out on a dlc_params arena (params.h) and a plan; a
  * host's tensors are its own allocations.  The learner works on the host's buffers
  * themselves (dlc_lrt_config.tensors, learner.h dlc_learner_bind_tensors): the arena
- * only gives the layout, and its pages are given back once it is made, so the client
+ * only gives the layout (dlc_params_new_layout: zeros never touched), so the client
  * holds no copy of the model.  At each dlc_client_step the client checks finite the
  * fragments the step boundary will read (dlc_lrt_step_reads: those due to leave as
  * contributions and those a merge will be mixed into; at most steps none) and lets the
@@ -54,8 +54,10 @@ static void layout_free(layout *y) {
     memset(y, 0, sizeof *y);
 }
 
+/* values 0: the arena only lays the model out (dlc_params_new_layout: nothing copied or
+ * touched), for a learner working on the host's buffers; 1: it holds their values. */
 static dlc_status layout_make(layout *y, const char *who, const dlc_client_tensor *t, int count, const char *run_text,
-                              const dlc_run_params *run_params) {
+                              const dlc_run_params *run_params, int values) {
     memset(y, 0, sizeof *y);
     if (!t || count < 1) return dlc_error(DLC_ERR_ARG, "%s: %d tensors: expected a list of at least one", who, count);
     for (int i = 0; i < count; i++) {
@@ -101,13 +103,14 @@ static dlc_status layout_make(layout *y, const char *who, const dlc_client_tenso
         int64_t vec = t[i].numel;
         names[i] = t[i].name;
         y->numel[i] = t[i].numel;
-        /* the host's buffer wrapped, not copied: dlc_params_new copies it into the arena
-         * and re-points the wrapper there (a copy would stay in the tensor pool, 1x) */
+        /* the host's buffer wrapped, not copied: the params re-point the wrapper to the
+         * arena (a copy would stay in the tensor pool, 1x) */
         ts[i] = t[i].ndim > 0 ? dlc_tensor_wrap(t[i].ndim, t[i].shape, t[i].data, NULL, NULL)
                               : dlc_tensor_wrap(1, &vec, t[i].data, NULL, NULL);
         if (!ts[i]) st = dlc_last_status();
     }
-    if (st == DLC_OK && !(y->params = dlc_params_new(count, names, ts))) st = dlc_last_status();
+    if (st == DLC_OK && !(y->params = values ? dlc_params_new(count, names, ts) : dlc_params_new_layout(count, names, ts)))
+        st = dlc_last_status();
     if (st == DLC_OK) {
         for (int i = 0; i < count; i++) y->offset[i] = dlc_params_offset(y->params, i);
         dlc_plan_params pp = dlc_plan_default_params();
@@ -385,7 +388,7 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         c->y.params = drv->params;
         c->y.plan = (dlc_plan *)drv->plan;
         c->y.borrowed = 1;
-    } else if (layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params) != DLC_OK) {
+    } else if (layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params, 0) != DLC_OK) {
         return free(c->hs.dir), free(c), NULL;
     }
     c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
@@ -408,8 +411,6 @@ dlc_client *dlc_client_new(const dlc_client_config *cfg) {
         c->t[i].shape = NULL; /* not kept */
         c->data[i] = cfg->tensors[i].data;
     }
-    /* the learner works on the host's buffers: the arena only lays the model out */
-    if (!drv) pages_release(dlc_params_data(c->y.params), (size_t)dlc_params_size(c->y.params));
     c->wait_timeout = cfg->wait_timeout;
     char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
     if (connect[0] == '@') {
@@ -623,7 +624,7 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
     if (!(cfg->timeout > 0) || !(cfg->heartbeat > 0) || cfg->heartbeat >= cfg->timeout)
         return dlc_error(DLC_ERR_ARG, "server: heartbeat %g, timeout %g: expected seconds > 0, heartbeat < timeout",
                          cfg->heartbeat, cfg->timeout);
-    dlc_status st = layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params);
+    dlc_status st = layout_make(&s->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params, 1);
     if (st == DLC_OK) st = host_check(&s->y, cfg->tensors); /* params_new copied them into the arena */
     dlc_srt_config sc = dlc_srt_default_config();
     if (st == DLC_OK) st = dlc_run_syncer_params(&s->y.run, cfg->learners, &sc.syncer);

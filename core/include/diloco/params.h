@@ -75,6 +75,12 @@ typedef struct dlc_params dlc_params; /* opaque */
  * gets requires_grad = 1 and a .grad viewing the grad arena (zero; an old .grad is
  * released).  On failure returns NULL with every tensor left untouched. */
 DLC_API dlc_params *dlc_params_new(int n, const char *const *names, dlc_tensor *const *tensors);
+/* The same, but the arena does not take the tensors' values: it holds zeros, in memory
+ * that costs nothing until written, and the tensors (re-pointed there like
+ * dlc_params_new's) read zeros.  For a host whose model lives in its own buffers and
+ * needs the arena only as the layout (a learner bound to them,
+ * dlc_learner_bind_tensors): it copies and touches nothing. */
+DLC_API dlc_params *dlc_params_new_layout(int n, const char *const *names, dlc_tensor *const *tensors);
 /* Releases the dlc_params' references (tensors and arenas).  NULL ok.  Tensors that
  * are still alive keep the arena memory alive and keep working. */
 DLC_API void dlc_params_free(dlc_params *p);
