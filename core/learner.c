@@ -413,15 +413,16 @@ static dlc_status encode_busy(const dlc_learner *l, int p, const char *fn) {
                      fn, l->p.id + 1, p >= 0 ? "this fragment's contribution" : "contributions");
 }
 
-/* defer_encode: a buffer for fragment p's outer gradient while its ENCODE is out (the
- * one kept from an earlier ENCODE, else a new one), and back when it is done: at most
- * the fragments out at once plus one, not a copy of the whole model, and no pages
- * faulted in anew at every send. */
+/* The scratch fragment, allocated at its first use. */
 static float *scratch_get(dlc_learner *l) {
     if (!l->scratch) l->scratch = malloc((size_t)l->maxn * sizeof(float));
     return l->scratch;
 }
 
+/* defer_encode: a buffer for fragment p's outer gradient while its ENCODE is out (the
+ * one kept from an earlier ENCODE, else a new one), and back when it is done: at most
+ * the fragments out at once plus one, not a copy of the whole model, and no pages
+ * faulted in anew at every send. */
 static float *raw_take(dlc_learner *l, int p) {
     DLC_ASSERT(!l->raw[p]);
     float *d = l->raw_spare;

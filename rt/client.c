@@ -171,7 +171,8 @@ static void host_out(layout *y, const dlc_client_tensor *t) {
 }
 
 /* Gives the pages of n floats at a back to the system (they read as zeros if touched
- * again): an arena that only lays the model out, or whose values have been taken. */
+ * again): the server's arena once the syncer took Θ0 from it, or the host read the
+ * global model through it (dlc_server_global writes it whole before it reads it). */
 static void pages_release(float *a, size_t n) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)(a + n) & ~(pg - 1);

@@ -633,7 +633,7 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     if (rt_limits("learner", l->numel, l->P, &l->cfg.net) != DLC_OK) goto fail;
     /* the syncer's queue in the transport a short pipe: contributions that do not fit
      * wait in hq, where a newer one of a fragment and base replaces the one held */
-    rt_window(l->numel, l->P, &l->cfg.net);
+    rt_window(l->numel, l->P, 1, &l->cfg.net);
     if (rt_hello(&l->hello, cfg->plan, l->cfg.run, cfg->learner.id, cfg->learner.codec_params.block, cfg->learner.dp,
                  cfg->run_params) !=
         DLC_OK)

@@ -75,11 +75,11 @@ dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_confi
     return DLC_OK;
 }
 
-void rt_window(const int64_t *numel, int P, dlc_net_config *cfg) {
+void rt_window(const int64_t *numel, int P, int frames, dlc_net_config *cfg) {
     size_t big = 0;
     for (int p = 0; p < P; p++)
         if ((size_t)numel[p] > big) big = (size_t)numel[p];
-    size_t window = 2 * (big * sizeof(float) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
+    size_t window = (size_t)frames * (big * sizeof(float) + DLC_PROTO_PREFIX + DLC_PROTO_HEADER_MAX);
     if (window < RT_WINDOW_MIN) window = RT_WINDOW_MIN;
     if (cfg->out_max > window) cfg->out_max = window;
     size_t in = window > cfg->frame_max ? window : cfg->frame_max;

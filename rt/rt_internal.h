@@ -25,8 +25,10 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
  * takes) with its header, in_max to frame_max, mem_max to twice frame_max.  A fragment
  * beyond the protocol's largest frame is refused, named, with what to change. */
 dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_config *cfg);
-/* A peer's queue in the transport kept a short pipe, not a store: out_max lowered to two
- * frames of the largest fragment as f32, at least RT_WINDOW_MIN.  What does not fit waits
+/* A peer's queue in the transport kept a short pipe, not a store: out_max lowered to
+ * `frames` frames of the largest fragment as f32 (the syncer 2, serving many learners;
+ * a learner 1: it sends one contribution in H/P steps, and one in flight keeps its
+ * link busy), at least RT_WINDOW_MIN.  What does not fit waits
  * in the driver, where a newer send of a fragment replaces an older one, so a slow link
  * carries the newest rather than a backlog (srt: merged fragments; lrt: contributions).
  * The frames received and not yet taken by the driver likewise: in_max lowered to the
@@ -34,7 +36,7 @@ dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_confi
  * driver holds what is newest (a learner's merges wait in the syncer's queue for it, not
  * in its own memory; the connection is not timed out meanwhile, net.h). */
 #define RT_WINDOW_MIN ((size_t)256 << 10)
-void rt_window(const int64_t *numel, int P, dlc_net_config *cfg);
+void rt_window(const int64_t *numel, int P, int frames, dlc_net_config *cfg);
 /* The HELLO (learner: the id asked for, -1 any) or, with learner = RT_SERVER, the
  * server's terms, of a run over plan: run id, model and plan hashes, every codec, block,
  * the capabilities (gradients with dp). */

@@ -831,7 +831,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (rt_limits("syncer", s->numel, s->P, &s->cfg.net) != DLC_OK) goto fail;
     /* a learner's queue in the transport is a short pipe: what does not fit waits here
      * (owed), where a newer version of a fragment replaces an older one */
-    rt_window(s->numel, s->P, &s->cfg.net);
+    rt_window(s->numel, s->P, 2, &s->cfg.net);
     s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;

@@ -7,7 +7,12 @@
  *     (two threads, 127.0.0.1, blocking send/recv in 4 MiB chunks of max(4N bytes,
  *     256 MiB); median of 3), both in GB/s (1e9 bytes); and the first touch of fresh
  *     memory (a model-sized buffer, at least 64 MiB, written once) in 4 KiB pages against
- *     one from dlc_big_alloc (mem.h: 2 MiB pages where the kernel gives them);
+ *     one from dlc_big_alloc (mem.h: 2 MiB pages where the kernel gives them), that
+ *     also against the socket; and zlib's CRC-32 (the frames' checksum) against memcpy.
+ *     These bound the goals on this machine: a first join writes at least a model of
+ *     fresh memory (the learner's base), so join ÷ socket <= first touch ÷ socket; and
+ *     every contribution byte is checksummed on arrival, so a syncer CPU-second ingests
+ *     at most CRC ÷ memcpy of memcpy's bytes before it does anything else;
  *   the syncer: a child process (this program exec'ed again with a hidden --role), a
  *     dlc_server of the model as 16 tensors of N/16 floats (random), run
  *     {"sync": {"preset": "decoupled", "H": 8, "fragments": P}} (f32), M learners,
@@ -44,7 +49,8 @@
  * learner client <= 1 x beyond the host's arrays; ingest >= 0.5 x memcpy; join >= 0.5 x
  * the socket.  Each is printed under the table, met or MISSED.
  * A size is skipped, with a line, when MemAvailable (/proc/meminfo) is below the estimate
- * (16 + 8 M) x 4N bytes.  Every child is waited for, killed by its pid on an error; a
+ * (9 + 5 M) x 4N bytes (the syncer's peak of about 7 models, its copy of the initial
+ * one counted, and a margin of 2; each learner's arrays and a client of about 4).  Every child is waited for, killed by its pid on an error; a
  * child that fails prints dlc_last_error() on stderr and exits non-zero, and the parent
  * names it; exit 1 if any size failed.
  *   bench_syncer [--sizes 16,64,256] [--learners 2] [--fragments 4] [--seconds 20]
@@ -55,6 +61,7 @@
 #include <diloco/mem.h>
 
 #include <errno.h>
+#include <zlib.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -332,6 +339,31 @@ static double ref_memcpy(size_t bytes) {
     return r[1];
 }
 
+/* zlib's CRC-32 (the frames' checksum, core/proto.c), GB/s over the same blocks as
+ * ref_memcpy (64 MiB, in memory, max(4N bytes, 256 MiB) in all; median of 3). */
+static double ref_crc(size_t bytes) {
+    size_t blk = 64 * MIB, total = bytes > REF_MIN ? bytes : REF_MIN;
+    unsigned char *a = malloc(blk);
+    if (!a) return -1;
+    memset(a, 1, blk);
+    uLong c = crc32_z(0L, a, blk); /* warm */
+    double r[3];
+    for (int k = 0; k < 3; k++) {
+        double t0 = now();
+        size_t done = 0;
+        while (done < total) {
+            size_t n = total - done < blk ? total - done : blk;
+            c = crc32_z(c, a, n);
+            done += n;
+        }
+        r[k] = (double)total / (now() - t0) / 1e9;
+    }
+    sink ^= (unsigned char)c;
+    free(a);
+    qsort(r, 3, sizeof *r, cmp_double);
+    return r[1];
+}
+
 /* First touch of fresh memory, GB/s: a model-sized buffer (at least 64 MiB) written
  * once, as a buffer received or decoded into is; in 4 KiB pages (malloc, huge pages
  * refused with MADV_NOHUGEPAGE) and from dlc_big_alloc (2 MiB pages where the kernel
@@ -573,11 +605,12 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
                 strerror(errno));
         return -1;
     }
-    double touch_small, touch_big;
+    double touch_small, touch_big, crc = ref_crc(bytes);
     ref_touch(bytes, &touch_small, &touch_big);
     printf("%gM: model %.1f MB; memcpy %.2f GB/s, loopback socket %.2f GB/s; first touch of fresh memory %.2f GB/s "
-           "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx)\n", size_m, out->model_mb, out->memcpy_gbs,
-           out->socket_gbs, touch_small, touch_big, touch_small > 0 ? touch_big / touch_small : 0);
+           "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx; %.3fx the socket); zlib CRC-32 %.2f GB/s "
+           "(%.2fx memcpy)\n", size_m, out->model_mb, out->memcpy_gbs, out->socket_gbs, touch_small, touch_big,
+           touch_small > 0 ? touch_big / touch_small : 0, touch_big / out->socket_gbs, crc, crc / out->memcpy_gbs);
 
     char dir[] = "/tmp/bench_syncer.XXXXXX";
     if (!mkdtemp(dir)) return fprintf(stderr, "bench_syncer: mkdtemp: %s\n", strerror(errno)), -1;
@@ -776,10 +809,10 @@ int main(int argc, char **argv) {
     int *ok = calloc((size_t)n, sizeof *ok), failed = 0;
     if (!rows || !ok) return fprintf(stderr, "bench_syncer: out of memory\n"), 1;
     for (int i = 0; i < n; i++) {
-        double model_b = list[i] * 4e6, need = (16.0 + 8.0 * M) * model_b;
+        double model_b = list[i] * 4e6, need = (9.0 + 5.0 * M) * model_b;
         long long avail_kb = proc_kb("/proc/meminfo", "MemAvailable");
         if (avail_kb >= 0 && need > (double)avail_kb * 1024) {
-            printf("%gM: skipped: needs about (16 + 8 x %d) x %.0f MB = %.1f GB, MemAvailable is %.1f GB\n", list[i],
+            printf("%gM: skipped: needs about (9 + 5 x %d) x %.0f MB = %.1f GB, MemAvailable is %.1f GB\n", list[i],
                    M, model_b / 1e6, need / 1e9, (double)avail_kb * 1024 / 1e9);
             continue;
         }
