@@ -28,6 +28,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include "diloco/learner.h"
 #include "diloco/run.h"
@@ -476,6 +477,36 @@ static int m_diff(lua_State *L) {
     return 1;
 }
 
+/* machine.preset(name) -> {["sync.H"] = 24, ...}: a preset's value of every run field
+ * (run.h, dlc_run_preset_params; the layout's hashes left out), enums by name, a quorum
+ * of every learner as "all".  The one definition of the presets, which recipe.lua reads. */
+static int m_preset(lua_State *L) {
+    dlc_run_preset p;
+    if (dlc_run_preset_parse(luaL_checkstring(L, 1), &p) != DLC_OK) return dlcL_error(L);
+    dlc_run_params r;
+    if (dlc_run_preset_params(p, &r) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, 0, dlc_run_field_count());
+    for (int i = 0; i < dlc_run_field_count(); i++) {
+        const dlc_run_field *f = dlc_run_field_at(i);
+        const char *at = (const char *)&r + f->offset;
+        int v;
+        double d;
+        switch (f->type) {
+        case DLC_RUN_INT:
+            memcpy(&v, at, sizeof v);
+            if (f->offset == offsetof(dlc_run_params, quorum) && v == DLC_QUORUM_ALL) lua_pushliteral(L, "all");
+            else lua_pushinteger(L, v);
+            break;
+        case DLC_RUN_FLAG: memcpy(&v, at, sizeof v), lua_pushboolean(L, v); break;
+        case DLC_RUN_NUMBER: memcpy(&d, at, sizeof d), lua_pushnumber(L, d); break;
+        case DLC_RUN_ENUM: memcpy(&v, at, sizeof v), lua_pushstring(L, f->enum_name(v)); break;
+        default: continue; /* the layout's hashes: not a preset's */
+        }
+        lua_setfield(L, -2, f->name);
+    }
+    return 1;
+}
+
 void dlcL_open_machine(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
@@ -486,7 +517,8 @@ void dlcL_open_machine(lua_State *L, int mod, int st) {
     dlcL_newtype(L, st, &syncer_type);
     lua_pop(L, 2);
     lua_newtable(L);
-    static const luaL_Reg funcs[] = {{"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {
+        {"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff}, {"preset", m_preset}, {NULL, NULL}};
     dlcL_setfuncs(L, lua_gettop(L), st, funcs);
     lua_setfield(L, mod, "machine");
 }

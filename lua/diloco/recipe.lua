@@ -121,17 +121,18 @@ local function pattern_list(v)
 end
 
 -- The sync presets (docs/algorithm.md section 5): the defaults of every field a recipe does
--- not set.  The recipe's own fields (and --set) always win.
-M.PRESETS = {
-  dp = { H = 1, fragments = 1, tau = 0, quorum = "all", grace = "off", weighting = "uniform", merge = "mean",
-    alpha = 0, blocking = true },
-  diloco = { H = 24, fragments = 1, tau = 0, quorum = "all", grace = "off", weighting = "uniform", merge = "mean",
-    alpha = 0, blocking = true },
-  streaming = { H = 24, fragments = 4, tau = 2, quorum = "all", grace = "off", weighting = "uniform",
-    merge = "mean", alpha = 0.5, blocking = false },
-  decoupled = { H = 24, fragments = 4, tau = 2, quorum = 1, grace = "adaptive", weighting = "tokens2_steps",
-    merge = "rda", alpha = 0, blocking = false },
-}
+-- not set.  The recipe's own fields (and --set) always win.  Defined once, in C
+-- (core/run.c, dlc_run_preset_params): read here through diloco.machine.preset.
+local PRESET_FIELDS = { "H", "fragments", "tau", "quorum", "grace", "weighting", "merge", "alpha", "blocking" }
+M.PRESETS = {}
+for _, name in ipairs({ "dp", "diloco", "streaming", "decoupled" }) do
+  local c, p = require("diloco").machine.preset(name), {}
+  for _, k in ipairs(PRESET_FIELDS) do
+    local v = c["sync." .. k]
+    p[k] = math.type(v) == "float" and math.tointeger(v) or v -- (alpha 0, as a recipe writes it)
+  end
+  M.PRESETS[name] = p
+end
 local DEFAULT_PRESET = "decoupled"
 
 local function quorum_check(v)

@@ -476,6 +476,7 @@ D["diloco.machine"] = "diloco.machine: the learner and syncer state machines of 
 D["diloco.machine.Learner"] = "machine.Learner{params =, plan =, id =, learner =, syncer =, incarnation =} -> Learner\nA learner state machine (core/learner.h): :step_begin, :step_done, :contribute, :gradient, :receive each return the list of actions they queued."
 D["diloco.machine.Syncer"] = "machine.Syncer{params =, plan =, learners = M, learner =, syncer =, manual = false} -> Syncer\nThe syncer state machine (core/syncer.h): :join, :lost, :receive, :flush return the actions; manual = true: rounds close only by :flush()."
 D["diloco.machine.diff"] = "machine.diff(P, Q) -> nil | {count, first, a, b, max_abs}\nnil when two Params hold the same floats bit for bit."
+D["diloco.machine.preset"] = "machine.preset(name) -> {[\"sync.H\"] = 24, ...}\nA sync preset's value of every run field (core/run.c, the one definition: recipe.lua's defaults come from here); enums by name, quorum \"all\"."
 D["diloco.replay"] = "diloco.replay: `diloco-lua sim --replay OUT`, a finished real run re-executed from its merge tape.  docs/runtime.md"
 D["diloco.replay.run"] = "replay.run(out[, {quiet =, recipe =, set =}]) -> summary\nRe-executes the run in out; raises when the final global parameters differ from out/model.safetensors or the replay diverged."
 D["diloco.proc.die_with_parent"] = "proc.die_with_parent(sig[, ppid]) -> boolean\nThe kernel sends sig when the parent dies; false if it is gone already (or is not ppid)."
