@@ -26,12 +26,12 @@ return diloco.recipe {
   runtime = { heartbeat = %q, timeout = %q, drain = "10s"%s },
   steps = %d,
   eval = { every = %d, batches = 4 },
-  chaos = %s,
+  chaos = %s,%s
 }
 ]], name, o.dim or 32, o.preset or "decoupled", o.H or 32, o.count or 3, o.heartbeat or "0.5s", o.timeout or "3s",
     (o.start_timeout and string.format(", start_timeout = %q", o.start_timeout) or "") .. (o.runtime or ""),
     o.steps or (sanitized and 150 or 400),
-    o.eval_every or 0, o.chaos or "nil")
+    o.eval_every or 0, o.chaos or "nil", o.hooks and ("\n  hooks = " .. o.hooks .. ",") or "")
   return S.write(name .. ".lua", text)
 end
 
@@ -427,7 +427,9 @@ describe("diloco-lua run in data parallel", function()
   after_each(function() S.cleanup() end)
 
   it("trains as sim's data parallel does: every learner applies the same averaged gradient", function()
-    local path = recipe(S, "dp", { count = 2, preset = "dp", steps = 60 })
+    -- hooks.lr holds the first 10 steps still: sim and the real learners both obey it
+    local path = recipe(S, "dp", { count = 2, preset = "dp", steps = 60,
+      hooks = "{ lr = function(step, lr) return step <= 10 and 0 or lr end }" })
     local function summary(cmd)
       local out, code = H.sh(string.format("%s %s %s --set sync.fragments=1 --out %s/%s --quiet", exe, cmd, path,
         S.dir, cmd))

@@ -356,7 +356,7 @@ local function replay(ctx)
     end
     if ready then
       local step = l:schedule_step()
-      local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, r.steps) or r.inner.lr
+      local lr = train.lr_at(r, step, r.steps)
       if r.inner.clip > 0 then ctx.params:clip_grad_norm(r.inner.clip) else ctx.params:grad_norm() end
       ctx.opt:step(lr)
       l:replayed()
@@ -381,7 +381,7 @@ local dp_void -- (below)
 local function dp_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
-  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, r.steps) or r.inner.lr
+  local lr = train.lr_at(r, ctx.step, r.steps)
   local x, y = loaders.train:next()
   ctx.params:zero_grad()
   local loss = ctx.model:loss(x, y)

@@ -353,7 +353,7 @@ function M.run(out, opts)
     if dp then
       if not c.grad then -- forward and backward; the gradient goes to the syncer
         c.step = sm:schedule_step()
-        local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, c.step, r.steps) or r.inner.lr
+        local lr = train.lr_at(r, c.step, r.steps)
         local x, y = c.loaders.train:next()
         c.params:zero_grad()
         local loss = c.model:loss(x, y)

@@ -203,19 +203,6 @@ local function check_finite(ctx, L, lv, gnorm)
   end
 end
 
-local function next_lr(ctx, L)
-  local r = ctx.recipe
-  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, L.lr_step, L.total)
-  if r.hooks.lr then
-    local v = call_hook("lr", r.hooks.lr, L.lr_step + 1, lr)
-    if math.type(v) == nil or v ~= v or v < 0 or v > 3.4e38 then
-      fail("hooks.lr(%d) returned %s: expected a finite learning rate >= 0 (a number)", L.lr_step + 1, tostring(v))
-    end
-    lr = v
-  end
-  return lr
-end
-
 -- counted: train.inner_step counted the step's tokens, schedule step and loss average
 local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
   L.steps = L.steps + 1
@@ -269,7 +256,7 @@ local function on_step_event(ctx, ev)
     return
   end
   -- dp: forward and backward here, the optimizer step once the averaged gradient is back
-  local lr = next_lr(ctx, L)
+  local lr = train.lr_at(ctx.recipe, L.lr_step, L.total)
   local x, y = L.loaders.train:next()
   L.params:zero_grad()
   local loss = L.model:loss(x, y)

@@ -501,15 +501,16 @@ function M.prepare(r, opts)
   return ctx
 end
 
--- The learning rate of the next step: the schedule's (over ctx.total steps, default the
--- recipe's), or hooks.lr's (checked).
-local function next_lr(ctx)
-  local r = ctx.recipe
-  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, ctx.step, ctx.total or r.steps)
+-- The inner learning rate of the step about to run, at schedule step `step` (0-based) of
+-- `total` (default the recipe's steps): the schedule's (inner.lr without one), or what
+-- hooks.lr(step + 1, that) returns (checked).  The one computation of it: every driver
+-- (a run, each island of a sim, a learner process and its dp steps, a replay) calls this.
+function M.lr_at(r, step, total)
+  local lr = r.inner.schedule and diloco.optim.lr_at(r.inner, step, total or r.steps) or r.inner.lr
   if r.hooks.lr then
-    local v = call_hook("lr", r.hooks.lr, ctx.step + 1, lr)
+    local v = call_hook("lr", r.hooks.lr, step + 1, lr)
     if math.type(v) == nil or v ~= v or v < 0 or v > 3.4e38 then
-      fail("hooks.lr(%d) returned %s%s: expected a finite learning rate >= 0 (a number)", ctx.step + 1,
+      fail("hooks.lr(%d) returned %s%s: expected a finite learning rate >= 0 (a number)", step + 1,
         type(v) == "string" and string.format("%q", v) or tostring(v), type(v) == "string" and " (a string)" or "")
     end
     lr = v
@@ -526,7 +527,7 @@ end
 function M.inner_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
-  local lr = next_lr(ctx)
+  local lr = M.lr_at(ctx.recipe, ctx.step, ctx.total)
   local x, y = loaders.train:next()
   if ctx.rows then x, y = x:slice(1, ctx.rows[1], ctx.rows[2]), y:slice(1, ctx.rows[1], ctx.rows[2]) end
   ctx.params:zero_grad()
