@@ -63,10 +63,12 @@
  * timeout_s is not alive), at most NET_LOWAT_MIN. */
 #define NET_ALIVE_PARTS 4
 #define NET_ALIVE_MIN ((size_t)4 << 10)
-/* Receive buffers kept for reuse (process-wide): at most 4, each of 1 to 128 MiB, and
+/* Receive buffers kept for reuse (process-wide): at most 2, each of 1 to 128 MiB, and
  * 128 MiB in all stay allocated after a burst of large fragments (a model's size does
- * not add to what a process holds idle). */
-#define NET_RX_CACHE 4
+ * not add to what a process holds idle; two, as the drivers keep two frames waiting,
+ * rt/rt_internal.h: at 16M parameters in 4 fragments a third and fourth were half a
+ * model held idle). */
+#define NET_RX_CACHE 2
 #define NET_RX_CACHE_MIN ((size_t)1 << 20)
 #define NET_RX_CACHE_MAX ((size_t)128 << 20)
 #define NET_RX_CACHE_BYTES ((size_t)128 << 20)
