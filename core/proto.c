@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 
 #include "diloco/frag.h"
 #include "internal.h"
@@ -724,10 +724,9 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
     return st;
 }
 
-/* zlib's CRC-32 of a message's payload (docs/protocol.md, "Resync checksum"). */
-static uint32_t payload_crc(const dlc_msg *m) {
-    return (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), m->payload, m->len);
-}
+/* The CRC-32 of a message's payload (docs/protocol.md, "Resync checksum"): zlib's, as
+ * ISA-L's crc32_gzip_refl computes it (the same function, at several times the speed). */
+static uint32_t payload_crc(const dlc_msg *m) { return crc32_gzip_refl(0, m->payload, (uint64_t)m->len); }
 
 static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
     size_t len = f->msg.len;

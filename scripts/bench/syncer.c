@@ -8,11 +8,9 @@
  *     256 MiB); median of 3), both in GB/s (1e9 bytes); and the first touch of fresh
  *     memory (a model-sized buffer, at least 64 MiB, written once) in 4 KiB pages against
  *     one from dlc_big_alloc (mem.h: 2 MiB pages where the kernel gives them), that
- *     also against the socket; and zlib's CRC-32 (the frames' checksum) against memcpy.
- *     These bound the goals on this machine: a first join writes at least a model of
- *     fresh memory (the learner's base), so join ÷ socket <= first touch ÷ socket; and
- *     every contribution byte is checksummed on arrival, so a syncer CPU-second ingests
- *     at most CRC ÷ memcpy of memcpy's bytes before it does anything else;
+ *     also against the socket (a first join writes at least a model of fresh memory, the
+ *     learner's base); and the resync frames' CRC-32 against memcpy (a join checksums the
+ *     whole model on both sides);
  *   the syncer: a child process (this program exec'ed again with a hidden --role), a
  *     dlc_server of the model as 16 tensors of N/16 floats (random), run
  *     {"sync": {"preset": "decoupled", "H": 8, "fragments": P}} (f32), M learners,
@@ -61,7 +59,7 @@
 #include <diloco/mem.h>
 
 #include <errno.h>
-#include <zlib.h>
+#include <isa-l/crc.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -339,21 +337,22 @@ static double ref_memcpy(size_t bytes) {
     return r[1];
 }
 
-/* zlib's CRC-32 (the frames' checksum, core/proto.c), GB/s over the same blocks as
- * ref_memcpy (64 MiB, in memory, max(4N bytes, 256 MiB) in all; median of 3). */
+/* The resync frames' CRC-32 (core/proto.c: ISA-L's crc32_gzip_refl, zlib's CRC), GB/s
+ * over the same blocks as ref_memcpy (64 MiB, in memory, max(4N bytes, 256 MiB) in all;
+ * median of 3). */
 static double ref_crc(size_t bytes) {
     size_t blk = 64 * MIB, total = bytes > REF_MIN ? bytes : REF_MIN;
     unsigned char *a = malloc(blk);
     if (!a) return -1;
     memset(a, 1, blk);
-    uLong c = crc32_z(0L, a, blk); /* warm */
+    uint32_t c = crc32_gzip_refl(0, a, blk); /* warm */
     double r[3];
     for (int k = 0; k < 3; k++) {
         double t0 = now();
         size_t done = 0;
         while (done < total) {
             size_t n = total - done < blk ? total - done : blk;
-            c = crc32_z(c, a, n);
+            c = crc32_gzip_refl(c, a, n);
             done += n;
         }
         r[k] = (double)total / (now() - t0) / 1e9;
@@ -608,7 +607,7 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
     double touch_small, touch_big, crc = ref_crc(bytes);
     ref_touch(bytes, &touch_small, &touch_big);
     printf("%gM: model %.1f MB; memcpy %.2f GB/s, loopback socket %.2f GB/s; first touch of fresh memory %.2f GB/s "
-           "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx; %.3fx the socket); zlib CRC-32 %.2f GB/s "
+           "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx; %.3fx the socket); CRC-32 %.2f GB/s "
            "(%.2fx memcpy)\n", size_m, out->model_mb, out->memcpy_gbs, out->socket_gbs, touch_small, touch_big,
            touch_small > 0 ? touch_big / touch_small : 0, touch_big / out->socket_gbs, crc, crc / out->memcpy_gbs);
 
