@@ -1160,11 +1160,7 @@ end
 
 -- ---- the end ----
 
-local function stop_reason(ctx)
-  local name, signo = diloco.signal_pending()
-  if name and not ctx.signal then ctx.signal, ctx.signo = name, signo end
-  return ctx.signal
-end
+local stop_reason = train.stop_reason
 
 -- Share of windows of H steps (at the median step time) holding at least one merge.
 local function uptime(ctx, t0, t1, step_time)

@@ -519,11 +519,7 @@ local function checked_step(ctx)
   return res, compute
 end
 
-local function stop_reason(ctx)
-  local name, signo = diloco.signal_pending()
-  if name and not ctx.signal then ctx.signal, ctx.signo = name, signo end
-  return ctx.signal
-end
+local stop_reason = train.stop_reason
 
 -- The loop: until the schedule step reaches `steps`, or a signal.
 function M.train(ctx)

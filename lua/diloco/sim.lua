@@ -329,11 +329,7 @@ local function on_eval(ctx, ev)
   ctx:say_eval(e)
 end
 
-local function stop_reason(ctx)
-  local name, signo = diloco.signal_pending()
-  if name and not ctx.signal then ctx.signal, ctx.signo = name, signo end
-  return ctx.signal
-end
+local stop_reason = train.stop_reason
 
 local function finish(ctx, err)
   local r = ctx.recipe

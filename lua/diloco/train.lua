@@ -614,14 +614,17 @@ function M.maybe_checkpoint(ctx)
   if (by_steps or by_time) and ctx.step < ctx.recipe.steps then save(ctx) end
 end
 
--- Why the loop must stop now: nil, or the signal's name.
-local function stop_reason(ctx)
+-- Why a driver's loop must stop now: nil, or the name of the signal that came (kept in
+-- ctx.signal and ctx.signo, the first one).  Every driver (a run, sim, a learner process,
+-- the syncer side of a run) asks here.
+function M.stop_reason(ctx)
   local name, signo = diloco.signal_pending()
   if name and not ctx.signal then
     ctx.signal, ctx.signo = name, signo
   end
   return ctx.signal
 end
+local stop_reason = M.stop_reason
 
 -- The end of every run, whatever stopped it: final eval, save, summary.
 -- err: the error that stopped the loop (a message), or nil.

@@ -313,6 +313,7 @@ D["diloco.train.run"] = "train.run(recipe, opts) -> summary\nTrains a validated 
 D["diloco.train.prepare"] = "train.prepare(recipe, opts) -> ctx\nEverything a run needs (model, data, optimizer, run directory)."
 D["diloco.train.build_model"] = "train.build_model(spec, seed) -> Module\nThe model of a recipe's model section."
 D["diloco.train.lr_at"] = "train.lr_at(recipe, step, total) -> lr\nThe inner learning rate of the step about to run (schedule step `step`, 0-based, of `total`): the schedule's, or hooks.lr's, checked.  Every driver computes it here."
+D["diloco.train.stop_reason"] = "train.stop_reason(ctx) -> nil | signal name\nWhy a driver's loop must stop now: the first signal that came (kept in ctx.signal, ctx.signo), or nil."
 D["diloco.train.inner_step"] = "train.inner_step(ctx) -> {loss, aux, grad_norm, lr}\nOne step: batch, loss, backward, clip, update."
 D["diloco.train.call_hook"] = "train.call_hook(name, fn, ...) -> result\nA recipe hook through one protected call: an error stops the run naming the hook and the error (its traceback only with --debug); a signal that arrives while it runs ends it at once, as if between two steps."
 D["diloco.train.loop_error"] = "train.loop_error(e) -> message or nil\nWhat a driver loop that ended with error e reports: nil when a signal stopped a hook (the run then stops as for that signal), else the message."
