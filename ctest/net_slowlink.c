@@ -33,35 +33,56 @@ static dlc_net_config config(const dlc_hello *h) {
     return c;
 }
 
-static void test_slow_link(void) {
+/* A syncer's net and a learner's, connected and READY on loopback (run id `run`; the
+ * learner's in_max, 0: the default); the hellos live here, as long as the nets. */
+typedef struct pair {
+    dlc_hello hs, hc;
+    dlc_net *srv, *cl;
+    int cpeer, speer, learner;
+} pair;
+
+static int pair_up(pair *x, const char *run, size_t in_max) {
     dlc_frame w;
     dlc_frame_init(&w, DLC_FRAME_WELCOME);
-    dlc_hello hs = w.hello, hc;
-    hs.proto_min = DLC_PROTO_VERSION_MIN, hs.proto_max = DLC_PROTO_VERSION_MAX;
-    strcpy(hs.run, "slowlink");
-    hs.model_hash = 3, hs.plan_hash = 4, hs.block = 128, hs.codecs = 1u << DLC_CODEC_F32;
-    hs.fragments = 2, hs.endpoints = 1;
-    hc = hs;
-    hc.fragments = 0, hc.endpoints = 0, hc.learner = -1;
-    dlc_net_config sc = config(&hs), cc = config(&hc);
-    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
-    CHECK_OK(srv);
-    CHECK_OK(cl);
+    x->hs = w.hello;
+    x->hs.proto_min = DLC_PROTO_VERSION_MIN, x->hs.proto_max = DLC_PROTO_VERSION_MAX;
+    snprintf(x->hs.run, sizeof x->hs.run, "%s", run);
+    x->hs.model_hash = 3, x->hs.plan_hash = 4, x->hs.block = 128, x->hs.codecs = 1u << DLC_CODEC_F32;
+    x->hs.fragments = 2, x->hs.endpoints = 1;
+    x->hc = x->hs;
+    x->hc.fragments = 0, x->hc.endpoints = 0, x->hc.learner = -1;
+    dlc_net_config sc = config(&x->hs), cc = config(&x->hc);
+    if (in_max) cc.in_max = in_max;
+    x->srv = dlc_net_new(&sc), x->cl = dlc_net_new(&cc);
+    CHECK_OK(x->srv);
+    CHECK_OK(x->cl);
+    x->speer = x->learner = -1;
+    if (!x->srv || !x->cl) return -1;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_net_listen(srv, "127.0.0.1:0"));
-    int cpeer = dlc_net_connect(cl, addr), speer = -1, learner = -1;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_net_listen(x->srv, "127.0.0.1:0"));
+    x->cpeer = dlc_net_connect(x->cl, addr);
     dlc_net_event ev;
-    for (double end = now_s() + 10; (speer < 0 || learner < 0) && now_s() < end;) {
-        if (dlc_net_poll(srv, &ev, 10) == 1) {
-            if (ev.kind == DLC_NET_READY) speer = ev.peer;
+    for (double end = now_s() + 10; (x->speer < 0 || x->learner < 0) && now_s() < end;) {
+        if (dlc_net_poll(x->srv, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY) x->speer = ev.peer;
             dlc_net_event_release(&ev);
         }
-        if (dlc_net_poll(cl, &ev, 10) == 1) {
-            if (ev.kind == DLC_NET_READY && ev.peer == cpeer) learner = ev.frame.hello.learner;
+        if (dlc_net_poll(x->cl, &ev, 10) == 1) {
+            if (ev.kind == DLC_NET_READY && ev.peer == x->cpeer) x->learner = ev.frame.hello.learner;
             dlc_net_event_release(&ev);
         }
     }
-    CHECK(speer >= 0 && learner >= 0);
+    CHECK(x->speer >= 0 && x->learner >= 0);
+    return x->speer >= 0 && x->learner >= 0 ? 0 : -1;
+}
+
+static void test_slow_link(void) {
+    pair x;
+    if (pair_up(&x, "slowlink", 0) != 0) return;
+    dlc_net *srv = x.srv, *cl = x.cl;
+    int cpeer = x.cpeer, speer = x.speer, learner = x.learner;
+    dlc_net_config sc = config(&x.hs);
+    dlc_net_event ev;
     CHECK(dlc_net_shape(srv, speer, RATE, 0) == DLC_OK);
     for (int i = 0; i < SMALL; i++) small_pay[i] = (float)i * 0.5f;
     for (int i = 0; i < LARGE; i++) large_pay[i] = (float)i * -0.25f;
@@ -118,36 +139,12 @@ static void test_slow_link(void) {
  * its net stops reading, and the silence that follows is its own, so it does not time
  * the syncer out; polled again, every frame is there and the connection READY. */
 static void test_paused_reader(void) {
-    dlc_frame w;
-    dlc_frame_init(&w, DLC_FRAME_WELCOME);
-    dlc_hello hs = w.hello, hc;
-    hs.proto_min = DLC_PROTO_VERSION_MIN, hs.proto_max = DLC_PROTO_VERSION_MAX;
-    strcpy(hs.run, "paused");
-    hs.model_hash = 3, hs.plan_hash = 4, hs.block = 128, hs.codecs = 1u << DLC_CODEC_F32;
-    hs.fragments = 2, hs.endpoints = 1;
-    hc = hs;
-    hc.fragments = 0, hc.endpoints = 0, hc.learner = -1;
-    dlc_net_config sc = config(&hs), cc = config(&hc);
-    cc.in_max = (size_t)SMALL * sizeof(float); /* one frame waiting is over it */
-    dlc_net *srv = dlc_net_new(&sc), *cl = dlc_net_new(&cc);
-    CHECK_OK(srv);
-    CHECK_OK(cl);
-    if (!srv || !cl) return;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_net_listen(srv, "127.0.0.1:0"));
-    int cpeer = dlc_net_connect(cl, addr), speer = -1, learner = -1;
+    pair x;
+    if (pair_up(&x, "paused", (size_t)SMALL * sizeof(float)) != 0) return; /* one frame waiting is over in_max */
+    dlc_net *srv = x.srv, *cl = x.cl;
+    int cpeer = x.cpeer, speer = x.speer, learner = x.learner;
+    dlc_net_config cc = config(&x.hc);
     dlc_net_event ev;
-    for (double end = now_s() + 10; (speer < 0 || learner < 0) && now_s() < end;) {
-        if (dlc_net_poll(srv, &ev, 10) == 1) {
-            if (ev.kind == DLC_NET_READY) speer = ev.peer;
-            dlc_net_event_release(&ev);
-        }
-        if (dlc_net_poll(cl, &ev, 10) == 1) {
-            if (ev.kind == DLC_NET_READY && ev.peer == cpeer) learner = ev.frame.hello.learner;
-            dlc_net_event_release(&ev);
-        }
-    }
-    CHECK(speer >= 0 && learner >= 0);
     for (int i = 0; i < SMALL; i++) small_pay[i] = (float)i * 0.5f;
     for (int k = 0; k < 4; k++) {
         dlc_frame f;

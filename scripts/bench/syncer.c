@@ -311,54 +311,35 @@ static int role_learner(int64_t numel, int fragments, int port, double seconds, 
 
 static volatile unsigned char sink;
 
-/* memcpy GB/s: 64 MiB blocks (not cache-resident), until max(bytes, REF_MIN) moved; median
- * of 3 */
-static double ref_memcpy(size_t bytes) {
+/* GB/s over 64 MiB blocks (not cache-resident), until max(bytes, REF_MIN) moved; median
+ * of 3: memcpy (crc 0), or the resync frames' CRC-32 (crc 1: core/proto.c, ISA-L's
+ * crc32_gzip_refl, zlib's CRC) over the same blocks. */
+static double ref_blocks(size_t bytes, int crc) {
     size_t blk = 64 * MIB, total = bytes > REF_MIN ? bytes : REF_MIN;
     unsigned char *a = malloc(blk), *b = malloc(blk);
     if (!a || !b) return free(a), free(b), -1;
     memset(a, 1, blk), memset(b, 2, blk);
-    memcpy(b, a, blk); /* warm */
+    uint32_t c = 0;
+    if (crc) c = crc32_gzip_refl(0, a, blk); /* warm */
+    else memcpy(b, a, blk);
     double r[3];
     for (int k = 0; k < 3; k++) {
         double t0 = now();
         size_t done = 0;
         while (done < total) {
             size_t n = total - done < blk ? total - done : blk;
-            memcpy(b, a, n);
-            a[done % blk] ^= 1; /* each copy differs: not hoisted */
+            if (crc) {
+                c = crc32_gzip_refl(c, a, n);
+            } else {
+                memcpy(b, a, n);
+                a[done % blk] ^= 1; /* each copy differs: not hoisted */
+            }
             done += n;
         }
         r[k] = (double)total / (now() - t0) / 1e9;
-        sink ^= b[blk / 2];
+        sink ^= b[blk / 2] ^ (unsigned char)c;
     }
     free(a), free(b);
-    qsort(r, 3, sizeof *r, cmp_double);
-    return r[1];
-}
-
-/* The resync frames' CRC-32 (core/proto.c: ISA-L's crc32_gzip_refl, zlib's CRC), GB/s
- * over the same blocks as ref_memcpy (64 MiB, in memory, max(4N bytes, 256 MiB) in all;
- * median of 3). */
-static double ref_crc(size_t bytes) {
-    size_t blk = 64 * MIB, total = bytes > REF_MIN ? bytes : REF_MIN;
-    unsigned char *a = malloc(blk);
-    if (!a) return -1;
-    memset(a, 1, blk);
-    uint32_t c = crc32_gzip_refl(0, a, blk); /* warm */
-    double r[3];
-    for (int k = 0; k < 3; k++) {
-        double t0 = now();
-        size_t done = 0;
-        while (done < total) {
-            size_t n = total - done < blk ? total - done : blk;
-            c = crc32_gzip_refl(c, a, n);
-            done += n;
-        }
-        r[k] = (double)total / (now() - t0) / 1e9;
-    }
-    sink ^= (unsigned char)c;
-    free(a);
     qsort(r, 3, sizeof *r, cmp_double);
     return r[1];
 }
@@ -597,14 +578,14 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
     memset(out, 0, sizeof *out);
     out->size_m = size_m, out->model_mb = (double)bytes / 1e6;
 
-    out->memcpy_gbs = ref_memcpy(bytes);
+    out->memcpy_gbs = ref_blocks(bytes, 0);
     out->socket_gbs = ref_socket(bytes);
     if (out->memcpy_gbs <= 0 || out->socket_gbs <= 0) {
         fprintf(stderr, "bench_syncer: %gM: the references failed (out of memory, or a socket error: %s)\n", size_m,
                 strerror(errno));
         return -1;
     }
-    double touch_small, touch_big, crc = ref_crc(bytes);
+    double touch_small, touch_big, crc = ref_blocks(bytes, 1);
     ref_touch(bytes, &touch_small, &touch_big);
     printf("%gM: model %.1f MB; memcpy %.2f GB/s, loopback socket %.2f GB/s; first touch of fresh memory %.2f GB/s "
            "in 4 KiB pages, %.2f GB/s from dlc_big_alloc (%.1fx; %.3fx the socket); CRC-32 %.2f GB/s "
