@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diloco/account.h"
 #include "diloco/vtime.h"
 
 static const char *const event_names[] = {"step", "optim", "merge", "reject", "fault", "lost", "joined", "eval",
@@ -60,11 +61,10 @@ typedef struct vlearner {
     double cut_until;           /* while cut: messages wait for this (a connection that
                                  * stalls and retransmits, as TCP does) */
     uint8_t *due;               /* [P]: fragments the host's schedule sends after this step */
-    double down_since;          /* killed at */
     double last_end, up_since;  /* its last step's end; when it last came up (0: the start) */
     int finished;               /* steps > 0: its schedule reached them (this life) */
     int paused;                 /* a PAUSE under way: it neither computes nor hears nor says */
-    double paused_since, pause_until;
+    double pause_until;
     double step_end;            /* when its step under way ends: start + its time + the
                                  * pauses it sat through (INFINITY: paused for good) */
     double pause_left;          /* paused mid-step: the compute its step had left */
@@ -95,8 +95,7 @@ struct dlc_vtime {
     int direct;                 /* construction: SENDs to learners are handed over at once */
     int awaiting;               /* learner index + 1 whose STEP / OPTIM is unanswered */
     double window;              /* uptime window (s) */
-    uint8_t *window_hit;
-    int64_t nwindows;
+    dlc_account *acct;          /* the account (account.h): islands' states, merges */
     dlc_vtime_stats st;
     dlc_vtime_learner_stats *lst; /* [M], what get_stats returns */
 };
@@ -224,10 +223,9 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
 static dlc_status maybe_start(dlc_vtime *vt, int m);
 static dlc_status learner_actions(dlc_vtime *vt, int m);
 
-static void window_mark(dlc_vtime *vt, double t) {
-    if (t < 0 || t >= vt->p.end) return;
-    int64_t w = (int64_t)(t / vt->window);
-    if (w >= 0 && w < vt->nwindows) vt->window_hit[w] = 1;
+/* Learner m is in `state` from now on, in the account. */
+static dlc_status island_enter(dlc_vtime *vt, int m, dlc_island_state state) {
+    return dlc_account_enter(vt->acct, m, state, vt->now);
 }
 
 static dlc_status syncer_actions(dlc_vtime *vt) {
@@ -264,8 +262,8 @@ static dlc_status syncer_actions(dlc_vtime *vt) {
             for (int i = 0; i < k; i++) vt->L[a.merge.contribs[i].learner].st.merged++;
             vt->st.merges++;
             vt->st.useful_tokens += a.merge.useful_tokens;
-            window_mark(vt, vt->now);
-            st = host_push_at(vt, &e, off);
+            st = dlc_account_merge(vt->acct, vt->now, a.merge.useful_tokens);
+            if (st == DLC_OK) st = host_push_at(vt, &e, off);
             break;
         }
         case DLC_SACT_REJECTED:
@@ -398,20 +396,18 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
             v->start_queued = 0;
             v->awaiting = 0;
             if (vt->awaiting == f->learner + 1) vt->awaiting = 0;
-            if (v->paused) v->st.down_s += vt->now - v->paused_since; /* paused until now, then dead */
-            v->paused = 0;
-            v->down_since = vt->now;
+            v->paused = 0; /* (paused until now, then dead) */
             v->finished = 0;
             vt->end_check = 1;
             dlc_learner_stop(v->l);
-            st = dlc_syncer_lost(vt->s, f->learner, vt->now);
+            st = island_enter(vt, f->learner, DLC_ISLAND_DOWN);
+            if (st == DLC_OK) st = dlc_syncer_lost(vt->s, f->learner, vt->now);
             if (st == DLC_OK) st = syncer_actions(vt);
         } else if (!ce->begin && !v->alive) {
             v->alive = 1;
             v->up_since = vt->now;
-            double until = vt->now < vt->p.end ? vt->now : vt->p.end;
-            if (until > v->down_since) v->st.down_s += until - v->down_since;
-            st = dlc_learner_restart(v->l, vt->now);
+            st = island_enter(vt, f->learner, DLC_ISLAND_UP);
+            if (st == DLC_OK) st = dlc_learner_restart(v->l, vt->now);
             if (st == DLC_OK && !vt->syncer_down) {
                 st = dlc_syncer_join(vt->s, f->learner, vt->now);
                 if (st == DLC_OK) st = syncer_actions(vt);
@@ -423,14 +419,13 @@ static dlc_status chaos_event(dlc_vtime *vt, int idx) {
         vlearner *v = &vt->L[f->learner];
         if (ce->begin && v->alive && !v->paused) {
             v->paused = 1;
-            v->paused_since = vt->now;
             v->pause_until = f->at + f->duration;
             if (v->busy) v->pause_left = v->step_end - vt->now, v->step_end += f->duration;
+            st = island_enter(vt, f->learner, DLC_ISLAND_PAUSED);
         } else if (!ce->begin && v->alive && v->paused) {
             v->paused = 0;
-            double until = vt->now < vt->p.end ? vt->now : vt->p.end;
-            if (until > v->paused_since) v->st.down_s += until - v->paused_since;
-            st = maybe_start(vt, f->learner);
+            st = island_enter(vt, f->learner, DLC_ISLAND_UP);
+            if (st == DLC_OK) st = maybe_start(vt, f->learner);
         }
     } else if (f->kind == DLC_FAULT_CUT) {
         vt->L[f->learner].cut = ce->begin;
@@ -549,9 +544,9 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     int H = vp->learner.dp || vp->learner.H < 1 ? 1 : vp->learner.H;
     vt->window = H * vp->step_time;
     if (vp->cores > 0 && vp->learners > vp->cores) vt->window *= (double)vp->learners / vp->cores; /* shared */
-    vt->nwindows = (int64_t)ceil(vp->end / vt->window);
-    if (vt->nwindows < 1) vt->nwindows = 1;
-    if (!(vt->window_hit = calloc((size_t)vt->nwindows, 1))) goto nomem;
+    if (!(vt->acct = dlc_account_new(vt->M, 0))) goto fail;
+    for (int m = 0; m < vt->M; m++)
+        if (dlc_account_enter(vt->acct, m, DLC_ISLAND_UP, 0) != DLC_OK) goto fail;
     vt->st.learners = vt->M;
     if (vp->chaos) {
         vt->tl = dlc_chaos_timeline(vp->chaos, &vt->ntl);
@@ -592,7 +587,7 @@ void dlc_vtime_free(dlc_vtime *vt) {
     free(vt->islands);
     free(vt->hq);
     free(vt->mc);
-    free(vt->window_hit);
+    dlc_account_free(vt->acct);
     free(vt->lst);
     free(vt);
 }
@@ -911,6 +906,7 @@ dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena) {
 }
 
 const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt) { return vt ? vt->s : NULL; }
+const dlc_account *dlc_vtime_account(const dlc_vtime *vt) { return vt ? vt->acct : NULL; }
 const dlc_learner *dlc_vtime_learner(const dlc_vtime *vt, int m) {
     return vt && m >= 0 && m < vt->M ? vt->L[m].l : NULL;
 }
@@ -919,54 +915,44 @@ int dlc_vtime_live(const dlc_vtime *vt, int m) { return vt && m >= 0 && m < vt->
 
 dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
     if (!vt || !st) return dlc_error(DLC_ERR_ARG, "vtime_get_stats: NULL argument");
-    double end = vt->p.end, alloc = 0;
-    int64_t hit = 0;
-    int64_t nw = (int64_t)ceil(end / vt->window); /* steps > 0: the run may have ended early */
-    if (nw < 1) nw = 1;
-    if (nw > vt->nwindows) nw = vt->nwindows;
-    for (int64_t w = 0; w < nw; w++) hit += vt->window_hit[w];
+    double end = vt->p.end; /* steps > 0: the run may have ended early */
     for (int m = 0; m < vt->M; m++) {
         const vlearner *v = &vt->L[m];
         dlc_vtime_learner_stats *o = &vt->lst[m];
         *o = v->st;
-        if (!v->alive || v->paused) { /* an outage still going on */
-            double until = vt->now < end ? vt->now : end, since = v->alive ? v->paused_since : v->down_since;
-            if (until > since) o->down_s += until - since;
-        }
-        double busy = o->busy_s < end ? o->busy_s : end;
-        o->idle_s = end - busy - o->down_s > 0 ? end - busy - o->down_s : 0;
         if (vt->p.cores > 0) { /* the rate it reached on the shared cores, as `run` measures */
             double share = vt->M > vt->p.cores ? (double)vt->M / vt->p.cores : 1;
             o->nominal_tps = o->busy_s > 0 && o->tokens > 0 ? (double)o->tokens / o->busy_s : o->nominal_tps / share;
         }
-        alloc += end * o->nominal_tps;
-        /* the account (vtime.h): its compute by the fate of each step's share, its idle
-         * time split into waiting and done */
+        /* the account (account.h): its up time is compute (busy) and idle; ready with no
+         * further step fitting before `end`, it is done since its last step */
         dlc_learner_account a = dlc_learner_get_account(v->l);
+        double busy = o->busy_s < end ? o->busy_s : end;
+        double up = dlc_account_seconds(vt->acct, m, DLC_ISLAND_UP, end);
+        int ready = v->alive && !v->paused && !v->busy && dlc_learner_state_of(v->l) == DLC_LEARNER_TRAINING;
+        dlc_account_work w = {.busy_s = busy, .idle_s = up > busy ? up - busy : 0,
+                              .ready_since = ready ? (v->last_end > v->up_since ? v->last_end : v->up_since) : -1,
+                              .nominal_tps = o->nominal_tps, .fates = a,
+                              .merged_steps = dlc_syncer_merged_steps(vt->s, m)};
+        dlc_account_row r;
+        dlc_status rs = dlc_account_set_work(vt->acct, m, &w);
+        if (rs == DLC_OK) rs = dlc_account_row_of(vt->acct, m, end, &r);
+        if (rs != DLC_OK) return rs;
         o->sent_steps = a.sent_steps;
-        o->merged_steps = dlc_syncer_merged_steps(vt->s, m);
-        double merged = a.sent_steps > 0 ? (o->merged_steps < a.sent_steps ? o->merged_steps : a.sent_steps) /
-                                               a.sent_steps : 0;
-        o->useful_s = a.sent_s * merged + a.kept_s;
-        o->overwritten_s = a.overwritten_s;
-        o->unsent_s = a.unsent_s;
-        double counted = a.sent_s + a.overwritten_s + a.kept_s + a.discarded_s + a.unsent_s;
-        /* dropped: sent and never merged, discarded, and what ran of steps lost mid-way */
-        o->dropped_s = a.sent_s * (1 - merged) + a.discarded_s + (busy > counted ? busy - counted : 0);
-        if (counted > busy) { /* (rounding) the compute is what ran */
-            double k = busy / counted;
-            o->useful_s *= k, o->overwritten_s *= k, o->unsent_s *= k, o->dropped_s *= k;
-        }
-        int ready = v->alive && !v->busy && dlc_learner_state_of(v->l) == DLC_LEARNER_TRAINING;
-        double from = v->last_end > v->up_since ? v->last_end : v->up_since;
-        o->done_s = ready && end > from ? end - from : 0;
-        if (o->done_s > o->idle_s) o->done_s = o->idle_s;
-        o->waiting_s = o->idle_s - o->done_s;
+        o->merged_steps = w.merged_steps;
+        o->useful_s = r.s[DLC_BUCKET_USEFUL];
+        o->overwritten_s = r.s[DLC_BUCKET_OVERWRITTEN];
+        o->dropped_s = r.s[DLC_BUCKET_DROPPED];
+        o->unsent_s = r.s[DLC_BUCKET_UNSENT];
+        o->down_s = r.s[DLC_BUCKET_DOWN];
+        o->waiting_s = r.s[DLC_BUCKET_WAITING] + r.s[DLC_BUCKET_OTHER]; /* (other: 0 but for rounding) */
+        o->done_s = r.s[DLC_BUCKET_DONE];
+        o->idle_s = o->waiting_s + o->done_s;
     }
     *st = vt->st;
     st->now = vt->now, st->end = end;
-    st->goodput = alloc > 0 ? st->useful_tokens / alloc : 0;
-    st->uptime = (double)hit / (double)nw;
+    st->goodput = dlc_account_goodput(vt->acct, end);
+    st->uptime = dlc_account_uptime(vt->acct, end, vt->window);
     st->learners = vt->M;
     st->learner = vt->lst;
     return DLC_OK;

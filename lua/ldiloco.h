@@ -57,6 +57,9 @@ dlcL_state *dlcL_getstate(lua_State *L);
  * (the methods table) to the module table at `mod`, with the state userdata at `st`
  * as their upvalue, and registers the Tensor metatable. */
 void dlcL_open_tensor(lua_State *L, int mod, int st);
+/* laccount.c: pushes a row of the run's account (core/account.h) as two tables, its
+ * shares and its seconds by bucket name. */
+void dlcL_push_account_row(lua_State *L, const dlc_account_row *r);
 /* lsys.c: clocks, isatty, signal flags, compute threads, gemm backend, run-directory
  * locks and listings. */
 void dlcL_open_sys(lua_State *L, int mod, int st);

@@ -516,9 +516,20 @@ static int vt_stats(lua_State *L) {
         setnum(L, "done_s", s->done_s);
         setnum(L, "sent_steps", s->sent_steps);
         setnum(L, "merged_steps", s->merged_steps);
+        /* its shares of the horizon, by the account's rules (core/account.h) */
+        dlc_account_row r;
+        if (dlc_account_row_of(dlc_vtime_account(vt), m, st.end, &r) != DLC_OK) return dlcL_error(L);
+        dlcL_push_account_row(L, &r);
+        lua_pop(L, 1);
+        lua_setfield(L, -2, "account");
         lua_rawseti(L, -2, m + 1);
     }
     lua_setfield(L, -2, "learners");
+    dlc_account_row total; /* weighted by the islands' nominal rates */
+    if (dlc_account_total(dlc_vtime_account(vt), st.end, &total) != DLC_OK) return dlcL_error(L);
+    dlcL_push_account_row(L, &total);
+    lua_pop(L, 1);
+    lua_setfield(L, -2, "account");
     return 1;
 }
 

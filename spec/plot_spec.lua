@@ -225,8 +225,11 @@ describe("diloco-lua plot --kind compute", function()
   -- two islands' accounts, as sim's summary gives them (docs/sim.md, the account)
   local A1 = { useful = 0.75, overwritten = 0.08, dropped = 0.05, unsent = 0.02, down = 0.1, waiting = 0, done = 0 }
   local A2 = { useful = 0.5, overwritten = 0.1, dropped = 0.2, unsent = 0.05, down = 0, waiting = 0.15, done = 0 }
+  -- the total as the summary has it: weighted by the islands' rates (3:1 here)
+  local T = { useful = 0.6875, overwritten = 0.085, dropped = 0.0875, unsent = 0.0275, down = 0.075, waiting = 0.0375,
+    done = 0 }
   local acc = metrics("acc.jsonl", { { "summary", steps = 20, per_learner = { { account = A1, merged = 7 },
-    { account = A2, merged = 5 } } } })
+    { account = A2, merged = 5 } }, account = T } })
   local run_file = metrics("run1.jsonl", RUN) -- a single island's: no account
 
   it("prints each island's shares and the total as a table", function()
@@ -237,8 +240,8 @@ describe("diloco-lua plot --kind compute", function()
     assert.matches("^island%s+useful%s+overwritten%s+dropped%s+unsent%s+down%s+waiting%s+done early%s+merges$", lines[1])
     assert.matches("^1%s+75.0%%%s+8.0%%%s+5.0%%%s+2.0%%%s+10.0%%%s+0.0%%%s+0.0%%%s+7$", lines[2])
     assert.matches("^2%s+50.0%%%s+10.0%%%s+20.0%%%s+5.0%%%s+0.0%%%s+15.0%%%s+0.0%%%s+5$", lines[3])
-    -- the total: the mean of the two (equal weights), and the merges summed
-    assert.matches("^all%s+62.5%%%s+9.0%%%s+12.5%%%s+3.5%%%s+5.0%%%s+7.5%%%s+0.0%%%s+12$", lines[4])
+    -- the total: the summary's (not recomputed here), and the merges summed
+    assert.matches("^all%s+68.8%%%s+8.5%%%s+8.8%%%s+2.8%%%s+7.5%%%s+3.8%%%s+0.0%%%s+12$", lines[4])
   end)
 
   it("draws the stacked bars into a PNG with gnuplot", function()

@@ -258,12 +258,12 @@ local function save_syncer(ctx)
   -- with what a --resume needs to account for the whole run, not its own part: when the
   -- run started (Unix time) and its training window began, the useful tokens so far
   local meta = { ["diloco.run_id"] = ctx.run_id, ["diloco.merges"] = tostring(total),
-    ["diloco.recipe_json"] = ctx.recipe_json, ["diloco.useful_tokens"] = string.format("%.17g", ctx.useful or 0),
+    ["diloco.recipe_json"] = ctx.recipe_json, ["diloco.useful_tokens"] = string.format("%.17g", ctx.account:useful_tokens()),
     ["diloco.run_start"] = string.format("%.6f", ctx.run_start), ["diloco.train_start"] =
     string.format("%.6f", ctx.t_train_start or 0) }
   -- what this process had counted at this checkpoint, for a restart from it (restore_counts)
   ctx.saved_counts = ctx.saved_counts or {}
-  ctx.saved_counts[total] = { merges = ctx.merges, times = #ctx.merge_times }
+  ctx.saved_counts[total] = { merges = ctx.merges, times = ctx.account:merges() }
   local res, err = ctx.srd:save(total, function(path) return ctx.syncer:save(path, meta) end, function(path)
     return write_global(ctx, path, total)
   end)
@@ -284,11 +284,12 @@ local function restore_counts(ctx, last)
   local c = (ctx.saved_counts or {})[keep] or { merges = 0, times = 0 }
   ctx.merges_lost = (ctx.merges_lost or 0) + math.max(0, ctx.gm - keep)
   ctx.gm, ctx.merges = keep, c.merges
-  for k = #ctx.merge_times, c.times + 1, -1 do ctx.merge_times[k] = nil end
+  ctx.account:forget_merges(c.times)
   local meta = last and diloco.safetensors_meta(last.path)
   versions_restart(ctx, meta)
   -- (no checkpoint: nothing merged stands; one of an older build's: the count goes on)
-  ctx.useful = type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "") or (last and ctx.useful or 0)
+  ctx.account:set_useful_tokens(type(meta) == "table" and tonumber(meta["diloco.useful_tokens"] or "")
+    or (last and ctx.account:useful_tokens() or 0))
 end
 
 local function maybe_save_syncer(ctx)
@@ -299,11 +300,17 @@ local function maybe_save_syncer(ctx)
   if (by_merges or by_time) and total > ctx.merges_saved then save_syncer(ctx) end
 end
 
+local function elapsed(ctx) return diloco.clock() - ctx.t_start end
+
+-- Learner m's island is in `state` from now on (core/account.h: off, starting, up, down,
+-- paused, held, done).
+local function island(ctx, m, state) ctx.account:enter(m, state, elapsed(ctx)) end
+
 -- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
 -- quiet, command, run_id, secret_file, address_file, advertise, net.
 local function prepare(r, opts)
   local ctx = { recipe = r, opts = opts, t_start = diloco.clock(), faults = 0, rejects = 0, restarts = 0, merges = 0,
-    merge_times = {}, learners = {}, evals = 0 }
+    learners = {}, evals = 0 }
   -- the syncer's own compute (evaluations) at one thread: its learners share the cores
   -- (an idle OpenMP team spins, taking a core from them)
   diloco.set_num_threads(r.threads or 1)
@@ -356,9 +363,9 @@ local function prepare(r, opts)
       if start and start <= ctx.run_start then
         ctx.t_start = ctx.t_start - (ctx.run_start - start)
         ctx.run_start = start
-        ctx.merge_times = times
+        ctx.resumed_merge_times = times
       end
-      ctx.useful = tonumber(saved["diloco.useful_tokens"] or "")
+      ctx.resumed_useful = tonumber(saved["diloco.useful_tokens"] or "")
       ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
       ctx.merges_lost = math.max(0, reached - ctx.gm) -- (this resume's; the run's in the summary)
       ctx.merges_lost_before = lost_before
@@ -442,9 +449,12 @@ local function prepare(r, opts)
     ctx.rd:close()
     error(err, 0)
   end
-  for m = 1, Mn do
-    ctx.learners[m] = { id = m, state = "starting", crashes = 0, down_s = 0, paused_s = 0, held_s = 0 }
-  end
+  for m = 1, Mn do ctx.learners[m] = { id = m, state = "starting", crashes = 0 } end
+  -- the account (core/account.h): the islands' states as the supervisor sees them, the
+  -- merges; over the training window, from now (a resumed syncer: the run's start of it)
+  ctx.account = diloco.Account(Mn, ctx.resumed_train_start or elapsed(ctx))
+  for _, t in ipairs(ctx.resumed_merge_times or {}) do ctx.account:merge(t, 0) end
+  ctx.account:set_useful_tokens(ctx.resumed_useful or 0)
   ctx.log_every = r.log.every or math.max(1, r.steps // 20)
   ctx.quiet = opts.quiet
   return ctx
@@ -458,7 +468,6 @@ local function say(ctx, fmt, ...)
   end
 end
 
-local function elapsed(ctx) return diloco.clock() - ctx.t_start end
 
 -- The run's step: the median of the learners' reported schedule steps.
 local function run_step(ctx)
@@ -587,8 +596,7 @@ local function hold_others(ctx)
     if L.pid and hold ~= (L.held or false) then
       signal_learner(ctx, m, hold and "STOP" or "CONT")
       L.held = hold
-      if hold then L.held_since = elapsed(ctx)
-      elseif L.held_since then L.held_s, L.held_since = L.held_s + elapsed(ctx) - L.held_since, nil end
+      island(ctx, m, hold and "held" or "up")
       fault(ctx, { kind = "held", learner = m, begin = hold })
     end
   end
@@ -611,12 +619,11 @@ local function on_syncer_event(ctx, ev)
     info.wall_s = elapsed(ctx)
     ctx.merges = ctx.merges + 1
     ctx.gm = ctx.gm + 1
-    ctx.useful = (ctx.useful or 0) + (ev.merge.useful_tokens or 0)
     if ctx.job_rollbacks then -- non-elastic dp: what a rollback past this step takes back
       ctx.dp_useful[info.version] = (ctx.dp_useful[info.version] or 0) + (ev.merge.useful_tokens or 0)
       ctx.dp_step = math.max(ctx.dp_step or 0, info.version)
     end
-    ctx.merge_times[#ctx.merge_times + 1] = info.wall_s
+    ctx.account:merge(info.wall_s, ev.merge.useful_tokens or 0)
     ctx.versions[info.fragment] = info.version
     for _, c in ipairs(info.contributors) do
       local r = ctx.reported[c.learner] or {}
@@ -641,6 +648,7 @@ local function on_syncer_event(ctx, ev)
     if L then
       moved_back(ctx, ev.learner)
       L.joined = true
+      if not ctx.supervising then island(ctx, ev.learner, "up") end -- (run: its process is, from its start)
       L.from = ev.text and ev.text:match("connected from (%S+)") or L.from
       if L.restarted_at and not L.rejoined then
         L.rejoined = true
@@ -658,6 +666,7 @@ local function on_syncer_event(ctx, ev)
     hold_others(ctx)
   elseif ev.type == "lost" then
     if L then L.lost = true end
+    if L and not ctx.supervising then island(ctx, ev.learner, "down") end
     fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
     if ctx.job_rollbacks and L and L.pid and not ctx.rolling then -- hung (paused) or cut off: everyone goes back
       local paused = L.state == "paused"
@@ -684,7 +693,10 @@ local function on_syncer_event(ctx, ev)
   elseif ev.type == "bye" then
     if L then
       L.bye = true
-      if not ctx.supervising then L.state = "done" end
+      if not ctx.supervising then
+        L.state = "done"
+        island(ctx, ev.learner, "done")
+      end
     end
   end
 end
@@ -755,6 +767,7 @@ local function spawn(ctx, m, fresh, rollback)
   local pid, err = diloco.proc.spawn(argv)
   if not pid then fail("starting learner %d: %s", m, err) end
   L.pid, L.state, L.started = pid, "running", elapsed(ctx)
+  island(ctx, m, "up")
   L.restart_at, L.bye, L.joined = nil, false, false
   return pid
 end
@@ -780,8 +793,7 @@ local function reap(ctx)
       if st then
         L.pid = nil
         local now = elapsed(ctx)
-        if L.held_since then L.held_s, L.held_since = L.held_s + now - L.held_since, nil end
-        if L.paused_since then L.paused_s, L.paused_since = L.paused_s + now - L.paused_since, nil end
+        island(ctx, m, "off") -- (gone: down or done below, else no measure covers it)
         if L.stop_expected then -- killed because a non-elastic run cannot go on
           L.state = "stopped"
         elseif L.chaos_kill and ctx.stopping then -- killed by chaos or a rollback, reaped after a stop
@@ -790,10 +802,10 @@ local function reap(ctx)
         elseif L.chaos_kill then -- chaos (or a rollback) took it: back after its down time
           L.chaos_kill = nil
           L.state = "down"
-          L.down_since = L.down_since or now
+          island(ctx, m, "down")
         elseif st.exited == 0 then
           L.state = "done"
-          L.done_at = now
+          island(ctx, m, "done")
         elseif ctx.stopping then
           L.state = "stopped"
         else
@@ -821,7 +833,7 @@ local function reap(ctx)
           else
             local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
             L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
-            L.down_since = now
+            island(ctx, m, "down")
             if ctx.job_rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
             fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
             say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
@@ -853,7 +865,6 @@ local function restart_due(ctx)
   end
   for m, L in ipairs(ctx.learners) do
     if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping and not ctx.rolling then
-      if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
       spawn(ctx, m)
       L.restarted_at, L.rejoined, L.recovered = now, false, false
       ctx.restarts = ctx.restarts + 1
@@ -890,9 +901,9 @@ begin_rollback = function(ctx, m, cause, back_at)
       L.chaos_kill = true -- reaped as down, not as a crash
       signal_learner(ctx, j, "KILL")
     end
-    if L.state == "done" then L.state, L.done_at = "down", nil end
+    if L.state == "done" then L.state = "down" end
     L.slow, L.restart_at = nil, nil -- restarted by rollback_due, all together
-    L.down_since = L.down_since or now
+    island(ctx, j, "down")
     if j ~= m or not L.down_cause or L.down_cause == "rollback" then L.down_cause = j == m and cause or "rollback" end
   end
   fault(ctx, { kind = "job_rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
@@ -926,7 +937,7 @@ local function rollback_due(ctx)
       ctx.dp_useful[v] = nil
     end
   end
-  ctx.useful = (ctx.useful or 0) - lost_tokens
+  ctx.account:set_useful_tokens(math.max(0, ctx.account:useful_tokens() - lost_tokens))
   ctx.dp_step = K
   ctx.rolled_back_steps = ctx.rolled_back_steps + lost_steps
   ctx.rolled_back_tokens = ctx.rolled_back_tokens + lost_tokens
@@ -941,7 +952,6 @@ local function rollback_due(ctx)
   M.start_syncer(ctx, ctx.address, list[#list] and list[#list].path or nil)
   local now = elapsed(ctx)
   for m, L in ipairs(ctx.learners) do
-    if L.down_since then L.down_s, L.down_since = L.down_s + now - L.down_since, nil end
     L.rolled_back_steps = (L.rolled_back_steps or 0) + lost_steps
     spawn(ctx, m, false, K)
     L.restarted_at, L.rejoined, L.recovered = now, false, false
@@ -980,7 +990,8 @@ local function chaos_due(ctx)
     local down = e.duration or math.huge
     if e.kind == "kill" and L and L.pid then
       L.chaos_kill = true
-      L.restart_at, L.down_cause, L.down_since = elapsed(ctx) + down, "kill", elapsed(ctx)
+      L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
+      island(ctx, e.learner, "down")
       local pid = e.rank and L.ranks and rank_pid(ctx, e.learner, e.rank)
       -- one rank of an island: its mpirun ends the job, the island is down as a whole
       if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
@@ -990,7 +1001,8 @@ local function chaos_due(ctx)
       if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
     elseif e.kind == "pause" and L and L.pid then
       signal_learner(ctx, e.learner, "STOP")
-      L.state, L.resume_at, L.paused_since = "paused", elapsed(ctx) + down, elapsed(ctx)
+      L.state, L.resume_at = "paused", elapsed(ctx) + down
+      island(ctx, e.learner, "paused")
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "slow" and L and L.pid then
       -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
@@ -1078,7 +1090,7 @@ local function chaos_due(ctx)
     if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
       signal_learner(ctx, m, "CONT")
       L.state = "running"
-      if L.paused_since then L.paused_s, L.paused_since = L.paused_s + elapsed(ctx) - L.paused_since, nil end
+      island(ctx, m, L.held and "held" or "up")
       fault(ctx, { kind = "pause", learner = m, begin = false })
     end
   end
@@ -1131,20 +1143,20 @@ local function display(ctx, force)
   if ctx.quiet or not ctx.syncer or (not force and now - (ctx.last_display or -1e9) < every) then return end
   ctx.last_display = now
   local st = ctx.syncer:stats()
-  local lines, capacity = {}, 0
+  local lines = {}
   for m, L in ipairs(ctx.learners) do
     local i = ctx.syncer:learner(m)
     local p = learner_progress(ctx, m)
     local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
-    L.best_tps = math.max(L.best_tps or 0, tps)
-    capacity = capacity + L.best_tps * (now - (ctx.t_train_start or 0))
+    M.island_work(ctx, m, i) -- what the end reads, as of now
     lines[#lines + 1] = string.format("  L%-2d %-22s step %6d  loss %s  %s tok/s  idle %s", m,
       learner_state(ctx, m, L, i), p and p.step or i.steps, p and p.loss and string.format("%.4f", p.loss) or "   -  ",
       diloco.progress.human(tps), p and p.wall_s and p.wait_s and
       string.format("%.1f%%", 100 * p.wait_s / math.max(p.wall_s, 1e-9)) or "-")
   end
+  local goodput = ctx.account:goodput(now)
   local head = string.format("[%6.1fs] %d merges, goodput so far %s, %s up / %s down%s", now, ctx.merges,
-    capacity > 0 and string.format("%.1f%%", 100 * (ctx.useful or 0) / capacity) or "-",
+    goodput > 0 and string.format("%.1f%%", 100 * goodput) or "-",
     diloco.progress.human(st.bytes_in + (ctx.bytes_prev_in or 0)) .. "B",
     diloco.progress.human(st.bytes_out + (ctx.bytes_prev_out or 0)) .. "B",
     ctx.last_eval and string.format(", last eval %.4f", ctx.last_eval.loss) or "")
@@ -1162,18 +1174,9 @@ end
 
 local stop_reason = train.stop_reason
 
--- Share of windows of H steps (at the median step time) holding at least one merge.
-local function uptime(ctx, t0, t1, step_time)
-  local H = ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)
-  local w = H * step_time
-  if not (w > 0) or t1 <= t0 then return nil end
-  local n = math.max(1, math.ceil((t1 - t0) / w))
-  local hit, count = {}, 0
-  for _, t in ipairs(ctx.merge_times) do
-    local k = math.floor((t - t0) / w)
-    if k >= 0 and k < n and not hit[k] then hit[k], count = true, count + 1 end
-  end
-  return count / n
+-- The uptime's window: H steps at the median step time (one for dp).
+local function uptime_window(ctx, step_time)
+  return (ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)) * step_time
 end
 
 -- What learner m's own metrics (OUT/learner-N/metrics.jsonl, every process it ran as,
@@ -1184,7 +1187,7 @@ function M.learner_account(out, m)
   local f = io.open(string.format("%s/learner-%d/metrics.jsonl", out, m), "r")
   if not f then return nil end
   local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0,
-    overwritten_s = 0, kept_s = 0, unsent_s = 0 }
+    overwritten_s = 0, kept_s = 0, unsent_s = 0, fates = {} }
   local cur
   local function close_cur()
     if not cur then return end
@@ -1197,16 +1200,19 @@ function M.learner_account(out, m)
       acc.wall_s = acc.wall_s + (e.wall_s or 0)
     end
     -- the account of a process that ended with a summary; of a killed one, what its last
-    -- step event said it had overwritten and kept (its unsent work, and the steps since
-    -- that event, died with it: dropped, below)
+    -- step event said it had sent, overwritten and kept (its unsent work, and the steps
+    -- since that event, died with it: dropped, core/account.h)
     local a = cur.summary and type(cur.summary.account) == "table" and cur.summary.account
     if not a and not cur.summary and cur.last and cur.last.overwritten_s then
-      a = { overwritten_s = cur.last.overwritten_s, kept_s = cur.last.kept_s }
+      a = { overwritten_s = cur.last.overwritten_s, kept_s = cur.last.kept_s, sent_s = cur.last.sent_s,
+        sent_steps = cur.last.sent_steps }
     end
     if a then
-      acc.overwritten_s = acc.overwritten_s + (a.overwritten_s or 0)
-      acc.kept_s = acc.kept_s + (a.kept_s or 0)
-      acc.unsent_s = acc.unsent_s + (a.unsent_s or 0)
+      for k, v in pairs(a) do
+        if type(v) == "number" and v >= 0 and v < math.huge then acc.fates[k] = (acc.fates[k] or 0) + v end
+      end
+      acc.overwritten_s, acc.kept_s, acc.unsent_s = acc.fates.overwritten_s or 0, acc.fates.kept_s or 0,
+        acc.fates.unsent_s or 0
     end
     cur = nil
   end
@@ -1231,6 +1237,38 @@ function M.learner_account(out, m)
   close_cur()
   f:close()
   return acc
+end
+
+-- Learner m's work for the account (core/account.h), from what its processes measured
+-- (its own metrics, when its directory is here: M.learner_account) and the syncer's
+-- record i: computing and waiting, its compute by fate, the steps of it merged, and its
+-- healthy rate, tokens over its compute (else the fastest step time it reported, not the
+-- last, which a loaded host's last steps can make slower than its run, and its batch;
+-- a value no learner could report is no rate).  Returns the work, the learner's account
+-- (or nil) and its steps and tokens over every process.
+function M.island_work(ctx, m, i, acc)
+  local r = ctx.recipe
+  acc = acc or M.learner_account(ctx.out, m)
+  local own = acc and acc.processes > 0
+  -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
+  -- island's batch; its schedule step is more when it caught up with the others' rounds)
+  local tpb = ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
+  local heard = i.tokens and i.tokens > 0 and tpb > 0 and math.floor(i.tokens / tpb + 0.5) or i.steps
+  local ls = acc and acc.summary or {}
+  local steps = own and acc.steps or ls.steps or heard
+  local tokens = own and acc.tokens or ls.tokens or i.tokens
+  local tps = acc and acc.train_s > 0 and tokens and tokens / acc.train_s or nil
+  local step_t = (i.best_step_time or 0) > 0 and i.best_step_time or i.step_time
+  if not tps and step_t and step_t > 0 and ctx.tokens_per_batch then
+    tps = ctx.tokens_per_batch * ((r.islands.list[m].batch or r.data.batch) / r.data.batch) / step_t
+  end
+  if tps and not (tps > 0 and tps < math.huge) then tps = nil end
+  local function seconds(x) return type(x) == "number" and x >= 0 and x < math.huge and x or 0 end
+  local merged = i.merged_steps
+  ctx.account:set_work(m, { busy_s = seconds(acc and acc.train_s), idle_s = seconds(acc and acc.wait_s)
+    + seconds(acc and acc.startup_s), nominal_tps = tps or 0, merged_steps = seconds(merged),
+    fates = acc and acc.fates or nil })
+  return acc, steps, tokens, tps
 end
 
 -- Tokens the learners trained so far, every process of each: as their own metrics last
@@ -1286,64 +1324,50 @@ local function finish(ctx, err)
   local st = ctx.syncer:stats()
   local wall = elapsed(ctx)
   local t_end = ctx.t_train_end or wall
-  local steps, tokens, per, idle, capacity, step_times = 0, 0, {}, {}, 0, {}
-  local weights, merged_n, accounts = {}, {}, {}
+  local steps, tokens, per, idle, step_times = 0, 0, {}, {}, {}
+  local merged_n, accounts = {}, {}
+  local t0 = ctx.account:t0()
   for m = 1, r.islands.count do
     local i = ctx.syncer:learner(m)
-    local acc = M.learner_account(ctx.out, m)
-    local ls = acc and acc.summary or {}
     local L = ctx.learners[m]
     -- over every process the learner ran as (its own metrics, when its directory is here)
-    -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
-    -- island's batch; its schedule step is more when it caught up with the others' rounds)
-    local tpb = ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
-    local heard = i.tokens and i.tokens > 0 and tpb > 0 and math.floor(i.tokens / tpb + 0.5) or i.steps
-    local lsteps = acc and acc.processes > 0 and acc.steps or ls.steps or heard
-    local ltokens = acc and acc.processes > 0 and acc.tokens or ls.tokens or i.tokens
+    local acc, lsteps, ltokens, tps = M.island_work(ctx, m, i)
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
-    -- its healthy rate: measured by the learner over all its processes (its metrics, when
-    -- its directory is here), else from the fastest step time it reported (not the last,
-    -- which a loaded host's last steps can make slower than its run) and its batch
-    local tps = acc and acc.train_s > 0 and ltokens / acc.train_s or nil
-    local step_t = (i.best_step_time or 0) > 0 and i.best_step_time or i.step_time
-    if not tps and step_t > 0 and ctx.tokens_per_batch then
-      tps = ctx.tokens_per_batch * (r.islands.list[m].batch / r.data.batch) / step_t
-    end
-    if tps then capacity = capacity + tps * (t_end - (ctx.t_train_start or 0)) end
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
-    local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or ls.wait_share
+    local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or (acc and acc.summary or {}).wait_share
     idle[m] = share or diloco.json_null -- (none known: a learner killed before it wrote a step)
-    -- where its share of the run's wall time went (docs/chaos.md): training and waiting in
-    -- its processes, their start-ups, down (killed, crashed or rolled back, until
-    -- restarted), paused, held (non-elastic), and done before the run ended
-    if L.down_since and not L.pid then L.down_s, L.down_since = L.down_s + math.max(0, t_end - L.down_since), nil end
+    -- the account (core/account.h, docs/runtime.md): every second of the training window
+    -- (from the learners' start to the last one's end, the window goodput's capacity is
+    -- measured over; not the final flush, evaluation and save) in one bucket, and the
+    -- supervisor's seconds of each state: down (killed, crashed or rolled back, until
+    -- restarted), paused, held (non-elastic), done before the run ended
+    local shares = ctx.account:row(m, t_end)
+    local function in_state(state)
+      local sec = ctx.account:seconds(m, state, t_end)
+      return sec > 0 and sec or nil
+    end
     per[m] = { steps = lsteps, tokens = ltokens, idle = share, merged = i.merged, joins = i.joins,
       bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = L.crashes,
       state = L.state, tokens_per_s = tps, from = L.from, processes = acc and acc.processes or nil,
       train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
-      startup_s = acc and acc.startup_s or nil, down_s = L.down_s, paused_s = L.paused_s, held_s = L.held_s,
-      after_done_s = L.done_at and math.max(0, t_end - L.done_at) or nil, rolled_back_steps = L.rolled_back_steps,
-      ranks = ctx.recipe.islands.list[m].ranks }
-    -- the account (docs/runtime.md): every second of the training window (from the
-    -- learners' start to the last one's end, the window goodput's capacity is measured
-    -- over; not the final flush, evaluation and save) in one bucket
-    per[m].account = diloco.account.of_run({ train_s = per[m].train_s, steps = lsteps, merged_steps = i.merged_steps,
-      kept_s = acc and acc.kept_s, overwritten_s = acc and acc.overwritten_s, unsent_s = acc and acc.unsent_s,
-      wait_s = per[m].wait_s, startup_s = per[m].startup_s, down_s = L.down_s, paused_s = L.paused_s,
-      held_s = L.held_s, after_done_s = per[m].after_done_s }, t_end - (ctx.t_train_start or 0))
-    weights[m], merged_n[m], accounts[m] = tps or 1, i.merged, per[m].account
+      startup_s = acc and acc.startup_s or nil, down_s = ctx.account:seconds(m, "down", t_end),
+      paused_s = ctx.account:seconds(m, "paused", t_end), held_s = ctx.account:seconds(m, "held", t_end),
+      after_done_s = in_state("done"), rolled_back_steps = L.rolled_back_steps,
+      ranks = ctx.recipe.islands.list[m].ranks, account = shares }
+    merged_n[m], accounts[m] = i.merged, shares
   end
-  local account_total = diloco.account.total(accounts, weights, diloco.account.RUN_BUCKETS)
+  local account_total = ctx.account:total(t_end)
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
     final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
-    goodput = capacity > 0 and (ctx.useful or 0) / capacity or nil,
-    uptime = uptime(ctx, ctx.t_train_start or 0, t_end, median(step_times) or 0),
+    goodput = t_end > t0 and ctx.account:goodput(t_end) or nil,
+    uptime = (median(step_times) or 0) > 0 and ctx.account:uptime(t_end, uptime_window(ctx, median(step_times)))
+      or nil,
     bytes_up = st.bytes_in + (ctx.bytes_prev_in or 0), bytes_down = st.bytes_out + (ctx.bytes_prev_out or 0), wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
     tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
     interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
     out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
-    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.useful or 0,
+    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.account:useful_tokens(),
     refused = st.refused, refused_by = next(st.refused_by or {}) and st.refused_by or nil,
     merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
@@ -1366,7 +1390,7 @@ local function finish(ctx, err)
   diloco.clear_signals()
   if not ctx.quiet then
     io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
-      diloco.account.table_text(accounts, account_total, merged_n, diloco.account.RUN_BUCKETS) .. "\n")
+      diloco.account.table_text(accounts, account_total, merged_n) .. "\n")
     io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
       final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,
@@ -1506,7 +1530,7 @@ function M.serve(r, opts)
       end
       for m = 1, r.islands.count do spawn(ctx, m, true) end
     end
-    ctx.t_train_start = ctx.resumed_train_start or elapsed(ctx) -- (a resumed syncer: the run's)
+    ctx.t_train_start = ctx.account:t0() -- (a resumed syncer: the run's)
     ctx.chaos_t0 = elapsed(ctx)
     -- a checkpoint of the start (merges 0), so that a syncer killed before its first
     -- periodic one is resumed too (it loses the merges so far, as after any other)

@@ -555,13 +555,14 @@ function M.train(ctx)
     -- (a void dp step, its own gradient left out, trained nothing of its own to report)
     if not info.void and (step % ctx.log_every == 0 or step >= r.steps) then
       local now = diloco.clock()
-      -- overwritten_s, kept_s: this process's so far (its account): a killed process
-      -- writes no summary, and `run`'s account takes these from its last step event
+      -- sent_s, sent_steps, overwritten_s, kept_s: this process's so far (its account): a
+      -- killed process writes no summary, and `run`'s account takes these from its last
+      -- step event
       local a = l:account()
       write(ctx, "step", { learner = ctx.id, step = step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm,
         tokens = ctx.tokens, tokens_per_s = ctx.tok_window / math.max(now - (ctx.t_window or ctx.t_start), 1e-9),
         wait_s = ctx.wait_time, train_s = ctx.train_time, wall_s = now - ctx.t_start,
-        overwritten_s = a.overwritten_s, kept_s = a.kept_s })
+        sent_s = a.sent_s, sent_steps = a.sent_steps, overwritten_s = a.overwritten_s, kept_s = a.kept_s })
       ctx.t_window, ctx.tok_window = now, 0
     end
     if r.hooks.on_step and not info.void then

@@ -426,11 +426,11 @@ end
 -- ---- --kind compute: where each island's time went ----
 
 -- The account of each run's summary (docs/sim.md, docs/runtime.md): rows of { label,
--- shares } per island, and the buckets they hold (run's add "other").  A run without
--- one is an error naming it.
+-- shares } per island, and the buckets to show; each run's total is its summary's
+-- (weighted by the islands' rates, core/account.h).  A run without one is an error naming it.
 function M.compute_rows(runs)
   local account = require "diloco.account"
-  local rows, buckets = {}, account.BUCKETS
+  local rows, all = {}, {}
   for _, run in ipairs(runs) do
     local summary
     for i = #run.records, 1, -1 do
@@ -444,14 +444,15 @@ function M.compute_rows(runs)
       bad_input("%s: no account in its summary (expected the summary of a run of several islands by sim or run of "
         .. "this version: per_learner[m].account; a run still going has no summary)", run.path)
     end
+    run.account_total = type(summary.account) == "table" and summary.account or nil
     for m, l in ipairs(per) do
       local a = type(l.account) == "table" and l.account or {}
-      if a.other then buckets = account.RUN_BUCKETS end
+      all[#all + 1] = a
       rows[#rows + 1] = { label = #runs > 1 and string.format("%s %d", run.label, m) or string.format("island %d", m),
         shares = a, run = run, learner = m, merged = l.merged }
     end
   end
-  return rows, buckets
+  return rows, account.shown(all)
 end
 
 -- The rows as a stacked-bar PNG: one bar per island, one colour per bucket, in percent.
@@ -497,8 +498,8 @@ local function main_compute(runs, opts, pw, ph, title)
       for _, r in ipairs(rows) do
         if r.run == run then per[#per + 1], merged[#merged + 1] = r.shares, r.merged end
       end
-      parts[#parts + 1] = (#runs > 1 and run.label .. ":\n" or "") .. account.table_text(per, account.total(per, nil,
-        buckets), merged, buckets)
+      parts[#parts + 1] = (#runs > 1 and run.label .. ":\n" or "") .. account.table_text(per, run.account_total,
+        merged, buckets)
     end
     return table.concat(parts, "\n\n")
   end

@@ -363,8 +363,9 @@ local function finish(ctx, err)
   if not err and save_error then err = save_error end
   local st = ctx.vt:stats()
   local steps, tokens, idle, per, merged = 0, 0, {}, {}, {}
-  local shares, total = diloco.account.shares(st)
+  local shares, total = {}, st.account -- (core/account.h: the same rules as run's)
   for m, l in ipairs(st.learners) do
+    shares[m] = l.account
     steps, tokens = steps + l.steps, tokens + l.tokens
     idle[m], merged[m] = l.idle, l.merged
     per[m] = { steps = l.steps, tokens = l.tokens, idle = l.idle, down = st.horizon > 0 and l.down_s / st.horizon or 0,

@@ -44,5 +44,6 @@
 #include "vtime.h"
 #include "chaos.h"
 #include "goodput.h"
+#include "account.h"
 
 #endif

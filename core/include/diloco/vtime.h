@@ -78,6 +78,7 @@
 #define DILOCO_VTIME_H
 
 #include <stdint.h>
+#include "account.h"
 #include "chaos.h"
 #include "frag.h"
 #include "learner.h"
@@ -237,6 +238,9 @@ typedef struct dlc_vtime_stats {
 } dlc_vtime_stats;
 
 DLC_API dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st);
+/* The run's account (account.h) that the stats above read: islands' states, their work
+ * as of the last dlc_vtime_get_stats, the merges.  Borrowed, valid until dlc_vtime_free. */
+DLC_API const dlc_account *dlc_vtime_account(const dlc_vtime *vt);
 
 #ifdef __cplusplus
 }
