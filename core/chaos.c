@@ -24,6 +24,7 @@ struct dlc_chaos {
     int *last;           /* [3·learners + 1] scratch of the merge sweep: last kept index per target */
     dlc_chaos_event *tl; /* cached timeline, ntl events; valid when tl_ok */
     int ntl, tl_ok;
+    uint64_t gen;        /* changes so far (a cursor started before one is stale) */
 };
 
 const char *dlc_fault_kind_name(dlc_fault_kind k) {
@@ -140,7 +141,7 @@ static void sweep(dlc_chaos *c, int only) {
         c->f[w++] = f;
     }
     c->n = w;
-    c->tl_ok = 0;
+    c->tl_ok = 0, c->gen++;
 }
 
 static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
@@ -209,7 +210,7 @@ dlc_status dlc_chaos_add(dlc_chaos *c, const dlc_fault *fin) {
     memmove(c->f + lo + 1, c->f + lo, sizeof *c->f * (size_t)(c->n - lo));
     c->f[lo] = f;
     c->n++;
-    c->tl_ok = 0;
+    c->tl_ok = 0, c->gen++;
     int k = target(c, &f);
     if (k >= 0) sweep(c, k);
     return DLC_OK;
@@ -361,3 +362,41 @@ dlc_status dlc_chaos_link_at(const dlc_chaos *c, int learner, double t, double *
     }
     return DLC_OK;
 }
+
+/* ---- the cursor ---- */
+
+dlc_status dlc_chaos_cursor_init(dlc_chaos_cursor *cur, dlc_chaos *c) {
+    if (!cur || !c) return dlc_error(DLC_ERR_ARG, "chaos_cursor_init: %s is NULL", cur ? "c" : "cur");
+    *cur = (dlc_chaos_cursor){.c = c, .next = 0, .gen = c->gen};
+    return DLC_OK;
+}
+
+/* The timeline under the cursor (*tl NULL when empty), or an error. */
+static dlc_status cursor_timeline(dlc_chaos_cursor *cur, const dlc_chaos_event **tl, int *n) {
+    *tl = NULL, *n = 0;
+    if (!cur || !cur->c) return dlc_error(DLC_ERR_ARG, "chaos_cursor: not started (dlc_chaos_cursor_init)");
+    if (cur->gen != cur->c->gen)
+        return dlc_error(DLC_ERR_STATE, "chaos_cursor: the schedule changed after the cursor started");
+    *tl = dlc_chaos_timeline(cur->c, n);
+    return *tl || cur->c->n == 0 ? DLC_OK : dlc_last_status();
+}
+
+int dlc_chaos_cursor_next(dlc_chaos_cursor *cur, double now, dlc_chaos_event *ev, const dlc_fault **f) {
+    if (!ev) return dlc_error(DLC_ERR_ARG, "chaos_cursor_next: ev is NULL");
+    const dlc_chaos_event *tl;
+    int n;
+    dlc_status st = cursor_timeline(cur, &tl, &n);
+    if (st != DLC_OK) return st;
+    if (cur->next >= n || tl[cur->next].t > now) return 0;
+    *ev = tl[cur->next++];
+    if (f) *f = &cur->c->f[ev->index];
+    return 1;
+}
+
+double dlc_chaos_cursor_peek(dlc_chaos_cursor *cur) {
+    const dlc_chaos_event *tl;
+    int n;
+    return cursor_timeline(cur, &tl, &n) == DLC_OK && cur->next < n ? tl[cur->next].t : INFINITY;
+}
+
+int dlc_chaos_cursor_position(const dlc_chaos_cursor *cur) { return cur ? cur->next : 0; }

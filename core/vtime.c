@@ -86,8 +86,8 @@ struct dlc_vtime {
     int hq_head, hq_len, hq_cap;
     dlc_merge_contrib *mc;      /* copies of MERGE contributors, one block per queued merge */
     int mc_len, mc_cap;
-    const dlc_chaos_event *tl;  /* chaos timeline */
-    int ntl;
+    dlc_chaos_cursor chaos;     /* the schedule as it comes due (chaos.h): its next event
+                                 * waits in the heap (EV_CHAOS), one at a time */
     double now;
     int syncer_down, flushed, done, mc_reset;
     int end_check;              /* steps > 0: a learner stopped or died: has the run ended? */
@@ -376,10 +376,19 @@ static dlc_status maybe_start(dlc_vtime *vt, int m) {
 
 /* ---- faults ---- */
 
-static dlc_status chaos_event(dlc_vtime *vt, int idx) {
-    const dlc_chaos_event *ce = &vt->tl[idx];
-    const dlc_fault *f = dlc_chaos_get(vt->p.chaos, ce->index);
-    if (!f) return dlc_error(DLC_ERR_INTERNAL, "vtime: chaos fault %d vanished", ce->index);
+/* Queues the schedule's next event, if it falls within the run. */
+static dlc_status chaos_queue_next(dlc_vtime *vt) {
+    double t = dlc_chaos_cursor_peek(&vt->chaos);
+    return t <= vt->p.end ? heap_push(vt, (tev){.t = t, .cls = EV_CHAOS}) : DLC_OK;
+}
+
+static dlc_status chaos_event(dlc_vtime *vt) {
+    dlc_chaos_event event;
+    const dlc_chaos_event *ce = &event;
+    const dlc_fault *f;
+    int got = dlc_chaos_cursor_next(&vt->chaos, vt->now, &event, &f);
+    if (got < 0) return got;
+    if (got == 0) return dlc_error(DLC_ERR_INTERNAL, "vtime: no chaos event due at %g", vt->now);
     dlc_vtime_event e = {.type = DLC_VT_FAULT, .time = vt->now, .learner = f->learner, .fault = f->kind,
                          .begin = ce->begin, .duration = f->duration, .factor = f->factor};
     dlc_status st = DLC_OK;
@@ -549,12 +558,9 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
         if (dlc_account_enter(vt->acct, m, DLC_ISLAND_UP, 0) != DLC_OK) goto fail;
     vt->st.learners = vt->M;
     if (vp->chaos) {
-        vt->tl = dlc_chaos_timeline(vp->chaos, &vt->ntl);
-        if (!vt->tl && dlc_chaos_count(vp->chaos) > 0) goto fail;
-        for (int i = 0; i < vt->ntl; i++) {
-            if (vt->tl[i].t > vp->end) break; /* sorted */
-            if (heap_push(vt, (tev){.t = vt->tl[i].t, .cls = EV_CHAOS, .index = i}) != DLC_OK) goto fail;
-        }
+        int n;
+        if (!dlc_chaos_timeline(vp->chaos, &n) && dlc_chaos_count(vp->chaos) > 0) goto fail;
+        if (dlc_chaos_cursor_init(&vt->chaos, vp->chaos) != DLC_OK || chaos_queue_next(vt) != DLC_OK) goto fail;
     }
     if (vp->eval_every > 0)
         for (int k = 1; k * vp->eval_every <= vp->end * (1 + 1e-12); k++)
@@ -779,7 +785,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             switch (e.cls) {
             case EV_DELIVER: st = deliver(vt, &e); break;
             case EV_STEP_END: st = e.deferred ? deliver(vt, &e) : step_end(vt, &e); break;
-            case EV_CHAOS: st = chaos_event(vt, e.index); break;
+            case EV_CHAOS:
+                st = chaos_event(vt);
+                if (st == DLC_OK) st = chaos_queue_next(vt);
+                break;
             case EV_STEP_START: {
                 vlearner *v = &vt->L[e.learner];
                 v->start_queued = 0;

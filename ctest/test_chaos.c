@@ -352,6 +352,52 @@ static void test_link(void) {
     dlc_chaos_free(c);
 }
 
+/* The cursor: the timeline handed out in order, each event once and only when due; its
+ * fault with it; peek and position; a schedule changed after the cursor started refused;
+ * an empty schedule has nothing due. */
+static void test_cursor(void) {
+    dlc_chaos *c = dlc_chaos_new(2);
+    CHECK_OK(c);
+    if (!c) return;
+    CHECK(add(c, 1, DLC_FAULT_KILL, 0, 2, 0) == DLC_OK);
+    CHECK(add(c, 2, DLC_FAULT_KILL, 0, 2, 0) == DLC_OK); /* merged: one kill 1..4 */
+    CHECK(add(c, 1.5, DLC_FAULT_SLOW, 1, 3, 2) == DLC_OK);
+    CHECK(add(c, 2, DLC_FAULT_SLOW, 1, 3, 1.5) == DLC_OK); /* slows never merge */
+    dlc_chaos_cursor cur;
+    CHECK(dlc_chaos_cursor_init(&cur, c) == DLC_OK);
+    dlc_chaos_event ev;
+    const dlc_fault *f = NULL;
+    CHECK(dlc_chaos_cursor_peek(&cur) == 1);
+    CHECK(dlc_chaos_cursor_next(&cur, 0.5, &ev, &f) == 0); /* nothing due yet */
+    double want_t[] = {1, 1.5, 2, 4, 4.5, 5};
+    int want_begin[] = {1, 1, 1, 0, 0, 0};
+    dlc_fault_kind want_kind[] = {DLC_FAULT_KILL, DLC_FAULT_SLOW, DLC_FAULT_SLOW, DLC_FAULT_KILL, DLC_FAULT_SLOW,
+                                  DLC_FAULT_SLOW};
+    int k = 0;
+    for (double now = 0; now <= 6; now += 0.25) {
+        while (dlc_chaos_cursor_next(&cur, now, &ev, &f) == 1) {
+            CHECK(k < 6);
+            if (k >= 6) break;
+            CHECK(ev.t == want_t[k] && ev.t <= now && ev.begin == want_begin[k] && f && f->kind == want_kind[k]);
+            if (k == 0) CHECK(f->duration == 3); /* the merged kill */
+            k++;
+            CHECK(dlc_chaos_cursor_position(&cur) == k);
+        }
+    }
+    CHECK(k == 6);
+    CHECK(dlc_chaos_cursor_next(&cur, INFINITY, &ev, NULL) == 0 && isinf(dlc_chaos_cursor_peek(&cur)));
+    CHECK(add(c, 9, DLC_FAULT_CUT, 1, 1, 0) == DLC_OK);
+    CHECK_SFAILS(dlc_chaos_cursor_next(&cur, 10, &ev, NULL), DLC_ERR_STATE, "the schedule changed after the cursor");
+    CHECK(isinf(dlc_chaos_cursor_peek(&cur)));
+    CHECK(dlc_chaos_cursor_init(&cur, c) == DLC_OK && dlc_chaos_cursor_next(&cur, 1, &ev, NULL) == 1);
+    CHECK_SFAILS(dlc_chaos_cursor_init(NULL, c), DLC_ERR_ARG, "cur is NULL");
+    CHECK_SFAILS(dlc_chaos_cursor_next(&cur, 1, NULL, NULL), DLC_ERR_ARG, "ev is NULL");
+    dlc_chaos_free(c);
+    dlc_chaos *empty = dlc_chaos_new(1);
+    CHECK(dlc_chaos_cursor_init(&cur, empty) == DLC_OK && dlc_chaos_cursor_next(&cur, 1e9, &ev, NULL) == 0);
+    dlc_chaos_free(empty);
+}
+
 int main(void) {
     test_names();
     test_validation();
@@ -360,5 +406,6 @@ int main(void) {
     test_poisson_theory();
     test_streams();
     test_link();
+    test_cursor();
     return check_done("test_chaos");
 }

@@ -26,7 +26,9 @@
 void dlcL_open_chaos(lua_State *L, int mod, int st);
 
 typedef struct chaosbox {
-    dlc_chaos *c; /* owned; NULL when closed (or not yet acquired) */
+    dlc_chaos *c;         /* owned; NULL when closed (or not yet acquired) */
+    dlc_chaos_cursor cur; /* ch:due's, started by its first call */
+    int cur_started;
 } chaosbox;
 
 static dlc_chaos *checkchaos(lua_State *L, int arg) {
@@ -159,6 +161,8 @@ static int ch_count(lua_State *L) {
     return 1;
 }
 
+static void push_fault(lua_State *L, const dlc_fault *f);
+
 /* ch:get(i) -> {at =, kind =, learner = (1-based; nil for the syncer), duration =, factor = (slow only),
  * bandwidth =, latency = (link only, each nil when the link keeps its own)} */
 static int ch_get(lua_State *L) {
@@ -166,7 +170,12 @@ static int ch_get(lua_State *L) {
     lua_Integer i = luaL_checkinteger(L, 2);
     int n = dlc_chaos_count(c);
     if (i < 1 || i > n) return luaL_argerror(L, 2, lua_pushfstring(L, "fault %I out of range 1..%d", (LUAI_UACINT)i, n));
-    const dlc_fault *f = dlc_chaos_get(c, (int)i - 1);
+    push_fault(L, dlc_chaos_get(c, (int)i - 1));
+    return 1;
+}
+
+/* Pushes fault f as ch:get gives it. */
+static void push_fault(lua_State *L, const dlc_fault *f) {
     lua_createtable(L, 0, 5);
     lua_pushnumber(L, f->at);
     lua_setfield(L, -2, "at");
@@ -190,6 +199,41 @@ static int ch_get(lua_State *L) {
         lua_pushnumber(L, f->latency);
         lua_setfield(L, -2, "latency");
     }
+}
+
+/* ch:due(now) -> {t =, begin =, fault = (1-based), at =, kind =, learner =, duration =, ...} | nil
+ * The next event of the timeline at t <= now, each once, in timeline order (chaos.h, the
+ * cursor): the real run's supervisor reads the schedule as vtime does. */
+static int ch_due(lua_State *L) {
+    chaosbox *b = luaL_checkudata(L, 1, DLCL_CHAOS);
+    checkchaos(L, 1);
+    double now = luaL_checknumber(L, 2);
+    if (!b->cur_started) {
+        if (dlc_chaos_cursor_init(&b->cur, b->c) != DLC_OK) return dlcL_error(L);
+        b->cur_started = 1;
+    }
+    dlc_chaos_event ev;
+    const dlc_fault *f;
+    int got = dlc_chaos_cursor_next(&b->cur, now, &ev, &f);
+    if (got < 0) return dlcL_error(L);
+    if (got == 0) return lua_pushnil(L), 1;
+    push_fault(L, f);
+    lua_pushnumber(L, ev.t);
+    lua_setfield(L, -2, "t");
+    lua_pushboolean(L, ev.begin);
+    lua_setfield(L, -2, "begin");
+    lua_pushinteger(L, ev.index + 1);
+    lua_setfield(L, -2, "fault");
+    return 1;
+}
+
+/* ch:slow_factor(learner, t): the product of the factors of its slow faults active at t. */
+static int ch_slow_factor(lua_State *L) {
+    dlc_chaos *c = checkchaos(L, 1);
+    lua_Integer m = luaL_checkinteger(L, 2);
+    int M = dlc_chaos_learners(c);
+    if (m < 1 || m > M) return luaL_argerror(L, 2, lua_pushfstring(L, "learner %I out of range 1..%d", (LUAI_UACINT)m, M));
+    lua_pushnumber(L, dlc_chaos_slow_factor(c, (int)m - 1, luaL_checknumber(L, 3)));
     return 1;
 }
 
@@ -235,7 +279,8 @@ static int ch_tostring(lua_State *L) {
 
 static const luaL_Reg chaos_methods[] = {
     {"add", ch_add},           {"poisson", ch_poisson},       {"count", ch_count}, {"get", ch_get},
-    {"timeline", ch_timeline}, {"down_share", ch_down_share}, {NULL, NULL},
+    {"timeline", ch_timeline}, {"down_share", ch_down_share}, {"due", ch_due}, {"slow_factor", ch_slow_factor},
+    {NULL, NULL},
 };
 static const luaL_Reg chaos_meta[] = {{"__len", ch_count}, {"__tostring", ch_tostring}, {NULL, NULL}};
 static const dlcL_type chaos_type = {DLCL_CHAOS, chaos_release, chaos_methods, chaos_meta, NULL};

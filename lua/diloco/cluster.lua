@@ -551,6 +551,8 @@ end
 
 local function fault(ctx, info)
   info.wall_s = elapsed(ctx)
+  -- the time on the fault schedule's clock (the recipe's `at`; sim's virtual_s)
+  if ctx.chaos_t0 then info.schedule_s = info.wall_s - ctx.chaos_t0 end
   write(ctx, "fault", info)
   if M.counts_as_fault(info) then ctx.faults = ctx.faults + 1 end
   if ctx.recipe.hooks.on_fault then hook("on_fault", ctx.recipe.hooks.on_fault, info) end
@@ -965,30 +967,51 @@ end
 
 -- ---- chaos on real processes ----
 
-local function chaos_timeline(ctx)
-  local c = ctx.recipe.chaos
-  local tl = {}
-  for _, e in ipairs(c and c.events or {}) do tl[#tl + 1] = e end
-  if c and c.random then
-    local ch = islands.chaos({ islands = ctx.recipe.islands, chaos = { events = {}, random = c.random, seed = c.seed } },
-      ctx.opts.horizon or 3600)
-    for i = 1, ch and #ch or 0 do
-      local f = ch:get(i)
-      tl[#tl + 1] = { at = f.at, kind = f.kind, learner = f.learner, duration = f.duration }
-    end
+-- The recipe's fault schedule as sim builds it (islands.chaos over core/chaos.h: scripted
+-- and random faults merged by one set of rules, ties in one order), read through its
+-- cursor (Chaos:due) on the wall clock since the learners started; nil without faults.
+-- The MPI rank a scripted kill names, by (learner, at): a merged kill keeps the first's at.
+local function chaos_schedule(ctx)
+  local r = ctx.recipe
+  local ch = islands.chaos(r, ctx.opts.horizon or 3600)
+  ctx.chaos_ranks = {}
+  for _, e in ipairs(r.chaos and r.chaos.events or {}) do
+    if e.rank and e.kind == "kill" then ctx.chaos_ranks[e.learner .. "@" .. e.at] = e.rank end
   end
-  table.sort(tl, function(a, b) return a.at < b.at end)
-  return tl
+  return ch
+end
+
+-- A slow fault of learner m began or ended at t: its step time is now the product of the
+-- factors of those under way (chaos.h); none left, it runs at full speed again.
+local function slow_changed(ctx, m, L, t)
+  local factor = ctx.chaos:slow_factor(m, t)
+  if not L.pid then return end
+  if L.slow and factor == 1 then
+    L.slow.untl = elapsed(ctx) -- (the duty cycle lets it run, then forgets it)
+  elseif L.slow then
+    L.slow.factor = factor
+  elseif factor ~= 1 then
+    -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
+    L.slow = { factor = factor, t0 = elapsed(ctx), untl = math.huge, running = true }
+  end
 end
 
 local function chaos_due(ctx)
-  local now = elapsed(ctx) - (ctx.chaos_t0 or 0)
-  while ctx.chaos_next <= #ctx.chaos and ctx.chaos[ctx.chaos_next].at <= now and not ctx.stopping do
-    local e = ctx.chaos[ctx.chaos_next]
-    ctx.chaos_next = ctx.chaos_next + 1
+  if not ctx.chaos then return end
+  while not ctx.stopping do
+    local e = ctx.chaos:due(elapsed(ctx) - (ctx.chaos_t0 or 0))
+    if not e then break end
     local L = e.learner and ctx.learners[e.learner]
     local down = e.duration or math.huge
-    if e.kind == "kill" and L and L.pid then
+    e.rank = e.learner and e.kind == "kill" and ctx.chaos_ranks[e.learner .. "@" .. e.at] or nil
+    if not e.begin then
+      -- the ends of kills, pauses, cuts, links and syncer outages are the timers their
+      -- begins set (their merged durations); a slow's end changes the product
+      if e.kind == "slow" and L then
+        slow_changed(ctx, e.learner, L, e.t)
+        if L.pid then fault(ctx, { kind = "slow", learner = e.learner, begin = false }) end
+      end
+    elseif e.kind == "kill" and L and L.pid then
       L.chaos_kill = true
       L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
       island(ctx, e.learner, "down")
@@ -1005,9 +1028,8 @@ local function chaos_due(ctx)
       island(ctx, e.learner, "paused")
       fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
     elseif e.kind == "slow" and L and L.pid then
-      -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
-      L.slow = { factor = e.factor or 2, t0 = elapsed(ctx), untl = elapsed(ctx) + down, running = true }
-      fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = L.slow.factor,
+      slow_changed(ctx, e.learner, L, e.t)
+      fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = e.factor,
         duration = down < math.huge and down or nil })
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
@@ -1080,10 +1102,7 @@ local function chaos_due(ctx)
         signal_learner(ctx, m, run and "CONT" or "STOP")
         sl.running = run
       end
-      if now >= sl.untl then
-        L.slow = nil
-        fault(ctx, { kind = "slow", learner = m, begin = false })
-      end
+      if now >= sl.untl then L.slow = nil end -- (its end's fault event: chaos_due)
     elseif sl and not L.pid then
       L.slow = nil -- it died meanwhile
     end
@@ -1524,7 +1543,7 @@ function M.serve(r, opts)
     say(ctx, "%s: %d islands (%s), %s parameters; syncer at %s (run %s)", r.name or "run", r.islands.count,
       r.sync.preset, diloco.progress.human(ctx.n_params), ctx.address, ctx.run_id)
     if ctx.supervising then
-      ctx.chaos, ctx.chaos_next = chaos_timeline(ctx), 1
+      ctx.chaos = chaos_schedule(ctx)
       for m = 1, r.islands.count do
         if r.islands.list[m].ranks and not ctx.mpirun then ctx.mpirun = M.find_mpirun(m, r.islands.list[m].ranks) end
       end

@@ -376,7 +376,7 @@ local function finish(ctx, err)
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
     final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
     goodput = st.goodput, uptime = st.uptime, bytes_up = st.bytes_up, bytes_down = st.bytes_down,
-    wall_s = wall, virtual_s = st.virtual_s, idle = idle, train_s = wall, tokens_per_s = tokens / math.max(wall, 1e-9),
+    wall_s = wall, virtual_s = st.virtual_s, horizon_s = st.horizon, idle = idle, train_s = wall, tokens_per_s = tokens / math.max(wall, 1e-9),
     params = ctx.n_params, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error,
     recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,

@@ -148,6 +148,38 @@ DLC_API double dlc_chaos_slow_factor(const dlc_chaos *c, int learner, double t);
  * arguments or a learner out of range (nothing changed). */
 DLC_API dlc_status dlc_chaos_link_at(const dlc_chaos *c, int learner, double t, double *bandwidth, double *latency);
 
+/* ---- a cursor: the timeline as a driver consumes it ----
+ *
+ * Both drivers read a schedule through one: vtime (core/vtime.c) at its virtual clock, the
+ * real run's supervisor (lua/diloco/cluster.lua, diloco.Chaos:due) at the wall clock since
+ * its start.  It walks the merged timeline in order (so both see the same faults, merged
+ * by the same rules, ties in the same order) and hands out each event once, when it is
+ * due.  A schedule changed after its cursor started is refused (DLC_ERR_STATE): the
+ * positions walked would no longer mean the same faults.
+ *
+ *     dlc_chaos_cursor cur;
+ *     dlc_chaos_cursor_init(&cur, c);
+ *     dlc_chaos_event ev;
+ *     const dlc_fault *f;
+ *     while (dlc_chaos_cursor_next(&cur, now, &ev, &f) == 1) ... f begins (ev.begin) or ends ...
+ */
+typedef struct dlc_chaos_cursor {
+    dlc_chaos *c;  /* borrowed */
+    int next;      /* timeline events handed out */
+    uint64_t gen;  /* the schedule's change count when the cursor started */
+} dlc_chaos_cursor;
+
+/* Starts a cursor at the first event of c's timeline.  DLC_ERR_ARG for NULL arguments. */
+DLC_API dlc_status dlc_chaos_cursor_init(dlc_chaos_cursor *cur, dlc_chaos *c);
+/* The next event at ev->t <= now: 1 with *ev and (f not NULL) *f, its fault (borrowed);
+ * 0 when none is due yet or none is left; a negative dlc_status when the schedule changed
+ * since the cursor started (DLC_ERR_STATE) or its timeline could not be built. */
+DLC_API int dlc_chaos_cursor_next(dlc_chaos_cursor *cur, double now, dlc_chaos_event *ev, const dlc_fault **f);
+/* The time of the next event, INFINITY when none is left (or on an error above). */
+DLC_API double dlc_chaos_cursor_peek(dlc_chaos_cursor *cur);
+/* Events handed out so far. */
+DLC_API int dlc_chaos_cursor_position(const dlc_chaos_cursor *cur);
+
 #ifdef __cplusplus
 }
 #endif

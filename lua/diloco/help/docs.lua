@@ -225,6 +225,8 @@ D["Chaos:count"] = "ch:count() -> integer\nThe number of faults (also #ch)."
 D["Chaos:get"] = "ch:get(i) -> {at =, kind =, learner =, duration =, factor =}\nFault i (1-based)."
 D["Chaos:timeline"] = "ch:timeline() -> {{t =, fault =, begin =}, ...}\nBegins and ends sorted by time (ends first on ties)."
 D["Chaos:down_share"] = "ch:down_share(learner, horizon) -> number\nThe share of [0, horizon] the learner is down."
+D["Chaos:due"] = "ch:due(now) -> {t =, begin =, fault =, at =, kind =, learner =, duration =, ...} | nil\nThe next begin or end of the timeline at t <= now, each once, in order: the schedule as run's supervisor and sim read it (chaos.h's cursor); an error once the schedule changed after the first call."
+D["Chaos:slow_factor"] = "ch:slow_factor(learner, t) -> number\nThe product of the factors of its slow faults active at t (1: none)."
 D["Chaos:close"] = "ch:close()\nReleases the schedule."
 
 D["VTime"] = "VTime: the virtual-time driver (diloco.VTime{...}); :next() returns events the host answers.  docs/sim.md"
