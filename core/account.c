@@ -130,7 +130,7 @@ dlc_status dlc_account_set_work(dlc_account *a, int m, const dlc_account_work *w
     if (!w) return dlc_error(DLC_ERR_ARG, "account_set_work: NULL work");
     const dlc_learner_account *f = &w->fates;
     const struct { const char *name; double v; } fields[] = {
-        {"busy_s", w->busy_s},           {"idle_s", w->idle_s},
+        {"busy_s", w->busy_s},           {"idle_s", w->idle_s},           {"steps", w->steps},
         {"nominal_tps", w->nominal_tps}, {"merged_steps", w->merged_steps},
         {"sent_steps", f->sent_steps},   {"overwritten_steps", f->overwritten_steps},
         {"kept_steps", f->kept_steps},   {"discarded_steps", f->discarded_steps},
@@ -214,7 +214,11 @@ static void row_of(const dlc_account *a, const island *i, double t_end, dlc_acco
     double useful = f->sent_s * merged + f->kept_s, over = f->overwritten_s, unsent = f->unsent_s;
     double dropped = f->sent_s * (1 - merged) + f->discarded_s;
     double counted = useful + over + unsent + dropped;
-    if (counted > busy) { /* the compute is what ran */
+    if (counted == 0 && w->steps > 0) {
+        /* no account of its processes (their metrics are not the driver's to read): the
+         * merged share of its steps is useful, the fate of the rest unknown (other) */
+        useful = busy * (w->merged_steps < w->steps ? w->merged_steps / w->steps : 1);
+    } else if (counted > busy) { /* the compute is what ran */
         double k = counted > 0 ? busy / counted : 0;
         useful *= k, over *= k, unsent *= k, dropped *= k;
     } else {

@@ -136,7 +136,8 @@ static void test_ready_tail(void) {
     dlc_account_free(a);
 }
 
-/* Fates worth more than the compute (rounding, or steps of unequal length): scaled to it. */
+/* Fates worth more than the compute (rounding, or steps of unequal length): scaled to it;
+ * no fates at all, the merged share of its steps. */
 static void test_fates_scaled(void) {
     dlc_account *a = dlc_account_new(1, 0);
     CHECK_OK(a);
@@ -150,6 +151,17 @@ static void test_fates_scaled(void) {
     CHECK(dlc_account_row_of(a, 0, 10, &r) == DLC_OK);
     /* useful 4, over 4, unsent 4, dropped 4 + 4 = 8: 20 counted for 10 run */
     check_row(&r, (double[]){2, 2, 4, 2, 0, 0, 0, 0}, 10, __LINE__);
+    /* no fates known (a syncer started by hand reads no learner's metrics): the merged
+     * share of its steps useful, the rest other, nothing called dropped */
+    w = work(8, 2, 1);
+    w.steps = 40, w.merged_steps = 30;
+    CHECK(dlc_account_set_work(a, 0, &w) == DLC_OK);
+    CHECK(dlc_account_row_of(a, 0, 10, &r) == DLC_OK);
+    check_row(&r, (double[]){6, 0, 0, 0, 0, 2, 0, 2}, 10, __LINE__);
+    w.merged_steps = 50; /* (more merged than it says it ran: all of it) */
+    CHECK(dlc_account_set_work(a, 0, &w) == DLC_OK);
+    CHECK(dlc_account_row_of(a, 0, 10, &r) == DLC_OK);
+    check_row(&r, (double[]){8, 0, 0, 0, 0, 2, 0, 0}, 10, __LINE__);
     dlc_account_free(a);
 }
 

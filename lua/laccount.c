@@ -7,7 +7,7 @@
  *     local a = diloco.Account(2, t0)                 -- 2 islands (1..2), window from t0
  *     a:enter(1, "up", t0)                            -- off, starting, up, down, paused, held, done
  *     a:merge(t, useful_tokens)
- *     a:set_work(1, { busy_s = 40, idle_s = 3, nominal_tps = 900, merged_steps = 12,
+ *     a:set_work(1, { busy_s = 40, idle_s = 3, nominal_tps = 900, merged_steps = 12, steps = 20,
  *                     fates = l:account() })        -- learner.h's fields (sent_s, ...)
  *     local shares, seconds = a:row(1, t_end)         -- { useful = 0.61, ..., other = 0.02 }
  *     local total = a:total(t_end)
@@ -117,7 +117,7 @@ static int ac_set_work(lua_State *L) {
     luaL_checktype(L, 3, LUA_TTABLE);
     dlc_account_work w = {.busy_s = field(L, 3, "busy_s", 0), .idle_s = field(L, 3, "idle_s", 0),
                           .ready_since = field(L, 3, "ready_since", -1), .nominal_tps = field(L, 3, "nominal_tps", 0),
-                          .merged_steps = field(L, 3, "merged_steps", 0)};
+                          .merged_steps = field(L, 3, "merged_steps", 0), .steps = field(L, 3, "steps", 0)};
     int ty = lua_getfield(L, 3, "fates");
     if (ty == LUA_TTABLE) {
         int f = lua_gettop(L);

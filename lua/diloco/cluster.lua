@@ -1145,7 +1145,13 @@ local function learner_progress(ctx, m)
   return L.progress
 end
 
+-- What learner m is doing, as the display shows it.  A syncer started by hand (serve)
+-- supervises no process: it knows what the learner's connection says.
 local function learner_state(ctx, m, L, i)
+  if not ctx.supervising then
+    if L.bye then return "done" end
+    return i.connected and "training" or (L.joined and "lost" or "not joined yet")
+  end
   if L.state == "running" then return i.connected and "training" or (L.joined and "lost" or "joining") end
   if L.state == "down" and L.restart_at then
     return string.format("down (%s, back in %.1fs)", L.down_cause or "?", math.max(0, L.restart_at - elapsed(ctx)))
@@ -1153,8 +1159,19 @@ local function learner_state(ctx, m, L, i)
   return L.state
 end
 
+-- The run's progress for the display: its step of the recipe's steps and the time left
+-- at the pace it has kept since the learners started.
+local function progress_text(ctx, now)
+  local step, total = ctx.syncer and run_step(ctx) or 0, ctx.recipe.steps
+  local ran = now - ctx.account:t0()
+  local eta = step > 0 and step < total and ran > 0 and (total - step) * ran / step or nil
+  return string.format("step %d/%d%s", step, total, eta and ", ETA " .. diloco.progress.duration(eta) or "")
+end
+
 -- The live display: on a terminal a block of lines redrawn every second (a global line,
--- then one per learner); otherwise the same lines every 5 s.
+-- then one per learner), each cut to the terminal's width; otherwise the same lines
+-- every 5 s.  Its shares are the account's (core/account.h), as of now: what the end
+-- table will say, with the time since each learner's last report still to come.
 local function display(ctx, force)
   local now = elapsed(ctx)
   local tty = diloco.isatty(2)
@@ -1168,21 +1185,27 @@ local function display(ctx, force)
     local p = learner_progress(ctx, m)
     local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
     M.island_work(ctx, m, i) -- what the end reads, as of now
-    lines[#lines + 1] = string.format("  L%-2d %-22s step %6d  loss %s  %s tok/s  idle %s", m,
-      learner_state(ctx, m, L, i), p and p.step or i.steps, p and p.loss and string.format("%.4f", p.loss) or "   -  ",
-      diloco.progress.human(tps), p and p.wall_s and p.wait_s and
-      string.format("%.1f%%", 100 * p.wait_s / math.max(p.wall_s, 1e-9)) or "-")
+    local a = ctx.account:row(m, now)
+    lines[#lines + 1] = string.format("  L%-2d %-22s step %6d/%d  loss %s  %s tok/s  useful %s  down %s  waiting %s",
+      m, learner_state(ctx, m, L, i), p and p.step or i.steps, ctx.recipe.steps,
+      p and p.loss and string.format("%.4f", p.loss) or "   -  ", diloco.progress.human(tps),
+      string.format("%.0f%%", 100 * a.useful), string.format("%.0f%%", 100 * a.down),
+      string.format("%.0f%%", 100 * a.waiting))
   end
   local goodput = ctx.account:goodput(now)
-  local head = string.format("[%6.1fs] %d merges, goodput so far %s, %s up / %s down%s", now, ctx.merges,
-    goodput > 0 and string.format("%.1f%%", 100 * goodput) or "-",
+  local head = string.format("[%6.1fs] %s, %d merges, goodput so far %s, %s up / %s down%s", now,
+    progress_text(ctx, now), ctx.merges, goodput > 0 and string.format("%.1f%%", 100 * goodput) or "-",
     diloco.progress.human(st.bytes_in + (ctx.bytes_prev_in or 0)) .. "B",
     diloco.progress.human(st.bytes_out + (ctx.bytes_prev_out or 0)) .. "B",
     ctx.last_eval and string.format(", last eval %.4f", ctx.last_eval.loss) or "")
+  local width = tty and (diloco.terminal_size(2)) or nil
+  local function fit(l) -- (the last column free: a full line would wrap on some terminals)
+    return width and width > 1 and #l > width - 1 and l:sub(1, width - 1) or l
+  end
   local out = {}
   if tty and ctx.drawn then out[#out + 1] = string.format("\27[%dA", ctx.drawn) end -- up over the last block
-  out[#out + 1] = "\27[2K" .. head .. "\n"
-  for _, l in ipairs(lines) do out[#out + 1] = (tty and "\27[2K" or "") .. l .. "\n" end
+  out[#out + 1] = "\27[2K" .. fit(head) .. "\n"
+  for _, l in ipairs(lines) do out[#out + 1] = (tty and "\27[2K" or "") .. fit(l) .. "\n" end
   if not tty then out[1] = head .. "\n" end
   io.stderr:write(table.concat(out))
   io.stderr:flush()
@@ -1283,10 +1306,12 @@ function M.island_work(ctx, m, i, acc)
   end
   if tps and not (tps > 0 and tps < math.huge) then tps = nil end
   local function seconds(x) return type(x) == "number" and x >= 0 and x < math.huge and x or 0 end
-  local merged = i.merged_steps
-  ctx.account:set_work(m, { busy_s = seconds(acc and acc.train_s), idle_s = seconds(acc and acc.wait_s)
-    + seconds(acc and acc.startup_s), nominal_tps = tps or 0, merged_steps = seconds(merged),
-    fates = acc and acc.fates or nil })
+  -- without its metrics (a syncer started by hand): its compute from the steps it reported
+  -- at its step time, the fate of the unmerged ones unknown (core/account.h, work.steps)
+  local busy = own and acc.train_s or seconds(seconds(steps) * seconds(i.step_time))
+  ctx.account:set_work(m, { busy_s = seconds(busy), idle_s = seconds(acc and acc.wait_s)
+    + seconds(acc and acc.startup_s), nominal_tps = tps or 0, merged_steps = seconds(i.merged_steps),
+    steps = not own and seconds(steps) or 0, fates = acc and acc.fates or nil })
   return acc, steps, tokens, tps
 end
 

@@ -35,7 +35,8 @@
  *   done         finished its steps before the end, or (work.ready_since) up and ready with
  *                no step to take before the end;
  *   other        what no measure covers: off (before its first start, by-hand launches the
- *                run never saw), and time up that its processes' own measures miss.
+ *                run never saw), time up that its processes' own measures miss, and
+ *                compute whose fate no account says (work.steps).
  * Up time is split by the work: computing (busy_s) by fate, waiting (idle_s), the rest
  * other; when busy_s + idle_s exceed the up time (a process's clock also ran while it
  * was paused) both are scaled to it, so a row always sums to the window.  Compute by
@@ -96,6 +97,10 @@ typedef struct dlc_account_work {
                                 * in the total, no capacity) */
     dlc_learner_account fates; /* its compute by fate (learner.h), over its processes */
     double merged_steps;       /* of the steps it sent, those the syncer merged (syncer.h) */
+    double steps;              /* the inner steps it ran; used only when fates are all 0
+                                * (its processes' accounts unknown, as to a syncer started
+                                * by hand): then merged_steps / steps of its compute is
+                                * useful and the rest other */
 } dlc_account_work;
 
 typedef struct dlc_account_row {
