@@ -1,6 +1,6 @@
 /*
  * laccount.c - diloco.Account: the run's account (core/account.h) from Lua, as the real
- * run's supervisor keeps it (lua/diloco/cluster.lua): islands' state changes, the work
+ * run's supervisor keeps it (lua/diloco/supervisor.lua, cluster.lua): islands' state changes, the work
  * their processes measured, the merges; rows, total, goodput and uptime computed by the
  * same C code `sim` uses.
  *

@@ -1,6 +1,6 @@
 /*
  * lproc.c - diloco.proc: the child processes of a supervisor (`diloco-lua run` with
- * several islands, lua/diloco/cluster.lua).  A supervisor owns exactly the pids it
+ * several islands, lua/diloco/supervisor.lua).  A supervisor owns exactly the pids it
  * spawned: wait and signal refuse any other pid.
  *
  *   local pid = assert(diloco.proc.spawn { "/usr/bin/diloco-lua", "learner", "r.lua",

@@ -320,7 +320,7 @@ describe("run's account of a learner's processes", function()
       { "join", step = 45, tokens = 350, startup_s = 0.25 },
       { "step", step = 50, tokens = 400, train_s = 0.5, wait_s = 0, wall_s = 0.6 },
     })
-    local acc = require("diloco.cluster").learner_account(S.dir, 2)
+    local acc = require("diloco.runview").learner_account(S.dir, 2)
     S.cleanup()
     assert.are.equal(3, acc.processes)
     assert.are.equal(20 + 15 + 5, acc.steps)

@@ -1,4 +1,8 @@
--- diloco.cluster: the syncer of a real run, and the supervisor of its learner processes.
+-- diloco.cluster: the syncer of a real run, its host: it starts the syncer (and again after a
+-- fault, from its checkpoint), takes its events into the run's metrics and account,
+-- evaluates and saves the global model, and runs the loop that the supervisor of the
+-- learner processes (lua/diloco/supervisor.lua) and the display (lua/diloco/runview.lua)
+-- take their turns in; what they share is lua/diloco/runctx.lua.
 --
 --   diloco-lua run RECIPE      (islands.count > 1)  M.run: the syncer in this process,
 --                              M learner processes (diloco-lua learner, exec'd), chaos
@@ -13,16 +17,17 @@ local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
 local hook = islands.hook
+local rc = require "diloco.runctx"
+local sup = require "diloco.supervisor"
+local view = require "diloco.runview"
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
-
--- Limits of the supervisor: every wait has a deadline (the recipe's runtime section
--- sets the join deadline, the drain and the restart budget).
-M.STOP_TIMEOUT = 60       -- s: learners asked to stop must be gone within this, else KILL
-M.SLOW_PERIOD = 0.5       -- s: a chaos slow event runs its learner 1/factor of each period
-M.RESTART_MIN = 1         -- s: the first restart of a crashed learner waits this,
-M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
+local write, median, elapsed, island, say, run_step, fault = rc.write, rc.median, rc.elapsed, rc.island, rc.say,
+  rc.run_step, rc.fault
+local signal_learner, hold_others, begin_rollback, log_tail = sup.signal_learner, sup.hold_others, sup.begin_rollback,
+  sup.log_tail
+local display, learner_progress, tokens_so_far = view.display, view.learner_progress, view.tokens_so_far
 
 -- The runtime section's durations in seconds.
 function M.runtime(r)
@@ -41,18 +46,7 @@ local function random_hex(n)
   return (b:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
-local function write(ctx, event, fields)
-  local ok, err = ctx.metrics:write(event, fields)
-  if not ok then fail("%s", err) end
-end
 
-local function median(xs)
-  if #xs == 0 then return nil end
-  local c = table.move(xs, 1, #xs, 1, {})
-  table.sort(c)
-  local n = #c
-  return n % 2 == 1 and c[(n + 1) // 2] or 0.5 * (c[n // 2] + c[n // 2 + 1])
-end
 
 -- ---- the syncer ----
 
@@ -156,15 +150,9 @@ local function write_global(ctx, path, merges)
     ["diloco.step"] = tostring(merges) })
 end
 
--- Whether a fault event (its fields) counts in the summary's `faults`: each fault seen
--- once, at its begin (a fault's end, begin = false, and a recovery, kind joined or
--- recovered, do not count; those without begin, lost or crash, do).
-function M.counts_as_fault(e)
-  return e.begin ~= false and e.kind ~= "joined" and e.kind ~= "recovered"
-end
 
 -- What OUT/metrics.jsonl at path counts before a --resume, for the run's summary: its
--- reject events, its fault events that count (M.counts_as_fault) and its syncer restarts
+-- reject events, its fault events that count (runctx.counts_as_fault) and its syncer restarts
 -- (resume events, and chaos syncer faults' ends).
 function M.past_counts(path)
   local c = { rejects = 0, faults = 0, syncer_restarts = 0 }
@@ -178,7 +166,7 @@ function M.past_counts(path)
     elseif line:find('^{"event":"fault"') then
       local e = diloco.json_decode(line)
       if type(e) == "table" then
-        if M.counts_as_fault(e) then c.faults = c.faults + 1 end
+        if rc.counts_as_fault(e) then c.faults = c.faults + 1 end
         if e.kind == "syncer" and e.begin == false then c.syncer_restarts = c.syncer_restarts + 1 end
       end
     end
@@ -300,11 +288,6 @@ local function maybe_save_syncer(ctx)
   if (by_merges or by_time) and total > ctx.merges_saved then save_syncer(ctx) end
 end
 
-local function elapsed(ctx) return diloco.clock() - ctx.t_start end
-
--- Learner m's island is in `state` from now on (core/account.h: off, starting, up, down,
--- paused, held, done).
-local function island(ctx, m, state) ctx.account:enter(m, state, elapsed(ctx)) end
 
 -- Sets up OUT, the global model and the syncer.  opts: out, listen, metrics, overwrite,
 -- quiet, command, run_id, secret_file, address_file, advertise, net.
@@ -450,6 +433,9 @@ local function prepare(r, opts)
     error(err, 0)
   end
   for m = 1, Mn do ctx.learners[m] = { id = m, state = "starting", crashes = 0 } end
+  -- what the supervisor asks of the syncer (lua/diloco/supervisor.lua: rollbacks, chaos)
+  ctx.host = { start_syncer = M.start_syncer, save_syncer = save_syncer, restore_counts = restore_counts,
+    link_of = M.link_of }
   -- the account (core/account.h): the islands' states as the supervisor sees them, the
   -- merges; over the training window, from now (a resumed syncer: the run's start of it)
   ctx.account = diloco.Account(Mn, ctx.resumed_train_start or elapsed(ctx))
@@ -460,24 +446,8 @@ local function prepare(r, opts)
   return ctx
 end
 
-local function say(ctx, fmt, ...)
-  ctx.drawn = nil -- the live block is not redrawn over this line
-  if not ctx.quiet then
-    io.stderr:write(string.format(fmt, ...), "\n")
-    io.stderr:flush()
-  end
-end
 
 
--- The run's step: the median of the learners' reported schedule steps.
-local function run_step(ctx)
-  local xs = {}
-  for m = 1, ctx.recipe.islands.count do
-    local i = ctx.syncer:learner(m)
-    if i.joined then xs[#xs + 1] = i.steps end
-  end
-  return math.floor(median(xs) or 0)
-end
 
 -- The global model into ctx.params: the syncer's Θ; in data parallel (no Θ at the syncer,
 -- every learner holds the same model) the newest model a learner saved in OUT/learner-N.
@@ -531,7 +501,6 @@ local function evaluate_global(ctx, final, ev)
   return train.evaluate(ctx.model, loaders, ctx.recipe.eval.batches)
 end
 
-local tokens_so_far -- (below, with the learners' accounts)
 
 local function maybe_eval(ctx)
   local r = ctx.recipe
@@ -549,63 +518,7 @@ local function maybe_eval(ctx)
   say(ctx, "eval at step %d: global loss %.4f", step, e.loss)
 end
 
-local function fault(ctx, info)
-  info.wall_s = elapsed(ctx)
-  -- the time on the fault schedule's clock (the recipe's `at`; sim's virtual_s)
-  if ctx.chaos_t0 then info.schedule_s = info.wall_s - ctx.chaos_t0 end
-  write(ctx, "fault", info)
-  if M.counts_as_fault(info) then ctx.faults = ctx.faults + 1 end
-  if ctx.recipe.hooks.on_fault then hook("on_fault", ctx.recipe.hooks.on_fault, info) end
-end
 
--- runtime.elastic = false (non-elastic data parallel, the baseline of the chaos
--- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
--- go on together once it is back.
--- An island of several ranks (islands[m].ranks > 1, docs/mpi.md) runs as one mpirun job:
--- L.pid is mpirun's.  mpirun puts each rank in a process group of its own and, killed
--- alone, leaves them running, so its ranks are signalled by pid (each checked to be a
--- child of that mpirun): STOP, CONT and KILL reach every rank (KILL then mpirun too);
--- TERM goes to rank 0, the learner, which stops its ranks and ends in order.
-local function rank_pid(ctx, m, k)
-  local f = io.open(string.format("%s/learner-%d/rank-%d.pid", ctx.out, m, k), "r")
-  local pid = f and math.tointeger(tonumber(f:read("l") or ""))
-  if f then f:close() end
-  return pid
-end
-
-local function signal_learner(ctx, m, sig)
-  local L = ctx.learners[m]
-  if not L.pid then return nil end
-  if not L.ranks then return diloco.proc.signal(L.pid, sig) end
-  if sig == "TERM" then
-    local pid = rank_pid(ctx, m, 0)
-    if pid and diloco.proc.signal_grandchild(L.pid, pid, "TERM") then return true end
-    return diloco.proc.signal(L.pid, "TERM") -- rank 0 not up yet: mpirun ends its job
-  end
-  for _, pid in ipairs(diloco.proc.children(L.pid)) do diloco.proc.signal_grandchild(L.pid, pid, sig) end
-  if sig == "KILL" then return diloco.proc.signal(L.pid, "KILL") end
-  return true
-end
-
-local function hold_others(ctx)
-  if ctx.rt.elastic or not ctx.supervising or ctx.job_rollbacks then return end
-  local anyone_lost = false
-  for _, L in ipairs(ctx.learners) do
-    anyone_lost = anyone_lost or (L.lost and L.state ~= "done") or L.state == "down"
-  end
-  for m, L in ipairs(ctx.learners) do
-    local hold = anyone_lost and not L.lost and L.state == "running"
-    if L.pid and hold ~= (L.held or false) then
-      signal_learner(ctx, m, hold and "STOP" or "CONT")
-      L.held = hold
-      island(ctx, m, hold and "held" or "up")
-      fault(ctx, { kind = "held", learner = m, begin = hold })
-    end
-  end
-end
-
--- runtime.elastic = false in data parallel: a failure rolls every learner back (below).
-local begin_rollback
 
 local function requorum(ctx)
   if ctx.syncer and type(ctx.recipe.sync.quorum) == "function" then
@@ -718,500 +631,6 @@ local function pump_syncer(ctx, timeout)
   end
 end
 
--- ---- the learner processes (run) ----
-
-local function learner_argv(ctx, m, fresh, rollback)
-  local o = ctx.opts
-  local argv = { diloco.proc.self_exe(), "learner", o.recipe_path, "--connect", ctx.address, "--id", tostring(m),
-    "--out", string.format("%s/learner-%d", ctx.out, m), "--secret-file", ctx.secret_file, "--run-id", ctx.run_id,
-    "--quiet" }
-  if fresh then argv[#argv + 1] = "--overwrite" end -- a new run: nothing of an earlier one is continued
-  if rollback then
-    argv[#argv + 1] = "--restart-at"
-    argv[#argv + 1] = tostring(rollback)
-  end
-  for _, s in ipairs(o.set or {}) do
-    argv[#argv + 1] = "--set"
-    argv[#argv + 1] = s
-  end
-  return argv
-end
-
-local function spawn(ctx, m, fresh, rollback)
-  local L = ctx.learners[m]
-  local dir = string.format("%s/learner-%d", ctx.out, m)
-  diloco.mkdir_p(dir)
-  if fresh then -- a new run: the display must not read an earlier run's progress
-    os.remove(dir .. "/metrics.jsonl")
-    if L.tail then L.tail:close() end
-    L.tail, L.progress = nil, nil
-  end
-  local threads = tostring(ctx.recipe.threads or 1)
-  local argv = learner_argv(ctx, m, fresh, rollback)
-  argv.env = { OMP_NUM_THREADS = threads, OPENBLAS_NUM_THREADS = threads, DILOCO_SUPERVISOR = tostring(diloco.proc.pid()) }
-  local R = ctx.recipe.islands.list[m].ranks
-  L.ranks = R
-  if R then
-    -- an island of R ranks: one mpirun job on this machine (its ranks inherit the
-    -- environment), unbound (several jobs share the cores), tied to this process
-    for k = 0, R - 1 do os.remove(string.format("%s/rank-%d.pid", dir, k)) end
-    table.move(argv, 1, #argv, 7, argv)
-    argv[1], argv[2], argv[3], argv[4], argv[5], argv[6] = ctx.mpirun, "--oversubscribe", "--bind-to", "none", "-np",
-      tostring(R)
-    argv.env.OMPI_ALLOW_RUN_AS_ROOT, argv.env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = "1", "1"
-    -- a rank that died ends the job at once: the others are killed without the second
-    -- of grace mpirun gives by default (rank 0 takes a TERM for a clean stop, and a rank
-    -- whose peer died is stuck in a collective that never completes)
-    argv.env.OMPI_MCA_odls_base_sigkill_timeout = "0"
-    argv.parent_death = "KILL"
-  end
-  argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
-  local pid, err = diloco.proc.spawn(argv)
-  if not pid then fail("starting learner %d: %s", m, err) end
-  L.pid, L.state, L.started = pid, "running", elapsed(ctx)
-  island(ctx, m, "up")
-  L.restart_at, L.bye, L.joined = nil, false, false
-  return pid
-end
-
--- The last lines of a learner's log, for a message about its death.
-local function log_tail(ctx, m)
-  local f = io.open(string.format("%s/learner-%d/log", ctx.out, m), "r")
-  if not f then return "" end
-  local lines = {}
-  for line in f:lines() do
-    lines[#lines + 1] = line
-    if #lines > 3 then table.remove(lines, 1) end
-  end
-  f:close()
-  return table.concat(lines, " | ")
-end
-
--- Reaps the learners that ended: done, killed by chaos, crashed (restart with backoff).
-local function reap(ctx)
-  for m, L in ipairs(ctx.learners) do
-    if L.pid then
-      local st = diloco.proc.wait(L.pid)
-      if st then
-        L.pid = nil
-        local now = elapsed(ctx)
-        island(ctx, m, "off") -- (gone: down or done below, else no measure covers it)
-        if L.stop_expected then -- killed because a non-elastic run cannot go on
-          L.state = "stopped"
-        elseif L.chaos_kill and ctx.stopping then -- killed by chaos or a rollback, reaped after a stop
-          L.chaos_kill = nil
-          L.state = "stopped"
-        elseif L.chaos_kill then -- chaos (or a rollback) took it: back after its down time
-          L.chaos_kill = nil
-          L.state = "down"
-          island(ctx, m, "down")
-        elseif st.exited == 0 then
-          L.state = "done"
-          island(ctx, m, "done")
-        elseif ctx.stopping then
-          L.state = "stopped"
-        else
-          L.crashes = L.crashes + 1
-          local why = st.exited and string.format("exit status %d", st.exited)
-            or string.format("signal %s", st.name or tostring(st.signal))
-          local tail = log_tail(ctx, m)
-          if st.exited == 2 or L.crashes > ctx.rt.restarts then -- a usage error repeats: do not restart it
-            L.state = "failed"
-            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
-            if ctx.job_rollbacks then -- non-elastic: without it nobody can go on
-              for j, O in ipairs(ctx.learners) do
-                if O.pid then
-                  signal_learner(ctx, j, "KILL")
-                  O.chaos_kill = nil
-                end
-                if O.state ~= "failed" then O.stop_expected = true end
-                if not O.pid and O.state ~= "failed" then O.state = "stopped" end
-              end
-              ctx.rolling = nil
-              ctx.failed_learner = string.format("learner %d failed for good (%s): a non-elastic run cannot go on "
-                .. "without it", m, why)
-            end
-            say(ctx, "learner %d failed (%s): %s", m, why, tail)
-          else
-            local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
-            L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
-            island(ctx, m, "down")
-            if ctx.job_rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
-            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
-            say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
-          end
-        end
-      end
-    end
-  end
-end
-
-local function restart_due(ctx)
-  local now = elapsed(ctx)
-  -- the run is over once every learner that is not down has finished: one still down is
-  -- not restarted to train on alone (sim's run ends at its horizon too)
-  if not ctx.rolling then
-    local finished, up = false, false
-    for _, L in ipairs(ctx.learners) do
-      if L.state == "done" then finished = true
-      elseif L.state ~= "down" and L.state ~= "failed" and L.state ~= "stopped" then up = true end
-    end
-    if finished and not up then
-      for m, L in ipairs(ctx.learners) do
-        if L.state == "down" then
-          L.state = "done"
-          fault(ctx, { kind = "restart", learner = m, skipped = "the others finished: the run is over" })
-        end
-      end
-    end
-  end
-  for m, L in ipairs(ctx.learners) do
-    if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping and not ctx.rolling then
-      spawn(ctx, m)
-      L.restarted_at, L.rejoined, L.recovered = now, false, false
-      ctx.restarts = ctx.restarts + 1
-      fault(ctx, { kind = L.down_cause or "kill", learner = m, begin = false })
-    end
-  end
-end
-
--- ---- non-elastic data parallel: rollback ----
---
--- A failure (a kill, a crash, a learner lost by timeout) stops the job: every learner is
--- killed, and once the failed one's down time is over all start again from the newest
--- checkpoint every one of them holds (checkpoint.every), model and optimizer included
--- (learner --restart-at STEP); the steps past it are lost work, taken out of the goodput.
--- The syncer starts again from a checkpoint of its own (a new epoch: nothing the killed
--- processes sent is merged; the first gradient, for STEP + 1, sets its round).
-
-begin_rollback = function(ctx, m, cause, back_at)
-  local now = elapsed(ctx)
-  -- stopping (a signal): no rollback begins; the losses of the learners a rollback or the
-  -- stop killed arrive after it and are not failures to roll back from
-  if ctx.stopping then return end
-  if ctx.rolling then -- another failure meanwhile: all wait for the later one
-    ctx.rolling.back_at = math.max(ctx.rolling.back_at, back_at)
-    -- and it too is restarted by rollback_due with the others, never alone: a learner
-    -- restarted alone would keep the rollback waiting for its process for ever
-    if ctx.learners[m] then ctx.learners[m].restart_at = nil end
-    return
-  end
-  ctx.rolling = { since = now, learner = m, cause = cause, back_at = back_at }
-  ctx.job_rollbacks = ctx.job_rollbacks + 1
-  for j, L in ipairs(ctx.learners) do
-    if L.pid then
-      L.chaos_kill = true -- reaped as down, not as a crash
-      signal_learner(ctx, j, "KILL")
-    end
-    if L.state == "done" then L.state = "down" end
-    L.slow, L.restart_at = nil, nil -- restarted by rollback_due, all together
-    island(ctx, j, "down")
-    if j ~= m or not L.down_cause or L.down_cause == "rollback" then L.down_cause = j == m and cause or "rollback" end
-  end
-  fault(ctx, { kind = "job_rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
-end
-
-local function rollback_due(ctx)
-  local rb = ctx.rolling
-  if not rb or ctx.stopping or elapsed(ctx) < rb.back_at then return end
-  for _, L in ipairs(ctx.learners) do
-    if L.pid then return end -- not every process reaped yet
-  end
-  local Mn = ctx.recipe.islands.count
-  local lists, count, K = {}, {}, 0
-  for m = 1, Mn do
-    lists[m] = diloco.rundir.checkpoints(string.format("%s/learner-%d", ctx.out, m))
-    for _, c in ipairs(lists[m]) do count[c.step] = (count[c.step] or 0) + 1 end
-  end
-  for step, n in pairs(count) do
-    if n == Mn and step > K then K = step end
-  end
-  -- past K is another timeline now: its checkpoints go, its merged tokens are lost work
-  for m = 1, Mn do
-    for _, c in ipairs(lists[m]) do
-      if c.step > K then os.remove(c.path) end
-    end
-  end
-  local lost_steps, lost_tokens = math.max(0, (ctx.dp_step or 0) - K), 0
-  for v, u in pairs(ctx.dp_useful) do
-    if v > K then
-      lost_tokens = lost_tokens + u
-      ctx.dp_useful[v] = nil
-    end
-  end
-  ctx.account:set_useful_tokens(math.max(0, ctx.account:useful_tokens() - lost_tokens))
-  ctx.dp_step = K
-  ctx.rolled_back_steps = ctx.rolled_back_steps + lost_steps
-  ctx.rolled_back_tokens = ctx.rolled_back_tokens + lost_tokens
-  local t0 = diloco.clock()
-  save_syncer(ctx)
-  local st = ctx.syncer:stats()
-  ctx.bytes_prev_in = (ctx.bytes_prev_in or 0) + st.bytes_in
-  ctx.bytes_prev_out = (ctx.bytes_prev_out or 0) + st.bytes_out
-  ctx.syncer:close()
-  ctx.syncer = nil
-  local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
-  M.start_syncer(ctx, ctx.address, list[#list] and list[#list].path or nil)
-  local now = elapsed(ctx)
-  for m, L in ipairs(ctx.learners) do
-    L.rolled_back_steps = (L.rolled_back_steps or 0) + lost_steps
-    spawn(ctx, m, false, K)
-    L.restarted_at, L.rejoined, L.recovered = now, false, false
-    ctx.restarts = ctx.restarts + 1
-  end
-  ctx.rolling = nil
-  fault(ctx, { kind = "job_rollback", learner = rb.learner, begin = false, cause = rb.cause, step = K,
-    rolled_back_steps = lost_steps, rolled_back_tokens = lost_tokens, latency = now - rb.since,
-    syncer_s = diloco.clock() - t0, epoch = ctx.syncer:epoch() })
-end
-
--- ---- chaos on real processes ----
-
--- The recipe's fault schedule as sim builds it (islands.chaos over core/chaos.h: scripted
--- and random faults merged by one set of rules, ties in one order), read through its
--- cursor (Chaos:due) on the wall clock since the learners started; nil without faults.
--- The MPI rank a scripted kill names, by (learner, at): a merged kill keeps the first's at.
-local function chaos_schedule(ctx)
-  local r = ctx.recipe
-  local ch = islands.chaos(r, ctx.opts.horizon or 3600)
-  ctx.chaos_ranks = {}
-  for _, e in ipairs(r.chaos and r.chaos.events or {}) do
-    if e.rank and e.kind == "kill" then ctx.chaos_ranks[e.learner .. "@" .. e.at] = e.rank end
-  end
-  return ch
-end
-
--- A slow fault of learner m began or ended at t: its step time is now the product of the
--- factors of those under way (chaos.h); none left, it runs at full speed again.
-local function slow_changed(ctx, m, L, t)
-  local factor = ctx.chaos:slow_factor(m, t)
-  if not L.pid then return end
-  if L.slow and factor == 1 then
-    L.slow.untl = elapsed(ctx) -- (the duty cycle lets it run, then forgets it)
-  elseif L.slow then
-    L.slow.factor = factor
-  elseif factor ~= 1 then
-    -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
-    L.slow = { factor = factor, t0 = elapsed(ctx), untl = math.huge, running = true }
-  end
-end
-
-local function chaos_due(ctx)
-  if not ctx.chaos then return end
-  while not ctx.stopping do
-    local e = ctx.chaos:due(elapsed(ctx) - (ctx.chaos_t0 or 0))
-    if not e then break end
-    local L = e.learner and ctx.learners[e.learner]
-    local down = e.duration or math.huge
-    e.rank = e.learner and e.kind == "kill" and ctx.chaos_ranks[e.learner .. "@" .. e.at] or nil
-    if not e.begin then
-      -- the ends of kills, pauses, cuts, links and syncer outages are the timers their
-      -- begins set (their merged durations); a slow's end changes the product
-      if e.kind == "slow" and L then
-        slow_changed(ctx, e.learner, L, e.t)
-        if L.pid then fault(ctx, { kind = "slow", learner = e.learner, begin = false }) end
-      end
-    elseif e.kind == "kill" and L and L.pid then
-      L.chaos_kill = true
-      L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
-      island(ctx, e.learner, "down")
-      local pid = e.rank and L.ranks and rank_pid(ctx, e.learner, e.rank)
-      -- one rank of an island: its mpirun ends the job, the island is down as a whole
-      if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
-      if L.held then L.held = false end
-      fault(ctx, { kind = "kill", learner = e.learner, rank = e.rank, begin = true,
-        duration = down < math.huge and down or nil })
-      if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
-    elseif e.kind == "pause" and L and L.pid then
-      signal_learner(ctx, e.learner, "STOP")
-      L.state, L.resume_at = "paused", elapsed(ctx) + down
-      island(ctx, e.learner, "paused")
-      fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
-    elseif e.kind == "slow" and L and L.pid then
-      slow_changed(ctx, e.learner, L, e.t)
-      fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = e.factor,
-        duration = down < math.huge and down or nil })
-    elseif e.kind == "syncer" and ctx.syncer then
-      -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
-      local st = ctx.syncer:stats()
-      ctx.bytes_prev_in = (ctx.bytes_prev_in or 0) + st.bytes_in
-      ctx.bytes_prev_out = (ctx.bytes_prev_out or 0) + st.bytes_out
-      ctx.syncer:close()
-      ctx.syncer = nil
-      ctx.syncer_back_at = elapsed(ctx) + (down < math.huge and down or 0)
-      fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
-        merges_lost = ctx.gm - ctx.merges_saved })
-    elseif e.kind == "cut" then
-      -- the link stalls both ways (the syncer's side of it); the learner, alive or not, is
-      -- held off until it ends (the syncer times it out meanwhile, and it rejoins after)
-      ctx.cuts = ctx.cuts or {}
-      ctx.cuts[e.learner] = elapsed(ctx) + down
-      if ctx.syncer then ctx.syncer:cut(e.learner, down) end
-      if L then L.cut_ended, L.cut_recovered = nil, nil end
-      fault(ctx, { kind = "cut", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
-    elseif e.kind == "link" then
-      ctx.link_events = ctx.link_events or {}
-      local list = ctx.link_events[e.learner] or {}
-      ctx.link_events[e.learner] = list
-      list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = elapsed(ctx) + down }
-      local rate, latency = M.link_of(ctx, e.learner)
-      if ctx.syncer then ctx.syncer:shape(e.learner, rate, latency) end
-      fault(ctx, { kind = "link", learner = e.learner, begin = true, bandwidth = rate, latency = latency,
-        duration = down < math.huge and down or nil })
-    elseif L == nil or L.pid then
-      fault(ctx, { kind = e.kind, learner = e.learner, begin = true, skipped = "not executed on real processes in this "
-        .. "version (kill, pause, slow, cut, link and syncer are)" })
-    end
-  end
-  for m, untl in pairs(ctx.cuts or {}) do
-    if elapsed(ctx) >= untl then -- the syncer's driver ended it at this time itself
-      ctx.cuts[m] = nil
-      ctx.learners[m].cut_ended = elapsed(ctx)
-      fault(ctx, { kind = "cut", learner = m, begin = false })
-    end
-  end
-  for m, list in pairs(ctx.link_events or {}) do
-    local kept = {}
-    for _, le in ipairs(list) do
-      if elapsed(ctx) < le.untl then kept[#kept + 1] = le end
-    end
-    if #kept < #list then
-      ctx.link_events[m] = kept
-      local rate, latency = M.link_of(ctx, m)
-      if ctx.syncer then ctx.syncer:shape(m, rate, latency) end
-      fault(ctx, { kind = "link", learner = m, begin = false, bandwidth = rate, latency = latency })
-    end
-  end
-  if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
-    local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
-    local last = list[#list]
-    restore_counts(ctx, last) -- the merges of that checkpoint: the rest are lost
-    local t0 = diloco.clock()
-    M.start_syncer(ctx, ctx.address, last and last.path or nil)
-    ctx.syncer_back_at = nil
-    ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
-    fault(ctx, { kind = "syncer", begin = false, epoch = ctx.syncer:epoch(), from = last and last.path or nil,
-      load_s = diloco.clock() - t0, fresh = not last or nil })
-  end
-  for m, L in ipairs(ctx.learners) do
-    local sl = L.slow
-    if sl and L.pid and L.state ~= "paused" then
-      local now = elapsed(ctx)
-      local run = now >= sl.untl or ((now - sl.t0) % M.SLOW_PERIOD) < M.SLOW_PERIOD / sl.factor
-      if run ~= sl.running then
-        signal_learner(ctx, m, run and "CONT" or "STOP")
-        sl.running = run
-      end
-      if now >= sl.untl then L.slow = nil end -- (its end's fault event: chaos_due)
-    elseif sl and not L.pid then
-      L.slow = nil -- it died meanwhile
-    end
-    if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
-      signal_learner(ctx, m, "CONT")
-      L.state = "running"
-      island(ctx, m, L.held and "held" or "up")
-      fault(ctx, { kind = "pause", learner = m, begin = false })
-    end
-  end
-end
-
--- ---- the display ----
-
--- The newest step event of learner m's own metrics (run: its directory is OUT/learner-N),
--- read incrementally; its fault events (a rollback) go into OUT/metrics.jsonl too.
-local function learner_progress(ctx, m)
-  local L = ctx.learners[m]
-  if not ctx.supervising then return L.progress end
-  if not L.tail then
-    L.tail = io.open(string.format("%s/learner-%d/metrics.jsonl", ctx.out, m), "r")
-    if not L.tail then return nil end
-  end
-  while true do
-    local line = L.tail:read("l")
-    if not line then break end
-    if line:find('"event":"step"', 1, true) then
-      local e = diloco.json_decode(line)
-      if type(e) == "table" then L.progress = e end
-    elseif line:find('"event":"join"', 1, true) and not line:find('"restored"', 1, true) then
-      L.progress = nil
-    elseif line:find('"event":"fault"', 1, true) then
-      local e = diloco.json_decode(line)
-      if type(e) == "table" then
-        e.event, e.learner, e.learner_wall_s = nil, m, e.wall_s
-        fault(ctx, e)
-      end
-    end
-  end
-  return L.progress
-end
-
--- What learner m is doing, as the display shows it.  A syncer started by hand (serve)
--- supervises no process: it knows what the learner's connection says.
-local function learner_state(ctx, m, L, i)
-  if not ctx.supervising then
-    if L.bye then return "done" end
-    return i.connected and "training" or (L.joined and "lost" or "not joined yet")
-  end
-  if L.state == "running" then return i.connected and "training" or (L.joined and "lost" or "joining") end
-  if L.state == "down" and L.restart_at then
-    return string.format("down (%s, back in %.1fs)", L.down_cause or "?", math.max(0, L.restart_at - elapsed(ctx)))
-  end
-  return L.state
-end
-
--- The run's progress for the display: its step of the recipe's steps and the time left
--- at the pace it has kept since the learners started.
-local function progress_text(ctx, now)
-  local step, total = ctx.syncer and run_step(ctx) or 0, ctx.recipe.steps
-  local ran = now - ctx.account:t0()
-  local eta = step > 0 and step < total and ran > 0 and (total - step) * ran / step or nil
-  return string.format("step %d/%d%s", step, total, eta and ", ETA " .. diloco.progress.duration(eta) or "")
-end
-
--- The live display: on a terminal a block of lines redrawn every second (a global line,
--- then one per learner), each cut to the terminal's width; otherwise the same lines
--- every 5 s.  Its shares are the account's (core/account.h), as of now: what the end
--- table will say, with the time since each learner's last report still to come.
-local function display(ctx, force)
-  local now = elapsed(ctx)
-  local tty = diloco.isatty(2)
-  local every = ctx.opts.display_every or (tty and 1 or 5)
-  if ctx.quiet or not ctx.syncer or (not force and now - (ctx.last_display or -1e9) < every) then return end
-  ctx.last_display = now
-  local st = ctx.syncer:stats()
-  local lines = {}
-  for m, L in ipairs(ctx.learners) do
-    local i = ctx.syncer:learner(m)
-    local p = learner_progress(ctx, m)
-    local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
-    M.island_work(ctx, m, i) -- what the end reads, as of now
-    local a = ctx.account:row(m, now)
-    lines[#lines + 1] = string.format("  L%-2d %-22s step %6d/%d  loss %s  %s tok/s  useful %s  down %s  waiting %s",
-      m, learner_state(ctx, m, L, i), p and p.step or i.steps, ctx.recipe.steps,
-      p and p.loss and string.format("%.4f", p.loss) or "   -  ", diloco.progress.human(tps),
-      string.format("%.0f%%", 100 * a.useful), string.format("%.0f%%", 100 * a.down),
-      string.format("%.0f%%", 100 * a.waiting))
-  end
-  local goodput = ctx.account:goodput(now)
-  local head = string.format("[%6.1fs] %s, %d merges, goodput so far %s, %s up / %s down%s", now,
-    progress_text(ctx, now), ctx.merges, goodput > 0 and string.format("%.1f%%", 100 * goodput) or "-",
-    diloco.progress.human(st.bytes_in + (ctx.bytes_prev_in or 0)) .. "B",
-    diloco.progress.human(st.bytes_out + (ctx.bytes_prev_out or 0)) .. "B",
-    ctx.last_eval and string.format(", last eval %.4f", ctx.last_eval.loss) or "")
-  local width = tty and (diloco.terminal_size(2)) or nil
-  local function fit(l) -- (the last column free: a full line would wrap on some terminals)
-    return width and width > 1 and #l > width - 1 and l:sub(1, width - 1) or l
-  end
-  local out = {}
-  if tty and ctx.drawn then out[#out + 1] = string.format("\27[%dA", ctx.drawn) end -- up over the last block
-  out[#out + 1] = "\27[2K" .. fit(head) .. "\n"
-  for _, l in ipairs(lines) do out[#out + 1] = (tty and "\27[2K" or "") .. fit(l) .. "\n" end
-  if not tty then out[1] = head .. "\n" end
-  io.stderr:write(table.concat(out))
-  io.stderr:flush()
-  ctx.drawn = tty and (#lines + 1) or nil
-end
-
 -- ---- the end ----
 
 local stop_reason = train.stop_reason
@@ -1219,116 +638,6 @@ local stop_reason = train.stop_reason
 -- The uptime's window: H steps at the median step time (one for dp).
 local function uptime_window(ctx, step_time)
   return (ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)) * step_time
-end
-
--- What learner m's own metrics (OUT/learner-N/metrics.jsonl, every process it ran as,
--- each from a join event on) say: the last summary, and over all its processes the
--- steps, tokens, train_s, wait_s and wall_s (a killed one wrote no summary: its last
--- step event counts, so up to log.every steps of it are missed) and the start-up seconds.
-function M.learner_account(out, m)
-  local f = io.open(string.format("%s/learner-%d/metrics.jsonl", out, m), "r")
-  if not f then return nil end
-  local acc = { steps = 0, tokens = 0, train_s = 0, wait_s = 0, wall_s = 0, startup_s = 0, processes = 0,
-    overwritten_s = 0, kept_s = 0, unsent_s = 0, fates = {} }
-  local cur
-  local function close_cur()
-    if not cur then return end
-    local e = cur.summary or cur.last
-    if e then
-      acc.steps = acc.steps + (cur.summary and cur.summary.steps or math.max(0, (e.step or cur.step0) - cur.step0))
-      acc.tokens = acc.tokens + math.max(0, (e.tokens or 0) - cur.tok0)
-      acc.train_s = acc.train_s + (e.train_s or 0)
-      acc.wait_s = acc.wait_s + (e.wait_s or 0)
-      acc.wall_s = acc.wall_s + (e.wall_s or 0)
-    end
-    -- the account of a process that ended with a summary; of a killed one, what its last
-    -- step event said it had sent, overwritten and kept (its unsent work, and the steps
-    -- since that event, died with it: dropped, core/account.h)
-    local a = cur.summary and type(cur.summary.account) == "table" and cur.summary.account
-    if not a and not cur.summary and cur.last and cur.last.overwritten_s then
-      a = { overwritten_s = cur.last.overwritten_s, kept_s = cur.last.kept_s, sent_s = cur.last.sent_s,
-        sent_steps = cur.last.sent_steps }
-    end
-    if a then
-      for k, v in pairs(a) do
-        if type(v) == "number" and v >= 0 and v < math.huge then acc.fates[k] = (acc.fates[k] or 0) + v end
-      end
-      acc.overwritten_s, acc.kept_s, acc.unsent_s = acc.fates.overwritten_s or 0, acc.fates.kept_s or 0,
-        acc.fates.unsent_s or 0
-    end
-    cur = nil
-  end
-  for line in f:lines() do
-    local kind = line:match('"event":"(%a+)"')
-    if kind == "join" or kind == "step" or kind == "summary" then
-      local e = diloco.json_decode(line)
-      if type(e) == "table" then
-        if kind == "join" then
-          close_cur()
-          cur = { step0 = e.step or 0, tok0 = e.tokens or 0 }
-          acc.processes = acc.processes + 1
-          acc.startup_s = acc.startup_s + (e.startup_s or 0)
-        elseif cur and kind == "step" then
-          cur.last = e
-        elseif cur then
-          cur.summary, acc.summary = e, e
-        end
-      end
-    end
-  end
-  close_cur()
-  f:close()
-  return acc
-end
-
--- Learner m's work for the account (core/account.h), from what its processes measured
--- (its own metrics, when its directory is here: M.learner_account) and the syncer's
--- record i: computing and waiting, its compute by fate, the steps of it merged, and its
--- healthy rate, tokens over its compute (else the fastest step time it reported, not the
--- last, which a loaded host's last steps can make slower than its run, and its batch;
--- a value no learner could report is no rate).  Returns the work, the learner's account
--- (or nil) and its steps and tokens over every process.
-function M.island_work(ctx, m, i, acc)
-  local r = ctx.recipe
-  acc = acc or M.learner_account(ctx.out, m)
-  local own = acc and acc.processes > 0
-  -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
-  -- island's batch; its schedule step is more when it caught up with the others' rounds)
-  local tpb = ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
-  local heard = i.tokens and i.tokens > 0 and tpb > 0 and math.floor(i.tokens / tpb + 0.5) or i.steps
-  local ls = acc and acc.summary or {}
-  local steps = own and acc.steps or ls.steps or heard
-  local tokens = own and acc.tokens or ls.tokens or i.tokens
-  local tps = acc and acc.train_s > 0 and tokens and tokens / acc.train_s or nil
-  local step_t = (i.best_step_time or 0) > 0 and i.best_step_time or i.step_time
-  if not tps and step_t and step_t > 0 and ctx.tokens_per_batch then
-    tps = ctx.tokens_per_batch * ((r.islands.list[m].batch or r.data.batch) / r.data.batch) / step_t
-  end
-  if tps and not (tps > 0 and tps < math.huge) then tps = nil end
-  local function seconds(x) return type(x) == "number" and x >= 0 and x < math.huge and x or 0 end
-  -- without its metrics (a syncer started by hand): its compute from the steps it reported
-  -- at its step time, the fate of the unmerged ones unknown (core/account.h, work.steps)
-  local busy = own and acc.train_s or seconds(seconds(steps) * seconds(i.step_time))
-  ctx.account:set_work(m, { busy_s = seconds(busy), idle_s = seconds(acc and acc.wait_s)
-    + seconds(acc and acc.startup_s), nominal_tps = tps or 0, merged_steps = seconds(i.merged_steps),
-    steps = not own and seconds(steps) or 0, fates = acc and acc.fates or nil })
-  return acc, steps, tokens, tps
-end
-
--- Tokens the learners trained so far, every process of each: as their own metrics last
--- said (run; up to log.every steps behind), else as their heartbeats to the syncer said.
-tokens_so_far = function(ctx)
-  local total = 0
-  for m = 1, #ctx.learners do
-    local acc = ctx.supervising and M.learner_account(ctx.out, m)
-    if acc and acc.processes > 0 then
-      total = total + acc.tokens
-    else
-      local ok, i = pcall(ctx.syncer.learner, ctx.syncer, m)
-      total = total + (ok and i and i.tokens or 0)
-    end
-  end
-  return total
 end
 
 local function finish(ctx, err)
@@ -1375,7 +684,7 @@ local function finish(ctx, err)
     local i = ctx.syncer:learner(m)
     local L = ctx.learners[m]
     -- over every process the learner ran as (its own metrics, when its directory is here)
-    local acc, lsteps, ltokens, tps = M.island_work(ctx, m, i)
+    local acc, lsteps, ltokens, tps = view.island_work(ctx, m, i)
     steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
     if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
     local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or (acc and acc.summary or {}).wait_share
@@ -1487,10 +796,10 @@ local function loop(ctx)
     for _, L in ipairs(ctx.learners) do slowing = slowing or L.slow ~= nil end
     pump_syncer(ctx, slowing and 0.01 or 0.05)
     if ctx.supervising then
-      reap(ctx)
-      restart_due(ctx)
-      if ctx.job_rollbacks then rollback_due(ctx) end
-      chaos_due(ctx)
+      sup.reap(ctx)
+      sup.restart_due(ctx)
+      if ctx.job_rollbacks then sup.rollback_due(ctx) end
+      sup.chaos_due(ctx)
     end
     maybe_eval(ctx)
     maybe_save_syncer(ctx)
@@ -1514,10 +823,10 @@ local function loop(ctx)
       ctx.rolling = nil
       if not ctx.supervising then break end
     end
-    if ctx.stopping and elapsed(ctx) - ctx.stopping > M.STOP_TIMEOUT then
+    if ctx.stopping and elapsed(ctx) - ctx.stopping > sup.STOP_TIMEOUT then
       for m, L in ipairs(ctx.learners) do
         if L.pid then
-          say(ctx, "learner %d did not stop within %d s: killed", m, M.STOP_TIMEOUT)
+          say(ctx, "learner %d did not stop within %d s: killed", m, sup.STOP_TIMEOUT)
           signal_learner(ctx, m, "KILL")
         end
       end
@@ -1542,21 +851,6 @@ end
 -- Serves the recipe's syncer; with opts.supervise, also starts and supervises its
 -- learners.  Returns summary, interrupted, signo; a failure writes the summary, then
 -- raises the one error type with code 1.
--- mpirun's path, for islands of several ranks; a clear error when it (or MPI in this
--- build) is missing.
-function M.find_mpirun(m, R)
-  if not diloco.mpi.available then fail("islands[%d].ranks = %d: %s", m, R, diloco.mpi.why) end
-  for dir in (os.getenv("PATH") or "/usr/bin:/bin"):gmatch("[^:]+") do
-    local path = dir .. "/mpirun"
-    local f = io.open(path, "r")
-    if f then
-      f:close()
-      return path
-    end
-  end
-  fail("islands[%d].ranks = %d: mpirun is not on PATH (install openmpi-bin: scripts/setup does)", m, R)
-end
-
 function M.serve(r, opts)
   local ctx = prepare(r, opts)
   ctx.supervising = opts.supervise
@@ -1568,11 +862,11 @@ function M.serve(r, opts)
     say(ctx, "%s: %d islands (%s), %s parameters; syncer at %s (run %s)", r.name or "run", r.islands.count,
       r.sync.preset, diloco.progress.human(ctx.n_params), ctx.address, ctx.run_id)
     if ctx.supervising then
-      ctx.chaos = chaos_schedule(ctx)
+      ctx.chaos = sup.chaos_schedule(ctx)
       for m = 1, r.islands.count do
-        if r.islands.list[m].ranks and not ctx.mpirun then ctx.mpirun = M.find_mpirun(m, r.islands.list[m].ranks) end
+        if r.islands.list[m].ranks and not ctx.mpirun then ctx.mpirun = sup.find_mpirun(m, r.islands.list[m].ranks) end
       end
-      for m = 1, r.islands.count do spawn(ctx, m, true) end
+      for m = 1, r.islands.count do sup.spawn(ctx, m, true) end
     end
     ctx.t_train_start = ctx.account:t0() -- (a resumed syncer: the run's)
     ctx.chaos_t0 = elapsed(ctx)
