@@ -200,7 +200,7 @@ return diloco.recipe {
     -- through OUT/recipe.json, where math.huge is "inf"
     local inf = assert(diloco.recipe.validate(diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = { count = 2, bandwidth = "inf" } }))
-    local json = diloco.json_encode(diloco.train.effective_recipe(inf.islands))
+    local json = diloco.json_encode(diloco.recipe_json.effective(inf.islands))
     local back = assert(diloco.recipe.validate(diloco.recipe {
       model = r.model, data = { kind = "synthetic_text", ctx = 16 }, islands = diloco.json_decode(json) }))
     assert.are.same({ { bandwidth = math.huge }, { bandwidth = math.huge } }, back.islands.links)

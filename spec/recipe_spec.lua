@@ -387,7 +387,7 @@ describe("the islands section", function()
     assert.are.same({ speed = 1, batch = 2, shard = 3, latency = 0.02, bandwidth = 1.25e9 }, I.list[3])
     assert.are.same({ speed = 1, batch = 2, shard = 4, latency = 0.0, bandwidth = math.huge }, I.list[4])
     -- plain data for OUT/recipe.json (math.huge becomes "inf"); the same count is fine
-    local json = diloco.json_encode(diloco.train.effective_recipe(I), { sort_keys = true })
+    local json = diloco.json_encode(diloco.recipe_json.effective(I), { sort_keys = true })
     assert.matches('"bandwidth":"inf"', json, 1, true)
     assert.is_truthy(diloco.recipe.validate(tiny { islands = { count = 2, {}, {} } }))
     -- the normalized form validates again to itself

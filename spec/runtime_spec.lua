@@ -585,7 +585,7 @@ describe("diloco-lua syncer killed with kill -9", function()
       end
       local function wait_for_merges(n)
         for _ = 1, 600 do
-          local _, reached = require("diloco.cluster").past_merges(S.dir .. "/run/metrics.jsonl", 0)
+          local _, reached = require("diloco.runpast").past_merges(S.dir .. "/run/metrics.jsonl", 0)
           if reached >= n then return end
           diloco.proc.sleep(0.05)
         end

@@ -20,6 +20,7 @@ local hook = islands.hook
 local rc = require "diloco.runctx"
 local sup = require "diloco.supervisor"
 local view = require "diloco.runview"
+local past = require "diloco.runpast"
 local M = {}
 
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
@@ -113,36 +114,6 @@ function M.link_of(ctx, m)
   return (bw and bw < math.huge) and bw or 0, lat or 0
 end
 
--- What OUT/metrics.jsonl says of the run's merges before a --resume: the seconds from
--- the run's start (Unix time `start`; nil: from the file's first event) of the merges
--- 1..`upto` as they stand (each earlier resume continued from its checkpoint's count,
--- the merges after that checkpoint were lost), the count the last syncer had reached,
--- the Unix time of the file's first event, and the merges lost at the earlier resumes.
--- Read by pattern: a merge line is long.
-function M.past_merges(path, upto, start)
-  local f = path and io.open(path, "r")
-  if not f then return {}, upto, nil, 0 end
-  local at, gm, first, lost = {}, 0, nil, 0
-  for line in f:lines() do
-    local t = tonumber(line:match('^{"event":"[%w_]+","time":([%d.]+)') or "")
-    first = first or t
-    if line:find('^{"event":"merge"') then
-      gm = gm + 1
-      at[gm] = t
-    elseif line:find('^{"event":"resume"') then
-      local from = math.tointeger(tonumber(line:match('"merges":(%d+)') or "")) or gm
-      lost, gm = lost + math.max(0, gm - from), from
-    end
-  end
-  f:close()
-  start = start or first
-  local times = {}
-  for k = 1, math.min(upto, gm) do
-    if at[k] and start then times[#times + 1] = at[k] - start end
-  end
-  return times, gm, first, lost
-end
-
 -- The syncer's global model into the file at path, as of `merges` merges.
 local function write_global(ctx, path, merges)
   ctx.syncer:global(ctx.params)
@@ -151,73 +122,11 @@ local function write_global(ctx, path, merges)
 end
 
 
--- What OUT/metrics.jsonl at path counts before a --resume, for the run's summary: its
--- reject events, its fault events that count (runctx.counts_as_fault) and its syncer restarts
--- (resume events, and chaos syncer faults' ends).
-function M.past_counts(path)
-  local c = { rejects = 0, faults = 0, syncer_restarts = 0 }
-  local f = path and io.open(path, "r")
-  if not f then return c end
-  for line in f:lines() do
-    if line:find('^{"event":"reject"') then
-      c.rejects = c.rejects + 1
-    elseif line:find('^{"event":"resume"') then
-      c.syncer_restarts = c.syncer_restarts + 1
-    elseif line:find('^{"event":"fault"') then
-      local e = diloco.json_decode(line)
-      if type(e) == "table" then
-        if rc.counts_as_fault(e) then c.faults = c.faults + 1 end
-        if e.kind == "syncer" and e.begin == false then c.syncer_restarts = c.syncer_restarts + 1 end
-      end
-    end
-  end
-  f:close()
-  return c
-end
-
--- The fragments' versions a syncer checkpoint holds (its metadata syncer.versions, one per
--- fragment), 1-based by fragment; nil: no checkpoint (a fresh syncer: every version 0).
-local function checkpoint_versions(meta, P)
-  local v = {}
-  local list = type(meta) == "table" and meta["syncer.versions"]
-  if list then
-    for x in list:gmatch("[^,]+") do v[#v + 1] = math.tointeger(tonumber(x)) end
-  end
-  for p = 1, P do v[p] = v[p] or 0 end
-  return v
-end
-
--- What each learner reported to the syncer incarnations since the last resume in the metrics
--- at path: reported[m][p], the highest base version of its merged contributions of fragment
--- p (the versions a resumed syncer may move it back from, merge by merge as on_syncer_event
--- keeps them).
-local function past_reported(path)
-  local f = path and io.open(path, "r")
-  local reported = {}
-  if not f then return reported end
-  for line in f:lines() do
-    if line:find('^{"event":"resume"') then
-      reported = {}
-    elseif line:find('^{"event":"merge"') then
-      local e = diloco.json_decode(line)
-      if type(e) == "table" and type(e.contributors) == "table" then
-        for _, c in ipairs(e.contributors) do
-          local r = reported[c.learner] or {}
-          reported[c.learner] = r
-          if c.base_version and e.fragment then r[e.fragment] = math.max(r[e.fragment] or -1, c.base_version) end
-        end
-      end
-    end
-  end
-  f:close()
-  return reported
-end
-
 -- The syncer started again from a checkpoint (meta: its metadata, nil: none): its versions
 -- are the checkpoint's, and every learner it resyncs when it joins is checked against what
 -- it reported (moved_back).
 local function versions_restart(ctx, meta)
-  ctx.versions = checkpoint_versions(meta, #ctx.plan)
+  ctx.versions = past.checkpoint_versions(meta, #ctx.plan)
   ctx.resync_check = {}
   for m = 1, ctx.recipe.islands.count do ctx.resync_check[m] = true end
 end
@@ -340,7 +249,7 @@ local function prepare(r, opts)
       -- a resumed syncer accounts for the whole run: its clock counts from the run's start,
       -- the useful tokens and the merge times are those of the merges that stand (the
       -- checkpoint's; those made after it by the syncer that died are lost: merges_lost)
-      local times, reached, first, lost_before = M.past_merges(ctx.rd.metrics_path, ctx.gm,
+      local times, reached, first, lost_before = past.past_merges(ctx.rd.metrics_path, ctx.gm,
         tonumber(saved["diloco.run_start"] or ""))
       local start = tonumber(saved["diloco.run_start"] or "") or first
       if start and start <= ctx.run_start then
@@ -352,13 +261,13 @@ local function prepare(r, opts)
       ctx.resumed_train_start = tonumber(saved["diloco.train_start"] or "")
       ctx.merges_lost = math.max(0, reached - ctx.gm) -- (this resume's; the run's in the summary)
       ctx.merges_lost_before = lost_before
-      ctx.reported = past_reported(ctx.rd.metrics_path)
+      ctx.reported = past.past_reported(ctx.rd.metrics_path)
       versions_restart(ctx, saved)
       -- the run's counters over every syncer before this one, and this start a restart
-      local past = M.past_counts(ctx.rd.metrics_path)
-      ctx.rejects, ctx.faults, ctx.syncer_restarts = past.rejects, past.faults, past.syncer_restarts + 1
+      local counts = past.past_counts(ctx.rd.metrics_path)
+      ctx.rejects, ctx.faults, ctx.syncer_restarts = counts.rejects, counts.faults, counts.syncer_restarts + 1
     else
-      ctx.reported, ctx.versions = {}, checkpoint_versions(nil, #ctx.plan)
+      ctx.reported, ctx.versions = {}, past.checkpoint_versions(nil, #ctx.plan)
     end
     if opts.secret_file then
       ctx.secret_file = opts.secret_file
@@ -404,9 +313,9 @@ local function prepare(r, opts)
           ctx.merges_lost == 1 and "" or "s") or "no merges lost", table.concat(notes)))
       io.stderr:flush()
     end
-    ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
+    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
     if not wok then fail("writing the effective recipe: %s", werr) end
     if opts.recipe_path and not ctx.srd.resume_path then
       -- the merge tape's header: what `sim --replay OUT` loads the recipe from (docs/runtime.md)
@@ -433,9 +342,6 @@ local function prepare(r, opts)
     error(err, 0)
   end
   for m = 1, Mn do ctx.learners[m] = { id = m, state = "starting", crashes = 0 } end
-  -- what the supervisor asks of the syncer (lua/diloco/supervisor.lua: rollbacks, chaos)
-  ctx.host = { start_syncer = M.start_syncer, save_syncer = save_syncer, restore_counts = restore_counts,
-    link_of = M.link_of }
   -- the account (core/account.h): the islands' states as the supervisor sees them, the
   -- merges; over the training window, from now (a resumed syncer: the run's start of it)
   ctx.account = diloco.Account(Mn, ctx.resumed_train_start or elapsed(ctx))
@@ -631,131 +537,8 @@ local function pump_syncer(ctx, timeout)
   end
 end
 
--- ---- the end ----
-
 local stop_reason = train.stop_reason
-
--- The uptime's window: H steps at the median step time (one for dp).
-local function uptime_window(ctx, step_time)
-  return (ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)) * step_time
-end
-
-local function finish(ctx, err)
-  local r = ctx.recipe
-  if not ctx.syncer then -- stopped while it was down: back from its checkpoint, to save the model
-    local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
-    local last = list[#list]
-    restore_counts(ctx, last)
-    local ok, e = pcall(M.start_syncer, ctx, ctx.address, last and last.path or nil)
-    if not ok then error(e, 0) end
-  end
-  local flushed = pcall(ctx.syncer.flush, ctx.syncer)
-  pcall(pump_syncer, ctx, 0.2)
-  pcall(save_syncer, ctx) -- the end, or a signal: what a --resume continues from
-  local final, whole
-  local fev = {}
-  local ok, e, w = pcall(evaluate_global, ctx, true, fev)
-  if ok then
-    final, whole = e, w
-    fev.step, fev.loss, fev.accuracy, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy, elapsed(ctx), true
-    fev.tokens = tokens_so_far(ctx)
-    ctx.metrics:write("eval", fev)
-  else
-    err = err or string.format("final evaluation: %s", plain(e))
-  end
-  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
-    ["diloco.recipe_json"] = ctx.recipe_json }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
-  local saved, serr
-  if pcall(load_global, ctx) then saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
-  else serr = "no global model (dp: no learner saved one)" end
-  local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
-  stop_reason(ctx)
-  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
-  if not err and ctx.failed_learner then err = ctx.failed_learner end
-  if not err and save_error then err = save_error end
-  local st = ctx.syncer:stats()
-  local wall = elapsed(ctx)
-  local t_end = ctx.t_train_end or wall
-  local steps, tokens, per, idle, step_times = 0, 0, {}, {}, {}
-  local merged_n, accounts = {}, {}
-  local t0 = ctx.account:t0()
-  for m = 1, r.islands.count do
-    local i = ctx.syncer:learner(m)
-    local L = ctx.learners[m]
-    -- over every process the learner ran as (its own metrics, when its directory is here)
-    local acc, lsteps, ltokens, tps = view.island_work(ctx, m, i)
-    steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
-    if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
-    local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or (acc and acc.summary or {}).wait_share
-    idle[m] = share or diloco.json_null -- (none known: a learner killed before it wrote a step)
-    -- the account (core/account.h, docs/runtime.md): every second of the training window
-    -- (from the learners' start to the last one's end, the window goodput's capacity is
-    -- measured over; not the final flush, evaluation and save) in one bucket, and the
-    -- supervisor's seconds of each state: down (killed, crashed or rolled back, until
-    -- restarted), paused, held (non-elastic), done before the run ended
-    local shares = ctx.account:row(m, t_end)
-    local function in_state(state)
-      local sec = ctx.account:seconds(m, state, t_end)
-      return sec > 0 and sec or nil
-    end
-    per[m] = { steps = lsteps, tokens = ltokens, idle = share, merged = i.merged, joins = i.joins,
-      bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = L.crashes,
-      state = L.state, tokens_per_s = tps, from = L.from, processes = acc and acc.processes or nil,
-      train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
-      startup_s = acc and acc.startup_s or nil, down_s = ctx.account:seconds(m, "down", t_end),
-      paused_s = ctx.account:seconds(m, "paused", t_end), held_s = ctx.account:seconds(m, "held", t_end),
-      after_done_s = in_state("done"), rolled_back_steps = L.rolled_back_steps,
-      ranks = ctx.recipe.islands.list[m].ranks, account = shares }
-    merged_n[m], accounts[m] = i.merged, shares
-  end
-  local account_total = ctx.account:total(t_end)
-  local summary = {
-    preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
-    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
-    goodput = t_end > t0 and ctx.account:goodput(t_end) or nil,
-    uptime = (median(step_times) or 0) > 0 and ctx.account:uptime(t_end, uptime_window(ctx, median(step_times)))
-      or nil,
-    bytes_up = st.bytes_in + (ctx.bytes_prev_in or 0), bytes_down = st.bytes_out + (ctx.bytes_prev_out or 0), wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
-    tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
-    interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
-    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
-    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.account:useful_tokens(),
-    refused = st.refused, refused_by = next(st.refused_by or {}) and st.refused_by or nil,
-    merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
-    epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
-    bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
-    flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
-    flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
-    rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
-    account = account_total,
-  }
-  train.all_fields(summary, whole)
-  ctx.metrics:write("summary", summary)
-  local cok, cerr = ctx.metrics:close()
-  if not cok and not err then
-    err = cerr
-    summary.error = err
-  end
-  ctx.syncer:close()
-  ctx.srd:close()
-  ctx.rd:close()
-  diloco.clear_signals()
-  if not ctx.quiet then
-    io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
-      diloco.account.table_text(accounts, account_total, merged_n) .. "\n")
-    io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
-      ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
-      final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,
-        whole and whole ~= final and string.format("; the whole eval split, %d rows: %.4f", whole.rows, whole.loss)
-        or "") or "",
-      summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",
-      summary.uptime and string.format("%.1f%%", 100 * summary.uptime) or "?",
-      diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B", st.merges,
-      saved and ("saved " .. ctx.out .. "/model.safetensors") or "nothing saved"))
-  end
-  return summary, err
-end
+local finish = require("diloco.runend").finish
 
 -- Everything is over when every learner has left: its process is gone for good (run), or
 -- (serve) it said BYE (before a --resume too: the syncer's checkpoint says so), or, with
@@ -853,6 +636,9 @@ end
 -- raises the one error type with code 1.
 function M.serve(r, opts)
   local ctx = prepare(r, opts)
+  -- what the supervisor (rollbacks, chaos) and the end (lua/diloco/runend.lua) ask of the syncer
+  ctx.host = { start_syncer = M.start_syncer, save_syncer = save_syncer, restore_counts = restore_counts,
+    link_of = M.link_of, pump_syncer = pump_syncer, evaluate_global = evaluate_global, load_global = load_global }
   ctx.supervising = opts.supervise
   if ctx.supervising and not ctx.rt.elastic and r.sync.preset == "dp" then
     ctx.job_rollbacks, ctx.dp_useful, ctx.rolled_back_steps, ctx.rolled_back_tokens = 0, {}, 0, 0

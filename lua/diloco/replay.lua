@@ -96,7 +96,7 @@ local function load_recipe(out, opts)
   if not valid then refuse("the run's recipe %s: %s", path, table.concat(problems, "; ")) end
   local saved = read_file(out .. "/recipe.json")
   if saved then
-    local now = diloco.json_decode(diloco.json_encode(train.effective_recipe(r), { sort_keys = true }))
+    local now = diloco.json_decode(diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true }))
     local d = json_diff(diloco.json_decode(saved), now, "")
     if d then
       refuse("the recipe %s is not the one the run used any more: %s/recipe.json differs at %s", path, out, d)

@@ -99,9 +99,9 @@ local function prepare(r, opts)
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
-    ctx.recipe_json = diloco.json_encode(train.effective_recipe(r), { sort_keys = true })
+    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
     local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(train.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
     if not wok then fail("writing the effective recipe: %s", werr) end
     ctx.learners = {}
     local params = {}

@@ -197,71 +197,6 @@ function M.all_fields(summary, whole)
   return summary
 end
 
--- ---- the effective recipe: saved in OUT/recipe.json and in every checkpoint ----
-
--- The recipe as plain data (functions as "<function FILE:LINE>"), for JSON.
-function M.effective_recipe(r)
-  local seen = {}
-  local function conv(v)
-    local t = type(v)
-    if t == "function" then
-      local info = debug.getinfo(v, "S")
-      return string.format("<function %s:%d>", info.short_src, info.linedefined)
-    elseif t == "table" then
-      if seen[v] then return "<cycle>" end
-      seen[v] = true
-      local c, n = {}, #v
-      for k, x in pairs(v) do
-        local key = k
-        if not (math.type(k) == "integer" and k >= 1 and k <= n) then key = tostring(k) end
-        c[key] = conv(x)
-      end
-      seen[v] = nil
-      return c
-    elseif t == "number" then
-      if v ~= v or v == math.huge or v == -math.huge then return tostring(v) end
-      return v
-    elseif t == "string" or t == "boolean" then
-      return v
-    end
-    return tostring(v)
-  end
-  return conv(r)
-end
-
--- { ["inner.lr"] = <json text of the value>, ... } for every leaf (arrays are leaves).
-local function flatten(t, prefix, into)
-  into = into or {}
-  for k, v in pairs(t) do
-    local name = prefix .. tostring(k)
-    if type(v) == "table" and next(v) ~= nil and #v == 0 then
-      flatten(v, name .. ".", into)
-    elseif type(v) == "number" then
-      into[name] = diloco.metrics.double_text(v)
-    else
-      into[name] = diloco.json_encode(v, { sort_keys = true })
-    end
-  end
-  return into
-end
-
--- Fields that differ between two effective recipes: sorted list of {field, old, new}
--- (JSON texts; nil where absent).
-function M.recipe_changes(old, new)
-  local a, b = flatten(old, ""), flatten(new, "")
-  local names, seen = {}, {}
-  for k in pairs(a) do names[#names + 1], seen[k] = k, true end
-  for k in pairs(b) do
-    if not seen[k] then names[#names + 1] = k end
-  end
-  table.sort(names)
-  local changes = {}
-  for _, k in ipairs(names) do
-    if a[k] ~= b[k] then changes[#changes + 1] = { field = k, old = a[k], new = b[k] } end
-  end
-  return changes
-end
-
 -- ---- checkpoints ----
 
 local function checkpoint_meta(ctx)
@@ -341,7 +276,7 @@ local function resume(ctx, path)
     if type(old) ~= "table" then
       fail_code(2, "--resume %s: metadata diloco.recipe_json is not a JSON object", path)
     end
-    changes = M.recipe_changes(old, diloco.json_decode(ctx.recipe_json))
+    changes = require("diloco.recipe_json").changes(old, diloco.json_decode(ctx.recipe_json))
     local model = {}
     for _, c in ipairs(changes) do
       if c.field == "model" or c.field:match("^model%.") then
@@ -411,7 +346,7 @@ function M.prepare(r, opts)
   ctx.rd = diloco.rundir.open(ctx.out, { resume = opts.resume, overwrite = opts.overwrite, metrics = opts.metrics,
     command = opts.command, keep = r.checkpoint.keep })
   local ok, err = pcall(function()
-    ctx.recipe_json = diloco.json_encode(M.effective_recipe(r), { sort_keys = true })
+    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
     ctx.model = M.build_model(r.model, r.seed)
     ctx.model:train()
     ctx.plist = ctx.model:parameters()
@@ -440,7 +375,7 @@ function M.prepare(r, opts)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
     local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(M.effective_recipe(r), { sort_keys = true, indent = 2 }) .. "\n")
+      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
     if not wok then fail("writing the effective recipe: %s", werr) end
     ctx.first_step, ctx.last_save = ctx.step, diloco.clock()
     if ctx.rd.resume_path then

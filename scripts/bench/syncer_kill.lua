@@ -104,7 +104,7 @@ function go_once(name, at, pids)
     pids.syncer = nil -- (reaped: its pid may be another process's now)
     -- what the run's record says at the kill: the merges it had reached, and those of the
     -- newest checkpoint on disk (each save is atomic: a write under way is not one)
-    local _, reached = cluster.past_merges(dir .. "/run/metrics.jsonl", 0)
+    local _, reached = require("diloco.runpast").past_merges(dir .. "/run/metrics.jsonl", 0)
     local list = diloco.rundir.checkpoints(dir .. "/run/syncer")
     local k = { at = diloco.clock() - t0, reached = reached, saved = list[#list] and math.tointeger(list[#list].step) or 0 }
     diloco.proc.sleep(down)

@@ -1,0 +1,142 @@
+-- diloco.runend: the end of a real run's syncer (lua/diloco/cluster.lua): what it asks of
+-- the syncer it asks through ctx.host; the account (core/account.h) gives the table's rows,
+-- goodput and uptime.  docs/runtime.md, "The account".
+local diloco = require "diloco"
+local train = require "diloco.train"
+local rc = require "diloco.runctx"
+local view = require "diloco.runview"
+local M = {}
+
+local elapsed, median = rc.elapsed, rc.median
+local plain = train.plain
+local tokens_so_far = view.tokens_so_far
+
+local stop_reason = train.stop_reason
+
+-- The uptime's window: H steps at the median step time (one for dp).
+local function uptime_window(ctx, step_time)
+  return (ctx.recipe.sync.preset == "dp" and 1 or math.max(1, ctx.recipe.sync.H)) * step_time
+end
+
+-- The end of a real run: the syncer back if a fault left it down, the final flush, its
+-- checkpoint, the final evaluation, the global model saved, the summary (written last in
+-- the metrics) and, on stderr, the account's table and the end line.  Returns summary, err.
+function M.finish(ctx, err)
+  local host = ctx.host
+  local r = ctx.recipe
+  if not ctx.syncer then -- stopped while it was down: back from its checkpoint, to save the model
+    local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
+    local last = list[#list]
+    host.restore_counts(ctx, last)
+    local ok, e = pcall(host.start_syncer, ctx, ctx.address, last and last.path or nil)
+    if not ok then error(e, 0) end
+  end
+  local flushed = pcall(ctx.syncer.flush, ctx.syncer)
+  pcall(host.pump_syncer, ctx, 0.2)
+  pcall(host.save_syncer, ctx) -- the end, or a signal: what a --resume continues from
+  local final, whole
+  local fev = {}
+  local ok, e, w = pcall(host.evaluate_global, ctx, true, fev)
+  if ok then
+    final, whole = e, w
+    fev.step, fev.loss, fev.accuracy, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy, elapsed(ctx), true
+    fev.tokens = tokens_so_far(ctx)
+    ctx.metrics:write("eval", fev)
+  else
+    err = err or string.format("final evaluation: %s", plain(e))
+  end
+  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
+    ["diloco.recipe_json"] = ctx.recipe_json }
+  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
+  local saved, serr
+  if pcall(host.load_global, ctx) then saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
+  else serr = "no global model (dp: no learner saved one)" end
+  local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
+  stop_reason(ctx)
+  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
+  if not err and ctx.failed_learner then err = ctx.failed_learner end
+  if not err and save_error then err = save_error end
+  local st = ctx.syncer:stats()
+  local wall = elapsed(ctx)
+  local t_end = ctx.t_train_end or wall
+  local steps, tokens, per, idle, step_times = 0, 0, {}, {}, {}
+  local merged_n, accounts = {}, {}
+  local t0 = ctx.account:t0()
+  for m = 1, r.islands.count do
+    local i = ctx.syncer:learner(m)
+    local L = ctx.learners[m]
+    -- over every process the learner ran as (its own metrics, when its directory is here)
+    local acc, lsteps, ltokens, tps = view.island_work(ctx, m, i)
+    steps, tokens = steps + (lsteps or 0), tokens + (ltokens or 0)
+    if i.step_time > 0 then step_times[#step_times + 1] = i.step_time end
+    local share = acc and acc.wall_s > 0 and acc.wait_s / acc.wall_s or (acc and acc.summary or {}).wait_share
+    idle[m] = share or diloco.json_null -- (none known: a learner killed before it wrote a step)
+    -- the account (core/account.h, docs/runtime.md): every second of the training window
+    -- (from the learners' start to the last one's end, the window goodput's capacity is
+    -- measured over; not the final flush, evaluation and save) in one bucket, and the
+    -- supervisor's seconds of each state: down (killed, crashed or rolled back, until
+    -- restarted), paused, held (non-elastic), done before the run ended
+    local shares = ctx.account:row(m, t_end)
+    local function in_state(state)
+      local sec = ctx.account:seconds(m, state, t_end)
+      return sec > 0 and sec or nil
+    end
+    per[m] = { steps = lsteps, tokens = ltokens, idle = share, merged = i.merged, joins = i.joins,
+      bytes_up = i.bytes_in, bytes_down = i.bytes_out, crashes = L.crashes,
+      state = L.state, tokens_per_s = tps, from = L.from, processes = acc and acc.processes or nil,
+      train_s = acc and acc.train_s or nil, wait_s = acc and acc.wait_s or nil,
+      startup_s = acc and acc.startup_s or nil, down_s = ctx.account:seconds(m, "down", t_end),
+      paused_s = ctx.account:seconds(m, "paused", t_end), held_s = ctx.account:seconds(m, "held", t_end),
+      after_done_s = in_state("done"), rolled_back_steps = L.rolled_back_steps,
+      ranks = ctx.recipe.islands.list[m].ranks, account = shares }
+    merged_n[m], accounts[m] = i.merged, shares
+  end
+  local account_total = ctx.account:total(t_end)
+  local summary = {
+    preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
+    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
+    goodput = t_end > t0 and ctx.account:goodput(t_end) or nil,
+    uptime = (median(step_times) or 0) > 0 and ctx.account:uptime(t_end, uptime_window(ctx, median(step_times)))
+      or nil,
+    bytes_up = st.bytes_in + (ctx.bytes_prev_in or 0), bytes_down = st.bytes_out + (ctx.bytes_prev_out or 0), wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
+    tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
+    interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
+    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
+    rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.account:useful_tokens(),
+    refused = st.refused, refused_by = next(st.refused_by or {}) and st.refused_by or nil,
+    merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
+    epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
+    bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
+    flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
+    flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
+    rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
+    account = account_total,
+  }
+  train.all_fields(summary, whole)
+  ctx.metrics:write("summary", summary)
+  local cok, cerr = ctx.metrics:close()
+  if not cok and not err then
+    err = cerr
+    summary.error = err
+  end
+  ctx.syncer:close()
+  ctx.srd:close()
+  ctx.rd:close()
+  diloco.clear_signals()
+  if not ctx.quiet then
+    io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
+      diloco.account.table_text(accounts, account_total, merged_n) .. "\n")
+    io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
+      ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
+      final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,
+        whole and whole ~= final and string.format("; the whole eval split, %d rows: %.4f", whole.rows, whole.loss)
+        or "") or "",
+      summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",
+      summary.uptime and string.format("%.1f%%", 100 * summary.uptime) or "?",
+      diloco.progress.human(st.bytes_in) .. "B", diloco.progress.human(st.bytes_out) .. "B", st.merges,
+      saved and ("saved " .. ctx.out .. "/model.safetensors") or "nothing saved"))
+  end
+  return summary, err
+end
+
+return M
