@@ -1,7 +1,7 @@
 /*
  * account.h - the run's account, written once for every driver: where each island's time
  * went (every second of the run's window in exactly one bucket), the goodput and the
- * uptime.  `sim` (core/vtime.c) and `run` (the supervisor, lua/diloco/cluster.lua) feed it
+ * uptime.  `sim` (core/vtime.c) and `run` (its supervisor, lua/diloco/supervisor.lua) feed it
  * the same three kinds of event, so both report by the same rules (docs/runtime.md, "the
  * account"):
  *
@@ -13,6 +13,8 @@
  *   - a merge at a time with the tokens it made useful (dlc_account_merge).
  *
  *     dlc_account *a = dlc_account_new(2, 0.0);             // two islands, window from t = 0
+ *     dlc_account_enter(a, 0, DLC_ISLAND_UP, 0.0);          // both started (each is off until then)
+ *     dlc_account_enter(a, 1, DLC_ISLAND_UP, 0.0);
  *     dlc_account_enter(a, 1, DLC_ISLAND_DOWN, 12.5);       // island 1 killed at 12.5 s
  *     dlc_account_enter(a, 1, DLC_ISLAND_UP, 20.0);         // back at 20 s
  *     dlc_account_merge(a, 9.0, 4096);
