@@ -9,6 +9,8 @@ local write, median, elapsed, island, say, run_step, fault = rc.write, rc.median
   rc.run_step, rc.fault
 local M = {}
 
+M.ACCOUNT_EVERY = 10 -- s: the display re-reads the learners' metrics for the account this often
+
 -- ---- the display ----
 
 -- The newest step event of learner m's own metrics (run: its directory is OUT/learner-N),
@@ -78,7 +80,15 @@ local function display(ctx, force)
     local i = ctx.syncer:learner(m)
     local p = learner_progress(ctx, m)
     local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
-    M.island_work(ctx, m, i) -- what the end reads, as of now
+    -- what the end reads, as of now; its metrics re-read at most every ACCOUNT_EVERY s (a
+    -- long run's files are long, and this is the syncer's loop)
+    ctx.acc_cache = ctx.acc_cache or {}
+    local c = ctx.acc_cache[m]
+    if not c or now - c.t >= M.ACCOUNT_EVERY then
+      c = { t = now, acc = M.learner_account(ctx.out, m) }
+      ctx.acc_cache[m] = c
+    end
+    M.island_work(ctx, m, i, c.acc or false)
     local a = ctx.account:row(m, now)
     lines[#lines + 1] = string.format("  L%-2d %-22s step %6d/%d  loss %s  %s tok/s  useful %s  down %s  waiting %s",
       m, learner_state(ctx, m, L, i), p and p.step or i.steps, ctx.recipe.steps,
@@ -171,11 +181,13 @@ end
 -- record i: computing and waiting, its compute by fate, the steps of it merged, and its
 -- healthy rate, tokens over its compute (else the fastest step time it reported, not the
 -- last, which a loaded host's last steps can make slower than its run, and its batch;
--- a value no learner could report is no rate).  Returns the work, the learner's account
--- (or nil) and its steps and tokens over every process.
+-- a value no learner could report is no rate).  acc: its M.learner_account when already
+-- read (false: none to read), else read here.  Returns the learner's account (or nil), its
+-- steps and tokens over every process, and its rate.
 function M.island_work(ctx, m, i, acc)
   local r = ctx.recipe
-  acc = acc or M.learner_account(ctx.out, m)
+  if acc == nil then acc = M.learner_account(ctx.out, m) end
+  acc = acc or nil -- (false: none to read)
   local own = acc and acc.processes > 0
   -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
   -- island's batch; its schedule step is more when it caught up with the others' rounds)
