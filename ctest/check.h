@@ -35,6 +35,19 @@ static int check_pass, check_fail;
         }                                                                              \
     } while (0)
 
+/* A call returning a dlc_status that is expected to fail with `status` and a message
+ * containing `needle`. */
+#define CHECK_SFAILS(expr, status, needle)                                               \
+    do {                                                                                 \
+        dlc_status sf_ = (expr);                                                         \
+        if (sf_ == (status) && strstr(dlc_last_error(), (needle))) check_pass++;         \
+        else {                                                                           \
+            check_fail++;                                                                \
+            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %d: %s\n",       \
+                    __FILE__, __LINE__, #expr, (needle), (int)sf_, dlc_last_error());     \
+        }                                                                                \
+    } while (0)
+
 /* Fails the check (and prints the library message) when an op returned NULL. */
 #define CHECK_OK(ptr)                                                                  \
     do {                                                                               \

@@ -9,17 +9,6 @@
 #include "check.h"
 #include "diloco/account.h"
 
-#define CHECK_SFAILS(expr, status, needle)                                               \
-    do {                                                                                 \
-        dlc_status sf_ = (expr);                                                         \
-        if (sf_ == (status) && strstr(dlc_last_error(), (needle))) check_pass++;         \
-        else {                                                                           \
-            check_fail++;                                                                \
-            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %d: %s\n",       \
-                    __FILE__, __LINE__, #expr, (needle), (int)sf_, dlc_last_error());     \
-        }                                                                                \
-    } while (0)
-
 /* Checks every bucket of a row (seconds, in bucket order) and that the shares sum to 1. */
 static void check_row(const dlc_account_row *r, const double want[DLC_BUCKET_COUNT], double window, int line) {
     double sum = 0, share = 0;

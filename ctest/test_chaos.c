@@ -10,17 +10,6 @@
 #include "check.h"
 #include "diloco/chaos.h"
 
-#define CHECK_SFAILS(expr, status, needle)                                               \
-    do {                                                                                 \
-        dlc_status sf_ = (expr);                                                         \
-        if (sf_ == (status) && strstr(dlc_last_error(), (needle))) check_pass++;         \
-        else {                                                                           \
-            check_fail++;                                                                \
-            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %d: %s\n",       \
-                    __FILE__, __LINE__, #expr, (needle), (int)sf_, dlc_last_error());     \
-        }                                                                                \
-    } while (0)
-
 static dlc_fault F(double at, dlc_fault_kind k, int m, double dur, double factor) {
     dlc_fault f = {.at = at, .kind = k, .learner = m, .duration = dur, .factor = factor};
     return f;

@@ -8,16 +8,6 @@
 #include "internal.h" /* dlcx_tensor_rebind */
 
 /* A call returning a dlc_status expected to fail the same way. */
-#define CHECK_SFAILS(expr, status, needle)                                             \
-    do {                                                                               \
-        dlc_status sf_ = (expr);                                                       \
-        if (sf_ == (status) && strstr(dlc_last_error(), (needle))) check_pass++;       \
-        else {                                                                         \
-            check_fail++;                                                              \
-            fprintf(stderr, "%s:%d: expected %s to fail with \"%s\", got %d: %s\n",     \
-                    __FILE__, __LINE__, #expr, (needle), (int)sf_, dlc_last_error());  \
-        }                                                                              \
-    } while (0)
 
 /* |got - want| <= 1e-6 relative (to max(|want|, 1e-3), so values near 0 do not demand
  * more than float can give). */

@@ -163,6 +163,14 @@ static int ch_count(lua_State *L) {
 
 static void push_fault(lua_State *L, const dlc_fault *f);
 
+/* Argument `arg`, a 1-based learner of c, as its 0-based index; raises otherwise. */
+static int learner_arg(lua_State *L, dlc_chaos *c, int arg) {
+    lua_Integer m = luaL_checkinteger(L, arg);
+    int M = dlc_chaos_learners(c);
+    if (m < 1 || m > M) luaL_argerror(L, arg, lua_pushfstring(L, "learner %I out of range 1..%d", (LUAI_UACINT)m, M));
+    return (int)m - 1;
+}
+
 /* ch:get(i) -> {at =, kind =, learner = (1-based; nil for the syncer), duration =, factor = (slow only),
  * bandwidth =, latency = (link only, each nil when the link keeps its own)} */
 static int ch_get(lua_State *L) {
@@ -208,6 +216,7 @@ static int ch_due(lua_State *L) {
     chaosbox *b = luaL_checkudata(L, 1, DLCL_CHAOS);
     checkchaos(L, 1);
     double now = luaL_checknumber(L, 2);
+    if (isnan(now)) return luaL_argerror(L, 2, "now = nan, expected a time in seconds");
     if (!b->cur_started) {
         if (dlc_chaos_cursor_init(&b->cur, b->c) != DLC_OK) return dlcL_error(L);
         b->cur_started = 1;
@@ -230,10 +239,10 @@ static int ch_due(lua_State *L) {
 /* ch:slow_factor(learner, t): the product of the factors of its slow faults active at t. */
 static int ch_slow_factor(lua_State *L) {
     dlc_chaos *c = checkchaos(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    int M = dlc_chaos_learners(c);
-    if (m < 1 || m > M) return luaL_argerror(L, 2, lua_pushfstring(L, "learner %I out of range 1..%d", (LUAI_UACINT)m, M));
-    lua_pushnumber(L, dlc_chaos_slow_factor(c, (int)m - 1, luaL_checknumber(L, 3)));
+    int m = learner_arg(L, c, 2);
+    double t = luaL_checknumber(L, 3);
+    if (!isfinite(t)) return luaL_argerror(L, 3, lua_pushfstring(L, "t = %f, expected a finite time in seconds", t));
+    lua_pushnumber(L, dlc_chaos_slow_factor(c, m, t));
     return 1;
 }
 
@@ -260,13 +269,11 @@ static int ch_timeline(lua_State *L) {
 /* ch:down_share(learner, horizon) */
 static int ch_down_share(lua_State *L) {
     dlc_chaos *c = checkchaos(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    int M = dlc_chaos_learners(c);
-    if (m < 1 || m > M) return luaL_argerror(L, 2, lua_pushfstring(L, "learner %I out of range 1..%d", (LUAI_UACINT)m, M));
+    int m = learner_arg(L, c, 2);
     double h = luaL_checknumber(L, 3);
     if (!isfinite(h) || h <= 0)
         return luaL_argerror(L, 3, lua_pushfstring(L, "horizon = %f, expected a finite number of seconds > 0", h));
-    lua_pushnumber(L, dlc_chaos_down_share(c, (int)m - 1, h));
+    lua_pushnumber(L, dlc_chaos_down_share(c, m, h));
     return 1;
 }
 

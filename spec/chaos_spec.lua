@@ -105,3 +105,29 @@ describe("diloco.Chaos", function()
     end
   end)
 end)
+
+describe("Chaos:due and Chaos:slow_factor", function()
+  it("hand out the timeline once, in order, when due; refuse bad arguments and a changed schedule", function()
+    local ch = diloco.Chaos(2)
+    ch:add { at = 1, kind = "slow", learner = 2, duration = 2, factor = 2 }
+    ch:add { at = 2, kind = "slow", learner = 2, duration = 2, factor = 3 }
+    assert.is_nil(ch:due(0.5))
+    local e = ch:due(1)
+    assert.are.same({ 1, true, "slow", 2, 1 }, { e.t, e.begin, e.kind, e.learner, e.fault })
+    assert.is_nil(ch:due(1.5))
+    assert.are.equal(6, ch:slow_factor(2, 2.5)) -- overlapping slows multiply
+    assert.are.equal(1, ch:slow_factor(1, 2.5))
+    local seen = {}
+    for _ = 1, 3 do seen[#seen + 1] = ch:due(10).t end
+    assert.are.same({ 2, 3, 4 }, seen)
+    assert.is_nil(ch:due(math.huge))
+    assert.has_error(function() ch:slow_factor(3, 1) end, "bad argument #1 to 'slow_factor' (learner 3 out of range 1..2)")
+    assert.has_error(function() ch:slow_factor(1, 0 / 0) end)
+    assert.has_error(function() ch:due(0 / 0) end)
+    assert.has_error(function() ch:due("soon") end)
+    ch:add { at = 9, kind = "kill", learner = 1, duration = 1 }
+    local ok, err = pcall(ch.due, ch, 10)
+    assert.is_false(ok)
+    assert.matches("the schedule changed after the cursor started", tostring(err), 1, true)
+  end)
+end)
