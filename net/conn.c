@@ -512,6 +512,13 @@ void dlcn_conn_close_now(conn *c) {
         double d = net->cfg.reconnect_min_s * pow(2.0, c->failures - 1);
         if (d > net->cfg.reconnect_max_s) d = net->cfg.reconnect_max_s;
         d *= 0.5 + rng_unit(net); /* +-50% jitter: a cluster that lost its syncer does not return in lockstep */
+        /* refused because a live connection holds this id: the server gives way once that
+         * one has been silent for NET_LIVE_FRACTION of the timeout and until the timeout
+         * drops it, so retries come at most a third of that window apart, one of them
+         * inside it (a backoff grown to seconds would step over the window: the old
+         * connection then timed out, LOST, and the takeover went unlogged) */
+        double window = (1 - NET_LIVE_FRACTION) * net->cfg.timeout_s;
+        if (c->end_code == DLC_PERR_CONFLICT && window > 0 && d > window / 3) d = window / 3;
         c->deadline = now_s() + d;
         c->was_ready = 0;
         set_state(c, DLC_CONN_CONNECTING);

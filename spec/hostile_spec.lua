@@ -145,9 +145,18 @@ describe("a live syncer against hostile peers", function()
     run = live_run(S, 2)
     run.await_merges(4)
     local old = run.learners[2]
-    assert(diloco.proc.signal(old, "STOP"))
+    -- the new incarnation is up and knocking (refused: the old one is live) before the old
+    -- one falls silent, so the takeover does not hang on how fast a process starts (one
+    -- slower than the 2 s timeout would find the old connection dropped, nothing to take over)
     local new = run.start_learner(2, S.dir .. "/l2-new", "l2-new")
-    -- the new one joins after a second of the old one's silence (half the 2 s timeout)
+    H.await_or_kill(new, 60, "the new incarnation's first refusal", function()
+      for _, f in ipairs(of_kind(events(run.metrics), "fault", "refused")) do
+        if tostring(f.text):find("learner 2 is live", 1, true) then return true end
+      end
+    end)
+    assert(diloco.proc.signal(old, "STOP"))
+    -- it takes over after a second of the old one's silence (half the 2 s timeout): its
+    -- retries come at most a third of a second apart, one inside the second that follows
     H.await_or_kill(new, 60, "the new incarnation's takeover", function()
       return #of_kind(events(run.metrics), "fault", "replaced") >= 1
     end)
