@@ -19,6 +19,7 @@
 -- Errors are the one type of diloco.train.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local summary_rec = require "diloco.summary"
 local islands = require "diloco.islands"
 local hook = islands.hook
 local M = {}
@@ -617,16 +618,12 @@ function M.finish(ctx, err)
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped,
     held_superseded = st.held_superseded, deferred = st.deferred, applied = st.applied, reconnects = st.reconnects,
     rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
-    unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
-    save_error = ctx.save_error, checkpoint = ctx.checkpoint, out = ctx.out, threads = diloco.num_threads(),
+    unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil,
+    save_error = ctx.save_error, checkpoint = ctx.checkpoint,
     ranks = ctx.ranks, ranks_same = ctx.ranks_same, ranks_sync_s = ctx.ranks_sync_s,
     allreduce_s = ctx.ranks and diloco.mpi.stats().allreduce_s or nil,
-    allreduce_share = ctx.ranks and diloco.mpi.stats().allreduce_s / math.max(ctx.train_time, 1e-9) or nil,
-    gemm = diloco.gemm_backend() }
-  if ctx.metrics then
-    ctx.metrics:write("summary", summary)
-    ctx.metrics:close()
-  end
+    allreduce_share = ctx.ranks and diloco.mpi.stats().allreduce_s / math.max(ctx.train_time, 1e-9) or nil }
+  summary, err = summary_rec.finish(ctx, summary, { err = err })
   if ctx.lrt then ctx.lrt:close() end
   if ctx.rd then ctx.rd:close() end
   diloco.clear_signals()

@@ -3,6 +3,7 @@
 -- goodput and uptime.  docs/runtime.md, "The account".
 local diloco = require "diloco"
 local train = require "diloco.train"
+local summary_rec = require "diloco.summary"
 local rc = require "diloco.runctx"
 local view = require "diloco.runview"
 local M = {}
@@ -94,31 +95,23 @@ function M.finish(ctx, err)
   local account_total = ctx.account:total(t_end)
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
-    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
     goodput = t_end > t0 and ctx.account:goodput(t_end) or nil,
     uptime = (median(step_times) or 0) > 0 and ctx.account:uptime(t_end, uptime_window(ctx, median(step_times)))
       or nil,
     bytes_up = st.bytes_in + (ctx.bytes_prev_in or 0), bytes_down = st.bytes_out + (ctx.bytes_prev_out or 0), wall_s = wall, idle = idle, train_s = t_end - (ctx.t_train_start or 0),
-    tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), params = ctx.n_params,
-    interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error, recipe = r.name,
-    out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(), merges = ctx.merges,
+    tokens_per_s = tokens / math.max(t_end - (ctx.t_train_start or 0), 1e-9), save_error = save_error,
+    merges = ctx.merges,
     rejects = ctx.rejects, faults = ctx.faults, restarts = ctx.restarts, useful_tokens = ctx.account:useful_tokens(),
     refused = st.refused, refused_by = next(st.refused_by or {}) and st.refused_by or nil,
     merges_lost = (ctx.merges_lost or 0) + (ctx.merges_lost_before or 0),
     epoch = ctx.syncer:epoch(), syncer_restarts = ctx.syncer_restarts or 0,
     bytes_by_type = st.bytes_by_type, per_learner = per, run_id = ctx.run_id, address = ctx.address,
     flushed = flushed or nil, runtime = "processes", absent = ctx.absent and #ctx.absent > 0 and ctx.absent or nil,
-    flushed = flushed or nil, runtime = "processes", job_rollbacks = ctx.job_rollbacks,
+    job_rollbacks = ctx.job_rollbacks,
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
     account = account_total,
   }
-  train.all_fields(summary, whole)
-  ctx.metrics:write("summary", summary)
-  local cok, cerr = ctx.metrics:close()
-  if not cok and not err then
-    err = cerr
-    summary.error = err
-  end
+  summary, err = summary_rec.finish(ctx, summary, { final = final, whole = whole, err = err })
   ctx.syncer:close()
   ctx.srd:close()
   ctx.rd:close()

@@ -23,6 +23,7 @@
 -- latest), and each island's learning rate follows its schedule step, as in run.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local summary_rec = require "diloco.summary"
 local M = {}
 
 local fail, plain = train.fail, train.plain
@@ -168,11 +169,7 @@ local function prepare(r, opts)
   end)
   if not ok then
     local sig = type(err) == "table" and err.signal or nil
-    if ctx.metrics then
-      ctx.metrics:write("summary", { preset = sy.preset, learners = Mn, steps = 0, tokens = 0, interrupted = sig ~= nil,
-        signal = sig, error = not sig and plain(err) or nil, recipe = r.name, out = ctx.out, failed_at = "start" })
-      ctx.metrics:close()
-    end
+    summary_rec.failed_start(ctx, { preset = sy.preset, learners = Mn, steps = 0, tokens = 0 }, plain(err), sig)
     ctx.rd:close()
     if sig then -- the exit status of that signal, as between two steps
       local _, signo = diloco.signal_pending()
@@ -374,11 +371,9 @@ local function finish(ctx, err)
   local wall = diloco.clock() - ctx.t_start
   local summary = {
     preset = r.sync.preset, learners = r.islands.count, steps = steps, tokens = tokens,
-    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
     goodput = st.goodput, uptime = st.uptime, bytes_up = st.bytes_up, bytes_down = st.bytes_down,
-    wall_s = wall, virtual_s = st.virtual_s, horizon_s = st.horizon, idle = idle, train_s = wall, tokens_per_s = tokens / math.max(wall, 1e-9),
-    params = ctx.n_params, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err, save_error = save_error,
-    recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
+    wall_s = wall, virtual_s = st.virtual_s, horizon_s = st.horizon, idle = idle, train_s = wall,
+    tokens_per_s = tokens / math.max(wall, 1e-9), save_error = save_error,
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
   }
@@ -395,13 +390,7 @@ local function finish(ctx, err)
       .. "during the run " .. (r.sync.final_flush and "(only the final flush's)" or "(nothing was merged: goodput 0)"))
     io.stderr:write("diloco-lua: warning: ", summary.warnings[#summary.warnings], "\n")
   end
-  train.all_fields(summary, whole)
-  ctx.metrics:write("summary", summary)
-  local cok, cerr = ctx.metrics:close()
-  if not cok and not err then
-    err = cerr
-    summary.error = err
-  end
+  summary, err = summary_rec.finish(ctx, summary, { final = final, whole = whole, err = err })
   ctx.rd:close()
   diloco.clear_signals()
   if ctx.bar and not ctx.bar.failed then

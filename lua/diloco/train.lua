@@ -18,6 +18,7 @@
 --     error and the last good checkpoint.
 -- Errors are one type: a raised {diloco_error = message, code = exit status} table.
 local diloco = require "diloco"
+local summary_rec = require "diloco.summary"
 local M = {}
 
 -- A Lua error message without its "file.lua:12: " position prefix (the position of
@@ -188,14 +189,8 @@ function M.final_eval(model, loaders, r, ev)
   return final, whole
 end
 
--- The summary's fields of the whole-split eval (M.final_eval).
-function M.all_fields(summary, whole)
-  if whole then
-    summary.final_eval_loss_all, summary.final_eval_accuracy_all = whole.loss, whole.accuracy
-    summary.final_eval_rows_all = whole.rows
-  end
-  return summary
-end
+-- The summary's fields of the whole-split eval (M.final_eval): summary.all_fields.
+M.all_fields = summary_rec.all_fields
 
 -- ---- checkpoints ----
 
@@ -395,12 +390,7 @@ function M.prepare(r, opts)
     -- sim's does, so a script reading the run directory sees why (and a later run may
     -- take over a directory whose run never saved anything: rundir.never_saved)
     if not ctx.metrics then ctx.metrics = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append }) end
-    if ctx.metrics then
-      ctx.metrics:write("summary", { steps = ctx.step, tokens = ctx.tokens, interrupted = false,
-        error = plain(err), recipe = r.name,
-        out = ctx.out, failed_at = "start" })
-      ctx.metrics:close()
-    end
+    summary_rec.failed_start(ctx, { steps = ctx.step, tokens = ctx.tokens }, plain(err))
     ctx.rd:close()
     error(err, 0)
   end
@@ -582,23 +572,13 @@ function M.finish(ctx, err)
   stop_reason(ctx) -- a signal during the final eval or save: done now, but it counts
   if not err and ctx.metrics.failed then err = ctx.metrics.failed end
   if not err and ctx.save_error then err = ctx.save_error end
-
-  local summary = {
+  local summary
+  summary, err = summary_rec.finish(ctx, {
     preset = "single", learners = 1, steps = ctx.step, tokens = ctx.tokens,
-    final_eval_loss = final and final.loss, final_eval_accuracy = final and final.accuracy,
     goodput = 1.0, uptime = 1.0, bytes_up = 0, bytes_down = 0,
     wall_s = diloco.clock() - ctx.t_start, train_s = ctx.train_time, tokens_per_s = rate(ctx),
-    params = ctx.n_params, interrupted = ctx.signal ~= nil, signal = ctx.signal, error = err,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, checkpoint_step = ctx.checkpoint_step,
-    recipe = r.name, out = ctx.out, gemm = diloco.gemm_backend(), threads = diloco.num_threads(),
-  }
-  M.all_fields(summary, whole)
-  ctx.metrics:write("summary", summary)
-  local cok, cerr = ctx.metrics:close()
-  if not cok and not err then
-    err = cerr
-    summary.error = err
-  end
+  }, { final = final, whole = whole, err = err })
   ctx.rd:close()
   diloco.clear_signals()
   if ctx.bar and not ctx.bar.failed then
