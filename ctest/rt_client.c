@@ -498,9 +498,51 @@ out:
     arena_free(&al);
 }
 
+/* The config structs' versions (client.h): a version this library does not know (a host
+ * built against a newer header) is refused naming it; the defaults of a version write
+ * that version's bytes and nothing past them; the unversioned symbols of hosts built
+ * before the versions are version 1. */
+static void test_config_versions(void) {
+    dlc_client_config cc;
+    dlc_server_config sc;
+    CHECK_SFAILS(dlc_client_config_default_versioned(0, &cc), DLC_ERR_ARG, "client: config version 0 is not one");
+    CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_VERSION + 1, &cc), DLC_ERR_ARG,
+                 "(1 to 1): the host was built against a newer client.h");
+    CHECK_SFAILS(dlc_server_config_default_versioned(7, &sc), DLC_ERR_ARG, "server: config version 7 is not one");
+    CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
+    CHECK_SFAILS(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
+    cc = dlc_client_default_config();
+    CHECK_PFAILS(dlc_client_new_versioned(2, &cc), DLC_ERR_ARG, "client: config version 2 is not one");
+    sc = dlc_server_default_config();
+    CHECK_PFAILS(dlc_server_new_versioned(-1, &sc), DLC_ERR_ARG, "server: config version -1 is not one");
+    /* version 1's defaults fill its bytes exactly: the guard past them stays */
+    size_t n = sizeof(dlc_client_config);
+    unsigned char *buf = malloc(n + 16);
+    memset(buf, 0xAB, n + 16);
+    CHECK(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V1, (dlc_client_config *)buf) == DLC_OK);
+    int guard = 1;
+    for (size_t i = n; i < n + 16; i++) guard &= buf[i] == 0xAB;
+    CHECK(guard);
+    dlc_client_config *v1 = (dlc_client_config *)buf;
+    dlc_client_config old = (dlc_client_default_config)();
+    CHECK(v1->id == -1 && v1->join_timeout == 60 && v1->wait_timeout == 300 && v1->heartbeat == 1 &&
+          v1->tensors == NULL && v1->driver == NULL && v1->save_state == NULL);
+    CHECK(old.id == v1->id && old.join_timeout == v1->join_timeout && old.heartbeat == v1->heartbeat &&
+          old.driver == NULL);
+    free(buf);
+    dlc_server_config olds = (dlc_server_default_config)();
+    CHECK(olds.learners == 1 && strcmp(olds.listen, "127.0.0.1:0") == 0 && olds.timeout == 5 && olds.driver == NULL);
+    /* the unversioned entry points check as the versioned ones do */
+    CHECK_PFAILS((dlc_client_new)(NULL), DLC_ERR_ARG, "client: NULL config");
+    CHECK_PFAILS((dlc_server_new)(NULL), DLC_ERR_ARG, "server: NULL config");
+    old.connect = NULL;
+    CHECK_PFAILS((dlc_client_new)(&old), DLC_ERR_ARG, "connect: expected the syncer's HOST:PORT or @FILE");
+}
+
 int main(void) {
     test_client_config();
     test_server_config();
+    test_config_versions();
     test_client_steps();
     test_client_state();
     test_server_events();

@@ -296,7 +296,18 @@ struct dlc_client {
 
 static void client_release(void *c) { dlc_client_free(c); }
 
-dlc_client_config dlc_client_default_config(void) {
+/* ---- the config structs' versions (client.h) ---- */
+
+/* The bytes of each version of the structs: a version's fields are a prefix of every
+ * later one's (fields are only added at the end).  0: unknown here. */
+static size_t client_config_size(int version) {
+    return version == DLC_CLIENT_CONFIG_V1 ? sizeof(dlc_client_config) : 0;
+}
+static size_t server_config_size(int version) {
+    return version == DLC_SERVER_CONFIG_V1 ? sizeof(dlc_server_config) : 0;
+}
+
+static dlc_client_config client_defaults(void) {
     dlc_client_config c;
     memset(&c, 0, sizeof c);
     c.id = -1;
@@ -305,6 +316,44 @@ dlc_client_config dlc_client_default_config(void) {
     c.heartbeat = 1;
     return c;
 }
+
+static dlc_server_config server_defaults(void) {
+    dlc_server_config c;
+    memset(&c, 0, sizeof c);
+    c.learners = 1;
+    c.listen = "127.0.0.1:0";
+    c.run_id = "";
+    c.timeout = 5;
+    c.heartbeat = 1;
+    return c;
+}
+
+static dlc_status unknown_version(const char *what, int version, int newest) {
+    return dlc_error(DLC_ERR_ARG, "%s: config version %d is not one this library knows (1 to %d): the host was built "
+                     "against a newer client.h than this libdiloco; use a library at least as new as the header",
+                     what, version, newest);
+}
+
+dlc_status dlc_client_config_default_versioned(int version, dlc_client_config *cfg) {
+    size_t n = client_config_size(version);
+    if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION);
+    if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config");
+    dlc_client_config d = client_defaults();
+    memcpy(cfg, &d, n);
+    return DLC_OK;
+}
+
+dlc_status dlc_server_config_default_versioned(int version, dlc_server_config *cfg) {
+    size_t n = server_config_size(version);
+    if (!n) return unknown_version("server", version, DLC_SERVER_CONFIG_VERSION);
+    if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config");
+    dlc_server_config d = server_defaults();
+    memcpy(cfg, &d, n);
+    return DLC_OK;
+}
+
+dlc_client_config(dlc_client_default_config)(void) { return client_defaults(); }
+dlc_server_config(dlc_server_default_config)(void) { return server_defaults(); }
 
 /* "@FILE": the syncer's address file (its first line "HOST:PORT", then "run ID"), waited
  * for up to `timeout` s.  addr and run (cap bytes each) receive them. */
@@ -346,9 +395,24 @@ static void take_applied(dlc_client *c) {
         if (ev.kind == DLC_LRT_APPLIED && ev.fragment >= 0 && ev.fragment < P) c->applied++;
 }
 
-dlc_client *dlc_client_new(const dlc_client_config *cfg) {
-    static const char *const WHO = "client";
+static dlc_client *client_new(const dlc_client_config *cfg);
+
+/* A config of version `version`: its fields over the defaults of the fields added since. */
+dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg) {
+    size_t n = client_config_size(version);
+    if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config"), NULL;
+    dlc_client_config c = client_defaults();
+    memcpy(&c, cfg, n);
+    return client_new(&c);
+}
+
+dlc_client *(dlc_client_new)(const dlc_client_config *cfg) {
+    return dlc_client_new_versioned(DLC_CLIENT_CONFIG_V1, cfg);
+}
+
+static dlc_client *client_new(const dlc_client_config *cfg) {
+    static const char *const WHO = "client";
     const dlc_lrt_config *drv = cfg->driver;
     const char *connect = drv && drv->connect ? drv->connect : cfg->connect;
     if (!connect || !connect[0])
@@ -608,16 +672,6 @@ static void *event_loop(void *arg) {
 
 static void server_release(void *s) { dlc_server_free(s); }
 
-dlc_server_config dlc_server_default_config(void) {
-    dlc_server_config c;
-    memset(&c, 0, sizeof c);
-    c.learners = 1;
-    c.listen = "127.0.0.1:0";
-    c.run_id = "";
-    c.timeout = 5;
-    c.heartbeat = 1;
-    return c;
-}
 
 /* The driver of a server made from the host's tensors: its layout, then dlc_srt_new. */
 static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cfg) {
@@ -644,8 +698,22 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
     return DLC_OK;
 }
 
-dlc_server *dlc_server_new(const dlc_server_config *cfg) {
+static dlc_server *server_new(const dlc_server_config *cfg);
+
+dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg) {
+    size_t n = server_config_size(version);
+    if (!n) return unknown_version("server", version, DLC_SERVER_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
+    dlc_server_config c = server_defaults();
+    memcpy(&c, cfg, n);
+    return server_new(&c);
+}
+
+dlc_server *(dlc_server_new)(const dlc_server_config *cfg) {
+    return dlc_server_new_versioned(DLC_SERVER_CONFIG_V1, cfg);
+}
+
+static dlc_server *server_new(const dlc_server_config *cfg) {
     dlc_server *s = calloc(1, sizeof *s);
     if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
     /* driver mode: the driver's config says everything, no layout of host tensors */

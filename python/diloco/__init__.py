@@ -78,6 +78,11 @@ class _Tensor(ctypes.Structure):
 _StateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64)
 
 
+# client.h's config structs as of version 1 (DLC_CLIENT_CONFIG_V1, DLC_SERVER_CONFIG_V1):
+# this module passes that version, so a newer libdiloco reads only these fields.
+_CONFIG_VERSION = 1
+
+
 class _ClientConfig(ctypes.Structure):
     _fields_ = [("tensors", ctypes.POINTER(_Tensor)), ("count", ctypes.c_int), ("run", ctypes.c_char_p),
                 ("run_params", ctypes.c_void_p), ("connect", ctypes.c_char_p), ("secret_file", ctypes.c_char_p),
@@ -115,8 +120,8 @@ def _load():
     P, I, D, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_int64
     sigs = {
         "dlc_last_error": (ctypes.c_char_p, []),
-        "dlc_client_default_config": (_ClientConfig, []),
-        "dlc_client_new": (P, [ctypes.POINTER(_ClientConfig)]),
+        "dlc_client_config_default_versioned": (I, [I, ctypes.POINTER(_ClientConfig)]),
+        "dlc_client_new_versioned": (P, [I, ctypes.POINTER(_ClientConfig)]),
         "dlc_client_free": (None, [P]),
         "dlc_client_step": (I, [P, I64]),
         "dlc_client_rollback": (I, [P]),
@@ -125,8 +130,8 @@ def _load():
         "dlc_client_steps": (I64, [P]),
         "dlc_client_applied": (I64, [P]),
         "dlc_client_schedule_step": (I64, [P]),
-        "dlc_server_default_config": (_ServerConfig, []),
-        "dlc_server_new": (P, [ctypes.POINTER(_ServerConfig)]),
+        "dlc_server_config_default_versioned": (I, [I, ctypes.POINTER(_ServerConfig)]),
+        "dlc_server_new_versioned": (P, [I, ctypes.POINTER(_ServerConfig)]),
         "dlc_server_free": (None, [P]),
         "dlc_server_port": (I, [P]),
         "dlc_server_poll": (I, [P, ctypes.POINTER(_ServerEvent), I]),
@@ -276,7 +281,10 @@ class Learner(_Handle):
                  join_timeout=60.0, wait_timeout=300.0, heartbeat=1.0, state_dir=None, save_state=None,
                  load_state=None, save_every=0):
         lib = _load()
-        cfg = self._config(lib.dlc_client_default_config(), params, run, secret_file, secret)
+        cfg = _ClientConfig()
+        if lib.dlc_client_config_default_versioned(_CONFIG_VERSION, ctypes.byref(cfg)) != 0:
+            _fail("diloco.Learner")
+        cfg = self._config(cfg, params, run, secret_file, secret)
         cfg.connect = connect.encode()
         cfg.run_id = run_id.encode() if run_id is not None else None
         cfg.id = -1 if id is None else int(id)
@@ -290,7 +298,7 @@ class Learner(_Handle):
                 cb = _StateFn(_state_call(fn, name))
                 self._state_fns.append(cb)
                 setattr(cfg, name, cb)
-        self._h = lib.dlc_client_new(ctypes.byref(cfg))
+        self._h = lib.dlc_client_new_versioned(_CONFIG_VERSION, ctypes.byref(cfg))
         if not self._h:
             _fail("diloco.Learner")
 
@@ -356,7 +364,10 @@ class Server(_Handle):
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
                  timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False):
         lib = _load()
-        cfg = self._config(lib.dlc_server_default_config(), params, run, secret_file, secret)
+        cfg = _ServerConfig()
+        if lib.dlc_server_config_default_versioned(_CONFIG_VERSION, ctypes.byref(cfg)) != 0:
+            _fail("diloco.Server")
+        cfg = self._config(cfg, params, run, secret_file, secret)
         cfg.learners = int(learners)
         cfg.listen = listen.encode()
         cfg.run_id = run_id.encode()
@@ -370,7 +381,7 @@ class Server(_Handle):
                     sys.stderr.write("diloco.Server: on_event raised %s: %s\n" % (type(e).__name__, e))
             self._on_event = _EventFn(call)  # kept alive as long as the server may call it
             cfg.on_event, cfg.event_thread = self._on_event, int(bool(event_thread))
-        self._h = lib.dlc_server_new(ctypes.byref(cfg))
+        self._h = lib.dlc_server_new_versioned(_CONFIG_VERSION, ctypes.byref(cfg))
         if not self._h:
             _fail("diloco.Server")
 

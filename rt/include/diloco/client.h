@@ -116,7 +116,30 @@ typedef struct dlc_client_config {
     const dlc_lrt_config *driver;
 } dlc_client_config;
 
-DLC_API dlc_client_config dlc_client_default_config(void);
+/* Versions of the config structs.  A host passes the version of the header it was
+ * built against (the macros below do), and the library reads only that version's fields,
+ * taking its defaults for any added since: a host built against an older header keeps
+ * working with a newer library, unchanged and unrebuilt.  A field is only ever added at
+ * the end of a struct, with a new version; the number of a struct no library knows
+ * (a host newer than the library) is refused, naming both.  The unversioned symbols
+ * dlc_client_default_config, dlc_client_new, dlc_server_default_config and
+ * dlc_server_new stay exported, as version 1, for hosts built before the versions. */
+#define DLC_CLIENT_CONFIG_V1 1
+#define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V1
+#define DLC_SERVER_CONFIG_V1 1
+#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V1
+
+/* Fills *cfg with the defaults: the fields of config version `version` only (nothing
+ * past them is written).  DLC_OK, or DLC_ERR_ARG for NULL or a version unknown here. */
+DLC_API dlc_status dlc_client_config_default_versioned(int version, dlc_client_config *cfg);
+/* The defaults, for the version of this header (the one to use). */
+static inline dlc_client_config dlc_client_default_config_(void) {
+    dlc_client_config c;
+    dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_VERSION, &c);
+    return c;
+}
+#define dlc_client_default_config() dlc_client_default_config_()
+DLC_API dlc_client_config(dlc_client_default_config)(void); /* version 1 (see above) */
 
 typedef struct dlc_client dlc_client; /* opaque */
 
@@ -124,7 +147,9 @@ typedef struct dlc_client dlc_client; /* opaque */
  * writes the global model into the host's buffers.  NULL with the message in
  * dlc_last_error(): a refusal by the syncer names what differs (the layout, the run, the
  * secret); a deadline names what did not arrive. */
-DLC_API dlc_client *dlc_client_new(const dlc_client_config *cfg);
+DLC_API dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg);
+#define dlc_client_new(cfg) dlc_client_new_versioned(DLC_CLIENT_CONFIG_VERSION, (cfg))
+DLC_API dlc_client *(dlc_client_new)(const dlc_client_config *cfg); /* version 1 */
 /* Says BYE (if not finished) and closes.  NULL is a no-op. */
 DLC_API void dlc_client_free(dlc_client *c);
 
@@ -196,11 +221,21 @@ typedef struct dlc_server_config {
     const dlc_srt_config *driver;
 } dlc_server_config;
 
-DLC_API dlc_server_config dlc_server_default_config(void);
+/* As dlc_client_config_default_versioned, for the server's config. */
+DLC_API dlc_status dlc_server_config_default_versioned(int version, dlc_server_config *cfg);
+static inline dlc_server_config dlc_server_default_config_(void) {
+    dlc_server_config c;
+    dlc_server_config_default_versioned(DLC_SERVER_CONFIG_VERSION, &c);
+    return c;
+}
+#define dlc_server_default_config() dlc_server_default_config_()
+DLC_API dlc_server_config(dlc_server_default_config)(void); /* version 1 */
 
 typedef struct dlc_server dlc_server; /* opaque */
 
-DLC_API dlc_server *dlc_server_new(const dlc_server_config *cfg);
+DLC_API dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg);
+#define dlc_server_new(cfg) dlc_server_new_versioned(DLC_SERVER_CONFIG_VERSION, (cfg))
+DLC_API dlc_server *(dlc_server_new)(const dlc_server_config *cfg); /* version 1 */
 DLC_API void dlc_server_free(dlc_server *s); /* NULL ok */
 DLC_API int dlc_server_port(const dlc_server *s);
 DLC_API dlc_srt *dlc_server_srt(dlc_server *s); /* poll its events, stats, flush (rt.h) */
