@@ -357,10 +357,7 @@ local function replay(ctx)
       on, ready = l:replaying()
     end
     if ready then
-      local step = l:schedule_step()
-      local lr = train.lr_at(r, step, r.steps)
-      if r.inner.clip > 0 then ctx.params:clip_grad_norm(r.inner.clip) else ctx.params:grad_norm() end
-      ctx.opt:step(lr)
+      train.dp_apply(r, ctx.params, ctx.opt, train.lr_at(r, l:schedule_step(), r.steps))
       l:replayed()
       n = n + 1
     end
@@ -383,13 +380,7 @@ local dp_void -- (below)
 local function dp_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
-  local lr = train.lr_at(r, ctx.step, r.steps)
-  local x, y = loaders.train:next()
-  ctx.params:zero_grad()
-  local loss = ctx.model:loss(x, y)
-  loss:backward()
-  local lv = loss:item()
-  loss:free()
+  local lv, lr = train.dp_gradient(r, ctx.model, ctx.params, loaders, ctx.step, r.steps)
   local p = ctx.poison
   if p and p.when == "batch" and p.times > 0 and ctx.lrt:schedule_step() + 1 >= p.step then
     p.times, lv = p.times - 1, 0 / 0
@@ -409,8 +400,7 @@ local function dp_step(ctx)
     return nil, compute
   end
   t0 = diloco.clock()
-  local gnorm = r.inner.clip > 0 and ctx.params:clip_grad_norm(r.inner.clip) or ctx.params:grad_norm()
-  ctx.opt:step(lr)
+  local gnorm = train.dp_apply(r, ctx.params, ctx.opt, lr)
   compute = compute + (diloco.clock() - t0)
   ctx.train_time = ctx.train_time + compute
   if bad then return { lr = lr, grad_norm = gnorm, void = true }, compute end

@@ -353,12 +353,7 @@ function M.run(out, opts)
     if dp then
       if not c.grad then -- forward and backward; the gradient goes to the syncer
         c.step = sm:schedule_step()
-        local lr = train.lr_at(r, c.step, r.steps)
-        local x, y = c.loaders.train:next()
-        c.params:zero_grad()
-        local loss = c.model:loss(x, y)
-        loss:backward()
-        loss:free()
+        local _, lr = train.dp_gradient(r, c.model, c.params, c.loaders, c.step, r.steps)
         local acts = assert(sm:gradient(c.loaders.tokens_per_batch, tick()))
         record_sends(c, acts)
         c.grad = { lr = lr, version = sm:schedule_step() + 1 }
@@ -372,8 +367,7 @@ function M.run(out, opts)
       local v, taken = c.grad.version, true
       for m = 1, Mn do taken = taken and (L[m] == c or L[m].sm:schedule_step() >= v or L[m].done) end
       if taken then avg[v] = nil end -- every learner has it
-      if r.inner.clip > 0 then c.params:clip_grad_norm(r.inner.clip) else c.params:grad_norm() end
-      c.opt:step(c.grad.lr)
+      train.dp_apply(r, c.params, c.opt, c.grad.lr)
       c.grad = nil
       acts = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
       check_applied(c, b, acts)

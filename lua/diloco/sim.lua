@@ -253,13 +253,7 @@ local function on_step_event(ctx, ev)
     return
   end
   -- dp: forward and backward here, the optimizer step once the averaged gradient is back
-  local lr = train.lr_at(ctx.recipe, L.lr_step, L.total)
-  local x, y = L.loaders.train:next()
-  L.params:zero_grad()
-  local loss = L.model:loss(x, y)
-  loss:backward()
-  local lv = loss:item()
-  loss:free()
+  local lv, lr = train.dp_gradient(ctx.recipe, L.model, L.params, L.loaders, L.lr_step, L.total)
   ctx.total_tokens = ctx.total_tokens + tpb
   check_finite(ctx, L, lv)
   L.pending = { lr = lr, loss = lv }
@@ -267,11 +261,9 @@ local function on_step_event(ctx, ev)
 end
 
 local function on_optim_event(ctx, ev)
-  local r = ctx.recipe
   local L = ctx.learners[ev.learner]
-  local gnorm = r.inner.clip > 0 and L.params:clip_grad_norm(r.inner.clip) or L.params:grad_norm()
-  check_finite(ctx, L, L.pending.loss, gnorm)
-  L.opt:step(L.pending.lr)
+  local gnorm = train.dp_apply(ctx.recipe, L.params, L.opt, L.pending.lr,
+    function(g) check_finite(ctx, L, L.pending.loss, g) end)
   ctx.vt:optim_done(ev.learner)
   report_step(ctx, L, ev, L.pending.loss, gnorm, L.pending.lr)
 end

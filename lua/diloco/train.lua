@@ -443,6 +443,32 @@ function M.lr_at(r, step, total)
   return lr
 end
 
+-- The two halves of a data-parallel step, written once for every driver (a learner
+-- process and its catch-up replay, each island of a sim, sim --replay): the gradient of a
+-- batch here, the optimizer step once the syncer's average is back in the gradients.
+-- dp_gradient: the learning rate of schedule step `step` (of `total`), forward and
+-- backward of the next batch; returns the loss and that rate.
+function M.dp_gradient(r, model, params, loaders, step, total)
+  local lr = M.lr_at(r, step, total)
+  local x, y = loaders.train:next()
+  params:zero_grad()
+  local loss = model:loss(x, y)
+  loss:backward()
+  local lv = loss:item()
+  loss:free()
+  return lv, lr
+end
+
+-- dp_apply: the averaged gradient clipped (inner.clip) or its norm measured, check(norm)
+-- when given (it may raise: the step is then not applied), then the optimizer step at
+-- rate lr.  Returns the norm.
+function M.dp_apply(r, params, opt, lr, check)
+  local gnorm = r.inner.clip > 0 and params:clip_grad_norm(r.inner.clip) or params:grad_norm()
+  if check then check(gnorm) end
+  opt:step(lr)
+  return gnorm
+end
+
 -- One inner step: batch -> loss -> backward -> clip -> optimizer step.  Returns
 -- {loss, aux, grad_norm, lr}.  A diverged step raises before the update, so the
 -- parameters stay those of the last good step.  The one inner step of every driver: a
