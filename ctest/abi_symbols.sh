@@ -13,9 +13,11 @@ tmp=$(mktemp -d /tmp/diloco-abi.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 # Every DLC_API declaration, one line each: the declared name is the last identifier
-# before its parameter list (a function) or its ';' (an object).
+# before its parameter list (a function) or its ';' (an object).  A name in parentheses,
+# "(dlc_client_new)(...)", is a function a macro of the same name calls (client.h): the
+# parentheses go first.
 cat "$src"/core/include/diloco/*.h "$src"/net/include/diloco/*.h "$src"/rt/include/diloco/*.h | grep -v '^[[:space:]]*#[[:space:]]*define[[:space:]]*DLC_API' |
-    tr '\n' ' ' | grep -o 'DLC_API[^;(]*[;(]' |
+    tr '\n' ' ' | sed -E 's/\(([A-Za-z_][A-Za-z0-9_]*)\)[[:space:]]*\(/ \1(/g' | grep -o 'DLC_API[^;(]*[;(]' |
     sed -E 's/[[:space:]]*[;(]$//; s/.*[^A-Za-z0-9_]([A-Za-z_][A-Za-z0-9_]*)$/\1/' |
     sort -u >"$tmp/headers"
 nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u >"$tmp/exported"
