@@ -442,6 +442,7 @@ static int lazy_submodule(lua_State *L) {
 void dlcL_open_chaos(lua_State *L, int mod, int st);
 /* laccount.c: diloco.Account, the run's account (core/account.h). */
 void dlcL_open_account(lua_State *L, int mod, int st);
+void dlcL_open_supervise(lua_State *L, int mod, int st);
 /* lgoodput.c: diloco.goodput{...}, the goodput simulator (core/goodput.h). */
 void dlcL_open_goodput(lua_State *L, int mod, int st);
 /* lnet.c: diloco.net, the transport (net/include/diloco/net.h). */
@@ -487,6 +488,7 @@ int luaopen_diloco(lua_State *L) {
     dlcL_open_chaos(L, mod, sti);
     dlcL_open_goodput(L, mod, sti);
     dlcL_open_account(L, mod, sti);
+    dlcL_open_supervise(L, mod, sti);
     dlcL_open_vtime(L, mod, sti);
     dlcL_open_net(L, mod, sti);
     dlcL_open_rt(L, mod, sti);

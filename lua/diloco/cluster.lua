@@ -26,8 +26,7 @@ local M = {}
 local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 local write, median, elapsed, island, say, run_step, fault = rc.write, rc.median, rc.elapsed, rc.island, rc.say,
   rc.run_step, rc.fault
-local signal_learner, hold_others, begin_rollback, log_tail = sup.signal_learner, sup.hold_others, sup.begin_rollback,
-  sup.log_tail
+local signal_learner = sup.signal_learner
 local display, learner_progress, tokens_so_far = view.display, view.learner_progress, view.tokens_so_far
 
 -- The runtime section's durations in seconds.
@@ -482,19 +481,16 @@ local function on_syncer_event(ctx, ev)
           latency = cut_end and math.max(0, elapsed(ctx) - cut_end) or nil, cause = cut_end and "cut" or nil })
       end
       L.lost = false
+      if ctx.supervising then sup.joined(ctx, ev.learner) end -- (holds in a non-elastic run)
     end
     requorum(ctx)
-    hold_others(ctx)
   elseif ev.type == "lost" then
     if L then L.lost = true end
     if L and not ctx.supervising then island(ctx, ev.learner, "down") end
     fault(ctx, { kind = "lost", learner = ev.learner, text = ev.text, detected_s = ev.clock - ctx.t_start })
-    if ctx.job_rollbacks and L and L.pid and not ctx.rolling then -- hung (paused) or cut off: everyone goes back
-      local paused = L.state == "paused"
-      begin_rollback(ctx, ev.learner, paused and "pause" or "lost", paused and L.resume_at or elapsed(ctx))
-    end
+    -- holds; a non-elastic dp job hung (paused) or cut off goes back as a whole
+    if L and ctx.supervising then sup.lost(ctx, ev.learner) end
     requorum(ctx)
-    hold_others(ctx)
   elseif ev.type == "rejected" then
     write(ctx, "reject", { learner = ev.learner, fragment = ev.fragment, reason = ev.reason, wall_s = elapsed(ctx) })
     ctx.rejects = ctx.rejects + 1
@@ -548,7 +544,7 @@ local function all_done(ctx)
   local away = {}
   for m, L in ipairs(ctx.learners) do
     if ctx.supervising then
-      if L.state ~= "done" and L.state ~= "failed" and L.state ~= "stopped" then return false end
+      if not sup.all_ended(ctx) then return false end
     else
       if not ctx.syncer then return false end
       local i = ctx.syncer:learner(m)
@@ -576,14 +572,9 @@ local function loop(ctx)
   local r = ctx.recipe
   while true do
     local slowing = false
-    for _, L in ipairs(ctx.learners) do slowing = slowing or L.slow ~= nil end
+    for _, L in ipairs(ctx.learners) do slowing = slowing or (L.slow_factor or 1) ~= 1 end
     pump_syncer(ctx, slowing and 0.01 or 0.05)
-    if ctx.supervising then
-      sup.reap(ctx)
-      sup.restart_due(ctx)
-      if ctx.job_rollbacks then sup.rollback_due(ctx) end
-      sup.chaos_due(ctx)
-    end
+    if ctx.supervising then sup.turn(ctx) end
     maybe_eval(ctx)
     maybe_save_syncer(ctx)
     if ctx.supervising and ctx.quiet then -- the display reads the learners' metrics otherwise
@@ -594,34 +585,8 @@ local function loop(ctx)
     if stop_reason(ctx) and not ctx.stopping then
       ctx.stopping = elapsed(ctx)
       say(ctx, "stopping (%s): each learner finishes its step and leaves", ctx.signal)
-      for m, L in ipairs(ctx.learners) do
-        if L.pid then
-          if L.state == "paused" or L.slow then signal_learner(ctx, m, "CONT") end
-          L.slow = nil
-          signal_learner(ctx, m, "TERM")
-        elseif L.state == "down" then -- waiting for its restart (or a rollback's): it stays down
-          L.state = "stopped"
-        end
-      end
-      ctx.rolling = nil
       if not ctx.supervising then break end
-    end
-    if ctx.stopping and elapsed(ctx) - ctx.stopping > sup.STOP_TIMEOUT then
-      for m, L in ipairs(ctx.learners) do
-        if L.pid then
-          say(ctx, "learner %d did not stop within %d s: killed", m, sup.STOP_TIMEOUT)
-          signal_learner(ctx, m, "KILL")
-        end
-      end
-    end
-    if ctx.supervising then
-      for m, L in ipairs(ctx.learners) do
-        if L.state == "running" and not L.joined and elapsed(ctx) - L.started > ctx.rt.join_timeout then
-          say(ctx, "learner %d did not join within %g s: killed (its log: %s)", m, ctx.rt.join_timeout, log_tail(ctx, m))
-          L.chaos_kill = nil
-          signal_learner(ctx, m, "KILL")
-        end
-      end
+      sup.stop(ctx) -- TERM to each (KILL after sup.STOP_TIMEOUT); one down stays down
     end
   end
   ctx.t_train_end = elapsed(ctx)
@@ -652,7 +617,7 @@ function M.serve(r, opts)
       for m = 1, r.islands.count do
         if r.islands.list[m].ranks and not ctx.mpirun then ctx.mpirun = sup.find_mpirun(m, r.islands.list[m].ranks) end
       end
-      for m = 1, r.islands.count do sup.spawn(ctx, m, true) end
+      sup.start(ctx) -- each learner's process
     end
     ctx.t_train_start = ctx.account:t0() -- (a resumed syncer: the run's)
     ctx.chaos_t0 = elapsed(ctx)

@@ -30,7 +30,7 @@ local TYPES = {
   ["diloco.Optimizer"] = "Optimizer", ["diloco.Plan"] = "Plan", ["diloco.Chaos"] = "Chaos",
   ["diloco.VTime"] = "VTime", ["diloco.TextData"] = "TextData", ["diloco.ImageData"] = "ImageData",
   ["diloco.Loader"] = "Loader", ["diloco.Lock"] = "Lock", ["diloco.Net"] = "Net",
-  ["diloco.Syncer"] = "Syncer", ["diloco.Learner"] = "Learner", ["diloco.Account"] = "Account",
+  ["diloco.Syncer"] = "Syncer", ["diloco.Learner"] = "Learner", ["diloco.Account"] = "Account", ["diloco.Supervisor"] = "Supervisor",
 }
 
 -- The submodules are the files lua/diloco/*.lua next to this one: a new file is

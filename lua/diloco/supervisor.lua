@@ -52,26 +52,6 @@ local function signal_learner(ctx, m, sig)
   return true
 end
 
-local function hold_others(ctx)
-  if ctx.rt.elastic or not ctx.supervising or ctx.job_rollbacks then return end
-  local anyone_lost = false
-  for _, L in ipairs(ctx.learners) do
-    anyone_lost = anyone_lost or (L.lost and L.state ~= "done") or L.state == "down"
-  end
-  for m, L in ipairs(ctx.learners) do
-    local hold = anyone_lost and not L.lost and L.state == "running"
-    if L.pid and hold ~= (L.held or false) then
-      signal_learner(ctx, m, hold and "STOP" or "CONT")
-      L.held = hold
-      island(ctx, m, hold and "held" or "up")
-      fault(ctx, { kind = "held", learner = m, begin = hold })
-    end
-  end
-end
-
--- runtime.elastic = false in data parallel: a failure rolls every learner back (below).
-local begin_rollback
-
 -- ---- the learner processes (run) ----
 
 local function learner_argv(ctx, m, fresh, rollback)
@@ -91,6 +71,8 @@ local function learner_argv(ctx, m, fresh, rollback)
   return argv
 end
 
+-- Starts learner m's process (the supervisor's SPAWN); fresh: the run's first start;
+-- rollback: the step a rolled-back job starts from.
 local function spawn(ctx, m, fresh, rollback)
   local L = ctx.learners[m]
   local dir = string.format("%s/learner-%d", ctx.out, m)
@@ -122,9 +104,7 @@ local function spawn(ctx, m, fresh, rollback)
   argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
   local pid, err = diloco.proc.spawn(argv)
   if not pid then fail("starting learner %d: %s", m, err) end
-  L.pid, L.state, L.started = pid, "running", elapsed(ctx)
-  island(ctx, m, "up")
-  L.restart_at, L.bye, L.joined = nil, false, false
+  L.pid, L.started, L.bye = pid, elapsed(ctx), false
   return pid
 end
 
@@ -141,136 +121,32 @@ local function log_tail(ctx, m)
   return table.concat(lines, " | ")
 end
 
--- Reaps the learners that ended: done, killed by chaos, crashed (restart with backoff).
-local function reap(ctx)
-  for m, L in ipairs(ctx.learners) do
-    if L.pid then
-      local st = diloco.proc.wait(L.pid)
-      if st then
-        L.pid = nil
-        local now = elapsed(ctx)
-        island(ctx, m, "off") -- (gone: down or done below, else no measure covers it)
-        if L.stop_expected then -- killed because a non-elastic run cannot go on
-          L.state = "stopped"
-        elseif L.chaos_kill and ctx.stopping then -- killed by chaos or a rollback, reaped after a stop
-          L.chaos_kill = nil
-          L.state = "stopped"
-        elseif L.chaos_kill then -- chaos (or a rollback) took it: back after its down time
-          L.chaos_kill = nil
-          L.state = "down"
-          island(ctx, m, "down")
-        elseif st.exited == 0 then
-          L.state = "done"
-          island(ctx, m, "done")
-        elseif ctx.stopping then
-          L.state = "stopped"
-        else
-          L.crashes = L.crashes + 1
-          local why = st.exited and string.format("exit status %d", st.exited)
-            or string.format("signal %s", st.name or tostring(st.signal))
-          local tail = log_tail(ctx, m)
-          if st.exited == 2 or L.crashes > ctx.rt.restarts then -- a usage error repeats: do not restart it
-            L.state = "failed"
-            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
-            if ctx.job_rollbacks then -- non-elastic: without it nobody can go on
-              for j, O in ipairs(ctx.learners) do
-                if O.pid then
-                  signal_learner(ctx, j, "KILL")
-                  O.chaos_kill = nil
-                end
-                if O.state ~= "failed" then O.stop_expected = true end
-                if not O.pid and O.state ~= "failed" then O.state = "stopped" end
-              end
-              ctx.rolling = nil
-              ctx.failed_learner = string.format("learner %d failed for good (%s): a non-elastic run cannot go on "
-                .. "without it", m, why)
-            end
-            say(ctx, "learner %d failed (%s): %s", m, why, tail)
-          else
-            local wait = math.min(M.RESTART_MAX, M.RESTART_MIN * 2 ^ (L.crashes - 1))
-            L.state, L.restart_at, L.down_cause = "down", now + wait, "crash"
-            island(ctx, m, "down")
-            if ctx.job_rollbacks then begin_rollback(ctx, m, "crash", now + wait) end
-            fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = wait })
-            say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, wait, tail)
-          end
-        end
-      end
-    end
-  end
-end
-
-local function restart_due(ctx)
-  local now = elapsed(ctx)
-  -- the run is over once every learner that is not down has finished: one still down is
-  -- not restarted to train on alone (sim's run ends at its horizon too)
-  if not ctx.rolling then
-    local finished, up = false, false
-    for _, L in ipairs(ctx.learners) do
-      if L.state == "done" then finished = true
-      elseif L.state ~= "down" and L.state ~= "failed" and L.state ~= "stopped" then up = true end
-    end
-    if finished and not up then
-      for m, L in ipairs(ctx.learners) do
-        if L.state == "down" then
-          L.state = "done"
-          fault(ctx, { kind = "restart", learner = m, skipped = "the others finished: the run is over" })
-        end
-      end
-    end
-  end
-  for m, L in ipairs(ctx.learners) do
-    if L.state == "down" and L.restart_at and now >= L.restart_at and not ctx.stopping and not ctx.rolling then
-      spawn(ctx, m)
-      L.restarted_at, L.rejoined, L.recovered = now, false, false
-      ctx.restarts = ctx.restarts + 1
-      fault(ctx, { kind = L.down_cause or "kill", learner = m, begin = false })
-    end
-  end
-end
-
--- ---- non-elastic data parallel: rollback ----
+-- ---- the decisions: core/supervise.h (diloco.Supervisor) ----
 --
--- A failure (a kill, a crash, a learner lost by timeout) stops the job: every learner is
--- killed, and once the failed one's down time is over all start again from the newest
--- checkpoint every one of them holds (checkpoint.every), model and optimizer included
--- (learner --restart-at STEP); the steps past it are lost work, taken out of the goodput.
--- The syncer starts again from a checkpoint of its own (a new epoch: nothing the killed
--- processes sent is merged; the first gradient, for STEP + 1, sets its round).
+-- What happens to the learners' processes is decided by the supervisor state machine in
+-- core/supervise.c: this file tells it what happened (an exit, a fault of the schedule,
+-- the syncer's joins and losses, the stop, the time) and carries out what it asks (start,
+-- signal, the account's island states, fault events, a rollback).  The learners' tables
+-- keep a copy of its view of each (state, crashes, restart_at, down_cause, held, slow)
+-- for the display and the summary, refreshed after every batch of actions (mirror).
 
-begin_rollback = function(ctx, m, cause, back_at)
-  local now = elapsed(ctx)
-  -- stopping (a signal): no rollback begins; the losses of the learners a rollback or the
-  -- stop killed arrive after it and are not failures to roll back from
-  if ctx.stopping then return end
-  if ctx.rolling then -- another failure meanwhile: all wait for the later one
-    ctx.rolling.back_at = math.max(ctx.rolling.back_at, back_at)
-    -- and it too is restarted by rollback_due with the others, never alone: a learner
-    -- restarted alone would keep the rollback waiting for its process for ever
-    if ctx.learners[m] then ctx.learners[m].restart_at = nil end
-    return
+local function finite(v) return v and v < math.huge and v or nil end
+
+-- The state machine's view of each learner, copied into ctx.learners for its readers.
+local function mirror(ctx)
+  for m, L in ipairs(ctx.learners) do
+    local i = ctx.sup:learner(m)
+    L.state, L.crashes, L.restart_at, L.down_cause = i.state, i.crashes, i.restart_at, i.down_cause
+    L.held, L.slow_factor, L.resume_at = i.held, i.slow_factor, i.resume_at
   end
-  ctx.rolling = { since = now, learner = m, cause = cause, back_at = back_at }
-  ctx.job_rollbacks = ctx.job_rollbacks + 1
-  for j, L in ipairs(ctx.learners) do
-    if L.pid then
-      L.chaos_kill = true -- reaped as down, not as a crash
-      signal_learner(ctx, j, "KILL")
-    end
-    if L.state == "done" then L.state = "down" end
-    L.slow, L.restart_at = nil, nil -- restarted by rollback_due, all together
-    island(ctx, j, "down")
-    if j ~= m or not L.down_cause or L.down_cause == "rollback" then L.down_cause = j == m and cause or "rollback" end
-  end
-  fault(ctx, { kind = "job_rollback", learner = m, begin = true, cause = cause, back_in = math.max(0, back_at - now) })
 end
 
-local function rollback_due(ctx)
-  local rb = ctx.rolling
-  if not rb or ctx.stopping or elapsed(ctx) < rb.back_at then return end
-  for _, L in ipairs(ctx.learners) do
-    if L.pid then return end -- not every process reaped yet
-  end
+-- non-elastic data parallel: the job rolled back to the newest checkpoint every learner
+-- holds (checkpoint.every), model and optimizer included (learner --restart-at STEP); the
+-- steps past it are lost work, taken out of the goodput.  The syncer starts again from a
+-- checkpoint of its own (a new epoch: nothing the killed processes sent is merged; the
+-- first gradient, for STEP + 1, sets its round).  Then every learner starts again.
+local function roll_back(ctx, a)
   local Mn = ctx.recipe.islands.count
   local lists, count, K = {}, {}, 0
   for m = 1, Mn do
@@ -306,18 +182,134 @@ local function rollback_due(ctx)
   ctx.syncer = nil
   local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
   ctx.host.start_syncer(ctx, ctx.address, list[#list] and list[#list].path or nil)
-  local now = elapsed(ctx)
-  for m, L in ipairs(ctx.learners) do
-    L.rolled_back_steps = (L.rolled_back_steps or 0) + lost_steps
-    spawn(ctx, m, false, K)
-    L.restarted_at, L.rejoined, L.recovered = now, false, false
-    ctx.restarts = ctx.restarts + 1
-  end
-  ctx.rolling = nil
-  fault(ctx, { kind = "job_rollback", learner = rb.learner, begin = false, cause = rb.cause, step = K,
-    rolled_back_steps = lost_steps, rolled_back_tokens = lost_tokens, latency = now - rb.since,
+  for _, L in ipairs(ctx.learners) do L.rolled_back_steps = (L.rolled_back_steps or 0) + lost_steps end
+  ctx.rollback_step = K
+  ctx.sup:rolled_back(elapsed(ctx)) -- every learner's SPAWN, from K: taken by the same act loop
+  fault(ctx, { kind = "job_rollback", learner = a.learner, begin = false, cause = a.cause, step = K,
+    rolled_back_steps = lost_steps, rolled_back_tokens = lost_tokens, latency = a.value,
     syncer_s = diloco.clock() - t0, epoch = ctx.syncer:epoch() })
 end
+
+-- A fault action as the run's fault event (docs/runtime.md lists them); extra: fields of
+-- the schedule's event that caused it (a slow's own factor).
+local function fault_action(ctx, a, extra)
+  local m, f = a.learner, a.fault
+  local L = m and ctx.learners[m]
+  if f == "crash" then
+    local why, tail = L.exit_why or "?", log_tail(ctx, m)
+    if a.final then
+      fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart = false })
+      if ctx.job_rollbacks then
+        ctx.failed_learner = string.format("learner %d failed for good (%s): a non-elastic run cannot go on "
+          .. "without it", m, why)
+      end
+      say(ctx, "learner %d failed (%s): %s", m, why, tail)
+    else
+      fault(ctx, { kind = "crash", learner = m, text = why .. ": " .. tail, restart_in = a.value })
+      say(ctx, "learner %d crashed (%s), restarting in %g s: %s", m, why, a.value, tail)
+    end
+  elseif f == "back" then
+    fault(ctx, { kind = a.cause or "kill", learner = m, begin = false })
+  elseif f == "restart_skipped" then
+    fault(ctx, { kind = "restart", learner = m, skipped = "the others finished: the run is over" })
+  elseif f == "held" then
+    fault(ctx, { kind = "held", learner = m, begin = a.begin })
+  elseif f == "kill" then
+    fault(ctx, { kind = "kill", learner = m, rank = a.rank, begin = true, duration = finite(a.value) })
+  elseif f == "pause" then
+    fault(ctx, { kind = "pause", learner = m, begin = a.begin, duration = a.begin and finite(a.value) or nil })
+  elseif f == "slow" then
+    fault(ctx, { kind = "slow", learner = m, begin = a.begin, factor = a.begin and extra and extra.factor or nil,
+      duration = a.begin and finite(a.value) or nil })
+  elseif f == "job_rollback" then
+    ctx.job_rollbacks = ctx.job_rollbacks + 1
+    fault(ctx, { kind = "job_rollback", learner = m, begin = true, cause = a.cause, back_in = a.value })
+  elseif f == "join_timeout" then
+    say(ctx, "learner %d did not join within %g s: killed (its log: %s)", m, a.value, log_tail(ctx, m))
+  elseif f == "stop_timeout" then
+    say(ctx, "learner %d did not stop within %d s: killed", m, a.value)
+  end
+end
+
+-- Carries out the supervisor's queued actions, in order.
+local function act(ctx, extra)
+  for a in ctx.sup:actions() do
+    local m = a.learner
+    if a.kind == "spawn" then
+      spawn(ctx, m, a.fresh, a.rollback and ctx.rollback_step or nil)
+      if not a.fresh then
+        local L = ctx.learners[m]
+        L.restarted_at, L.rejoined, L.recovered = a.time, false, false
+        ctx.restarts = ctx.restarts + 1
+      end
+    elseif a.kind == "signal" then
+      local L = ctx.learners[m]
+      -- one rank of an island: its mpirun ends the job, the island is down as a whole
+      local pid = a.rank and L.ranks and rank_pid(ctx, m, a.rank)
+      if not (pid and L.pid and diloco.proc.signal_grandchild(L.pid, pid, a.signal)) then
+        signal_learner(ctx, m, a.signal)
+      end
+    elseif a.kind == "island" then
+      island(ctx, m, a.island)
+    elseif a.kind == "fault" then
+      fault_action(ctx, a, extra)
+    elseif a.kind == "rollback" then
+      roll_back(ctx, a)
+    end -- give_up: the crash's fault said it (ctx.failed_learner)
+  end
+  mirror(ctx)
+end
+
+-- The supervisor of the run's learners; their processes started.
+function M.start(ctx)
+  local rt = ctx.rt
+  ctx.sup = diloco.Supervisor { learners = ctx.recipe.islands.count, elastic = rt.elastic,
+    rollbacks = ctx.job_rollbacks ~= nil, restarts = rt.restarts, restart_min = M.RESTART_MIN,
+    restart_max = M.RESTART_MAX, slow_period = M.SLOW_PERIOD, stop_timeout = M.STOP_TIMEOUT,
+    join_timeout = rt.join_timeout }
+  ctx.sup:start(elapsed(ctx))
+  act(ctx)
+end
+
+-- Reaps the learners' processes that ended and tells the supervisor.
+function M.reap(ctx)
+  for m, L in ipairs(ctx.learners) do
+    if L.pid then
+      local st = diloco.proc.wait(L.pid)
+      if st then
+        L.pid = nil
+        L.exit_why = st.exited and string.format("exit status %d", st.exited)
+          or string.format("signal %s", st.name or tostring(st.signal))
+        ctx.sup:exited(m, elapsed(ctx), st.exited, st.signal)
+        act(ctx)
+      end
+    end
+  end
+end
+
+-- What is due by now: restarts, a rollback, resumes, slow duty cycles, deadlines.
+function M.tick(ctx)
+  ctx.sup:tick(elapsed(ctx))
+  act(ctx)
+end
+
+-- The syncer heard learner m join, or lost it (holds and rollbacks follow).
+function M.joined(ctx, m)
+  ctx.sup:joined(m, elapsed(ctx))
+  act(ctx)
+end
+function M.lost(ctx, m)
+  ctx.sup:lost(m, elapsed(ctx))
+  act(ctx)
+end
+
+-- The run stops: TERM to every process, KILL after STOP_TIMEOUT (M.tick).
+function M.stop(ctx)
+  ctx.sup:stop(elapsed(ctx))
+  act(ctx)
+end
+
+function M.all_ended(ctx) return ctx.sup:all_ended() end
 
 -- ---- chaos on real processes ----
 
@@ -335,21 +327,8 @@ local function chaos_schedule(ctx)
   return ch
 end
 
--- A slow fault of learner m began or ended at t: its step time is now the product of the
--- factors of those under way (chaos.h); none left, it runs at full speed again.
-local function slow_changed(ctx, m, L, t)
-  local factor = ctx.chaos:slow_factor(m, t)
-  if not L.pid then return end
-  if L.slow and factor == 1 then
-    L.slow.untl = elapsed(ctx) -- (the duty cycle lets it run, then forgets it)
-  elseif L.slow then
-    L.slow.factor = factor
-  elseif factor ~= 1 then
-    -- slowed by a factor: it runs 1/factor of each SLOW_PERIOD (SIGCONT), stopped the rest
-    L.slow = { factor = factor, t0 = elapsed(ctx), untl = math.huge, running = true }
-  end
-end
-
+-- The faults of the schedule due by now: those on learners' processes go to the
+-- supervisor, those on the syncer and its links are executed here.
 local function chaos_due(ctx)
   if not ctx.chaos then return end
   while not ctx.stopping do
@@ -357,34 +336,23 @@ local function chaos_due(ctx)
     if not e then break end
     local L = e.learner and ctx.learners[e.learner]
     local down = e.duration or math.huge
-    e.rank = e.learner and e.kind == "kill" and ctx.chaos_ranks[e.learner .. "@" .. e.at] or nil
+    local now = elapsed(ctx)
     if not e.begin then
       -- the ends of kills, pauses, cuts, links and syncer outages are the timers their
       -- begins set (their merged durations); a slow's end changes the product
       if e.kind == "slow" and L then
-        slow_changed(ctx, e.learner, L, e.t)
-        if L.pid then fault(ctx, { kind = "slow", learner = e.learner, begin = false }) end
+        ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), false)
+        act(ctx)
       end
-    elseif e.kind == "kill" and L and L.pid then
-      L.chaos_kill = true
-      L.restart_at, L.down_cause = elapsed(ctx) + down, "kill"
-      island(ctx, e.learner, "down")
-      local pid = e.rank and L.ranks and rank_pid(ctx, e.learner, e.rank)
-      -- one rank of an island: its mpirun ends the job, the island is down as a whole
-      if not (pid and diloco.proc.signal_grandchild(L.pid, pid, "KILL")) then signal_learner(ctx, e.learner, "KILL") end
-      if L.held then L.held = false end
-      fault(ctx, { kind = "kill", learner = e.learner, rank = e.rank, begin = true,
-        duration = down < math.huge and down or nil })
-      if ctx.job_rollbacks then begin_rollback(ctx, e.learner, "kill", elapsed(ctx) + down) end
-    elseif e.kind == "pause" and L and L.pid then
-      signal_learner(ctx, e.learner, "STOP")
-      L.state, L.resume_at = "paused", elapsed(ctx) + down
-      island(ctx, e.learner, "paused")
-      fault(ctx, { kind = "pause", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
-    elseif e.kind == "slow" and L and L.pid then
-      slow_changed(ctx, e.learner, L, e.t)
-      fault(ctx, { kind = "slow", learner = e.learner, begin = true, factor = e.factor,
-        duration = down < math.huge and down or nil })
+    elseif e.kind == "kill" and L then
+      ctx.sup:kill(e.learner, now, down, ctx.chaos_ranks[e.learner .. "@" .. e.at])
+      act(ctx)
+    elseif e.kind == "pause" and L then
+      ctx.sup:pause(e.learner, now, down)
+      act(ctx)
+    elseif e.kind == "slow" and L then
+      ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), true, down)
+      act(ctx, { factor = e.factor })
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
       local st = ctx.syncer:stats()
@@ -392,14 +360,14 @@ local function chaos_due(ctx)
       ctx.bytes_prev_out = (ctx.bytes_prev_out or 0) + st.bytes_out
       ctx.syncer:close()
       ctx.syncer = nil
-      ctx.syncer_back_at = elapsed(ctx) + (down < math.huge and down or 0)
+      ctx.syncer_back_at = now + (down < math.huge and down or 0)
       fault(ctx, { kind = "syncer", begin = true, duration = down < math.huge and down or nil,
         merges_lost = ctx.gm - ctx.merges_saved })
     elseif e.kind == "cut" then
       -- the link stalls both ways (the syncer's side of it); the learner, alive or not, is
       -- held off until it ends (the syncer times it out meanwhile, and it rejoins after)
       ctx.cuts = ctx.cuts or {}
-      ctx.cuts[e.learner] = elapsed(ctx) + down
+      ctx.cuts[e.learner] = now + down
       if ctx.syncer then ctx.syncer:cut(e.learner, down) end
       if L then L.cut_ended, L.cut_recovered = nil, nil end
       fault(ctx, { kind = "cut", learner = e.learner, begin = true, duration = down < math.huge and down or nil })
@@ -407,7 +375,7 @@ local function chaos_due(ctx)
       ctx.link_events = ctx.link_events or {}
       local list = ctx.link_events[e.learner] or {}
       ctx.link_events[e.learner] = list
-      list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = elapsed(ctx) + down }
+      list[#list + 1] = { bandwidth = e.bandwidth, latency = e.latency, untl = now + down }
       local rate, latency = ctx.host.link_of(ctx, e.learner)
       if ctx.syncer then ctx.syncer:shape(e.learner, rate, latency) end
       fault(ctx, { kind = "link", learner = e.learner, begin = true, bandwidth = rate, latency = latency,
@@ -447,26 +415,15 @@ local function chaos_due(ctx)
     fault(ctx, { kind = "syncer", begin = false, epoch = ctx.syncer:epoch(), from = last and last.path or nil,
       load_s = diloco.clock() - t0, fresh = not last or nil })
   end
-  for m, L in ipairs(ctx.learners) do
-    local sl = L.slow
-    if sl and L.pid and L.state ~= "paused" then
-      local now = elapsed(ctx)
-      local run = now >= sl.untl or ((now - sl.t0) % M.SLOW_PERIOD) < M.SLOW_PERIOD / sl.factor
-      if run ~= sl.running then
-        signal_learner(ctx, m, run and "CONT" or "STOP")
-        sl.running = run
-      end
-      if now >= sl.untl then L.slow = nil end -- (its end's fault event: chaos_due)
-    elseif sl and not L.pid then
-      L.slow = nil -- it died meanwhile
-    end
-    if L.state == "paused" and elapsed(ctx) >= L.resume_at and L.pid then
-      signal_learner(ctx, m, "CONT")
-      L.state = "running"
-      island(ctx, m, L.held and "held" or "up")
-      fault(ctx, { kind = "pause", learner = m, begin = false })
-    end
-  end
+end
+
+-- One turn of the supervisor in the run's loop: exits, restarts and rollbacks due, the
+-- schedule's faults, then resumes, duty cycles and deadlines.
+function M.turn(ctx)
+  M.reap(ctx)
+  M.tick(ctx)
+  chaos_due(ctx)
+  M.tick(ctx)
 end
 
 -- mpirun's path, for islands of several ranks; a clear error when it (or MPI in this
@@ -484,9 +441,6 @@ function M.find_mpirun(m, R)
   fail("islands[%d].ranks = %d: mpirun is not on PATH (install openmpi-bin: scripts/setup does)", m, R)
 end
 
-
-M.signal_learner, M.hold_others, M.begin_rollback, M.spawn, M.log_tail, M.reap, M.restart_due, M.rollback_due =
-  signal_learner, hold_others, begin_rollback, spawn, log_tail, reap, restart_due, rollback_due
-M.chaos_schedule, M.chaos_due = chaos_schedule, chaos_due
+M.signal_learner, M.spawn, M.log_tail, M.chaos_schedule = signal_learner, spawn, log_tail, chaos_schedule
 
 return M

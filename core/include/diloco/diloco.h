@@ -45,5 +45,6 @@
 #include "chaos.h"
 #include "goodput.h"
 #include "account.h"
+#include "supervise.h"
 
 #endif
