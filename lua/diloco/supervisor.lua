@@ -1,31 +1,29 @@
--- diloco.supervisor: the learner processes of `diloco-lua run` (islands.count > 1): their
--- start (each a fresh diloco-lua learner, exec'd; an island of several ranks one mpirun job),
--- their watch (done, crashed and restarted with backoff, held while another is down in a
--- non-elastic run, rolled back together in non-elastic data parallel), their signals, and
--- the recipe's fault schedule executed on them (read through core/chaos.h's cursor, as sim
--- reads it).  It works on the run context of lua/diloco/cluster.lua (runctx); what it
--- needs of the syncer it asks through ctx.host (start_syncer, save_syncer, restore_counts,
--- link_of).  docs/runtime.md.
+-- diloco.supervisor: the learner processes of `diloco-lua run` (islands.count > 1).  What
+-- happens to them (done, crashed and restarted with backoff, held while another is down in
+-- a non-elastic run, rolled back together in non-elastic data parallel, paused, slowed,
+-- stopped) is decided by the state machine of core/supervise.h (diloco.Supervisor); this
+-- file carries out its actions: the processes (each a fresh diloco-lua learner, exec'd; an
+-- island of several ranks one mpirun job), their signals, the fault events, a rollback's
+-- checkpoints and syncer; and it reads the recipe's fault schedule (core/chaos.h's cursor,
+-- as sim reads it), executing those on the syncer and the links itself.  It works on the
+-- run context of lua/diloco/cluster.lua (runctx); what it needs of the syncer it asks
+-- through ctx.host (start_syncer, save_syncer, restore_counts, link_of).  docs/runtime.md.
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
 local rc = require "diloco.runctx"
-local write, median, elapsed, island, say, run_step, fault = rc.write, rc.median, rc.elapsed, rc.island, rc.say,
-  rc.run_step, rc.fault
+local elapsed, island, say, fault = rc.elapsed, rc.island, rc.say, rc.fault
 local M = {}
 
 local fail = train.fail
 
--- Limits of the supervisor: every wait has a deadline (the recipe's runtime section
--- sets the join deadline, the drain and the restart budget).
+-- The supervisor's limits (given to diloco.Supervisor): every wait has a deadline (the
+-- recipe's runtime section sets the join deadline, the drain and the restart budget).
 M.STOP_TIMEOUT = 60       -- s: learners asked to stop must be gone within this, else KILL
 M.SLOW_PERIOD = 0.5       -- s: a chaos slow event runs its learner 1/factor of each period
 M.RESTART_MIN = 1         -- s: the first restart of a crashed learner waits this,
 M.RESTART_MAX = 30        -- s:   doubled per crash in a row, up to this
 
--- runtime.elastic = false (non-elastic data parallel, the baseline of the chaos
--- benchmark): while any learner is lost, every other one is stopped (SIGSTOP), and all
--- go on together once it is back.
 -- An island of several ranks (islands[m].ranks > 1, docs/mpi.md) runs as one mpirun job:
 -- L.pid is mpirun's.  mpirun puts each rank in a process group of its own and, killed
 -- alone, leaves them running, so its ranks are signalled by pid (each checked to be a
