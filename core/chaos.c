@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/chaos.h"
+#include "mix.h"
 
 static const char *const kind_names[] = {"kill", "slow", "cut", "syncer", "link", "pause"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
@@ -38,41 +39,20 @@ dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out) {
     return dlc_error(DLC_ERR_ARG, "chaos: kind = \"%s\": expected kill, slow, cut, syncer, link or pause", name);
 }
 
-/* ---- the random source: splitmix64 seeds xoshiro256** (Blackman & Vigna) ---- */
+/* ---- the random source: splitmix64 seeds xoshiro256** (mix.h) ---- */
 
-typedef struct rng { uint64_t s[4]; } rng;
-
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *x) { return mix64(*x += 0x9e3779b97f4a7c15ULL); }
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro(rng *g) {
-    uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
+typedef dlc_xo rng;
 
 /* Learner m's stream: a function of (seed, m) only.  mix64 is a bijection, so distinct
  * learners of one seed start their splitmix64 sequences at unrelated points. */
 static void rng_stream(rng *g, uint64_t seed, int m) {
-    uint64_t x = mix64(mix64(seed) ^ (uint64_t)(uint32_t)m);
-    for (int i = 0; i < 4; i++) g->s[i] = splitmix64(&x);
+    uint64_t x = dlc_mix64(dlc_mix64(seed) ^ (uint64_t)(uint32_t)m);
+    for (int i = 0; i < 4; i++) g->s[i] = dlc_splitmix64(&x);
 }
 
 /* -mean·log(1 - u), u in [0, 1) from the top 53 bits (log1p for accuracy near 0). */
 static double expo(rng *g, double mean) {
-    double u = (double)(xoshiro(g) >> 11) * 0x1.0p-53;
+    double u = (double)(dlc_xo_next(g) >> 11) * 0x1.0p-53;
     return -mean * log1p(-u);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "diloco/frag.h"
 #include "internal.h"
+#include "mix.h"
 
 static const char *const kind_names[] = {"balanced", "strided", "sequential"};
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_PLAN_KIND_COUNT,
@@ -44,42 +45,21 @@ struct dlc_plan {
     uint64_t model_hash, hash;
 };
 
-/* ---- FNV-1a 64 over a little-endian byte stream ---- */
+/* ---- the hashes: FNV-1a 64 over a little-endian byte stream (mix.h) ---- */
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
-
-static uint64_t h_bytes(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
-    return h;
-}
-
-static uint64_t h_u32(uint64_t h, uint32_t v) {
-    unsigned char b[4];
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-    return h_bytes(h, b, 4);
-}
-
-static uint64_t h_u64(uint64_t h, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    return h_bytes(h, b, 8);
-}
-
-/* The model stream (names and shapes), continuing from FNV_OFFSET. */
+/* The model stream (names and shapes), continuing from DLC_FNV_OFFSET. */
 static uint64_t model_hash(const dlc_params *params) {
-    uint64_t h = h_bytes(FNV_OFFSET, "dlc.model.v1", 12);
+    uint64_t h = dlc_fnv_bytes(DLC_FNV_OFFSET, "dlc.model.v1", 12);
     int n = dlc_params_count(params);
-    h = h_u32(h, (uint32_t)n);
+    h = dlc_fnv_u32(h, (uint32_t)n);
     for (int i = 0; i < n; i++) {
         const char *name = dlc_params_name(params, i);
         const dlc_tensor *t = dlc_params_tensor(params, i);
         size_t len = strlen(name);
-        h = h_u32(h, (uint32_t)len);
-        h = h_bytes(h, name, len);
-        h = h_u32(h, (uint32_t)t->ndim);
-        for (int d = 0; d < t->ndim; d++) h = h_u64(h, (uint64_t)t->shape[d]);
+        h = dlc_fnv_u32(h, (uint32_t)len);
+        h = dlc_fnv_bytes(h, name, len);
+        h = dlc_fnv_u32(h, (uint32_t)t->ndim);
+        for (int d = 0; d < t->ndim; d++) h = dlc_fnv_u64(h, (uint64_t)t->shape[d]);
     }
     return h;
 }
@@ -89,11 +69,11 @@ static uint32_t tensor_hash(const dlc_params *params, int i) {
     const char *name = dlc_params_name(params, i);
     const dlc_tensor *t = dlc_params_tensor(params, i);
     size_t len = strlen(name);
-    uint64_t h = h_bytes(FNV_OFFSET, "dlc.tensor.v1", 13);
-    h = h_u32(h, (uint32_t)len);
-    h = h_bytes(h, name, len);
-    h = h_u32(h, (uint32_t)t->ndim);
-    for (int d = 0; d < t->ndim; d++) h = h_u64(h, (uint64_t)t->shape[d]);
+    uint64_t h = dlc_fnv_bytes(DLC_FNV_OFFSET, "dlc.tensor.v1", 13);
+    h = dlc_fnv_u32(h, (uint32_t)len);
+    h = dlc_fnv_bytes(h, name, len);
+    h = dlc_fnv_u32(h, (uint32_t)t->ndim);
+    for (int d = 0; d < t->ndim; d++) h = dlc_fnv_u64(h, (uint64_t)t->shape[d]);
     return (uint32_t)(h ^ (h >> 32));
 }
 
@@ -367,17 +347,17 @@ dlc_plan *dlc_plan_new(const dlc_params *params, const dlc_plan_params *ppin) {
     /* Plan hash: continues the model stream (docs/fragments.md, "Hashes"). */
     plan->model_hash = model_hash(params);
     uint64_t h = plan->model_hash; /* FNV-1a state after the model stream */
-    h = h_bytes(h, "dlc.plan.v1", 11);
-    h = h_u64(h, (uint64_t)dlc_params_size(params));
-    for (int i = 0; i < n; i++) h = h_u64(h, (uint64_t)dlc_params_offset(params, i));
-    h = h_u32(h, (uint32_t)P);
+    h = dlc_fnv_bytes(h, "dlc.plan.v1", 11);
+    h = dlc_fnv_u64(h, (uint64_t)dlc_params_size(params));
+    for (int i = 0; i < n; i++) h = dlc_fnv_u64(h, (uint64_t)dlc_params_offset(params, i));
+    h = dlc_fnv_u32(h, (uint32_t)P);
     for (int f = 0; f < P; f++) {
-        h = h_u32(h, (uint32_t)plan->nviews[f]);
+        h = dlc_fnv_u32(h, (uint32_t)plan->nviews[f]);
         for (int j = 0; j < plan->nviews[f]; j++) {
             const dlc_frag_view *v = &plan->views[f][j];
-            h = h_u32(h, (uint32_t)v->tensor);
-            h = h_u64(h, (uint64_t)v->offset);
-            h = h_u64(h, (uint64_t)v->numel);
+            h = dlc_fnv_u32(h, (uint32_t)v->tensor);
+            h = dlc_fnv_u64(h, (uint64_t)v->offset);
+            h = dlc_fnv_u64(h, (uint64_t)v->numel);
         }
     }
     plan->hash = h;

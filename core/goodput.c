@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "diloco/goodput.h"
+#include "mix.h"
 
 static const char *const policy_names[] = {"dp", "elastic-dp", "decoupled"};
 static const char *const pause_names[] = {"absorb", "extend"};
@@ -107,37 +108,15 @@ dlc_status dlc_goodput_params_check(const dlc_goodput_params *p) {
 
 /* ---- randomness: xoshiro256** seeded by splitmix64, one stream per learner ---- */
 
-typedef struct xo {
-    uint64_t s[4];
-} xo;
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+typedef dlc_xo xo;
 
 static void xo_seed(xo *g, uint64_t seed, uint64_t stream) {
     uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
-    for (int i = 0; i < 4; i++) g->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xo_next(xo *g) {
-    uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
+    for (int i = 0; i < 4; i++) g->s[i] = dlc_splitmix64(&x);
 }
 
 /* Uniform in (0, 1]. */
-static double xo_open01(xo *g) { return (double)((xo_next(g) >> 11) + 1) * 0x1p-53; }
+static double xo_open01(xo *g) { return (double)((dlc_xo_next(g) >> 11) + 1) * 0x1p-53; }
 
 /* ---- one learner ---- */
 

@@ -17,6 +17,7 @@
 #include "diloco/merge.h"
 #include "diloco/outer.h"
 #include "diloco/syncer.h"
+#include "mix.h"
 
 static const char *const preset_names[] = {"dp", "diloco", "streaming", "decoupled"};
 _Static_assert(sizeof preset_names / sizeof preset_names[0] == DLC_PRESET_COUNT, "one name per preset");
@@ -218,38 +219,23 @@ dlc_status dlc_run_syncer_params(const dlc_run_params *r, int learners, dlc_sync
     return dlc_syncer_params_check(out);
 }
 
-/* ---- the hash: FNV-1a 64 over the canonical little-endian stream ---- */
-
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
-
-static uint64_t h_bytes(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
-    return h;
-}
-
-static uint64_t h_u64(uint64_t h, uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    return h_bytes(h, b, 8);
-}
+/* ---- the hash: FNV-1a 64 over the canonical little-endian stream (mix.h) ---- */
 
 uint64_t dlc_run_hash(const dlc_run_params *r) {
     if (!r) return 0;
-    uint64_t h = h_bytes(FNV_OFFSET, "dlc.run.v1", 10);
+    uint64_t h = dlc_fnv_bytes(DLC_FNV_OFFSET, "dlc.run.v1", 10);
     for (int i = 0; i < NFIELDS; i++) {
         const dlc_run_field *f = &fields[i];
         switch (f->type) {
         case DLC_RUN_INT:
-        case DLC_RUN_FLAG: h = h_u64(h, (uint64_t)(int64_t)get_int(r, f)); break;
-        case DLC_RUN_HASH64: h = h_u64(h, get_u64(r, f)); break;
+        case DLC_RUN_FLAG: h = dlc_fnv_u64(h, (uint64_t)(int64_t)get_int(r, f)); break;
+        case DLC_RUN_HASH64: h = dlc_fnv_u64(h, get_u64(r, f)); break;
         case DLC_RUN_NUMBER: {
             double x = get_num(r, f);
             uint64_t bits;
             if (x == 0) x = 0; /* -0 hashes as +0: they compare equal */
             memcpy(&bits, &x, sizeof bits);
-            h = h_u64(h, bits);
+            h = dlc_fnv_u64(h, bits);
             break;
         }
         case DLC_RUN_ENUM: {
@@ -258,7 +244,7 @@ uint64_t dlc_run_hash(const dlc_run_params *r) {
             uint32_t n = (uint32_t)strlen(name);
             unsigned char b[4] = {(unsigned char)n, (unsigned char)(n >> 8), (unsigned char)(n >> 16),
                                   (unsigned char)(n >> 24)};
-            h = h_bytes(h_bytes(h, b, 4), name, n);
+            h = dlc_fnv_bytes(dlc_fnv_bytes(h, b, 4), name, n);
             break;
         }
         default: return 0;
