@@ -23,8 +23,15 @@ local function learner_progress(ctx, m)
     if not L.tail then return nil end
   end
   while true do
-    local line = L.tail:read("l")
+    -- a line the learner is still writing (no newline yet) waits for its end: read as it
+    -- stood, a fault event in it was lost (seen: a rollback missing from a loaded CI run)
+    local line = L.tail:read("L")
     if not line then break end
+    if line:sub(-1) ~= "\n" then
+      L.partial = (L.partial or "") .. line
+      break
+    end
+    if L.partial then line, L.partial = L.partial .. line, nil end
     if line:find('"event":"step"', 1, true) then
       local e = diloco.json_decode(line)
       if type(e) == "table" then L.progress = e end

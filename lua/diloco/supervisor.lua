@@ -78,7 +78,7 @@ local function spawn(ctx, m, fresh, rollback)
   if fresh then -- a new run: the display must not read an earlier run's progress
     os.remove(dir .. "/metrics.jsonl")
     if L.tail then L.tail:close() end
-    L.tail, L.progress = nil, nil
+    L.tail, L.progress, L.partial = nil, nil, nil
   end
   local threads = tostring(ctx.recipe.threads or 1)
   local argv = learner_argv(ctx, m, fresh, rollback)
