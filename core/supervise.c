@@ -193,6 +193,7 @@ static void spawn(dlc_sup *s, int m, int fresh, int rollback) {
     L->pub.started_at = s->now;
     L->pub.restart_at = -1;
     L->pub.joined = 0;
+    L->pub.held = 0; /* a new process runs: a hold, if due, comes with the next loss or join */
     L->kill_sent = 0;
     act_island(s, m, DLC_ISLAND_UP);
 }

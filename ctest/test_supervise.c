@@ -140,6 +140,15 @@ static void test_holds(void) {
     EXPECT(s, "signal 0 STOP; island 0 held; fault 0 held begin v=0; signal 2 STOP; island 2 held; fault 2 held begin v=0");
     CHECK(dlc_sup_joined(s, 1, 6) == DLC_OK);
     EXPECT(s, "signal 0 CONT; island 0 up; fault 0 held end v=0; signal 2 CONT; island 2 up; fault 2 held end v=0");
+    /* held, then crashed and started again: the new process is not held (nor let go) */
+    dlc_sup_lost(s, 1, 7);
+    drain(s);
+    CHECK(dlc_sup_exited(s, 0, 8, 1, 0) == DLC_OK);
+    EXPECT(s, "island 0 off; island 0 down; fault 0 crash begin v=1");
+    CHECK(dlc_sup_tick(s, 9) == DLC_OK);
+    EXPECT(s, "spawn 0; island 0 up; fault 0 back end cause=crash v=0");
+    CHECK(dlc_sup_joined(s, 1, 10) == DLC_OK);
+    EXPECT(s, "signal 2 CONT; island 2 up; fault 2 held end v=0");
     /* elastic: nobody is held */
     dlc_sup_free(s);
     s = make(3, 1, 0, 5);
