@@ -378,8 +378,8 @@ dlc_status dlc_sup_pause(dlc_sup *s, int m, double now, double duration_s) {
 dlc_status dlc_sup_slow(dlc_sup *s, int m, double now, double factor, int begin, double duration_s) {
     dlc_status st = check_learner(s, m, now, "sup_slow");
     if (st != DLC_OK) return st;
-    if (!(factor >= 1) || !isfinite(factor))
-        return dlc_error(DLC_ERR_ARG, "sup_slow: factor = %g: expected the product of the slow factors under way, >= 1",
+    if (!(factor > 0) || !isfinite(factor)) /* (below 1 it runs all the time: the process cannot go faster) */
+        return dlc_error(DLC_ERR_ARG, "sup_slow: factor = %g: expected the product of the slow factors under way, > 0",
                          factor);
     s->now = now;
     learner *L = &s->l[m];

@@ -194,6 +194,11 @@ static void test_pause_slow(void) {
     EXPECT(s, "");
     dlc_sup_get_learner(s, 0, &l);
     CHECK(l.slow_factor == 1 && l.state == DLC_SUP_RUNNING);
+    /* a factor below 1 (a recipe's "faster"): the process runs all the time, never stopped */
+    CHECK(dlc_sup_slow(s, 0, 12, 0.5, 1, 5) == DLC_OK);
+    EXPECT(s, "fault 0 slow begin v=5");
+    for (double t = 12.1; t < 14; t += 0.1) dlc_sup_tick(s, t);
+    EXPECT(s, "");
     dlc_sup_free(s);
 }
 
@@ -318,7 +323,8 @@ static void test_bad_args(void) {
     CHECK_SFAILS(dlc_sup_tick(s, NAN), DLC_ERR_ARG, "expected a finite time");
     CHECK_SFAILS(dlc_sup_kill(s, 2, 6, 1, -1), DLC_ERR_RANGE, "learner 2: expected 0..1");
     CHECK_SFAILS(dlc_sup_kill(s, 0, 6, -1, -1), DLC_ERR_ARG, "down_s = -1");
-    CHECK_SFAILS(dlc_sup_slow(s, 0, 6, 0.5, 1, 1), DLC_ERR_ARG, "factor = 0.5");
+    CHECK_SFAILS(dlc_sup_slow(s, 0, 6, 0, 1, 1), DLC_ERR_ARG, "factor = 0: expected the product");
+    CHECK_SFAILS(dlc_sup_slow(s, 0, 6, INFINITY, 1, 1), DLC_ERR_ARG, "factor = inf");
     CHECK_SFAILS(dlc_sup_pause(s, 0, 6, NAN), DLC_ERR_ARG, "duration_s = nan");
     EXPECT(s, "");
     dlc_sup_learner l;

@@ -34,7 +34,8 @@
  *     calls dlc_sup_rolled_back, which starts all again; a learner failed for good ends
  *     the run (GIVE_UP);
  *   - a pause stops a process until its end; a slow fault runs it 1/factor of each
- *     slow_period (CONT, STOP), the product of the factors under way;
+ *     slow_period (CONT, STOP), the product of the factors under way (below 1: all the
+ *     time, a process cannot be made faster);
  *   - a stop (a signal to the run) sends TERM to every process (CONT first to a stopped
  *     one) and KILL to those still there after stop_timeout_s; a process that has not
  *     joined the syncer within join_timeout_s is killed (and restarted as a crash).
