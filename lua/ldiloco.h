@@ -130,6 +130,12 @@ int dlcL_subtable(lua_State *L, int t, const char *who, const char *k);
  * alive as long as the new box at 2, through a user value table left at 3. */
 struct dlc_params;
 void dlcL_params_and_plan(lua_State *L, struct dlc_params **params, struct dlc_plan **plan);
+/* A syncer constructor's options at 1 (its box at 2): params and plan (as above),
+ * learners (checked: 1..DLC_SYNCER_LEARNERS_MAX, raising naming `who`), the learner and
+ * syncer sub-tables (their indices in *li, *si) and the run they describe with its
+ * embedding flags (dlcL_read_run).  Returns learners. */
+int dlcL_syncer_options(lua_State *L, const char *who, struct dlc_params **params, struct dlc_plan **plan, int *li,
+                        int *si, struct dlc_run_params *run, const uint8_t **embedding);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 

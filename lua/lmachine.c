@@ -360,21 +360,15 @@ static int m_syncer(lua_State *L) {
     msyncer *b = dlcL_newbox(L, DLCL_MSYNCER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    dlcL_params_and_plan(L, &params, &plan);
-    lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
-    lua_pop(L, 1);
-    if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
-        return luaL_error(L, "%s: learners must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
+    int li, si;
+    dlc_run_params run;
+    const uint8_t *emb = NULL;
+    lua_Integer M = dlcL_syncer_options(L, WHO, &params, &plan, &li, &si, &run, &emb);
     int64_t plan_numel = 0;
     for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
     if (dlc_params_numel(params) != plan_numel)
         return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
                           (long long)dlc_params_numel(params), (long long)plan_numel);
-    int li = dlcL_subtable(L, 1, WHO, "learner");
-    int si = dlcL_subtable(L, 1, WHO, "syncer");
-    dlc_run_params run;
-    const uint8_t *emb = NULL;
-    dlcL_read_run(L, li, si, plan, &run, NULL, NULL, &emb);
     dlc_syncer_params sp;
     if (dlc_run_syncer_params(&run, (int)M, &sp) != DLC_OK) return dlcL_error(L);
     sp.embedding = emb;

@@ -106,18 +106,12 @@ static int l_syncer(lua_State *L) {
     srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
     dlc_params *params;
     dlc_plan *plan;
-    dlcL_params_and_plan(L, &params, &plan);
-    lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
-    lua_pop(L, 1);
-    if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
-        return luaL_error(L, "%s: learners must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
-    dlc_srt_config c = dlc_srt_default_config();
-    int li = dlcL_subtable(L, 1, WHO, "learner");
-    int si = dlcL_subtable(L, 1, WHO, "syncer");
+    int li, si;
     /* with what the learners do: one run description (core/run.h), stated in the WELCOME */
     dlc_run_params run;
     const uint8_t *emb = NULL;
-    dlcL_read_run(L, li, si, plan, &run, NULL, NULL, &emb);
+    lua_Integer M = dlcL_syncer_options(L, WHO, &params, &plan, &li, &si, &run, &emb);
+    dlc_srt_config c = dlc_srt_default_config();
     if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
     c.syncer.embedding = emb;
     c.run_params = &run;

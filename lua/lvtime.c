@@ -198,6 +198,19 @@ void dlcL_params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
     lua_rawseti(L, 3, 2);
 }
 
+int dlcL_syncer_options(lua_State *L, const char *who, dlc_params **params, dlc_plan **plan, int *li, int *si,
+                        dlc_run_params *run, const uint8_t **embedding) {
+    dlcL_params_and_plan(L, params, plan);
+    lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
+    lua_pop(L, 1);
+    if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
+        return luaL_error(L, "%s: learners must be an integer in 1..%d", who, DLC_SYNCER_LEARNERS_MAX);
+    *li = dlcL_subtable(L, 1, who, "learner");
+    *si = dlcL_subtable(L, 1, who, "syncer");
+    dlcL_read_run(L, *li, *si, *plan, run, NULL, NULL, embedding);
+    return (int)M;
+}
+
 void dlcL_read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *run, double *heartbeat,
                    double *timeout, const uint8_t **embedding) {
     run_extras x;
