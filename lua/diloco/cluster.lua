@@ -541,17 +541,18 @@ local finish = require("diloco.runend").finish
 -- no learner connected, it stayed away runtime.join_timeout (never joined, or lost and
 -- not back): those are named (a fault event of kind absent) and the run ends without them.
 local function all_done(ctx)
+  if ctx.supervising then -- (the supervisor's rules: core/supervise.h)
+    if not sup.all_ended(ctx) then return false end
+    ctx.absent = {}
+    return true
+  end
   local away = {}
-  for m, L in ipairs(ctx.learners) do
-    if ctx.supervising then
-      if not sup.all_ended(ctx) then return false end
-    else
-      if not ctx.syncer then return false end
-      local i = ctx.syncer:learner(m)
-      if not i.bye then
-        if i.connected or i.absent < ctx.rt.join_timeout then return false end
-        away[#away + 1] = { m = m, info = i }
-      end
+  for m in ipairs(ctx.learners) do
+    if not ctx.syncer then return false end
+    local i = ctx.syncer:learner(m)
+    if not i.bye then
+      if i.connected or i.absent < ctx.rt.join_timeout then return false end
+      away[#away + 1] = { m = m, info = i }
     end
   end
   ctx.absent = {}
