@@ -507,14 +507,25 @@ static void test_config_versions(void) {
     dlc_server_config sc;
     CHECK_SFAILS(dlc_client_config_default_versioned(0, &cc), DLC_ERR_ARG, "client: config version 0 is not one");
     CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_VERSION + 1, &cc), DLC_ERR_ARG,
-                 "(1 to 1): the host was built against a newer client.h");
+                 "(1 to 2): the host was built against a newer client.h");
     CHECK_SFAILS(dlc_server_config_default_versioned(7, &sc), DLC_ERR_ARG, "server: config version 7 is not one");
     CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
     CHECK_SFAILS(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
     cc = dlc_client_default_config();
-    CHECK_PFAILS(dlc_client_new_versioned(2, &cc), DLC_ERR_ARG, "client: config version 2 is not one");
+    CHECK_PFAILS(dlc_client_new_versioned(3, &cc), DLC_ERR_ARG, "client: config version 3 is not one");
+    /* version 1's driver configs had another layout (before dlc_net_config.clock) */
+    dlc_lrt_config lc = dlc_lrt_default_config();
+    cc.driver = &lc;
+    CHECK_PFAILS(dlc_client_new_versioned(DLC_CLIENT_CONFIG_V1, &cc), DLC_ERR_ARG,
+                 "client: a version-1 config with driver set: dlc_lrt_config changed in version 2");
+    CHECK_PFAILS((dlc_client_new)(&cc), DLC_ERR_ARG, "client: a version-1 config with driver set");
+    cc.driver = NULL;
     sc = dlc_server_default_config();
     CHECK_PFAILS(dlc_server_new_versioned(-1, &sc), DLC_ERR_ARG, "server: config version -1 is not one");
+    dlc_srt_config src = dlc_srt_default_config();
+    sc.driver = &src;
+    CHECK_PFAILS((dlc_server_new)(&sc), DLC_ERR_ARG, "server: a version-1 config with driver set: dlc_srt_config changed");
+    sc.driver = NULL;
     /* version 1's defaults fill its bytes exactly: the guard past them stays */
     size_t n = sizeof(dlc_client_config);
     unsigned char *buf = malloc(n + 16);

@@ -260,7 +260,7 @@ void dlcn_count_out(conn *c, const outframe *f, int direct) {
         dlcn_count(&c->frames_out[f->type], 1);
     }
     /* the idle heartbeat waits, as after any frame (relaxed: a stamp, ordering nothing) */
-    atomic_store_explicit(&c->last_tx, now_coarse_s(), memory_order_relaxed);
+    atomic_store_explicit(&c->last_tx, dlcn_now_coarse(c->net), memory_order_relaxed);
 }
 
 static void out_write(conn *c, outframe *f) {
@@ -294,7 +294,7 @@ void dlcn_update_direct(conn *c) {
 
 /* Queues f behind any held frames; due now goes straight to the socket buffer. */
 void dlcn_out_queue(conn *c, outframe *f) {
-    f->due = now_s() + c->latency;
+    f->due = dlcn_now(c->net) + c->latency;
     if (!c->delay_head && c->latency <= 0) {
         out_write(c, f);
         return;
@@ -306,7 +306,7 @@ void dlcn_out_queue(conn *c, outframe *f) {
 }
 
 void dlcn_out_release(conn *c) {
-    double t = now_s();
+    double t = dlcn_now(c->net);
     while (c->delay_head && c->delay_head->due <= t + 1e-4 && c->state != DLC_CONN_CLOSED) {
         outframe *f = c->delay_head;
         c->delay_head = f->next;
@@ -390,7 +390,7 @@ static void finish_draining(conn *c) {
 static void start_draining(conn *c) {
     dlcn_in_drain(c); /* input is read and dropped from now on, never left to cause a reset */
     set_state(c, DLC_CONN_DRAINING);
-    c->deadline = now_s() + c->net->cfg.drain_timeout_s;
+    c->deadline = dlcn_now(c->net) + c->net->cfg.drain_timeout_s;
     finish_draining(c);
     if (c->state == DLC_CONN_DRAINING) dlcn_conn_arm(c);
 }
@@ -519,7 +519,7 @@ void dlcn_conn_close_now(conn *c) {
          * connection then timed out, LOST, and the takeover went unlogged) */
         double window = (1 - NET_LIVE_FRACTION) * net->cfg.timeout_s;
         if (c->end_code == DLC_PERR_CONFLICT && window > 0 && d > window / 3) d = window / 3;
-        c->deadline = now_s() + d;
+        c->deadline = dlcn_now(c->net) + d;
         c->was_ready = 0;
         set_state(c, DLC_CONN_CONNECTING);
         dlcn_conn_arm(c);
@@ -535,7 +535,7 @@ static void become_ready(conn *c, const dlc_hello *h) {
     set_state(c, DLC_CONN_READY);
     c->stall_t = 0;
     dlcn_update_direct(c);
-    c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
+    c->last_tx = c->last_rx = dlcn_now(c->net); /* last_tx (atomic) outermost: clang refuses a chain through it */
     dlcn_conn_arm(c); /* from the auth deadline to the heartbeat and the timeout */
     c->was_ready = 1;
     if (c->client) {
@@ -620,7 +620,7 @@ static void on_handshake(conn *c, dlc_frame *f) {
         conn *old = id >= 0 ? learner_holder(net, id, c) : NULL;
         if (id < 0)
             for (id = 0; learner_holder(net, id, c); id++) {}
-        double now = now_s(), silent = old ? now - old->last_rx : 0;
+        double now = dlcn_now(c->net), silent = old ? now - old->last_rx : 0;
         if (!old || silent >= NET_LIVE_FRACTION * net->cfg.timeout_s) c->learner = id;
         pthread_mutex_unlock(&net->lock);
         /* A second claim on a live learner's id (a duplicate process, a stale launcher,
@@ -779,7 +779,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     }
     dlcn_count(&c->bytes_in[f->type], len);
     dlcn_count(&c->frames_in[f->type], 1);
-    c->last_rx = now_coarse_s();
+    c->last_rx = dlcn_now_coarse(c->net);
     if (f->type == DLC_FRAME_ERROR) {
         if (f->code == DLC_PERR_AUTH && !c->client && c->state == DLC_CONN_AUTHENTICATING) {
             pthread_mutex_lock(&net->lock); /* a client that found our proof wrong: it holds another secret */
@@ -825,7 +825,7 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     n->ev.values = values, n->ev.nvalues = nvalues;
     n->bytes = len + (size_t)nvalues * sizeof(float);
     if (c->in_latency > 0 || c->held_head) { /* the receiving direction's latency: held, in order */
-        n->due = now_s() + c->in_latency;
+        n->due = dlcn_now(c->net) + c->in_latency;
         n->next = NULL;
         if (c->held_tail) c->held_tail->next = n;
         else c->held_head = n;
@@ -859,8 +859,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         }
         set_state(c, DLC_CONN_AUTHENTICATING);
         c->step = 0;
-        c->deadline = now_s() + c->net->cfg.auth_timeout_s;
-        c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
+        c->deadline = dlcn_now(c->net) + c->net->cfg.auth_timeout_s;
+        c->last_tx = c->last_rx = dlcn_now(c->net); /* last_tx (atomic) outermost: clang refuses a chain through it */
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_AUTH);
         if (dlc_auth_nonce(c->nc, DLC_PROTO_NONCE) < 0) {
@@ -899,7 +899,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg);
 /* Arms c's one timer at its nearest deadline. */
 void dlcn_conn_arm(conn *c) {
     dlc_net *net = c->net;
-    double t = now_s(), next = INFINITY;
+    double t = dlcn_now(c->net), next = INFINITY;
     switch (c->state) {
     case DLC_CONN_CONNECTING:
     case DLC_CONN_AUTHENTICATING:
@@ -969,7 +969,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     conn *c = arg;
     dlc_net *net = c->net;
-    double t = now_s();
+    double t = dlcn_now(c->net);
     dlcn_out_release(c);
     switch (c->state) {
     case DLC_CONN_CONNECTING:
@@ -1024,6 +1024,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
     }
     dlcn_conn_arm(c);
 }
+
+void dlcn_conn_tick(conn *c) { on_timer(-1, 0, c); }
 
 /* ---- connections ---- */
 
@@ -1082,7 +1084,7 @@ conn *dlcn_conn_new(dlc_net *net, int client) {
 void dlcn_apply_shape(conn *c) {
     if (!c->bev) return;
     if (c->own_out) { /* out.c's token bucket reads c->rate; start it empty */
-        c->tokens = 0, c->tokens_t = now_s();
+        c->tokens = 0, c->tokens_t = real_s();
         return;
     }
     if (c->rate > 0 || c->in_rate > 0) {
@@ -1165,12 +1167,12 @@ void dlcn_start_connect(conn *c) {
         c->end_code = DLC_PERR_INTERNAL;
         snprintf(c->end_text, sizeof c->end_text, "cannot create a connection to %s", c->name);
         set_state(c, DLC_CONN_CLOSED), set_state(c, DLC_CONN_CONNECTING);
-        c->deadline = now_s() + net->cfg.reconnect_max_s;
+        c->deadline = dlcn_now(c->net) + net->cfg.reconnect_max_s;
         dlcn_conn_arm(c);
         return;
     }
     conn_attach(c, bev);
-    c->deadline = now_s() + net->cfg.auth_timeout_s;
+    c->deadline = dlcn_now(c->net) + net->cfg.auth_timeout_s;
     if (bufferevent_socket_connect(bev, (struct sockaddr *)&c->addr, (int)c->addrlen) < 0) {
         c->end_code = DLC_PERR_NONE;
         snprintf(c->end_text, sizeof c->end_text, "connect to %s failed", c->name);
@@ -1335,7 +1337,7 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
     pthread_mutex_lock(&net->lock);
     unauth_add(c);
     pthread_mutex_unlock(&net->lock);
-    c->deadline = now_s() + net->cfg.auth_timeout_s;
-    c->last_tx = c->last_rx = now_s(); /* last_tx (atomic) outermost: clang refuses a chain through it */
+    c->deadline = dlcn_now(c->net) + net->cfg.auth_timeout_s;
+    c->last_tx = c->last_rx = dlcn_now(c->net); /* last_tx (atomic) outermost: clang refuses a chain through it */
     dlcn_conn_arm(c);
 }

@@ -112,7 +112,7 @@ static size_t alive_chunk(const conn *c, double t) {
  * keeps the peer alive, a trickle does not (alive_chunk). */
 static void body_alive(conn *c, size_t got) {
     if (!got) return;
-    double t = now_coarse_s();
+    double t = dlcn_now_coarse(c->net);
     c->bulk_fresh += got;
     if (c->bulk_fresh >= alive_chunk(c, t)) c->last_rx = t, c->bulk_fresh = 0;
 }
@@ -137,14 +137,14 @@ static int bulk_read(conn *c, size_t wake_at_most) {
         conn_ended(c, r == 0, err);
         return 1;
     }
-    double t = now_s();
+    double t = real_s(); /* the read rate's (real bytes per real second) */
     body_alive(c, got);
     if (c->inhave < c->inlen) {
         /* the next wake-up: what arrives in NET_LOWAT_S at this rate, within the bounds */
         double rate = t > c->bulk_t ? (double)got / (t - c->bulk_t) : 0;
         size_t want = rate * NET_LOWAT_S > (double)NET_LOWAT_MAX ? NET_LOWAT_MAX : (size_t)(rate * NET_LOWAT_S);
         if (want > wake_at_most) want = wake_at_most;
-        size_t floor = alive_chunk(c, t); /* wake once what keeps the peer alive is there */
+        size_t floor = alive_chunk(c, dlcn_now_coarse(net)); /* wake once what keeps the peer alive is there */
         if (want < floor) want = floor;
         if (want > c->inlen - c->inhave) want = c->inlen - c->inhave;
         bulk_lowat(c, want);
@@ -170,7 +170,7 @@ static int bulk_read(conn *c, size_t wake_at_most) {
 /* Bytes the receiving bucket allows now (SIZE_MAX without a cap). */
 static size_t in_allowance(conn *c) {
     if (c->in_rate <= 0) return SIZE_MAX;
-    double t = now_s();
+    double t = dlcn_now(c->net);
     c->in_tokens += (t - c->in_tokens_t) * c->in_rate;
     c->in_tokens_t = t;
     double burst = c->in_rate * NET_BURST_S;
@@ -206,7 +206,7 @@ static void on_in_refill(evutil_socket_t fd, short what, void *arg) {
 }
 
 void dlcn_in_shape(conn *c) {
-    c->in_tokens = 0, c->in_tokens_t = now_s();
+    c->in_tokens = 0, c->in_tokens_t = real_s();
     if (c->in_rate > 0 && c->in_bulk) bulk_stop(c); /* capped bodies are read by on_readable */
     if (c->in_rate <= 0 && c->in_starved) {
         if (c->itimer) evtimer_del(c->itimer);
@@ -224,7 +224,7 @@ void dlcn_in_cut(conn *c) {
  * connection that ends loses them; otherwise they arrived before the end (all). */
 void dlcn_in_release(conn *c, int all) {
     dlc_net *net = c->net;
-    double t = now_s();
+    double t = real_s();
     while (c->held_head && (c->cut ? all : all || c->held_head->due <= t + 1e-4)) {
         evnode *n = c->held_head;
         c->held_head = n->next;
@@ -297,7 +297,7 @@ int dlcn_in_start(conn *c) {
     if (!c->ib) c->ib = malloc(NET_IB);
     if (!c->rev || !c->ib || !c->itimer) return -1;
     c->rev_on = 0, c->ib_off = c->ib_len = 0;
-    c->in_starved = 0, c->in_tokens = 0, c->in_tokens_t = now_s();
+    c->in_starved = 0, c->in_tokens = 0, c->in_tokens_t = real_s();
     read_enable(c, 1);
     return 0;
 }
@@ -305,8 +305,8 @@ int dlcn_in_start(conn *c) {
 /* A large body from here on is read at the threshold (plain TCP). */
 static void bulk_start(conn *c) {
     c->in_bulk = 1;
-    c->bulk_t = now_s();
-    bulk_lowat(c, alive_chunk(c, c->bulk_t));
+    c->bulk_t = real_s();
+    bulk_lowat(c, alive_chunk(c, dlcn_now_coarse(c->net)));
 }
 
 /* The budget (mem_max) for a frame of n bytes about to be received: 1 and counted, or 0
@@ -317,7 +317,7 @@ static int mem_take(conn *c, size_t n) {
     int fits = dlcn_mem(net) + n <= net->cfg.mem_max;
     if (fits) atomic_fetch_add_explicit(&net->rx_bytes, n, memory_order_relaxed);
     if (fits && c->mem_wait) { /* its silence was ours: the timeout starts again */
-        c->mem_wait = 0, c->last_rx = now_coarse_s();
+        c->mem_wait = 0, c->last_rx = dlcn_now_coarse(c->net);
         atomic_fetch_sub(&net->mem_waiting, 1);
     } else if (!fits && !c->mem_wait) {
         c->mem_wait = 1;
@@ -388,7 +388,7 @@ void dlcn_on_read(struct bufferevent *bev, void *arg) {
                 return;
             }
             c->inlen = need, c->inhave = 0;
-            c->body_t0 = now_coarse_s(), c->bulk_fresh = 0;
+            c->body_t0 = dlcn_now_coarse(c->net), c->bulk_fresh = 0;
         }
         size_t got = in_copy(c, c->inbuf + c->inhave, c->inlen - c->inhave, 1);
         c->inhave += got;

@@ -86,6 +86,8 @@
 #define NET_LIVE_FRACTION 0.5
 /* Default of mem_max: the net's memory budget (output queued, frames received). */
 #define NET_MEM_DEFAULT ((size_t)1 << 30)
+/* The longest dlc_net_clock_moved waits for the I/O thread to check its timers. */
+#define NET_CLOCK_WAIT_S 10
 /* libevent token-bucket tick of the WAN emulation. */
 #define NET_TICK_MS 5
 /* The buckets of the WAN emulation (each direction) hold at most this much time of
@@ -275,6 +277,10 @@ struct dlc_net {
     atomic_int mem_refused;  /* written under lock: a send was refused for mem_max since the last DRAINED */
     atomic_int mem_waiting;  /* written under lock: conns whose next frame waits for mem_max */
     atomic_int mem_kick;     /* memory was freed while conns wait: the loop retries them */
+    atomic_int clock_kick;   /* the injected clock moved: the loop checks every timer */
+    int clock_turn;          /* the loop did (inline_io: the poll under way returns; loop thread only) */
+    uint64_t clock_req, clock_done; /* dlc_net_clock_moved calls, and those the loop has acted on (lock) */
+    pthread_cond_t clock_cond;       /* clock_done moved */
     atomic_int ev_count;     /* events waiting: read without the lock by a spinning poll */
     int paused;              /* reading stopped: the event queue is over in_max */
     int stopping;
@@ -288,21 +294,29 @@ struct dlc_net {
 
 /* ---- shared between conn.c (the I/O thread's connection code) and net.c (the API,
  * the queues, the loop) ---- */
-static inline double now_s(void) {
+/* The wall clock (monotonic seconds): for the bandwidth caps' buckets, the calls'
+ * own timeouts and the stop's bound, which are real time whatever the config's clock. */
+static inline double real_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The protocol's clock (dlc_net_config.clock, else the wall clock): every timer's. */
+static inline double dlcn_now(const dlc_net *net) {
+    return net->cfg.clock ? net->cfg.clock(net->cfg.clock_arg) : real_s();
 }
 
 /* The coarse clock's tick (clock_getres of CLOCK_MONOTONIC_COARSE), set by the first
  * dlc_net_new. */
 extern double dlcn_coarse_tick;
 
-/* An upper bound of now_s() from the coarse clock, which costs a memory read rather than
+/* An upper bound of dlcn_now() from the coarse clock, which costs a memory read rather than
  * a clock read: at most one tick (1-10 ms) late.  For the liveness stamps last_rx and
  * last_tx, set at every frame, which a late stamp only makes lenient: a timeout or an
  * idle heartbeat comes at most a tick later, never earlier. */
-static inline double now_coarse_s(void) {
+static inline double dlcn_now_coarse(const dlc_net *net) {
+    if (net->cfg.clock) return net->cfg.clock(net->cfg.clock_arg);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9 + dlcn_coarse_tick;
@@ -332,6 +346,8 @@ void dlcn_conn_close_now(conn *c);
 void dlcn_conn_retire(conn *c);
 void dlcn_reap(dlc_net *net);
 void dlcn_conn_arm(conn *c);
+/* Runs c's timer now (the injected clock moved: dlc_net_clock_moved). */
+void dlcn_conn_tick(conn *c);
 void dlcn_out_queue(conn *c, outframe *f);
 void dlcn_out_release(conn *c);
 void dlcn_apply_shape(conn *c);

@@ -83,7 +83,7 @@ static void stop_check(dlc_net *net) {
     bool any = false;
     for (int i = 0; i < net->npeers; i++)
         if (net->peers[i] && net->peers[i]->state != DLC_CONN_CLOSED) any = true;
-    if (!any || now_s() >= net->stop_deadline) event_base_loopbreak(net->base);
+    if (!any || real_s() >= net->stop_deadline) event_base_loopbreak(net->base);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg) {
@@ -113,7 +113,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&net->lock);
     if (resume) {
         dlcn_pause_reading(net, 0);
-        double now = now_coarse_s();
+        double now = dlcn_now_coarse(net);
         for (int i = 0; i < net->npeers; i++) { /* what waited in libevent's buffers */
             conn *c = net->peers[i];
             if (!c || c->state == DLC_CONN_CLOSED) continue;
@@ -179,7 +179,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
             break;
         case CMD_STOP:
             net->stopping = 1;
-            net->stop_deadline = now_s() + net->cfg.drain_timeout_s;
+            net->stop_deadline = real_s() + net->cfg.drain_timeout_s;
             for (int i = 0; i < net->npeers; i++) {
                 conn *s = net->peers[i];
                 if (!s) continue;
@@ -193,6 +193,18 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         k = next;
     }
     if (atomic_exchange_explicit(&net->mem_kick, 0, memory_order_acq_rel)) dlcn_mem_resume(net);
+    if (atomic_exchange_explicit(&net->clock_kick, 0, memory_order_acq_rel)) { /* the injected clock moved */
+        pthread_mutex_lock(&net->lock);
+        uint64_t req = net->clock_req;
+        pthread_mutex_unlock(&net->lock);
+        for (int i = 0; i < net->npeers; i++)
+            if (net->peers[i] && net->peers[i]->state != DLC_CONN_CLOSED) dlcn_conn_tick(net->peers[i]);
+        net->clock_turn = 1; /* inline_io: the poll under way returns, its caller sees the new time */
+        pthread_mutex_lock(&net->lock);
+        net->clock_done = req;
+        pthread_cond_broadcast(&net->clock_cond);
+        pthread_mutex_unlock(&net->lock);
+    }
     if (net->stopping) stop_check(net);
 }
 
@@ -335,6 +347,7 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
     net->wake_fd = -1;
     pthread_mutex_init(&net->lock, NULL);
     pthread_cond_init(&net->cond, NULL);
+    pthread_cond_init(&net->clock_cond, NULL);
     if (cfg->secret) {
         memcpy(net->secret, cfg->secret, cfg->secret_len);
         net->secret_len = cfg->secret_len;
@@ -357,7 +370,7 @@ dlc_net *dlc_net_new(const dlc_net_config *cfg) {
     }
     if (!(net->dec = dlc_proto_decoder_new())) goto fail;
     if (cfg->tls && tls_setup(net) < 0) goto fail;
-    net->rng = cfg->seed ? cfg->seed : (uint64_t)(now_s() * 1e9) ^ (uint64_t)(uintptr_t)net;
+    net->rng = cfg->seed ? cfg->seed : (uint64_t)(real_s() * 1e9) ^ (uint64_t)(uintptr_t)net;
     if (!net->rng) net->rng = 1;
     if (cfg->inline_io) { /* one thread at a time runs this loop: no locks in it */
         struct event_config *ec = event_config_new();
@@ -461,6 +474,7 @@ void dlc_net_free(dlc_net *net) {
     free(net->peers);
     free(net->numel);
     pthread_cond_destroy(&net->cond);
+    pthread_cond_destroy(&net->clock_cond);
     pthread_mutex_destroy(&net->lock);
     OPENSSL_cleanse(net->secret, sizeof net->secret);
     free(net);
@@ -663,6 +677,28 @@ dlc_status dlc_net_shape_in(dlc_net *net, int peer, double rate, double latency)
     return push_simple(net, CMD_SHAPE_IN, peer, rate, latency);
 }
 
+dlc_status dlc_net_clock_moved(dlc_net *net) {
+    if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_clock_moved: NULL net");
+    pthread_mutex_lock(&net->lock);
+    uint64_t req = ++net->clock_req;
+    pthread_mutex_unlock(&net->lock);
+    atomic_store_explicit(&net->clock_kick, 1, memory_order_release);
+    dlcn_wake(net);
+    /* inline_io: the next dlc_net_poll acts on it; else the I/O thread, now */
+    if (!net->thread_started || pthread_equal(pthread_self(), net->thread)) return DLC_OK;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += NET_CLOCK_WAIT_S;
+    dlc_status st = DLC_OK;
+    pthread_mutex_lock(&net->lock);
+    while (net->clock_done < req && st == DLC_OK)
+        if (pthread_cond_timedwait(&net->clock_cond, &net->lock, &until) == ETIMEDOUT)
+            st = dlc_error(DLC_ERR_STATE, "dlc_net_clock_moved: the I/O thread did not check its timers within %d s",
+                           NET_CLOCK_WAIT_S);
+    pthread_mutex_unlock(&net->lock);
+    return st;
+}
+
 dlc_status dlc_net_cut(dlc_net *net, int peer, int cut) {
     if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_cut: NULL net");
     if (peer < 0) return dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone): a cut names one link", peer);
@@ -710,10 +746,10 @@ static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         got = net->poll_got || take_event(net, ev);
     }
     if (!got && timeout_ms != 0) {
-        double t0 = now_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
+        double t0 = real_s(), end = t0 + timeout_ms / 1e3, spin_end = t0 + NET_POLL_SPIN_S;
         int timer = 0;
         for (;;) {
-            double t = now_s();
+            double t = real_s();
             if (t < spin_end) {
                 event_base_loop(net->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
             } else {
@@ -726,10 +762,11 @@ static int poll_inline(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
                 event_base_loop(net->base, EVLOOP_ONCE);
             }
             if ((got = net->poll_got || take_event(net, ev))) break;
+            if (net->clock_turn) break;
         }
         if (timer) evtimer_del(net->poll_timer);
     }
-    net->poll_ev = NULL;
+    net->poll_ev = NULL, net->clock_turn = 0;
     dlcn_reap(net);
     atomic_flag_clear_explicit(&net->polling, memory_order_release);
     return got;
@@ -746,8 +783,8 @@ int dlc_net_poll(dlc_net *net, dlc_net_event *ev, int timeout_ms) {
         if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     }
     if (timeout_ms != 0 && atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0) {
-        double end = now_s() + NET_POLL_SPIN_S;
-        while (atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0 && now_s() < end) sched_yield();
+        double end = real_s() + NET_POLL_SPIN_S;
+        while (atomic_load_explicit(&net->ev_count, memory_order_acquire) == 0 && real_s() < end) sched_yield();
     }
     pthread_mutex_lock(&net->lock);
     while (!net->ev_head && timeout_ms != 0) {

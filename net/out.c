@@ -27,7 +27,7 @@ int dlcn_out_start(conn *c) {
     if (!c->rtimer) c->rtimer = evtimer_new(c->net->base, on_refill, c);
     if (!c->wev || !c->rtimer) return -1;
     c->wev_on = 0, c->werr = 0;
-    c->tokens = 0, c->tokens_t = now_s();
+    c->tokens = 0, c->tokens_t = real_s();
     bufferevent_disable(c->bev, EV_WRITE); /* libevent reads; we write */
     return 0;
 }
@@ -42,7 +42,7 @@ int dlcn_out_empty(conn *c) {
 /* Bytes the bucket allows now (SIZE_MAX without a cap). */
 static size_t allowance(conn *c) {
     if (c->rate <= 0) return SIZE_MAX;
-    double t = now_s();
+    double t = real_s();
     c->tokens += (t - c->tokens_t) * c->rate;
     c->tokens_t = t;
     double burst = c->rate * NET_BURST_S;

@@ -301,10 +301,17 @@ static void client_release(void *c) { dlc_client_free(c); }
 /* The bytes of each version of the structs: a version's fields are a prefix of every
  * later one's (fields are only added at the end).  0: unknown here. */
 static size_t client_config_size(int version) {
-    return version == DLC_CLIENT_CONFIG_V1 ? sizeof(dlc_client_config) : 0;
+    return version == DLC_CLIENT_CONFIG_V1 || version == DLC_CLIENT_CONFIG_V2 ? sizeof(dlc_client_config) : 0;
 }
 static size_t server_config_size(int version) {
-    return version == DLC_SERVER_CONFIG_V1 ? sizeof(dlc_server_config) : 0;
+    return version == DLC_SERVER_CONFIG_V1 || version == DLC_SERVER_CONFIG_V2 ? sizeof(dlc_server_config) : 0;
+}
+
+/* A version-1 host's driver config has the layout from before dlc_net_config.clock. */
+static dlc_status old_driver(const char *what, const char *type) {
+    return dlc_error(DLC_ERR_ARG, "%s: a version-1 config with driver set: %s changed in version 2 (dlc_net_config "
+                     "gained clock, which moved the fields after it); rebuild the host against this client.h",
+                     what, type);
 }
 
 static dlc_client_config client_defaults(void) {
@@ -402,6 +409,7 @@ dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg) 
     size_t n = client_config_size(version);
     if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config"), NULL;
+    if (version < DLC_CLIENT_CONFIG_V2 && cfg->driver) return old_driver("client", "dlc_lrt_config"), NULL;
     dlc_client_config c = client_defaults();
     memcpy(&c, cfg, n);
     return client_new(&c);
@@ -704,6 +712,7 @@ dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg) 
     size_t n = server_config_size(version);
     if (!n) return unknown_version("server", version, DLC_SERVER_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
+    if (version < DLC_SERVER_CONFIG_V2 && cfg->driver) return old_driver("server", "dlc_srt_config"), NULL;
     dlc_server_config c = server_defaults();
     memcpy(&c, cfg, n);
     return server_new(&c);

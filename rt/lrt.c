@@ -102,7 +102,7 @@ struct dlc_lrt {
     dlc_net_event *lent;      /* [P] */
 };
 
-static double lrt_now(const dlc_lrt *l) { return dlc_rt_clock() - l->t0; }
+static double lrt_now(const dlc_lrt *l) { return rt_time(&l->cfg.net) - l->t0; }
 
 dlc_lrt_config dlc_lrt_default_config(void) {
     dlc_lrt_config c;
@@ -612,7 +612,7 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
     }
     pthread_mutex_init(&l->spare_mu, NULL);
     l->cfg = *cfg;
-    l->t0 = dlc_rt_clock();
+    l->t0 = rt_time(&l->cfg.net);
     l->peer = l->id = -1;
     l->P = dlc_plan_count(cfg->plan);
     dlc_learner_params lp = cfg->learner;
@@ -723,8 +723,9 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
             return dlc_error(DLC_ERR_STATE, "%s: no %s from the syncer at %s within %g s%s%s", who, what,
                              l->cfg.connect, timeout_s, l->last_refusal[0] ? ": last refusal: " : "", l->last_refusal);
         }
-        double until = deadline; /* absolute; the learner's timers are on its own time base */
-        if (l->l && l->t0 + dlc_learner_expiry(l->l) < until) until = l->t0 + dlc_learner_expiry(l->l);
+        double until = deadline; /* the call's bound (wall time); the learner's timers are on the driver's clock */
+        if (l->l && now + (dlc_learner_expiry(l->l) - lrt_now(l)) < until)
+            until = now + (dlc_learner_expiry(l->l) - lrt_now(l));
         int ms = (int)ceil((until - now) * 1e3);
         if (ms > 100) ms = 100;
         if (ms < 0) ms = 0;
@@ -960,4 +961,9 @@ dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out) {
         for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) out->bytes_in += c.bytes_in[t], out->bytes_out += c.bytes_out[t];
     }
     return DLC_OK;
+}
+
+dlc_status dlc_lrt_clock_moved(dlc_lrt *l) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "lrt_clock_moved: NULL learner");
+    return dlc_net_clock_moved(l->net);
 }

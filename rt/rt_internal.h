@@ -8,6 +8,7 @@
 
 #include "diloco/frag.h"
 #include "diloco/net.h"
+#include "diloco/rt.h"
 #include "diloco/run.h"
 
 /* Copies of cfg's strings (secret, secret_file, TLS paths) and *run, owned by the
@@ -43,5 +44,10 @@ void rt_window(const int64_t *numel, int P, int frames, dlc_net_config *cfg);
 #define RT_SERVER (-2)
 dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int learner, int block, int dp,
                     const dlc_run_params *rp);
+
+/* The driver's clock: its config's net.clock (dlc_net_config) if set, else
+ * dlc_rt_clock.  Every timer of the driver and of its transport follows it; how long a
+ * call blocks (its timeout_s), and the stats' wait_s and call_s, are wall time. */
+static inline double rt_time(const dlc_net_config *n) { return n->clock ? n->clock(n->clock_arg) : dlc_rt_clock(); }
 
 #endif

@@ -149,7 +149,7 @@ struct dlc_srt {
     } rf;
 };
 
-static double srt_now(const dlc_srt *s) { return dlc_rt_clock() - s->t0; }
+static double srt_now(const dlc_srt *s) { return rt_time(&s->cfg.net) - s->t0; }
 
 dlc_srt_config dlc_srt_default_config(void) {
     dlc_srt_config c;
@@ -822,7 +822,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->qcond, NULL);
-    s->t0 = dlc_rt_clock();
+    s->t0 = rt_time(&s->cfg.net);
     s->M = cfg->syncer.learners;
     s->P = dlc_plan_count(cfg->plan);
     if (rt_strings_copy(&s->strs, &s->cfg.net, &s->cfg.run) != DLC_OK) goto fail;
@@ -1093,4 +1093,9 @@ dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds) {
     }
     pthread_mutex_unlock(&s->lock);
     return st;
+}
+
+dlc_status dlc_srt_clock_moved(dlc_srt *s) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_clock_moved: NULL syncer");
+    return dlc_net_clock_moved(s->net);
 }

@@ -139,6 +139,16 @@ typedef struct dlc_net_config {
      * mem_max like received ones. */
     dlc_status (*decode)(const dlc_frame *f, float **values, int64_t *n, void *arg);
     void *decode_arg;
+    /* The clock of the protocol's timers, in seconds (any origin; never going back):
+     * timeouts and heartbeats, the auth, drain and takeover deadlines, reconnect delays,
+     * the emulated latency (dlc_net_shape).  Called from any thread (the I/O thread, a
+     * sender's), so it must be thread-safe.  NULL (default): the monotonic wall clock.
+     * A host or a test that moves its own clock calls dlc_net_clock_moved after each move,
+     * so that timers now due fire at once.  What stays on the wall clock whatever this
+     * says: the bandwidth caps (bytes per real second), the timeouts of the calls
+     * themselves (dlc_net_poll's) and the bound of dlc_net_free's drain. */
+    double (*clock)(void *arg);
+    void *clock_arg;
 } dlc_net_config;
 
 DLC_API dlc_net_config dlc_net_default_config(void);
@@ -206,6 +216,15 @@ DLC_API dlc_status dlc_net_shape_in(dlc_net *net, int peer, double rate_bytes_s,
  * once, flushing nothing.  On a client the cut holds across its reconnects (nothing
  * reaches the server until it ends).  Thread-safe; peer must be a connection (>= 0). */
 DLC_API dlc_status dlc_net_cut(dlc_net *net, int peer, int cut);
+
+/* The clock given in the config (dlc_net_config.clock) moved: every connection's timers
+ * are checked against it now, so a timeout, heartbeat or reconnect now due happens
+ * without waiting for the wall clock.  With the I/O thread, it returns once that thread
+ * has done so (a LOST now due is queued, a heartbeat written): call it from any thread
+ * but that one (not from the decode callback).  With inline_io the next dlc_net_poll
+ * does it (one under way returns, 0 if nothing arrived, so that its caller sees the new
+ * time too).  Harmless without an injected clock.  Thread-safe. */
+DLC_API dlc_status dlc_net_clock_moved(dlc_net *net);
 
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds

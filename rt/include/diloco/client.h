@@ -125,9 +125,15 @@ typedef struct dlc_client_config {
  * dlc_client_default_config, dlc_client_new, dlc_server_default_config and
  * dlc_server_new stay exported, as version 1, for hosts built before the versions. */
 #define DLC_CLIENT_CONFIG_V1 1
-#define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V1
+/* Version 2: the structs are version 1's, but the driver configs that `driver` points to
+ * (rt.h) gained the injected clock (dlc_net_config.clock), which moved their fields: a
+ * version-1 config with `driver` set is refused (a host of driver mode rebuilds; one
+ * without it is unaffected). */
+#define DLC_CLIENT_CONFIG_V2 2
+#define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V2
 #define DLC_SERVER_CONFIG_V1 1
-#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V1
+#define DLC_SERVER_CONFIG_V2 2
+#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V2
 
 /* Fills *cfg with the defaults: the fields of config version `version` only (nothing
  * past them is written).  DLC_OK, or DLC_ERR_ARG for NULL or a version unknown here. */

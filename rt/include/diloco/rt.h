@@ -161,7 +161,8 @@ DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "join
 typedef struct dlc_srt_event {
     dlc_srt_event_kind kind;
     double time;              /* seconds since the driver started */
-    double clock;             /* the same instant on dlc_rt_clock (CLOCK_MONOTONIC) */
+    double clock;             /* the same instant on the driver's clock (dlc_rt_clock, or
+                               * the config's net.clock) */
     int learner;              /* -1 when unknown */
     int fragment;             /* REJECTED, BEHIND */
     dlc_reject_reason reason; /* REJECTED */
@@ -424,6 +425,17 @@ DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 
 /* Seconds on the monotonic clock (the drivers' time base, from an arbitrary origin). */
 DLC_API double dlc_rt_clock(void);
+
+/* An injected clock.  A driver's config may name its own clock in net.clock
+ * (dlc_net_config): then the driver's time (events' time and clock, the syncer's grace
+ * windows and start gate, cuts, the learner's round deadlines) and every timer of its
+ * transport follow that clock instead of dlc_rt_clock, so a test moves time by hand and
+ * waits on events, never on the wall clock.  After each move the host calls
+ * *_clock_moved: the transport's timers now due fire at once and the syncer's thread
+ * takes the new time (a learner's driver takes it at its next call).  How long a call
+ * may block (its timeout_s) stays wall time, as do dlc_lrt_stats' wait_s and call_s. */
+DLC_API dlc_status dlc_srt_clock_moved(dlc_srt *s);
+DLC_API dlc_status dlc_lrt_clock_moved(dlc_lrt *l);
 
 #ifdef __cplusplus
 }

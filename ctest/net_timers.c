@@ -1,0 +1,328 @@
+/*
+ * net_timers.c - the transport's timers on an injected clock (dlc_net_config.clock):
+ * heartbeats, the READY timeout, the auth timeout, reconnect delays, the takeover window
+ * and the emulated latency each fire when the test's clock passes their deadline, not
+ * before and not by the wall clock.  Every timer here is tens of seconds long and the
+ * test takes milliseconds: a wait below is bounded in wall time only as a guard, and
+ * absence is asserted after dlc_net_clock_moved has returned (the I/O thread has then
+ * checked every timer against the new time), never after a sleep.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "check.h"
+#include "diloco/net.h"
+#include "fake_clock.h"
+#include "net_clock.h"
+
+#define SECRET "tick tock"
+#define NUMEL 16
+#define HEARTBEAT 1.0
+#define TIMEOUT 30.0
+#define AUTH_TIMEOUT 20.0
+#define RECONNECT_MIN 8.0
+#define DRAIN 5.0
+
+static const int64_t numel[1] = {NUMEL};
+static const dlc_proto_layout layout = {1, numel, NUMEL, {128}};
+static dlc_hello hello_server, hello_client;
+
+static dlc_net_config config(fake_clock *clock, const dlc_hello *hello) {
+    dlc_net_config c = dlc_net_default_config();
+    c.secret = SECRET, c.secret_len = strlen(SECRET);
+    c.layout = &layout, c.hello = hello;
+    c.heartbeat_s = HEARTBEAT, c.timeout_s = TIMEOUT, c.auth_timeout_s = AUTH_TIMEOUT;
+    c.reconnect_min_s = RECONNECT_MIN, c.reconnect_max_s = 4 * RECONNECT_MIN, c.drain_timeout_s = DRAIN;
+    c.clock = fake_clock_read, c.clock_arg = clock;
+    return c;
+}
+
+/* Takes events until one of `kind` (others dropped), within a wall-time guard of 10 s. */
+static int wait_event(dlc_net *net, dlc_net_event_kind kind, dlc_net_event *out) {
+    for (double end = now_s() + 10; now_s() < end;) {
+        dlc_net_event ev;
+        if (dlc_net_poll(net, &ev, 50) != 1) continue;
+        if (ev.kind == kind) {
+            *out = ev;
+            return 1;
+        }
+        dlc_net_event_release(&ev);
+    }
+    return 0;
+}
+
+/* 1 if an event of `kind` is waiting now (the others dropped). */
+static int pending(dlc_net *net, dlc_net_event_kind kind) {
+    dlc_net_event ev;
+    int found = 0;
+    while (dlc_net_poll(net, &ev, 0) == 1) {
+        found |= ev.kind == kind;
+        dlc_net_event_release(&ev);
+    }
+    return found;
+}
+
+static uint64_t count(dlc_net *net, int peer, int in, dlc_frame_type t) {
+    dlc_net_counters k;
+    if (dlc_net_get_counters(net, peer, &k) != DLC_OK) return UINT64_MAX;
+    return in ? k.frames_in[t] : k.frames_out[t];
+}
+
+/* Waits until net has received n heartbeats in all (the wall-time guard only). */
+static int heard(dlc_net *net, uint64_t n) {
+    for (double end = now_s() + 10; now_s() < end;) {
+        if (count(net, -1, 1, DLC_FRAME_HEARTBEAT) >= n) return 1;
+        dlc_net_event ev;
+        if (dlc_net_poll(net, &ev, 5) == 1) dlc_net_event_release(&ev);
+    }
+    return 0;
+}
+
+static int moved(dlc_net *a, dlc_net *b) {
+    return dlc_net_clock_moved(a) == DLC_OK && (!b || dlc_net_clock_moved(b) == DLC_OK);
+}
+
+/* A server and a client, each on its own clock, READY.  *sp, *cp: the peer ids. */
+static void pair(fake_clock *sc, fake_clock *cc, dlc_net **s, dlc_net **c, int *sp, int *cp) {
+    dlc_net_config scfg = config(sc, &hello_server), ccfg = config(cc, &hello_client);
+    *s = dlc_net_new(&scfg), *c = dlc_net_new(&ccfg);
+    CHECK_OK(*s && *c);
+    int port = dlc_net_listen(*s, "127.0.0.1:0");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    *cp = dlc_net_connect(*c, addr);
+    dlc_net_event ev;
+    CHECK(*cp >= 0 && wait_event(*c, DLC_NET_READY, &ev));
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(*s, DLC_NET_READY, &ev));
+    *sp = ev.peer;
+    dlc_net_event_release(&ev);
+}
+
+/* A heartbeat leaves exactly heartbeat_s after the last frame on the injected clock,
+ * none before, both ways; heartbeats keep a link alive for ten timeouts; a peer silent
+ * for timeout_s is lost at that instant, and the text measures the silence in the
+ * injected seconds; the client then waits its reconnect delay, on its own clock. */
+static void test_heartbeat_timeout_reconnect(void) {
+    fake_clock sc, cc;
+    fake_clock_init(&sc), fake_clock_init(&cc);
+    dlc_net *s, *c;
+    int sp, cp;
+    pair(&sc, &cc, &s, &c, &sp, &cp);
+    /* no heartbeat can have left yet: the clocks have not moved since READY */
+    uint64_t c0 = count(c, cp, 0, DLC_FRAME_HEARTBEAT), s0 = count(s, sp, 0, DLC_FRAME_HEARTBEAT);
+    uint64_t heard_s = count(s, -1, 1, DLC_FRAME_HEARTBEAT), heard_c = count(c, -1, 1, DLC_FRAME_HEARTBEAT);
+    fake_clock_advance(&sc, HEARTBEAT - 0.25), fake_clock_advance(&cc, HEARTBEAT - 0.25);
+    CHECK(moved(s, c));
+    CHECK(count(c, cp, 0, DLC_FRAME_HEARTBEAT) == c0 && count(s, sp, 0, DLC_FRAME_HEARTBEAT) == s0);
+    fake_clock_advance(&sc, 0.25), fake_clock_advance(&cc, 0.25);
+    CHECK(moved(s, c));
+    CHECK(count(c, cp, 0, DLC_FRAME_HEARTBEAT) == c0 + 1 && count(s, sp, 0, DLC_FRAME_HEARTBEAT) == s0 + 1);
+    CHECK(heard(s, ++heard_s) && heard(c, ++heard_c));
+    /* ten timeouts of idle time, a heartbeat each way per second, nothing lost */
+    int steps = (int)(10 * TIMEOUT / HEARTBEAT), lost = 0;
+    for (int i = 1; i <= steps; i++) {
+        fake_clock_advance(&sc, HEARTBEAT), fake_clock_advance(&cc, HEARTBEAT);
+        CHECK(moved(s, c));
+        /* each side's heartbeat is in before the next step (the stamps are exact) */
+        CHECK(heard(s, heard_s + (uint64_t)i) && heard(c, heard_c + (uint64_t)i));
+        lost += pending(s, DLC_NET_LOST) + pending(c, DLC_NET_LOST);
+    }
+    CHECK(lost == 0);
+    CHECK(count(c, cp, 0, DLC_FRAME_HEARTBEAT) == c0 + 1 + (uint64_t)steps);
+    CHECK(count(s, sp, 0, DLC_FRAME_HEARTBEAT) == s0 + 1 + (uint64_t)steps);
+    /* the client's clock stops: it sends nothing more; the server's goes on */
+    fake_clock_advance(&sc, TIMEOUT - 0.25);
+    CHECK(moved(s, NULL));
+    CHECK(!pending(s, DLC_NET_LOST));
+    fake_clock_advance(&sc, 0.25);
+    CHECK(moved(s, NULL));
+    dlc_net_event ev;
+    CHECK(dlc_net_poll(s, &ev, 0) == 1 && ev.kind == DLC_NET_LOST && ev.code == DLC_PERR_TIMEOUT &&
+          strstr(ev.text, "no frame for 30 s (timeout)"));
+    dlc_net_event_release(&ev);
+    dlc_net_counters k;
+    CHECK(dlc_net_get_counters(s, -1, &k) == DLC_OK && k.timeouts == 1 && k.accepted == 1);
+    /* the client heard the server's ERROR: its connection ends (at once, or at its drain
+     * deadline if the reset beat the end of the stream), then it reconnects after its
+     * delay (8 s +-50%), all on its own clock, which has not moved: once that clock has
+     * passed both, it is back */
+    CHECK(wait_event(c, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_TIMEOUT);
+    dlc_net_event_release(&ev);
+    fake_clock_advance(&cc, DRAIN);
+    CHECK(moved(c, NULL));
+    fake_clock_advance(&cc, 1.5 * RECONNECT_MIN);
+    CHECK(moved(c, NULL));
+    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(c, DLC_NET_READY, &ev) && ev.peer == cp);
+    dlc_net_event_release(&ev);
+    CHECK(dlc_net_get_counters(c, -1, &k) == DLC_OK && k.reconnects == 1);
+    dlc_net_free(c);
+    dlc_net_free(s);
+}
+
+/* A socket that connects and says nothing is closed at auth_timeout_s on the server's
+ * clock, not before. */
+static void test_auth_timeout(void) {
+    fake_clock sc;
+    fake_clock_init(&sc);
+    dlc_net_config cfg = config(&sc, &hello_server);
+    dlc_net *s = dlc_net_new(&cfg);
+    CHECK_OK(s);
+    int port = dlc_net_listen(s, "127.0.0.1:0");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    dlc_net_counters k = {0};
+    for (double end = now_s() + 10; now_s() < end && k.unauth == 0;) { /* accepted */
+        dlc_net_event ev;
+        if (dlc_net_poll(s, &ev, 5) == 1) dlc_net_event_release(&ev);
+        dlc_net_get_counters(s, -1, &k);
+    }
+    CHECK(k.unauth == 1);
+    fake_clock_advance(&sc, AUTH_TIMEOUT - 0.25);
+    CHECK(moved(s, NULL));
+    struct pollfd p = {fd, POLLIN, 0};
+    CHECK(poll(&p, 1, 0) == 0); /* loopback: a close would already be in our buffer */
+    CHECK(dlc_net_get_counters(s, -1, &k) == DLC_OK && k.unauth == 1);
+    fake_clock_advance(&sc, 0.25);
+    CHECK(moved(s, NULL));
+    CHECK(poll(&p, 1, 10000) == 1);
+    char buf[512];
+    ssize_t r;
+    while ((r = recv(fd, buf, sizeof buf, 0)) > 0) {} /* its ERROR, then the end */
+    CHECK(r == 0);
+    CHECK(dlc_net_get_counters(s, -1, &k) == DLC_OK && k.unauth == 0);
+    close(fd);
+    dlc_net_free(s);
+}
+
+/* A second claim on a live learner's id is refused; once the holder has been silent on
+ * the server's clock for half the timeout, the claimant's next try (its delay on its
+ * own clock) takes over, and the holder's connection is closed as replaced. */
+static void test_takeover_window(void) {
+    fake_clock sc, ac, bc;
+    fake_clock_init(&sc), fake_clock_init(&ac), fake_clock_init(&bc);
+    dlc_hello h = hello_client;
+    h.learner = 3;
+    dlc_net_config scfg = config(&sc, &hello_server), acfg = config(&ac, &h), bcfg = config(&bc, &h);
+    acfg.reconnect_max_s = 0; /* the holder: one connection */
+    dlc_net *s = dlc_net_new(&scfg), *a = dlc_net_new(&acfg), *b = dlc_net_new(&bcfg);
+    CHECK_OK(s && a && b);
+    int port = dlc_net_listen(s, "127.0.0.1:0");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_net_event ev;
+    CHECK(dlc_net_connect(a, addr) >= 0 && wait_event(a, DLC_NET_READY, &ev) && ev.frame.hello.learner == 3);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    int holder = ev.peer;
+    dlc_net_event_release(&ev);
+    CHECK(dlc_net_connect(b, addr) >= 0);
+    CHECK(wait_event(b, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_CONFLICT && strstr(ev.text, "learner 4 is live"));
+    dlc_net_event_release(&ev);
+    /* the holder, its clock stopped, is silent; the server's clock passes half the
+     * timeout (heartbeats to it go on: they do not make it heard) */
+    fake_clock_advance(&sc, TIMEOUT / 2);
+    CHECK(moved(s, NULL));
+    CHECK(!pending(s, DLC_NET_LOST));
+    /* the claimant's refused connection ends (at once, or at its drain deadline), and its
+     * retry comes within a third of the window (capped), all on its own clock */
+    fake_clock_advance(&bc, DRAIN);
+    CHECK(moved(b, NULL));
+    fake_clock_advance(&bc, TIMEOUT / 6);
+    CHECK(moved(b, NULL));
+    CHECK(wait_event(b, DLC_NET_READY, &ev) && ev.frame.hello.learner == 3);
+    dlc_net_event_release(&ev);
+    int replaced = 0, timed_out = 0;
+    for (double end = now_s() + 10; !replaced && now_s() < end;) {
+        if (dlc_net_poll(s, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_LOST && ev.peer == holder)
+            replaced = ev.code == DLC_PERR_CONFLICT, timed_out = ev.code == DLC_PERR_TIMEOUT;
+        dlc_net_event_release(&ev);
+    }
+    CHECK(replaced && !timed_out);
+    dlc_net_free(a);
+    dlc_net_free(b);
+    dlc_net_free(s);
+}
+
+/* Emulated latency holds a frame until the sender's clock passes its due time. */
+static void test_latency(void) {
+    fake_clock sc, cc;
+    fake_clock_init(&sc), fake_clock_init(&cc);
+    dlc_net *s, *c;
+    int sp, cp;
+    pair(&sc, &cc, &s, &c, &sp, &cp);
+    CHECK(dlc_net_shape(s, sp, 0, 2.0) == DLC_OK);
+    static float pay[NUMEL];
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
+    f.msg.learner = 0, f.msg.fragment = 0, f.msg.version = 1, f.msg.codec = DLC_CODEC_F32;
+    f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
+    CHECK(dlc_net_send(s, sp, &f, NULL, NULL) == DLC_OK);
+    CHECK(moved(s, NULL)); /* the I/O thread took the send first: held, due in 2 s */
+    fake_clock_advance(&sc, 1.75);
+    CHECK(moved(s, NULL));
+    CHECK(count(s, sp, 0, DLC_FRAME_FRAGMENT) == 0);
+    fake_clock_advance(&sc, 0.25);
+    CHECK(moved(s, NULL));
+    CHECK(count(s, sp, 0, DLC_FRAME_FRAGMENT) == 1);
+    dlc_net_event ev;
+    CHECK(wait_event(c, DLC_NET_FRAME, &ev) && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 1);
+    dlc_net_event_release(&ev);
+    dlc_net_free(c);
+    dlc_net_free(s);
+}
+
+/* With inline_io the loop runs in dlc_net_poll: a poll under way returns once the moved
+ * clock has been acted on, and a timeout now due is its next event. */
+static void test_inline_poll(void) {
+    fake_clock sc, cc;
+    fake_clock_init(&sc), fake_clock_init(&cc);
+    dlc_net_config scfg = config(&sc, &hello_server), ccfg = config(&cc, &hello_client);
+    scfg.inline_io = 1;
+    dlc_net *s = dlc_net_new(&scfg), *c = dlc_net_new(&ccfg);
+    CHECK_OK(s && c);
+    int port = dlc_net_listen(s, "127.0.0.1:0");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_net_event ev;
+    CHECK(dlc_net_connect(c, addr) >= 0);
+    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    dlc_net_event_release(&ev);
+    fake_clock_advance(&sc, TIMEOUT);
+    CHECK(dlc_net_clock_moved(s) == DLC_OK); /* returns at once: the next poll acts */
+    CHECK(wait_event(s, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_TIMEOUT && strstr(ev.text, "no frame for 30 s"));
+    dlc_net_event_release(&ev);
+    dlc_net_free(c);
+    dlc_net_free(s);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    hello_server = f.hello;
+    hello_server.proto_min = DLC_PROTO_VERSION_MIN, hello_server.proto_max = DLC_PROTO_VERSION_MAX;
+    strcpy(hello_server.run, "timers");
+    hello_server.model_hash = 11, hello_server.plan_hash = 22, hello_server.block = 128;
+    hello_server.caps = DLC_CAP_ALL, hello_server.codecs = 0x3f;
+    hello_server.fragments = 1, hello_server.endpoints = 1;
+    hello_client = hello_server;
+    hello_client.fragments = 0, hello_client.endpoints = 0, hello_client.learner = -1;
+    double t0 = now_s();
+    test_heartbeat_timeout_reconnect();
+    test_auth_timeout();
+    test_takeover_window();
+    test_latency();
+    test_inline_poll();
+    printf("net_timers: %.0f s of timers in %.2f s of wall time\n", 10 * TIMEOUT + 2 * TIMEOUT, now_s() - t0);
+    return check_done("net_timers");
+}
