@@ -66,6 +66,17 @@ static int pending(dlc_net *net, dlc_net_event_kind kind) {
     return found;
 }
 
+/* 1 if a FRAGMENT of this version is among the events waiting now (all taken). */
+static int fragment_waiting(dlc_net *net, int64_t version) {
+    dlc_net_event ev;
+    int found = 0;
+    while (dlc_net_poll(net, &ev, 0) == 1) {
+        found |= ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == version;
+        dlc_net_event_release(&ev);
+    }
+    return found;
+}
+
 static uint64_t count(dlc_net *net, int peer, int in, dlc_frame_type t) {
     dlc_net_counters k;
     if (dlc_net_get_counters(net, peer, &k) != DLC_OK) return UINT64_MAX;
@@ -128,7 +139,9 @@ static void test_heartbeat_timeout_reconnect(void) {
     for (int i = 1; i <= steps; i++) {
         fake_clock_advance(&sc, HEARTBEAT), fake_clock_advance(&cc, HEARTBEAT);
         CHECK(moved(s, c));
-        /* each side's heartbeat is in before the next step (the stamps are exact) */
+        /* each side's heartbeat is in before the next step: moved back to back, faster
+         * than the I/O threads read, the clock would outrun the reading (a peer's
+         * heartbeats waiting in its socket while its clock passed its timeout) */
         CHECK(heard(s, heard_s + (uint64_t)i) && heard(c, heard_c + (uint64_t)i));
         lost += pending(s, DLC_NET_LOST) + pending(c, DLC_NET_LOST);
     }
@@ -253,7 +266,8 @@ static void test_takeover_window(void) {
     dlc_net_free(s);
 }
 
-/* Emulated latency holds a frame until the sender's clock passes its due time. */
+/* Emulated latency holds a frame until the clock passes its due time: the sender's for the
+ * sending direction, the receiver's for the receiving one. */
 static void test_latency(void) {
     fake_clock sc, cc;
     fake_clock_init(&sc), fake_clock_init(&cc);
@@ -277,6 +291,27 @@ static void test_latency(void) {
     dlc_net_event ev;
     CHECK(wait_event(c, DLC_NET_FRAME, &ev) && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 1);
     dlc_net_event_release(&ev);
+    /* the receiving direction (dlc_net_shape_in): held from its arrival, on the
+     * receiver's clock */
+    CHECK(dlc_net_shape(s, sp, 0, 0) == DLC_OK && dlc_net_shape_in(c, cp, 0, 2.0) == DLC_OK);
+    CHECK(moved(c, NULL)); /* the I/O thread took the shaping */
+    f.msg.version = 2;
+    CHECK(dlc_net_send(s, sp, &f, NULL, NULL) == DLC_OK);
+    /* behind what the server holds for its earlier latency (a heartbeat): it goes once
+     * the server's clock lets that go, keeping its place */
+    fake_clock_advance(&sc, 2.0);
+    CHECK(moved(s, NULL));
+    for (double end = now_s() + 10; now_s() < end && count(c, cp, 1, DLC_FRAME_FRAGMENT) < 2;) {
+        struct pollfd none;
+        poll(&none, 0, 1);
+    }
+    CHECK(count(c, cp, 1, DLC_FRAME_FRAGMENT) == 2); /* arrived, held */
+    fake_clock_advance(&cc, 1.75);
+    CHECK(moved(c, NULL));
+    CHECK(!fragment_waiting(c, 2)); /* (the heartbeats held with it are frames too) */
+    fake_clock_advance(&cc, 0.25);
+    CHECK(moved(c, NULL));
+    CHECK(fragment_waiting(c, 2));
     dlc_net_free(c);
     dlc_net_free(s);
 }

@@ -14,6 +14,7 @@
 #include "check_fx.h"
 #include "diloco/ckpt.h"
 #include "diloco/rt.h"
+#include "fake_clock.h"
 
 static const char SECRET[] = "rt_loopback secret";
 
@@ -31,6 +32,7 @@ static dlc_learner_params lparams(void) {
 }
 
 static int bf16_down; /* start_syncer's syncer sends bf16 fragments */
+static fake_clock *syncer_clock; /* start_syncer's syncer keeps this clock (NULL: the wall clock) */
 
 static dlc_srt *start_syncer(const fx *x, const char *listen, const char *resume) {
     dlc_srt_config sc = dlc_srt_default_config();
@@ -40,6 +42,7 @@ static dlc_srt *start_syncer(const fx *x, const char *listen, const char *resume
     sc.plan = x->plan;
     sc.theta0 = dlc_params_data(x->p);
     sc.net = net_config();
+    if (syncer_clock) sc.net.clock = fake_clock_read, sc.net.clock_arg = syncer_clock;
     sc.listen = listen;
     sc.run = "rt_loopback";
     sc.resume = resume;
@@ -71,11 +74,6 @@ static void step(const fx *x, float target) {
         int64_t o = dlc_params_offset(x->p, k), n = dlc_params_tensor(x->p, k)->numel;
         for (int64_t i = o; i < o + n; i++) th[i] -= 0.05f * (th[i] - target);
     }
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
 }
 
 /* Takes the syncer's events for up to seconds; counts merges with each learner in them. */
@@ -204,7 +202,15 @@ static void test_syncer_gone(void) {
     dlc_lrt *a = start_learner(&x1, 0, dlc_srt_port(s));
     CHECK(dlc_lrt_join(a, 10) == DLC_OK);
     dlc_srt_free(s);
-    sleep_s(0.3); /* the connection is gone */
+    /* the learner steps on until it has noticed: its DISCONNECTED event */
+    int gone = 0;
+    for (double end = dlc_rt_clock() + 10; !gone && dlc_rt_clock() < end;) {
+        step(&x1, 1.0f);
+        CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
+        dlc_lrt_event ev;
+        while (dlc_lrt_poll(a, &ev) == 1) gone |= ev.kind == DLC_LRT_DISCONNECTED;
+    }
+    CHECK(gone);
     double slowest = 0;
     for (int t = 0; t < 60; t++) {
         step(&x1, 1.0f);
@@ -363,12 +369,20 @@ static void test_resume_bye(void) {
     dlc_safetensors *st = dlc_safetensors_open(path);
     CHECK(st && dlc_safetensors_meta(st, "rt.bye") && strcmp(dlc_safetensors_meta(st, "rt.bye"), "1") == 0);
     dlc_safetensors_close(st);
+    fake_clock fc; /* the resumed syncer's clock, moved by hand */
+    fake_clock_init(&fc);
+    syncer_clock = &fc;
     s = start_syncer(&xs, "127.0.0.1:0", path);
+    syncer_clock = NULL;
     CHECK_OK(s);
     if (s) {
-        sleep_s(0.1);
         CHECK(dlc_srt_learner(s, 1, &info) == DLC_OK && info.bye == 1 && !info.connected);
-        CHECK(dlc_srt_learner(s, 0, &info) == DLC_OK && info.bye == 0 && info.joins == 0 && info.absent >= 0.1);
+        CHECK(dlc_srt_learner(s, 0, &info) == DLC_OK && info.bye == 0 && info.joins == 0 && info.absent == 0);
+        fake_clock_advance(&fc, 2.5);
+        CHECK(dlc_srt_clock_moved(s) == DLC_OK);
+        /* absent since the start, on the syncer's clock; the one that said BYE is still gone */
+        CHECK(dlc_srt_learner(s, 0, &info) == DLC_OK && info.joins == 0 && info.absent == 2.5);
+        CHECK(dlc_srt_learner(s, 1, &info) == DLC_OK && info.bye == 1 && !info.connected);
         dlc_srt_free(s);
     }
     dlc_lrt_free(a);

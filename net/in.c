@@ -170,7 +170,7 @@ static int bulk_read(conn *c, size_t wake_at_most) {
 /* Bytes the receiving bucket allows now (SIZE_MAX without a cap). */
 static size_t in_allowance(conn *c) {
     if (c->in_rate <= 0) return SIZE_MAX;
-    double t = dlcn_now(c->net);
+    double t = real_s(); /* a rate: real bytes per real second */
     c->in_tokens += (t - c->in_tokens_t) * c->in_rate;
     c->in_tokens_t = t;
     double burst = c->in_rate * NET_BURST_S;
@@ -224,7 +224,7 @@ void dlcn_in_cut(conn *c) {
  * connection that ends loses them; otherwise they arrived before the end (all). */
 void dlcn_in_release(conn *c, int all) {
     dlc_net *net = c->net;
-    double t = real_s();
+    double t = dlcn_now(c->net);
     while (c->held_head && (c->cut ? all : all || c->held_head->due <= t + 1e-4)) {
         evnode *n = c->held_head;
         c->held_head = n->next;

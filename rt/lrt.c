@@ -1,6 +1,7 @@
 /*
- * lrt.c - a learner on the wall clock (rt.h).  Three threads: the host's compute thread
- * runs everything here but coder_main and decode_fragment; the transport's I/O thread
+ * lrt.c - a learner on the wall clock, or the one its config names (rt.h).  Three
+ * threads: the host's compute thread runs everything here but coder_main and
+ * decode_fragment; the transport's I/O thread
  * reads and writes the socket and decodes each arrived fragment (decode_fragment, the
  * net's decode hook), and its event queue (bounded by the net's in_max) is the mailbox
  * of arrived frames, taken at step boundaries; the codec thread (coder_main) encodes the

@@ -1,10 +1,11 @@
 /*
- * srt.c - the syncer on the wall clock (rt.h).  One thread runs the transport's loop
+ * srt.c - the syncer on the wall clock, or the one its config names (rt.h).  One thread runs the transport's loop
  * inline (dlc_net_poll) and drives the syncer under `lock`; host calls take the same
  * lock, so the state machine is only ever touched by one thread at a time.  Events for
  * the host go through a queue guarded by `qlock`.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -80,6 +81,8 @@ typedef struct owed {
 #define SRT_OWED_OTHER_MAX 64
 /* Seconds after which waiting sends are offered to the transport again without a DRAINED. */
 #define SRT_OWED_RETRY_S 0.5
+/* The longest dlc_srt_clock_moved waits for the thread to act on the moved clock. */
+#define SRT_CLOCK_WAIT_S 10
 
 typedef struct slearner {
     int peer;                 /* the READY connection bound to it, -1 none */
@@ -133,6 +136,10 @@ struct dlc_srt {
     char failed_msg[DLC_RT_TEXT_MAX];
     pthread_mutex_t qlock;    /* the event queue */
     pthread_cond_t qcond;
+    /* dlc_srt_clock_moved: moves asked for, and the newest the thread has acted on (its
+     * timers, its transport's, and what they caused, under qlock; qcond) */
+    _Atomic uint64_t clock_req;
+    uint64_t clock_done;
     srt_node *qhead, *qtail;
     int qlen;
     /* the refusals of the current refusals_every interval (rt.h; lock held) */
@@ -726,7 +733,10 @@ static void fail_thread(dlc_srt *s, dlc_status st) {
 
 static void *srt_thread(void *arg) {
     dlc_srt *s = arg;
+    uint64_t acked = 0; /* the clock moves acknowledged (dlc_srt_clock_moved) */
     while (!atomic_load(&s->stop)) {
+        /* read before the time: a turn that sees a move reads the moved clock */
+        uint64_t creq = atomic_load(&s->clock_req);
         pthread_mutex_lock(&s->lock);
         double now = srt_now(s);
         double exp = dlc_syncer_expiry(s->s);
@@ -750,7 +760,7 @@ static void *srt_thread(void *arg) {
             fail_thread(s, st);
             break;
         }
-        int tmo = 50; /* the inline loop must turn at least every heartbeat; stop is seen within this */
+        int tmo = creq > acked ? 0 : 50; /* the inline loop must turn at least every heartbeat; stop is seen within this */
         if (isfinite(exp)) {
             double ms = (exp - srt_now(s)) * 1e3 + 1;
             if (ms < tmo) tmo = ms < 0 ? 0 : (int)ms;
@@ -761,7 +771,18 @@ static void *srt_thread(void *arg) {
             fail_thread(s, r);
             break;
         }
-        if (r == 0) continue;
+        if (r == 0) {
+            /* a turn that began after a move, its timers handled, and nothing left from
+             * the transport (its timers ran in this poll or an earlier one, and their
+             * events were taken): the move is acted on */
+            if (creq > acked) {
+                pthread_mutex_lock(&s->qlock);
+                s->clock_done = acked = creq;
+                pthread_cond_broadcast(&s->qcond);
+                pthread_mutex_unlock(&s->qlock);
+            }
+            continue;
+        }
         pthread_mutex_lock(&s->lock);
         st = on_net_event(s, &ev);
         pthread_mutex_unlock(&s->lock);
@@ -1097,5 +1118,18 @@ dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds) {
 
 dlc_status dlc_srt_clock_moved(dlc_srt *s) {
     if (!s) return dlc_error(DLC_ERR_ARG, "srt_clock_moved: NULL syncer");
-    return dlc_net_clock_moved(s->net);
+    dlc_status st = dlc_net_clock_moved(s->net); /* inline: the thread's next poll acts on it */
+    if (st != DLC_OK) return st;
+    uint64_t req = atomic_fetch_add(&s->clock_req, 1) + 1;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += SRT_CLOCK_WAIT_S;
+    pthread_mutex_lock(&s->qlock);
+    while (s->clock_done < req && s->failed == DLC_OK && st == DLC_OK)
+        if (pthread_cond_timedwait(&s->qcond, &s->qlock, &until) == ETIMEDOUT)
+            st = dlc_error(DLC_ERR_STATE, "srt_clock_moved: the syncer's thread did not act on the clock within %d s",
+                           SRT_CLOCK_WAIT_S);
+    if (st == DLC_OK && s->failed != DLC_OK) st = dlc_error(s->failed, "%s", s->failed_msg);
+    pthread_mutex_unlock(&s->qlock);
+    return st;
 }

@@ -223,7 +223,10 @@ DLC_API dlc_status dlc_net_cut(dlc_net *net, int peer, int cut);
  * has done so (a LOST now due is queued, a heartbeat written): call it from any thread
  * but that one (not from the decode callback).  With inline_io the next dlc_net_poll
  * does it (one under way returns, 0 if nothing arrived, so that its caller sees the new
- * time too).  Harmless without an injected clock.  Thread-safe. */
+ * time too).  Harmless without an injected clock.  Thread-safe.  The clock is the
+ * host's to keep plausible: moved on again before the net has read what arrived meanwhile
+ * (wait for the events a move should bring first), a peer's frames may still sit in its
+ * socket when its timeout falls due. */
 DLC_API dlc_status dlc_net_clock_moved(dlc_net *net);
 
 typedef enum dlc_net_event_kind {

@@ -431,8 +431,11 @@ DLC_API double dlc_rt_clock(void);
  * windows and start gate, cuts, the learner's round deadlines) and every timer of its
  * transport follow that clock instead of dlc_rt_clock, so a test moves time by hand and
  * waits on events, never on the wall clock.  After each move the host calls
- * *_clock_moved: the transport's timers now due fire at once and the syncer's thread
- * takes the new time (a learner's driver takes it at its next call).  How long a call
+ * *_clock_moved.  dlc_srt_clock_moved returns once the syncer's thread has acted on the
+ * new time: its timers (grace windows, the gate, cuts) and its transport's (timeouts,
+ * heartbeats, latency) that fell due have run, and the events they caused are queued
+ * for dlc_srt_poll.  dlc_lrt_clock_moved returns once the transport's timers have run;
+ * the learner's own take the new time at its next call.  How long a call
  * may block (its timeout_s) stays wall time, as do dlc_lrt_stats' wait_s and call_s. */
 DLC_API dlc_status dlc_srt_clock_moved(dlc_srt *s);
 DLC_API dlc_status dlc_lrt_clock_moved(dlc_lrt *l);
