@@ -55,6 +55,17 @@ static int wait_event(dlc_net *net, dlc_net_event_kind kind, dlc_net_event *out)
     return 0;
 }
 
+/* The events waiting now (all taken): how many are of `kind`; *sent counts SENT ones. */
+static int kinds(dlc_net *net, dlc_net_event_kind kind, int *sent) {
+    dlc_net_event ev;
+    int n = 0;
+    while (dlc_net_poll(net, &ev, 0) == 1) {
+        n += ev.kind == kind, *sent += ev.kind == DLC_NET_SENT;
+        dlc_net_event_release(&ev);
+    }
+    return n;
+}
+
 /* 1 if an event of `kind` is waiting now (the others dropped). */
 static int pending(dlc_net *net, dlc_net_event_kind kind) {
     dlc_net_event ev;
@@ -135,7 +146,7 @@ static void test_heartbeat_timeout_reconnect(void) {
     CHECK(count(c, cp, 0, DLC_FRAME_HEARTBEAT) == c0 + 1 && count(s, sp, 0, DLC_FRAME_HEARTBEAT) == s0 + 1);
     CHECK(heard(s, ++heard_s) && heard(c, ++heard_c));
     /* ten timeouts of idle time, a heartbeat each way per second, nothing lost */
-    int steps = (int)(10 * TIMEOUT / HEARTBEAT), lost = 0;
+    int steps = (int)(10 * TIMEOUT / HEARTBEAT), lost = 0, sent = 0;
     for (int i = 1; i <= steps; i++) {
         fake_clock_advance(&sc, HEARTBEAT), fake_clock_advance(&cc, HEARTBEAT);
         CHECK(moved(s, c));
@@ -143,9 +154,9 @@ static void test_heartbeat_timeout_reconnect(void) {
          * than the I/O threads read, the clock would outrun the reading (a peer's
          * heartbeats waiting in its socket while its clock passed its timeout) */
         CHECK(heard(s, heard_s + (uint64_t)i) && heard(c, heard_c + (uint64_t)i));
-        lost += pending(s, DLC_NET_LOST) + pending(c, DLC_NET_LOST);
+        lost += kinds(s, DLC_NET_LOST, &sent) + kinds(c, DLC_NET_LOST, &sent);
     }
-    CHECK(lost == 0);
+    CHECK(lost == 0 && sent == 0); /* the transport's own frames post no SENT events */
     CHECK(count(c, cp, 0, DLC_FRAME_HEARTBEAT) == c0 + 1 + (uint64_t)steps);
     CHECK(count(s, sp, 0, DLC_FRAME_HEARTBEAT) == s0 + 1 + (uint64_t)steps);
     /* the client's clock stops: it sends nothing more; the server's goes on */
@@ -266,6 +277,72 @@ static void test_takeover_window(void) {
     dlc_net_free(s);
 }
 
+/* A claimant refused many times over has grown its reconnect backoff (8 s doubling, no
+ * cap of its own: 256 to 768 s at the seventh), but its retries after a CONFLICT come at
+ * most a third of the takeover window apart (half the timeout to the timeout: 5 s here),
+ * so once the holder falls silent one of them lands inside the window and takes over
+ * before the holder's timeout would have freed the id unlogged. */
+static void test_takeover_backoff(void) {
+    fake_clock sc, ac, bc;
+    fake_clock_init(&sc), fake_clock_init(&ac), fake_clock_init(&bc);
+    dlc_hello h = hello_client;
+    h.learner = 5;
+    dlc_net_config scfg = config(&sc, &hello_server), acfg = config(&ac, &h), bcfg = config(&bc, &h);
+    acfg.reconnect_max_s = 0;
+    bcfg.reconnect_max_s = 1e4;
+    dlc_net *s = dlc_net_new(&scfg), *a = dlc_net_new(&acfg), *b = dlc_net_new(&bcfg);
+    CHECK_OK(s && a && b);
+    int port = dlc_net_listen(s, "127.0.0.1:0");
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    dlc_net_event ev;
+    CHECK(dlc_net_connect(a, addr) >= 0 && wait_event(a, DLC_NET_READY, &ev) && ev.frame.hello.learner == 5);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    int holder = ev.peer;
+    dlc_net_event_release(&ev);
+    uint64_t hs = count(s, -1, 1, DLC_FRAME_HEARTBEAT), ha = count(a, -1, 1, DLC_FRAME_HEARTBEAT);
+    CHECK(dlc_net_connect(b, addr) >= 0);
+    /* the holder is live (heartbeats both ways each second): the claimant is refused,
+     * again and again */
+    int refusals = 0, steps = 0;
+    while (refusals < 7 && steps < 100) {
+        fake_clock_advance(&sc, 1), fake_clock_advance(&ac, 1), fake_clock_advance(&bc, 1);
+        steps++;
+        CHECK(moved(s, a) && moved(b, NULL));
+        CHECK(heard(s, ++hs) && heard(a, ++ha));
+        while (dlc_net_poll(b, &ev, 5) == 1) {
+            refusals += ev.kind == DLC_NET_LOST && ev.code == DLC_PERR_CONFLICT;
+            dlc_net_event_release(&ev);
+        }
+    }
+    CHECK(refusals == 7);
+    /* the holder falls silent (its clock stops); the server's and the claimant's go on */
+    int ready = 0, replaced = 0, timed_out = 0;
+    double silent = 0;
+    while (!ready && silent < TIMEOUT - 1) {
+        fake_clock_advance(&sc, 1), fake_clock_advance(&bc, 1);
+        silent += 1;
+        CHECK(moved(s, b));
+        while (dlc_net_poll(b, &ev, 20) == 1) { /* a retry's handshake, if one is under way */
+            ready |= ev.kind == DLC_NET_READY && ev.frame.hello.learner == 5;
+            dlc_net_event_release(&ev);
+        }
+    }
+    for (double end = now_s() + 10; !replaced && !timed_out && now_s() < end;) {
+        if (dlc_net_poll(s, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_LOST && ev.peer == holder)
+            replaced = ev.code == DLC_PERR_CONFLICT, timed_out = ev.code == DLC_PERR_TIMEOUT;
+        dlc_net_event_release(&ev);
+    }
+    fprintf(stderr, "takeover: 7 refusals in %d s; in after %.0f s of the holder's silence\n", steps, silent);
+    CHECK(ready && replaced && !timed_out);
+    CHECK(silent >= TIMEOUT / 2 && silent <= TIMEOUT / 2 + TIMEOUT / 6 + 1);
+    dlc_net_free(a);
+    dlc_net_free(b);
+    dlc_net_free(s);
+}
+
 /* Emulated latency holds a frame until the clock passes its due time: the sender's for the
  * sending direction, the receiver's for the receiving one. */
 static void test_latency(void) {
@@ -356,6 +433,7 @@ int main(void) {
     test_heartbeat_timeout_reconnect();
     test_auth_timeout();
     test_takeover_window();
+    test_takeover_backoff();
     test_latency();
     test_inline_poll();
     printf("net_timers: %.0f s of timers in %.2f s of wall time\n", 10 * TIMEOUT + 2 * TIMEOUT, now_s() - t0);
