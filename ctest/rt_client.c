@@ -2,8 +2,8 @@
  * rt_client.c - the embedding API's bad input (rt/include/diloco/client.h): every config
  * the client and the server refuse before they open a socket, each with a message that
  * names what was wrong and what was expected, and nothing made; one client's steps against
- * an in-process server (what the host's buffers hold after each); driver mode.  (A whole run through
- * the API: ctest embed_host and embed_python.)
+ * an in-process server (what the host's buffers hold after each); driver mode refused.  (A
+ * whole run through the API: ctest embed_host and embed_python.)
  */
 #include <math.h>
 #include <pthread.h>
@@ -368,134 +368,20 @@ static void test_server_events(void) {
     dlc_server_free(s);
 }
 
-/* Driver mode (client.h: `diloco-lua learner`, `syncer` and `run` are built on it): a
- * client and a server made from the drivers' configs over arenas, blocking diloco with
- * one learner.  The join writes the global model into the learner's arena in place; a
- * step at a round returns with the learner waiting (the host waits, not the client); the
- * driver's events stay queued for the host (the client takes none); the finish sends only
- * what the host flushed and says the host's reason; the server refuses
- * dlc_server_global (the driver's plan is the layout). */
-typedef struct arena {
-    dlc_params *params;
-    dlc_plan *plan;
-} arena;
-
-static arena arena_new(float fill) {
-    arena a = {0};
-    int64_t n1 = 12, n3 = 3;
-    float v1[12], v3[3];
-    for (int i = 0; i < 12; i++) v1[i] = fill * (float)i;
-    for (int i = 0; i < 3; i++) v3[i] = fill;
-    dlc_tensor *t[2] = {dlc_tensor_from_data(1, &n1, v1), dlc_tensor_from_data(1, &n3, v3)};
-    const char *names[2] = {"w", "b"};
-    if (t[0] && t[1]) a.params = dlc_params_new(2, names, t);
-    for (int i = 0; i < 2; i++)
-        if (t[i]) dlc_tensor_release(t[i]);
-    dlc_plan_params pp = dlc_plan_default_params();
-    pp.fragments = 2;
-    if (a.params) a.plan = dlc_plan_new(a.params, &pp);
-    CHECK_OK(a.params && a.plan);
-    return a;
-}
-
-static void arena_free(arena *a) {
-    dlc_plan_free(a->plan);
-    dlc_params_free(a->params);
-}
-
-static void test_driver_mode(void) {
-    static const char *const SECRET = "s3cret-s3cret-s3cret";
-    arena as = arena_new(0.5f), al = arena_new(0.0f);
-    if (!as.plan || !al.plan) return;
-    dlc_run_params run;
-    CHECK(dlc_run_parse("{\"sync\": {\"preset\": \"diloco\", \"H\": 4, \"fragments\": 2}}", &run) == DLC_OK);
-    run.plan_hash = dlc_plan_hash(as.plan);
-    run.model_hash = dlc_plan_model_hash(as.plan);
+/* Driver mode was removed (client.h, version 2): a config that sets `driver` is refused,
+ * whatever its version, naming rt.h as the way to the drivers' whole configuration. */
+static void test_no_driver_mode(void) {
+    dlc_lrt_config ldc = dlc_lrt_default_config();
+    dlc_client_config cc = dlc_client_default_config();
+    cc.driver = &ldc;
+    CHECK_PFAILS(dlc_client_new(&cc), DLC_ERR_ARG, "client: driver is set: driver mode was removed in version 2");
+    CHECK(strstr(dlc_last_error(), "rt.h: dlc_lrt_new, dlc_lrt_join") != NULL);
+    CHECK_PFAILS(dlc_client_new_versioned(DLC_CLIENT_CONFIG_V1, &cc), DLC_ERR_ARG, "driver mode was removed");
     dlc_srt_config sdc = dlc_srt_default_config();
-    CHECK(dlc_run_syncer_params(&run, 1, &sdc.syncer) == DLC_OK);
-    sdc.plan = as.plan, sdc.theta0 = dlc_params_data(as.params), sdc.listen = "127.0.0.1:0", sdc.run = "drv";
-    sdc.run_params = &run, sdc.net.secret = SECRET, sdc.net.secret_len = strlen(SECRET);
     dlc_server_config sc = dlc_server_default_config();
     sc.driver = &sdc;
-    sc.timeout = -1; /* not read in driver mode */
-    dlc_server *s = dlc_server_new(&sc);
-    CHECK_OK(s);
-    if (!s) goto out;
-    float gw[12], gb[3];
-    dlc_client_tensor gt[2] = {{"w", gw, 12, 0, NULL}, {"b", gb, 3, 0, NULL}};
-    CHECK(dlc_server_global(s, gt, 2) == DLC_ERR_STATE && strstr(dlc_last_error(), "driver config"));
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dlc_server_port(s));
-    dlc_lrt_config ldc = dlc_lrt_default_config();
-    CHECK(dlc_run_learner_params(&run, 0, &ldc.learner) == DLC_OK);
-    ldc.learner.id = 0, ldc.params = al.params, ldc.plan = al.plan, ldc.connect = addr, ldc.run = "drv";
-    ldc.run_params = &run, ldc.net.secret = SECRET, ldc.net.secret_len = strlen(SECRET);
-    dlc_client_config cc = dlc_client_default_config();
-    cc.driver = &ldc, cc.join_timeout = 10;
-    cc.count = -1; /* not read in driver mode */
-    dlc_client *c = dlc_client_new(&cc);
-    CHECK_OK(c);
-    if (!c) goto out;
-    /* the arena: w at offset 0, b at its own (aligned) offset, padding between */
-    float *x = dlc_params_data(al.params), *x0 = dlc_params_data(as.params);
-    int64_t ob = dlc_params_offset(al.params, 1), n = dlc_params_size(al.params);
-    CHECK(memcmp(x, x0, 12 * sizeof(float)) == 0 && memcmp(x + ob, x0 + ob, 3 * sizeof(float)) == 0); /* in place */
-    dlc_lrt *l = dlc_client_lrt(c);
-    int waited = 0, applied = 0;
-    for (int t = 1; t <= 12; t++) {
-        for (int i = 0; i < 12; i++) x[i] += 0.01f;
-        for (int i = 0; i < 3; i++) x[ob + i] += 0.01f;
-        CHECK(dlc_client_step_timed(c, 10, 0.001) == DLC_OK);
-        if (dlc_lrt_state(l) == DLC_LEARNER_WAITING) { /* the round: the host's wait */
-            waited++;
-            CHECK(dlc_lrt_wait(l, 10) == DLC_OK);
-        }
-        dlc_lrt_event ev;
-        while (dlc_lrt_poll(l, &ev) == 1) applied += ev.kind == DLC_LRT_APPLIED;
-    }
-    /* a round every H / 2 steps, one fragment each (diloco's fragments take turns); the
-     * join's whole model (2 fragments) and the 6 merges reach the host as events */
-    CHECK(waited == 6 && applied == 8 && dlc_client_applied(c) == 0 && dlc_client_steps(c) == 12);
-    if (waited != 6 || applied != 8) fprintf(stderr, "  waited %d rounds, %d fragments applied\n", waited, applied);
-    /* the merges were written into the arena: each fragment holds the global model of its
-     * last round plus the steps since (0 or 2 of 0.01), not the 12 steps of training */
-    float *sg = calloc((size_t)n, sizeof *sg);
-    CHECK(sg && dlc_srt_global(dlc_server_srt(s), sg) == DLC_OK);
-    double far = 0, moved = 0;
-    for (int i = 0; sg && i < 15; i++) {
-        int64_t k = i < 12 ? i : ob + i - 12;
-        far = fmax(far, fabs((double)x[k] - sg[k]));
-        moved = fmax(moved, fabs((double)sg[k] - x0[k]));
-    }
-    CHECK(far < 0.0201 && moved > 0.01);
-    if (!(far < 0.0201 && moved > 0.01)) fprintf(stderr, "  learner - global %g, global - initial %g\n", far, moved);
-    free(sg);
-    CHECK(dlc_client_step_timed(c, 10, NAN) == DLC_ERR_ARG && strstr(dlc_last_error(), "seconds = nan"));
-    CHECK(dlc_client_finish_why(c, -1, "x", 0) == DLC_ERR_ARG && strstr(dlc_last_error(), "timeout -1"));
-    CHECK(dlc_client_finish_why(c, 5, "the host is done here", 0) == DLC_OK);
-    CHECK(dlc_client_finish_why(c, 5, "again", 0) == DLC_OK); /* once */
-    CHECK(dlc_client_step_timed(c, 10, 0) == DLC_ERR_STATE);
-    dlc_server_event ev;
-    int bye = 0, merged = 0;
-    for (int i = 0; i < 200 && !bye; i++) {
-        int got = dlc_server_poll(s, &ev, 20);
-        if (got == 1 && ev.kind == DLC_SRT_BYE) {
-            bye = 1;
-            CHECK(strstr(ev.text, "the host is done here") != NULL);
-        }
-        merged += got == 1 && ev.kind == DLC_SRT_MERGED;
-    }
-    CHECK(bye && merged == 6); /* three rounds of two fragments: no flush at the finish */
-    if (merged != 6) fprintf(stderr, "  %d merges\n", merged);
-    dlc_client_free(c);
-    cc.driver = NULL;
-    ldc.params = NULL;
-    cc.driver = &ldc;
-    refused_client(&cc, "driver: params NULL");
-out:
-    dlc_server_free(s);
-    arena_free(&as);
-    arena_free(&al);
+    CHECK_PFAILS(dlc_server_new(&sc), DLC_ERR_ARG, "server: driver is set: driver mode was removed in version 2");
+    CHECK(strstr(dlc_last_error(), "rt.h: dlc_srt_new") != NULL);
 }
 
 /* The config structs' versions (client.h): a version this library does not know (a host
@@ -513,19 +399,8 @@ static void test_config_versions(void) {
     CHECK_SFAILS(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
     cc = dlc_client_default_config();
     CHECK_PFAILS(dlc_client_new_versioned(3, &cc), DLC_ERR_ARG, "client: config version 3 is not one");
-    /* version 1's driver configs had another layout (before dlc_net_config.clock) */
-    dlc_lrt_config lc = dlc_lrt_default_config();
-    cc.driver = &lc;
-    CHECK_PFAILS(dlc_client_new_versioned(DLC_CLIENT_CONFIG_V1, &cc), DLC_ERR_ARG,
-                 "client: a version-1 config with driver set: dlc_lrt_config changed in version 2");
-    CHECK_PFAILS((dlc_client_new)(&cc), DLC_ERR_ARG, "client: a version-1 config with driver set");
-    cc.driver = NULL;
     sc = dlc_server_default_config();
     CHECK_PFAILS(dlc_server_new_versioned(-1, &sc), DLC_ERR_ARG, "server: config version -1 is not one");
-    dlc_srt_config src = dlc_srt_default_config();
-    sc.driver = &src;
-    CHECK_PFAILS((dlc_server_new)(&sc), DLC_ERR_ARG, "server: a version-1 config with driver set: dlc_srt_config changed");
-    sc.driver = NULL;
     /* version 1's defaults fill its bytes exactly: the guard past them stays */
     size_t n = sizeof(dlc_client_config);
     unsigned char *buf = malloc(n + 16);
@@ -557,6 +432,6 @@ int main(void) {
     test_client_steps();
     test_client_state();
     test_server_events();
-    test_driver_mode();
+    test_no_driver_mode();
     return check_done("rt_client");
 }

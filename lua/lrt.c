@@ -1,7 +1,8 @@
 /*
  * lrt.c - diloco.Syncer and diloco.Learner: the real-time drivers (rt/include/diloco/rt.h,
- * docs/runtime.md) from Lua, for `diloco-lua run`, `syncer` and `learner`, made through
- * the embedding API's driver mode (rt/include/diloco/client.h: dlc_server, dlc_client).
+ * docs/runtime.md) from Lua, for `diloco-lua run`, `syncer` and `learner`: each box holds
+ * its dlc_srt or dlc_lrt and calls rt.h on it (the embedding API, client.h, is the facade
+ * for hosts with their own tensors; these hosts need the drivers' whole configuration).
  *
  *     local s = diloco.Syncer { params = P, plan = plan, learners = 3, listen = "127.0.0.1:0",
  *                               run = "r1", net = { secret_file = "OUT/secret" },
@@ -30,37 +31,33 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#include "diloco/client.h"
+#include "diloco/rt.h"
 #include "ldiloco.h"
 #include "lnet.h"
 
 #define DLCL_SYNCER "diloco.Syncer"
 #define DLCL_LEARNER "diloco.Learner"
 
-/* Each driver is made and freed through client.h's driver mode (dlc_server,
- * dlc_client): `diloco-lua run`, `syncer` and `learner` stand on the API other hosts
- * embed; the methods call rt.h on the driver it holds. */
 typedef struct srtbox {
-    dlc_server *server; /* first: the resource (NULL once closed) */
-    dlc_srt *s;         /* its driver */
+    dlc_srt *s;         /* first: the resource (NULL once closed) */
     dlc_params *params; /* the layout of global() (borrowed, kept alive by the user value) */
     int M;
 } srtbox;
 
 typedef struct lrtbox {
-    dlc_client *c; /* first: the resource (NULL once closed) */
-    dlc_lrt *l;    /* its driver */
+    dlc_lrt *l;   /* first: the resource (NULL once closed) */
+    int finished; /* l:finish was called (it said BYE, or tried) */
 } lrtbox;
 
 static dlc_srt *checksrt(lua_State *L, int arg) {
     srtbox *b = luaL_checkudata(L, arg, DLCL_SYNCER);
-    if (!b->server) luaL_argerror(L, arg, "Syncer has been closed");
+    if (!b->s) luaL_argerror(L, arg, "Syncer has been closed");
     return b->s;
 }
 
 static dlc_lrt *checklrt(lua_State *L, int arg) {
     lrtbox *b = luaL_checkudata(L, arg, DLCL_LEARNER);
-    if (!b->c) luaL_argerror(L, arg, "Learner has been closed");
+    if (!b->l) luaL_argerror(L, arg, "Learner has been closed");
     return b->l;
 }
 
@@ -158,18 +155,15 @@ static int l_syncer(lua_State *L) {
     if (dlc_params_numel(params) != plan_numel)
         return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
                           (long long)dlc_params_numel(params), (long long)plan_numel);
-    dlc_server_config sc = dlc_server_default_config();
-    sc.driver = &c;
-    b->server = dlc_server_new(&sc);
-    if (!b->server) return dlcL_fail(L, dlc_last_status());
-    b->s = dlc_server_srt(b->server);
+    b->s = dlc_srt_new(&c);
+    if (!b->s) return dlcL_fail(L, dlc_last_status());
     b->params = params;
     b->M = (int)M;
     lua_settop(L, 2);
     return 1;
 }
 
-static void srt_release(void *box) { dlc_server_free(((srtbox *)box)->server); }
+static void srt_release(void *box) { dlc_srt_free(((srtbox *)box)->s); }
 
 static int s_port(lua_State *L) {
     lua_pushinteger(L, dlc_srt_port(checksrt(L, 1)));
@@ -375,6 +369,8 @@ static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, 
 
 /* ---- diloco.Learner ---- */
 
+static void lrt_release(void *box);
+
 static int l_learner(lua_State *L) {
     static const char *const WHO = "diloco.Learner";
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -421,7 +417,7 @@ static int l_learner(lua_State *L) {
     c.run = optstr(L, 1, WHO, "run", "");
     c.params = params;
     c.plan = plan;
-    /* joined inside dlc_client_new: the whole model arrived, or a refusal or deadline named */
+    /* joined on return: the whole model arrived, or a refusal or deadline named */
     double join_timeout = 30;
     if (lua_getfield(L, 1, "join_timeout") != LUA_TNIL) {
         join_timeout = lua_tonumber(L, -1);
@@ -429,17 +425,34 @@ static int l_learner(lua_State *L) {
             return luaL_error(L, "%s: join_timeout must be a finite number of seconds > 0", WHO);
     }
     lua_pop(L, 1);
-    dlc_client_config cc = dlc_client_default_config();
-    cc.driver = &c;
-    cc.join_timeout = join_timeout;
-    b->c = dlc_client_new(&cc);
-    if (!b->c) return dlcL_fail(L, dlc_last_status());
-    b->l = dlc_client_lrt(b->c);
+    char addr[512], file_run[DLC_PROTO_RUN_MAX + 1];
+    if (c.connect[0] == '@') { /* the syncer's address file, waited for within the join's time */
+        if (dlc_rt_address_file(c.connect + 1, join_timeout, addr, sizeof addr, file_run, sizeof file_run) != DLC_OK)
+            return dlcL_fail(L, dlc_last_status());
+        c.connect = addr;
+    }
+    b->l = dlc_lrt_new(&c);
+    if (!b->l) return dlcL_fail(L, dlc_last_status());
+    dlc_status st = dlc_lrt_join(b->l, join_timeout);
+    if (st != DLC_OK) { /* closed at once (not left to the collector), the join's error kept */
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", dlc_last_error());
+        lrt_release(b);
+        b->l = NULL;
+        dlc_error(st, "%s", keep);
+        return dlcL_fail(L, st);
+    }
     lua_settop(L, 2);
     return 1;
 }
 
-static void lrt_release(void *box) { dlc_client_free(((lrtbox *)box)->c); }
+/* A learner closed without l:finish says BYE on its way out (nothing more is waited for). */
+static void lrt_release(void *box) {
+    lrtbox *b = box;
+    if (b->l && !b->finished && dlc_lrt_state(b->l) != DLC_LEARNER_STOPPED)
+        (void)dlc_lrt_finish(b->l, 0, "the host closed its learner");
+    dlc_lrt_free(b->l);
+}
 
 /* Pushes true for DLC_OK, else nil, message, code (raises for misuse). */
 static int result(lua_State *L, dlc_status st) {
@@ -469,14 +482,12 @@ static int lr_wait(lua_State *L) {
 }
 
 static int lr_step_done(lua_State *L) {
-    checklrt(L, 1);
-    dlc_client *c = ((lrtbox *)lua_touserdata(L, 1))->c;
+    dlc_lrt *l = checklrt(L, 1);
     lua_Integer tokens = luaL_checkinteger(L, 2);
     double seconds = luaL_optnumber(L, 3, 0);
     luaL_argcheck(L, tokens >= 0, 2, "tokens must be >= 0");
     luaL_argcheck(L, seconds >= 0 && isfinite(seconds), 3, "seconds must be >= 0");
-    dlc_status st = dlc_client_step_timed(c, tokens, seconds);
-    if (st != DLC_OK) return dlcL_error(L);
+    if (dlc_lrt_step_done(l, tokens, seconds) != DLC_OK) return dlcL_error(L);
     return 0;
 }
 
@@ -496,18 +507,19 @@ static int lr_contribute(lua_State *L) {
 }
 
 static int lr_finish(lua_State *L) {
-    checklrt(L, 1);
-    dlc_client *c = ((lrtbox *)lua_touserdata(L, 1))->c;
+    dlc_lrt *l = checklrt(L, 1);
+    lrtbox *b = lua_touserdata(L, 1);
     double timeout = luaL_optnumber(L, 2, 10);
     luaL_argcheck(L, timeout >= 0 && isfinite(timeout), 2, "timeout must be a finite number of seconds >= 0");
+    if (b->finished) return result(L, DLC_OK);
+    b->finished = 1;
     /* the host flushed (l:flush) when it wanted to */
-    return result(L, dlc_client_finish_why(c, timeout, luaL_optstring(L, 3, "finished"), 0));
+    return result(L, dlc_lrt_finish(l, timeout, luaL_optstring(L, 3, "finished")));
 }
 
 /* l:rollback() -> true | nil, message, code: back to the last global model (rt.h). */
 static int lr_rollback(lua_State *L) {
-    checklrt(L, 1);
-    dlc_status st = dlc_client_rollback(((lrtbox *)lua_touserdata(L, 1))->c);
+    dlc_status st = dlc_lrt_rollback(checklrt(L, 1));
     if (st == DLC_OK) {
         lua_pushboolean(L, 1);
         return 1;

@@ -9,11 +9,9 @@
  * fragments the step boundary will read (dlc_lrt_step_reads: those due to leave as
  * contributions and those a merge will be mixed into; at most steps none) and lets the
  * driver take the step, which writes merges straight into the host's buffers.  The
- * server copies the host's tensors once, as Θ0, into the syncer's own state.
- *
- * In driver mode (client.h: a host whose model is the arena, `diloco-lua learner` and
- * `syncer` among them) there is nothing to translate: the client is the driver's life
- * cycle (address file, join, the host's state, steps, finish), the layout the driver's. */
+ * server copies the host's tensors once, as Θ0, into the syncer's own state.  A host
+ * whose model already is a params arena, and that needs the drivers' whole configuration,
+ * uses rt.h itself (lua/lrt.c does): there is no second mode here. */
 #define _DEFAULT_SOURCE /* madvise */
 #include "diloco/client.h"
 
@@ -38,17 +36,14 @@
 typedef struct layout {
     dlc_params *params;
     dlc_plan *plan;
-    int borrowed;            /* params and plan are a driver config's (driver mode): not freed */
     dlc_run_params run;
     int count;
     int64_t *offset, *numel; /* each host tensor's place in the arena */
 } layout;
 
 static void layout_free(layout *y) {
-    if (!y->borrowed) {
-        dlc_plan_free(y->plan);
-        dlc_params_free(y->params);
-    }
+    dlc_plan_free(y->plan);
+    dlc_params_free(y->params);
     free(y->offset);
     free(y->numel);
     memset(y, 0, sizeof *y);
@@ -291,7 +286,6 @@ struct dlc_client {
     double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
     int64_t steps, applied;
     int finished;
-    int driver;           /* driver mode: the arena is the host's model (no t, no copies) */
 };
 
 static void client_release(void *c) { dlc_client_free(c); }
@@ -307,11 +301,12 @@ static size_t server_config_size(int version) {
     return version == DLC_SERVER_CONFIG_V1 || version == DLC_SERVER_CONFIG_V2 ? sizeof(dlc_server_config) : 0;
 }
 
-/* A version-1 host's driver config has the layout from before dlc_net_config.clock. */
-static dlc_status old_driver(const char *what, const char *type) {
-    return dlc_error(DLC_ERR_ARG, "%s: a version-1 config with driver set: %s changed in version 2 (dlc_net_config "
-                     "gained clock, which moved the fields after it); rebuild the host against this client.h",
-                     what, type);
+/* `driver` is not read since version 2: a config that sets it is refused, whatever its
+ * version (its driver struct may not even have the layout of this library's rt.h). */
+static dlc_status no_driver(const char *what, const char *type, const char *calls) {
+    return dlc_error(DLC_ERR_ARG, "%s: driver is set: driver mode was removed in version 2 of client.h; a host "
+                     "that needs the driver's whole configuration makes the driver itself (rt.h: %s from its %s)",
+                     what, calls, type);
 }
 
 static dlc_client_config client_defaults(void) {
@@ -362,40 +357,9 @@ dlc_status dlc_server_config_default_versioned(int version, dlc_server_config *c
 dlc_client_config(dlc_client_default_config)(void) { return client_defaults(); }
 dlc_server_config(dlc_server_default_config)(void) { return server_defaults(); }
 
-/* "@FILE": the syncer's address file (its first line "HOST:PORT", then "run ID"), waited
- * for up to `timeout` s.  addr and run (cap bytes each) receive them. */
-static dlc_status read_address_file(const char *path, double timeout, char *addr, size_t cap, char *run, size_t rcap) {
-    double t0 = dlc_rt_clock();
-    for (;;) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            char line[512];
-            addr[0] = run[0] = 0;
-            if (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\r\n")] = 0;
-                snprintf(addr, cap, "%s", line);
-            }
-            while (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\r\n")] = 0;
-                if (strncmp(line, "run ", 4) == 0) snprintf(run, rcap, "%.*s", (int)(rcap - 1), line + 4);
-            }
-            fclose(f);
-            if (addr[0]) return DLC_OK;
-        } else if (errno != ENOENT) {
-            return dlc_error(DLC_ERR_IO, "connect @%s: %s", path, strerror(errno));
-        }
-        if (dlc_rt_clock() - t0 >= timeout)
-            return dlc_error(DLC_ERR_STATE, "connect @%s: no address file within %g s (the syncer's --address-file)",
-                             path, timeout);
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* Counts the merged fragments the driver applied (into the host's buffers) since the
  * last call. */
 static void take_applied(dlc_client *c) {
-    if (c->driver) return; /* the events are the host's */
     dlc_lrt_event ev;
     int P = dlc_plan_count(c->y.plan);
     while (dlc_lrt_poll(c->l, &ev) == 1)
@@ -409,7 +373,7 @@ dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg) 
     size_t n = client_config_size(version);
     if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config"), NULL;
-    if (version < DLC_CLIENT_CONFIG_V2 && cfg->driver) return old_driver("client", "dlc_lrt_config"), NULL;
+    if (cfg && cfg->driver) return no_driver("client", "dlc_lrt_config", "dlc_lrt_new, dlc_lrt_join"), NULL;
     dlc_client_config c = client_defaults();
     memcpy(&c, cfg, n);
     return client_new(&c);
@@ -421,19 +385,14 @@ dlc_client *(dlc_client_new)(const dlc_client_config *cfg) {
 
 static dlc_client *client_new(const dlc_client_config *cfg) {
     static const char *const WHO = "client";
-    const dlc_lrt_config *drv = cfg->driver;
-    const char *connect = drv && drv->connect ? drv->connect : cfg->connect;
+    const char *connect = cfg->connect;
     if (!connect || !connect[0])
         return dlc_error(DLC_ERR_ARG, "client: connect: expected the syncer's HOST:PORT or @FILE"), NULL;
-    if (drv && (!drv->params || !drv->plan))
-        return dlc_error(DLC_ERR_ARG, "client: driver: params %s, plan %s: expected the arena and plan the driver "
-                         "works on", drv->params ? "set" : "NULL", drv->plan ? "set" : "NULL"),
-               NULL;
     if (!(cfg->join_timeout > 0) || !(cfg->wait_timeout > 0) || !(cfg->heartbeat > 0))
         return dlc_error(DLC_ERR_ARG, "client: join_timeout %g, wait_timeout %g, heartbeat %g: expected seconds > 0",
                          cfg->join_timeout, cfg->wait_timeout, cfg->heartbeat),
                NULL;
-    if (!drv && (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX))
+    if (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX)
         return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned)",
                          cfg->id, DLC_PROTO_LEARNERS_MAX),
                NULL;
@@ -456,25 +415,17 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
                          .every = cfg->save_every, .last_step = -1};
     if (cfg->state_dir && !(c->hs.dir = strdup(cfg->state_dir)))
         return free(c), dlc_error(DLC_ERR_NOMEM, "client: out of memory"), NULL;
-    if (drv) { /* the driver's arena and plan are the layout (borrowed) */
-        c->driver = 1;
-        c->y.params = drv->params;
-        c->y.plan = (dlc_plan *)drv->plan;
-        c->y.borrowed = 1;
-    } else if (layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params, 0) != DLC_OK) {
+    if (layout_make(&c->y, WHO, cfg->tensors, cfg->count, cfg->run, cfg->run_params, 0) != DLC_OK)
         return free(c->hs.dir), free(c), NULL;
-    }
     c->taken = calloc((size_t)dlc_plan_count(c->y.plan), 1);
-    if (!drv) {
-        c->t = calloc((size_t)cfg->count, sizeof *c->t);
-        c->names = calloc((size_t)cfg->count, sizeof *c->names);
-        c->data = calloc((size_t)cfg->count, sizeof *c->data);
-    }
-    if (!c->taken || (!drv && (!c->t || !c->names || !c->data))) {
+    c->t = calloc((size_t)cfg->count, sizeof *c->t);
+    c->names = calloc((size_t)cfg->count, sizeof *c->names);
+    c->data = calloc((size_t)cfg->count, sizeof *c->data);
+    if (!c->taken || !c->t || !c->names || !c->data) {
         dlc_error(DLC_ERR_NOMEM, "client: out of memory");
         goto fail;
     }
-    for (int i = 0; !drv && i < cfg->count; i++) {
+    for (int i = 0; i < cfg->count; i++) {
         c->t[i] = cfg->tensors[i];
         if (!(c->names[i] = strdup(cfg->tensors[i].name))) {
             dlc_error(DLC_ERR_NOMEM, "client: out of memory");
@@ -487,28 +438,22 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
     c->wait_timeout = cfg->wait_timeout;
     char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
     if (connect[0] == '@') {
-        if (read_address_file(connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
+        if (dlc_rt_address_file(connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
             goto fail;
     } else {
         snprintf(addr, sizeof addr, "%s", connect);
     }
-    dlc_lrt_config lc;
-    if (drv) {
-        lc = *drv;
-        if (!lc.run) lc.run = run_id;
-    } else {
-        lc = dlc_lrt_default_config();
-        if (dlc_run_learner_params(&c->y.run, 0, &lc.learner) != DLC_OK) goto fail;
-        lc.learner.id = cfg->id;
-        lc.learner.heartbeat = cfg->heartbeat;
-        lc.params = c->y.params;
-        lc.plan = c->y.plan;
-        lc.tensors = c->data;
-        lc.run_params = &c->y.run;
-        lc.run = cfg->run_id ? cfg->run_id : run_id;
-        if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
-        lc.net.heartbeat_s = cfg->heartbeat;
-    }
+    dlc_lrt_config lc = dlc_lrt_default_config();
+    if (dlc_run_learner_params(&c->y.run, 0, &lc.learner) != DLC_OK) goto fail;
+    lc.learner.id = cfg->id;
+    lc.learner.heartbeat = cfg->heartbeat;
+    lc.params = c->y.params;
+    lc.plan = c->y.plan;
+    lc.tensors = c->data;
+    lc.run_params = &c->y.run;
+    lc.run = cfg->run_id ? cfg->run_id : run_id;
+    if (secret_of(WHO, cfg->secret_file, cfg->secret, &lc.net) != DLC_OK) goto fail;
+    lc.net.heartbeat_s = cfg->heartbeat;
     lc.connect = addr;
     if (!(c->l = dlc_lrt_new(&lc))) goto fail;
     if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
@@ -558,19 +503,17 @@ dlc_status dlc_client_step_timed(dlc_client *c, int64_t tokens, double seconds) 
     if (isnan(seconds) || isinf(seconds))
         return dlc_error(DLC_ERR_ARG, "client_step: seconds = %g: expected a finite number (< 0: measured)", seconds);
     /* only the fragments this boundary reads are checked: those due to leave, those a
-     * merge mixes into (most steps, none; in driver mode none, the host checks its arena) */
+     * merge mixes into (most steps, none) */
     int P = dlc_plan_count(c->y.plan);
     dlc_status st = DLC_OK;
-    if (!c->driver) {
-        int n = dlc_lrt_step_reads(c->l, c->taken);
-        if (n < 0) return n;
-        for (int p = 0; p < P && st == DLC_OK; p++)
-            if (c->taken[p]) st = frag_check(&c->y, c->t, p);
-        if (st != DLC_OK) return st;
-    }
+    int n = dlc_lrt_step_reads(c->l, c->taken);
+    if (n < 0) return n;
+    for (int p = 0; p < P && st == DLC_OK; p++)
+        if (c->taken[p]) st = frag_check(&c->y, c->t, p);
+    if (st != DLC_OK) return st;
     double now = dlc_rt_clock();
     st = dlc_lrt_step_done(c->l, tokens, seconds >= 0 ? seconds : now - c->last_step);
-    if (st == DLC_OK && !c->driver && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
+    if (st == DLC_OK && dlc_lrt_state(c->l) == DLC_LEARNER_WAITING) {
         /* blocked on the round: what arrives meanwhile is mixed in at the boundary ending
          * the wait, so the rest of the model is checked too (the wait costs far more) */
         for (int p = 0; p < P && st == DLC_OK; p++)
@@ -599,7 +542,7 @@ dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *wh
     if (c->finished) return DLC_OK;
     if (!(timeout_s >= 0) || isinf(timeout_s))
         return dlc_error(DLC_ERR_ARG, "client_finish: timeout %g: expected seconds >= 0", timeout_s);
-    dlc_status st = flush && !c->driver ? host_check(&c->y, c->t) : DLC_OK;
+    dlc_status st = flush ? host_check(&c->y, c->t) : DLC_OK;
     if (st == DLC_OK && flush) st = dlc_lrt_flush(c->l, NULL);
     dlc_status f = dlc_lrt_finish(c->l, timeout_s, why ? why : "finished");
     take_applied(c);
@@ -712,7 +655,7 @@ dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg) 
     size_t n = server_config_size(version);
     if (!n) return unknown_version("server", version, DLC_SERVER_CONFIG_VERSION), NULL;
     if (!cfg) return dlc_error(DLC_ERR_ARG, "server: NULL config"), NULL;
-    if (version < DLC_SERVER_CONFIG_V2 && cfg->driver) return old_driver("server", "dlc_srt_config"), NULL;
+    if (cfg && cfg->driver) return no_driver("server", "dlc_srt_config", "dlc_srt_new"), NULL;
     dlc_server_config c = server_defaults();
     memcpy(&c, cfg, n);
     return server_new(&c);
@@ -725,8 +668,7 @@ dlc_server *(dlc_server_new)(const dlc_server_config *cfg) {
 static dlc_server *server_new(const dlc_server_config *cfg) {
     dlc_server *s = calloc(1, sizeof *s);
     if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
-    /* driver mode: the driver's config says everything, no layout of host tensors */
-    if (cfg->driver ? !(s->s = dlc_srt_new(cfg->driver)) : server_from_tensors(s, cfg) != DLC_OK) goto fail;
+    if (server_from_tensors(s, cfg) != DLC_OK) goto fail;
     s->on_event = cfg->on_event, s->event_ctx = cfg->event_ctx;
     if (cfg->event_thread) {
         int e = pthread_create(&s->thread, NULL, event_loop, s);
@@ -774,9 +716,6 @@ const char *dlc_server_event_name(int kind) { return dlc_srt_event_name((dlc_srt
 
 dlc_status dlc_server_global(dlc_server *s, const dlc_client_tensor *t, int count) {
     if (!s || !t) return dlc_error(DLC_ERR_ARG, "server_global: NULL argument");
-    if (!s->y.params)
-        return dlc_error(DLC_ERR_STATE, "server_global: the server was made from a driver config, whose plan is "
-                         "the layout: read the model with dlc_srt_global (rt.h)");
     if (count != s->y.count)
         return dlc_error(DLC_ERR_ARG, "server_global: %d tensors, the server's layout has %d", count, s->y.count);
     for (int i = 0; i < count; i++)

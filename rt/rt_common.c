@@ -1,9 +1,13 @@
 /*
- * rt_common.c - helpers the syncer and learner drivers share (rt_internal.h).
+ * rt_common.c - helpers the syncer and learner drivers share (rt_internal.h), and the
+ * syncer's address file (rt.h).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "diloco/proto.h"
 #include "rt_internal.h"
 
@@ -115,4 +119,32 @@ dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int lea
         h->endpoints = 1; /* endpoint[0] = "": this one */
     }
     return DLC_OK;
+}
+
+dlc_status dlc_rt_address_file(const char *path, double timeout, char *addr, size_t cap, char *run, size_t rcap) {
+    double t0 = dlc_rt_clock();
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            char line[512];
+            addr[0] = run[0] = 0;
+            if (fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\r\n")] = 0;
+                snprintf(addr, cap, "%s", line);
+            }
+            while (fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\r\n")] = 0;
+                if (strncmp(line, "run ", 4) == 0) snprintf(run, rcap, "%.*s", (int)(rcap - 1), line + 4);
+            }
+            fclose(f);
+            if (addr[0]) return DLC_OK;
+        } else if (errno != ENOENT) {
+            return dlc_error(DLC_ERR_IO, "connect @%s: %s", path, strerror(errno));
+        }
+        if (dlc_rt_clock() - t0 >= timeout)
+            return dlc_error(DLC_ERR_STATE, "connect @%s: no address file within %g s (the syncer's --address-file)",
+                             path, timeout);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }

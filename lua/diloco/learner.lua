@@ -1,6 +1,6 @@
 -- diloco.learner: `diloco-lua learner RECIPE --connect HOST:PORT`, one island as a process
--- of its own, joined to a syncer over TCP (diloco.Learner: a dlc_client of
--- rt/include/diloco/client.h in driver mode, on the rt.h driver).
+-- of its own, joined to a syncer over TCP (diloco.Learner: the learner driver of
+-- rt/include/diloco/rt.h).
 -- `diloco-lua run` starts M of them; any launcher can too (docs/cli.md).
 --
 --   local summary = diloco.learner.run(r, { connect = "10.0.0.5:7070", id = 2, out = "runs/x/learner-2",
@@ -239,8 +239,7 @@ function M.prepare(r, opts)
   -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
-  -- (through client.h's driver mode: connected and joined on return, the whole model here,
-  -- or a refusal or deadline named)
+  -- (connected and joined on return, the whole model here, or a refusal or deadline named)
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
     incarnation = incarnation, connect = addr, join_timeout = rt.join_timeout,
     run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }

@@ -90,7 +90,7 @@ class _ClientConfig(ctypes.Structure):
                 ("join_timeout", ctypes.c_double), ("wait_timeout", ctypes.c_double), ("heartbeat", ctypes.c_double),
                 ("state_dir", ctypes.c_char_p), ("save_state", _StateFn), ("load_state", _StateFn),
                 ("state_ctx", ctypes.c_void_p), ("save_every", ctypes.c_int64),
-                ("driver", ctypes.c_void_p)]  # client.h's driver mode: NULL here
+                ("driver", ctypes.c_void_p)]  # must be NULL (client.h: driver mode was removed)
 
 
 class _ServerEvent(ctypes.Structure):
@@ -108,7 +108,7 @@ class _ServerConfig(ctypes.Structure):
                 ("secret_file", ctypes.c_char_p), ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p),
                 ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double), ("on_event", _EventFn),
                 ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int),
-                ("driver", ctypes.c_void_p)]  # client.h's driver mode: NULL here
+                ("driver", ctypes.c_void_p)]  # must be NULL (client.h: driver mode was removed)
 
 
 

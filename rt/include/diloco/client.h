@@ -99,20 +99,11 @@ typedef struct dlc_client_config {
     int (*load_state)(void *ctx, const char *path, int64_t step);
     void *state_ctx;
     int64_t save_every;         /* steps (>= 0) */
-    /* Driver mode, for a host whose model already is a params arena (params.h) and that
-     * needs the driver's whole configuration (data parallel, an incarnation, where the
-     * codec runs, TLS, the hold): `diloco-lua learner` is such a host.  With `driver` set
-     * (borrowed during dlc_client_new), the client runs the driver (dlc_lrt) on
-     * driver->params in place, with no copies: tensors, count, run, run_params,
-     * secret_file, secret, id and heartbeat are not read (the driver's config says them),
-     * and connect is not either unless driver->connect is NULL; either may be "@FILE"
-     * (driver->run NULL: the file's run id).  Then: the driver's events stay queued for the host
-     * (dlc_lrt_poll on dlc_client_lrt; dlc_client_applied stays 0); dlc_client_step does
-     * not wait at a blocking round (it returns with dlc_lrt_state WAITING, and the host
-     * calls dlc_lrt_wait: its deadline, its accounting) and checks no values (the host
-     * checks its arena: dlc_lrt_check_finite); dlc_client_finish sends what is unsent
-     * first, as in the other mode, and dlc_client_finish_why lets the host leave that out
-     * (it flushed through the driver itself).  NULL (default): the host's tensors as above. */
+    /* Must be NULL.  (Driver mode, which ran a whole dlc_lrt_config through the client,
+     * was removed in version 2: a host whose model already is a params arena and that
+     * needs the driver's whole configuration, such as `diloco-lua learner`, makes the
+     * driver itself with rt.h: dlc_lrt_new, dlc_lrt_join, dlc_lrt_step_done, and
+     * dlc_rt_address_file for an "@FILE".  A config that sets it is refused, naming this.) */
     const dlc_lrt_config *driver;
 } dlc_client_config;
 
@@ -125,10 +116,9 @@ typedef struct dlc_client_config {
  * dlc_client_default_config, dlc_client_new, dlc_server_default_config and
  * dlc_server_new stay exported, as version 1, for hosts built before the versions. */
 #define DLC_CLIENT_CONFIG_V1 1
-/* Version 2: the structs are version 1's, but the driver configs that `driver` points to
- * (rt.h) gained the injected clock (dlc_net_config.clock), which moved their fields: a
- * version-1 config with `driver` set is refused (a host of driver mode rebuilds; one
- * without it is unaffected). */
+/* Version 2: the structs are version 1's; `driver` is no longer read (driver mode was
+ * removed: rt.h is the way to the drivers' whole configuration), and a config of any
+ * version that sets it is refused.  A host that never set it is unaffected. */
 #define DLC_CLIENT_CONFIG_V2 2
 #define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V2
 #define DLC_SERVER_CONFIG_V1 1
@@ -180,8 +170,7 @@ DLC_API dlc_status dlc_client_rollback(dlc_client *c);
 DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
 /* The same with the reason its BYE gives ("finished", "stopped by SIGTERM"; NULL:
  * "finished") and whether it first sends what it trained since each fragment's last send
- * (flush 1, as dlc_client_finish does; 0: not, e.g. a host that flushed through the
- * driver itself, or one leaving on an error). */
+ * (flush 1, as dlc_client_finish does; 0: not, e.g. a host leaving on an error). */
 DLC_API dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *why, int flush);
 
 DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
@@ -218,12 +207,10 @@ typedef struct dlc_server_config {
     void (*on_event)(void *ctx, const struct dlc_server_event *ev);
     void *event_ctx;
     int event_thread;           /* 0/1 */
-    /* Driver mode, for a host that needs the driver's whole configuration (resume from a
-     * checkpoint, the start gate, an epoch, TLS, the dp history): `diloco-lua syncer` and
-     * `run` are such hosts.  With `driver` set (borrowed during dlc_server_new), the server
-     * is made from it: tensors, count, run, run_params, learners, listen, secret_file,
-     * secret, run_id, timeout and heartbeat are not read, and dlc_server_global is
-     * refused (the layout is the driver's plan: dlc_srt_global reads the model). */
+    /* Must be NULL: driver mode was removed in version 2 (as for the client): a host that
+     * needs the syncer driver's whole configuration (resume from a checkpoint, the start
+     * gate, TLS, the dp history), such as `diloco-lua syncer` and `run`, makes it with
+     * rt.h's dlc_srt_new. */
     const dlc_srt_config *driver;
 } dlc_server_config;
 

@@ -426,6 +426,14 @@ DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 /* Seconds on the monotonic clock (the drivers' time base, from an arbitrary origin). */
 DLC_API double dlc_rt_clock(void);
 
+/* The syncer's address file (`diloco-lua syncer --address-file`): its first line
+ * "HOST:PORT" into addr, a line "run ID" into run (empty if none; cap and rcap bytes
+ * each), waiting up to timeout_s (wall time) for the file to appear.  DLC_OK, or an
+ * error naming the file (DLC_ERR_STATE when it did not appear in time, DLC_ERR_IO when
+ * it cannot be read). */
+DLC_API dlc_status dlc_rt_address_file(const char *path, double timeout_s, char *addr, size_t cap, char *run,
+                                       size_t rcap);
+
 /* An injected clock.  A driver's config may name its own clock in net.clock
  * (dlc_net_config): then the driver's time (events' time and clock, the syncer's grace
  * windows and start gate, cuts, the learner's round deadlines) and every timer of its
