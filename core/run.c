@@ -16,6 +16,7 @@
 #include "diloco/learner.h"
 #include "diloco/merge.h"
 #include "diloco/outer.h"
+#include "diloco/proto.h"
 #include "diloco/syncer.h"
 #include "mix.h"
 
@@ -47,36 +48,50 @@ _Static_assert(sizeof(dlc_run_preset) == sizeof(int) && sizeof(dlc_plan_kind) ==
                    sizeof(dlc_merge_mode) == sizeof(int) && sizeof(dlc_codec_kind) == sizeof(int),
                "run fields of enum type are int-sized");
 
-#define F(name, type, member) {name, type, offsetof(dlc_run_params, member), NULL, 0}
-#define E(name, member, fn, count) {name, DLC_RUN_ENUM, offsetof(dlc_run_params, member), fn, count}
+/* B: a field with bounds, N: one without (its rule is not a range), E: an enum. */
+#define B(name, type, member, lo, hi, lo_open, hi_open, doc) \
+    {name, type, offsetof(dlc_run_params, member), NULL, 0, lo, hi, lo_open, hi_open, doc}
+#define N(name, type, member, doc) {name, type, offsetof(dlc_run_params, member), NULL, 0, NAN, NAN, 0, 0, doc}
+#define E(name, member, fn, count, doc) \
+    {name, DLC_RUN_ENUM, offsetof(dlc_run_params, member), fn, count, NAN, NAN, 0, 0, doc}
 static const dlc_run_field fields[] = {
-    F("sync.dp", DLC_RUN_FLAG, dp),
-    E("sync.preset", preset, n_preset, DLC_PRESET_COUNT),
-    F("sync.H", DLC_RUN_INT, H),
-    F("sync.fragments", DLC_RUN_INT, fragments),
-    E("sync.plan", plan, n_plan, DLC_PLAN_KIND_COUNT),
-    F("sync.plan_hash", DLC_RUN_HASH64, plan_hash),
-    F("model_hash", DLC_RUN_HASH64, model_hash),
-    F("sync.tau", DLC_RUN_INT, tau),
-    F("sync.alpha", DLC_RUN_NUMBER, alpha),
-    F("sync.blocking", DLC_RUN_FLAG, blocking),
-    F("sync.quorum", DLC_RUN_INT, quorum),
-    E("sync.grace", grace, n_grace, DLC_GRACE_MODE_COUNT),
-    F("sync.grace_s", DLC_RUN_NUMBER, grace_s),
-    F("sync.grace_gamma", DLC_RUN_NUMBER, grace_gamma),
-    E("sync.weighting", weighting, n_weighting, DLC_WEIGHTING_COUNT),
-    E("sync.merge", merge, n_merge, DLC_MERGE_MODE_COUNT),
-    F("sync.ring", DLC_RUN_INT, ring),
-    F("outer.lr", DLC_RUN_NUMBER, outer_lr),
-    F("outer.momentum", DLC_RUN_NUMBER, outer_momentum),
-    F("outer.nesterov", DLC_RUN_FLAG, outer_nesterov),
-    E("sync.codec", codec_up, n_codec, DLC_CODEC_COUNT),
-    E("sync.codec_down", codec_down, n_codec, DLC_CODEC_COUNT),
-    F("sync.block", DLC_RUN_INT, block),
-    F("sync.error_feedback", DLC_RUN_FLAG, error_feedback),
-    F("sync.ema", DLC_RUN_NUMBER, ema),
+    N("sync.dp", DLC_RUN_FLAG, dp, "data parallel: set by sync.preset = \"dp\""),
+    E("sync.preset", preset, n_preset, DLC_PRESET_COUNT,
+      "algorithm preset: the defaults of the fields marked (preset) (docs/algorithm.md)"),
+    B("sync.H", DLC_RUN_INT, H, 0, 1e9, 0, 0,
+      "inner steps between syncs of a fragment (0 is for a host that calls contribute itself; a recipe's own "
+      "schedule is sync.schedule)"),
+    B("sync.fragments", DLC_RUN_INT, fragments, 1, DLC_PROTO_FRAGMENTS_MAX, 0, 0,
+      "fragments P (at most the wire's limit)"),
+    E("sync.plan", plan, n_plan, DLC_PLAN_KIND_COUNT, "how tensors are assigned to fragments (docs/fragments.md)"),
+    N("sync.plan_hash", DLC_RUN_HASH64, plan_hash, "the plan's hash, set from the layout"),
+    N("model_hash", DLC_RUN_HASH64, model_hash, "the model's hash, set from the layout"),
+    B("sync.tau", DLC_RUN_INT, tau, 0, 1e6, 0, 0,
+      "overlap steps: a fragment sent after step t is applied after step t + tau (below H)"),
+    B("sync.alpha", DLC_RUN_NUMBER, alpha, 0, 1, 0, 0, "mixing on arrival: alpha*local + (1-alpha)*global"),
+    N("sync.blocking", DLC_RUN_FLAG, blocking, "the learner waits for the merged fragment tau steps after sending it"),
+    N("sync.quorum", DLC_RUN_INT, quorum, "minimum quorum K (0: every live learner)"),
+    E("sync.grace", grace, n_grace, DLC_GRACE_MODE_COUNT, "wait after quorum: adaptive, off, or a duration"),
+    B("sync.grace_s", DLC_RUN_NUMBER, grace_s, 0, INFINITY, 0, 0,
+      "the grace window in seconds when sync.grace is a duration"),
+    B("sync.grace_gamma", DLC_RUN_NUMBER, grace_gamma, 0, 1, 1, 0, "gamma of the adaptive grace window"),
+    E("sync.weighting", weighting, n_weighting, DLC_WEIGHTING_COUNT,
+      "contribution weight: tokens^2/steps, tokens or uniform"),
+    E("sync.merge", merge, n_merge, DLC_MERGE_MODE_COUNT,
+      "merge of contributions: radial-directional averaging or weighted mean"),
+    B("sync.ring", DLC_RUN_INT, ring, 1, DLC_FRAGSTATE_RING_MAX, 0, 0,
+      "versions of each fragment kept to anchor stale contributions"),
+    B("outer.lr", DLC_RUN_NUMBER, outer_lr, 0, INFINITY, 0, 0, "outer learning rate"),
+    B("outer.momentum", DLC_RUN_NUMBER, outer_momentum, 0, 1, 0, 1, "outer momentum"),
+    N("outer.nesterov", DLC_RUN_FLAG, outer_nesterov, "Nesterov momentum in the outer step"),
+    E("sync.codec", codec_up, n_codec, DLC_CODEC_COUNT, "outer-gradient codec, uplink (docs/codecs.md)"),
+    E("sync.codec_down", codec_down, n_codec, DLC_CODEC_COUNT, "codec of the merged fragments sent to the learners"),
+    N("sync.block", DLC_RUN_INT, block, "block size of the int8/int4/e3m0 scales: an even integer in [32, 256]"),
+    N("sync.error_feedback", DLC_RUN_FLAG, error_feedback, "add each contribution's quantization error to the next"),
+    B("sync.ema", DLC_RUN_NUMBER, ema, 0, 1, 1, 0, "EMA factor of the adaptive grace estimates"),
 };
-#undef F
+#undef B
+#undef N
 #undef E
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
 /* A field added to the struct must be added to the table (and so to the hash, the diff
@@ -139,14 +154,17 @@ dlc_status dlc_run_params_check(const dlc_run_params *r) {
             return dlc_error(DLC_ERR_ARG, "run: %s = %d: expected 0 or 1", f->name, get_int(r, f));
         if (f->type == DLC_RUN_NUMBER && !isfinite(get_num(r, f)))
             return dlc_error(DLC_ERR_ARG, "run: %s = %g: expected a finite number", f->name, get_num(r, f));
+        if (!isnan(f->min)) {
+            double v = f->type == DLC_RUN_INT ? (double)get_int(r, f) : get_num(r, f);
+            if (v < f->min || v > f->max || (f->min_open && v == f->min) || (f->max_open && v == f->max)) {
+                char want[96];
+                dlc_run_field_expect(f, want, sizeof want);
+                return dlc_error(DLC_ERR_ARG, "run: %s = %.17g: expected %s", f->name, v, want);
+            }
+        }
     }
-    if (r->H < 0) return dlc_error(DLC_ERR_ARG, "run: sync.H = %d: expected >= 0 (0 = the host's schedule)", r->H);
-    if (r->fragments < 1)
-        return dlc_error(DLC_ERR_ARG, "run: sync.fragments = %d: expected a fragment count >= 1", r->fragments);
-    if (r->tau < 0 || (r->H > 0 && r->tau >= r->H))
+    if (r->H > 0 && r->tau >= r->H)
         return dlc_error(DLC_ERR_ARG, "run: sync.tau = %d: expected 0 <= tau < H = %d", r->tau, r->H);
-    if (!(r->alpha >= 0 && r->alpha <= 1))
-        return dlc_error(DLC_ERR_ARG, "run: sync.alpha = %g: expected a number in [0, 1]", r->alpha);
     if (r->dp != (r->preset == DLC_PRESET_DP))
         return dlc_error(DLC_ERR_ARG, "run: sync.dp = %d with sync.preset = %s: data parallel is exactly the dp preset",
                          r->dp, preset_names[r->preset]);
@@ -154,14 +172,6 @@ dlc_status dlc_run_params_check(const dlc_run_params *r) {
         return dlc_error(DLC_ERR_ARG, "run: sync.fragments = %d: expected 1 with sync.preset = dp", r->fragments);
     if (r->quorum < 0)
         return dlc_error(DLC_ERR_ARG, "run: sync.quorum = %d: expected K >= 1 (0 = every live learner)", r->quorum);
-    if (r->grace_s < 0) return dlc_error(DLC_ERR_ARG, "run: sync.grace_s = %g: expected seconds >= 0", r->grace_s);
-    if (!(r->grace_gamma > 0 && r->grace_gamma <= 1))
-        return dlc_error(DLC_ERR_ARG, "run: sync.grace_gamma = %g: expected a number in (0, 1]", r->grace_gamma);
-    if (r->ring < 1 || r->ring > DLC_FRAGSTATE_RING_MAX)
-        return dlc_error(DLC_ERR_ARG, "run: sync.ring = %d: expected 1..%d versions", r->ring, DLC_FRAGSTATE_RING_MAX);
-    if (r->outer_lr < 0) return dlc_error(DLC_ERR_ARG, "run: outer.lr = %g: expected >= 0", r->outer_lr);
-    if (!(r->outer_momentum >= 0 && r->outer_momentum < 1))
-        return dlc_error(DLC_ERR_ARG, "run: outer.momentum = %g: expected a number in [0, 1)", r->outer_momentum);
     if (r->outer_nesterov && r->outer_momentum == 0)
         return dlc_error(DLC_ERR_ARG, "run: outer.nesterov = 1 with outer.momentum = 0: Nesterov needs momentum > 0");
     if (r->block < DLC_CODEC_BLOCK_MIN || r->block > DLC_CODEC_BLOCK_MAX || (r->block & 1))
@@ -169,9 +179,25 @@ dlc_status dlc_run_params_check(const dlc_run_params *r) {
                          DLC_CODEC_BLOCK_MIN, DLC_CODEC_BLOCK_MAX);
     if (r->codec_down != DLC_CODEC_F32 && r->codec_down != DLC_CODEC_BF16)
         return dlc_error(DLC_ERR_ARG, "run: sync.codec_down = %s: expected f32 or bf16", dlc_codec_name(r->codec_down));
-    if (!(r->ema > 0 && r->ema <= 1))
-        return dlc_error(DLC_ERR_ARG, "run: sync.ema = %g: expected a number in (0, 1]", r->ema);
     return DLC_OK;
+}
+
+/* A bound as a recipe writes it: integers and 1e9 plainly, 0.5 as 0.5. */
+static void bound_text(double v, char *out, size_t cap) {
+    if (v == floor(v) && fabs(v) < 1e15) snprintf(out, cap, "%.0f", v);
+    else snprintf(out, cap, "%.17g", v);
+}
+
+void dlc_run_field_expect(const dlc_run_field *f, char *out, size_t cap) {
+    if (!out || cap == 0) return;
+    out[0] = '\0';
+    if (!f || isnan(f->min)) return;
+    const char *what = f->type == DLC_RUN_INT ? "an integer" : "a finite number";
+    char lo[32], hi[32];
+    bound_text(f->min, lo, sizeof lo);
+    bound_text(f->max, hi, sizeof hi);
+    if (isinf(f->max)) snprintf(out, cap, "%s %s %s", what, f->min_open ? ">" : ">=", lo);
+    else snprintf(out, cap, "%s in %s%s, %s%s", what, f->min_open ? "(" : "[", lo, hi, f->max_open ? ")" : "]");
 }
 
 dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, dlc_learner_params *out) {

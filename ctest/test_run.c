@@ -35,6 +35,26 @@ static void test_names(void) {
     CHECK(dlc_run_field_count() == 25);
     CHECK(strcmp(dlc_run_field_at(0)->name, "sync.dp") == 0);
     CHECK(dlc_run_field_at(25) == NULL && dlc_run_field_at(-1) == NULL);
+    /* every field says what it means; a bounded one what it expects, from its bounds */
+    int bounded = 0;
+    for (int i = 0; i < dlc_run_field_count(); i++) {
+        const dlc_run_field *f = dlc_run_field_at(i);
+        char want[96];
+        dlc_run_field_expect(f, want, sizeof want);
+        CHECK(f->doc && f->doc[0]);
+        CHECK(isnan(f->min) == (want[0] == 0));
+        bounded += !isnan(f->min);
+    }
+    CHECK(bounded == 10);
+    char want[96];
+    for (int i = 0; i < dlc_run_field_count(); i++) {
+        const dlc_run_field *f = dlc_run_field_at(i);
+        dlc_run_field_expect(f, want, sizeof want);
+        if (strcmp(f->name, "sync.grace_gamma") == 0) CHECK(strcmp(want, "a finite number in (0, 1]") == 0);
+        if (strcmp(f->name, "sync.grace_s") == 0) CHECK(strcmp(want, "a finite number >= 0") == 0);
+        if (strcmp(f->name, "sync.ring") == 0) CHECK(strcmp(want, "an integer in [1, 64]") == 0);
+        if (strcmp(f->name, "sync.quorum") == 0) CHECK(want[0] == 0); /* not a range: K, or 0 for every live one */
+    }
 }
 
 /* The defaults derive the state machines' own defaults, field for field. */
@@ -105,7 +125,14 @@ static void test_check(void) {
     r = dlc_run_default_params(), r.fragments = 0;
     refused(r, "sync.fragments = 0");
     r = dlc_run_default_params(), r.alpha = 1.5;
-    refused(r, "sync.alpha = 1.5: expected a number in [0, 1]");
+    refused(r, "sync.alpha = 1.5: expected a finite number in [0, 1]");
+    /* the bounds of the field table (the recipe reads the same), each named */
+    r = dlc_run_default_params(), r.fragments = DLC_PROTO_FRAGMENTS_MAX + 1;
+    refused(r, "sync.fragments = 1025: expected an integer in [1, 1024]");
+    r = dlc_run_default_params(), r.H = 2000000, r.tau = 1000001;
+    refused(r, "sync.tau = 1000001: expected an integer in [0, 1000000]");
+    r = dlc_run_default_params(), r.H = 1000000001;
+    refused(r, "sync.H = 1000000001: expected an integer in [0, 1000000000]");
     r = dlc_run_default_params(), r.blocking = 2;
     refused(r, "sync.blocking = 2: expected 0 or 1");
     r = dlc_run_default_params(), r.dp = 1, r.fragments = 1;
@@ -129,15 +156,15 @@ static void test_check(void) {
     r = dlc_run_default_params(), r.grace_s = NAN;
     refused(r, "sync.grace_s = nan: expected a finite number");
     r = dlc_run_default_params(), r.ring = 65;
-    refused(r, "sync.ring = 65");
+    refused(r, "sync.ring = 65: expected an integer in [1, 64]");
     r = dlc_run_default_params(), r.outer_momentum = 1;
-    refused(r, "outer.momentum = 1");
+    refused(r, "outer.momentum = 1: expected a finite number in [0, 1)");
     r = dlc_run_default_params(), r.outer_momentum = 0;
     refused(r, "outer.nesterov = 1 with outer.momentum = 0");
     r = dlc_run_default_params(), r.outer_lr = -0.5;
-    refused(r, "outer.lr = -0.5");
+    refused(r, "outer.lr = -0.5: expected a finite number >= 0");
     r = dlc_run_default_params(), r.ema = 0;
-    refused(r, "sync.ema = 0");
+    refused(r, "sync.ema = 0: expected a finite number in (0, 1]");
     r = dlc_run_default_params(), r.error_feedback = -1;
     refused(r, "sync.error_feedback = -1");
     CHECK(dlc_run_params_check(NULL) == DLC_ERR_ARG);

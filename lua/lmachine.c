@@ -501,6 +501,40 @@ static int m_preset(lua_State *L) {
     return 1;
 }
 
+/* machine.fields() -> { {name = "sync.H", type = "integer", min = 0, max = 1e9, min_open =
+ * false, max_open = false, expect = "an integer in [0, 1000000000]", doc = "..."}, ... }:
+ * every run field (run.h, the table of core/run.c) in the struct's order, with its bounds
+ * (absent for a field whose rule is not a range) and what it means.  The one definition
+ * of the run fields' bounds and docs, which recipe.lua reads. */
+static int m_fields(lua_State *L) {
+    static const char *const types[DLC_RUN_FIELD_TYPE_COUNT] = {"integer", "flag", "hash", "number", "enum"};
+    lua_createtable(L, dlc_run_field_count(), 0);
+    for (int i = 0; i < dlc_run_field_count(); i++) {
+        const dlc_run_field *f = dlc_run_field_at(i);
+        lua_createtable(L, 0, 8);
+        lua_pushstring(L, f->name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, types[f->type]);
+        lua_setfield(L, -2, "type");
+        lua_pushstring(L, f->doc ? f->doc : "");
+        lua_setfield(L, -2, "doc");
+        if (!isnan(f->min)) {
+            char want[96];
+            dlc_run_field_expect(f, want, sizeof want);
+            dlcL_setnum(L, "min", f->min);
+            dlcL_setnum(L, "max", f->max);
+            lua_pushboolean(L, f->min_open);
+            lua_setfield(L, -2, "min_open");
+            lua_pushboolean(L, f->max_open);
+            lua_setfield(L, -2, "max_open");
+            lua_pushstring(L, want);
+            lua_setfield(L, -2, "expect");
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 void dlcL_open_machine(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
@@ -512,7 +546,8 @@ void dlcL_open_machine(lua_State *L, int mod, int st) {
     lua_pop(L, 2);
     lua_newtable(L);
     static const luaL_Reg funcs[] = {
-        {"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff}, {"preset", m_preset}, {NULL, NULL}};
+        {"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff},
+        {"preset", m_preset},   {"fields", m_fields}, {NULL, NULL}};
     dlcL_setfuncs(L, lua_gettop(L), st, funcs);
     lua_setfield(L, mod, "machine");
 }

@@ -376,3 +376,15 @@ describe("docs/testing.md", function()
     assert.matches("`ctest %-N` in a\nbuild directory lists every test", t)
   end)
 end)
+
+describe("docs/recipes.md", function()
+  it("holds the table `diloco-lua run --fields` prints, as the schema says it now", function()
+    local t = read("docs/recipes.md")
+    local head = "`diloco-lua run --fields` prints this table (`diloco.recipe.describe_schema()`).\n\n```\n"
+    local i = assert(t:find(head, 1, true), "docs/recipes.md: the --fields table's heading is gone")
+    local body = t:sub(i + #head, assert(t:find("\n```", i + #head, true)))
+    local want = table.concat(require("diloco.recipe").describe_schema(), "\n") .. "\n"
+    assert.are.equal(want, body,
+      "docs/recipes.md's table differs from `diloco-lua run --fields`: paste its output there")
+  end)
+end)

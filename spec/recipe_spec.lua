@@ -139,6 +139,40 @@ describe("the sync section", function()
     end
   end)
 
+  it("bounds the run's fields as core/run.c does, with C's text (one table, read from C)", function()
+    -- every bounded run field a recipe sets: its bounds pass, a step past each is refused
+    -- naming what C's table expects; the same value refused by C's own check
+    local exposed = { ["sync.H"] = true, ["sync.fragments"] = true, ["sync.tau"] = true, ["sync.alpha"] = true,
+      ["sync.grace_gamma"] = true, ["sync.ema"] = true, ["sync.ring"] = true, ["outer.lr"] = true,
+      ["outer.momentum"] = true, ["sync.grace_s"] = true }
+    local seen = 0
+    for _, f in ipairs(diloco.machine.fields()) do
+      if f.min then
+        assert.is_true(exposed[f.name], f.name .. ": a bounded run field the recipe does not check from C")
+        seen = seen + 1
+        local section, key = f.name:match("^(%a+)%.(.+)$")
+        local spec = diloco.recipe.schema[section].fields[key]
+        assert.are.equal(f.doc, (spec.doc:gsub("^set by validation: ", ""):gsub(", else nil$", "")))
+        local step = f.type == "integer" and 1 or 1e-9
+        for _, v in ipairs { f.min - step, f.max + step } do
+          if v == v and v ~= math.huge and v ~= -math.huge then
+            if f.type == "integer" then v = math.tointeger(v) end
+            assert.are.equal(f.expect, spec.check(v), f.name .. " = " .. tostring(v))
+          end
+        end
+        if not f.min_open then assert.is_nil(spec.check(f.type == "integer" and math.tointeger(f.min) or f.min)) end
+        if f.max ~= math.huge and not f.max_open then
+          assert.is_nil(spec.check(f.type == "integer" and math.tointeger(f.max) or f.max))
+        end
+      end
+    end
+    assert.are.equal(10, seen)
+    assert.matches("sync.fragments = 1025: expected an integer in [1, 1024]", problems { fragments = 1025 }, 1, true)
+    assert.matches("outer.momentum = 1: expected a finite number in [0, 1)",
+      table.concat(select(2, diloco.recipe.validate(tiny { outer = { momentum = 1 } })), "\n"), 1, true)
+    assert.matches("sync.H = 0: expected an integer >= 1 in a recipe", problems { H = 0 }, 1, true)
+  end)
+
   it("accepts durations and checks island speeds", function()
     assert.are.equal("", problems { grace = "250ms" })
     assert.are.equal("", problems { grace = "off" })

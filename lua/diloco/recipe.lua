@@ -135,6 +135,26 @@ for _, name in ipairs({ "dp", "diloco", "streaming", "decoupled" }) do
 end
 local DEFAULT_PRESET = "decoupled"
 
+-- The run's fields (core/run.c's table, read through diloco.machine.fields): the bounds
+-- and meaning of every sync and outer field the syncer and learners agree on, defined
+-- once in C.  run_check(name) refuses a value outside them with the text C prints too.
+local RUN_FIELDS = {}
+for _, f in ipairs(require("diloco").machine.fields()) do RUN_FIELDS[f.name] = f end
+local function run_field(name)
+  return RUN_FIELDS[name] or error("recipe: " .. name .. " is not a run field (core/run.c)")
+end
+local function run_check(name)
+  local f = run_field(name)
+  assert(f.min, name .. " has no bounds in core/run.c")
+  local integer = f.type == "integer"
+  return function(v)
+    if v ~= v or (v == math.huge and f.max ~= math.huge) or v == -math.huge then return f.expect end
+    if integer and v ~= math.floor(v) then return f.expect end
+    if v < f.min or v > f.max or (f.min_open and v == f.min) or (f.max_open and v == f.max) then return f.expect end
+  end
+end
+local function run_doc(name) return run_field(name).doc end
+
 local function quorum_check(v)
   local text = 'an integer >= 1, "all" (every live learner) or a function(live_count, info) -> integer'
   if type(v) == "function" or v == "all" then return nil end
@@ -225,16 +245,15 @@ M.schema = {
   } },
   outer = { kind = "table", doc = "outer optimizer: diloco.optim.nesterov{...}", fields = {
     kind = { kind = "string", default = "nesterov", check = oneof("nesterov", "sgd"), doc = "outer optimizer" },
-    lr = { kind = "number", default = 0.7, check = range(0, INF), doc = "outer learning rate" },
-    momentum = { kind = "number", default = 0.9, check = range(0, 0.999999), doc = "outer momentum" },
+    lr = { kind = "number", default = 0.7, check = run_check("outer.lr"), doc = run_doc("outer.lr") },
+    momentum = { kind = "number", default = 0.9, check = run_check("outer.momentum"), doc = run_doc("outer.momentum") },
   } },
   sync = { kind = "table", doc = "synchronisation between islands", fields = {
     preset = { kind = "string", default = DEFAULT_PRESET, check = oneof("dp", "diloco", "streaming", "decoupled"),
       doc = "algorithm preset: the defaults of the fields marked (preset) (docs/algorithm.md section 5)" },
-    H = { kind = "integer", preset = true, check = range(1, 1e9, true), doc = "inner steps between syncs of a fragment" },
-    fragments = { kind = "integer", preset = true, check = range(1, 4096, true), doc = "fragments P" },
-    tau = { kind = "integer", preset = true, check = range(0, 1e6, true),
-      doc = "overlap steps: a fragment sent after step t is applied after step t + tau" },
+    H = { kind = "integer", preset = true, check = run_check("sync.H"), doc = run_doc("sync.H") },
+    fragments = { kind = "integer", preset = true, check = run_check("sync.fragments"), doc = run_doc("sync.fragments") },
+    tau = { kind = "integer", preset = true, check = run_check("sync.tau"), doc = run_doc("sync.tau") },
     quorum = { kind = "integer|string|function", preset = true, check = quorum_check,
       doc = "minimum quorum K: an integer, \"all\" (live learners) or f(live_count, info) -> integer" },
     blocking = { kind = "boolean", preset = true,
@@ -251,16 +270,14 @@ M.schema = {
     plan = { kind = "string", default = "balanced", check = oneof("balanced", "strided", "sequential"),
       doc = "how tensors are assigned to fragments (docs/fragments.md)" },
     split_rows = { kind = "boolean", default = false, doc = "split a tensor larger than total/P by rows" },
-    alpha = { kind = "number", preset = true, check = range(0, 1),
-      doc = "mixing on arrival: alpha*local + (1-alpha)*global" },
+    alpha = { kind = "number", preset = true, check = run_check("sync.alpha"), doc = run_doc("sync.alpha") },
     grace = { kind = "string|number", preset = true, check = grace_check,
       doc = "wait after quorum: adaptive, off, or a duration" },
-    grace_s = { kind = "number", default = nil, check = range(0, INF),
-      doc = "set by validation: sync.grace in seconds when it is a duration, else nil" },
-    grace_gamma = { kind = "number", default = 0.8, check = range(0, 1, false, true),
-      doc = "gamma of the adaptive grace window" },
-    ema = { kind = "number", default = 0.5, check = range(0, 1, false, true),
-      doc = "EMA factor of the adaptive grace estimates" },
+    grace_s = { kind = "number", default = nil, check = run_check("sync.grace_s"),
+      doc = "set by validation: " .. run_doc("sync.grace_s") .. ", else nil" },
+    grace_gamma = { kind = "number", default = 0.8, check = run_check("sync.grace_gamma"),
+      doc = run_doc("sync.grace_gamma") },
+    ema = { kind = "number", default = 0.5, check = run_check("sync.ema"), doc = run_doc("sync.ema") },
     weighting = { kind = "string", preset = true, check = oneof("tokens2_steps", "tokens", "uniform"),
       doc = "contribution weight: tokens^2/steps, tokens or uniform" },
     merge = { kind = "string", preset = true, check = oneof("rda", "mean"),
@@ -269,8 +286,7 @@ M.schema = {
       doc = "Lua patterns of tensor names merged by weighted mean under rda" },
     schedule = { kind = "function", default = nil,
       doc = "f(learner, step, fragments) -> list of 1-based fragments due after that step (replaces H/offsets)" },
-    ring = { kind = "integer", default = 4, check = range(1, 64, true),
-      doc = "versions of each fragment kept to anchor stale contributions" },
+    ring = { kind = "integer", default = 4, check = run_check("sync.ring"), doc = run_doc("sync.ring") },
     final_flush = { kind = "boolean", default = false,
       doc = "at its end each learner sends every fragment trained since its last apply (none in flight), merged "
         .. "before the final eval (false: those steps are not in the final model; docs/sim.md)" },

@@ -21,7 +21,10 @@ local function check_sync(r, errs)
     errs[#errs + 1] = string.format("sync.quorum = %d but islands.count = %d: quorum must be <= the number of "
       .. "learners", sy.quorum, isl.count)
   end
-  if sy.preset ~= "dp" and sy.tau >= sy.H then
+  if sy.H == 0 then -- (core/run.c allows 0: a host's own schedule; a recipe's is sync.schedule)
+    errs[#errs + 1] = "sync.H = 0: expected an integer >= 1 in a recipe (H = 0 is a host's own schedule, calling "
+      .. "contribute itself; a recipe gives its schedule as sync.schedule, which replaces H)"
+  elseif sy.preset ~= "dp" and sy.tau >= sy.H then
     errs[#errs + 1] = string.format("sync.tau = %d: the overlap must be below sync.H = %d (a fragment is applied "
       .. "before it is due again)", sy.tau, sy.H)
   end

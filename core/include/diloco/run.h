@@ -156,7 +156,19 @@ typedef struct dlc_run_field {
     size_t offset;            /* in dlc_run_params */
     const char *(*enum_name)(int value); /* ENUM: the name of a value, NULL out of range */
     int enum_count;           /* ENUM: values 0..enum_count-1 */
+    /* INT and NUMBER fields with bounds: the value lies in [min, max], or (min, ...] when
+     * min_open, [..., max) when max_open (max may be INFINITY); NAN min: no bounds here
+     * (a field whose rule is not a range: the quorum, the block's evenness, the hashes).
+     * dlc_run_params_check applies them, and the recipe reads them (lua/diloco/recipe.lua
+     * through diloco.machine.fields), so a bound is written once. */
+    double min, max;
+    int min_open, max_open;
+    const char *doc;          /* what the field means, for the recipe's help */
 } dlc_run_field;
+
+/* "an integer in [1, 64]", "a number in (0, 1]", "a number >= 0": what field f expects
+ * (its type and bounds), into out (cap bytes); "" for a field without bounds. */
+DLC_API void dlc_run_field_expect(const dlc_run_field *f, char *out, size_t cap);
 
 /* The number of fields, and field i (0 <= i < count, NULL otherwise; static storage). */
 DLC_API int dlc_run_field_count(void);
