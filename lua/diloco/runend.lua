@@ -121,7 +121,8 @@ function M.finish(ctx, err)
       diloco.account.table_text(accounts, account_total, merged_n) .. "\n")
     io.stderr:write(string.format("%s: %d islands, %d steps%s; goodput %s, uptime %s, %s up / %s down, %d merges; %s\n",
       ctx.signal and ("stopped by " .. ctx.signal) or (err and "failed" or "done"), r.islands.count, steps,
-      final and string.format(", final eval loss %.4f (the global model, after the final flush%s)", final.loss,
+      final and string.format(", final eval loss %.4f (the global model, after the last merges%s%s)", final.loss,
+        r.sync.final_flush and ", the learners' final flush included" or "",
         whole and whole ~= final and string.format("; the whole eval split, %d rows: %.4f", whole.rows, whole.loss)
         or "") or "",
       summary.goodput and string.format("%.1f%%", 100 * summary.goodput) or "?",

@@ -387,7 +387,8 @@ local function finish(ctx, err)
   diloco.clear_signals()
   if ctx.bar and not ctx.bar.failed then
     if final then
-      ctx.bar:print(string.format("final eval, after the final flush: global loss %.4f%s", final.loss,
+      ctx.bar:print(string.format("final eval, after the last merges%s: global loss %.4f%s",
+        r.sync.final_flush and " (the learners' final flush included)" or "", final.loss,
         whole and whole ~= final and string.format(" (%d batches; the whole eval split, %d rows: %.4f)", r.eval.batches,
           whole.rows, whole.loss) or ""))
     end
@@ -413,7 +414,7 @@ function M.run(r, opts)
   ctx.say_eval = function(self, e)
     if self.bar then
       self.bar:print(string.format("eval at step %d: global loss %.4f%s", e.step, e.loss,
-        e.step >= self.recipe.steps and " (before the final flush of the rounds still open)" or ""))
+        e.step >= self.recipe.steps and " (before the rounds still open are merged)" or ""))
     end
   end
   local handlers = { step = on_step_event, optim = on_optim_event, merge = on_merge, fault = on_fault,
