@@ -30,7 +30,9 @@
  *
  * The learner and syncer tables are read into one run description (core/run.h), from
  * which both state machines' params derive, so they cannot disagree (one ema: syncer.ema
- * must equal learner.ema if both are given).  Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
+ * must equal learner.ema if both are given).  Or run_json = '{"sync": {...}, "outer":
+ * {...}}' gives it as text under the recipe's names (read_run below; what lua/diloco/
+ * islands.lua passes).  Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
  * Plan and Chaos (a user value), so they live as long as it does; closing one of them
  * while the VTime runs is misuse the C side cannot see: don't.
  */
@@ -98,10 +100,15 @@ static void check_status(lua_State *L, dlc_status s) {
     if (s != DLC_OK) dlcL_error(L);
 }
 
-/* The run description (core/run.h) from the options: the learner table at lt and the
+/* The run description (core/run.h) from the options.  Either run_json, the constructor's
+ * option (the options table at index 1): the run as text, {"sync": {...}, "outer": {...}}
+ * with the recipe's own names ("sync.codec", "outer.lr"), read by dlc_run_parse as the
+ * embedding API reads its hosts' (client.h), every field it leaves out at its preset's
+ * value; the learner and syncer tables then hold only what each process chooses alone
+ * (a run field in them is refused).  Or, the older way, the learner table at lt and the
  * syncer table at st (0: none, its fields at their defaults) name its fields (one ema:
  * syncer.ema, if given, must be learner.ema); learner.preset names the preset (default:
- * dp for a data-parallel run, else decoupled); the plan gives P, its kind and the hashes.
+ * dp for a data-parallel run, else decoupled).  The plan gives P, its kind and the hashes.
  * What each process chooses alone comes back in *x: the heartbeat, the timeout and the
  * embedding flags (a userdata pushed on the stack, alive until the calling C function
  * returns; NULL for none). */
@@ -110,8 +117,65 @@ typedef struct run_extras {
     const uint8_t *embedding;
 } run_extras;
 
+/* syncer.embedding: one flag per tensor (merged by weighted mean under rda), into x. */
+static void read_embedding(lua_State *L, int st, const dlc_plan *plan, run_extras *x) {
+    int ty = lua_getfield(L, st, "embedding");
+    if (ty == LUA_TTABLE) {
+        int ntensors = dlc_plan_tensors(plan);
+        uint8_t *emb = lua_newuserdatauv(L, (size_t)ntensors + 1, 0); /* lives until the caller returns */
+        lua_insert(L, -2);
+        for (int i = 0; i < ntensors; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            emb[i] = (uint8_t)lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+        x->embedding = emb;
+    } else if (ty != LUA_TNIL) {
+        luaL_error(L, "VTime: syncer.embedding must be a list of booleans (one per tensor)");
+    }
+    lua_pop(L, 1);
+}
+
+/* The options the older way reads as run fields: refused beside run_json, naming the
+ * field that says them now. */
+static const char *const learner_run_keys[][2] = {
+    {"dp", "sync.preset"}, {"preset", "sync.preset"}, {"H", "sync.H"},       {"tau", "sync.tau"},
+    {"alpha", "sync.alpha"}, {"blocking", "sync.blocking"}, {"codec", "sync.codec"}, {"block", "sync.block"},
+    {"error_feedback", "sync.error_feedback"}, {"ema", "sync.ema"}};
+static const char *const syncer_run_keys[][2] = {
+    {"ema", "sync.ema"},         {"quorum", "sync.quorum"},     {"grace", "sync.grace"},
+    {"grace_gamma", "sync.grace_gamma"}, {"weighting", "sync.weighting"}, {"merge", "sync.merge"},
+    {"codec_down", "sync.codec_down"},   {"ring", "sync.ring"},           {"outer", "outer.lr, outer.momentum, outer.nesterov"}};
+
+static void refuse_run_keys(lua_State *L, int t, const char *who, const char *const (*keys)[2], int n) {
+    for (int i = 0; t && i < n; i++) {
+        int ty = lua_getfield(L, t, keys[i][0]);
+        lua_pop(L, 1);
+        if (ty != LUA_TNIL)
+            luaL_error(L, "%s.%s: with run_json the run's fields come from it (%s there)", who, keys[i][0], keys[i][1]);
+    }
+}
+
 static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *r, run_extras *x) {
     *r = dlc_run_default_params();
+    if (lua_type(L, 1) == LUA_TTABLE && lua_getfield(L, 1, "run_json") != LUA_TNIL) {
+        if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "run_json must be a string (the run as JSON, client.h's run)");
+        check_status(L, dlc_run_parse(lua_tostring(L, -1), r));
+        lua_pop(L, 1);
+        refuse_run_keys(L, lt, "learner", learner_run_keys, (int)(sizeof learner_run_keys / sizeof *learner_run_keys));
+        refuse_run_keys(L, st, "syncer", syncer_run_keys, (int)(sizeof syncer_run_keys / sizeof *syncer_run_keys));
+        r->fragments = dlc_plan_count(plan);
+        r->plan = dlc_plan_get_params(plan).kind;
+        r->plan_hash = dlc_plan_hash(plan);
+        r->model_hash = dlc_plan_model_hash(plan);
+        check_status(L, dlc_run_params_check(r)); /* the plan's P with the preset: dp takes 1 */
+        x->heartbeat = optnum(L, lt, "learner", "heartbeat", dlc_learner_default_params().heartbeat);
+        x->timeout = st ? optnum(L, st, "syncer", "timeout", 0) : 0;
+        x->embedding = NULL;
+        if (st) read_embedding(L, st, plan, x);
+        return;
+    }
+    lua_pop(L, 1);
     r->dp = optbool(L, lt, "learner", "dp", 0);
     check_status(L, dlc_run_preset_parse(optstr(L, lt, "learner", "preset", r->dp ? "dp" : "decoupled"), &r->preset));
     r->fragments = dlc_plan_count(plan);
@@ -158,21 +222,7 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
     r->outer_momentum = optnum(L, o, "syncer.outer", "momentum", r->outer_momentum);
     r->outer_nesterov = optbool(L, o, "syncer.outer", "nesterov", r->outer_nesterov);
     lua_pop(L, 1);
-    ty = lua_getfield(L, st, "embedding");
-    if (ty == LUA_TTABLE) {
-        int ntensors = dlc_plan_tensors(plan);
-        uint8_t *emb = lua_newuserdatauv(L, (size_t)ntensors + 1, 0); /* lives until the caller returns */
-        lua_insert(L, -2);
-        for (int i = 0; i < ntensors; i++) {
-            lua_rawgeti(L, -1, i + 1);
-            emb[i] = (uint8_t)lua_toboolean(L, -1);
-            lua_pop(L, 1);
-        }
-        x->embedding = emb;
-    } else if (ty != LUA_TNIL) {
-        luaL_error(L, "VTime: syncer.embedding must be a list of booleans (one per tensor)");
-    }
-    lua_pop(L, 1);
+    read_embedding(L, st, plan, x);
 }
 
 int dlcL_subtable(lua_State *L, int t, const char *who, const char *k) {

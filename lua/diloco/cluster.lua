@@ -71,7 +71,7 @@ function M.start_syncer(ctx, listen, resume)
   local r = ctx.recipe
   local epoch = next_epoch(ctx, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
-    learner = ctx.lopts, syncer = ctx.sopts, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
+    learner = ctx.lopts, syncer = ctx.sopts, run_json = ctx.run_json, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
     -- later one (a restart, a rollback, the end) serves a run under way
     start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
@@ -280,7 +280,7 @@ local function prepare(r, opts)
     end
     ctx.run_id = saved["diloco.run_id"] or opts.run_id or string.format("%s-%s", r.name or "run", random_hex(4))
     ctx.rt = M.runtime(r)
-    ctx.lopts, ctx.sopts = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
+    ctx.lopts, ctx.sopts, ctx.run_json = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
     M.start_syncer(ctx, opts.listen or "127.0.0.1:0", ctx.srd.resume_path)
     ctx.port = ctx.syncer:port()
     local host = (opts.listen or "127.0.0.1:0"):match("^(.*):%d+$") or "127.0.0.1"

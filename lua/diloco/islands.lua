@@ -70,26 +70,31 @@ function M.quorum_value(r, live, now)
   return q
 end
 
--- The learner and syncer option tables of the recipe (diloco.VTime's, diloco.Syncer's,
--- diloco.Learner's), for a model whose parameter list is plist.  heartbeat: seconds
--- between a learner's heartbeats; timeout: the syncer's own silence timeout (0 when the
--- transport's liveness is used).
+-- The run of the recipe for diloco.VTime, diloco.Syncer, diloco.Learner and the
+-- diloco.machine ones, for a model whose parameter list is plist: the learner and syncer
+-- tables of what each process chooses alone (heartbeat: seconds between a learner's
+-- heartbeats; timeout: the syncer's own silence timeout, 0 when the transport's liveness
+-- is used; which tensors merge by weighted mean; the dp history), and run_json, the
+-- run's fields as text under the recipe's own names, which C reads with its one reader of
+-- a run (core/run.c, dlc_run_parse, client.h's run): sync.codec stays sync.codec from the
+-- recipe to the wire.
 function M.sync_options(r, plist, heartbeat, timeout)
   local sy = r.sync
   local dp = sy.preset == "dp"
   local emb = {}
   for i, p in ipairs(plist) do emb[i] = is_embedding(p[1], sy.embeddings) end
-  local grace = sy.grace
-  if sy.grace_s then grace = sy.grace_s end
+  local grace = sy.grace_s and "fixed" or sy.grace
   local schedule = type(sy.schedule) == "function"
-  local learner = { preset = sy.preset, dp = dp, H = schedule and 0 or sy.H, tau = sy.tau, alpha = sy.alpha,
-    blocking = sy.blocking, codec = sy.codec, block = sy.block, error_feedback = sy.error_feedback,
-    heartbeat = heartbeat, ema = sy.ema }
-  local syncer = { quorum = dp and 0 or M.quorum_value(r, r.islands.count, 0), grace = grace,
-    grace_gamma = sy.grace_gamma, ema = sy.ema, weighting = sy.weighting, merge = sy.merge, ring = sy.ring,
-    codec_down = sy.codec_down, embedding = emb, timeout = timeout, dp_history = sy.dp_history,
+  local run = {
+    sync = { preset = sy.preset, H = schedule and 0 or sy.H, fragments = sy.fragments, tau = sy.tau,
+      alpha = sy.alpha, blocking = sy.blocking, quorum = dp and 0 or M.quorum_value(r, r.islands.count, 0),
+      grace = grace, grace_s = sy.grace_s, grace_gamma = sy.grace_gamma, weighting = sy.weighting,
+      merge = sy.merge, ring = sy.ring, codec = sy.codec, codec_down = sy.codec_down, block = sy.block,
+      error_feedback = sy.error_feedback, ema = sy.ema },
     outer = { lr = r.outer.lr, momentum = r.outer.momentum, nesterov = r.outer.kind == "nesterov" } }
-  return learner, syncer
+  local learner = { heartbeat = heartbeat }
+  local syncer = { embedding = emb, timeout = timeout, dp_history = sy.dp_history }
+  return learner, syncer, diloco.json_encode(run)
 end
 
 -- The chaos schedule of the recipe as a diloco.Chaos (nil: no faults).  horizon: the

@@ -229,7 +229,7 @@ function M.prepare(r, opts)
   ctx.params = diloco.Params(ctx.plist)
   ctx.opt = diloco.optim.build(ctx.params, r.inner)
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
-  local lopts, sopts = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
+  local lopts, sopts, run_json = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
   ctx.dp = r.sync.preset == "dp"
   -- the send queue holds about two models' worth of contributions: past that a slow syncer
   -- gets back-pressure, and the learner holds (then drops the oldest of) what it could not send
@@ -240,7 +240,8 @@ function M.prepare(r, opts)
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
   -- (connected and joined on return, the whole model here, or a refusal or deadline named)
-  local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts, id = id,
+  local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts,
+    run_json = run_json, id = id,
     incarnation = incarnation, connect = addr, join_timeout = rt.join_timeout,
     run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }
   if not l then fail("learner: joining the syncer at %s: %s", addr, err) end

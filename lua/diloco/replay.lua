@@ -195,8 +195,9 @@ function M.run(out, opts)
   local G = diloco.Params(gplist)
   local plan = islands.plan(r, G, #gplist)
   local P = #plan
-  local lopts, sopts = islands.sync_options(r, gplist, rt.heartbeat, 0)
+  local lopts, sopts, run_json = islands.sync_options(r, gplist, rt.heartbeat, 0)
   local syncer = diloco.machine.Syncer { params = G, plan = plan, learners = Mn, learner = lopts, syncer = sopts,
+    run_json = run_json,
     manual = true }
   local now = 0
   local function tick() now = now + 1e-3; return now end
@@ -249,7 +250,8 @@ function M.run(out, opts)
     local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, c.island.batch), c.island.shard, Mn, r.seed)
     if not okd then refuse("data (island %d): %s", m, train.plain(loaders)) end
     c.loaders = loaders
-    c.sm = diloco.machine.Learner { params = c.params, plan = plan, id = m, learner = lopts, syncer = sopts }
+    c.sm = diloco.machine.Learner { params = c.params, plan = plan, id = m, learner = lopts, syncer = sopts,
+      run_json = run_json }
     keep_sends(assert(syncer:join(m, tick())))
     L[m] = c
   end

@@ -156,13 +156,13 @@ local function prepare(r, opts)
     ctx.chaos = build_chaos(r)
     ctx.schedule = type(sy.schedule) == "function" and sy.schedule or nil
     local step_s = span(r)
-    local lopts, sopts = islands.sync_options(r, first.plist, step_s, isl.timeout or 10 * step_s)
+    local lopts, sopts, run_json = islands.sync_options(r, first.plist, step_s, isl.timeout or 10 * step_s)
     local okv, vt = pcall(diloco.VTime, {
       params = params, plan = ctx.plan, step_time = isl.step_time,
       horizon = r.steps * step_s * (isl.stop == "steps" and M.STOP_CAP or 1),
       steps = isl.stop == "steps" and r.steps or 0,
       eval_every = r.eval.every > 0 and r.eval.every * step_s or 0, islands = isls, chaos = ctx.chaos,
-      learner = lopts, syncer = sopts, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
+      learner = lopts, syncer = sopts, run_json = run_json, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
