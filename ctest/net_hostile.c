@@ -546,10 +546,13 @@ static void test_auth(void) {
     CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_AUTH && strstr(ev.text, "does not know"));
     dlc_net_event_release(&ev);
     dlc_net_free(cl);
-    sleep_s(0.2);
-    CHECK(dlc_net_get_counters(server, -1, &c1) == DLC_OK);
     /* all three count on the server, the wrong-secret client too (it found the
-     * server's proof wrong and said so) */
+     * server's proof wrong and said so): once the count is there, it is exactly that */
+    for (double end = now_s() + 5; dlc_net_get_counters(server, -1, &c1) == DLC_OK &&
+                                   c1.auth_failures < c0.auth_failures + 3 && now_s() < end;)
+        sleep_s(0.01);
+    CHECK(wait_count(&refused[DLC_PERR_AUTH], before + 3));
+    CHECK(dlc_net_get_counters(server, -1, &c1) == DLC_OK);
     CHECK(c1.auth_failures == c0.auth_failures + 3);
     CHECK((int)atomic_load(&refused[DLC_PERR_AUTH]) == before + 3);
     CHECK(valid_exchange("wrong_secret_client"));
@@ -807,12 +810,13 @@ static void test_resync_crc_client(void) {
 }
 
 static void test_stops_reading(void) {
+    atomic_store(&last_ready, -1);
     int fd = raw_connect();
     int rcv = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
     CHECK(raw_handshake(fd, NULL, NULL, NULL, NULL));
-    sleep_s(0.1);
-    int peer = atomic_load(&last_ready);
+    int peer = -1; /* once its READY reached the echo thread */
+    for (double end = now_s() + 5; (peer = atomic_load(&last_ready)) < 0 && now_s() < end;) sleep_s(0.01);
     CHECK(peer >= 0);
     /* the server's app sends 4 KiB frames to a peer that never reads: the queue fills
      * and the sender is told, instead of the server buffering without limit */
@@ -834,7 +838,7 @@ static void test_stops_reading(void) {
     double end = now_s() + 4;
     while (dlc_net_get_counters(server, peer, &c) == DLC_OK && now_s() < end) sleep_s(0.05);
     CHECK(dlc_net_get_counters(server, peer, &c) < 0);
-    sleep_s(0.1);
+    CHECK(wait_count(&lost[DLC_PERR_TIMEOUT], lost_before + 1)); /* its LOST reached the echo thread */
     CHECK(atomic_load(&lost[DLC_PERR_TIMEOUT]) == lost_before + 1);
     close(fd);
 }
@@ -1356,9 +1360,11 @@ static void test_graceful_close(void) {
     CHECK(wait_event(cl, DLC_NET_LOST, 5, &ev) && strstr(ev.text, "closed by this side"));
     dlc_net_event_release(&ev);
     dlc_net_free(cl);
-    sleep_s(0.3);
     dlc_net_counters after;
-    dlc_net_get_counters(server, -1, &after);
+    for (double end = now_s() + 5; dlc_net_get_counters(server, -1, &after) == DLC_OK &&
+                                   after.frames_in[DLC_FRAME_CONTRIBUTION] - before.frames_in[DLC_FRAME_CONTRIBUTION] < 50 &&
+                                   now_s() < end;)
+        sleep_s(0.01);
     CHECK(after.frames_in[DLC_FRAME_CONTRIBUTION] - before.frames_in[DLC_FRAME_CONTRIBUTION] == 50);
 }
 
