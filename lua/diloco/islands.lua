@@ -30,14 +30,6 @@ local function is_embedding(name, patterns)
   return false
 end
 
--- The data options of an island whose batch differs from the recipe's.
-function M.data_for(d, batch)
-  local c = {}
-  for k, v in pairs(d) do c[k] = v end
-  c.batch = batch
-  return c
-end
-
 -- The fragment plan of the recipe over params (raises exit 2 naming sync.plan).
 function M.plan(r, params, ntensors)
   local sy = r.sync

@@ -223,11 +223,7 @@ function M.prepare(r, opts)
   ctx.addr = addr
   ctx.run_id = opts.run_id or file_run or (r.name or "run")
   ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
-  ctx.model = train.build_model(r.model, r.seed)
-  ctx.model:train()
-  ctx.plist = ctx.model:parameters()
-  ctx.params = diloco.Params(ctx.plist)
-  ctx.opt = diloco.optim.build(ctx.params, r.inner)
+  train.island_model(r, ctx)
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
   local lopts, sopts, run_json = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
   ctx.dp = r.sync.preset == "dp"
@@ -248,8 +244,7 @@ function M.prepare(r, opts)
   ctx.lrt = l
   ctx.id = l:id()
   ctx.island = r.islands.list[ctx.id]
-  local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, ctx.island.batch * (opts.ranks or 1)),
-    ctx.island.shard, Mn, r.seed)
+  local okd, loaders = train.open_data(r, ctx.island.batch * (opts.ranks or 1), ctx.island.shard, Mn)
   if not okd then
     l:close()
     fail("data (island %d): %s", ctx.id, plain(loaders))

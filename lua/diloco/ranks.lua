@@ -141,14 +141,10 @@ function M.run_rank(r, opts, rank, size)
   local isl = r.islands.list[id]
   local ctx = { recipe = r, step = 0, tokens = 0, tok_window = 0, train_time = 0.0, who = string.format(
     "learner %d rank %d", id, rank) }
-  ctx.model = train.build_model(r.model, r.seed)
-  ctx.model:train()
-  ctx.plist = ctx.model:parameters()
-  ctx.params = diloco.Params(ctx.plist)
+  train.island_model(r, ctx)
   ctx.flat = ctx.params:flat()
-  ctx.opt = diloco.optim.build(ctx.params, r.inner)
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
-  local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, isl.batch * size), isl.shard, Mn, r.seed)
+  local okd, loaders = train.open_data(r, isl.batch * size, isl.shard, Mn)
   if not okd then fail("data (island %d, rank %d): %s", id, rank, plain(loaders)) end
   ctx.loaders = loaders
   ctx.rows = { rank * isl.batch + 1, (rank + 1) * isl.batch }

@@ -242,12 +242,8 @@ function M.run(out, opts)
     diloco.seed(r.seed)
     local c = { id = m, recipe = r, island = r.islands.list[m], who = "learner " .. m, step = 0, tokens = 0,
       train_time = 0.0, tok_window = 0, wait_time = 0.0, tape = T, sent = {}, joined = false, done = false }
-    c.model = train.build_model(r.model, r.seed)
-    c.model:train()
-    c.plist = c.model:parameters()
-    c.params = diloco.Params(c.plist)
-    c.opt = diloco.optim.build(c.params, r.inner)
-    local okd, loaders = pcall(diloco.data.open, islands.data_for(r.data, c.island.batch), c.island.shard, Mn, r.seed)
+    train.island_model(r, c)
+    local okd, loaders = train.open_data(r, c.island.batch, c.island.shard, Mn)
     if not okd then refuse("data (island %d): %s", m, train.plain(loaders)) end
     c.loaders = loaders
     c.sm = diloco.machine.Learner { params = c.params, plan = plan, id = m, learner = lopts, syncer = sopts,

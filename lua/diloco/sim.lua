@@ -32,7 +32,7 @@ local function fail_code(code, fmt, ...)
 end
 
 local islands = require "diloco.islands"
-local call_hook, data_for, quorum_value = islands.call_hook, islands.data_for, islands.quorum_value
+local call_hook, quorum_value = islands.call_hook, islands.quorum_value
 
 -- Virtual seconds of one of the run's steps: islands.step_time, times M / cores when the
 -- islands share fewer cores than there are islands.
@@ -115,13 +115,8 @@ local function prepare(r, opts)
         error({ diloco_error = string.format("stopped by %s while building island %d of %d", sig, m, Mn),
           code = 1, signal = sig }, 0)
       end
-      L.model = train.build_model(r.model, r.seed)
-      L.model:train()
-      L.plist = L.model:parameters()
-      L.params = diloco.Params(L.plist)
-      L.opt = diloco.optim.build(L.params, r.inner)
-      local okd, loaders = pcall(diloco.data.open, data_for(r.data, L.island.batch * (L.island.ranks or 1)),
-        L.island.shard, Mn, r.seed)
+      train.island_model(r, L)
+      local okd, loaders = train.open_data(r, L.island.batch * (L.island.ranks or 1), L.island.shard, Mn)
       if not okd then fail("data (island %d): %s", m, plain(loaders)) end
       L.loaders = loaders
       local dt = isl.step_time * (L.island.batch / r.data.batch) / L.island.speed

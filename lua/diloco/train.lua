@@ -110,6 +110,32 @@ function M.build_model(spec, seed)
   return m
 end
 
+-- One island's trainable state, built the one way every driver builds it (train's one
+-- island, sim's islands, a learner process, an MPI rank, replay's learners): the model in
+-- training mode, its parameter list and Params, and the inner optimizer, set into `into`
+-- (the driver's context for the island, which train.inner_step then reads).
+function M.island_model(r, into)
+  into.model = M.build_model(r.model, r.seed)
+  into.model:train()
+  into.plist = into.model:parameters()
+  into.params = diloco.Params(into.plist)
+  into.opt = diloco.optim.build(into.params, r.inner)
+  return into
+end
+
+-- The island's data: the recipe's, at `batch` rows a step (the island's batch, times its
+-- ranks), shard `shard` of `count`, seeded by the run.  pcall's results: true and the
+-- loaders, or false and the error (each driver reports it its way).
+function M.open_data(r, batch, shard, count)
+  local d = r.data
+  if batch and batch ~= d.batch then
+    d = {}
+    for k, v in pairs(r.data) do d[k] = v end
+    d.batch = batch
+  end
+  return pcall(diloco.data.open, d, shard or 1, count or 1, r.seed)
+end
+
 -- The fixed evaluation subset: the 1-based first items (text: windows of a sequential
 -- pass, images: examples in order) of n batches of `batch` rows over `items` items.
 -- n >= ceil(items / batch): every item once, batches at 1, batch + 1, ... (the last may be
@@ -342,12 +368,8 @@ function M.prepare(r, opts)
     command = opts.command, keep = r.checkpoint.keep })
   local ok, err = pcall(function()
     ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
-    ctx.model = M.build_model(r.model, r.seed)
-    ctx.model:train()
-    ctx.plist = ctx.model:parameters()
-    ctx.params = diloco.Params(ctx.plist)
-    ctx.opt = diloco.optim.build(ctx.params, r.inner)
-    local okd, loaders = pcall(diloco.data.open, r.data, 1, 1, r.seed)
+    M.island_model(r, ctx)
+    local okd, loaders = M.open_data(r)
     if not okd then fail("data: %s", plain(loaders)) end
     ctx.loaders = loaders
     local fits, problems = diloco.recipe.check_data(r, loaders) -- what only the files know

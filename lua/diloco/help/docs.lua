@@ -347,6 +347,8 @@ D["diloco.chaos.combine"] = "chaos.combine(a, b, ...) -> chaos table\nThe events
 -- ---- the trainer and the commands ---------------------------------------------------
 D["diloco.train"] = "diloco.train: the single-island trainer behind `diloco-lua run`.  docs/cli.md"
 D["diloco.train.run"] = "train.run(recipe, opts) -> summary\nTrains a validated recipe: progress, metrics, checkpoints, resume, signals.  opts: out, metrics, resume, overwrite, quiet."
+D["diloco.train.island_model"] = "train.island_model(recipe, ctx) -> ctx\nOne island's model (in training mode), parameter list, Params and inner optimizer, built the one way every driver builds them, into ctx (model, plist, params, opt)."
+D["diloco.train.open_data"] = "train.open_data(recipe, batch, shard, count) -> ok, loaders | false, err\nThe island's data: the recipe's at batch rows a step (default its own), shard `shard` of `count`, seeded by the run; pcall's results."
 D["diloco.train.prepare"] = "train.prepare(recipe, opts) -> ctx\nEverything a run needs (model, data, optimizer, run directory)."
 D["diloco.train.build_model"] = "train.build_model(spec, seed) -> Module\nThe model of a recipe's model section."
 D["diloco.train.lr_at"] = "train.lr_at(recipe, step, total) -> lr\nThe inner learning rate of the step about to run (schedule step `step`, 0-based, of `total`): the schedule's, or hooks.lr's, checked.  Every driver computes it here."
@@ -543,7 +545,6 @@ D["diloco.islands"] = "diloco.islands: what sim, run, syncer and learner derive 
 D["diloco.islands.hook"] = "islands.hook(name, fn, ...) -> result | nil\nislands.call_hook for a driver whose loop stops in order on a signal: a hook a signal interrupted returns nil."
 D["diloco.islands.call_hook"] = "islands.call_hook(name, fn, ...) -> result\ndiloco.train.call_hook: a recipe hook through one protected call; an error names the hook."
 D["diloco.islands.chaos"] = "islands.chaos(recipe, horizon) -> Chaos | nil\nThe recipe's fault schedule."
-D["diloco.islands.data_for"] = "islands.data_for(data, batch) -> data\nThe data options with another batch."
 D["diloco.islands.merge_info"] = "islands.merge_info(merge) -> table\nA merge record as the metrics write it."
 D["diloco.islands.plan"] = "islands.plan(recipe, params, ntensors) -> Plan\nThe recipe's fragment plan (exit 2 naming sync.plan when it cannot be made)."
 D["diloco.islands.quorum_value"] = "islands.quorum_value(recipe, live, now) -> k\nThe quorum (a recipe function's value, checked)."
