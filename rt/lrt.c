@@ -1,9 +1,9 @@
 /*
  * lrt.c - a learner on the wall clock, or the one its config names (rt.h).  Three
  * threads: the host's compute thread runs everything here but coder_main and
- * decode_fragment; the transport's I/O thread
- * reads and writes the socket and decodes each arrived fragment (decode_fragment, the
- * net's decode hook), and its event queue (bounded by the net's in_max) is the mailbox
+ * decode_fragment; the transport's I/O thread reads and writes the socket and decodes
+ * each arrived fragment (decode_fragment, the net's decode hook), and its event queue
+ * (bounded by the net's in_max) is the mailbox
  * of arrived frames, taken at step boundaries; the codec thread (coder_main) encodes the
  * contributions the state machine hands out (DLC_LACT_ENCODE) into buffers the net then
  * owns, and sends them, so the inner loop never waits for a socket or a codec.

@@ -1,8 +1,8 @@
 /*
- * srt.c - the syncer on the wall clock, or the one its config names (rt.h).  One thread runs the transport's loop
- * inline (dlc_net_poll) and drives the syncer under `lock`; host calls take the same
- * lock, so the state machine is only ever touched by one thread at a time.  Events for
- * the host go through a queue guarded by `qlock`.
+ * srt.c - the syncer on the wall clock, or the one its config names (rt.h).  One thread
+ * runs the transport's loop inline (dlc_net_poll) and drives the syncer under `lock`;
+ * host calls take the same lock, so the state machine is only ever touched by one thread
+ * at a time.  Events for the host go through a queue guarded by `qlock`.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>

@@ -139,7 +139,8 @@ typedef struct dlc_net_config {
      * mem_max like received ones. */
     dlc_status (*decode)(const dlc_frame *f, float **values, int64_t *n, void *arg);
     void *decode_arg;
-    /* The clock of the protocol's timers, in seconds (any origin; never going back):
+    /* The clock of the protocol's timers, in seconds (positive, any origin above 0; never
+     * going back):
      * timeouts and heartbeats, the auth, drain and takeover deadlines, reconnect delays,
      * the emulated latency (dlc_net_shape).  Called from any thread (the I/O thread, a
      * sender's), so it must be thread-safe.  NULL (default): the monotonic wall clock.
