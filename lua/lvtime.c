@@ -32,9 +32,9 @@
  * which both state machines' params derive, so they cannot disagree (one ema: syncer.ema
  * must equal learner.ema if both are given).  Or run_json = '{"sync": {...}, "outer":
  * {...}}' gives it as text under the recipe's names (read_run below; what lua/diloco/
- * islands.lua passes).  Learners and fragments are 1-based in Lua.  The VTime keeps references to its Params,
- * Plan and Chaos (a user value), so they live as long as it does; closing one of them
- * while the VTime runs is misuse the C side cannot see: don't.
+ * islands.lua passes).  Learners and fragments are 1-based in Lua.  The VTime keeps
+ * references to its Params, Plan and Chaos (a user value), so they live as long as it
+ * does; closing one of them while the VTime runs is misuse the C side cannot see: don't.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -139,13 +139,26 @@ static void read_embedding(lua_State *L, int st, const dlc_plan *plan, run_extra
 /* The options the older way reads as run fields: refused beside run_json, naming the
  * field that says them now. */
 static const char *const learner_run_keys[][2] = {
-    {"dp", "sync.preset"}, {"preset", "sync.preset"}, {"H", "sync.H"},       {"tau", "sync.tau"},
-    {"alpha", "sync.alpha"}, {"blocking", "sync.blocking"}, {"codec", "sync.codec"}, {"block", "sync.block"},
-    {"error_feedback", "sync.error_feedback"}, {"ema", "sync.ema"}};
+    {"dp", "sync.preset"},
+    {"preset", "sync.preset"},
+    {"H", "sync.H"},
+    {"tau", "sync.tau"},
+    {"alpha", "sync.alpha"},
+    {"blocking", "sync.blocking"},
+    {"codec", "sync.codec"},
+    {"block", "sync.block"},
+    {"error_feedback", "sync.error_feedback"},
+    {"ema", "sync.ema"}};
 static const char *const syncer_run_keys[][2] = {
-    {"ema", "sync.ema"},         {"quorum", "sync.quorum"},     {"grace", "sync.grace"},
-    {"grace_gamma", "sync.grace_gamma"}, {"weighting", "sync.weighting"}, {"merge", "sync.merge"},
-    {"codec_down", "sync.codec_down"},   {"ring", "sync.ring"},           {"outer", "outer.lr, outer.momentum, outer.nesterov"}};
+    {"ema", "sync.ema"},
+    {"quorum", "sync.quorum"},
+    {"grace", "sync.grace"},
+    {"grace_gamma", "sync.grace_gamma"},
+    {"weighting", "sync.weighting"},
+    {"merge", "sync.merge"},
+    {"codec_down", "sync.codec_down"},
+    {"ring", "sync.ring"},
+    {"outer", "outer.lr, outer.momentum, outer.nesterov"}};
 
 static void refuse_run_keys(lua_State *L, int t, const char *who, const char *const (*keys)[2], int n) {
     for (int i = 0; t && i < n; i++) {
@@ -158,7 +171,8 @@ static void refuse_run_keys(lua_State *L, int t, const char *who, const char *co
 
 static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *r, run_extras *x) {
     *r = dlc_run_default_params();
-    if (lua_type(L, 1) == LUA_TTABLE && lua_getfield(L, 1, "run_json") != LUA_TNIL) {
+    int has_json = lua_type(L, 1) == LUA_TTABLE && lua_getfield(L, 1, "run_json") != LUA_TNIL;
+    if (has_json) {
         if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "run_json must be a string (the run as JSON, client.h's run)");
         check_status(L, dlc_run_parse(lua_tostring(L, -1), r));
         lua_pop(L, 1);
@@ -175,7 +189,7 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
         if (st) read_embedding(L, st, plan, x);
         return;
     }
-    lua_pop(L, 1);
+    if (lua_type(L, 1) == LUA_TTABLE) lua_pop(L, 1); /* the nil run_json */
     r->dp = optbool(L, lt, "learner", "dp", 0);
     check_status(L, dlc_run_preset_parse(optstr(L, lt, "learner", "preset", r->dp ? "dp" : "decoupled"), &r->preset));
     r->fragments = dlc_plan_count(plan);
