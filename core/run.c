@@ -159,7 +159,7 @@ dlc_status dlc_run_params_check(const dlc_run_params *r) {
             if (v < f->min || v > f->max || (f->min_open && v == f->min) || (f->max_open && v == f->max)) {
                 char want[96];
                 dlc_run_field_expect(f, want, sizeof want);
-                return dlc_error(DLC_ERR_ARG, "run: %s = %.17g: expected %s", f->name, v, want);
+                return dlc_error(DLC_ERR_ARG, "run: %s = %.15g: expected %s", f->name, v, want);
             }
         }
     }
