@@ -25,6 +25,7 @@
 #include "check.h"
 #include "diloco/net.h"
 #include "net_clock.h"
+#include "net_hellos.h"
 
 #define SECRET "correct horse battery staple"
 #define NUMEL 1024
@@ -1460,16 +1461,7 @@ static void test_takeover(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    dlc_frame f;
-    dlc_frame_init(&f, DLC_FRAME_WELCOME);
-    hello_server = f.hello;
-    hello_server.proto_min = DLC_PROTO_VERSION_MIN, hello_server.proto_max = DLC_PROTO_VERSION_MAX;
-    strcpy(hello_server.run, "hostile");
-    hello_server.model_hash = 11, hello_server.plan_hash = 22, hello_server.block = 128;
-    hello_server.caps = DLC_CAP_ALL, hello_server.codecs = 0x3f;
-    hello_server.fragments = 1, hello_server.endpoints = 1;
-    hello_client = hello_server;
-    hello_client.fragments = 0, hello_client.endpoints = 0, hello_client.learner = -1;
+    net_test_hellos("hostile", &hello_server, &hello_client);
     start_server();
     test_hostile_frames();
     test_wire_text();

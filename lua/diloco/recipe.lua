@@ -246,13 +246,15 @@ M.schema = {
   outer = { kind = "table", doc = "outer optimizer: diloco.optim.nesterov{...}", fields = {
     kind = { kind = "string", default = "nesterov", check = oneof("nesterov", "sgd"), doc = "outer optimizer" },
     lr = { kind = "number", default = 0.7, check = run_check("outer.lr"), doc = run_doc("outer.lr") },
-    momentum = { kind = "number", default = 0.9, check = run_check("outer.momentum"), doc = run_doc("outer.momentum") },
+    momentum = { kind = "number", default = 0.9, check = run_check("outer.momentum"),
+      doc = run_doc("outer.momentum") },
   } },
   sync = { kind = "table", doc = "synchronisation between islands", fields = {
     preset = { kind = "string", default = DEFAULT_PRESET, check = oneof("dp", "diloco", "streaming", "decoupled"),
       doc = "algorithm preset: the defaults of the fields marked (preset) (docs/algorithm.md section 5)" },
     H = { kind = "integer", preset = true, check = run_check("sync.H"), doc = run_doc("sync.H") },
-    fragments = { kind = "integer", preset = true, check = run_check("sync.fragments"), doc = run_doc("sync.fragments") },
+    fragments = { kind = "integer", preset = true, check = run_check("sync.fragments"),
+      doc = run_doc("sync.fragments") },
     tau = { kind = "integer", preset = true, check = run_check("sync.tau"), doc = run_doc("sync.tau") },
     quorum = { kind = "integer|string|function", preset = true, check = quorum_check,
       doc = "minimum quorum K: an integer, \"all\" (live learners) or f(live_count, info) -> integer" },
