@@ -107,21 +107,6 @@ static void stop_server(void) {
     server = NULL;
 }
 
-/* Waits for an event of `kind` (others dropped), up to secs. */
-static int wait_event(dlc_net *net, dlc_net_event_kind kind, double secs, dlc_net_event *out) {
-    double end = now_s() + secs;
-    while (now_s() < end) {
-        dlc_net_event ev;
-        if (dlc_net_poll(net, &ev, 50) != 1) continue;
-        if (ev.kind == kind) {
-            *out = ev;
-            return 1;
-        }
-        dlc_net_event_release(&ev);
-    }
-    return 0;
-}
-
 /* A fresh client: connect, READY, a CONTRIBUTION out and its echo back; every other
  * call of fragment 1 (4 MiB, the bulk read path), else of fragment 0; every other pair
  * of calls with inline_io (the client's loop runs in its polls). */

@@ -22,6 +22,7 @@
 
 #define SECRET "tick tock"
 #define NUMEL 16
+#define GUARD 10.0 /* wall seconds: the bound of a wait for what should come at once */
 #define HEARTBEAT 1.0
 #define TIMEOUT 30.0
 #define AUTH_TIMEOUT 20.0
@@ -40,20 +41,6 @@ static dlc_net_config config(fake_clock *clock, const dlc_hello *hello) {
     c.reconnect_min_s = RECONNECT_MIN, c.reconnect_max_s = 4 * RECONNECT_MIN, c.drain_timeout_s = DRAIN;
     c.clock = fake_clock_read, c.clock_arg = clock;
     return c;
-}
-
-/* Takes events until one of `kind` (others dropped), within a wall-time guard of 10 s. */
-static int wait_event(dlc_net *net, dlc_net_event_kind kind, dlc_net_event *out) {
-    for (double end = now_s() + 10; now_s() < end;) {
-        dlc_net_event ev;
-        if (dlc_net_poll(net, &ev, 50) != 1) continue;
-        if (ev.kind == kind) {
-            *out = ev;
-            return 1;
-        }
-        dlc_net_event_release(&ev);
-    }
-    return 0;
 }
 
 /* The events waiting now (all taken): how many are of `kind`; *sent counts SENT ones. */
@@ -119,9 +106,9 @@ static void pair(fake_clock *sc, fake_clock *cc, dlc_net **s, dlc_net **c, int *
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     *cp = dlc_net_connect(*c, addr);
     dlc_net_event ev;
-    CHECK(*cp >= 0 && wait_event(*c, DLC_NET_READY, &ev));
+    CHECK(*cp >= 0 && wait_event(*c, DLC_NET_READY, GUARD, &ev));
     dlc_net_event_release(&ev);
-    CHECK(wait_event(*s, DLC_NET_READY, &ev));
+    CHECK(wait_event(*s, DLC_NET_READY, GUARD, &ev));
     *sp = ev.peer;
     dlc_net_event_release(&ev);
 }
@@ -176,15 +163,15 @@ static void test_heartbeat_timeout_reconnect(void) {
      * deadline if the reset beat the end of the stream), then it reconnects after its
      * delay (8 s +-50%), all on its own clock, which has not moved: once that clock has
      * passed both, it is back */
-    CHECK(wait_event(c, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_TIMEOUT);
+    CHECK(wait_event(c, DLC_NET_LOST, GUARD, &ev) && ev.code == DLC_PERR_TIMEOUT);
     dlc_net_event_release(&ev);
     fake_clock_advance(&cc, DRAIN);
     CHECK(moved(c, NULL));
     fake_clock_advance(&cc, 1.5 * RECONNECT_MIN);
     CHECK(moved(c, NULL));
-    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    CHECK(wait_event(s, DLC_NET_READY, GUARD, &ev));
     dlc_net_event_release(&ev);
-    CHECK(wait_event(c, DLC_NET_READY, &ev) && ev.peer == cp);
+    CHECK(wait_event(c, DLC_NET_READY, GUARD, &ev) && ev.peer == cp);
     dlc_net_event_release(&ev);
     CHECK(dlc_net_get_counters(c, -1, &k) == DLC_OK && k.reconnects == 1);
     dlc_net_free(c);
@@ -228,54 +215,80 @@ static void test_auth_timeout(void) {
     dlc_net_free(s);
 }
 
+/* A takeover's three parties, each on its own clock: the server s; a holder a of learner
+ * id `learner`, READY (one connection, no reconnects), the server's peer `holder`; a
+ * claimant b of the same id, not yet connected (reconnect_max_s: its backoff's cap). */
+typedef struct claim {
+    fake_clock sc, ac, bc;
+    dlc_hello h;
+    dlc_net *s, *a, *b;
+    int holder;
+    char addr[64];
+} claim;
+
+static void claim_open(claim *k, int learner, double reconnect_max_s) {
+    fake_clock_init(&k->sc), fake_clock_init(&k->ac), fake_clock_init(&k->bc);
+    k->h = hello_client;
+    k->h.learner = learner;
+    dlc_net_config scfg = config(&k->sc, &hello_server), acfg = config(&k->ac, &k->h), bcfg = config(&k->bc, &k->h);
+    acfg.reconnect_max_s = 0; /* the holder: one connection */
+    bcfg.reconnect_max_s = reconnect_max_s;
+    k->s = dlc_net_new(&scfg), k->a = dlc_net_new(&acfg), k->b = dlc_net_new(&bcfg);
+    CHECK_OK(k->s && k->a && k->b);
+    snprintf(k->addr, sizeof k->addr, "127.0.0.1:%d", dlc_net_listen(k->s, "127.0.0.1:0"));
+    dlc_net_event ev;
+    CHECK(dlc_net_connect(k->a, k->addr) >= 0 && wait_event(k->a, DLC_NET_READY, GUARD, &ev) &&
+          ev.frame.hello.learner == learner);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(k->s, DLC_NET_READY, GUARD, &ev));
+    k->holder = ev.peer;
+    dlc_net_event_release(&ev);
+}
+
+/* How the server ended the holder's connection: its LOST's code (-1: none came). */
+static int holder_end(claim *k) {
+    dlc_net_event ev;
+    int code = -1;
+    for (double end = now_s() + GUARD; code < 0 && now_s() < end;) {
+        if (dlc_net_poll(k->s, &ev, 20) != 1) continue;
+        if (ev.kind == DLC_NET_LOST && ev.peer == k->holder) code = ev.code;
+        dlc_net_event_release(&ev);
+    }
+    return code;
+}
+
+static void claim_close(claim *k) {
+    dlc_net_free(k->a);
+    dlc_net_free(k->b);
+    dlc_net_free(k->s);
+}
+
 /* A second claim on a live learner's id is refused; once the holder has been silent on
  * the server's clock for half the timeout, the claimant's next try (its delay on its
  * own clock) takes over, and the holder's connection is closed as replaced. */
 static void test_takeover_window(void) {
-    fake_clock sc, ac, bc;
-    fake_clock_init(&sc), fake_clock_init(&ac), fake_clock_init(&bc);
-    dlc_hello h = hello_client;
-    h.learner = 3;
-    dlc_net_config scfg = config(&sc, &hello_server), acfg = config(&ac, &h), bcfg = config(&bc, &h);
-    acfg.reconnect_max_s = 0; /* the holder: one connection */
-    dlc_net *s = dlc_net_new(&scfg), *a = dlc_net_new(&acfg), *b = dlc_net_new(&bcfg);
-    CHECK_OK(s && a && b);
-    int port = dlc_net_listen(s, "127.0.0.1:0");
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    claim k;
+    claim_open(&k, 3, 4 * RECONNECT_MIN);
     dlc_net_event ev;
-    CHECK(dlc_net_connect(a, addr) >= 0 && wait_event(a, DLC_NET_READY, &ev) && ev.frame.hello.learner == 3);
-    dlc_net_event_release(&ev);
-    CHECK(wait_event(s, DLC_NET_READY, &ev));
-    int holder = ev.peer;
-    dlc_net_event_release(&ev);
-    CHECK(dlc_net_connect(b, addr) >= 0);
-    CHECK(wait_event(b, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_CONFLICT && strstr(ev.text, "learner 4 is live"));
+    CHECK(dlc_net_connect(k.b, k.addr) >= 0);
+    CHECK(wait_event(k.b, DLC_NET_LOST, GUARD, &ev) && ev.code == DLC_PERR_CONFLICT &&
+          strstr(ev.text, "learner 4 is live"));
     dlc_net_event_release(&ev);
     /* the holder, its clock stopped, is silent; the server's clock passes half the
      * timeout (heartbeats to it go on: they do not make it heard) */
-    fake_clock_advance(&sc, TIMEOUT / 2);
-    CHECK(moved(s, NULL));
-    CHECK(!pending(s, DLC_NET_LOST));
+    fake_clock_advance(&k.sc, TIMEOUT / 2);
+    CHECK(moved(k.s, NULL));
+    CHECK(!pending(k.s, DLC_NET_LOST));
     /* the claimant's refused connection ends (at once, or at its drain deadline), and its
      * retry comes within a third of the window (capped), all on its own clock */
-    fake_clock_advance(&bc, DRAIN);
-    CHECK(moved(b, NULL));
-    fake_clock_advance(&bc, TIMEOUT / 6);
-    CHECK(moved(b, NULL));
-    CHECK(wait_event(b, DLC_NET_READY, &ev) && ev.frame.hello.learner == 3);
+    fake_clock_advance(&k.bc, DRAIN);
+    CHECK(moved(k.b, NULL));
+    fake_clock_advance(&k.bc, TIMEOUT / 6);
+    CHECK(moved(k.b, NULL));
+    CHECK(wait_event(k.b, DLC_NET_READY, GUARD, &ev) && ev.frame.hello.learner == 3);
     dlc_net_event_release(&ev);
-    int replaced = 0, timed_out = 0;
-    for (double end = now_s() + 10; !replaced && now_s() < end;) {
-        if (dlc_net_poll(s, &ev, 20) != 1) continue;
-        if (ev.kind == DLC_NET_LOST && ev.peer == holder)
-            replaced = ev.code == DLC_PERR_CONFLICT, timed_out = ev.code == DLC_PERR_TIMEOUT;
-        dlc_net_event_release(&ev);
-    }
-    CHECK(replaced && !timed_out);
-    dlc_net_free(a);
-    dlc_net_free(b);
-    dlc_net_free(s);
+    CHECK(holder_end(&k) == DLC_PERR_CONFLICT); /* replaced, not timed out */
+    claim_close(&k);
 }
 
 /* A claimant refused many times over has grown its reconnect backoff (8 s doubling, no
@@ -284,64 +297,42 @@ static void test_takeover_window(void) {
  * so once the holder falls silent one of them lands inside the window and takes over
  * before the holder's timeout would have freed the id unlogged. */
 static void test_takeover_backoff(void) {
-    fake_clock sc, ac, bc;
-    fake_clock_init(&sc), fake_clock_init(&ac), fake_clock_init(&bc);
-    dlc_hello h = hello_client;
-    h.learner = 5;
-    dlc_net_config scfg = config(&sc, &hello_server), acfg = config(&ac, &h), bcfg = config(&bc, &h);
-    acfg.reconnect_max_s = 0;
-    bcfg.reconnect_max_s = 1e4;
-    dlc_net *s = dlc_net_new(&scfg), *a = dlc_net_new(&acfg), *b = dlc_net_new(&bcfg);
-    CHECK_OK(s && a && b);
-    int port = dlc_net_listen(s, "127.0.0.1:0");
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    claim k;
+    claim_open(&k, 5, 1e4);
     dlc_net_event ev;
-    CHECK(dlc_net_connect(a, addr) >= 0 && wait_event(a, DLC_NET_READY, &ev) && ev.frame.hello.learner == 5);
-    dlc_net_event_release(&ev);
-    CHECK(wait_event(s, DLC_NET_READY, &ev));
-    int holder = ev.peer;
-    dlc_net_event_release(&ev);
-    uint64_t hs = count(s, -1, 1, DLC_FRAME_HEARTBEAT), ha = count(a, -1, 1, DLC_FRAME_HEARTBEAT);
-    CHECK(dlc_net_connect(b, addr) >= 0);
+    uint64_t hs = count(k.s, -1, 1, DLC_FRAME_HEARTBEAT), ha = count(k.a, -1, 1, DLC_FRAME_HEARTBEAT);
+    CHECK(dlc_net_connect(k.b, k.addr) >= 0);
     /* the holder is live (heartbeats both ways each second): the claimant is refused,
      * again and again */
     int refusals = 0, steps = 0;
     while (refusals < 7 && steps < 100) {
-        fake_clock_advance(&sc, 1), fake_clock_advance(&ac, 1), fake_clock_advance(&bc, 1);
+        fake_clock_advance(&k.sc, 1), fake_clock_advance(&k.ac, 1), fake_clock_advance(&k.bc, 1);
         steps++;
-        CHECK(moved(s, a) && moved(b, NULL));
-        CHECK(heard(s, ++hs) && heard(a, ++ha));
-        while (dlc_net_poll(b, &ev, 5) == 1) {
+        CHECK(moved(k.s, k.a) && moved(k.b, NULL));
+        CHECK(heard(k.s, ++hs) && heard(k.a, ++ha));
+        while (dlc_net_poll(k.b, &ev, 5) == 1) {
             refusals += ev.kind == DLC_NET_LOST && ev.code == DLC_PERR_CONFLICT;
             dlc_net_event_release(&ev);
         }
     }
     CHECK(refusals == 7);
     /* the holder falls silent (its clock stops); the server's and the claimant's go on */
-    int ready = 0, replaced = 0, timed_out = 0;
+    int ready = 0;
     double silent = 0;
     while (!ready && silent < TIMEOUT - 1) {
-        fake_clock_advance(&sc, 1), fake_clock_advance(&bc, 1);
+        fake_clock_advance(&k.sc, 1), fake_clock_advance(&k.bc, 1);
         silent += 1;
-        CHECK(moved(s, b));
-        while (dlc_net_poll(b, &ev, 20) == 1) { /* a retry's handshake, if one is under way */
+        CHECK(moved(k.s, k.b));
+        while (dlc_net_poll(k.b, &ev, 20) == 1) { /* a retry's handshake, if one is under way */
             ready |= ev.kind == DLC_NET_READY && ev.frame.hello.learner == 5;
             dlc_net_event_release(&ev);
         }
     }
-    for (double end = now_s() + 10; !replaced && !timed_out && now_s() < end;) {
-        if (dlc_net_poll(s, &ev, 20) != 1) continue;
-        if (ev.kind == DLC_NET_LOST && ev.peer == holder)
-            replaced = ev.code == DLC_PERR_CONFLICT, timed_out = ev.code == DLC_PERR_TIMEOUT;
-        dlc_net_event_release(&ev);
-    }
+    int end = holder_end(&k);
     fprintf(stderr, "takeover: 7 refusals in %d s; in after %.0f s of the holder's silence\n", steps, silent);
-    CHECK(ready && replaced && !timed_out);
+    CHECK(ready && end == DLC_PERR_CONFLICT); /* replaced, not timed out */
     CHECK(silent >= TIMEOUT / 2 && silent <= TIMEOUT / 2 + TIMEOUT / 6 + 1);
-    dlc_net_free(a);
-    dlc_net_free(b);
-    dlc_net_free(s);
+    claim_close(&k);
 }
 
 /* Emulated latency holds a frame until the clock passes its due time: the sender's for the
@@ -367,7 +358,7 @@ static void test_latency(void) {
     CHECK(moved(s, NULL));
     CHECK(count(s, sp, 0, DLC_FRAME_FRAGMENT) == 1);
     dlc_net_event ev;
-    CHECK(wait_event(c, DLC_NET_FRAME, &ev) && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 1);
+    CHECK(wait_event(c, DLC_NET_FRAME, GUARD, &ev) && ev.frame.type == DLC_FRAME_FRAGMENT && ev.frame.msg.version == 1);
     dlc_net_event_release(&ev);
     /* the receiving direction (dlc_net_shape_in): held from its arrival, on the
      * receiver's clock */
@@ -408,11 +399,11 @@ static void test_inline_poll(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     dlc_net_event ev;
     CHECK(dlc_net_connect(c, addr) >= 0);
-    CHECK(wait_event(s, DLC_NET_READY, &ev));
+    CHECK(wait_event(s, DLC_NET_READY, GUARD, &ev));
     dlc_net_event_release(&ev);
     fake_clock_advance(&sc, TIMEOUT);
     CHECK(dlc_net_clock_moved(s) == DLC_OK); /* returns at once: the next poll acts */
-    CHECK(wait_event(s, DLC_NET_LOST, &ev) && ev.code == DLC_PERR_TIMEOUT && strstr(ev.text, "no frame for 30 s"));
+    CHECK(wait_event(s, DLC_NET_LOST, GUARD, &ev) && ev.code == DLC_PERR_TIMEOUT && strstr(ev.text, "no frame for 30 s"));
     dlc_net_event_release(&ev);
     dlc_net_free(c);
     dlc_net_free(s);

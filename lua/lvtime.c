@@ -169,6 +169,14 @@ static void refuse_run_keys(lua_State *L, int t, const char *who, const char *co
     }
 }
 
+/* What the plan says of the run: P, its kind, the hashes. */
+static void run_layout(dlc_run_params *r, const dlc_plan *plan) {
+    r->fragments = dlc_plan_count(plan);
+    r->plan = dlc_plan_get_params(plan).kind;
+    r->plan_hash = dlc_plan_hash(plan);
+    r->model_hash = dlc_plan_model_hash(plan);
+}
+
 static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *r, run_extras *x) {
     *r = dlc_run_default_params();
     int has_json = lua_type(L, 1) == LUA_TTABLE && lua_getfield(L, 1, "run_json") != LUA_TNIL;
@@ -178,10 +186,7 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
         lua_pop(L, 1);
         refuse_run_keys(L, lt, "learner", learner_run_keys, (int)(sizeof learner_run_keys / sizeof *learner_run_keys));
         refuse_run_keys(L, st, "syncer", syncer_run_keys, (int)(sizeof syncer_run_keys / sizeof *syncer_run_keys));
-        r->fragments = dlc_plan_count(plan);
-        r->plan = dlc_plan_get_params(plan).kind;
-        r->plan_hash = dlc_plan_hash(plan);
-        r->model_hash = dlc_plan_model_hash(plan);
+        run_layout(r, plan);
         check_status(L, dlc_run_params_check(r)); /* the plan's P with the preset: dp takes 1 */
         x->heartbeat = optnum(L, lt, "learner", "heartbeat", dlc_learner_default_params().heartbeat);
         x->timeout = st ? optnum(L, st, "syncer", "timeout", 0) : 0;
@@ -192,10 +197,7 @@ static void read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run
     if (lua_type(L, 1) == LUA_TTABLE) lua_pop(L, 1); /* the nil run_json */
     r->dp = optbool(L, lt, "learner", "dp", 0);
     check_status(L, dlc_run_preset_parse(optstr(L, lt, "learner", "preset", r->dp ? "dp" : "decoupled"), &r->preset));
-    r->fragments = dlc_plan_count(plan);
-    r->plan = dlc_plan_get_params(plan).kind;
-    r->plan_hash = dlc_plan_hash(plan);
-    r->model_hash = dlc_plan_model_hash(plan);
+    run_layout(r, plan);
     r->H = optint(L, lt, "learner", "H", r->H);
     r->tau = optint(L, lt, "learner", "tau", r->tau);
     r->alpha = optnum(L, lt, "learner", "alpha", r->alpha);

@@ -2,11 +2,13 @@
 -- tables cannot disagree on what both state machines use, and the preset must fit.
 local diloco = require "diloco"
 
+-- a tiny model's Params, one per learner
+local function params()
+  local m = diloco.nn.GPT { vocab = 256, ctx = 8, dim = 8, layers = 1, heads = 1, seed = 1 }
+  return diloco.Params(m:parameters())
+end
+
 describe("diloco.VTime reads one run description", function()
-  local function params()
-    local m = diloco.nn.GPT { vocab = 256, ctx = 8, dim = 8, layers = 1, heads = 1, seed = 1 }
-    return diloco.Params(m:parameters())
-  end
   local p1, p2 = params(), params()
   local plan = diloco.Plan(p1, { fragments = 1 })
   local function opts(change)
@@ -48,10 +50,6 @@ describe("diloco.VTime reads one run description", function()
 end)
 
 describe("run_json: the run as text, under the recipe's own names", function()
-  local function params()
-    local m = diloco.nn.GPT { vocab = 256, ctx = 8, dim = 8, layers = 1, heads = 1, seed = 1 }
-    return diloco.Params(m:parameters())
-  end
   local p1, p2 = params(), params()
   local plan = diloco.Plan(p1, { fragments = 1 })
   local function vt(run_json, learner, syncer)
