@@ -15,6 +15,7 @@
 -- 0600, handed to the learners by file).  docs/runtime.md.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local isl_host = require "diloco.island"
 local islands = require "diloco.islands"
 local hook = islands.hook
 local rc = require "diloco.runctx"
@@ -116,8 +117,7 @@ end
 -- The syncer's global model into the file at path, as of `merges` merges.
 local function write_global(ctx, path, merges)
   ctx.syncer:global(ctx.params)
-  return diloco.save_safetensors(path, ctx.plist, { ["diloco.recipe_json"] = ctx.recipe_json,
-    ["diloco.step"] = tostring(merges) })
+  return isl_host.save_model(path, ctx.plist, ctx.recipe, merges, ctx.recipe_json)
 end
 
 
@@ -225,7 +225,7 @@ local function prepare(r, opts)
   end
   ctx.srd = srd
   local ok, err = pcall(function()
-    ctx.model = train.build_model(r.model, r.seed)
+    ctx.model = isl_host.build_model(r.model, r.seed)
     ctx.plist = ctx.model:parameters()
     ctx.params = diloco.Params(ctx.plist)
     ctx.n_params = ctx.params:numel()
@@ -402,8 +402,8 @@ end
 local function evaluate_global(ctx, final, ev)
   load_global(ctx)
   local loaders = ctx.loaders
-  if final then return train.final_eval(ctx.model, loaders, ctx.recipe, ev) end
-  return train.evaluate(ctx.model, loaders, ctx.recipe.eval.batches)
+  if final then return isl_host.final_eval(ctx.model, loaders, ctx.recipe, ev) end
+  return isl_host.evaluate(ctx.model, loaders, ctx.recipe.eval.batches)
 end
 
 
@@ -533,7 +533,7 @@ local function pump_syncer(ctx, timeout)
   end
 end
 
-local stop_reason = train.stop_reason
+local stop_reason = isl_host.stop_reason
 local finish = require("diloco.runend").finish
 
 -- Everything is over when every learner has left: its process is gone for good (run), or

@@ -19,6 +19,7 @@
 -- Errors are the one type of diloco.train.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local island = require "diloco.island"
 local summary_rec = require "diloco.summary"
 local islands = require "diloco.islands"
 local hook = islands.hook
@@ -95,34 +96,18 @@ function M.resolve_connect(spec, wait)
   end
 end
 
-local function write(ctx, event, fields)
-  local ok, err = ctx.metrics:write(event, fields)
-  if not ok then fail("%s", err) end
-end
+local function write(ctx, event, fields) ctx:write(event, fields) end
 
--- Saves the learner's checkpoint (its parameters, optimizer state, data cursor, schedule step).
-local function save(ctx)
-  local sched = ctx.lrt:schedule_step()
-  local meta = { ["diloco.format"] = "1", ["diloco.step"] = tostring(sched), ["diloco.tokens"] = tostring(ctx.tokens),
-    ["diloco.loader"] = diloco.json_encode(ctx.loaders.train:state()),
-    ["diloco.optim_steps"] = tostring(ctx.opt:step_count()), ["diloco.recipe_json"] = ctx.recipe_json,
-    ["diloco.learner"] = tostring(ctx.id) }
-  local res, err = ctx.rd:save(sched, function(path)
-    local all, state = table.move(ctx.plist, 1, #ctx.plist, 1, {}), ctx.opt:state()
-    table.move(state, 1, #state, #all + 1, all)
-    return diloco.save_safetensors(path, all, meta)
-  end, function(path)
-    return diloco.save_safetensors(path, ctx.plist, { ["diloco.step"] = meta["diloco.step"],
-      ["diloco.recipe_json"] = ctx.recipe_json })
-  end)
-  ctx.last_save = diloco.clock()
-  if res then
-    ctx.checkpoint = res.path
-    write(ctx, "checkpoint", { step = sched, path = res.path })
-  else
-    ctx.save_error = string.format("saving learner %d at step %d: %s", ctx.id, sched, plain(err))
-    write(ctx, "checkpoint", { step = sched, error = ctx.save_error })
-  end
+-- Saves the learner's checkpoint (Island:save: its parameters, optimizer state, data
+-- cursor, and its schedule step, learner id and run id).
+local function save(ctx) ctx:save(ctx.lrt:schedule_step()) end
+
+-- Why the checkpoint of metadata meta is not this learner's to restore: another learner's
+-- or another run's (nil: it is, or it predates those keys).  ctx: id, run_id.
+function M.foreign(ctx, meta)
+  local l, run = meta["diloco.learner"], meta["diloco.run_id"]
+  if l and l ~= tostring(ctx.id) then return string.format("it is learner %s's, this is learner %d", l, ctx.id) end
+  if run and run ~= ctx.run_id then return string.format("it is run %s's, this is run %s", run, ctx.run_id) end
 end
 
 -- The optimizer state and data cursor of the newest checkpoint in OUT (the model comes
@@ -147,68 +132,26 @@ local function restore(ctx, restart_at, with_model)
     end
   end
   if not last then return nil end
-  local t, meta = diloco.load_safetensors(last.path)
-  if not t and restart_at then
-    fail("learner %d: --restart-at %d: %s: %s", ctx.id, restart_at, last.path, plain(meta))
-  end
-  if not t then
-    ctx:warn("learner %d: its checkpoint %s is unreadable (%s): starting with a fresh optimizer", ctx.id, last.path,
-      plain(meta))
+  local meta, why = ctx:restore(last.path, { model = restart_at or with_model,
+    check = function(m) return M.foreign(ctx, m) end })
+  if not meta then
+    if restart_at then fail("learner %d: --restart-at %d: %s: %s", ctx.id, restart_at, last.path, why) end
+    ctx:warn("learner %d: %s not restored (%s): starting with a fresh optimizer%s", ctx.id, last.path, why,
+      with_model and " from the initial model" or "")
     return nil
   end
-  if restart_at or with_model then
-    for _, p in ipairs(ctx.plist) do
-      local src = t[p[1]]
-      if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
-        if not restart_at then
-          ctx:warn("learner %d: %s does not hold this model's '%s': starting from the initial model", ctx.id, last.path,
-            p[1])
-          return nil
-        end
-        fail("learner %d: --restart-at %d: %s does not hold this model's '%s'", ctx.id, restart_at, last.path, p[1])
-      end
-    end
-  end
-  local function take_model()
-    if restart_at or with_model then
-      for _, p in ipairs(ctx.plist) do p[2]:copy(t[p[1]]) end
-    end
-  end
-  for _, p in ipairs(ctx.opt:state()) do
-    local src = t[p[1]]
-    if not src or table.concat(src.shape, ",") ~= table.concat(p[2].shape, ",") then
-      if restart_at then
-        fail("learner %d: --restart-at %d: %s does not hold this optimizer's '%s'", ctx.id, restart_at, last.path, p[1])
-      end
-      ctx:warn("learner %d: %s does not hold this optimizer's '%s': starting with a fresh optimizer", ctx.id,
-        last.path, p[1])
-      return nil
-    end
-  end
-  take_model()
+  if why then ctx:warn("learner %d: %s: %s (its optimizer state restored, the data from its shard's start)", ctx.id,
+    last.path, why) end
   ctx.restored_step = last.step
-  for _, p in ipairs(ctx.opt:state()) do p[2]:copy(t[p[1]]) end
-  local n = math.tointeger(tonumber(meta["diloco.optim_steps"] or ""))
-  if n then ctx.opt:set_step_count(n) end
-  local state = meta["diloco.loader"] and diloco.json_decode(meta["diloco.loader"])
-  if type(state) == "table" then pcall(ctx.loaders.train.set_state, ctx.loaders.train, state) end
-  ctx.tokens = math.tointeger(tonumber(meta["diloco.tokens"] or "")) or 0
   return last.path
-end
-
-local Ctx = {}
-Ctx.__index = Ctx
-function Ctx:warn(fmt, ...)
-  io.stderr:write("diloco-lua: ", string.format(fmt, ...), "\n")
-  io.stderr:flush()
 end
 
 -- Sets up the learner: its directory, model, optimizer, shard, and the connection.
 -- opts: connect, id, out, secret_file, secret (from DILOCO_SECRET), run_id, quiet,
 -- command, join_timeout, net (extra diloco.net.new options).
 function M.prepare(r, opts)
-  local ctx = setmetatable({ recipe = r, opts = opts, t_start = diloco.clock(), step = 0, tokens = 0,
-    train_time = 0.0, tok_window = 0, wait_time = 0.0 }, Ctx)
+  -- its context is its island (lua/diloco/island.lua): a learner's steps are logged at the last too
+  local ctx = island.new(r, { opts = opts, wait_time = 0.0, last_step = r.steps })
   if r.threads then diloco.set_num_threads(r.threads) end
   diloco.catch_signals()
   diloco.seed(r.seed)
@@ -223,7 +166,7 @@ function M.prepare(r, opts)
   ctx.addr = addr
   ctx.run_id = opts.run_id or file_run or (r.name or "run")
   ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
-  train.island_model(r, ctx)
+  ctx:build()
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
   local lopts, sopts, run_json = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
   ctx.dp = r.sync.preset == "dp"
@@ -244,12 +187,12 @@ function M.prepare(r, opts)
   ctx.lrt = l
   ctx.id = l:id()
   ctx.island = r.islands.list[ctx.id]
-  local okd, loaders = train.open_data(r, ctx.island.batch * (opts.ranks or 1), ctx.island.shard, Mn)
+  ctx.state_meta = { ["diloco.learner"] = tostring(ctx.id), ["diloco.run_id"] = ctx.run_id }
+  local okd, loaders = ctx:open_data(ctx.island.batch * (opts.ranks or 1), ctx.island.shard, Mn)
   if not okd then
     l:close()
     fail("data (island %d): %s", ctx.id, plain(loaders))
   end
-  ctx.loaders = loaders
   ctx.out = opts.out or string.format("%s/learner-%d", r.out or ("runs/" .. (r.name or "run")), ctx.id)
   -- its own directory: continued when it holds a checkpoint (a restart), else made new;
   -- --overwrite (a fresh run) replaces what it holds
@@ -352,7 +295,7 @@ local function replay(ctx)
       on, ready = l:replaying()
     end
     if ready then
-      train.dp_apply(r, ctx.params, ctx.opt, train.lr_at(r, l:schedule_step(), r.steps))
+      ctx:dp_apply(island.lr_at(r, l:schedule_step(), r.steps))
       l:replayed()
       n = n + 1
     end
@@ -375,7 +318,7 @@ local dp_void -- (below)
 local function dp_step(ctx)
   local r, loaders = ctx.recipe, ctx.loaders
   local t0 = diloco.clock()
-  local lv, lr = train.dp_gradient(r, ctx.model, ctx.params, loaders, ctx.step, r.steps)
+  local lv, lr = ctx:dp_gradient()
   local p = ctx.poison
   if p and p.when == "batch" and p.times > 0 and ctx.lrt:schedule_step() + 1 >= p.step then
     p.times, lv = p.times - 1, 0 / 0
@@ -395,7 +338,7 @@ local function dp_step(ctx)
     return nil, compute
   end
   t0 = diloco.clock()
-  local gnorm = train.dp_apply(r, ctx.params, ctx.opt, lr)
+  local gnorm = ctx:dp_apply(lr)
   compute = compute + (diloco.clock() - t0)
   ctx.train_time = ctx.train_time + compute
   if bad then return { lr = lr, grad_norm = gnorm, void = true }, compute end
@@ -459,7 +402,7 @@ local function rollback(ctx, bad, compute)
   local ok, err = l:rollback()
   if not ok then fail("learner %d, step %d: %s; the rollback to the last global model failed: %s", ctx.id,
     l:schedule_step() + 1, bad.text, err) end
-  ctx.opt = diloco.optim.build(ctx.params, r.inner)
+  ctx:fresh_optimizer()
   ctx.ranks_whole, ctx.ranks_fresh = true, true -- the island's other ranks: the same model, a fresh optimizer
   note_rollback(ctx, bad, compute)
 end
@@ -486,7 +429,7 @@ end
 local function checked_step(ctx)
   local t0 = diloco.clock()
   maybe_poison(ctx, "before")
-  local ok, res = pcall(train.inner_step, ctx)
+  local ok, res = pcall(ctx.inner_step, ctx)
   local compute = diloco.clock() - t0
   if ok then maybe_poison(ctx, "after") end
   if not ok then
@@ -506,7 +449,7 @@ local function checked_step(ctx)
   return res, compute
 end
 
-local stop_reason = train.stop_reason
+local stop_reason = island.stop_reason
 
 -- The loop: until the schedule step reaches `steps`, or a signal.
 function M.train(ctx)
@@ -540,26 +483,17 @@ function M.train(ctx)
     if not info then goto continue end -- a dp step its resync voided, or a rollback: run it again
     local step = l:schedule_step()
     -- (a void dp step, its own gradient left out, trained nothing of its own to report)
-    if not info.void and (step % ctx.log_every == 0 or step >= r.steps) then
-      local now = diloco.clock()
+    if not info.void then
       -- sent_s, sent_steps, overwritten_s, kept_s: this process's so far (its account): a
       -- killed process writes no summary, and `run`'s account takes these from its last
       -- step event
-      local a = l:account()
-      write(ctx, "step", { learner = ctx.id, step = step, loss = info.loss, lr = info.lr, grad_norm = info.grad_norm,
-        tokens = ctx.tokens, tokens_per_s = ctx.tok_window / math.max(now - (ctx.t_window or ctx.t_start), 1e-9),
-        wait_s = ctx.wait_time, train_s = ctx.train_time, wall_s = now - ctx.t_start,
-        sent_s = a.sent_s, sent_steps = a.sent_steps, overwritten_s = a.overwritten_s, kept_s = a.kept_s })
-      ctx.t_window, ctx.tok_window = now, 0
+      ctx:report(step, info, function()
+        local a = l:account()
+        return { wait_s = ctx.wait_time, train_s = ctx.train_time, sent_s = a.sent_s, sent_steps = a.sent_steps,
+          overwritten_s = a.overwritten_s, kept_s = a.kept_s }
+      end)
     end
-    if r.hooks.on_step and not info.void then
-      hook("on_step", r.hooks.on_step, { learner = ctx.id, step = step, loss = info.loss, lr = info.lr,
-        grad_norm = info.grad_norm, tokens = ctx.tokens })
-    end
-    local c = r.checkpoint
-    if (c.every > 0 and step % c.every == 0) or ((c.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= c.minutes * 60) then
-      save(ctx)
-    end
+    if ctx:checkpoint_due(step) then save(ctx) end
     ::continue::
   end
   stop_reason(ctx)

@@ -139,14 +139,12 @@ function M.run_rank(r, opts, rank, size)
   diloco.seed(r.seed)
   local id, Mn = opts.id, r.islands.count
   local isl = r.islands.list[id]
-  local ctx = { recipe = r, step = 0, tokens = 0, tok_window = 0, train_time = 0.0, who = string.format(
-    "learner %d rank %d", id, rank) }
-  train.island_model(r, ctx)
+  local ctx = require("diloco.island").new(r, { who = string.format("learner %d rank %d", id, rank) })
+  ctx:build()
   ctx.flat = ctx.params:flat()
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
-  local okd, loaders = train.open_data(r, isl.batch * size, isl.shard, Mn)
+  local okd, loaders = ctx:open_data(isl.batch * size, isl.shard, Mn)
   if not okd then fail("data (island %d, rank %d): %s", id, rank, plain(loaders)) end
-  ctx.loaders = loaders
   ctx.rows = { rank * isl.batch + 1, (rank + 1) * isl.batch }
   ctx.grad_seed = 1 / size
   ctx.reduce_loss = mpi.mean
@@ -160,7 +158,7 @@ function M.run_rank(r, opts, rank, size)
       ctx.opt:set_step_count(msg.optim_steps)
       if type(msg.loader) == "table" and next(msg.loader) then ctx.loaders.train:set_state(msg.loader) end
     else
-      if msg.fresh then ctx.opt = diloco.optim.build(ctx.params, r.inner) end
+      if msg.fresh then ctx:fresh_optimizer() end
       if msg.whole then
         mpi.bcast(ctx.flat)
       else
@@ -177,7 +175,7 @@ function M.run_rank(r, opts, rank, size)
     end
     if msg.step then ctx.step = msg.step end
     -- the step itself (a rollback on rank 0, from a non-finite mean, is its to handle)
-    local ok, res = pcall(train.inner_step, ctx)
+    local ok, res = pcall(ctx.inner_step, ctx)
     if not ok and not (type(res) == "table" and res.nonfinite) then error(res, 0) end
     steps = steps + 1
   end

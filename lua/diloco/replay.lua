@@ -26,6 +26,7 @@
 -- that did not finish.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local island = require "diloco.island"
 local islands = require "diloco.islands"
 local M = {}
 
@@ -190,7 +191,7 @@ function M.run(out, opts)
 
   -- the global model, as the run's syncer made it
   diloco.seed(r.seed)
-  local gmodel = train.build_model(r.model, r.seed)
+  local gmodel = island.build_model(r.model, r.seed)
   local gplist = gmodel:parameters()
   local G = diloco.Params(gplist)
   local plan = islands.plan(r, G, #gplist)
@@ -240,12 +241,12 @@ function M.run(out, opts)
   for m = 1, Mn do
     local T = tl[m]
     diloco.seed(r.seed)
-    local c = { id = m, recipe = r, island = r.islands.list[m], who = "learner " .. m, step = 0, tokens = 0,
-      train_time = 0.0, tok_window = 0, wait_time = 0.0, tape = T, sent = {}, joined = false, done = false }
-    train.island_model(r, c)
-    local okd, loaders = train.open_data(r, c.island.batch, c.island.shard, Mn)
+    -- learner m's island (lua/diloco/island.lua), as its process built it
+    local c = island.new(r, { id = m, island = r.islands.list[m], who = "learner " .. m, wait_time = 0.0, tape = T,
+      sent = {}, joined = false, done = false })
+    c:build()
+    local okd, loaders = c:open_data(c.island.batch, c.island.shard, Mn)
     if not okd then refuse("data (island %d): %s", m, train.plain(loaders)) end
-    c.loaders = loaders
     c.sm = diloco.machine.Learner { params = c.params, plan = plan, id = m, learner = lopts, syncer = sopts,
       run_json = run_json }
     keep_sends(assert(syncer:join(m, tick())))
@@ -351,7 +352,7 @@ function M.run(out, opts)
     if dp then
       if not c.grad then -- forward and backward; the gradient goes to the syncer
         c.step = sm:schedule_step()
-        local _, lr = train.dp_gradient(r, c.model, c.params, c.loaders, c.step, r.steps)
+        local _, lr = c:dp_gradient()
         local acts = assert(sm:gradient(c.loaders.tokens_per_batch, tick()))
         record_sends(c, acts)
         c.grad = { lr = lr, version = sm:schedule_step() + 1 }
@@ -365,7 +366,7 @@ function M.run(out, opts)
       local v, taken = c.grad.version, true
       for m = 1, Mn do taken = taken and (L[m] == c or L[m].sm:schedule_step() >= v or L[m].done) end
       if taken then avg[v] = nil end -- every learner has it
-      train.dp_apply(r, c.params, c.opt, c.grad.lr)
+      c:dp_apply(c.grad.lr)
       c.grad = nil
       acts = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
       check_applied(c, b, acts)
@@ -376,7 +377,7 @@ function M.run(out, opts)
     -- step_begin that follows (a merge of what this very step sends: tau = 0, blocking)
     local ready, later = deliveries(c, b)
     c.step = sm:schedule_step()
-    train.inner_step(c)
+    c:inner_step()
     local acts = {}
     if type(r.sync.schedule) == "function" then
       for _, p in ipairs(islands.scheduled(r, c.id, c.step, P)) do
@@ -492,7 +493,7 @@ function M.run(out, opts)
   local saved, meta = diloco.load_safetensors(out .. "/model.safetensors")
   if not saved then refuse("%s/model.safetensors: %s", out, tostring(meta)) end
   diloco.seed(r.seed)
-  local rmodel = train.build_model(r.model, r.seed)
+  local rmodel = island.build_model(r.model, r.seed)
   local rplist = rmodel:parameters()
   for _, p in ipairs(rplist) do
     local t = saved[p[1]]

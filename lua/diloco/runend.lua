@@ -12,7 +12,7 @@ local elapsed, median = rc.elapsed, rc.median
 local plain = train.plain
 local tokens_so_far = view.tokens_so_far
 
-local stop_reason = train.stop_reason
+local stop_reason = require("diloco.island").stop_reason
 
 -- The uptime's window: H steps at the median step time (one for dp).
 local function uptime_window(ctx, step_time)
@@ -46,11 +46,10 @@ function M.finish(ctx, err)
   else
     err = err or string.format("final evaluation: %s", plain(e))
   end
-  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(r.steps),
-    ["diloco.recipe_json"] = ctx.recipe_json }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   local saved, serr
-  if pcall(host.load_global, ctx) then saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.plist, meta)
+  if pcall(host.load_global, ctx) then
+    saved, serr = require("diloco.island").save_model(ctx.out .. "/model.safetensors", ctx.plist, r, r.steps,
+      ctx.recipe_json)
   else serr = "no global model (dp: no learner saved one)" end
   local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
   stop_reason(ctx)

@@ -23,6 +23,7 @@
 -- latest), and each island's learning rate follows its schedule step, as in run.
 local diloco = require "diloco"
 local train = require "diloco.train"
+local island = require "diloco.island"
 local summary_rec = require "diloco.summary"
 local M = {}
 
@@ -107,18 +108,17 @@ local function prepare(r, opts)
     ctx.learners = {}
     local params = {}
     for m = 1, Mn do
-      -- L is also the context of train.inner_step: the one inner step of every driver
-      local L = { id = m, island = isl.list[m], steps = 0, tokens = 0, lr_step = 0, recipe = r, who = "island " .. m,
-        train_time = 0.0, tok_window = 0 }
+      -- island m (lua/diloco/island.lua) on virtual time: its lines carry no wall-clock rate
+      local L = island.new(r, { id = m, island = isl.list[m], steps = 0, lr_step = 0, who = "island " .. m,
+        t_start = ctx.t_start, rate = false, metrics = ctx.metrics })
       local sig = diloco.signal_pending()
       if sig then -- a signal while the islands are built: stop now, nothing trained
         error({ diloco_error = string.format("stopped by %s while building island %d of %d", sig, m, Mn),
           code = 1, signal = sig }, 0)
       end
-      train.island_model(r, L)
-      local okd, loaders = train.open_data(r, L.island.batch * (L.island.ranks or 1), L.island.shard, Mn)
+      L:build()
+      local okd, loaders = L:open_data(L.island.batch * (L.island.ranks or 1), L.island.shard, Mn)
       if not okd then fail("data (island %d): %s", m, plain(loaders)) end
-      L.loaders = loaders
       local dt = isl.step_time * (L.island.batch / r.data.batch) / L.island.speed
       L.total = isl.stop == "steps" and r.steps or math.max(1, math.floor(r.steps * isl.step_time / dt + 1e-9))
       ctx.learners[m] = L
@@ -137,7 +137,7 @@ local function prepare(r, opts)
     local first = ctx.learners[1]
     local fits, problems = diloco.recipe.check_data(r, first.loaders)
     if not fits then fail_code(2, "%s", table.concat(problems, "; ")) end
-    ctx.eval_model = train.build_model(r.model, r.seed)
+    ctx.eval_model = island.build_model(r.model, r.seed)
     ctx.eval_plist = ctx.eval_model:parameters()
     ctx.eval_params = diloco.Params(ctx.eval_plist)
     ctx.n_params = first.params:numel()
@@ -205,15 +205,9 @@ local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
     L.lr_step = L.lr_step + 1
     L.loss_ema = L.loss_ema and 0.9 * L.loss_ema + 0.1 * lv or lv
   end
-  if L.steps % ctx.log_every == 0 then
-    write(ctx, "step", { learner = L.id, step = L.steps, loss = lv, lr = lr, grad_norm = gnorm, tokens = L.tokens,
-      schedule = ev.schedule + 1, virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
-  end
+  L:report(L.steps, { loss = lv, lr = lr, grad_norm = gnorm }, { schedule = ev.schedule + 1, virtual_s = ev.time },
+    { virtual_s = ev.time })
   local r = ctx.recipe
-  if r.hooks.on_step then
-    call_hook("on_step", r.hooks.on_step, { learner = L.id, step = L.steps, loss = lv, lr = lr, grad_norm = gnorm,
-      tokens = L.tokens, virtual_s = ev.time })
-  end
   if ctx.bar and L.id == 1 then
     local vstep = math.floor(ev.time / span(r) + 0.5)
     local wall = diloco.clock() - ctx.t_start
@@ -235,7 +229,7 @@ local function on_step_event(ctx, ev)
   end
   if r.sync.preset ~= "dp" then
     L.step, L.total = L.lr_step, L.total
-    local info = train.inner_step(L)
+    local info = L:inner_step()
     ctx.total_tokens = ctx.total_tokens + tpb
     if ctx.schedule then
       for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do
@@ -248,7 +242,8 @@ local function on_step_event(ctx, ev)
     return
   end
   -- dp: forward and backward here, the optimizer step once the averaged gradient is back
-  local lv, lr = train.dp_gradient(ctx.recipe, L.model, L.params, L.loaders, L.lr_step, L.total)
+  L.step = L.lr_step
+  local lv, lr = L:dp_gradient()
   ctx.total_tokens = ctx.total_tokens + tpb
   check_finite(ctx, L, lv)
   L.pending = { lr = lr, loss = lv }
@@ -257,8 +252,7 @@ end
 
 local function on_optim_event(ctx, ev)
   local L = ctx.learners[ev.learner]
-  local gnorm = train.dp_apply(ctx.recipe, L.params, L.opt, L.pending.lr,
-    function(g) check_finite(ctx, L, L.pending.loss, g) end)
+  local gnorm = L:dp_apply(L.pending.lr, function(g) check_finite(ctx, L, L.pending.loss, g) end)
   ctx.vt:optim_done(ev.learner)
   report_step(ctx, L, ev, L.pending.loss, gnorm, L.pending.lr)
 end
@@ -284,7 +278,7 @@ local function on_fault(ctx, ev)
   if ev.type == "fault" and ev.fault == "kill" and not ev.begin then
     -- the process restarted: a fresh inner optimizer (docs/algorithm.md §4.7, no checkpoint of its own here)
     local L = ctx.learners[ev.learner]
-    L.opt = diloco.optim.build(L.params, ctx.recipe.inner)
+    L:fresh_optimizer()
     info.optimizer = "fresh"
   end
   if info.duration == math.huge then info.duration = nil end
@@ -299,8 +293,8 @@ local function evaluate_global(ctx, final, ev)
   ctx.vt:global(ctx.eval_params)
   local r = ctx.recipe
   local loaders = ctx.learners[1].loaders
-  if final then return train.final_eval(ctx.eval_model, loaders, r, ev) end
-  return train.evaluate(ctx.eval_model, loaders, r.eval.batches)
+  if final then return island.final_eval(ctx.eval_model, loaders, r, ev) end
+  return island.evaluate(ctx.eval_model, loaders, r.eval.batches)
 end
 
 local function on_eval(ctx, ev)
@@ -313,7 +307,7 @@ local function on_eval(ctx, ev)
   ctx:say_eval(e)
 end
 
-local stop_reason = train.stop_reason
+local stop_reason = island.stop_reason
 
 local function finish(ctx, err)
   local r = ctx.recipe
@@ -333,13 +327,10 @@ local function finish(ctx, err)
   -- its step: the run's (virtual time over the step time), not the planned one when stopped early
   local reached = r.islands.stop == "steps" and ctx.reached
     or math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / span(r) + 1e-9))
-  local meta = { ["diloco.recipe"] = r.name or "", ["diloco.step"] = tostring(reached),
-    ["diloco.recipe_json"] = ctx.recipe_json }
-  if type(r.model) == "table" then meta["diloco.model"] = diloco.json_encode(r.model, { sort_keys = true }) end
   local sok, serr = pcall(ctx.vt.global, ctx.vt, ctx.eval_params)
   local saved
   if sok then
-    saved, serr = diloco.save_safetensors(ctx.out .. "/model.safetensors", ctx.eval_plist, meta)
+    saved, serr = island.save_model(ctx.out .. "/model.safetensors", ctx.eval_plist, r, reached, ctx.recipe_json)
   end
   local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
   stop_reason(ctx)
