@@ -16,6 +16,7 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local isl_host = require "diloco.island"
+local runhost = require "diloco.runhost"
 local islands = require "diloco.islands"
 local hook = islands.hook
 local rc = require "diloco.runctx"
@@ -312,10 +313,7 @@ local function prepare(r, opts)
           ctx.merges_lost == 1 and "" or "s") or "no merges lost", table.concat(notes)))
       io.stderr:flush()
     end
-    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
-    local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
-    if not wok then fail("writing the effective recipe: %s", werr) end
+    runhost.recipe_files(ctx, true)
     if opts.recipe_path and not ctx.srd.resume_path then
       -- the merge tape's header: what `sim --replay OUT` loads the recipe from (docs/runtime.md)
       local abs = diloco.proc.realpath(opts.recipe_path) or opts.recipe_path
@@ -417,9 +415,7 @@ local function maybe_eval(ctx)
   local e = evaluate_global(ctx, false)
   e.step = step
   ctx.last_eval = e
-  write(ctx, "eval", { step = step, loss = e.loss, accuracy = e.accuracy, tokens = tokens_so_far(ctx),
-    wall_s = elapsed(ctx) })
-  if r.hooks.on_eval then hook("on_eval", r.hooks.on_eval, e) end
+  runhost.eval_line(ctx, e, { step = step, tokens = tokens_so_far(ctx) })
   say(ctx, "eval at step %d: global loss %.4f", step, e.loss)
 end
 

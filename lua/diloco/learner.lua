@@ -165,7 +165,7 @@ function M.prepare(r, opts)
   local addr, file_run = M.resolve_connect(opts.connect, rt.join_timeout)
   ctx.addr = addr
   ctx.run_id = opts.run_id or file_run or (r.name or "run")
-  ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
+  require("diloco.runhost").recipe_files(ctx) -- (its checkpoints' metadata)
   ctx:build()
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
   local lopts, sopts, run_json = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)

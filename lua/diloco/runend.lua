@@ -2,14 +2,12 @@
 -- the syncer it asks through ctx.host; the account (core/account.h) gives the table's rows,
 -- goodput and uptime.  docs/runtime.md, "The account".
 local diloco = require "diloco"
-local train = require "diloco.train"
-local summary_rec = require "diloco.summary"
+local runhost = require "diloco.runhost"
 local rc = require "diloco.runctx"
 local view = require "diloco.runview"
 local M = {}
 
 local elapsed, median = rc.elapsed, rc.median
-local plain = train.plain
 local tokens_so_far = view.tokens_so_far
 
 local stop_reason = require("diloco.island").stop_reason
@@ -35,27 +33,13 @@ function M.finish(ctx, err)
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(host.pump_syncer, ctx, 0.2)
   pcall(host.save_syncer, ctx) -- the end, or a signal: what a --resume continues from
-  local final, whole
-  local fev = {}
-  local ok, e, w = pcall(host.evaluate_global, ctx, true, fev)
-  if ok then
-    final, whole = e, w
-    fev.step, fev.loss, fev.accuracy, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy, elapsed(ctx), true
-    fev.tokens = tokens_so_far(ctx)
-    ctx.metrics:write("eval", fev)
-  else
-    err = err or string.format("final evaluation: %s", plain(e))
-  end
-  local saved, serr
-  if pcall(host.load_global, ctx) then
-    saved, serr = require("diloco.island").save_model(ctx.out .. "/model.safetensors", ctx.plist, r, r.steps,
-      ctx.recipe_json)
-  else serr = "no global model (dp: no learner saved one)" end
-  local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
+  local final, whole, eerr = runhost.final_eval(ctx, function(ev) return host.evaluate_global(ctx, true, ev) end,
+    { step = r.steps, tokens = tokens_so_far(ctx) })
+  err = err or eerr
+  local saved, save_error = runhost.save_global(ctx, ctx.plist, r.steps, function()
+    if not pcall(host.load_global, ctx) then error("no global model (dp: no learner saved one)", 0) end
+  end)
   stop_reason(ctx)
-  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
-  if not err and ctx.failed_learner then err = ctx.failed_learner end
-  if not err and save_error then err = save_error end
   local st = ctx.syncer:stats()
   local wall = elapsed(ctx)
   local t_end = ctx.t_train_end or wall
@@ -110,11 +94,10 @@ function M.finish(ctx, err)
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
     account = account_total,
   }
-  summary, err = summary_rec.finish(ctx, summary, { final = final, whole = whole, err = err })
+  summary, err = runhost.close(ctx, summary, { final = final, whole = whole, err = err,
+    also = { ctx.failed_learner or false, save_error or false } })
   ctx.syncer:close()
   ctx.srd:close()
-  ctx.rd:close()
-  diloco.clear_signals()
   if not ctx.quiet then
     io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
       diloco.account.table_text(accounts, account_total, merged_n) .. "\n")

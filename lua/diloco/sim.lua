@@ -24,6 +24,7 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local island = require "diloco.island"
+local runhost = require "diloco.runhost"
 local summary_rec = require "diloco.summary"
 local M = {}
 
@@ -101,10 +102,7 @@ local function prepare(r, opts)
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path)
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
-    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
-    local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
-    if not wok then fail("writing the effective recipe: %s", werr) end
+    runhost.recipe_files(ctx, true)
     ctx.learners = {}
     local params = {}
     for m = 1, Mn do
@@ -301,9 +299,7 @@ local function on_eval(ctx, ev)
   local e = evaluate_global(ctx, false)
   e.step = math.floor(ev.time / span(ctx.recipe) + 0.5)
   ctx.last_eval = e
-  write(ctx, "eval", { step = e.step, loss = e.loss, accuracy = e.accuracy, tokens = ctx.total_tokens,
-    virtual_s = ev.time, wall_s = diloco.clock() - ctx.t_start })
-  if ctx.recipe.hooks.on_eval then call_hook("on_eval", ctx.recipe.hooks.on_eval, e) end
+  runhost.eval_line(ctx, e, { step = e.step, tokens = ctx.total_tokens, virtual_s = ev.time })
   ctx:say_eval(e)
 end
 
@@ -312,30 +308,16 @@ local stop_reason = island.stop_reason
 local function finish(ctx, err)
   local r = ctx.recipe
   if ctx.bar then ctx.bar:finish() end
-  local final, whole
-  local fev = {}
-  local ok, e, w = pcall(evaluate_global, ctx, true, fev)
-  if ok then
-    final, whole = e, w
-    fev.step, fev.loss, fev.accuracy, fev.tokens, fev.virtual_s, fev.wall_s, fev.final = r.steps, e.loss, e.accuracy,
-      ctx.total_tokens, ctx.vt:stats().virtual_s, diloco.clock() - ctx.t_start, true
-    ctx.metrics:write("eval", fev)
-  else
-    err = err or string.format("final evaluation: %s", plain(e))
-  end
+  local final, whole, eerr = runhost.final_eval(ctx, function(ev) return evaluate_global(ctx, true, ev) end,
+    { step = r.steps, tokens = ctx.total_tokens, virtual_s = ctx.vt:stats().virtual_s })
+  err = err or eerr
   -- the global model, readable by `diloco-lua sample`
   -- its step: the run's (virtual time over the step time), not the planned one when stopped early
   local reached = r.islands.stop == "steps" and ctx.reached
     or math.min(r.steps, math.floor(ctx.vt:stats().virtual_s / span(r) + 1e-9))
-  local sok, serr = pcall(ctx.vt.global, ctx.vt, ctx.eval_params)
-  local saved
-  if sok then
-    saved, serr = island.save_model(ctx.out .. "/model.safetensors", ctx.eval_plist, r, reached, ctx.recipe_json)
-  end
-  local save_error = not saved and string.format("saving the global model to %s: %s", ctx.out, plain(serr)) or nil
+  local saved, save_error = runhost.save_global(ctx, ctx.eval_plist, reached,
+    function() ctx.vt:global(ctx.eval_params) end)
   stop_reason(ctx)
-  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
-  if not err and save_error then err = save_error end
   local st = ctx.vt:stats()
   local steps, tokens, idle, per, merged = 0, 0, {}, {}, {}
   local shares, total = {}, st.account -- (core/account.h: the same rules as run's)
@@ -368,9 +350,7 @@ local function finish(ctx, err)
       .. "during the run " .. (r.sync.final_flush and "(only the final flush's)" or "(nothing was merged: goodput 0)"))
     io.stderr:write("diloco-lua: warning: ", summary.warnings[#summary.warnings], "\n")
   end
-  summary, err = summary_rec.finish(ctx, summary, { final = final, whole = whole, err = err })
-  ctx.rd:close()
-  diloco.clear_signals()
+  summary, err = runhost.close(ctx, summary, { final = final, whole = whole, err = err, also = { save_error or false } })
   if ctx.bar and not ctx.bar.failed then
     if final then
       ctx.bar:print(string.format("final eval, after the last merges%s: global loss %.4f%s",

@@ -23,6 +23,7 @@ local diloco = require "diloco"
 local summary_rec = require "diloco.summary"
 local errors = require "diloco.errors"
 local island = require "diloco.island"
+local runhost = require "diloco.runhost"
 local M = {}
 
 -- The one error type and the hooks (lua/diloco/errors.lua), and what every driver does
@@ -109,7 +110,7 @@ function M.prepare(r, opts)
   ctx.rd = diloco.rundir.open(ctx.out, { resume = opts.resume, overwrite = opts.overwrite, metrics = opts.metrics,
     command = opts.command, keep = r.checkpoint.keep })
   local ok, err = pcall(function()
-    ctx.recipe_json = diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true })
+    runhost.recipe_files(ctx) -- (recipe.json once the run directory's metrics are open, below)
     ctx:build()
     local okd, loaders = ctx:open_data()
     if not okd then fail("data: %s", plain(loaders)) end
@@ -132,9 +133,7 @@ function M.prepare(r, opts)
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
-    local wok, werr = ctx.rd:write_file("recipe.json",
-      diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true, indent = 2 }) .. "\n")
-    if not wok then fail("writing the effective recipe: %s", werr) end
+    runhost.recipe_files(ctx, true)
     ctx.first_step, ctx.last_save = ctx.step, diloco.clock()
     if ctx.rd.resume_path then
       local changed = {}
@@ -211,10 +210,8 @@ function M.maybe_eval(ctx)
   local e = ctx:evaluate()
   e.step = ctx.step
   ctx.last_eval = e
-  ctx:write("eval", { step = ctx.step, loss = e.loss, accuracy = e.accuracy, tokens = ctx.tokens,
-    wall_s = diloco.clock() - ctx.t_start })
   if ctx.bar then ctx.bar:eval(e) end
-  if r.hooks.on_eval then M.call_hook("on_eval", r.hooks.on_eval, e) end
+  runhost.eval_line(ctx, e, { step = ctx.step, tokens = ctx.tokens })
 end
 
 -- Periodic checkpoint: every checkpoint.every steps, or checkpoint.minutes after the
@@ -231,30 +228,18 @@ function M.finish(ctx, err)
   local r = ctx.recipe
   if ctx.bar then ctx.bar:finish() end
   -- (after a divergence too: the update was not applied, the parameters are good)
-  local final, whole
-  local fev = {}
-  local ok, e, w = pcall(ctx.final_eval, ctx, fev)
-  if ok then
-    final, whole = e, w
-    fev.step, fev.loss, fev.accuracy, fev.tokens, fev.wall_s, fev.final = ctx.step, e.loss, e.accuracy, ctx.tokens,
-      diloco.clock() - ctx.t_start, true
-    ctx.metrics:write("eval", fev)
-  else
-    err = err or string.format("final evaluation: %s", plain(e))
-  end
+  local final, whole, eerr = runhost.final_eval(ctx, function(ev) return ctx:final_eval(ev) end,
+    { step = ctx.step, tokens = ctx.tokens })
+  err = err or eerr
   if ctx.checkpoint_step ~= ctx.step or ctx.save_error then ctx:save(ctx.step) end
-  stop_reason(ctx) -- a signal during the final eval or save: done now, but it counts
-  if not err and ctx.metrics.failed then err = ctx.metrics.failed end
-  if not err and ctx.save_error then err = ctx.save_error end
+  -- (a signal during the final eval or save: done now, but it counts)
   local summary
-  summary, err = summary_rec.finish(ctx, {
+  summary, err = runhost.close(ctx, {
     preset = "single", learners = 1, steps = ctx.step, tokens = ctx.tokens,
     goodput = 1.0, uptime = 1.0, bytes_up = 0, bytes_down = 0,
     wall_s = diloco.clock() - ctx.t_start, train_s = ctx.train_time, tokens_per_s = rate(ctx),
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, checkpoint_step = ctx.checkpoint_step,
-  }, { final = final, whole = whole, err = err })
-  ctx.rd:close()
-  diloco.clear_signals()
+  }, { final = final, whole = whole, err = err, also = { ctx.save_error or false } })
   if ctx.bar and not ctx.bar.failed then
     ctx.bar:print(string.format("%s after %d steps%s%s; %s", ctx.signal and ("stopped by " .. ctx.signal) or
       (err and "failed" or "done"), ctx.step,
