@@ -112,6 +112,11 @@ describe("diloco-lua syncer --resume", function()
     -- model.safetensors is again of the newest checkpoint's step
     local mmeta = assert(diloco.safetensors_meta(dir .. "/model.safetensors"))
     assert.are.equal(tostring(newest.step), mmeta["diloco.step"])
+    -- with the one model metadata: the effective recipe (it was written before the recipe
+    -- was read, without it) and the model section
+    assert.are.same(diloco.json_decode(H.read_lines(S.dir .. "/run/recipe.json")[1] and
+      table.concat(H.read_lines(S.dir .. "/run/recipe.json"), "\n")), diloco.json_decode(mmeta["diloco.recipe_json"]))
+    assert.is_string(mmeta["diloco.model"])
     -- said on stderr under --quiet: which checkpoint, how many merges lost
     assert.matches("resumed from " .. newest.path .. " (" .. newest.step .. " merges): no merges lost", out, 1, true)
   end)

@@ -290,6 +290,7 @@ local function prepare(r, opts)
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics
+    runhost.recipe_files(ctx, true) -- (before a global model is written again below: its metadata)
     if ctx.srd.resume_path then
       local behind = ctx.srd.model_behind
       if behind then -- a save cut short between its two files: the model of its checkpoint again
@@ -313,7 +314,6 @@ local function prepare(r, opts)
           ctx.merges_lost == 1 and "" or "s") or "no merges lost", table.concat(notes)))
       io.stderr:flush()
     end
-    runhost.recipe_files(ctx, true)
     if opts.recipe_path and not ctx.srd.resume_path then
       -- the merge tape's header: what `sim --replay OUT` loads the recipe from (docs/runtime.md)
       local abs = diloco.proc.realpath(opts.recipe_path) or opts.recipe_path
