@@ -295,9 +295,39 @@ static void test_client_state(void) {
     CHECK(strcmp(h.loaded, path) == 0);
     if (strcmp(h.loaded, path) != 0) fprintf(stderr, "  loaded \"%s\", expected \"%s\"\n", h.loaded, path);
     dlc_client_free(c);
-    /* a latest that names no state is refused, naming it */
+    /* latest says whose state it is: this learner's (1-based) of this run */
+    char text[256] = "", want[128];
     snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = 0;
+        fclose(f);
+    }
+    snprintf(want, sizeof want, "state-%012lld\nlearner 1\nrun \n", (long long)end);
+    CHECK(strcmp(text, want) == 0);
+    if (strcmp(text, want) != 0) fprintf(stderr, "  latest \"%s\", expected \"%s\"\n", text, want);
+    /* another run's state, or another learner's, is not loaded: refused, naming both */
+    static const char *const foreign[][2] = {
+        {"learner 1\nrun other-run\n", "holds the state of run \"other-run\", this client joined run \"\""},
+        {"learner 2\nrun \n", "holds the state of learner 2 (1-based), this client is learner 1"},
+    };
+    for (int i = 0; i < 2; i++) {
+        f = fopen(path, "w");
+        if (f) fprintf(f, "state-%012lld\n%s", (long long)end, foreign[i][0]), fclose(f);
+        h.loads = 0;
+        refused_client(&cc, foreign[i][1]);
+        CHECK(h.loads == 0);
+    }
+    /* a latest of an older version (its name alone) is taken as this client's */
+    f = fopen(path, "w");
+    if (f) fprintf(f, "state-%012lld\n", (long long)end), fclose(f);
+    c = dlc_client_new(&cc);
+    CHECK_OK(c);
+    CHECK(h.loads == 1 && h.loaded_step == end);
+    dlc_client_free(c);
+    /* a latest that names no state is refused, naming it */
+    f = fopen(path, "w");
     if (f) fputs("garbage\n", f), fclose(f);
     refused_client(&cc, "does not name a state");
 out:

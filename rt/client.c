@@ -202,6 +202,11 @@ typedef struct host_state {
     int (*load)(void *ctx, const char *path, int64_t step);
     void *ctx;
     int64_t every, last_step; /* last_step: the published state's step, -1 none */
+    /* whose state it is, written beside its name in STATE_DIR/latest and checked before
+     * a load: the run id this client joined, and its learner id (0-based; own: the host
+     * chose it, so a restart asks for the same one, rather than the syncer assigning it) */
+    char run[DLC_PROTO_RUN_MAX + 1];
+    int learner, learner_own;
 } host_state;
 
 /* fsync a file or directory by path; 0, or -1 with errno (a directory a file system
@@ -216,19 +221,48 @@ static int sync_path(const char *path, int dir) {
     return r;
 }
 
+/* Whether a run id can stand on a line of its own in STATE_DIR/latest. */
+static int run_line_ok(const char *run) {
+    for (const unsigned char *p = (const unsigned char *)run; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) return 0;
+    return 1;
+}
+
 /* The newest published state: 1 with its step, 0 when there is none (no STATE_DIR/latest),
- * or a negative status for a latest that names no state. */
+ * or a negative status for a latest that names no state, or names another run's or
+ * another learner's (the lines "run ID" and "learner N", 1-based, that follow its name;
+ * a latest without them, of an older version, is taken as this client's). */
 static int state_latest(const host_state *h, int64_t *step) {
-    char path[4096], line[64];
+    char path[4096], line[64], more[DLC_PROTO_RUN_MAX + 16];
     snprintf(path, sizeof path, "%s/latest", h->dir);
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? 0 : dlc_error(DLC_ERR_IO, "client: state_dir: %s: %s", path, strerror(errno));
     int ok = fgets(line, sizeof line, f) != NULL;
+    char run[DLC_PROTO_RUN_MAX + 1] = "";
+    int has_run = 0, learner = -1;
+    while (ok && fgets(more, sizeof more, f)) {
+        size_t n = strcspn(more, "\n");
+        more[n] = 0;
+        if (strncmp(more, "run ", 4) == 0 && n - 4 <= DLC_PROTO_RUN_MAX)
+            has_run = 1, memcpy(run, more + 4, n - 4 + 1);
+        else if (strncmp(more, "learner ", 8) == 0 && sscanf(more + 8, "%d", &learner) != 1)
+            learner = -1;
+    }
     fclose(f);
     long long k = -1;
     char end = 0;
     if (!ok || sscanf(line, "state-%lld%c", &k, &end) != 2 || end != '\n' || k < 0)
         return dlc_error(DLC_ERR_FORMAT, "client: state_dir: %s does not name a state (expected \"state-STEP\")", path);
+    if (has_run && strcmp(run, h->run) != 0)
+        return dlc_error(DLC_ERR_STATE,
+                         "client: state_dir %s holds the state of run \"%s\", this client joined run \"%s\": a state "
+                         "is restored only by the run and learner that wrote it (give another state_dir, or remove "
+                         "that one's files)", h->dir, run, h->run);
+    if (learner >= 1 && h->learner_own && learner != h->learner + 1)
+        return dlc_error(DLC_ERR_STATE,
+                         "client: state_dir %s holds the state of learner %d (1-based), this client is learner %d: a "
+                         "state is restored only by the run and learner that wrote it (give each learner its own "
+                         "state_dir)", h->dir, learner, h->learner + 1);
     snprintf(path, sizeof path, "%s/state-%012lld", h->dir, k);
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -239,7 +273,7 @@ static int state_latest(const host_state *h, int64_t *step) {
 
 /* The host saves its state of the run's step `step`; published once whole. */
 static dlc_status state_save(host_state *h, int64_t step) {
-    char tmp[4096], fin[4096], lt[4096], lf[4096], old[4096], text[40];
+    char tmp[4096], fin[4096], lt[4096], lf[4096], old[4096], text[DLC_PROTO_RUN_MAX + 80];
     snprintf(tmp, sizeof tmp, "%s/.state-%012lld.tmp", h->dir, (long long)step);
     snprintf(fin, sizeof fin, "%s/state-%012lld", h->dir, (long long)step);
     snprintf(lt, sizeof lt, "%s/.latest.tmp", h->dir);
@@ -253,7 +287,9 @@ static dlc_status state_save(host_state *h, int64_t step) {
         return dlc_error(DLC_ERR_IO, "client: save_state for step %lld %s %s; the state %s stays", (long long)step,
                          none ? "wrote no file at" : "failed for", tmp, h->last_step >= 0 ? "published before" : "(none)");
     }
-    int len = snprintf(text, sizeof text, "state-%012lld\n", (long long)step);
+    int len = snprintf(text, sizeof text, "state-%012lld\nlearner %d\n%s%s%s", (long long)step, h->learner + 1,
+                       run_line_ok(h->run) ? "run " : "", run_line_ok(h->run) ? h->run : "",
+                       run_line_ok(h->run) ? "\n" : "");
     FILE *f = NULL;
     if (sync_path(tmp, 0) != 0 || rename(tmp, fin) != 0 || !(f = fopen(lt, "w")) ||
         fwrite(text, 1, (size_t)len, f) != (size_t)len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
@@ -458,7 +494,9 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
     if (!(c->l = dlc_lrt_new(&lc))) goto fail;
     if (dlc_lrt_join(c->l, cfg->join_timeout) != DLC_OK) goto fail;
     take_applied(c); /* the join wrote the whole global model into the host's buffers */
-    if (c->hs.dir) { /* the host's own state of before a restart */
+    snprintf(c->hs.run, sizeof c->hs.run, "%s", lc.run ? lc.run : "");
+    c->hs.learner = dlc_lrt_id(c->l), c->hs.learner_own = cfg->id >= 0;
+    if (c->hs.dir) { /* the host's own state of before a restart, if it is its own */
         int64_t step = -1;
         int got = state_latest(&c->hs, &step);
         if (got < 0) goto fail;

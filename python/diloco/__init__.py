@@ -272,8 +272,9 @@ class Learner(_Handle):
     library calls save_state(path, step) every save_every steps (0: only at finish) and
     at finish, the caller writes one file at path (torch.save(opt.state_dict(), path)),
     and the library publishes it whole; a Learner made again with the same state_dir
-    calls load_state(path, step) with the newest after its join.  An exception in a
-    callback fails the call it ran in (the state published before stays)."""
+    calls load_state(path, step) with the newest after its join; a state another run or
+    another id wrote is refused (state_dir/latest names its learner and run).  An
+    exception in a callback fails the call it ran in (the state published before stays)."""
 
     _free = "dlc_client_free"
 

@@ -92,7 +92,10 @@ typedef struct dlc_client_config {
      * STATE_DIR/latest) and removes the one before.  A save that fails (nonzero, or no
      * file) publishes nothing: the last published state stays whole.  dlc_client_new,
      * after the join, calls load_state(state_ctx, path, step) with the newest published
-     * state, if there is one.  Both callbacks run on the calling thread, inside the
+     * state, if there is one and it is this client's: STATE_DIR/latest also names the
+     * learner (1-based, "learner N") and the run id ("run ID") that wrote it, and a
+     * state of another run, or of another id the host chose, is refused (DLC_ERR_STATE,
+     * naming both; an id the syncer assigned is not compared).  Both callbacks run on the calling thread, inside the
      * client's calls. */
     const char *state_dir;
     int (*save_state)(void *ctx, const char *path, int64_t step);
