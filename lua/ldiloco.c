@@ -479,6 +479,7 @@ int luaopen_diloco(lua_State *L) {
 
     dlcL_open_tensor(L, mod, sti);
     dlcL_open_sys(L, mod, sti);
+    dlcL_open_signals(L, mod, sti);
     dlcL_open_data(L, mod, sti);
     dlcL_open_ckpt(L, mod, sti);
     dlcL_open_json(L, mod, sti);

@@ -60,18 +60,21 @@ void dlcL_open_tensor(lua_State *L, int mod, int st);
 /* laccount.c: pushes a row of the run's account (core/account.h) as two tables, its
  * shares and its seconds by bucket name. */
 void dlcL_push_account_row(lua_State *L, const dlc_account_row *r);
-/* lsys.c: clocks, isatty, signal flags, compute threads, gemm backend, run-directory
+/* lsys.c: clocks, isatty, compute threads, gemm backend, run-directory
  * locks and listings. */
 void dlcL_open_sys(lua_State *L, int mod, int st);
-/* lsys.c: gives the calling thread an alternate signal stack if it has none (so a
+/* lsignal.c: diloco.signals (catch, clear, pending, pipe_broken) and their older names
+ * at the top of diloco. */
+void dlcL_open_signals(lua_State *L, int mod, int st);
+/* lsignal.c: gives the calling thread an alternate signal stack if it has none (so a
  * handler never writes below the stack pointer of a JIT kernel it interrupted);
  * 0, or -1 if none could be made. */
 int dlcL_signal_stack(void);
-/* lsys.c: blocks SIGINT, SIGTERM, SIGHUP and SIGPIPE in the OpenMP worker threads of
+/* lsignal.c: blocks SIGINT, SIGTERM, SIGHUP and SIGPIPE in the OpenMP worker threads of
  * the calling thread's pool, so those signals reach the thread with the handlers and
  * the alternate stack. */
 void dlcL_block_signals_in_workers(void);
-/* lsys.c: diloco.catch_signals() from C (the CLI calls it first thing for `run`, so a
+/* lsignal.c: diloco.catch_signals() from C (the CLI calls it first thing for `run`, so a
  * signal during startup is not lost). */
 void dlcL_catch_signals(void);
 /* ldata.c: diloco.TextData, diloco.ImageData (datasets and their loaders). */

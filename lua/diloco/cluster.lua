@@ -205,9 +205,7 @@ local function prepare(r, opts)
     learners = {}, evals = 0 }
   -- the syncer's own compute (evaluations) at one thread: its learners share the cores
   -- (an idle OpenMP team spins, taking a core from them)
-  diloco.set_num_threads(r.threads or 1)
-  diloco.catch_signals()
-  diloco.seed(r.seed)
+  runhost.begin(r, r.threads or 1)
   local Mn = r.islands.count
   ctx.out = opts.out or r.out or ("runs/" .. (r.name or "run"))
   -- OUT/syncer holds the syncer's checkpoints: --resume continues from its newest (OUT's

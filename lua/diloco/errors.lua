@@ -31,9 +31,9 @@ local HOOK_CHECK_EVERY = 100000 -- Lua instructions between two looks at the sig
 function M.call_hook(name, fn, ...)
   local tb
   local prev = table.pack(debug.gethook())
-  if not diloco.signal_pending() then -- (already stopping: the hook runs to its end)
+  if not diloco.signals.pending() then -- (already stopping: the hook runs to its end)
     debug.sethook(function()
-      local sig = diloco.signal_pending()
+      local sig = diloco.signals.pending()
       if sig then error({ diloco_stop = sig }, 0) end
     end, "", HOOK_CHECK_EVERY)
   end

@@ -255,7 +255,7 @@ end
 -- ctx.signal and ctx.signo, the first one).  Every driver (a run, sim, a learner process,
 -- the syncer side of a run) asks here; ctx is an island or a driver's context.
 function M.stop_reason(ctx)
-  local name, signo = diloco.signal_pending()
+  local name, signo = diloco.signals.pending()
   if name and not ctx.signal then
     ctx.signal, ctx.signo = name, signo
   end

@@ -20,6 +20,7 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local island = require "diloco.island"
+local runhost = require "diloco.runhost"
 local summary_rec = require "diloco.summary"
 local islands = require "diloco.islands"
 local hook = islands.hook
@@ -152,9 +153,7 @@ end
 function M.prepare(r, opts)
   -- its context is its island (lua/diloco/island.lua): a learner's steps are logged at the last too
   local ctx = island.new(r, { opts = opts, wait_time = 0.0, last_step = r.steps })
-  if r.threads then diloco.set_num_threads(r.threads) end
-  diloco.catch_signals()
-  diloco.seed(r.seed)
+  runhost.begin(r)
   local id = M.id_from(opts)
   local Mn = r.islands.count
   if id and (id < 1 or id > Mn) then
@@ -165,7 +164,7 @@ function M.prepare(r, opts)
   local addr, file_run = M.resolve_connect(opts.connect, rt.join_timeout)
   ctx.addr = addr
   ctx.run_id = opts.run_id or file_run or (r.name or "run")
-  require("diloco.runhost").recipe_files(ctx) -- (its checkpoints' metadata)
+  runhost.recipe_files(ctx) -- (its checkpoints' metadata)
   ctx:build()
   ctx.plan = islands.plan(r, ctx.params, #ctx.plist)
   local lopts, sopts, run_json = islands.sync_options(r, ctx.plist, rt.heartbeat, 0)
@@ -545,7 +544,7 @@ function M.finish(ctx, err)
   summary, err = summary_rec.finish(ctx, summary, { err = err })
   if ctx.lrt then ctx.lrt:close() end
   if ctx.rd then ctx.rd:close() end
-  diloco.clear_signals()
+  diloco.signals.clear()
   return summary, err
 end
 

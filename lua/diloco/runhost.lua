@@ -13,6 +13,16 @@ local M = {}
 
 local plain, fail, call_hook = errors.plain, errors.fail, errors.call_hook
 
+-- A run's process starts alike in every driver: its compute threads (threads, else the
+-- recipe's, else as the environment sets them), SIGINT, SIGTERM and SIGHUP caught (a loop
+-- finishes its step, saves and ends: island.stop_reason), the recipe's seed.
+function M.begin(r, threads)
+  threads = threads or r.threads
+  if threads then diloco.set_num_threads(threads) end
+  diloco.signals.catch()
+  diloco.seed(r.seed)
+end
+
 -- The effective recipe (after --set, lua/diloco/recipe_json.lua) as the run's files state
 -- it: ctx.recipe_json (compact: every model and checkpoint file's metadata) and, with
 -- write, OUT/recipe.json (indented, for people and `sim --replay`).
@@ -76,7 +86,7 @@ function M.close(ctx, fields, o)
   local summary
   summary, err = summary_rec.finish(ctx, fields, { final = o.final, whole = o.whole, err = err })
   if ctx.rd then ctx.rd:close() end
-  diloco.clear_signals()
+  diloco.signals.clear()
   return summary, err
 end
 

@@ -74,9 +74,7 @@ end
 -- Sets up the run directory, the learners, the eval model and the driver.
 local function prepare(r, opts)
   local ctx = { recipe = r, t_start = diloco.clock(), virtual = 0 }
-  if r.threads then diloco.set_num_threads(r.threads) end
-  diloco.catch_signals()
-  diloco.seed(r.seed)
+  runhost.begin(r)
   if opts.resume then
     fail_code(2, "--resume: a sim run is not resumed: run it again (the same recipe and seed give the same run)")
   end
@@ -109,7 +107,7 @@ local function prepare(r, opts)
       -- island m (lua/diloco/island.lua) on virtual time: its lines carry no wall-clock rate
       local L = island.new(r, { id = m, island = isl.list[m], steps = 0, lr_step = 0, who = "island " .. m,
         t_start = ctx.t_start, rate = false, metrics = ctx.metrics })
-      local sig = diloco.signal_pending()
+      local sig = diloco.signals.pending()
       if sig then -- a signal while the islands are built: stop now, nothing trained
         error({ diloco_error = string.format("stopped by %s while building island %d of %d", sig, m, Mn),
           code = 1, signal = sig }, 0)
@@ -165,7 +163,7 @@ local function prepare(r, opts)
     summary_rec.failed_start(ctx, { preset = sy.preset, learners = Mn, steps = 0, tokens = 0 }, plain(err), sig)
     ctx.rd:close()
     if sig then -- the exit status of that signal, as between two steps
-      local _, signo = diloco.signal_pending()
+      local _, signo = diloco.signals.pending()
       err.code = 128 + (signo or 15)
     end
     error(err, 0)

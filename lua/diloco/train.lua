@@ -103,9 +103,7 @@ function M.prepare(r, opts)
   -- the run's context is its one island: a one-island run configures it with no id,
   -- the recipe's steps logged at the last, and a progress display
   local ctx = island.new(r, { opts = opts, last_step = r.steps })
-  if r.threads then diloco.set_num_threads(r.threads) end
-  diloco.catch_signals()
-  diloco.seed(r.seed)
+  runhost.begin(r)
   ctx.out = opts.out or r.out or ("runs/" .. (r.name or "run"))
   ctx.rd = diloco.rundir.open(ctx.out, { resume = opts.resume, overwrite = opts.overwrite, metrics = opts.metrics,
     command = opts.command, keep = r.checkpoint.keep })
