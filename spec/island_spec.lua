@@ -139,6 +139,30 @@ describe("an island's step line", function()
   end)
 end)
 
+describe("an island's link to its syncer", function()
+  it("sends sync.schedule's fragments of the step, then the step's end, through the one method set", function()
+    local asked = {}
+    local r = recipe { sync = { preset = "diloco", fragments = 3, schedule = function(learner, step, fragments)
+      asked[#asked + 1] = { learner, step, fragments }
+      if step % 2 == 0 then return { 3, 1 } end
+    end } }
+    local calls = {}
+    local I = trained(r, 0, { id = 2, fragments = 3 })
+    I.link = { contribute = function(p) calls[#calls + 1] = "contribute " .. p end,
+      step_done = function(tokens, seconds) calls[#calls + 1] = string.format("step_done %d %g", tokens, seconds) end }
+    assert.are.equal(0, I:step_done(7, 64, 0.5))
+    assert.are.equal(2, I:step_done(8, 64, 0.25))
+    assert.are.same({ { 2, 7, 3 }, { 2, 8, 3 } }, asked)
+    assert.are.same({ "step_done 64 0.5", "contribute 3", "contribute 1", "step_done 64 0.25" }, calls)
+    -- without a schedule of the recipe's: the step's end alone
+    local J = trained(recipe(), 0, { id = 1, fragments = 3 })
+    calls = {}
+    J.link = I.link
+    assert.are.equal(0, J:step_done(8, 64, 1))
+    assert.are.same({ "step_done 64 1" }, calls)
+  end)
+end)
+
 describe("island.save_model", function()
   it("writes the one model metadata every driver's model file carries", function()
     local r = recipe()

@@ -449,6 +449,29 @@ describe("diloco-lua sim with a kill", function()
     assert.are.equal(1, ends, table.concat(lines, "\n"))
   end)
 
+  it("passes sync.schedule the run's schedule step, as a learner process does: past the down time", function()
+    -- learner 2 is down from 10 s to 18 s (8 steps at 1 s): back, it goes on at the run's
+    -- step, not at its own count of steps, so the steps it is asked about jump by about 8
+    local log = tmp .. "/sched.txt"
+    local _, status, output = sim(recipe(string.format([[preset = 'diloco', fragments = 2,
+      schedule = function(learner, step)
+        if learner == 2 then
+          local f = assert(io.open(%q, "a"))
+          f:write(step, "\n")
+          f:close()
+        end
+        if step %% 4 == 0 then return { 1, 2 } end
+      end]], log), nil, KILL))
+    assert.are.equal(0, status, output)
+    local steps, jump = {}, 0
+    for _, l in ipairs(read_lines(log)) do steps[#steps + 1] = tonumber(l) end
+    for i = 2, #steps do
+      assert.is_true(steps[i] > steps[i - 1], "increasing: " .. table.concat(steps, " "))
+      jump = math.max(jump, steps[i] - steps[i - 1])
+    end
+    assert.is_true(jump >= 6, "the largest jump " .. jump .. " in " .. table.concat(steps, " "))
+  end)
+
   it("does not deadlock a blocking run of several fragments when a learner rejoins", function()
     -- blocking with 4 fragments: the rejoined learner's schedule may reach another fragment
     -- than the one the others wait for; the syncer must not wait for it there

@@ -23,7 +23,10 @@
 -- step (the schedule's step its next inner step runs at), total (the schedule's length,
 -- default steps), tokens, train_time, tok_window, t_window, loss_ema, t_start, log_every,
 -- last_step (a step also logged when reached; nil: none), rate (false: its metrics lines
--- carry no tokens_per_s, as a sim's islands on virtual time), metrics, rd, bar.
+-- carry no tokens_per_s, as a sim's islands on virtual time), metrics, rd, bar; and link
+-- with fragments: the island's way to its syncer, one method set whatever binding drives
+-- it (link.contribute(p), link.step_done(tokens, seconds): an adapter over diloco.VTime,
+-- diloco.Learner or diloco.machine.Learner), and the run's number of fragments.
 local diloco = require "diloco"
 local errors = require "diloco.errors"
 local M = {}
@@ -331,6 +334,26 @@ function Island:dp_gradient()
   return M.dp_gradient(self.recipe, self.model, self.params, self.loaders, self.step, self.total)
 end
 function Island:dp_apply(lr, check) return M.dp_apply(self.recipe, self.params, self.opt, lr, check) end
+
+-- The fragments sync.schedule (a recipe's own schedule) makes due after schedule step
+-- `step` (the island's step on the run's schedule, after the step it just took), each
+-- sent through its link; nothing without one.  Returns how many.
+function Island:contribute_scheduled(step)
+  local r = self.recipe
+  if type(r.sync.schedule) ~= "function" then return 0 end
+  local due = require("diloco.islands").scheduled(r, self.id, step, self.fragments)
+  for _, p in ipairs(due) do self.link.contribute(p) end
+  return #due
+end
+
+-- The step that took the island to schedule step `step` reaches its syncer: its
+-- scheduled contributions, then the step's end (tokens trained, seconds of compute).
+-- Returns how many fragments the schedule sent.
+function Island:step_done(step, tokens, seconds)
+  local n = self:contribute_scheduled(step)
+  self.link.step_done(tokens, seconds)
+  return n
+end
 
 function Island:evaluate(batches) return M.evaluate(self.model, self.loaders, batches or self.recipe.eval.batches) end
 function Island:final_eval(ev) return M.final_eval(self.model, self.loaders, self.recipe, ev) end

@@ -184,6 +184,10 @@ function M.prepare(r, opts)
     run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }
   if not l then fail("learner: joining the syncer at %s: %s", addr, err) end
   ctx.lrt = l
+  -- its link to the syncer: the rt learner driver's calls
+  ctx.link = { contribute = function(p) l:contribute(p) end,
+    step_done = function(tokens, seconds) l:step_done(tokens, seconds) end }
+  ctx.fragments = #ctx.plan
   ctx.id = l:id()
   ctx.island = r.islands.list[ctx.id]
   ctx.state_meta = { ["diloco.learner"] = tostring(ctx.id), ["diloco.run_id"] = ctx.run_id }
@@ -454,7 +458,6 @@ local stop_reason = island.stop_reason
 function M.train(ctx)
   local r, l = ctx.recipe, ctx.lrt
   local tpb = ctx.loaders.tokens_per_batch
-  local P = #ctx.plan
   while l:schedule_step() < r.steps do
     if stop_reason(ctx) then break end
     if ctx.mpi then send_ranks(ctx) end -- an island of several ranks: the step to run, the model's changes
@@ -467,15 +470,10 @@ function M.train(ctx)
     local info, compute
     if ctx.dp then
       info, compute = dp_step(ctx)
-      if info then l:step_done(info.void and 0 or tpb, compute) end
+      if info then ctx.link.step_done(info.void and 0 or tpb, compute) end
     else
       info, compute = checked_step(ctx)
-      if info then
-        if type(r.sync.schedule) == "function" then
-          for _, p in ipairs(islands.scheduled(r, ctx.id, ctx.step, P)) do l:contribute(p) end
-        end
-        l:step_done(tpb, compute)
-      end
+      if info then ctx:step_done(ctx.step, tpb, compute) end
       if l:state() == "waiting" then wait_merge(ctx) end
     end
     drain_events(ctx)

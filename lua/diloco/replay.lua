@@ -245,6 +245,7 @@ function M.run(out, opts)
     local c = island.new(r, { id = m, island = r.islands.list[m], who = "learner " .. m, wait_time = 0.0, tape = T,
       sent = {}, joined = false, done = false })
     c:build()
+    c.fragments = P
     local okd, loaders = c:open_data(c.island.batch, c.island.shard, Mn)
     if not okd then refuse("data (island %d): %s", m, train.plain(loaders)) end
     c.sm = diloco.machine.Learner { params = c.params, plan = plan, id = m, learner = lopts, syncer = sopts,
@@ -310,6 +311,11 @@ function M.run(out, opts)
         c.sent[k] = list
       end
     end
+  end
+  -- each learner's link: its contributions are its state machine's, their sends recorded
+  -- (its step's end is the boundary's, in advance below, with the tape's deliveries)
+  for _, c in ipairs(L) do
+    c.link = { contribute = function(p) record_sends(c, assert(c.sm:contribute(p, tick()))) end }
   end
 
   -- One step of learner c if the tape lets it go on: true when it stepped (or joined).
@@ -379,12 +385,7 @@ function M.run(out, opts)
     c.step = sm:schedule_step()
     c:inner_step()
     local acts = {}
-    if type(r.sync.schedule) == "function" then
-      for _, p in ipairs(islands.scheduled(r, c.id, c.step, P)) do
-        local res = assert(sm:contribute(p, tick()))
-        record_sends(c, res)
-      end
-    end
+    c:contribute_scheduled(c.step)
     for _, x in ipairs(deliver(c, ready, false)) do acts[#acts + 1] = x end
     -- a schedule that moved since the last boundary's sends (a catch-up, a whole resync):
     -- the step the tape says, the latest of them

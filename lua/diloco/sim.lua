@@ -113,6 +113,9 @@ local function prepare(r, opts)
           code = 1, signal = sig }, 0)
       end
       L:build()
+      -- its link to the syncer: vtime's calls for learner m
+      L.link = { contribute = function(p) ctx.vt:contribute(m, p) end,
+        step_done = function(tokens) ctx.vt:step_done(m, tokens) end }
       local okd, loaders = L:open_data(L.island.batch * (L.island.ranks or 1), L.island.shard, Mn)
       if not okd then fail("data (island %d): %s", m, plain(loaders)) end
       local dt = isl.step_time * (L.island.batch / r.data.batch) / L.island.speed
@@ -138,6 +141,7 @@ local function prepare(r, opts)
     ctx.eval_params = diloco.Params(ctx.eval_plist)
     ctx.n_params = first.params:numel()
     ctx.plan = islands.plan(r, first.params, #first.plist)
+    for _, L in ipairs(ctx.learners) do L.fragments = #ctx.plan end
     local isls = {}
     for m, L in ipairs(ctx.learners) do
       isls[m] = { speed = L.island.speed, scale = L.island.batch / r.data.batch,
@@ -213,8 +217,6 @@ local function report_step(ctx, L, ev, lv, gnorm, lr, counted)
   end
 end
 
-local function dlcount(ctx) return #ctx.plan end
-
 local function on_step_event(ctx, ev)
   local r, vt = ctx.recipe, ctx.vt
   local L = ctx.learners[ev.learner]
@@ -227,13 +229,8 @@ local function on_step_event(ctx, ev)
     L.step, L.total = L.lr_step, L.total
     local info = L:inner_step()
     ctx.total_tokens = ctx.total_tokens + tpb
-    if ctx.schedule then
-      for _, p in ipairs(islands.scheduled(r, L.id, L.steps + 1, dlcount(ctx))) do
-        vt:contribute(ev.learner, p)
-        ctx.schedule_sent = true
-      end
-    end
-    vt:step_done(ev.learner, tpb)
+    -- (the schedule step after it, as a learner process passes sync.schedule)
+    if L:step_done(ev.schedule + 1, tpb) > 0 then ctx.schedule_sent = true end
     report_step(ctx, L, ev, info.loss, info.grad_norm, info.lr, true)
     return
   end
