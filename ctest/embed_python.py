@@ -240,7 +240,8 @@ return diloco.recipe {
     check(len(saved) == 3 and saved[-1] >= 120, "host state saves at steps %s (expected 50, 100 and the finish)" % saved)
     check(len(loaded) == 1 and loaded[0][0] == saved[-1] and np.array_equal(loaded[0][1], v),
           "a restarted learner loaded %s, expected the state of step %s" % ([s for s, _ in loaded], saved[-1:]))
-    check(sorted(os.listdir(state)) == ["latest", "state-%012d" % saved[-1]],
+    # the layout of every learner's state: the checkpoint, and the host's file it names
+    check(sorted(os.listdir(state)) == ["checkpoint-%08d.host" % saved[-1], "checkpoint-%08d.safetensors" % saved[-1]],
           "the state directory holds %s" % sorted(os.listdir(state)))
     kinds = []
     while True:

@@ -10,7 +10,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 #include "check.h"
+#include "diloco/ckpt.h"
 #include "diloco/client.h"
 #include "diloco/frag.h"
 #include "diloco/params.h"
@@ -203,9 +205,12 @@ static void test_client_steps(void) {
 }
 
 /* The host's own state (client.h: state_dir): saved every save_every steps and at the
- * finish, published whole (one state file, named by latest); a save that fails or writes
- * nothing is an error that leaves the published state as it was; a restarted client (same
- * id) loads the newest; bad configs and a latest naming nothing are refused. */
+ * finish, published whole in the layout of every learner's state (checkpoint-STEP.
+ * safetensors, whose metadata say whose it is and name the host's file beside it); a save
+ * that fails or writes nothing is an error that leaves the published state as it was; a
+ * restarted client (same id) loads the newest; another run's or learner's is refused; a
+ * directory of the older layout (state-STEP named by latest) still loads; bad configs and
+ * a latest naming nothing are refused. */
 typedef struct host_st {
     int saves, loads, fail, empty;
     int64_t loaded_step;
@@ -273,7 +278,7 @@ static void test_client_state(void) {
     if (!c) goto out;
     CHECK(h.loads == 0); /* nothing published yet */
     for (int t = 1; t <= 12; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
-    CHECK(h.saves == 2 && count_files(dir, "state-") == 1 && count_files(dir, "latest") == 1);
+    CHECK(h.saves == 2 && count_files(dir, "checkpoint-") == 2 && count_files(dir, "checkpoint-00000010.") == 2);
     h.fail = 1;
     for (int t = 13; t <= 14; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
     CHECK(dlc_client_step(c, 10) == DLC_ERR_IO && strstr(dlc_last_error(), "save_state for step") &&
@@ -281,10 +286,10 @@ static void test_client_state(void) {
     h.fail = 0, h.empty = 1;
     for (int t = 16; t <= 19; t++) CHECK(dlc_client_step(c, 10) == DLC_OK);
     CHECK(dlc_client_step(c, 10) == DLC_ERR_IO && strstr(dlc_last_error(), "wrote no file at"));
-    CHECK(count_files(dir, "state-") == 1 && count_files(dir, ".state") == 0 && h.saves == 2);
+    CHECK(count_files(dir, "checkpoint-") == 2 && count_files(dir, ".checkpoint") == 0 && h.saves == 2);
     h.empty = 0;
     int64_t end = dlc_client_schedule_step(c);
-    CHECK(dlc_client_finish(c, 5) == DLC_OK && h.saves == 3 && count_files(dir, "state-") == 1);
+    CHECK(dlc_client_finish(c, 5) == DLC_OK && h.saves == 3 && count_files(dir, "checkpoint-") == 2);
     end = dlc_client_schedule_step(c) > end ? dlc_client_schedule_step(c) : end;
     dlc_client_free(c);
     /* restarted: the newest state comes back */
@@ -295,36 +300,65 @@ static void test_client_state(void) {
     CHECK(strcmp(h.loaded, path) == 0);
     if (strcmp(h.loaded, path) != 0) fprintf(stderr, "  loaded \"%s\", expected \"%s\"\n", h.loaded, path);
     dlc_client_free(c);
-    /* latest says whose state it is: this learner's (1-based) of this run */
-    char text[256] = "", want[128];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        text[n] = 0;
-        fclose(f);
+    /* the checkpoint says whose state it is (this learner's, 1-based, of this run), at
+     * which step, and names the host's file beside it */
+    char ck[512], hostf[64];
+    snprintf(ck, sizeof ck, "%s/checkpoint-%08lld.safetensors", dir, (long long)end);
+    dlc_safetensors *st = dlc_safetensors_open_header(ck);
+    CHECK_OK(st);
+    if (st) {
+        snprintf(path, sizeof path, "%lld", (long long)end);
+        snprintf(hostf, sizeof hostf, "checkpoint-%08lld.host", (long long)end);
+        const char *m[][2] = {{"diloco.learner", "1"}, {"diloco.run_id", ""}, {"diloco.step", path},
+                              {"diloco.host_state", hostf}, {"diloco.format", "1"}};
+        for (int i = 0; i < 5; i++) {
+            const char *v = dlc_safetensors_meta(st, m[i][0]);
+            CHECK(v && strcmp(v, m[i][1]) == 0);
+            if (!v || strcmp(v, m[i][1]) != 0)
+                fprintf(stderr, "  %s = %s, expected %s\n", m[i][0], v ? v : "(none)", m[i][1]);
+        }
+        CHECK(dlc_safetensors_count(st) == 0);
+        dlc_safetensors_close(st);
     }
-    snprintf(want, sizeof want, "state-%012lld\nlearner 1\nrun \n", (long long)end);
-    CHECK(strcmp(text, want) == 0);
-    if (strcmp(text, want) != 0) fprintf(stderr, "  latest \"%s\", expected \"%s\"\n", text, want);
-    /* another run's state, or another learner's, is not loaded: refused, naming both */
-    static const char *const foreign[][2] = {
-        {"learner 1\nrun other-run\n", "holds the state of run \"other-run\", this client joined run \"\""},
-        {"learner 2\nrun \n", "holds the state of learner 2 (1-based), this client is learner 1"},
+    /* a newer checkpoint of another run, or of another learner, is not loaded: refused,
+     * naming both */
+    static const char *const foreign[][3] = {
+        {"1", "other-run", "holds the state of run \"other-run\""},
+        {"2", "", "holds the state of learner 2 (1-based; "},
     };
+    snprintf(ck, sizeof ck, "%s/checkpoint-%08lld.safetensors", dir, (long long)end + 1);
+    snprintf(hostf, sizeof hostf, "checkpoint-%08lld.host", (long long)end + 1);
+    snprintf(path, sizeof path, "%s/%s", dir, hostf);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("moments of someone else\n", f), fclose(f);
     for (int i = 0; i < 2; i++) {
-        f = fopen(path, "w");
-        if (f) fprintf(f, "state-%012lld\n%s", (long long)end, foreign[i][0]), fclose(f);
+        const char *keys[] = {"diloco.learner", "diloco.run_id", "diloco.host_state"};
+        const char *vals[] = {foreign[i][0], foreign[i][1], hostf};
+        CHECK(dlc_safetensors_save(ck, 0, NULL, NULL, 3, keys, vals) == DLC_OK);
         h.loads = 0;
-        refused_client(&cc, foreign[i][1]);
+        refused_client(&cc, foreign[i][2]);
         CHECK(h.loads == 0);
     }
-    /* a latest of an older version (its name alone) is taken as this client's */
-    f = fopen(path, "w");
-    if (f) fprintf(f, "state-%012lld\n", (long long)end), fclose(f);
+    /* one whose host file is gone is passed over: the one before loads */
+    CHECK(unlink(path) == 0);
+    h.loads = 0;
     c = dlc_client_new(&cc);
     CHECK_OK(c);
     CHECK(h.loads == 1 && h.loaded_step == end);
+    dlc_client_free(c);
+    /* a directory of the older layout (state-STEP named by latest) still loads */
+    snprintf(path, sizeof path, "rm -f %s/checkpoint-*", dir);
+    CHECK(system(path) == 0);
+    snprintf(path, sizeof path, "%s/state-%012lld", dir, (long long)end);
+    f = fopen(path, "w");
+    if (f) fputs("older moments\n", f), fclose(f);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    f = fopen(path, "w");
+    if (f) fprintf(f, "state-%012lld\n", (long long)end), fclose(f);
+    h.loads = 0;
+    c = dlc_client_new(&cc);
+    CHECK_OK(c);
+    CHECK(h.loads == 1 && h.loaded_step == end && strcmp(h.loaded, "older moments\n") == 0);
     dlc_client_free(c);
     /* a latest that names no state is refused, naming it */
     f = fopen(path, "w");

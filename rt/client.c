@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "diloco/ckpt.h"
 #include "diloco/frag.h"
 #include "diloco/params.h"
 
@@ -194,7 +196,17 @@ static void *drop(void (*release)(void *), void *obj) {
     return NULL;
 }
 
-/* ---- the host's state for a restart (client.h: state_dir) ---- */
+/* ---- the host's state for a restart (client.h: state_dir) ----
+ *
+ * The layout of every learner's state, diloco-lua learner's too (docs/checkpoints.md):
+ * STATE_DIR/checkpoint-STEP.safetensors (STEP in 8 digits or more) is the checkpoint of
+ * schedule step STEP, its metadata saying whose it is (diloco.learner, 1-based, and
+ * diloco.run_id) and at which step (diloco.step); the newest readable one is restored.
+ * diloco-lua learner's holds its tensors; a host's state is in its own format, so here
+ * the checkpoint holds none and names the host's file beside it (diloco.host_state:
+ * checkpoint-STEP.host).  The host file goes in place first, the checkpoint last (itself
+ * written whole, dlc_safetensors_save): a crash leaves the checkpoint before as it was.
+ * A directory of an older version (state-STEP named by STATE_DIR/latest) is still read. */
 
 typedef struct host_state {
     char *dir;
@@ -202,9 +214,10 @@ typedef struct host_state {
     int (*load)(void *ctx, const char *path, int64_t step);
     void *ctx;
     int64_t every, last_step; /* last_step: the published state's step, -1 none */
-    /* whose state it is, written beside its name in STATE_DIR/latest and checked before
-     * a load: the run id this client joined, and its learner id (0-based; own: the host
-     * chose it, so a restart asks for the same one, rather than the syncer assigning it) */
+    int last_old;             /* last_step's state is of the older layout */
+    /* whose state it is, in its checkpoint's metadata and checked before a load: the run
+     * id this client joined, and its learner id (0-based; own: the host chose it, so a
+     * restart asks for the same one, rather than the syncer assigning it) */
     char run[DLC_PROTO_RUN_MAX + 1];
     int learner, learner_own;
 } host_state;
@@ -221,63 +234,127 @@ static int sync_path(const char *path, int dir) {
     return r;
 }
 
-/* Whether a run id can stand on a line of its own in STATE_DIR/latest. */
-static int run_line_ok(const char *run) {
+/* Whether a run id goes into the metadata as it is (printable ASCII: valid UTF-8). */
+static int run_text_ok(const char *run) {
     for (const unsigned char *p = (const unsigned char *)run; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) return 0;
+        if (*p < 0x20 || *p >= 0x7f) return 0;
     return 1;
 }
 
-/* The newest published state: 1 with its step, 0 when there is none (no STATE_DIR/latest),
- * or a negative status for a latest that names no state, or names another run's or
- * another learner's (the lines "run ID" and "learner N", 1-based, that follow its name;
- * a latest without them, of an older version, is taken as this client's). */
-static int state_latest(const host_state *h, int64_t *step) {
-    char path[4096], line[64], more[DLC_PROTO_RUN_MAX + 16];
-    snprintf(path, sizeof path, "%s/latest", h->dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : dlc_error(DLC_ERR_IO, "client: state_dir: %s: %s", path, strerror(errno));
-    int ok = fgets(line, sizeof line, f) != NULL;
-    char run[DLC_PROTO_RUN_MAX + 1] = "";
-    int has_run = 0, learner = -1;
-    while (ok && fgets(more, sizeof more, f)) {
-        size_t n = strcspn(more, "\n");
-        more[n] = 0;
-        if (strncmp(more, "run ", 4) == 0 && n - 4 <= DLC_PROTO_RUN_MAX)
-            has_run = 1, memcpy(run, more + 4, n - 4 + 1);
-        else if (strncmp(more, "learner ", 8) == 0 && sscanf(more + 8, "%d", &learner) != 1)
-            learner = -1;
+/* The step of a checkpoint's file name, or -1 for another name. */
+static long long ckpt_step(const char *name) {
+    static const char pre[] = "checkpoint-", suf[] = ".safetensors";
+    size_t n = strlen(name), np = sizeof pre - 1, ns = sizeof suf - 1;
+    if (n <= np + ns || n - np - ns < 8 || n - np - ns > 18 || strncmp(name, pre, np) != 0 ||
+        strcmp(name + n - ns, suf) != 0)
+        return -1;
+    long long k = 0;
+    for (size_t i = np; i < n - ns; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        k = k * 10 + (name[i] - '0');
     }
+    return k;
+}
+
+static int desc_ll(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whose state a checkpoint's metadata say it is: DLC_OK if this client's (or it does not
+ * say), else DLC_ERR_STATE naming both. */
+static dlc_status state_owner(const host_state *h, const char *what, const char *run, const char *learner) {
+    if (run && strcmp(run, h->run) != 0)
+        return dlc_error(DLC_ERR_STATE,
+                         "client: state_dir %s holds the state of run \"%s\" (%s), this client joined run \"%s\": a "
+                         "state is restored only by the run and learner that wrote it (give another state_dir, or "
+                         "remove that one's files)", h->dir, run, what, h->run);
+    int l = learner ? atoi(learner) : 0;
+    if (l >= 1 && h->learner_own && l != h->learner + 1)
+        return dlc_error(DLC_ERR_STATE,
+                         "client: state_dir %s holds the state of learner %d (1-based; %s), this client is learner "
+                         "%d: a state is restored only by the run and learner that wrote it (give each learner its "
+                         "own state_dir)", h->dir, l, what, h->learner + 1);
+    return DLC_OK;
+}
+
+/* The newest state of the older layout: 1 with its step and path, 0 when there is none
+ * (no STATE_DIR/latest), or a negative status. */
+static int state_latest_old(const host_state *h, int64_t *step, char *path, size_t cap) {
+    char lp[4096], line[64];
+    snprintf(lp, sizeof lp, "%s/latest", h->dir);
+    FILE *f = fopen(lp, "r");
+    if (!f) return errno == ENOENT ? 0 : dlc_error(DLC_ERR_IO, "client: state_dir: %s: %s", lp, strerror(errno));
+    int ok = fgets(line, sizeof line, f) != NULL;
     fclose(f);
     long long k = -1;
     char end = 0;
     if (!ok || sscanf(line, "state-%lld%c", &k, &end) != 2 || end != '\n' || k < 0)
-        return dlc_error(DLC_ERR_FORMAT, "client: state_dir: %s does not name a state (expected \"state-STEP\")", path);
-    if (has_run && strcmp(run, h->run) != 0)
-        return dlc_error(DLC_ERR_STATE,
-                         "client: state_dir %s holds the state of run \"%s\", this client joined run \"%s\": a state "
-                         "is restored only by the run and learner that wrote it (give another state_dir, or remove "
-                         "that one's files)", h->dir, run, h->run);
-    if (learner >= 1 && h->learner_own && learner != h->learner + 1)
-        return dlc_error(DLC_ERR_STATE,
-                         "client: state_dir %s holds the state of learner %d (1-based), this client is learner %d: a "
-                         "state is restored only by the run and learner that wrote it (give each learner its own "
-                         "state_dir)", h->dir, learner, h->learner + 1);
-    snprintf(path, sizeof path, "%s/state-%012lld", h->dir, k);
+        return dlc_error(DLC_ERR_FORMAT, "client: state_dir: %s does not name a state (expected \"state-STEP\")", lp);
+    snprintf(path, cap, "%s/state-%012lld", h->dir, k);
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return dlc_error(DLC_ERR_IO, "client: state_dir: %s/latest names %s: %s", h->dir, path, strerror(errno));
+        return dlc_error(DLC_ERR_IO, "client: state_dir: %s names %s: %s", lp, path, strerror(errno));
     *step = k;
     return 1;
 }
 
-/* The host saves its state of the run's step `step`; published once whole. */
+/* The newest checkpoint that is readable and has its host file: 1 with its step and the
+ * host file's path (*old: of the older layout), 0 when there is none, or a negative
+ * status (a directory that cannot be read, the newest being another run's or learner's). */
+static int state_latest(const host_state *h, int64_t *step, char *path, size_t cap, int *old) {
+    *old = 0;
+    DIR *d = opendir(h->dir);
+    if (!d) return dlc_error(DLC_ERR_IO, "client: state_dir %s: %s", h->dir, strerror(errno));
+    long long *steps = NULL;
+    size_t n = 0, room = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long k = ckpt_step(e->d_name);
+        if (k < 0) continue;
+        if (n == room) {
+            long long *more = realloc(steps, (room = room ? 2 * room : 16) * sizeof *steps);
+            if (!more) {
+                free(steps), closedir(d);
+                return dlc_error(DLC_ERR_NOMEM, "client: out of memory");
+            }
+            steps = more;
+        }
+        steps[n++] = k;
+    }
+    closedir(d);
+    if (n > 0) qsort(steps, n, sizeof *steps, desc_ll);
+    for (size_t i = 0; i < n; i++) { /* the newest readable one */
+        char ck[4096];
+        snprintf(ck, sizeof ck, "%s/checkpoint-%08lld.safetensors", h->dir, steps[i]);
+        dlc_safetensors *st = dlc_safetensors_open_header(ck);
+        if (!st) continue;
+        const char *host = dlc_safetensors_meta(st, "diloco.host_state");
+        struct stat sb;
+        if (!host || strchr(host, '/') || (snprintf(path, cap, "%s/%s", h->dir, host), stat(path, &sb) != 0)) {
+            dlc_safetensors_close(st); /* not a host's checkpoint, or its file is gone */
+            continue;
+        }
+        dlc_status own = state_owner(h, ck, dlc_safetensors_meta(st, "diloco.run_id"),
+                                     dlc_safetensors_meta(st, "diloco.learner"));
+        dlc_safetensors_close(st);
+        *step = steps[i];
+        free(steps);
+        return own != DLC_OK ? own : 1;
+    }
+    free(steps);
+    *old = 1;
+    return state_latest_old(h, step, path, cap);
+}
+
+/* The host saves its state of the run's step `step` into checkpoint-STEP.host; the
+ * checkpoint naming it is written last, then the one before is removed. */
 static dlc_status state_save(host_state *h, int64_t step) {
-    char tmp[4096], fin[4096], lt[4096], lf[4096], old[4096], text[DLC_PROTO_RUN_MAX + 80];
-    snprintf(tmp, sizeof tmp, "%s/.state-%012lld.tmp", h->dir, (long long)step);
-    snprintf(fin, sizeof fin, "%s/state-%012lld", h->dir, (long long)step);
-    snprintf(lt, sizeof lt, "%s/.latest.tmp", h->dir);
-    snprintf(lf, sizeof lf, "%s/latest", h->dir);
+    char tmp[4096], host[4096], ck[4096], hname[64], stext[24], ltext[16];
+    snprintf(hname, sizeof hname, "checkpoint-%08lld.host", (long long)step);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", h->dir, hname);
+    snprintf(host, sizeof host, "%s/%s", h->dir, hname);
+    snprintf(ck, sizeof ck, "%s/checkpoint-%08lld.safetensors", h->dir, (long long)step);
     (void)unlink(tmp);
     int r = h->save(h->ctx, tmp, step);
     struct stat sb;
@@ -287,24 +364,33 @@ static dlc_status state_save(host_state *h, int64_t step) {
         return dlc_error(DLC_ERR_IO, "client: save_state for step %lld %s %s; the state %s stays", (long long)step,
                          none ? "wrote no file at" : "failed for", tmp, h->last_step >= 0 ? "published before" : "(none)");
     }
-    int len = snprintf(text, sizeof text, "state-%012lld\nlearner %d\n%s%s%s", (long long)step, h->learner + 1,
-                       run_line_ok(h->run) ? "run " : "", run_line_ok(h->run) ? h->run : "",
-                       run_line_ok(h->run) ? "\n" : "");
-    FILE *f = NULL;
-    if (sync_path(tmp, 0) != 0 || rename(tmp, fin) != 0 || !(f = fopen(lt, "w")) ||
-        fwrite(text, 1, (size_t)len, f) != (size_t)len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        dlc_status e = dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", fin, strerror(errno));
-        if (f) fclose(f);
+    if (sync_path(tmp, 0) != 0 || rename(tmp, host) != 0) {
+        dlc_status e = dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", host, strerror(errno));
         (void)unlink(tmp);
         return e;
     }
-    if (fclose(f) != 0 || rename(lt, lf) != 0 || sync_path(h->dir, 1) != 0)
-        return dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", lf, strerror(errno));
-    if (h->last_step >= 0 && h->last_step != step) {
-        snprintf(old, sizeof old, "%s/state-%012lld", h->dir, (long long)h->last_step);
-        (void)unlink(old);
+    snprintf(stext, sizeof stext, "%lld", (long long)step);
+    snprintf(ltext, sizeof ltext, "%d", h->learner + 1);
+    const char *keys[] = {"diloco.format", "diloco.step", "diloco.learner", "diloco.host_state", "diloco.run_id"};
+    const char *vals[] = {"1", stext, ltext, hname, h->run};
+    if (dlc_safetensors_save(ck, 0, NULL, NULL, run_text_ok(h->run) ? 5 : 4, keys, vals) != DLC_OK)
+        return dlc_error(DLC_ERR_IO, "client: publishing the host's state %s: %s", ck, dlc_last_error());
+    if (h->last_step >= 0 && h->last_step != step) { /* the one before */
+        char old[4096];
+        if (h->last_old) {
+            snprintf(old, sizeof old, "%s/state-%012lld", h->dir, (long long)h->last_step);
+            (void)unlink(old);
+            snprintf(old, sizeof old, "%s/latest", h->dir);
+            (void)unlink(old);
+        } else {
+            snprintf(old, sizeof old, "%s/checkpoint-%08lld.safetensors", h->dir, (long long)h->last_step);
+            (void)unlink(old);
+            snprintf(old, sizeof old, "%s/checkpoint-%08lld.host", h->dir, (long long)h->last_step);
+            (void)unlink(old);
+        }
     }
-    h->last_step = step;
+    (void)sync_path(h->dir, 1);
+    h->last_step = step, h->last_old = 0;
     return DLC_OK;
 }
 
@@ -498,12 +584,11 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
     c->hs.learner = dlc_lrt_id(c->l), c->hs.learner_own = cfg->id >= 0;
     if (c->hs.dir) { /* the host's own state of before a restart, if it is its own */
         int64_t step = -1;
-        int got = state_latest(&c->hs, &step);
+        char path[4096];
+        int old = 0, got = state_latest(&c->hs, &step, path, sizeof path, &old);
         if (got < 0) goto fail;
         if (got) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/state-%012lld", c->hs.dir, (long long)step);
-            c->hs.last_step = step;
+            c->hs.last_step = step, c->hs.last_old = old;
             int r = c->hs.load ? c->hs.load(c->hs.ctx, path, step) : 0;
             if (r != 0) {
                 dlc_error(DLC_ERR_IO, "client: load_state returned %d for %s", r, path);

@@ -273,7 +273,7 @@ class Learner(_Handle):
     at finish, the caller writes one file at path (torch.save(opt.state_dict(), path)),
     and the library publishes it whole; a Learner made again with the same state_dir
     calls load_state(path, step) with the newest after its join; a state another run or
-    another id wrote is refused (state_dir/latest names its learner and run).  An
+    another id wrote is refused (its checkpoint names its learner and run).  An
     exception in a callback fails the call it ran in (the state published before stays)."""
 
     _free = "dlc_client_free"

@@ -88,14 +88,17 @@ typedef struct dlc_client_config {
      * client calls save_state(state_ctx, path, step) every save_every of its steps (0:
      * only at dlc_client_finish) and at dlc_client_finish: the host writes one file at
      * `path`, `step` being the run's step (dlc_client_schedule_step), and returns 0; the
-     * client then publishes it atomically as STATE_DIR/state-STEP (named in
-     * STATE_DIR/latest) and removes the one before.  A save that fails (nonzero, or no
-     * file) publishes nothing: the last published state stays whole.  dlc_client_new,
-     * after the join, calls load_state(state_ctx, path, step) with the newest published
-     * state, if there is one and it is this client's: STATE_DIR/latest also names the
-     * learner (1-based, "learner N") and the run id ("run ID") that wrote it, and a
-     * state of another run, or of another id the host chose, is refused (DLC_ERR_STATE,
-     * naming both; an id the syncer assigned is not compared).  Both callbacks run on the calling thread, inside the
+     * client then publishes it atomically, in the layout of every learner's state
+     * (docs/checkpoints.md), as STATE_DIR/checkpoint-STEP.host named by the checkpoint
+     * STATE_DIR/checkpoint-STEP.safetensors (no tensors; metadata diloco.step,
+     * diloco.learner, 1-based, diloco.run_id and diloco.host_state), and removes the one
+     * before.  A save that fails (nonzero, or no file) publishes nothing: the last
+     * published state stays whole.  dlc_client_new, after the join, calls
+     * load_state(state_ctx, path, step) with the newest published state, if there is
+     * one and it is this client's: a state of another run, or of another id the host
+     * chose, is refused (DLC_ERR_STATE, naming both; an id the syncer assigned is not
+     * compared).  A directory of an older version (state-STEP named by STATE_DIR/latest)
+     * is still loaded.  Both callbacks run on the calling thread, inside the
      * client's calls. */
     const char *state_dir;
     int (*save_state)(void *ctx, const char *path, int64_t step);
