@@ -361,6 +361,19 @@ static int s_stats(lua_State *L) {
     return 1;
 }
 
+/* diloco.advertise_address(listen, port[, advertise]) -> "HOST:PORT": the address
+ * learners reach a syncer at (rt.h dlc_rt_advertise); a malformed one raises. */
+static int l_advertise_address(lua_State *L) {
+    const char *listen = luaL_checkstring(L, 1);
+    lua_Integer port = luaL_checkinteger(L, 2);
+    const char *adv = luaL_optstring(L, 3, NULL);
+    char out[300];
+    if (port < 0 || port > 65535) return luaL_error(L, "advertise_address: port %d: expected 0..65535", (int)port);
+    if (dlc_rt_advertise(listen, (int)port, adv, out, sizeof out) != DLC_OK) return dlcL_error(L);
+    lua_pushstring(L, out);
+    return 1;
+}
+
 static const luaL_Reg srt_methods[] = {
     {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
     {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {"save", s_save},
@@ -703,6 +716,7 @@ void dlcL_open_rt(lua_State *L, int mod, int st) {
     lua_pop(L, 2);
     dlcL_newtype(L, st, &lrt_type);
     lua_pop(L, 2);
-    static const luaL_Reg funcs[] = {{"Syncer", l_syncer}, {"Learner", l_learner}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"Syncer", l_syncer}, {"Learner", l_learner},
+                                     {"advertise_address", l_advertise_address}, {NULL, NULL}};
     dlcL_setfuncs(L, mod, st, funcs);
 }

@@ -2,8 +2,14 @@
  * rt_common.c - helpers the syncer and learner drivers share (rt_internal.h), and the
  * syncer's address file (rt.h).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* getifaddrs */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,4 +153,99 @@ dlc_status dlc_rt_address_file(const char *path, double timeout, char *addr, siz
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* The IPv4 address of the interface that routes off this host into out (INET_ADDRSTRLEN
+ * bytes): the source address of the default route (a UDP socket "connected" to a
+ * documentation address sends nothing, but the kernel picks the route), else the first
+ * interface that is up and not loopback, else 127.0.0.1. */
+static void route_address(char *out) {
+    strcpy(out, "127.0.0.1");
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)}, me;
+        socklen_t len = sizeof me;
+        inet_pton(AF_INET, "192.0.2.1", &to.sin_addr); /* TEST-NET-1: never answered */
+        int ok = connect(fd, (struct sockaddr *)&to, sizeof to) == 0 &&
+                 getsockname(fd, (struct sockaddr *)&me, &len) == 0 && me.sin_addr.s_addr != htonl(INADDR_ANY);
+        close(fd);
+        if (ok) {
+            inet_ntop(AF_INET, &me.sin_addr, out, INET_ADDRSTRLEN);
+            return;
+        }
+    }
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0) return;
+    for (struct ifaddrs *i = all; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, INET_ADDRSTRLEN);
+        break;
+    }
+    freeifaddrs(all);
+}
+
+/* Splits "HOST:PORT", "[V6]:PORT", "HOST" or "[V6]" into host (brackets kept) and port
+ * (-1 when none).  0, or -1 for a malformed port. */
+static int split_host_port(const char *a, char *host, size_t cap, long *port) {
+    const char *colon = NULL;
+    if (a[0] == '[') {
+        const char *close = strchr(a, ']');
+        if (!close) return -1;
+        colon = close[1] == ':' ? close + 1 : NULL;
+        if (!colon && close[1]) return -1;
+    } else {
+        colon = strrchr(a, ':');
+        if (colon && strchr(a, ':') != colon) colon = NULL; /* a bare IPv6 address */
+    }
+    size_t hl = colon ? (size_t)(colon - a) : strlen(a);
+    if (hl >= cap) return -1;
+    memcpy(host, a, hl);
+    host[hl] = 0;
+    *port = -1;
+    if (colon) {
+        char *end = NULL;
+        errno = 0;
+        *port = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || errno || *port < 0 || *port > 65535) return -1;
+    }
+    return 0;
+}
+
+dlc_status dlc_rt_advertise(const char *listen, int port, const char *advertise, char *out, size_t cap) {
+    char host[256];
+    long p = -1;
+    if (port < 0 || port > 65535) return dlc_error(DLC_ERR_ARG, "advertise: port %d: expected 0..65535", port);
+    if (advertise && advertise[0]) {
+        if (split_host_port(advertise, host, sizeof host, &p) != 0 || !host[0])
+            return dlc_error(DLC_ERR_ARG,
+                             "--advertise %s: expected HOST:PORT, or HOST (or HOST:0) for the port the syncer "
+                             "listens on", advertise);
+    } else {
+        if (split_host_port(listen ? listen : "", host, sizeof host, &p) != 0)
+            return dlc_error(DLC_ERR_ARG, "--listen %s: expected HOST:PORT", listen);
+        p = -1;
+        if (!host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "::") ||
+            !strcmp(host, "*")) {
+            char ip[INET_ADDRSTRLEN];
+            route_address(ip);
+            snprintf(host, sizeof host, "%s", ip);
+        }
+    }
+    if (strchr(host, ':') && host[0] != '[') { /* a bare IPv6 address: bracketed, as HOST:PORT needs */
+        struct in6_addr a6;
+        if (inet_pton(AF_INET6, host, &a6) != 1)
+            return dlc_error(DLC_ERR_ARG, "%s %s: expected HOST:PORT, or HOST (or HOST:0) for the port the syncer "
+                             "listens on (an IPv6 address in brackets: [ADDR]:PORT)",
+                             advertise && advertise[0] ? "--advertise" : "--listen",
+                             advertise && advertise[0] ? advertise : listen);
+        char b[sizeof host];
+        snprintf(b, sizeof b, "[%.*s]", (int)sizeof host - 3, host);
+        memcpy(host, b, sizeof host);
+    }
+    if ((size_t)snprintf(out, cap, "%s:%ld", host, p > 0 ? p : (long)port) >= cap)
+        return dlc_error(DLC_ERR_ARG, "advertise: the address %s:%ld is longer than %zu bytes", host,
+                         p > 0 ? p : (long)port, cap);
+    return DLC_OK;
 }

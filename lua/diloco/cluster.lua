@@ -282,9 +282,12 @@ local function prepare(r, opts)
     ctx.lopts, ctx.sopts, ctx.run_json = islands.sync_options(r, ctx.plist, ctx.rt.heartbeat, 0)
     M.start_syncer(ctx, opts.listen or "127.0.0.1:0", ctx.srd.resume_path)
     ctx.port = ctx.syncer:port()
-    local host = (opts.listen or "127.0.0.1:0"):match("^(.*):%d+$") or "127.0.0.1"
-    if host == "0.0.0.0" or host == "[::]" then host = "127.0.0.1" end
-    ctx.address = opts.advertise or string.format("%s:%d", host, ctx.port)
+    -- the address learners reach it at (the address file's): --advertise, its port the
+    -- bound one unless it names one; else the listen address, a wildcard host being the
+    -- interface that routes off this host (rt.h dlc_rt_advertise)
+    local aok, address = pcall(diloco.advertise_address, opts.listen or "127.0.0.1:0", ctx.port, opts.advertise)
+    if not aok then fail_code(2, "%s", plain(address)) end
+    ctx.address = address
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
     if not metrics then fail("%s", merr) end
     ctx.metrics = metrics

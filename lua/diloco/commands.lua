@@ -183,8 +183,8 @@ M.commands = {
     options = with_tail {
       { name = "listen", arg = "HOST:PORT", default = "127.0.0.1:0",
         doc = "address to listen on (port 0: any free port; 0.0.0.0:PORT for other hosts)" },
-      { name = "advertise", arg = "HOST:PORT", shown = "the listen address",
-        doc = "the address learners should connect to, written to --address-file" },
+      { name = "advertise", arg = "HOST[:PORT]", shown = "the listen address (0.0.0.0: this host's routed one)",
+        doc = "the address learners should connect to, written to --address-file (no port, or port 0: the bound one)" },
       { name = "address-file", arg = "FILE", shown = "none",
         doc = "write the address and run id here once listening (learners: --connect @FILE)" },
       { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET, else a fresh OUT/secret",

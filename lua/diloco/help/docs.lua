@@ -503,6 +503,7 @@ D["diloco.repl.setup"] = "repl.setup([env])\nInstalls help and the pretty print 
 D["diloco.repl.show"] = "repl.show(...)\nPrints a chunk's results readably."
 
 -- ---- the real runtime: rt/ (diloco.Syncer, diloco.Learner), processes, the drivers' Lua ----
+D["diloco.advertise_address"] = "diloco.advertise_address(listen, port[, advertise]) -> \"HOST:PORT\"\nThe address learners reach a syncer at (its --address-file): advertise (no port, or port 0: the bound one), else the listen host with the bound port, a wildcard host (0.0.0.0, [::]) becoming the interface that routes off this host.  rt.h dlc_rt_advertise"
 D["diloco.Syncer"] = "diloco.Syncer{params =, plan =, learners = M, learner =, syncer =, listen = \"HOST:PORT\", run =, net = {secret_file, timeout, heartbeat, ...}} -> Syncer | nil, message, code\nThe syncer on the wall clock: its own thread serves learners over TCP.  docs/runtime.md"
 D["Syncer"] = "Syncer: the real-time syncer driver (diloco.Syncer{...}): poll its events, copy the global model.  docs/runtime.md"
 D["Syncer:port"] = "s:port() -> integer\nThe port it listens on."

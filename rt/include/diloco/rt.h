@@ -434,6 +434,16 @@ DLC_API double dlc_rt_clock(void);
 DLC_API dlc_status dlc_rt_address_file(const char *path, double timeout_s, char *addr, size_t cap, char *run,
                                        size_t rcap);
 
+/* The address learners reach a syncer at, as its address file states it
+ * (`diloco-lua syncer --address-file`): `advertise` when given ("HOST:PORT", or "HOST"
+ * or "HOST:0" for the port the syncer is bound to, `port`); else the host of `listen`
+ * ("HOST:PORT") with the bound port, where a wildcard host ("0.0.0.0", "[::]", "::", "*"
+ * or none) becomes the IPv4 address of the interface that routes off this host (the
+ * default route's; without one, the first interface that is up and not loopback; without
+ * any, 127.0.0.1).  Into out (cap bytes).  DLC_OK, or DLC_ERR_ARG naming a malformed
+ * advertise or a port out of range. */
+DLC_API dlc_status dlc_rt_advertise(const char *listen, int port, const char *advertise, char *out, size_t cap);
+
 /* An injected clock.  A driver's config may name its own clock in net.clock
  * (dlc_net_config): then the driver's time (events' time and clock, the syncer's grace
  * windows and start gate, cuts, the learner's round deadlines) and every timer of its
