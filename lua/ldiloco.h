@@ -74,6 +74,9 @@ int dlcL_signal_stack(void);
  * the calling thread's pool, so those signals reach the thread with the handlers and
  * the alternate stack. */
 void dlcL_block_signals_in_workers(void);
+/* lsignal.c: nonzero once a stop signal was caught (the drivers' interrupted() hook:
+ * a wait in C honours Ctrl-C at once); arg unused. */
+int dlcL_signal_caught(void *arg);
 /* lsignal.c: diloco.catch_signals() from C (the CLI calls it first thing for `run`, so a
  * signal during startup is not lost). */
 void dlcL_catch_signals(void);

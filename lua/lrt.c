@@ -430,6 +430,8 @@ static int l_learner(lua_State *L) {
     c.run = optstr(L, 1, WHO, "run", "");
     c.params = params;
     c.plan = plan;
+    /* a stop signal (diloco.signals) ends the join and l:wait() at once */
+    c.interrupted = dlcL_signal_caught;
     /* joined on return: the whole model arrived, or a refusal or deadline named */
     double join_timeout = 30;
     if (lua_getfield(L, 1, "join_timeout") != LUA_TNIL) {

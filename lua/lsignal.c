@@ -124,6 +124,11 @@ static int l_catch_signals(lua_State *L) {
     return 0;
 }
 
+int dlcL_signal_caught(void *arg) {
+    (void)arg;
+    return pending_signal != 0;
+}
+
 static int l_clear_signals(lua_State *L) {
     (void)L;
     pending_signal = 0;

@@ -708,7 +708,9 @@ static dlc_status refused_error(const dlc_lrt *l) {
 }
 
 /* Waits (taking messages) until done(l) or the deadline; what names what it waited for. */
-static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc_lrt *), const char *what) {
+/* interruptible: the host's interrupted() may end the wait (join, wait; not the finish) */
+static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc_lrt *), const char *what,
+                             int interruptible) {
     double t0 = dlc_rt_clock(), deadline = t0 + timeout_s;
     dlc_status st = DLC_OK;
     while (!done(l)) {
@@ -716,6 +718,13 @@ static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc
         if (l->refused) {
             l->st.wait_s += now - t0;
             return refused_error(l);
+        }
+        if (interruptible && l->cfg.interrupted && l->cfg.interrupted(l->cfg.interrupt_arg)) {
+            l->st.wait_s += now - t0;
+            char who[32] = "learner";
+            if (l->id >= 0) snprintf(who, sizeof who, "learner %d", l->id + 1);
+            return dlc_error(DLC_ERR_STATE, "%s: interrupted while waiting for the %s from the syncer at %s", who,
+                             what, l->cfg.connect);
         }
         if (now >= deadline) {
             l->st.wait_s += now - t0;
@@ -748,7 +757,7 @@ static int may_step(const dlc_lrt *l) {
 
 dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_join: NULL learner");
-    return wait_until(l, timeout_s, is_training, "WELCOME and whole model");
+    return wait_until(l, timeout_s, is_training, "WELCOME and whole model", 1);
 }
 
 dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
@@ -849,7 +858,8 @@ dlc_status dlc_lrt_contribute(dlc_lrt *l, int p) {
 
 dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_wait: the learner has not joined (dlc_lrt_join)");
-    dlc_status st = wait_until(l, timeout_s, may_step, l->cfg.learner.dp ? "averaged gradient" : "merged fragment");
+    dlc_status st =
+        wait_until(l, timeout_s, may_step, l->cfg.learner.dp ? "averaged gradient" : "merged fragment", 1);
     if (st == DLC_OK && l->cfg.learner.dp) {
         /* released by a resync instead of the average: the model is the syncer's, this
          * step's gradient is void (learner.h) */
@@ -903,7 +913,7 @@ dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_finish: NULL learner");
     dlc_status st = collect(l, 1); /* every contribution out before the BYE */
     if (l->l && l->ready && timeout_s > 0) {
-        dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions");
+        dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions", 0);
         if (w != DLC_ERR_STATE && st == DLC_OK) st = w; /* a deadline: the run is over for it either way */
     }
     if (l->ready && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */

@@ -74,12 +74,20 @@ function M.id_from(opts, env)
   return nil
 end
 
+-- A stop signal caught while the learner waits (for the address, the join, a round):
+-- it ends at once, the exit status 128 + the signal's number, saying what it waited for.
+function M.stopped_while(what)
+  local sig, signo = diloco.signals.pending()
+  if sig then error({ diloco_error = string.format("learner: stopped by %s while %s", sig, what), code = 128 + signo }, 0) end
+end
+
 -- "HOST:PORT", or @FILE: the address (and run id) a syncer wrote with --address-file,
 -- waited for up to `wait` seconds (the syncer may start after its learners).
 function M.resolve_connect(spec, wait)
   if spec:sub(1, 1) ~= "@" then return spec, nil end
   local path = spec:sub(2)
   local t0 = diloco.clock()
+  local said = false
   while true do
     local f = io.open(path, "r")
     if f then
@@ -92,6 +100,12 @@ function M.resolve_connect(spec, wait)
     if diloco.clock() - t0 > wait then
       fail_code(1, "--connect @%s: no address in the file after %g s (is the syncer running with --address-file %s?)",
         path, wait, path)
+    end
+    M.stopped_while("waiting for the syncer's address in " .. path)
+    if not said and diloco.clock() - t0 >= 1 then -- a wait says what it waits for, and until when
+      said = true
+      io.stderr:write(string.format("diloco-lua: learner: waiting for the syncer's address in %s (up to %g s, "
+        .. "runtime.join_timeout)\n", path, wait))
     end
     diloco.proc.sleep(0.1)
   end
@@ -178,11 +192,19 @@ function M.prepare(r, opts)
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
   -- (connected and joined on return, the whole model here, or a refusal or deadline named)
+  if not opts.quiet then -- a wait says what it waits for, and until when
+    io.stderr:write(string.format("diloco-lua: learner%s: joining the syncer at %s (up to %g s, runtime.join_timeout)\n",
+      id and (" " .. id) or "", addr, rt.join_timeout))
+    io.stderr:flush()
+  end
   local l, err = diloco.Learner { params = ctx.params, plan = ctx.plan, learner = lopts, syncer = sopts,
     run_json = run_json, id = id,
     incarnation = incarnation, connect = addr, join_timeout = rt.join_timeout,
     run = ctx.run_id, net = net, inline_codec = not rt.codec_thread }
-  if not l then fail("learner: joining the syncer at %s: %s", addr, err) end
+  if not l then
+    M.stopped_while(string.format("joining the syncer at %s", addr))
+    fail("learner: joining the syncer at %s: %s", addr, err)
+  end
   ctx.lrt = l
   -- its link to the syncer: the rt learner driver's calls
   ctx.link = { contribute = function(p) l:contribute(p) end,
@@ -275,12 +297,16 @@ local function drain_events(ctx)
   end
 end
 
--- Returns true when a dp wait ended in a resync (the step's gradient is void).
+-- A stop signal ends the wait at once (dlc_lrt_config.interrupted): then "stop", and the
+-- step is left unfinished (dp: its gradient not applied) for the loop to stop.
 local function wait_merge(ctx)
   local t0 = diloco.clock()
   local ok, err = ctx.lrt:wait(ctx.opts.wait_timeout or 600)
   ctx.wait_time = ctx.wait_time + (diloco.clock() - t0)
-  if not ok then fail("learner %d: %s", ctx.id, err) end
+  if not ok then
+    if diloco.signals.pending() then return "stop" end
+    fail("learner %d: %s", ctx.id, err)
+  end
   return err == true
 end
 
@@ -294,7 +320,7 @@ local function replay(ctx)
     local on, ready = l:replaying()
     if not on then break end
     if not ready then
-      wait_merge(ctx)
+      if wait_merge(ctx) == "stop" then break end -- (the loop stops at its top)
       on, ready = l:replaying()
     end
     if ready then
@@ -336,7 +362,7 @@ local function dp_step(ctx)
   local compute = diloco.clock() - t0
   if bad then dp_void(ctx, bad) end
   ctx.lrt:gradient(bad and 0 or loaders.tokens_per_batch)
-  if wait_merge(ctx) then -- resynced: the model is the syncer's, this step is void
+  if wait_merge(ctx) then -- resynced (the model is the syncer's) or stopped: this step is void
     ctx.train_time = ctx.train_time + compute
     return nil, compute
   end
@@ -464,7 +490,7 @@ function M.train(ctx)
     if ctx.dp and l:replaying() then
       replay(ctx)
       drain_events(ctx)
-      if l:schedule_step() >= r.steps then break end
+      if l:schedule_step() >= r.steps or stop_reason(ctx) then break end
     end
     ctx.step = l:schedule_step() -- the run's step: the learning-rate schedule follows it
     local info, compute

@@ -640,6 +640,7 @@ D["diloco.cluster.on_syncer_event"] = "cluster.on_syncer_event(ctx, ev)\nOne eve
 D["diloco.cluster.runtime"] = "cluster.runtime(recipe) -> {heartbeat, timeout, join_timeout, drain, restarts}\nThe recipe's runtime section in seconds."
 D["diloco.supervisor.find_mpirun"] = "supervisor.find_mpirun(island, ranks) -> path\nmpirun on PATH for an island of several ranks; raises naming openmpi-bin (or MPI missing from this build)."
 D["diloco.learner"] = "diloco.learner: `diloco-lua learner`, one island joined to a syncer over TCP.  docs/runtime.md"
+D["diloco.learner.stopped_while"] = "learner.stopped_while(what)\nA stop signal caught while the learner waits ends it at once: raises the one error type with code 128 + the signal's number, \"learner: stopped by SIGINT while WHAT\"; nothing when none came."
 D["diloco.learner.foreign"] = "learner.foreign(ctx, meta) -> nil | why\nWhy a checkpoint of metadata meta is not learner ctx.id's of run ctx.run_id to restore (another learner's or another run's); nil when it is, or when the file predates those keys."
 D["diloco.learner.run"] = "learner.run(recipe, opts) -> summary\nJoins, trains until the run's step reaches steps, leaves."
 D["diloco.learner.prepare"] = "learner.prepare(recipe, opts) -> ctx\nIts directory, model, optimizer, shard and connection."

@@ -1,0 +1,70 @@
+-- Waits that honour signals at once and say what they wait for (issue 37, items 4 and 5):
+-- a learner joining a syncer that does not answer, and one waiting for a syncer's
+-- address file that never comes, each say so with their deadline, and a SIGINT or
+-- SIGTERM then ends them at once with 128 + its number, naming what they waited for
+-- (before: up to runtime.join_timeout, 120 s, of silence with the signal ignored).
+local diloco = require "diloco"
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+local H = require "spec.helpers"
+
+-- Waits (at most `limit` s) for the file at path to hold `needle`; its text.
+local function wait_for_text(path, needle, limit)
+  local t0 = diloco.clock()
+  while diloco.clock() - t0 < limit do
+    local f = io.open(path, "r")
+    local text = f and f:read("a") or ""
+    if f then f:close() end
+    if text:find(needle, 1, true) then return text end
+    diloco.proc.sleep(0.05)
+  end
+  local f = io.open(path, "r")
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  error(string.format("no %q in %s within %g s; it holds:\n%s", needle, path, limit, text), 2)
+end
+
+describe("a learner's waits", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  local function learner(connect, log)
+    local path = H.tiny_recipe(S, "waits", { count = 2 })
+    local secret = S.write("secret", "s3cret\n")
+    return assert(diloco.proc.spawn { exe, "learner", path, "--connect", connect, "--id", "1", "--secret-file",
+      secret, "--out", S.dir .. "/l", stdout = log, stderr = log })
+  end
+
+  it("end at a SIGINT while joining a syncer that does not answer, exiting 130 and saying what they waited for", function()
+    -- a listening socket that never answers (its I/O runs only in polls, and none
+    -- comes): as a syncer stopped with SIGSTOP would be
+    local net = diloco.net.new { secret = "s3cret\n", inline_io = true }
+    local port = net:listen("127.0.0.1:0")
+    local log = S.dir .. "/join.log"
+    local pid = learner("127.0.0.1:" .. port, log)
+    wait_for_text(log, "joining the syncer at 127.0.0.1:" .. port .. " (up to 120 s, runtime.join_timeout)", 60)
+    local t0 = diloco.clock()
+    diloco.proc.signal(pid, "INT")
+    local st = diloco.proc.wait(pid, true)
+    local waited = diloco.clock() - t0
+    net:close()
+    local text = table.concat(H.read_lines(log), "\n")
+    assert.are.equal(130, st.exited, text)
+    assert.matches("stopped by SIGINT while joining the syncer at 127.0.0.1:" .. port, text, 1, true)
+    assert.is_true(waited < 30, string.format("it took %.1f s to stop (the join's deadline is 120 s)", waited))
+  end)
+
+  it("end at a SIGTERM while waiting for the syncer's address file, exiting 143", function()
+    local log = S.dir .. "/addr.log"
+    local pid = learner("@" .. S.dir .. "/never", log)
+    wait_for_text(log, "waiting for the syncer's address in " .. S.dir .. "/never (up to 120 s", 60)
+    local t0 = diloco.clock()
+    diloco.proc.signal(pid, "TERM")
+    local st = diloco.proc.wait(pid, true)
+    local waited = diloco.clock() - t0
+    local text = table.concat(H.read_lines(log), "\n")
+    assert.are.equal(143, st.exited, text)
+    assert.matches("stopped by SIGTERM while waiting for the syncer's address in", text, 1, true)
+    assert.is_true(waited < 30, string.format("it took %.1f s to stop", waited))
+  end)
+end)
