@@ -236,7 +236,8 @@ describe("a syncer resumed after its learners finished", function()
       assert.are.equal(0, st and st.exited, "the resumed syncer did not end by itself: " .. log())
       assert.is_true(diloco.clock() - t0 < 20, "it ended, but late")
       -- a checkpoint that does not say who left (an older build's, or learners that died
-      -- without BYE): it waits runtime.join_timeout for them, then ends, naming them
+      -- without BYE): it waits runtime.join_timeout for them, saying so, then ends, naming
+      -- them, and fails (it served without them: exit 1, the model saved)
       local list = diloco.rundir.checkpoints(S.dir .. "/run/syncer")
       local last = list[#list].path
       local ts, meta, names = diloco.load_safetensors(last)
@@ -248,7 +249,9 @@ describe("a syncer resumed after its learners finished", function()
       assert(diloco.save_safetensors(last, tl, meta))
       t0 = diloco.clock()
       st = wait_for(syncer { "--resume", "--set", "runtime.join_timeout=2s" }, 60)
-      assert.are.equal(0, st and st.exited, "the resumed syncer did not end by itself: " .. log())
+      assert.are.equal(1, st and st.exited, "the resumed syncer did not end by itself, or not with 1: " .. log())
+      assert.matches("learners 1, 2 did not join or come back within runtime.join_timeout = 2 s: the run ended "
+        .. "without them (its model is saved)", log(), 1, true)
       local took = diloco.clock() - t0
       assert.is_true(took >= 2, string.format("ended after %.2f s, before the deadline", took))
       pids = {}

@@ -68,3 +68,19 @@ describe("a learner's waits", function()
     assert.is_true(waited < 30, string.format("it took %.1f s to stop", waited))
   end)
 end)
+
+describe("a syncer's wait for its learners", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("says which learner it waits for and until when, and fails naming the one that never came", function()
+    local path = H.tiny_recipe(S, "absent", { count = 1, runtime = { join_timeout = "2s" } })
+    local out, code = H.sh(string.format("%s syncer %s --listen 127.0.0.1:0 --out %s/run 2>&1", exe, path, S.dir))
+    assert.are.equal(1, code, out)
+    assert.matches("syncer: waiting for learner 1 to join, until %d%d:%d%d:%d%d %(runtime.join_timeout = 2 s%)", out)
+    assert.matches("learner 1 did not join or come back within runtime.join_timeout = 2 s: the run ended without it "
+      .. "(its model is saved)", out, 1, true)
+    assert.is_not_nil(diloco.file_id(S.dir .. "/run/model.safetensors"))
+  end)
+end)

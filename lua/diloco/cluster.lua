@@ -537,21 +537,40 @@ local finish = require("diloco.runend").finish
 -- (serve) it said BYE (before a --resume too: the syncer's checkpoint says so), or, with
 -- no learner connected, it stayed away runtime.join_timeout (never joined, or lost and
 -- not back): those are named (a fault event of kind absent) and the run ends without them.
+-- Seconds a learner is away before the syncer says it waits for it (a quarter of a
+-- shorter join_timeout).
+local WAIT_SAY_AFTER = 5
+
 local function all_done(ctx)
   if ctx.supervising then -- (the supervisor's rules: core/supervise.h)
     if not sup.all_ended(ctx) then return false end
     ctx.absent = {}
     return true
   end
-  local away = {}
+  local away, waiting = {}, false
+  ctx.wait_said = ctx.wait_said or {}
   for m in ipairs(ctx.learners) do
     if not ctx.syncer then return false end
     local i = ctx.syncer:learner(m)
     if not i.bye then
-      if i.connected or i.absent < ctx.rt.join_timeout then return false end
-      away[#away + 1] = { m = m, info = i }
+      if i.connected then -- training: the run goes on
+        ctx.wait_said[m] = nil
+        waiting = true
+      elseif i.absent < ctx.rt.join_timeout then
+        -- a wait says what it waits for, and until when (once per absence, after a few seconds)
+        if i.absent >= math.min(WAIT_SAY_AFTER, ctx.rt.join_timeout / 4) and ctx.wait_said[m] ~= i.joins then
+          ctx.wait_said[m] = i.joins
+          say(ctx, "syncer: waiting for learner %d to %s, until %s (runtime.join_timeout = %g s)", m,
+            i.joins > 0 and "come back" or "join", os.date("%H:%M:%S",
+              math.floor(diloco.wall_time() + ctx.rt.join_timeout - i.absent)), ctx.rt.join_timeout)
+        end
+        waiting = true
+      else
+        away[#away + 1] = { m = m, info = i }
+      end
     end
   end
+  if waiting then return false end
   ctx.absent = {}
   for _, a in ipairs(away) do
     local text = a.info.joins > 0

@@ -94,8 +94,13 @@ function M.finish(ctx, err)
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
     account = account_total,
   }
+  -- a syncer that served without some of its learners did not do what it was asked: the
+  -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)
+  local absent_error = ctx.absent and #ctx.absent > 0 and string.format("learner%s %s did not join or come back "
+    .. "within runtime.join_timeout = %g s: the run ended without %s (its model is saved)", #ctx.absent > 1 and "s" or "",
+    table.concat(ctx.absent, ", "), ctx.rt.join_timeout, #ctx.absent > 1 and "them" or "it") or false
   summary, err = runhost.close(ctx, summary, { final = final, whole = whole, err = err,
-    also = { ctx.failed_learner or false, save_error or false } })
+    also = { ctx.failed_learner or false, absent_error, save_error or false } })
   ctx.syncer:close()
   ctx.srd:close()
   if not ctx.quiet then
