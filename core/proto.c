@@ -250,6 +250,11 @@ dlc_status dlc_proto_peek(const uint8_t *buf, size_t avail, size_t frame_max, si
     /* Reject a wrong magic as soon as its bytes are in: a stray HTTP request or a
      * port scan is refused on its first bytes, not after 16. */
     static const uint8_t magic[4] = {'D', 'L', 'C', 'W'};
+    if (avail == 1 && buf[0] == 0x16) return DLC_OK; /* a TLS record? its next byte tells */
+    if (avail >= 2 && buf[0] == 0x16 && buf[1] == 0x03) /* a TLS handshake record where a frame was due */
+        return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                    "frame: the peer speaks TLS (a TLS handshake record), and this end does not: start both with TLS "
+                    "(the syncer's --tls-cert and --tls-key, the learners' --tls-ca) or neither");
     for (size_t i = 0; i < 4 && i < avail; i++)
         if (buf[i] != magic[i])
             return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,

@@ -48,18 +48,26 @@ static dlc_net_config config(void) {
 }
 
 static atomic_int stop;
-static dlc_net *server;
+static dlc_net *server, *plain; /* plain: a server without TLS */
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static char seen[2][700];        /* the latest REFUSED or LOST text of server, plain */
 
 static void *serve(void *arg) { /* echo every heartbeat back with steps + 1 */
-    (void)arg;
+    int k = arg != NULL;
+    dlc_net *sv = k ? plain : server;
     while (!atomic_load(&stop)) {
         dlc_net_event ev;
-        if (dlc_net_poll(server, &ev, 50) != 1) continue;
+        if (dlc_net_poll(sv, &ev, 50) != 1) continue;
+        if (ev.kind == DLC_NET_REFUSED || ev.kind == DLC_NET_LOST) {
+            pthread_mutex_lock(&seen_mu);
+            snprintf(seen[k], sizeof seen[k], "%s", ev.text);
+            pthread_mutex_unlock(&seen_mu);
+        }
         if (ev.kind == DLC_NET_FRAME && ev.frame.type == DLC_FRAME_HEARTBEAT && ev.frame.msg.steps > 0) {
             dlc_frame f;
             dlc_frame_init(&f, DLC_FRAME_HEARTBEAT);
             f.msg.steps = ev.frame.msg.steps + 1;
-            dlc_net_send(server, ev.peer, &f, NULL, NULL);
+            dlc_net_send(sv, ev.peer, &f, NULL, NULL);
         }
         dlc_net_event_release(&ev);
     }
@@ -89,7 +97,7 @@ static int exchange(dlc_net_config c, int port, char *why, size_t whycap) {
             dlc_net_send(cl, peer, &f, NULL, NULL);
         } else if (ev.kind == DLC_NET_FRAME && ev.frame.msg.steps == 42) {
             ok = 1;
-        } else if (ev.kind == DLC_NET_LOST) {
+        } else if (ev.kind == DLC_NET_LOST || ev.kind == DLC_NET_REFUSED) {
             snprintf(why, whycap, "%s", ev.text);
             dlc_net_event_release(&ev);
             break;
@@ -126,10 +134,48 @@ int main(void) {
     CHECK(!exchange(cc, port, why, sizeof why) && strstr(why, "TLS"));
     if (!strstr(why, "TLS")) fprintf(stderr, "wrong CA: %s\n", why);
 
-    /* a plain-TCP client gets nowhere (its AUTH is not a TLS record) */
+    /* a plain-TCP client gets nowhere (its AUTH is not a TLS record), and each end says
+     * which of them expected TLS */
     dlc_net_config pc = dlc_net_default_config();
     pc.secret = "tls secret", pc.secret_len = 10, pc.auth_timeout_s = 2, pc.reconnect_max_s = 0;
-    CHECK(!exchange(pc, port, why, sizeof why));
+    char says[80];
+    snprintf(says, sizeof says, "does the server at 127.0.0.1:%d expect TLS?", port);
+    CHECK(!exchange(pc, port, why, sizeof why) && strstr(why, says));
+    if (!strstr(why, says)) fprintf(stderr, "plain client: %s\n", why);
+    for (double end = now_s() + 5; now_s() < end;) { /* the server's REFUSED may come after the client's LOST */
+        pthread_mutex_lock(&seen_mu);
+        int got = strstr(seen[0], "does not speak TLS, and this end expects it") != NULL;
+        pthread_mutex_unlock(&seen_mu);
+        if (got) break;
+        sleep_s(0.01);
+    }
+    pthread_mutex_lock(&seen_mu);
+    CHECK(strstr(seen[0], "does not speak TLS, and this end expects it"));
+    if (!strstr(seen[0], "does not speak TLS")) fprintf(stderr, "server on the plain client: %s\n", seen[0]);
+    pthread_mutex_unlock(&seen_mu);
+
+    /* a TLS client to a server without TLS: the same, the other way round */
+    dlc_net_config ps = dlc_net_default_config();
+    ps.secret = "tls secret", ps.secret_len = 10;
+    plain = dlc_net_new(&ps);
+    CHECK_OK(plain);
+    int pport = dlc_net_listen(plain, "127.0.0.1:0");
+    pthread_t tp;
+    pthread_create(&tp, NULL, serve, (void *)1);
+    cc.tls_ca = ca;
+    CHECK(!exchange(cc, pport, why, sizeof why) && strstr(why, "does not speak TLS, and this end expects it"));
+    if (!strstr(why, "does not speak TLS")) fprintf(stderr, "TLS client to a plain server: %s\n", why);
+    for (double end = now_s() + 5; now_s() < end;) {
+        pthread_mutex_lock(&seen_mu);
+        int got = strstr(seen[1], "the peer speaks TLS") != NULL;
+        pthread_mutex_unlock(&seen_mu);
+        if (got) break;
+        sleep_s(0.01);
+    }
+    pthread_mutex_lock(&seen_mu);
+    CHECK(strstr(seen[1], "the peer speaks TLS (a TLS handshake record), and this end does not"));
+    if (!strstr(seen[1], "the peer speaks TLS")) fprintf(stderr, "plain server on the TLS client: %s\n", seen[1]);
+    pthread_mutex_unlock(&seen_mu);
 
     /* the run secret is still checked inside TLS */
     cc.tls_ca = ca, cc.secret = "wrong secret", cc.secret_len = 12;
@@ -152,7 +198,9 @@ int main(void) {
 
     atomic_store(&stop, 1);
     pthread_join(t, NULL);
+    pthread_join(tp, NULL);
     dlc_net_free(server);
+    dlc_net_free(plain);
     sh("rm -rf %s", dir);
     return check_done("net_tls");
 }

@@ -682,6 +682,10 @@ static void test_prefix(void) {
     refuse("bad_magic", buf, 4, DLC_PERR_MALFORMED, "not the magic");
     memcpy(buf, "GET / HTTP/1.1\r\n", 16);
     refuse("http", buf, 16, DLC_PERR_MALFORMED, "byte 0 is 0x47");
+    /* a TLS ClientHello where a frame was due: the peer speaks TLS and this end does not */
+    static const uint8_t hello[16] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03};
+    memcpy(buf, hello, sizeof hello);
+    refuse("tls_hello", buf, 16, DLC_PERR_MALFORMED, "the peer speaks TLS (a TLS handshake record), and this end does not");
     n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
     buf[3] = 'X';
     refuse("bad_magic_3", buf, n, DLC_PERR_MALFORMED, "byte 3 is 0x58");

@@ -881,15 +881,37 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
                 char buf[160];
                 ERR_error_string_n(ssl_err, buf, sizeof buf);
                 c->end_code = DLC_PERR_AUTH;
-                snprintf(c->end_text, sizeof c->end_text, "TLS: %s", buf);
+                int reason = ERR_GET_REASON(ssl_err);
+                if (c->state != DLC_CONN_READY &&
+                    (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_HTTP_REQUEST ||
+                     reason == SSL_R_PACKET_LENGTH_TOO_LONG || reason == SSL_R_UNKNOWN_PROTOCOL))
+                    /* not a TLS record where the handshake's first one was due: the peer
+                     * speaks the protocol without TLS */
+                    snprintf(c->end_text, sizeof c->end_text,
+                             "TLS: the %s at %s does not speak TLS, and this end expects it (%s): start both with "
+                             "TLS (the syncer's --tls-cert and --tls-key, the learners' --tls-ca) or neither",
+                             c->client ? "server" : "peer", c->name, buf);
+                else
+                    snprintf(c->end_text, sizeof c->end_text, "TLS: %s", buf);
             } else if (!c->end_code) {
-                c->end_code = DLC_PERR_NONE;
-                snprintf(c->end_text, sizeof c->end_text, "%s", (what & BEV_EVENT_EOF) ? "connection closed by the peer"
-                                                                : evutil_socket_error_to_string(err));
+                dlcn_conn_end_text(c, (what & BEV_EVENT_EOF) != 0, err);
             }
         }
         dlcn_conn_close_now(c);
     }
+}
+
+void dlcn_conn_end_text(conn *c, int eof, int err) {
+    c->end_code = DLC_PERR_NONE;
+    const char *what = eof ? "connection closed by the peer" : evutil_socket_error_to_string(err);
+    if (!c->net->ssl && c->client && c->state == DLC_CONN_AUTHENTICATING && c->step == 0)
+        /* closed before the server's first frame: a server that expects TLS drops a plain
+         * handshake so (its own log says so) */
+        snprintf(c->end_text, sizeof c->end_text,
+                 "%s before the server's first frame (does the server at %s expect TLS? then start this end with "
+                 "TLS too: the learner's --tls-ca)", what, c->name);
+    else
+        snprintf(c->end_text, sizeof c->end_text, "%s", what);
 }
 
 /* ---- timers ---- */

@@ -64,11 +64,8 @@ static void in_drop(conn *c) {
 /* The peer closed (eof) or the socket failed (errno err) under a read. */
 static void conn_ended(conn *c, int eof, int err) {
     if (c->state == DLC_CONN_CLOSED) return;
-    if (c->state != DLC_CONN_DRAINING && !c->end_code) { /* a drain keeps the reason it started with */
-        c->end_code = DLC_PERR_NONE;
-        snprintf(c->end_text, sizeof c->end_text, "%s",
-                 eof ? "connection closed by the peer" : evutil_socket_error_to_string(err));
-    }
+    if (c->state != DLC_CONN_DRAINING && !c->end_code) /* a drain keeps the reason it started with */
+        dlcn_conn_end_text(c, eof, err);
     dlcn_conn_close_now(c);
 }
 

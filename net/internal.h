@@ -345,6 +345,10 @@ void dlcn_conn_drain(conn *c, int code, const char *text);
 void dlcn_conn_close_now(conn *c);
 void dlcn_conn_retire(conn *c);
 void dlcn_reap(dlc_net *net);
+/* Why c ended, when the peer closed (eof) or the socket failed (errno err) with no reason
+ * of its own yet: into c->end_code and c->end_text (a client without TLS closed before the
+ * server's first frame is told the server may expect TLS). */
+void dlcn_conn_end_text(conn *c, int eof, int err);
 void dlcn_conn_arm(conn *c);
 /* Runs c's timer now (the injected clock moved: dlc_net_clock_moved). */
 void dlcn_conn_tick(conn *c);
