@@ -67,6 +67,7 @@ struct dlc_lrt {
     int ready_once; /* it was READY before: a READY after that is a reconnect */
     double t0;
     char last_refusal[DLC_RT_TEXT_MAX];
+    int joined_once;          /* dlc_lrt_join returned DLC_OK: a BYE is no longer a refusal */
     /* host events, a ring */
     dlc_lrt_event ev[LRT_EVENTS_MAX];
     int ev_head, ev_len;
@@ -528,6 +529,9 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         if (t == DLC_FRAME_BYE) {
             snprintf(l->last_refusal, sizeof l->last_refusal, "the syncer said bye: %s", ev->frame.text);
             dlc_text_clean(l->last_refusal);
+            /* before its join is done (no whole model yet): the syncer will not serve it
+             * (an id beyond the run's, a run that is over): final, not retried */
+            if (!l->joined_once) l->refused = 1;
             return DLC_OK;
         }
         /* a merged fragment stays in its frame until applied (no stash of the model) */
@@ -543,7 +547,8 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         }
         return st == DLC_OK ? actions(l) : st;
     }
-    case DLC_NET_LOST:
+    case DLC_NET_LOST: {
+        int was_refused = l->refused; /* (a BYE before the join said why: kept) */
         /* another run, secret or version: final, before it joined or after (a syncer
          * restarted with another recipe): it never trains on alone */
         if (ev->code == DLC_PERR_MISMATCH || ev->code == DLC_PERR_AUTH || ev->code == DLC_PERR_VERSION) l->refused = 1;
@@ -556,7 +561,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             if (l->conflict_t <= 0) l->conflict_t = now > 0 ? now : 1e-9;
             else if (now - l->conflict_t >= LRT_CONFLICT_TIMEOUTS * l->cfg.net.timeout_s) l->refused = 1;
         }
-        if (ev->code != DLC_PERR_NONE || ev->text[0]) {
+        if (!was_refused && (ev->code != DLC_PERR_NONE || ev->text[0])) {
             char own[290] = "";
             const char *code = dlc_proto_errcode_name(ev->code) ? dlc_proto_errcode_name(ev->code) : "?";
             layout_own(l, ev, own, sizeof own);
@@ -570,6 +575,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         l->ready = 0;
         l->st.connected = 0;
         return DLC_OK;
+    }
     case DLC_NET_DRAINED:
         flush_held(l);
         return DLC_OK;
@@ -757,7 +763,9 @@ static int may_step(const dlc_lrt *l) {
 
 dlc_status dlc_lrt_join(dlc_lrt *l, double timeout_s) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_join: NULL learner");
-    return wait_until(l, timeout_s, is_training, "WELCOME and whole model", 1);
+    dlc_status st = wait_until(l, timeout_s, is_training, "WELCOME and whole model", 1);
+    if (st == DLC_OK) l->joined_once = 1;
+    return st;
 }
 
 dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {

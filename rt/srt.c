@@ -646,6 +646,13 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
             char why[DLC_RT_TEXT_MAX];
             snprintf(why, sizeof why, "learner id %d from %.400s: this run has learners 1..%d (--id or the launcher's rank)",
                      m + 1, ev->text, s->M);
+            /* told why, so that it fails at once instead of retrying (a BYE before its join
+             * is final for the learner driver), then closed */
+            dlc_frame f;
+            dlc_frame_init(&f, DLC_FRAME_BYE);
+            f.msg.learner = m;
+            snprintf(f.text, sizeof f.text, "refused: %.490s", why);
+            (void)dlc_net_send(s->net, ev->peer, &f, NULL, NULL);
             dlc_net_close(s->net, ev->peer);
             refuse(s, DLC_PERR_MISMATCH, m, ev->text, why);
             return DLC_OK;
