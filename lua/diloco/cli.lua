@@ -286,9 +286,13 @@ local function run(args, parse)
   if not opts then return pos end
   -- real islands: learner processes (or mpirun jobs, an island of several ranks) and the syncer here
   if r.islands.count > 1 or r.islands.list[1].ranks then
-    if opts.resume then usage_error("--resume: a run of several islands is not resumed in this version") end
+    -- resumed: the syncer from its newest checkpoint (OUT/syncer), each learner from its own
+    if opts.resume and opts.resume ~= "latest" then
+      usage_error("--resume %s: a run of several islands resumes its syncer from its newest checkpoint and each "
+        .. "learner from its own: --resume latest", opts.resume)
+    end
     return train(require("diloco.cluster").run, r, opts, { metrics = opts.metrics, out = opts.out,
-      overwrite = opts.overwrite, quiet = opts.quiet, recipe_path = pos[1], set = opts.set,
+      overwrite = opts.overwrite, quiet = opts.quiet, recipe_path = pos[1], set = opts.set, resume = opts.resume,
       command = "diloco-lua run " .. table.concat(args, " ") })
   end
   local refused = diloco.recipe.single_island_problems(r) -- faults on one island: `sim`

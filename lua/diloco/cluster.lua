@@ -211,6 +211,7 @@ local function prepare(r, opts)
   -- OUT/syncer holds the syncer's checkpoints: --resume continues from its newest (OUT's
   -- metrics are appended to), else a new run, refused over an old one without --overwrite
   ctx.rd = diloco.rundir.open(ctx.out, { overwrite = opts.overwrite, metrics = opts.metrics, command = opts.command,
+    resume_hint = opts.supervise and "--resume latest" or "--resume",
     keep = r.checkpoint.keep, append = opts.resume and true or nil })
   if ctx.rd.took_over and not opts.quiet then
     io.stderr:write(string.format("diloco-lua: took over %s: it held only the start of a run that never saved "

@@ -86,7 +86,7 @@ end
 -- opts: resume (nil | "latest" | a checkpoint path), overwrite (bool), metrics (a path
 -- instead of OUT/metrics.jsonl), command (shown to a second run), keep (checkpoints to
 -- keep, >= 1), resumable (false: the command has no --resume, its refusal does not offer
--- one).  Raises {diloco_error, code} errors: 2 for a refusal the user can fix
+-- one), resume_hint (the flag its refusal offers, "--resume latest" unless given).  Raises {diloco_error, code} errors: 2 for a refusal the user can fix
 -- with a flag, 1 for an environmental failure.
 function M.open(out, opts)
   opts = opts or {}
@@ -222,7 +222,8 @@ function M:resolve(opts)
     if not opts.overwrite then
       table.sort(present)
       fail(2, "--out %s already holds a run (%s): %s--overwrite replaces it, --out DIR picks another directory",
-        out, table.concat(present, ", "), opts.resumable == false and "" or "--resume latest continues it, ")
+        out, table.concat(present, ", "), opts.resumable == false and "" or
+        ((opts.resume_hint or "--resume latest") .. " continues it, "))
     end
     for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
     self.overwritten = present

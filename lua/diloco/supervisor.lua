@@ -57,7 +57,9 @@ local function learner_argv(ctx, m, fresh, rollback)
   local argv = { diloco.proc.self_exe(), "learner", o.recipe_path, "--connect", ctx.address, "--id", tostring(m),
     "--out", string.format("%s/learner-%d", ctx.out, m), "--secret-file", ctx.secret_file, "--run-id", ctx.run_id,
     "--quiet" }
-  if fresh then argv[#argv + 1] = "--overwrite" end -- a new run: nothing of an earlier one is continued
+  -- a new run: nothing of an earlier one is continued (a resumed run's learners continue
+  -- from their own newest checkpoints)
+  if fresh and not o.resume then argv[#argv + 1] = "--overwrite" end
   if rollback then
     argv[#argv + 1] = "--restart-at"
     argv[#argv + 1] = tostring(rollback)
