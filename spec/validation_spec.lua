@@ -208,9 +208,9 @@ return diloco.recipe {
     assert.are.equal(0, status, out)
   end)
 
-  it("runs several islands as processes, and refuses to resume such a run", function()
+  it("runs several islands as processes, resuming one only from its syncer's checkpoints", function()
     local out = assert_refused("--set islands.count=4 --resume latest",
-      "--resume: a run of several islands is not resumed in this version")
+      "/syncer holds no checkpoint (checkpoint-STEP.safetensors) to resume from")
     assert.is_nil(out:find("problem", 1, true), out)
     assert.is_nil(out:find("trains one island", 1, true), out)
   end)
