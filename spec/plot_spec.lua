@@ -108,6 +108,65 @@ describe("diloco.plot reads metrics", function()
   end)
 end)
 
+describe("diloco-lua plot of a real run of several islands", function()
+  -- OUT/metrics.jsonl (the syncer's: global evals, faults) and OUT/learner-N/metrics.jsonl
+  -- (each learner's steps), with the times a run writes: learner 2 killed after its
+  -- step 10 and back before step 30
+  local dir = tmp .. "/real"
+  local function write(path, records)
+    local lines = {}
+    for _, r in ipairs(records) do
+      local f = {}
+      for k, v in pairs(r) do if k ~= 1 and k ~= "t" then f[k] = v end end
+      lines[#lines + 1] = diloco.metrics.line(r[1], f, r.t)
+    end
+    diloco.mkdir_p(path:match("^(.*)/[^/]+$"))
+    local fh = assert(io.open(path, "w"))
+    fh:write(table.concat(lines, "\n"), "\n")
+    fh:close()
+  end
+  setup(function()
+    write(dir .. "/metrics.jsonl", {
+      { "eval", step = 10, loss = 4.2, t = 101 },
+      { "fault", kind = "kill", learner = 2, begin = true, duration = 5, t = 102 },
+      { "fault", kind = "joined", learner = 2, t = 108 },
+      { "eval", step = 30, loss = 3.1, final = true, t = 120 },
+      { "summary", steps = 60, t = 121 },
+    })
+    write(dir .. "/learner-1/metrics.jsonl", {
+      { "step", learner = 1, step = 10, loss = 4.4, t = 100 },
+      { "step", learner = 1, step = 20, loss = 3.9, t = 105 },
+      { "step", learner = 1, step = 30, loss = 3.3, t = 110 },
+      { "summary", learner = 1, steps = 30, t = 111 },
+    })
+    write(dir .. "/learner-2/metrics.jsonl", {
+      { "step", learner = 2, step = 10, loss = 4.6, t = 100.5 },
+      { "step", learner = 2, step = 30, loss = 3.5, t = 110.5 },
+    })
+  end)
+
+  it("draws the global evals, each learner's loss from its own directory, and marks the faults", function()
+    local run = plot.read(dir)
+    assert.are.equal(2, run.learner_dirs)
+    local c = by_label(plot.series({ run }, plot.parse_spec("loss", nil), "steps"))
+    assert.are.equal(2, #c["eval loss"].points)
+    assert.are.equal(3, #c["step loss learner 1"].points)
+    assert.are.equal(2, #c["step loss learner 2"].points)
+    -- the kill at learner 2's step 10 (its latest step then), and its return at the step
+    -- it had reached when it came back, still 10 (its next step came later)
+    local marks = plot.fault_marks({ run }, "steps")
+    assert.are.same({ { 10, back = false, text = "kill 2" }, { 10, back = true, text = "joined 2" } }, marks)
+    local out, status = sh(dir .. " --width 60 --height 8")
+    assert.are.equal(0, status, out)
+    assert.matches("\n  %S step loss learner 1 %(3 points%)\n", out)
+    assert.matches("\n  %S step loss learner 2 %(2 points%)\n", out)
+    assert.matches("\n  %S eval loss %(2 points%)\n", out)
+    assert.matches("  ! a fault (1), ^ one over (1): under the axis", out, 1, true)
+    -- both at step 10, the smallest x: the first column under the axis says a fault began there
+    assert.matches("\n%s+%+%-+\n%s+!\n", out)
+  end)
+end)
+
 describe("diloco-lua plot", function()
   local run_file, sim_file
 

@@ -3,6 +3,8 @@
 --   diloco-lua plot runs/charlm runs/charlm-lr1e-3 --out loss.png      -- loss and eval
 --   diloco-lua plot runs/decoupled --events merge --y contributors --x virtual
 --
+-- A run directory of `diloco-lua run` with several islands is read with its learners'
+-- metrics (learner-N/metrics.jsonl), and faults are marked on the x axis (M.fault_marks).
 -- A curve is one (run, record kind, field) and, in a sim, one per learner (and per
 -- fragment for merges): the records of the metrics file (docs/cli.md, "Metrics") whose
 -- kind is among --events and that carry both the x and the y field as numbers (an
@@ -93,7 +95,35 @@ function M.read(arg)
   if #records == 0 then
     bad_input("%s: no metrics records (the file is empty%s)", path, skipped > 0 and " but for lines cut short" or "")
   end
-  return { label = run_label(arg, path), path = path, records = records, skipped = skipped }
+  local run = { label = run_label(arg, path), path = path, records = records, skipped = skipped }
+  if path ~= arg then M.read_learners(run, arg) end
+  return run
+end
+
+-- A real run of several islands (`diloco-lua run`): its directory holds the syncer's
+-- metrics (the global evals, merges, faults) and each learner's in learner-N/ (its steps'
+-- losses); those are read into the run too, each record naming its learner.
+function M.read_learners(run, dir)
+  local found = {}
+  for _, name in ipairs(diloco.listdir(dir) or {}) do
+    local m = math.tointeger(tonumber(name:match("^learner%-(%d+)$") or ""))
+    if m and diloco.file_id(string.format("%s/%s/metrics.jsonl", dir, name)) then found[#found + 1] = m end
+  end
+  table.sort(found)
+  for _, m in ipairs(found) do
+    local ok, sub = pcall(M.read, string.format("%s/learner-%d/metrics.jsonl", dir, m))
+    if ok then
+      for _, rec in ipairs(sub.records) do
+        if rec.event ~= "summary" then
+          rec.learner = rec.learner or m
+          run.records[#run.records + 1] = rec
+        end
+      end
+      run.skipped = run.skipped + sub.skipped
+    end
+  end
+  run.learner_dirs = #found
+  return run
 end
 
 -- Runs (M.read) of one name are told apart by the path given: each such run's label
@@ -261,6 +291,48 @@ function M.nothing_to_draw(runs, spec, x, xfield)
     table.concat(ys, ","), where, #ys == 1 and "it" or "them", xfield, #names > 0 and table.concat(names, ", ") or "none")
 end
 
+-- ---- faults ----
+
+-- Whether a fault record marks a fault (its begin: kill, crash, lost, pause, ...) or the
+-- way back (its end, a rejoin, a recovery).
+local function is_back(rec)
+  return rec.begin == false or rec.kind == "joined" or rec.kind == "recovered" or rec.kind == "restart"
+end
+
+-- The faults of runs as marks on the x axis x: { {x, back = bool, text} }, in order.  A
+-- fault without that field (a real run's faults carry wall times, not steps) is placed at
+-- the step its learner (or, for the syncer's, any learner) had reached then: the latest
+-- step record at or before its time.  A restart that did not happen is not marked.
+function M.fault_marks(runs, x)
+  local xfield = M.X_ALIASES[x] or x
+  local marks = {}
+  for _, run in ipairs(runs) do
+    local t0 = run.records[1].time or 0
+    local steps = {}
+    for _, rec in ipairs(run.records) do
+      if rec.event == "step" and rec.time and numeric(rec[xfield]) then steps[#steps + 1] = rec end
+    end
+    table.sort(steps, function(a, b) return a.time < b.time end)
+    for _, rec in ipairs(run.records) do
+      if rec.event == "fault" and not rec.skipped then
+        local xv = x_value(rec, xfield, t0)
+        if not xv and rec.time then
+          for _, st in ipairs(steps) do
+            if st.time > rec.time then break end
+            if rec.learner == nil or st.learner == rec.learner then xv = numeric(st[xfield]) end
+          end
+        end
+        if xv then
+          marks[#marks + 1] = { xv, back = is_back(rec), text = tostring(rec.kind or "fault") ..
+            (rec.learner and (" " .. tostring(rec.learner)) or "") }
+        end
+      end
+    end
+  end
+  table.sort(marks, function(a, b) return a[1] < b[1] end)
+  return marks
+end
+
 -- ---- the text chart ----
 
 local MARKS = { "*", "+", "o", "x", "#", "@", "%", "&", "=", "~" }
@@ -336,6 +408,19 @@ function M.text_chart(curves, opts)
     out[#out + 1] = (string.format("%" .. lw .. "s |%s", lab, table.concat(grid[r])):gsub("%s+$", ""))
   end
   out[#out + 1] = string.rep(" ", lw) .. " +" .. string.rep("-", cols)
+  local shown = 0
+  if opts.marks and #opts.marks > 0 then -- faults under the axis: ! where one began, ^ where one ended
+    local row = {}
+    for col = 1, cols do row[col] = " " end
+    for _, mk in ipairs(opts.marks) do
+      if mk[1] >= xmin and mk[1] <= xmax then
+        local col = cell(mk[1], ymin)
+        row[col] = (mk.back and row[col] ~= "!") and "^" or "!"
+        shown = shown + 1
+      end
+    end
+    if shown > 0 then out[#out + 1] = (string.rep(" ", lw + 2) .. table.concat(row)):gsub("%s+$", "") end
+  end
   local left, right = short(xmin), short(xmax)
   local mid = short((xmin + xmax) / 2)
   local axis = left .. string.rep(" ", math.max(1, cols // 2 - #left - #mid // 2)) .. mid
@@ -348,6 +433,15 @@ function M.text_chart(curves, opts)
       #c.points == 1 and "" or "s")
   end
   if #curves > #MARKS then out[#out + 1] = "  (marks repeat after " .. #MARKS .. " curves)" end
+  if shown > 0 then
+    local begun, back = 0, 0
+    for _, mk in ipairs(opts.marks) do
+      if mk[1] >= xmin and mk[1] <= xmax then
+        if mk.back then back = back + 1 else begun = begun + 1 end
+      end
+    end
+    out[#out + 1] = string.format("  ! a fault (%d), ^ one over (%d): under the axis", begun, back)
+  end
   return table.concat(out, "\n")
 end
 
@@ -393,6 +487,21 @@ local function run_gnuplot(script, data, out)
   return true
 end
 
+-- The faults as vertical lines across the chart, each named at its top: red dashed where
+-- one began, green dotted where one ended (at most 60 named).
+local function fault_lines(marks)
+  local lines = {}
+  for i, mk in ipairs(marks or {}) do
+    lines[#lines + 1] = string.format("set arrow from %.17g, graph 0 to %.17g, graph 1 nohead dt %d lw 1 lc rgb '%s'",
+      mk[1], mk[1], mk.back and 3 or 2, mk.back and "forest-green" or "red")
+    if i <= 60 then
+      lines[#lines + 1] = string.format("set label %s at %.17g, graph 0.99 rotate by 90 right font ',8' tc rgb '%s'",
+        gp_string(mk.text), mk[1], mk.back and "forest-green" or "red")
+    end
+  end
+  return table.concat(lines, "\n")
+end
+
 function M.gnuplot(curves, opts)
   local data = os.tmpname()
   local f = assert(io.open(data, "w"))
@@ -418,6 +527,7 @@ function M.gnuplot(curves, opts)
     opts.log_y and "set logscale y" or "unset logscale y",
     #curves > 3 and "set key below" or "set key top right", "set grid", -- many curves: the key off the data
     "set offsets graph 0, 0, 0.05, 0.05", -- points on the largest or smallest y stay off the frame
+    fault_lines(opts.marks),
     "plot " .. table.concat(plots, ", "),
   }, "\n")
   return run_gnuplot(script, data, opts.out)
@@ -554,6 +664,7 @@ function M.main(args, parse)
     usage("--kind %s: expected curves or compute", opts.kind)
   end
   local curves = M.series(runs, spec, opts.x)
+  local marks = M.fault_marks(runs, opts.x)
   local xfield = M.X_ALIASES[opts.x] or opts.x
   local names = {}
   for _, run in ipairs(runs) do names[#names + 1] = run.label end
@@ -564,7 +675,7 @@ function M.main(args, parse)
   local function text_chart()
     local width = opts.width or (diloco.isatty(1) and diloco.terminal_size(1)) or 80
     return M.text_chart(curves, { width = math.min(width, 1000), height = opts.height, title = title,
-      log_y = opts["log-y"], xlabel = xlabel })
+      log_y = opts["log-y"], xlabel = xlabel, marks = marks })
   end
   if not opts.out then
     io.stdout:write(text_chart(), "\n")
@@ -576,7 +687,7 @@ function M.main(args, parse)
       .. "chart is printed above as text and %s was not written", opts.out, opts.out)
   end
   local ok, gerr = M.gnuplot(curves, { out = opts.out, width = pw, height = ph, title = title, xlabel = xlabel,
-    ylabel = table.concat(ys, ", "), log_y = opts["log-y"] })
+    ylabel = table.concat(ys, ", "), log_y = opts["log-y"], marks = marks })
   if not ok then failed("--out %s: gnuplot failed: %s", opts.out, gerr ~= "" and gerr or "no output written") end
   local points = 0
   for _, c in ipairs(curves) do points = points + #c.points end

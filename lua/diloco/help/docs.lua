@@ -459,6 +459,8 @@ D["diloco.cli.num_text"] = "cli.num_text(v) -> string\nA number as the user woul
 D["diloco.cli.parse"] = "cli.parse(args, command) -> opts, positional\nParses --name value / --name=value against a command's option table (typed options converted and range-checked, defaults filled); raises {usage = message}."
 
 D["diloco.plot"] = "diloco.plot: the `diloco-lua plot RUN_OR_METRICS...` command: curves of runs (gnuplot PNG, or a text chart).  docs/cli.md"
+D["diloco.plot.read_learners"] = "plot.read_learners(run, dir) -> run\nA real run of several islands: each learner's metrics (dir/learner-N/metrics.jsonl) read into run's records, each naming its learner (plot.read does this for a run directory)."
+D["diloco.plot.fault_marks"] = "plot.fault_marks(runs, x) -> {{x, back, text}}\nThe faults of runs as marks on the x axis x (began: back false; ended or came back: true); a fault without that field sits at the step its learner had reached at its time."
 D["diloco.plot.main"] = "plot.main(args, parse) -> exit status"
 D["diloco.plot.read"] = "plot.read(run_or_file) -> {label =, path =, records =, skipped =}\nThe metrics of a run directory or a metrics file; raises a usage error for a missing, empty or non-metrics file."
 D["diloco.plot.parse_spec"] = "plot.parse_spec(y, events) -> {{kind =, field =}, ...}\nWhat to draw from --y and --events."
