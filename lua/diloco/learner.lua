@@ -157,7 +157,7 @@ local function restore(ctx, restart_at, with_model)
   end
   if why then ctx:warn("learner %d: %s: %s (its optimizer state restored, the data from its shard's start)", ctx.id,
     last.path, why) end
-  ctx.restored_step = last.step
+  ctx.restored_step, ctx.restored_model = last.step, (restart_at or with_model) and true or nil
   return last.path
 end
 
@@ -269,6 +269,16 @@ function M.prepare(r, opts)
     optimizer = ctx.restored and "checkpoint" or "fresh", tokens = ctx.tokens, restart_at = opts.restart_at,
     data_cursor = ctx.data_cursor,
     startup_s = diloco.clock() - ctx.t_start })
+  if not opts.quiet then -- what it continues from: its own checkpoint, or nothing of before
+    if ctx.restored then
+      ctx:warn("learner %d: restored its optimizer state, data position and %s tokens from %s (step %d)%s", ctx.id,
+        diloco.progress.human(ctx.tokens), ctx.restored, ctx.restored_step or 0,
+        ctx.restored_model and ", the model too" or "; the model comes from the syncer")
+    else
+      ctx:warn("learner %d: nothing restored: a fresh optimizer, its data from %s", ctx.id,
+        ctx.data_cursor and string.format("the run's step %d", ctx.data_cursor) or "the start of its shard")
+    end
+  end
   return ctx
 end
 
