@@ -477,6 +477,9 @@ describe("diloco-lua syncer and learners under a launcher", function()
     end
   end)
 
+  -- the syncer listens on 0.0.0.0:0, as the docs launch it across hosts: its address file
+  -- must hold the address of the interface the learners reach it by, not 127.0.0.1
+  -- (issue 37, item 1: before, they got 'no WELCOME ... at 127.0.0.1:PORT within 120 s')
   it("runs with the syncer and the learners in two network namespaces joined by veth", function()
     local tag = tostring(diloco.proc.pid())
     local a, b = "dlcA" .. tag, "dlcB" .. tag
@@ -502,7 +505,7 @@ describe("diloco-lua syncer and learners under a launcher", function()
       local path = recipe(S, "netns", { count = 2, steps = 150 })
       local secret = S.write("secret", "s3cret\n")
       local pid = assert(diloco.proc.spawn { "/usr/sbin/ip", "netns", "exec", a, exe, "syncer", path, "--listen",
-        "10.231.0.1:0", "--address-file", S.dir .. "/addr", "--secret-file", secret, "--out", S.dir .. "/run", "--quiet",
+        "0.0.0.0:0", "--address-file", S.dir .. "/addr", "--secret-file", secret, "--out", S.dir .. "/run", "--quiet",
         stdout = S.dir .. "/syncer.log", stderr = S.dir .. "/syncer.log" })
       local lcmd = function(id)
         return string.format("OMP_NUM_THREADS=1 timeout 120 ip netns exec %s %s learner %s --connect @%s/addr --id %d "
@@ -513,6 +516,7 @@ describe("diloco-lua syncer and learners under a launcher", function()
       assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n") .. out)
       local s = summary_of(events(S.dir .. "/run/metrics.jsonl"))
       assert.are.equal("10.231.0.1", s.address:match("^([%d%.]+):"))
+      assert.are.equal(s.address, H.read_lines(S.dir .. "/addr")[1]) -- what the learners read
       assert.is_true(s.per_learner[1].merged > 0 and s.per_learner[2].merged > 0)
       for m = 1, 2 do -- they came over the veth, from the other namespace
         assert.matches("^10%.231%.0%.2:%d+$", s.per_learner[m].from)
