@@ -477,6 +477,66 @@ describe("diloco-lua syncer and learners under a launcher", function()
     end
   end)
 
+  -- Issue 37, item 2: under one MPMD line (syncer rank 0, learners the rest) a learner
+  -- rank killed with SIGKILL ended the whole job, syncer included (exit 137); with
+  -- OpenMPI's orte_abort_on_non_zero_status off the others go on, but mpirun itself never
+  -- exits after the last of them (Debian 12's 4.1.4; its enable_recovery and max_restarts
+  -- restart no rank either).  So the docs launch the syncer on its own and each island as
+  -- its own mpirun job: a learner's death ends only its job, and the job started again
+  -- rejoins and the run completes.
+  it("survives a learner's death with one mpirun job per island, the job started again", function()
+    if not have("mpirun") then
+      pending("mpirun not found: install openmpi-bin (scripts/setup does)")
+      return
+    end
+    local path = recipe(S, "mpikill", { count = 2, steps = 4000 })
+    local secret = S.write("secret", "s3cret\n")
+    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
+      S.dir .. "/addr", "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+      stderr = S.dir .. "/syncer.log" })
+    -- island N: its own job (here of one rank), as docs/runtime.md shows; exec: the pid is mpirun's
+    local function island(id)
+      local line = string.format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 exec mpirun --oversubscribe "
+        .. "-np 1 -x OMP_NUM_THREADS=1 %s learner %s --connect @%s/addr --id %d --secret-file %s --out %s/l%d --quiet",
+        exe, path, S.dir, id, secret, S.dir, id)
+      return assert(diloco.proc.spawn { "/bin/sh", "-c", line, stdout = string.format("%s/job%d.log", S.dir, id),
+        stderr = string.format("%s/job%d.log", S.dir, id) })
+    end
+    local jobs = { island(1), island(2) }
+    local ok, err = pcall(function()
+      local lm = S.dir .. "/l2/metrics.jsonl"
+      local t0 = diloco.clock()
+      local rank
+      while not rank do -- learner 2 under way: its rank, mpirun's child
+        assert(diloco.clock() - t0 < 120, "learner 2 never stepped")
+        if diloco.file_id(lm) and #of_kind(events(lm), "step") > 0 then rank = diloco.proc.children(jobs[2])[1] end
+        diloco.proc.sleep(0.05)
+      end
+      assert(diloco.proc.signal_grandchild(jobs[2], rank, "KILL"))
+      local st = diloco.proc.wait(jobs[2], true) -- its job ends; nothing else does
+      assert.are_not.equal(0, st.exited or 128 + (st.signo or 0))
+      assert.is_nil(diloco.proc.wait(syncer), "the syncer ended after a learner's death")
+      jobs[2] = island(2) -- started again: it rejoins from its checkpoint
+      for i = 1, 2 do -- (the other island's job went on: it ends as it would have, with 0)
+        st = diloco.proc.wait(jobs[i], true)
+        jobs[i] = nil
+        assert.are.equal(0, st.exited, table.concat(H.read_lines(string.format("%s/job%d.log", S.dir, i)), "\n"))
+      end
+      st = diloco.proc.wait(syncer, true)
+      syncer = nil
+      assert.are.equal(0, st.exited, table.concat(H.read_lines(S.dir .. "/syncer.log"), "\n"))
+      local s = summary_of(events(S.dir .. "/run/metrics.jsonl"))
+      assert.is_nil(s.error)
+      assert.is_true(s.per_learner[1].merged > 0 and s.per_learner[2].merged > 0)
+      assert.are.equal(2, s.per_learner[2].joins)
+    end)
+    for _, pid in pairs { syncer, jobs[1], jobs[2] } do
+      pcall(diloco.proc.signal, pid, "KILL")
+      pcall(diloco.proc.wait, pid, true)
+    end
+    assert(ok, err)
+  end)
+
   -- the syncer listens on 0.0.0.0:0, as the docs launch it across hosts: its address file
   -- must hold the address of the interface the learners reach it by, not 127.0.0.1
   -- (issue 37, item 1: before, they got 'no WELCOME ... at 127.0.0.1:PORT within 120 s')
