@@ -494,11 +494,16 @@ describe("diloco-lua syncer and learners under a launcher", function()
     local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
       S.dir .. "/addr", "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
       stderr = S.dir .. "/syncer.log" })
-    -- island N: its own job (here of one rank), as docs/runtime.md shows; exec: the pid is mpirun's
+    -- island N: its own job (here of one rank), as docs/runtime.md shows; exec: the pid is
+    -- mpirun's.  Each job its own session directory: two mpiruns starting at once on one
+    -- host race creating the shared one (/tmp/ompi.HOST.UID: "File exists")
     local function island(id)
-      local line = string.format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 exec mpirun --oversubscribe "
-        .. "-np 1 -x OMP_NUM_THREADS=1 %s learner %s --connect @%s/addr --id %d --secret-file %s --out %s/l%d --quiet",
-        exe, path, S.dir, id, secret, S.dir, id)
+      local tmpdir = string.format("/tmp/dlc-ompi-%d-%d", diloco.pid(), id)
+      diloco.mkdir_p(tmpdir)
+      local line = string.format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+        .. "OMPI_MCA_orte_tmpdir_base=%s exec mpirun --oversubscribe -np 1 -x OMP_NUM_THREADS=1 %s learner %s "
+        .. "--connect @%s/addr --id %d --secret-file %s --out %s/l%d --quiet", tmpdir, exe, path, S.dir, id, secret,
+        S.dir, id)
       return assert(diloco.proc.spawn { "/bin/sh", "-c", line, stdout = string.format("%s/job%d.log", S.dir, id),
         stderr = string.format("%s/job%d.log", S.dir, id) })
     end
@@ -534,6 +539,7 @@ describe("diloco-lua syncer and learners under a launcher", function()
       pcall(diloco.proc.signal, pid, "KILL")
       pcall(diloco.proc.wait, pid, true)
     end
+    H.sh(string.format("rm -rf /tmp/dlc-ompi-%d-1 /tmp/dlc-ompi-%d-2", diloco.pid(), diloco.pid()))
     assert(ok, err)
   end)
 
