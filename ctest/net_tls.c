@@ -74,6 +74,21 @@ static void *serve(void *arg) { /* echo every heartbeat back with steps + 1 */
     return NULL;
 }
 
+/* Waits up to 5 s for server k's (0: TLS, 1: plain) latest REFUSED or LOST text to say
+ * needle: 1 if it did (else 0, printing what it said). */
+static int seen_says(int k, const char *needle) {
+    for (double end = now_s() + 5;; sleep_s(0.01)) {
+        pthread_mutex_lock(&seen_mu);
+        int got = strstr(seen[k], needle) != NULL;
+        if (got || now_s() >= end) {
+            if (!got) fprintf(stderr, "server %d said \"%s\", not \"%s\"\n", k, seen[k], needle);
+            pthread_mutex_unlock(&seen_mu);
+            return got;
+        }
+        pthread_mutex_unlock(&seen_mu);
+    }
+}
+
 /* One client: 1 if it got READY and its heartbeat echoed. */
 static int exchange(dlc_net_config c, int port, char *why, size_t whycap) {
     dlc_net *cl = dlc_net_new(&c);
@@ -142,17 +157,7 @@ int main(void) {
     snprintf(says, sizeof says, "does the server at 127.0.0.1:%d expect TLS?", port);
     CHECK(!exchange(pc, port, why, sizeof why) && strstr(why, says));
     if (!strstr(why, says)) fprintf(stderr, "plain client: %s\n", why);
-    for (double end = now_s() + 5; now_s() < end;) { /* the server's REFUSED may come after the client's LOST */
-        pthread_mutex_lock(&seen_mu);
-        int got = strstr(seen[0], "does not speak TLS, and this end expects it") != NULL;
-        pthread_mutex_unlock(&seen_mu);
-        if (got) break;
-        sleep_s(0.01);
-    }
-    pthread_mutex_lock(&seen_mu);
-    CHECK(strstr(seen[0], "does not speak TLS, and this end expects it"));
-    if (!strstr(seen[0], "does not speak TLS")) fprintf(stderr, "server on the plain client: %s\n", seen[0]);
-    pthread_mutex_unlock(&seen_mu);
+    CHECK(seen_says(0, "does not speak TLS, and this end expects it")); /* (its REFUSED may come after the LOST) */
 
     /* a TLS client to a server without TLS: the same, the other way round */
     dlc_net_config ps = dlc_net_default_config();
@@ -165,17 +170,7 @@ int main(void) {
     cc.tls_ca = ca;
     CHECK(!exchange(cc, pport, why, sizeof why) && strstr(why, "does not speak TLS, and this end expects it"));
     if (!strstr(why, "does not speak TLS")) fprintf(stderr, "TLS client to a plain server: %s\n", why);
-    for (double end = now_s() + 5; now_s() < end;) {
-        pthread_mutex_lock(&seen_mu);
-        int got = strstr(seen[1], "the peer speaks TLS") != NULL;
-        pthread_mutex_unlock(&seen_mu);
-        if (got) break;
-        sleep_s(0.01);
-    }
-    pthread_mutex_lock(&seen_mu);
-    CHECK(strstr(seen[1], "the peer speaks TLS (a TLS handshake record), and this end does not"));
-    if (!strstr(seen[1], "the peer speaks TLS")) fprintf(stderr, "plain server on the TLS client: %s\n", seen[1]);
-    pthread_mutex_unlock(&seen_mu);
+    CHECK(seen_says(1, "the peer speaks TLS (a TLS handshake record), and this end does not"));
 
     /* the run secret is still checked inside TLS */
     cc.tls_ca = ca, cc.secret = "wrong secret", cc.secret_len = 12;
