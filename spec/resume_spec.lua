@@ -28,16 +28,6 @@ local function wait_until(ok, limit, what)
   end
 end
 
--- The summary lines of a metrics file (a learner writes one when it ends).
-local function summaries(path)
-  if not diloco.file_id(path) then return 0 end
-  local n = 0
-  for _, l in ipairs(H.read_lines(path)) do
-    if l:find('"event":"summary"', 1, true) then n = n + 1 end
-  end
-  return n
-end
-
 describe("a run of several islands", function()
   local S
   before_each(function() S = H.scratch() end)
@@ -66,10 +56,19 @@ describe("a run of several islands", function()
     end
     assert(ok, err)
     -- its learners saw it die (their supervisor's death sends them TERM): each saves and
-    -- ends with its summary, which frees its directory
+    -- ends, which frees its directory (its lock)
     for m = 1, 2 do
-      local mp = string.format("%s/learner-%d/metrics.jsonl", out, m)
-      wait_until(function() return summaries(mp) >= 1 end, 60, function() return "learner " .. m .. "'s summary" end)
+      local lockfile = string.format("%s/learner-%d/.lock", out, m)
+      wait_until(function()
+        local lock = diloco.lock_dir(lockfile, "resume_spec")
+        if lock then lock:close() end
+        return lock ~= nil
+      end, 60, function()
+        local f = io.open(lockfile, "r")
+        local holder = f and f:read("a") or ""
+        if f then f:close() end
+        return "learner " .. m .. "'s directory to be free: " .. holder
+      end)
     end
     local before = diloco.safetensors_meta(diloco.rundir.checkpoints(out .. "/syncer")[#diloco.rundir.checkpoints(
       out .. "/syncer")].path)
