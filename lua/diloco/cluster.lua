@@ -653,6 +653,10 @@ function M.serve(r, opts)
     end
   end
   local summary, ferr = finish(ctx, not ok and require("diloco.train").loop_error(err) or nil)
+  if ctx.mpi_tmp then -- the islands' OpenMPI session directories (supervisor.lua), empty once their jobs ended
+    for m = 1, r.islands.count do os.remove(string.format("%s/%d", ctx.mpi_tmp, m)) end
+    os.remove(ctx.mpi_tmp)
+  end
   if ferr then error({ diloco_error = tostring(ferr), code = 1, summary = summary }, 0) end
   return summary, ctx.signal ~= nil, ctx.signo
 end

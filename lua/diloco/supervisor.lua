@@ -99,6 +99,12 @@ local function spawn(ctx, m, fresh, rollback)
     -- of grace mpirun gives by default (rank 0 takes a TERM for a clean stop, and a rank
     -- whose peer died is stuck in a collective that never completes)
     argv.env.OMPI_MCA_odls_base_sigkill_timeout = "0"
+    -- each job its own session directory: jobs starting at once on one host race creating
+    -- OpenMPI's shared one (/tmp/ompi.HOST.UID: "File exists"); short, for its sockets
+    ctx.mpi_tmp = ctx.mpi_tmp or string.format("/tmp/dlc-ompi-%d", diloco.proc.pid())
+    local tmp = string.format("%s/%d", ctx.mpi_tmp, m)
+    diloco.mkdir_p(tmp)
+    argv.env.OMPI_MCA_orte_tmpdir_base = tmp
     argv.parent_death = "KILL"
   end
   argv.stdout, argv.stderr = dir .. "/log", dir .. "/log"
