@@ -266,7 +266,7 @@ dlc_status dlc_sup_exited(dlc_sup *s, int m, double now, int code, int signo) {
     if (st != DLC_OK) return st;
     learner *L = &s->l[m];
     if (!L->pub.process) return dlc_error(DLC_ERR_STATE, "sup_exited: learner %d has no process", m);
-    (void)signo; /* the host words the exit; here only whether it was 0 or 2 counts */
+    (void)signo; /* the host words the exit; here only whether it was 0, 2 or 3 counts */
     s->now = now;
     L->pub.process = 0;
     act_island(s, m, DLC_ISLAND_OFF); /* gone: down or done below, else no measure covers it */
@@ -279,7 +279,7 @@ dlc_status dlc_sup_exited(dlc_sup *s, int m, double now, int code, int signo) {
         L->kill_expected = 0;
         L->pub.state = DLC_SUP_DOWN;
         act_island(s, m, DLC_ISLAND_DOWN);
-    } else if (code == 0) {
+    } else if (code == 0 || code == DLC_SUP_EXIT_UNDELIVERED) {
         L->pub.state = DLC_SUP_DONE;
         act_island(s, m, DLC_ISLAND_DONE);
     } else if (s->stopping) {

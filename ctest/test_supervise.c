@@ -65,7 +65,7 @@ static dlc_sup_state state(dlc_sup *s, int m) {
     return l.state;
 }
 
-/* Exits: 0 is done; a crash restarts after 1, 2, 4 s ... until `restarts` in a row; a usage
+/* Exits: 0 is done, and 3 (undelivered); a crash restarts after 1, 2, 4 s ... until `restarts` in a row; a usage
  * error (2) fails at once. */
 static void test_exits(void) {
     dlc_sup *s = make(2, 1, 0, 2);
@@ -95,6 +95,18 @@ static void test_exits(void) {
     CHECK(dlc_sup_exited(s, 0, 10, 0, 0) == DLC_OK);
     EXPECT(s, "island 0 off; island 0 done");
     CHECK(state(s, 0) == DLC_SUP_DONE && dlc_sup_all_ended(s));
+    dlc_sup_free(s);
+
+    /* trained to its end unheard by the syncer: done too, not restarted (a restart would
+     * not deliver it) and not a crash */
+    s = make(2, 1, 0, 5);
+    dlc_sup_start(s, 0);
+    drain(s);
+    CHECK(dlc_sup_exited(s, 1, 4, DLC_SUP_EXIT_UNDELIVERED, 0) == DLC_OK);
+    EXPECT(s, "island 1 off; island 1 done");
+    CHECK(dlc_sup_tick(s, 100) == DLC_OK);
+    EXPECT(s, "");
+    CHECK(state(s, 1) == DLC_SUP_DONE && !dlc_sup_all_ended(s));
     dlc_sup_free(s);
 }
 

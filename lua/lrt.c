@@ -592,6 +592,12 @@ static int lr_replay(lua_State *L) {
 }
 
 /* l:replayed(): the optimizer step on the replayed average is done. */
+/* l:last_refusal(): why the syncer last refused or dropped it ("" if never; rt.h). */
+static int lr_last_refusal(lua_State *L) {
+    lua_pushstring(L, dlc_lrt_last_refusal(checklrt(L, 1)));
+    return 1;
+}
+
 static int lr_replayed(lua_State *L) {
     if (dlc_lrt_replayed(checklrt(L, 1)) != DLC_OK) return dlcL_error(L);
     return 0;
@@ -706,6 +712,7 @@ static const luaL_Reg lrt_methods[] = {
     {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
     {"nonfinite", lr_nonfinite}, {"replay", lr_replay}, {"replayed", lr_replayed},
+    {"last_refusal", lr_last_refusal},
     {"replaying", lr_replaying}, {"replays", lr_replays}, {"flush", lr_flush}, {"account", lr_account}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 

@@ -953,6 +953,7 @@ dlc_learner_state dlc_lrt_state(const dlc_lrt *l) {
 int dlc_lrt_id(const dlc_lrt *l) { return l ? l->id : -1; }
 int dlc_lrt_step_void(const dlc_lrt *l) { return l ? l->void_step : 0; }
 const dlc_learner *dlc_lrt_learner(const dlc_lrt *l) { return l ? l->l : NULL; }
+const char *dlc_lrt_last_refusal(const dlc_lrt *l) { return l ? l->last_refusal : ""; }
 dlc_status dlc_lrt_set_schedule_step(dlc_lrt *l, int64_t step) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_set_schedule_step: the learner has not joined (dlc_lrt_join)");
     return dlc_learner_set_schedule_step(l->l, step);

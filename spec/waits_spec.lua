@@ -2,7 +2,8 @@
 -- a learner joining a syncer that does not answer, and one waiting for a syncer's
 -- address file that never comes, each say so with their deadline, and a SIGINT or
 -- SIGTERM then ends them at once with 128 + its number, naming what they waited for
--- (before: up to runtime.join_timeout, 120 s, of silence with the signal ignored).
+-- (before: up to runtime.join_timeout, 120 s, of silence with the signal ignored).  A
+-- learner whose syncer is gone trains to its end and exits 3 naming why (before: 0).
 local diloco = require "diloco"
 local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
 local H = require "spec.helpers"
@@ -66,6 +67,41 @@ describe("a learner's waits", function()
     assert.are.equal(143, st.exited, text)
     assert.matches("stopped by SIGTERM while waiting for the syncer's address in", text, 1, true)
     assert.is_true(waited < 30, string.format("it took %.1f s to stop", waited))
+  end)
+end)
+
+describe("a learner whose syncer is gone", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("trains to its end, then exits 3 naming since when and why its steps were never merged", function()
+    local path = H.tiny_recipe(S, "gone", { count = 1, steps = 20000 })
+    local secret = S.write("secret", "s3cret\n")
+    local addr, llog = S.dir .. "/addr", S.dir .. "/learner.log"
+    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
+      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+      stderr = S.dir .. "/syncer.log" })
+    local learner = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", "1",
+      "--secret-file", secret, "--out", S.dir .. "/l", stdout = llog, stderr = llog })
+    local ok, err = pcall(wait_for_text, llog, "learner 1: connected", 60)
+    diloco.proc.signal(syncer, "KILL")
+    diloco.proc.wait(syncer, true)
+    if not ok then
+      pcall(diloco.proc.signal, learner, "KILL")
+      pcall(diloco.proc.wait, learner, true)
+      error(err)
+    end
+    local st = diloco.proc.wait(learner, true)
+    local text = table.concat(H.read_lines(llog), "\n")
+    assert.are.equal(3, st.exited, text)
+    local since = text:match("learner 1: trained to step 20000, but the syncer at 127%.0%.0%.1:%d+ has been unreachable "
+      .. "since step (%d+) %(")
+    assert.is_not_nil(since, text)
+    assert.matches("its last %d+ steps were never merged %(they are in its checkpoint, not in the run's model%)", text)
+    local s = H.summary_of(H.events(S.dir .. "/l/metrics.jsonl"))
+    assert.are.equal(20000 - tonumber(since), s.undelivered_steps)
+    assert.matches("has been unreachable", s.error, 1, true)
   end)
 end)
 

@@ -9,7 +9,7 @@
 local diloco = require "diloco"
 local M = {}
 
-M.EXIT = { ok = 0, failed = 1, usage = 2, signal_base = 128, interrupted = 130 }
+M.EXIT = require("diloco.errors").EXIT
 
 local function err(fmt, ...)
   io.stderr:write("diloco-lua: ", string.format(fmt, ...), "\n")

@@ -13,6 +13,11 @@ local function plain(msg)
 end
 M.plain = plain
 
+-- The exit statuses of every command (docs/cli.md, "Exit status"): 3 is a learner that
+-- trained to its end unheard by its syncer (core/include/diloco/supervise.h's
+-- DLC_SUP_EXIT_UNDELIVERED: `run`'s supervisor takes it as done, not as a crash).
+M.EXIT = { ok = 0, failed = 1, usage = 2, undelivered = 3, signal_base = 128, interrupted = 130 }
+
 -- Raises the one error type; code is the CLI's exit status (1: the run failed,
 -- 2: something the user gave is wrong).
 local function fail_code(code, fmt, ...)

@@ -22,6 +22,7 @@ local train = require "diloco.train"
 local island = require "diloco.island"
 local runhost = require "diloco.runhost"
 local summary_rec = require "diloco.summary"
+local errors = require "diloco.errors"
 local islands = require "diloco.islands"
 local hook = islands.hook
 local M = {}
@@ -301,8 +302,15 @@ local function drain_events(ctx)
           .. "now differs from the others'", ctx.id, ev.unreplayed, ev.schedule + 1)
       end
     else
-      write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = ctx.lrt:schedule_step() })
+      local step = ctx.lrt:schedule_step()
+      write(ctx, ev.type, { learner = ctx.id, text = ev.text, step = step })
       if not ctx.opts.quiet then ctx:warn("learner %d: %s (%s)", ctx.id, ev.type, ev.text) end
+      -- since when it trains unheard (undelivered, at its end); back: delivered again
+      if ev.type == "disconnected" then
+        ctx.lost = ctx.lost or { step = step, t = diloco.clock(), text = ev.text }
+      elseif ev.type == "connected" then
+        ctx.lost = nil
+      end
     end
   end
 end
@@ -533,6 +541,24 @@ function M.train(ctx)
   if ctx.mpi then stop_ranks(ctx) end
 end
 
+-- A learner that trained to its end without the syncer (gone, stopped, or its id taken
+-- by another process) did not do what it was asked: what it trained since is in its
+-- checkpoint, not in the run's model.  nil when it is connected at its end; else the
+-- error (exit status 3, errors.EXIT.undelivered), naming since when and why.
+local function undelivered(ctx)
+  local okst, st = pcall(ctx.lrt.stats, ctx.lrt)
+  if not okst or st.connected then return nil end
+  local lost, step = ctx.lost, ctx.lrt:schedule_step()
+  ctx.exit_code, ctx.undelivered_steps = errors.EXIT.undelivered, lost and step - lost.step or step
+  local why = lost and string.format("since step %d (%.1f s ago: %s)", lost.step, diloco.clock() - lost.t, lost.text)
+    or "since its join"
+  local refusal = ctx.lrt:last_refusal():gsub(" %(none%)$", "")
+  if refusal ~= "" and (not lost or refusal ~= lost.text) then why = why .. "; its reconnects: " .. refusal end
+  return string.format("learner %d: trained to step %d, but the syncer at %s has been unreachable %s: its last %d "
+    .. "steps were never merged (they are in its checkpoint, not in the run's model)", ctx.id, step, ctx.addr, why,
+    ctx.undelivered_steps)
+end
+
 -- The end: the last contributions merged (or the drain deadline), BYE, a checkpoint,
 -- the learner's summary.
 function M.finish(ctx, err)
@@ -547,6 +573,8 @@ function M.finish(ctx, err)
     end
     local okb, before = pcall(ctx.lrt.account, ctx.lrt)
     ctx.account_before = okb and before or nil
+    pcall(drain_events, ctx)
+    if not err and not ctx.signal then err = undelivered(ctx) end
     pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
     pcall(drain_events, ctx)
   end
@@ -571,7 +599,7 @@ function M.finish(ctx, err)
     held_superseded = st.held_superseded, deferred = st.deferred, applied = st.applied, reconnects = st.reconnects,
     rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
     unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil,
-    save_error = ctx.save_error, checkpoint = ctx.checkpoint,
+    save_error = ctx.save_error, checkpoint = ctx.checkpoint, undelivered_steps = ctx.undelivered_steps,
     ranks = ctx.ranks, ranks_same = ctx.ranks_same, ranks_sync_s = ctx.ranks_sync_s,
     allreduce_s = ctx.ranks and diloco.mpi.stats().allreduce_s or nil,
     allreduce_share = ctx.ranks and diloco.mpi.stats().allreduce_s / math.max(ctx.train_time, 1e-9) or nil }
@@ -608,7 +636,7 @@ function M.run(r, opts)
   -- the island's ranks stopped together (stop_ranks): MPI ends cleanly; otherwise this
   -- process's exit ends the job, and mpirun takes the other ranks down
   if R and ctx.ranks_same ~= nil then diloco.mpi.finalize() end
-  if err then error({ diloco_error = tostring(err), code = 1, summary = summary,
+  if err then error({ diloco_error = tostring(err), code = ctx.exit_code or 1, summary = summary,
     hook_traceback = type(loop_err) == "table" and loop_err.hook_traceback or nil }, 0) end
   return summary, ctx.signal ~= nil, ctx.signo
 end

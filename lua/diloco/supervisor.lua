@@ -11,6 +11,7 @@
 local diloco = require "diloco"
 local train = require "diloco.train"
 local islands = require "diloco.islands"
+local EXIT = require("diloco.errors").EXIT
 local rc = require "diloco.runctx"
 local elapsed, island, say, fault = rc.elapsed, rc.island, rc.say, rc.fault
 local M = {}
@@ -286,6 +287,9 @@ function M.reap(ctx)
         L.pid = nil
         L.exit_why = st.exited and string.format("exit status %d", st.exited)
           or string.format("signal %s", st.name or tostring(st.signal))
+        if st.exited == EXIT.undelivered then -- done (not restarted), but say what it said
+          say(ctx, "learner %d finished unheard by the syncer: %s", m, log_tail(ctx, m))
+        end
         ctx.sup:exited(m, elapsed(ctx), st.exited, st.signal)
         act(ctx)
       end

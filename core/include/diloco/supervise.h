@@ -20,7 +20,9 @@
  *     }
  *
  * The rules (docs/runtime.md, "Faults on real processes"):
- *   - a process that exits 0 is done; one the machine killed (a kill fault, a rollback) is
+ *   - a process that exits 0 is done, and so is one that exits DLC_SUP_EXIT_UNDELIVERED (3:
+ *     it trained to its end without the syncer, which a restart cannot deliver either);
+ *     one the machine killed (a kill fault, a rollback) is
  *     down until its restart time; any other exit is a crash, restarted after a backoff
  *     (restart_min_s doubled per crash in a row, up to restart_max_s) unless it was a
  *     usage error (exit status 2) or the crashes passed `restarts`: then it failed for good;
@@ -52,6 +54,9 @@ extern "C" {
 #endif
 
 #define DLC_SUP_MAX_LEARNERS 4096
+/* The exit status of a learner that finished its steps unheard by the syncer (gone,
+ * stopped, or its id taken): what it trained since is in its checkpoint only. */
+#define DLC_SUP_EXIT_UNDELIVERED 3
 
 typedef enum dlc_sup_state {
     DLC_SUP_OFF = 0,  /* "off": not started yet */

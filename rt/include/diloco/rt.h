@@ -378,6 +378,10 @@ DLC_API int dlc_lrt_replaying(const dlc_lrt *l);
 DLC_API int dlc_lrt_replay_ready(const dlc_lrt *l);
 DLC_API int dlc_lrt_replays(const dlc_lrt *l);
 DLC_API const dlc_learner *dlc_lrt_learner(const dlc_lrt *l); /* NULL before; for queries */
+/* Why the syncer last refused or dropped this learner, as it said (a BYE, a refused
+ * reconnect: "learner 1 is live, connected from ..."), "" if it never did; valid until
+ * the next call into l. */
+DLC_API const char *dlc_lrt_last_refusal(const dlc_lrt *l);
 /* dlc_learner_set_schedule_step after a join: the host restored a checkpoint of that step. */
 DLC_API dlc_status dlc_lrt_set_schedule_step(dlc_lrt *l, int64_t step);
 
