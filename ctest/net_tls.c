@@ -3,12 +3,15 @@
  * certificate for 127.0.0.1 are made with the openssl tool into a temporary directory;
  * a client that trusts the CA completes the handshake and an exchange; a client that
  * trusts another CA, and a client speaking plain TCP, are refused, and the server still
- * serves.  The run secret is checked inside TLS as without it.
+ * serves; a client that connects before its server listens retries until it does.  The run secret is checked inside TLS as without it.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
@@ -124,6 +127,47 @@ static int exchange(dlc_net_config c, int port, char *why, size_t whycap) {
     return ok;
 }
 
+/* A TLS client that connects before its server listens (a learner started with its
+ * syncer): the refused connect is a socket error, retried, not a TLS failure (which would
+ * be final), and once the server listens the client gets through. */
+static void test_before_listen(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+          getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    close(fd); /* a port nobody listens on, until below */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    dlc_net_config c = config();
+    c.tls_ca = ca, c.reconnect_min_s = 0.05, c.reconnect_max_s = 0.2;
+    dlc_net *cl = dlc_net_new(&c);
+    CHECK_OK(cl);
+    dlc_net_connect(cl, addr);
+    dlc_net *late = NULL;
+    int lost = 0, ready = 0;
+    for (double end = now_s() + 10; now_s() < end && !ready;) {
+        dlc_net_event ev;
+        if (dlc_net_poll(cl, &ev, 50) != 1) continue;
+        if (ev.kind == DLC_NET_LOST && !late) {
+            lost = 1;
+            CHECK(ev.code == DLC_PERR_NONE && strstr(ev.text, "refused"));
+            if (ev.code != DLC_PERR_NONE || !strstr(ev.text, "refused"))
+                fprintf(stderr, "before the server listens: %s (code %d)\n", ev.text, (int)ev.code);
+            dlc_net_config sc = config();
+            sc.tls_cert = cert, sc.tls_key = key;
+            late = dlc_net_new(&sc);
+            CHECK_OK(late);
+            CHECK(dlc_net_listen(late, addr) == ntohs(sa.sin_port));
+        }
+        if (ev.kind == DLC_NET_READY) ready = 1;
+        dlc_net_event_release(&ev);
+    }
+    CHECK(lost && ready);
+    dlc_net_free(cl);
+    dlc_net_free(late);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     if (!make_certs()) {
@@ -183,6 +227,8 @@ int main(void) {
     cc.inline_io = 1;
     CHECK(exchange(cc, port, why, sizeof why));
     cc.inline_io = 0;
+
+    test_before_listen();
 
     /* configuration errors name the file */
     dlc_net_config bad = config();

@@ -877,6 +877,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
         if (c->state != DLC_CONN_DRAINING) { /* a drain keeps the reason it started with */
             unsigned long ssl_err = c->net->ssl ? bufferevent_get_openssl_error(bev) : 0;
             int err = EVUTIL_SOCKET_ERROR();
+            /* libevent reports SSL_get_error's value (SSL_ERROR_SYSCALL, no library) when the
+             * socket itself failed under TLS (a connect refused before the server listens, a
+             * reset): a socket error, retried as one, not a TLS failure (which is final) */
+            if (ssl_err && ERR_GET_LIB(ssl_err) == 0) ssl_err = 0;
             if (ssl_err) {
                 char buf[160];
                 ERR_error_string_n(ssl_err, buf, sizeof buf);
