@@ -294,27 +294,23 @@ DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) 
     }
 }
 
-dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
-    if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
-        !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
-        return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    dlc_tensor *in[3] = {x, w, b};
-    int rec = dlcx_should_record(3, in);
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
-    dlc_tensor *mean = rec ? dlc_tensor_new(1, &R) : NULL, *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
-    if (!out || (rec && (!mean || !rstd))) {
-        dlc_tensor_release(out);
-        dlc_tensor_release(mean);
-        dlc_tensor_release(rstd);
-        return NULL;
+/* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
+DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    const norm_ctx *c = ctx;
+    int64_t C = c->C;
+    const float *wd = c->w;
+    float invC = C ? 1.0f / (float)C : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * C;
+        float *y = c->y + r * C, ss = 0.0f;
+        DLC_SIMD_REDUCE(+ : ss)
+        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
+        float s = 1.0f / sqrtf(ss * invC + c->eps);
+        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
+        if (wd)
+            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
+        if (c->rstd) c->rstd[r] = s;
     }
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = out->data,
-                  .mean = rec ? mean->data : NULL, .rstd = rec ? rstd->data : NULL, .R = R, .C = C,
-                  .eps = eps};
-    dlcx_parallel_for(R, 3 * R * C, layernorm_rows, &c);
-    if (rec && !dlcx_attach(out, DLC_OP_LAYERNORM, 3, in, mean, rstd)) return NULL;
-    return out;
 }
 
 /* xhat = (x - mean) rstd, dn = g w:
@@ -371,84 +367,6 @@ DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1,
     }
 }
 
-/* dw += partial dw of every chunk, db likewise, in chunk order. */
-static void norm_add_partials(const norm_ctx *c, int64_t chunks) {
-    int64_t C = c->C;
-    for (int64_t k = 0; k < chunks; k++) {
-        const float *pw = c->part + k * 2 * C, *pb = pw + C;
-        if (c->dw)
-            for (int64_t j = 0; j < C; j++) c->dw[j] += pw[j];
-        if (c->db)
-            for (int64_t j = 0; j < C; j++) c->db[j] += pb[j];
-    }
-}
-
-/* Scratch for the chunks' partial rows, or NULL when there are no weight gradients. */
-static dlc_tensor *norm_partials(norm_ctx *c, dlc_status *err) {
-    if (!c->dw && !c->db) return NULL;
-    int64_t n = norm_chunks(c->R) * 2 * c->C;
-    dlc_tensor *t = dlc_tensor_new(1, &n);
-    if (!t) *err = dlc_last_status();
-    else c->part = t->data;
-    return t;
-}
-
-dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
-    dlc_status err = DLC_OK;
-    dlc_tensor *x = n->in[0], *w = n->in[1];
-    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = dlcx_grad(n->in[2], &err);
-    if (err != DLC_OK) return err;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw, .db = db,
-                  .smean = n->saved[0]->data, .srstd = n->saved[1]->data, .R = R, .C = C};
-    dlc_tensor *part = norm_partials(&c, &err);
-    if (err != DLC_OK) return err;
-    dlcx_parallel_for(chunks, 4 * R * C, layernorm_backward_chunks, &c);
-    norm_add_partials(&c, chunks);
-    dlc_tensor_release(part);
-    return DLC_OK;
-}
-
-/* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
-DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = c->x + r * C;
-        float *y = c->y + r * C, ss = 0.0f;
-        DLC_SIMD_REDUCE(+ : ss)
-        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
-        float s = 1.0f / sqrtf(ss * invC + c->eps);
-        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
-        if (wd)
-            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
-        if (c->rstd) c->rstd[r] = s;
-    }
-}
-
-dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
-    if (!check_last_dim("rmsnorm", x) || !check_norm_param("rmsnorm", "weight", x, w) ||
-        !check_eps("rmsnorm", eps))
-        return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    dlc_tensor *in[2] = {x, w};
-    int rec = dlcx_should_record(2, in);
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
-    dlc_tensor *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
-    if (!out || (rec && !rstd)) {
-        dlc_tensor_release(out);
-        dlc_tensor_release(rstd);
-        return NULL;
-    }
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .y = out->data, .rstd = rec ? rstd->data : NULL,
-                  .R = R, .C = C, .eps = eps};
-    dlcx_parallel_for(R, 2 * R * C, rmsnorm_rows, &c);
-    if (rec && !dlcx_attach(out, DLC_OP_RMSNORM, 2, in, rstd, NULL)) return NULL;
-    return out;
-}
-
 /* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat.
  * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
 DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
@@ -476,21 +394,85 @@ DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, i
     }
 }
 
-dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+/* dw += partial dw of every chunk, db likewise, in chunk order. */
+static void norm_add_partials(const norm_ctx *c, int64_t chunks) {
+    int64_t C = c->C;
+    for (int64_t k = 0; k < chunks; k++) {
+        const float *pw = c->part + k * 2 * C, *pb = pw + C;
+        if (c->dw)
+            for (int64_t j = 0; j < C; j++) c->dw[j] += pw[j];
+        if (c->db)
+            for (int64_t j = 0; j < C; j++) c->db[j] += pb[j];
+    }
+}
+
+/* Scratch for the chunks' partial rows, or NULL when there are no weight gradients. */
+static dlc_tensor *norm_partials(norm_ctx *c, dlc_status *err) {
+    if (!c->dw && !c->db) return NULL;
+    int64_t n = norm_chunks(c->R) * 2 * c->C;
+    dlc_tensor *t = dlc_tensor_new(1, &n);
+    if (!t) *err = dlc_last_status();
+    else c->part = t->data;
+    return t;
+}
+
+/* What the two norms' forwards share, after their checks.  ln: layernorm (inputs x, w, b;
+ * saved mean and rstd), else rmsnorm (inputs x, w; saved rstd). */
+static dlc_tensor *norm_forward(int ln, dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
+    dlc_tensor *in[3] = {x, w, b};
+    int n = ln ? 3 : 2, rec = dlcx_should_record(n, in);
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    dlc_tensor *mean = rec && ln ? dlc_tensor_new(1, &R) : NULL, *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
+    if (!out || (rec && ((ln && !mean) || !rstd))) {
+        dlc_tensor_release(out);
+        dlc_tensor_release(mean);
+        dlc_tensor_release(rstd);
+        return NULL;
+    }
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = out->data,
+                  .mean = mean ? mean->data : NULL, .rstd = rstd ? rstd->data : NULL, .R = R, .C = C,
+                  .eps = eps};
+    dlcx_parallel_for(R, (ln ? 3 : 2) * R * C, ln ? layernorm_rows : rmsnorm_rows, &c);
+    if (rec && !dlcx_attach(out, ln ? DLC_OP_LAYERNORM : DLC_OP_RMSNORM, n, in, ln ? mean : rstd, ln ? rstd : NULL))
+        return NULL;
+    return out;
+}
+
+/* What the two backwards share; ln as for norm_forward. */
+static dlc_status norm_backward(int ln, dlc_node *n, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
-    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err);
+    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = ln ? dlcx_grad(n->in[2], &err) : NULL;
     if (err != DLC_OK) return err;
     int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw,
-                  .srstd = n->saved[0]->data, .R = R, .C = C};
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw, .db = db,
+                  .smean = ln ? n->saved[0]->data : NULL, .srstd = n->saved[ln ? 1 : 0]->data, .R = R, .C = C};
     dlc_tensor *part = norm_partials(&c, &err);
     if (err != DLC_OK) return err;
-    dlcx_parallel_for(chunks, 4 * R * C, rmsnorm_backward_chunks, &c);
+    dlcx_parallel_for(chunks, 4 * R * C, ln ? layernorm_backward_chunks : rmsnorm_backward_chunks, &c);
     norm_add_partials(&c, chunks);
     dlc_tensor_release(part);
     return DLC_OK;
 }
+
+dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+    if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
+        !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
+        return NULL;
+    return norm_forward(1, x, w, b, eps);
+}
+
+dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) { return norm_backward(1, n, g); }
+
+dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
+    if (!check_last_dim("rmsnorm", x) || !check_norm_param("rmsnorm", "weight", x, w) ||
+        !check_eps("rmsnorm", eps))
+        return NULL;
+    return norm_forward(0, x, w, NULL, eps);
+}
+
+dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) { return norm_backward(0, n, g); }
 
 /* ---- index_select / embedding: rows of x [N, ...] picked by idx [I...] ---- */
 
