@@ -47,14 +47,7 @@ DLC_HOT static void softmax_rows(void *ctx, int64_t r0, int64_t r1, int part) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->x + r * C;
         float *yr = c->y + r * C;
-        float m = -INFINITY, sum = 0.0f;
-        DLC_SIMD_REDUCE(max : m)
-        for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
-        DLC_SIMD_REDUCE(+ : sum)
-        for (int64_t j = 0; j < C; j++) {
-            yr[j] = dlcx_expf(xr[j] - m);
-            sum += yr[j];
-        }
+        float m = dlcx_row_max(xr, C), sum = dlcx_exp_sum(xr, yr, C, m);
         if (c->log) {
             float ls = logf(sum); /* (x - m) - ls keeps precision for large logits */
             for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) - ls;
@@ -142,9 +135,7 @@ DLC_HOT static void ce_rows(void *ctx, int64_t r0, int64_t r1, int part) {
             continue;
         }
         const float *xr = c->logits + r * V;
-        float m = -INFINITY, sum = 0.0f;
-        DLC_SIMD_REDUCE(max : m)
-        for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
+        float m = dlcx_row_max(xr, V), sum = 0.0f;
         DLC_SIMD_REDUCE(+ : sum)
         for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
         float ls = logf(sum);
