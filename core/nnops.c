@@ -258,12 +258,18 @@ typedef struct {
 
 static int64_t norm_chunks(int64_t R) { return (R + NORM_CHUNK - 1) / NORM_CHUNK; }
 
+/* What every norm kernel starts from: its context c, the row length C, the weight wd
+ * (NULL: none) and 1 / C for the row means (0 when C = 0). */
+#define NORM_KERNEL_LOCALS(ctx)   \
+    const norm_ctx *c = (ctx);    \
+    int64_t C = c->C;             \
+    const float *wd = c->w;       \
+    float invC = C ? 1.0f / (float)C : 0.0f
+
 /* saved[0] = mean [R], saved[1] = rstd [R]. */
 DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w, *bd = c->b;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
+    const float *bd = c->b;
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->x + r * C;
         float *y = c->y + r * C, m = 0.0f, v = 0.0f;
@@ -287,10 +293,7 @@ DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) 
 
 /* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
 DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->x + r * C;
         float *y = c->y + r * C, ss = 0.0f;
@@ -308,10 +311,7 @@ DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
  * dx += rstd (dn - mean(dn) - xhat mean(dn xhat)); dw += g xhat; db += g.
  * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
 DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
     for (int64_t k = k0; k < k1; k++) {
         float *pw = c->dw ? c->part + k * 2 * C : NULL, *pb = c->db ? c->part + k * 2 * C + C : NULL;
         if (pw) memset(pw, 0, (size_t)C * sizeof(float));
@@ -361,10 +361,7 @@ DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1,
 /* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat.
  * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
 DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
     for (int64_t k = k0; k < k1; k++) {
         float *pw = c->dw ? c->part + k * 2 * C : NULL;
         if (pw) memset(pw, 0, (size_t)C * sizeof(float));
