@@ -48,15 +48,7 @@ DLC_HOT static void attention_heads(void *ctx, int64_t bt0, int64_t bt1, int par
             if (st != DLC_OK) break;
             for (int64_t i = r0; i < r1; i++) {
                 int64_t lim = causal ? i + 1 : T;
-                float *pr = p + i * T, m = -INFINITY, sum = 0.0f;
-                DLC_SIMD_REDUCE(max : m)
-                for (int64_t j = 0; j < lim; j++) m = pr[j] > m ? pr[j] : m;
-                DLC_SIMD_REDUCE(+ : sum)
-                for (int64_t j = 0; j < lim; j++) {
-                    pr[j] = dlcx_expf(pr[j] - m);
-                    sum += pr[j];
-                }
-                float inv = 1.0f / sum;
+                float *pr = p + i * T, inv = 1.0f / dlcx_exp_sum(pr, pr, lim, dlcx_row_max(pr, lim));
                 for (int64_t j = 0; j < lim; j++) pr[j] *= inv;
                 for (int64_t j = lim; j < T; j++) pr[j] = 0.0f;
             }

@@ -12,6 +12,8 @@
 #ifndef DILOCO_INTERNAL_H
 #define DILOCO_INTERNAL_H
 
+#include <math.h>
+
 #include "diloco/autograd.h"
 #include "diloco/status.h"
 #include "diloco/tensor.h"
@@ -106,6 +108,27 @@ static inline float dlcx_expf(float x) {
  * tanh op itself uses libm; GELU only needs the absolute accuracy). */
 static inline float dlcx_tanhf_abs(float x) {
     return 1.0f - 2.0f / (dlcx_expf(2.0f * x) + 1.0f);
+}
+
+/* The max of x[0..n) (-inf for n = 0): the shift of a softmax row.  Inline, so each
+ * clone of a hot kernel vectorises it at its own width. */
+static inline float dlcx_row_max(const float *x, int64_t n) {
+    float m = -INFINITY;
+    DLC_SIMD_REDUCE(max : m)
+    for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* y = exp(x - m) over n floats (y may be x), returning their sum: a softmax row before
+ * its normalisation.  Inline as dlcx_row_max. */
+static inline float dlcx_exp_sum(const float *x, float *y, int64_t n, float m) {
+    float sum = 0.0f;
+    DLC_SIMD_REDUCE(+ : sum)
+    for (int64_t j = 0; j < n; j++) {
+        y[j] = dlcx_expf(x[j] - m);
+        sum += y[j];
+    }
+    return sum;
 }
 
 /* ---- the compute threads for the engine's own kernels (parallel.c) ----

@@ -47,14 +47,7 @@ DLC_HOT static void softmax_rows(void *ctx, int64_t r0, int64_t r1, int part) {
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->x + r * C;
         float *yr = c->y + r * C;
-        float m = -INFINITY, sum = 0.0f;
-        DLC_SIMD_REDUCE(max : m)
-        for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
-        DLC_SIMD_REDUCE(+ : sum)
-        for (int64_t j = 0; j < C; j++) {
-            yr[j] = dlcx_expf(xr[j] - m);
-            sum += yr[j];
-        }
+        float m = dlcx_row_max(xr, C), sum = dlcx_exp_sum(xr, yr, C, m);
         if (c->log) {
             float ls = logf(sum); /* (x - m) - ls keeps precision for large logits */
             for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) - ls;
@@ -142,9 +135,7 @@ DLC_HOT static void ce_rows(void *ctx, int64_t r0, int64_t r1, int part) {
             continue;
         }
         const float *xr = c->logits + r * V;
-        float m = -INFINITY, sum = 0.0f;
-        DLC_SIMD_REDUCE(max : m)
-        for (int64_t j = 0; j < V; j++) m = xr[j] > m ? xr[j] : m;
+        float m = dlcx_row_max(xr, V), sum = 0.0f;
         DLC_SIMD_REDUCE(+ : sum)
         for (int64_t j = 0; j < V; j++) sum += dlcx_expf(xr[j] - m);
         float ls = logf(sum);
@@ -267,12 +258,18 @@ typedef struct {
 
 static int64_t norm_chunks(int64_t R) { return (R + NORM_CHUNK - 1) / NORM_CHUNK; }
 
+/* What every norm kernel starts from: its context c, the row length C, the weight wd
+ * (NULL: none) and 1 / C for the row means (0 when C = 0). */
+#define NORM_KERNEL_LOCALS(ctx)   \
+    const norm_ctx *c = (ctx);    \
+    int64_t C = c->C;             \
+    const float *wd = c->w;       \
+    float invC = C ? 1.0f / (float)C : 0.0f
+
 /* saved[0] = mean [R], saved[1] = rstd [R]. */
 DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w, *bd = c->b;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
+    const float *bd = c->b;
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = c->x + r * C;
         float *y = c->y + r * C, m = 0.0f, v = 0.0f;
@@ -294,37 +291,27 @@ DLC_HOT static void layernorm_rows(void *ctx, int64_t r0, int64_t r1, int part) 
     }
 }
 
-dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
-    if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
-        !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
-        return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    dlc_tensor *in[3] = {x, w, b};
-    int rec = dlcx_should_record(3, in);
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
-    dlc_tensor *mean = rec ? dlc_tensor_new(1, &R) : NULL, *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
-    if (!out || (rec && (!mean || !rstd))) {
-        dlc_tensor_release(out);
-        dlc_tensor_release(mean);
-        dlc_tensor_release(rstd);
-        return NULL;
+/* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
+DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
+    NORM_KERNEL_LOCALS(ctx);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * C;
+        float *y = c->y + r * C, ss = 0.0f;
+        DLC_SIMD_REDUCE(+ : ss)
+        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
+        float s = 1.0f / sqrtf(ss * invC + c->eps);
+        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
+        if (wd)
+            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
+        if (c->rstd) c->rstd[r] = s;
     }
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = out->data,
-                  .mean = rec ? mean->data : NULL, .rstd = rec ? rstd->data : NULL, .R = R, .C = C,
-                  .eps = eps};
-    dlcx_parallel_for(R, 3 * R * C, layernorm_rows, &c);
-    if (rec && !dlcx_attach(out, DLC_OP_LAYERNORM, 3, in, mean, rstd)) return NULL;
-    return out;
 }
 
 /* xhat = (x - mean) rstd, dn = g w:
  * dx += rstd (dn - mean(dn) - xhat mean(dn xhat)); dw += g xhat; db += g.
  * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
 DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
+    NORM_KERNEL_LOCALS(ctx);
     for (int64_t k = k0; k < k1; k++) {
         float *pw = c->dw ? c->part + k * 2 * C : NULL, *pb = c->db ? c->part + k * 2 * C + C : NULL;
         if (pw) memset(pw, 0, (size_t)C * sizeof(float));
@@ -371,6 +358,30 @@ DLC_HOT static void layernorm_backward_chunks(void *ctx, int64_t k0, int64_t k1,
     }
 }
 
+/* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat.
+ * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
+DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
+    NORM_KERNEL_LOCALS(ctx);
+    for (int64_t k = k0; k < k1; k++) {
+        float *pw = c->dw ? c->part + k * 2 * C : NULL;
+        if (pw) memset(pw, 0, (size_t)C * sizeof(float));
+        int64_t r1 = (k + 1) * NORM_CHUNK < c->R ? (k + 1) * NORM_CHUNK : c->R;
+        for (int64_t r = k * NORM_CHUNK; r < r1; r++) {
+            const float *xr = c->x + r * C, *gr = c->g + r * C;
+            float s = c->srstd[r], sdnx = 0.0f;
+            DLC_SIMD_REDUCE(+ : sdnx)
+            for (int64_t j = 0; j < C; j++) sdnx += gr[j] * (wd ? wd[j] : 1.0f) * xr[j] * s;
+            sdnx *= invC;
+            if (c->dx) {
+                float *d = c->dx + r * C;
+                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * (wd ? wd[j] : 1.0f) - xr[j] * s * sdnx);
+            }
+            if (pw)
+                for (int64_t j = 0; j < C; j++) pw[j] += gr[j] * xr[j] * s;
+        }
+    }
+}
+
 /* dw += partial dw of every chunk, db likewise, in chunk order. */
 static void norm_add_partials(const norm_ctx *c, int64_t chunks) {
     int64_t C = c->C;
@@ -393,104 +404,63 @@ static dlc_tensor *norm_partials(norm_ctx *c, dlc_status *err) {
     return t;
 }
 
-dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
+/* What the two norms' forwards share, after their checks.  ln: layernorm (inputs x, w, b;
+ * saved mean and rstd), else rmsnorm (inputs x, w; saved rstd). */
+static dlc_tensor *norm_forward(int ln, dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
+    dlc_tensor *in[3] = {x, w, b};
+    int n = ln ? 3 : 2, rec = dlcx_should_record(n, in);
+    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
+    dlc_tensor *mean = rec && ln ? dlc_tensor_new(1, &R) : NULL, *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
+    if (!out || (rec && ((ln && !mean) || !rstd))) {
+        dlc_tensor_release(out);
+        dlc_tensor_release(mean);
+        dlc_tensor_release(rstd);
+        return NULL;
+    }
+    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = out->data,
+                  .mean = mean ? mean->data : NULL, .rstd = rstd ? rstd->data : NULL, .R = R, .C = C,
+                  .eps = eps};
+    dlcx_parallel_for(R, (ln ? 3 : 2) * R * C, ln ? layernorm_rows : rmsnorm_rows, &c);
+    if (rec && !dlcx_attach(out, ln ? DLC_OP_LAYERNORM : DLC_OP_RMSNORM, n, in, ln ? mean : rstd, ln ? rstd : NULL))
+        return NULL;
+    return out;
+}
+
+/* What the two backwards share; ln as for norm_forward. */
+static dlc_status norm_backward(int ln, dlc_node *n, const float *g) {
     dlc_status err = DLC_OK;
     dlc_tensor *x = n->in[0], *w = n->in[1];
-    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = dlcx_grad(n->in[2], &err);
+    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err), *db = ln ? dlcx_grad(n->in[2], &err) : NULL;
     if (err != DLC_OK) return err;
     int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
     norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw, .db = db,
-                  .smean = n->saved[0]->data, .srstd = n->saved[1]->data, .R = R, .C = C};
+                  .smean = ln ? n->saved[0]->data : NULL, .srstd = n->saved[ln ? 1 : 0]->data, .R = R, .C = C};
     dlc_tensor *part = norm_partials(&c, &err);
     if (err != DLC_OK) return err;
-    dlcx_parallel_for(chunks, 4 * R * C, layernorm_backward_chunks, &c);
+    dlcx_parallel_for(chunks, 4 * R * C, ln ? layernorm_backward_chunks : rmsnorm_backward_chunks, &c);
     norm_add_partials(&c, chunks);
     dlc_tensor_release(part);
     return DLC_OK;
 }
 
-/* y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps); saved[0] = rstd [R]. */
-DLC_HOT static void rmsnorm_rows(void *ctx, int64_t r0, int64_t r1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = c->x + r * C;
-        float *y = c->y + r * C, ss = 0.0f;
-        DLC_SIMD_REDUCE(+ : ss)
-        for (int64_t j = 0; j < C; j++) ss += xr[j] * xr[j];
-        float s = 1.0f / sqrtf(ss * invC + c->eps);
-        for (int64_t j = 0; j < C; j++) y[j] = xr[j] * s;
-        if (wd)
-            for (int64_t j = 0; j < C; j++) y[j] *= wd[j];
-        if (c->rstd) c->rstd[r] = s;
-    }
+dlc_tensor *dlc_layernorm(dlc_tensor *x, dlc_tensor *w, dlc_tensor *b, float eps) {
+    if (!check_last_dim("layernorm", x) || !check_norm_param("layernorm", "weight", x, w) ||
+        !check_norm_param("layernorm", "bias", x, b) || !check_eps("layernorm", eps))
+        return NULL;
+    return norm_forward(1, x, w, b, eps);
 }
+
+dlc_status dlcx_layernorm_backward(dlc_node *n, dlc_tensor *out, const float *g) { return norm_backward(1, n, g); }
 
 dlc_tensor *dlc_rmsnorm(dlc_tensor *x, dlc_tensor *w, float eps) {
     if (!check_last_dim("rmsnorm", x) || !check_norm_param("rmsnorm", "weight", x, w) ||
         !check_eps("rmsnorm", eps))
         return NULL;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x);
-    dlc_tensor *in[2] = {x, w};
-    int rec = dlcx_should_record(2, in);
-    dlc_tensor *out = dlc_tensor_new(x->ndim, x->shape);
-    dlc_tensor *rstd = rec ? dlc_tensor_new(1, &R) : NULL;
-    if (!out || (rec && !rstd)) {
-        dlc_tensor_release(out);
-        dlc_tensor_release(rstd);
-        return NULL;
-    }
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .y = out->data, .rstd = rec ? rstd->data : NULL,
-                  .R = R, .C = C, .eps = eps};
-    dlcx_parallel_for(R, 2 * R * C, rmsnorm_rows, &c);
-    if (rec && !dlcx_attach(out, DLC_OP_RMSNORM, 2, in, rstd, NULL)) return NULL;
-    return out;
+    return norm_forward(0, x, w, NULL, eps);
 }
 
-/* xhat = x rstd, dn = g w: dx += rstd (dn - xhat mean(dn xhat)); dw += g xhat.
- * Runs on chunks [k0, k1) of NORM_CHUNK rows. */
-DLC_HOT static void rmsnorm_backward_chunks(void *ctx, int64_t k0, int64_t k1, int part) {
-    const norm_ctx *c = ctx;
-    int64_t C = c->C;
-    const float *wd = c->w;
-    float invC = C ? 1.0f / (float)C : 0.0f;
-    for (int64_t k = k0; k < k1; k++) {
-        float *pw = c->dw ? c->part + k * 2 * C : NULL;
-        if (pw) memset(pw, 0, (size_t)C * sizeof(float));
-        int64_t r1 = (k + 1) * NORM_CHUNK < c->R ? (k + 1) * NORM_CHUNK : c->R;
-        for (int64_t r = k * NORM_CHUNK; r < r1; r++) {
-            const float *xr = c->x + r * C, *gr = c->g + r * C;
-            float s = c->srstd[r], sdnx = 0.0f;
-            DLC_SIMD_REDUCE(+ : sdnx)
-            for (int64_t j = 0; j < C; j++) sdnx += gr[j] * (wd ? wd[j] : 1.0f) * xr[j] * s;
-            sdnx *= invC;
-            if (c->dx) {
-                float *d = c->dx + r * C;
-                for (int64_t j = 0; j < C; j++) d[j] += s * (gr[j] * (wd ? wd[j] : 1.0f) - xr[j] * s * sdnx);
-            }
-            if (pw)
-                for (int64_t j = 0; j < C; j++) pw[j] += gr[j] * xr[j] * s;
-        }
-    }
-}
-
-dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) {
-    dlc_status err = DLC_OK;
-    dlc_tensor *x = n->in[0], *w = n->in[1];
-    float *dx = dlcx_grad(x, &err), *dw = dlcx_grad(w, &err);
-    if (err != DLC_OK) return err;
-    int64_t C = x->shape[x->ndim - 1], R = rows_of(x), chunks = norm_chunks(R);
-    norm_ctx c = {.x = x->data, .w = w ? w->data : NULL, .g = g, .dx = dx, .dw = dw,
-                  .srstd = n->saved[0]->data, .R = R, .C = C};
-    dlc_tensor *part = norm_partials(&c, &err);
-    if (err != DLC_OK) return err;
-    dlcx_parallel_for(chunks, 4 * R * C, rmsnorm_backward_chunks, &c);
-    norm_add_partials(&c, chunks);
-    dlc_tensor_release(part);
-    return DLC_OK;
-}
+dlc_status dlcx_rmsnorm_backward(dlc_node *n, dlc_tensor *out, const float *g) { return norm_backward(0, n, g); }
 
 /* ---- index_select / embedding: rows of x [N, ...] picked by idx [I...] ---- */
 

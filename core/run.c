@@ -200,22 +200,23 @@ void dlc_run_field_expect(const dlc_run_field *f, char *out, size_t cap) {
     else snprintf(out, cap, "%s in %s%s, %s%s", what, f->min_open ? "(" : "[", lo, hi, f->max_open ? ")" : "]");
 }
 
+/* The run's fields the learner and the syncer both take, under one name in both params:
+ * X(field of dlc_learner_params and dlc_syncer_params, field of the run). */
+#define SHARED_FIELDS(X) X(dp, dp) X(tau, tau) X(ema, ema) X(blocking, blocking) X(codec_params.block, block)
+#define COPY_FIELD(to, from) out->to = r->from;
+
 dlc_status dlc_run_learner_params(const dlc_run_params *r, int id, dlc_learner_params *out) {
     if (!out) return dlc_error(DLC_ERR_ARG, "run_learner_params: out is NULL");
     dlc_status st = dlc_run_params_check(r);
     if (st != DLC_OK) return st;
     *out = dlc_learner_default_params();
+    SHARED_FIELDS(COPY_FIELD)
     out->id = id;
-    out->dp = r->dp;
     out->H = r->H;
-    out->tau = r->tau;
     out->alpha = r->alpha;
-    out->blocking = r->blocking;
     out->codec = r->codec_up;
-    out->codec_params.block = r->block;
     out->error_feedback = r->error_feedback;
     out->ring = r->ring;
-    out->ema = r->ema;
     return dlc_learner_params_check(out);
 }
 
@@ -224,26 +225,25 @@ dlc_status dlc_run_syncer_params(const dlc_run_params *r, int learners, dlc_sync
     dlc_status st = dlc_run_params_check(r);
     if (st != DLC_OK) return st;
     *out = dlc_syncer_default_params();
+    SHARED_FIELDS(COPY_FIELD)
     out->learners = learners;
-    out->dp = r->dp;
     out->quorum = r->quorum;
     out->grace = r->grace;
     out->grace_s = r->grace_s;
     out->grace_gamma = r->grace_gamma;
-    out->ema = r->ema;
-    out->tau = r->tau;
-    out->weighting = r->weighting;
-    out->merge = r->merge;
     out->outer.lr = r->outer_lr;
     out->outer.momentum = r->outer_momentum;
     out->outer.nesterov = r->outer_nesterov;
     out->outer.ring = r->ring;
+    out->weighting = r->weighting;
+    out->merge = r->merge;
     out->codec_up = r->codec_up;
-    out->codec_params.block = r->block;
     out->codec_down = r->codec_down;
-    out->blocking = r->blocking;
     return dlc_syncer_params_check(out);
 }
+
+#undef COPY_FIELD
+#undef SHARED_FIELDS
 
 /* ---- the hash: FNV-1a 64 over the canonical little-endian stream (mix.h) ---- */
 

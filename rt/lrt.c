@@ -125,11 +125,27 @@ static void push_event(dlc_lrt *l, const dlc_lrt_event *e) {
     l->ev_len++;
 }
 
-static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
+/* An event of kind k, stamped now, its other fields zero. */
+static dlc_lrt_event new_event(dlc_lrt *l, dlc_lrt_event_kind k) {
     dlc_lrt_event e;
     memset(&e, 0, sizeof e);
     e.kind = k;
     e.time = lrt_now(l);
+    return e;
+}
+
+/* An event for the state machine's action a: its fragment and lag, at the step the
+ * learner is at. */
+static dlc_lrt_event action_event(dlc_lrt *l, dlc_lrt_event_kind k, const dlc_learner_action *a) {
+    dlc_lrt_event e = new_event(l, k);
+    e.fragment = a->fragment;
+    e.lag = a->lag;
+    e.boundary = dlc_learner_steps(l->l);
+    return e;
+}
+
+static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
+    dlc_lrt_event e = new_event(l, k);
     snprintf(e.text, sizeof e.text, "%s", text ? text : "");
     dlc_text_clean(e.text); /* it may quote the syncer, cut at a byte count */
     push_event(l, &e);
@@ -438,15 +454,9 @@ static dlc_status actions(dlc_lrt *l) {
         } else if (a.type == DLC_LACT_ENCODE) {
             st = start_encode(l, &a);
         } else if (a.type == DLC_LACT_APPLIED) {
-            dlc_lrt_event e;
-            memset(&e, 0, sizeof e);
-            e.kind = DLC_LRT_APPLIED;
-            e.time = lrt_now(l);
-            e.fragment = a.fragment;
+            dlc_lrt_event e = action_event(l, DLC_LRT_APPLIED, &a);
             e.version = a.version;
-            e.lag = a.lag;
             e.resync = a.resync;
-            e.boundary = dlc_learner_steps(l->l);
             push_event(l, &e);
             l->st.applied++;
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
@@ -455,15 +465,9 @@ static dlc_status actions(dlc_lrt *l) {
             else
                 l->grad_ready = 1;
         } else if (a.type == DLC_LACT_PHASE) {
-            dlc_lrt_event e;
-            memset(&e, 0, sizeof e);
-            e.kind = DLC_LRT_PHASE;
-            e.time = lrt_now(l);
-            e.fragment = a.fragment;
-            e.lag = a.lag;
+            dlc_lrt_event e = action_event(l, DLC_LRT_PHASE, &a);
             e.schedule = a.schedule;
             e.unreplayed = a.unreplayed;
-            e.boundary = dlc_learner_steps(l->l);
             push_event(l, &e);
             l->st.unreplayed += a.unreplayed;
         }

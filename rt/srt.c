@@ -1030,28 +1030,23 @@ dlc_status dlc_srt_flush(dlc_srt *s) {
     return st;
 }
 
+/* The fields of dlc_srt_learner_info that are the driver's record of the learner as it
+ * stands, under the same names in slearner. */
+#define INFO_FIELDS(X)                                                                             \
+    X(joined) X(bye) X(steps) X(tokens) X(step_time) X(best_step_time) X(heard) X(merged) X(joins) \
+    X(bytes_in) X(bytes_out) X(rate) X(latency)
+#define COPY_FIELD(f) out->f = L->f;
+
 dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     if (!s || !out) return dlc_error(DLC_ERR_ARG, "srt_learner: NULL argument");
     if (m < 0 || m >= s->M) return dlc_error(DLC_ERR_RANGE, "srt_learner: learner %d: expected 1..%d", m + 1, s->M);
     pthread_mutex_lock(&s->lock);
     const slearner *L = &s->learners[m];
     memset(out, 0, sizeof *out);
+    INFO_FIELDS(COPY_FIELD)
     out->connected = L->peer >= 0;
-    out->joined = L->joined;
-    out->bye = L->bye;
-    out->steps = L->steps;
-    out->tokens = L->tokens;
-    out->step_time = L->step_time;
-    out->best_step_time = L->best_step_time;
-    out->heard = L->heard;
     out->absent = L->peer >= 0 ? 0 : srt_now(s) - L->left;
-    out->merged = L->merged;
     out->merged_steps = dlc_syncer_merged_steps(s->s, m);
-    out->joins = L->joins;
-    out->bytes_in = L->bytes_in;
-    out->bytes_out = L->bytes_out;
-    out->rate = L->rate;
-    out->latency = L->latency;
     out->cut = L->cut_until > 0 ? L->cut_until - srt_now(s) : 0;
     if (L->cut_until > 0 && out->cut <= 0) out->cut = 1e-9; /* ends at the driver's next turn */
     for (const owed *o = L->ob_head; o; o = o->next) out->held++;
@@ -1065,6 +1060,9 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     pthread_mutex_unlock(&s->lock);
     return DLC_OK;
 }
+
+#undef COPY_FIELD
+#undef INFO_FIELDS
 
 dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out) {
     if (!s || !out) return dlc_error(DLC_ERR_ARG, "srt_get_stats: NULL argument");

@@ -16,12 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+#include "bench.h"
 
 static int D = 512, HID = 2048, B = 512;
 static float *W1, *W2, *X, *Y, *H, *O, *G1, *G2, *DH;

@@ -5,12 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "diloco/goodput.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench.h"
 
 int main(int argc, char **argv) {
     dlc_goodput_params p = dlc_goodput_default_params();

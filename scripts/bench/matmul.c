@@ -9,12 +9,7 @@
 #include <time.h>
 #include <cblas.h>
 #include "diloco/diloco.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "bench.h"
 
 typedef struct { int M, N, K, ta, tb; const char *what; } shape;
 

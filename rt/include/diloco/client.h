@@ -130,16 +130,20 @@ typedef struct dlc_client_config {
 #define DLC_SERVER_CONFIG_V1 1
 #define DLC_SERVER_CONFIG_V2 2
 #define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V2
+/* dlc_KIND_default_config_(): the defaults of config KIND (client, server) for the version
+ * of this header, by value, through dlc_KIND_config_default_versioned. */
+#define DLC_DEFAULT_CONFIG_FN_(KIND, VERSION)                              \
+    static inline dlc_##KIND##_config dlc_##KIND##_default_config_(void) { \
+        dlc_##KIND##_config c;                                             \
+        dlc_##KIND##_config_default_versioned(VERSION, &c);                \
+        return c;                                                          \
+    }
 
 /* Fills *cfg with the defaults: the fields of config version `version` only (nothing
  * past them is written).  DLC_OK, or DLC_ERR_ARG for NULL or a version unknown here. */
 DLC_API dlc_status dlc_client_config_default_versioned(int version, dlc_client_config *cfg);
 /* The defaults, for the version of this header (the one to use). */
-static inline dlc_client_config dlc_client_default_config_(void) {
-    dlc_client_config c;
-    dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_VERSION, &c);
-    return c;
-}
+DLC_DEFAULT_CONFIG_FN_(client, DLC_CLIENT_CONFIG_VERSION)
 #define dlc_client_default_config() dlc_client_default_config_()
 DLC_API dlc_client_config(dlc_client_default_config)(void); /* version 1 (see above) */
 
@@ -222,11 +226,7 @@ typedef struct dlc_server_config {
 
 /* As dlc_client_config_default_versioned, for the server's config. */
 DLC_API dlc_status dlc_server_config_default_versioned(int version, dlc_server_config *cfg);
-static inline dlc_server_config dlc_server_default_config_(void) {
-    dlc_server_config c;
-    dlc_server_config_default_versioned(DLC_SERVER_CONFIG_VERSION, &c);
-    return c;
-}
+DLC_DEFAULT_CONFIG_FN_(server, DLC_SERVER_CONFIG_VERSION)
 #define dlc_server_default_config() dlc_server_default_config_()
 DLC_API dlc_server_config(dlc_server_default_config)(void); /* version 1 */
 
