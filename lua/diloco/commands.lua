@@ -22,6 +22,17 @@ local function with_tail(options)
   return options
 end
 
+-- The options several commands share: --set, --out and --overwrite (each command's own doc
+-- where they say different things, the common one where not).
+local function set_opt(doc)
+  return { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
+           doc = doc or "override a recipe field; repeatable" }
+end
+local function out_opt(doc, shown)
+  return { name = "out", arg = "DIR", shown = shown or "the recipe's out, else runs/NAME", doc = doc }
+end
+local function overwrite_opt(doc) return { name = "overwrite", doc = doc or "replace the run already in OUT" } end
+
 -- The options run and sim (the two commands that train a recipe) share word for word.
 local METRICS_OPT = { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl",
                       doc = "write the JSON-lines metrics here" }
@@ -43,13 +54,11 @@ M.commands = {
         .. "`diloco-lua sim RECIPE`.  docs/recipes.md lists every field.",
     },
     options = with_tail {
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "override a recipe field, nested with dots (--set inner.lr=1e-3); repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, checkpoint-STEP.safetensors, model.safetensors" },
+      set_opt "override a recipe field, nested with dots (--set inner.lr=1e-3); repeatable",
+      out_opt "run directory: metrics.jsonl, recipe.json, checkpoint-STEP.safetensors, model.safetensors",
       { name = "resume", arg = "latest|CHECKPOINT", shown = "none: a new run",
         doc = "continue the run in OUT from its newest checkpoint (or the given one); the metrics are appended to" },
-      { name = "overwrite", doc = "replace the run already in OUT (without it, an existing run is refused)" },
+      overwrite_opt "replace the run already in OUT (without it, an existing run is refused)",
       METRICS_OPT, QUIET_OPT, FIELDS_OPT,
     },
     exit = RUN_EXIT,
@@ -63,11 +72,9 @@ M.commands = {
         .. "give the same metrics (wall-clock fields aside).  docs/sim.md.",
     },
     options = with_tail {
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "override a recipe field (--set sync.preset=diloco --set islands.count=4); repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)" },
-      { name = "overwrite", doc = "replace the run already in OUT" },
+      set_opt "override a recipe field (--set sync.preset=diloco --set islands.count=4); repeatable",
+      out_opt "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)",
+      overwrite_opt(),
       METRICS_OPT, QUIET_OPT, FIELDS_OPT,
       { name = "resume", arg = "CHECKPOINT", shown = "none",
         doc = "refused (exit 2): a sim is not resumed, the same recipe and seed give the same run again" },
@@ -114,8 +121,7 @@ M.commands = {
       { name = "sweep", arg = "KEY=V1,V2,...", shown = "none; chips=1e5,3e5,1.2e6,2.4e6 with --plot",
         doc = "one row per value of KEY: chips, learners, mtbi, repair, downscale, upscale, pause (both), step, "
           .. "checkpoint, restart, slice_chips" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "any other simulator parameter (diloco.goodput_defaults() lists them); repeatable" },
+      set_opt "any other simulator parameter (diloco.goodput_defaults() lists them); repeatable",
       { name = "plot", arg = "FILE.png", shown = "none", doc = "draw goodput against chips for each policy (needs gnuplot)" },
       { name = "series", arg = "FILE.tsv", shown = "none", doc = "the time series (t, live chips, progress) of the first row" },
     },
@@ -193,12 +199,11 @@ M.commands = {
       { name = "tls-cert", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS on every link: this server's certificate (with --tls-key); learners then need --tls-ca" },
       { name = "tls-key", arg = "PEM", shown = "none", doc = "the private key of --tls-cert" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors" },
+      set_opt(),
+      out_opt "run directory: metrics.jsonl, recipe.json, model.safetensors",
       { name = "resume", doc = "continue the run in OUT from the syncer's newest checkpoint (OUT/syncer), with "
         .. "the next epoch: a restarted syncer; its learners reconnect and are resynced" },
-      { name = "overwrite", doc = "replace the run already in OUT" },
+      overwrite_opt(),
       METRICS_OPT, QUIET_OPT,
     },
     exit = "0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N (after a checkpoint)",
@@ -227,10 +232,10 @@ M.commands = {
         doc = "the run id the syncer serves" },
       { name = "tls-ca", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS to a syncer started with --tls-cert: the certificate (or CA) its certificate is checked against" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
-      { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
-        doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
-      { name = "overwrite", doc = "start afresh: replace what OUT holds instead of continuing from its checkpoint" },
+      set_opt(),
+      out_opt("this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)",
+        "OUT/learner-N of the recipe's out"),
+      overwrite_opt "start afresh: replace what OUT holds instead of continuing from its checkpoint",
       { name = "restart-at", arg = "STEP", type = "integer", min = 0, max = 1e15, shown = "none",
         doc = "continue from OUT's checkpoint of schedule step STEP, model included (0: the initial model); what "
           .. "run passes every learner of a non-elastic data-parallel run after a failure" },
