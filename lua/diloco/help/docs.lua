@@ -463,6 +463,7 @@ D["diloco.plot.read_learners"] = "plot.read_learners(run, dir) -> run\nA real ru
 D["diloco.plot.fault_marks"] = "plot.fault_marks(runs, x) -> {{x, back, text}}\nThe faults of runs as marks on the x axis x (began: back false; ended or came back: true); a fault without that field sits at the step its learner had reached at its time."
 D["diloco.plot.main"] = "plot.main(args, parse) -> exit status"
 D["diloco.plot.read"] = "plot.read(run_or_file) -> {label =, path =, records =, skipped =}\nThe metrics of a run directory or a metrics file; raises a usage error for a missing, empty or non-metrics file."
+D["diloco.plot.read_noting_skips"] = "plot.read_noting_skips(run_or_file, command) -> run\nplot.read, and a note on stderr (diloco-lua: COMMAND: PATH: skipped N lines cut short) when it skipped lines cut short."
 D["diloco.plot.parse_spec"] = "plot.parse_spec(y, events) -> {{kind =, field =}, ...}\nWhat to draw from --y and --events."
 D["diloco.plot.series"] = "plot.series(runs, spec, x) -> {curves}\nThe curves of runs against --x (points = {{x, y}, ...})."
 D["diloco.plot.numeric"] = "plot.numeric(v) -> number | nil\nA record field as a number (booleans 0/1, arrays their length)."
