@@ -559,6 +559,7 @@ D["diloco.machine.fields"] = "machine.fields() -> { {name = \"sync.H\", type = \
 D["diloco.machine.preset"] = "machine.preset(name) -> {[\"sync.H\"] = 24, ...}\nA sync preset's value of every run field (core/run.c, the one definition: recipe.lua's defaults come from here); enums by name, quorum \"all\"."
 D["diloco.replay"] = "diloco.replay: `diloco-lua sim --replay OUT`, a finished real run re-executed from its merge tape.  docs/runtime.md"
 D["diloco.replay.run"] = "replay.run(out[, {quiet =, recipe =, set =}]) -> summary\nRe-executes the run in out; raises when the final global parameters differ from out/model.safetensors or the replay diverged."
+D["diloco.replay.read_file"] = "replay.read_file(path) -> string | nil\nThe whole file, or nil when it cannot be opened."
 D["diloco.proc.die_with_parent"] = "proc.die_with_parent(sig[, ppid]) -> boolean\nThe kernel sends sig when the parent dies; false if it is gone already (or is not ppid)."
 D["diloco.proc.pid"] = "proc.pid() -> integer\nThis process's id."
 D["diloco.proc.sleep"] = "proc.sleep(seconds)\nWaits (restarted after signals)."
