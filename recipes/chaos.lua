@@ -12,22 +12,22 @@
 --   chaos = { { at = "100s", kill = 2, down = "60s" }, { at = "300s", syncer = "down", down = "20s" } }
 local diloco = require "diloco"
 
-return diloco.recipe {
-  model = { arch = "gpt", vocab = 256, ctx = 64, dim = 128, layers = 4, heads = 4, tied = true },
-  data = diloco.data.text { path = "/usr/share/games/fortunes", drop_line = "%", ctx = 64, batch = 16 },
-  inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1, schedule = "cosine", min_lr = 3e-4, clip = 1.0 },
-  outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
-  sync = { preset = "decoupled" }, -- H = 24, 4 fragments, tau = 2, quorum 1 (the preset's)
-  islands = { count = 4, step_time = "1s", latency = "20ms", bandwidth = "2.5Gbps" },
-  chaos = diloco.chaos.poisson { mtbf = "60s", down = "15s", seed = 7 },
-  steps = 750,
-  eval = { every = 125, batches = 32 },
-  hooks = {
-    on_fault = function(info)
-      if info.kind == "kill" then
-        io.stderr:write(string.format("%.0fs: island %d %s\n", info.virtual_s, info.learner,
-          info.begin and "went down" or "is back"))
-      end
-    end,
-  },
+-- The run is recipes/decoupled.lua's, read from beside this file: charlm's GPT, data and
+-- AdamW, the Nesterov outer step, sync.preset = "decoupled" (H = 24, 4 fragments, tau = 2,
+-- quorum 1), four islands a virtual second per step on 20 ms, 2.5 Gbps links, 750 steps, an
+-- eval every 125.  The failures are this recipe's.  A recipe is Lua: it may build on
+-- another like this, the file's table and then the fields that differ (docs/recipes.md).
+-- To copy this recipe elsewhere, copy decoupled.lua beside it, or write its fields into a
+-- diloco.recipe { ... } here.  Only the run's failures are set below, and a hook that says
+-- when an island goes down and comes back.
+local r = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "decoupled.lua")
+r.chaos = diloco.chaos.poisson { mtbf = "60s", down = "15s", seed = 7 }
+r.hooks = {
+  on_fault = function(info)
+    if info.kind == "kill" then
+      io.stderr:write(string.format("%.0fs: island %d %s\n", info.virtual_s, info.learner,
+        info.begin and "went down" or "is back"))
+    end
+  end,
 }
+return r

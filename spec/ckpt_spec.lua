@@ -46,13 +46,7 @@ end)
 
 local function file(name) return dir .. "/" .. name end
 
-local function read_all(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_all = diloco.replay.read_file
 
 local function write_all(path, s)
   local f = assert(io.open(path, "wb"))

@@ -11,11 +11,8 @@ local scratch = H.scratch()
 local tmp, write = scratch.dir, scratch.write
 
 local function file_size(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local n = f:seek("end")
-  f:close()
-  return n
+  local s = diloco.replay.read_file(path)
+  return s and #s
 end
 
 local TINY = [[

@@ -13,6 +13,12 @@ local M = {}
 --   shown    how the help states the default when it is not a plain value
 --   type     "integer" or "number": the parser converts the value and checks min..max
 --   doc      what it does
+-- A paragraph written as a long string: each line break, with the indentation after it,
+-- reads as one space, or two after a full stop (the help's sentence spacing).
+local function para(s)
+  return (s:gsub("^%s+", ""):gsub("%.\n%s*", ".  "):gsub("\n%s*", " "))
+end
+
 local COMMON_TAIL = {
   { name = "debug", doc = "on an internal error, print the Lua traceback" },
   { name = "help", doc = "print this help and exit" },
@@ -21,6 +27,17 @@ local function with_tail(options)
   for _, o in ipairs(COMMON_TAIL) do options[#options + 1] = o end
   return options
 end
+
+-- The options several commands share: --set, --out and --overwrite (each command's own doc
+-- where they say different things, the common one where not).
+local function set_opt(doc)
+  return { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
+           doc = doc or "override a recipe field; repeatable" }
+end
+local function out_opt(doc, shown)
+  return { name = "out", arg = "DIR", shown = shown or "the recipe's out, else runs/NAME", doc = doc }
+end
+local function overwrite_opt(doc) return { name = "overwrite", doc = doc or "replace the run already in OUT" } end
 
 -- The options run and sim (the two commands that train a recipe) share word for word.
 local METRICS_OPT = { name = "metrics", arg = "FILE.jsonl", shown = "OUT/metrics.jsonl",
@@ -34,40 +51,34 @@ local RUN_EXIT = "0 done, 1 failed (saved what it could), 2 bad recipe or option
 M.commands = {
   {
     name = "run", args = "RECIPE.lua", summary = "train a recipe: one island, or several as processes",
-    about = {
-      "Trains the recipe.  One island (islands.count = 1) trains in this process.  Several islands run for "
-        .. "real: this process serves the syncer on loopback and starts islands.count learner processes "
-        .. "(`diloco-lua learner`, one compute thread each unless the recipe's threads says otherwise), "
-        .. "restarts those that crash, and executes the recipe's chaos on them (kill, pause); OUT gets "
-        .. "learner-N/ for each.  docs/runtime.md.  The same recipe on the virtual-time driver: "
-        .. "`diloco-lua sim RECIPE`.  docs/recipes.md lists every field.",
-    },
+    about = { para [[
+      Trains the recipe.  One island (islands.count = 1) trains in this process.  Several islands run for
+      real: this process serves the syncer on loopback and starts islands.count learner processes (`diloco-lua
+      learner`, one compute thread each unless the recipe's threads says otherwise), restarts those that
+      crash, and executes the recipe's chaos on them (kill, pause); OUT gets learner-N/ for each.
+      docs/runtime.md.  The same recipe on the virtual-time driver: `diloco-lua sim RECIPE`.  docs/recipes.md
+      lists every field.]] },
     options = with_tail {
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "override a recipe field, nested with dots (--set inner.lr=1e-3); repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, checkpoint-STEP.safetensors, model.safetensors" },
+      set_opt "override a recipe field, nested with dots (--set inner.lr=1e-3); repeatable",
+      out_opt "run directory: metrics.jsonl, recipe.json, checkpoint-STEP.safetensors, model.safetensors",
       { name = "resume", arg = "latest|CHECKPOINT", shown = "none: a new run",
         doc = "continue the run in OUT from its newest checkpoint (or the given one); the metrics are appended to" },
-      { name = "overwrite", doc = "replace the run already in OUT (without it, an existing run is refused)" },
+      overwrite_opt "replace the run already in OUT (without it, an existing run is refused)",
       METRICS_OPT, QUIET_OPT, FIELDS_OPT,
     },
     exit = RUN_EXIT,
   },
   {
     name = "sim", args = "RECIPE.lua", summary = "train a recipe's islands on the virtual-time simulator",
-    about = {
-      "Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one process on a "
-        .. "simulated clock and network: every inner step is real, time and links are virtual "
-        .. "(islands.step_time, speed, latency, bandwidth), faults come from chaos.  The same recipe and seed "
-        .. "give the same metrics (wall-clock fields aside).  docs/sim.md.",
-    },
+    about = { para [[
+      Trains the recipe's islands (islands.count learners and the syncer, sync.preset) in one process on a
+      simulated clock and network: every inner step is real, time and links are virtual (islands.step_time,
+      speed, latency, bandwidth), faults come from chaos.  The same recipe and seed give the same metrics
+      (wall-clock fields aside).  docs/sim.md.]] },
     options = with_tail {
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "override a recipe field (--set sync.preset=diloco --set islands.count=4); repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)" },
-      { name = "overwrite", doc = "replace the run already in OUT" },
+      set_opt "override a recipe field (--set sync.preset=diloco --set islands.count=4); repeatable",
+      out_opt "run directory: metrics.jsonl, recipe.json, model.safetensors (the global model, for sample)",
+      overwrite_opt(),
       METRICS_OPT, QUIET_OPT, FIELDS_OPT,
       { name = "resume", arg = "CHECKPOINT", shown = "none",
         doc = "refused (exit 2): a sim is not resumed, the same recipe and seed give the same run again" },
@@ -80,11 +91,10 @@ M.commands = {
   },
   {
     name = "sample", args = "MODEL.safetensors", summary = "generate text from a trained byte-level GPT",
-    about = {
-      "Generates bytes from a GPT saved by run or sim.  The file is treated as hostile: its diloco.model "
-        .. "metadata is validated like a recipe's model section and the model's memory estimated before "
-        .. "anything is built (exit 2), then every tensor is checked (a bad file: exit 1).",
-    },
+    about = { para [[
+      Generates bytes from a GPT saved by run or sim.  The file is treated as hostile: its diloco.model
+      metadata is validated like a recipe's model section and the model's memory estimated before anything is
+      built (exit 2), then every tensor is checked (a bad file: exit 1).]] },
     options = with_tail {
       { name = "prompt", arg = "TEXT", default = "\n", shown = '"\\n"', doc = "the text the model continues (not empty)" },
       { name = "tokens", arg = "N", type = "integer", min = 1, max = 1e6, default = 200, doc = "bytes to generate" },
@@ -98,11 +108,10 @@ M.commands = {
   },
   {
     name = "goodput", args = "", summary = "estimate the goodput of a large cluster under failures",
-    about = {
-      "Simulates a cluster under chip interruptions (docs/goodput.md) and prints one row per policy and per "
-        .. "--sweep value: goodput and uptime as mean ± standard deviation over the seeds.  Durations take "
-        .. "units ms, s, m, h, d, y (365 d).",
-    },
+    about = { para [[
+      Simulates a cluster under chip interruptions (docs/goodput.md) and prints one row per policy and per
+      --sweep value: goodput and uptime as mean ± standard deviation over the seeds.  Durations take units ms,
+      s, m, h, d, y (365 d).]] },
     options = with_tail {
       { name = "chips", arg = "N", shown = "1.2e6", doc = "chips in the cluster" },
       { name = "mtbi", arg = "DURATION", shown = "1y", doc = "mean time between interruptions, per chip" },
@@ -114,8 +123,7 @@ M.commands = {
       { name = "sweep", arg = "KEY=V1,V2,...", shown = "none; chips=1e5,3e5,1.2e6,2.4e6 with --plot",
         doc = "one row per value of KEY: chips, learners, mtbi, repair, downscale, upscale, pause (both), step, "
           .. "checkpoint, restart, slice_chips" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none",
-        doc = "any other simulator parameter (diloco.goodput_defaults() lists them); repeatable" },
+      set_opt "any other simulator parameter (diloco.goodput_defaults() lists them); repeatable",
       { name = "plot", arg = "FILE.png", shown = "none", doc = "draw goodput against chips for each policy (needs gnuplot)" },
       { name = "series", arg = "FILE.tsv", shown = "none", doc = "the time series (t, live chips, progress) of the first row" },
     },
@@ -123,13 +131,11 @@ M.commands = {
   },
   {
     name = "plot", args = "RUN_OR_METRICS...", summary = "draw the metrics of runs: loss and eval curves, any field",
-    about = {
-      "Overlays the curves of one or several runs; each argument is a run directory (its metrics.jsonl) or a "
-        .. "metrics file.  One curve per run, record kind (--events), field (--y) and, in a sim, learner; "
-        .. "the points a resumed run redid are replaced by the newer ones.  With --out a PNG is drawn with "
-        .. "gnuplot; without it, a text chart is printed on stdout (terminal width when stdout is one).  "
-        .. "docs/plots.md.",
-    },
+    about = { para [[
+      Overlays the curves of one or several runs; each argument is a run directory (its metrics.jsonl) or a
+      metrics file.  One curve per run, record kind (--events), field (--y) and, in a sim, learner; the points
+      a resumed run redid are replaced by the newer ones.  With --out a PNG is drawn with gnuplot; without it,
+      a text chart is printed on stdout (terminal width when stdout is one).  docs/plots.md.]] },
     options = with_tail {
       { name = "out", arg = "FILE.png", shown = "none: a text chart on stdout", doc = "write a PNG (gnuplot)" },
       { name = "kind", arg = "KIND", default = "curves",
@@ -155,13 +161,12 @@ M.commands = {
   },
   {
     name = "compare", args = "RUN...", summary = "compare runs side by side: their summaries, their eval curves",
-    about = {
-      "Prints one row per run (a run directory of run or sim, or its metrics.jsonl) with the numbers of the "
-        .. "summary that ends its metrics: preset, learners, final eval loss, goodput, uptime, idle (the mean "
-        .. "over learners), merges, MB up and down, tokens, time (virtual seconds for a sim, wall seconds for "
-        .. "a run) and a status (ok, error, interrupted, no summary); \"-\" where the summary has no such field.  "
-        .. "With --plot each run's eval loss is drawn against --x into a PNG, one curve per run.  docs/cli.md.",
-    },
+    about = { para [[
+      Prints one row per run (a run directory of run or sim, or its metrics.jsonl) with the numbers of the
+      summary that ends its metrics: preset, learners, final eval loss, goodput, uptime, idle (the mean over
+      learners), merges, MB up and down, tokens, time (virtual seconds for a sim, wall seconds for a run) and
+      a status (ok, error, interrupted, no summary); "-" where the summary has no such field.  With --plot
+      each run's eval loss is drawn against --x into a PNG, one curve per run.  docs/cli.md.]] },
     options = with_tail {
       { name = "markdown", doc = "print the table as Markdown" },
       { name = "plot", arg = "FILE.png", shown = "none", doc = "draw each run's eval loss curve, overlaid (gnuplot)" },
@@ -174,12 +179,11 @@ M.commands = {
   },
   {
     name = "syncer", args = "RECIPE.lua", summary = "serve a recipe's syncer over TCP, for learners of any launcher",
-    about = {
-      "Serves the recipe's syncer (the global model, merges, evaluation) until every one of islands.count "
-        .. "learners has joined and left, then saves the global model in OUT.  Learners join with `diloco-lua "
-        .. "learner RECIPE --connect HOST:PORT` (by hand, mpirun, srun: docs/cli.md).  The secret comes from "
-        .. "--secret-file or DILOCO_SECRET, never the command line.",
-    },
+    about = { para [[
+      Serves the recipe's syncer (the global model, merges, evaluation) until every one of islands.count
+      learners has joined and left, then saves the global model in OUT.  Learners join with `diloco-lua
+      learner RECIPE --connect HOST:PORT` (by hand, mpirun, srun: docs/cli.md).  The secret comes from
+      --secret-file or DILOCO_SECRET, never the command line.]] },
     options = with_tail {
       { name = "listen", arg = "HOST:PORT", default = "127.0.0.1:0",
         doc = "address to listen on (port 0: any free port; 0.0.0.0:PORT for other hosts)" },
@@ -193,28 +197,25 @@ M.commands = {
       { name = "tls-cert", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS on every link: this server's certificate (with --tls-key); learners then need --tls-ca" },
       { name = "tls-key", arg = "PEM", shown = "none", doc = "the private key of --tls-cert" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
-      { name = "out", arg = "DIR", shown = "the recipe's out, else runs/NAME",
-        doc = "run directory: metrics.jsonl, recipe.json, model.safetensors" },
+      set_opt(),
+      out_opt "run directory: metrics.jsonl, recipe.json, model.safetensors",
       { name = "resume", doc = "continue the run in OUT from the syncer's newest checkpoint (OUT/syncer), with "
         .. "the next epoch: a restarted syncer; its learners reconnect and are resynced" },
-      { name = "overwrite", doc = "replace the run already in OUT" },
+      overwrite_opt(),
       METRICS_OPT, QUIET_OPT,
     },
     exit = "0 done, 1 failed, 2 bad recipe or options, 128 + N stopped by signal N (after a checkpoint)",
   },
   {
     name = "learner", args = "RECIPE.lua", summary = "join a syncer as one learner (island)",
-    about = {
-      "Trains one island of the recipe against a syncer (`diloco-lua syncer`, or the one `run` serves) "
-        .. "until the run's step reaches steps, then leaves.  The id comes from --id, else the launcher's rank "
-        .. "(OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, minus --rank-offset), else the syncer assigns one.  "
-        .. "A learner whose OUT holds a checkpoint continues its optimizer state and data cursor from it; the "
-        .. "model always comes from the syncer.  With --id under a launcher of several ranks "
-        .. "(`mpirun -np R diloco-lua learner RECIPE --connect ... --id N`) the learner is island N as one MPI "
-        .. "job: its R ranks average their gradients each step, R x the batch, rank 0 talks to the syncer "
-        .. "(docs/mpi.md).",
-    },
+    about = { para [[
+      Trains one island of the recipe against a syncer (`diloco-lua syncer`, or the one `run` serves) until
+      the run's step reaches steps, then leaves.  The id comes from --id, else the launcher's rank
+      (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, minus --rank-offset), else the syncer assigns one.  A
+      learner whose OUT holds a checkpoint continues its optimizer state and data cursor from it; the model
+      always comes from the syncer.  With --id under a launcher of several ranks (`mpirun -np R diloco-lua
+      learner RECIPE --connect ... --id N`) the learner is island N as one MPI job: its R ranks average their
+      gradients each step, R x the batch, rank 0 talks to the syncer (docs/mpi.md).]] },
     options = with_tail {
       { name = "connect", arg = "HOST:PORT|@FILE", shown = "required",
         doc = "the syncer's address, or @FILE: the --address-file of the syncer" },
@@ -227,10 +228,10 @@ M.commands = {
         doc = "the run id the syncer serves" },
       { name = "tls-ca", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS to a syncer started with --tls-cert: the certificate (or CA) its certificate is checked against" },
-      { name = "set", arg = "KEY=VALUE", list = true, shown = "none", doc = "override a recipe field; repeatable" },
-      { name = "out", arg = "DIR", shown = "OUT/learner-N of the recipe's out",
-        doc = "this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)" },
-      { name = "overwrite", doc = "start afresh: replace what OUT holds instead of continuing from its checkpoint" },
+      set_opt(),
+      out_opt("this learner's directory: metrics.jsonl, checkpoints, model.safetensors (its local model)",
+        "OUT/learner-N of the recipe's out"),
+      overwrite_opt "start afresh: replace what OUT holds instead of continuing from its checkpoint",
       { name = "restart-at", arg = "STEP", type = "integer", min = 0, max = 1e15, shown = "none",
         doc = "continue from OUT's checkpoint of schedule step STEP, model included (0: the initial model); what "
           .. "run passes every learner of a non-elastic data-parallel run after a failure" },

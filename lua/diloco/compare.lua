@@ -311,12 +311,7 @@ function M.main(args, parse)
           .. "its metrics.jsonl)", a)
       end
     end
-    local run = plot.read(arg)
-    if run.skipped > 0 then
-      io.stderr:write(string.format("diloco-lua: compare: %s: skipped %d line%s cut short\n", run.path, run.skipped,
-        run.skipped == 1 and "" or "s"))
-    end
-    runs[#runs + 1] = run
+    runs[#runs + 1] = plot.read_noting_skips(arg, "compare")
   end
   plot.unique_labels(runs)
   local curves, missing, xlabel

@@ -358,33 +358,23 @@ function Embedding:forward(idx) return self.weight:embedding(idx) end
 function Embedding:extra_repr() return ("%d, %d"):format(self.n, self.dim) end
 
 -- LayerNorm(dim, {eps = 1e-5}): weight ones, bias zeros, over the last dim.
-local LayerNorm = defclass("LayerNorm")
-
-function LayerNorm:_init(dim, opts)
-  dim = check_arg("LayerNorm", "dim", dim, "posint")
-  local o = check_opts("LayerNorm", opts, { eps = { "posnum", 1e-5 } })
-  self.dim, self.eps = dim, o.eps
-  self:_param("weight", const_param({ dim }, 1))
-  self:_param("bias", const_param({ dim }, 0))
-end
-
-function LayerNorm:forward(x) return x:layernorm(self.weight, self.bias, self.eps) end
-
-function LayerNorm:extra_repr() return ("%d, eps=%g"):format(self.dim, self.eps) end
-
 -- RMSNorm(dim, {eps = 1e-5}): weight ones.
-local RMSNorm = defclass("RMSNorm")
-
-function RMSNorm:_init(dim, opts)
-  dim = check_arg("RMSNorm", "dim", dim, "posint")
-  local o = check_opts("RMSNorm", opts, { eps = { "posnum", 1e-5 } })
-  self.dim, self.eps = dim, o.eps
-  self:_param("weight", const_param({ dim }, 1))
+-- One definition: the class `name`, with a bias parameter when bias, forward(self, x).
+local function defnorm(name, bias, forward)
+  local Norm = defclass(name)
+  function Norm:_init(dim, opts)
+    dim = check_arg(name, "dim", dim, "posint")
+    local o = check_opts(name, opts, { eps = { "posnum", 1e-5 } })
+    self.dim, self.eps = dim, o.eps
+    self:_param("weight", const_param({ dim }, 1))
+    if bias then self:_param("bias", const_param({ dim }, 0)) end
+  end
+  Norm.forward = forward
+  function Norm:extra_repr() return ("%d, eps=%g"):format(self.dim, self.eps) end
+  return Norm
 end
-
-function RMSNorm:forward(x) return x:rmsnorm(self.weight, self.eps) end
-
-function RMSNorm:extra_repr() return ("%d, eps=%g"):format(self.dim, self.eps) end
+local LayerNorm = defnorm("LayerNorm", true, function(self, x) return x:layernorm(self.weight, self.bias, self.eps) end)
+local RMSNorm = defnorm("RMSNorm", false, function(self, x) return x:rmsnorm(self.weight, self.eps) end)
 
 local NORMS = { layernorm = LayerNorm, rmsnorm = RMSNorm }
 local NORM_NAMES = { "layernorm", "rmsnorm" }

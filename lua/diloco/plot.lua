@@ -66,16 +66,15 @@ function M.read(arg)
     probe:close()
     path = arg .. "/metrics.jsonl"
   end
-  local f, oerr = io.open(path, "r")
-  if not f then
-    bad_input("%s: %s (expected a run directory of diloco-lua run or sim, or its metrics.jsonl)", arg,
-      tostring(oerr):gsub("^[^:]*: ", ""))
+  local f, err = io.open(path, "r")
+  local text
+  if f then
+    text, err = f:read("a")
+    f:close()
   end
-  local text, rerr = f:read("a")
-  f:close()
-  if not text then
+  if not text then -- cannot be opened, or read (a directory)
     bad_input("%s: %s (expected a run directory of diloco-lua run or sim, or its metrics.jsonl)", arg,
-      tostring(rerr):gsub("^[^:]*: ", ""))
+      tostring(err):gsub("^[^:]*: ", ""))
   end
   local records, skipped, n = {}, 0, 0
   for line in text:gmatch("([^\n]*)\n?") do
@@ -97,6 +96,16 @@ function M.read(arg)
   end
   local run = { label = run_label(arg, path), path = path, records = records, skipped = skipped }
   if path ~= arg then M.read_learners(run, arg) end
+  return run
+end
+
+-- M.read, and a note on stderr ("diloco-lua: COMMAND: ...") when it skipped lines cut short.
+function M.read_noting_skips(arg, command)
+  local run = M.read(arg)
+  if run.skipped > 0 then
+    io.stderr:write(string.format("diloco-lua: %s: %s: skipped %d line%s cut short\n", command, run.path, run.skipped,
+      run.skipped == 1 and "" or "s"))
+  end
   return run
 end
 
@@ -647,30 +656,21 @@ function M.main(args, parse)
     usage("--out %s: expected a .png file name (without --out the chart is printed as text)", opts.out)
   end
   local runs = {}
-  for _, a in ipairs(pos) do
-    local run = M.read(a)
-    if run.skipped > 0 then
-      io.stderr:write(string.format("diloco-lua: plot: %s: skipped %d line%s cut short\n", run.path, run.skipped,
-        run.skipped == 1 and "" or "s"))
-    end
-    runs[#runs + 1] = run
-  end
+  for _, a in ipairs(pos) do runs[#runs + 1] = M.read_noting_skips(a, "plot") end
   M.unique_labels(runs)
+  local names = {}
+  for _, run in ipairs(runs) do names[#names + 1] = run.label end
+  local title = opts.title or table.concat(names, ", ")
   if opts.kind == "compute" then
-    local names = {}
-    for _, run in ipairs(runs) do names[#names + 1] = run.label end
-    return main_compute(runs, opts, pw, ph, opts.title or table.concat(names, ", "))
+    return main_compute(runs, opts, pw, ph, title)
   elseif opts.kind ~= "curves" then
     usage("--kind %s: expected curves or compute", opts.kind)
   end
   local curves = M.series(runs, spec, opts.x)
   local marks = M.fault_marks(runs, opts.x)
   local xfield = M.X_ALIASES[opts.x] or opts.x
-  local names = {}
-  for _, run in ipairs(runs) do names[#names + 1] = run.label end
   local ys = {}
   for _, y in ipairs(spec.ys) do ys[#ys + 1] = y.text end
-  local title = opts.title or table.concat(names, ", ")
   local xlabel = X_LABELS[xfield] or xfield
   local function text_chart()
     local width = opts.width or (diloco.isatty(1) and diloco.terminal_size(1)) or 80

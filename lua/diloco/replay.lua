@@ -55,6 +55,8 @@ local function read_json_lines(path)
   return list
 end
 
+-- The whole file, or nil when it cannot be opened (also what the specs and
+-- scripts/experiments read files with).
 local function read_file(path)
   local f = io.open(path, "r")
   if not f then return nil end
@@ -62,6 +64,7 @@ local function read_file(path)
   f:close()
   return s
 end
+M.read_file = read_file
 
 -- The first path at which two decoded JSON values differ, or nil.
 local function json_diff(a, b, path)

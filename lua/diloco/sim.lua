@@ -28,10 +28,7 @@ local runhost = require "diloco.runhost"
 local summary_rec = require "diloco.summary"
 local M = {}
 
-local fail, plain = train.fail, train.plain
-local function fail_code(code, fmt, ...)
-  error({ diloco_error = string.format(fmt, ...), code = code }, 0)
-end
+local fail, fail_code, plain = train.fail, train.fail_code, train.plain
 
 local islands = require "diloco.islands"
 local call_hook, quorum_value = islands.call_hook, islands.quorum_value

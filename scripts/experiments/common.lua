@@ -7,13 +7,7 @@ local M = {}
 function M.quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 -- the whole file, or nil when it cannot be opened
-function M.read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+M.read = require("diloco.replay").read_file
 
 function M.write(path, text)
   local f = assert(io.open(path, "wb"))

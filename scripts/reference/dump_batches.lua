@@ -25,17 +25,11 @@ local neval = #diloco.train.eval_starts(loaders.eval.windows, B, r.eval.batches)
 local f = assert(io.open(out_path, "wb"))
 f:write(string.format("%d %d %d %d\n", r.steps, B, T, neval))
 local windows = 0
+local window_bytes = dofile((arg[0]:match("^(.*/)") or "./") .. "window_bytes.lua")
 local function write_batch(x, y)
-  local xs, ys = x:tolist(), y:tolist()
-  local parts = {}
-  for b = 1, #xs do
-    local row = {}
-    for t = 1, T do row[t] = string.char(math.tointeger(xs[b][t])) end
-    row[T + 1] = string.char(math.tointeger(ys[b][T]))
-    parts[b] = table.concat(row)
-  end
-  windows = windows + #xs
-  f:write(table.concat(parts))
+  local bytes, rows = window_bytes(x, y, T)
+  windows = windows + rows
+  f:write(bytes)
 end
 for _ = 1, r.steps do write_batch(loaders.train:next()) end
 for x, y in diloco.train.eval_batches(loaders, r.eval.batches) do write_batch(x, y) end

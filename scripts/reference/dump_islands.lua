@@ -120,17 +120,8 @@ end
 local B, T = r.data.batch, r.data.ctx
 
 -- batches
-local function window_bytes(x, y)
-  local xs, ys = x:tolist(), y:tolist()
-  local parts = {}
-  for b = 1, #xs do
-    local row = {}
-    for t = 1, T do row[t] = string.char(math.tointeger(xs[b][t])) end
-    row[T + 1] = string.char(math.tointeger(ys[b][T]))
-    parts[b] = table.concat(row)
-  end
-  return table.concat(parts), #xs
-end
+local window_bytes_T = dofile((arg[0]:match("^(.*/)") or "./") .. "window_bytes.lua")
+local function window_bytes(x, y) return window_bytes_T(x, y, T) end
 local eval_loaders
 for m = 1, M do
   local loaders = diloco.data.open(r.data, m, M, r.seed)

@@ -9,12 +9,20 @@ return function(nn)
   local class, Linear, Embedding, Block = U.defclass, nn.Linear, nn.Embedding, nn.Block
   local sqrt, floor = math.sqrt, math.floor
 
-  -- rng from opts: an explicit Generator, or one seeded from opts.seed, or nil (the
-  -- module generator)
-  local function model_rng(fn, o)
+  -- o, the checked options of the model fn, once they give seed or rng but not both
+  -- (the last check of every model's options function)
+  local function one_rng(fn, o)
     if o.seed ~= nil and o.rng ~= nil then raise(fn .. ": give seed or rng, not both") end
-    if o.seed ~= nil then return diloco.Generator(o.seed) end
-    return o.rng
+    return o
+  end
+
+  -- A model's constructor starts here: its options checked (options: the model's
+  -- options function) and its rng: an explicit Generator, or one seeded from opts.seed,
+  -- or nil (the module generator).
+  local function options_rng(options, opts)
+    local o = options(opts)
+    if o.seed ~= nil then return o, diloco.Generator(o.seed) end
+    return o, o.rng
   end
 
   local function as_tensor(v)
@@ -64,14 +72,12 @@ return function(nn)
       end
       o.moe = moe
     end
-    if o.seed ~= nil and o.rng ~= nil then raise("GPT: give seed or rng, not both") end
-    return o
+    return one_rng("GPT", o)
   end
 
   function GPT:_init(opts)
-    local o = gpt_options(opts)
+    local o, rng = options_rng(gpt_options, opts)
     local moe = o.moe
-    local rng = model_rng("GPT", o)
     for k, v in pairs(o) do
       if k ~= "rng" and k ~= "moe" then self[k] = v end
     end
@@ -223,13 +229,11 @@ return function(nn)
     end
     check_divides("ViT", o.heads, o.dim)
     U.ratio_width("ViT", o.dim, o.mlp_ratio)
-    if o.seed ~= nil and o.rng ~= nil then raise("ViT: give seed or rng, not both") end
-    return o
+    return one_rng("ViT", o)
   end
 
   function ViT:_init(opts)
-    local o = vit_options(opts)
-    local rng = model_rng("ViT", o)
+    local o, rng = options_rng(vit_options, opts)
     self.image, self.patch_size, self.channels, self.dim = o.image, o.patch, o.channels, o.dim
     self.layers, self.heads, self.classes, self.norm = o.layers, o.heads, o.classes, o.norm
     self.grid = o.image // o.patch
@@ -294,14 +298,11 @@ return function(nn)
     seed = { "int" }, rng = { "generator" } }
 
   local function mlp_options(opts)
-    local o = check_opts("MLPClassifier", opts, MLP_SCHEMA)
-    if o.seed ~= nil and o.rng ~= nil then raise("MLPClassifier: give seed or rng, not both") end
-    return o
+    return one_rng("MLPClassifier", check_opts("MLPClassifier", opts, MLP_SCHEMA))
   end
 
   function MLPClassifier:_init(opts)
-    local o = mlp_options(opts)
-    local rng = model_rng("MLPClassifier", o)
+    local o, rng = options_rng(mlp_options, opts)
     self.input, self.hidden, self.classes, self.act = o.input, o.hidden, o.classes, o.act
     self._act = diloco[o.act]
     self.fc = {}
