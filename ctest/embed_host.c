@@ -7,8 +7,9 @@
  *                                   processes (this program again), then the checks
  *   embed_host learner PORT SECRET_FILE ID OUT   one learner (what the test starts)
  *
- * Checks: every learner joins, trains and finishes (exit 0) with contributions merged
- * (learner 1's link is cut past the timeout after a few merges: it is lost, trains on,
+ * Checks: every learner (ids 1..3, as client.h numbers them; 0..2 in the server's rt.h
+ * events) joins, trains and finishes (exit 0) with contributions merged (learner 2, rt.h's
+ * index 1, has its link cut past the timeout after a few merges: it is lost, trains on,
  * reconnects and rejoins with the whole model);
  * the global model's loss on held-out data falls below a tenth of the initial model's;
  * each learner ends within 5% (relative L2) of the global model; a learner whose layout
@@ -97,9 +98,10 @@ static int learner(const char *port, const char *secret, int id, const char *out
         }
         for (int i = 0; i < D; i++) w[i] -= 0.02f * gw[i];
         b -= 0.02f * gb;
-        /* a step of a real trainer takes time; learner 1's longer, so that it still trains
-         * when its cut (below) ends: it rejoins, then finishes */
-        struct timespec ts = {0, (id == 1 ? 20 : 2) * 1000 * 1000};
+        /* a step of a real trainer takes time; learner 2's longer (the server's srt index 1,
+         * rt.h numbering from 0), so that it still trains when its cut (below) ends: it
+         * rejoins, then finishes */
+        struct timespec ts = {0, (id == 2 ? 20 : 2) * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (dlc_client_step(c, BATCH) != DLC_OK) {
             fprintf(stderr, "learner %d: step %d: %s\n", id, step, dlc_last_error());
@@ -187,7 +189,7 @@ int main(int argc, char **argv) {
     for (int m = 0; m < LEARNERS; m++) {
         snprintf(outs[m], sizeof outs[m], "%s/learner-%d.bin", dir, m);
         char id[16];
-        snprintf(id, sizeof id, "%d", m);
+        snprintf(id, sizeof id, "%d", m + 1); /* client.h numbers learners from 1, rt.h's srt from 0 */
         pid[m] = fork();
         if (pid[m] == 0) {
             execl("/proc/self/exe", argv[0], "learner", port, secret, id, outs[m], (char *)NULL);

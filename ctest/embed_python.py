@@ -159,7 +159,7 @@ return diloco.recipe {
 
     p = mlp_params(HIDDEN, rng)
     run = {"sync": {"preset": "decoupled", "H": 8, "fragments": 2}, "outer": {"lr": 0.7, "momentum": 0.9}}
-    lr_ = diloco.Learner(p, connect="@" + addr, secret_file=secret, run=run, id=1, join_timeout=60, heartbeat=0.25)
+    lr_ = diloco.Learner(p, connect="@" + addr, secret_file=secret, run=run, id=2, join_timeout=60, heartbeat=0.25)
     l0 = loss(p, xt, yt)
     shard = rng.permutation(len(xs))[:STEPS * BATCH]
     for step in range(STEPS):
@@ -224,8 +224,9 @@ return diloco.recipe {
 
     lrun = {"sync": {"preset": "streaming", "H": 4, "fragments": 1, "tau": 1}}
     with diloco.Learner({"w": w}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
-                        run=lrun, heartbeat=0.25, id=0, state_dir=state, save_state=save_v, load_state=load_v,
+                        run=lrun, heartbeat=0.25, id=1, state_dir=state, save_state=save_v, load_state=load_v,
                         save_every=50) as ln:
+        check(ln.id == 1, "the learner's id is %s, expected 1 (numbered as --id numbers them)" % ln.id)
         for step in range(120):
             x = rng2.standard_normal((8, 16)).astype(np.float32)
             v[:] = 0.5 * v + 2 * x.T @ (x @ w - x @ wt) / 8
@@ -235,7 +236,7 @@ return diloco.recipe {
     # restarted with the same state_dir: the host's momentum of the finish comes back
     w2 = np.zeros(16, np.float32)
     with diloco.Learner({"w": w2}, connect="127.0.0.1:%d" % srv.port, secret="python-server-secret-0123456789",
-                        run=lrun, heartbeat=0.25, id=0, state_dir=state, save_state=save_v, load_state=load_v):
+                        run=lrun, heartbeat=0.25, id=1, state_dir=state, save_state=save_v, load_state=load_v):
         pass
     check(len(saved) == 3 and saved[-1] >= 120, "host state saves at steps %s (expected 50, 100 and the finish)" % saved)
     check(len(loaded) == 1 and loaded[0][0] == saved[-1] and np.array_equal(loaded[0][1], v),
@@ -243,12 +244,14 @@ return diloco.recipe {
     # the layout of every learner's state: the checkpoint, and the host's file it names
     check(sorted(os.listdir(state)) == ["checkpoint-%08d.host" % saved[-1], "checkpoint-%08d.safetensors" % saved[-1]],
           "the state directory holds %s" % sorted(os.listdir(state)))
-    kinds = []
+    kinds, joined = [], []
     while True:
         ev = srv.poll(2.0)
         if ev is None:
             break
         kinds.append(ev["kind"])
+        if ev["kind"] == "joined":
+            joined.append(ev["learner"])
         if ev["kind"] == "bye":
             break
     g = np.zeros(16, np.float32)
@@ -258,6 +261,7 @@ return diloco.recipe {
     print("embed_python: diloco.Server saw %s; its global model is %.4f (relative) from the true weights"
           % (sorted(set(kinds)), err), flush=True)
     check("joined" in kinds and "merged" in kinds and "bye" in kinds, "diloco.Server events: %s" % kinds)
+    check(set(joined) == {1}, "diloco.Server's joined events name learners %s, expected 1" % joined)
     check(err < 0.05, "diloco.Server's global model is %.4f from the true weights" % err)
 
     # the events through on_event: from the caller's loop (dispatch), and from the library's thread

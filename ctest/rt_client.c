@@ -30,7 +30,7 @@ static void test_client_config(void) {
     int64_t shape[2] = {3, 4}, bad_shape[2] = {3, 5};
     dlc_client_tensor t[2] = {{"w", w, 12, 2, shape}, {"b", b, 3, 0, NULL}};
     dlc_client_config cc = dlc_client_default_config();
-    CHECK(cc.id == -1 && cc.join_timeout == 60 && cc.wait_timeout == 300 && cc.heartbeat == 1);
+    CHECK(cc.id == 0 && cc.join_timeout == 60 && cc.wait_timeout == 300 && cc.heartbeat == 1);
     cc.tensors = t, cc.count = 2, cc.connect = "127.0.0.1:1", cc.secret = "s3cret-s3cret-s3cret", cc.join_timeout = 1;
     CHECK(dlc_client_new(NULL) == NULL && strstr(dlc_last_error(), "NULL config"));
     dlc_client_config x = cc;
@@ -39,7 +39,15 @@ static void test_client_config(void) {
     x = cc, x.heartbeat = 0;
     refused_client(&x, "heartbeat 0: expected seconds > 0");
     x = cc, x.id = -2;
-    refused_client(&x, "id = -2: expected a 0-based learner id");
+    refused_client(&x, "id = -2: expected a learner id from 1 to 65536, numbered as `diloco-lua learner --id`");
+    x = cc, x.id = 65537;
+    refused_client(&x, "id = 65537: expected a learner id from 1");
+    /* a host built against version 2 numbers from 0 (-1: assigned), as it did */
+    dlc_client_config v2;
+    CHECK(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V2, &v2) == DLC_OK && v2.id == -1);
+    v2.tensors = t, v2.count = 2, v2.connect = "127.0.0.1:1", v2.secret = cc.secret, v2.id = -2;
+    CHECK_PFAILS(dlc_client_new_versioned(DLC_CLIENT_CONFIG_V2, &v2), DLC_ERR_ARG,
+                 "id = -2: expected a 0-based learner id below 65536, or -1 (assigned): config versions 1 and 2");
     x = cc, x.count = 0;
     refused_client(&x, "0 tensors: expected a list of at least one");
     dlc_client_tensor u[2] = {t[0], t[1]};
@@ -261,7 +269,7 @@ static void test_client_state(void) {
     /* an id beyond the run's: the syncer says why and the client fails at once, not at
      * its join deadline (it retried silently until then) */
     dlc_client_config x = cc;
-    x.id = 5, x.join_timeout = 30;
+    x.id = 6, x.join_timeout = 30;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     refused_client(&x, "learner id 6 from");
@@ -271,7 +279,7 @@ static void test_client_state(void) {
     double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     CHECK(took < 10);
     if (took >= 10) fprintf(stderr, "  an id beyond the run's failed after %.1f s\n", took);
-    cc.id = 0;
+    cc.id = 1;
     x = cc;
     x.state_dir = dir;
     refused_client(&x, "expected a state_dir with a save_state");
@@ -393,7 +401,7 @@ out:
  * client's join, merges and BYE in order; dlc_server_poll is refused while on_event takes
  * the events, dlc_server_dispatch without one or beside the library's thread. */
 typedef struct evcount {
-    atomic_int n[8], other_thread, order_bad, last;
+    atomic_int n[8], other_thread, order_bad, last, joined_learner;
     pthread_t main;
 } evcount;
 
@@ -403,6 +411,7 @@ static void count_event(void *ctx, const dlc_server_event *ev) {
     if (!pthread_equal(pthread_self(), c->main)) atomic_store(&c->other_thread, 1);
     if (atomic_load(&c->last) == DLC_SRT_BYE) atomic_store(&c->order_bad, 1); /* nothing after the BYE */
     atomic_store(&c->last, ev->kind);
+    if (ev->kind == DLC_SRT_JOINED) atomic_store(&c->joined_learner, ev->learner);
 }
 
 static void test_server_events(void) {
@@ -422,6 +431,7 @@ static void test_server_events(void) {
         if (thread) CHECK(dlc_server_dispatch(s, 0) == DLC_ERR_STATE && strstr(dlc_last_error(), "event_thread"));
         dlc_client *cl = dlc_client_new(&cc);
         CHECK_OK(cl);
+        CHECK(dlc_client_id(cl) == 1); /* assigned, numbered from 1 as everywhere */
         for (int t = 0; cl && t < 24; t++) {
             CHECK(dlc_client_step(cl, 10) == DLC_OK);
             struct timespec ts = {0, 3 * 1000 * 1000};
@@ -437,6 +447,34 @@ static void test_server_events(void) {
         CHECK(atomic_load(&c.n[DLC_SRT_JOINED]) == 1 && atomic_load(&c.n[DLC_SRT_MERGED]) >= 3 &&
               atomic_load(&c.n[DLC_SRT_BYE]) == 1 && !atomic_load(&c.order_bad));
         CHECK(atomic_load(&c.other_thread) == thread); /* the library's thread, or the host's */
+        CHECK(atomic_load(&c.joined_learner) == 1);
+        dlc_server_free(s);
+    }
+    /* hosts built against version 2: the server's events and the client's id from 0 */
+    {
+        float sw[12] = {0}, sb[3] = {0}, cw[12], cb[3];
+        dlc_client_tensor st[2] = {{"w", sw, 12, 0, NULL}, {"b", sb, 3, 0, NULL}};
+        dlc_client_tensor ct[2] = {{"w", cw, 12, 0, NULL}, {"b", cb, 3, 0, NULL}};
+        dlc_server_config sc;
+        CHECK(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V2, &sc) == DLC_OK);
+        sc.tensors = st, sc.count = 2, sc.secret = "s3cret-s3cret-s3cret", sc.run = RUN2;
+        dlc_server *s = dlc_server_new_versioned(DLC_SERVER_CONFIG_V2, &sc);
+        CHECK_OK(s);
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", s ? dlc_server_port(s) : 1);
+        dlc_client_config cc;
+        CHECK(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V2, &cc) == DLC_OK);
+        cc.tensors = ct, cc.count = 2, cc.connect = addr, cc.secret = sc.secret, cc.run = RUN2, cc.join_timeout = 10;
+        dlc_client *cl = s ? dlc_client_new_versioned(DLC_CLIENT_CONFIG_V2, &cc) : NULL;
+        CHECK_OK(cl);
+        CHECK(dlc_client_id(cl) == 0);
+        dlc_server_event ev;
+        int joined = -2;
+        for (int i = 0; s && i < 200 && joined == -2; i++)
+            if (dlc_server_poll(s, &ev, 10) == 1 && ev.kind == DLC_SRT_JOINED) joined = ev.learner;
+        CHECK(joined == 0);
+        if (cl) dlc_client_finish(cl, 5);
+        dlc_client_free(cl);
         dlc_server_free(s);
     }
     float w1[12] = {0}, b1[3] = {0};
@@ -475,12 +513,12 @@ static void test_config_versions(void) {
     dlc_server_config sc;
     CHECK_SFAILS(dlc_client_config_default_versioned(0, &cc), DLC_ERR_ARG, "client: config version 0 is not one");
     CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_VERSION + 1, &cc), DLC_ERR_ARG,
-                 "(1 to 2): the host was built against a newer client.h");
+                 "(1 to 3): the host was built against a newer client.h");
     CHECK_SFAILS(dlc_server_config_default_versioned(7, &sc), DLC_ERR_ARG, "server: config version 7 is not one");
     CHECK_SFAILS(dlc_client_config_default_versioned(DLC_CLIENT_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
     CHECK_SFAILS(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V1, NULL), DLC_ERR_ARG, "NULL config");
     cc = dlc_client_default_config();
-    CHECK_PFAILS(dlc_client_new_versioned(3, &cc), DLC_ERR_ARG, "client: config version 3 is not one");
+    CHECK_PFAILS(dlc_client_new_versioned(4, &cc), DLC_ERR_ARG, "client: config version 4 is not one");
     sc = dlc_server_default_config();
     CHECK_PFAILS(dlc_server_new_versioned(-1, &sc), DLC_ERR_ARG, "server: config version -1 is not one");
     /* version 1's defaults fill its bytes exactly: the guard past them stays */

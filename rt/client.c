@@ -408,6 +408,7 @@ struct dlc_client {
     double last_step;     /* clock at the end of the last dlc_client_step (or the join) */
     int64_t steps, applied;
     int finished;
+    int one_based;        /* config version 3: ids 1-based (dlc_client_id), else 0-based */
 };
 
 static void client_release(void *c) { dlc_client_free(c); }
@@ -417,10 +418,10 @@ static void client_release(void *c) { dlc_client_free(c); }
 /* The bytes of each version of the structs: a version's fields are a prefix of every
  * later one's (fields are only added at the end).  0: unknown here. */
 static size_t client_config_size(int version) {
-    return version == DLC_CLIENT_CONFIG_V1 || version == DLC_CLIENT_CONFIG_V2 ? sizeof(dlc_client_config) : 0;
+    return version >= DLC_CLIENT_CONFIG_V1 && version <= DLC_CLIENT_CONFIG_V3 ? sizeof(dlc_client_config) : 0;
 }
 static size_t server_config_size(int version) {
-    return version == DLC_SERVER_CONFIG_V1 || version == DLC_SERVER_CONFIG_V2 ? sizeof(dlc_server_config) : 0;
+    return version >= DLC_SERVER_CONFIG_V1 && version <= DLC_SERVER_CONFIG_V3 ? sizeof(dlc_server_config) : 0;
 }
 
 /* `driver` is not read since version 2: a config that sets it is refused, whatever its
@@ -463,6 +464,7 @@ dlc_status dlc_client_config_default_versioned(int version, dlc_client_config *c
     if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION);
     if (!cfg) return dlc_error(DLC_ERR_ARG, "client: NULL config");
     dlc_client_config d = client_defaults();
+    if (version >= DLC_CLIENT_CONFIG_V3) d.id = 0; /* 1-based: 0, the syncer assigns one */
     memcpy(cfg, &d, n);
     return DLC_OK;
 }
@@ -488,9 +490,10 @@ static void take_applied(dlc_client *c) {
         if (ev.kind == DLC_LRT_APPLIED && ev.fragment >= 0 && ev.fragment < P) c->applied++;
 }
 
-static dlc_client *client_new(const dlc_client_config *cfg);
+static dlc_client *client_new(const dlc_client_config *cfg, int one_based);
 
-/* A config of version `version`: its fields over the defaults of the fields added since. */
+/* A config of version `version`: its fields over the defaults of the fields added since;
+ * from version 3 its id is 1-based (0: assigned), made the drivers' 0-based one here. */
 dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg) {
     size_t n = client_config_size(version);
     if (!n) return unknown_version("client", version, DLC_CLIENT_CONFIG_VERSION), NULL;
@@ -498,14 +501,23 @@ dlc_client *dlc_client_new_versioned(int version, const dlc_client_config *cfg) 
     if (cfg && cfg->driver) return no_driver("client", "dlc_lrt_config", "dlc_lrt_new, dlc_lrt_join"), NULL;
     dlc_client_config c = client_defaults();
     memcpy(&c, cfg, n);
-    return client_new(&c);
+    int one_based = version >= DLC_CLIENT_CONFIG_V3;
+    if (one_based) {
+        if (c.id < 0 || c.id > DLC_PROTO_LEARNERS_MAX)
+            return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a learner id from 1 to %d, numbered as "
+                             "`diloco-lua learner --id` numbers them, or 0: the syncer assigns one",
+                             c.id, DLC_PROTO_LEARNERS_MAX),
+                   NULL;
+        c.id -= 1;
+    }
+    return client_new(&c, one_based);
 }
 
 dlc_client *(dlc_client_new)(const dlc_client_config *cfg) {
     return dlc_client_new_versioned(DLC_CLIENT_CONFIG_V1, cfg);
 }
 
-static dlc_client *client_new(const dlc_client_config *cfg) {
+static dlc_client *client_new(const dlc_client_config *cfg, int one_based) {
     static const char *const WHO = "client";
     const char *connect = cfg->connect;
     if (!connect || !connect[0])
@@ -514,9 +526,10 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
         return dlc_error(DLC_ERR_ARG, "client: join_timeout %g, wait_timeout %g, heartbeat %g: expected seconds > 0",
                          cfg->join_timeout, cfg->wait_timeout, cfg->heartbeat),
                NULL;
-    if (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX)
-        return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned)",
-                         cfg->id, DLC_PROTO_LEARNERS_MAX),
+    if (cfg->id < -1 || cfg->id >= DLC_PROTO_LEARNERS_MAX) /* (config versions 1 and 2) */
+        return dlc_error(DLC_ERR_ARG, "client: id = %d: expected a 0-based learner id below %d, or -1 (assigned): "
+                         "config versions 1 and %d number learners from 0 (version %d, this header's, from 1)",
+                         cfg->id, DLC_PROTO_LEARNERS_MAX, DLC_CLIENT_CONFIG_V2, DLC_CLIENT_CONFIG_VERSION),
                NULL;
     if ((cfg->state_dir != NULL) != (cfg->save_state != NULL) || (cfg->load_state && !cfg->state_dir) ||
         cfg->save_every < 0)
@@ -558,6 +571,7 @@ static dlc_client *client_new(const dlc_client_config *cfg) {
         c->data[i] = cfg->tensors[i].data;
     }
     c->wait_timeout = cfg->wait_timeout;
+    c->one_based = one_based;
     char addr[512], run_id[DLC_PROTO_RUN_MAX + 1] = "";
     if (connect[0] == '@') {
         if (dlc_rt_address_file(connect + 1, cfg->join_timeout, addr, sizeof addr, run_id, sizeof run_id) != DLC_OK)
@@ -682,7 +696,7 @@ dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *wh
     return dlc_error(first, "%s%s", keep, also);
 }
 
-int dlc_client_id(const dlc_client *c) { return c ? dlc_lrt_id(c->l) : -1; }
+int dlc_client_id(const dlc_client *c) { return c ? dlc_lrt_id(c->l) + c->one_based : -1; }
 int64_t dlc_client_steps(const dlc_client *c) { return c ? c->steps : 0; }
 int64_t dlc_client_applied(const dlc_client *c) { return c ? c->applied : 0; }
 int64_t dlc_client_schedule_step(const dlc_client *c) {
@@ -699,6 +713,7 @@ struct dlc_server {
     void (*on_event)(void *ctx, const dlc_server_event *ev);
     void *event_ctx;
     int event_thread;         /* the thread below runs (joined by dlc_server_free) */
+    int one_based;            /* config version 3: events' learners 1-based (0 unknown) */
     pthread_t thread;
     atomic_int stop;
 };
@@ -710,7 +725,7 @@ static int server_take(dlc_server *s, dlc_server_event *ev, int timeout_ms) {
     if (got != 1) return got;
     memset(ev, 0, sizeof *ev);
     ev->kind = (int)e.kind;
-    ev->learner = e.learner;
+    ev->learner = e.learner >= 0 ? e.learner + s->one_based : s->one_based ? 0 : -1;
     if (e.kind == DLC_SRT_MERGED) ev->fragment = e.merge.fragment;
     else if (e.kind == DLC_SRT_REJECTED || (e.kind == DLC_SRT_BEHIND && e.count > 0)) ev->fragment = e.fragment;
     else ev->fragment = -1;
@@ -772,7 +787,7 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
     return DLC_OK;
 }
 
-static dlc_server *server_new(const dlc_server_config *cfg);
+static dlc_server *server_new(const dlc_server_config *cfg, int one_based);
 
 dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg) {
     size_t n = server_config_size(version);
@@ -781,16 +796,17 @@ dlc_server *dlc_server_new_versioned(int version, const dlc_server_config *cfg) 
     if (cfg && cfg->driver) return no_driver("server", "dlc_srt_config", "dlc_srt_new"), NULL;
     dlc_server_config c = server_defaults();
     memcpy(&c, cfg, n);
-    return server_new(&c);
+    return server_new(&c, version >= DLC_SERVER_CONFIG_V3);
 }
 
 dlc_server *(dlc_server_new)(const dlc_server_config *cfg) {
     return dlc_server_new_versioned(DLC_SERVER_CONFIG_V1, cfg);
 }
 
-static dlc_server *server_new(const dlc_server_config *cfg) {
+static dlc_server *server_new(const dlc_server_config *cfg, int one_based) {
     dlc_server *s = calloc(1, sizeof *s);
     if (!s) return dlc_error(DLC_ERR_NOMEM, "server: out of memory"), NULL;
+    s->one_based = one_based;
     if (server_from_tensors(s, cfg) != DLC_OK) goto fail;
     s->on_event = cfg->on_event, s->event_ctx = cfg->event_ctx;
     if (cfg->event_thread) {

@@ -78,9 +78,10 @@ class _Tensor(ctypes.Structure):
 _StateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64)
 
 
-# client.h's config structs as of version 1 (DLC_CLIENT_CONFIG_V1, DLC_SERVER_CONFIG_V1):
-# this module passes that version, so a newer libdiloco reads only these fields.
-_CONFIG_VERSION = 1
+# client.h's config structs as of version 3 (DLC_CLIENT_CONFIG_V3, DLC_SERVER_CONFIG_V3; the
+# fields are version 1's, and learner ids count from 1 as `diloco-lua learner --id` counts
+# them): this module passes that version, so a newer libdiloco reads only these fields.
+_CONFIG_VERSION = 3
 
 
 class _ClientConfig(ctypes.Structure):
@@ -266,7 +267,8 @@ class Learner(_Handle):
     run has them.  connect: "HOST:PORT" of the syncer, or "@FILE" (its address file).
     secret_file or secret: the run's secret.  run: the run's sync and outer fields, a dict
     or JSON text ({"sync": {"preset": "decoupled", "H": 24}, "outer": {"lr": 0.7}}).
-    Joins at once: the arrays then hold the global model.
+    id: the learner id, from 1 (as `diloco-lua learner --id` and the metrics number them);
+    None: the syncer assigns one.  Joins at once: the arrays then hold the global model.
 
     The caller's own state for a restart (its optimizer's moments): with state_dir, the
     library calls save_state(path, step) every save_every steps (0: only at finish) and
@@ -288,7 +290,7 @@ class Learner(_Handle):
         cfg = self._config(cfg, params, run, secret_file, secret)
         cfg.connect = connect.encode()
         cfg.run_id = run_id.encode() if run_id is not None else None
-        cfg.id = -1 if id is None else int(id)
+        cfg.id = 0 if id is None else int(id)
         cfg.join_timeout, cfg.wait_timeout, cfg.heartbeat = join_timeout, wait_timeout, heartbeat
         self._state_fns = []  # kept alive as long as the client may call them
         if state_dir is not None:
@@ -326,7 +328,8 @@ class Learner(_Handle):
 
     @property
     def id(self):
-        """0-based learner id, as the syncer assigned it."""
+        """The learner id, from 1 as `diloco-lua learner --id` numbers them (the syncer's
+        choice when the Learner was made without one)."""
         return _lib.dlc_client_id(self._h)
 
     @property

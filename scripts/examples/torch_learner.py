@@ -82,7 +82,7 @@ def main():
     if a.state_dir:  # AdamW's moments and the data position survive a restart; the model comes from the syncer
         state = dict(state_dir=a.state_dir, save_every=100, load_state=load,
                      save_state=lambda path, step: torch.save({"opt": opt.state_dict(), "batch": pos[0]}, path))
-    learner = diloco.Learner(params, connect=a.connect, secret_file=a.secret_file, run=run, id=a.island - 1,
+    learner = diloco.Learner(params, connect=a.connect, secret_file=a.secret_file, run=run, id=a.island,
                              heartbeat=0.5, **state)
     warm, lr0, lr1 = inner.get("warmup") or 0, inner["lr"], inner.get("min_lr") or inner["lr"]
 

@@ -79,7 +79,9 @@ typedef struct dlc_client_config {
     const char *secret_file;    /* a file holding the run's secret, or */
     const char *secret;         /* the secret itself (NUL-terminated); one of the two */
     const char *run_id;         /* the run id the syncer serves; NULL: the address file's, or "" */
-    int id;                     /* 0-based learner id; -1 (default): the syncer assigns one */
+    int id;                     /* the learner id, from 1 as `diloco-lua learner --id` numbers
+                                 * them; 0 (default): the syncer assigns one.  (Config versions
+                                 * 1 and 2: 0-based, -1 assigned.) */
     double join_timeout;        /* seconds to connect and receive the whole model (60) */
     double wait_timeout;        /* blocking presets: the longest wait for a round (300 s) */
     double heartbeat;           /* seconds between heartbeats (1) */
@@ -126,10 +128,16 @@ typedef struct dlc_client_config {
  * removed: rt.h is the way to the drivers' whole configuration), and a config of any
  * version that sets it is refused.  A host that never set it is unaffected. */
 #define DLC_CLIENT_CONFIG_V2 2
-#define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V2
+/* Version 3: the structs are version 2's; learner ids are numbered from 1 everywhere, as
+ * the CLI, the metrics and the checkpoints number them: the client's `id` (0: assigned),
+ * dlc_client_id, and the server's events (`learner`, 0 unknown).  A client or server
+ * made from a version 1 or 2 config keeps numbering from 0 (-1 assigned or unknown). */
+#define DLC_CLIENT_CONFIG_V3 3
+#define DLC_CLIENT_CONFIG_VERSION DLC_CLIENT_CONFIG_V3
 #define DLC_SERVER_CONFIG_V1 1
 #define DLC_SERVER_CONFIG_V2 2
-#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V2
+#define DLC_SERVER_CONFIG_V3 3
+#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V3
 /* dlc_KIND_default_config_(): the defaults of config KIND (client, server) for the version
  * of this header, by value, through dlc_KIND_config_default_versioned. */
 #define DLC_DEFAULT_CONFIG_FN_(KIND, VERSION)                              \
@@ -183,7 +191,8 @@ DLC_API dlc_status dlc_client_finish(dlc_client *c, double timeout_s);
  * (flush 1, as dlc_client_finish does; 0: not, e.g. a host leaving on an error). */
 DLC_API dlc_status dlc_client_finish_why(dlc_client *c, double timeout_s, const char *why, int flush);
 
-DLC_API int dlc_client_id(const dlc_client *c);        /* 0-based, as the syncer assigned */
+DLC_API int dlc_client_id(const dlc_client *c); /* its id (the one assigned, if it asked none):
+                                                 * from 1 (config versions 1, 2: from 0) */
 DLC_API int64_t dlc_client_steps(const dlc_client *c); /* dlc_client_step calls since the join */
 /* The run's step this learner is at (learner.h, dlc_learner_schedule_step): its inner steps
  * plus those it skipped catching up with the others' rounds.  A host's learning-rate
@@ -239,7 +248,8 @@ DLC_API void dlc_server_free(dlc_server *s); /* NULL ok */
 DLC_API int dlc_server_port(const dlc_server *s);
 DLC_API dlc_srt *dlc_server_srt(dlc_server *s); /* poll its events, stats, flush (rt.h) */
 /* A flat event for hosts that call through an FFI (python/diloco): the kind (rt.h's
- * dlc_srt_event_kind), the learner (-1 unknown), the fragment and new version of a merge
+ * dlc_srt_event_kind), the learner (from 1, 0 unknown; config versions 1 and 2: from 0, -1
+ * unknown), the fragment and new version of a merge
  * (-1 otherwise), seconds since the server started, and the text of a loss, refusal or
  * BYE (cut to fit). */
 typedef struct dlc_server_event {
