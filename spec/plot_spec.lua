@@ -165,6 +165,20 @@ describe("diloco-lua plot of a real run of several islands", function()
     -- both at step 10, the smallest x: the first column under the axis says a fault began there
     assert.matches("\n%s+%+%-+\n%s+!\n", out)
   end)
+
+  it("says which learner's metrics it could not read, and draws the rest", function()
+    local bad = tmp .. "/real-bad"
+    os.execute(string.format("cp -r %s %s", dir, bad))
+    local fh = assert(io.open(bad .. "/learner-2/metrics.jsonl", "w"))
+    fh:write("not json\n")
+    fh:close()
+    local out, status = sh(bad .. " --width 60 --height 8 2>&1")
+    assert.are.equal(0, status, out)
+    assert.matches("diloco-lua: plot: " .. bad .. "/learner-2/metrics.jsonl:1: not a metrics line", out, 1, true)
+    assert.matches("(learner 2's losses left out)", out, 1, true)
+    assert.matches("\n  %S step loss learner 1 %(3 points%)\n", out)
+    assert.is_nil(out:find("step loss learner 2", 1, true))
+  end)
 end)
 
 describe("diloco-lua plot", function()

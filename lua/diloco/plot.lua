@@ -106,6 +106,7 @@ function M.read_noting_skips(arg, command)
     io.stderr:write(string.format("diloco-lua: %s: %s: skipped %d line%s cut short\n", command, run.path, run.skipped,
       run.skipped == 1 and "" or "s"))
   end
+  for _, note in ipairs(run.unread or {}) do io.stderr:write(string.format("diloco-lua: %s: %s\n", command, note)) end
   return run
 end
 
@@ -119,17 +120,18 @@ function M.read_learners(run, dir)
     if m and diloco.file_id(string.format("%s/%s/metrics.jsonl", dir, name)) then found[#found + 1] = m end
   end
   table.sort(found)
+  run.unread = {}
   for _, m in ipairs(found) do
-    local ok, sub = pcall(M.read, string.format("%s/learner-%d/metrics.jsonl", dir, m))
-    if ok then
-      for _, rec in ipairs(sub.records) do
-        if rec.event ~= "summary" then
-          rec.learner = rec.learner or m
-          run.records[#run.records + 1] = rec
-        end
+    local path = string.format("%s/learner-%d/metrics.jsonl", dir, m)
+    local ok, sub = pcall(M.read, path)
+    if not ok then run.unread[#run.unread + 1] = string.format("%s (learner %d's losses left out)", sub.diloco_error or sub, m) end
+    for _, rec in ipairs(ok and sub.records or {}) do
+      if rec.event ~= "summary" then
+        rec.learner = rec.learner or m
+        run.records[#run.records + 1] = rec
       end
-      run.skipped = run.skipped + sub.skipped
     end
+    run.skipped = run.skipped + (ok and sub.skipped or 0)
   end
   run.learner_dirs = #found
   return run
