@@ -136,12 +136,42 @@ int dlcL_subtable(lua_State *L, int t, const char *who, const char *k);
  * alive as long as the new box at 2, through a user value table left at 3. */
 struct dlc_params;
 void dlcL_params_and_plan(lua_State *L, struct dlc_params **params, struct dlc_plan **plan);
-/* A syncer constructor's options at 1 (its box at 2): params and plan (as above),
- * learners (checked: 1..DLC_SYNCER_LEARNERS_MAX, raising naming `who`), the learner and
- * syncer sub-tables (their indices in *li, *si) and the run they describe with its
- * embedding flags (dlcL_read_run).  Returns learners. */
-int dlcL_syncer_options(lua_State *L, const char *who, struct dlc_params **params, struct dlc_plan **plan, int *li,
-                        int *si, struct dlc_run_params *run, const uint8_t **embedding);
+/* A syncer constructor's options (diloco.Syncer, diloco.machine.Syncer). */
+typedef struct dlcL_syncer_opts {
+    struct dlc_params *params;
+    struct dlc_plan *plan;
+    int M;                      /* learners */
+    int li, si;                 /* the learner and syncer sub-tables' indices */
+    dlc_run_params run;         /* the run they describe */
+    const uint8_t *embedding;   /* its embedding flags (dlcL_read_run) */
+} dlcL_syncer_opts;
+/* The start both syncer constructors share: checks that the options at 1 are a table,
+ * pushes a closed box (dlcL_newbox: type tname, `size` bytes, one user value) at 2, then
+ * reads into *o params and plan (as above), learners (checked: 1..DLC_SYNCER_LEARNERS_MAX,
+ * raising naming `who`), the learner and syncer sub-tables and the run.  Returns the box. */
+void *dlcL_syncer_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_syncer_opts *o);
+/* A learner constructor's options (diloco.Learner, diloco.machine.Learner). */
+typedef struct dlcL_learner_opts {
+    struct dlc_params *params;
+    struct dlc_plan *plan;
+    int li, si;          /* the learner sub-table; the syncer's (0 when absent) */
+    dlc_run_params run;  /* the run they describe */
+    double heartbeat;
+} dlcL_learner_opts;
+/* The start both learner constructors share: as dlcL_syncer_box, then the learner
+ * sub-table and the syncer's if given (so that the run states the syncer's fields too)
+ * and the run with its heartbeat (dlcL_read_run).  Returns the box. */
+void *dlcL_learner_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_learner_opts *o);
+/* Raises "who: params has N floats, the plan's model M: ..." unless params holds exactly
+ * the model the plan cuts into fragments. */
+void dlcL_check_plan_model(lua_State *L, const char *who, const struct dlc_params *params,
+                           const struct dlc_plan *plan);
+/* The learner argument `arg` (1-based, 1..M) as a 0-based index; raises "learner out of
+ * range" for another. */
+int dlcL_checklearner(lua_State *L, int arg, int M);
+/* The data of the Params at `arg`, checked to be of the same model as `model` (raises
+ * "Params of another model ..."): where a syncer copies its global model. */
+float *dlcL_checkmodel(lua_State *L, int arg, const struct dlc_params *model);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
 

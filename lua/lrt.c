@@ -98,21 +98,15 @@ static void read_net(lua_State *L, int t, dlc_net_config *cfg) {
 
 static int l_syncer(lua_State *L) {
     static const char *const WHO = "diloco.Syncer";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    int li, si;
     /* with what the learners do: one run description (core/run.h), stated in the WELCOME */
-    dlc_run_params run;
-    const uint8_t *emb = NULL;
-    lua_Integer M = dlcL_syncer_options(L, WHO, &params, &plan, &li, &si, &run, &emb);
+    dlcL_syncer_opts o;
+    srtbox *b = dlcL_syncer_box(L, WHO, DLCL_SYNCER, sizeof *b, &o);
+    int M = o.M;
     dlc_srt_config c = dlc_srt_default_config();
-    if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
-    c.syncer.embedding = emb;
-    c.run_params = &run;
-    if (lua_getfield(L, si, "dp_history") != LUA_TNIL) { /* not part of the run: the syncer's own */
+    if (dlc_run_syncer_params(&o.run, M, &c.syncer) != DLC_OK) return dlcL_error(L);
+    c.syncer.embedding = o.embedding;
+    c.run_params = &o.run;
+    if (lua_getfield(L, o.si, "dp_history") != LUA_TNIL) { /* not part of the run: the syncer's own */
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > INT_MAX)
             return luaL_error(L, "%s: syncer.dp_history must be an integer >= 0 (0: as many as 512 MiB hold)", WHO);
         c.syncer.dp_history = (int)lua_tointeger(L, -1);
@@ -127,7 +121,7 @@ static int l_syncer(lua_State *L) {
     /* the start gate: learners to wait for (0 none) and for how long at most */
     if (lua_getfield(L, 1, "start_learners") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > M)
-            return luaL_error(L, "%s: start_learners must be an integer in 0..%d (learners)", WHO, (int)M);
+            return luaL_error(L, "%s: start_learners must be an integer in 0..%d (learners)", WHO, M);
         c.start_learners = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
@@ -148,17 +142,13 @@ static int l_syncer(lua_State *L) {
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
     c.run = optstr(L, 1, WHO, "run", "");
     c.resume = optstr(L, 1, WHO, "resume", NULL);
-    c.plan = plan;
-    c.theta0 = dlc_params_data(params);
-    int64_t plan_numel = 0;
-    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
-    if (dlc_params_numel(params) != plan_numel)
-        return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
-                          (long long)dlc_params_numel(params), (long long)plan_numel);
+    c.plan = o.plan;
+    c.theta0 = dlc_params_data(o.params);
+    dlcL_check_plan_model(L, WHO, o.params, o.plan);
     b->s = dlc_srt_new(&c);
     if (!b->s) return dlcL_fail(L, dlc_last_status());
-    b->params = params;
-    b->M = (int)M;
+    b->params = o.params;
+    b->M = M;
     lua_settop(L, 2);
     return 1;
 }
@@ -214,10 +204,7 @@ static int s_poll(lua_State *L) {
 static int s_global(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     checksrt(L, 1);
-    dlc_params *p = dlcL_checkparams(L, 2);
-    if (dlc_params_numel(p) != dlc_params_numel(b->params))
-        return luaL_argerror(L, 2, "Params of another model (a different number of floats)");
-    if (dlc_srt_global(b->s, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
+    if (dlc_srt_global(b->s, dlcL_checkmodel(L, 2, b->params)) != DLC_OK) return dlcL_error(L);
     lua_settop(L, 2);
     return 1;
 }
@@ -272,11 +259,10 @@ static int s_flush(lua_State *L) {
 static int s_shape(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     double rate = luaL_optnumber(L, 3, 0), latency = luaL_optnumber(L, 4, 0);
-    if (dlc_srt_shape(s, (int)m - 1, rate, latency) != DLC_OK)
-        return luaL_error(L, "Syncer:shape(%d, ...): %s", (int)m, dlc_last_error());
+    if (dlc_srt_shape(s, m, rate, latency) != DLC_OK)
+        return luaL_error(L, "Syncer:shape(%d, ...): %s", m + 1, dlc_last_error());
     return 0;
 }
 
@@ -284,11 +270,10 @@ static int s_shape(lua_State *L) {
 static int s_cut(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     double secs = luaL_checknumber(L, 3);
-    if (dlc_srt_cut(s, (int)m - 1, secs) != DLC_OK)
-        return luaL_error(L, "Syncer:cut(%d, ...): %s", (int)m, dlc_last_error());
+    if (dlc_srt_cut(s, m, secs) != DLC_OK)
+        return luaL_error(L, "Syncer:cut(%d, ...): %s", m + 1, dlc_last_error());
     return 0;
 }
 
@@ -297,10 +282,9 @@ static int s_cut(lua_State *L) {
 static int s_learner(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     dlc_srt_learner_info i;
-    if (dlc_srt_learner(s, (int)m - 1, &i) != DLC_OK) return dlcL_error(L);
+    if (dlc_srt_learner(s, m, &i) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 15);
     lua_pushboolean(L, i.connected);
     lua_setfield(L, -2, "connected");
@@ -386,24 +370,13 @@ static void lrt_release(void *box);
 
 static int l_learner(lua_State *L) {
     static const char *const WHO = "diloco.Learner";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    lrtbox *b = dlcL_newbox(L, DLCL_LEARNER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    dlcL_params_and_plan(L, &params, &plan);
-    dlc_lrt_config c = dlc_lrt_default_config();
-    int li = dlcL_subtable(L, 1, WHO, "learner");
     /* the syncer's fields too (given: the recipe's), so that HELLO states the whole run */
-    int si = 0;
-    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
-    else lua_pop(L, 1);
-    dlc_run_params run;
-    double heartbeat;
-    dlcL_read_run(L, li, si, plan, &run, &heartbeat, NULL, NULL);
-    if (dlc_run_learner_params(&run, 0, &c.learner) != DLC_OK) return dlcL_error(L);
-    c.learner.heartbeat = heartbeat;
-    if (si) c.run_params = &run;
+    dlcL_learner_opts o;
+    lrtbox *b = dlcL_learner_box(L, WHO, DLCL_LEARNER, sizeof *b, &o);
+    dlc_lrt_config c = dlc_lrt_default_config();
+    if (dlc_run_learner_params(&o.run, 0, &c.learner) != DLC_OK) return dlcL_error(L);
+    c.learner.heartbeat = o.heartbeat;
+    if (o.si) c.run_params = &o.run;
     c.learner.id = -1;
     int ty = lua_getfield(L, 1, "id");
     if (ty != LUA_TNIL) {
@@ -428,8 +401,8 @@ static int l_learner(lua_State *L) {
     read_net(L, ni, &c.net);
     c.connect = reqstr(L, 1, WHO, "connect");
     c.run = optstr(L, 1, WHO, "run", "");
-    c.params = params;
-    c.plan = plan;
+    c.params = o.params;
+    c.plan = o.plan;
     /* a stop signal (diloco.signals) ends the join and l:wait() at once */
     c.interrupted = dlcL_signal_caught;
     /* joined on return: the whole model arrived, or a refusal or deadline named */

@@ -264,17 +264,55 @@ void dlcL_params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
     lua_rawseti(L, 3, 2);
 }
 
-int dlcL_syncer_options(lua_State *L, const char *who, dlc_params **params, dlc_plan **plan, int *li, int *si,
-                        dlc_run_params *run, const uint8_t **embedding) {
-    dlcL_params_and_plan(L, params, plan);
+void *dlcL_syncer_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_syncer_opts *o) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    void *box = dlcL_newbox(L, tname, size, 1); /* 2 */
+    dlcL_params_and_plan(L, &o->params, &o->plan);
     lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     lua_pop(L, 1);
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
-        return luaL_error(L, "%s: learners must be an integer in 1..%d", who, DLC_SYNCER_LEARNERS_MAX);
-    *li = dlcL_subtable(L, 1, who, "learner");
-    *si = dlcL_subtable(L, 1, who, "syncer");
-    dlcL_read_run(L, *li, *si, *plan, run, NULL, NULL, embedding);
-    return (int)M;
+        luaL_error(L, "%s: learners must be an integer in 1..%d", who, DLC_SYNCER_LEARNERS_MAX);
+    o->M = (int)M;
+    o->li = dlcL_subtable(L, 1, who, "learner");
+    o->si = dlcL_subtable(L, 1, who, "syncer");
+    o->embedding = NULL;
+    dlcL_read_run(L, o->li, o->si, o->plan, &o->run, NULL, NULL, &o->embedding);
+    return box;
+}
+
+void *dlcL_learner_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_learner_opts *o) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    void *box = dlcL_newbox(L, tname, size, 1); /* 2 */
+    dlcL_params_and_plan(L, &o->params, &o->plan);
+    o->li = dlcL_subtable(L, 1, who, "learner");
+    o->si = 0;
+    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) o->si = lua_gettop(L);
+    else lua_pop(L, 1);
+    dlcL_read_run(L, o->li, o->si, o->plan, &o->run, &o->heartbeat, NULL, NULL);
+    return box;
+}
+
+void dlcL_check_plan_model(lua_State *L, const char *who, const dlc_params *params, const dlc_plan *plan) {
+    int64_t plan_numel = 0;
+    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
+    if (dlc_params_numel(params) != plan_numel)
+        luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", who,
+                   (long long)dlc_params_numel(params), (long long)plan_numel);
+}
+
+int dlcL_checklearner(lua_State *L, int arg, int M) {
+    lua_Integer m = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, m >= 1 && m <= M, arg, "learner out of range");
+    return (int)m - 1;
+}
+
+float *dlcL_checkmodel(lua_State *L, int arg, const dlc_params *model) {
+    dlc_params *p = dlcL_checkparams(L, arg);
+    if (dlc_params_numel(p) != dlc_params_numel(model))
+        luaL_argerror(L, arg, "Params of another model (a different number of floats)");
+    return dlc_params_data(p);
 }
 
 void dlcL_read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *run, double *heartbeat,
