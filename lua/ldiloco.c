@@ -83,6 +83,16 @@ void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l) {
     lua_pop(L, 1);
 }
 
+void dlcL_register(lua_State *L, int mod, int st, const dlcL_type *const *types, const luaL_Reg *funcs) {
+    mod = lua_absindex(L, mod);
+    st = lua_absindex(L, st);
+    for (; *types; types++) {
+        dlcL_newtype(L, st, *types);
+        lua_pop(L, 2);
+    }
+    if (funcs) dlcL_setfuncs(L, mod, st, funcs);
+}
+
 void dlcL_newtype(lua_State *L, int st, const dlcL_type *ty) {
     st = lua_absindex(L, st);
     luaL_newmetatable(L, ty->name);

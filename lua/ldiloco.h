@@ -261,6 +261,10 @@ void *dlcL_newbox(lua_State *L, const char *tname, size_t size, int nuv);
 void dlcL_closebox(void *box, const dlcL_type *ty);
 /* Sets every function of l in the table at `tab` with the state at `st` as upvalue 1. */
 void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l);
+/* A binding file's usual registration: dlcL_newtype of each type of the NULL-terminated
+ * `types` (their tables popped), then dlcL_setfuncs of `funcs` (NULL: none) into the table
+ * at `mod`. */
+void dlcL_register(lua_State *L, int mod, int st, const dlcL_type *const *types, const luaL_Reg *funcs);
 
 /* A C resource held across calls that may raise (an open checkpoint, a JSON tree,
  * a malloc'd text): an internal box type ("diloco.CResource") of the same kind, so

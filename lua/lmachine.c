@@ -507,16 +507,11 @@ static int m_fields(lua_State *L) {
 void dlcL_open_machine(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &msg_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &learner_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &syncer_type);
-    lua_pop(L, 2);
-    lua_newtable(L);
+    static const dlcL_type *const types[] = {&msg_type, &learner_type, &syncer_type, NULL};
     static const luaL_Reg funcs[] = {
         {"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff},
         {"preset", m_preset},   {"fields", m_fields}, {NULL, NULL}};
-    dlcL_setfuncs(L, lua_gettop(L), st, funcs);
+    lua_newtable(L); /* diloco.machine */
+    dlcL_register(L, -1, st, types, funcs);
     lua_setfield(L, mod, "machine");
 }

@@ -187,10 +187,7 @@ static const luaL_Reg plan_meta[] = {{"__len", pl_len}, {"__tostring", pl_tostri
 static const dlcL_type plan_type = {DLCL_PLAN, plan_release, plan_methods, plan_meta, pl_index};
 
 void dlcL_open_plan(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &plan_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&plan_type, NULL};
     static const luaL_Reg funcs[] = {{"Plan", l_plan}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

@@ -685,13 +685,8 @@ static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL,
 /* ---- registration ---- */
 
 void dlcL_open_rt(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &srt_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &lrt_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&srt_type, &lrt_type, NULL};
     static const luaL_Reg funcs[] = {{"Syncer", l_syncer}, {"Learner", l_learner},
                                      {"advertise_address", l_advertise_address}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

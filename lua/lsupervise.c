@@ -274,10 +274,7 @@ static const luaL_Reg sup_meta[] = {{"__tostring", su_tostring}, {NULL, NULL}};
 static const dlcL_type sup_type = {DLCL_SUP, sup_release, sup_methods, sup_meta, NULL};
 
 void dlcL_open_supervise(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &sup_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&sup_type, NULL};
     static const luaL_Reg funcs[] = {{"Supervisor", l_supervisor}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

@@ -667,10 +667,7 @@ static const luaL_Reg vt_meta[] = {{"__tostring", vt_tostring}, {NULL, NULL}};
 static const dlcL_type vt_type = {DLCL_VTIME, vt_release, vt_methods, vt_meta, NULL};
 
 void dlcL_open_vtime(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &vt_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&vt_type, NULL};
     static const luaL_Reg funcs[] = {{"VTime", l_vtime}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }
