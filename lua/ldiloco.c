@@ -537,6 +537,44 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v) {
     lua_setfield(L, -2, k);
 }
 
+/* One member of type T at `at` into t[f->name], as f->as says. */
+#define SETFIELD(T)                                                  \
+    do {                                                             \
+        T v;                                                         \
+        memcpy(&v, at, sizeof v);                                    \
+        if (f->as == 'i') {                                          \
+            dlcL_setint(L, f->name, (int64_t)v);                     \
+        } else if (f->as == 'n') {                                   \
+            dlcL_setnum(L, f->name, (double)v);                      \
+        } else {                                                     \
+            lua_pushboolean(L, (int)v);                              \
+            lua_setfield(L, -2, f->name);                            \
+        }                                                            \
+    } while (0)
+
+void dlcL_setfields(lua_State *L, const void *s, const dlcL_field *f) {
+    for (; f->name; f++) {
+        const char *at = (const char *)s + f->offset;
+        switch (f->ctype) {
+        case 1: SETFIELD(_Bool); break;
+        case 2: SETFIELD(char); break;
+        case 3: SETFIELD(signed char); break;
+        case 4: SETFIELD(unsigned char); break;
+        case 5: SETFIELD(short); break;
+        case 6: SETFIELD(unsigned short); break;
+        case 7: SETFIELD(int); break;
+        case 8: SETFIELD(unsigned); break;
+        case 9: SETFIELD(long); break;
+        case 10: SETFIELD(unsigned long); break;
+        case 11: SETFIELD(long long); break;
+        case 12: SETFIELD(unsigned long long); break;
+        case 13: SETFIELD(float); break;
+        default: SETFIELD(double); break;
+        }
+    }
+}
+#undef SETFIELD
+
 int dlcL_optfield(lua_State *L, int t, const char *pre, const char *who, const char *sep, const char *k, int type) {
     int ty = lua_getfield(L, t, k);
     if (ty == type) return 1;

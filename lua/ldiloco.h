@@ -29,6 +29,7 @@
 #ifndef DILOCO_LDILOCO_H
 #define DILOCO_LDILOCO_H
 
+#include <stddef.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "diloco/diloco.h"
@@ -174,10 +175,38 @@ int dlcL_checklearner(lua_State *L, int arg, int M);
 float *dlcL_checkmodel(lua_State *L, int arg, const struct dlc_params *model);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
+/* A rejection's fields (learner, fragment: 0-based here, 1-based in the table; reason by
+ * name) into the table on top of the stack. */
+void dlcL_set_rejection(lua_State *L, int learner, int fragment, dlc_reject_reason reason);
 
 /* t[k] = v for the table on top of the stack (result tables of the bindings). */
 void dlcL_setnum(lua_State *L, const char *k, double v);
 void dlcL_setint(lua_State *L, const char *k, int64_t v);
+/* A result table filled from a C struct by a table of its members, rather than field by
+ * field: each dlcL_field sets t[name] to one member as an integer (DLCL_INT: dlcL_setint),
+ * a number (DLCL_NUM: dlcL_setnum) or a boolean (DLCL_BOOL: lua_pushboolean), in the
+ * table's order, converted as those calls' arguments would convert it.  The member's C
+ * type (any integer or floating type) is found by _Generic; DLCL_FIELD names it otherwise.
+ *
+ *     static const dlcL_field stats_fields[] = {
+ *         DLCL_NUM(dlc_srt_stats, now), DLCL_INT(dlc_srt_stats, live),
+ *         DLCL_FIELD("horizon", 'n', dlc_vtime_stats, end), {NULL}};
+ *     dlcL_setfields(L, &st, stats_fields);    // the table on top of the stack */
+typedef struct dlcL_field {
+    const char *name;     /* NULL ends the table */
+    size_t offset;        /* of the member */
+    unsigned char ctype;  /* its C type: DLCL_CTYPE */
+    char as;              /* 'i' integer, 'n' number, 'b' boolean */
+} dlcL_field;
+#define DLCL_CTYPE(e)                                                                                       \
+    _Generic((e), _Bool: 1, char: 2, signed char: 3, unsigned char: 4, short: 5, unsigned short: 6, int: 7, \
+             unsigned: 8, long: 9, unsigned long: 10, long long: 11, unsigned long long: 12, float: 13,  \
+             double: 14)
+#define DLCL_FIELD(name, as, T, m) {(name), offsetof(T, m), DLCL_CTYPE(((T *)0)->m), (as)}
+#define DLCL_INT(T, m) DLCL_FIELD(#m, 'i', T, m)
+#define DLCL_NUM(T, m) DLCL_FIELD(#m, 'n', T, m)
+#define DLCL_BOOL(T, m) DLCL_FIELD(#m, 'b', T, m)
+void dlcL_setfields(lua_State *L, const void *s, const dlcL_field *f);
 /* Option tables: pushes t[k] and returns 1 if it is of Lua type `type` (LUA_TNUMBER,
  * LUA_TSTRING, LUA_TBOOLEAN, LUA_TTABLE); returns 0, nothing pushed, if it is nil; else
  * raises "<pre><who><sep><k> must be a <type>, got a <its type>" (pre "VTime: ", sep ".";

@@ -323,10 +323,7 @@ static int syncer_actions(lua_State *L, dlc_syncer *s) {
             break;
         case DLC_SACT_REJECTED:
             type = "rejected";
-            dlcL_setint(L, "learner", a.learner + 1);
-            dlcL_setint(L, "fragment", a.fragment + 1);
-            lua_pushstring(L, dlc_reject_reason_name(a.reason));
-            lua_setfield(L, -2, "reason");
+            dlcL_set_rejection(L, a.learner, a.fragment, a.reason);
             break;
         case DLC_SACT_JOINED:
         case DLC_SACT_LOST:
@@ -475,6 +472,9 @@ static int m_preset(lua_State *L) {
  * every run field (run.h, the table of core/run.c) in the struct's order, with its bounds
  * (absent for a field whose rule is not a range) and what it means.  The one definition
  * of the run fields' bounds and docs, which recipe.lua reads. */
+static const dlcL_field bound_fields[] = {DLCL_NUM(dlc_run_field, min), DLCL_NUM(dlc_run_field, max),
+                                          DLCL_BOOL(dlc_run_field, min_open), DLCL_BOOL(dlc_run_field, max_open),
+                                          {NULL}};
 static int m_fields(lua_State *L) {
     static const char *const types[DLC_RUN_FIELD_TYPE_COUNT] = {"integer", "flag", "hash", "number", "enum"};
     lua_createtable(L, dlc_run_field_count(), 0);
@@ -490,12 +490,7 @@ static int m_fields(lua_State *L) {
         if (!isnan(f->min)) {
             char want[96];
             dlc_run_field_expect(f, want, sizeof want);
-            dlcL_setnum(L, "min", f->min);
-            dlcL_setnum(L, "max", f->max);
-            lua_pushboolean(L, f->min_open);
-            lua_setfield(L, -2, "min_open");
-            lua_pushboolean(L, f->max_open);
-            lua_setfield(L, -2, "max_open");
+            dlcL_setfields(L, f, bound_fields);
             lua_pushstring(L, want);
             lua_setfield(L, -2, "expect");
         }

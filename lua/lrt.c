@@ -279,6 +279,16 @@ static int s_cut(lua_State *L) {
 
 /* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
  * rate, latency, cut (seconds it lasts still, 0 not cut)} */
+static const dlcL_field learner_info_fields[] = {
+    DLCL_BOOL(dlc_srt_learner_info, connected),   DLCL_BOOL(dlc_srt_learner_info, joined),
+    DLCL_BOOL(dlc_srt_learner_info, bye),         DLCL_INT(dlc_srt_learner_info, steps),
+    DLCL_INT(dlc_srt_learner_info, tokens),       DLCL_NUM(dlc_srt_learner_info, step_time),
+    DLCL_NUM(dlc_srt_learner_info, best_step_time), DLCL_NUM(dlc_srt_learner_info, heard),
+    DLCL_NUM(dlc_srt_learner_info, absent),       DLCL_INT(dlc_srt_learner_info, merged),
+    DLCL_NUM(dlc_srt_learner_info, merged_steps), DLCL_INT(dlc_srt_learner_info, joins),
+    DLCL_INT(dlc_srt_learner_info, bytes_in),     DLCL_INT(dlc_srt_learner_info, bytes_out),
+    DLCL_NUM(dlc_srt_learner_info, rate),         DLCL_NUM(dlc_srt_learner_info, latency),
+    DLCL_NUM(dlc_srt_learner_info, cut),          {NULL}};
 static int s_learner(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
@@ -286,39 +296,25 @@ static int s_learner(lua_State *L) {
     dlc_srt_learner_info i;
     if (dlc_srt_learner(s, m, &i) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 15);
-    lua_pushboolean(L, i.connected);
-    lua_setfield(L, -2, "connected");
-    lua_pushboolean(L, i.joined);
-    lua_setfield(L, -2, "joined");
-    lua_pushboolean(L, i.bye);
-    lua_setfield(L, -2, "bye");
-    dlcL_setint(L, "steps", i.steps);
-    dlcL_setint(L, "tokens", i.tokens);
-    dlcL_setnum(L, "step_time", i.step_time);
-    dlcL_setnum(L, "best_step_time", i.best_step_time);
-    dlcL_setnum(L, "heard", i.heard);
-    dlcL_setnum(L, "absent", i.absent);
-    dlcL_setint(L, "merged", i.merged);
-    dlcL_setnum(L, "merged_steps", i.merged_steps);
-    dlcL_setint(L, "joins", i.joins);
-    dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)i.bytes_out);
-    dlcL_setnum(L, "rate", i.rate);
-    dlcL_setnum(L, "latency", i.latency);
-    dlcL_setnum(L, "cut", i.cut);
+    dlcL_setfields(L, &i, learner_info_fields);
     return 1;
 }
 
+/* s:stats()'s members of dlc_srt_stats, before and after refused_by. */
+static const dlcL_field srt_stats_fields[] = {
+    DLCL_NUM(dlc_srt_stats, now), DLCL_INT(dlc_srt_stats, live), DLCL_INT(dlc_srt_stats, merges),
+    DLCL_INT(dlc_srt_stats, rejects), DLCL_INT(dlc_srt_stats, refused), {NULL}};
+static const dlcL_field srt_stats_fields2[] = {
+    DLCL_INT(dlc_srt_stats, events_dropped), DLCL_INT(dlc_srt_stats, sends_dropped),
+    DLCL_INT(dlc_srt_stats, sends_held),     DLCL_INT(dlc_srt_stats, sends_superseded),
+    DLCL_NUM(dlc_srt_stats, useful_tokens),  DLCL_INT(dlc_srt_stats, bytes_in),
+    DLCL_INT(dlc_srt_stats, bytes_out),      {NULL}};
 static int s_stats(lua_State *L) {
     dlc_srt *s = checksrt(L, 1);
     dlc_srt_stats st;
     if (dlc_srt_get_stats(s, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 12);
-    dlcL_setnum(L, "now", st.now);
-    dlcL_setint(L, "live", st.live);
-    dlcL_setint(L, "merges", st.merges);
-    dlcL_setint(L, "rejects", st.rejects);
-    dlcL_setint(L, "refused", st.refused);
+    dlcL_setfields(L, &st, srt_stats_fields);
     lua_createtable(L, 0, 4); /* refused_by: {reason = count}, the reasons seen */
     for (int r = 0; r < DLC_SRT_REFUSAL_REASONS; r++) {
         if (!st.refused_by[r]) continue;
@@ -326,13 +322,7 @@ static int s_stats(lua_State *L) {
         lua_setfield(L, -2, r == DLC_PERR_COUNT ? "message" : dlc_proto_errcode_name(r));
     }
     lua_setfield(L, -2, "refused_by");
-    dlcL_setint(L, "events_dropped", st.events_dropped);
-    dlcL_setint(L, "sends_dropped", st.sends_dropped);
-    dlcL_setint(L, "sends_held", st.sends_held);
-    dlcL_setint(L, "sends_superseded", st.sends_superseded);
-    dlcL_setnum(L, "useful_tokens", st.useful_tokens);
-    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
+    dlcL_setfields(L, &st, srt_stats_fields2);
     lua_createtable(L, 0, 8);
     for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
         if (!st.bytes_in_type[t] && !st.bytes_out_type[t]) continue;
@@ -588,19 +578,16 @@ static int lr_flush(lua_State *L) {
 
 /* l:account() -> {sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps,
  * and the same in seconds (_s)}: where this process's compute went (learner.h) */
+static const dlcL_field account_fields[] = {
+    DLCL_NUM(dlc_learner_account, sent_steps),      DLCL_NUM(dlc_learner_account, overwritten_steps),
+    DLCL_NUM(dlc_learner_account, kept_steps),      DLCL_NUM(dlc_learner_account, discarded_steps),
+    DLCL_NUM(dlc_learner_account, unsent_steps),    DLCL_NUM(dlc_learner_account, sent_s),
+    DLCL_NUM(dlc_learner_account, overwritten_s),   DLCL_NUM(dlc_learner_account, kept_s),
+    DLCL_NUM(dlc_learner_account, discarded_s),     DLCL_NUM(dlc_learner_account, unsent_s), {NULL}};
 static int lr_account(lua_State *L) {
     dlc_learner_account a = dlc_learner_get_account(dlc_lrt_learner(checklrt(L, 1)));
     lua_createtable(L, 0, 10);
-    dlcL_setnum(L, "sent_steps", a.sent_steps);
-    dlcL_setnum(L, "overwritten_steps", a.overwritten_steps);
-    dlcL_setnum(L, "kept_steps", a.kept_steps);
-    dlcL_setnum(L, "discarded_steps", a.discarded_steps);
-    dlcL_setnum(L, "unsent_steps", a.unsent_steps);
-    dlcL_setnum(L, "sent_s", a.sent_s);
-    dlcL_setnum(L, "overwritten_s", a.overwritten_s);
-    dlcL_setnum(L, "kept_s", a.kept_s);
-    dlcL_setnum(L, "discarded_s", a.discarded_s);
-    dlcL_setnum(L, "unsent_s", a.unsent_s);
+    dlcL_setfields(L, &a, account_fields);
     return 1;
 }
 
@@ -640,32 +627,20 @@ static int lr_poll(lua_State *L) {
     return 1;
 }
 
+static const dlcL_field lrt_stats_fields[] = {
+    DLCL_NUM(dlc_lrt_stats, now),           DLCL_NUM(dlc_lrt_stats, wait_s),       DLCL_NUM(dlc_lrt_stats, call_s),
+    DLCL_NUM(dlc_lrt_stats, encode_wait_s), DLCL_INT(dlc_lrt_stats, encoded),      DLCL_INT(dlc_lrt_stats, decoded),
+    DLCL_BOOL(dlc_lrt_stats, connected),    DLCL_INT(dlc_lrt_stats, sent),         DLCL_INT(dlc_lrt_stats, held),
+    DLCL_INT(dlc_lrt_stats, held_dropped),  DLCL_INT(dlc_lrt_stats, held_superseded), DLCL_INT(dlc_lrt_stats, deferred),
+    DLCL_INT(dlc_lrt_stats, reused),        DLCL_INT(dlc_lrt_stats, applied),      DLCL_INT(dlc_lrt_stats, reconnects),
+    DLCL_INT(dlc_lrt_stats, bytes_in),      DLCL_INT(dlc_lrt_stats, bytes_out),    DLCL_INT(dlc_lrt_stats, rollbacks),
+    DLCL_INT(dlc_lrt_stats, replayed),      DLCL_INT(dlc_lrt_stats, unreplayed),   {NULL}};
 static int lr_stats(lua_State *L) {
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;
     if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 22);
-    dlcL_setnum(L, "now", st.now);
-    dlcL_setnum(L, "wait_s", st.wait_s);
-    dlcL_setnum(L, "call_s", st.call_s);
-    dlcL_setnum(L, "encode_wait_s", st.encode_wait_s);
-    dlcL_setint(L, "encoded", st.encoded);
-    dlcL_setint(L, "decoded", st.decoded);
-    lua_pushboolean(L, st.connected);
-    lua_setfield(L, -2, "connected");
-    dlcL_setint(L, "sent", st.sent);
-    dlcL_setint(L, "held", st.held);
-    dlcL_setint(L, "held_dropped", st.held_dropped);
-    dlcL_setint(L, "held_superseded", st.held_superseded);
-    dlcL_setint(L, "deferred", st.deferred);
-    dlcL_setint(L, "reused", st.reused);
-    dlcL_setint(L, "applied", st.applied);
-    dlcL_setint(L, "reconnects", st.reconnects);
-    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
-    dlcL_setint(L, "rollbacks", st.rollbacks);
-    dlcL_setint(L, "replayed", st.replayed);
-    dlcL_setint(L, "unreplayed", st.unreplayed);
+    dlcL_setfields(L, &st, lrt_stats_fields);
     const dlc_learner *lr = dlc_lrt_learner(l);
     dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));
     dlcL_setint(L, "steps", dlc_learner_steps(lr));

@@ -221,6 +221,12 @@ static int su_actions(lua_State *L) {
     return 2;
 }
 
+/* s:learner(m)'s members of dlc_sup_learner, after its state and at the end. */
+static const dlcL_field sup_learner_fields[] = {
+    DLCL_BOOL(dlc_sup_learner, process), DLCL_BOOL(dlc_sup_learner, held), DLCL_BOOL(dlc_sup_learner, joined),
+    DLCL_BOOL(dlc_sup_learner, lost),    DLCL_INT(dlc_sup_learner, crashes), {NULL}};
+static const dlcL_field sup_learner_fields2[] = {DLCL_NUM(dlc_sup_learner, started_at),
+                                                 DLCL_NUM(dlc_sup_learner, slow_factor), {NULL}};
 static int su_learner(lua_State *L) {
     supbox *b = checkbox(L, 1);
     int m = learner_arg(L, b, 2);
@@ -229,26 +235,14 @@ static int su_learner(lua_State *L) {
     lua_createtable(L, 0, 12);
     lua_pushstring(L, dlc_sup_state_name(l.state));
     lua_setfield(L, -2, "state");
-    lua_pushboolean(L, l.process);
-    lua_setfield(L, -2, "process");
-    lua_pushboolean(L, l.held);
-    lua_setfield(L, -2, "held");
-    lua_pushboolean(L, l.joined);
-    lua_setfield(L, -2, "joined");
-    lua_pushboolean(L, l.lost);
-    lua_setfield(L, -2, "lost");
-    lua_pushinteger(L, l.crashes);
-    lua_setfield(L, -2, "crashes");
+    dlcL_setfields(L, &l, sup_learner_fields);
     if (l.down_cause != DLC_SUP_CAUSE_NONE) {
         lua_pushstring(L, dlc_sup_cause_name(l.down_cause));
         lua_setfield(L, -2, "down_cause");
     }
     if (l.restart_at >= 0) lua_pushnumber(L, l.restart_at), lua_setfield(L, -2, "restart_at");
     if (l.state == DLC_SUP_PAUSED) lua_pushnumber(L, l.resume_at), lua_setfield(L, -2, "resume_at");
-    lua_pushnumber(L, l.started_at);
-    lua_setfield(L, -2, "started_at");
-    lua_pushnumber(L, l.slow_factor);
-    lua_setfield(L, -2, "slow_factor");
+    dlcL_setfields(L, &l, sup_learner_fields2);
     return 1;
 }
 

@@ -434,39 +434,39 @@ static void vt_release(void *box) {
 #define setnum dlcL_setnum
 #define setint dlcL_setint
 
+/* The members of a merge record and of a contribution after the (1-based) fragment and
+ * learner, in the order the tables always had them. */
+static const dlcL_field merge_fields[] = {
+    DLCL_INT(dlc_merge_info, version),   DLCL_INT(dlc_merge_info, count),     DLCL_INT(dlc_merge_info, live),
+    DLCL_INT(dlc_merge_info, quorum),    DLCL_NUM(dlc_merge_info, opened),    DLCL_NUM(dlc_merge_info, quorum_at),
+    DLCL_NUM(dlc_merge_info, grace),     DLCL_NUM(dlc_merge_info, waited),    DLCL_BOOL(dlc_merge_info, all_sent),
+    DLCL_BOOL(dlc_merge_info, flushed),  DLCL_INT(dlc_merge_info, bytes_in),  DLCL_INT(dlc_merge_info, bytes_out),
+    DLCL_NUM(dlc_merge_info, useful_tokens), {NULL}};
+static const dlcL_field contrib_fields[] = {
+    DLCL_NUM(dlc_merge_contrib, weight), DLCL_INT(dlc_merge_contrib, base_version),
+    DLCL_INT(dlc_merge_contrib, staleness), DLCL_INT(dlc_merge_contrib, steps), DLCL_INT(dlc_merge_contrib, tokens),
+    DLCL_INT(dlc_merge_contrib, incarnation), DLCL_NUM(dlc_merge_contrib, arrived), {NULL}};
+
 void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
     lua_createtable(L, 0, 16);
     setint(L, "fragment", mi->fragment + 1);
-    setint(L, "version", mi->version);
-    setint(L, "count", mi->count);
-    setint(L, "live", mi->live);
-    setint(L, "quorum", mi->quorum);
-    setnum(L, "opened", mi->opened);
-    setnum(L, "quorum_at", mi->quorum_at);
-    setnum(L, "grace", mi->grace);
-    setnum(L, "waited", mi->waited);
-    lua_pushboolean(L, mi->all_sent);
-    lua_setfield(L, -2, "all_sent");
-    lua_pushboolean(L, mi->flushed);
-    lua_setfield(L, -2, "flushed");
-    setint(L, "bytes_in", mi->bytes_in);
-    setint(L, "bytes_out", mi->bytes_out);
-    setnum(L, "useful_tokens", mi->useful_tokens);
+    dlcL_setfields(L, mi, merge_fields);
     lua_createtable(L, mi->count, 0);
     for (int i = 0; i < mi->count; i++) {
         const dlc_merge_contrib *c = &mi->contribs[i];
         lua_createtable(L, 0, 7);
         setint(L, "learner", c->learner + 1);
-        setnum(L, "weight", c->weight);
-        setint(L, "base_version", c->base_version);
-        setint(L, "staleness", c->staleness);
-        setint(L, "steps", c->steps);
-        setint(L, "tokens", c->tokens);
-        setint(L, "incarnation", c->incarnation);
-        setnum(L, "arrived", c->arrived);
+        dlcL_setfields(L, c, contrib_fields);
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "contributors");
+}
+
+void dlcL_set_rejection(lua_State *L, int learner, int fragment, dlc_reject_reason reason) {
+    setint(L, "learner", learner + 1);
+    setint(L, "fragment", fragment + 1);
+    lua_pushstring(L, dlc_reject_reason_name(reason));
+    lua_setfield(L, -2, "reason");
 }
 
 /* vt:next() -> event table */
@@ -491,10 +491,7 @@ static int vt_next(lua_State *L) {
         lua_setfield(L, -2, "merge");
         break;
     case DLC_VT_REJECT:
-        setint(L, "learner", ev.learner + 1);
-        setint(L, "fragment", ev.fragment + 1);
-        lua_pushstring(L, dlc_reject_reason_name(ev.reason));
-        lua_setfield(L, -2, "reason");
+        dlcL_set_rejection(L, ev.learner, ev.fragment, ev.reason);
         break;
     case DLC_VT_FAULT:
         if (ev.learner >= 0) setint(L, "learner", ev.learner + 1);
@@ -585,22 +582,32 @@ static int vt_learner_state(lua_State *L) {
     return 1;
 }
 
+/* vt:stats()'s members of dlc_vtime_stats, then of each learner's (around its idle share). */
+static const dlcL_field vt_stats_fields[] = {
+    DLCL_FIELD("virtual_s", 'n', dlc_vtime_stats, now), DLCL_FIELD("horizon", 'n', dlc_vtime_stats, end),
+    DLCL_INT(dlc_vtime_stats, merges),     DLCL_INT(dlc_vtime_stats, rejects),     DLCL_INT(dlc_vtime_stats, faults),
+    DLCL_INT(dlc_vtime_stats, bytes_up),   DLCL_INT(dlc_vtime_stats, bytes_down),  DLCL_INT(dlc_vtime_stats, dropped),
+    DLCL_NUM(dlc_vtime_stats, useful_tokens), DLCL_NUM(dlc_vtime_stats, goodput), DLCL_NUM(dlc_vtime_stats, uptime),
+    {NULL}};
+static const dlcL_field vt_learner_fields[] = {
+    DLCL_INT(dlc_vtime_learner_stats, steps),  DLCL_INT(dlc_vtime_learner_stats, tokens),
+    DLCL_NUM(dlc_vtime_learner_stats, busy_s), DLCL_NUM(dlc_vtime_learner_stats, idle_s),
+    DLCL_NUM(dlc_vtime_learner_stats, down_s), {NULL}};
+static const dlcL_field vt_learner_fields2[] = {
+    DLCL_INT(dlc_vtime_learner_stats, bytes_up), DLCL_INT(dlc_vtime_learner_stats, bytes_down),
+    DLCL_INT(dlc_vtime_learner_stats, merged),   DLCL_NUM(dlc_vtime_learner_stats, nominal_tps),
+    /* the account (vtime.h), in virtual seconds */
+    DLCL_NUM(dlc_vtime_learner_stats, useful_s),  DLCL_NUM(dlc_vtime_learner_stats, overwritten_s),
+    DLCL_NUM(dlc_vtime_learner_stats, dropped_s), DLCL_NUM(dlc_vtime_learner_stats, unsent_s),
+    DLCL_NUM(dlc_vtime_learner_stats, waiting_s), DLCL_NUM(dlc_vtime_learner_stats, done_s),
+    DLCL_NUM(dlc_vtime_learner_stats, sent_steps), DLCL_NUM(dlc_vtime_learner_stats, merged_steps), {NULL}};
+
 static int vt_stats(lua_State *L) {
     dlc_vtime *vt = checkvt(L, 1);
     dlc_vtime_stats st;
     if (dlc_vtime_get_stats(vt, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 16);
-    setnum(L, "virtual_s", st.now);
-    setnum(L, "horizon", st.end);
-    setint(L, "merges", st.merges);
-    setint(L, "rejects", st.rejects);
-    setint(L, "faults", st.faults);
-    setint(L, "bytes_up", st.bytes_up);
-    setint(L, "bytes_down", st.bytes_down);
-    setint(L, "dropped", st.dropped);
-    setnum(L, "useful_tokens", st.useful_tokens);
-    setnum(L, "goodput", st.goodput);
-    setnum(L, "uptime", st.uptime);
+    dlcL_setfields(L, &st, vt_stats_fields);
     lua_createtable(L, 0, DLC_MSG_TYPE_COUNT);
     for (int t = 0; t < DLC_MSG_TYPE_COUNT; t++)
         if (st.bytes_up_type[t] || st.bytes_down_type[t]) {
@@ -614,25 +621,9 @@ static int vt_stats(lua_State *L) {
     for (int m = 0; m < st.learners; m++) {
         const dlc_vtime_learner_stats *s = &st.learner[m];
         lua_createtable(L, 0, 18);
-        setint(L, "steps", s->steps);
-        setint(L, "tokens", s->tokens);
-        setnum(L, "busy_s", s->busy_s);
-        setnum(L, "idle_s", s->idle_s);
-        setnum(L, "down_s", s->down_s);
+        dlcL_setfields(L, s, vt_learner_fields);
         setnum(L, "idle", st.end > 0 ? s->idle_s / st.end : 0);
-        setint(L, "bytes_up", s->bytes_up);
-        setint(L, "bytes_down", s->bytes_down);
-        setint(L, "merged", s->merged);
-        setnum(L, "nominal_tps", s->nominal_tps);
-        /* the account (vtime.h), in virtual seconds */
-        setnum(L, "useful_s", s->useful_s);
-        setnum(L, "overwritten_s", s->overwritten_s);
-        setnum(L, "dropped_s", s->dropped_s);
-        setnum(L, "unsent_s", s->unsent_s);
-        setnum(L, "waiting_s", s->waiting_s);
-        setnum(L, "done_s", s->done_s);
-        setnum(L, "sent_steps", s->sent_steps);
-        setnum(L, "merged_steps", s->merged_steps);
+        dlcL_setfields(L, s, vt_learner_fields2);
         /* its shares of the horizon, by the account's rules (core/account.h) */
         dlc_account_row r;
         if (dlc_account_row_of(dlc_vtime_account(vt), m, st.end, &r) != DLC_OK) return dlcL_error(L);
