@@ -116,17 +116,14 @@ static int pl_views(lua_State *L) {
     return 1;
 }
 
-static int pl_bytes(lua_State *L) {
+/* plan:bytes(f), plan:numel(f): a size of fragment f. */
+static int frag_size(lua_State *L, int64_t (*size)(const dlc_plan *, int)) {
     dlc_plan *p = checkplan(L, 1);
-    lua_pushinteger(L, (lua_Integer)dlc_plan_bytes(p, checkfrag(L, p, 2)));
+    lua_pushinteger(L, (lua_Integer)size(p, checkfrag(L, p, 2)));
     return 1;
 }
-
-static int pl_numel(lua_State *L) {
-    dlc_plan *p = checkplan(L, 1);
-    lua_pushinteger(L, (lua_Integer)dlc_plan_numel(p, checkfrag(L, p, 2)));
-    return 1;
-}
+static int pl_bytes(lua_State *L) { return frag_size(L, dlc_plan_bytes); }
+static int pl_numel(lua_State *L) { return frag_size(L, dlc_plan_numel); }
 
 /* plan:fragment_of(i) -> the 1-based fragment holding tensor i whole, or nil when the
  * tensor is split across fragments (split_rows). */
