@@ -12,6 +12,7 @@
  * independent stream create g = diloco.Generator(seed) and call g:randn(...),
  * g:rand(...), t:dropout(p, g).  Same seed + same calls = bit-identical numbers.
  */
+#include <stdarg.h>
 #include <string.h>
 #include "ldiloco.h"
 
@@ -49,6 +50,16 @@ int dlcL_fail(lua_State *L, dlc_status s) {
     lua_pushnil(L);
     lua_pushstring(L, dlc_last_error());
     lua_pushstring(L, dlcL_status_name(s));
+    return 3;
+}
+
+int dlcL_fail_io(lua_State *L, const char *fmt, ...) {
+    lua_pushnil(L);
+    va_list ap;
+    va_start(ap, fmt);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    lua_pushliteral(L, "DLC_ERR_IO");
     return 3;
 }
 

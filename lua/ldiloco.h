@@ -247,6 +247,11 @@ int dlcL_error(lua_State *L);
  * dlcL_fail pushes those three values for status s with dlc_last_error() and
  * returns 3; DLC_ERR_NOMEM is never environmental: it raises. */
 int dlcL_fail(lua_State *L, dlc_status s);
+/* The same for a failure of the system (errno's kind): nil, the message formatted as by
+ * lua_pushfstring, "DLC_ERR_IO"; returns 3. */
+int dlcL_fail_io(lua_State *L, const char *fmt, ...);
+/* lsys.c: diloco.pid() and diloco.proc.pid(): this process's id. */
+int dlcL_pid(lua_State *L);
 /* "DLC_OK", "DLC_ERR_ARG", ... for a status; "DLC_ERR_UNKNOWN" outside the enum. */
 const char *dlcL_status_name(int s);
 
