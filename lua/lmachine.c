@@ -472,10 +472,10 @@ static int m_preset(lua_State *L) {
  * every run field (run.h, the table of core/run.c) in the struct's order, with its bounds
  * (absent for a field whose rule is not a range) and what it means.  The one definition
  * of the run fields' bounds and docs, which recipe.lua reads. */
-static const dlcL_field bound_fields[] = {DLCL_NUM(dlc_run_field, min), DLCL_NUM(dlc_run_field, max),
-                                          DLCL_BOOL(dlc_run_field, min_open), DLCL_BOOL(dlc_run_field, max_open),
-                                          {NULL}};
 static int m_fields(lua_State *L) {
+    typedef dlc_run_field F;
+    static const dlcL_field bound_fields[] = {
+        DLCL_NUM(F, min), DLCL_NUM(F, max), DLCL_BOOL(F, min_open), DLCL_BOOL(F, max_open), {NULL}};
     static const char *const types[DLC_RUN_FIELD_TYPE_COUNT] = {"integer", "flag", "hash", "number", "enum"};
     lua_createtable(L, dlc_run_field_count(), 0);
     for (int i = 0; i < dlc_run_field_count(); i++) {

@@ -279,17 +279,13 @@ static int s_cut(lua_State *L) {
 
 /* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
  * rate, latency, cut (seconds it lasts still, 0 not cut)} */
-static const dlcL_field learner_info_fields[] = {
-    DLCL_BOOL(dlc_srt_learner_info, connected),   DLCL_BOOL(dlc_srt_learner_info, joined),
-    DLCL_BOOL(dlc_srt_learner_info, bye),         DLCL_INT(dlc_srt_learner_info, steps),
-    DLCL_INT(dlc_srt_learner_info, tokens),       DLCL_NUM(dlc_srt_learner_info, step_time),
-    DLCL_NUM(dlc_srt_learner_info, best_step_time), DLCL_NUM(dlc_srt_learner_info, heard),
-    DLCL_NUM(dlc_srt_learner_info, absent),       DLCL_INT(dlc_srt_learner_info, merged),
-    DLCL_NUM(dlc_srt_learner_info, merged_steps), DLCL_INT(dlc_srt_learner_info, joins),
-    DLCL_INT(dlc_srt_learner_info, bytes_in),     DLCL_INT(dlc_srt_learner_info, bytes_out),
-    DLCL_NUM(dlc_srt_learner_info, rate),         DLCL_NUM(dlc_srt_learner_info, latency),
-    DLCL_NUM(dlc_srt_learner_info, cut),          {NULL}};
 static int s_learner(lua_State *L) {
+    typedef dlc_srt_learner_info I;
+    static const dlcL_field learner_info_fields[] = {
+        DLCL_BOOL(I, connected), DLCL_BOOL(I, joined), DLCL_BOOL(I, bye), DLCL_INT(I, steps), DLCL_INT(I, tokens),
+        DLCL_NUM(I, step_time), DLCL_NUM(I, best_step_time), DLCL_NUM(I, heard), DLCL_NUM(I, absent),
+        DLCL_INT(I, merged), DLCL_NUM(I, merged_steps), DLCL_INT(I, joins), DLCL_INT(I, bytes_in),
+        DLCL_INT(I, bytes_out), DLCL_NUM(I, rate), DLCL_NUM(I, latency), DLCL_NUM(I, cut), {NULL}};
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
     int m = dlcL_checklearner(L, 2, b->M);
@@ -300,16 +296,15 @@ static int s_learner(lua_State *L) {
     return 1;
 }
 
-/* s:stats()'s members of dlc_srt_stats, before and after refused_by. */
-static const dlcL_field srt_stats_fields[] = {
-    DLCL_NUM(dlc_srt_stats, now), DLCL_INT(dlc_srt_stats, live), DLCL_INT(dlc_srt_stats, merges),
-    DLCL_INT(dlc_srt_stats, rejects), DLCL_INT(dlc_srt_stats, refused), {NULL}};
-static const dlcL_field srt_stats_fields2[] = {
-    DLCL_INT(dlc_srt_stats, events_dropped), DLCL_INT(dlc_srt_stats, sends_dropped),
-    DLCL_INT(dlc_srt_stats, sends_held),     DLCL_INT(dlc_srt_stats, sends_superseded),
-    DLCL_NUM(dlc_srt_stats, useful_tokens),  DLCL_INT(dlc_srt_stats, bytes_in),
-    DLCL_INT(dlc_srt_stats, bytes_out),      {NULL}};
 static int s_stats(lua_State *L) {
+    /* s:stats()'s members of dlc_srt_stats, before and after refused_by. */
+    typedef dlc_srt_stats S;
+    static const dlcL_field srt_stats_fields[] = {
+        DLCL_NUM(S, now), DLCL_INT(S, live), DLCL_INT(S, merges), DLCL_INT(S, rejects), DLCL_INT(S, refused), {NULL}};
+    static const dlcL_field srt_stats_fields2[] = {
+        DLCL_INT(S, events_dropped), DLCL_INT(S, sends_dropped), DLCL_INT(S, sends_held),
+        DLCL_INT(S, sends_superseded), DLCL_NUM(S, useful_tokens), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        {NULL}};
     dlc_srt *s = checksrt(L, 1);
     dlc_srt_stats st;
     if (dlc_srt_get_stats(s, &st) != DLC_OK) return dlcL_error(L);
@@ -578,13 +573,12 @@ static int lr_flush(lua_State *L) {
 
 /* l:account() -> {sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps,
  * and the same in seconds (_s)}: where this process's compute went (learner.h) */
-static const dlcL_field account_fields[] = {
-    DLCL_NUM(dlc_learner_account, sent_steps),      DLCL_NUM(dlc_learner_account, overwritten_steps),
-    DLCL_NUM(dlc_learner_account, kept_steps),      DLCL_NUM(dlc_learner_account, discarded_steps),
-    DLCL_NUM(dlc_learner_account, unsent_steps),    DLCL_NUM(dlc_learner_account, sent_s),
-    DLCL_NUM(dlc_learner_account, overwritten_s),   DLCL_NUM(dlc_learner_account, kept_s),
-    DLCL_NUM(dlc_learner_account, discarded_s),     DLCL_NUM(dlc_learner_account, unsent_s), {NULL}};
 static int lr_account(lua_State *L) {
+    typedef dlc_learner_account A;
+    static const dlcL_field account_fields[] = {
+        DLCL_NUM(A, sent_steps), DLCL_NUM(A, overwritten_steps), DLCL_NUM(A, kept_steps),
+        DLCL_NUM(A, discarded_steps), DLCL_NUM(A, unsent_steps), DLCL_NUM(A, sent_s), DLCL_NUM(A, overwritten_s),
+        DLCL_NUM(A, kept_s), DLCL_NUM(A, discarded_s), DLCL_NUM(A, unsent_s), {NULL}};
     dlc_learner_account a = dlc_learner_get_account(dlc_lrt_learner(checklrt(L, 1)));
     lua_createtable(L, 0, 10);
     dlcL_setfields(L, &a, account_fields);
@@ -627,15 +621,14 @@ static int lr_poll(lua_State *L) {
     return 1;
 }
 
-static const dlcL_field lrt_stats_fields[] = {
-    DLCL_NUM(dlc_lrt_stats, now),           DLCL_NUM(dlc_lrt_stats, wait_s),       DLCL_NUM(dlc_lrt_stats, call_s),
-    DLCL_NUM(dlc_lrt_stats, encode_wait_s), DLCL_INT(dlc_lrt_stats, encoded),      DLCL_INT(dlc_lrt_stats, decoded),
-    DLCL_BOOL(dlc_lrt_stats, connected),    DLCL_INT(dlc_lrt_stats, sent),         DLCL_INT(dlc_lrt_stats, held),
-    DLCL_INT(dlc_lrt_stats, held_dropped),  DLCL_INT(dlc_lrt_stats, held_superseded), DLCL_INT(dlc_lrt_stats, deferred),
-    DLCL_INT(dlc_lrt_stats, reused),        DLCL_INT(dlc_lrt_stats, applied),      DLCL_INT(dlc_lrt_stats, reconnects),
-    DLCL_INT(dlc_lrt_stats, bytes_in),      DLCL_INT(dlc_lrt_stats, bytes_out),    DLCL_INT(dlc_lrt_stats, rollbacks),
-    DLCL_INT(dlc_lrt_stats, replayed),      DLCL_INT(dlc_lrt_stats, unreplayed),   {NULL}};
 static int lr_stats(lua_State *L) {
+    typedef dlc_lrt_stats S;
+    static const dlcL_field lrt_stats_fields[] = {
+        DLCL_NUM(S, now), DLCL_NUM(S, wait_s), DLCL_NUM(S, call_s), DLCL_NUM(S, encode_wait_s), DLCL_INT(S, encoded),
+        DLCL_INT(S, decoded), DLCL_BOOL(S, connected), DLCL_INT(S, sent), DLCL_INT(S, held),
+        DLCL_INT(S, held_dropped), DLCL_INT(S, held_superseded), DLCL_INT(S, deferred), DLCL_INT(S, reused),
+        DLCL_INT(S, applied), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        DLCL_INT(S, rollbacks), DLCL_INT(S, replayed), DLCL_INT(S, unreplayed), {NULL}};
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;
     if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);

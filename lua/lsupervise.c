@@ -221,13 +221,14 @@ static int su_actions(lua_State *L) {
     return 2;
 }
 
-/* s:learner(m)'s members of dlc_sup_learner, after its state and at the end. */
-static const dlcL_field sup_learner_fields[] = {
-    DLCL_BOOL(dlc_sup_learner, process), DLCL_BOOL(dlc_sup_learner, held), DLCL_BOOL(dlc_sup_learner, joined),
-    DLCL_BOOL(dlc_sup_learner, lost),    DLCL_INT(dlc_sup_learner, crashes), {NULL}};
-static const dlcL_field sup_learner_fields2[] = {DLCL_NUM(dlc_sup_learner, started_at),
-                                                 DLCL_NUM(dlc_sup_learner, slow_factor), {NULL}};
 static int su_learner(lua_State *L) {
+    /* s:learner(m)'s members of dlc_sup_learner, after its state and at the end. */
+    typedef dlc_sup_learner SL;
+    static const dlcL_field sup_learner_fields[] = {
+        DLCL_BOOL(SL, process), DLCL_BOOL(SL, held), DLCL_BOOL(SL, joined), DLCL_BOOL(SL, lost),
+        DLCL_INT(SL, crashes), {NULL}};
+    static const dlcL_field sup_learner_fields2[] = {
+        DLCL_NUM(SL, started_at), DLCL_NUM(SL, slow_factor), {NULL}};
     supbox *b = checkbox(L, 1);
     int m = learner_arg(L, b, 2);
     dlc_sup_learner l;

@@ -434,20 +434,18 @@ static void vt_release(void *box) {
 #define setnum dlcL_setnum
 #define setint dlcL_setint
 
-/* The members of a merge record and of a contribution after the (1-based) fragment and
- * learner, in the order the tables always had them. */
-static const dlcL_field merge_fields[] = {
-    DLCL_INT(dlc_merge_info, version),   DLCL_INT(dlc_merge_info, count),     DLCL_INT(dlc_merge_info, live),
-    DLCL_INT(dlc_merge_info, quorum),    DLCL_NUM(dlc_merge_info, opened),    DLCL_NUM(dlc_merge_info, quorum_at),
-    DLCL_NUM(dlc_merge_info, grace),     DLCL_NUM(dlc_merge_info, waited),    DLCL_BOOL(dlc_merge_info, all_sent),
-    DLCL_BOOL(dlc_merge_info, flushed),  DLCL_INT(dlc_merge_info, bytes_in),  DLCL_INT(dlc_merge_info, bytes_out),
-    DLCL_NUM(dlc_merge_info, useful_tokens), {NULL}};
-static const dlcL_field contrib_fields[] = {
-    DLCL_NUM(dlc_merge_contrib, weight), DLCL_INT(dlc_merge_contrib, base_version),
-    DLCL_INT(dlc_merge_contrib, staleness), DLCL_INT(dlc_merge_contrib, steps), DLCL_INT(dlc_merge_contrib, tokens),
-    DLCL_INT(dlc_merge_contrib, incarnation), DLCL_NUM(dlc_merge_contrib, arrived), {NULL}};
-
 void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
+    /* The members of a merge record and of a contribution after the (1-based) fragment and
+     * learner, in the order the tables always had them. */
+    typedef dlc_merge_info MI;
+    static const dlcL_field merge_fields[] = {
+        DLCL_INT(MI, version), DLCL_INT(MI, count), DLCL_INT(MI, live), DLCL_INT(MI, quorum), DLCL_NUM(MI, opened),
+        DLCL_NUM(MI, quorum_at), DLCL_NUM(MI, grace), DLCL_NUM(MI, waited), DLCL_BOOL(MI, all_sent),
+        DLCL_BOOL(MI, flushed), DLCL_INT(MI, bytes_in), DLCL_INT(MI, bytes_out), DLCL_NUM(MI, useful_tokens), {NULL}};
+    typedef dlc_merge_contrib MC;
+    static const dlcL_field contrib_fields[] = {
+        DLCL_NUM(MC, weight), DLCL_INT(MC, base_version), DLCL_INT(MC, staleness), DLCL_INT(MC, steps),
+        DLCL_INT(MC, tokens), DLCL_INT(MC, incarnation), DLCL_NUM(MC, arrived), {NULL}};
     lua_createtable(L, 0, 16);
     setint(L, "fragment", mi->fragment + 1);
     dlcL_setfields(L, mi, merge_fields);
@@ -582,27 +580,22 @@ static int vt_learner_state(lua_State *L) {
     return 1;
 }
 
-/* vt:stats()'s members of dlc_vtime_stats, then of each learner's (around its idle share). */
-static const dlcL_field vt_stats_fields[] = {
-    DLCL_FIELD("virtual_s", 'n', dlc_vtime_stats, now), DLCL_FIELD("horizon", 'n', dlc_vtime_stats, end),
-    DLCL_INT(dlc_vtime_stats, merges),     DLCL_INT(dlc_vtime_stats, rejects),     DLCL_INT(dlc_vtime_stats, faults),
-    DLCL_INT(dlc_vtime_stats, bytes_up),   DLCL_INT(dlc_vtime_stats, bytes_down),  DLCL_INT(dlc_vtime_stats, dropped),
-    DLCL_NUM(dlc_vtime_stats, useful_tokens), DLCL_NUM(dlc_vtime_stats, goodput), DLCL_NUM(dlc_vtime_stats, uptime),
-    {NULL}};
-static const dlcL_field vt_learner_fields[] = {
-    DLCL_INT(dlc_vtime_learner_stats, steps),  DLCL_INT(dlc_vtime_learner_stats, tokens),
-    DLCL_NUM(dlc_vtime_learner_stats, busy_s), DLCL_NUM(dlc_vtime_learner_stats, idle_s),
-    DLCL_NUM(dlc_vtime_learner_stats, down_s), {NULL}};
-static const dlcL_field vt_learner_fields2[] = {
-    DLCL_INT(dlc_vtime_learner_stats, bytes_up), DLCL_INT(dlc_vtime_learner_stats, bytes_down),
-    DLCL_INT(dlc_vtime_learner_stats, merged),   DLCL_NUM(dlc_vtime_learner_stats, nominal_tps),
-    /* the account (vtime.h), in virtual seconds */
-    DLCL_NUM(dlc_vtime_learner_stats, useful_s),  DLCL_NUM(dlc_vtime_learner_stats, overwritten_s),
-    DLCL_NUM(dlc_vtime_learner_stats, dropped_s), DLCL_NUM(dlc_vtime_learner_stats, unsent_s),
-    DLCL_NUM(dlc_vtime_learner_stats, waiting_s), DLCL_NUM(dlc_vtime_learner_stats, done_s),
-    DLCL_NUM(dlc_vtime_learner_stats, sent_steps), DLCL_NUM(dlc_vtime_learner_stats, merged_steps), {NULL}};
-
 static int vt_stats(lua_State *L) {
+    /* vt:stats()'s members of dlc_vtime_stats, then of each learner's (around its idle share). */
+    typedef dlc_vtime_stats S;
+    static const dlcL_field vt_stats_fields[] = {
+        DLCL_FIELD("virtual_s", 'n', S, now), DLCL_FIELD("horizon", 'n', S, end), DLCL_INT(S, merges),
+        DLCL_INT(S, rejects), DLCL_INT(S, faults), DLCL_INT(S, bytes_up), DLCL_INT(S, bytes_down),
+        DLCL_INT(S, dropped), DLCL_NUM(S, useful_tokens), DLCL_NUM(S, goodput), DLCL_NUM(S, uptime), {NULL}};
+    typedef dlc_vtime_learner_stats LS;
+    static const dlcL_field vt_learner_fields[] = {
+        DLCL_INT(LS, steps), DLCL_INT(LS, tokens), DLCL_NUM(LS, busy_s), DLCL_NUM(LS, idle_s), DLCL_NUM(LS, down_s),
+        {NULL}};
+    static const dlcL_field vt_learner_fields2[] = {
+        DLCL_INT(LS, bytes_up), DLCL_INT(LS, bytes_down), DLCL_INT(LS, merged), DLCL_NUM(LS, nominal_tps),
+        /* the account (vtime.h), in virtual seconds */
+        DLCL_NUM(LS, useful_s), DLCL_NUM(LS, overwritten_s), DLCL_NUM(LS, dropped_s), DLCL_NUM(LS, unsent_s),
+        DLCL_NUM(LS, waiting_s), DLCL_NUM(LS, done_s), DLCL_NUM(LS, sent_steps), DLCL_NUM(LS, merged_steps), {NULL}};
     dlc_vtime *vt = checkvt(L, 1);
     dlc_vtime_stats st;
     if (dlc_vtime_get_stats(vt, &st) != DLC_OK) return dlcL_error(L);
