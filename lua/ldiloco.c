@@ -566,7 +566,7 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v) {
 void dlcL_setfields(lua_State *L, const void *s, const dlcL_field *f) {
     for (; f->name; f++) {
         const char *at = (const char *)s + f->offset;
-        switch (f->ctype) {
+        switch (f->ctype) { /* the codes of DLCL_CTYPE */
         case 1: SETFIELD(_Bool); break;
         case 2: SETFIELD(char); break;
         case 3: SETFIELD(signed char); break;

@@ -188,10 +188,10 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v);
  * table's order, converted as those calls' arguments would convert it.  The member's C
  * type (any integer or floating type) is found by _Generic; DLCL_FIELD names it otherwise.
  *
- *     static const dlcL_field stats_fields[] = {
- *         DLCL_NUM(dlc_srt_stats, now), DLCL_INT(dlc_srt_stats, live),
- *         DLCL_FIELD("horizon", 'n', dlc_vtime_stats, end), {NULL}};
- *     dlcL_setfields(L, &st, stats_fields);    // the table on top of the stack */
+ *     typedef dlc_vtime_stats S;                 // in the function that uses the table
+ *     static const dlcL_field fields[] = {
+ *         DLCL_FIELD("horizon", 'n', S, end), DLCL_INT(S, merges), DLCL_NUM(S, goodput), {NULL}};
+ *     dlcL_setfields(L, &st, fields);            // into the table on top of the stack */
 typedef struct dlcL_field {
     const char *name;     /* NULL ends the table */
     size_t offset;        /* of the member */
