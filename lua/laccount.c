@@ -235,11 +235,9 @@ static const dlcL_type account_type = {DLCL_ACCOUNT, account_release, account_me
 
 void dlcL_open_account(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &account_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&account_type, NULL};
     static const luaL_Reg funcs[] = {{"Account", l_account}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
     lua_createtable(L, DLC_BUCKET_COUNT, 0);
     for (int b = 0; b < DLC_BUCKET_COUNT; b++) {
         lua_pushstring(L, dlc_account_bucket_name(b));

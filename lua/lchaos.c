@@ -293,10 +293,7 @@ static const luaL_Reg chaos_meta[] = {{"__len", ch_count}, {"__tostring", ch_tos
 static const dlcL_type chaos_type = {DLCL_CHAOS, chaos_release, chaos_methods, chaos_meta, NULL};
 
 void dlcL_open_chaos(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &chaos_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&chaos_type, NULL};
     static const luaL_Reg funcs[] = {{"Chaos", l_chaos}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

@@ -611,14 +611,9 @@ static const dlcL_type image_type = {DLCL_IMAGEDATA, images_release, image_metho
  * --------------------------------------------------------------------------- */
 
 void dlcL_open_data(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &text_type);
-    dlcL_newtype(L, st, &image_type);
-    dlcL_newtype(L, st, &loader_type);
-    lua_pop(L, 6);
+    static const dlcL_type *const types[] = {&text_type, &image_type, &loader_type, NULL};
     static const luaL_Reg funcs[] = {
         {"TextData", l_textdata}, {"ImageData", l_imagedata}, {NULL, NULL},
     };
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

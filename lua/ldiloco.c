@@ -12,6 +12,7 @@
  * independent stream create g = diloco.Generator(seed) and call g:randn(...),
  * g:rand(...), t:dropout(p, g).  Same seed + same calls = bit-identical numbers.
  */
+#include <stdarg.h>
 #include <string.h>
 #include "ldiloco.h"
 
@@ -52,6 +53,16 @@ int dlcL_fail(lua_State *L, dlc_status s) {
     return 3;
 }
 
+int dlcL_fail_io(lua_State *L, const char *fmt, ...) {
+    lua_pushnil(L);
+    va_list ap;
+    va_start(ap, fmt);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    lua_pushliteral(L, "DLC_ERR_IO");
+    return 3;
+}
+
 /* ---------------------------------------------------------------------------
  * userdata types (ldiloco.h: dlcL_type)
  * --------------------------------------------------------------------------- */
@@ -81,6 +92,16 @@ void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l) {
     lua_pushvalue(L, st);
     luaL_setfuncs(L, l, 1);
     lua_pop(L, 1);
+}
+
+void dlcL_register(lua_State *L, int mod, int st, const dlcL_type *const *types, const luaL_Reg *funcs) {
+    mod = lua_absindex(L, mod);
+    st = lua_absindex(L, st);
+    for (; *types; types++) {
+        dlcL_newtype(L, st, *types);
+        lua_pop(L, 2);
+    }
+    if (funcs) dlcL_setfuncs(L, mod, st, funcs);
 }
 
 void dlcL_newtype(lua_State *L, int st, const dlcL_type *ty) {
@@ -526,6 +547,44 @@ void dlcL_setint(lua_State *L, const char *k, int64_t v) {
     lua_pushinteger(L, (lua_Integer)v);
     lua_setfield(L, -2, k);
 }
+
+/* One member of type T at `at` into t[f->name], as f->as says. */
+#define SETFIELD(T)                                                  \
+    do {                                                             \
+        T v;                                                         \
+        memcpy(&v, at, sizeof v);                                    \
+        if (f->as == 'i') {                                          \
+            dlcL_setint(L, f->name, (int64_t)v);                     \
+        } else if (f->as == 'n') {                                   \
+            dlcL_setnum(L, f->name, (double)v);                      \
+        } else {                                                     \
+            lua_pushboolean(L, (int)v);                              \
+            lua_setfield(L, -2, f->name);                            \
+        }                                                            \
+    } while (0)
+
+void dlcL_setfields(lua_State *L, const void *s, const dlcL_field *f) {
+    for (; f->name; f++) {
+        const char *at = (const char *)s + f->offset;
+        switch (f->ctype) { /* the codes of DLCL_CTYPE */
+        case 1: SETFIELD(_Bool); break;
+        case 2: SETFIELD(char); break;
+        case 3: SETFIELD(signed char); break;
+        case 4: SETFIELD(unsigned char); break;
+        case 5: SETFIELD(short); break;
+        case 6: SETFIELD(unsigned short); break;
+        case 7: SETFIELD(int); break;
+        case 8: SETFIELD(unsigned); break;
+        case 9: SETFIELD(long); break;
+        case 10: SETFIELD(unsigned long); break;
+        case 11: SETFIELD(long long); break;
+        case 12: SETFIELD(unsigned long long); break;
+        case 13: SETFIELD(float); break;
+        default: SETFIELD(double); break;
+        }
+    }
+}
+#undef SETFIELD
 
 int dlcL_optfield(lua_State *L, int t, const char *pre, const char *who, const char *sep, const char *k, int type) {
     int ty = lua_getfield(L, t, k);

@@ -29,6 +29,7 @@
 #ifndef DILOCO_LDILOCO_H
 #define DILOCO_LDILOCO_H
 
+#include <stddef.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "diloco/diloco.h"
@@ -136,18 +137,76 @@ int dlcL_subtable(lua_State *L, int t, const char *who, const char *k);
  * alive as long as the new box at 2, through a user value table left at 3. */
 struct dlc_params;
 void dlcL_params_and_plan(lua_State *L, struct dlc_params **params, struct dlc_plan **plan);
-/* A syncer constructor's options at 1 (its box at 2): params and plan (as above),
- * learners (checked: 1..DLC_SYNCER_LEARNERS_MAX, raising naming `who`), the learner and
- * syncer sub-tables (their indices in *li, *si) and the run they describe with its
- * embedding flags (dlcL_read_run).  Returns learners. */
-int dlcL_syncer_options(lua_State *L, const char *who, struct dlc_params **params, struct dlc_plan **plan, int *li,
-                        int *si, struct dlc_run_params *run, const uint8_t **embedding);
+/* A syncer constructor's options (diloco.Syncer, diloco.machine.Syncer). */
+typedef struct dlcL_syncer_opts {
+    struct dlc_params *params;
+    struct dlc_plan *plan;
+    int M;                      /* learners */
+    int li, si;                 /* the learner and syncer sub-tables' indices */
+    dlc_run_params run;         /* the run they describe */
+    const uint8_t *embedding;   /* its embedding flags (dlcL_read_run) */
+} dlcL_syncer_opts;
+/* The start both syncer constructors share: checks that the options at 1 are a table,
+ * pushes a closed box (dlcL_newbox: type tname, `size` bytes, one user value) at 2, then
+ * reads into *o params and plan (as above), learners (checked: 1..DLC_SYNCER_LEARNERS_MAX,
+ * raising naming `who`), the learner and syncer sub-tables and the run.  Returns the box. */
+void *dlcL_syncer_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_syncer_opts *o);
+/* A learner constructor's options (diloco.Learner, diloco.machine.Learner). */
+typedef struct dlcL_learner_opts {
+    struct dlc_params *params;
+    struct dlc_plan *plan;
+    int li, si;          /* the learner sub-table; the syncer's (0 when absent) */
+    dlc_run_params run;  /* the run they describe */
+    double heartbeat;
+} dlcL_learner_opts;
+/* The start both learner constructors share: as dlcL_syncer_box, then the learner
+ * sub-table and the syncer's if given (so that the run states the syncer's fields too)
+ * and the run with its heartbeat (dlcL_read_run).  Returns the box. */
+void *dlcL_learner_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_learner_opts *o);
+/* Raises "who: params has N floats, the plan's model M: ..." unless params holds exactly
+ * the model the plan cuts into fragments. */
+void dlcL_check_plan_model(lua_State *L, const char *who, const struct dlc_params *params,
+                           const struct dlc_plan *plan);
+/* The learner argument `arg` (1-based, 1..M) as a 0-based index; raises "learner out of
+ * range" for another. */
+int dlcL_checklearner(lua_State *L, int arg, int M);
+/* The data of the Params at `arg`, checked to be of the same model as `model` (raises
+ * "Params of another model ..."): where a syncer copies its global model. */
+float *dlcL_checkmodel(lua_State *L, int arg, const struct dlc_params *model);
 /* Pushes a merge record as the table sim's merge events carry (1-based numbers). */
 void dlcL_push_merge(lua_State *L, const struct dlc_merge_info *mi);
+/* A rejection's fields (learner, fragment: 0-based here, 1-based in the table; reason by
+ * name) into the table on top of the stack. */
+void dlcL_set_rejection(lua_State *L, int learner, int fragment, dlc_reject_reason reason);
 
 /* t[k] = v for the table on top of the stack (result tables of the bindings). */
 void dlcL_setnum(lua_State *L, const char *k, double v);
 void dlcL_setint(lua_State *L, const char *k, int64_t v);
+/* A result table filled from a C struct by a table of its members, rather than field by
+ * field: each dlcL_field sets t[name] to one member as an integer (DLCL_INT: dlcL_setint),
+ * a number (DLCL_NUM: dlcL_setnum) or a boolean (DLCL_BOOL: lua_pushboolean), in the
+ * table's order, converted as those calls' arguments would convert it.  The member's C
+ * type (any integer or floating type) is found by _Generic; DLCL_FIELD names it otherwise.
+ *
+ *     typedef dlc_vtime_stats S;                 // in the function that uses the table
+ *     static const dlcL_field fields[] = {
+ *         DLCL_FIELD("horizon", 'n', S, end), DLCL_INT(S, merges), DLCL_NUM(S, goodput), {NULL}};
+ *     dlcL_setfields(L, &st, fields);            // into the table on top of the stack */
+typedef struct dlcL_field {
+    const char *name;     /* NULL ends the table */
+    size_t offset;        /* of the member */
+    unsigned char ctype;  /* its C type: DLCL_CTYPE */
+    char as;              /* 'i' integer, 'n' number, 'b' boolean */
+} dlcL_field;
+#define DLCL_CTYPE(e)                                                                                       \
+    _Generic((e), _Bool: 1, char: 2, signed char: 3, unsigned char: 4, short: 5, unsigned short: 6, int: 7, \
+             unsigned: 8, long: 9, unsigned long: 10, long long: 11, unsigned long long: 12, float: 13,  \
+             double: 14)
+#define DLCL_FIELD(name, as, T, m) {(name), offsetof(T, m), DLCL_CTYPE(((T *)0)->m), (as)}
+#define DLCL_INT(T, m) DLCL_FIELD(#m, 'i', T, m)
+#define DLCL_NUM(T, m) DLCL_FIELD(#m, 'n', T, m)
+#define DLCL_BOOL(T, m) DLCL_FIELD(#m, 'b', T, m)
+void dlcL_setfields(lua_State *L, const void *s, const dlcL_field *f);
 /* Option tables: pushes t[k] and returns 1 if it is of Lua type `type` (LUA_TNUMBER,
  * LUA_TSTRING, LUA_TBOOLEAN, LUA_TTABLE); returns 0, nothing pushed, if it is nil; else
  * raises "<pre><who><sep><k> must be a <type>, got a <its type>" (pre "VTime: ", sep ".";
@@ -188,6 +247,11 @@ int dlcL_error(lua_State *L);
  * dlcL_fail pushes those three values for status s with dlc_last_error() and
  * returns 3; DLC_ERR_NOMEM is never environmental: it raises. */
 int dlcL_fail(lua_State *L, dlc_status s);
+/* The same for a failure of the system (errno's kind): nil, the message formatted as by
+ * lua_pushfstring, "DLC_ERR_IO"; returns 3. */
+int dlcL_fail_io(lua_State *L, const char *fmt, ...);
+/* lsys.c: diloco.pid() and diloco.proc.pid(): this process's id. */
+int dlcL_pid(lua_State *L);
 /* "DLC_OK", "DLC_ERR_ARG", ... for a status; "DLC_ERR_UNKNOWN" outside the enum. */
 const char *dlcL_status_name(int s);
 
@@ -231,6 +295,10 @@ void *dlcL_newbox(lua_State *L, const char *tname, size_t size, int nuv);
 void dlcL_closebox(void *box, const dlcL_type *ty);
 /* Sets every function of l in the table at `tab` with the state at `st` as upvalue 1. */
 void dlcL_setfuncs(lua_State *L, int tab, int st, const luaL_Reg *l);
+/* A binding file's usual registration: dlcL_newtype of each type of the NULL-terminated
+ * `types` (their tables popped), then dlcL_setfuncs of `funcs` (NULL: none) into the table
+ * at `mod`. */
+void dlcL_register(lua_State *L, int mod, int st, const dlcL_type *const *types, const luaL_Reg *funcs);
 
 /* A C resource held across calls that may raise (an open checkpoint, a JSON tree,
  * a malloc'd text): an internal box type ("diloco.CResource") of the same kind, so

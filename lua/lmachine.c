@@ -207,31 +207,20 @@ static int learner_actions(lua_State *L, dlc_learner *l) {
 
 static int m_learner(lua_State *L) {
     static const char *const WHO = "diloco.machine.Learner";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    mlearner *b = dlcL_newbox(L, DLCL_MLEARNER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    dlcL_params_and_plan(L, &params, &plan);
-    int li = dlcL_subtable(L, 1, WHO, "learner");
-    int si = 0;
-    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
-    else lua_pop(L, 1);
-    dlc_run_params run;
-    double heartbeat;
-    dlcL_read_run(L, li, si, plan, &run, &heartbeat, NULL, NULL);
+    dlcL_learner_opts o;
+    mlearner *b = dlcL_learner_box(L, WHO, DLCL_MLEARNER, sizeof *b, &o);
     lua_Integer id = (lua_getfield(L, 1, "id"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     if (id < 1 || id > DLC_SYNCER_LEARNERS_MAX)
         return luaL_error(L, "%s: id must be an integer in 1..%d", WHO, DLC_SYNCER_LEARNERS_MAX);
     dlc_learner_params lp;
-    if (dlc_run_learner_params(&run, (int)id - 1, &lp) != DLC_OK) return dlcL_error(L);
+    if (dlc_run_learner_params(&o.run, (int)id - 1, &lp) != DLC_OK) return dlcL_error(L);
     lp.heartbeat = 0; /* no timers: a hand-driven machine sends what its events make */
     if (lua_getfield(L, 1, "incarnation") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
             return luaL_error(L, "%s: incarnation must be an integer >= 1", WHO);
         lp.incarnation = lua_tointeger(L, -1);
     }
-    b->l = dlc_learner_new(&lp, params, plan);
+    b->l = dlc_learner_new(&lp, o.params, o.plan);
     if (!b->l) return dlcL_error(L);
     lua_settop(L, 2);
     return 1;
@@ -334,10 +323,7 @@ static int syncer_actions(lua_State *L, dlc_syncer *s) {
             break;
         case DLC_SACT_REJECTED:
             type = "rejected";
-            dlcL_setint(L, "learner", a.learner + 1);
-            dlcL_setint(L, "fragment", a.fragment + 1);
-            lua_pushstring(L, dlc_reject_reason_name(a.reason));
-            lua_setfield(L, -2, "reason");
+            dlcL_set_rejection(L, a.learner, a.fragment, a.reason);
             break;
         case DLC_SACT_JOINED:
         case DLC_SACT_LOST:
@@ -355,50 +341,33 @@ static int syncer_actions(lua_State *L, dlc_syncer *s) {
 
 static int m_syncer(lua_State *L) {
     static const char *const WHO = "diloco.machine.Syncer";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    msyncer *b = dlcL_newbox(L, DLCL_MSYNCER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    int li, si;
-    dlc_run_params run;
-    const uint8_t *emb = NULL;
-    lua_Integer M = dlcL_syncer_options(L, WHO, &params, &plan, &li, &si, &run, &emb);
-    int64_t plan_numel = 0;
-    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
-    if (dlc_params_numel(params) != plan_numel)
-        return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
-                          (long long)dlc_params_numel(params), (long long)plan_numel);
+    dlcL_syncer_opts o;
+    msyncer *b = dlcL_syncer_box(L, WHO, DLCL_MSYNCER, sizeof *b, &o);
+    dlcL_check_plan_model(L, WHO, o.params, o.plan);
     dlc_syncer_params sp;
-    if (dlc_run_syncer_params(&run, (int)M, &sp) != DLC_OK) return dlcL_error(L);
-    sp.embedding = emb;
+    if (dlc_run_syncer_params(&o.run, o.M, &sp) != DLC_OK) return dlcL_error(L);
+    sp.embedding = o.embedding;
     sp.timeout = 0; /* no timers: the caller says who is lost */
-    b->s = dlc_syncer_new(&sp, plan, dlc_params_data(params));
+    b->s = dlc_syncer_new(&sp, o.plan, dlc_params_data(o.params));
     if (!b->s) return dlcL_error(L);
     if (lua_getfield(L, 1, "manual") != LUA_TNIL) dlc_syncer_set_manual(b->s, lua_toboolean(L, -1));
     lua_pop(L, 1);
-    b->params = params;
-    b->M = (int)M;
+    b->params = o.params;
+    b->M = o.M;
     lua_settop(L, 2);
     return 1;
 }
 
-static int checklearner_index(lua_State *L, const msyncer *b, int arg) {
-    lua_Integer m = luaL_checkinteger(L, arg);
-    luaL_argcheck(L, m >= 1 && m <= b->M, arg, "learner out of range");
-    return (int)m - 1;
-}
-
 static int ms_join(lua_State *L) {
     msyncer *b = checksyncer(L, 1);
-    int m = checklearner_index(L, b, 2);
+    int m = dlcL_checklearner(L, 2, b->M);
     dlc_status st = dlc_syncer_join(b->s, m, checktime(L, 3));
     return event_result(L, st, syncer_actions(L, b->s));
 }
 
 static int ms_lost(lua_State *L) {
     msyncer *b = checksyncer(L, 1);
-    int m = checklearner_index(L, b, 2);
+    int m = dlcL_checklearner(L, 2, b->M);
     dlc_status st = dlc_syncer_lost(b->s, m, checktime(L, 3));
     return event_result(L, st, syncer_actions(L, b->s));
 }
@@ -418,10 +387,7 @@ static int ms_flush(lua_State *L) {
 
 static int ms_global(lua_State *L) {
     msyncer *b = checksyncer(L, 1);
-    dlc_params *p = dlcL_checkparams(L, 2);
-    if (dlc_params_numel(p) != dlc_params_numel(b->params))
-        return luaL_argerror(L, 2, "Params of another model (a different number of floats)");
-    if (dlc_syncer_copy_model(b->s, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
+    if (dlc_syncer_copy_model(b->s, dlcL_checkmodel(L, 2, b->params)) != DLC_OK) return dlcL_error(L);
     lua_settop(L, 2);
     return 1;
 }
@@ -507,6 +473,9 @@ static int m_preset(lua_State *L) {
  * (absent for a field whose rule is not a range) and what it means.  The one definition
  * of the run fields' bounds and docs, which recipe.lua reads. */
 static int m_fields(lua_State *L) {
+    typedef dlc_run_field F;
+    static const dlcL_field bound_fields[] = {
+        DLCL_NUM(F, min), DLCL_NUM(F, max), DLCL_BOOL(F, min_open), DLCL_BOOL(F, max_open), {NULL}};
     static const char *const types[DLC_RUN_FIELD_TYPE_COUNT] = {"integer", "flag", "hash", "number", "enum"};
     lua_createtable(L, dlc_run_field_count(), 0);
     for (int i = 0; i < dlc_run_field_count(); i++) {
@@ -521,12 +490,7 @@ static int m_fields(lua_State *L) {
         if (!isnan(f->min)) {
             char want[96];
             dlc_run_field_expect(f, want, sizeof want);
-            dlcL_setnum(L, "min", f->min);
-            dlcL_setnum(L, "max", f->max);
-            lua_pushboolean(L, f->min_open);
-            lua_setfield(L, -2, "min_open");
-            lua_pushboolean(L, f->max_open);
-            lua_setfield(L, -2, "max_open");
+            dlcL_setfields(L, f, bound_fields);
             lua_pushstring(L, want);
             lua_setfield(L, -2, "expect");
         }
@@ -538,16 +502,11 @@ static int m_fields(lua_State *L) {
 void dlcL_open_machine(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
     st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &msg_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &learner_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &syncer_type);
-    lua_pop(L, 2);
-    lua_newtable(L);
+    static const dlcL_type *const types[] = {&msg_type, &learner_type, &syncer_type, NULL};
     static const luaL_Reg funcs[] = {
         {"Learner", m_learner}, {"Syncer", m_syncer}, {"diff", m_diff},
         {"preset", m_preset},   {"fields", m_fields}, {NULL, NULL}};
-    dlcL_setfuncs(L, lua_gettop(L), st, funcs);
+    lua_newtable(L); /* diloco.machine */
+    dlcL_register(L, -1, st, types, funcs);
     lua_setfield(L, mod, "machine");
 }

@@ -25,6 +25,35 @@ static int checkint(lua_State *L, int arg) {
     return (int)v;
 }
 
+/* The ops whose binding is only "check the arguments, push a box, RESULT(fn(...))", one
+ * line each, by what they take: OP1 the Tensor at 1, OP2 the Tensors at 1 and 2, OP3 those
+ * at 1, 2 and 3, OP1N the Tensor at 1 and a number at 2 (as a float). */
+#define OP1(name, fn)                        \
+    static int name(lua_State *L) {          \
+        dlc_tensor *x = checkt(L, 1);        \
+        dlc_tensor **slot = newbox(L);       \
+        return RESULT(L, slot, fn(x));       \
+    }
+#define OP2(name, fn)                                      \
+    static int name(lua_State *L) {                        \
+        dlc_tensor *a = checkt(L, 1), *b = checkt(L, 2);   \
+        dlc_tensor **slot = newbox(L);                     \
+        return RESULT(L, slot, fn(a, b));                  \
+    }
+#define OP3(name, fn)                                                        \
+    static int name(lua_State *L) {                                          \
+        dlc_tensor *a = checkt(L, 1), *b = checkt(L, 2), *c = checkt(L, 3);  \
+        dlc_tensor **slot = newbox(L);                                       \
+        return RESULT(L, slot, fn(a, b, c));                                 \
+    }
+#define OP1N(name, fn)                               \
+    static int name(lua_State *L) {                  \
+        dlc_tensor *x = checkt(L, 1);                \
+        float n = (float)luaL_checknumber(L, 2);     \
+        dlc_tensor **slot = newbox(L);               \
+        return RESULT(L, slot, fn(x, n));            \
+    }
+
 /* ---------------------------------------------------------------------------
  * arithmetic: tensor (op) tensor with broadcasting, or tensor (op) number
  * --------------------------------------------------------------------------- */
@@ -87,24 +116,11 @@ static int t_mul(lua_State *L) { return arith(L, AR_MUL); }
 static int t_div(lua_State *L) { return arith(L, AR_DIV); }
 static int t_powmm(lua_State *L) { return arith(L, AR_POW); }
 
-static int t_pow(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    float p = (float)luaL_checknumber(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_pow(x, p));
-}
+OP1N(t_pow, dlc_pow)
 
-static int t_unm(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_unary(DLC_UNARY_NEG, x));
-}
-
-static int t_bias_add(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1), *b = checkt(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_bias_add(x, b));
-}
+static dlc_tensor *neg(dlc_tensor *x) { return dlc_unary(DLC_UNARY_NEG, x); }
+OP1(t_unm, neg)
+OP2(t_bias_add, dlc_bias_add)
 
 static int t_affine(lua_State *L) {
     dlc_tensor *x = checkt(L, 1);
@@ -113,12 +129,7 @@ static int t_affine(lua_State *L) {
     return RESULT(L, slot, dlc_affine(x, alpha, beta));
 }
 
-static int t_scale(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    float alpha = (float)luaL_checknumber(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_scale(x, alpha));
-}
+OP1N(t_scale, dlc_scale)
 
 /* One closure per dlc_unary_op; upvalue 2 holds the op. */
 static int t_unary(lua_State *L) {
@@ -198,17 +209,8 @@ static int t_matmul(lua_State *L) {
     return RESULT(L, slot, dlc_matmul(a, b, ta, tb));
 }
 
-static int t_softmax(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_softmax(x));
-}
-
-static int t_log_softmax(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_log_softmax(x));
-}
+OP1(t_softmax, dlc_softmax)
+OP1(t_log_softmax, dlc_log_softmax)
 
 static int t_cross_entropy(lua_State *L) {
     dlc_tensor *logits = checkt(L, 1), *targets = checkt(L, 2);
@@ -235,29 +237,10 @@ static int t_rmsnorm(lua_State *L) {
  * indexing (index values are 0-based)
  * --------------------------------------------------------------------------- */
 
-static int t_index_select(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1), *idx = checkt(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_index_select(x, idx));
-}
-
-static int t_embedding(lua_State *L) {
-    dlc_tensor *w = checkt(L, 1), *idx = checkt(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_embedding(w, idx));
-}
-
-static int t_index_add(lua_State *L) {
-    dlc_tensor *base = checkt(L, 1), *idx = checkt(L, 2), *src = checkt(L, 3);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_index_add(base, idx, src));
-}
-
-static int t_gather(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1), *idx = checkt(L, 2);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_gather(x, idx));
-}
+OP2(t_index_select, dlc_index_select)
+OP2(t_embedding, dlc_embedding)
+OP3(t_index_add, dlc_index_add)
+OP2(t_gather, dlc_gather)
 
 /* values, indices = x:topk(k) */
 static int t_topk(lua_State *L) {
@@ -360,17 +343,8 @@ static int t_dropout(lua_State *L) {
     return RESULT(L, slot, dlc_dropout(x, p, g));
 }
 
-static int t_clone(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_tensor_clone(x));
-}
-
-static int t_detach(lua_State *L) {
-    dlc_tensor *x = checkt(L, 1);
-    dlc_tensor **slot = newbox(L);
-    return RESULT(L, slot, dlc_tensor_detach(x));
-}
+OP1(t_clone, dlc_tensor_clone)
+OP1(t_detach, dlc_tensor_detach)
 
 static int t_fill(lua_State *L) {
     dlc_tensor *t = checkt(L, 1);

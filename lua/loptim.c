@@ -579,14 +579,11 @@ static const dlcL_type optim_type = {DLCL_OPTIM, optim_release, optim_methods, o
 
 void dlcL_open_optim(lua_State *L, int mod, int st) {
     mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &params_type);
-    dlcL_newtype(L, st, &optim_type);
-    lua_pop(L, 4);
+    static const dlcL_type *const types[] = {&params_type, &optim_type, NULL};
     static const luaL_Reg funcs[] = {
         {"Params", l_params}, {"Optimizer", l_optimizer}, {"lr_at", l_lr_at}, {NULL, NULL},
     };
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
     /* a copy of the default no-decay patterns, for reference (changing it changes nothing) */
     lua_createtable(L, N_DEFAULT_NO_DECAY, 0);
     for (int i = 0; i < N_DEFAULT_NO_DECAY; i++) {

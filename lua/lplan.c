@@ -116,17 +116,14 @@ static int pl_views(lua_State *L) {
     return 1;
 }
 
-static int pl_bytes(lua_State *L) {
+/* plan:bytes(f), plan:numel(f): a size of fragment f. */
+static int frag_size(lua_State *L, int64_t (*size)(const dlc_plan *, int)) {
     dlc_plan *p = checkplan(L, 1);
-    lua_pushinteger(L, (lua_Integer)dlc_plan_bytes(p, checkfrag(L, p, 2)));
+    lua_pushinteger(L, (lua_Integer)size(p, checkfrag(L, p, 2)));
     return 1;
 }
-
-static int pl_numel(lua_State *L) {
-    dlc_plan *p = checkplan(L, 1);
-    lua_pushinteger(L, (lua_Integer)dlc_plan_numel(p, checkfrag(L, p, 2)));
-    return 1;
-}
+static int pl_bytes(lua_State *L) { return frag_size(L, dlc_plan_bytes); }
+static int pl_numel(lua_State *L) { return frag_size(L, dlc_plan_numel); }
 
 /* plan:fragment_of(i) -> the 1-based fragment holding tensor i whole, or nil when the
  * tensor is split across fragments (split_rows). */
@@ -187,10 +184,7 @@ static const luaL_Reg plan_meta[] = {{"__len", pl_len}, {"__tostring", pl_tostri
 static const dlcL_type plan_type = {DLCL_PLAN, plan_release, plan_methods, plan_meta, pl_index};
 
 void dlcL_open_plan(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &plan_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&plan_type, NULL};
     static const luaL_Reg funcs[] = {{"Plan", l_plan}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

@@ -244,10 +244,7 @@ static int l_spawn(lua_State *L) {
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rc != 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "cannot start %s: %s", argv[0], strerror(rc));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "cannot start %s: %s", argv[0], strerror(rc));
     }
     set_owned(L, pid, 1);
     lua_pushinteger(L, pid);
@@ -275,10 +272,7 @@ static int l_wait(lua_State *L) {
     }
     if (r < 0) {
         set_owned(L, pid, 0);
-        lua_pushnil(L);
-        lua_pushfstring(L, "waitpid(%d): %s", (int)pid, strerror(errno));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "waitpid(%d): %s", (int)pid, strerror(errno));
     }
     set_owned(L, pid, 0);
     lua_createtable(L, 0, 2);
@@ -300,10 +294,7 @@ static int l_wait(lua_State *L) {
 /* Sends sig to pid: true, or nil, msg, code. */
 static int send_signal(lua_State *L, pid_t pid, int sig) {
     if (kill(pid, sig) != 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "signal %d to pid %d: %s", sig, (int)pid, strerror(errno));
     }
     lua_pushboolean(L, 1);
     return 1;
@@ -361,11 +352,8 @@ static int l_signal_grandchild(lua_State *L) {
     lua_Integer pid = luaL_checkinteger(L, 2);
     int sig = sig_of(L, 3);
     if (pid <= 0 || ppid_of((pid_t)pid) != parent) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "pid %d is not a child of pid %d (it ended, or is not one of its processes)", (int)pid,
-                        (int)parent);
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "pid %d is not a child of pid %d (it ended, or is not one of its processes)",
+                            (int)pid, (int)parent);
     }
     return send_signal(L, (pid_t)pid, sig);
 }
@@ -420,10 +408,7 @@ static int l_write_private(lua_State *L) {
     const char *text = luaL_checklstring(L, 2, &n);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s: %s", path, strerror(errno));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "%s: %s", path, strerror(errno));
     }
     size_t off = 0;
     while (off < n) {
@@ -437,17 +422,9 @@ static int l_write_private(lua_State *L) {
     close(fd);
     if (bad) {
         unlink(path);
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s: %s", path, strerror(e));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "%s: %s", path, strerror(e));
     }
     lua_pushboolean(L, 1);
-    return 1;
-}
-
-static int l_pid(lua_State *L) {
-    lua_pushinteger(L, getpid());
     return 1;
 }
 
@@ -456,7 +433,7 @@ void dlcL_open_proc(lua_State *L, int mod, int st) {
     (void)st;
     static const luaL_Reg funcs[] = {{"spawn", l_spawn}, {"wait", l_wait},       {"signal", l_signal},
                                      {"self_exe", l_self_exe}, {"realpath", l_realpath}, {"die_with_parent", l_die_with_parent},
-                                     {"pid", l_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},
+                                     {"pid", dlcL_pid},     {"sleep", l_sleep},   {"write_private", l_write_private},
                                      {"children", l_children}, {"signal_grandchild", l_signal_grandchild}, {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, funcs, 0);

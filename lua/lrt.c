@@ -98,21 +98,15 @@ static void read_net(lua_State *L, int t, dlc_net_config *cfg) {
 
 static int l_syncer(lua_State *L) {
     static const char *const WHO = "diloco.Syncer";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    srtbox *b = dlcL_newbox(L, DLCL_SYNCER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    int li, si;
     /* with what the learners do: one run description (core/run.h), stated in the WELCOME */
-    dlc_run_params run;
-    const uint8_t *emb = NULL;
-    lua_Integer M = dlcL_syncer_options(L, WHO, &params, &plan, &li, &si, &run, &emb);
+    dlcL_syncer_opts o;
+    srtbox *b = dlcL_syncer_box(L, WHO, DLCL_SYNCER, sizeof *b, &o);
+    int M = o.M;
     dlc_srt_config c = dlc_srt_default_config();
-    if (dlc_run_syncer_params(&run, (int)M, &c.syncer) != DLC_OK) return dlcL_error(L);
-    c.syncer.embedding = emb;
-    c.run_params = &run;
-    if (lua_getfield(L, si, "dp_history") != LUA_TNIL) { /* not part of the run: the syncer's own */
+    if (dlc_run_syncer_params(&o.run, M, &c.syncer) != DLC_OK) return dlcL_error(L);
+    c.syncer.embedding = o.embedding;
+    c.run_params = &o.run;
+    if (lua_getfield(L, o.si, "dp_history") != LUA_TNIL) { /* not part of the run: the syncer's own */
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > INT_MAX)
             return luaL_error(L, "%s: syncer.dp_history must be an integer >= 0 (0: as many as 512 MiB hold)", WHO);
         c.syncer.dp_history = (int)lua_tointeger(L, -1);
@@ -127,7 +121,7 @@ static int l_syncer(lua_State *L) {
     /* the start gate: learners to wait for (0 none) and for how long at most */
     if (lua_getfield(L, 1, "start_learners") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0 || lua_tointeger(L, -1) > M)
-            return luaL_error(L, "%s: start_learners must be an integer in 0..%d (learners)", WHO, (int)M);
+            return luaL_error(L, "%s: start_learners must be an integer in 0..%d (learners)", WHO, M);
         c.start_learners = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
@@ -148,17 +142,13 @@ static int l_syncer(lua_State *L) {
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
     c.run = optstr(L, 1, WHO, "run", "");
     c.resume = optstr(L, 1, WHO, "resume", NULL);
-    c.plan = plan;
-    c.theta0 = dlc_params_data(params);
-    int64_t plan_numel = 0;
-    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
-    if (dlc_params_numel(params) != plan_numel)
-        return luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", WHO,
-                          (long long)dlc_params_numel(params), (long long)plan_numel);
+    c.plan = o.plan;
+    c.theta0 = dlc_params_data(o.params);
+    dlcL_check_plan_model(L, WHO, o.params, o.plan);
     b->s = dlc_srt_new(&c);
     if (!b->s) return dlcL_fail(L, dlc_last_status());
-    b->params = params;
-    b->M = (int)M;
+    b->params = o.params;
+    b->M = M;
     lua_settop(L, 2);
     return 1;
 }
@@ -214,10 +204,7 @@ static int s_poll(lua_State *L) {
 static int s_global(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     checksrt(L, 1);
-    dlc_params *p = dlcL_checkparams(L, 2);
-    if (dlc_params_numel(p) != dlc_params_numel(b->params))
-        return luaL_argerror(L, 2, "Params of another model (a different number of floats)");
-    if (dlc_srt_global(b->s, dlc_params_data(p)) != DLC_OK) return dlcL_error(L);
+    if (dlc_srt_global(b->s, dlcL_checkmodel(L, 2, b->params)) != DLC_OK) return dlcL_error(L);
     lua_settop(L, 2);
     return 1;
 }
@@ -272,11 +259,10 @@ static int s_flush(lua_State *L) {
 static int s_shape(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     double rate = luaL_optnumber(L, 3, 0), latency = luaL_optnumber(L, 4, 0);
-    if (dlc_srt_shape(s, (int)m - 1, rate, latency) != DLC_OK)
-        return luaL_error(L, "Syncer:shape(%d, ...): %s", (int)m, dlc_last_error());
+    if (dlc_srt_shape(s, m, rate, latency) != DLC_OK)
+        return luaL_error(L, "Syncer:shape(%d, ...): %s", m + 1, dlc_last_error());
     return 0;
 }
 
@@ -284,57 +270,46 @@ static int s_shape(lua_State *L) {
 static int s_cut(lua_State *L) {
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     double secs = luaL_checknumber(L, 3);
-    if (dlc_srt_cut(s, (int)m - 1, secs) != DLC_OK)
-        return luaL_error(L, "Syncer:cut(%d, ...): %s", (int)m, dlc_last_error());
+    if (dlc_srt_cut(s, m, secs) != DLC_OK)
+        return luaL_error(L, "Syncer:cut(%d, ...): %s", m + 1, dlc_last_error());
     return 0;
 }
 
 /* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
  * rate, latency, cut (seconds it lasts still, 0 not cut)} */
 static int s_learner(lua_State *L) {
+    typedef dlc_srt_learner_info I;
+    static const dlcL_field learner_info_fields[] = {
+        DLCL_BOOL(I, connected), DLCL_BOOL(I, joined), DLCL_BOOL(I, bye), DLCL_INT(I, steps), DLCL_INT(I, tokens),
+        DLCL_NUM(I, step_time), DLCL_NUM(I, best_step_time), DLCL_NUM(I, heard), DLCL_NUM(I, absent),
+        DLCL_INT(I, merged), DLCL_NUM(I, merged_steps), DLCL_INT(I, joins), DLCL_INT(I, bytes_in),
+        DLCL_INT(I, bytes_out), DLCL_NUM(I, rate), DLCL_NUM(I, latency), DLCL_NUM(I, cut), {NULL}};
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
-    lua_Integer m = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, m >= 1 && m <= b->M, 2, "learner out of range");
+    int m = dlcL_checklearner(L, 2, b->M);
     dlc_srt_learner_info i;
-    if (dlc_srt_learner(s, (int)m - 1, &i) != DLC_OK) return dlcL_error(L);
+    if (dlc_srt_learner(s, m, &i) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 15);
-    lua_pushboolean(L, i.connected);
-    lua_setfield(L, -2, "connected");
-    lua_pushboolean(L, i.joined);
-    lua_setfield(L, -2, "joined");
-    lua_pushboolean(L, i.bye);
-    lua_setfield(L, -2, "bye");
-    dlcL_setint(L, "steps", i.steps);
-    dlcL_setint(L, "tokens", i.tokens);
-    dlcL_setnum(L, "step_time", i.step_time);
-    dlcL_setnum(L, "best_step_time", i.best_step_time);
-    dlcL_setnum(L, "heard", i.heard);
-    dlcL_setnum(L, "absent", i.absent);
-    dlcL_setint(L, "merged", i.merged);
-    dlcL_setnum(L, "merged_steps", i.merged_steps);
-    dlcL_setint(L, "joins", i.joins);
-    dlcL_setint(L, "bytes_in", (int64_t)i.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)i.bytes_out);
-    dlcL_setnum(L, "rate", i.rate);
-    dlcL_setnum(L, "latency", i.latency);
-    dlcL_setnum(L, "cut", i.cut);
+    dlcL_setfields(L, &i, learner_info_fields);
     return 1;
 }
 
 static int s_stats(lua_State *L) {
+    /* s:stats()'s members of dlc_srt_stats, before and after refused_by. */
+    typedef dlc_srt_stats S;
+    static const dlcL_field srt_stats_fields[] = {
+        DLCL_NUM(S, now), DLCL_INT(S, live), DLCL_INT(S, merges), DLCL_INT(S, rejects), DLCL_INT(S, refused), {NULL}};
+    static const dlcL_field srt_stats_fields2[] = {
+        DLCL_INT(S, events_dropped), DLCL_INT(S, sends_dropped), DLCL_INT(S, sends_held),
+        DLCL_INT(S, sends_superseded), DLCL_NUM(S, useful_tokens), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        {NULL}};
     dlc_srt *s = checksrt(L, 1);
     dlc_srt_stats st;
     if (dlc_srt_get_stats(s, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 12);
-    dlcL_setnum(L, "now", st.now);
-    dlcL_setint(L, "live", st.live);
-    dlcL_setint(L, "merges", st.merges);
-    dlcL_setint(L, "rejects", st.rejects);
-    dlcL_setint(L, "refused", st.refused);
+    dlcL_setfields(L, &st, srt_stats_fields);
     lua_createtable(L, 0, 4); /* refused_by: {reason = count}, the reasons seen */
     for (int r = 0; r < DLC_SRT_REFUSAL_REASONS; r++) {
         if (!st.refused_by[r]) continue;
@@ -342,13 +317,7 @@ static int s_stats(lua_State *L) {
         lua_setfield(L, -2, r == DLC_PERR_COUNT ? "message" : dlc_proto_errcode_name(r));
     }
     lua_setfield(L, -2, "refused_by");
-    dlcL_setint(L, "events_dropped", st.events_dropped);
-    dlcL_setint(L, "sends_dropped", st.sends_dropped);
-    dlcL_setint(L, "sends_held", st.sends_held);
-    dlcL_setint(L, "sends_superseded", st.sends_superseded);
-    dlcL_setnum(L, "useful_tokens", st.useful_tokens);
-    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
+    dlcL_setfields(L, &st, srt_stats_fields2);
     lua_createtable(L, 0, 8);
     for (int t = 0; t < DLC_FRAME_TYPE_COUNT; t++) {
         if (!st.bytes_in_type[t] && !st.bytes_out_type[t]) continue;
@@ -386,24 +355,13 @@ static void lrt_release(void *box);
 
 static int l_learner(lua_State *L) {
     static const char *const WHO = "diloco.Learner";
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    lrtbox *b = dlcL_newbox(L, DLCL_LEARNER, sizeof *b, 1); /* 2 */
-    dlc_params *params;
-    dlc_plan *plan;
-    dlcL_params_and_plan(L, &params, &plan);
-    dlc_lrt_config c = dlc_lrt_default_config();
-    int li = dlcL_subtable(L, 1, WHO, "learner");
     /* the syncer's fields too (given: the recipe's), so that HELLO states the whole run */
-    int si = 0;
-    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) si = lua_gettop(L);
-    else lua_pop(L, 1);
-    dlc_run_params run;
-    double heartbeat;
-    dlcL_read_run(L, li, si, plan, &run, &heartbeat, NULL, NULL);
-    if (dlc_run_learner_params(&run, 0, &c.learner) != DLC_OK) return dlcL_error(L);
-    c.learner.heartbeat = heartbeat;
-    if (si) c.run_params = &run;
+    dlcL_learner_opts o;
+    lrtbox *b = dlcL_learner_box(L, WHO, DLCL_LEARNER, sizeof *b, &o);
+    dlc_lrt_config c = dlc_lrt_default_config();
+    if (dlc_run_learner_params(&o.run, 0, &c.learner) != DLC_OK) return dlcL_error(L);
+    c.learner.heartbeat = o.heartbeat;
+    if (o.si) c.run_params = &o.run;
     c.learner.id = -1;
     int ty = lua_getfield(L, 1, "id");
     if (ty != LUA_TNIL) {
@@ -428,8 +386,8 @@ static int l_learner(lua_State *L) {
     read_net(L, ni, &c.net);
     c.connect = reqstr(L, 1, WHO, "connect");
     c.run = optstr(L, 1, WHO, "run", "");
-    c.params = params;
-    c.plan = plan;
+    c.params = o.params;
+    c.plan = o.plan;
     /* a stop signal (diloco.signals) ends the join and l:wait() at once */
     c.interrupted = dlcL_signal_caught;
     /* joined on return: the whole model arrived, or a refusal or deadline named */
@@ -622,18 +580,14 @@ static int lr_flush(lua_State *L) {
 /* l:account() -> {sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps,
  * and the same in seconds (_s)}: where this process's compute went (learner.h) */
 static int lr_account(lua_State *L) {
+    typedef dlc_learner_account A;
+    static const dlcL_field account_fields[] = {
+        DLCL_NUM(A, sent_steps), DLCL_NUM(A, overwritten_steps), DLCL_NUM(A, kept_steps),
+        DLCL_NUM(A, discarded_steps), DLCL_NUM(A, unsent_steps), DLCL_NUM(A, sent_s), DLCL_NUM(A, overwritten_s),
+        DLCL_NUM(A, kept_s), DLCL_NUM(A, discarded_s), DLCL_NUM(A, unsent_s), {NULL}};
     dlc_learner_account a = dlc_learner_get_account(dlc_lrt_learner(checklrt(L, 1)));
     lua_createtable(L, 0, 10);
-    dlcL_setnum(L, "sent_steps", a.sent_steps);
-    dlcL_setnum(L, "overwritten_steps", a.overwritten_steps);
-    dlcL_setnum(L, "kept_steps", a.kept_steps);
-    dlcL_setnum(L, "discarded_steps", a.discarded_steps);
-    dlcL_setnum(L, "unsent_steps", a.unsent_steps);
-    dlcL_setnum(L, "sent_s", a.sent_s);
-    dlcL_setnum(L, "overwritten_s", a.overwritten_s);
-    dlcL_setnum(L, "kept_s", a.kept_s);
-    dlcL_setnum(L, "discarded_s", a.discarded_s);
-    dlcL_setnum(L, "unsent_s", a.unsent_s);
+    dlcL_setfields(L, &a, account_fields);
     return 1;
 }
 
@@ -674,31 +628,18 @@ static int lr_poll(lua_State *L) {
 }
 
 static int lr_stats(lua_State *L) {
+    typedef dlc_lrt_stats S;
+    static const dlcL_field lrt_stats_fields[] = {
+        DLCL_NUM(S, now), DLCL_NUM(S, wait_s), DLCL_NUM(S, call_s), DLCL_NUM(S, encode_wait_s), DLCL_INT(S, encoded),
+        DLCL_INT(S, decoded), DLCL_BOOL(S, connected), DLCL_INT(S, sent), DLCL_INT(S, held),
+        DLCL_INT(S, held_dropped), DLCL_INT(S, held_superseded), DLCL_INT(S, deferred), DLCL_INT(S, reused),
+        DLCL_INT(S, applied), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        DLCL_INT(S, rollbacks), DLCL_INT(S, replayed), DLCL_INT(S, unreplayed), {NULL}};
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;
     if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 22);
-    dlcL_setnum(L, "now", st.now);
-    dlcL_setnum(L, "wait_s", st.wait_s);
-    dlcL_setnum(L, "call_s", st.call_s);
-    dlcL_setnum(L, "encode_wait_s", st.encode_wait_s);
-    dlcL_setint(L, "encoded", st.encoded);
-    dlcL_setint(L, "decoded", st.decoded);
-    lua_pushboolean(L, st.connected);
-    lua_setfield(L, -2, "connected");
-    dlcL_setint(L, "sent", st.sent);
-    dlcL_setint(L, "held", st.held);
-    dlcL_setint(L, "held_dropped", st.held_dropped);
-    dlcL_setint(L, "held_superseded", st.held_superseded);
-    dlcL_setint(L, "deferred", st.deferred);
-    dlcL_setint(L, "reused", st.reused);
-    dlcL_setint(L, "applied", st.applied);
-    dlcL_setint(L, "reconnects", st.reconnects);
-    dlcL_setint(L, "bytes_in", (int64_t)st.bytes_in);
-    dlcL_setint(L, "bytes_out", (int64_t)st.bytes_out);
-    dlcL_setint(L, "rollbacks", st.rollbacks);
-    dlcL_setint(L, "replayed", st.replayed);
-    dlcL_setint(L, "unreplayed", st.unreplayed);
+    dlcL_setfields(L, &st, lrt_stats_fields);
     const dlc_learner *lr = dlc_lrt_learner(l);
     dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));
     dlcL_setint(L, "steps", dlc_learner_steps(lr));
@@ -719,13 +660,8 @@ static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL,
 /* ---- registration ---- */
 
 void dlcL_open_rt(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &srt_type);
-    lua_pop(L, 2);
-    dlcL_newtype(L, st, &lrt_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&srt_type, &lrt_type, NULL};
     static const luaL_Reg funcs[] = {{"Syncer", l_syncer}, {"Learner", l_learner},
                                      {"advertise_address", l_advertise_address}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

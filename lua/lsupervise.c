@@ -222,6 +222,13 @@ static int su_actions(lua_State *L) {
 }
 
 static int su_learner(lua_State *L) {
+    /* s:learner(m)'s members of dlc_sup_learner, after its state and at the end. */
+    typedef dlc_sup_learner SL;
+    static const dlcL_field sup_learner_fields[] = {
+        DLCL_BOOL(SL, process), DLCL_BOOL(SL, held), DLCL_BOOL(SL, joined), DLCL_BOOL(SL, lost),
+        DLCL_INT(SL, crashes), {NULL}};
+    static const dlcL_field sup_learner_fields2[] = {
+        DLCL_NUM(SL, started_at), DLCL_NUM(SL, slow_factor), {NULL}};
     supbox *b = checkbox(L, 1);
     int m = learner_arg(L, b, 2);
     dlc_sup_learner l;
@@ -229,26 +236,14 @@ static int su_learner(lua_State *L) {
     lua_createtable(L, 0, 12);
     lua_pushstring(L, dlc_sup_state_name(l.state));
     lua_setfield(L, -2, "state");
-    lua_pushboolean(L, l.process);
-    lua_setfield(L, -2, "process");
-    lua_pushboolean(L, l.held);
-    lua_setfield(L, -2, "held");
-    lua_pushboolean(L, l.joined);
-    lua_setfield(L, -2, "joined");
-    lua_pushboolean(L, l.lost);
-    lua_setfield(L, -2, "lost");
-    lua_pushinteger(L, l.crashes);
-    lua_setfield(L, -2, "crashes");
+    dlcL_setfields(L, &l, sup_learner_fields);
     if (l.down_cause != DLC_SUP_CAUSE_NONE) {
         lua_pushstring(L, dlc_sup_cause_name(l.down_cause));
         lua_setfield(L, -2, "down_cause");
     }
     if (l.restart_at >= 0) lua_pushnumber(L, l.restart_at), lua_setfield(L, -2, "restart_at");
     if (l.state == DLC_SUP_PAUSED) lua_pushnumber(L, l.resume_at), lua_setfield(L, -2, "resume_at");
-    lua_pushnumber(L, l.started_at);
-    lua_setfield(L, -2, "started_at");
-    lua_pushnumber(L, l.slow_factor);
-    lua_setfield(L, -2, "slow_factor");
+    dlcL_setfields(L, &l, sup_learner_fields2);
     return 1;
 }
 
@@ -274,10 +269,7 @@ static const luaL_Reg sup_meta[] = {{"__tostring", su_tostring}, {NULL, NULL}};
 static const dlcL_type sup_type = {DLCL_SUP, sup_release, sup_methods, sup_meta, NULL};
 
 void dlcL_open_supervise(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &sup_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&sup_type, NULL};
     static const luaL_Reg funcs[] = {{"Supervisor", l_supervisor}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }

@@ -151,10 +151,7 @@ static int l_lock_dir(lua_State *L) {
     lockbox *b = dlcL_newbox(L, lock_type.name, sizeof *b, 0);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "cannot create the lock file %s: %s", path, strerror(errno));
-        lua_pushliteral(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "cannot create the lock file %s: %s", path, strerror(errno));
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
@@ -177,10 +174,7 @@ static int l_lock_dir(lua_State *L) {
         int e = copy ? errno : ENOMEM;
         free(copy);
         close(fd);
-        lua_pushnil(L);
-        lua_pushfstring(L, "cannot write the lock file %s: %s", path, strerror(e));
-        lua_pushliteral(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "cannot write the lock file %s: %s", path, strerror(e));
     }
     memcpy(copy, path, len + 1);
     b->fd = fd;
@@ -192,10 +186,7 @@ static int l_listdir(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     DIR *d = opendir(path);
     if (d == NULL) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "cannot list %s: %s", path, strerror(errno));
-        lua_pushliteral(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "cannot list %s: %s", path, strerror(errno));
     }
     lua_newtable(L);
     lua_Integer n = 0;
@@ -226,16 +217,13 @@ static int l_truncate(lua_State *L) {
     lua_Integer size = luaL_checkinteger(L, 2);
     luaL_argcheck(L, size >= 0, 2, "expected a size >= 0");
     if (truncate(path, (off_t)size) != 0) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s: %s", path, strerror(errno));
-        lua_pushstring(L, "DLC_ERR_IO");
-        return 3;
+        return dlcL_fail_io(L, "%s: %s", path, strerror(errno));
     }
     lua_pushboolean(L, 1);
     return 1;
 }
 
-static int l_pid(lua_State *L) {
+int dlcL_pid(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)getpid());
     return 1;
 }
@@ -260,16 +248,10 @@ static int l_mkdir_p(lua_State *L) {
         p[i] = '\0';
         struct stat st;
         if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "cannot create directory %s: %s", p, strerror(errno));
-            lua_pushliteral(L, "DLC_ERR_IO");
-            return 3;
+            return dlcL_fail_io(L, "cannot create directory %s: %s", p, strerror(errno));
         }
         if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            lua_pushnil(L);
-            lua_pushfstring(L, "%s exists and is not a directory", p);
-            lua_pushliteral(L, "DLC_ERR_IO");
-            return 3;
+            return dlcL_fail_io(L, "%s exists and is not a directory", p);
         }
         p[i] = c;
     }
@@ -283,7 +265,7 @@ static const luaL_Reg sys_funcs[] = {
     {"listdir", l_listdir},
     {"file_id", l_file_id},
     {"truncate", l_truncate},
-    {"pid", l_pid},
+    {"pid", dlcL_pid},
     {"pid_alive", l_pid_alive},
     {"physical_memory", l_physical_memory},
     {"clock", l_clock},

@@ -264,17 +264,55 @@ void dlcL_params_and_plan(lua_State *L, dlc_params **params, dlc_plan **plan) {
     lua_rawseti(L, 3, 2);
 }
 
-int dlcL_syncer_options(lua_State *L, const char *who, dlc_params **params, dlc_plan **plan, int *li, int *si,
-                        dlc_run_params *run, const uint8_t **embedding) {
-    dlcL_params_and_plan(L, params, plan);
+void *dlcL_syncer_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_syncer_opts *o) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    void *box = dlcL_newbox(L, tname, size, 1); /* 2 */
+    dlcL_params_and_plan(L, &o->params, &o->plan);
     lua_Integer M = (lua_getfield(L, 1, "learners"), lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0);
     lua_pop(L, 1);
     if (M < 1 || M > DLC_SYNCER_LEARNERS_MAX)
-        return luaL_error(L, "%s: learners must be an integer in 1..%d", who, DLC_SYNCER_LEARNERS_MAX);
-    *li = dlcL_subtable(L, 1, who, "learner");
-    *si = dlcL_subtable(L, 1, who, "syncer");
-    dlcL_read_run(L, *li, *si, *plan, run, NULL, NULL, embedding);
-    return (int)M;
+        luaL_error(L, "%s: learners must be an integer in 1..%d", who, DLC_SYNCER_LEARNERS_MAX);
+    o->M = (int)M;
+    o->li = dlcL_subtable(L, 1, who, "learner");
+    o->si = dlcL_subtable(L, 1, who, "syncer");
+    o->embedding = NULL;
+    dlcL_read_run(L, o->li, o->si, o->plan, &o->run, NULL, NULL, &o->embedding);
+    return box;
+}
+
+void *dlcL_learner_box(lua_State *L, const char *who, const char *tname, size_t size, dlcL_learner_opts *o) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    void *box = dlcL_newbox(L, tname, size, 1); /* 2 */
+    dlcL_params_and_plan(L, &o->params, &o->plan);
+    o->li = dlcL_subtable(L, 1, who, "learner");
+    o->si = 0;
+    if (lua_getfield(L, 1, "syncer") == LUA_TTABLE) o->si = lua_gettop(L);
+    else lua_pop(L, 1);
+    dlcL_read_run(L, o->li, o->si, o->plan, &o->run, &o->heartbeat, NULL, NULL);
+    return box;
+}
+
+void dlcL_check_plan_model(lua_State *L, const char *who, const dlc_params *params, const dlc_plan *plan) {
+    int64_t plan_numel = 0;
+    for (int p = 0; p < dlc_plan_count(plan); p++) plan_numel += dlc_plan_numel(plan, p);
+    if (dlc_params_numel(params) != plan_numel)
+        luaL_error(L, "%s: params has %lld floats, the plan's model %lld: expected the plan's model", who,
+                   (long long)dlc_params_numel(params), (long long)plan_numel);
+}
+
+int dlcL_checklearner(lua_State *L, int arg, int M) {
+    lua_Integer m = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, m >= 1 && m <= M, arg, "learner out of range");
+    return (int)m - 1;
+}
+
+float *dlcL_checkmodel(lua_State *L, int arg, const dlc_params *model) {
+    dlc_params *p = dlcL_checkparams(L, arg);
+    if (dlc_params_numel(p) != dlc_params_numel(model))
+        luaL_argerror(L, arg, "Params of another model (a different number of floats)");
+    return dlc_params_data(p);
 }
 
 void dlcL_read_run(lua_State *L, int lt, int st, const dlc_plan *plan, dlc_run_params *run, double *heartbeat,
@@ -397,38 +435,36 @@ static void vt_release(void *box) {
 #define setint dlcL_setint
 
 void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
+    /* The members of a merge record and of a contribution after the (1-based) fragment and
+     * learner, in the order the tables always had them. */
+    typedef dlc_merge_info MI;
+    static const dlcL_field merge_fields[] = {
+        DLCL_INT(MI, version), DLCL_INT(MI, count), DLCL_INT(MI, live), DLCL_INT(MI, quorum), DLCL_NUM(MI, opened),
+        DLCL_NUM(MI, quorum_at), DLCL_NUM(MI, grace), DLCL_NUM(MI, waited), DLCL_BOOL(MI, all_sent),
+        DLCL_BOOL(MI, flushed), DLCL_INT(MI, bytes_in), DLCL_INT(MI, bytes_out), DLCL_NUM(MI, useful_tokens), {NULL}};
+    typedef dlc_merge_contrib MC;
+    static const dlcL_field contrib_fields[] = {
+        DLCL_NUM(MC, weight), DLCL_INT(MC, base_version), DLCL_INT(MC, staleness), DLCL_INT(MC, steps),
+        DLCL_INT(MC, tokens), DLCL_INT(MC, incarnation), DLCL_NUM(MC, arrived), {NULL}};
     lua_createtable(L, 0, 16);
     setint(L, "fragment", mi->fragment + 1);
-    setint(L, "version", mi->version);
-    setint(L, "count", mi->count);
-    setint(L, "live", mi->live);
-    setint(L, "quorum", mi->quorum);
-    setnum(L, "opened", mi->opened);
-    setnum(L, "quorum_at", mi->quorum_at);
-    setnum(L, "grace", mi->grace);
-    setnum(L, "waited", mi->waited);
-    lua_pushboolean(L, mi->all_sent);
-    lua_setfield(L, -2, "all_sent");
-    lua_pushboolean(L, mi->flushed);
-    lua_setfield(L, -2, "flushed");
-    setint(L, "bytes_in", mi->bytes_in);
-    setint(L, "bytes_out", mi->bytes_out);
-    setnum(L, "useful_tokens", mi->useful_tokens);
+    dlcL_setfields(L, mi, merge_fields);
     lua_createtable(L, mi->count, 0);
     for (int i = 0; i < mi->count; i++) {
         const dlc_merge_contrib *c = &mi->contribs[i];
         lua_createtable(L, 0, 7);
         setint(L, "learner", c->learner + 1);
-        setnum(L, "weight", c->weight);
-        setint(L, "base_version", c->base_version);
-        setint(L, "staleness", c->staleness);
-        setint(L, "steps", c->steps);
-        setint(L, "tokens", c->tokens);
-        setint(L, "incarnation", c->incarnation);
-        setnum(L, "arrived", c->arrived);
+        dlcL_setfields(L, c, contrib_fields);
         lua_rawseti(L, -2, i + 1);
     }
     lua_setfield(L, -2, "contributors");
+}
+
+void dlcL_set_rejection(lua_State *L, int learner, int fragment, dlc_reject_reason reason) {
+    setint(L, "learner", learner + 1);
+    setint(L, "fragment", fragment + 1);
+    lua_pushstring(L, dlc_reject_reason_name(reason));
+    lua_setfield(L, -2, "reason");
 }
 
 /* vt:next() -> event table */
@@ -453,10 +489,7 @@ static int vt_next(lua_State *L) {
         lua_setfield(L, -2, "merge");
         break;
     case DLC_VT_REJECT:
-        setint(L, "learner", ev.learner + 1);
-        setint(L, "fragment", ev.fragment + 1);
-        lua_pushstring(L, dlc_reject_reason_name(ev.reason));
-        lua_setfield(L, -2, "reason");
+        dlcL_set_rejection(L, ev.learner, ev.fragment, ev.reason);
         break;
     case DLC_VT_FAULT:
         if (ev.learner >= 0) setint(L, "learner", ev.learner + 1);
@@ -548,21 +581,26 @@ static int vt_learner_state(lua_State *L) {
 }
 
 static int vt_stats(lua_State *L) {
+    /* vt:stats()'s members of dlc_vtime_stats, then of each learner's (around its idle share). */
+    typedef dlc_vtime_stats S;
+    static const dlcL_field vt_stats_fields[] = {
+        DLCL_FIELD("virtual_s", 'n', S, now), DLCL_FIELD("horizon", 'n', S, end), DLCL_INT(S, merges),
+        DLCL_INT(S, rejects), DLCL_INT(S, faults), DLCL_INT(S, bytes_up), DLCL_INT(S, bytes_down),
+        DLCL_INT(S, dropped), DLCL_NUM(S, useful_tokens), DLCL_NUM(S, goodput), DLCL_NUM(S, uptime), {NULL}};
+    typedef dlc_vtime_learner_stats LS;
+    static const dlcL_field vt_learner_fields[] = {
+        DLCL_INT(LS, steps), DLCL_INT(LS, tokens), DLCL_NUM(LS, busy_s), DLCL_NUM(LS, idle_s), DLCL_NUM(LS, down_s),
+        {NULL}};
+    static const dlcL_field vt_learner_fields2[] = {
+        DLCL_INT(LS, bytes_up), DLCL_INT(LS, bytes_down), DLCL_INT(LS, merged), DLCL_NUM(LS, nominal_tps),
+        /* the account (vtime.h), in virtual seconds */
+        DLCL_NUM(LS, useful_s), DLCL_NUM(LS, overwritten_s), DLCL_NUM(LS, dropped_s), DLCL_NUM(LS, unsent_s),
+        DLCL_NUM(LS, waiting_s), DLCL_NUM(LS, done_s), DLCL_NUM(LS, sent_steps), DLCL_NUM(LS, merged_steps), {NULL}};
     dlc_vtime *vt = checkvt(L, 1);
     dlc_vtime_stats st;
     if (dlc_vtime_get_stats(vt, &st) != DLC_OK) return dlcL_error(L);
     lua_createtable(L, 0, 16);
-    setnum(L, "virtual_s", st.now);
-    setnum(L, "horizon", st.end);
-    setint(L, "merges", st.merges);
-    setint(L, "rejects", st.rejects);
-    setint(L, "faults", st.faults);
-    setint(L, "bytes_up", st.bytes_up);
-    setint(L, "bytes_down", st.bytes_down);
-    setint(L, "dropped", st.dropped);
-    setnum(L, "useful_tokens", st.useful_tokens);
-    setnum(L, "goodput", st.goodput);
-    setnum(L, "uptime", st.uptime);
+    dlcL_setfields(L, &st, vt_stats_fields);
     lua_createtable(L, 0, DLC_MSG_TYPE_COUNT);
     for (int t = 0; t < DLC_MSG_TYPE_COUNT; t++)
         if (st.bytes_up_type[t] || st.bytes_down_type[t]) {
@@ -576,25 +614,9 @@ static int vt_stats(lua_State *L) {
     for (int m = 0; m < st.learners; m++) {
         const dlc_vtime_learner_stats *s = &st.learner[m];
         lua_createtable(L, 0, 18);
-        setint(L, "steps", s->steps);
-        setint(L, "tokens", s->tokens);
-        setnum(L, "busy_s", s->busy_s);
-        setnum(L, "idle_s", s->idle_s);
-        setnum(L, "down_s", s->down_s);
+        dlcL_setfields(L, s, vt_learner_fields);
         setnum(L, "idle", st.end > 0 ? s->idle_s / st.end : 0);
-        setint(L, "bytes_up", s->bytes_up);
-        setint(L, "bytes_down", s->bytes_down);
-        setint(L, "merged", s->merged);
-        setnum(L, "nominal_tps", s->nominal_tps);
-        /* the account (vtime.h), in virtual seconds */
-        setnum(L, "useful_s", s->useful_s);
-        setnum(L, "overwritten_s", s->overwritten_s);
-        setnum(L, "dropped_s", s->dropped_s);
-        setnum(L, "unsent_s", s->unsent_s);
-        setnum(L, "waiting_s", s->waiting_s);
-        setnum(L, "done_s", s->done_s);
-        setnum(L, "sent_steps", s->sent_steps);
-        setnum(L, "merged_steps", s->merged_steps);
+        dlcL_setfields(L, s, vt_learner_fields2);
         /* its shares of the horizon, by the account's rules (core/account.h) */
         dlc_account_row r;
         if (dlc_account_row_of(dlc_vtime_account(vt), m, st.end, &r) != DLC_OK) return dlcL_error(L);
@@ -629,10 +651,7 @@ static const luaL_Reg vt_meta[] = {{"__tostring", vt_tostring}, {NULL, NULL}};
 static const dlcL_type vt_type = {DLCL_VTIME, vt_release, vt_methods, vt_meta, NULL};
 
 void dlcL_open_vtime(lua_State *L, int mod, int st) {
-    mod = lua_absindex(L, mod);
-    st = lua_absindex(L, st);
-    dlcL_newtype(L, st, &vt_type);
-    lua_pop(L, 2);
+    static const dlcL_type *const types[] = {&vt_type, NULL};
     static const luaL_Reg funcs[] = {{"VTime", l_vtime}, {NULL, NULL}};
-    dlcL_setfuncs(L, mod, st, funcs);
+    dlcL_register(L, mod, st, types, funcs);
 }
