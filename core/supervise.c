@@ -52,17 +52,8 @@ struct dlc_sup {
 };
 
 dlc_sup_params dlc_sup_default_params(void) {
-    dlc_sup_params p;
-    memset(&p, 0, sizeof p);
-    p.learners = 1;
-    p.elastic = 1;
-    p.restarts = 5;
-    p.restart_min_s = 1;
-    p.restart_max_s = 30;
-    p.slow_period_s = 0.5;
-    p.stop_timeout_s = 60;
-    p.join_timeout_s = 0;
-    return p;
+    return (dlc_sup_params){.learners = 1, .elastic = 1, .restarts = 5, .restart_min_s = 1, .restart_max_s = 30,
+                            .slow_period_s = 0.5, .stop_timeout_s = 60, .join_timeout_s = 0}; /* the rest 0 */
 }
 
 static int bad_seconds(double x, int positive) { return !(x >= 0) || !isfinite(x) || (positive && x == 0); }
