@@ -213,12 +213,12 @@ describe("docs samples", function()
       assert(RUNNERS[b.lang] or NOT_CODE[b.lang] or OTHER_CODE[b.lang],
         where .. ": fence language '" .. b.lang .. "' (expected lua, sh, console, c, cmake, python, text or none)")
       -- after norun, a launch block's words for scripts/doc_commands (docs/testing.md)
-      local LAUNCH = { hosts = true, slurm = true, ["local"] = true, long = true, manual = true }
+      local LAUNCH = { hosts = true, cluster = true, slurm = true, ["local"] = true, long = true }
       for tag in pairs(b.tags) do
         local launch = b.tags.norun and (LAUNCH[tag] or tag:match("^islands=%d+$") or tag:match("^test:[%w_]+$"))
         assert(tag == "norun" or (tag == "repl" and b.lang == "lua") or launch,
-          where .. ": unknown tag '" .. tag .. "' (norun, repl for lua, and after norun hosts, slurm, local, long, "
-          .. "manual, test:NAME or islands=K)")
+          where .. ": unknown tag '" .. tag .. "' (norun, repl for lua, and after norun hosts, cluster, slurm, "
+          .. "local, long, test:NAME or islands=K)")
       end
       if NOT_CODE[b.lang] and not b.is_output then
         -- a shell or REPL session hidden in a plain block would never be run
