@@ -278,14 +278,15 @@ static int s_cut(lua_State *L) {
 }
 
 /* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
- * rate, latency, cut (seconds it lasts still, 0 not cut)} */
+ * rate, latency, cut (seconds it lasts still, 0 not cut), tokens_per_step (0 unknown)} */
 static int s_learner(lua_State *L) {
     typedef dlc_srt_learner_info I;
     static const dlcL_field learner_info_fields[] = {
         DLCL_BOOL(I, connected), DLCL_BOOL(I, joined), DLCL_BOOL(I, bye), DLCL_INT(I, steps), DLCL_INT(I, tokens),
         DLCL_NUM(I, step_time), DLCL_NUM(I, best_step_time), DLCL_NUM(I, heard), DLCL_NUM(I, absent),
         DLCL_INT(I, merged), DLCL_NUM(I, merged_steps), DLCL_INT(I, joins), DLCL_INT(I, bytes_in),
-        DLCL_INT(I, bytes_out), DLCL_NUM(I, rate), DLCL_NUM(I, latency), DLCL_NUM(I, cut), {NULL}};
+        DLCL_INT(I, bytes_out), DLCL_NUM(I, rate), DLCL_NUM(I, latency), DLCL_NUM(I, cut),
+        DLCL_NUM(I, tokens_per_step), {NULL}};
     srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
     dlc_srt *s = checksrt(L, 1);
     int m = dlcL_checklearner(L, 2, b->M);

@@ -97,6 +97,7 @@ typedef struct slearner {
     int joined, bye;
     int64_t steps, tokens, merged, joins;
     double step_time, heard;
+    double sent_steps, sent_tokens; /* summed over the contributions it sent (any fate) */
     double best_step_time;    /* the smallest step_time reported: its healthy rate */
     double left;              /* driver time its connection ended (0: never connected here) */
     uint64_t bytes_in, bytes_out; /* of its closed connections */
@@ -680,8 +681,9 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
             if (msg.steps > 0) L->steps = msg.steps;
             if (msg.tokens > 0) L->tokens = msg.tokens;
             if (msg.step_time > 0) L->step_time = msg.step_time;
-        } else if (msg.type == DLC_MSG_CONTRIBUTION && msg.step_time > 0) {
-            L->step_time = msg.step_time;
+        } else if (msg.type == DLC_MSG_CONTRIBUTION) {
+            if (msg.step_time > 0) L->step_time = msg.step_time;
+            if (msg.steps > 0 && msg.tokens > 0) L->sent_steps += (double)msg.steps, L->sent_tokens += (double)msg.tokens;
         }
         if (msg.step_time > 0 && isfinite(msg.step_time) &&
             (L->best_step_time == 0 || msg.step_time < L->best_step_time))
@@ -1047,6 +1049,7 @@ dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out) {
     out->connected = L->peer >= 0;
     out->absent = L->peer >= 0 ? 0 : srt_now(s) - L->left;
     out->merged_steps = dlc_syncer_merged_steps(s->s, m);
+    out->tokens_per_step = L->sent_steps > 0 ? L->sent_tokens / L->sent_steps : 0;
     out->cut = L->cut_until > 0 ? L->cut_until - srt_now(s) : 0;
     if (L->cut_until > 0 && out->cut <= 0) out->cut = 1e-9; /* ends at the driver's next turn */
     for (const owed *o = L->ob_head; o; o = o->next) out->held++;

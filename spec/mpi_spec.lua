@@ -92,6 +92,19 @@ describe("an island of several MPI ranks", function()
     local d = max_rel_diff(S.dir .. "/one/checkpoint-00000020.safetensors",
       S.dir .. "/isl/checkpoint-00000020.safetensors")
     assert.is_true(d <= 1e-5, "largest relative difference " .. d)
+    -- the syncer, started by hand, counts the island's steps, not its ranks' batches (it
+    -- knows the tokens of a step from the contributions): 20, and goodput at most 1
+    for _, tag in ipairs { "one", "isl" } do
+      local path, t0 = string.format("%s/run-%s/metrics.jsonl", S.dir, tag), diloco.clock()
+      while diloco.clock() - t0 < 60 do -- the syncer's end, after its learner's
+        local ev = events(path)
+        if #ev > 0 and ev[#ev].event == "summary" then break end
+        diloco.proc.sleep(0.05)
+      end
+      local s = summary_of(events(path))
+      assert.are.equal(20, s.steps, tag)
+      assert.is_true(s.goodput > 0 and s.goodput <= 1, tag .. ": goodput " .. tostring(s.goodput))
+    end
   end)
 
   it("under run: two islands of 2 ranks complete with merges from both", function()

@@ -86,7 +86,7 @@ local function display(ctx, force)
   for m, L in ipairs(ctx.learners) do
     local i = ctx.syncer:learner(m)
     local p = learner_progress(ctx, m)
-    local tps = p and p.tokens_per_s or (i.step_time > 0 and ctx.tokens_per_batch / i.step_time) or 0
+    local tps = p and p.tokens_per_s or (i.step_time > 0 and ((i.tokens_per_step or 0) > 0 and i.tokens_per_step or ctx.tokens_per_batch) / i.step_time) or 0
     -- what the end reads, as of now; its metrics re-read at most every ACCOUNT_EVERY s (a
     -- long run's files are long, and this is the syncer's loop)
     ctx.acc_cache = ctx.acc_cache or {}
@@ -196,18 +196,19 @@ function M.island_work(ctx, m, i, acc)
   if acc == nil then acc = M.learner_account(ctx.out, m) end
   acc = acc or nil -- (false: none to read)
   local own = acc and acc.processes > 0
-  -- (else the syncer's record: the tokens its last heartbeat reported, in steps of the
+  -- (else the syncer's record: the tokens its last heartbeat reported, in its steps, as many
+  -- tokens as its contributions count a step (an island of R ranks trains R batches a
+  -- step, which a syncer started by hand does not know from the recipe), else the
   -- island's batch; its schedule step is more when it caught up with the others' rounds)
-  local tpb = ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
+  local tpb = (i.tokens_per_step or 0) > 0 and i.tokens_per_step
+    or ctx.loaders.tokens_per_batch * (r.islands.list[m].batch or r.data.batch) / r.data.batch
   local heard = i.tokens and i.tokens > 0 and tpb > 0 and math.floor(i.tokens / tpb + 0.5) or i.steps
   local ls = acc and acc.summary or {}
   local steps = own and acc.steps or ls.steps or heard
   local tokens = own and acc.tokens or ls.tokens or i.tokens
   local tps = acc and acc.train_s > 0 and tokens and tokens / acc.train_s or nil
   local step_t = (i.best_step_time or 0) > 0 and i.best_step_time or i.step_time
-  if not tps and step_t and step_t > 0 and ctx.tokens_per_batch then
-    tps = ctx.tokens_per_batch * ((r.islands.list[m].batch or r.data.batch) / r.data.batch) / step_t
-  end
+  if not tps and step_t and step_t > 0 and tpb > 0 then tps = tpb / step_t end
   if tps and not (tps > 0 and tps < math.huge) then tps = nil end
   local function seconds(x) return type(x) == "number" and x >= 0 and x < math.huge and x or 0 end
   -- without its metrics (a syncer started by hand): its compute from the steps it reported

@@ -237,6 +237,8 @@ typedef struct dlc_srt_learner_info {
     int held;                 /* sends waiting for room in its queue (back-pressure, above) */
     int64_t held_bytes;       /* their payload bytes */
     int64_t queued_bytes;     /* bytes in its connection's queue (the transport's), now */
+    double tokens_per_step;   /* its tokens per inner step, as its contributions count them
+                               * (an island of R ranks trains R batches a step), 0 unknown */
 } dlc_srt_learner_info;
 DLC_API dlc_status dlc_srt_learner(dlc_srt *s, int m, dlc_srt_learner_info *out);
 
