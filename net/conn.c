@@ -1178,6 +1178,11 @@ static void conn_attach(conn *c, struct bufferevent *bev) {
 void dlcn_start_connect(conn *c) {
     dlc_net *net = c->net;
     struct bufferevent *bev;
+    if (c->bev) { /* an attempt past its deadline (a connect or a TLS handshake that hung):
+                     * given up, its socket closed (its reads and writes never started) */
+        bufferevent_free(c->bev);
+        c->bev = NULL;
+    }
     pthread_mutex_lock(&net->lock);
     c->gen++;
     pthread_mutex_unlock(&net->lock);

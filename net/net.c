@@ -468,6 +468,10 @@ void dlc_net_free(dlc_net *net) {
     if (net->poll_timer) event_free(net->poll_timer);
     if (net->wake) event_free(net->wake);
     if (net->wake_fd >= 0) close(net->wake_fd);
+    /* the bufferevents freed above finish in one more turn of the loop, which holds no
+     * other event now: libevent defers their finalizers, and a TLS one freed while its
+     * handshake's last records were in flight would keep its SSL (and the context) */
+    if (net->base) event_base_loop(net->base, EVLOOP_NONBLOCK);
     if (net->base) event_base_free(net->base);
     if (net->ssl) SSL_CTX_free(net->ssl);
     dlc_proto_decoder_free(net->dec);
