@@ -551,6 +551,13 @@ static int lr_replay(lua_State *L) {
 }
 
 /* l:replayed(): the optimizer step on the replayed average is done. */
+/* l:outstanding(): its contributions sent with no merge since (what its finish waits for). */
+static int lr_outstanding(lua_State *L) {
+    const dlc_learner *lr = dlc_lrt_learner(checklrt(L, 1));
+    lua_pushinteger(L, lr ? dlc_learner_outstanding(lr) : 0);
+    return 1;
+}
+
 /* l:last_refusal(): why the syncer last refused or dropped it ("" if never; rt.h). */
 static int lr_last_refusal(lua_State *L) {
     lua_pushstring(L, dlc_lrt_last_refusal(checklrt(L, 1)));
@@ -654,7 +661,7 @@ static const luaL_Reg lrt_methods[] = {
     {"set_schedule_step", lr_set_schedule_step},
     {"poll", lr_poll},       {"stats", lr_stats}, {"rollback", lr_rollback},
     {"nonfinite", lr_nonfinite}, {"replay", lr_replay}, {"replayed", lr_replayed},
-    {"last_refusal", lr_last_refusal},
+    {"last_refusal", lr_last_refusal}, {"outstanding", lr_outstanding},
     {"replaying", lr_replaying}, {"replays", lr_replays}, {"flush", lr_flush}, {"account", lr_account}, {NULL, NULL}};
 static const dlcL_type lrt_type = {DLCL_LEARNER, lrt_release, lrt_methods, NULL, NULL};
 

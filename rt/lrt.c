@@ -718,7 +718,7 @@ static dlc_status refused_error(const dlc_lrt *l) {
 }
 
 /* Waits (taking messages) until done(l) or the deadline; what names what it waited for. */
-/* interruptible: the host's interrupted() may end the wait (join, wait; not the finish) */
+/* interruptible: the host's interrupted() may end the wait */
 static dlc_status wait_until(dlc_lrt *l, double timeout_s, int (*done)(const dlc_lrt *), const char *what,
                              int interruptible) {
     double t0 = dlc_rt_clock(), deadline = t0 + timeout_s;
@@ -925,7 +925,7 @@ dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_finish: NULL learner");
     dlc_status st = collect(l, 1); /* every contribution out before the BYE */
     if (l->l && l->ready && timeout_s > 0) {
-        dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions", 0);
+        dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions", 1);
         if (w != DLC_ERR_STATE && st == DLC_OK) st = w; /* a deadline: the run is over for it either way */
     }
     if (l->ready && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */

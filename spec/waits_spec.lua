@@ -105,6 +105,43 @@ describe("a learner whose syncer is gone", function()
   end)
 end)
 
+describe("a learner's drain at its end", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("says what it waits for and until when, and a signal ends it at once (exit 130)", function()
+    -- the syncer stopped (SIGSTOP) while the learner trains on: its last contributions
+    -- are never merged, and its drain would wait runtime.drain (60 s) for them
+    local path = H.tiny_recipe(S, "drain", { count = 1, steps = 4000, runtime = { timeout = "120s", drain = "60s" } })
+    local secret = S.write("secret", "s3cret\n")
+    local addr, llog = S.dir .. "/addr", S.dir .. "/learner.log"
+    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
+      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+      stderr = S.dir .. "/syncer.log" })
+    local learner = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", "1",
+      "--secret-file", secret, "--out", S.dir .. "/l", stdout = llog, stderr = llog })
+    local ok, err = pcall(function()
+      wait_for_text(llog, "learner 1: connected", 60)
+      diloco.proc.signal(syncer, "STOP")
+      wait_for_text(llog, "learner 1: waiting for the merge of its last ", 120)
+    end)
+    local t0 = diloco.clock()
+    diloco.proc.signal(learner, ok and "INT" or "KILL")
+    local st = diloco.proc.wait(learner, true)
+    local took = diloco.clock() - t0
+    pcall(diloco.proc.signal, syncer, "KILL")
+    pcall(diloco.proc.signal, syncer, "CONT")
+    diloco.proc.wait(syncer, true)
+    assert(ok, err)
+    local text = table.concat(H.read_lines(llog), "\n")
+    assert.matches("learner 1: waiting for the merge of its last %d+ contributions?, until %d%d:%d%d:%d%d "
+      .. "%(runtime.drain = 60 s; a signal leaves at once%)", text)
+    assert.are.equal(130, st.exited, text)
+    assert.is_true(took < 20, string.format("it took %.1f s to leave its drain (runtime.drain = 60 s)", took))
+  end)
+end)
+
 describe("a syncer's wait for its learners", function()
   local S
   before_each(function() S = H.scratch() end)

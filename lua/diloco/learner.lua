@@ -575,7 +575,20 @@ function M.finish(ctx, err)
     ctx.account_before = okb and before or nil
     pcall(drain_events, ctx)
     if not err and not ctx.signal then err = undelivered(ctx) end
+    -- the drain says what it waits for and until when; the signal that stopped the learner
+    -- is ctx.signal's, so another ends the drain at once (dlc_lrt_config.interrupted)
+    local okn, n = pcall(ctx.lrt.outstanding, ctx.lrt)
+    if not err and drain > 0 and okn and n > 0 and not ctx.opts.quiet then
+      ctx:warn("learner %d: waiting for the merge of its last %d contribution%s, until %s (runtime.drain = %g s; "
+        .. "a signal leaves at once)", ctx.id, n, n == 1 and "" or "s", os.date("%H:%M:%S",
+          math.floor(diloco.wall_time() + drain)), drain)
+    end
+    local sig, signo = diloco.signals.pending()
+    if sig and not ctx.signal then ctx.signal, ctx.signo = sig, signo end
+    diloco.signals.clear()
     pcall(ctx.lrt.finish, ctx.lrt, err and 0 or drain, why)
+    sig, signo = diloco.signals.pending() -- one that ended the drain stopped the learner too
+    if sig and not ctx.signal then ctx.signal, ctx.signo = sig, signo end
     pcall(drain_events, ctx)
   end
   if ctx.lrt and ctx.rd then save(ctx) end

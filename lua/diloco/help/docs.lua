@@ -543,6 +543,7 @@ D["Learner:replaying"] = "l:replaying() -> on, ready\ndp: on while it catches up
 D["Learner:replayed"] = "l:replayed()\ndp: the optimizer step on the replayed average is done: the schedule moves on a step."
 D["Learner:account"] = "l:account() -> {sent_steps, overwritten_steps, kept_steps, discarded_steps, unsent_steps, sent_s, ...}\nWhere this process's compute went (learner.h, the account)."
 D["Learner:flush"] = "l:flush() -> n\nThe final flush (sync.final_flush): sends every fragment trained since its last apply with none in flight; then l:finish() waits for their merges."
+D["Learner:outstanding"] = "l:outstanding() -> n\nIts contributions sent with no merge since: what its finish waits for (runtime.drain)."
 D["Learner:last_refusal"] = "l:last_refusal() -> text\nWhy the syncer last refused or dropped this learner, as it said (a BYE, a refused reconnect such as another process holding its id); \"\" if it never did."
 D["Learner:replays"] = "l:replays() -> bool\ndp: the syncer replays averaged gradients (its WELCOME has the replay capability)."
 D["Learner:close"] = "l:close()\nCloses the connection (also __gc and <close>)."

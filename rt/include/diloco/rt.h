@@ -287,10 +287,12 @@ typedef struct dlc_lrt_config {
     int inline_codec;           /* 1: encode contributions and decode fragments on the
                                  * calling thread, inside the calls (for comparisons); 0
                                  * (default): off it ("Threads" below) */
-    /* While dlc_lrt_join or dlc_lrt_wait waits, interrupted(interrupt_arg) is asked at
-     * least every 100 ms; nonzero ends the wait at once, DLC_ERR_STATE saying what it
-     * waited for (a host's signal flag: Ctrl-C honoured while joining).  Not asked by
-     * dlc_lrt_finish, whose drain is what a stop asks for.  NULL (default): never. */
+    /* While dlc_lrt_join, dlc_lrt_wait or dlc_lrt_finish's drain waits,
+     * interrupted(interrupt_arg) is asked at least every 100 ms; nonzero ends the wait at
+     * once (join, wait: DLC_ERR_STATE saying what it waited for; the finish says its BYE
+     * without the merges it waited for).  A host's signal flag: Ctrl-C honoured while
+     * joining; a host that finishes because of a signal clears its flag first, so that the
+     * drain a stop asks for runs and a second signal ends it.  NULL (default): never. */
     int (*interrupted)(void *arg);
     void *interrupt_arg;
 } dlc_lrt_config;
