@@ -105,6 +105,50 @@ describe("a learner whose syncer is gone", function()
   end)
 end)
 
+describe("a learner's round in a blocking preset", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  it("says what it waits for and until when once it lasts, and a signal ends it at once", function()
+    -- learner 2 stopped (SIGSTOP), not lost (a long timeout): learner 1's round waits for it
+    local path = H.tiny_recipe(S, "round", { count = 2, steps = 4000,
+      sync = { preset = "diloco", H = 8, fragments = 2 }, runtime = { timeout = "120s" } })
+    local secret = S.write("secret", "s3cret\n")
+    local addr = S.dir .. "/addr"
+    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
+      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+      stderr = S.dir .. "/syncer.log" })
+    local pids, logs = {}, {}
+    for id = 1, 2 do
+      logs[id] = S.dir .. "/learner-" .. id .. ".log"
+      pids[id] = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
+        "--secret-file", secret, "--out", S.dir .. "/l" .. id, stdout = logs[id], stderr = logs[id] })
+    end
+    local ok, err = pcall(function()
+      wait_for_text(logs[2], "learner 2: connected", 60)
+      wait_for_text(logs[1], "learner 1: connected", 60)
+      diloco.proc.signal(pids[2], "STOP")
+      wait_for_text(logs[1], "learner 1: waiting for the round's merge (a blocking preset: every learner's "
+        .. "contribution), until ", 60)
+    end)
+    local t0 = diloco.clock()
+    diloco.proc.signal(pids[1], ok and "INT" or "KILL")
+    local st = diloco.proc.wait(pids[1], true)
+    local took = diloco.clock() - t0
+    for _, pid in ipairs { pids[2], syncer } do
+      pcall(diloco.proc.signal, pid, "KILL")
+      pcall(diloco.proc.signal, pid, "CONT")
+      diloco.proc.wait(pid, true)
+    end
+    assert(ok, err)
+    local text = table.concat(H.read_lines(logs[1]), "\n")
+    assert.matches("until %d%d:%d%d:%d%d\n", text .. "\n")
+    assert.are.equal(130, st.exited, text)
+    assert.is_true(took < 20, string.format("it took %.1f s to leave the round's wait", took))
+  end)
+end)
+
 describe("a learner's drain at its end", function()
   local S
   before_each(function() S = H.scratch() end)

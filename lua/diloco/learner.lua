@@ -317,9 +317,22 @@ end
 
 -- A stop signal ends the wait at once (dlc_lrt_config.interrupted): then "stop", and the
 -- step is left unfinished (dp: its gradient not applied) for the loop to stop.
+local SAY_WAIT_AFTER = 5 -- s: a round's wait that lasts longer says what it waits for
 local function wait_merge(ctx)
-  local t0 = diloco.clock()
-  local ok, err = ctx.lrt:wait(ctx.opts.wait_timeout or 600)
+  local t0, limit = diloco.clock(), ctx.opts.wait_timeout or 600
+  local ok, err = ctx.lrt:wait(math.min(SAY_WAIT_AFTER, limit))
+  -- its first SAY_WAIT_AFTER s ran out (rt/lrt.c's deadline: "no ... from the syncer at
+  -- ... within N s"; a refusal or a signal is not that): say so once, and wait the rest
+  if not ok and limit > SAY_WAIT_AFTER and not diloco.signals.pending()
+      and tostring(err):find("^learner %d+: no .- from the syncer at .- within [%d%.]+ s") then
+    if not ctx.opts.quiet then
+      ctx:warn("learner %d: waiting for the round's %s (%s), until %s", ctx.id,
+        ctx.dp and "averaged gradient" or "merge", ctx.dp and "data parallel: every learner's gradient of the step"
+        or "a blocking preset: every learner's contribution", os.date("%H:%M:%S", math.floor(diloco.wall_time()
+        + limit - (diloco.clock() - t0))))
+    end
+    ok, err = ctx.lrt:wait(math.max(limit - (diloco.clock() - t0), 0.001))
+  end
   ctx.wait_time = ctx.wait_time + (diloco.clock() - t0)
   if not ok then
     if diloco.signals.pending() then return "stop" end
