@@ -24,6 +24,43 @@ local function wait_for_text(path, needle, limit)
   error(string.format("no %q in %s within %g s; it holds:\n%s", needle, path, limit, text), 2)
 end
 
+-- A run by hand on loopback in S.dir: its syncer (pid `syncer`, started here) writing
+-- S.dir/addr, and learner(id), which starts learner `id` joining through that file (its
+-- log `log(id)`, its directory S.dir/lID); stop() kills (and continues, if stopped) every
+-- process it started, reaping each.
+local function by_hand(S, path)
+  local secret, addr = S.write("secret", "s3cret\n"), S.dir .. "/addr"
+  local run = { pids = {} }
+  run.syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
+    "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
+    stderr = S.dir .. "/syncer.log" })
+  run.pids[1] = run.syncer
+  function run.log(id) return string.format("%s/learner-%d.log", S.dir, id) end
+  function run.learner(id)
+    local pid = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
+      "--secret-file", secret, "--out", S.dir .. "/l" .. id, stdout = run.log(id), stderr = run.log(id) })
+    run.pids[#run.pids + 1] = pid
+    return pid
+  end
+  function run.stop()
+    for _, pid in ipairs(run.pids) do
+      if pcall(diloco.proc.signal, pid, "KILL") then
+        pcall(diloco.proc.signal, pid, "CONT")
+        pcall(diloco.proc.wait, pid, true)
+      end
+    end
+  end
+  return run
+end
+
+-- Sends `sig` to pid and reaps it: its status and the seconds it took to end.
+local function end_with(pid, sig)
+  local t0 = diloco.clock()
+  diloco.proc.signal(pid, sig)
+  local st = diloco.proc.wait(pid, true)
+  return st, diloco.clock() - t0
+end
+
 describe("a learner's waits", function()
   local S
   before_each(function() S = H.scratch() end)
@@ -76,30 +113,20 @@ describe("a learner whose syncer is gone", function()
   after_each(function() S.cleanup() end)
 
   it("trains to its end, then exits 3 naming since when and why its steps were never merged", function()
-    local path = H.tiny_recipe(S, "gone", { count = 1, steps = 20000 })
-    local secret = S.write("secret", "s3cret\n")
-    local addr, llog = S.dir .. "/addr", S.dir .. "/learner.log"
-    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
-      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
-      stderr = S.dir .. "/syncer.log" })
-    local learner = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", "1",
-      "--secret-file", secret, "--out", S.dir .. "/l", stdout = llog, stderr = llog })
-    local ok, err = pcall(wait_for_text, llog, "learner 1: connected", 60)
-    diloco.proc.signal(syncer, "KILL")
-    diloco.proc.wait(syncer, true)
-    if not ok then
-      pcall(diloco.proc.signal, learner, "KILL")
-      pcall(diloco.proc.wait, learner, true)
-      error(err)
-    end
-    local st = diloco.proc.wait(learner, true)
-    local text = table.concat(H.read_lines(llog), "\n")
+    local run = by_hand(S, H.tiny_recipe(S, "gone", { count = 1, steps = 20000 }))
+    local learner = run.learner(1)
+    local ok, err = pcall(wait_for_text, run.log(1), "learner 1: connected", 60)
+    end_with(run.syncer, "KILL")
+    local st = ok and diloco.proc.wait(learner, true)
+    run.stop()
+    assert(ok, err)
+    local text = table.concat(H.read_lines(run.log(1)), "\n")
     assert.are.equal(3, st.exited, text)
     local since = text:match("learner 1: trained to step 20000, but the syncer at 127%.0%.0%.1:%d+ has been unreachable "
       .. "since step (%d+) %(")
     assert.is_not_nil(since, text)
     assert.matches("its last %d+ steps were never merged %(they are in its checkpoint, not in the run's model%)", text)
-    local s = H.summary_of(H.events(S.dir .. "/l/metrics.jsonl"))
+    local s = H.summary_of(H.events(S.dir .. "/l1/metrics.jsonl"))
     assert.are.equal(20000 - tonumber(since), s.undelivered_steps)
     assert.matches("has been unreachable", s.error, 1, true)
   end)
@@ -112,37 +139,20 @@ describe("a learner's round in a blocking preset", function()
 
   it("says what it waits for and until when once it lasts, and a signal ends it at once", function()
     -- learner 2 stopped (SIGSTOP), not lost (a long timeout): learner 1's round waits for it
-    local path = H.tiny_recipe(S, "round", { count = 2, steps = 4000,
-      sync = { preset = "diloco", H = 8, fragments = 2 }, runtime = { timeout = "120s" } })
-    local secret = S.write("secret", "s3cret\n")
-    local addr = S.dir .. "/addr"
-    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
-      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
-      stderr = S.dir .. "/syncer.log" })
-    local pids, logs = {}, {}
-    for id = 1, 2 do
-      logs[id] = S.dir .. "/learner-" .. id .. ".log"
-      pids[id] = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", tostring(id),
-        "--secret-file", secret, "--out", S.dir .. "/l" .. id, stdout = logs[id], stderr = logs[id] })
-    end
+    local run = by_hand(S, H.tiny_recipe(S, "round", { count = 2, steps = 4000,
+      sync = { preset = "diloco", H = 8, fragments = 2 }, runtime = { timeout = "120s" } }))
+    local one, two = run.learner(1), run.learner(2)
     local ok, err = pcall(function()
-      wait_for_text(logs[2], "learner 2: connected", 60)
-      wait_for_text(logs[1], "learner 1: connected", 60)
-      diloco.proc.signal(pids[2], "STOP")
-      wait_for_text(logs[1], "learner 1: waiting for the round's merge (a blocking preset: every learner's "
+      wait_for_text(run.log(2), "learner 2: connected", 60)
+      wait_for_text(run.log(1), "learner 1: connected", 60)
+      diloco.proc.signal(two, "STOP")
+      wait_for_text(run.log(1), "learner 1: waiting for the round's merge (a blocking preset: every learner's "
         .. "contribution), until ", 60)
     end)
-    local t0 = diloco.clock()
-    diloco.proc.signal(pids[1], ok and "INT" or "KILL")
-    local st = diloco.proc.wait(pids[1], true)
-    local took = diloco.clock() - t0
-    for _, pid in ipairs { pids[2], syncer } do
-      pcall(diloco.proc.signal, pid, "KILL")
-      pcall(diloco.proc.signal, pid, "CONT")
-      diloco.proc.wait(pid, true)
-    end
+    local st, took = end_with(one, ok and "INT" or "KILL")
+    run.stop()
     assert(ok, err)
-    local text = table.concat(H.read_lines(logs[1]), "\n")
+    local text = table.concat(H.read_lines(run.log(1)), "\n")
     assert.matches("until %d%d:%d%d:%d%d\n", text .. "\n")
     assert.are.equal(130, st.exited, text)
     assert.is_true(took < 20, string.format("it took %.1f s to leave the round's wait", took))
@@ -157,28 +167,18 @@ describe("a learner's drain at its end", function()
   it("says what it waits for and until when, and a signal ends it at once (exit 130)", function()
     -- the syncer stopped (SIGSTOP) while the learner trains on: its last contributions
     -- are never merged, and its drain would wait runtime.drain (60 s) for them
-    local path = H.tiny_recipe(S, "drain", { count = 1, steps = 4000, runtime = { timeout = "120s", drain = "60s" } })
-    local secret = S.write("secret", "s3cret\n")
-    local addr, llog = S.dir .. "/addr", S.dir .. "/learner.log"
-    local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file", addr,
-      "--secret-file", secret, "--out", S.dir .. "/run", "--quiet", stdout = S.dir .. "/syncer.log",
-      stderr = S.dir .. "/syncer.log" })
-    local learner = assert(diloco.proc.spawn { exe, "learner", path, "--connect", "@" .. addr, "--id", "1",
-      "--secret-file", secret, "--out", S.dir .. "/l", stdout = llog, stderr = llog })
+    local run = by_hand(S, H.tiny_recipe(S, "drain", { count = 1, steps = 4000,
+      runtime = { timeout = "120s", drain = "60s" } }))
+    local learner = run.learner(1)
     local ok, err = pcall(function()
-      wait_for_text(llog, "learner 1: connected", 60)
-      diloco.proc.signal(syncer, "STOP")
-      wait_for_text(llog, "learner 1: waiting for the merge of its last ", 120)
+      wait_for_text(run.log(1), "learner 1: connected", 60)
+      diloco.proc.signal(run.syncer, "STOP")
+      wait_for_text(run.log(1), "learner 1: waiting for the merge of its last ", 120)
     end)
-    local t0 = diloco.clock()
-    diloco.proc.signal(learner, ok and "INT" or "KILL")
-    local st = diloco.proc.wait(learner, true)
-    local took = diloco.clock() - t0
-    pcall(diloco.proc.signal, syncer, "KILL")
-    pcall(diloco.proc.signal, syncer, "CONT")
-    diloco.proc.wait(syncer, true)
+    local st, took = end_with(learner, ok and "INT" or "KILL")
+    run.stop()
     assert(ok, err)
-    local text = table.concat(H.read_lines(llog), "\n")
+    local text = table.concat(H.read_lines(run.log(1)), "\n")
     assert.matches("learner 1: waiting for the merge of its last %d+ contributions?, until %d%d:%d%d:%d%d "
       .. "%(runtime.drain = 60 s; a signal leaves at once%)", text)
     assert.are.equal(130, st.exited, text)
