@@ -292,7 +292,7 @@ static int s_learner(lua_State *L) {
     int m = dlcL_checklearner(L, 2, b->M);
     dlc_srt_learner_info i;
     if (dlc_srt_learner(s, m, &i) != DLC_OK) return dlcL_error(L);
-    lua_createtable(L, 0, 15);
+    lua_createtable(L, 0, 18);
     dlcL_setfields(L, &i, learner_info_fields);
     return 1;
 }

@@ -450,16 +450,20 @@ describe("diloco-lua run in data parallel", function()
   end)
 end)
 
+-- Marks the test pending when there is no mpirun: true, then.
+local function no_mpirun()
+  if have("mpirun") then return false end
+  pending("mpirun not found: install openmpi-bin (scripts/setup does)")
+  return true
+end
+
 describe("diloco-lua syncer and learners under a launcher", function()
   local S
   before_each(function() S = H.scratch() end)
   after_each(function() S.cleanup() end)
 
   it("runs under one mpirun MPMD line on localhost (-np 1 syncer : -np 3 learners)", function()
-    if not have("mpirun") then
-      pending("mpirun not found: install openmpi-bin (scripts/setup does)")
-      return
-    end
+    if no_mpirun() then return end
     local path = recipe(S, "mpi", { count = 3, steps = 150 })
     local secret = S.write("secret", "s3cret\n")
     local cmd = string.format("cd %s && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 240 "
@@ -485,10 +489,7 @@ describe("diloco-lua syncer and learners under a launcher", function()
   -- its own mpirun job: a learner's death ends only its job, and the job started again
   -- rejoins and the run completes.
   it("survives a learner's death with one mpirun job per island, the job started again", function()
-    if not have("mpirun") then
-      pending("mpirun not found: install openmpi-bin (scripts/setup does)")
-      return
-    end
+    if no_mpirun() then return end
     local path = recipe(S, "mpikill", { count = 2, steps = 4000 })
     local secret = S.write("secret", "s3cret\n")
     local syncer = assert(diloco.proc.spawn { exe, "syncer", path, "--listen", "127.0.0.1:0", "--address-file",
