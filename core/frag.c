@@ -423,6 +423,29 @@ int64_t dlc_plan_bytes(const dlc_plan *plan, int f) {
     return n < 0 ? -1 : n * (int64_t)sizeof(float);
 }
 
+dlc_status dlc_plan_deal(const dlc_plan *plan, int shards, int *owner) {
+    int P = dlc_plan_count(plan);
+    if (!plan || !owner) return dlc_error(DLC_ERR_ARG, "plan_deal: plan and owner are required");
+    if (shards < 1 || shards > P)
+        return dlc_error(DLC_ERR_ARG, "plan_deal: %d shards for %d fragments: expected 1..%d (each shard owns a "
+                         "fragment at least)", shards, P, P);
+    int64_t *load = calloc((size_t)shards, sizeof *load);
+    if (!load) return dlc_error(DLC_ERR_NOMEM, "plan_deal: out of memory");
+    for (int p = 0; p < P; p++) owner[p] = -1;
+    for (int dealt = 0; dealt < P; dealt++) {
+        int big = -1; /* the largest fragment not dealt yet (the lowest index among equals) */
+        for (int p = 0; p < P; p++)
+            if (owner[p] < 0 && (big < 0 || dlc_plan_bytes(plan, p) > dlc_plan_bytes(plan, big))) big = p;
+        int k = 0;
+        for (int j = 1; j < shards; j++)
+            if (load[j] < load[k]) k = j;
+        owner[big] = k; /* (every load > 0 once dealt: the first `shards` go one to each) */
+        load[k] += dlc_plan_bytes(plan, big) > 0 ? dlc_plan_bytes(plan, big) : 1;
+    }
+    free(load);
+    return DLC_OK;
+}
+
 int dlc_plan_fragment_of(const dlc_plan *plan, int i) {
     return plan && i >= 0 && i < plan->n ? plan->whole[i] : -1;
 }

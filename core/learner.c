@@ -80,7 +80,10 @@ struct dlc_learner {
     int64_t steps, tokens;
     int64_t phase;         /* the run's schedule step when this learner joined (its resync) */
     int64_t incarnation;   /* stamped on what it sends; + 1 per restart */
-    int64_t epoch;         /* the syncer epoch it follows (0: none heard yet) */
+    int shards;            /* syncer shards (dlc_learner_set_shards; 1: one syncer) */
+    int *owner;            /* [P] the shard that owns each fragment (NULL: all shard 0) */
+    int64_t epoch[DLC_LEARNER_SHARDS_MAX]; /* the epoch of each shard it follows (0: none
+                            * heard yet) */
     double step_ema, transit_ema;
     double boundary_time;  /* `now` of the last dlc_learner_step_done (-1: none yet) */
     double next_heartbeat;
@@ -92,8 +95,10 @@ struct dlc_learner {
     int send_room;         /* dlc_learner_set_send_room: contributions step_done may still
                             * send (-1: any) */
     int64_t deferred;      /* due contributions that waited for room (dlc_learner_deferred) */
-    int resynced;          /* TRAINING: fragments of a whole resync (a reconnect) received so far */
-    int64_t resync_run;    /* ... and the run's schedule step it carried */
+    int resynced[DLC_LEARNER_SHARDS_MAX]; /* TRAINING: fragments of a whole resync (a
+                            * reconnect to that shard) received so far */
+    int64_t resync_run[DLC_LEARNER_SHARDS_MAX]; /* ... and the run's schedule step it carried */
+    int owned[DLC_LEARNER_SHARDS_MAX]; /* fragments each shard owns */
     int64_t caught_up;     /* steps at its last catch-up (-1: none since it joined) */
     int64_t move_credit;   /* the steps its schedule may still move on, in 1/MOVE_SHARE
                             * steps: + 1 a step trained, at most MOVE_SHARE * H / 2 */
@@ -173,6 +178,9 @@ static void set_state(dlc_learner *l, dlc_learner_state to) {
     l->state = to;
 }
 
+/* The syncer shard that owns fragment p (0 with one syncer). */
+static int shard_of(const dlc_learner *l, int p) { return l->owner ? l->owner[p] : 0; }
+
 static dlc_status push(dlc_learner *l, const dlc_learner_action *a) {
     if (l->qlen == l->qcap) {
         int cap = l->qcap * 2;
@@ -250,6 +258,8 @@ dlc_learner *dlc_learner_new(const dlc_learner_params *lp, dlc_params *params, c
     l->qcap = 16;
     if (!(l->q = malloc((size_t)l->qcap * sizeof *l->q))) goto nomem;
     l->send_room = -1;
+    l->shards = 1;
+    l->owned[0] = l->P;
     l->state = DLC_LEARNER_STOPPED; /* so that restart's transition is the legal one */
     l->incarnation = lp->incarnation - 1; /* restart makes it lp->incarnation */
     dlc_learner_restart(l, 0);
@@ -275,6 +285,7 @@ void dlc_learner_free(dlc_learner *l) {
     free(l->raw);
     free(l->raw_spare);
     free(l->grad_enc);
+    free(l->owner);
     free(l->q);
     free(l);
 }
@@ -458,7 +469,7 @@ static dlc_status send_contribution(dlc_learner *l, int p, double now) {
     a.msg = (dlc_msg){.type = DLC_MSG_CONTRIBUTION, .learner = l->p.id, .fragment = p,
                       .version = f->base_version, .steps = f->c_steps, .tokens = f->c_tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = l->p.codec,
-                      .payload = f->enc, .len = (size_t)w, .epoch = l->epoch, .incarnation = l->incarnation};
+                      .payload = f->enc, .len = (size_t)w, .epoch = l->epoch[shard_of(l, p)], .incarnation = l->incarnation};
     if (l->raw) {
         a.delta = d, a.n = f->n, a.codec_params = l->p.codec_params;
         a.ef = l->ef ? l->ef + f->off : NULL;
@@ -604,7 +615,7 @@ dlc_status dlc_learner_gradient(dlc_learner *l, int64_t tokens, double now) {
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_GRADIENT, .learner = l->p.id, .version = l->steps + l->phase + 1, .tokens = tokens,
                       .step_time = l->step_ema, .codec = DLC_CODEC_F32, .payload = l->grad_enc,
-                      .len = (size_t)l->n * sizeof(float), .epoch = l->epoch, .incarnation = l->incarnation};
+                      .len = (size_t)l->n * sizeof(float), .epoch = l->epoch[0], .incarnation = l->incarnation};
     set_state(l, DLC_LEARNER_WAITING);
     return push(l, &a);
 }
@@ -711,7 +722,7 @@ static dlc_status ask_replay(dlc_learner *l) {
     l->reask = 0;
     if (l->state != DLC_LEARNER_WAITING) set_state(l, DLC_LEARNER_WAITING); /* (a waiting gradient is void) */
     dlc_learner_action a = {.type = DLC_LACT_SEND};
-    a.msg = (dlc_msg){.type = DLC_MSG_REPLAY, .learner = l->p.id, .version = t, .epoch = l->epoch,
+    a.msg = (dlc_msg){.type = DLC_MSG_REPLAY, .learner = l->p.id, .version = t, .epoch = l->epoch[0],
                       .incarnation = l->incarnation};
     return push(l, &a);
 }
@@ -838,13 +849,15 @@ static dlc_status receive_fragment(dlc_learner *l, const dlc_msg *m, const float
         if (resync && m->steps > 0 && !f->received) {
             /* a whole resync after a reconnect (a single resync, a refused contribution's,
              * carries no run step): once every fragment is in, back in step with the others */
-            if (l->resynced == 0) l->best_age = -1, l->resync_run = m->steps;
+            int k = shard_of(l, m->fragment);
+            if (l->resynced[k] == 0) l->best_age = -1, l->resync_run[k] = m->steps;
             note_round(l, m);
             f->received = 1;
-            if (++l->resynced == l->P) {
-                l->resynced = 0;
-                for (int q = 0; q < l->P; q++) l->f[q].received = 0;
-                s = take_phase(l, l->resync_run);
+            if (++l->resynced[k] == l->owned[k]) { /* (of that shard, when sharded) */
+                l->resynced[k] = 0;
+                for (int q = 0; q < l->P; q++)
+                    if (shard_of(l, q) == k) l->f[q].received = 0;
+                s = take_phase(l, l->resync_run[k]);
             }
         } else if (!resync) {
             s = move_on(l, m->fragment, lag_of(l, f, m, now, behind));
@@ -911,10 +924,12 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
     dlc_status s = learner_unpolled(l, "learner_receive");
     if (s != DLC_OK) return s;
     if (l->state == DLC_LEARNER_STOPPED) return DLC_OK;
-    if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch)
-        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld: a previous "
+    /* the epoch of the shard that owns the fragment (one syncer: shard 0) */
+    int k = m->type == DLC_MSG_FRAGMENT && m->fragment >= 0 && m->fragment < l->P ? shard_of(l, m->fragment) : 0;
+    if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->epoch != 0 && m->epoch < l->epoch[k])
+        return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s of syncer epoch %lld, but it follows epoch %lld%s: a previous "
                          "syncer incarnation's, refused", l->p.id + 1, dlc_msg_type_name(m->type), (long long)m->epoch,
-                         (long long)l->epoch);
+                         (long long)l->epoch[k], l->shards > 1 ? " of that fragment's shard" : "");
     if ((m->type == DLC_MSG_FRAGMENT || m->type == DLC_MSG_GRADIENT_AVG) && m->learner != l->p.id)
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s addressed to learner %d, refused", l->p.id + 1,
                          dlc_msg_type_name(m->type), m->learner + 1);
@@ -922,7 +937,7 @@ static dlc_status receive(dlc_learner *l, const dlc_msg *m, const float *values,
     case DLC_MSG_FRAGMENT:
     case DLC_MSG_GRADIENT_AVG:
         s = m->type == DLC_MSG_FRAGMENT ? receive_fragment(l, m, values, nvalues, lend, now) : receive_gradient(l, m);
-        if (s == DLC_OK && m->epoch > l->epoch) l->epoch = m->epoch; /* the syncer restarted */
+        if (s == DLC_OK && m->epoch > l->epoch[k]) l->epoch[k] = m->epoch; /* the syncer (shard) restarted */
         return s;
     default:
         return dlc_error(DLC_ERR_FORMAT, "learner %d: a %s message: a learner takes fragment and gradient_avg",
@@ -965,7 +980,7 @@ dlc_status dlc_learner_handle_expiry(dlc_learner *l, double now) {
     dlc_learner_action a = {.type = DLC_LACT_SEND};
     a.msg = (dlc_msg){.type = DLC_MSG_HEARTBEAT, .learner = l->p.id, .steps = l->steps + l->phase, .tokens = l->tokens,
                       .step_time = l->step_ema, .transit = l->transit_ema, .codec = DLC_CODEC_F32,
-                      .epoch = l->epoch, .incarnation = l->incarnation};
+                      .epoch = l->epoch[0], .incarnation = l->incarnation};
     /* the next beat on the grid next + k·heartbeat after now, in O(1) and finite even when
      * the period is below the clock's precision (now + heartbeat == now) */
     double hb = l->p.heartbeat, next = l->next_heartbeat + hb;
@@ -1023,7 +1038,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
     l->step_ema = l->transit_ema = 0;
     l->boundary_time = -1;
     l->joined = 0;
-    l->resynced = 0;
+    memset(l->resynced, 0, sizeof l->resynced);
     l->next_heartbeat = INFINITY;
     (void)now;
     set_state(l, DLC_LEARNER_JOINING);
@@ -1189,4 +1204,42 @@ int dlc_learner_outstanding(const dlc_learner *l) {
 }
 double dlc_learner_transit(const dlc_learner *l) { return l ? l->transit_ema : 0; }
 int64_t dlc_learner_incarnation(const dlc_learner *l) { return l ? l->incarnation : 0; }
-int64_t dlc_learner_epoch(const dlc_learner *l) { return l ? l->epoch : 0; }
+int64_t dlc_learner_epoch(const dlc_learner *l) { return l ? l->epoch[0] : 0; }
+int64_t dlc_learner_shard_epoch(const dlc_learner *l, int k) {
+    return l && k >= 0 && k < l->shards ? l->epoch[k] : 0;
+}
+int dlc_learner_shards(const dlc_learner *l) { return l ? l->shards : 0; }
+int dlc_learner_owner(const dlc_learner *l, int p) { return l && p >= 0 && p < l->P ? shard_of(l, p) : -1; }
+
+dlc_status dlc_learner_set_shards(dlc_learner *l, int shards, const int *owner) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "learner_set_shards: NULL learner");
+    if (shards < 1 || shards > DLC_LEARNER_SHARDS_MAX || (shards > 1 && !owner))
+        return dlc_error(DLC_ERR_ARG, "learner_set_shards: %d shards%s: expected 1..%d, with an owner per fragment "
+                         "when more than 1", shards, owner ? "" : " without owners", DLC_LEARNER_SHARDS_MAX);
+    if (shards > 1 && l->p.dp)
+        return dlc_error(DLC_ERR_ARG, "learner_set_shards: %d shards in data parallel: expected 1 (one fragment)",
+                         shards);
+    if (l->state != DLC_LEARNER_JOINING || l->joined || l->steps)
+        return dlc_error(DLC_ERR_STATE, "learner_set_shards: learner %d has started: expected it before the first "
+                         "event", l->p.id + 1);
+    int count[DLC_LEARNER_SHARDS_MAX] = {0};
+    for (int p = 0; shards > 1 && p < l->P; p++) {
+        if (owner[p] < 0 || owner[p] >= shards)
+            return dlc_error(DLC_ERR_ARG, "learner_set_shards: fragment %d owned by shard %d: expected 0..%d", p,
+                             owner[p], shards - 1);
+        count[owner[p]]++;
+    }
+    for (int k = 0; k < shards && shards > 1; k++)
+        if (!count[k]) return dlc_error(DLC_ERR_ARG, "learner_set_shards: shard %d owns no fragment", k);
+    int *o = NULL;
+    if (shards > 1) {
+        if (!(o = malloc((size_t)l->P * sizeof *o))) return dlc_error(DLC_ERR_NOMEM, "learner_set_shards: out of memory");
+        memcpy(o, owner, (size_t)l->P * sizeof *o);
+    }
+    free(l->owner);
+    l->owner = o;
+    l->shards = shards;
+    memset(l->owned, 0, sizeof l->owned);
+    for (int p = 0; p < l->P; p++) l->owned[shard_of(l, p)]++;
+    return DLC_OK;
+}

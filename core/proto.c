@@ -1199,6 +1199,13 @@ dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, d
     uint32_t codecs = ours->codecs & theirs->codecs;
     if (!(codecs & (1u << DLC_CODEC_F32)))
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codecs in common lack f32, which every peer must speak");
+    if (ours->endpoints > 1 && !(theirs->caps & DLC_CAP_SHARDED)) {
+        int self = 0;
+        while (self < ours->endpoints - 1 && ours->endpoint[self][0]) self++;
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "this syncer is shard %d of %d (it owns some of the "
+                    "fragments), but the learner does not speak \"sharded\": give it every shard's address (the "
+                    "address file of the run's syncers)", self + 1, ours->endpoints);
+    }
     *welcome = *ours;
     welcome->proto_min = welcome->proto_max = hi;
     welcome->caps = ours->caps & theirs->caps;

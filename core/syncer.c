@@ -213,8 +213,20 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     if (!s) goto nomem;
     s->p = *sp;
     s->p.embedding = NULL;
+    s->p.owns = NULL;
     s->plan = plan;
     s->P = dlc_plan_count(plan);
+    s->owned = s->P;
+    if (sp->owns) {
+        s->owned = 0;
+        for (int p = 0; p < s->P; p++) s->owned += sp->owns[p] != 0;
+        if (!s->owned || sp->dp) {
+            free(s);
+            dlc_error(DLC_ERR_ARG, "syncer_new: a shard %s: expected one owning at least one fragment, not in dp",
+                      sp->dp ? "in data parallel" : "that owns no fragment");
+            return NULL;
+        }
+    }
     s->M = sp->learners;
     s->dp_next = 1;
     s->f = calloc((size_t)s->P, sizeof *s->f);
@@ -261,6 +273,12 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->out_version = -1;
         f->last_open = -1;
         f->avg_step = -1;
+        f->c = calloc((size_t)s->M, sizeof *f->c);
+        f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
+        f->arr = calloc((size_t)s->M, sizeof *f->arr);
+        if (!f->c || !f->mc || !f->arr) goto nomem;
+        if (sp->owns && !sp->owns[p]) continue; /* another shard's: nothing fragment-sized here,
+                                                 * and its values in theta0 are not read */
         seg = malloc((size_t)nv * sizeof *seg);
         emb = malloc((size_t)nv);
         if (!seg || !emb) goto nomem;
@@ -277,9 +295,6 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         seg = NULL, emb = NULL;
         if (!f->mg) goto fail;
         if (!(f->fs = dlc_fragstate_new(&sp->outer, gathered, f->n))) goto fail;
-        f->c = calloc((size_t)s->M, sizeof *f->c);
-        f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
-        f->arr = calloc((size_t)s->M, sizeof *f->arr);
         f->out_cap = f->n * (int64_t)sizeof(float);
         /* f32 down: sent from the ring's slots (no encoded copy); else an encoded copy */
         if (sp->codec_down == DLC_CODEC_F32) {
@@ -289,7 +304,6 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         } else if (!(f->out = payload_new((size_t)f->out_cap))) {
             goto nomem;
         }
-        if (!f->c || !f->mc || !f->arr) goto nomem;
         if (sp->dp) {
             int64_t cap = sp->dp_history;
             if (cap == 0) {
@@ -571,6 +585,7 @@ static dlc_status resync_all(dlc_syncer *s, int m, double now) {
     double step = live_median(s, s->step_t);
     for (int p = 0; p < s->P && st == DLC_OK; p++) {
         sfrag *f = &s->f[p];
+        if (!f->fs) continue; /* another shard's */
         st = send_fragment(s, p, m, DLC_MSG_RESYNC, f->last_open >= 0 ? now - f->last_open : -1, 0, phase, step);
     }
     return st;
@@ -839,6 +854,13 @@ static dlc_status receive_contribution(dlc_syncer *s, const dlc_msg *m, double n
         return dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d: expected 0..%d", L + 1,
                          p, s->P - 1);
     sfrag *f = &s->f[p];
+    if (!f->fs) { /* a learner that dealt the fragments otherwise: refused, no resync */
+        dlc_syncer_action a = {.type = DLC_SACT_REJECTED, .learner = L, .fragment = p, .reason = DLC_REJECT_MALFORMED};
+        dlc_status st = push(s, &a);
+        if (st != DLC_OK) return st;
+        return dlc_error(DLC_ERR_FORMAT, "syncer: contribution from learner %d for fragment %d, which this shard does "
+                         "not own (another shard merges it): refused", L + 1, p);
+    }
     int64_t want = dlc_codec_encoded_size(s->p.codec_up, &s->p.codec_params, f->n);
     if (m->codec != s->p.codec_up || (int64_t)m->len != want || (!m->payload && m->len) || m->tokens < 0 ||
         m->steps < 0) {
@@ -1179,6 +1201,7 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
 }
 
 int dlc_syncer_fragments(const dlc_syncer *s) { return s ? s->P : 0; }
+int dlc_syncer_owns(const dlc_syncer *s, int p) { return s && p >= 0 && p < s->P && s->f[p].fs != NULL; }
 int64_t dlc_syncer_held(const dlc_syncer *s) { return s ? s->held : 0; }
 int64_t dlc_syncer_merged(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->merged[m] : 0; }
 double dlc_syncer_merged_steps(const dlc_syncer *s, int m) {
@@ -1198,7 +1221,7 @@ dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard) {
     return DLC_OK;
 }
 int64_t dlc_syncer_version(const dlc_syncer *s, int p) {
-    return s && p >= 0 && p < s->P ? dlc_fragstate_version(s->f[p].fs) : -1;
+    return s && p >= 0 && p < s->P && s->f[p].fs ? dlc_fragstate_version(s->f[p].fs) : -1;
 }
 dlc_round_state dlc_syncer_round_state(const dlc_syncer *s, int p) {
     return s && p >= 0 && p < s->P ? s->f[p].state : DLC_ROUND_IDLE;
@@ -1207,12 +1230,13 @@ int dlc_syncer_round_count(const dlc_syncer *s, int p) { return s && p >= 0 && p
 int dlc_syncer_live(const dlc_syncer *s) { return s ? s->nlive : 0; }
 int dlc_syncer_is_live(const dlc_syncer *s, int m) { return s && m >= 0 && m < s->M ? s->live[m] : 0; }
 const float *dlc_syncer_theta(const dlc_syncer *s, int p) {
-    return s && p >= 0 && p < s->P ? dlc_fragstate_theta(s->f[p].fs) : NULL;
+    return s && p >= 0 && p < s->P && s->f[p].fs ? dlc_fragstate_theta(s->f[p].fs) : NULL;
 }
 
 dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena) {
     if (!s || !arena) return dlc_error(DLC_ERR_ARG, "syncer_copy_model: NULL argument");
     for (int p = 0; p < s->P; p++) {
+        if (!s->f[p].fs) continue; /* another shard's */
         int nv;
         const dlc_frag_view *v = dlc_plan_views(s->plan, p, &nv);
         const float *src = dlc_fragstate_theta(s->f[p].fs);

@@ -26,7 +26,7 @@ typedef struct contrib {
 } contrib;
 
 typedef struct sfrag {
-    dlc_fragstate *fs;
+    dlc_fragstate *fs;       /* NULL: a fragment another shard owns (params.owns) */
     dlc_merge *mg;
     int64_t n;
     dlc_round_state state;
@@ -58,6 +58,7 @@ struct dlc_syncer {
     sfrag *f;
     double *sorted;          /* [M], for medians */
     int manual;              /* 1: rounds close only by dlc_syncer_flush (dlc_syncer_set_manual) */
+    int owned;               /* fragments this syncer owns (P unless a shard, params.owns) */
     uint8_t *live;
     double *heard, *step_t, *transit;
     double *joined_at;       /* [M]: when each live learner (re)joined */

@@ -26,7 +26,7 @@
 enum {
     K_FORMAT, K_EPOCH, K_MODEL_HASH, K_PLAN_HASH, K_LEARNERS, K_FRAGMENTS, K_DP, K_SIZES, K_VERSIONS, K_OLDEST,
     K_ROUND_AGE, K_XI_QUORUM, K_LIVE, K_EVER, K_SCHED, K_STEP_TIME, K_TRANSIT, K_SENT, K_MERGED, K_SHARD,
-    K_INCARNATION, K_INC_OPEN, K_MERGED_STEPS, K_LAST_BASE, K_LAST_STEPS, K_LAST_TOKENS, K_COUNT
+    K_INCARNATION, K_INC_OPEN, K_MERGED_STEPS, K_LAST_BASE, K_LAST_STEPS, K_LAST_TOKENS, K_OWNS, K_COUNT
 };
 /* keys newer than the format's first: a checkpoint without them loads (their state starts
  * afresh) */
@@ -37,7 +37,7 @@ static const char *const key_names[] = {
     "syncer.round_age", "syncer.xi_quorum",  "syncer.live",       "syncer.ever",      "syncer.sched",
     "syncer.step_time", "syncer.transit",    "syncer.sent",       "syncer.merged",    "syncer.shard",
     "syncer.incarnation", "syncer.inc_open", "syncer.merged_steps", "syncer.last_base", "syncer.last_steps",
-    "syncer.last_tokens"};
+    "syncer.last_tokens", "syncer.owns"};
 _Static_assert(sizeof key_names / sizeof key_names[0] == K_COUNT, "one name per checkpoint key");
 
 /* ---- save ---- */
@@ -97,8 +97,9 @@ dlc_status dlc_syncer_save(const dlc_syncer *s, const char *path, double now, in
     for (int p = 0; p < P; p++) {
         const sfrag *f = &s->f[p];
         add_i64(&v[K_SIZES], p == 0, (long long)f->n);
-        add_i64(&v[K_VERSIONS], p == 0, (long long)dlc_fragstate_version(f->fs));
-        add_i64(&v[K_OLDEST], p == 0, (long long)dlc_fragstate_oldest(f->fs));
+        add_i64(&v[K_VERSIONS], p == 0, f->fs ? (long long)dlc_fragstate_version(f->fs) : 0);
+        add_i64(&v[K_OLDEST], p == 0, f->fs ? (long long)dlc_fragstate_oldest(f->fs) : 0);
+        dlcx_sb_add(&v[K_OWNS], f->fs ? "1" : "0", 1); /* a shard's (docs/shards.md) */
         add_f64(&v[K_ROUND_AGE], p == 0, f->last_open >= 0 ? now - f->last_open : -1);
     }
     for (int m = 0; m < M; m++) {
@@ -131,6 +132,7 @@ dlc_status dlc_syncer_save(const dlc_syncer *s, const char *path, double now, in
      * versions copied into one [k, n] block (the ring's slots are not in version order) */
     for (int p = 0; p < P; p++) {
         const sfrag *f = &s->f[p];
+        if (!f->fs) continue; /* another shard's */
         int64_t shape1[1] = {f->n};
         snprintf(names[nt], NAME_CAP, PREFIX "theta.%d", p);
         ts[nt] = dlc_tensor_wrap(1, shape1, (float *)dlc_fragstate_theta(f->fs), NULL, NULL);
@@ -338,7 +340,23 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
                       (long long)ver[p], DLC_FRAGSTATE_RING_MAX);
             goto fail;
         }
-    /* Θ of every fragment, checked, into an arena for dlc_syncer_new */
+    /* the fragments the file's syncer owned (all, without the key) must be the params' */
+    const char *owns = dlc_safetensors_meta(r.st, key_names[K_OWNS]);
+    for (int p = 0; p < P; p++) {
+        int file = owns ? (strlen(owns) == (size_t)P && (owns[p] == '0' || owns[p] == '1') ? owns[p] - '0' : -1) : 1;
+        int want = sp->owns ? sp->owns[p] != 0 : 1;
+        if (file < 0) {
+            dlc_error(DLC_ERR_FORMAT, "%s: %s = \"%s\": expected %d digits 0/1 (the fragments a shard owns)", path,
+                      key_names[K_OWNS], dlcx_show(sh, owns), P);
+            goto fail;
+        }
+        if (file != want) {
+            dlc_error(DLC_ERR_FORMAT, "%s: fragment %d is %sowned by the syncer of the file, %sby this one: another "
+                      "shard's checkpoint, or another number of shards", path, p, file ? "" : "not ", want ? "" : "not ");
+            goto fail;
+        }
+    }
+    /* Θ of every fragment it owns, checked, into an arena for dlc_syncer_new */
     int64_t arena_n = 0;
     for (int p = 0; p < P; p++) {
         int nv;
@@ -349,6 +367,7 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
     arena = calloc((size_t)(arena_n > 0 ? arena_n : 1), sizeof(float));
     if (!arena) goto nomem;
     for (int p = 0; p < P; p++) {
+        if (sp->owns && !sp->owns[p]) continue;
         int64_t n = dlc_plan_numel(plan, p);
         snprintf(name, sizeof name, PREFIX "theta.%d", p);
         if (!(theta[p] = tensor(&r, name, 1, &n))) goto fail;
@@ -368,6 +387,7 @@ dlc_syncer *dlc_syncer_load(const char *path, const dlc_syncer_params *sp, const
     if (list(&r, K_ROUND_AGE, P, "fragment", 1, 0, 1e300, 1, NULL, dv) != DLC_OK) goto fail;
     for (int p = 0; p < P; p++) {
         sfrag *f = &s->f[p];
+        if (!f->fs) continue; /* another shard's */
         int64_t n = f->n, k = ver[p] - lo[p], keep = k < R - 1 ? k : R - 1;
         free(rows);
         rows = malloc((size_t)(keep + 1) * (size_t)n * sizeof(float));

@@ -382,10 +382,56 @@ static void test_errors(void) {
     model_free(&m);
 }
 
+/* dlc_plan_deal (docs/shards.md): every fragment dealt once, every shard owning one at
+ * least, the shards' bytes as even as largest-first dealing makes them (no shard above
+ * the mean by more than the largest fragment), the same deal every time; bad counts named. */
+static void test_deal(void) {
+    model m = gpt(4, 256, 32, 64, 128);
+    for (int P = 1; P <= 12; P++) {
+        dlc_plan *plan = plan_of(&m, DLC_PLAN_BALANCED, P, 1);
+        CHECK_OK(plan);
+        if (!plan) continue;
+        int64_t total = 0, big = 0;
+        for (int p = 0; p < P; p++) {
+            total += dlc_plan_bytes(plan, p);
+            if (dlc_plan_bytes(plan, p) > big) big = dlc_plan_bytes(plan, p);
+        }
+        for (int S = 1; S <= P; S++) {
+            int owner[16], again[16];
+            int64_t load[16] = {0};
+            int count[16] = {0};
+            CHECK(dlc_plan_deal(plan, S, owner) == DLC_OK && dlc_plan_deal(plan, S, again) == DLC_OK);
+            CHECK(memcmp(owner, again, (size_t)P * sizeof *owner) == 0);
+            int ok = 1;
+            for (int p = 0; p < P; p++) {
+                ok &= owner[p] >= 0 && owner[p] < S;
+                if (owner[p] >= 0 && owner[p] < S) load[owner[p]] += dlc_plan_bytes(plan, p), count[owner[p]]++;
+            }
+            CHECK(ok);
+            for (int k = 0; k < S; k++) CHECK(count[k] >= 1 && load[k] <= total / S + big);
+        }
+        int owner[16];
+        CHECK_SFAILS(dlc_plan_deal(plan, P + 1, owner), DLC_ERR_ARG, "expected 1..");
+        CHECK_SFAILS(dlc_plan_deal(plan, 0, owner), DLC_ERR_ARG, "0 shards");
+        dlc_plan_free(plan);
+    }
+    model_free(&m);
+    /* four equal fragments, two shards: dealt round-robin, two each */
+    spec sp4[4] = {{"a", 1, {64, 0}}, {"b", 1, {64, 0}}, {"c", 1, {64, 0}}, {"d", 1, {64, 0}}};
+    model e = model_make(4, sp4);
+    dlc_plan *plan = plan_of(&e, DLC_PLAN_SEQUENTIAL, 4, 0);
+    int owner[4] = {-1, -1, -1, -1};
+    CHECK(plan && dlc_plan_count(plan) == 4 && dlc_plan_deal(plan, 2, owner) == DLC_OK);
+    CHECK(owner[0] == 0 && owner[1] == 1 && owner[2] == 0 && owner[3] == 1);
+    dlc_plan_free(plan);
+    model_free(&e);
+}
+
 int main(void) {
     test_names();
     test_partition();
     test_balance();
+    test_deal();
     test_strided();
     test_sequential();
     test_hash();

@@ -1843,6 +1843,93 @@ static void test_fence(void) {
     fx_free(&x);
 }
 
+/* Syncer shards (learner.h, dlc_learner_set_shards): fragments 0, 2 of shard 0 and 1, 3 of
+ * shard 1.  Each shard's epoch is followed on its own: a FRAGMENT is fenced against its
+ * owner's epoch, a contribution stamped with it; a shard's restart (a newer epoch) moves
+ * only that shard's; a whole resync of one shard's fragments after a reconnect puts the
+ * learner back in step (PHASE), which waiting for all P would never do. */
+static void test_shards(void) {
+    fx x;
+    fx_make(&x, 4, 95);
+    int64_t size = dlc_params_size(x.p);
+    float *model = malloc((size_t)size * 4), *target = malloc((size_t)size * 4);
+    randv(model, size, 96, 1.0f);
+    randv(target, size, 97, 1.0f);
+    dlc_learner_params lp = lparams(0, 4, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int owner[4] = {0, 1, 0, 1}, bad[4] = {0, 2, 0, 1}, lonely[4] = {0, 0, 0, 0};
+    CHECK_SFAILS(dlc_learner_set_shards(l, 2, bad), DLC_ERR_ARG, "fragment 1 owned by shard 2: expected 0..1");
+    CHECK_SFAILS(dlc_learner_set_shards(l, 2, lonely), DLC_ERR_ARG, "shard 1 owns no fragment");
+    CHECK_SFAILS(dlc_learner_set_shards(l, 17, owner), DLC_ERR_ARG, "expected 1..16");
+    CHECK(dlc_learner_set_shards(l, 2, owner) == DLC_OK && dlc_learner_shards(l) == 2 && dlc_learner_owner(l, 3) == 1);
+    /* the whole model from two shards: shard 0 at epoch 2, shard 1 at epoch 5 */
+    float v[NMAX];
+    for (int p = 0; p < 4; p++) {
+        gather(&x, p, model, v);
+        dlc_msg m = fragment_msg(0, p, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, p));
+        m.epoch = owner[p] ? 5 : 2;
+        CHECK(dlc_learner_receive(l, &m, 0) == DLC_OK);
+        drain(l);
+        CHECK(dlc_learner_state_of(l) == (p == 3 ? DLC_LEARNER_TRAINING : DLC_LEARNER_JOINING));
+    }
+    CHECK(dlc_learner_shard_epoch(l, 0) == 2 && dlc_learner_shard_epoch(l, 1) == 5 && dlc_learner_epoch(l) == 2);
+    CHECK(dlc_learner_set_shards(l, 2, owner) == DLC_ERR_STATE);
+    /* H 4, P 4: fragment p is due after step p + 1 (offsets 0..3, the first at step 4 for
+     * p = 0); every contribution carries its shard's epoch, heartbeats shard 0's */
+    int seen[4] = {0, 0, 0, 0};
+    for (int t = 1; t <= 8; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 5, 0.1, t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++)
+            if (r.a[i].type == DLC_LACT_SEND && r.a[i].msg.type == DLC_MSG_CONTRIBUTION) {
+                int p = r.a[i].msg.fragment;
+                CHECK(r.a[i].msg.epoch == (owner[p] ? 5 : 2));
+                seen[p]++;
+            }
+    }
+    for (int p = 0; p < 4; p++) CHECK(seen[p] > 0);
+    /* a merge of fragment 1 stamped epoch 2: older than shard 1's 5, refused (shard 0's
+     * epoch would have let it through) */
+    gather(&x, 1, target, v);
+    dlc_msg m = fragment_msg(0, 1, 4, 0, v, dlc_plan_numel(x.plan, 1));
+    m.epoch = 2;
+    CHECK_SFAILS(dlc_learner_receive(l, &m, 9), DLC_ERR_FORMAT, "follows epoch 5 of that fragment's shard");
+    /* shard 0 restarted (epoch 3): fragment 0's resync moves shard 0's epoch alone */
+    gather(&x, 0, model, v);
+    m = fragment_msg(0, 0, 7, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 0));
+    m.epoch = 3, m.steps = 20;
+    CHECK(dlc_learner_receive(l, &m, 9) == DLC_OK);
+    CHECK(dlc_learner_shard_epoch(l, 0) == 3 && dlc_learner_shard_epoch(l, 1) == 5);
+    CHECK(drain(l).n == 0);
+    /* ... and its other fragment completes the shard's whole resync: back in step at the
+     * run's step 20 (a PHASE), without shard 1's fragments */
+    gather(&x, 2, model, v);
+    m = fragment_msg(0, 2, 7, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 2));
+    m.epoch = 3, m.steps = 20;
+    CHECK(dlc_learner_receive(l, &m, 9) == DLC_OK);
+    lrec r = drain(l);
+    const dlc_learner_action *ph = find(&r, DLC_LACT_PHASE, 0);
+    CHECK(ph && ph->schedule == 20);
+    CHECK(dlc_learner_schedule_step(l) == 20);
+    dlc_learner_free(l);
+    /* data parallel has one syncer */
+    lp.dp = 1;
+    fx y;
+    fx_make(&y, 1, 98);
+    dlc_learner *d = dlc_learner_new(&lp, y.p, y.plan);
+    CHECK_OK(d);
+    int one[1] = {0};
+    CHECK_SFAILS(dlc_learner_set_shards(d, 2, one), DLC_ERR_ARG, "in data parallel");
+    dlc_learner_free(d);
+    fx_free(&y);
+    free(model);
+    free(target);
+    fx_free(&x);
+}
+
 /* Both machines over a syncer restart: a learner of syncer A (epoch 1) contributes after A
  * was replaced by B (epoch 2, restarted from A's state); its contribution, stamped 1, is
  * not merged, B resyncs it with epoch 2, the learner follows 2, and its next
@@ -2522,6 +2609,7 @@ int main(void) {
     test_dp_restart();
     test_assert_and_refusals();
     test_fence();
+    test_shards();
     test_fence_world();
     test_heartbeat_precision();
     test_rollback();

@@ -263,7 +263,7 @@ static void test_hello(void) {
     dlc_frame f, g;
     dlc_frame_init(&f, DLC_FRAME_HELLO);
     f.hello = server_hello();
-    f.hello.proto_min = 1, f.hello.proto_max = 2, f.hello.learner = -1, f.hello.caps = DLC_CAP_GRADIENT;
+    f.hello.proto_min = 1, f.hello.proto_max = 2, f.hello.learner = -1, f.hello.caps = DLC_CAP_GRADIENT | DLC_CAP_SHARDED;
     f.hello.fragments = 0, f.hello.endpoints = 0;
     f.hello.codecs = (1u << DLC_CODEC_F32) | (1u << DLC_CODEC_INT4);
     size_t n = encode(&f);
@@ -271,14 +271,20 @@ static void test_hello(void) {
     CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK);
     CHECK(g.hello.proto_min == 1 && g.hello.proto_max == 2 && strcmp(g.hello.run, "charlm-7") == 0 &&
           g.hello.model_hash == 0x0123456789abcdefull && g.hello.plan_hash == 0xfedcba9876543210ull &&
-          g.hello.learner == -1 && g.hello.caps == DLC_CAP_GRADIENT && g.hello.block == 128 &&
+          g.hello.learner == -1 && g.hello.caps == (DLC_CAP_GRADIENT | DLC_CAP_SHARDED) && g.hello.block == 128 &&
           g.hello.codecs == f.hello.codecs && g.hello.caps_unknown == 0);
 
     dlc_hello ours = server_hello(), w;
     int why;
     CHECK(dlc_proto_negotiate(&ours, &g.hello, &w, &why) == DLC_OK && why == DLC_PERR_NONE);
-    CHECK(w.proto_min == 2 && w.proto_max == 2 && w.caps == DLC_CAP_GRADIENT && w.codecs == f.hello.codecs &&
-          w.fragments == 3 && w.endpoints == 2 && w.learner == -1);
+    CHECK(w.proto_min == 2 && w.proto_max == 2 && w.caps == (DLC_CAP_GRADIENT | DLC_CAP_SHARDED) &&
+          w.codecs == f.hello.codecs && w.fragments == 3 && w.endpoints == 2 && w.learner == -1);
+    /* a shard (more than one endpoint) refuses a learner that does not speak "sharded":
+     * it would join with part of the model and wait for the rest for ever */
+    dlc_hello unsharded = g.hello, w2;
+    unsharded.caps = DLC_CAP_GRADIENT;
+    CHECK(dlc_proto_negotiate(&ours, &unsharded, &w2, &why) == DLC_ERR_STATE && why == DLC_PERR_MISMATCH &&
+          strstr(dlc_last_error(), "this syncer is shard 1 of 2") && strstr(dlc_last_error(), "\"sharded\""));
     w.learner = 6;
     dlc_frame_init(&f, DLC_FRAME_WELCOME);
     f.hello = w;

@@ -105,7 +105,8 @@ static int same_actions(const rec *x, const rec *y) {
 static int same_theta(const dlc_syncer *a, const dlc_syncer *b, const dlc_plan *plan) {
     for (int p = 0; p < dlc_plan_count(plan); p++)
         if (dlc_syncer_version(a, p) != dlc_syncer_version(b, p) ||
-            memcmp(dlc_syncer_theta(a, p), dlc_syncer_theta(b, p), (size_t)dlc_plan_numel(plan, p) * sizeof(float)))
+            !dlc_syncer_theta(a, p) != !dlc_syncer_theta(b, p) || /* (a shard holds only its own) */
+            (dlc_syncer_theta(a, p) && memcmp(dlc_syncer_theta(a, p), dlc_syncer_theta(b, p), (size_t)dlc_plan_numel(plan, p) * sizeof(float))))
             return 0;
     return 1;
 }
@@ -771,6 +772,90 @@ static void test_fuzz(void) {
     fx_free(&x);
 }
 
+/* A shard (syncer.h, params.owns) of fragments 1 and 3 of 4: it holds no Θ, ring or round
+ * of 0 and 2, joins send only its own, a contribution to another's is refused (REJECTED
+ * malformed, no resync) and merges nothing, copy_model writes only its own; its
+ * checkpoint keeps only its own and loads only as that shard, a whole syncer's file not
+ * as a shard (and a shard's not as a whole syncer), each refusal named. */
+static void test_shard(void) {
+    fx x;
+    fx_make(&x, 4, 140);
+    const int P = 4;
+    uint8_t owns[4] = {0, 1, 0, 1}, other[4] = {1, 0, 1, 0}, none[4] = {0, 0, 0, 0};
+    dlc_syncer_params sp = params(2);
+    sp.quorum = 1;
+    sp.grace = DLC_GRACE_OFF;
+    sp.owns = none;
+    CHECK_PFAILS(dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p)), DLC_ERR_ARG, "owns no fragment");
+    sp.owns = owns;
+    dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(s);
+    if (!s) return;
+    for (int p = 0; p < P; p++) {
+        CHECK(dlc_syncer_owns(s, p) == owns[p]);
+        CHECK((dlc_syncer_theta(s, p) != NULL) == owns[p] && dlc_syncer_version(s, p) == (owns[p] ? 0 : -1));
+    }
+    CHECK(dlc_syncer_join(s, 0, 0) == DLC_OK);
+    rec r = drain(s);
+    CHECK(r.n == 2 && r.a[0].msg.fragment == 1 && r.a[1].msg.fragment == 3 && r.a[0].msg.flags == DLC_MSG_RESYNC);
+    /* a contribution to fragment 2 (shard 0's): refused, nothing merged, nobody resynced */
+    int64_t n2 = dlc_plan_numel(x.plan, 2), n3 = dlc_plan_numel(x.plan, 3);
+    float d[NMAX];
+    randv(d, NMAX, 141, 0.1f);
+    dlc_msg m = {.type = DLC_MSG_CONTRIBUTION, .learner = 0, .fragment = 2, .version = 0, .steps = 4, .tokens = 40,
+                 .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d, .len = (size_t)n2 * sizeof(float)};
+    CHECK_SFAILS(dlc_syncer_receive(s, &m, 1), DLC_ERR_FORMAT, "which this shard does not own");
+    r = drain(s);
+    CHECK(r.n == 1 && r.a[0].type == DLC_SACT_REJECTED && r.a[0].reason == DLC_REJECT_MALFORMED && r.a[0].fragment == 2);
+    /* one to fragment 3 merges (K = 1, no grace): version 1 */
+    m.fragment = 3, m.len = (size_t)n3 * sizeof(float);
+    CHECK(dlc_syncer_receive(s, &m, 2) == DLC_OK);
+    r = drain(s);
+    CHECK(dlc_syncer_version(s, 3) == 1);
+    /* copy_model writes only the shard's fragments */
+    float arena[256];
+    for (int i = 0; i < 256; i++) arena[i] = 99.0f;
+    CHECK(dlc_syncer_copy_model(s, arena) == DLC_OK);
+    float frag[NMAX];
+    for (int p = 0; p < P; p++) {
+        gather(&x, p, arena, frag);
+        int untouched = 1;
+        for (int64_t i = 0; i < dlc_plan_numel(x.plan, p); i++) untouched &= frag[i] == 99.0f;
+        CHECK(untouched == !owns[p]);
+    }
+    /* its checkpoint: its own fragments only, loaded back as the same shard, bit for bit */
+    char path[256], whole[256];
+    CHECK(dlc_syncer_save(s, pathf(path, "shard.safetensors"), 3, 0, NULL, NULL) == DLC_OK);
+    dlc_safetensors *st = dlc_safetensors_open(path);
+    CHECK_OK(st);
+    if (st) {
+        CHECK(strcmp(dlc_safetensors_meta(st, "syncer.owns"), "0101") == 0);
+        CHECK(dlc_safetensors_shape(st, "syncer.theta.0", NULL) < 0 && dlc_safetensors_shape(st, "syncer.theta.3", NULL) >= 0);
+        dlc_safetensors_close(st);
+    }
+    dlc_syncer *t = dlc_syncer_load(path, &sp, x.plan, 3);
+    CHECK_OK(t);
+    if (t) {
+        CHECK(same_theta(s, t, x.plan) && dlc_syncer_version(t, 3) == 1 && dlc_syncer_epoch(t) == 2);
+        dlc_syncer_free(t);
+    }
+    sp.owns = other;
+    CHECK_PFAILS(dlc_syncer_load(path, &sp, x.plan, 3), DLC_ERR_FORMAT, "another shard's checkpoint");
+    sp.owns = NULL;
+    CHECK_PFAILS(dlc_syncer_load(path, &sp, x.plan, 3), DLC_ERR_FORMAT, "fragment 0 is not owned by the syncer of the file");
+    /* a whole syncer's checkpoint does not load as a shard */
+    dlc_syncer *w = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(w);
+    if (w) {
+        CHECK(dlc_syncer_save(w, pathf(whole, "whole.safetensors"), 0, 0, NULL, NULL) == DLC_OK);
+        sp.owns = owns;
+        CHECK_PFAILS(dlc_syncer_load(whole, &sp, x.plan, 0), DLC_ERR_FORMAT, "fragment 0 is owned by the syncer of the file, not by this one");
+        dlc_syncer_free(w);
+    }
+    dlc_syncer_free(s);
+    fx_free(&x);
+}
+
 int main(void) {
     /* tmpfs when there is one: the writer fsyncs every save, which a busy disk makes slow */
     snprintf(dir, sizeof dir, "/dev/shm/dlc_syncer_state_XXXXXX");
@@ -786,6 +871,7 @@ int main(void) {
     test_killed_save();
     test_refused();
     test_fuzz();
+    test_shard();
     DIR *d = opendir(dir);
     struct dirent *e;
     char p[512];

@@ -137,6 +137,20 @@ static int l_syncer(lua_State *L) {
         c.start_timeout = lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
+    /* a shard of a sharded syncer (docs/shards.md): shard (1-based) of shards */
+    if (lua_getfield(L, 1, "shards") != LUA_TNIL) {
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > DLC_PROTO_ENDPOINTS_MAX)
+            return luaL_error(L, "%s: shards must be an integer in 1..%d", WHO, DLC_PROTO_ENDPOINTS_MAX);
+        c.shards = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, 1, "shard") != LUA_TNIL) {
+        int S = c.shards > 0 ? c.shards : 1;
+        if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > S)
+            return luaL_error(L, "%s: shard must be an integer in 1..%d (shards)", WHO, S);
+        c.shard = (int)lua_tointeger(L, -1) - 1;
+    }
+    lua_pop(L, 1);
     int ni = dlcL_subtable(L, 1, WHO, "net");
     read_net(L, ni, &c.net);
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
@@ -399,12 +413,36 @@ static int l_learner(lua_State *L) {
             return luaL_error(L, "%s: join_timeout must be a finite number of seconds > 0", WHO);
     }
     lua_pop(L, 1);
-    char addr[512], file_run[DLC_PROTO_RUN_MAX + 1];
-    if (c.connect[0] == '@') { /* the syncer's address file, waited for within the join's time */
-        if (dlc_rt_address_file(c.connect + 1, join_timeout, addr, sizeof addr, file_run, sizeof file_run) != DLC_OK)
-            return dlcL_fail(L, dlc_last_status());
-        c.connect = addr;
+    /* "HOST:PORT" or @FILE (the syncer's address file, waited for within the join's
+     * time), or one of them per syncer shard joined by commas (docs/shards.md) */
+    char addr[DLC_PROTO_ENDPOINTS_MAX * 256 + 16], one[512], file_run[DLC_PROTO_RUN_MAX + 1];
+    size_t used = 0;
+    addr[0] = '\0';
+    for (const char *at = c.connect; *at;) {
+        size_t len = strcspn(at, ",");
+        if (len == 0 || len >= sizeof one)
+            return luaL_error(L, "%s: connect \"%s\": expected HOST:PORT or @FILE, one per syncer shard joined by "
+                              "commas", WHO, c.connect);
+        memcpy(one, at, len);
+        one[len] = '\0';
+        at += len + (at[len] == ',');
+        const char *item = one;
+        char resolved[512];
+        if (one[0] == '@') {
+            if (dlc_rt_address_file(one + 1, join_timeout, resolved, sizeof resolved, file_run, sizeof file_run) !=
+                DLC_OK)
+                return dlcL_fail(L, dlc_last_status());
+            item = resolved;
+        }
+        size_t n = strlen(item);
+        if (used + n + 2 > sizeof addr)
+            return luaL_error(L, "%s: connect \"%s\": too long (at most %d shards)", WHO, c.connect,
+                              DLC_PROTO_ENDPOINTS_MAX);
+        if (used) addr[used++] = ',';
+        memcpy(addr + used, item, n + 1);
+        used += n;
     }
+    c.connect = addr;
     b->l = dlc_lrt_new(&c);
     if (!b->l) return dlcL_fail(L, dlc_last_status());
     dlc_status st = dlc_lrt_join(b->l, join_timeout);

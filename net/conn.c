@@ -669,7 +669,9 @@ static void on_handshake(conn *c, dlc_frame *f) {
             return;
         }
         dlc_frame_init(&out, DLC_FRAME_HELLO);
+        pthread_mutex_lock(&net->lock); /* (its learner id: dlc_net_set_learner) */
         out.hello = net->hello;
+        pthread_mutex_unlock(&net->lock);
         send_own(c, &out);
         c->step = 1;
         return;

@@ -681,6 +681,16 @@ dlc_status dlc_net_shape_in(dlc_net *net, int peer, double rate, double latency)
     return push_simple(net, CMD_SHAPE_IN, peer, rate, latency);
 }
 
+dlc_status dlc_net_set_learner(dlc_net *net, int id) {
+    if (!net || !net->has_hello || id < -1)
+        return dlc_error(DLC_ERR_ARG, "net_set_learner: %s", !net ? "NULL net" : !net->has_hello ? "the net has no hello"
+                                                                                : "id below -1");
+    pthread_mutex_lock(&net->lock);
+    net->hello.learner = id;
+    pthread_mutex_unlock(&net->lock);
+    return DLC_OK;
+}
+
 dlc_status dlc_net_clock_moved(dlc_net *net) {
     if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_clock_moved: NULL net");
     pthread_mutex_lock(&net->lock);

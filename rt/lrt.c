@@ -63,8 +63,16 @@ struct dlc_lrt {
     dlc_hello hello;
     dlc_proto_layout layout;
     int64_t *numel;
-    int peer, ready, id, P;
+    int peer, ready, id, P;   /* ready: every shard's connection is READY; peer: shard 0's */
     int ready_once; /* it was READY before: a READY after that is a reconnect */
+    /* syncer shards (docs/shards.md): `connect` lists S addresses, shard k's connection
+     * is peers[k], READY when rdy[k]; fragment p goes to shard owner[p] (dlc_plan_deal) */
+    int S;
+    int peers[DLC_LEARNER_SHARDS_MAX];
+    uint8_t rdy[DLC_LEARNER_SHARDS_MAX], rdy_once[DLC_LEARNER_SHARDS_MAX];
+    char *addr[DLC_LEARNER_SHARDS_MAX]; /* into addr_buf: connect's copy, split */
+    char *addr_buf;
+    int *owner;               /* [P], NULL with one syncer */
     double t0;
     char last_refusal[DLC_RT_TEXT_MAX];
     int joined_once;          /* dlc_lrt_join returned DLC_OK: a BYE is no longer a refusal */
@@ -105,6 +113,39 @@ struct dlc_lrt {
 };
 
 static double lrt_now(const dlc_lrt *l) { return rt_time(&l->cfg.net) - l->t0; }
+
+/* The shard a frame goes to: a contribution's fragment's owner, else shard 0 (the
+ * messages of dp, which has one syncer; heartbeats and BYEs go to each: send_all). */
+static int frame_shard(const dlc_lrt *l, const dlc_frame *f) {
+    return l->owner && f->type == DLC_FRAME_CONTRIBUTION && f->msg.fragment >= 0 && f->msg.fragment < l->P
+               ? l->owner[f->msg.fragment]
+               : 0;
+}
+
+/* The shard whose connection a net event is of (-1: none). */
+static int peer_shard(const dlc_lrt *l, int peer) {
+    for (int k = 0; k < l->S; k++)
+        if (l->peers[k] == peer) return k;
+    return -1;
+}
+
+static void update_ready(dlc_lrt *l) {
+    int all = 1;
+    for (int k = 0; k < l->S; k++) all &= l->rdy[k];
+    l->ready = all;
+    l->st.connected = all;
+}
+
+/* A frame without payload to every shard whose connection is READY, each stamped with
+ * the epoch of that shard the learner follows (a HEARTBEAT, a BYE). */
+static void send_all(dlc_lrt *l, const dlc_frame *f) {
+    for (int k = 0; k < l->S; k++) {
+        if (!l->rdy[k]) continue;
+        dlc_frame g = *f;
+        if (l->S > 1 && l->l && g.msg.epoch) g.msg.epoch = dlc_learner_shard_epoch(l->l, k); /* (stamped ones) */
+        dlc_net_send(l->net, l->peers[k], &g, NULL, NULL);
+    }
+}
 
 dlc_lrt_config dlc_lrt_default_config(void) {
     dlc_lrt_config c;
@@ -232,7 +273,8 @@ static void supersede(dlc_lrt *l, const dlc_frame *g) {
 static dlc_status send_owned(dlc_lrt *l, const dlc_frame *f, uint8_t *copy, int keep) {
     dlc_frame g = *f;
     g.msg.payload = copy;
-    dlc_status st = l->ready ? dlc_net_send(l->net, l->peer, &g, copy ? free_bytes : NULL, l) : DLC_ERR_STATE;
+    int k = frame_shard(l, &g);
+    dlc_status st = l->rdy[k] ? dlc_net_send(l->net, l->peers[k], &g, copy ? free_bytes : NULL, l) : DLC_ERR_STATE;
     if (st == DLC_OK) {
         supersede(l, &g);
         l->st.sent++;
@@ -294,7 +336,8 @@ static void encode_job(dlc_lrt *l, enc_job *j) {
     dlc_msg m = j->a.msg;
     m.payload = j->out, m.len = j->len;
     dlc_frame f;
-    if (dlc_frame_from_msg(&f, &m) == DLC_OK && dlc_net_send(l->net, l->peer, &f, free_bytes, l) == DLC_OK) {
+    if (dlc_frame_from_msg(&f, &m) == DLC_OK &&
+        dlc_net_send(l->net, l->peers[frame_shard(l, &f)], &f, free_bytes, l) == DLC_OK) {
         j->sent = 1; /* the net's now */
         j->out = NULL;
     }
@@ -366,7 +409,7 @@ static dlc_status start_encode(dlc_lrt *l, const dlc_learner_action *a) {
     enc_job *j = &l->jobs[a->fragment];
     DLC_ASSERT(j->state == JOB_IDLE); /* the learner lends a fragment once (learner.h) */
     j->a = *a;
-    j->direct = l->ready && l->hq_len == 0;
+    j->direct = l->rdy[l->owner ? l->owner[a->fragment] : 0] && l->hq_len == 0;
     l->busy++;
     pthread_mutex_lock(&l->mu);
     j->state = JOB_QUEUED;
@@ -400,18 +443,26 @@ static dlc_status decode_fragment(const dlc_frame *f, float **values, int64_t *n
     return DLC_OK;
 }
 
-/* Sends what was held, oldest first, while the net takes it. */
+/* Sends what was held, oldest first, while the net takes it: each shard's in order, a
+ * shard that is down or full keeping its own (later) without holding back the others'. */
 static void flush_held(dlc_lrt *l) {
-    while (l->hq_len > 0 && l->ready) {
-        held *h = &l->hq[l->hq_head];
-        h->f.msg.payload = h->bytes;
-        dlc_status st = dlc_net_send(l->net, l->peer, &h->f, h->bytes ? free_bytes : NULL, l);
-        if (st != DLC_OK) return; /* still full or gone: later */
-        h->bytes = NULL;          /* the net's now */
-        l->hq_head = (l->hq_head + 1) % l->hold;
-        l->hq_len--;
-        l->st.sent++;
+    uint8_t stuck[DLC_LEARNER_SHARDS_MAX];
+    for (int k = 0; k < l->S; k++) stuck[k] = !l->rdy[k];
+    int kept = 0, n = l->hq_len;
+    for (int i = 0; i < n; i++) {
+        held h = l->hq[(l->hq_head + i) % l->hold];
+        int k = frame_shard(l, &h.f);
+        if (!stuck[k]) {
+            h.f.msg.payload = h.bytes;
+            if (dlc_net_send(l->net, l->peers[k], &h.f, h.bytes ? free_bytes : NULL, l) == DLC_OK) {
+                l->st.sent++; /* the net's now */
+                continue;
+            }
+            stuck[k] = 1; /* still full or gone: later */
+        }
+        l->hq[(l->hq_head + kept++) % l->hold] = h;
     }
+    l->hq_len = kept;
 }
 
 /* The address the learner holds of a kept frame: its decoded values, or its payload. */
@@ -450,7 +501,8 @@ static dlc_status actions(dlc_lrt *l) {
         if (a.type == DLC_LACT_SEND) {
             dlc_frame f;
             st = dlc_frame_from_msg(&f, &a.msg);
-            if (st == DLC_OK) st = send_frame(l, &f, a.msg.type != DLC_MSG_HEARTBEAT);
+            if (st == DLC_OK && a.msg.type == DLC_MSG_HEARTBEAT && l->S > 1) send_all(l, &f); /* (no payload) */
+            else if (st == DLC_OK) st = send_frame(l, &f, a.msg.type != DLC_MSG_HEARTBEAT);
         } else if (a.type == DLC_LACT_ENCODE) {
             st = start_encode(l, &a);
         } else if (a.type == DLC_LACT_APPLIED) {
@@ -496,11 +548,42 @@ static void layout_own(const dlc_lrt *l, const dlc_net_event *ev, char *out, siz
     else snprintf(out, cap, "; this learner has %d tensors", dlc_plan_tensors(l->cfg.plan));
 }
 
+/* The WELCOME of shard k states the deal this learner made (docs/shards.md): as many
+ * endpoints as it was given addresses, itself ("") at k, each fragment's owner as ours.
+ * With one address, a syncer that is one shard of several is refused, named. */
+static dlc_status check_welcome(const dlc_lrt *l, int k, const dlc_hello *w) {
+    int S = w->endpoints > 1 ? w->endpoints : 1, self = -1;
+    for (int e = 0; e < w->endpoints && self < 0; e++)
+        if (!w->endpoint[e][0]) self = e;
+    if (S != l->S)
+        return dlc_error(DLC_ERR_STATE, "the syncer at %s is shard %d of %d, but this learner was given %d "
+                         "address%s (%s): give it every shard's, in the order of the run's address file",
+                         l->addr[k], self + 1, S, l->S, l->S == 1 ? "" : "es", l->cfg.connect);
+    if (S == 1) return DLC_OK;
+    if (self != k)
+        return dlc_error(DLC_ERR_STATE, "the syncer at %s is shard %d of %d, but this learner was given it as shard "
+                         "%d: the addresses are out of order", l->addr[k], self + 1, S, k + 1);
+    for (int p = 0; p < l->P; p++)
+        if (w->fragments != l->P || w->owner[p] != l->owner[p])
+            return dlc_error(DLC_ERR_STATE, "the syncer at %s (shard %d of %d) deals fragment %d to shard %d, this "
+                             "learner to shard %d: another build or plan", l->addr[k], k + 1, S, p,
+                             w->fragments == l->P ? w->owner[p] + 1 : -1, l->owner[p] + 1);
+    return DLC_OK;
+}
+
 /* One transport event. */
 static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
     switch (ev->kind) {
     case DLC_NET_READY: {
-        int id = ev->frame.hello.learner;
+        int id = ev->frame.hello.learner, k = peer_shard(l, ev->peer);
+        if (k < 0) return DLC_OK;
+        dlc_status wst = check_welcome(l, k, &ev->frame.hello);
+        if (wst != DLC_OK) { /* another deal of the fragments: final */
+            snprintf(l->last_refusal, sizeof l->last_refusal, "%s", dlc_last_error());
+            l->refused = 1;
+            dlc_net_close(l->net, ev->peer);
+            return DLC_OK;
+        }
         if (!l->l) {
             dlc_learner_params lp = l->cfg.learner;
             lp.id = id;
@@ -513,16 +596,34 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
                 l->l = NULL;
                 return st;
             }
+            if (l->S > 1 && dlc_learner_set_shards(l->l, l->S, l->owner) != DLC_OK) {
+                dlc_status st = dlc_last_status();
+                dlc_learner_free(l->l);
+                l->l = NULL;
+                return st;
+            }
             l->id = id;
+            if (l->S > 1 && l->cfg.learner.id < 0) { /* the other shards: with the id this one gave */
+                if (dlc_net_set_learner(l->net, id) != DLC_OK) return dlc_last_status();
+                for (int j = 1; j < l->S; j++)
+                    if ((l->peers[j] = dlc_net_connect(l->net, l->addr[j])) < 0) return dlc_last_status();
+            }
         } else if (id != l->id) {
             return dlc_error(DLC_ERR_STATE, "learner %d: the syncer welcomed it back as learner %d", l->id + 1,
                              id + 1);
         }
-        if (l->ready_once) l->st.reconnects++; /* (a LOST cleared `ready` before this READY) */
+        if (l->rdy_once[k]) l->st.reconnects++; /* (a LOST cleared `rdy` before this READY) */
         l->conflict_t = 0;
-        l->ready = l->ready_once = 1;
-        l->st.connected = 1;
-        conn_event(l, DLC_LRT_CONNECTED, ev->text);
+        l->rdy[k] = l->rdy_once[k] = 1;
+        l->ready_once = 1;
+        update_ready(l);
+        if (l->S > 1) {
+            char t[sizeof ev->text + 32];
+            snprintf(t, sizeof t, "shard %d of %d: %s", k + 1, l->S, ev->text);
+            conn_event(l, DLC_LRT_CONNECTED, t);
+        } else {
+            conn_event(l, DLC_LRT_CONNECTED, ev->text);
+        }
         flush_held(l);
         return DLC_OK;
     }
@@ -575,9 +676,18 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
                 snprintf(l->last_refusal, sizeof l->last_refusal, "%.500s (%s)", ev->text, code);
             dlc_text_clean(l->last_refusal); /* cut at byte counts */
         }
-        if (l->ready) conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
-        l->ready = 0;
-        l->st.connected = 0;
+        int k = peer_shard(l, ev->peer);
+        if (k >= 0 && l->rdy[k]) {
+            if (l->S > 1) {
+                char t[sizeof ev->text + 32];
+                snprintf(t, sizeof t, "shard %d of %d: %s", k + 1, l->S, ev->text);
+                conn_event(l, DLC_LRT_DISCONNECTED, t);
+            } else {
+                conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
+            }
+        }
+        if (k >= 0) l->rdy[k] = 0;
+        update_ready(l);
         return DLC_OK;
     }
     case DLC_NET_DRAINED:
@@ -634,7 +744,44 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
         goto fail;
     }
+    l->cfg.connect = cfg->connect; /* (re-pointed below, once split) */
+    /* "HOST:PORT" or, for syncer shards, "HOST:PORT,HOST:PORT,...": one per shard, in
+     * order.  l->connect keeps the whole text for messages, l->addr the split copies. */
+    {
+        char *copy = strdup(cfg->connect);
+        if (!copy) {
+            dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+            goto fail;
+        }
+        char *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (l->S == DLC_LEARNER_SHARDS_MAX) {
+                free(copy);
+                dlc_error(DLC_ERR_ARG, "lrt_new: connect \"%.200s\": more than %d addresses (one per syncer shard)",
+                          cfg->connect, DLC_LEARNER_SHARDS_MAX);
+                goto fail;
+            }
+            l->addr[l->S++] = t;
+        }
+        l->addr_buf = copy;
+        if (l->S == 0) {
+            dlc_error(DLC_ERR_ARG, "lrt_new: connect \"%.200s\": expected HOST:PORT, or one per syncer shard joined "
+                      "by commas", cfg->connect);
+            goto fail;
+        }
+    }
     l->cfg.connect = l->connect;
+    if (l->S > 1) {
+        if (cfg->learner.dp) {
+            dlc_error(DLC_ERR_ARG, "lrt_new: %d syncer shards in data parallel: expected one syncer", l->S);
+            goto fail;
+        }
+        if (!(l->owner = calloc((size_t)l->P, sizeof *l->owner))) {
+            dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
+            goto fail;
+        }
+        if (dlc_plan_deal(cfg->plan, l->S, l->owner) != DLC_OK) goto fail;
+    }
     l->hold = cfg->hold > 0 ? cfg->hold : 2 * l->P;
     if (!(l->hq = calloc((size_t)l->hold, sizeof *l->hq))) {
         dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
@@ -672,9 +819,11 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
         l->coder_on = 1;
     }
     if (!(l->net = dlc_net_new(&l->cfg.net))) goto fail;
-    int peer = dlc_net_connect(l->net, cfg->connect);
-    if (peer < 0) goto fail;
-    l->peer = peer;
+    for (int k = 0; k < l->S; k++) l->peers[k] = -1;
+    /* shard 0 first; the others at once when the id is known, else once shard 0 gave it */
+    for (int k = 0; k < (cfg->learner.id >= 0 ? l->S : 1); k++)
+        if ((l->peers[k] = dlc_net_connect(l->net, l->addr[k])) < 0) goto fail;
+    l->peer = l->peers[0];
     return l;
 fail:
     dlc_lrt_free(l);
@@ -707,6 +856,8 @@ void dlc_lrt_free(dlc_lrt *l) {
     free(l->numel);
     rt_strings_free(&l->strs);
     free(l->connect);
+    free(l->addr_buf);
+    free(l->owner);
     free(l);
 }
 
@@ -919,16 +1070,23 @@ dlc_status dlc_lrt_check_finite(const dlc_lrt *l, int *tensor, int64_t *index, f
     return DLC_OK;
 }
 
-static int nothing_outstanding(const dlc_lrt *l) { return !l->l || dlc_learner_outstanding(l->l) == 0 || !l->ready; }
+static int any_ready(const dlc_lrt *l) {
+    for (int k = 0; k < l->S; k++)
+        if (l->rdy[k]) return 1;
+    return 0;
+}
+static int nothing_outstanding(const dlc_lrt *l) {
+    return !l->l || dlc_learner_outstanding(l->l) == 0 || !any_ready(l);
+}
 
 dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
     if (!l) return dlc_error(DLC_ERR_ARG, "lrt_finish: NULL learner");
     dlc_status st = collect(l, 1); /* every contribution out before the BYE */
-    if (l->l && l->ready && timeout_s > 0) {
+    if (l->l && any_ready(l) && timeout_s > 0) {
         dlc_status w = wait_until(l, timeout_s, nothing_outstanding, "merge of the last contributions", 1);
         if (w != DLC_ERR_STATE && st == DLC_OK) st = w; /* a deadline: the run is over for it either way */
     }
-    if (l->ready && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */
+    if (any_ready(l) && l->l) { /* a last heartbeat: the syncer's record of its steps and tokens */
         dlc_frame hb;
         dlc_frame_init(&hb, DLC_FRAME_HEARTBEAT);
         hb.msg.learner = l->id;
@@ -936,17 +1094,19 @@ dlc_status dlc_lrt_finish(dlc_lrt *l, double timeout_s, const char *why) {
         hb.msg.tokens = dlc_learner_tokens(l->l);
         hb.msg.step_time = dlc_learner_step_time(l->l);
         hb.msg.transit = dlc_learner_transit(l->l);
-        dlc_net_send(l->net, l->peer, &hb, NULL, NULL);
+        send_all(l, &hb);
     }
-    if (l->ready) {
+    if (any_ready(l)) {
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_BYE);
         f.msg.learner = l->id;
         snprintf(f.text, sizeof f.text, "%s", why ? why : "finished");
-        dlc_net_send(l->net, l->peer, &f, NULL, NULL);
-        dlc_net_close(l->net, l->peer);
+        send_all(l, &f);
+        for (int k = 0; k < l->S; k++)
+            if (l->rdy[k]) dlc_net_close(l->net, l->peers[k]);
     }
-    l->ready = 0;
+    memset(l->rdy, 0, sizeof l->rdy);
+    update_ready(l);
     if (l->l) dlc_learner_stop(l->l);
     return st;
 }

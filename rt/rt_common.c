@@ -112,7 +112,7 @@ dlc_status rt_hello(dlc_hello *h, const dlc_plan *plan, const char *run, int lea
     for (int i = 0; i < h->tensors; i++) h->tensor_hash[i] = dlc_plan_tensor_hash(plan, i);
     h->plan_hash = dlc_plan_hash(plan);
     h->learner = learner;
-    h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT | DLC_CAP_REPLAY : 0);
+    h->caps = DLC_CAP_RESYNC_PHASE | (dp ? DLC_CAP_GRADIENT | DLC_CAP_REPLAY : DLC_CAP_SHARDED);
     h->codecs = (1u << DLC_CODEC_COUNT) - 1;
     h->block = block;
     if (rp) { /* the peer compares it field by field */

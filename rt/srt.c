@@ -132,6 +132,8 @@ struct dlc_srt {
      * broadcasts of that version share it */
     sbuf **cur;
     int64_t *cur_version, *cur_epoch;
+    int *owner;                 /* [P] a shard's deal (dlc_plan_deal), NULL with one syncer */
+    uint8_t *owns;              /* [P] the fragments this shard owns (the syncer's params.owns) */
     dlc_srt_stats st;
     dlc_status failed;        /* the thread's fatal status, DLC_OK while fine */
     char failed_msg[DLC_RT_TEXT_MAX];
@@ -849,6 +851,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     }
     s->cfg = *cfg;
     s->cfg.syncer.timeout = 0; /* liveness is the transport's */
+    s->cfg.endpoints = NULL;  /* borrowed during new only */
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->qcond, NULL);
@@ -862,6 +865,19 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     /* a learner's queue in the transport is a short pipe: what does not fit waits here
      * (owed), where a newer version of a fragment replaces an older one */
     rt_window(s->numel, s->P, 2, &s->cfg.net);
+    int shards = cfg->shards > 1 ? cfg->shards : 1;
+    if (shards > 1) {
+        if (cfg->shard < 0 || cfg->shard >= shards || shards > DLC_PROTO_ENDPOINTS_MAX || cfg->syncer.dp) {
+            dlc_error(DLC_ERR_ARG, "srt_new: shard %d of %d%s: expected 0..%d of at most %d shards, not in dp",
+                      cfg->shard, shards, cfg->syncer.dp ? " in data parallel" : "", shards - 1,
+                      DLC_PROTO_ENDPOINTS_MAX);
+            goto fail;
+        }
+        if (!(s->owner = calloc((size_t)s->P, sizeof *s->owner)) || !(s->owns = calloc((size_t)s->P, 1))) goto nomem;
+        if (dlc_plan_deal(cfg->plan, shards, s->owner) != DLC_OK) goto fail;
+        for (int p = 0; p < s->P; p++) s->owns[p] = s->owner[p] == cfg->shard;
+        s->cfg.syncer.owns = s->owns;
+    }
     s->s = cfg->resume ? dlc_syncer_load(cfg->resume, &s->cfg.syncer, cfg->plan, 0)
                        : dlc_syncer_new(&s->cfg.syncer, cfg->plan, cfg->theta0);
     if (!s->s) goto fail;
@@ -880,6 +896,19 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp,
                  cfg->run_params) != DLC_OK)
         goto fail;
+    if (shards > 1) { /* the deal and the shards' endpoints, in the WELCOME */
+        s->hello.endpoints = shards;
+        for (int k = 0; k < shards; k++) {
+            const char *e = k == cfg->shard ? "" : cfg->endpoints && cfg->endpoints[k] ? cfg->endpoints[k] : "*";
+            if (strlen(e) > DLC_PROTO_ENDPOINT_MAX) {
+                dlc_error(DLC_ERR_ARG, "srt_new: endpoint of shard %d of %zu bytes: expected at most %d", k + 1,
+                          strlen(e), DLC_PROTO_ENDPOINT_MAX);
+                goto fail;
+            }
+            strcpy(s->hello.endpoint[k], e);
+        }
+        for (int p = 0; p < s->P; p++) s->hello.owner[p] = (uint16_t)s->owner[p];
+    }
     s->cfg.net.hello = &s->hello;
     s->cfg.net.layout = &s->layout;
     s->cfg.net.inline_io = 1;
@@ -911,6 +940,8 @@ void dlc_srt_free(dlc_srt *s) {
     for (int m = 0; s->learners && m < s->M; m++) owed_clear(s, m);
     for (int p = 0; s->cur && p < s->P; p++) sbuf_unref(NULL, s->cur[p]);
     free(s->cur);
+    free(s->owner);
+    free(s->owns);
     free(s->cur_version);
     free(s->cur_epoch);
     dlc_syncer_free(s->s);

@@ -60,7 +60,7 @@ describe("diloco.net", function()
       { hello = { run = "net-spec", model_hash = "00000000deadbeef", plan_hash = 42,
                   endpoints = { "", "10.0.0.2:7070" }, owner = { 1, 2, 1 } } },
       { hello = { run = "net-spec", model_hash = 0xdeadbeef, plan_hash = "2a", learner = 3,
-                  caps = { "gradient", "resync_phase" }, codecs = { "f32", "int4" } } })
+                  caps = { "gradient", "resync_phase", "sharded" }, codecs = { "f32", "int4" } } })
     -- the server sees the client's HELLO, the client the negotiated WELCOME
     assert.are.equal("net-spec", sready.hello.run)
     assert.are.equal(3, sready.hello.learner)
@@ -68,7 +68,7 @@ describe("diloco.net", function()
     assert.are.equal("00000000deadbeef", cready.hello.model_hash)
     assert.are.equal(string.format("%016x", 42), cready.hello.plan_hash)
     assert.are.equal(3, cready.hello.learner)
-    assert.are.same({ "resync_phase", "gradient" }, cready.hello.caps)
+    assert.are.same({ "resync_phase", "gradient", "sharded" }, cready.hello.caps)
     assert.are.same({ "f32", "int4" }, cready.hello.codecs)
     assert.are.equal(128, cready.hello.block)
     assert.are.equal(3, cready.hello.fragments)

@@ -106,6 +106,13 @@ DLC_API int64_t dlc_plan_bytes(const dlc_plan *plan, int f);
  * across fragments. */
 DLC_API int dlc_plan_fragment_of(const dlc_plan *plan, int i);
 
+/* Deals the plan's fragments to `shards` syncer shards (docs/shards.md) so that each
+ * carries about the same bytes: largest fragment first, each to the shard carrying the
+ * fewest bytes so far (ties: the lowest index; equal fragments go round-robin).  owner[P]
+ * gets each fragment's shard; every shard owns at least one.  Deterministic: every
+ * learner and shard of a run deals the same.  DLC_ERR_ARG for shards outside 1..P. */
+DLC_API dlc_status dlc_plan_deal(const dlc_plan *plan, int shards, int *owner);
+
 /* Model hash: names and shapes only, so it equals dlc_frag_model_hash(params). */
 DLC_API uint64_t dlc_plan_model_hash(const dlc_plan *plan);
 /* Tensor i's name and shape hashed on their own (0 out of range: a HELLO lists them, so

@@ -240,6 +240,22 @@ DLC_API void dlc_learner_free(dlc_learner *l); /* NULL ok */
  * NULL pointer or a data-parallel learner (its gradient lives in the arena). */
 DLC_API dlc_status dlc_learner_bind_tensors(dlc_learner *l, float *const *data);
 
+/* Syncer shards (docs/shards.md): the fragments are owned by `shards` syncer processes,
+ * fragment p by shard owner[p] (0..shards-1, each shard owning at least one; copied;
+ * dlc_plan_deal deals them).  The learner then follows each shard's epoch on its own
+ * (Fencing above, per shard): a FRAGMENT is fenced against the epoch of its fragment's
+ * shard, a contribution is stamped with it, and its other messages (HEARTBEAT, BYE) with
+ * shard 0's, which a driver restamps for each shard it sends them to
+ * (dlc_learner_shard_epoch).  A whole resync after a reconnect is one shard's fragments.
+ * Not in data parallel (one fragment).  Call it before the first event; 1 shard (the
+ * default) is one syncer.  DLC_ERR_ARG names a bad owner, DLC_ERR_STATE a started learner. */
+#define DLC_LEARNER_SHARDS_MAX 16
+DLC_API dlc_status dlc_learner_set_shards(dlc_learner *l, int shards, const int *owner);
+DLC_API int dlc_learner_shards(const dlc_learner *l);        /* 0 for NULL */
+DLC_API int dlc_learner_owner(const dlc_learner *l, int p);  /* -1 out of range */
+/* The epoch of shard k it follows (0: none heard yet, or k out of range). */
+DLC_API int64_t dlc_learner_shard_epoch(const dlc_learner *l, int k);
+
 /* ---- events (each may queue actions; read them with dlc_learner_poll) ----
  *
  * No silent loss: every event call below (not poll, not the queries, not stop) is refused
@@ -486,7 +502,8 @@ DLC_API int dlc_learner_outstanding(const dlc_learner *l);
 /* EMAs reported to the syncer (s), 0 before the first sample. */
 DLC_API double dlc_learner_step_time(const dlc_learner *l);
 DLC_API double dlc_learner_transit(const dlc_learner *l);
-/* Its incarnation (0 for NULL), and the syncer epoch it follows (0: none heard yet). */
+/* Its incarnation (0 for NULL), and the syncer epoch it follows (0: none heard yet; with
+ * shards, shard 0's). */
 DLC_API int64_t dlc_learner_incarnation(const dlc_learner *l);
 DLC_API int64_t dlc_learner_epoch(const dlc_learner *l);
 

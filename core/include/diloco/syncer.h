@@ -183,6 +183,15 @@ typedef struct dlc_syncer_params {
                                   * sends (a restarted syncer process takes a later one) */
     int dp_history;              /* dp: the newest averaged gradients kept for REPLAY, >= 0;
                                   * 0: as many as DLC_SYNCER_DP_HISTORY_BYTES hold, 8..1024 */
+    const uint8_t *owns;         /* a shard of a sharded syncer (docs/shards.md): per fragment,
+                                  * nonzero = this syncer owns it (at least one; borrowed during
+                                  * dlc_syncer_new and dlc_syncer_load, copied).  It holds and
+                                  * merges only those: a fragment it does not own has no Θ,
+                                  * ring or round here (theta NULL, version -1), a join sends
+                                  * only the owned ones, a contribution to another is refused
+                                  * (DLC_ERR_FORMAT, REJECTED malformed, no resync), the
+                                  * checkpoint keeps only the owned ones.  NULL: every fragment
+                                  * (one syncer).  Not with dp */
 } dlc_syncer_params;
 
 /* dp_history 0: the averages kept fill up to this many bytes (within 8..1024 steps). */
@@ -327,6 +336,8 @@ DLC_API int dlc_syncer_pending(const dlc_syncer *s);
 /* ---- queries ---- */
 
 DLC_API int dlc_syncer_fragments(const dlc_syncer *s);
+/* 1 when this syncer owns fragment p (every fragment unless a shard: params.owns). */
+DLC_API int dlc_syncer_owns(const dlc_syncer *s, int p);
 DLC_API int64_t dlc_syncer_version(const dlc_syncer *s, int p);
 DLC_API dlc_round_state dlc_syncer_round_state(const dlc_syncer *s, int p);
 /* Contributions in fragment p's open round. */
@@ -336,7 +347,8 @@ DLC_API int dlc_syncer_is_live(const dlc_syncer *s, int m);
 /* The current global fragment p (its floats in payload order), borrowed until the next
  * event. */
 DLC_API const float *dlc_syncer_theta(const dlc_syncer *s, int p);
-/* Writes the current global model into `arena` (laid out as the plan's model). */
+/* Writes the current global model into `arena` (laid out as the plan's model); a shard
+ * writes only the fragments it owns, leaving the rest of the arena as it was. */
 DLC_API dlc_status dlc_syncer_copy_model(const dlc_syncer *s, float *arena);
 /* The adaptive-grace estimates (s): ξ_step, ξ_quorum, ξ_sync. */
 DLC_API void dlc_syncer_estimates(const dlc_syncer *s, double *step, double *quorum, double *sync);

@@ -230,6 +230,11 @@ DLC_API dlc_status dlc_net_cut(dlc_net *net, int peer, int cut);
  * socket when its timeout falls due. */
 DLC_API dlc_status dlc_net_clock_moved(dlc_net *net);
 
+/* A client's HELLO asks for learner id `id` (-1: any) on every connection it makes from
+ * now on (a learner of several syncer shards, given its id by the first, claims it from
+ * the others; its reconnects claim it too).  Thread-safe.  DLC_ERR_ARG without a hello. */
+DLC_API dlc_status dlc_net_set_learner(dlc_net *net, int id);
+
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
                       * the WELCOME (client) or the peer's HELLO (server) */

@@ -117,6 +117,14 @@ typedef struct dlc_srt_config {
     double refusals_every;
     double start_timeout;       /* seconds after the first reached the gate that it opens
                                  * for those there, whoever is missing (>= 0, finite) */
+    /* A shard of a sharded syncer (docs/shards.md): shard `shard` (0-based) of `shards`
+     * owns the fragments dlc_plan_deal gives it, and its WELCOME states the deal (`own`)
+     * and `shards` endpoints: "" for itself, endpoints[k] for shard k when given (NULL or
+     * NULL entries: "*", known to the learner from the run's address file).  A learner
+     * that does not speak "sharded" is refused, named.  shards 0 or 1: one syncer owning
+     * every fragment.  Not with dp. */
+    int shard, shards;
+    const char *const *endpoints;
 } dlc_srt_config;
 
 /* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "",
