@@ -139,6 +139,24 @@ static int pl_fragment_of(lua_State *L) {
     return 1;
 }
 
+/* plan:deal(S) -> {shard of fragment 1, ...}: the 1-based syncer shard each fragment
+ * belongs to (dlc_plan_deal: by bytes, largest first; docs/shards.md). */
+static int pl_deal(lua_State *L) {
+    dlc_plan *p = checkplan(L, 1);
+    lua_Integer S = luaL_checkinteger(L, 2);
+    int P = dlc_plan_count(p);
+    if (S < 1 || S > P) return luaL_argerror(L, 2, lua_pushfstring(L, "%I shards for %d fragments: expected 1..%d",
+                                                                   (LUAI_UACINT)S, P, P));
+    int *owner = lua_newuserdatauv(L, (size_t)P * sizeof *owner, 0);
+    if (dlc_plan_deal(p, (int)S, owner) != DLC_OK) return dlcL_error(L);
+    lua_createtable(L, P, 0);
+    for (int f = 0; f < P; f++) {
+        lua_pushinteger(L, owner[f] + 1);
+        lua_rawseti(L, -2, f + 1);
+    }
+    return 1;
+}
+
 static void pushhex(lua_State *L, uint64_t h) {
     char buf[17];
     snprintf(buf, sizeof buf, "%016" PRIx64, h);
@@ -178,7 +196,7 @@ static int pl_tostring(lua_State *L) {
 
 static const luaL_Reg plan_methods[] = {
     {"views", pl_views}, {"bytes", pl_bytes}, {"numel", pl_numel}, {"fragment_of", pl_fragment_of},
-    {NULL, NULL},
+    {"deal", pl_deal}, {NULL, NULL},
 };
 static const luaL_Reg plan_meta[] = {{"__len", pl_len}, {"__tostring", pl_tostring}, {NULL, NULL}};
 static const dlcL_type plan_type = {DLCL_PLAN, plan_release, plan_methods, plan_meta, pl_index};

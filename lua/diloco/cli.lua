@@ -344,11 +344,34 @@ local function tls_opts(opts, who)
   return opts["tls-ca"] and { ca = opts["tls-ca"] } or nil
 end
 
+-- --shard I/S: shard, shards (1, 1 without it); OUT becomes OUT/shard-I.
+local function shard_opts(opts, r)
+  if not opts.shard then return 1, 1, opts.out end
+  local i, s = opts.shard:match("^(%d+)/(%d+)$")
+  i, s = math.tointeger(tonumber(i or "")), math.tointeger(tonumber(s or ""))
+  local P = r.sync.fragments or 1
+  if not i or not s or s < 1 or i < 1 or i > s or s > 16 then
+    usage_error(string.format("--shard %s: expected I/S with 1 <= I <= S <= 16 (shard I of S)", opts.shard))
+  end
+  if s > 1 and (r.sync.preset == "dp" or s > P) then
+    usage_error(string.format("--shard %s: %s; a shard owns one fragment at least", opts.shard,
+      r.sync.preset == "dp" and "data parallel has one syncer (one fragment)"
+        or string.format("the recipe has sync.fragments = %d, fewer than %d shards", P, s)))
+  end
+  local file, secret = secret_opts(opts)
+  if s > 1 and not file and not secret then
+    usage_error("--shard: the shards share the run's secret: give --secret-file FILE or set DILOCO_SECRET")
+  end
+  return i, s, string.format("%s/shard-%d", opts.out or r.out or ("runs/" .. (r.name or "run")), i)
+end
+
 local function syncer(args, parse)
   local opts, pos, r = recipe_command(args, parse)
   if not opts then return pos end
   local file, secret = secret_opts(opts)
-  return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = opts.out,
+  local shard, shards, out = shard_opts(opts, r)
+  return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = out, shard = shard,
+    shards = shards,
     overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
     address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
     resume = opts.resume, tls = tls_opts(opts, "syncer"), recipe_path = pos[1], set = opts.set,

@@ -74,6 +74,7 @@ function M.start_syncer(ctx, listen, resume)
   local epoch = next_epoch(ctx, resume)
   local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, run_json = ctx.run_json, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
+    shard = ctx.opts.shard, shards = ctx.opts.shards, -- (docs/shards.md)
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
     -- later one (a restart, a rollback, the end) serves a run under way
     start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
@@ -409,7 +410,8 @@ end
 
 local function maybe_eval(ctx)
   local r = ctx.recipe
-  if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" then return end -- dp: at the end only
+  -- dp: at the end only; a shard holds part of the global model: never
+  if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" or (ctx.opts.shards or 1) > 1 then return end
   local step = run_step(ctx)
   local due = (ctx.evals + 1) * r.eval.every
   if step < due or due >= r.steps then return end

@@ -194,6 +194,9 @@ M.commands = {
       { name = "secret-file", arg = "FILE", shown = "DILOCO_SECRET, else a fresh OUT/secret",
         doc = "the run's secret (both ends prove they know it)" },
       { name = "run-id", arg = "ID", shown = "the recipe's name", doc = "the run id learners must present" },
+      { name = "shard", arg = "I/S", shown = "none: one syncer owns every fragment",
+        doc = "serve shard I of S (docs/shards.md): the fragments dealt to it; OUT becomes OUT/shard-I; learners "
+          .. "connect to every shard in order (--connect A,B or @FILE1,@FILE2); the secret must be shared" },
       { name = "tls-cert", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS on every link: this server's certificate (with --tls-key); learners then need --tls-ca" },
       { name = "tls-key", arg = "PEM", shown = "none", doc = "the private key of --tls-cert" },
@@ -218,7 +221,8 @@ M.commands = {
       gradients each step, R x the batch, rank 0 talks to the syncer (docs/mpi.md).]] },
     options = with_tail {
       { name = "connect", arg = "HOST:PORT|@FILE", shown = "required",
-        doc = "the syncer's address, or @FILE: the --address-file of the syncer" },
+        doc = "the syncer's address, or @FILE: the --address-file of the syncer; a sharded syncer: one per "
+          .. "shard, in shard order, joined by commas" },
       { name = "id", arg = "N", type = "integer", min = 1, max = 65536, shown = "the launcher's rank + 1",
         doc = "this learner's island, 1..islands.count" },
       { name = "rank-offset", arg = "K", type = "integer", min = 0, max = 65536, default = 0,

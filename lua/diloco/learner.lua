@@ -83,8 +83,20 @@ function M.stopped_while(what)
 end
 
 -- "HOST:PORT", or @FILE: the address (and run id) a syncer wrote with --address-file,
--- waited for up to `wait` seconds (the syncer may start after its learners).
+-- waited for up to `wait` seconds (the syncer may start after its learners); or one of
+-- them per syncer shard joined by commas (docs/shards.md): the addresses joined by
+-- commas, and the run id of the first file that states one.
 function M.resolve_connect(spec, wait)
+  if spec:find(",", 1, true) then
+    local addrs, run = {}, nil
+    for item in (spec .. ","):gmatch("([^,]*),") do
+      if item == "" then fail_code(2, "--connect %s: an empty address (expected one per shard, joined by commas)", spec) end
+      local a, fr = M.resolve_connect(item, wait)
+      addrs[#addrs + 1] = a
+      run = run or fr
+    end
+    return table.concat(addrs, ","), run
+  end
   if spec:sub(1, 1) ~= "@" then return spec, nil end
   local path = spec:sub(2)
   local t0 = diloco.clock()

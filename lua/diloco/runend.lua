@@ -10,7 +10,8 @@ local M = {}
 local elapsed, median = rc.elapsed, rc.median
 local tokens_so_far = view.tokens_so_far
 
-local stop_reason = require("diloco.island").stop_reason
+local isl_host = require "diloco.island"
+local stop_reason = isl_host.stop_reason
 
 -- The uptime's window: H steps at the median step time (one for dp).
 local function uptime_window(ctx, step_time)
@@ -33,12 +34,33 @@ function M.finish(ctx, err)
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(host.pump_syncer, ctx, 0.2)
   pcall(host.save_syncer, ctx) -- the end, or a signal: what a --resume continues from
-  local final, whole, eerr = runhost.final_eval(ctx, function(ev) return host.evaluate_global(ctx, true, ev) end,
-    { step = r.steps, tokens = tokens_so_far(ctx) })
+  local final, whole, eerr
+  if (ctx.opts.shards or 1) == 1 then -- (a shard holds part of the global model: docs/shards.md)
+    final, whole, eerr = runhost.final_eval(ctx, function(ev) return host.evaluate_global(ctx, true, ev) end,
+      { step = r.steps, tokens = tokens_so_far(ctx) })
+  end
   err = err or eerr
   local saved, save_error = runhost.save_global(ctx, ctx.plist, r.steps, function()
     if not pcall(host.load_global, ctx) then error("no global model (dp: no learner saved one)", 0) end
   end)
+  -- shard 1 of a sharded syncer: the run's global model from every shard's fragments,
+  -- evaluated and saved beside the shards' directories (lua/diloco/shards.lua)
+  local assembled, assembly_error
+  if (ctx.opts.shards or 1) > 1 and ctx.opts.shard == 1 and saved then
+    local root, problems = require("diloco.shards").assemble(ctx, ctx.rt.join_timeout,
+      function() return stop_reason(ctx) end)
+    if problems then
+      assembly_error = "the global model is not assembled: " .. table.concat(problems, "; ")
+      io.stderr:write("diloco-lua: syncer: ", assembly_error, "\n")
+    else
+      final, whole, eerr = runhost.final_eval(ctx, function(ev) return host.evaluate_global(ctx, true, ev) end,
+        { step = r.steps, tokens = tokens_so_far(ctx), assembled = true })
+      err = err or eerr
+      local ok, res, e = pcall(isl_host.save_model, root .. "/model.safetensors", ctx.plist, r, r.steps, ctx.recipe_json)
+      if ok and res then assembled = root .. "/model.safetensors"
+      else assembly_error = string.format("saving the assembled global model to %s: %s", root, tostring(ok and e or res)) end
+    end
+  end
   stop_reason(ctx)
   local st = ctx.syncer:stats()
   local wall = elapsed(ctx)
@@ -93,6 +115,9 @@ function M.finish(ctx, err)
     job_rollbacks = ctx.job_rollbacks,
     rolled_back_steps = ctx.rolled_back_steps, rolled_back_tokens = ctx.rolled_back_tokens,
     account = account_total,
+    -- a shard of a sharded syncer (docs/shards.md): "I/S"; its model holds its fragments only
+    shard = (ctx.opts.shards or 1) > 1 and string.format("%d/%d", ctx.opts.shard, ctx.opts.shards) or nil,
+    assembled = assembled, assembly_error = assembly_error,
   }
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)
@@ -100,7 +125,7 @@ function M.finish(ctx, err)
     .. "within runtime.join_timeout = %g s: the run ended without %s (its model is saved)", #ctx.absent > 1 and "s" or "",
     table.concat(ctx.absent, ", "), ctx.rt.join_timeout, #ctx.absent > 1 and "them" or "it") or false
   summary, err = runhost.close(ctx, summary, { final = final, whole = whole, err = err,
-    also = { ctx.failed_learner or false, absent_error, save_error or false } })
+    also = { ctx.failed_learner or false, absent_error, save_error or false, assembly_error or false } })
   ctx.syncer:close()
   ctx.srd:close()
   if not ctx.quiet then

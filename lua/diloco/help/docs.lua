@@ -203,6 +203,7 @@ D["Plan"] = "Plan: a fragment plan over a Params arena (diloco.Plan); #plan frag
 D["Plan:views"] = "plan:views(f) -> {{name =, tensor =, offset =, numel =, row0 =, rows =}, ...}\nFragment f's views in arena order."
 D["Plan:bytes"] = "plan:bytes(f) -> integer\nFragment f's size in f32 bytes."
 D["Plan:numel"] = "plan:numel(f) -> integer\nFragment f's floats."
+D["Plan:deal"] = "plan:deal(S) -> {shard, ...}\nThe 1-based syncer shard of each fragment when the syncer is split into S shards (docs/shards.md): largest fragment first, each to the shard carrying the fewest bytes so far; every shard owns one at least (S <= #plan)."
 D["Plan:fragment_of"] = "plan:fragment_of(i) -> f | nil\nThe fragment that holds tensor i whole (nil if cut into rows)."
 D["Plan:close"] = "plan:close()\nReleases the plan."
 
@@ -366,6 +367,9 @@ D["diloco.island.eval_batches"] = "island.eval_batches(loaders, n) -> iterator o
 D["diloco.island.eval_batches_all"] = "island.eval_batches_all(loaders) -> n\nEval batches in the whole eval split (every window or example once)."
 D["diloco.island.save_model"] = "island.save_model(path, plist, recipe, step, recipe_json [, extra]) -> ok | nil, err\nWrites a model file (the parameters of plist) with the one metadata every driver's model.safetensors carries: diloco.recipe, diloco.step, diloco.recipe_json, diloco.model (a table model: `diloco-lua sample` rebuilds it), and extra keys."
 D["diloco.island.stop_reason"] = "island.stop_reason(ctx) -> nil | signal name\nWhy a driver's loop must stop now: the first signal that came (kept in ctx.signal, ctx.signo), or nil."
+D["diloco.shards"] = "diloco.shards: the end of a sharded syncer's first shard (docs/shards.md): the run's global model assembled from every shard's fragments.  lua/diloco/shards.lua"
+D["diloco.shards.assemble"] = "shards.assemble(ctx, wait_s[, stopped]) -> root, problems\nShard 1 at its end: waits up to wait_s for each other shard's summary (OUT/shard-K/metrics.jsonl), then copies each fragment the deal gives shard K from OUT/shard-K/model.safetensors into ctx.params.  root: the run's directory; problems: nil, or what could not be taken."
+D["diloco.shards.dir"] = "shards.dir(out, k) -> dir, root\nShard k's directory beside a shard's own OUT (root/shard-I): root/shard-k, and root."
 D["diloco.runhost"] = "diloco.runhost: what every driver's run does around its islands, written once: the effective recipe in the run's files, the evaluation lines with hooks.on_eval, the global model file, the end (summary, run directory released).  lua/diloco/runhost.lua"
 D["diloco.runhost.begin"] = "runhost.begin(recipe[, threads])\nA run's process starts alike in every driver: its compute threads (threads, else the recipe's), SIGINT/SIGTERM/SIGHUP caught, the recipe's seed."
 D["diloco.runhost.recipe_files"] = "runhost.recipe_files(ctx[, write])\nThe effective recipe as ctx.recipe_json (every model file's metadata) and, with write, OUT/recipe.json."

@@ -1,0 +1,192 @@
+-- A sharded syncer under a launcher (docs/shards.md): `diloco-lua syncer RECIPE --shard I/S`
+-- processes and learners given every shard's address file (`--connect @A,@B`).  Each shard
+-- merges its own fragments only, from every learner; shard 1 assembles the run's global
+-- model from both shards' fragments, evaluates it and saves it in OUT; a shard killed with
+-- SIGKILL and restarted with --resume takes the learners back while they train on; bad
+-- shard options and a learner given one shard's address are refused, named.  Every test
+-- kills only the pids it started.
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+
+local function recipe(S, steps)
+  return H.tiny_recipe(S, "shards", { count = 3, steps = steps,
+    sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
+    runtime = { timeout = "3s", join_timeout = "60s" } })
+end
+
+-- Starts shard i of 2 (extra: more arguments); returns its pid.
+local function shard(S, path, i, extra, listen)
+  local args = { exe, "syncer", path, "--shard", i .. "/2", "--listen", listen or "127.0.0.1:0", "--address-file",
+    S.dir .. "/addr" .. i, "--secret-file", S.dir .. "/secret", "--out", S.dir .. "/run", "--quiet",
+    stdout = S.dir .. "/shard" .. i .. ".log", stderr = S.dir .. "/shard" .. i .. ".log", parent_death = "KILL" }
+  for _, a in ipairs(extra or {}) do table.insert(args, #args + 1, a) end
+  return assert(diloco.proc.spawn(args))
+end
+
+local function learner(S, path, m, connect)
+  local log = S.dir .. "/l" .. m .. ".log"
+  return assert(diloco.proc.spawn { exe, "learner", path, "--connect", connect or ("@" .. S.dir .. "/addr1,@" ..
+    S.dir .. "/addr2"), "--id", tostring(m), "--secret-file", S.dir .. "/secret", "--out", S.dir .. "/run/l" .. m,
+    "--overwrite", "--quiet", stdout = log, stderr = log, env = { OMP_NUM_THREADS = "1" }, parent_death = "KILL" })
+end
+
+-- Waits for every pid (at most secs each, then kills the rest); their exit statuses.
+local function wait_all(pids, secs)
+  local codes = {}
+  for i, pid in ipairs(pids) do
+    local ok, err = pcall(H.await_or_kill, pid, secs, "exit of pid " .. pid, function()
+      codes[i] = diloco.proc.wait(pid)
+      return codes[i] ~= nil
+    end)
+    if not ok then
+      for _, p in ipairs(pids) do
+        pcall(diloco.proc.signal, p, "KILL")
+        pcall(diloco.proc.wait, p, true)
+      end
+      error(err, 0)
+    end
+  end
+  return codes
+end
+
+-- The fragments merged and the learners that contributed, in a shard's metrics.
+local function merges_of(path)
+  local frags, learners, n = {}, {}, 0
+  for _, e in ipairs(H.events(path)) do
+    if e.event == "merge" then
+      n = n + 1
+      frags[e.fragment] = true
+      for _, c in ipairs(e.contributors) do learners[c.learner] = true end
+    end
+  end
+  return frags, learners, n
+end
+
+local function log(S, name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
+
+describe("a sharded syncer under a launcher", function()
+  it("merges each fragment at its owner and assembles the global model from both shards", function()
+    local S = H.scratch()
+    local path = recipe(S, 200)
+    S.write("secret", "sh4rd\n")
+    local pids = { shard(S, path, 1), shard(S, path, 2) }
+    for m = 1, 3 do pids[#pids + 1] = learner(S, path, m) end
+    local codes = wait_all(pids, 120)
+    for i, c in ipairs(codes) do
+      assert.are.same({ exited = 0 }, c, log(S, i <= 2 and ("shard" .. i) or ("l" .. (i - 2))))
+    end
+    -- the deal: the model's plan, dealt to 2 shards
+    local r = dofile(path)
+    local model = require("diloco.island").build_model(r.model, r.seed)
+    local plist = model:parameters()
+    local owner = diloco.Plan(diloco.Params(plist), { fragments = 4 }):deal(2)
+    for k = 1, 2 do
+      local frags, learners, n = merges_of(S.dir .. "/run/shard-" .. k .. "/metrics.jsonl")
+      assert.is_true(n > 0)
+      for f = 1, 4 do assert.are.equal(owner[f] == k, frags[f] == true, "fragment " .. f .. " at shard " .. k) end
+      for m = 1, 3 do assert.is_true(learners[m], "learner " .. m .. " merged at shard " .. k) end
+    end
+    -- shard 1's summary: the assembled model, evaluated; shard 2's: its part
+    local s1 = H.summary_of(H.events(S.dir .. "/run/shard-1/metrics.jsonl"))
+    local s2 = H.summary_of(H.events(S.dir .. "/run/shard-2/metrics.jsonl"))
+    assert.are.equal("1/2", s1.shard)
+    assert.are.equal("2/2", s2.shard)
+    assert.are.equal(S.dir .. "/run/model.safetensors", s1.assembled)
+    assert.is_number(s1.final_eval_loss)
+    assert.is_true(s2.final_eval_loss == nil or s2.final_eval_loss == diloco.json_null) -- (part of a model)
+    -- the assembled model holds each fragment as its owner saved it, bit for bit
+    local function arena(file)
+      local t = assert(diloco.load_safetensors(file))
+      local list = {}
+      for i, p in ipairs(plist) do list[i] = { p[1], assert(t[p[1]], p[1]) } end
+      return diloco.Params(list)
+    end
+    local whole = arena(S.dir .. "/run/model.safetensors")
+    local plan = diloco.Plan(whole, { fragments = 4 })
+    local parts = { arena(S.dir .. "/run/shard-1/model.safetensors"), arena(S.dir .. "/run/shard-2/model.safetensors") }
+    local init = diloco.Params(require("diloco.island").build_model(r.model, r.seed):parameters())
+    for f = 1, 4 do
+      for _, v in ipairs(plan:views(f)) do
+        local a = whole:flat():slice(1, v.offset + 1, v.offset + v.numel):tolist()
+        local b = parts[owner[f]]:flat():slice(1, v.offset + 1, v.offset + v.numel):tolist()
+        local c = init:flat():slice(1, v.offset + 1, v.offset + v.numel):tolist()
+        assert.are.same(b, a, "fragment " .. f .. " view " .. v.name)
+        assert.are_not.same(c, a, "fragment " .. f .. " moved from the initial model")
+      end
+    end
+    S.cleanup()
+  end)
+
+  it("a shard killed with SIGKILL comes back with --resume while the learners train on", function()
+    local S = H.scratch()
+    local path = recipe(S, 6000)
+    S.write("secret", "sh4rd\n")
+    local s1, s2 = shard(S, path, 1), shard(S, path, 2)
+    local ls = {}
+    for m = 1, 3 do ls[m] = learner(S, path, m) end
+    local m2 = S.dir .. "/run/shard-2/metrics.jsonl"
+    H.await_or_kill(s2, 60, "merges at shard 2", function() return H.count_events(m2, "merge") >= 5 end)
+    -- (its checkpoint of the start is there: a resume continues from it)
+    diloco.proc.signal(s2, "KILL")
+    diloco.proc.wait(s2, true)
+    local m1 = S.dir .. "/run/shard-1/metrics.jsonl"
+    local before = H.count_events(m1, "merge")
+    H.await_or_kill(s1, 60, "merges at shard 1 while shard 2 is down",
+      function() return H.count_events(m1, "merge") >= before + 10 end)
+    -- back at its address (the learners reconnect there)
+    local at = (H.read_lines(S.dir .. "/addr2")[1] or ""):match("^%s*(.-)%s*$")
+    os.remove(S.dir .. "/addr2")
+    s2 = shard(S, path, 2, { "--resume" }, at)
+    local codes = wait_all({ s1, s2, ls[1], ls[2], ls[3] }, 180)
+    for i, c in ipairs(codes) do
+      assert.are.same({ exited = 0 }, c, log(S, ({ "shard1", "shard2", "l1", "l2", "l3" })[i]))
+    end
+    local ev2 = H.events(m2)
+    local resumed = H.of_kind(ev2, "resume")
+    assert.are.equal(1, #resumed)
+    local after, by = 0, {}
+    local seen_resume = false
+    for _, e in ipairs(ev2) do
+      if e.event == "resume" then seen_resume = true end
+      if seen_resume and e.event == "merge" then
+        after = after + 1
+        for _, c in ipairs(e.contributors) do by[c.learner] = true end
+      end
+    end
+    assert.is_true(after > 0)
+    for m = 1, 3 do assert.is_true(by[m], "learner " .. m .. " merged at the resumed shard 2") end
+    local s1 = H.summary_of(H.events(m1))
+    assert.are.equal(S.dir .. "/run/model.safetensors", s1.assembled)
+    assert.is_true(s1.final_eval_loss < 4, "the assembled model learned: " .. s1.final_eval_loss) -- (ln 256 = 5.5)
+    S.cleanup()
+  end)
+
+  it("refuses bad shard options and a learner given one shard's address, named", function()
+    local S = H.scratch()
+    local path = recipe(S, 200)
+    S.write("secret", "sh4rd\n")
+    for _, case in ipairs {
+      { { "--shard", "3/2", "--secret-file", S.dir .. "/secret" }, "expected I/S with 1 <= I <= S <= 16" },
+      { { "--shard", "1/5", "--secret-file", S.dir .. "/secret" }, "sync.fragments = 4, fewer than 5 shards" },
+      { { "--shard", "1/2" }, "the shards share the run's secret" },
+    } do
+      local args = { exe, "syncer", path, "--out", S.dir .. "/bad" }
+      for _, a in ipairs(case[1]) do args[#args + 1] = a end
+      local out, status = H.sh(table.concat(args, " "))
+      assert.are.equal(2, status, out)
+      assert.matches(case[2], out, 1, true)
+    end
+    -- a learner given shard 1's address alone: refused for good, naming the shards
+    local s1 = shard(S, path, 1)
+    local l = learner(S, path, 1, "@" .. S.dir .. "/addr1")
+    local code = wait_all({ l }, 60)[1]
+    pcall(diloco.proc.signal, s1, "KILL")
+    diloco.proc.wait(s1, true)
+    assert.are.same({ exited = 1 }, code)
+    assert.matches("is shard 1 of 2, but this learner was given 1 address", log(S, "l1"), 1, true)
+    S.cleanup()
+  end)
+end)
