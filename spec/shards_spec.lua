@@ -179,6 +179,15 @@ describe("a sharded syncer under a launcher", function()
       assert.are.equal(2, status, out)
       assert.matches(case[2], out, 1, true)
     end
+    for _, case in ipairs {
+      { "islands.syncers=5", "islands.syncers = 5: expected at most sync.fragments = 4 shards" },
+      { "sync.preset=dp", "data parallel has one syncer" },
+    } do
+      local extra = case[1] == "sync.preset=dp" and " --set islands.syncers=2" or ""
+      local out, status = H.sh(string.format("%s run %s --set %s%s --out %s/bad2", exe, path, case[1], extra, S.dir))
+      assert.are.equal(2, status, out)
+      assert.matches(case[2], out, 1, true)
+    end
     -- a learner given shard 1's address alone: refused for good, naming the shards
     local s1 = shard(S, path, 1)
     local l = learner(S, path, 1, "@" .. S.dir .. "/addr1")
@@ -188,5 +197,95 @@ describe("a sharded syncer under a launcher", function()
     assert.are.same({ exited = 1 }, code)
     assert.matches("is shard 1 of 2, but this learner was given 1 address", log(S, "l1"), 1, true)
     S.cleanup()
+  end)
+end)
+
+describe("run with islands.syncers = 2", function()
+  local S
+  before_each(function() S = H.scratch() end)
+  after_each(function() S.cleanup() end)
+
+  local function sharded_recipe(steps)
+    return H.tiny_recipe(S, "sharded", { count = 3, steps = steps,
+      sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
+      runtime = { syncer_every = 4 } })
+  end
+
+  -- tiny_recipe has no islands.syncers field: the recipe file with it added
+  local function with_syncers(path)
+    local f = assert(io.open(path))
+    local text = f:read("a")
+    f:close()
+    text = text:gsub("islands = { count = 3 }", "islands = { count = 3, syncers = 2 }")
+    return S.write("sharded2.lua", text)
+  end
+
+  it("serves both shards in its process: each merges its fragments, one checkpoint set, no replay", function()
+    local path = with_syncers(sharded_recipe(200))
+    local out = S.dir .. "/run"
+    local text, code = H.sh(string.format("%s run %s --out %s --quiet", exe, path, out))
+    assert.are.equal(0, code, text)
+    local ev = H.events(out .. "/metrics.jsonl")
+    local s = H.summary_of(ev)
+    assert.are.equal(2, s.syncers)
+    assert.are.same({ 1, 1 }, s.epochs)
+    assert.is_number(s.final_eval_loss)
+    local r = dofile(path)
+    local plist = require("diloco.island").build_model(r.model, r.seed):parameters()
+    local owner = diloco.Plan(diloco.Params(plist), { fragments = 4 }):deal(2)
+    local by_shard = { {}, {} }
+    for _, e in ipairs(H.of_kind(ev, "merge")) do by_shard[e.shard][e.fragment] = true end
+    for f = 1, 4 do
+      assert.is_true(by_shard[owner[f]][f] == true, "fragment " .. f .. " merged by shard " .. owner[f])
+      assert.is_nil(by_shard[3 - owner[f]][f], "fragment " .. f .. " not merged by the other shard")
+    end
+    -- each checkpoint a set: shard 1's file and shard 2's beside it
+    for _, c in ipairs(diloco.rundir.checkpoints(out .. "/syncer")) do
+      local side = c.path:gsub("%.safetensors$", ".shard-2.safetensors")
+      local m1, m2 = diloco.safetensors_meta(c.path), diloco.safetensors_meta(side)
+      assert.is_table(m2, side)
+      assert.are.equal(m1["diloco.merges"], m2["diloco.merges"])
+      assert.are.equal(table.concat({ owner[1] == 1 and 1 or 0, owner[2] == 1 and 1 or 0, owner[3] == 1 and 1 or 0,
+        owner[4] == 1 and 1 or 0 }), m1["syncer.owns"])
+      assert.are.equal(table.concat({ owner[1] == 2 and 1 or 0, owner[2] == 2 and 1 or 0, owner[3] == 2 and 1 or 0,
+        owner[4] == 2 and 1 or 0 }), m2["syncer.owns"])
+    end
+    text, code = H.sh(string.format("%s sim --replay %s", exe, out))
+    assert.are_not.equal(0, code)
+    assert.matches("syncer was in 2 shards", text, 1, true)
+  end)
+
+  it("killed with SIGKILL resumes every shard from one checkpoint set", function()
+    local path = with_syncers(sharded_recipe(3000))
+    local out = S.dir .. "/run"
+    local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet",
+      stdout = S.dir .. "/run1.log", stderr = S.dir .. "/run1.log" })
+    H.await_or_kill(pid, 120, "3 checkpoint sets", function()
+      return #diloco.rundir.checkpoints(out .. "/syncer") >= 3
+    end)
+    diloco.proc.signal(pid, "KILL")
+    diloco.proc.wait(pid, true)
+    -- its learners follow it (they save and leave): their directories free again
+    for m = 1, 3 do
+      local lockfile = string.format("%s/learner-%d/.lock", out, m)
+      H.await_or_kill(pid, 60, "learner " .. m .. "'s directory free", function()
+        local lock = diloco.lock_dir(lockfile, "shards_spec")
+        if lock then lock:close() end
+        return lock ~= nil
+      end)
+    end
+    local list = diloco.rundir.checkpoints(out .. "/syncer")
+    local newest = list[#list]
+    local merges_at = tonumber(diloco.safetensors_meta(newest.path)["diloco.merges"])
+    local text, code = H.sh(string.format("%s run %s --out %s --quiet --resume latest", exe, path, out))
+    assert.are.equal(0, code, text)
+    local ev = H.events(out .. "/metrics.jsonl")
+    local resumed = H.of_kind(ev, "resume")
+    assert.are.equal(1, #resumed)
+    assert.are.equal(newest.path, resumed[1].from)
+    assert.are.equal(merges_at, resumed[1].merges)
+    local s = H.summary_of(ev)
+    assert.are.same({ 2, 2 }, s.epochs) -- (every shard the next epoch)
+    assert.is_true(s.merges > merges_at)
   end)
 end)

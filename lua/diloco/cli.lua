@@ -358,6 +358,9 @@ local function shard_opts(opts, r)
       r.sync.preset == "dp" and "data parallel has one syncer (one fragment)"
         or string.format("the recipe has sync.fragments = %d, fewer than %d shards", P, s)))
   end
+  if (r.islands.syncers or 1) ~= s and r.islands.syncers then
+    usage_error(string.format("--shard %s: the recipe has islands.syncers = %d shards", opts.shard, r.islands.syncers))
+  end
   local file, secret = secret_opts(opts)
   if s > 1 and not file and not secret then
     usage_error("--shard: the shards share the run's secret: give --secret-file FILE or set DILOCO_SECRET")

@@ -7,7 +7,8 @@
 --   diloco-lua run RECIPE      (islands.count > 1)  M.run: the syncer in this process,
 --                              M learner processes (diloco-lua learner, exec'd), chaos
 --   diloco-lua syncer RECIPE --listen HOST:PORT     M.serve: the syncer alone, learners
---                              started by any launcher
+--                              started by any launcher (--shard I/S: one shard of it)
+-- islands.syncers = S: the syncer in S shards in this process (lua/diloco/shards.lua).
 --
 -- OUT holds what `sim` writes (metrics.jsonl with merge, fault, eval and summary events
 -- in sim's schema, recipe.json, model.safetensors: the global model), plus learner-N/
@@ -72,7 +73,7 @@ end
 function M.start_syncer(ctx, listen, resume)
   local r = ctx.recipe
   local epoch = next_epoch(ctx, resume)
-  local s, serr = diloco.Syncer { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
+  local o = { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, run_json = ctx.run_json, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
     shard = ctx.opts.shard, shards = ctx.opts.shards, -- (docs/shards.md)
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
@@ -83,6 +84,10 @@ function M.start_syncer(ctx, listen, resume)
       heartbeat = ctx.rt.heartbeat, tls = ctx.opts.tls,
       -- every learner of a run on one host comes from one address, all at once
       max_unauth_per_addr = math.max(8, r.islands.count) } }
+  -- islands.syncers = S: S shards in this process (a launcher's --shard serves one)
+  local S = not ctx.opts.shards and r.islands.syncers or 1
+  local s, serr
+  if S > 1 then s, serr = require("diloco.shards").start(o, S) else s, serr = diloco.Syncer(o) end
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
   ctx.syncer_started = true
   if not epoch then ctx.srd:write_file("epoch", tostring(s:epoch()) .. "\n") end
@@ -287,7 +292,8 @@ local function prepare(r, opts)
     -- the address learners reach it at (the address file's): --advertise, its port the
     -- bound one unless it names one; else the listen address, a wildcard host being the
     -- interface that routes off this host (rt.h dlc_rt_advertise)
-    local aok, address = pcall(diloco.advertise_address, opts.listen or "127.0.0.1:0", ctx.port, opts.advertise)
+    local aok, address = pcall(require("diloco.shards").addresses, opts.listen or "127.0.0.1:0",
+      type(ctx.syncer) == "table" and ctx.syncer:ports() or { ctx.port }, opts.advertise)
     if not aok then fail_code(2, "%s", plain(address)) end
     ctx.address = address
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
@@ -436,7 +442,7 @@ local function on_syncer_event(ctx, ev)
   local L = ev.learner and ctx.learners[ev.learner]
   if ev.type == "merged" then
     local info = islands.merge_info(ev.merge)
-    info.wall_s = elapsed(ctx)
+    info.wall_s, info.shard = elapsed(ctx), ev.shard -- (islands.syncers > 1: which shard merged)
     ctx.merges = ctx.merges + 1
     ctx.gm = ctx.gm + 1
     if ctx.job_rollbacks then -- non-elastic dp: what a rollback past this step takes back

@@ -330,6 +330,9 @@ M.schema = {
     ranks = { kind = "integer", default = nil, check = range(1, 4096, true),
       doc = "default MPI ranks of every island (1: one process; R > 1: an MPI job whose ranks average their "
         .. "gradients, R x the batch; docs/mpi.md)" },
+    syncers = { kind = "integer", default = nil, check = range(1, 16, true),
+      doc = "the syncer in S shards, each owning the fragments dealt to it (run, syncer; docs/shards.md); "
+        .. "at most sync.fragments, not with dp (default 1: one syncer)" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
     links = { kind = "table|boolean", default = nil,
       doc = "set by validation: the links the real runtime shapes with runtime.emulate_links, one table {latency, bandwidth} per island with "

@@ -49,6 +49,12 @@ end
 function M.check(r, errs)
   bind()
   check_sync(r, errs)
+  local S = r.islands and r.islands.syncers
+  if S and (r.sync.preset == "dp" or S > (r.sync.fragments or 1)) then -- (each shard owns a fragment: docs/shards.md)
+    errs[#errs + 1] = string.format("islands.syncers = %d: %s", S, r.sync.preset == "dp"
+      and "data parallel has one syncer (expected 1)"
+      or string.format("expected at most sync.fragments = %d shards (each owns one fragment at least)", r.sync.fragments))
+  end
   local rt = r.runtime
   local hb, to = rt and parse_duration(rt.heartbeat), rt and parse_duration(rt.timeout)
   if hb and to and hb >= to then

@@ -98,6 +98,10 @@ local function load_recipe(out, opts)
   end
   local valid, problems = diloco.recipe.validate(r)
   if not valid then refuse("the run's recipe %s: %s", path, table.concat(problems, "; ")) end
+  if r.islands.syncers then -- (docs/shards.md, "Not built yet")
+    refuse("the run's syncer was in %d shards (islands.syncers): each learner took each shard's merges on a link of "
+      .. "its own, in an order the tape does not keep, so this version cannot replay it", r.islands.syncers)
+  end
   local saved = read_file(out .. "/recipe.json")
   if saved then
     local now = diloco.json_decode(diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true }))

@@ -183,6 +183,15 @@ local function newest_complete(ckpts)
   return nil, skipped
 end
 
+-- Removes the other shards' checkpoints (lua/diloco/shards.lua: checkpoint-STEP.shard-K.
+-- safetensors, beside shard 1's checkpoint-STEP.safetensors) whose set is gone.
+local function remove_sides(out)
+  for _, f in ipairs(diloco.listdir(out) or {}) do
+    local step = f:match("^checkpoint%-(%d+)%.shard%-%d+%.safetensors$")
+    if step and not exists(out .. "/checkpoint-" .. step .. ".safetensors") then os.remove(out .. "/" .. f) end
+  end
+end
+
 -- Decides resume_path, metrics_path and whether the metrics are appended.
 function M:resolve(opts)
   local out = self.out
@@ -217,6 +226,7 @@ function M:resolve(opts)
     -- saved) or one that failed then (its summary alone): nothing to resume or lose, so
     -- the next run takes the directory over
     for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
+    remove_sides(out)
     self.took_over = present
   elseif #present > 0 and not opts.append then
     if not opts.overwrite then
@@ -226,6 +236,7 @@ function M:resolve(opts)
         ((opts.resume_hint or "--resume latest") .. " continues it, "))
     end
     for _, name in ipairs(present) do os.remove(out .. "/" .. name) end
+    remove_sides(out)
     self.overwritten = present
   end
 
@@ -281,6 +292,7 @@ function M:save(step, write_checkpoint, write_model)
   for i = 1, #list - self.keep do
     if list[i].name ~= name and os.remove(list[i].path) then removed[#removed + 1] = list[i].name end
   end
+  remove_sides(self.out)
   if os.remove(self.out .. "/" .. M.LEGACY_CHECKPOINT) then removed[#removed + 1] = M.LEGACY_CHECKPOINT end
   return { path = path, removed = removed }
 end

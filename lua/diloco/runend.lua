@@ -118,6 +118,9 @@ function M.finish(ctx, err)
     -- a shard of a sharded syncer (docs/shards.md): "I/S"; its model holds its fragments only
     shard = (ctx.opts.shards or 1) > 1 and string.format("%d/%d", ctx.opts.shard, ctx.opts.shards) or nil,
     assembled = assembled, assembly_error = assembly_error,
+    -- islands.syncers = S shards in this process: their count and each one's epoch
+    syncers = type(ctx.syncer) == "table" and ctx.syncer:shards() or nil,
+    epochs = type(ctx.syncer) == "table" and ctx.syncer:epochs() or nil,
   }
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)

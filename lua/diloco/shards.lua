@@ -1,8 +1,13 @@
--- diloco.shards: the end of a sharded syncer's first shard (docs/shards.md).  Each shard
--- saves a model that holds the global values of its own fragments only; shard 1 then waits
--- for the run's other shards (OUT/shard-K beside its own OUT/shard-1, on one file system)
--- to end, and assembles the run's global model from each shard's fragments, which it
--- evaluates and saves as OUT/model.safetensors.
+-- diloco.shards: a syncer in shards (docs/shards.md).
+--
+-- Under a launcher (`syncer --shard I/S`, one process per shard) each shard saves a model
+-- that holds the global values of its own fragments only; shard 1 then waits for the
+-- run's other shards (OUT/shard-K beside its own OUT/shard-1, on one file system) to end,
+-- and assembles the run's global model from each shard's fragments, which it evaluates
+-- and saves as OUT/model.safetensors (M.assemble).
+--
+-- Under `run` (islands.syncers = S) the shards live in the run's process behind one
+-- syncer's methods (M.start, below).
 local diloco = require "diloco"
 local M = {}
 
@@ -78,6 +83,186 @@ function M.assemble(ctx, wait_s, stopped)
     end
   end
   return root, #problems > 0 and problems or nil
+end
+
+-- ---- the shards of one process: a syncer in S shards behind one syncer's methods ----
+--
+-- `run` (and `syncer` without --shard) with islands.syncers = S serves S shards, each a
+-- diloco.Syncer of its own (its thread, port, epoch and checkpoint), behind the methods the
+-- run's host calls on one syncer: events from every shard (each tagged `shard`), the
+-- global model from every shard's fragments, one checkpoint set (shard 1's file, the
+-- others beside it: M.side_path), the learners' and the run's counters added up.
+
+local Set = {}
+Set.__index = Set
+
+-- Shard k's checkpoint beside shard 1's at path (k = 1: path itself).
+function M.side_path(path, k)
+  if k == 1 then return path end
+  return (path:gsub("%.safetensors$", "")) .. string.format(".shard-%d.safetensors", k)
+end
+
+-- "HOST:PORT" with the port moved on by k - 1 when it is not 0 (shard k of a fixed port).
+local function nth(addr, k)
+  local host, port = addr:match("^(.*):(%d+)$")
+  port = port and math.tointeger(tonumber(port))
+  if not port or port == 0 or k == 1 then return addr end
+  return string.format("%s:%d", host, port + k - 1)
+end
+
+-- The address learners reach each of the shards (bound to ports) at, joined by commas
+-- (the address file's, `run`'s --connect): diloco.advertise_address of each, a fixed
+-- port in listen or advertise moved on by k - 1 for shard k.  One port: one syncer.
+function M.addresses(listen, ports, advertise)
+  local out = {}
+  for k, port in ipairs(ports) do
+    out[k] = diloco.advertise_address(nth(listen, k), port, advertise and nth(advertise, k) or nil)
+  end
+  return table.concat(out, ",")
+end
+
+-- Starts S shards with diloco.Syncer options o (listen: one address per shard joined by
+-- commas, or one address whose port is 0 for every shard; resume: shard 1's checkpoint,
+-- the others' beside it).  Returns the set, or nil and the first error.
+function M.start(o, S)
+  local listens = {}
+  for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
+  local set = setmetatable({ list = {}, S = S, turn = 1 }, Set)
+  for k = 1, S do
+    local ok = {}
+    for key, v in pairs(o) do ok[key] = v end
+    ok.shard, ok.shards = k, S
+    ok.listen = listens[k] or nth(listens[1], k) -- (one address: a fixed port moved on per shard)
+    ok.resume = o.resume and M.side_path(o.resume, k) or nil
+    local s, err = diloco.Syncer(ok)
+    if not s then
+      set:close()
+      return nil, string.format("shard %d of %d: %s", k, S, tostring(err))
+    end
+    set.list[k] = s
+  end
+  return set
+end
+
+function Set:shards() return self.S end
+function Set:port() return self.list[1]:port() end
+function Set:ports()
+  local t = {}
+  for k, s in ipairs(self.list) do t[k] = s:port() end
+  return t
+end
+-- The latest epoch of the shards (each stamps its own; Set:epochs lists them).
+function Set:epoch()
+  local e = 0
+  for _, s in ipairs(self.list) do e = math.max(e, s:epoch()) end
+  return e
+end
+function Set:epochs()
+  local t = {}
+  for k, s in ipairs(self.list) do t[k] = s:epoch() end
+  return t
+end
+function Set:close()
+  for _, s in ipairs(self.list) do s:close() end
+end
+function Set:flush()
+  for _, s in ipairs(self.list) do s:flush() end
+  return true
+end
+function Set:set_quorum(k)
+  for _, s in ipairs(self.list) do s:set_quorum(k) end
+end
+function Set:shape(m, rate, latency)
+  for _, s in ipairs(self.list) do s:shape(m, rate, latency) end
+end
+function Set:cut(m, seconds)
+  for _, s in ipairs(self.list) do s:cut(m, seconds) end
+end
+-- Every shard writes its own fragments: the whole global model.
+function Set:global(params)
+  for _, s in ipairs(self.list) do s:global(params) end
+end
+-- The shards' checkpoints: the others first, beside path, shard 1's at path last (its
+-- presence says the set is whole: a kill in between leaves the newest set as it was).
+function Set:save(path, meta)
+  for k = self.S, 1, -1 do
+    local ok, err = self.list[k]:save(M.side_path(path, k), meta)
+    if not ok then return nil, string.format("shard %d: %s", k, tostring(err)) end
+  end
+  return true
+end
+-- The next event of any shard (tagged `shard`), waiting up to timeout for one.
+function Set:poll(timeout)
+  local S = self.S
+  for i = 0, S - 1 do
+    local k = (self.turn + i - 1) % S + 1
+    local ev, err = self.list[k]:poll(0)
+    if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
+    if ev then
+      self.turn = k % S + 1
+      ev.shard = k
+      return ev
+    end
+  end
+  if not timeout or timeout <= 0 then return nil end
+  local k = self.turn
+  self.turn = k % S + 1
+  local ev, err = self.list[k]:poll(timeout / S)
+  if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
+  if ev then ev.shard = k end
+  return ev
+end
+
+local SUM = { merged = true, merged_steps = true, bytes_in = true, bytes_out = true, held = true, held_bytes = true,
+  queued_bytes = true }
+local MAX = { steps = true, tokens = true, heard = true, absent = true, joins = true, cut = true }
+-- What the shards know of learner m: connected and joined on every shard, gone (bye) from
+-- every one; its report (steps, tokens, times) the latest; its merges and bytes added up.
+function Set:learner(m)
+  local out
+  for _, s in ipairs(self.list) do
+    local i = s:learner(m)
+    if not out then
+      out = i
+    else
+      out.connected = out.connected and i.connected
+      out.joined = out.joined and i.joined
+      out.bye = out.bye and i.bye
+      for k in pairs(SUM) do if i[k] then out[k] = (out[k] or 0) + i[k] end end
+      for k in pairs(MAX) do if i[k] and (out[k] == nil or i[k] > out[k]) then out[k] = i[k] end end
+    end
+  end
+  return out
+end
+-- The run's counters over every shard: merges, rejects, bytes, refusals added up; live the
+-- fewest any shard sees.
+function Set:stats()
+  local out
+  for _, s in ipairs(self.list) do
+    local st = s:stats()
+    if not out then
+      out = st
+    else
+      for k, v in pairs(st) do
+        if k == "live" then out.live = math.min(out.live, v)
+        elseif k == "now" or k == "learners" then -- (the same)
+        elseif math.type(v) or type(v) == "number" then out[k] = (out[k] or 0) + v
+        elseif type(v) == "table" then -- refused_by {reason = n}, bytes_by_type {type = {up, down}}
+          out[k] = out[k] or {}
+          for kk, vv in pairs(v) do
+            if type(vv) == "table" then
+              local t = out[k][kk] or { up = 0, down = 0 }
+              t.up, t.down = t.up + (vv.up or 0), t.down + (vv.down or 0)
+              out[k][kk] = t
+            else
+              out[k][kk] = (out[k][kk] or 0) + vv
+            end
+          end
+        end
+      end
+    end
+  end
+  return out
 end
 
 return M
