@@ -536,6 +536,18 @@ static void test_config_versions(void) {
     CHECK(old.id == v1->id && old.join_timeout == v1->join_timeout && old.heartbeat == v1->heartbeat &&
           old.driver == NULL);
     free(buf);
+    /* a version 3 server config is version 4's without shard and shards: its defaults
+     * write nothing past them, and a V3 host's struct is read no further */
+    size_t n3 = offsetof(dlc_server_config, shard);
+    unsigned char *sbuf = malloc(sizeof(dlc_server_config) + 16);
+    memset(sbuf, 0xAB, sizeof(dlc_server_config) + 16);
+    CHECK(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V3, (dlc_server_config *)sbuf) == DLC_OK);
+    int sguard = 1;
+    for (size_t i = n3; i < sizeof(dlc_server_config) + 16; i++) sguard &= sbuf[i] == 0xAB;
+    CHECK(sguard);
+    CHECK(dlc_server_config_default_versioned(DLC_SERVER_CONFIG_V4, (dlc_server_config *)sbuf) == DLC_OK &&
+          ((dlc_server_config *)sbuf)->shards == 0 && ((dlc_server_config *)sbuf)->shard == 0);
+    free(sbuf);
     dlc_server_config olds = (dlc_server_default_config)();
     CHECK(olds.learners == 1 && strcmp(olds.listen, "127.0.0.1:0") == 0 && olds.timeout == 5 && olds.driver == NULL);
     /* the unversioned entry points check as the versioned ones do */

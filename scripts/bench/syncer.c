@@ -51,8 +51,12 @@
  * one counted, and a margin of 2; each learner's arrays and a client of about 4).  Every child is waited for, killed by its pid on an error; a
  * child that fails prints dlc_last_error() on stderr and exits non-zero, and the parent
  * names it; exit 1 if any size failed.
- *   bench_syncer [--sizes 16,64,256] [--learners 2] [--fragments 4] [--seconds 20]
- *                [--step-ms 50]
+ * With --shards 1,2 every size runs once per shard count S: S syncer processes, shard k
+ * of S each (client.h's dlc_server_config.shard, docs/shards.md), the learners given every
+ * shard's address; the row's ingest is the slowest shard's, its syncer RSS the largest
+ * shard's (as a multiple of the whole model), merges/s and the shares over every shard.
+ *   bench_syncer [--sizes 16,64,256] [--learners 2] [--fragments 4] [--shards 1]
+ *                [--seconds 20] [--step-ms 50]
  * Run it on a quiet host: it measures wall and CPU time.
  */
 #include <diloco/client.h>
@@ -87,6 +91,7 @@
 #define MIB ((size_t)1 << 20)
 #define REF_MIN (256 * MIB)
 #define RING 4
+#define MAX_SHARDS 8
 
 static double now(void) {
     struct timespec ts;
@@ -162,7 +167,7 @@ static void run_text(char *buf, size_t n, int fragments) {
 
 /* ---- the syncer's process ---- */
 
-static int role_syncer(int64_t numel, int learners, int fragments, const char *port_file) {
+static int role_syncer(int64_t numel, int learners, int fragments, const char *port_file, int shard, int shards) {
     long long base_kb = proc_kb("/proc/self/status", "VmRSS");
     model m;
     if (model_make(&m, numel) != 0) return fprintf(stderr, "bench_syncer: syncer: out of memory\n"), 1;
@@ -172,6 +177,7 @@ static int role_syncer(int64_t numel, int learners, int fragments, const char *p
     dlc_server_config sc = dlc_server_default_config();
     sc.tensors = m.t, sc.count = m.count, sc.run = run, sc.learners = learners, sc.secret = SECRET;
     sc.listen = "127.0.0.1:0";
+    sc.shard = shard, sc.shards = shards; /* (docs/shards.md) */
     dlc_server *s = dlc_server_new(&sc);
     if (!s) return fprintf(stderr, "bench_syncer: syncer: dlc_server_new: %s\n", dlc_last_error()), 1;
     free(m.data); /* copied by dlc_server_new */
@@ -243,14 +249,13 @@ static int role_syncer(int64_t numel, int learners, int fragments, const char *p
 
 /* ---- a learner's process ---- */
 
-static int role_learner(int64_t numel, int fragments, int port, double seconds, double step_ms) {
+static int role_learner(int64_t numel, int fragments, const char *connect, double seconds, double step_ms) {
     long long base_kb = proc_kb("/proc/self/status", "VmRSS");
     model m;
     if (model_make(&m, numel) != 0) return fprintf(stderr, "bench_syncer: learner: out of memory\n"), 1;
     memset(m.data, 0, (size_t)numel * sizeof(float)); /* the host's arrays exist before the join */
-    char run[128], connect[64];
+    char run[128];
     run_text(run, sizeof run, fragments);
-    snprintf(connect, sizeof connect, "127.0.0.1:%d", port);
     dlc_client_config cc = dlc_client_default_config();
     cc.tensors = m.t, cc.count = m.count, cc.run = run, cc.connect = connect, cc.secret = SECRET;
     cc.join_timeout = 120;
@@ -569,14 +574,15 @@ typedef struct row {
     double syncer_x, learner_x;
     double stale_share;
     long long dropped, held, superseded;
+    int shards;
 } row;
 
 /* one size: the references, then the syncer and the learners; 0 and *out filled, or -1 */
-static int run_size(double size_m, int M, int P, double seconds, double step_ms, row *out) {
+static int run_size(double size_m, int M, int P, int S, double seconds, double step_ms, row *out) {
     int64_t numel = (int64_t)llround(size_m * 1e6);
     size_t bytes = (size_t)numel * sizeof(float);
     memset(out, 0, sizeof *out);
-    out->size_m = size_m, out->model_mb = (double)bytes / 1e6;
+    out->size_m = size_m, out->model_mb = (double)bytes / 1e6, out->shards = S;
 
     out->memcpy_gbs = ref_blocks(bytes, 0);
     out->socket_gbs = ref_socket(bytes);
@@ -594,45 +600,56 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
 
     char dir[] = "/tmp/bench_syncer.XXXXXX";
     if (!mkdtemp(dir)) return fprintf(stderr, "bench_syncer: mkdtemp: %s\n", strerror(errno)), -1;
-    char port_file[sizeof dir + 16], numel_s[32], m_s[16], p_s[16], sec_s[32], step_s[32], port_s[16];
-    snprintf(port_file, sizeof port_file, "%s/port", dir);
+    char port_file[MAX_SHARDS][sizeof dir + 16], numel_s[32], m_s[16], p_s[16], sec_s[32], step_s[32], s_s[16];
+    char k_s[MAX_SHARDS][16], connect[MAX_SHARDS * 24];
     snprintf(numel_s, sizeof numel_s, "%lld", (long long)numel);
-    snprintf(m_s, sizeof m_s, "%d", M), snprintf(p_s, sizeof p_s, "%d", P);
+    snprintf(m_s, sizeof m_s, "%d", M), snprintf(p_s, sizeof p_s, "%d", P), snprintf(s_s, sizeof s_s, "%d", S);
     snprintf(sec_s, sizeof sec_s, "%.17g", seconds), snprintf(step_s, sizeof step_s, "%.17g", step_ms);
 
-    child syncer, *learners = calloc((size_t)M, sizeof *learners);
+    child syncers[MAX_SHARDS], *learners = calloc((size_t)M, sizeof *learners);
     if (!learners) return rmdir(dir), -1;
     for (int i = 0; i < M; i++) learners[i].pid = -1, learners[i].out = learners[i].in = -1;
-    int rc = -1, started = 0;
-    char *sargv[] = {"bench_syncer", "--role", "syncer", "--numel", numel_s, "--learners", m_s, "--fragments", p_s,
-                     "--port-file", port_file, NULL};
-    if (spawn(&syncer, sargv, 1) != 0) {
-        fprintf(stderr, "bench_syncer: cannot start the syncer: %s\n", strerror(errno));
-        goto out;
-    }
-    /* its port, once it listens (a large model takes a while to make) */
-    int port = 0;
-    for (double t0 = now(); !port;) {
-        FILE *f = fopen(port_file, "r");
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port) break;
-        if (reap(&syncer)) {
-            char h[64];
-            fprintf(stderr, "bench_syncer: %gM: the syncer %s before it listened\n", size_m, how(&syncer, h, sizeof h));
+    for (int k = 0; k < MAX_SHARDS; k++) syncers[k].pid = -1, syncers[k].out = syncers[k].in = -1;
+    int rc = -1, started = 0, nsync = 0;
+    for (; nsync < S; nsync++) { /* each shard a process of its own (one: the syncer) */
+        int k = nsync;
+        snprintf(port_file[k], sizeof port_file[k], "%s/port-%d", dir, k + 1);
+        snprintf(k_s[k], sizeof k_s[k], "%d", k + 1);
+        char *sargv[] = {"bench_syncer", "--role", "syncer", "--numel", numel_s, "--learners", m_s, "--fragments",
+                         p_s, "--port-file", port_file[k], "--shard", k_s[k], "--shards", s_s, NULL};
+        if (spawn(&syncers[k], sargv, 1) != 0) {
+            fprintf(stderr, "bench_syncer: cannot start syncer shard %d: %s\n", k + 1, strerror(errno));
             goto out;
         }
-        if (now() - t0 > 300) {
-            fprintf(stderr, "bench_syncer: %gM: no port from the syncer within 300 s\n", size_m);
-            goto out;
-        }
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
     }
-    snprintf(port_s, sizeof port_s, "%d", port);
-    char *largv[] = {"bench_syncer", "--role", "learner", "--numel", numel_s, "--fragments", p_s, "--port", port_s,
+    /* their ports, once they listen (a large model takes a while to make) */
+    size_t used = 0;
+    connect[0] = '\0';
+    for (int k = 0; k < S; k++) {
+        int port = 0;
+        for (double t0 = now(); !port;) {
+            FILE *f = fopen(port_file[k], "r");
+            if (f) {
+                if (fscanf(f, "%d", &port) != 1) port = 0;
+                fclose(f);
+            }
+            if (port) break;
+            if (reap(&syncers[k])) {
+                char h[64];
+                fprintf(stderr, "bench_syncer: %gM: syncer shard %d %s before it listened\n", size_m, k + 1,
+                        how(&syncers[k], h, sizeof h));
+                goto out;
+            }
+            if (now() - t0 > 300) {
+                fprintf(stderr, "bench_syncer: %gM: no port from syncer shard %d within 300 s\n", size_m, k + 1);
+                goto out;
+            }
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+        used += (size_t)snprintf(connect + used, sizeof connect - used, "%s127.0.0.1:%d", k ? "," : "", port);
+    }
+    char *largv[] = {"bench_syncer", "--role", "learner", "--numel", numel_s, "--fragments", p_s, "--connect", connect,
                      "--seconds", sec_s, "--step-ms", step_s, NULL};
     for (; started < M; started++)
         if (spawn(&learners[started], largv, 0) != 0) {
@@ -654,11 +671,13 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
             } else running++;
         }
         if (!running) break;
-        if (reap(&syncer)) {
-            char h[64];
-            fprintf(stderr, "bench_syncer: %gM: the syncer %s while learners ran\n", size_m, how(&syncer, h, sizeof h));
-            goto out;
-        }
+        for (int k = 0; k < S; k++)
+            if (reap(&syncers[k])) {
+                char h[64];
+                fprintf(stderr, "bench_syncer: %gM: syncer shard %d %s while learners ran\n", size_m, k + 1,
+                        how(&syncers[k], h, sizeof h));
+                goto out;
+            }
         if (now() > deadline) {
             fprintf(stderr, "bench_syncer: %gM: learners still running past the deadline\n", size_m);
             goto out;
@@ -666,23 +685,26 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
     }
-    /* the end for the syncer: EOF on its stdin */
-    close(syncer.in), syncer.in = -1;
-    for (double t0 = now(); !reap(&syncer);) {
-        if (now() - t0 > 60) {
-            fprintf(stderr, "bench_syncer: %gM: the syncer did not end within 60 s of its stdin closing\n", size_m);
+    /* the end for the syncers: EOF on their stdin */
+    for (int k = 0; k < S; k++) close(syncers[k].in), syncers[k].in = -1;
+    for (int k = 0; k < S; k++) {
+        for (double t0 = now(); !reap(&syncers[k]);) {
+            if (now() - t0 > 60) {
+                fprintf(stderr, "bench_syncer: %gM: syncer shard %d did not end within 60 s of its stdin closing\n",
+                        size_m, k + 1);
+                goto out;
+            }
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+        if (!exited_ok(&syncers[k])) {
+            char h[64];
+            fprintf(stderr, "bench_syncer: %gM: syncer shard %d %s\n", size_m, k + 1, how(&syncers[k], h, sizeof h));
             goto out;
         }
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
+        collect(&syncers[k]);
+        printf("  shard %d/%d: %s\n", k + 1, S, syncers[k].line);
     }
-    if (!exited_ok(&syncer)) {
-        char h[64];
-        fprintf(stderr, "bench_syncer: %gM: the syncer %s\n", size_m, how(&syncer, h, sizeof h));
-        goto out;
-    }
-    collect(&syncer);
-    printf("  %s\n", syncer.line);
     double join = 0, mean_ms = 0, max_ms = 0, loop_per_step = 0, lx = 0;
     for (int i = 0; i < M; i++) {
         collect(&learners[i]);
@@ -700,49 +722,60 @@ static int run_size(double size_m, int M, int P, double seconds, double step_ms,
         double x = (kv(l, "hwm_kb") - kv(l, "base_kb")) * 1024 / (double)bytes - 1;
         if (x > lx || i == 0) lx = x;
     }
-    const char *s = syncer.line;
-    if (isnan(kv(s, "cpu_s"))) {
-        fprintf(stderr, "bench_syncer: %gM: the syncer printed no result line\n", size_m);
-        goto out;
+    /* over the shards: ingest the slowest shard's, merges/s and the shares summed, the
+     * syncer's memory the largest shard's (each as a multiple of the whole model) */
+    double c = 0, stale = 0;
+    out->ingest_gbs = INFINITY;
+    for (int k = 0; k < S; k++) {
+        const char *s = syncers[k].line;
+        if (isnan(kv(s, "cpu_s"))) {
+            fprintf(stderr, "bench_syncer: %gM: syncer shard %d printed no result line\n", size_m, k + 1);
+            goto out;
+        }
+        double g = kv(s, "contrib_in") / kv(s, "cpu_s") / 1e9;
+        if (g < out->ingest_gbs) out->ingest_gbs = g;
+        double span = kv(s, "last_merge") - kv(s, "first_join");
+        out->merges_s += span > 0 ? kv(s, "merges") / span : 0;
+        double x = (kv(s, "hwm_kb") - kv(s, "base_kb")) * 1024 / (double)bytes;
+        if (x > out->syncer_x) out->syncer_x = x;
+        c += kv(s, "contribs") + kv(s, "rejects"), stale += kv(s, "stale");
+        out->dropped += (long long)kv(s, "sends_dropped"), out->held += (long long)kv(s, "sends_held");
+        out->superseded += (long long)kv(s, "sends_superseded");
     }
     out->join_s = join;
     out->join_ratio = (double)bytes / join / 1e9 / out->socket_gbs;
-    out->ingest_gbs = kv(s, "contrib_in") / kv(s, "cpu_s") / 1e9;
     out->ingest_ratio = out->ingest_gbs / out->memcpy_gbs;
-    double span = kv(s, "last_merge") - kv(s, "first_join");
-    out->merges_s = span > 0 ? kv(s, "merges") / span : 0;
     out->step_ms = mean_ms, out->step_max_ms = max_ms;
     out->step_share = loop_per_step > 0 ? mean_ms / loop_per_step : 0;
-    out->syncer_x = (kv(s, "hwm_kb") - kv(s, "base_kb")) * 1024 / (double)bytes;
     out->learner_x = lx;
-    double c = kv(s, "contribs") + kv(s, "rejects");
-    out->stale_share = c > 0 ? kv(s, "stale") / c : 0;
-    out->dropped = (long long)kv(s, "sends_dropped"), out->held = (long long)kv(s, "sends_held");
-    out->superseded = (long long)kv(s, "sends_superseded");
+    out->stale_share = c > 0 ? stale / c : 0;
     rc = 0;
 out:
     if (rc != 0) { /* everything started, killed by its pid */
         for (int i = 0; i < started; i++) kill_child(&learners[i]);
-        if (syncer.pid > 0) kill_child(&syncer);
+        for (int k = 0; k < nsync; k++)
+            if (syncers[k].pid > 0) kill_child(&syncers[k]);
     }
     for (int i = 0; i < started; i++)
         if (learners[i].out >= 0) close(learners[i].out);
-    if (syncer.out >= 0) close(syncer.out);
-    if (syncer.in >= 0) close(syncer.in);
+    for (int k = 0; k < nsync; k++) {
+        if (syncers[k].out >= 0) close(syncers[k].out);
+        if (syncers[k].in >= 0) close(syncers[k].in);
+        unlink(port_file[k]);
+    }
     free(learners);
-    unlink(port_file);
     rmdir(dir);
     return rc;
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_syncer [--sizes 16,64,256] [--learners 2] [--fragments 4] [--seconds 20] "
-                    "[--step-ms 50]\n");
+    fprintf(stderr, "usage: bench_syncer [--sizes 16,64,256] [--learners 2] [--fragments 4] [--shards 1,2] "
+                    "[--seconds 20] [--step-ms 50]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *sizes = "16,64,256", *role = NULL, *port_file = NULL;
-    int M = 2, P = 4, port = 0;
+    const char *sizes = "16,64,256", *role = NULL, *port_file = NULL, *connect = NULL, *shard_list = "1";
+    int M = 2, P = 4, shard = 1, shards = 1;
     double seconds = 20, step_ms = 50;
     long long numel = 0;
     for (int i = 1; i < argc; i++) {
@@ -756,15 +789,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--role")) role = v; /* hidden: the children */
         else if (!strcmp(a, "--numel")) numel = atoll(v);
         else if (!strcmp(a, "--port-file")) port_file = v;
-        else if (!strcmp(a, "--port")) port = atoi(v);
+        else if (!strcmp(a, "--connect")) connect = v;
+        else if (!strcmp(a, "--shard")) shard = atoi(v);
+        else if (!strcmp(a, "--shards")) { if (role) shards = atoi(v); else shard_list = v; }
         else return usage(), 2;
         i++;
     }
     if (M < 1 || P < 1 || !(seconds > 0) || !(step_ms > 0)) return usage(), 2;
     if (role) {
         if (numel < 1) return usage(), 2;
-        if (!strcmp(role, "syncer") && port_file) return role_syncer(numel, M, P, port_file);
-        if (!strcmp(role, "learner") && port > 0) return role_learner(numel, P, port, seconds, step_ms);
+        if (!strcmp(role, "syncer") && port_file) return role_syncer(numel, M, P, port_file, shard, shards);
+        if (!strcmp(role, "learner") && connect) return role_learner(numel, P, connect, seconds, step_ms);
         return usage(), 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -781,26 +816,40 @@ int main(int argc, char **argv) {
         list[n++] = v;
     }
     if (!n) return usage(), 2;
-
-    printf("bench_syncer: decoupled, H 8, %d fragments, f32, %d learner processes + 1 syncer process on loopback; "
-           "%d tensors a model; a step of %g ms then dlc_client_step, for %g s\n",
-           P, M, TENSORS, step_ms, seconds);
-    row *rows = calloc((size_t)n, sizeof *rows);
-    int *ok = calloc((size_t)n, sizeof *ok), failed = 0;
-    if (!rows || !ok) return fprintf(stderr, "bench_syncer: out of memory\n"), 1;
-    for (int i = 0; i < n; i++) {
-        double model_b = list[i] * 4e6, need = (9.0 + 5.0 * M) * model_b;
-        long long avail_kb = proc_kb("/proc/meminfo", "MemAvailable");
-        if (avail_kb >= 0 && need > (double)avail_kb * 1024) {
-            printf("%gM: skipped: needs about (9 + 5 x %d) x %.0f MB = %.1f GB, MemAvailable is %.1f GB\n", list[i],
-                   M, model_b / 1e6, need / 1e9, (double)avail_kb * 1024 / 1e9);
-            continue;
-        }
-        fflush(stdout);
-        if (run_size(list[i], M, P, seconds, step_ms, &rows[i]) == 0) ok[i] = 1;
-        else printf("%gM: FAILED (above)\n", list[i]), failed = 1;
-        fflush(stdout);
+    int slist[MAX_SHARDS], ns = 0;
+    snprintf(buf, sizeof buf, "%s", shard_list);
+    for (char *t = strtok_r(buf, ",", &save); t && ns < MAX_SHARDS; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*end || v < 1 || v > MAX_SHARDS || v > P)
+            return fprintf(stderr, "bench_syncer: bad shard count '%s' (1..%d, at most --fragments)\n", t, MAX_SHARDS),
+                   usage(), 2;
+        slist[ns++] = (int)v;
     }
+    if (!ns) return usage(), 2;
+
+    printf("bench_syncer: decoupled, H 8, %d fragments, f32, %d learner processes + S syncer shard processes on "
+           "loopback; %d tensors a model; a step of %g ms then dlc_client_step, for %g s\n",
+           P, M, TENSORS, step_ms, seconds);
+    row *rows = calloc((size_t)(n * ns), sizeof *rows);
+    int *ok = calloc((size_t)(n * ns), sizeof *ok), failed = 0;
+    if (!rows || !ok) return fprintf(stderr, "bench_syncer: out of memory\n"), 1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < ns; j++) {
+            double model_b = list[i] * 4e6, need = (9.0 + 5.0 * M) * model_b;
+            long long avail_kb = proc_kb("/proc/meminfo", "MemAvailable");
+            if (avail_kb >= 0 && need > (double)avail_kb * 1024) {
+                printf("%gM: skipped: needs about (9 + 5 x %d) x %.0f MB = %.1f GB, MemAvailable is %.1f GB\n",
+                       list[i], M, model_b / 1e6, need / 1e9, (double)avail_kb * 1024 / 1e9);
+                continue;
+            }
+            fflush(stdout);
+            printf("%gM, %d shard%s:\n", list[i], slist[j], slist[j] > 1 ? "s" : "");
+            if (run_size(list[i], M, P, slist[j], seconds, step_ms, &rows[i * ns + j]) == 0) ok[i * ns + j] = 1;
+            else printf("%gM, S = %d: FAILED (above)\n", list[i], slist[j]), failed = 1;
+            fflush(stdout);
+        }
+    n *= ns;
 
     int measured = 0;
     for (int i = 0; i < n; i++) measured += ok[i];
@@ -809,16 +858,16 @@ int main(int argc, char **argv) {
         free(rows), free(ok);
         return 1;
     }
-    printf("\n| M params | model MB | memcpy GB/s | socket GB/s | join s | join ÷ socket | ingest GB/cpu-s "
-           "| ingest ÷ memcpy | merges/s | step ms (max) | step share | syncer RSS ×model | learner RSS −1 ×model "
-           "| stale | dropped | held | superseded |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n| M params | shards | model MB | memcpy GB/s | socket GB/s | join s | join ÷ socket | ingest GB/cpu-s "
+           "(slowest shard) | ingest ÷ memcpy | merges/s | step ms (max) | step share | syncer RSS ×model (largest "
+           "shard) | learner RSS −1 ×model | stale | dropped | held | superseded |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         if (!ok[i]) continue;
         row *r = &rows[i];
-        printf("| %g | %.1f | %.2f | %.2f | %.3f | %.3f | %.2f | %.3f | %.1f | %.3f (%.1f) | %.2f%% | %.2f | %.2f "
+        printf("| %g | %d | %.1f | %.2f | %.2f | %.3f | %.3f | %.2f | %.3f | %.1f | %.3f (%.1f) | %.2f%% | %.2f | %.2f "
                "| %.1f%% | %lld | %lld | %lld |\n",
-               r->size_m, r->model_mb, r->memcpy_gbs, r->socket_gbs, r->join_s, r->join_ratio, r->ingest_gbs,
+               r->size_m, r->shards, r->model_mb, r->memcpy_gbs, r->socket_gbs, r->join_s, r->join_ratio, r->ingest_gbs,
                r->ingest_ratio, r->merges_s, r->step_ms, r->step_max_ms, 100 * r->step_share, r->syncer_x,
                r->learner_x, 100 * r->stale_share, r->dropped, r->held, r->superseded);
     }
@@ -826,9 +875,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (!ok[i]) continue;
         row *r = &rows[i];
-        printf("%gM: syncer RSS %.2f x model (goal <= %d: %s); learner client %.2f x beyond its arrays (goal <= 1: %s); "
+        printf("%gM, S = %d: syncer RSS %.2f x model (goal <= %d: %s); learner client %.2f x beyond its arrays (goal <= 1: %s); "
                "ingest %.3f x memcpy (goal >= 0.5: %s); join %.3f x socket (goal >= 0.5: %s)\n",
-               r->size_m, r->syncer_x, 3 + RING, r->syncer_x <= 3 + RING ? "met" : "MISSED", r->learner_x,
+               r->size_m, r->shards, r->syncer_x, 3 + RING, r->syncer_x <= 3 + RING ? "met" : "MISSED", r->learner_x,
                r->learner_x <= 1 ? "met" : "MISSED", r->ingest_ratio, r->ingest_ratio >= 0.5 ? "met" : "MISSED",
                r->join_ratio, r->join_ratio >= 0.5 ? "met" : "MISSED");
     }

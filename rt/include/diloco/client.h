@@ -137,7 +137,9 @@ typedef struct dlc_client_config {
 #define DLC_SERVER_CONFIG_V1 1
 #define DLC_SERVER_CONFIG_V2 2
 #define DLC_SERVER_CONFIG_V3 3
-#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V3
+/* Version 4 (the server only): `shard` and `shards` at the end of dlc_server_config. */
+#define DLC_SERVER_CONFIG_V4 4
+#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V4
 /* dlc_KIND_default_config_(): the defaults of config KIND (client, server) for the version
  * of this header, by value, through dlc_KIND_config_default_versioned. */
 #define DLC_DEFAULT_CONFIG_FN_(KIND, VERSION)                              \
@@ -231,6 +233,10 @@ typedef struct dlc_server_config {
      * gate, TLS, the dp history), such as `diloco-lua syncer` and `run`, makes it with
      * rt.h's dlc_srt_new. */
     const dlc_srt_config *driver;
+    /* Version 4: a shard of a syncer split by fragment (docs/shards.md): shard `shard`
+     * (from 1) of `shards`, serving the fragments dealt to it; its clients are given every
+     * shard's address in order ("HOST:PORT,HOST:PORT").  shards 0 or 1: one syncer. */
+    int shard, shards;
 } dlc_server_config;
 
 /* As dlc_client_config_default_versioned, for the server's config. */
