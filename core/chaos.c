@@ -66,7 +66,7 @@ dlc_chaos *dlc_chaos_new(int learners) {
     dlc_chaos *c = calloc(1, sizeof *c);
     if (!c) goto fail;
     c->learners = learners;
-    c->last = malloc(sizeof(int) * (size_t)(3 * learners + 1));
+    c->last = malloc(sizeof(int) * (size_t)(3 * learners + 1 + DLC_CHAOS_MAX_SHARDS));
     if (!c->last) goto fail;
     return c;
 fail:
@@ -85,13 +85,14 @@ void dlc_chaos_free(dlc_chaos *c) {
 
 static double end_of(const dlc_fault *f) { return f->at + f->duration; }
 
-/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M, pause m -> 2M + 1 + m;
- * -1 for slow and link. */
+/* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M, pause m -> 2M + 1 + m,
+ * syncer shard k -> 3M + k; -1 for slow and link. */
+#define TARGETS(c) (3 * (c)->learners + 1 + DLC_CHAOS_MAX_SHARDS)
 static int target(const dlc_chaos *c, const dlc_fault *f) {
     switch (f->kind) {
     case DLC_FAULT_KILL: return f->learner;
     case DLC_FAULT_CUT: return c->learners + f->learner;
-    case DLC_FAULT_SYNCER: return 2 * c->learners;
+    case DLC_FAULT_SYNCER: return f->shard ? 3 * c->learners + f->shard : 2 * c->learners;
     case DLC_FAULT_PAUSE: return 2 * c->learners + 1 + f->learner;
     default: return -1;
     }
@@ -102,7 +103,7 @@ static int target(const dlc_chaos *c, const dlc_fault *f) {
 static void sweep(dlc_chaos *c, int only) {
     int single = -1, w = 0;
     if (only < 0)
-        for (int k = 0; k < 3 * c->learners + 1; k++) c->last[k] = -1;
+        for (int k = 0; k < TARGETS(c); k++) c->last[k] = -1;
     for (int r = 0; r < c->n; r++) {
         dlc_fault f = c->f[r];
         int k = target(c, &f);
@@ -130,6 +131,9 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if ((unsigned)f->kind >= DLC_FAULT_KIND_COUNT)
         return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer, link, pause)", (int)f->kind,
                          DLC_FAULT_KIND_COUNT - 1);
+    if (f->kind == DLC_FAULT_SYNCER ? f->shard < 0 || f->shard > DLC_CHAOS_MAX_SHARDS : f->shard != 0)
+        return dlc_error(DLC_ERR_ARG, "chaos: shard = %d: expected %s", f->shard, f->kind == DLC_FAULT_SYNCER
+                         ? "0 (the whole syncer) or a shard in [1, 16]" : "0 (only a syncer fault names a shard)");
     if (f->kind == DLC_FAULT_SYNCER) {
         if (f->learner != -1)
             return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected -1 for a syncer fault (it has no learner)",

@@ -514,6 +514,12 @@ static dlc_status check_params(const dlc_vtime_params *p) {
     if (p->chaos && dlc_chaos_learners(p->chaos) != p->learners)
         return dlc_error(DLC_ERR_ARG, "vtime: the chaos schedule is for %d learners, the run has %d",
                          dlc_chaos_learners(p->chaos), p->learners);
+    for (int i = 0; p->chaos && i < dlc_chaos_count(p->chaos); i++) {
+        const dlc_fault *f = dlc_chaos_get(p->chaos, i);
+        if (f->kind == DLC_FAULT_SYNCER && f->shard)
+            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of shard %d at %g s: the simulator models one syncer, "
+                             "not its shards (docs/shards.md); `run` takes it", f->shard, f->at);
+    }
     return DLC_OK;
 }
 

@@ -387,8 +387,44 @@ static void test_cursor(void) {
     dlc_chaos_free(empty);
 }
 
+/* Syncer shards (docs/shards.md): a syncer fault names shard 0 (the whole syncer) or 1..16,
+ * each shard its own target: overlapping faults of one shard merge, of two shards (or of a
+ * shard and the whole syncer) do not; a shard on another kind, or out of range, is refused. */
+static void test_shards(void) {
+    dlc_chaos *c = dlc_chaos_new(2);
+    CHECK_OK(c);
+    if (!c) return;
+    dlc_fault f = F(0, DLC_FAULT_SYNCER, -1, 5, 0);
+    f.shard = 17;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 17: expected 0 (the whole syncer) or a shard in [1, 16]");
+    f = F(0, DLC_FAULT_KILL, 0, 5, 0);
+    f.shard = 1;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 1: expected 0 (only a syncer fault names a shard)");
+    int shard[4] = {2, 2, 1, 0};
+    double at[4] = {0, 3, 1, 2};
+    for (int i = 0; i < 4; i++) {
+        f = F(at[i], DLC_FAULT_SYNCER, -1, 5, 0);
+        f.shard = shard[i];
+        CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    }
+    /* shard 2's two (0+5, 3+5) merged into one of 0..8; shard 1's and the whole syncer's apart */
+    CHECK(dlc_chaos_count(c) == 3);
+    int seen[3] = {0, 0, 0};
+    for (int i = 0; i < dlc_chaos_count(c); i++) {
+        const dlc_fault *g = dlc_chaos_get(c, i);
+        CHECK(g->kind == DLC_FAULT_SYNCER && g->shard >= 0 && g->shard <= 2);
+        if (g->shard == 2) CHECK(g->at == 0 && g->duration == 8);
+        if (g->shard == 1) CHECK(g->at == 1 && g->duration == 5);
+        if (g->shard == 0) CHECK(g->at == 2 && g->duration == 5);
+        seen[g->shard]++;
+    }
+    CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
+    dlc_chaos_free(c);
+}
+
 int main(void) {
     test_names();
+    test_shards();
     test_validation();
     test_order_and_timeline();
     test_merge();

@@ -87,7 +87,8 @@ static void chaos_release(void *box) { dlc_chaos_free(((chaosbox *)box)->c); }
 /* ch:add{at =, kind =, learner =, duration =, factor =, bandwidth =, latency =} */
 static int ch_add(lua_State *L) {
     static const char *const who = "Chaos:add";
-    static const char *const known[] = {"at", "kind", "learner", "duration", "factor", "bandwidth", "latency", NULL};
+    static const char *const known[] = {"at", "kind", "learner", "duration", "factor", "bandwidth", "latency", "shard",
+                                        NULL};
     dlc_chaos *c = checkchaos(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     dlcL_check_keys(L, 2, who, known, "field");
@@ -106,7 +107,17 @@ static int ch_add(lua_State *L) {
                               luaL_tolstring(L, -1, NULL));
         lua_pop(L, 1);
         f.learner = -1;
+        if (lua_getfield(L, 2, "shard") != LUA_TNIL) { /* one shard of a sharded syncer (1-based) */
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > DLC_CHAOS_MAX_SHARDS)
+                return luaL_error(L, "%s: shard = %s: expected an integer in [1, %d] (nil: the whole syncer)", who,
+                                  luaL_tolstring(L, -1, NULL), DLC_CHAOS_MAX_SHARDS);
+            f.shard = (int)lua_tointeger(L, -1);
+        }
+        lua_pop(L, 1);
+    } else if (lua_getfield(L, 2, "shard") != LUA_TNIL) {
+        return luaL_error(L, "%s: shard is only for kind = \"syncer\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
     } else {
+        lua_pop(L, 1);
         f.learner = learner_field(L, 2, who, dlc_chaos_learners(c), 0);
     }
     if (f.kind == DLC_FAULT_SLOW) {
@@ -192,6 +203,10 @@ static void push_fault(lua_State *L, const dlc_fault *f) {
     if (f->learner >= 0) {
         lua_pushinteger(L, f->learner + 1);
         lua_setfield(L, -2, "learner");
+    }
+    if (f->shard > 0) {
+        lua_pushinteger(L, f->shard);
+        lua_setfield(L, -2, "shard");
     }
     lua_pushnumber(L, f->duration);
     lua_setfield(L, -2, "duration");

@@ -255,6 +255,42 @@ describe("run with islands.syncers = 2", function()
     assert.matches("syncer was in 2 shards", text, 1, true)
   end)
 
+  it("a chaos fault of shard 2 stops it alone: shard 1 merges on, shard 2 back from the set at epoch 2", function()
+    local base = sharded_recipe(3000)
+    local f = assert(io.open(base))
+    local text = f:read("a")
+    f:close()
+    text = text:gsub("islands = { count = 3 }", "islands = { count = 3, syncers = 2 }")
+      :gsub("chaos = nil", 'chaos = { { at = "1s", syncer = "down", down = "1s", shard = 2 } }')
+    local path = S.write("chaos.lua", text)
+    local out = S.dir .. "/run"
+    local log, code = H.sh(string.format("%s run %s --out %s --quiet", exe, path, out))
+    assert.are.equal(0, code, log)
+    local ev = H.events(out .. "/metrics.jsonl")
+    local faults = {}
+    for _, e in ipairs(H.of_kind(ev, "fault", "syncer")) do faults[#faults + 1] = e end
+    assert.are.equal(2, #faults)
+    assert.is_true(faults[1].begin and faults[1].shard == 2)
+    assert.is_true(faults[2].begin == false and faults[2].shard == 2 and faults[2].epoch == 2)
+    local by = { 0, 0 }
+    for _, e in ipairs(H.of_kind(ev, "merge")) do
+      if e.wall_s > faults[1].wall_s and e.wall_s < faults[2].wall_s then by[e.shard] = by[e.shard] + 1 end
+    end
+    assert.is_true(by[1] > 0, "shard 1 merged while shard 2 was down")
+    assert.are.equal(0, by[2])
+    local s = H.summary_of(ev)
+    assert.are.same({ 1, 2 }, s.epochs)
+    assert.are.equal(1, s.syncer_restarts)
+    -- sim models one syncer: it refuses a shard's fault, named; a shard past islands.syncers is refused
+    local t2, c2 = H.sh(string.format("%s sim %s --out %s/sim --quiet", exe, path, S.dir))
+    assert.are_not.equal(0, c2)
+    assert.matches("the simulator models one syncer, not its shards", t2, 1, true)
+    local bad = S.write("bad.lua", (text:gsub("shard = 2", "shard = 3")))
+    local t3, c3 = H.sh(string.format("%s run %s --out %s/bad --quiet", exe, bad, S.dir))
+    assert.are.equal(2, c3, t3)
+    assert.matches("chaos[1].shard = 3: expected a shard in [1, 2] (islands.syncers = 2)", t3, 1, true)
+  end)
+
   it("killed with SIGKILL resumes every shard from one checkpoint set", function()
     local path = with_syncers(sharded_recipe(3000))
     local out = S.dir .. "/run"

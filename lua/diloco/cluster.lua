@@ -196,7 +196,7 @@ local function restore_counts(ctx, last)
 end
 
 local function maybe_save_syncer(ctx)
-  if not ctx.syncer then return end
+  if not ctx.syncer or (type(ctx.syncer) == "table" and ctx.syncer:any_down()) then return end -- (a set is whole)
   local r, total = ctx.recipe, ctx.gm
   local by_merges = ctx.rt.syncer_every > 0 and total - ctx.merges_saved >= ctx.rt.syncer_every
   local by_time = (r.checkpoint.minutes or 0) > 0 and diloco.clock() - ctx.last_save >= r.checkpoint.minutes * 60
@@ -417,7 +417,8 @@ end
 local function maybe_eval(ctx)
   local r = ctx.recipe
   -- dp: at the end only; a shard holds part of the global model: never
-  if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" or (ctx.opts.shards or 1) > 1 then return end
+  if r.eval.every <= 0 or not ctx.syncer or r.sync.preset == "dp" or (ctx.opts.shards or 1) > 1 or
+      (type(ctx.syncer) == "table" and ctx.syncer:any_down()) then return end
   local step = run_step(ctx)
   local due = (ctx.evals + 1) * r.eval.every
   if step < due or due >= r.steps then return end
@@ -629,6 +630,7 @@ function M.serve(r, opts)
   local ctx = prepare(r, opts)
   -- what the supervisor (rollbacks, chaos) and the end (lua/diloco/runend.lua) ask of the syncer
   ctx.host = { start_syncer = M.start_syncer, save_syncer = save_syncer, restore_counts = restore_counts,
+    next_epoch = next_epoch,
     link_of = M.link_of, pump_syncer = pump_syncer, evaluate_global = evaluate_global, load_global = load_global }
   ctx.supervising = opts.supervise
   if ctx.supervising and not ctx.rt.elastic and r.sync.preset == "dp" then

@@ -24,10 +24,10 @@ local EVENT_FIELDS = {
   pause = { at = true, pause = true, down = true },
   slow = { at = true, slow = true, factor = true, duration = true },
   cut = { at = true, cut = true, down = true },
-  syncer = { at = true, syncer = true, down = true },
+  syncer = { at = true, syncer = true, down = true, shard = true },
   link = { at = true, link = true, bandwidth = true, latency = true, duration = true },
   normalized = { at = true, kind = true, learner = true, duration = true, factor = true, bandwidth = true,
-    latency = true, rank = true },
+    latency = true, rank = true, shard = true },
 }
 local EVENT_FORM = '{ at = "20s", kill = 2, down = "10s" }, { at = "30s", slow = 1, factor = 3, duration = "15s" }, '
   .. '{ at = "40s", cut = 3, down = "5s" }, { at = "45s", link = 2, bandwidth = "20Mbps", latency = "50ms", '
@@ -98,6 +98,11 @@ local function check_event(ev, name, count, errs)
     if normalized and ev.learner ~= nil then
       errs[#errs + 1] = string.format("%s.learner = %s: expected nil (a syncer event names no learner)", name,
         describe(ev.learner))
+    end
+    if ev.shard ~= nil then -- one shard of a syncer in shards (islands.syncers; docs/shards.md)
+      if is_int(ev.shard) and ev.shard >= 1 and ev.shard <= 16 then out.shard = math.tointeger(ev.shard)
+      else errs[#errs + 1] = string.format("%s.shard = %s: expected a shard in [1, islands.syncers]", name,
+        describe(ev.shard)) end
     end
   else
     local l = ev[lkey]

@@ -55,6 +55,12 @@ function M.check(r, errs)
       and "data parallel has one syncer (expected 1)"
       or string.format("expected at most sync.fragments = %d shards (each owns one fragment at least)", r.sync.fragments))
   end
+  for i, e in ipairs(r.chaos and r.chaos.events or {}) do
+    if e.shard and e.shard > (S or 1) then
+      errs[#errs + 1] = string.format("chaos[%d].shard = %d: expected a shard in [1, %d] (islands.syncers = %d)", i,
+        e.shard, S or 1, S or 1)
+    end
+  end
   local rt = r.runtime
   local hb, to = rt and parse_duration(rt.heartbeat), rt and parse_duration(rt.timeout)
   if hb and to and hb >= to then

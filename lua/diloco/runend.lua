@@ -31,6 +31,10 @@ function M.finish(ctx, err)
     local ok, e = pcall(host.start_syncer, ctx, ctx.address, last and last.path or nil)
     if not ok then error(e, 0) end
   end
+  if ctx.shard_back_at and type(ctx.syncer) == "table" then -- a shard down at the end: back now, to save
+    for k in pairs(ctx.shard_back_at) do ctx.shard_back_at[k] = 0 end
+    require("diloco.shards").fault_ends(ctx, math.huge, function(f) rc.fault(ctx, f) end)
+  end
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(host.pump_syncer, ctx, 0.2)
   pcall(host.save_syncer, ctx) -- the end, or a signal: what a --resume continues from

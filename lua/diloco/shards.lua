@@ -127,7 +127,7 @@ end
 function M.start(o, S)
   local listens = {}
   for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
-  local set = setmetatable({ list = {}, S = S, turn = 1 }, Set)
+  local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, epoch_of = {} }, Set)
   for k = 1, S do
     local ok = {}
     for key, v in pairs(o) do ok[key] = v end
@@ -140,53 +140,137 @@ function M.start(o, S)
       return nil, string.format("shard %d of %d: %s", k, S, tostring(err))
     end
     set.list[k] = s
+    set.merges[k] = 0
   end
   return set
+end
+
+-- The shards serving now, with their index: for k, s in self:each() (a shard a chaos
+-- fault stopped is false in self.list until it is back).
+function Set:each()
+  local k = 0
+  return function()
+    repeat k = k + 1 until k > self.S or self.list[k]
+    if k <= self.S then return k, self.list[k] end
+  end
+end
+function Set:is_down(k) return self.list[k] == false end
+function Set:any_down()
+  for k = 1, self.S do if self.list[k] == false then return true end end
+  return false
+end
+-- Shard k stops (a chaos fault): its driver closed, nothing saved; the others serve on.
+function Set:down(k)
+  if not self.list[k] then return end
+  self.epoch_of[k] = self.list[k]:epoch()
+  self.list[k]:close()
+  self.list[k] = false
+end
+-- Shard k back from its file of the checkpoint set at resume (nil: afresh), at listen,
+-- stamping at least epoch.  Returns true, or nil and the error.
+function Set:up(k, resume, listen, epoch)
+  local o = {}
+  for key, v in pairs(self.opts) do o[key] = v end
+  o.shard, o.shards, o.listen, o.epoch, o.start_learners = k, self.S, listen, epoch, 0
+  o.resume = resume and M.side_path(resume, k) or nil
+  local s, err = diloco.Syncer(o)
+  if not s then return nil, string.format("shard %d of %d: %s", k, self.S, tostring(err)) end
+  self.list[k] = s
+  return true
+end
+-- Merges of each shard since the set started (its checkpoints keep them: a shard brought
+-- back from one loses those made after it).
+function Set:merge_counts() return self.merges end
+
+-- ---- chaos on one shard under `run` (lua/diloco/supervisor.lua) ----
+
+-- A chaos syncer fault of shard k begins: the shard stops (its driver closed, nothing
+-- saved), back `down` seconds later from the newest checkpoint set; the other shards and
+-- the learners go on.  fault(fields) writes the fault event.
+function M.fault_begin(ctx, k, down, now, fault)
+  if not ctx.syncer:is_down(k) then ctx.syncer:down(k) end
+  ctx.shard_back_at = ctx.shard_back_at or {}
+  ctx.shard_back_at[k] = now + (down < math.huge and down or 0)
+  fault { kind = "syncer", shard = k, begin = true, duration = down < math.huge and down or nil }
+end
+
+-- The shards whose outage ended by now come back from the newest set (its file of
+-- theirs), each stamping the next epoch of the run's record; the merges each made after
+-- that set are lost (taken off the run's count).
+function M.fault_ends(ctx, now, fault)
+  for k, at in pairs(ctx.shard_back_at or {}) do
+    if now >= at then
+      ctx.shard_back_at[k] = nil
+      local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
+      local last = list[#list]
+      local meta = last and diloco.safetensors_meta(last.path)
+      local saved = {}
+      for n in ((type(meta) == "table" and meta["diloco.shard_merges"] or "") .. ","):gmatch("(%d*),") do
+        saved[#saved + 1] = tonumber(n) or 0
+      end
+      local t0 = diloco.clock()
+      local listens = {}
+      for a in (ctx.address .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
+      local ok, err = ctx.syncer:up(k, last and last.path or nil, listens[k], ctx.host.next_epoch(ctx, last and last.path))
+      if not ok then error({ diloco_error = "syncer: " .. tostring(err), code = 1 }, 0) end
+      local lost = math.max(0, ctx.syncer.merges[k] - (saved[k] or 0))
+      ctx.syncer.merges[k] = saved[k] or 0
+      ctx.gm = ctx.gm - lost
+      ctx.merges_lost = (ctx.merges_lost or 0) + lost
+      ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
+      fault { kind = "syncer", shard = k, begin = false, epoch = ctx.syncer:epochs()[k], merges_lost = lost,
+        from = last and last.path or nil, load_s = diloco.clock() - t0, fresh = not last or nil }
+    end
+  end
 end
 
 function Set:shards() return self.S end
 function Set:port() return self.list[1]:port() end
 function Set:ports()
   local t = {}
-  for k, s in ipairs(self.list) do t[k] = s:port() end
+  for k, s in self:each() do t[k] = s:port() end
   return t
 end
 -- The latest epoch of the shards (each stamps its own; Set:epochs lists them).
 function Set:epoch()
   local e = 0
-  for _, s in ipairs(self.list) do e = math.max(e, s:epoch()) end
+  for k = 1, self.S do e = math.max(e, self.list[k] and self.list[k]:epoch() or self.epoch_of[k] or 0) end
   return e
 end
 function Set:epochs()
   local t = {}
-  for k, s in ipairs(self.list) do t[k] = s:epoch() end
+  for k = 1, self.S do t[k] = self.list[k] and self.list[k]:epoch() or self.epoch_of[k] end
   return t
 end
 function Set:close()
-  for _, s in ipairs(self.list) do s:close() end
+  for _, s in self:each() do s:close() end
 end
 function Set:flush()
-  for _, s in ipairs(self.list) do s:flush() end
+  for _, s in self:each() do s:flush() end
   return true
 end
 function Set:set_quorum(k)
-  for _, s in ipairs(self.list) do s:set_quorum(k) end
+  for _, s in self:each() do s:set_quorum(k) end
 end
 function Set:shape(m, rate, latency)
-  for _, s in ipairs(self.list) do s:shape(m, rate, latency) end
+  for _, s in self:each() do s:shape(m, rate, latency) end
 end
 function Set:cut(m, seconds)
-  for _, s in ipairs(self.list) do s:cut(m, seconds) end
+  for _, s in self:each() do s:cut(m, seconds) end
 end
 -- Every shard writes its own fragments: the whole global model.
 function Set:global(params)
-  for _, s in ipairs(self.list) do s:global(params) end
+  for _, s in self:each() do s:global(params) end
 end
 -- The shards' checkpoints: the others first, beside path, shard 1's at path last (its
 -- presence says the set is whole: a kill in between leaves the newest set as it was).
 function Set:save(path, meta)
+  if self:any_down() then return nil, "a shard is down: a checkpoint set holds every shard" end
+  local m = {}
+  for key, v in pairs(meta or {}) do m[key] = v end
+  m["diloco.shard_merges"] = table.concat(self.merges, ",")
   for k = self.S, 1, -1 do
-    local ok, err = self.list[k]:save(M.side_path(path, k), meta)
+    local ok, err = self.list[k]:save(M.side_path(path, k), m)
     if not ok then return nil, string.format("shard %d: %s", k, tostring(err)) end
   end
   return true
@@ -196,20 +280,29 @@ function Set:poll(timeout)
   local S = self.S
   for i = 0, S - 1 do
     local k = (self.turn + i - 1) % S + 1
-    local ev, err = self.list[k]:poll(0)
+    local ev, err
+    if self.list[k] then ev, err = self.list[k]:poll(0) end
     if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
     if ev then
       self.turn = k % S + 1
       ev.shard = k
+      if ev.type == "merged" then self.merges[k] = self.merges[k] + 1 end
       return ev
     end
   end
   if not timeout or timeout <= 0 then return nil end
   local k = self.turn
   self.turn = k % S + 1
+  if not self.list[k] then
+    diloco.proc.sleep(timeout / S)
+    return nil
+  end
   local ev, err = self.list[k]:poll(timeout / S)
   if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
-  if ev then ev.shard = k end
+  if ev then
+    ev.shard = k
+    if ev.type == "merged" then self.merges[k] = self.merges[k] + 1 end
+  end
   return ev
 end
 
@@ -220,7 +313,7 @@ local MAX = { steps = true, tokens = true, heard = true, absent = true, joins = 
 -- every one; its report (steps, tokens, times) the latest; its merges and bytes added up.
 function Set:learner(m)
   local out
-  for _, s in ipairs(self.list) do
+  for _, s in self:each() do
     local i = s:learner(m)
     if not out then
       out = i
@@ -238,7 +331,7 @@ end
 -- fewest any shard sees.
 function Set:stats()
   local out
-  for _, s in ipairs(self.list) do
+  for _, s in self:each() do
     local st = s:stats()
     if not out then
       out = st

@@ -363,6 +363,8 @@ local function chaos_due(ctx)
     elseif e.kind == "slow" and L then
       ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), true, down)
       act(ctx, { factor = e.factor })
+    elseif e.kind == "syncer" and e.shard and type(ctx.syncer) == "table" then -- one shard (docs/shards.md)
+      require("diloco.shards").fault_begin(ctx, e.shard, down, now, function(f) fault(ctx, f) end)
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
       local st = ctx.syncer:stats()
@@ -413,6 +415,9 @@ local function chaos_due(ctx)
       if ctx.syncer then ctx.syncer:shape(m, rate, latency) end
       fault(ctx, { kind = "link", learner = m, begin = false, bandwidth = rate, latency = latency })
     end
+  end
+  if ctx.shard_back_at and type(ctx.syncer) == "table" then
+    require("diloco.shards").fault_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")

@@ -22,7 +22,7 @@
  *  - Faults are kept sorted by `at`; equal `at` keep insertion order (a poisson batch
  *    counts as inserted learner by learner, each learner's failures in time order).
  *  - KILL, CUT, SYNCER and PAUSE are on/off states, so overlapping or touching ones of the same
- *    target (same kind and learner; the syncer is one target) are MERGED into one fault
+ *    target (same kind and learner; the syncer is one target, each of its shards another) are MERGED into one fault
  *    covering the union [min at, max end], at the position of the one that starts first
  *    (its `at` is kept, its duration grows).  Hence at most one of each is active per
  *    target at any time and the driver can treat begin/end as set/clear.  Merging can
@@ -61,7 +61,8 @@ typedef enum dlc_fault_kind {
     DLC_FAULT_KILL,   /* learner stops (process dies); comes back after `duration` (INFINITY = never) */
     DLC_FAULT_SLOW,   /* learner's step time multiplied by `factor` (>= 1 slower, (0,1) faster) for `duration` */
     DLC_FAULT_CUT,    /* the learner's link to the syncer drops every message both ways for `duration` */
-    DLC_FAULT_SYNCER, /* the syncer is down for `duration`: receives and sends nothing */
+    DLC_FAULT_SYNCER, /* the syncer (or one shard of it: `shard`) is down for `duration`: receives and
+                       * sends nothing */
     DLC_FAULT_LINK,   /* the learner's link to the syncer takes `bandwidth` and/or `latency` for `duration` */
     DLC_FAULT_PAUSE,  /* learner is stopped (SIGSTOP) for `duration`: it neither computes nor says anything,
                        * keeps its state, and goes on where it was (the syncer sees silence) */
@@ -84,7 +85,11 @@ typedef struct dlc_fault {
     double latency;      /* DLC_FAULT_LINK only: one-way seconds, finite >= 0, or < 0 to keep the
                           * link's (set it to -1 when only the bandwidth changes); a LINK fault
                           * sets at least one of the two; else ignored (stored as 0) */
+    int shard;           /* DLC_FAULT_SYNCER only: 0 the whole syncer, 1..DLC_CHAOS_MAX_SHARDS one
+                          * shard of a syncer split by fragment (docs/shards.md), its own target
+                          * (merged with that shard's faults only); else 0 */
 } dlc_fault;
+#define DLC_CHAOS_MAX_SHARDS 16
 
 /* One point of the merged timeline: fault `index` (into dlc_chaos_get) begins or ends. */
 typedef struct dlc_chaos_event {
