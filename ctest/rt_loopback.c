@@ -67,15 +67,6 @@ static dlc_lrt *start_learner(const fx *x, int id, int port) {
     return dlc_lrt_new(&lc);
 }
 
-/* The fake inner step: every float moves towards a learner's own target. */
-static void step(const fx *x, float target) {
-    float *th = dlc_params_data(x->p);
-    for (int k = 0; k < dlc_params_count(x->p); k++) {
-        int64_t o = dlc_params_offset(x->p, k), n = dlc_params_tensor(x->p, k)->numel;
-        for (int64_t i = o; i < o + n; i++) th[i] -= 0.05f * (th[i] - target);
-    }
-}
-
 /* Takes the syncer's events for up to seconds; counts merges with each learner in them. */
 static void collect(dlc_srt *s, double seconds, int merged_by[2], int *merges, int *refused, char *why, size_t cap) {
     double end = dlc_rt_clock() + seconds;
@@ -124,8 +115,8 @@ static void test_two_learners(void) {
     CHECK(dlc_lrt_state(a) == DLC_LEARNER_TRAINING);
     int merged_by[2] = {0, 0}, merges = 0;
     for (int t = 0; t < 40; t++) {
-        step(&x1, 1.0f);
-        step(&x2, -1.0f);
+        fx_step(&x1, 1.0f);
+        fx_step(&x2, -1.0f);
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         CHECK(dlc_lrt_step_done(b, 100, 0.001) == DLC_OK);
         collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
@@ -205,7 +196,7 @@ static void test_syncer_gone(void) {
     /* the learner steps on until it has noticed: its DISCONNECTED event */
     int gone = 0;
     for (double end = dlc_rt_clock() + 10; !gone && dlc_rt_clock() < end;) {
-        step(&x1, 1.0f);
+        fx_step(&x1, 1.0f);
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         dlc_lrt_event ev;
         while (dlc_lrt_poll(a, &ev) == 1) gone |= ev.kind == DLC_LRT_DISCONNECTED;
@@ -213,7 +204,7 @@ static void test_syncer_gone(void) {
     CHECK(gone);
     double slowest = 0;
     for (int t = 0; t < 60; t++) {
-        step(&x1, 1.0f);
+        fx_step(&x1, 1.0f);
         double t0 = dlc_rt_clock();
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         double dt = dlc_rt_clock() - t0;
@@ -248,7 +239,7 @@ static void test_resume(void) {
     CHECK(dlc_lrt_join(a, 10) == DLC_OK);
     int merged_by[2] = {0, 0}, merges = 0;
     for (int t = 0; t < 20; t++) {
-        step(&x1, 1.0f);
+        fx_step(&x1, 1.0f);
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
     }
@@ -274,7 +265,7 @@ static void test_resume(void) {
     CHECK(ndiff == 0);
     merges = 0;
     for (int t = 0; t < 200 && merges == 0; t++) { /* it reconnects (backoff 50..200 ms), is resynced, merges */
-        step(&x1, 1.0f);
+        fx_step(&x1, 1.0f);
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         collect(s, 0.02, merged_by, &merges, NULL, NULL, 0);
     }
@@ -305,9 +296,9 @@ static void test_rollback(void) {
     int64_t idx = -1;
     float val = 0;
     CHECK(dlc_lrt_check_finite(a, &k, &idx, &val) == DLC_OK);
-    step(&x1, 1.0f); /* step 1: nothing is due (fragment 1 after step 2, fragment 0 after 4) */
+    fx_step(&x1, 1.0f); /* step 1: nothing is due (fragment 1 after step 2, fragment 0 after 4) */
     CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
-    step(&x1, 1.0f);
+    fx_step(&x1, 1.0f);
     float *th = dlc_params_data(x1.p);
     th[dlc_params_offset(x1.p, 1) + 3] = NAN;
     th[dlc_params_offset(x1.p, 2)] = -INFINITY;
@@ -326,7 +317,7 @@ static void test_rollback(void) {
     CHECK(dlc_learner_steps(dlc_lrt_learner(a)) == 1); /* the failed step is not counted */
     int merged_by[2] = {0, 0}, merges = 0;
     for (int t = 0; t < 100 && merged_by[0] == 0; t++) {
-        step(&x1, 1.0f);
+        fx_step(&x1, 1.0f);
         CHECK(dlc_lrt_step_done(a, 100, 0.001) == DLC_OK);
         collect(s, 0.01, merged_by, &merges, NULL, NULL, 0);
     }

@@ -55,14 +55,6 @@ static dlc_lrt *start_learner(const fx *x, int id, const char *connect) {
     return dlc_lrt_new(&lc);
 }
 
-static void step(const fx *x, float target) {
-    float *th = dlc_params_data(x->p);
-    for (int k = 0; k < dlc_params_count(x->p); k++) {
-        int64_t o = dlc_params_offset(x->p, k), n = dlc_params_tensor(x->p, k)->numel;
-        for (int64_t i = o; i < o + n; i++) th[i] -= 0.05f * (th[i] - target);
-    }
-}
-
 /* What the shards' events showed: merges by fragment and by learner, for each shard. */
 typedef struct seen {
     int merges[S][P];
@@ -91,7 +83,7 @@ static void drain(dlc_srt *s, int k, seen *w, int ms) {
 static void train(fx *xl, dlc_lrt **l, dlc_srt **s, seen *w, int steps) {
     for (int t = 0; t < steps; t++) {
         for (int m = 0; m < M; m++) {
-            step(&xl[m], m == 0 ? 1.0f : m == 1 ? -1.0f : 0.5f);
+            fx_step(&xl[m], m == 0 ? 1.0f : m == 1 ? -1.0f : 0.5f);
             if (dlc_lrt_step_done(l[m], 100, 0.001) != DLC_OK) fprintf(stderr, "step_done: %s\n", dlc_last_error());
             CHECK(dlc_lrt_state(l[m]) == DLC_LEARNER_TRAINING); /* non-blocking: never waits */
         }

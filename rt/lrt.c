@@ -192,6 +192,13 @@ static void conn_event(dlc_lrt *l, dlc_lrt_event_kind k, const char *text) {
     push_event(l, &e);
 }
 
+/* A connection event of shard k's link, its text naming the shard when there are several. */
+static void shard_event(dlc_lrt *l, dlc_lrt_event_kind kind, int k, const char *text) {
+    char t[DLC_RT_TEXT_MAX];
+    if (l->S > 1) snprintf(t, sizeof t, "shard %d of %d: %s", k + 1, l->S, text);
+    conn_event(l, kind, l->S > 1 ? t : text);
+}
+
 /* ---- payload buffers ----
  * A contribution's encoded bytes go to the net, which frees them once sent.  A fragment
  * of a large model is tens of megabytes: a fresh allocation is mapped anew and every page
@@ -617,13 +624,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         l->rdy[k] = l->rdy_once[k] = 1;
         l->ready_once = 1;
         update_ready(l);
-        if (l->S > 1) {
-            char t[sizeof ev->text + 32];
-            snprintf(t, sizeof t, "shard %d of %d: %s", k + 1, l->S, ev->text);
-            conn_event(l, DLC_LRT_CONNECTED, t);
-        } else {
-            conn_event(l, DLC_LRT_CONNECTED, ev->text);
-        }
+        shard_event(l, DLC_LRT_CONNECTED, k, ev->text);
         flush_held(l);
         return DLC_OK;
     }
@@ -677,15 +678,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
             dlc_text_clean(l->last_refusal); /* cut at byte counts */
         }
         int k = peer_shard(l, ev->peer);
-        if (k >= 0 && l->rdy[k]) {
-            if (l->S > 1) {
-                char t[sizeof ev->text + 32];
-                snprintf(t, sizeof t, "shard %d of %d: %s", k + 1, l->S, ev->text);
-                conn_event(l, DLC_LRT_DISCONNECTED, t);
-            } else {
-                conn_event(l, DLC_LRT_DISCONNECTED, ev->text);
-            }
-        }
+        if (k >= 0 && l->rdy[k]) shard_event(l, DLC_LRT_DISCONNECTED, k, ev->text);
         if (k >= 0) l->rdy[k] = 0;
         update_ready(l);
         return DLC_OK;

@@ -67,11 +67,17 @@ end
 
 local function log(S, name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
 
+-- A scratch directory with the recipe of `steps` and the run's secret: S, the recipe's path.
+local function fresh(steps)
+  local S = H.scratch()
+  local path = recipe(S, steps)
+  S.write("secret", "sh4rd\n")
+  return S, path
+end
+
 describe("a sharded syncer under a launcher", function()
   it("merges each fragment at its owner and assembles the global model from both shards", function()
-    local S = H.scratch()
-    local path = recipe(S, 200)
-    S.write("secret", "sh4rd\n")
+    local S, path = fresh(200)
     local pids = { shard(S, path, 1), shard(S, path, 2) }
     for m = 1, 3 do pids[#pids + 1] = learner(S, path, m) end
     local codes = wait_all(pids, 120)
@@ -121,9 +127,7 @@ describe("a sharded syncer under a launcher", function()
   end)
 
   it("a shard killed with SIGKILL comes back with --resume while the learners train on", function()
-    local S = H.scratch()
-    local path = recipe(S, 6000)
-    S.write("secret", "sh4rd\n")
+    local S, path = fresh(6000)
     local s1, s2 = shard(S, path, 1), shard(S, path, 2)
     local ls = {}
     for m = 1, 3 do ls[m] = learner(S, path, m) end
@@ -165,9 +169,7 @@ describe("a sharded syncer under a launcher", function()
   end)
 
   it("refuses bad shard options and a learner given one shard's address, named", function()
-    local S = H.scratch()
-    local path = recipe(S, 200)
-    S.write("secret", "sh4rd\n")
+    local S, path = fresh(200)
     for _, case in ipairs {
       { { "--shard", "3/2", "--secret-file", S.dir .. "/secret" }, "expected I/S with 1 <= I <= S <= 16" },
       { { "--shard", "1/5", "--secret-file", S.dir .. "/secret" }, "sync.fragments = 4, fewer than 5 shards" },
@@ -211,13 +213,15 @@ describe("run with islands.syncers = 2", function()
       runtime = { syncer_every = 4 } })
   end
 
-  -- tiny_recipe has no islands.syncers field: the recipe file with it added
-  local function with_syncers(path)
+  -- tiny_recipe has no islands.syncers field: the recipe file with it added (and chaos
+  -- events, when given), as name; its path and text
+  local function with_syncers(path, chaos, name)
     local f = assert(io.open(path))
     local text = f:read("a")
     f:close()
     text = text:gsub("islands = { count = 3 }", "islands = { count = 3, syncers = 2 }")
-    return S.write("sharded2.lua", text)
+    if chaos then text = text:gsub("chaos = nil", "chaos = " .. chaos) end
+    return S.write(name or "sharded2.lua", text), text
   end
 
   it("serves both shards in its process: each merges its fragments, one checkpoint set, no replay", function()
@@ -256,13 +260,8 @@ describe("run with islands.syncers = 2", function()
   end)
 
   it("a chaos fault of shard 2 stops it alone: shard 1 merges on, shard 2 back from the set at epoch 2", function()
-    local base = sharded_recipe(3000)
-    local f = assert(io.open(base))
-    local text = f:read("a")
-    f:close()
-    text = text:gsub("islands = { count = 3 }", "islands = { count = 3, syncers = 2 }")
-      :gsub("chaos = nil", 'chaos = { { at = "1s", syncer = "down", down = "1s", shard = 2 } }')
-    local path = S.write("chaos.lua", text)
+    local path, text = with_syncers(sharded_recipe(3000), '{ { at = "1s", syncer = "down", down = "1s", shard = 2 } }',
+      "chaos.lua")
     local out = S.dir .. "/run"
     local log, code = H.sh(string.format("%s run %s --out %s --quiet", exe, path, out))
     assert.are.equal(0, code, log)
