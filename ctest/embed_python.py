@@ -288,6 +288,35 @@ return diloco.recipe {
         srv.close()
         check(seen[:1] == ["joined"] and "merged" in seen and seen[-1:] == ["bye"],
               "diloco.Server on_event (event_thread=%s) saw %s" % (threaded, seen))
+
+    # a syncer in two shards hosted in Python (docs/shards.md): the model in two tensors of
+    # two fragments, each shard merging its own; the learner given both addresses
+    srun = {"sync": {"preset": "streaming", "H": 4, "fragments": 2, "tau": 1}}
+    a0, b0 = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    shards = [diloco.Server({"a": a0, "b": b0}, learners=1, secret="python-server-secret-0123456789", run=srun,
+                            timeout=3.0, heartbeat=0.25, shard=k, shards=2) for k in (1, 2)]
+    a, b = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    with diloco.Learner({"a": a, "b": b}, connect=",".join("127.0.0.1:%d" % sv.port for sv in shards),
+                        secret="python-server-secret-0123456789", run=srun, heartbeat=0.25, id=1) as ln:
+        for step in range(40):
+            a += 0.01 * (1 - a)
+            b += 0.01 * (2 - b)
+            ln.step_done(8)
+        ln.finish(10)
+    merged = []
+    for sv in shards:
+        frags = set()
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            ev = sv.poll(0.5)
+            if ev is None or ev["kind"] == "bye":
+                break
+            if ev["kind"] == "merged":
+                frags.add(ev["fragment"])
+        merged.append(frags)
+        sv.close()
+    check(len(merged[0]) == 1 and len(merged[1]) == 1 and merged[0] != merged[1],
+          "two shards merged fragments %s: expected one each, not the same" % merged)
 finally:
     for proc in (learner, syncer):
         if proc and proc.poll() is None:

@@ -102,6 +102,10 @@ describe("a sharded syncer under a launcher", function()
     assert.are.equal("2/2", s2.shard)
     assert.are.equal(S.dir .. "/run/model.safetensors", s1.assembled)
     assert.is_number(s1.final_eval_loss)
+    -- shard 1's summary carries shard 2's own
+    assert.are.equal(1, #s1.shard_summaries)
+    assert.are.equal(2, s1.shard_summaries[1].shard)
+    assert.are.equal(s2.merges, s1.shard_summaries[1].merges)
     assert.is_true(s2.final_eval_loss == nil or s2.final_eval_loss == diloco.json_null) -- (part of a model)
     -- the assembled model holds each fragment as its owner saved it, bit for bit
     local function arena(file)

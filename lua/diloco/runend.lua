@@ -122,6 +122,7 @@ function M.finish(ctx, err)
     -- a shard of a sharded syncer (docs/shards.md): "I/S"; its model holds its fragments only
     shard = (ctx.opts.shards or 1) > 1 and string.format("%d/%d", ctx.opts.shard, ctx.opts.shards) or nil,
     assembled = assembled, assembly_error = assembly_error,
+    shard_summaries = ctx.shard_summaries, -- (shard 1 under a launcher: the other shards' own)
     -- islands.syncers = S shards in this process: their count and each one's epoch
     syncers = type(ctx.syncer) == "table" and ctx.syncer:shards() or nil,
     epochs = type(ctx.syncer) == "table" and ctx.syncer:epochs() or nil,

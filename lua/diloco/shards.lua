@@ -32,13 +32,15 @@ function M.dir(out, k)
 end
 
 -- Puts the other shards' fragments into ctx.params, which holds this shard's (the global
--- model of its own fragments).  Waits up to wait_s for each shard's summary.  Returns the
--- run's directory, and the list of what could not be taken ("shard 2: ... ") or nil.
+-- model of its own fragments).  Waits up to wait_s for each shard's summary (kept in
+-- ctx.shard_summaries: merges, rejects, epoch, bytes, goodput, error of each).  Returns
+-- the run's directory, and the list of what could not be taken ("shard 2: ... ") or nil.
 function M.assemble(ctx, wait_s, stopped)
   local S, I = ctx.opts.shards, ctx.opts.shard
   local owner = ctx.plan:deal(S)
   local _, root = M.dir(ctx.out, I)
   local problems = {}
+  ctx.shard_summaries = {} -- the other shards' summaries, for shard 1's (runend.lua)
   local deadline = diloco.clock() + wait_s
   for k = 1, S do
     if k ~= I then
@@ -49,6 +51,11 @@ function M.assemble(ctx, wait_s, stopped)
         sum = summary_of(dir .. "/metrics.jsonl")
       end
       local t = sum and sum.run_id == ctx.run_id and diloco.load_safetensors(dir .. "/model.safetensors")
+      if sum then
+        ctx.shard_summaries[#ctx.shard_summaries + 1] = { shard = k, merges = sum.merges, rejects = sum.rejects,
+          epoch = sum.epoch, bytes_up = sum.bytes_up, bytes_down = sum.bytes_down, goodput = sum.goodput,
+          error = sum.error }
+      end
       if not sum then
         problems[#problems + 1] = string.format("shard %d: no summary in %s/metrics.jsonl within %g s", k, dir, wait_s)
       elseif sum.run_id ~= ctx.run_id then

@@ -78,10 +78,12 @@ class _Tensor(ctypes.Structure):
 _StateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64)
 
 
-# client.h's config structs as of version 3 (DLC_CLIENT_CONFIG_V3, DLC_SERVER_CONFIG_V3; the
-# fields are version 1's, and learner ids count from 1 as `diloco-lua learner --id` counts
-# them): this module passes that version, so a newer libdiloco reads only these fields.
+# client.h's config structs as of version 3 (DLC_CLIENT_CONFIG_V3: the fields are version
+# 1's, and learner ids count from 1 as `diloco-lua learner --id` counts them) and 4
+# (DLC_SERVER_CONFIG_V4: version 3's and a shard of a syncer in shards, docs/shards.md):
+# this module passes those versions, so a newer libdiloco reads only these fields.
 _CONFIG_VERSION = 3
+_SERVER_CONFIG_VERSION = 4
 
 
 class _ClientConfig(ctypes.Structure):
@@ -109,7 +111,8 @@ class _ServerConfig(ctypes.Structure):
                 ("secret_file", ctypes.c_char_p), ("secret", ctypes.c_char_p), ("run_id", ctypes.c_char_p),
                 ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double), ("on_event", _EventFn),
                 ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int),
-                ("driver", ctypes.c_void_p)]  # must be NULL (client.h: driver mode was removed)
+                ("driver", ctypes.c_void_p),  # must be NULL (client.h: driver mode was removed)
+                ("shard", ctypes.c_int), ("shards", ctypes.c_int)]  # version 4
 
 
 
@@ -356,7 +359,9 @@ def _event_dict(ev):
 
 class Server(_Handle):
     """A run's syncer on a thread of the library; params give the layout and the initial
-    global model (copied), learners the learner count M.
+    global model (copied), learners the learner count M; shard (from 1) of shards: one shard
+    of a syncer split by fragment (docs/shards.md), whose learners connect to every shard
+    ("HOST:PORT,HOST:PORT").
 
     Its events (dicts, as poll returns them) come from poll, or go to on_event(event):
     called by dispatch(timeout) in the caller's own loop, or with event_thread=True from a
@@ -366,16 +371,17 @@ class Server(_Handle):
     _free = "dlc_server_free"
 
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
-                 timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False):
+                 timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False, shard=1, shards=1):
         lib = _load()
         cfg = _ServerConfig()
-        if lib.dlc_server_config_default_versioned(_CONFIG_VERSION, ctypes.byref(cfg)) != 0:
+        if lib.dlc_server_config_default_versioned(_SERVER_CONFIG_VERSION, ctypes.byref(cfg)) != 0:
             _fail("diloco.Server")
         cfg = self._config(cfg, params, run, secret_file, secret)
         cfg.learners = int(learners)
         cfg.listen = listen.encode()
         cfg.run_id = run_id.encode()
         cfg.timeout, cfg.heartbeat = timeout, heartbeat
+        cfg.shard, cfg.shards = int(shard), int(shards)  # shard (from 1) of shards: docs/shards.md
         self._on_event = None
         if on_event is not None:
             def call(ctx, ev):
@@ -385,7 +391,7 @@ class Server(_Handle):
                     sys.stderr.write("diloco.Server: on_event raised %s: %s\n" % (type(e).__name__, e))
             self._on_event = _EventFn(call)  # kept alive as long as the server may call it
             cfg.on_event, cfg.event_thread = self._on_event, int(bool(event_thread))
-        self._h = lib.dlc_server_new_versioned(_CONFIG_VERSION, ctypes.byref(cfg))
+        self._h = lib.dlc_server_new_versioned(_SERVER_CONFIG_VERSION, ctypes.byref(cfg))
         if not self._h:
             _fail("diloco.Server")
 
