@@ -365,6 +365,7 @@ local function shard_opts(opts, r)
   if s > 1 and not file and not secret then
     usage_error("--shard: the shards share the run's secret: give --secret-file FILE or set DILOCO_SECRET")
   end
+  if s == 1 then return 1, 1, opts.out end -- (one shard of one: the syncer)
   return i, s, string.format("%s/shard-%d", opts.out or r.out or ("runs/" .. (r.name or "run")), i)
 end
 
