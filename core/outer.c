@@ -141,6 +141,19 @@ dlc_status dlc_fragstate_anchor(const dlc_fragstate *fs, int64_t base, float *d)
     return DLC_OK;
 }
 
+dlc_status dlc_fragstate_push(dlc_fragstate *fs, const float *theta) {
+    if (!fs || !theta) return dlc_error(DLC_ERR_ARG, "fragstate_push: %s is NULL", fs ? "theta" : "fs");
+    int64_t bad = first_nonfinite(theta, fs->n);
+    if (bad >= 0)
+        return dlc_error(DLC_ERR_ARG, "fragstate_push: theta[%lld] = %g: parameters must be finite; nothing was changed",
+                         (long long)bad, (double)theta[bad]);
+    if (fs->cur == INT64_MAX)
+        return dlc_error(DLC_ERR_RANGE, "fragstate_push: version %lld cannot be incremented", (long long)fs->cur);
+    memmove(slot(fs, fs->cur + 1), theta, sizeof(float) * (size_t)fs->n);
+    fs->cur++;
+    return DLC_OK;
+}
+
 dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t version) {
     if (!fs || !theta) return dlc_error(DLC_ERR_ARG, "fragstate_set: %s is NULL", fs ? "theta" : "fs");
     if (version < 0)

@@ -252,11 +252,12 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
     s->last_steps = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
     s->last_tokens = calloc((size_t)s->M * (size_t)s->P, sizeof(int64_t));
     s->shard = malloc((size_t)s->M * sizeof(int64_t));
+    s->rep = calloc((size_t)s->M, sizeof *s->rep);
     s->qcap = 16;
     s->q = malloc((size_t)s->qcap * sizeof *s->q);
     if (!s->f || !s->sorted || !s->live || !s->heard || !s->step_t || !s->transit || !s->joined_at || !s->sched || !s->ever || !s->sent_since ||
         !s->q || !s->incarnation || !s->inc_open || !s->fenced || !s->unheard || !s->merged || !s->shard ||
-        !s->merged_steps || !s->last_base || !s->last_steps || !s->last_tokens || !s->last_life || !s->life)
+        !s->merged_steps || !s->last_base || !s->last_steps || !s->last_tokens || !s->last_life || !s->life || !s->rep)
         goto nomem;
     for (int64_t i = 0; i < (int64_t)s->M * s->P; i++) s->last_base[i] = -1;
     for (int m = 0; m < s->M; m++) s->shard[m] = -1;
@@ -275,8 +276,9 @@ dlc_syncer *dlc_syncer_new(const dlc_syncer_params *sp, const dlc_plan *plan, co
         f->avg_step = -1;
         f->c = calloc((size_t)s->M, sizeof *f->c);
         f->mc = calloc((size_t)s->M * 2, sizeof *f->mc);
+        f->mc_new = calloc((size_t)s->M * 2, sizeof *f->mc_new);
         f->arr = calloc((size_t)s->M, sizeof *f->arr);
-        if (!f->c || !f->mc || !f->arr) goto nomem;
+        if (!f->c || !f->mc || !f->mc_new || !f->arr) goto nomem;
         if (sp->owns && !sp->owns[p]) continue; /* another shard's: nothing fragment-sized here,
                                                  * and its values in theta0 are not read */
         seg = malloc((size_t)nv * sizeof *seg);
@@ -351,6 +353,7 @@ void dlc_syncer_free(dlc_syncer *s) {
         for (int m = 0; f->c && m < s->M; m++) dlc_big_free(f->c[m].h_bytes);
         free(f->c);
         free(f->mc);
+        free(f->mc_new);
         free(f->arr);
         dlc_payload_unref(f->out);
         for (int i = 0; f->hist && i < f->hist_cap; i++) free(f->hist[i]);
@@ -379,6 +382,7 @@ void dlc_syncer_free(dlc_syncer *s) {
     free(s->last_steps);
     free(s->last_tokens);
     free(s->shard);
+    free(s->rep);
     free(s->q);
     free(s);
 }
@@ -638,6 +642,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     dlc_status st = DLC_OK;
     /* two lists, used in turn: a flush can close p twice before the driver polls */
     dlc_merge_contrib *mc = f->mc + (f->mc_flip ? s->M : 0);
+    double *mcn = f->mc_new + (f->mc_flip ? s->M : 0);
     f->mc_flip ^= 1;
     for (int i = 0; i < f->count; i++) { /* in arrival order: the order of the sums */
         int m = f->arr[i];
@@ -647,6 +652,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
                                       .staleness = (s->p.dp ? f->dp_step : dlc_fragstate_version(f->fs)) - c->base,
                                       .steps = c->steps, .tokens = c->tokens, .incarnation = c->incarnation,
                                       .arrived = c->arrived};
+        mcn[k - 1] = 0;
         bytes_in += (int64_t)c->len;
         /* the steps and tokens new to the run: a contribution from the base of one of its
          * earlier merged ones (sent again before a merge came back: a cut, a restarted
@@ -668,7 +674,9 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         s->last_life[at] = c->life;
         useful += (double)tokens / s->P;
         s->merged_steps[m] += (double)steps / s->P;
+        mcn[k - 1] = (double)steps / s->P;
     }
+    f->mc_count = k;
     const float *delta = NULL; /* the merged Δ, in the accumulator itself (reset at the clear) */
     if (k > 0 && !(delta = dlc_merge_take(f->mg))) st = DLC_ERR_RANGE;
     if (st == DLC_OK && k == 0) {
@@ -1197,6 +1205,71 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
         s->unheard[m] = 1;
         if (s->live[m]) s->heard[m] = now;
     }
+    return DLC_OK;
+}
+
+dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out) {
+    if (!s || !out) return dlc_error(DLC_ERR_ARG, "syncer_replica: NULL argument");
+    if (p < 0 || p >= s->P || !s->f[p].fs)
+        return dlc_error(DLC_ERR_ARG, "syncer_replica: fragment %d: expected one this syncer owns", p);
+    sfrag *f = &s->f[p];
+    if (s->p.dp || f->mc_count == 0)
+        return dlc_error(DLC_ERR_STATE, "syncer_replica: fragment %d: %s", p,
+                         s->p.dp ? "data parallel is not replicated" : "its latest round merged nothing");
+    /* the half of mc the latest close used: the one before the flip */
+    const dlc_merge_contrib *mc = f->mc + (f->mc_flip ? 0 : s->M);
+    const double *mcn = f->mc_new + (f->mc_flip ? 0 : s->M);
+    for (int i = 0; i < f->mc_count; i++)
+        s->rep[i] = (dlc_replica_contrib){.learner = mc[i].learner, .new_steps = mcn[i],
+                                          .base_version = mc[i].base_version, .steps = mc[i].steps,
+                                          .tokens = mc[i].tokens};
+    *out = (dlc_replica){.fragment = p, .version = dlc_fragstate_version(f->fs), .theta = dlc_fragstate_theta(f->fs),
+                         .momentum = dlc_fragstate_momentum(f->fs), .n = f->n, .count = f->mc_count,
+                         .contribs = s->rep};
+    return DLC_OK;
+}
+
+dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now) {
+    if (!s || !r) return dlc_error(DLC_ERR_ARG, "syncer_replicate: NULL argument");
+    int p = r->fragment;
+    if (s->p.dp) return dlc_error(DLC_ERR_ARG, "syncer_replicate: data parallel is not replicated");
+    if (p < 0 || p >= s->P || !s->f[p].fs)
+        return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: expected one this syncer owns", p);
+    sfrag *f = &s->f[p];
+    float *mom = dlc_fragstate_momentum(f->fs);
+    if (r->n != f->n || !r->theta || !mom != !r->momentum || r->count < 0 || r->count > s->M ||
+        (r->count > 0 && !r->contribs))
+        return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: %lld floats%s, %d contributors: expected %lld "
+                         "floats%s and 0..%d contributors", p, (long long)r->n,
+                         r->momentum ? " with momentum" : " without momentum", r->count, (long long)f->n,
+                         mom ? " with momentum" : " without momentum", s->M);
+    int64_t v = dlc_fragstate_version(f->fs);
+    if (r->version != v + 1)
+        return dlc_error(DLC_ERR_STATE, "syncer_replicate: fragment %d version %lld, but this standby holds version "
+                         "%lld: expected %lld (a replica was lost or repeated: the standby must be made again from "
+                         "the primary's checkpoint)", p, (long long)r->version, (long long)v, (long long)(v + 1));
+    for (int i = 0; i < r->count; i++)
+        if (r->contribs[i].learner < 0 || r->contribs[i].learner >= s->M || !(r->contribs[i].new_steps >= 0))
+            return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: contributor %d: learner %d, %g new steps: "
+                             "expected a learner in 1..%d and steps >= 0", p, i, r->contribs[i].learner + 1,
+                             r->contribs[i].new_steps, s->M);
+    for (int64_t i = 0; r->momentum && i < f->n; i++)
+        if (!isfinite(r->momentum[i]))
+            return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: momentum[%lld] = %g: expected finite values",
+                             p, (long long)i, (double)r->momentum[i]);
+    dlc_status st = f->ring_pl ? release_slot(f, (int)((v + 1) % s->p.outer.ring)) : DLC_OK;
+    if (st == DLC_OK) st = dlc_fragstate_push(f->fs, r->theta); /* (checks theta) */
+    if (st != DLC_OK) return st;
+    if (mom) memcpy(mom, r->momentum, (size_t)f->n * sizeof(float));
+    for (int i = 0; i < r->count; i++) {
+        const dlc_replica_contrib *c = &r->contribs[i];
+        size_t at = (size_t)c->learner * s->P + (size_t)p;
+        s->merged[c->learner]++;
+        s->merged_steps[c->learner] += c->new_steps;
+        s->last_base[at] = c->base_version, s->last_steps[at] = c->steps, s->last_tokens[at] = c->tokens;
+        s->last_life[at] = s->life[c->learner];
+    }
+    f->last_open = now;
     return DLC_OK;
 }
 

@@ -43,7 +43,9 @@ typedef struct sfrag {
     contrib *c;             /* [M] */
     int *arr;               /* [M]: the round's contributors in arrival order (count) */
     dlc_merge_contrib *mc;  /* [2M]: a merge's contributors, the halves used in turn */
+    double *mc_new;         /* [2M]: beside mc, the steps each added to the account (1/P each) */
     int mc_flip;
+    int mc_count;           /* contributors of the latest merge (its half: the one before mc_flip) */
     dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others);
                              * NULL with f32 down, which sends from the ring: */
     dlc_payload **ring_pl;  /* [R] f32 down: a payload over each ring slot's Θ (or NULL) */
@@ -59,6 +61,7 @@ struct dlc_syncer {
     double *sorted;          /* [M], for medians */
     int manual;              /* 1: rounds close only by dlc_syncer_flush (dlc_syncer_set_manual) */
     int owned;               /* fragments this syncer owns (P unless a shard, params.owns) */
+    dlc_replica_contrib *rep;/* [M] dlc_syncer_replica's contributors */
     uint8_t *live;
     double *heard, *step_t, *transit;
     double *joined_at;       /* [M]: when each live learner (re)joined */

@@ -856,6 +856,89 @@ static void test_shard(void) {
     fx_free(&x);
 }
 
+/* Replication (syncer.h): a standby made as its primary, fed the replica of every merge,
+ * holds the primary's state bit for bit (Θ and versions of every fragment, each learner's
+ * merged contributions and steps); after a failover a contribution from an older base in
+ * the ring merges on it exactly as on the primary (so the ring and the momentum are the
+ * primary's too).  A repeated replica, another fragment's size, a fragment it does not own
+ * and data parallel are refused, changing nothing. */
+static void test_standby(void) {
+    fx x;
+    fx_make(&x, 3, 150);
+    dlc_syncer_params sp = params(2);
+    sp.quorum = 1;
+    sp.grace = DLC_GRACE_OFF;
+    dlc_syncer *pri = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    dlc_syncer *sb = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(pri);
+    CHECK_OK(sb);
+    if (!pri || !sb) return;
+    for (int m = 0; m < 2; m++) {
+        CHECK(dlc_syncer_join(pri, m, 0) == DLC_OK);
+        drain(pri);
+    }
+    script sc = {.lcg = 11};
+    int merges = 0, same = 1;
+    dlc_replica last = {0};
+    for (int i = 0; i < 40; i++) {
+        int L = i % 2, p = (i / 2) % 3;
+        dlc_msg m = contrib_msg(&sc, pri, x.plan, L, p, i);
+        CHECK(dlc_syncer_receive(pri, &m, 0.25 * i) == DLC_OK);
+        rec r = drain(pri);
+        for (int a = 0; a < r.n; a++) {
+            if (r.a[a].type != DLC_SACT_MERGED) continue;
+            dlc_replica rp;
+            CHECK(dlc_syncer_replica(pri, r.a[a].merge.fragment, &rp) == DLC_OK);
+            CHECK(rp.count == r.a[a].merge.count && rp.version == r.a[a].merge.version);
+            CHECK(dlc_syncer_replicate(sb, &rp, 0.25 * i) == DLC_OK);
+            last = rp;
+            merges++;
+        }
+        same &= same_theta(pri, sb, x.plan);
+        for (int L2 = 0; L2 < 2; L2++)
+            same &= dlc_syncer_merged(pri, L2) == dlc_syncer_merged(sb, L2) &&
+                    same_bits(dlc_syncer_merged_steps(pri, L2), dlc_syncer_merged_steps(sb, L2));
+    }
+    CHECK(merges >= 30 && same);
+    /* the same replica again: refused, nothing changed */
+    CHECK_SFAILS(dlc_syncer_replicate(sb, &last, 11), DLC_ERR_STATE, "a replica was lost or repeated");
+    dlc_replica wrong = last;
+    wrong.n = last.n + 1;
+    CHECK_SFAILS(dlc_syncer_replicate(sb, &wrong, 11), DLC_ERR_ARG, "floats");
+    CHECK(same_theta(pri, sb, x.plan));
+    /* the failover: the standby serves; a contribution from two versions back merges on it
+     * as on the primary, bit for bit */
+    for (int m = 0; m < 2; m++) {
+        CHECK(dlc_syncer_join(sb, m, 20) == DLC_OK);
+        drain(sb);
+    }
+    int64_t v = dlc_syncer_version(pri, 1), n1 = dlc_plan_numel(x.plan, 1);
+    float d[NMAX];
+    randv(d, n1, 777, 0.05f);
+    dlc_msg m = {.type = DLC_MSG_CONTRIBUTION, .learner = 1, .fragment = 1, .version = v - 2, .steps = 5, .tokens = 80,
+                 .codec = DLC_CODEC_F32, .payload = (const uint8_t *)d, .len = (size_t)n1 * sizeof(float)};
+    CHECK(v >= 2);
+    CHECK(dlc_syncer_receive(pri, &m, 21) == DLC_OK);
+    drain(pri);
+    CHECK(dlc_syncer_receive(sb, &m, 21) == DLC_OK);
+    drain(sb);
+    CHECK(dlc_syncer_version(sb, 1) == v + 1 && same_theta(pri, sb, x.plan));
+    dlc_syncer_free(pri);
+    dlc_syncer_free(sb);
+    /* a shard's standby takes only its fragments; dp is not replicated */
+    uint8_t owns[3] = {1, 0, 1};
+    sp.owns = owns;
+    dlc_syncer *shard = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(shard);
+    dlc_replica other = {.fragment = 1, .version = 1, .theta = d, .n = n1};
+    float mom[NMAX] = {0};
+    other.momentum = mom;
+    CHECK_SFAILS(dlc_syncer_replicate(shard, &other, 0), DLC_ERR_ARG, "fragment 1: expected one this syncer owns");
+    CHECK_SFAILS(dlc_syncer_replica(shard, 0, &other), DLC_ERR_STATE, "its latest round merged nothing");
+    dlc_syncer_free(shard);
+    fx_free(&x);
+}
+
 int main(void) {
     /* tmpfs when there is one: the writer fsyncs every save, which a busy disk makes slow */
     snprintf(dir, sizeof dir, "/dev/shm/dlc_syncer_state_XXXXXX");
@@ -872,6 +955,7 @@ int main(void) {
     test_refused();
     test_fuzz();
     test_shard();
+    test_standby();
     DIR *d = opendir(dir);
     struct dirent *e;
     char p[512];

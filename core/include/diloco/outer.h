@@ -87,6 +87,13 @@ DLC_API dlc_status dlc_fragstate_step(dlc_fragstate *fs, const float *delta);
  * delta; merge.h's add checks each encoded contribution). */
 DLC_API dlc_status dlc_fragstate_anchor(const dlc_fragstate *fs, int64_t base_version, float *delta_inout);
 
+/* The next version given whole, as a standby takes its primary's (syncer.h,
+ * "Replication"): Θ^(current + 1) = theta (borrowed, n finite floats, copied) into the
+ * ring, current + 1; the momentum buffer is left as it is (write it through
+ * dlc_fragstate_momentum).  Refused without changing anything: DLC_ERR_ARG for NULL or a
+ * non-finite value (named), DLC_ERR_RANGE at the last version. */
+DLC_API dlc_status dlc_fragstate_push(dlc_fragstate *fs, const float *theta);
+
 /* Restores from a checkpoint: Θ^(version) = theta (borrowed, n finite floats, copied),
  * current = oldest = version (>= 0): the ring is reset to just this version, since older
  * values are not in a checkpoint and learners anchored at them must resync.  The

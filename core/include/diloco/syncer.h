@@ -375,6 +375,42 @@ DLC_API int dlc_syncer_is_unheard(const dlc_syncer *s, int m);
 DLC_API dlc_status dlc_syncer_set_shard(dlc_syncer *s, int m, int64_t shard);
 DLC_API int64_t dlc_syncer_shard(const dlc_syncer *s, int m);
 
+/* ---- replication (docs/shards.md, "Standbys") ----
+ *
+ * A standby is a syncer made with the same params, plan and Θ0 as its primary (or loaded
+ * from the same checkpoint) that takes, for every merge of the primary, what the merge
+ * changed: fragment p's new version, its Θ_p and outer momentum, and the account of the
+ * merge's contributors.  It then holds the primary's global state bit for bit (Θ, ring,
+ * momentum, versions, each learner's merged contributions and steps), so that it can
+ * serve the learners in the primary's place: contributions from any base in the ring
+ * merge on it as they would have on the primary.  Open rounds, held contributions and the
+ * grace estimates are not replicated (a round in flight when the primary is lost is sent
+ * again by its learners).  Not in data parallel. */
+typedef struct dlc_replica_contrib {
+    int learner;
+    double new_steps;           /* the steps the merge added to its account (1/P each) */
+    int64_t base_version, steps, tokens; /* its contribution's, as sent */
+} dlc_replica_contrib;
+typedef struct dlc_replica {
+    int fragment;
+    int64_t version;            /* the version the merge made */
+    const float *theta;         /* n floats: Θ_p of that version */
+    const float *momentum;      /* n floats, NULL without outer momentum */
+    int64_t n;
+    int count;                  /* contributors, in the merge's order */
+    const dlc_replica_contrib *contribs;
+} dlc_replica;
+/* The primary: what a standby needs of the merge of fragment p just polled (DLC_SACT_MERGED),
+ * into *out; everything it points to is the syncer's, valid until its next event call.
+ * DLC_ERR_STATE when p's latest round merged nothing, or in dp. */
+DLC_API dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out);
+/* The standby: takes the replica of the primary's next merge of its fragment (borrowed for
+ * the call).  Refused, changing nothing: DLC_ERR_STATE for a version that is not the next
+ * one it holds (a replica lost or repeated: named with both versions), DLC_ERR_ARG for a
+ * fragment it does not own, a size or momentum that is not its own, or non-finite values.
+ * Queues no action. */
+DLC_API dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now);
+
 /* ---- checkpoint (core/syncer_state.c; keys and rules: docs/checkpoints.md) ---- */
 
 /* Writes s's state to `path` through the atomic safetensors writer (ckpt.h: a temporary
