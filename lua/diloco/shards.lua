@@ -134,7 +134,7 @@ end
 function M.start(o, S)
   local listens = {}
   for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
-  local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, epoch_of = {} }, Set)
+  local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, useful = {}, epoch_of = {} }, Set)
   for k = 1, S do
     local ok = {}
     for key, v in pairs(o) do ok[key] = v end
@@ -147,7 +147,7 @@ function M.start(o, S)
       return nil, string.format("shard %d of %d: %s", k, S, tostring(err))
     end
     set.list[k] = s
-    set.merges[k] = 0
+    set.merges[k], set.useful[k] = 0, 0
   end
   return set
 end
@@ -185,9 +185,13 @@ function Set:up(k, resume, listen, epoch)
   self.list[k] = s
   return true
 end
--- Merges of each shard since the set started (its checkpoints keep them: a shard brought
--- back from one loses those made after it).
+-- Merges of each shard since the set started, and their useful tokens (its checkpoints
+-- keep them: a shard brought back from one loses those made after it).
 function Set:merge_counts() return self.merges end
+function Set:count(k, ev)
+  self.merges[k] = self.merges[k] + 1
+  self.useful[k] = self.useful[k] + (ev.merge and ev.merge.useful_tokens or 0)
+end
 
 -- ---- chaos on one shard under `run` (lua/diloco/supervisor.lua) ----
 
@@ -211,9 +215,12 @@ function M.fault_ends(ctx, now, fault)
       local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
       local last = list[#list]
       local meta = last and diloco.safetensors_meta(last.path)
-      local saved = {}
+      local saved, saved_useful = {}, {}
       for n in ((type(meta) == "table" and meta["diloco.shard_merges"] or "") .. ","):gmatch("(%d*),") do
         saved[#saved + 1] = tonumber(n) or 0
+      end
+      for n in ((type(meta) == "table" and meta["diloco.shard_useful"] or "") .. ","):gmatch("([^,]*),") do
+        saved_useful[#saved_useful + 1] = tonumber(n) or 0
       end
       local t0 = diloco.clock()
       local listens = {}
@@ -223,6 +230,10 @@ function M.fault_ends(ctx, now, fault)
       local lost = math.max(0, ctx.syncer.merges[k] - (saved[k] or 0))
       ctx.syncer.merges[k] = saved[k] or 0
       ctx.gm = ctx.gm - lost
+      -- the useful tokens of the lost merges leave the account (goodput counts merges that stand)
+      local lost_useful = math.max(0, ctx.syncer.useful[k] - (saved_useful[k] or 0))
+      ctx.syncer.useful[k] = saved_useful[k] or 0
+      ctx.account:set_useful_tokens(math.max(0, ctx.account:useful_tokens() - lost_useful))
       ctx.merges_lost = (ctx.merges_lost or 0) + lost
       ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
       fault { kind = "syncer", shard = k, begin = false, epoch = ctx.syncer:epochs()[k], merges_lost = lost,
@@ -276,6 +287,9 @@ function Set:save(path, meta)
   local m = {}
   for key, v in pairs(meta or {}) do m[key] = v end
   m["diloco.shard_merges"] = table.concat(self.merges, ",")
+  local u = {}
+  for k = 1, self.S do u[k] = string.format("%.17g", self.useful[k]) end
+  m["diloco.shard_useful"] = table.concat(u, ",")
   for k = self.S, 1, -1 do
     local ok, err = self.list[k]:save(M.side_path(path, k), m)
     if not ok then return nil, string.format("shard %d: %s", k, tostring(err)) end
@@ -293,7 +307,7 @@ function Set:poll(timeout)
     if ev then
       self.turn = k % S + 1
       ev.shard = k
-      if ev.type == "merged" then self.merges[k] = self.merges[k] + 1 end
+      if ev.type == "merged" then self:count(k, ev) end
       return ev
     end
   end
@@ -308,7 +322,7 @@ function Set:poll(timeout)
   if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
   if ev then
     ev.shard = k
-    if ev.type == "merged" then self.merges[k] = self.merges[k] + 1 end
+    if ev.type == "merged" then self:count(k, ev) end
   end
   return ev
 end
