@@ -97,12 +97,19 @@ void dlc_fragstate_free(dlc_fragstate *fs) {
     free(fs);
 }
 
+/* DLC_OK when x[0..n) is finite, else DLC_ERR_ARG "fn: name[i] = v: why; nothing was
+ * changed" (the refusal of every call that takes values in). */
+static dlc_status finite_in(const char *fn, const char *name, const float *x, int64_t n, const char *why) {
+    int64_t bad = first_nonfinite(x, n);
+    if (bad < 0) return DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "%s: %s[%lld] = %g: %s; nothing was changed", fn, name, (long long)bad,
+                     (double)x[bad], why);
+}
+
 dlc_status dlc_fragstate_step(dlc_fragstate *fs, const float *delta) {
     if (!fs || !delta) return dlc_error(DLC_ERR_ARG, "fragstate_step: %s is NULL", fs ? "delta" : "fs");
-    int64_t bad = first_nonfinite(delta, fs->n);
-    if (bad >= 0)
-        return dlc_error(DLC_ERR_ARG, "fragstate_step: delta[%lld] = %g: the merged outer gradient must be finite; nothing was changed",
-                         (long long)bad, (double)delta[bad]);
+    dlc_status st = finite_in("fragstate_step", "delta", delta, fs->n, "the merged outer gradient must be finite");
+    if (st != DLC_OK) return st;
     if (fs->cur == INT64_MAX)
         return dlc_error(DLC_ERR_RANGE, "fragstate_step: version %lld cannot be incremented", (long long)fs->cur);
     const float *old = slot(fs, fs->cur);
@@ -143,10 +150,8 @@ dlc_status dlc_fragstate_anchor(const dlc_fragstate *fs, int64_t base, float *d)
 
 dlc_status dlc_fragstate_push(dlc_fragstate *fs, const float *theta) {
     if (!fs || !theta) return dlc_error(DLC_ERR_ARG, "fragstate_push: %s is NULL", fs ? "theta" : "fs");
-    int64_t bad = first_nonfinite(theta, fs->n);
-    if (bad >= 0)
-        return dlc_error(DLC_ERR_ARG, "fragstate_push: theta[%lld] = %g: parameters must be finite; nothing was changed",
-                         (long long)bad, (double)theta[bad]);
+    dlc_status st = finite_in("fragstate_push", "theta", theta, fs->n, "parameters must be finite");
+    if (st != DLC_OK) return st;
     if (fs->cur == INT64_MAX)
         return dlc_error(DLC_ERR_RANGE, "fragstate_push: version %lld cannot be incremented", (long long)fs->cur);
     memmove(slot(fs, fs->cur + 1), theta, sizeof(float) * (size_t)fs->n);
@@ -158,10 +163,8 @@ dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t vers
     if (!fs || !theta) return dlc_error(DLC_ERR_ARG, "fragstate_set: %s is NULL", fs ? "theta" : "fs");
     if (version < 0)
         return dlc_error(DLC_ERR_ARG, "fragstate_set: version = %lld, expected >= 0", (long long)version);
-    int64_t bad = first_nonfinite(theta, fs->n);
-    if (bad >= 0)
-        return dlc_error(DLC_ERR_ARG, "fragstate_set: theta[%lld] = %g: parameters must be finite; nothing was changed",
-                         (long long)bad, (double)theta[bad]);
+    dlc_status st = finite_in("fragstate_set", "theta", theta, fs->n, "parameters must be finite");
+    if (st != DLC_OK) return st;
     memmove(slot(fs, version), theta, sizeof(float) * (size_t)fs->n); /* theta may be dlc_fragstate_theta() */
     fs->cur = fs->reset = version;
     return DLC_OK;
