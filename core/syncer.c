@@ -355,6 +355,8 @@ void dlc_syncer_free(dlc_syncer *s) {
         free(f->mc);
         free(f->mc_new);
         free(f->arr);
+        free(f->pub_arr);
+        free(f->pub_owed);
         dlc_payload_unref(f->out);
         for (int i = 0; f->hist && i < f->hist_cap; i++) free(f->hist[i]);
         free(f->hist);
@@ -534,6 +536,13 @@ static int64_t stamp_incarnation(const dlc_syncer *s, int m) { return s->inc_ope
 static dlc_status send_fragment(dlc_syncer *s, int p, int m, uint32_t flags, double held, double age,
                                 int64_t phase, double step_time) {
     sfrag *f = &s->f[p];
+    if (f->pub) { /* Θ_p's version waits for the standby: this send goes with it (a resync kept) */
+        pub_owed *o = &f->pub_owed[m];
+        if (!o->on || (flags & DLC_MSG_RESYNC))
+            *o = (pub_owed){.on = 1, .flags = flags | (o->on ? o->flags : 0), .held = held, .age = age,
+                            .step_time = step_time, .phase = phase};
+        return DLC_OK;
+    }
     dlc_status st = encode_theta(s, f);
     if (st != DLC_OK) return st;
     dlc_payload *pl = out_payload(s, f);
@@ -634,8 +643,11 @@ static dlc_status admit_held(dlc_syncer *s, int p, double now);
 
 /* Merges fragment p's round (its contributions are in the accumulator already) and sends
  * the result; then a held contribution opens the next round. */
+static dlc_status publish(dlc_syncer *s, int p, double now);
+
 static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
     sfrag *f = &s->f[p];
+    if (f->pub) return DLC_OK; /* the previous merge waits for the standby: this round waits too */
     int k = 0;
     int64_t bytes_in = 0;
     double useful = 0;
@@ -719,6 +731,21 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
             st = release_slot(f, (int)((dlc_fragstate_version(f->fs) + 1) % s->p.outer.ring));
         if (st == DLC_OK) st = dlc_fragstate_step(f->fs, delta);
         mi->version = dlc_fragstate_version(f->fs);
+        if (st == DLC_OK && s->replicated) { /* held back until the standby holds it (publish) */
+            f->pub = 1;
+            f->pub_version = mi->version;
+            f->pub_mi = *mi;
+            f->pub_at = now, f->pub_opened = f->opened;
+            for (int m = 0; m < s->M; m++) {
+                f->pub_arr[m] = f->c[m].present ? f->c[m].arrived : -1;
+                f->pub_owed[m].on = 0;
+            }
+            clear_round(f, s->M);
+            dlc_syncer_action r = {.type = DLC_SACT_REPLICATE, .fragment = p};
+            r.merge.fragment = p, r.merge.version = mi->version;
+            st = push(s, &r);
+            return st == DLC_OK ? admit_held(s, p, now) : st;
+        }
         for (int m = 0; m < s->M && st == DLC_OK; m++) {
             if (!s->live[m]) continue;
             /* contributors: how long their contribution waited here, and the round's age
@@ -758,7 +785,7 @@ static dlc_status evaluate(dlc_syncer *s, int p, double now, int may_close) {
             f->deadline = now + f->grace;
             set_round_state(f, DLC_ROUND_GRACE);
         }
-        if (!s->manual && (all || now >= f->deadline)) {
+        if (!s->manual && !f->pub && (all || now >= f->deadline)) {
             if (may_close) return close_round(s, p, now, 0);
             f->deadline = now;
         }
@@ -1110,7 +1137,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
         if (st == DLC_OK && s->live[L]) st = drop_learner(s, L, now);
         return st == DLC_OK ? make_live(s, L, m->incarnation, now) : st;
     }
-    if (m->epoch != 0 && m->epoch != s->epoch) return fence(s, m, DLC_REJECT_EPOCH, now);
+    if (m->epoch != 0 && m->epoch != s->epoch && m->epoch != s->prev_epoch) return fence(s, m, DLC_REJECT_EPOCH, now);
     if (m->incarnation != 0) s->incarnation[L] = m->incarnation, s->inc_open[L] = 0;
     s->fenced[L] = 0;
     if (s->unheard[L] && m->type != DLC_MSG_BYE && s->p.blocking && !s->p.dp) {
@@ -1143,7 +1170,7 @@ double dlc_syncer_expiry(const dlc_syncer *s) {
     double t = INFINITY;
     if (!s) return t;
     for (int p = 0; p < s->P; p++)
-        if (s->f[p].state == DLC_ROUND_GRACE && s->f[p].deadline < t) t = s->f[p].deadline;
+        if (s->f[p].state == DLC_ROUND_GRACE && !s->f[p].pub && s->f[p].deadline < t) t = s->f[p].deadline;
     if (s->p.timeout > 0)
         for (int m = 0; m < s->M; m++)
             if (s->live[m] && s->heard[m] + s->p.timeout < t) t = s->heard[m] + s->p.timeout;
@@ -1208,14 +1235,17 @@ dlc_status dlc_syncer_restart(dlc_syncer *s, double now) {
     return DLC_OK;
 }
 
-dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out) {
+dlc_status dlc_syncer_replica_of(dlc_syncer *s, int p, int whole, dlc_replica *out) {
     if (!s || !out) return dlc_error(DLC_ERR_ARG, "syncer_replica: NULL argument");
     if (p < 0 || p >= s->P || !s->f[p].fs)
         return dlc_error(DLC_ERR_ARG, "syncer_replica: fragment %d: expected one this syncer owns", p);
     sfrag *f = &s->f[p];
-    if (s->p.dp || f->mc_count == 0)
+    if (s->p.dp || (f->mc_count == 0 && !whole))
         return dlc_error(DLC_ERR_STATE, "syncer_replica: fragment %d: %s", p,
                          s->p.dp ? "data parallel is not replicated" : "its latest round merged nothing");
+    *out = (dlc_replica){.fragment = p, .version = dlc_fragstate_version(f->fs), .theta = dlc_fragstate_theta(f->fs),
+                         .momentum = dlc_fragstate_momentum(f->fs), .n = f->n, .whole = whole != 0};
+    if (whole) return DLC_OK;
     /* the half of mc the latest close used: the one before the flip */
     const dlc_merge_contrib *mc = f->mc + (f->mc_flip ? 0 : s->M);
     const double *mcn = f->mc_new + (f->mc_flip ? 0 : s->M);
@@ -1223,11 +1253,12 @@ dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out) {
         s->rep[i] = (dlc_replica_contrib){.learner = mc[i].learner, .new_steps = mcn[i],
                                           .base_version = mc[i].base_version, .steps = mc[i].steps,
                                           .tokens = mc[i].tokens};
-    *out = (dlc_replica){.fragment = p, .version = dlc_fragstate_version(f->fs), .theta = dlc_fragstate_theta(f->fs),
-                         .momentum = dlc_fragstate_momentum(f->fs), .n = f->n, .count = f->mc_count,
-                         .contribs = s->rep};
+    out->count = f->mc_count;
+    out->contribs = s->rep;
     return DLC_OK;
 }
+
+dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out) { return dlc_syncer_replica_of(s, p, 0, out); }
 
 dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now) {
     if (!s || !r) return dlc_error(DLC_ERR_ARG, "syncer_replicate: NULL argument");
@@ -1238,16 +1269,17 @@ dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now)
     sfrag *f = &s->f[p];
     float *mom = dlc_fragstate_momentum(f->fs);
     if (r->n != f->n || !r->theta || !mom != !r->momentum || r->count < 0 || r->count > s->M ||
-        (r->count > 0 && !r->contribs))
-        return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: %lld floats%s, %d contributors: expected %lld "
-                         "floats%s and 0..%d contributors", p, (long long)r->n,
-                         r->momentum ? " with momentum" : " without momentum", r->count, (long long)f->n,
-                         mom ? " with momentum" : " without momentum", s->M);
+        (r->count > 0 && !r->contribs) || (r->whole && r->count != 0))
+        return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: %lld floats%s, %d contributors%s: expected %lld "
+                         "floats%s and 0..%d contributors (none in a whole replica)", p, (long long)r->n,
+                         r->momentum ? " with momentum" : " without momentum", r->count, r->whole ? " (whole)" : "",
+                         (long long)f->n, mom ? " with momentum" : " without momentum", s->M);
     int64_t v = dlc_fragstate_version(f->fs);
-    if (r->version != v + 1)
+    if (r->whole ? r->version < 0 : r->version != v + 1)
         return dlc_error(DLC_ERR_STATE, "syncer_replicate: fragment %d version %lld, but this standby holds version "
-                         "%lld: expected %lld (a replica was lost or repeated: the standby must be made again from "
-                         "the primary's checkpoint)", p, (long long)r->version, (long long)v, (long long)(v + 1));
+                         "%lld: expected %s (a replica was lost or repeated: the standby must catch up again from "
+                         "a whole replica)", p, (long long)r->version, (long long)v,
+                         r->whole ? "a version >= 0" : "the next one");
     for (int i = 0; i < r->count; i++)
         if (r->contribs[i].learner < 0 || r->contribs[i].learner >= s->M || !(r->contribs[i].new_steps >= 0))
             return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: contributor %d: learner %d, %g new steps: "
@@ -1257,8 +1289,19 @@ dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now)
         if (!isfinite(r->momentum[i]))
             return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: momentum[%lld] = %g: expected finite values",
                              p, (long long)i, (double)r->momentum[i]);
-    dlc_status st = f->ring_pl ? release_slot(f, (int)((v + 1) % s->p.outer.ring)) : DLC_OK;
-    if (st == DLC_OK) st = dlc_fragstate_push(f->fs, r->theta); /* (checks theta) */
+    dlc_status st = DLC_OK;
+    if (r->whole) {
+        for (int i = 0; i < f->n; i++)
+            if (!isfinite(r->theta[i]))
+                return dlc_error(DLC_ERR_ARG, "syncer_replicate: fragment %d: theta[%d] = %g: expected finite values",
+                                 p, i, (double)r->theta[i]);
+        for (int k = 0; f->ring_pl && k < s->p.outer.ring && st == DLC_OK; k++) st = release_slot(f, k);
+        if (st == DLC_OK) st = dlc_fragstate_set(f->fs, r->theta, r->version);
+        f->out_version = -1; /* an encoded Θ_p of that version number is not this one */
+    } else {
+        st = f->ring_pl ? release_slot(f, (int)((v + 1) % s->p.outer.ring)) : DLC_OK;
+        if (st == DLC_OK) st = dlc_fragstate_push(f->fs, r->theta); /* (checks theta) */
+    }
     if (st != DLC_OK) return st;
     if (mom) memcpy(mom, r->momentum, (size_t)f->n * sizeof(float));
     for (int i = 0; i < r->count; i++) {
@@ -1270,6 +1313,80 @@ dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now)
         s->last_life[at] = s->life[c->learner];
     }
     f->last_open = now;
+    return DLC_OK;
+}
+
+/* Fragment p's merge held back for the standby goes: each live learner's send of it (the
+ * merged fragment, or what else was held for that learner: a join's resync), then its
+ * DLC_SACT_MERGED; then p's next round may close. */
+static dlc_status publish(dlc_syncer *s, int p, double now) {
+    sfrag *f = &s->f[p];
+    f->pub = 0;
+    dlc_status st = DLC_OK;
+    int64_t sent = 0;
+    for (int m = 0; m < s->M && st == DLC_OK; m++) {
+        pub_owed o = f->pub_owed[m];
+        f->pub_owed[m].on = 0;
+        if (!s->live[m]) continue;
+        int in = f->pub_arr[m] >= 0;
+        st = o.on ? send_fragment(s, p, m, o.flags, o.held, o.age, o.phase, o.step_time)
+                  : send_fragment(s, p, m, 0, now - (in ? f->pub_arr[m] : f->pub_opened), in ? now - f->pub_opened : 0,
+                                  0, 0);
+        sent += f->out_len;
+    }
+    if (st != DLC_OK) return st;
+    dlc_syncer_action a = {.type = DLC_SACT_MERGED, .fragment = p, .merge = f->pub_mi};
+    a.merge.bytes_out = sent;
+    st = push(s, &a);
+    return st == DLC_OK ? evaluate(s, p, now, 1) : st;
+}
+
+dlc_status dlc_syncer_set_replicated(dlc_syncer *s, int on, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_set_replicated: NULL syncer");
+    if (s->p.dp) return dlc_error(DLC_ERR_ARG, "syncer_set_replicated: data parallel is not replicated");
+    dlc_status st = syncer_unpolled(s, "syncer_set_replicated");
+    for (int p = 0; p < s->P && st == DLC_OK && on; p++) {
+        sfrag *f = &s->f[p];
+        if (!f->fs || f->pub_arr) continue;
+        if (!(f->pub_arr = calloc((size_t)s->M, sizeof *f->pub_arr)) ||
+            !(f->pub_owed = calloc((size_t)s->M, sizeof *f->pub_owed)))
+            st = dlc_error(DLC_ERR_NOMEM, "syncer_set_replicated: out of memory");
+    }
+    if (st != DLC_OK) return st;
+    s->replicated = on != 0;
+    for (int p = 0; p < s->P && st == DLC_OK && !on; p++)
+        if (s->f[p].pub) st = publish(s, p, now);
+    return st;
+}
+
+int dlc_syncer_replicated(const dlc_syncer *s) { return s ? s->replicated : 0; }
+
+int64_t dlc_syncer_awaiting(const dlc_syncer *s, int p) {
+    return s && p >= 0 && p < s->P && s->f[p].pub ? s->f[p].pub_version : -1;
+}
+
+dlc_status dlc_syncer_replica_acked(dlc_syncer *s, int p, int64_t version, double now) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_replica_acked: NULL syncer");
+    dlc_status st = syncer_unpolled(s, "syncer_replica_acked");
+    if (st != DLC_OK) return st;
+    if (p < 0 || p >= s->P || !s->f[p].fs)
+        return dlc_error(DLC_ERR_ARG, "syncer_replica_acked: fragment %d: expected one this syncer owns", p);
+    if (!s->f[p].pub || s->f[p].pub_version != version)
+        return dlc_error(DLC_ERR_STATE, "syncer_replica_acked: fragment %d version %lld acknowledged, but %s%lld%s", p,
+                         (long long)version, s->f[p].pub ? "version " : "", (long long)(s->f[p].pub ? s->f[p].pub_version : 0),
+                         s->f[p].pub ? " waits for its standby" : " (none) waits for its standby");
+    return publish(s, p, now);
+}
+
+dlc_status dlc_syncer_take_over(dlc_syncer *s, int64_t epoch, int64_t prev_epoch, double now) {
+    (void)now;
+    if (!s) return dlc_error(DLC_ERR_ARG, "syncer_take_over: NULL syncer");
+    if (epoch <= s->epoch || epoch <= prev_epoch || prev_epoch < 0)
+        return dlc_error(DLC_ERR_ARG, "syncer_take_over: epoch %lld after the primary's %lld: expected an epoch above "
+                         "both that and this syncer's %lld", (long long)epoch, (long long)prev_epoch,
+                         (long long)s->epoch);
+    s->prev_epoch = prev_epoch;
+    s->epoch = epoch;
     return DLC_OK;
 }
 

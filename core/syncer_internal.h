@@ -25,6 +25,15 @@ typedef struct contrib {
     size_t h_len;
 } contrib;
 
+/* What a replicated syncer would have sent learner m of fragment p while p's merge waits
+ * for its standby (dlc_syncer_set_replicated): one send, at the acknowledgement. */
+typedef struct pub_owed {
+    int on;
+    uint32_t flags;
+    double held, age, step_time;
+    int64_t phase;
+} pub_owed;
+
 typedef struct sfrag {
     dlc_fragstate *fs;       /* NULL: a fragment another shard owns (params.owns) */
     dlc_merge *mg;
@@ -51,6 +60,13 @@ typedef struct sfrag {
     dlc_payload **ring_pl;  /* [R] f32 down: a payload over each ring slot's Θ (or NULL) */
     int64_t *ring_v;        /* [R] ... and its version */
     int64_t out_cap, out_len, out_version;
+    /* replicated (dlc_syncer_set_replicated): the merge held back for its standby */
+    int pub;                /* 1: version pub_version merged, not yet acknowledged */
+    int64_t pub_version;
+    dlc_merge_info pub_mi;  /* its DLC_SACT_MERGED (contribs: mc's half of that close) */
+    double pub_at, pub_opened; /* when it closed; when its round opened */
+    double *pub_arr;        /* [M] when each contributor's contribution arrived, -1 none */
+    pub_owed *pub_owed;     /* [M] other sends of p held back with it */
 } sfrag;
 
 struct dlc_syncer {
@@ -81,6 +97,9 @@ struct dlc_syncer {
     int64_t dp_next;         /* dp: the step of the next round (1 + the rounds closed) */
     double xi_quorum;
     int64_t epoch;           /* stamped on every message sent */
+    int64_t prev_epoch;      /* a standby that took over: its primary's epoch, taken as its
+                              * own from learners (dlc_syncer_take_over); 0 none */
+    int replicated;          /* dlc_syncer_set_replicated */
     int64_t *incarnation;    /* [M]: each learner's latest stamped incarnation (0: none yet) */
     uint8_t *inc_open;       /* [M]: joined, its incarnation not heard since: the next one is taken */
     uint8_t *fenced;         /* [M]: resynced for a fenced message, nothing taken from it since */

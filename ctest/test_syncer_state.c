@@ -939,6 +939,143 @@ static void test_standby(void) {
     fx_free(&x);
 }
 
+/* The primary of a standby (dlc_syncer_set_replicated): a merge goes to no learner, and
+ * is not reported, before the standby acknowledged it; so whenever the primary is lost,
+ * every version any learner holds is one the standby holds.  Acknowledgements come one
+ * event late here, so rounds, joins and resyncs happen while merges wait: a round that
+ * reaches its quorum meanwhile closes at the acknowledgement, and a learner that joins
+ * gets the waiting fragment once, as a resync, with it.  Then: a wrong acknowledgement is
+ * refused, set_replicated(0) releases what waits, a standby attached late catches up from
+ * whole replicas, and a standby that takes over merges what learners stamped with its
+ * primary's epoch (a round in flight) and fences any other epoch. */
+static void test_replicated(void) {
+    fx x;
+    fx_make(&x, 3, 150);
+    enum { M = 3, P = 3 };
+    dlc_syncer_params sp = params(M);
+    sp.quorum = 1;
+    sp.grace = DLC_GRACE_OFF;
+    dlc_syncer *pri = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    dlc_syncer *sb = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(pri);
+    CHECK_OK(sb);
+    if (!pri || !sb) return;
+    CHECK(dlc_syncer_set_replicated(pri, 1, 0) == DLC_OK && dlc_syncer_replicated(pri));
+    for (int m = 0; m < 2; m++) {
+        CHECK(dlc_syncer_join(pri, m, 0) == DLC_OK);
+        drain(pri);
+    }
+    script sc = {.lcg = 5};
+    int64_t got[M][P]; /* the version each learner last got of each fragment, -1 none */
+    for (int m = 0; m < M; m++)
+        for (int p = 0; p < P; p++) got[m][p] = m < 2 ? 0 : -1;
+    int waiting[P] = {0}, ok = 1, replicas = 0, merged = 0, joined_resync = 0, closed_at_ack = 0;
+    /* every drain: the sends carry versions the standby holds already; then the
+     * REPLICATEs are replicated into it (their acknowledgements: at the next event) */
+    #define DRAIN_CHECK(tag)                                                                          \
+        do {                                                                                          \
+            rec r = drain(pri);                                                                       \
+            for (int a = 0; a < r.n; a++) {                                                           \
+                const dlc_syncer_action *ac = &r.a[a];                                                \
+                if (ac->type == DLC_SACT_SEND && ac->msg.type == DLC_MSG_FRAGMENT) {                  \
+                    ok &= ac->msg.version <= dlc_syncer_version(sb, ac->msg.fragment);                \
+                    got[ac->msg.learner][ac->msg.fragment] = ac->msg.version;                         \
+                    if (ac->msg.learner == 2 && (ac->msg.flags & DLC_MSG_RESYNC) && tag) joined_resync++; \
+                } else if (ac->type == DLC_SACT_MERGED) {                                             \
+                    ok &= ac->merge.version <= dlc_syncer_version(sb, ac->merge.fragment);            \
+                    merged++;                                                                         \
+                } else if (ac->type == DLC_SACT_REPLICATE) {                                          \
+                    CHECK(dlc_syncer_awaiting(pri, ac->fragment) == ac->merge.version);               \
+                    waiting[ac->fragment] = 1;                                                        \
+                    replicas++;                                                                       \
+                }                                                                                     \
+            }                                                                                         \
+        } while (0)
+    for (int i = 0; i < 60; i++) {
+        double t = 0.25 * i;
+        for (int p = 0; p < P; p++) { /* last event's merges acknowledged */
+            if (!waiting[p]) continue;
+            waiting[p] = 0;
+            int64_t r0 = replicas;
+            dlc_replica rp; /* (the replica is read at the ack: it stays valid while it waits) */
+            CHECK(dlc_syncer_replica(pri, p, &rp) == DLC_OK && !rp.whole);
+            CHECK(rp.version == dlc_syncer_awaiting(pri, p) && dlc_syncer_replicate(sb, &rp, t) == DLC_OK);
+            CHECK(dlc_syncer_replica_acked(pri, p, dlc_syncer_version(sb, p), t) == DLC_OK);
+            DRAIN_CHECK(1);
+            closed_at_ack += replicas > r0;
+        }
+        int L = i % (i < 10 ? 2 : 3), p = (i / 2) % P;
+        dlc_msg m = contrib_msg(&sc, pri, x.plan, L, p, i);
+        if (m.version > got[L][p]) m.version = got[L][p]; /* from a base it holds */
+        CHECK(dlc_syncer_receive(pri, &m, t) == DLC_OK);
+        DRAIN_CHECK(0);
+        if (i % 5 == 4) { /* another to the fragment that waits: its round closes at the ack */
+            int L2 = (L + 1) % 2;
+            m = contrib_msg(&sc, pri, x.plan, L2, p, 1000 + i);
+            if (m.version > got[L2][p]) m.version = got[L2][p];
+            CHECK(dlc_syncer_receive(pri, &m, t) == DLC_OK);
+            DRAIN_CHECK(0);
+        }
+        if (i == 9) { /* learner 3 joins while a merge waits */
+            CHECK(waiting[0] + waiting[1] + waiting[2] > 0);
+            CHECK(dlc_syncer_join(pri, 2, t) == DLC_OK);
+            DRAIN_CHECK(1);
+        }
+    }
+    CHECK(ok && replicas >= 30 && merged + 3 >= replicas && closed_at_ack > 0);
+    CHECK(joined_resync >= 1);
+    for (int p = 0; p < P; p++) {
+        if (!waiting[p]) continue;
+        /* a wrong acknowledgement changes nothing */
+        CHECK_SFAILS(dlc_syncer_replica_acked(pri, p, dlc_syncer_version(sb, p) + 5, 20), DLC_ERR_STATE,
+                     "waits for its standby");
+        CHECK(dlc_syncer_awaiting(pri, p) == dlc_syncer_version(sb, p) + 1);
+    }
+    for (int p = 0; p < P; p++) { /* what waits reaches the standby; it is not acknowledged */
+        dlc_replica rp;
+        if (waiting[p] && dlc_syncer_replica(pri, p, &rp) == DLC_OK) CHECK(dlc_syncer_replicate(sb, &rp, 20) == DLC_OK);
+    }
+    CHECK(same_theta(pri, sb, x.plan));
+    /* the standby lost: what waits goes now (and a round it held back closes, unreplicated) */
+    CHECK(dlc_syncer_set_replicated(pri, 0, 20) == DLC_OK);
+    DRAIN_CHECK(1);
+    for (int p = 0; p < P; p++) {
+        CHECK(dlc_syncer_awaiting(pri, p) == -1);
+        for (int m = 0; m < M; m++) CHECK(got[m][p] == dlc_syncer_version(pri, p));
+    }
+    /* a standby attached late: whole replicas bring it to the primary's state */
+    dlc_syncer *late = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+    CHECK_OK(late);
+    for (int p = 0; late && p < P; p++) {
+        dlc_replica rp;
+        CHECK(dlc_syncer_replica_of(pri, p, 1, &rp) == DLC_OK && rp.whole && rp.count == 0);
+        CHECK(dlc_syncer_replicate(late, &rp, 21) == DLC_OK);
+    }
+    CHECK(late && same_theta(pri, late, x.plan));
+    dlc_syncer_free(late);
+    /* the failover: the standby stamps a later epoch, merges a contribution stamped with
+     * the primary's (a round in flight) and fences another */
+    int64_t e = dlc_syncer_epoch(pri);
+    CHECK_SFAILS(dlc_syncer_take_over(sb, e, e, 22), DLC_ERR_ARG, "expected an epoch above");
+    CHECK(dlc_syncer_take_over(sb, e + 1, e, 22) == DLC_OK && dlc_syncer_epoch(sb) == e + 1);
+    CHECK(dlc_syncer_join(sb, 0, 22) == DLC_OK);
+    drain(sb);
+    dlc_msg m = contrib_msg(&sc, sb, x.plan, 0, 1, 99);
+    m.epoch = e;
+    int64_t v1 = dlc_syncer_version(sb, 1);
+    CHECK(dlc_syncer_receive(sb, &m, 23) == DLC_OK);
+    drain(sb);
+    CHECK(dlc_syncer_version(sb, 1) == v1 + 1);
+    m = contrib_msg(&sc, sb, x.plan, 0, 2, 100);
+    m.epoch = e + 7;
+    CHECK_SFAILS(dlc_syncer_receive(sb, &m, 24), DLC_ERR_FORMAT, "stamped epoch");
+    drain(sb);
+    #undef DRAIN_CHECK
+    dlc_syncer_free(pri);
+    dlc_syncer_free(sb);
+    fx_free(&x);
+}
+
 int main(void) {
     /* tmpfs when there is one: the writer fsyncs every save, which a busy disk makes slow */
     snprintf(dir, sizeof dir, "/dev/shm/dlc_syncer_state_XXXXXX");
@@ -956,6 +1093,7 @@ int main(void) {
     test_fuzz();
     test_shard();
     test_standby();
+    test_replicated();
     DIR *d = opendir(dir);
     struct dirent *e;
     char p[512];

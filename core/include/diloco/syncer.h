@@ -262,6 +262,9 @@ typedef enum dlc_syncer_action_type {
     DLC_SACT_REJECTED, /* a contribution was not merged: learner, fragment, reason */
     DLC_SACT_JOINED,   /* learner (re)joined: learner */
     DLC_SACT_LOST,     /* learner timed out: learner */
+    DLC_SACT_REPLICATE,/* replicated (dlc_syncer_set_replicated): fragment `fragment` merged
+                        * into version merge.version, held back from learners until the
+                        * standby acknowledges it (dlc_syncer_replica, _replica_acked) */
     DLC_SACT_TYPE_COUNT
 } dlc_syncer_action_type;
 
@@ -324,7 +327,7 @@ typedef struct dlc_syncer_action {
     dlc_payload *owner;      /* SEND of a FRAGMENT: the buffer msg.payload lies in (not a
                               * reference: dlc_payload_ref it to keep it); NULL otherwise */
     dlc_merge_info merge;    /* MERGED */
-    int learner, fragment;   /* REJECTED, JOINED, LOST */
+    int learner, fragment;   /* REJECTED, JOINED, LOST; REPLICATE: fragment */
     dlc_reject_reason reason;/* REJECTED */
 } dlc_syncer_action;
 
@@ -399,17 +402,49 @@ typedef struct dlc_replica {
     int64_t n;
     int count;                  /* contributors, in the merge's order */
     const dlc_replica_contrib *contribs;
+    int whole;                  /* 1: a catch-up, not a merge: fragment p as it is at
+                                 * `version` (any version >= 0; count 0), for a standby
+                                 * that attached behind its primary */
 } dlc_replica;
-/* The primary: what a standby needs of the merge of fragment p just polled (DLC_SACT_MERGED),
- * into *out; everything it points to is the syncer's, valid until its next event call.
- * DLC_ERR_STATE when p's latest round merged nothing, or in dp. */
+/* The primary: what a standby needs of fragment p's latest merge, into *out (after its
+ * DLC_SACT_MERGED, or its DLC_SACT_REPLICATE when replicated); everything it points to
+ * is the syncer's, valid until its next event call, and while replicated until the
+ * merge is acknowledged.  DLC_ERR_STATE when p's latest round merged nothing, or in dp.
+ * whole = 1: p as it is now, as a catch-up replica (count 0), whatever merged last. */
+DLC_API dlc_status dlc_syncer_replica_of(dlc_syncer *s, int p, int whole, dlc_replica *out);
 DLC_API dlc_status dlc_syncer_replica(dlc_syncer *s, int p, dlc_replica *out);
 /* The standby: takes the replica of the primary's next merge of its fragment (borrowed for
  * the call).  Refused, changing nothing: DLC_ERR_STATE for a version that is not the next
  * one it holds (a replica lost or repeated: named with both versions), DLC_ERR_ARG for a
  * fragment it does not own, a size or momentum that is not its own, or non-finite values.
- * Queues no action. */
+ * A whole replica (r->whole) sets the fragment to that version, its ring reset to it (as
+ * a checkpoint's load does), whatever it held.  Queues no action. */
 DLC_API dlc_status dlc_syncer_replicate(dlc_syncer *s, const dlc_replica *r, double now);
+
+/* The primary with a standby attached (on = 1): from now on a merge of fragment p is
+ * held back (no FRAGMENT to learners, no DLC_SACT_MERGED) and DLC_SACT_REPLICATE is
+ * queued in their place; dlc_syncer_replica_acked(p, v) releases them once the standby
+ * holds version v.  Meanwhile p's next round collects but does not close, and what p
+ * would send a learner (a join's, a resync's) waits for the same acknowledgement and
+ * then goes once, as that learner's copy of version v (a resync stays a resync).  So no
+ * learner ever holds a version its standby does not: a primary lost at any moment loses
+ * no merge a learner has seen.  on = 0 (the standby lost): every merge held back is
+ * released now, and merges go at once again.  DLC_ERR_ARG in dp. */
+DLC_API dlc_status dlc_syncer_set_replicated(dlc_syncer *s, int on, double now);
+DLC_API int dlc_syncer_replicated(const dlc_syncer *s);
+/* The version of fragment p held back for its standby's acknowledgement, -1 none. */
+DLC_API int64_t dlc_syncer_awaiting(const dlc_syncer *s, int p);
+/* The standby acknowledged fragment p's version: what the merge held back goes (its
+ * sends, then DLC_SACT_MERGED), and p's next round may close.  DLC_ERR_STATE for a
+ * version that is not the one held back (named with both; nothing changes). */
+DLC_API dlc_status dlc_syncer_replica_acked(dlc_syncer *s, int p, int64_t version, double now);
+/* A standby taking its primary's place: it stamps `epoch` from now on (> its own and the
+ * primary's: fencing), and takes what learners stamped with the primary's epoch
+ * `prev_epoch` as its own (it holds every version they can have seen: set_replicated
+ * above), so their contributions in flight merge here instead of being fenced.  Every
+ * learner is not live (they join the standby as they reconnect).  DLC_ERR_ARG for an
+ * epoch not above both. */
+DLC_API dlc_status dlc_syncer_take_over(dlc_syncer *s, int64_t epoch, int64_t prev_epoch, double now);
 
 /* ---- checkpoint (core/syncer_state.c; keys and rules: docs/checkpoints.md) ---- */
 
