@@ -29,7 +29,7 @@
 static const char *const frame_names[] = {"auth",     "auth_challenge", "auth_proof",   "hello",
                                           "welcome",  "heartbeat",      "contribution", "fragment",
                                           "gradient", "gradient_avg",   "resync",       "bye",
-                                          "error",    "replay"};
+                                          "error",    "replay",         "replica",      "replica_ack"};
 _Static_assert(sizeof frame_names / sizeof frame_names[0] == DLC_FRAME_TYPE_COUNT, "one name per frame type");
 
 static const char *const errcode_names[] = {"none",     "malformed",  "too_large", "version",
@@ -37,8 +37,10 @@ static const char *const errcode_names[] = {"none",     "malformed",  "too_large
                                             "overloaded", "shutdown", "internal", "conflict"};
 _Static_assert(sizeof errcode_names / sizeof errcode_names[0] == DLC_PERR_COUNT, "one name per error code");
 
-static const char *const cap_names[] = {"resync_phase", "gradient", "sharded", "replay"};
-_Static_assert(sizeof cap_names / sizeof cap_names[0] == 4 && DLC_CAP_ALL == 0xfu, "one name per capability bit");
+static const char *const cap_names[] = {"resync_phase", "gradient", "sharded", "replay", "standby"};
+#define CAP_COUNT 5
+_Static_assert(sizeof cap_names / sizeof cap_names[0] == CAP_COUNT && DLC_CAP_KNOWN == (1u << CAP_COUNT) - 1,
+               "one name per capability bit");
 
 const char *dlc_frame_type_name(dlc_frame_type type) {
     return (unsigned)type < DLC_FRAME_TYPE_COUNT ? frame_names[type] : NULL;
@@ -138,6 +140,9 @@ static const uint32_t type_keys[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_BYE] = MSG_COMMON | B(K_TEXT),
     [DLC_FRAME_ERROR] = B(K_CODE) | B(K_TEXT),
     [DLC_FRAME_REPLAY] = MSG_COMMON | B(K_VERSION),
+    /* primary <-> standby: no learner; "s" counts the replica's contributor records */
+    [DLC_FRAME_REPLICA] = B(K_FRAGMENT) | B(K_VERSION) | B(K_STEPS) | B(K_FLAGS) | B(K_EPOCH),
+    [DLC_FRAME_REPLICA_ACK] = B(K_FRAGMENT) | B(K_VERSION) | B(K_FLAGS) | B(K_EPOCH),
 };
 
 /* Keys each frame type may carry but need not: newer than the protocol's first keys, so
@@ -156,7 +161,14 @@ static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
 
 int dlc_frame_has_payload(dlc_frame_type t) {
     return t == DLC_FRAME_CONTRIBUTION || t == DLC_FRAME_FRAGMENT || t == DLC_FRAME_RESYNC ||
-           t == DLC_FRAME_GRADIENT || t == DLC_FRAME_GRADIENT_AVG;
+           t == DLC_FRAME_GRADIENT || t == DLC_FRAME_GRADIENT_AVG || t == DLC_FRAME_REPLICA;
+}
+
+/* The msg.flags bits a frame type may carry (FRAGMENT and RESYNC: exactly 0 and
+ * DLC_MSG_RESYNC, checked apart). */
+#define REPLICA_FLAGS (DLC_MSG_REPLICA_MOMENTUM | DLC_MSG_REPLICA_WHOLE)
+static uint32_t flags_known(dlc_frame_type t) {
+    return t == DLC_FRAME_REPLICA ? REPLICA_FLAGS : t == DLC_FRAME_REPLICA_ACK ? DLC_MSG_REPLICA_WHOLE : DLC_MSG_RESYNC;
 }
 
 static const dlc_msg_type frame_msg_type[DLC_FRAME_TYPE_COUNT] = {
@@ -164,10 +176,14 @@ static const dlc_msg_type frame_msg_type[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_FRAGMENT] = DLC_MSG_FRAGMENT,     [DLC_FRAME_GRADIENT] = DLC_MSG_GRADIENT,
     [DLC_FRAME_GRADIENT_AVG] = DLC_MSG_GRADIENT_AVG, [DLC_FRAME_RESYNC] = DLC_MSG_FRAGMENT,
     [DLC_FRAME_BYE] = DLC_MSG_BYE,               [DLC_FRAME_REPLAY] = DLC_MSG_REPLAY,
+    [DLC_FRAME_REPLICA] = DLC_MSG_REPLICA,       [DLC_FRAME_REPLICA_ACK] = DLC_MSG_REPLICA_ACK,
 };
 
+/* Every type but the handshake's and ERROR carries a message (so a REPLICA's msg.type is
+ * never left at 0, a HEARTBEAT's). */
 static bool carries_msg(dlc_frame_type t) {
-    return (t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE) || t == DLC_FRAME_REPLAY;
+    return (t >= DLC_FRAME_HEARTBEAT && t <= DLC_FRAME_BYE) || t == DLC_FRAME_REPLAY || t == DLC_FRAME_REPLICA ||
+           t == DLC_FRAME_REPLICA_ACK;
 }
 
 static void frame_set_type(dlc_frame *f, dlc_frame_type type) {
@@ -211,6 +227,8 @@ dlc_status dlc_frame_from_msg(dlc_frame *f, const dlc_msg *m) {
     case DLC_MSG_GRADIENT_AVG: t = DLC_FRAME_GRADIENT_AVG; break;
     case DLC_MSG_BYE: t = DLC_FRAME_BYE; break;
     case DLC_MSG_REPLAY: t = DLC_FRAME_REPLAY; break;
+    case DLC_MSG_REPLICA: t = DLC_FRAME_REPLICA; break;
+    case DLC_MSG_REPLICA_ACK: t = DLC_FRAME_REPLICA_ACK; break;
     default: return dlc_error(DLC_ERR_ARG, "dlc_frame_from_msg: message type %d is not one of msg.h's", (int)m->type);
     }
     dlc_frame_init(f, t);
@@ -624,7 +642,9 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
     dlc_hello *h = &f->hello;
     switch (k) {
     case K_LEARNER:
-        st = get_int(why, k, v, f->type == DLC_FRAME_HELLO ? -1 : 0, DLC_PROTO_LEARNERS_MAX - 1, &i);
+        /* HELLO: -1 asks for any id; WELCOME: -1 is a standby's (check_hello) */
+        st = get_int(why, k, v, f->type == DLC_FRAME_HELLO || f->type == DLC_FRAME_WELCOME ? -1 : 0,
+                     DLC_PROTO_LEARNERS_MAX - 1, &i);
         f->msg.learner = h->learner = (int)i;
         break;
     case K_FRAGMENT:
@@ -642,13 +662,16 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
         st = get_int(why, k, v, 0, INT64_MAX - 1, &i);
         f->msg.answers = i + 1;
         break;
-    case K_FLAGS:
+    case K_FLAGS: {
+        uint32_t known = flags_known(f->type);
         st = get_int(why, k, v, 0, UINT32_MAX, &i);
-        if (st == DLC_OK && (i & ~(int64_t)DLC_MSG_RESYNC))
-            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT, "header field \"fl\" = 0x%llx: unknown flag bits",
-                        (unsigned long long)i);
+        if (st == DLC_OK && (i & ~(int64_t)known))
+            return fail(why, DLC_PERR_MALFORMED, DLC_ERR_FORMAT,
+                        "header field \"fl\" = 0x%llx: unknown flag bits (a %s takes those of 0x%x)",
+                        (unsigned long long)i, frame_names[f->type], known);
         f->msg.flags = (uint32_t)i;
         break;
+    }
     case K_CODEC: st = get_codec(why, k, v, &f->msg.codec); break;
     case K_NONCE: st = get_bin(why, k, v, f->nonce, DLC_PROTO_NONCE); break;
     case K_MAC: st = get_bin(why, k, v, f->mac, DLC_PROTO_MAC); break;
@@ -661,7 +684,7 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
         *(k == K_MODEL ? &h->model_hash : &h->plan_hash) = v->via.u64;
         break;
     case K_CAPS:
-        st = get_names(why, k, v, DLC_PROTO_CAPS_MAX, cap_by_index, 4, &h->caps, &h->caps_unknown);
+        st = get_names(why, k, v, DLC_PROTO_CAPS_MAX, cap_by_index, CAP_COUNT, &h->caps, &h->caps_unknown);
         break;
     case K_CODECS:
         st = get_names(why, k, v, 2 * DLC_CODEC_COUNT + DLC_PROTO_CAPS_MAX, codec_by_index, DLC_CODEC_COUNT,
@@ -733,6 +756,211 @@ static dlc_status read_field(int *why, key_id k, const msgpack_object *v, dlc_fr
  * ISA-L's crc32_gzip_refl computes it (the same function, at several times the speed). */
 static uint32_t payload_crc(const dlc_msg *m) { return crc32_gzip_refl(0, m->payload, (uint64_t)m->len); }
 
+/* ---- REPLICA payloads (proto.h): theta, momentum, then 40-byte contributor records,
+ * every number little-endian at a fixed offset ---- */
+
+static void le_put(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t le_get(const uint8_t *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* n floats between host order and little-endian bytes (a plain copy on a little-endian
+ * host; the bytes need not be aligned). */
+static void floats_put(uint8_t *out, const float *v, int64_t n) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n > 0) memcpy(out, v, (size_t)n * sizeof(float));
+#else
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        le_put(out + 4 * i, u, 4);
+    }
+#endif
+}
+static void floats_get(float *v, const uint8_t *in, int64_t n) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n > 0) memcpy(v, in, (size_t)n * sizeof(float));
+#else
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)le_get(in + 4 * i, 4);
+        memcpy(&v[i], &u, 4);
+    }
+#endif
+}
+
+/* Bytes of the float sections: theta, and momentum with its flag. */
+static uint64_t replica_floats(int64_t n, uint32_t flags) {
+    return (uint64_t)n * sizeof(float) * ((flags & DLC_MSG_REPLICA_MOMENTUM) ? 2 : 1);
+}
+
+/* Why record r (with its reserved field) is refused, into why[cap]: 0 if it is not. */
+static int record_refusal(const dlc_replica_record *r, uint32_t reserved, char *why, size_t cap) {
+    if (r->learner < 0 || r->learner >= DLC_PROTO_LEARNERS_MAX)
+        snprintf(why, cap, "learner %d, expected 0..%d (0-based)", r->learner, DLC_PROTO_LEARNERS_MAX - 1);
+    else if (reserved)
+        snprintf(why, cap, "reserved field 0x%08x at byte 4, must be 0", (unsigned)reserved);
+    else if (!isfinite(r->new_steps) || r->new_steps < 0)
+        snprintf(why, cap, "new_steps %g, expected a finite number >= 0", r->new_steps);
+    else if (r->base_version < 0 || r->steps < 0 || r->tokens < 0)
+        snprintf(why, cap, "base_version %lld, steps %lld, tokens %lld: none may be negative",
+                 (long long)r->base_version, (long long)r->steps, (long long)r->tokens);
+    else
+        return 0;
+    return 1;
+}
+
+/* Record at p (40 bytes) into *r; its refusal into why[cap], 1 if refused. */
+static int record_get(const uint8_t *p, dlc_replica_record *r, char *why, size_t cap) {
+    uint64_t bits = le_get(p + 8, 8);
+    r->learner = (int32_t)(uint32_t)le_get(p, 4);
+    memcpy(&r->new_steps, &bits, sizeof bits);
+    r->base_version = (int64_t)le_get(p + 16, 8);
+    r->steps = (int64_t)le_get(p + 24, 8);
+    r->tokens = (int64_t)le_get(p + 32, 8);
+    return record_refusal(r, (uint32_t)le_get(p + 4, 4), why, cap);
+}
+
+static void record_put(uint8_t *p, const dlc_replica_record *r) {
+    uint64_t bits;
+    memcpy(&bits, &r->new_steps, sizeof bits);
+    le_put(p, (uint32_t)(int32_t)r->learner, 4);
+    le_put(p + 4, 0, 4);
+    le_put(p + 8, bits, 8);
+    le_put(p + 16, (uint64_t)r->base_version, 8);
+    le_put(p + 24, (uint64_t)r->steps, 8);
+    le_put(p + 32, (uint64_t)r->tokens, 8);
+}
+
+int64_t dlc_replica_payload_size(int64_t n, uint32_t flags, int count) {
+    if (n < 0 || (uint64_t)n > DLC_PROTO_FRAME_MAX_LIMIT / sizeof(float))
+        return dlc_error(DLC_ERR_ARG, "replica payload: %lld floats per section, expected 0..%zu (the largest frame)",
+                         (long long)n, DLC_PROTO_FRAME_MAX_LIMIT / sizeof(float));
+    if (flags & ~REPLICA_FLAGS)
+        return dlc_error(DLC_ERR_ARG, "replica payload: flags 0x%x, expected those of 0x%x (momentum 0x%x, whole 0x%x)",
+                         flags, REPLICA_FLAGS, DLC_MSG_REPLICA_MOMENTUM, DLC_MSG_REPLICA_WHOLE);
+    if (count < 0 || count > DLC_PROTO_REPLICA_CONTRIBS_MAX)
+        return dlc_error(DLC_ERR_ARG, "replica payload: %d contributor records, expected 0..%d", count,
+                         DLC_PROTO_REPLICA_CONTRIBS_MAX);
+    uint64_t bytes = replica_floats(n, flags) + (uint64_t)count * DLC_PROTO_REPLICA_RECORD;
+    if (bytes > DLC_PROTO_FRAME_MAX_LIMIT)
+        return dlc_error(DLC_ERR_ARG, "replica payload of %llu bytes (%lld floats%s, %d records): beyond the largest "
+                         "frame, %zu bytes", (unsigned long long)bytes, (long long)n,
+                         (flags & DLC_MSG_REPLICA_MOMENTUM) ? " with momentum" : "", count, DLC_PROTO_FRAME_MAX_LIMIT);
+    return (int64_t)bytes;
+}
+
+/* The records a payload of len bytes holds (n, flags as its header says), or -1 with
+ * the reason in why[cap] when len is no such payload's. */
+static int replica_count(size_t len, int64_t n, uint32_t flags, char *why, size_t cap) {
+    if (dlc_replica_payload_size(n, flags, 0) < 0) {
+        snprintf(why, cap, "%s", dlc_last_error());
+        return -1;
+    }
+    uint64_t floats = replica_floats(n, flags);
+    if (len < floats || (len - floats) % DLC_PROTO_REPLICA_RECORD ||
+        (len - floats) / DLC_PROTO_REPLICA_RECORD > DLC_PROTO_REPLICA_CONTRIBS_MAX) {
+        snprintf(why, cap, "a payload of %zu bytes is not %llu bytes of floats (%lld%s) and then 0..%d records of %d "
+                 "bytes", len, (unsigned long long)floats, (long long)n,
+                 (flags & DLC_MSG_REPLICA_MOMENTUM) ? ", with momentum" : "", DLC_PROTO_REPLICA_CONTRIBS_MAX,
+                 DLC_PROTO_REPLICA_RECORD);
+        return -1;
+    }
+    return (int)((len - floats) / DLC_PROTO_REPLICA_RECORD);
+}
+
+int64_t dlc_replica_pack(uint8_t *out, size_t cap, int64_t n, uint32_t flags, const float *theta,
+                         const float *momentum, const dlc_replica_record *records, int count) {
+    int64_t size = dlc_replica_payload_size(n, flags, count);
+    if (size < 0) return size;
+    int mom = (flags & DLC_MSG_REPLICA_MOMENTUM) != 0;
+    if (!out || (n > 0 && !theta) || (count > 0 && !records) || (mom && n > 0 && !momentum) || (!mom && momentum))
+        return dlc_error(DLC_ERR_ARG, "dlc_replica_pack: out %s, theta %s, records %s, momentum %s with flags 0x%x: "
+                         "expected out, theta (n = %lld), records (count = %d), and momentum exactly with 0x%x",
+                         out ? "given" : "NULL", theta ? "given" : "NULL", records ? "given" : "NULL",
+                         momentum ? "given" : "NULL", flags, (long long)n, count, DLC_MSG_REPLICA_MOMENTUM);
+    if ((uint64_t)size > cap)
+        return dlc_error(DLC_ERR_RANGE, "dlc_replica_pack: a payload of %lld bytes in a buffer of %zu", (long long)size,
+                         cap);
+    char why[200];
+    for (int i = 0; i < count; i++)
+        if (record_refusal(&records[i], 0, why, sizeof why))
+            return dlc_error(DLC_ERR_ARG, "dlc_replica_pack: contributor record %d: %s", i, why);
+    floats_put(out, theta, n);
+    if (mom) floats_put(out + (size_t)n * sizeof(float), momentum, n);
+    uint8_t *rec = out + replica_floats(n, flags);
+    for (int i = 0; i < count; i++) record_put(rec + (size_t)i * DLC_PROTO_REPLICA_RECORD, &records[i]);
+    return size;
+}
+
+dlc_status dlc_replica_unpack(const uint8_t *payload, size_t len, int64_t n, uint32_t flags, float *theta,
+                              float *momentum) {
+    char why[200];
+    if (replica_count(len, n, flags, why, sizeof why) < 0) return dlc_error(DLC_ERR_FORMAT, "dlc_replica_unpack: %s", why);
+    if (!payload && len) return dlc_error(DLC_ERR_ARG, "dlc_replica_unpack: payload of %zu bytes at NULL", len);
+    if (theta) floats_get(theta, payload, n);
+    if (momentum && (flags & DLC_MSG_REPLICA_MOMENTUM)) floats_get(momentum, payload + (size_t)n * sizeof(float), n);
+    return DLC_OK;
+}
+
+dlc_status dlc_replica_record_read(const uint8_t *payload, size_t len, int64_t n, uint32_t flags, int i,
+                                   dlc_replica_record *out) {
+    char why[200];
+    int count = replica_count(len, n, flags, why, sizeof why);
+    if (count < 0) return dlc_error(DLC_ERR_FORMAT, "replica record %d: %s", i, why);
+    if (!payload || !out) return dlc_error(DLC_ERR_ARG, "dlc_replica_record_read: NULL argument");
+    if (i < 0 || i >= count)
+        return dlc_error(DLC_ERR_RANGE, "replica record %d: the payload holds records 0..%d", i, count - 1);
+    if (record_get(payload + replica_floats(n, flags) + (size_t)i * DLC_PROTO_REPLICA_RECORD, out, why, sizeof why))
+        return dlc_error(DLC_ERR_FORMAT, "replica record %d: %s", i, why);
+    return DLC_OK;
+}
+
+dlc_status dlc_replica_record_write(uint8_t *payload, size_t len, int64_t n, uint32_t flags, int i,
+                                    const dlc_replica_record *r) {
+    char why[200];
+    int count = replica_count(len, n, flags, why, sizeof why);
+    if (count < 0) return dlc_error(DLC_ERR_ARG, "replica record %d: %s", i, why);
+    if (!payload || !r) return dlc_error(DLC_ERR_ARG, "dlc_replica_record_write: NULL argument");
+    if (i < 0 || i >= count)
+        return dlc_error(DLC_ERR_RANGE, "replica record %d: the payload holds records 0..%d", i, count - 1);
+    if (record_refusal(r, 0, why, sizeof why)) return dlc_error(DLC_ERR_ARG, "replica record %d: %s", i, why);
+    record_put(payload + replica_floats(n, flags) + (size_t)i * DLC_PROTO_REPLICA_RECORD, r);
+    return DLC_OK;
+}
+
+/* A REPLICA's payload against the layout and its header: the fragment, the count of
+ * records ("s"), the exact length, then every record. */
+static dlc_status check_replica(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
+    const dlc_msg *m = &f->msg;
+    dlc_status bad = encoding ? DLC_ERR_ARG : DLC_ERR_FORMAT;
+    if (m->fragment >= layout->fragments)
+        return fail(why, DLC_PERR_MISMATCH, bad, "replica of fragment %d, but the model has %d fragments", m->fragment,
+                    layout->fragments);
+    if (m->steps > DLC_PROTO_REPLICA_CONTRIBS_MAX)
+        return fail(why, DLC_PERR_MALFORMED, bad, "replica of fragment %d version %lld: %lld contributor records "
+                    "(\"s\"), expected 0..%d", m->fragment, (long long)m->version, (long long)m->steps,
+                    DLC_PROTO_REPLICA_CONTRIBS_MAX);
+    int64_t n = layout->numel[m->fragment];
+    uint64_t floats = replica_floats(n, m->flags);
+    uint64_t want = floats + (uint64_t)m->steps * DLC_PROTO_REPLICA_RECORD;
+    if (want != (uint64_t)m->len)
+        return fail(why, DLC_PERR_MALFORMED, bad, "replica payload of %zu bytes, but fragment %d's %lld floats%s and %lld "
+                    "contributor records of %d bytes take %llu bytes", m->len, m->fragment, (long long)n,
+                    (m->flags & DLC_MSG_REPLICA_MOMENTUM) ? " with momentum" : "", (long long)m->steps,
+                    DLC_PROTO_REPLICA_RECORD, (unsigned long long)want);
+    char reason[200];
+    dlc_replica_record r;
+    for (int64_t i = 0; i < m->steps; i++)
+        if (record_get(m->payload + floats + (size_t)i * DLC_PROTO_REPLICA_RECORD, &r, reason, sizeof reason))
+            return fail(why, DLC_PERR_MALFORMED, bad, "replica of fragment %d version %lld: contributor record %lld: %s",
+                        m->fragment, (long long)m->version, (long long)i, reason);
+    return DLC_OK;
+}
+
 static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layout, int *why, bool encoding) {
     size_t len = f->msg.len;
     const char *name = frame_names[f->type];
@@ -745,6 +973,7 @@ static dlc_status check_payload(const dlc_frame *f, const dlc_proto_layout *layo
     if (!layout)
         return fail(why, DLC_PERR_UNEXPECTED, encoding ? DLC_ERR_ARG : DLC_ERR_STATE,
                     "%s before the model layout is known on this connection", name);
+    if (f->type == DLC_FRAME_REPLICA) return check_replica(f, layout, why, encoding);
     int64_t numel;
     if (f->type == DLC_FRAME_GRADIENT || f->type == DLC_FRAME_GRADIENT_AVG) {
         numel = layout->model_numel;
@@ -781,8 +1010,10 @@ static dlc_status check_hello(const dlc_frame *f, int *why, dlc_status st) {
         if (h->proto_min != h->proto_max)
             return fail(why, DLC_PERR_MALFORMED, st, "welcome: versions %d..%d, expected the one chosen (min = max)",
                         h->proto_min, h->proto_max);
-        if (h->learner < 0)
-            return fail(why, DLC_PERR_MALFORMED, st, "welcome: learner %d, expected an id >= 0", h->learner);
+        /* a standby holds no learner id: its welcome (listing "standby") says -1 */
+        if ((h->caps & DLC_CAP_STANDBY) ? h->learner != -1 : h->learner < 0)
+            return fail(why, DLC_PERR_MALFORMED, st, "welcome: learner %d, expected %s", h->learner,
+                        (h->caps & DLC_CAP_STANDBY) ? "-1 (a standby's welcome, listing \"standby\")" : "an id >= 0");
         if (h->endpoints < 1 || h->endpoints > DLC_PROTO_ENDPOINTS_MAX || h->fragments < 1 ||
             h->fragments > DLC_PROTO_FRAGMENTS_MAX)
             return fail(why, DLC_PERR_MALFORMED, st, "welcome: %d endpoints and %d fragments, expected 1..%d and 1..%d",
@@ -1024,7 +1255,7 @@ static int pack_field(msgpack_packer *pk, key_id k, const dlc_frame *f) {
     case K_RUN: return pack_cstr(pk, h->run, DLC_PROTO_RUN_MAX);
     case K_MODEL: return msgpack_pack_uint64(pk, h->model_hash);
     case K_PLAN: return msgpack_pack_uint64(pk, h->plan_hash);
-    case K_CAPS: return pack_names(pk, h->caps & DLC_CAP_ALL, cap_by_index, 4);
+    case K_CAPS: return pack_names(pk, h->caps & DLC_CAP_KNOWN, cap_by_index, CAP_COUNT);
     case K_CODECS: return pack_names(pk, h->codecs, codec_by_index, DLC_CODEC_COUNT);
     case K_BLOCK: return msgpack_pack_int(pk, h->block);
     case K_ENDPOINTS:
@@ -1084,9 +1315,13 @@ static dlc_status check_encodable(const dlc_frame *f) {
         return dlc_error(DLC_ERR_ARG, "%s: answers %lld: only a RESYNC answers a REPLAY", name, (long long)m->answers);
     if ((keys & B(K_AGE)) && !(isfinite(m->age) && m->age >= 0))
         return dlc_error(DLC_ERR_ARG, "%s: age %g: must be finite, >= 0", name, m->age);
-    if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u))
+    if (f->type == DLC_FRAME_REPLICA || f->type == DLC_FRAME_REPLICA_ACK) {
+        if (m->flags & ~flags_known(f->type))
+            return dlc_error(DLC_ERR_ARG, "%s: flags 0x%x, expected those of 0x%x", name, m->flags, flags_known(f->type));
+    } else if ((keys & B(K_FLAGS)) && m->flags != (f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u)) {
         return dlc_error(DLC_ERR_ARG, "%s: flags 0x%x, expected 0x%x", name, m->flags,
                          f->type == DLC_FRAME_RESYNC ? DLC_MSG_RESYNC : 0u);
+    }
     if ((keys & MSG_FENCE) && (m->epoch < 0 || m->incarnation < 0))
         return dlc_error(DLC_ERR_ARG, "%s: epoch %lld, incarnation %lld: neither may be negative", name,
                          (long long)m->epoch, (long long)m->incarnation);
@@ -1199,7 +1434,13 @@ dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, d
     uint32_t codecs = ours->codecs & theirs->codecs;
     if (!(codecs & (1u << DLC_CODEC_F32)))
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "codecs in common lack f32, which every peer must speak");
-    if (ours->endpoints > 1 && !(theirs->caps & DLC_CAP_SHARDED)) {
+    /* a HELLO listing "standby" asks to attach as a standby, which only a server that
+     * offers it takes: refused before any id is given, so the host never sees a learner */
+    int standby = (theirs->caps & DLC_CAP_STANDBY) != 0;
+    if (standby && !(ours->caps & DLC_CAP_STANDBY))
+        return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "the peer asks to attach as a standby (its hello lists "
+                    "\"standby\"), but this server takes no standbys (its terms do not offer \"standby\")");
+    if (ours->endpoints > 1 && !(theirs->caps & DLC_CAP_SHARDED) && !standby) {
         int self = 0;
         while (self < ours->endpoints - 1 && ours->endpoint[self][0]) self++;
         return fail(why, DLC_PERR_MISMATCH, DLC_ERR_STATE, "this syncer is shard %d of %d (it owns some of the "
@@ -1211,6 +1452,6 @@ dlc_status dlc_proto_negotiate(const dlc_hello *ours, const dlc_hello *theirs, d
     welcome->caps = ours->caps & theirs->caps;
     welcome->caps_unknown = 0;
     welcome->codecs = codecs;
-    welcome->learner = theirs->learner;
+    welcome->learner = standby ? -1 : theirs->learner;
     return DLC_OK;
 }

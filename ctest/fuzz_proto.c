@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             static dlc_frame wf;
             dlc_frame_init(&wf, DLC_FRAME_WELCOME);
             wf.hello = w;
-            if (wf.hello.learner < 0) wf.hello.learner = 0;
+            /* the host gives a learner its id; a standby's welcome says -1 */
+            if (wf.hello.learner < 0 && !(wf.hello.caps & DLC_CAP_STANDBY)) wf.hello.learner = 0;
             same(dlc_proto_encode(&wf, NULL, out, sizeof out) > 0);
         } else {
             same(why == DLC_PERR_VERSION || why == DLC_PERR_MISMATCH);

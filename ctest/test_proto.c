@@ -681,6 +681,344 @@ static void test_resync_answers(void) {
           strstr(dlc_last_error(), "only a RESYNC answers a REPLAY"));
 }
 
+/* ---- standbys: REPLICA, REPLICA_ACK, the "standby" capability (docs/protocol.md) ---- */
+
+/* Sets the prefix's length (bytes after the prefix) of frame buf to `length`. */
+static void set_length(uint8_t *buf, uint32_t length) {
+    for (int i = 0; i < 4; i++) buf[8 + i] = (uint8_t)(length >> (24 - 8 * i));
+}
+
+/* A REPLICA of layout3's fragment p (n floats) at version v with `count` records built
+ * from the index, into scratch through dlc_replica_pack; returns the frame's length. */
+static dlc_replica_record rec_of(int i) {
+    return (dlc_replica_record){.learner = i * 3 + 1, .new_steps = 0.25 * (i + 1), .base_version = 40 + i,
+                                .steps = 24 + i, .tokens = (int64_t)1 << (33 + i % 20)};
+}
+static uint8_t replica_pay[2 * 256 * 4 + 320 * DLC_PROTO_REPLICA_RECORD];
+static size_t replica_frame(int p, int64_t v, uint32_t flags, int count) {
+    int64_t n = numel3[p];
+    float theta[256], mom[256];
+    for (int64_t i = 0; i < n; i++) theta[i] = (float)i * 0.5f - 3, mom[i] = -(float)i / 7;
+    dlc_replica_record recs[320];
+    for (int i = 0; i < count; i++) recs[i] = rec_of(i);
+    int64_t len = dlc_replica_pack(replica_pay, sizeof replica_pay, n, flags, theta,
+                                   (flags & DLC_MSG_REPLICA_MOMENTUM) ? mom : NULL, recs, count);
+    CHECK(len == dlc_replica_payload_size(n, flags, count));
+    dlc_frame f;
+    dlc_frame_init(&f, DLC_FRAME_REPLICA);
+    f.msg.fragment = p, f.msg.version = v, f.msg.epoch = 3, f.msg.steps = count, f.msg.flags = flags;
+    f.msg.payload = replica_pay, f.msg.len = (size_t)len;
+    return encode(&f);
+}
+
+/* The record layout against bytes written by hand from docs/protocol.md's table: an
+ * independent check of the offsets, the little-endian order and the f64 bits. */
+static void test_replica_bytes(void) {
+    /* fragment 2 of layout3: 7 floats, no momentum, one record */
+    uint8_t want[7 * 4 + 40];
+    memset(want, 0, sizeof want);
+    for (int i = 0; i < 7; i++) want[4 * i + 2] = 0x80, want[4 * i + 3] = 0x3f; /* 1.0f = 0x3f800000 */
+    uint8_t *r = want + 28;
+    r[0] = 0x02;                                          /* learner 2 (0-based) */
+    /* r[4..8): reserved, 0 */
+    r[8 + 6] = 0xe0, r[8 + 7] = 0x3f;                    /* new_steps 0.5 = 0x3fe0000000000000 */
+    r[16] = 0x05;                                         /* base_version 5 */
+    for (int i = 0; i < 8; i++) r[24 + i] = (uint8_t)(8 - i); /* steps 0x0102030405060708 */
+    r[32 + 5] = 0x01;                                     /* tokens 1 << 40 */
+    float ones[7] = {1, 1, 1, 1, 1, 1, 1};
+    dlc_replica_record rec = {.learner = 2, .new_steps = 0.5, .base_version = 5, .steps = 0x0102030405060708ll,
+                              .tokens = (int64_t)1 << 40};
+    uint8_t got[sizeof want + 8];
+    CHECK(dlc_replica_payload_size(7, 0, 1) == (int64_t)sizeof want);
+    CHECK(dlc_replica_pack(got, sizeof got, 7, 0, ones, NULL, &rec, 1) == (int64_t)sizeof want);
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    dlc_replica_record back;
+    CHECK(dlc_replica_record_read(want, sizeof want, 7, 0, 0, &back) == DLC_OK && back.learner == 2 &&
+          back.new_steps == 0.5 && back.base_version == 5 && back.steps == 0x0102030405060708ll &&
+          back.tokens == (int64_t)1 << 40);
+    float th[7] = {0};
+    CHECK(dlc_replica_unpack(want, sizeof want, 7, 0, th, NULL) == DLC_OK && memcmp(th, ones, sizeof th) == 0);
+    /* the same with momentum: the record moves by 4n, momentum (-2.0f = 0xc0000000) between */
+    uint8_t want2[7 * 8 + 40];
+    memcpy(want2, want, 28);
+    memset(want2 + 28, 0, 28);
+    for (int i = 0; i < 7; i++) want2[28 + 4 * i + 3] = 0xc0;
+    memcpy(want2 + 56, r, 40);
+    float m2[7] = {-2, -2, -2, -2, -2, -2, -2}, mb[7] = {0};
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, DLC_MSG_REPLICA_MOMENTUM, ones, m2, &rec, 1), DLC_ERR_RANGE,
+                 "a payload of 96 bytes in a buffer of 76");
+    uint8_t got2[sizeof want2];
+    CHECK(dlc_replica_pack(got2, sizeof got2, 7, DLC_MSG_REPLICA_MOMENTUM, ones, m2, &rec, 1) == (int64_t)sizeof want2);
+    CHECK(memcmp(got2, want2, sizeof want2) == 0);
+    CHECK(dlc_replica_unpack(want2, sizeof want2, 7, DLC_MSG_REPLICA_MOMENTUM, th, mb) == DLC_OK &&
+          memcmp(mb, m2, sizeof mb) == 0 && memcmp(th, ones, sizeof th) == 0);
+    CHECK(dlc_replica_record_read(want2, sizeof want2, 7, DLC_MSG_REPLICA_MOMENTUM, 0, &back) == DLC_OK &&
+          back.steps == 0x0102030405060708ll);
+    /* write: record 0 rewritten in place reads back; the reserved bytes stay 0 */
+    dlc_replica_record other = {.learner = 65535, .new_steps = 0, .base_version = 0, .steps = 0, .tokens = 0};
+    CHECK(dlc_replica_record_write(want2, sizeof want2, 7, DLC_MSG_REPLICA_MOMENTUM, 0, &other) == DLC_OK);
+    CHECK(want2[56] == 0xff && want2[57] == 0xff && want2[58] == 0 && want2[59] == 0 && want2[60] == 0);
+    CHECK(dlc_replica_record_read(want2, sizeof want2, 7, DLC_MSG_REPLICA_MOMENTUM, 0, &back) == DLC_OK &&
+          back.learner == 65535 && back.tokens == 0);
+
+    /* the helpers' refusals, named */
+    CHECK(dlc_replica_payload_size(100, 0, 3) == 520 && dlc_replica_payload_size(100, DLC_MSG_REPLICA_MOMENTUM, 0) == 800 &&
+          dlc_replica_payload_size(0, DLC_MSG_REPLICA_WHOLE, 0) == 0);
+    CHECK_SFAILS(dlc_replica_payload_size(100, 0, DLC_PROTO_REPLICA_CONTRIBS_MAX + 1), DLC_ERR_ARG,
+                 "4097 contributor records, expected 0..4096");
+    CHECK_SFAILS(dlc_replica_payload_size(100, 0x1, 0), DLC_ERR_ARG, "flags 0x1, expected those of 0x6");
+    CHECK_SFAILS(dlc_replica_payload_size(-1, 0, 0), DLC_ERR_ARG, "-1 floats");
+    CHECK_SFAILS(dlc_replica_record_read(want, sizeof want, 7, 0, 1, &back), DLC_ERR_RANGE, "records 0..0");
+    CHECK_SFAILS(dlc_replica_record_read(want, sizeof want - 1, 7, 0, 0, &back), DLC_ERR_FORMAT,
+                 "a payload of 67 bytes is not 28 bytes of floats");
+    CHECK_SFAILS(dlc_replica_unpack(want, sizeof want, 7, DLC_MSG_REPLICA_MOMENTUM, th, mb), DLC_ERR_FORMAT,
+                 "is not 56 bytes of floats (7, with momentum)");
+    want[28 + 4] = 1; /* the reserved field */
+    CHECK_SFAILS(dlc_replica_record_read(want, sizeof want, 7, 0, 0, &back), DLC_ERR_FORMAT,
+                 "replica record 0: reserved field 0x00000001 at byte 4, must be 0");
+    dlc_replica_record neg = rec;
+    neg.learner = -1;
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, 0, ones, NULL, &neg, 1), DLC_ERR_ARG,
+                 "contributor record 0: learner -1, expected 0..65535");
+    CHECK_SFAILS(dlc_replica_record_write(want2, sizeof want2, 7, DLC_MSG_REPLICA_MOMENTUM, 0, &neg), DLC_ERR_ARG,
+                 "learner -1");
+    neg = rec, neg.new_steps = NAN;
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, 0, ones, NULL, &neg, 1), DLC_ERR_ARG, "new_steps nan");
+    neg = rec, neg.tokens = -5;
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, 0, ones, NULL, &neg, 1), DLC_ERR_ARG, "tokens -5");
+    CHECK_SFAILS(dlc_replica_pack(got, 10, 7, 0, ones, NULL, &rec, 1), DLC_ERR_RANGE, "68 bytes in a buffer of 10");
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, DLC_MSG_REPLICA_MOMENTUM, ones, NULL, &rec, 1), DLC_ERR_ARG,
+                 "momentum NULL with flags 0x2");
+    CHECK_SFAILS(dlc_replica_pack(got, sizeof got, 7, 0, ones, m2, &rec, 1), DLC_ERR_ARG, "momentum given with flags 0x0");
+}
+
+static void test_replica(void) {
+    dlc_frame f, g;
+    CHECK(strcmp(dlc_frame_type_name(DLC_FRAME_REPLICA), "replica") == 0 &&
+          strcmp(dlc_frame_type_name(DLC_FRAME_REPLICA_ACK), "replica_ack") == 0 &&
+          dlc_frame_has_payload(DLC_FRAME_REPLICA) && !dlc_frame_has_payload(DLC_FRAME_REPLICA_ACK) &&
+          strcmp(dlc_msg_type_name(DLC_MSG_REPLICA), "replica") == 0 &&
+          strcmp(dlc_msg_type_name(DLC_MSG_REPLICA_ACK), "replica_ack") == 0);
+    dlc_frame_init(&f, DLC_FRAME_REPLICA);
+    CHECK(f.msg.type == DLC_MSG_REPLICA);
+    dlc_frame_init(&f, DLC_FRAME_REPLICA_ACK);
+    CHECK(f.msg.type == DLC_MSG_REPLICA_ACK);
+
+    /* a merge of fragment 0 (100 floats) with 3 contributors, no momentum */
+    size_t n = replica_frame(0, 7, 0, 3);
+    corpus_write("replica", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK);
+    CHECK(g.type == DLC_FRAME_REPLICA && g.msg.type == DLC_MSG_REPLICA && g.msg.fragment == 0 && g.msg.version == 7 &&
+          g.msg.epoch == 3 && g.msg.steps == 3 && g.msg.flags == 0 && g.msg.len == 400 + 3 * 40 &&
+          memcmp(g.msg.payload, replica_pay, g.msg.len) == 0);
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        dlc_replica_record r, want = rec_of(i);
+        ok &= dlc_replica_record_read(g.msg.payload, g.msg.len, 100, g.msg.flags, i, &r) == DLC_OK &&
+              r.learner == want.learner && r.new_steps == want.new_steps && r.base_version == want.base_version &&
+              r.steps == want.steps && r.tokens == want.tokens;
+    }
+    CHECK(ok);
+    float th[256];
+    CHECK(dlc_replica_unpack(g.msg.payload, g.msg.len, 100, 0, th, NULL) == DLC_OK && th[0] == -3 && th[99] == 46.5f);
+    /* with momentum (fragment 1, 256 floats), and a catch-up: the whole fragment, no contributors */
+    n = replica_frame(1, 12, DLC_MSG_REPLICA_MOMENTUM, 2);
+    corpus_write("replica_momentum", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK && g.msg.flags == DLC_MSG_REPLICA_MOMENTUM &&
+          g.msg.len == 2 * 256 * 4 + 2 * 40 && g.msg.steps == 2);
+    float mo[256];
+    CHECK(dlc_replica_unpack(g.msg.payload, g.msg.len, 256, g.msg.flags, th, mo) == DLC_OK && th[255] == 124.5f &&
+          mo[7] == -1.0f);
+    n = replica_frame(2, 30, DLC_MSG_REPLICA_MOMENTUM | DLC_MSG_REPLICA_WHOLE, 0);
+    corpus_write("replica_whole", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, &layout3, &g, NULL) == DLC_OK &&
+          g.msg.flags == (DLC_MSG_REPLICA_MOMENTUM | DLC_MSG_REPLICA_WHOLE) && g.msg.version == 30 &&
+          g.msg.steps == 0 && g.msg.len == 56);
+    /* from a msg.h message */
+    dlc_msg m = {.type = DLC_MSG_REPLICA, .fragment = 2, .version = 30, .epoch = 3, .payload = replica_pay, .len = 28};
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_REPLICA);
+
+    /* refusals: each names what was wrong, then the next frame decodes (refuse) */
+    static uint8_t buf[sizeof scratch];
+    n = replica_frame(0, 7, 0, 1);
+    memcpy(buf, scratch, n);
+    uint32_t length = (uint32_t)(n - DLC_PROTO_PREFIX);
+    set_length(buf, length - 4); /* 4 payload bytes short */
+    refuse("replica_payload_short", buf, n - 4, DLC_PERR_MALFORMED,
+           "replica payload of 436 bytes, but fragment 0's 100 floats and 1 contributor records of 40 bytes take 440 bytes");
+    set_length(buf, length);
+    uint8_t *fl = find(buf, n, "\xa2" "fl\x00", 4);
+    CHECK(fl != NULL);
+    if (fl) {
+        fl[3] = DLC_MSG_REPLICA_MOMENTUM; /* says momentum, carries none */
+        refuse("replica_momentum_missing", buf, n, DLC_PERR_MALFORMED,
+               "replica payload of 440 bytes, but fragment 0's 100 floats with momentum and 1 contributor records of 40 "
+               "bytes take 840 bytes");
+        fl[3] = 0x08;
+        refuse("replica_unknown_flags", buf, n, DLC_PERR_MALFORMED, "\"fl\" = 0x8: unknown flag bits (a replica takes those of 0x6)");
+        fl[3] = DLC_MSG_RESYNC;
+        refuse("replica_resync_flag", buf, n, DLC_PERR_MALFORMED, "\"fl\" = 0x1: unknown flag bits");
+        fl[3] = 0;
+    }
+    uint8_t *rec = buf + n - 40; /* the one record */
+    rec[4] = 0x01;
+    refuse("replica_reserved", buf, n, DLC_PERR_MALFORMED,
+           "replica of fragment 0 version 7: contributor record 0: reserved field 0x00000001 at byte 4, must be 0");
+    rec[4] = 0;
+    rec[0] = rec[1] = rec[2] = rec[3] = 0xff; /* learner -1 */
+    refuse("replica_learner_negative", buf, n, DLC_PERR_MALFORMED, "contributor record 0: learner -1, expected 0..65535");
+    rec[0] = 0x00, rec[1] = 0x00, rec[2] = 0x01, rec[3] = 0x00; /* 65536 */
+    refuse("replica_learner_65536", buf, n, DLC_PERR_MALFORMED, "learner 65536");
+    rec[2] = 0;
+    memcpy(rec + 8, "\x00\x00\x00\x00\x00\x00\xf8\x7f", 8); /* new_steps NaN */
+    refuse("replica_new_steps_nan", buf, n, DLC_PERR_MALFORMED, "new_steps nan");
+    memset(rec + 8, 0, 8);
+    rec[39] = 0x80; /* tokens < 0 */
+    refuse("replica_tokens_negative", buf, n, DLC_PERR_MALFORMED, "none may be negative");
+    rec[39] = 0;
+    CHECK(dlc_proto_decode(buf, n, &layout3, &g, NULL) == DLC_OK); /* restored */
+    /* the count: 300 records (uint16 on the wire) made 4097 */
+    n = replica_frame(0, 7, 0, 300);
+    memcpy(buf, scratch, n);
+    uint8_t *s = find(buf, n, "\xa1s\xcd\x01\x2c", 5);
+    CHECK(s != NULL);
+    if (s) {
+        s[3] = 0x10, s[4] = 0x01;
+        refuse("replica_count_4097", buf, n, DLC_PERR_MALFORMED,
+               "replica of fragment 0 version 7: 4097 contributor records (\"s\"), expected 0..4096");
+        s[3] = 0x01, s[4] = 0x2d; /* 301: the payload holds 300 */
+        refuse("replica_count_wrong", buf, n, DLC_PERR_MALFORMED, "replica payload of 12400 bytes, but fragment 0's 100 "
+               "floats and 301 contributor records of 40 bytes take 12440 bytes");
+    }
+    /* a fragment the layout does not have */
+    dlc_proto_layout four = {4, (const int64_t[]){100, 256, 7, 7}, 370, {128}};
+    dlc_frame_init(&f, DLC_FRAME_REPLICA);
+    f.msg.fragment = 3, f.msg.version = 1, f.msg.payload = replica_pay, f.msg.len = 28;
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG,
+                 "replica of fragment 3, but the model has 3 fragments");
+    int64_t h = dlc_proto_encode(&f, &four, scratch, sizeof scratch);
+    CHECK(h > 0);
+    memset(scratch + h, 0, 28);
+    refuse("replica_fragment_beyond_layout", scratch, (size_t)h + 28, DLC_PERR_MISMATCH,
+           "replica of fragment 3, but the model has 3 fragments");
+    /* no layout on the connection */
+    n = replica_frame(2, 1, 0, 0);
+    int why;
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, &why) == DLC_ERR_STATE && why == DLC_PERR_UNEXPECTED &&
+          strstr(dlc_last_error(), "replica before the model layout is known"));
+    /* the encoder refuses what the decoder would */
+    dlc_frame_init(&f, DLC_FRAME_REPLICA);
+    f.msg.fragment = 2, f.msg.version = 1, f.msg.payload = replica_pay, f.msg.len = 28;
+    f.msg.flags = 0x9;
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG, "replica: flags 0x9, expected those of 0x6");
+    f.msg.flags = 0, f.msg.steps = 1; /* one record the payload lacks */
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG,
+                 "replica payload of 28 bytes, but fragment 2's 7 floats and 1 contributor records of 40 bytes take 68");
+    f.msg.steps = 4097;
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG, "4097 contributor records");
+    uint8_t bad[68] = {0};
+    bad[28 + 4] = 7; /* a reserved field set */
+    f.msg.steps = 1, f.msg.payload = bad, f.msg.len = sizeof bad;
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG, "reserved field 0x00000007");
+    f.msg.payload = replica_pay, f.msg.len = 28, f.msg.steps = 0, f.msg.version = -1;
+    CHECK_SFAILS(dlc_proto_encode(&f, &layout3, scratch, sizeof scratch), DLC_ERR_ARG, "version -1");
+}
+
+static void test_replica_ack(void) {
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_REPLICA_ACK);
+    f.msg.fragment = 1, f.msg.version = 9, f.msg.epoch = 2;
+    size_t n = encode(&f);
+    corpus_write("replica_ack", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.type == DLC_FRAME_REPLICA_ACK &&
+          g.msg.type == DLC_MSG_REPLICA_ACK && g.msg.fragment == 1 && g.msg.version == 9 && g.msg.epoch == 2 &&
+          g.msg.flags == 0 && g.msg.len == 0);
+    /* the standby's statement of what it holds, once per fragment as it attaches */
+    f.msg.flags = DLC_MSG_REPLICA_WHOLE;
+    n = encode(&f);
+    corpus_write("replica_ack_whole", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.msg.flags == DLC_MSG_REPLICA_WHOLE);
+    uint8_t buf[256];
+    memcpy(buf, scratch, n);
+    uint8_t *fl = find(buf, n, "\xa2" "fl\x04", 4);
+    CHECK(fl != NULL);
+    if (fl) {
+        fl[3] = DLC_MSG_REPLICA_MOMENTUM;
+        refuse("replica_ack_momentum", buf, n, DLC_PERR_MALFORMED,
+               "\"fl\" = 0x2: unknown flag bits (a replica_ack takes those of 0x4)");
+        fl[3] = 0x04;
+    }
+    buf[11] += 4; /* a payload on a header alone */
+    memset(buf + n, 0, 4);
+    refuse("replica_ack_payload", buf, n + 4, DLC_PERR_MALFORMED, "replica_ack with a payload of 4 bytes");
+    f.msg.flags = DLC_MSG_REPLICA_MOMENTUM;
+    CHECK_SFAILS(dlc_proto_encode(&f, NULL, scratch, sizeof scratch), DLC_ERR_ARG, "replica_ack: flags 0x2, expected those of 0x4");
+    f.msg.flags = 0, f.msg.fragment = DLC_PROTO_FRAGMENTS_MAX;
+    CHECK_SFAILS(dlc_proto_encode(&f, NULL, scratch, sizeof scratch), DLC_ERR_ARG, "fragment 1024");
+    dlc_msg m = {.type = DLC_MSG_REPLICA_ACK, .fragment = 0, .version = 3};
+    CHECK(dlc_frame_from_msg(&f, &m) == DLC_OK && f.type == DLC_FRAME_REPLICA_ACK);
+}
+
+/* "standby": a HELLO asks for it; a server that offers it welcomes the peer as a standby
+ * (learner -1), one that does not refuses it; a shard does not ask a standby for
+ * "sharded"; a WELCOME says learner -1 exactly when it lists "standby". */
+static void test_standby_hello(void) {
+    CHECK(strcmp(dlc_cap_name(DLC_CAP_STANDBY), "standby") == 0 && DLC_CAP_KNOWN == 0x1fu && !dlc_cap_name(32));
+    dlc_frame f, g;
+    dlc_frame_init(&f, DLC_FRAME_HELLO);
+    f.hello = server_hello();
+    f.hello.learner = -1, f.hello.fragments = 0, f.hello.endpoints = 0, f.hello.caps = DLC_CAP_STANDBY;
+    size_t n = encode(&f);
+    corpus_write("hello_standby", scratch, n);
+    CHECK(find(scratch, n, "\xa7standby", 8) != NULL);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.caps == DLC_CAP_STANDBY &&
+          g.hello.caps_unknown == 0);
+    dlc_hello ours = server_hello(), w; /* two endpoints: a shard */
+    int why;
+    CHECK_SFAILS(dlc_proto_negotiate(&ours, &g.hello, &w, &why), DLC_ERR_STATE,
+                 "the peer asks to attach as a standby (its hello lists \"standby\"), but this server takes no standbys");
+    CHECK(why == DLC_PERR_MISMATCH);
+    ours.caps |= DLC_CAP_STANDBY;
+    g.hello.learner = 4; /* whatever it asked, a standby holds no id */
+    CHECK(dlc_proto_negotiate(&ours, &g.hello, &w, &why) == DLC_OK && w.learner == -1 && w.caps == DLC_CAP_STANDBY);
+    /* a learner is still refused by the shard without "sharded", and welcomed with its id */
+    dlc_hello learner = g.hello;
+    learner.caps = DLC_CAP_GRADIENT;
+    CHECK_SFAILS(dlc_proto_negotiate(&ours, &learner, &w, &why), DLC_ERR_STATE, "this syncer is shard 1 of 2");
+    learner.caps = DLC_CAP_SHARDED;
+    CHECK(dlc_proto_negotiate(&ours, &learner, &w, &why) == DLC_OK && w.learner == 4 && !(w.caps & DLC_CAP_STANDBY));
+    /* the standby's WELCOME */
+    CHECK(dlc_proto_negotiate(&ours, &g.hello, &w, &why) == DLC_OK);
+    dlc_frame_init(&f, DLC_FRAME_WELCOME);
+    f.hello = w;
+    n = encode(&f);
+    corpus_write("welcome_standby", scratch, n);
+    CHECK(dlc_proto_decode(scratch, n, NULL, &g, NULL) == DLC_OK && g.hello.learner == -1 &&
+          g.hello.caps == DLC_CAP_STANDBY);
+    uint8_t buf[2048];
+    memcpy(buf, scratch, n);
+    uint8_t *l = find(buf, n, "\xa1l\xff", 3);
+    CHECK(l != NULL);
+    if (l) {
+        l[2] = 0x03;
+        refuse("welcome_standby_with_id", buf, n, DLC_PERR_MALFORMED,
+               "welcome: learner 3, expected -1 (a standby's welcome, listing \"standby\")");
+    }
+    f.hello.learner = 3;
+    CHECK_SFAILS(dlc_proto_encode(&f, NULL, scratch, sizeof scratch), DLC_ERR_ARG, "welcome: learner 3, expected -1");
+    f.hello.learner = -1, f.hello.caps = DLC_CAP_SHARDED;
+    CHECK_SFAILS(dlc_proto_encode(&f, NULL, scratch, sizeof scratch), DLC_ERR_ARG, "welcome: learner -1, expected an id >= 0");
+    f.hello.caps = DLC_CAP_STANDBY;
+    n = encode(&f);
+    memcpy(buf, scratch, n);
+    uint8_t *sb = find(buf, n, "\xa7standby", 8);
+    CHECK(sb != NULL);
+    if (sb) { /* a learner's welcome (no "standby") that says -1 */
+        memcpy(sb + 1, "stanbye", 7);
+        refuse("welcome_learner_minus_1", buf, n, DLC_PERR_MALFORMED, "welcome: learner -1, expected an id >= 0");
+    }
+}
+
 static void test_prefix(void) {
     uint8_t buf[64], hdr[1] = {0x80};
     size_t n = raw(buf, DLC_FRAME_HEARTBEAT, hdr, 1, 0);
@@ -987,7 +1325,7 @@ static void test_encode_refuses(void) {
     CHECK(strcmp(dlc_frame_type_name(DLC_FRAME_GRADIENT_AVG), "gradient_avg") == 0 && !dlc_frame_type_name(DLC_FRAME_TYPE_COUNT));
     CHECK(strcmp(dlc_proto_errcode_name(DLC_PERR_OVERLOADED), "overloaded") == 0 && !dlc_proto_errcode_name(-1));
     CHECK(strcmp(dlc_cap_name(DLC_CAP_SHARDED), "sharded") == 0 &&
-          strcmp(dlc_cap_name(DLC_CAP_REPLAY), "replay") == 0 && !dlc_cap_name(16));
+          strcmp(dlc_cap_name(DLC_CAP_REPLAY), "replay") == 0 && !dlc_cap_name(64));
 }
 
 /* dlc_text_clean: valid text unchanged, each bad byte one '?', the length kept. */
@@ -1041,6 +1379,10 @@ int main(int argc, char **argv) {
     test_resync_crc();
     test_fragment_age();
     test_resync_answers();
+    test_replica_bytes();
+    test_replica();
+    test_replica_ack();
+    test_standby_hello();
     test_prefix();
     test_header_walk();
     test_fields();

@@ -704,8 +704,12 @@ static const uint8_t ready_from[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_BYE] = FROM_LEARNER | FROM_SYNCER,
     [DLC_FRAME_ERROR] = FROM_LEARNER | FROM_SYNCER,
     [DLC_FRAME_REPLAY] = FROM_LEARNER,
+    /* REPLICA and REPLICA_ACK travel between a primary and its standby: neither a
+     * learner's nor the syncer's, so no connection of these two roles takes them */
+    [DLC_FRAME_REPLICA] = 0,
+    [DLC_FRAME_REPLICA_ACK] = 0,
 };
-_Static_assert(DLC_FRAME_TYPE_COUNT == 14, "ready_from: one entry per frame type");
+_Static_assert(DLC_FRAME_TYPE_COUNT == 16, "ready_from: one entry per frame type");
 
 /* The types a READY connection of this side accepts, for messages: "heartbeat, ..." */
 static void accepted_names(int from, char *out, size_t cap) {

@@ -79,6 +79,18 @@ dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_confi
                          "as f32) is beyond the protocol's largest, %zu bytes: split the model into more fragments "
                          "(sync.fragments)", who, P, (long long)numel[big], (unsigned long long)need,
                          DLC_PROTO_FRAME_MAX_LIMIT);
+    /* a syncer's connections may carry a REPLICA (to its standby, from its primary:
+     * docs/protocol.md, "Standbys"): the largest fragment with its momentum and the most
+     * contributor records the protocol allows (the run's learner count is not known
+     * here), up to the protocol's largest frame (a larger one is refused when it is sent,
+     * named) */
+    if (strncmp(who, "syncer", 6) == 0) {
+        uint64_t replica = 2 * (uint64_t)numel[big] * sizeof(float) +
+                           (uint64_t)DLC_PROTO_REPLICA_CONTRIBS_MAX * DLC_PROTO_REPLICA_RECORD + DLC_PROTO_PREFIX +
+                           DLC_PROTO_HEADER_MAX;
+        if (replica > DLC_PROTO_FRAME_MAX_LIMIT) replica = DLC_PROTO_FRAME_MAX_LIMIT;
+        if (replica > need) need = replica;
+    }
     if (cfg->frame_max < need) cfg->frame_max = (size_t)need;
     if (cfg->in_max < cfg->frame_max) cfg->in_max = cfg->frame_max;
     if (cfg->mem_max < 2 * cfg->frame_max) cfg->mem_max = 2 * cfg->frame_max;

@@ -24,7 +24,10 @@ dlc_status rt_layout(const dlc_plan *plan, dlc_codec_params codec, dlc_proto_lay
 /* The net's limits raised to what the run's layout needs (numel: P fragments' floats):
  * frame_max to the largest fragment as f32 (the largest any codec or a dp gradient
  * takes) with its header, in_max to frame_max, mem_max to twice frame_max.  A fragment
- * beyond the protocol's largest frame is refused, named, with what to change. */
+ * beyond the protocol's largest frame is refused, named, with what to change.  A
+ * syncer's (who "syncer...") frame_max also covers a REPLICA of the largest fragment
+ * with momentum and DLC_PROTO_REPLICA_CONTRIBS_MAX contributor records, bounded by the
+ * protocol's largest frame; a learner's stays the fragment's. */
 dlc_status rt_limits(const char *who, const int64_t *numel, int P, dlc_net_config *cfg);
 /* A peer's queue in the transport kept a short pipe, not a store: out_max lowered to
  * `frames` frames of the largest fragment as f32 (the syncer 2, serving many learners;

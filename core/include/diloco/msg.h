@@ -27,6 +27,9 @@
  *   GRADIENT_AVG  syncer -> learner learner, version (the step), codec (f32), payload
  *                                   (the averaged gradient)
  *   BYE           learner -> syncer learner: leaves for good (the run is over for it)
+ *   REPLICA       primary -> standby fragment, version (the one the merge made), epoch,
+ *                                   steps (contributor records), flags, payload (proto.h)
+ *   REPLICA_ACK   standby -> primary fragment, version (held), epoch, flags
  *
  * Fencing: every message also carries `epoch` and `incarnation` (both >= 0; 0 = not
  * stamped, which the receiver does not fence: an older peer, or a learner that has not
@@ -60,16 +63,25 @@ typedef enum dlc_msg_type {
     DLC_MSG_GRADIENT_AVG,
     DLC_MSG_BYE,
     DLC_MSG_REPLAY,       /* dp: learner -> syncer, the averages after step `version`, please */
+    DLC_MSG_REPLICA,      /* primary -> standby: one merge of `fragment` (proto.h, REPLICA);
+                           * never a learner's or a syncer's to receive */
+    DLC_MSG_REPLICA_ACK,  /* standby -> primary: it holds `fragment` at `version` */
     DLC_MSG_TYPE_COUNT
 } dlc_msg_type;
 
-/* "heartbeat", "contribution", "fragment", "gradient", "gradient_avg", "bye", "replay";
- * NULL when out of range. */
+/* "heartbeat", "contribution", "fragment", "gradient", "gradient_avg", "bye", "replay",
+ * "replica", "replica_ack"; NULL when out of range. */
 DLC_API const char *dlc_msg_type_name(dlc_msg_type type);
 
 /* FRAGMENT flag: part of a full-model resync (a join, a dropped or rejected contribution):
  * the learner takes it at once, whatever it was waiting for. */
 #define DLC_MSG_RESYNC 1u
+/* REPLICA flags: the payload carries the outer momentum after Θ; and the replica is a
+ * catch-up, fragment p whole at `version` (not the next merge).  REPLICA_ACK takes
+ * DLC_MSG_REPLICA_WHOLE alone: the standby's statement of the version it holds, once per
+ * fragment right after it attaches.  Other bits are refused on both. */
+#define DLC_MSG_REPLICA_MOMENTUM 0x2u
+#define DLC_MSG_REPLICA_WHOLE 0x4u
 
 /* Bytes a message costs on a link besides its payload (the frame and header, an upper
  * bound of what core/proto.c will write); the virtual-time driver charges it. */
@@ -82,7 +94,8 @@ typedef struct dlc_msg {
     int64_t version;      /* CONTRIBUTION: base version; FRAGMENT: new version;
                            * GRADIENT, GRADIENT_AVG: the inner step (1-based); REPLAY:
                            * the last step whose average the learner holds */
-    int64_t steps;        /* CONTRIBUTION: c_steps; HEARTBEAT: schedule step; FRAGMENT with
+    int64_t steps;        /* REPLICA: its contributor records;
+                           * CONTRIBUTION: c_steps; HEARTBEAT: schedule step; FRAGMENT with
                            * DLC_MSG_RESYNC: the run's schedule step for a joining learner;
                            * GRADIENT_AVG: 0 for a round's average, else an answer to a
                            * REPLAY, the last step of that answer */
@@ -98,7 +111,8 @@ typedef struct dlc_msg {
                            * since its first contribution arrived (0 = not stated: an older
                            * syncer); a contributor's lag behind the round's first sender is
                            * age - held */
-    uint32_t flags;       /* FRAGMENT: DLC_MSG_RESYNC */
+    uint32_t flags;       /* FRAGMENT: DLC_MSG_RESYNC; REPLICA: DLC_MSG_REPLICA_MOMENTUM,
+                           * DLC_MSG_REPLICA_WHOLE; REPLICA_ACK: DLC_MSG_REPLICA_WHOLE */
     dlc_codec_kind codec; /* payload encoding */
     const uint8_t *payload; /* borrowed, see above */
     size_t len;

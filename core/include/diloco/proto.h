@@ -89,6 +89,9 @@ extern "C" {
 /* Bytes of the authentication nonces and of an HMAC-SHA256. */
 #define DLC_PROTO_NONCE 32
 #define DLC_PROTO_MAC 32
+/* Most contributor records of one REPLICA (a merge's contributors), and the bytes of one. */
+#define DLC_PROTO_REPLICA_CONTRIBS_MAX 4096
+#define DLC_PROTO_REPLICA_RECORD 40
 
 /* ---- messages ---- */
 
@@ -110,15 +113,18 @@ typedef enum dlc_frame_type {
     DLC_FRAME_REPLAY,         /* learner -> syncer (dp, cap "replay"): msg.version, the last
                                * step whose average the learner holds; the syncer answers
                                * with the GRADIENT_AVGs after it (msg.h) */
+    DLC_FRAME_REPLICA,        /* primary -> standby (cap "standby"): what one merge made of
+                               * fragment msg.fragment, payload = the replica (below) */
+    DLC_FRAME_REPLICA_ACK,    /* standby -> primary: it holds msg.fragment at msg.version */
     DLC_FRAME_TYPE_COUNT
 } dlc_frame_type;
 
 /* "auth", "auth_challenge", "auth_proof", "hello", "welcome", "heartbeat",
  * "contribution", "fragment", "gradient", "gradient_avg", "resync", "bye", "error",
- * "replay"; NULL out of range. */
+ * "replay", "replica", "replica_ack"; NULL out of range. */
 DLC_API const char *dlc_frame_type_name(dlc_frame_type type);
 /* Whether frames of the type carry a payload (CONTRIBUTION, FRAGMENT, GRADIENT,
- * GRADIENT_AVG, RESYNC); the others are a header alone. */
+ * GRADIENT_AVG, RESYNC, REPLICA); the others are a header alone. */
 DLC_API int dlc_frame_has_payload(dlc_frame_type type);
 
 /* ERROR codes: why a peer is being disconnected. */
@@ -160,7 +166,16 @@ DLC_API size_t dlc_text_clean(char *s);
 #define DLC_CAP_GRADIENT 0x2u     /* "gradient": data-parallel GRADIENT / GRADIENT_AVG */
 #define DLC_CAP_SHARDED 0x4u      /* "sharded": fragments may be owned by other endpoints */
 #define DLC_CAP_REPLAY 0x8u       /* "replay": a dp learner may ask for past averages (REPLAY) */
+/* "standby": a role, not a feature.  A HELLO listing it asks to attach as a syncer's
+ * standby (REPLICA in, REPLICA_ACK out), not as a learner; a server offers it by listing
+ * it in its own terms, and a WELCOME listing it grants it (learner -1: a standby holds no
+ * learner id).  docs/protocol.md, "Standbys". */
+#define DLC_CAP_STANDBY 0x10u
+/* The features a peer offers by default (every one but the standby role: a hello made
+ * from DLC_CAP_ALL is a learner's or a plain server's), and every name this build knows.
+ * lua/lnetopt.c pins DLC_CAP_ALL to its 4 names (DLCL_NET_CAP_BITS). */
 #define DLC_CAP_ALL 0xfu
+#define DLC_CAP_KNOWN (DLC_CAP_ALL | DLC_CAP_STANDBY)
 /* The name of one capability bit, NULL if none. */
 DLC_API const char *dlc_cap_name(uint32_t bit);
 
@@ -170,7 +185,8 @@ typedef struct dlc_hello {
     char run[DLC_PROTO_RUN_MAX + 1];   /* run id, NUL-terminated, may be "" */
     uint64_t model_hash;               /* dlc_plan_model_hash: the parameter layout */
     uint64_t plan_hash;                /* dlc_plan_hash: the fragment plan */
-    int learner;                       /* HELLO: the id asked for, -1 any; WELCOME: given */
+    int learner;                       /* HELLO: the id asked for, -1 any; WELCOME: given
+                                        * (-1 for a standby: DLC_CAP_STANDBY in caps) */
     uint32_t caps;                     /* DLC_CAP_* */
     int caps_unknown;                  /* decoded names this build does not know */
     uint32_t codecs;                   /* bit (1u << kind) per dlc_codec_kind spoken */
@@ -192,8 +208,9 @@ typedef struct dlc_hello {
 typedef struct dlc_frame {
     dlc_frame_type type;
     dlc_msg msg;            /* HEARTBEAT, CONTRIBUTION, FRAGMENT, GRADIENT, GRADIENT_AVG,
-                             * RESYNC, BYE: the state machines' message (msg.h), msg.type
-                             * set from the frame type; payload borrowed */
+                             * RESYNC, BYE, REPLAY, REPLICA, REPLICA_ACK: the state
+                             * machines' message (msg.h), msg.type set from the frame
+                             * type; payload borrowed */
     uint32_t crc;           /* RESYNC: CRC-32 (zlib's) of the payload.  The encoder computes
                              * and writes it (key "ck") whatever this field holds; the decoder
                              * refuses a RESYNC whose payload does not match it */
@@ -270,11 +287,63 @@ DLC_API dlc_status dlc_proto_decoder_decode(dlc_proto_decoder *d, const uint8_t 
 DLC_API int64_t dlc_proto_encode(const dlc_frame *f, const dlc_proto_layout *layout,
                                  uint8_t *out, size_t cap);
 
+/* ---- REPLICA payloads (docs/protocol.md, "Standbys") ----
+ *
+ * A REPLICA's header states msg.fragment p, msg.version (the version the replica brings
+ * p to), msg.epoch (the primary's), msg.steps = count, the contributor records, and
+ * msg.flags (DLC_MSG_REPLICA_MOMENTUM, DLC_MSG_REPLICA_WHOLE: msg.h).  Its payload, with
+ * n = the layout's numel[p], every number little-endian:
+ *
+ *   offset          size      field
+ *   0               4n        theta: f32[n], Θ_p at that version
+ *   4n              4n        momentum: f32[n], only with DLC_MSG_REPLICA_MOMENTUM
+ *   4n·k + 40·i     40        contributor record i (k = 2 with momentum, else 1):
+ *     +0   int32  learner (0-based, 0..DLC_PROTO_LEARNERS_MAX-1)
+ *     +4   int32  reserved, 0
+ *     +8   f64    new_steps (finite, >= 0)
+ *     +16  int64  base_version, +24 int64 steps, +32 int64 tokens (each >= 0)
+ *
+ * The decoder checks the length exactly and every record; these helpers are the one
+ * place that layout is written, for the encoder and the drivers alike. */
+typedef struct dlc_replica_record {
+    int learner;                          /* 0-based */
+    double new_steps;                     /* the steps the merge added to its account */
+    int64_t base_version, steps, tokens;  /* its contribution's, as sent */
+} dlc_replica_record;
+
+/* The bytes of a REPLICA payload of n floats per section, with `flags` and `count`
+ * records: 4n (8n with momentum) + 40·count.  DLC_ERR_ARG (negative) for n < 0, count
+ * outside 0..DLC_PROTO_REPLICA_CONTRIBS_MAX, or flags with bits other than MOMENTUM and
+ * WHOLE, or a size past the largest frame. */
+DLC_API int64_t dlc_replica_payload_size(int64_t n, uint32_t flags, int count);
+/* Writes a whole REPLICA payload into out[0..cap): theta[n], then momentum[n] when flags
+ * has DLC_MSG_REPLICA_MOMENTUM (momentum must then be given, and NULL otherwise), then
+ * the `count` records (each checked as the decoder checks it).  Returns the bytes written
+ * (dlc_replica_payload_size), or DLC_ERR_ARG naming what was wrong, DLC_ERR_RANGE if out
+ * is too small. */
+DLC_API int64_t dlc_replica_pack(uint8_t *out, size_t cap, int64_t n, uint32_t flags, const float *theta,
+                                 const float *momentum, const dlc_replica_record *records, int count);
+/* Copies theta (and momentum, with the flag) out of payload[0..len) into the caller's
+ * arrays of n floats (the payload need not be aligned); either may be NULL to skip it.
+ * DLC_ERR_FORMAT when len is not that of such a payload. */
+DLC_API dlc_status dlc_replica_unpack(const uint8_t *payload, size_t len, int64_t n, uint32_t flags, float *theta,
+                                      float *momentum);
+/* Record i of payload[0..len) (n, flags as above; the count follows from len) into *out,
+ * or record *r written at i.  DLC_ERR_FORMAT (read) or DLC_ERR_ARG (write), naming it,
+ * for a len that is no such payload, i out of range, or a record the decoder refuses
+ * (a learner out of range, the reserved field not 0, a negative or non-finite field). */
+DLC_API dlc_status dlc_replica_record_read(const uint8_t *payload, size_t len, int64_t n, uint32_t flags, int i,
+                                           dlc_replica_record *out);
+DLC_API dlc_status dlc_replica_record_write(uint8_t *payload, size_t len, int64_t n, uint32_t flags, int i,
+                                            const dlc_replica_record *r);
+
 /* The server's side of HELLO: compares the client's hello with the server's own (`ours`:
  * versions, run, hashes, block, run description, codecs, caps, fragments and
  * endpoints/owner to announce) and fills *welcome with the terms: the highest version
  * both speak, the capabilities and codecs in common, the client's learner id (the host
- * may change it).  When both state a run description (run_hash != 0), any field that
+ * may change it), or -1 for a standby (both list DLC_CAP_STANDBY; a HELLO asking for it
+ * from a server that does not offer it is refused, DLC_PERR_MISMATCH, and a shard does
+ * not ask a standby for "sharded").  When both state a run description (run_hash != 0), any field that
  * differs refuses the client, named with both values ("run description differs:
  * sync.tau: 2 here, 3 in the learner's run", dlc_run_diff), and so do different hashes.
  * DLC_ERR_STATE with *why = DLC_PERR_VERSION naming both ranges, or DLC_PERR_MISMATCH
