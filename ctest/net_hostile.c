@@ -666,8 +666,8 @@ static void test_direction_server(void) {
     dlc_frame_init(&f, DLC_FRAME_FRAGMENT);
     f.msg.codec = DLC_CODEC_F32, f.msg.payload = (const uint8_t *)pay, f.msg.len = sizeof pay;
     CHECK(dlc_net_send(cl, cpeer, &f, NULL, NULL) == DLC_ERR_ARG &&
-          strstr(dlc_last_error(), "a fragment is the syncer's to send (a client connection sends heartbeat, "
-                                   "contribution, gradient, bye)"));
+          strstr(dlc_last_error(), "a fragment is the syncer's to send (a client (learner) connection sends heartbeat, "
+                                   "contribution, gradient, bye, replay)"));
     for (double end = now_s() + 5; atomic_load(&last_ready) == before && now_s() < end;) sleep_s(0.01);
     int speer = atomic_load(&last_ready);
     f.type = DLC_FRAME_CONTRIBUTION;

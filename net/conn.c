@@ -464,6 +464,7 @@ void dlcn_reap(dlc_net *net) {
         if (c->timer) event_free(c->timer);
         if (c->bucket) ev_token_bucket_cfg_free(c->bucket);
         free(c->ib);
+        free(c->alts);
         pthread_mutex_destroy(&c->wlock);
         free(c);
         c = next;
@@ -471,6 +472,20 @@ void dlcn_reap(dlc_net *net) {
 }
 
 void dlcn_start_connect(conn *c);
+
+/* A client given alternate addresses (dlc_net_connect "A|B|C") makes its next attempt at
+ * the next one, round robin: its address, name (events, counters) and TLS host change
+ * under net->lock (dlc_net_get_counters reads the name). */
+static void next_alternate(conn *c) {
+    if (c->nalt <= 1) return;
+    pthread_mutex_lock(&c->net->lock);
+    c->alt = (c->alt + 1) % c->nalt;
+    const conn_alt *a = &c->alts[c->alt];
+    c->addr = a->addr, c->addrlen = a->addrlen;
+    snprintf(c->name, sizeof c->name, "%s", a->name);
+    snprintf(c->host, sizeof c->host, "%s", a->host);
+    pthread_mutex_unlock(&c->net->lock);
+}
 
 /* Closes the socket now; posts LOST or REFUSED; a client that may reconnect waits. */
 void dlcn_conn_close_now(conn *c) {
@@ -505,8 +520,10 @@ void dlcn_conn_close_now(conn *c) {
     if (!was_connecting || c->client)
         dlcn_ev_post_from(net, c->was_ready || c->client ? DLC_NET_LOST : DLC_NET_REFUSED, c->id, c->end_code,
                           c->end_text[0] ? c->end_text : "connection closed", c->name);
+    /* a server shutting down (or refusing learners for now: dlc_net_set_refusing) is
+     * final for a client of one address; one with alternates tries its next */
     bool permanent = c->end_code == DLC_PERR_AUTH || c->end_code == DLC_PERR_VERSION ||
-                     c->end_code == DLC_PERR_MISMATCH || c->end_code == DLC_PERR_SHUTDOWN;
+                     c->end_code == DLC_PERR_MISMATCH || (c->end_code == DLC_PERR_SHUTDOWN && c->nalt <= 1);
     if (c->client && !c->app_closed && !permanent && !net->stopping && net->cfg.reconnect_max_s > 0) {
         c->failures++;
         double d = net->cfg.reconnect_min_s * pow(2.0, c->failures - 1);
@@ -521,6 +538,7 @@ void dlcn_conn_close_now(conn *c) {
         if (c->end_code == DLC_PERR_CONFLICT && window > 0 && d > window / 3) d = window / 3;
         c->deadline = dlcn_now(c->net) + d;
         c->was_ready = 0;
+        next_alternate(c); /* (after the LOST above, which named the address that failed) */
         set_state(c, DLC_CONN_CONNECTING);
         dlcn_conn_arm(c);
         return;
@@ -611,8 +629,32 @@ static void on_handshake(conn *c, dlc_frame *f) {
         }
         dlc_hello w;
         int why;
+        /* a server refusing learners for now (dlc_net_set_refusing: a standby syncer that
+         * has not taken over) still takes standbys; a learner is told SHUTDOWN, which a
+         * client with other addresses retries at its next one */
+        int asks_standby = (f->hello.caps & DLC_CAP_STANDBY) != 0;
+        char refusing[sizeof net->refusing];
+        pthread_mutex_lock(&net->lock);
+        memcpy(refusing, net->refusing, sizeof refusing);
+        pthread_mutex_unlock(&net->lock);
+        if (!asks_standby && refusing[0]) {
+            dlcn_conn_fail(c, DLC_PERR_SHUTDOWN, "%s", refusing);
+            return;
+        }
         if (dlc_proto_negotiate(&net->hello, &f->hello, &w, &why) < 0) {
             dlcn_conn_fail(c, why, "%s", dlc_last_error());
+            return;
+        }
+        if (w.caps & DLC_CAP_STANDBY) { /* a standby: no learner id, none taken from anyone */
+            pthread_mutex_lock(&net->lock);
+            c->standby = 1, c->learner = -1;
+            pthread_mutex_unlock(&net->lock);
+            dlc_frame_init(&out, DLC_FRAME_WELCOME);
+            out.hello = w; /* (learner -1: dlc_proto_negotiate) */
+            send_own(c, &out);
+            dlc_hello theirs = f->hello;
+            theirs.learner = -1;
+            become_ready(c, &theirs);
             return;
         }
         pthread_mutex_lock(&net->lock);
@@ -683,65 +725,108 @@ static void on_handshake(conn *c, dlc_frame *f) {
                   w->run);
         return;
     }
-    c->learner = w->learner;
+    /* a standby connection is one whose WELCOME grants "standby", which only a client
+     * that asked for it takes (its hello's caps do not change after dlc_net_new) */
+    int asked = (ours->caps & DLC_CAP_STANDBY) != 0, granted = (w->caps & DLC_CAP_STANDBY) != 0;
+    if (asked != granted) {
+        if (asked)
+            dlcn_conn_fail(c, DLC_PERR_MISMATCH, "the server does not take standbys: its welcome does not list "
+                           "\"standby\" (a syncer without a standby's terms, or an older one)");
+        else
+            dlcn_conn_fail(c, DLC_PERR_MISMATCH, "welcome grants a standby connection (it lists \"standby\"), which "
+                           "this client did not ask for");
+        return;
+    }
+    pthread_mutex_lock(&net->lock);
+    c->standby = granted, c->learner = w->learner;
+    pthread_mutex_unlock(&net->lock);
     become_ready(c, w);
 }
 
 /* ---- input ---- */
 
-/* Who may send each type on a READY connection: a learner (what a server-side
- * connection, the syncer's side, accepts) or the syncer (what a client accepts).  The
- * handshake's types are neither: they come only while AUTHENTICATING.  The one table
- * of direction; docs/protocol.md has it as its "direction" column. */
-enum { FROM_LEARNER = 1, FROM_SYNCER = 2 };
+/* Who may send each type on a READY connection, by role: a learner (what the syncer's
+ * side of a learner's connection accepts), the syncer (what a learner's client accepts),
+ * a standby (what the primary's side of a standby connection accepts) and the primary,
+ * to its standby (what a standby's client accepts).  The handshake's types are none of
+ * them: they come only while AUTHENTICATING.  The one table of direction, for what a
+ * connection takes and for what dlc_net_send lets it send; docs/protocol.md has it as its
+ * "direction" column. */
+enum { FROM_LEARNER = 1, FROM_SYNCER = 2, FROM_STANDBY = 4, FROM_PRIMARY = 8, FROM_ANY = 15 };
 static const uint8_t ready_from[DLC_FRAME_TYPE_COUNT] = {
-    [DLC_FRAME_HEARTBEAT] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_HEARTBEAT] = FROM_ANY,
     [DLC_FRAME_CONTRIBUTION] = FROM_LEARNER,
     [DLC_FRAME_FRAGMENT] = FROM_SYNCER,
     [DLC_FRAME_GRADIENT] = FROM_LEARNER,
     [DLC_FRAME_GRADIENT_AVG] = FROM_SYNCER,
     [DLC_FRAME_RESYNC] = FROM_SYNCER,
-    [DLC_FRAME_BYE] = FROM_LEARNER | FROM_SYNCER,
-    [DLC_FRAME_ERROR] = FROM_LEARNER | FROM_SYNCER,
+    [DLC_FRAME_BYE] = FROM_ANY,
+    [DLC_FRAME_ERROR] = FROM_ANY,
     [DLC_FRAME_REPLAY] = FROM_LEARNER,
-    /* REPLICA and REPLICA_ACK travel between a primary and its standby: neither a
-     * learner's nor the syncer's, so no connection of these two roles takes them */
-    [DLC_FRAME_REPLICA] = 0,
-    [DLC_FRAME_REPLICA_ACK] = 0,
+    [DLC_FRAME_REPLICA] = FROM_PRIMARY,
+    [DLC_FRAME_REPLICA_ACK] = FROM_STANDBY,
 };
 _Static_assert(DLC_FRAME_TYPE_COUNT == 16, "ready_from: one entry per frame type");
 
-/* The types a READY connection of this side accepts, for messages: "heartbeat, ..." */
-static void accepted_names(int from, char *out, size_t cap) {
+/* The role of the peer of c (whose frames c takes) and of c's own side (what it sends). */
+static int peer_role(const conn *c) {
+    return c->client ? (c->standby ? FROM_PRIMARY : FROM_SYNCER) : (c->standby ? FROM_STANDBY : FROM_LEARNER);
+}
+static int own_role(const conn *c) {
+    return c->client ? (c->standby ? FROM_STANDBY : FROM_LEARNER) : (c->standby ? FROM_PRIMARY : FROM_SYNCER);
+}
+
+/* c, for messages: "client (learner)", "server-side (syncer)", ... */
+static const char *conn_desc(const conn *c) {
+    return c->client ? (c->standby ? "standby client" : "client (learner)")
+                     : (c->standby ? "server-side (primary) standby" : "server-side (syncer)");
+}
+
+/* Who sends type t once READY, for messages: "a learner", "the syncer", "a standby",
+ * "the primary" (the handshake's types: "the handshake"). */
+static const char *sender_name(int t) {
+    int from = (unsigned)t < DLC_FRAME_TYPE_COUNT ? ready_from[t] : 0;
+    return from & FROM_LEARNER   ? "a learner"
+           : from & FROM_SYNCER  ? "the syncer"
+           : from & FROM_STANDBY ? "a standby"
+           : from & FROM_PRIMARY ? "the primary"
+                                 : "the handshake";
+}
+
+/* The types of role `from` (error too, when with_error), for messages: "heartbeat, ..." */
+static void role_types(int from, int with_error, char *out, size_t cap) {
     size_t n = 0;
     out[0] = '\0';
     for (int t = 0; t < DLC_FRAME_TYPE_COUNT && n < cap; t++)
-        if (ready_from[t] & from) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", dlc_frame_type_name(t));
+        if ((ready_from[t] & from) && (with_error || t != DLC_FRAME_ERROR))
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? ", " : "", dlc_frame_type_name(t));
 }
 
-const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t) {
-    if ((unsigned)t >= DLC_FRAME_TYPE_COUNT || (ready_from[t] & (c->client ? FROM_LEARNER : FROM_SYNCER))) return NULL;
-    return c->client ? "the syncer's to send (a client connection sends heartbeat, contribution, gradient, bye)"
-                     : "a learner's to send (a server-side connection sends heartbeat, fragment, gradient_avg, "
-                       "resync, bye)";
+int dlcn_direction_refusal(const conn *c, dlc_frame_type t, char *why, size_t cap) {
+    if ((unsigned)t >= DLC_FRAME_TYPE_COUNT || (ready_from[t] & own_role(c))) return 0;
+    char sends[200];
+    role_types(own_role(c), 0, sends, sizeof sends); /* (ERROR is the transport's own) */
+    snprintf(why, cap, "%s's to send (a %s connection sends %s)", sender_name(t), conn_desc(c), sends);
+    return 1;
 }
 
 /* A READY connection's check of a decoded frame f: its direction (ready_from) and, on
  * the server side, its sender (the learner id WELCOME gave this connection).  0 if f
  * may be delivered, else -1 with c failing (ERROR and close). */
 static int ready_check(conn *c, const dlc_frame *f) {
-    int from = c->client ? FROM_SYNCER : FROM_LEARNER;
+    int from = peer_role(c);
     if (!(ready_from[f->type] & from)) {
-        char names[160];
-        accepted_names(from, names, sizeof names);
+        char names[200];
+        role_types(from, 1, names, sizeof names);
+        char sender[40];
+        snprintf(sender, sizeof sender, "from %s", sender_name(f->type));
         dlcn_conn_fail(c, DLC_PERR_UNEXPECTED, "%s %s: a ready %s connection takes only %s", dlc_frame_type_name(f->type),
-                       f->type <= DLC_FRAME_WELCOME ? "after the handshake" : c->client ? "from a learner" : "from the syncer",
-                       c->client ? "client (learner)" : "server-side (syncer)", names);
+                       f->type <= DLC_FRAME_WELCOME ? "after the handshake" : sender, conn_desc(c), names);
         return -1;
     }
     /* every learner type carries l, the sender: it must be the learner this connection
-     * was welcomed as (no hello: no id was given, nothing to bind) */
-    if (!c->client && c->learner >= 0 && f->type != DLC_FRAME_ERROR && f->msg.learner != c->learner) {
+     * was welcomed as (no hello: no id was given, nothing to bind; a standby holds none) */
+    if (!c->client && !c->standby && c->learner >= 0 && f->type != DLC_FRAME_ERROR && f->msg.learner != c->learner) {
         dlcn_conn_fail(c, DLC_PERR_MISMATCH, "%s from learner %d on the connection of learner %d: a learner sends only "
                        "as the id its WELCOME gave it", dlc_frame_type_name(f->type), f->msg.learner + 1,
                        c->learner + 1);
@@ -810,7 +895,9 @@ void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed) {
     }
     float *values = NULL;
     int64_t nvalues = 0;
-    if (net->cfg.decode && f->msg.len > 0) { /* decoded here, off the poller's thread */
+    /* decoded here, off the poller's thread: a tensor's payload (a REPLICA's is records
+     * too, the host's to unpack: proto.h) */
+    if (net->cfg.decode && f->msg.len > 0 && f->type != DLC_FRAME_REPLICA) {
         if (net->cfg.decode(f, &values, &nvalues, net->cfg.decode_arg) != DLC_OK || !values) {
             free(values);
             values = NULL, nvalues = 0;
@@ -1185,9 +1272,11 @@ void dlcn_start_connect(conn *c) {
     dlc_net *net = c->net;
     struct bufferevent *bev;
     if (c->bev) { /* an attempt past its deadline (a connect or a TLS handshake that hung):
-                     * given up, its socket closed (its reads and writes never started) */
+                     * given up, its socket closed (its reads and writes never started);
+                     * a client with alternates tries the next address */
         bufferevent_free(c->bev);
         c->bev = NULL;
+        next_alternate(c);
     }
     pthread_mutex_lock(&net->lock);
     c->gen++;
@@ -1348,7 +1437,9 @@ void dlcn_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockadd
         evutil_closesocket(fd);
         return;
     }
+    pthread_mutex_lock(&net->lock); /* (dlc_net_get_counters reads it) */
     memcpy(c->name, name, sizeof name);
+    pthread_mutex_unlock(&net->lock);
     if ((size_t)salen <= sizeof c->addr) memcpy(&c->addr, sa, (size_t)salen), c->addrlen = (socklen_t)salen;
     struct bufferevent *bev;
     if (net->ssl) {

@@ -133,11 +133,23 @@ typedef struct evnode {
     dlc_net_event ev;
 } evnode;
 
+/* One address of a client given alternates (dlc_net_connect "A|B"): resolved once, up front. */
+typedef struct conn_alt {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char name[80];           /* as given: "127.0.0.1:5555" */
+    char host[256];          /* for TLS verification */
+} conn_alt;
+
 typedef struct conn {
     struct dlc_net *net;
     struct conn *grave;      /* retired: freed by reap() on the I/O thread */
     unsigned gen;            /* bumped at each connection attempt */
     int id, client, learner;
+    /* a standby connection (docs/protocol.md, "Standbys"): the server's side took a HELLO
+     * asking for "standby" (no learner id: learner -1), a client's WELCOME granted it;
+     * set before READY, under net->lock */
+    int standby;
     dlc_conn_state state;
     struct bufferevent *bev;
     struct event *timer;
@@ -160,8 +172,12 @@ typedef struct conn {
     struct conn *ua_prev, *ua_next;
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    char name[80];           /* "127.0.0.1:5555" */
+    char name[80];           /* "127.0.0.1:5555"; a client's: the address of its current attempt */
     char host[256];          /* for TLS verification (client) */
+    /* client with alternate addresses (NULL, nalt 1: one address): each attempt after a
+     * failure or a lost connection goes to the next, round robin; alt is the current */
+    conn_alt *alts;
+    int nalt, alt;
     int step;                /* handshake step within AUTHENTICATING (see on_handshake) */
     uint8_t nc[DLC_PROTO_NONCE], ns[DLC_PROTO_NONCE];
     double deadline;         /* AUTHENTICATING: READY by then; CONNECTING: next attempt; DRAINING: close by then */
@@ -256,6 +272,9 @@ struct dlc_net {
     int poll_got;
     struct evconnlistener **listeners;
     int nlisteners;
+    /* dlc_net_set_refusing: while not "", a HELLO that does not ask for "standby" is
+     * answered ERROR shutdown with this text (under lock) */
+    char refusing[DLC_PROTO_TEXT_MAX + 1];
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -402,9 +421,10 @@ void dlcn_mem_resume(dlc_net *net);        /* in.c, I/O thread: retries the conn
  * borrowed (a frame without a payload, decoded where it lies in the read buffer, which
  * the call may free: the caller has moved past it and does not touch it after) */
 void dlcn_on_frame(conn *c, uint8_t *buf, size_t len, int borrowed);
-/* Any thread: NULL if c's side may send type t once READY (conn.c's ready_from, the one
- * table of direction), else why not. */
-const char *dlcn_direction_refusal(const conn *c, dlc_frame_type t);
+/* Any thread, net->lock held: 0 if c's side may send type t once READY (conn.c's
+ * ready_from, the one table of direction, and c's role), else 1 with why not in why[cap]
+ * ("the syncer's to send (a client (learner) connection sends ...)"). */
+int dlcn_direction_refusal(const conn *c, dlc_frame_type t, char *why, size_t cap);
 void dlcn_conn_fail(conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* net/in.c (I/O thread) */
 int dlcn_in_start(conn *c);                /* plain TCP, once connected: 0 or -1 */

@@ -522,27 +522,80 @@ int dlc_net_listen(dlc_net *net, const char *addr) {
     return port;
 }
 
+/* Splits "A|B|C" into its alternates, each resolved now (a name once); one address is
+ * resolved as it always was.  *alts (calloc'ed) with *nalt entries, or NULL with *nalt 1
+ * and the one address in *one. */
+static dlc_status resolve_alternates(const char *addr, conn_alt *one, conn_alt **alts, int *nalt) {
+    *alts = NULL, *nalt = 1;
+    if (!addr || !strchr(addr, '|')) {
+        dlc_status st = resolve(addr, 0, &one->addr, &one->addrlen, one->host, sizeof one->host);
+        if (st == DLC_OK) snprintf(one->name, sizeof one->name, "%s", addr);
+        return st;
+    }
+    int n = 1;
+    for (const char *p = addr; *p; p++) n += *p == '|';
+    if (n > DLC_NET_ALTERNATES_MAX)
+        return dlc_error(DLC_ERR_ARG, "connect \"%.300s\": %d alternate addresses, at most %d (HOST:PORT|HOST:PORT...)",
+                         addr, n, DLC_NET_ALTERNATES_MAX);
+    conn_alt *a = calloc((size_t)n, sizeof *a);
+    if (!a) return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory");
+    const char *p = addr;
+    for (int i = 0; i < n; i++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        char one_addr[sizeof a->host + 8];
+        dlc_status st = DLC_OK;
+        if (len == 0 || len >= sizeof one_addr) {
+            st = dlc_error(DLC_ERR_ARG, "connect \"%.300s\": alternate %d of %d is %s: expected HOST:PORT|HOST:PORT..., "
+                           "e.g. 10.0.0.1:7070|10.0.0.2:7070", addr, i + 1, n, len ? "too long" : "empty");
+        } else {
+            memcpy(one_addr, p, len), one_addr[len] = '\0';
+            if ((st = resolve(one_addr, 0, &a[i].addr, &a[i].addrlen, a[i].host, sizeof a[i].host)) < 0) {
+                char e[320];
+                snprintf(e, sizeof e, "%s", dlc_last_error());
+                st = dlc_error(DLC_ERR_ARG, "connect \"%.300s\": alternate %d of %d: %s", addr, i + 1, n, e);
+            }
+            size_t nl = len < sizeof a[i].name - 1 ? len : sizeof a[i].name - 1; /* (cut as one address's is) */
+            memcpy(a[i].name, one_addr, nl), a[i].name[nl] = '\0';
+        }
+        if (st < 0) {
+            free(a);
+            return st;
+        }
+        p += len + 1;
+    }
+    *one = a[0], *alts = a, *nalt = n;
+    return DLC_OK;
+}
+
 int dlc_net_connect(dlc_net *net, const char *addr) {
     if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_connect: NULL net");
-    struct sockaddr_storage ss;
-    socklen_t len;
-    char host[256];
-    dlc_status st = resolve(addr, 0, &ss, &len, host, sizeof host);
+    conn_alt first, *alts;
+    int nalt;
+    dlc_status st = resolve_alternates(addr, &first, &alts, &nalt);
     if (st < 0) return st;
-    if (net->ssl && !net->cfg.tls_ca && !net->cfg.tls_insecure)
+    if (net->ssl && !net->cfg.tls_ca && !net->cfg.tls_insecure) {
+        free(alts);
         return dlc_error(DLC_ERR_ARG, "connect %s: a TLS client needs tls_ca (or tls_insecure)", addr);
+    }
     cmd *k = calloc(1, sizeof *k);
-    if (!k) return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory");
+    if (!k) {
+        free(alts);
+        return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory");
+    }
     /* The conn is made here (its timer is created on the base, thread-safe) and started
-     * on the I/O thread. */
+     * on the I/O thread, at the first address. */
     conn *c = dlcn_conn_new(net, 1);
     if (!c) {
-        free(k);
+        free(k), free(alts);
         return dlc_error(DLC_ERR_NOMEM, "dlc_net_connect: out of memory or peer ids");
     }
-    c->addr = ss, c->addrlen = len;
-    snprintf(c->name, sizeof c->name, "%s", addr);
-    snprintf(c->host, sizeof c->host, "%s", host);
+    pthread_mutex_lock(&net->lock); /* (dlc_net_get_counters reads the name) */
+    c->addr = first.addr, c->addrlen = first.addrlen;
+    snprintf(c->name, sizeof c->name, "%s", first.name);
+    snprintf(c->host, sizeof c->host, "%s", first.host);
+    c->alts = alts, c->nalt = nalt, c->alt = 0;
+    pthread_mutex_unlock(&net->lock);
     c->state = DLC_CONN_CONNECTING;
     k->kind = CMD_CONNECT, k->peer = c->id;
     pthread_mutex_lock(&net->lock);
@@ -576,13 +629,13 @@ dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f, void (*free_
     o->payload = f->msg.payload, o->len = f->msg.len, o->free_payload = free_payload, o->arg = arg;
     o->notify = free_payload == NULL;
     dlc_status st = DLC_OK;
-    const char *why;
+    char why[320];
     pthread_mutex_lock(&net->lock);
     conn *c = peer >= 0 && peer < net->npeers ? net->peers[peer] : NULL;
     if (!c || c->state != DLC_CONN_READY) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is %s, not ready", peer,
                        c ? dlc_conn_state_name(c->state) : "not connected (unknown or gone)");
-    } else if ((why = dlcn_direction_refusal(c, f->type))) {
+    } else if (dlcn_direction_refusal(c, f->type, why, sizeof why)) {
         st = dlc_error(DLC_ERR_ARG, "dlc_net_send to peer %d: a %s is %s", peer, dlc_frame_type_name(f->type), why);
     } else if (c->queued > 0 && c->queued + o->total > net->cfg.out_max) { /* one frame always fits an empty queue */
         c->refused = 1;
@@ -687,6 +740,22 @@ dlc_status dlc_net_set_learner(dlc_net *net, int id) {
                                                                                 : "id below -1");
     pthread_mutex_lock(&net->lock);
     net->hello.learner = id;
+    pthread_mutex_unlock(&net->lock);
+    return DLC_OK;
+}
+
+dlc_status dlc_net_set_refusing(dlc_net *net, const char *why) {
+    if (!net || !net->has_hello)
+        return dlc_error(DLC_ERR_ARG, "dlc_net_set_refusing: %s", !net ? "NULL net"
+                         : "the net has no hello: without a HELLO no connection says whether it is a standby");
+    size_t n = why ? strlen(why) : 0;
+    if (n > DLC_PROTO_TEXT_MAX)
+        return dlc_error(DLC_ERR_ARG, "dlc_net_set_refusing: a reason of %zu bytes, expected at most %d (an ERROR's "
+                         "text)", n, DLC_PROTO_TEXT_MAX);
+    pthread_mutex_lock(&net->lock);
+    memcpy(net->refusing, why ? why : "", n);
+    net->refusing[n] = '\0';
+    dlc_text_clean(net->refusing); /* it goes on the wire */
     pthread_mutex_unlock(&net->lock);
     return DLC_OK;
 }
@@ -832,6 +901,7 @@ dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out) {
         st = dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     } else {
         out->state = net->peers[peer]->state;
+        snprintf(out->addr, sizeof out->addr, "%s", net->peers[peer]->name);
     }
     for (int i = peer < 0 ? 0 : peer; st == DLC_OK && i < (peer < 0 ? net->npeers : peer + 1); i++) {
         conn *c = net->peers[i];

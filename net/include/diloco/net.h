@@ -130,10 +130,11 @@ typedef struct dlc_net_config {
     int inline_io;
     /* Decoding on the receiving side's I/O thread: when set, called on the thread that
      * reads the socket (the I/O thread; with inline_io the polling one) for each frame
-     * with a payload from a READY peer, before it is queued.  It may decode the payload
-     * into *values, an array of *n floats from malloc, which the event then carries
-     * (event.values, event.nvalues; freed by dlc_net_event_release) in place of the
-     * payload (released then: frame.msg.payload NULL, len 0).  Returning anything but
+     * with a tensor payload (any but a REPLICA's) from a READY peer, before it is
+     * queued.  It may decode the payload into *values, an array of *n floats from
+     * malloc, which the event then carries (event.values, event.nvalues; freed by
+     * dlc_net_event_release) in place of the payload (released then:
+     * frame.msg.payload NULL, len 0).  Returning anything but
      * DLC_OK, or leaving *values NULL, queues the frame as it came (the poller then
      * decodes it, and finds the same error).  The decoded bytes count against in_max and
      * mem_max like received ones. */
@@ -170,7 +171,16 @@ DLC_API void dlc_net_free(dlc_net *net);
 DLC_API int dlc_net_listen(dlc_net *net, const char *addr);
 /* Connects to "HOST:PORT" (numeric host, or a name resolved once now); returns the peer
  * id at once; DLC_NET_READY or DLC_NET_LOST follow as events.  With reconnect, a lost
- * connection is retried with backoff under the same id. */
+ * connection is retried with backoff under the same id.
+ * Alternates: "A|B|C" (up to DLC_NET_ALTERNATES_MAX addresses, each HOST:PORT, all
+ * checked and resolved now, a bad one named) is one peer that connects to A first; each
+ * attempt after a failure, a hung connect or a lost connection goes to the next address,
+ * round robin, with the same backoff (it starts again from reconnect_min_s once a
+ * connection was READY).  ERROR shutdown from one of them (a server stopping, or one
+ * refusing learners: dlc_net_set_refusing) is not final then, as it is with one
+ * address: the next address is tried.  Events (READY's text, LOST's from) and the peer's
+ * counters (addr) name the address of the attempt. */
+#define DLC_NET_ALTERNATES_MAX 4
 DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
 
 /* Queues frame f to peer.  The prefix and header are encoded now (into the queue);
@@ -185,9 +195,12 @@ DLC_API int dlc_net_connect(dlc_net *net, const char *addr);
  *                  frame to an empty queue), or the net's memory plus this frame
  *                  exceeds mem_max (retry after
  *                  DLC_NET_DRAINED), or the command queue is full;
- *   DLC_ERR_ARG    a frame that cannot be encoded (named), or of a type this side does
- *                  not send (a client sends HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a
- *                  server-side connection HEARTBEAT, FRAGMENT, RESYNC, GRADIENT_AVG, BYE).
+ *   DLC_ERR_ARG    a frame that cannot be encoded (named), or of a type this side of
+ *                  this connection does not send: a learner's client sends HEARTBEAT,
+ *                  CONTRIBUTION, GRADIENT, REPLAY, BYE; the syncer's side of a learner's
+ *                  connection HEARTBEAT, FRAGMENT, RESYNC, GRADIENT_AVG, BYE; a standby's
+ *                  client HEARTBEAT, REPLICA_ACK, BYE; the primary's side of it
+ *                  HEARTBEAT, REPLICA, BYE (docs/protocol.md, "Message types").
  * Thread-safe. */
 DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
                                 void (*free_payload)(const void *payload, void *arg), void *arg);
@@ -235,15 +248,29 @@ DLC_API dlc_status dlc_net_clock_moved(dlc_net *net);
  * the others; its reconnects claim it too).  Thread-safe.  DLC_ERR_ARG without a hello. */
 DLC_API dlc_status dlc_net_set_learner(dlc_net *net, int id);
 
+/* A server refuses learners while `why` is set (not NULL, not ""; copied, at most
+ * DLC_PROTO_TEXT_MAX bytes): a HELLO that does not ask for "standby" is answered ERROR
+ * shutdown with `why` as its text and closed (DLC_NET_REFUSED for the host), while a
+ * standby's HELLO is still taken; connections already READY stay.  NULL or "" serves
+ * learners again.  For a standby syncer, which must not serve learners until it takes
+ * over: a learner given it among its alternates (dlc_net_connect "A|B") tries its next
+ * address.  Thread-safe.  DLC_ERR_ARG without a hello, or for a longer text. */
+DLC_API dlc_status dlc_net_set_refusing(dlc_net *net, const char *why);
+
 typedef enum dlc_net_event_kind {
     DLC_NET_READY,   /* peer authenticated (and welcomed): frames may flow; hello holds
-                      * the WELCOME (client) or the peer's HELLO (server) */
+                      * the WELCOME (client) or the peer's HELLO (server), its learner the
+                      * id given, or -1 with DLC_CAP_STANDBY in caps on a standby
+                      * connection; text the peer's address */
     DLC_NET_FRAME,   /* a frame from peer: frame (payload borrowed from the event).  Only
-                      * the peer's role's types arrive: a server-side connection takes
-                      * HEARTBEAT, CONTRIBUTION, GRADIENT, BYE; a client HEARTBEAT, FRAGMENT,
-                      * RESYNC, GRADIENT_AVG, BYE (anything else: ERROR unexpected, closed).
-                      * On a server-side connection frame.msg.learner is the id WELCOME
-                      * gave it (another id: ERROR mismatch, closed). */
+                      * the peer's role's types arrive: the syncer's side of a learner's
+                      * connection takes HEARTBEAT, CONTRIBUTION, GRADIENT, REPLAY, BYE; a
+                      * learner's client HEARTBEAT, FRAGMENT, RESYNC, GRADIENT_AVG, BYE;
+                      * the primary's side of a standby connection HEARTBEAT, REPLICA_ACK,
+                      * BYE; a standby's client HEARTBEAT, REPLICA, BYE (anything else:
+                      * ERROR unexpected, closed).  On the syncer's side of a learner's
+                      * connection frame.msg.learner is the id WELCOME gave it (another
+                      * id: ERROR mismatch, closed). */
     DLC_NET_SENT,    /* a frame queued with free_payload NULL was written (arg = its arg) */
     DLC_NET_DRAINED, /* peer's queued bytes fell below out_max / 2 (and the net's below
                       * mem_max / 2) after a refusal */
@@ -251,7 +278,8 @@ typedef enum dlc_net_event_kind {
                       * a reconnecting client follows with READY again */
     DLC_NET_REFUSED, /* server: a connection refused before READY (bad auth, version,
                       * malformed first frame, overload or evicted for a newer one,
-                      * timeout); code and text say why */
+                      * timeout, a learner while dlc_net_set_refusing); code and text say
+                      * why */
     DLC_NET_EVENT_COUNT
 } dlc_net_event_kind;
 
@@ -292,6 +320,8 @@ typedef struct dlc_net_counters {
     uint64_t unauth;         /* server, the sum only: connections not yet authenticated now */
     uint64_t mem;            /* the sum only: bytes counted against mem_max now */
     int state;               /* dlc_conn_state of the peer (-1 for the sum) */
+    char addr[80];           /* the peer's address (a client's: that of its current or last
+                              * attempt, one of its alternates); "" for the sum */
 } dlc_net_counters;
 
 DLC_API dlc_status dlc_net_get_counters(dlc_net *net, int peer, dlc_net_counters *out);
