@@ -689,6 +689,7 @@ static dlc_status close_round(dlc_syncer *s, int p, double now, int flushed) {
         mcn[k - 1] = (double)steps / s->P;
     }
     f->mc_count = k;
+    f->mc_useful = useful;
     const float *delta = NULL; /* the merged Δ, in the accumulator itself (reset at the clear) */
     if (k > 0 && !(delta = dlc_merge_take(f->mg))) st = DLC_ERR_RANGE;
     if (st == DLC_OK && k == 0) {
@@ -1124,6 +1125,11 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     st = check_learner(s, m->learner, "syncer_receive");
     if (st != DLC_OK) return dlc_error(DLC_ERR_FORMAT, "%s", dlc_last_error());
     int L = m->learner;
+    if (m->type != DLC_MSG_CONTRIBUTION && m->type != DLC_MSG_GRADIENT && m->type != DLC_MSG_REPLAY &&
+        m->type != DLC_MSG_HEARTBEAT && m->type != DLC_MSG_BYE) /* (before a rejoin: nothing else makes one) */
+        return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
+                         "replay, heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
+                         L + 1);
     if (m->incarnation < 0 || m->epoch < 0)
         return dlc_error(DLC_ERR_FORMAT, "syncer: a message from learner %d stamped epoch %lld, incarnation %lld: "
                          "expected >= 0", L + 1, (long long)m->epoch, (long long)m->incarnation);
@@ -1159,10 +1165,7 @@ dlc_status dlc_syncer_receive(dlc_syncer *s, const dlc_msg *m, double now) {
     case DLC_MSG_REPLAY: return receive_replay(s, m, now);
     case DLC_MSG_HEARTBEAT: heard_from(s, m, now); return DLC_OK;
     case DLC_MSG_BYE: return drop_learner(s, m->learner, now);
-    default:
-        return dlc_error(DLC_ERR_FORMAT, "syncer: a %s message from learner %d: expected contribution, gradient, "
-                         "replay, heartbeat or bye", dlc_msg_type_name(m->type) ? dlc_msg_type_name(m->type) : "(unknown)",
-                         m->learner + 1);
+    default: return DLC_OK; /* (any other type was refused at the top) */
     }
 }
 
@@ -1255,6 +1258,7 @@ dlc_status dlc_syncer_replica_of(dlc_syncer *s, int p, int whole, dlc_replica *o
                                           .tokens = mc[i].tokens};
     out->count = f->mc_count;
     out->contribs = s->rep;
+    out->useful_tokens = f->mc_useful;
     return DLC_OK;
 }
 

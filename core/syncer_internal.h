@@ -55,6 +55,7 @@ typedef struct sfrag {
     double *mc_new;         /* [2M]: beside mc, the steps each added to the account (1/P each) */
     int mc_flip;
     int mc_count;           /* contributors of the latest merge (its half: the one before mc_flip) */
+    double mc_useful;       /* the latest merge's useful tokens */
     dlc_payload *out;       /* encoded Θ_p (one reference; a driver may hold others);
                              * NULL with f32 down, which sends from the ring: */
     dlc_payload **ring_pl;  /* [R] f32 down: a payload over each ring slot's Θ (or NULL) */

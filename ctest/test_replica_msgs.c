@@ -3,9 +3,8 @@
  * DLC_MSG_REPLICA, DLC_MSG_REPLICA_ACK), which travel only between a primary's driver and
  * its standby's and are neither a learner's nor a syncer's to receive: each is refused
  * with DLC_ERR_FORMAT naming it, and nothing changes (no action, no version, no round,
- * no model).  The syncer's case is a live learner's id: what dlc_syncer_receive does with
- * a message of any type from a learner it does not hold live (a join) is its own
- * (core/syncer.c).
+ * no model): from a live learner's id, and from one the syncer does not hold live (whose
+ * other messages make it rejoin: these must not).
  */
 #include "check.h"
 #include "check_fx.h"
@@ -30,7 +29,7 @@ static void test_syncer(void) {
     fx x;
     fx_make(&x, 2, 301);
     dlc_syncer_params sp = dlc_syncer_default_params();
-    sp.learners = 2, sp.quorum = 2;
+    sp.learners = 3, sp.quorum = 2; /* (learner 3 never joins) */
     dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
     CHECK_OK(s);
     if (!s) return;
@@ -49,6 +48,11 @@ static void test_syncer(void) {
         CHECK_SFAILS(dlc_syncer_receive(s, &cases[i], 1.0), DLC_ERR_FORMAT, says[i]);
         CHECK(syncer_actions(s) == 0 && dlc_syncer_live(s) == 2);
         CHECK(dlc_syncer_version(s, 0) == 0 && dlc_syncer_version(s, 1) == 0 && dlc_syncer_round_count(s, 0) == 0);
+        /* from learner 3, not live: refused as well, no rejoin */
+        dlc_msg c = cases[i];
+        c.learner = 2;
+        CHECK_SFAILS(dlc_syncer_receive(s, &c, 1.0), DLC_ERR_FORMAT, "message from learner 3: expected contribution");
+        CHECK(syncer_actions(s) == 0 && dlc_syncer_live(s) == 2 && !dlc_syncer_is_live(s, 2));
     }
     dlc_syncer_free(s);
     fx_free(&x);

@@ -441,7 +441,7 @@ void dlcL_push_merge(lua_State *L, const dlc_merge_info *mi) {
     static const dlcL_field merge_fields[] = {
         DLCL_INT(MI, version), DLCL_INT(MI, count), DLCL_INT(MI, live), DLCL_INT(MI, quorum), DLCL_NUM(MI, opened),
         DLCL_NUM(MI, quorum_at), DLCL_NUM(MI, grace), DLCL_NUM(MI, waited), DLCL_BOOL(MI, all_sent),
-        DLCL_BOOL(MI, flushed), DLCL_INT(MI, bytes_in), DLCL_INT(MI, bytes_out), DLCL_NUM(MI, useful_tokens), {NULL}};
+        DLCL_BOOL(MI, flushed), DLCL_INT(MI, bytes_in), DLCL_INT(MI, bytes_out), DLCL_NUM(MI, useful_tokens), DLCL_BOOL(MI, replica), {NULL}};
     typedef dlc_merge_contrib MC;
     static const dlcL_field contrib_fields[] = {
         DLCL_NUM(MC, weight), DLCL_INT(MC, base_version), DLCL_INT(MC, staleness), DLCL_INT(MC, steps),

@@ -307,6 +307,10 @@ typedef struct dlc_merge_info {
     int64_t bytes_in;        /* payload bytes of the merged contributions */
     int64_t bytes_out;       /* payload bytes sent (the encoded Θ_p × live learners) */
     double useful_tokens;    /* Σ c_tokens / P of the merged contributions (§7) */
+    int replica;             /* 1: a standby's record of a merge its primary made and
+                              * replicated to it (rt.h, standby_of); the fields the replica
+                              * does not carry (grace, waited, live, quorum, bytes, weights,
+                              * arrivals) are 0 */
 } dlc_merge_info;
 
 /* The buffer of an encoded fragment the syncer sends (a SEND's `owner`).  The syncer
@@ -402,6 +406,7 @@ typedef struct dlc_replica {
     int64_t n;
     int count;                  /* contributors, in the merge's order */
     const dlc_replica_contrib *contribs;
+    double useful_tokens;       /* the merge's (dlc_merge_info), 0 in a whole replica */
     int whole;                  /* 1: a catch-up, not a merge: fragment p as it is at
                                  * `version` (any version >= 0; count 0), for a standby
                                  * that attached behind its primary */
