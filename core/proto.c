@@ -157,6 +157,7 @@ static const uint32_t type_optional[DLC_FRAME_TYPE_COUNT] = {
     [DLC_FRAME_FRAGMENT] = MSG_FENCE | B(K_AGE), [DLC_FRAME_GRADIENT] = MSG_FENCE,
     [DLC_FRAME_GRADIENT_AVG] = MSG_FENCE | B(K_STEPS), [DLC_FRAME_RESYNC] = MSG_FENCE | B(K_CHECK) | B(K_ANSWERS),
     [DLC_FRAME_BYE] = MSG_FENCE,           [DLC_FRAME_REPLAY] = MSG_FENCE,
+    [DLC_FRAME_REPLICA] = B(K_TOKENS), /* the merge's useful tokens × P (for the standby's account) */
 };
 
 int dlc_frame_has_payload(dlc_frame_type t) {

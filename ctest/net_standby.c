@@ -390,8 +390,8 @@ static void test_client_side(void) {
     close(fd), close(lfd);
 }
 
-/* dlc_net_set_refusing: learners are told SHUTDOWN with the text, standbys are taken,
- * and clearing it serves learners again. */
+/* dlc_net_set_refusing: learners and standbys are told SHUTDOWN with the text, and
+ * clearing it serves them again. */
 static void test_refusing(void) {
     static const char why[] = "a standby syncer: it serves no learner until it takes over";
     int port, peer;
@@ -407,16 +407,24 @@ static void test_refusing(void) {
     dlc_net_counters k;
     CHECK(dlc_net_get_counters(ln, peer, &k) == DLC_ERR_STATE); /* one address: final, as before */
     dlc_net_free(ln);
-    /* a standby is still taken */
+    /* a standby too (a standby syncer serves no standby of its own before it takes over) */
     dlc_net *sb = new_client(&hello_standby, addr_of(port), &peer);
-    CHECK(wait_event(sb, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == -1);
+    CHECK(wait_event(sb, DLC_NET_LOST, 5, &ev) && ev.code == DLC_PERR_SHUTDOWN && strstr(ev.text, why));
     dlc_net_event_release(&ev);
-    CHECK(wait_event(srv, DLC_NET_READY, 5, &ev) && (ev.frame.hello.caps & DLC_CAP_STANDBY));
+    CHECK(wait_event(srv, DLC_NET_REFUSED, 5, &ev) && ev.code == DLC_PERR_SHUTDOWN);
     dlc_net_event_release(&ev);
-    /* cleared (NULL; "" too): a learner is served */
+    dlc_net_free(sb);
+    /* cleared (NULL; "" too): a learner and a standby are served */
     CHECK(dlc_net_set_refusing(srv, "") == DLC_OK && dlc_net_set_refusing(srv, NULL) == DLC_OK);
     ln = new_client(&hello_learner, addr_of(port), &peer);
     CHECK(wait_event(ln, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 0);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(srv, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == 0);
+    dlc_net_event_release(&ev);
+    sb = new_client(&hello_standby, addr_of(port), &peer);
+    CHECK(wait_event(sb, DLC_NET_READY, 5, &ev) && ev.frame.hello.learner == -1);
+    dlc_net_event_release(&ev);
+    CHECK(wait_event(srv, DLC_NET_READY, 5, &ev) && (ev.frame.hello.caps & DLC_CAP_STANDBY));
     dlc_net_event_release(&ev);
     /* refused, named: a text longer than an ERROR's, a net without a hello */
     char longer[DLC_PROTO_TEXT_MAX + 2];

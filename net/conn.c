@@ -629,15 +629,14 @@ static void on_handshake(conn *c, dlc_frame *f) {
         }
         dlc_hello w;
         int why;
-        /* a server refusing learners for now (dlc_net_set_refusing: a standby syncer that
-         * has not taken over) still takes standbys; a learner is told SHUTDOWN, which a
-         * client with other addresses retries at its next one */
-        int asks_standby = (f->hello.caps & DLC_CAP_STANDBY) != 0;
+        /* a server refusing for now (dlc_net_set_refusing: a standby syncer that has not
+         * taken over serves neither learners nor standbys) tells SHUTDOWN, which a client
+         * with other addresses retries at its next one */
         char refusing[sizeof net->refusing];
         pthread_mutex_lock(&net->lock);
         memcpy(refusing, net->refusing, sizeof refusing);
         pthread_mutex_unlock(&net->lock);
-        if (!asks_standby && refusing[0]) {
+        if (refusing[0]) {
             dlcn_conn_fail(c, DLC_PERR_SHUTDOWN, "%s", refusing);
             return;
         }

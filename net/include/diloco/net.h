@@ -248,13 +248,14 @@ DLC_API dlc_status dlc_net_clock_moved(dlc_net *net);
  * the others; its reconnects claim it too).  Thread-safe.  DLC_ERR_ARG without a hello. */
 DLC_API dlc_status dlc_net_set_learner(dlc_net *net, int id);
 
-/* A server refuses learners while `why` is set (not NULL, not ""; copied, at most
- * DLC_PROTO_TEXT_MAX bytes): a HELLO that does not ask for "standby" is answered ERROR
- * shutdown with `why` as its text and closed (DLC_NET_REFUSED for the host), while a
- * standby's HELLO is still taken; connections already READY stay.  NULL or "" serves
- * learners again.  For a standby syncer, which must not serve learners until it takes
- * over: a learner given it among its alternates (dlc_net_connect "A|B") tries its next
- * address.  Thread-safe.  DLC_ERR_ARG without a hello, or for a longer text. */
+/* A server refuses while `why` is set (not NULL, not ""; copied, at most
+ * DLC_PROTO_TEXT_MAX bytes): every HELLO, a learner's or a standby's, is answered ERROR
+ * shutdown with `why` as its text and closed (DLC_NET_REFUSED for the host); connections
+ * already READY stay.  NULL or "" serves again.  For a standby syncer, which serves
+ * neither learners nor standbys of its own until it takes over: a learner given it among
+ * its alternates (dlc_net_connect "A|B") tries its next address, a standby started as
+ * the standby of this one retries later (rt/srt.c).  Thread-safe.  DLC_ERR_ARG without
+ * a hello, or for a longer text. */
 DLC_API dlc_status dlc_net_set_refusing(dlc_net *net, const char *why);
 
 typedef enum dlc_net_event_kind {
