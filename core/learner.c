@@ -351,12 +351,33 @@ static void settle(dlc_learner *l, lfrag *f, double *to_steps, double *to_s, dou
     f->acc_steps = f->acc_s = 0;
 }
 
+/* Does fragment p's waiting resync bring, bit for bit and at the same version, the global
+ * values this learner holds as its base (a reconnect to a syncer that holds them: the same
+ * syncer after a cut, or a standby that took over, docs/shards.md)?  Then what it trained
+ * on p since is not to be overwritten.  Compared before anything is written to the base. */
+static int resync_of_base(const dlc_learner *l, const lfrag *f) {
+    if (!f->pend_resync || f->base_version < 0 || f->pend_version != f->base_version || f->in_base) return 0;
+    const float *base = l->hat + f->off;
+    size_t bytes = (size_t)f->n * sizeof(float);
+    if (f->lent_v) return memcmp(f->lent_v, base, bytes) == 0;
+    if (f->lent_b) return f->lent_codec == DLC_CODEC_F32 && f->lent_len == bytes && memcmp(f->lent_b, base, bytes) == 0;
+    return l->pend && memcmp(l->pend + f->off, base, bytes) == 0;
+}
+
 /* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
  * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
 static dlc_status apply(dlc_learner *l, int p) {
     lfrag *f = &l->f[p];
     DLC_ASSERT(f->pending);
     int resync = f->pend_resync;
+    if (resync_of_base(l, f)) { /* the base it holds: its own steps on p stay, to be sent */
+        dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version, .lag = -1,
+                                .resync = 1};
+        f->lent_v = NULL, f->lent_b = NULL;
+        f->sent_step = -1; /* (what was in flight may be lost with the syncer it went to) */
+        f->pending = f->pend_resync = f->pend_fresh = 0;
+        return push(l, &a);
+    }
     /* what it trained on p since its last send is replaced (alpha of it kept in the mix) */
     settle(l, f, &l->acc.overwritten_steps, &l->acc.overwritten_s, resync ? 0.0 : l->p.alpha);
     if (f->lent_v || f->lent_b) { /* from the driver's frame into the base, then mixed from there */

@@ -2584,7 +2584,86 @@ static void test_send_room(void) {
     fx_free(&x);
 }
 
+/* A resync that brings, bit for bit and at the same version, the global values the
+ * learner holds as its base (a reconnect to a syncer that holds them: a cut, a standby
+ * that took over) overwrites nothing: the steps it trained on that fragment stay in its
+ * model, nothing is counted overwritten, and its next contribution carries them all.  A
+ * resync of other values, or of the same values at another version, is taken whole as
+ * before.  P = 2, H = 8, τ = 1, α = 0. */
+static void test_resync_of_base(void) {
+    fx x;
+    fx_make(&x, 2, 150);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t n = dlc_params_numel(x.p);
+    float base[NMAX], target[NMAX];
+    memcpy(base, dlc_params_data(x.p), (size_t)n * sizeof(float));
+    randv(target, n, 151, 1.0f);
+    resync(&x, l, base, 3, 0.0);
+    for (int t = 1; t <= 2; t++) { /* two steps: both fragments move off the base */
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
+        drain(l);
+    }
+    float trained[NMAX];
+    memcpy(trained, dlc_params_data(x.p), (size_t)n * sizeof(float));
+    /* fragment 0 again, the same values at version 3: applied at the next boundary, the
+     * trained values kept */
+    float v[NMAX];
+    gather(&x, 0, base, v);
+    dlc_msg same = fragment_msg(1, 0, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 0));
+    CHECK(dlc_learner_receive(l, &same, 0.25) == DLC_OK);
+    drain(l);
+    inner_step(x.p, target);
+    float before[NMAX];
+    memcpy(before, dlc_params_data(x.p), (size_t)n * sizeof(float));
+    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.3) == DLC_OK);
+    lrec r = drain(l);
+    const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 0);
+    CHECK(ap && ap->resync == 1 && ap->version == 3 && ap->lag == -1);
+    CHECK(memcmp(before, dlc_params_data(x.p), (size_t)n * sizeof(float)) == 0); /* nothing overwritten */
+    CHECK(dlc_learner_get_account(l).overwritten_steps == 0);
+    /* its contribution of fragment 0 (at its offset, H/P = 4 steps in) holds every step */
+    const dlc_learner_action *sent = NULL;
+    for (int t = 4; t <= 8 && !sent; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
+        r = drain(l);
+        sent = find(&r, DLC_LACT_SEND, 0);
+        if (sent && sent->msg.type != DLC_MSG_CONTRIBUTION) sent = NULL;
+    }
+    CHECK(sent != NULL && sent->msg.steps >= 4 && sent->msg.version == 3);
+    /* the same values at another version, and other values at the same version: whole */
+    gather(&x, 1, base, v);
+    dlc_msg other_v = fragment_msg(1, 1, 4, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
+    CHECK(dlc_learner_receive(l, &other_v, 1.0) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_step_done(l, 10, 0.1, 1.1) == DLC_OK);
+    drain(l);
+    float got[NMAX];
+    gather(&x, 1, dlc_params_data(x.p), got);
+    CHECK(memcmp(got, v, (size_t)dlc_plan_numel(x.plan, 1) * sizeof(float)) == 0); /* reset to the global */
+    double over = dlc_learner_get_account(l).overwritten_steps;
+    CHECK(over > 0);
+    gather(&x, 0, base, v);
+    v[0] += 1.0f;
+    dlc_msg other_b = fragment_msg(1, 0, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 0));
+    inner_step(x.p, target);
+    CHECK(dlc_learner_receive(l, &other_b, 1.2) == DLC_OK);
+    drain(l);
+    CHECK(dlc_learner_step_done(l, 10, 0.1, 1.3) == DLC_OK);
+    drain(l);
+    gather(&x, 0, dlc_params_data(x.p), got);
+    CHECK(memcmp(got, v, (size_t)dlc_plan_numel(x.plan, 0) * sizeof(float)) == 0);
+    CHECK(dlc_learner_get_account(l).overwritten_steps > over);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 int main(void) {
+    test_resync_of_base();
     test_schedule();
     test_apply();
     test_blocking();

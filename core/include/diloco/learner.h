@@ -96,7 +96,11 @@
  * applied) and dlc_learner_step_begin (before the next step: what arrived since, or
  * what a WAITING learner waited for).  A fragment flagged DLC_MSG_RESYNC is taken whole
  * (no mixing) at the next boundary whatever τ says, and at once while JOINING; a newer
- * merge that arrives over a waiting resync replaces it and is taken whole too.  With
+ * merge that arrives over a waiting resync replaces it and is taken whole too.  A resync
+ * that brings, bit for bit and at the same version, the values the learner holds as its
+ * base of that fragment (a reconnect to a syncer that holds them: a cut, a standby that
+ * took over) replaces nothing: what it trained on the fragment since stays, to be sent
+ * (APPLIED, resync = 1, lag -1; nothing counted overwritten).  With
  * `blocking`, the learner stops stepping (state WAITING) while a fragment sent τ or
  * more steps ago has not come back; the receive that stashes it makes the learner
  * TRAINING again, and the driver, seeing the state, calls dlc_learner_step_begin, which
