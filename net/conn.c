@@ -526,7 +526,11 @@ void dlcn_conn_close_now(conn *c) {
                      c->end_code == DLC_PERR_MISMATCH || (c->end_code == DLC_PERR_SHUTDOWN && c->nalt <= 1);
     if (c->client && !c->app_closed && !permanent && !net->stopping && net->cfg.reconnect_max_s > 0) {
         c->failures++;
-        double d = net->cfg.reconnect_min_s * pow(2.0, c->failures - 1);
+        /* with alternates the backoff grows per round of them, so that each address is
+         * tried at each delay (a standby that took over is found as soon as its primary
+         * would have been) */
+        int round = c->nalt > 1 ? (c->failures - 1) / c->nalt : c->failures - 1;
+        double d = net->cfg.reconnect_min_s * pow(2.0, round);
         if (d > net->cfg.reconnect_max_s) d = net->cfg.reconnect_max_s;
         d *= 0.5 + rng_unit(net); /* +-50% jitter: a cluster that lost its syncer does not return in lockstep */
         /* refused because a live connection holds this id: the server gives way once that

@@ -108,7 +108,8 @@ typedef struct dlc_net_config {
                               * A frame being received counts as life while it arrives at
                               * its observed rate (docs/transport.md); a trickle does not */
     double auth_timeout_s;   /* a peer must be READY within this (5 s) */
-    double reconnect_min_s;  /* client: first reconnect delay (0.1 s), doubled per failure, */
+    double reconnect_min_s;  /* client: first reconnect delay (0.1 s), doubled per failure (per
+                              * round of its alternates: dlc_net_connect), */
     double reconnect_max_s;  /*   up to this (10 s), each +-50% jitter; reconnect_max_s = 0: never */
     double drain_timeout_s;  /* closing waits this long for the output to flush (5 s) */
     /* TLS (OpenSSL bufferevents) on every connection of this net: a server needs
