@@ -746,17 +746,20 @@ dlc_lrt *dlc_lrt_new(const dlc_lrt_config *cfg) {
             dlc_error(DLC_ERR_NOMEM, "lrt_new: out of memory");
             goto fail;
         }
-        char *save = NULL;
-        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (l->S == DLC_LEARNER_SHARDS_MAX) {
-                free(copy);
-                dlc_error(DLC_ERR_ARG, "lrt_new: connect \"%.200s\": more than %d addresses (one per syncer shard)",
-                          cfg->connect, DLC_LEARNER_SHARDS_MAX);
+        l->addr_buf = copy;
+        for (char *t = copy;;) { /* (each may be "A|B": a shard and its standbys, dlc_net_connect) */
+            char *comma = strchr(t, ',');
+            if (comma) *comma = '\0';
+            if (!*t || l->S == DLC_LEARNER_SHARDS_MAX) {
+                dlc_error(DLC_ERR_ARG, "lrt_new: connect \"%.200s\": %s (expected HOST:PORT, or one per syncer shard "
+                          "joined by commas, at most %d)", cfg->connect, *t ? "too many addresses" : "an empty address",
+                          DLC_LEARNER_SHARDS_MAX);
                 goto fail;
             }
             l->addr[l->S++] = t;
+            if (!comma) break;
+            t = comma + 1;
         }
-        l->addr_buf = copy;
         if (l->S == 0) {
             dlc_error(DLC_ERR_ARG, "lrt_new: connect \"%.200s\": expected HOST:PORT, or one per syncer shard joined "
                       "by commas", cfg->connect);

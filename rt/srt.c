@@ -25,7 +25,7 @@ double dlc_rt_clock(void) {
 }
 
 static const char *const srt_event_names[] = {"merged", "joined",   "lost",     "rejected", "refused",
-                                              "bye",    "replaced", "refusals", "behind"};
+                                              "bye",    "replaced", "refusals", "behind",   "standby"};
 _Static_assert(sizeof srt_event_names / sizeof *srt_event_names == DLC_SRT_EVENT_COUNT, "srt event names");
 const char *dlc_srt_event_name(dlc_srt_event_kind k) {
     return (unsigned)k < DLC_SRT_EVENT_COUNT ? srt_event_names[k] : NULL;
@@ -81,8 +81,26 @@ typedef struct owed {
 #define SRT_OWED_OTHER_MAX 64
 /* Seconds after which waiting sends are offered to the transport again without a DRAINED. */
 #define SRT_OWED_RETRY_S 0.5
+/* A standby's thread turns at least this often (ms): its primary's replicas are acked
+ * within it (a merge waits for the ack). */
+#define SRT_STANDBY_TURN_MS 2
+/* Seconds a standby waits before it makes its link again after a refusal (shutdown: the
+ * address held another standby, not serving yet). */
+#define SRT_RELINK_S 0.5
 /* The longest dlc_srt_clock_moved waits for the thread to act on the moved clock. */
 #define SRT_CLOCK_WAIT_S 10
+
+/* A replica to the standby waiting for room in its queue: its header, and its payload
+ * (Θ, momentum, contributor records: docs/protocol.md, "REPLICA"), malloc'ed, freed by
+ * the net once written. */
+typedef struct rep_out {
+    struct rep_out *next;
+    int fragment, count;
+    int64_t version, epoch, tokens; /* tokens: the merge's useful tokens × P (whole: 0) */
+    uint32_t flags;
+    uint8_t *buf;
+    size_t len;
+} rep_out;
 
 typedef struct slearner {
     int peer;                 /* the READY connection bound to it, -1 none */
@@ -134,6 +152,26 @@ struct dlc_srt {
     int64_t *cur_version, *cur_epoch;
     int *owner;                 /* [P] a shard's deal (dlc_plan_deal), NULL with one syncer */
     uint8_t *owns;              /* [P] the fragments this shard owns (the syncer's params.owns) */
+    /* replication, a primary: the attached standby's connection (-1 none), its address,
+     * and the replicas waiting for room in its queue, oldest first (at most one whole
+     * replica per fragment from its attach, and one per fragment whose merge waits for
+     * its ack: dlc_syncer_set_replicated) */
+    int sb_peer;
+    char sb_from[DLC_RT_TEXT_MAX];
+    rep_out *rq_head, *rq_tail;
+    double rq_tried;
+    /* a standby (cfg.standby_of, copied): its link to the primary (a client net of its
+     * own, with its I/O thread), caught[p] once a whole replica of p came, primary_up,
+     * when it was last reachable, the epoch it stamps; standby: 1 until it takes over */
+    char *standby_of;
+    dlc_net *rnet;
+    dlc_hello rhello;
+    int rpeer, standby, primary_up;
+    double primary_seen, relink_at;
+    int64_t primary_epoch;
+    uint8_t *caught;
+    float *rscratch;            /* [2 × the largest fragment]: a replica's floats, aligned */
+    dlc_replica_contrib *rcontribs; /* [M] */
     dlc_srt_stats st;
     dlc_status failed;        /* the thread's fatal status, DLC_OK while fine */
     char failed_msg[DLC_RT_TEXT_MAX];
@@ -472,6 +510,142 @@ static sbuf *payload_of(dlc_srt *s, const dlc_msg *msg, dlc_payload *owner, sbuf
     return sbuf_ref(*batch);
 }
 
+static dlc_status drain(dlc_srt *s);
+
+/* ---- replication: the primary's side (docs/shards.md, "Standbys") ---- */
+
+static void rep_free(const void *payload, void *arg) {
+    (void)payload;
+    dlc_big_free(arg);
+}
+
+/* The replicas waiting for the standby are dropped (it is gone).  lock held. */
+static void rq_clear(dlc_srt *s) {
+    for (rep_out *o = s->rq_head, *next; o; o = next) {
+        next = o->next;
+        dlc_big_free(o->buf);
+        free(o);
+    }
+    s->rq_head = s->rq_tail = NULL;
+}
+
+/* The waiting replicas go to the standby, oldest first, until its queue is full (the rest
+ * at its DRAINED, or the thread's next retry).  lock held. */
+static void rq_flush(dlc_srt *s) {
+    s->rq_tried = srt_now(s);
+    while (s->rq_head && s->sb_peer >= 0) {
+        rep_out *o = s->rq_head;
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_REPLICA);
+        f.msg.fragment = o->fragment, f.msg.version = o->version, f.msg.epoch = o->epoch;
+        f.msg.steps = o->count, f.msg.flags = o->flags, f.msg.tokens = o->tokens;
+        f.msg.payload = o->buf, f.msg.len = o->len;
+        dlc_status st = dlc_net_send(s->net, s->sb_peer, &f, rep_free, o->buf);
+        if (st == DLC_ERR_RANGE) return; /* full: its DRAINED */
+        if (st != DLC_OK) dlc_big_free(o->buf); /* going: its LOST follows */
+        else s->st.replicas++;
+        s->rq_head = o->next;
+        if (!s->rq_head) s->rq_tail = NULL;
+        free(o);
+    }
+}
+
+/* Replica r (the syncer's, borrowed) copied into one payload and queued for the standby.
+ * lock held. */
+static dlc_status rq_push(dlc_srt *s, const dlc_replica *r) {
+    uint32_t flags = (r->momentum ? DLC_MSG_REPLICA_MOMENTUM : 0) | (r->whole ? DLC_MSG_REPLICA_WHOLE : 0);
+    int64_t len = dlc_replica_payload_size(r->n, flags, r->count);
+    if (len < 0) return (dlc_status)len;
+    rep_out *o = calloc(1, sizeof *o);
+    dlc_replica_record *rec = r->count ? malloc((size_t)r->count * sizeof *rec) : NULL;
+    if (!o || (r->count && !rec) || !(o->buf = dlc_big_alloc((size_t)len))) {
+        free(o), free(rec);
+        return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a %lld-byte replica", (long long)len);
+    }
+    o->fragment = r->fragment, o->count = r->count, o->version = r->version, o->epoch = dlc_syncer_epoch(s->s);
+    o->flags = flags;
+    o->tokens = llround(r->useful_tokens * s->P);
+    o->len = (size_t)len;
+    for (int i = 0; i < r->count; i++) {
+        const dlc_replica_contrib *c = &r->contribs[i];
+        rec[i] = (dlc_replica_record){.learner = c->learner, .new_steps = c->new_steps, .base_version = c->base_version,
+                                      .steps = c->steps, .tokens = c->tokens};
+    }
+    int64_t w = dlc_replica_pack(o->buf, o->len, r->n, flags, r->theta, r->momentum, rec, r->count);
+    free(rec);
+    if (w < 0) {
+        dlc_big_free(o->buf);
+        free(o);
+        return (dlc_status)w;
+    }
+    if (s->rq_tail) s->rq_tail->next = o;
+    else s->rq_head = o;
+    s->rq_tail = o;
+    rq_flush(s);
+    return DLC_OK;
+}
+
+/* A standby's connection `peer` is READY: it gets a whole replica of each fragment this
+ * syncer owns, and from now on merges wait for its acks.  A second standby while one is
+ * attached is refused (the live one is never displaced).  lock held. */
+static dlc_status standby_attach(dlc_srt *s, int peer, const char *from, double now) {
+    char text[DLC_RT_TEXT_MAX];
+    if (s->standby) { /* (the transport refuses it before this while refusing) not a primary yet: it
+                       * retries, and finds this one a primary once it has taken over */
+        dlc_net_close(s->net, peer);
+        return DLC_OK;
+    }
+    if (s->sb_peer >= 0 || s->cfg.syncer.dp) {
+        snprintf(text, sizeof text, "a standby from %.200s refused: %s", from,
+                 s->cfg.syncer.dp ? "data parallel is not replicated" : "one is attached already");
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_BYE);
+        f.msg.learner = 0; /* (a standby has no id: the field is not read) */
+        snprintf(f.text, sizeof f.text, "refused: %.490s", text);
+        (void)dlc_net_send(s->net, peer, &f, NULL, NULL);
+        dlc_net_close(s->net, peer);
+        post_simple(s, DLC_SRT_STANDBY, -1, text);
+        return DLC_OK;
+    }
+    s->sb_peer = peer;
+    snprintf(s->sb_from, sizeof s->sb_from, "%s", from);
+    s->st.standby = 1;
+    dlc_status st = dlc_syncer_set_replicated(s->s, 1, now);
+    for (int p = 0; p < s->P && st == DLC_OK; p++) {
+        if (!dlc_syncer_owns(s->s, p)) continue;
+        dlc_replica r;
+        st = dlc_syncer_replica_of(s->s, p, 1, &r);
+        if (st == DLC_OK) st = rq_push(s, &r);
+    }
+    snprintf(text, sizeof text, "a standby attached from %.200s: merges now wait for its acknowledgement", from);
+    post_simple(s, DLC_SRT_STANDBY, -1, text);
+    return st;
+}
+
+/* The standby is gone: what waited for it goes to the learners now, and merges go at once
+ * again.  lock held. */
+static dlc_status standby_lost(dlc_srt *s, const char *why, double now) {
+    char text[DLC_RT_TEXT_MAX];
+    snprintf(text, sizeof text, "the standby from %.200s is lost (%.200s): this syncer goes on unreplicated", s->sb_from,
+             why);
+    s->sb_peer = -1;
+    s->st.standby = 0;
+    rq_clear(s);
+    post_simple(s, DLC_SRT_STANDBY, -1, text);
+    dlc_status st = dlc_syncer_set_replicated(s->s, 0, now);
+    return st == DLC_OK ? drain(s) : st;
+}
+
+/* A frame from the standby: an ack releases the merge it waited for.  lock held. */
+static dlc_status standby_frame(dlc_srt *s, const dlc_frame *f, double now) {
+    if (f->type != DLC_FRAME_REPLICA_ACK) return DLC_OK; /* heartbeats */
+    s->st.acks++;
+    int p = f->msg.fragment;
+    if (p < 0 || p >= s->P || dlc_syncer_awaiting(s->s, p) != f->msg.version) return DLC_OK; /* a whole one's */
+    dlc_status st = dlc_syncer_replica_acked(s->s, p, f->msg.version, now);
+    return st == DLC_OK ? drain(s) : st;
+}
+
 /* Performs the syncer's queued actions.  lock held. */
 static dlc_status drain(dlc_srt *s) {
     dlc_syncer_action a;
@@ -543,6 +717,12 @@ static dlc_status drain(dlc_srt *s) {
             snprintf(ev.text, sizeof ev.text, "silent past the syncer's timeout");
             post(s, &ev);
             break;
+        case DLC_SACT_REPLICATE: { /* the merge waits for the standby: its replica goes */
+            dlc_replica r;
+            st = dlc_syncer_replica(s->s, a.fragment, &r);
+            if (st == DLC_OK) st = rq_push(s, &r);
+            break;
+        }
         default: break;
         }
         if (st != DLC_OK) break;
@@ -644,6 +824,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
     double now = srt_now(s);
     switch (ev->kind) {
     case DLC_NET_READY: {
+        if (ev->frame.hello.caps & DLC_CAP_STANDBY) return standby_attach(s, ev->peer, ev->text, now);
         int m = ev->frame.hello.learner;
         if (m < 0 || m >= s->M) {
             char why[DLC_RT_TEXT_MAX];
@@ -673,6 +854,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         return join(s, m, ev->peer, ev->text, now);
     }
     case DLC_NET_FRAME: {
+        if (s->sb_peer >= 0 && ev->peer == s->sb_peer) return standby_frame(s, &ev->frame, now);
         int m = learner_of(s, ev->peer);
         if (m < 0) return DLC_OK; /* a connection we already let go of */
         dlc_msg msg = ev->frame.msg;
@@ -704,6 +886,7 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         return st;
     }
     case DLC_NET_LOST: {
+        if (s->sb_peer >= 0 && ev->peer == s->sb_peer) return standby_lost(s, ev->text, now);
         int m = learner_of(s, ev->peer);
         for (int k = 0; m < 0 && k < s->M; k++)
             if (s->learners[k].held == ev->peer) s->learners[k].held = -1; /* never joined: nothing to lose */
@@ -727,11 +910,193 @@ static dlc_status on_net_event(dlc_srt *s, dlc_net_event *ev) {
         refuse(s, ev->code, -1, ev->from, ev->text);
         return DLC_OK;
     case DLC_NET_DRAINED: { /* room again: what waits for it goes */
+        if (s->sb_peer >= 0 && ev->peer == s->sb_peer) {
+            rq_flush(s);
+            return DLC_OK;
+        }
         int m = learner_of(s, ev->peer);
         return m >= 0 ? owed_flush(s, m) : DLC_OK;
     }
     default: return DLC_OK;
     }
+}
+
+/* ---- replication: the standby's side ---- */
+
+/* The standby's link to its primary: a client net of its own (with its I/O thread: the
+ * syncer's thread polls it between its own net's turns), reconnecting with backoff. */
+static dlc_status rnet_start(dlc_srt *s) {
+    dlc_net_config c = s->cfg.net;
+    c.hello = &s->rhello;
+    c.layout = &s->layout;
+    c.inline_io = 0;
+    c.decode = NULL;
+    if (c.tls && !c.tls_ca) c.tls_ca = c.tls_cert; /* the run's own certificate, as the learners check it */
+    if (!(s->rnet = dlc_net_new(&c))) return dlc_last_status();
+    s->rpeer = dlc_net_connect(s->rnet, s->standby_of);
+    return s->rpeer < 0 ? (dlc_status)s->rpeer : DLC_OK;
+}
+
+/* A REPLICA from the primary, applied: acknowledged, or refused (a replica lost or out of
+ * order: the link is made again, and the primary's whole replicas bring it back).  lock
+ * held; *relink set for the caller (after the event is released). */
+static dlc_status standby_replica(dlc_srt *s, const dlc_frame *f, double now, int *relink) {
+    const dlc_msg *m = &f->msg;
+    int p = m->fragment, mom = (m->flags & DLC_MSG_REPLICA_MOMENTUM) != 0, whole = (m->flags & DLC_MSG_REPLICA_WHOLE) != 0;
+    char why[DLC_RT_TEXT_MAX] = "";
+    dlc_status st = DLC_OK;
+    if (p < 0 || p >= s->P || m->steps < 0 || m->steps > s->M)
+        st = dlc_error(DLC_ERR_FORMAT, "fragment %d, %lld contributors: expected a fragment in 1..%d and 0..%d "
+                       "contributors", p + 1, (long long)m->steps, s->P, s->M);
+    int64_t n = st == DLC_OK ? s->numel[p] : 0;
+    /* copied out (the frame's bytes are not float-aligned); the decoder checked the layout */
+    if (st == DLC_OK) st = dlc_replica_unpack(m->payload, m->len, n, m->flags, s->rscratch, mom ? s->rscratch + n : NULL);
+    for (int i = 0; i < (int)m->steps && st == DLC_OK; i++) {
+        dlc_replica_record rec;
+        st = dlc_replica_record_read(m->payload, m->len, n, m->flags, i, &rec);
+        s->rcontribs[i] = (dlc_replica_contrib){.learner = rec.learner, .new_steps = rec.new_steps,
+                                                .base_version = rec.base_version, .steps = rec.steps,
+                                                .tokens = rec.tokens};
+    }
+    if (st == DLC_OK) {
+        dlc_replica r = {.fragment = p, .version = m->version, .theta = s->rscratch,
+                         .momentum = mom ? s->rscratch + n : NULL, .n = n, .count = (int)m->steps,
+                         .contribs = s->rcontribs, .whole = whole};
+        st = dlc_syncer_replicate(s->s, &r, now);
+    }
+    if (st == DLC_ERR_ARG || st == DLC_ERR_STATE || st == DLC_ERR_FORMAT) { /* refused: data, not a failure */
+        snprintf(why, sizeof why, "%s", dlc_last_error());
+        st = DLC_OK;
+    }
+    if (st != DLC_OK) return st;
+    if (why[0]) {
+        char text[DLC_RT_TEXT_MAX];
+        snprintf(text, sizeof text, "a replica from the primary refused (%.400s): catching up again", why);
+        post_simple(s, DLC_SRT_STANDBY, -1, text);
+        memset(s->caught, 0, (size_t)s->P);
+        *relink = 1;
+        return DLC_OK;
+    }
+    if (whole) s->caught[p] = 1;
+    s->primary_epoch = m->epoch;
+    s->st.replicas++;
+    if (!whole) { /* the primary's merge, on this standby's record (its tape goes on from there) */
+        dlc_srt_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.kind = DLC_SRT_MERGED;
+        ev.time = now;
+        ev.learner = -1;
+        ev.fragment = p;
+        if (m->steps > 0 && !(ev.owned_ = calloc((size_t)m->steps, sizeof *ev.owned_)))
+            return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a merge record");
+        for (int i = 0; i < (int)m->steps; i++) {
+            const dlc_replica_contrib *c = &s->rcontribs[i];
+            ev.owned_[i] = (dlc_merge_contrib){.learner = c->learner, .base_version = c->base_version,
+                                               .staleness = m->version - 1 - c->base_version, .steps = c->steps,
+                                               .tokens = c->tokens};
+        }
+        ev.merge = (dlc_merge_info){.fragment = p, .version = m->version, .count = (int)m->steps,
+                                    .contribs = ev.owned_, .useful_tokens = (double)m->tokens / s->P, .replica = 1};
+        s->st.merges++;
+        s->st.useful_tokens += ev.merge.useful_tokens;
+        post(s, &ev);
+    }
+    dlc_frame ack;
+    dlc_frame_init(&ack, DLC_FRAME_REPLICA_ACK);
+    ack.msg.fragment = p, ack.msg.version = m->version, ack.msg.epoch = m->epoch;
+    (void)dlc_net_send(s->rnet, s->rpeer, &ack, NULL, NULL); /* lost: the primary goes on without us */
+    return DLC_OK;
+}
+
+/* One event of the standby's link.  lock held. */
+static dlc_status standby_event(dlc_srt *s, dlc_net_event *ev, double now, int *relink) {
+    char text[DLC_RT_TEXT_MAX];
+    switch (ev->kind) {
+    case DLC_NET_READY:
+        s->primary_up = 1;
+        s->primary_seen = now;
+        snprintf(text, sizeof text, "reached its primary at %.300s: catching up from its whole replicas", s->standby_of);
+        post_simple(s, DLC_SRT_STANDBY, -1, text);
+        return DLC_OK;
+    case DLC_NET_FRAME:
+        s->primary_seen = now;
+        if (ev->frame.type == DLC_FRAME_REPLICA) return standby_replica(s, &ev->frame, now, relink);
+        if (ev->frame.type == DLC_FRAME_BYE) { /* ended, or refused: this standby ends (never takes over) */
+            snprintf(text, sizeof text, "its primary said bye (%.400s): this standby ends", ev->frame.text);
+            s->st.standby = 4;
+            *relink = 1;
+            post_simple(s, DLC_SRT_STANDBY, -1, text);
+        }
+        return DLC_OK;
+    case DLC_NET_LOST:
+        if (s->primary_up) {
+            snprintf(text, sizeof text, "lost its primary (%.400s): it takes over after %.1f s without it", ev->text,
+                     s->cfg.lease);
+            post_simple(s, DLC_SRT_STANDBY, -1, text);
+        }
+        if (s->primary_up) s->primary_seen = now; /* (its failed reconnects do not renew the lease) */
+        s->primary_up = 0;
+        /* another standby there, not serving yet (shutdown): the transport gives up on one
+         * address, this link is made again after a pause */
+        if (ev->code == DLC_PERR_SHUTDOWN) *relink = 2;
+        return DLC_OK;
+    default: return DLC_OK;
+    }
+}
+
+/* Caught up (a whole replica of each fragment it owns) and its primary unreachable for the
+ * lease: the standby serves, with the next epoch.  lock held. */
+static dlc_status take_over(dlc_srt *s, double now) {
+    int64_t own = dlc_syncer_epoch(s->s);
+    int64_t e = (own > s->primary_epoch ? own : s->primary_epoch) + 1;
+    dlc_status st = dlc_syncer_take_over(s->s, e, s->primary_epoch, now);
+    if (st != DLC_OK) return st;
+    s->standby = 0;
+    s->st.standby = 3;
+    for (int m = 0; m < s->M; m++) s->learners[m].left = now; /* away since the takeover, not the start */
+    dlc_net_free(s->rnet); /* no more of the old primary, should it come back */
+    s->rnet = NULL;
+    if ((st = dlc_net_set_refusing(s->net, NULL)) != DLC_OK) return st;
+    dlc_srt_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = DLC_SRT_STANDBY;
+    ev.time = now;
+    ev.learner = -1;
+    ev.count = e;
+    snprintf(ev.text, sizeof ev.text, "took over from its primary at %.300s (unreachable for %.1f s): epoch %lld, "
+             "contributions stamped with the primary's epoch %lld taken", s->standby_of, now - s->primary_seen,
+             (long long)e, (long long)s->primary_epoch);
+    post(s, &ev);
+    return DLC_OK;
+}
+
+/* The standby's turn: its link's events, then the lease.  Not under lock. */
+static dlc_status standby_turn(dlc_srt *s) {
+    dlc_net_event ev;
+    int r = 0, relink = 0;
+    dlc_status st = DLC_OK;
+    while (st == DLC_OK && s->rnet && !relink && (r = dlc_net_poll(s->rnet, &ev, 0)) > 0) {
+        pthread_mutex_lock(&s->lock);
+        st = standby_event(s, &ev, srt_now(s), &relink);
+        pthread_mutex_unlock(&s->lock);
+        dlc_net_event_release(&ev);
+    }
+    if (st == DLC_OK && r < 0 && !relink) st = (dlc_status)r;
+    if (st != DLC_OK) return st;
+    pthread_mutex_lock(&s->lock);
+    double now = srt_now(s);
+    if (relink) { /* made again: the primary attaches it anew, with whole replicas (or ended) */
+        dlc_net_free(s->rnet);
+        s->rnet = NULL;
+        s->primary_up = 0;
+        s->relink_at = relink == 2 ? now + SRT_RELINK_S : now;
+    }
+    if (!s->rnet && s->st.standby == 2 && now >= s->relink_at) st = rnet_start(s);
+    int caught = 1;
+    for (int p = 0; p < s->P; p++) caught &= !dlc_syncer_owns(s->s, p) || s->caught[p];
+    if (st == DLC_OK && caught && !s->primary_up && now - s->primary_seen >= s->cfg.lease) st = take_over(s, now);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 static void fail_thread(dlc_srt *s, dlc_status st) {
@@ -760,6 +1125,7 @@ static void *srt_thread(void *arg) {
          * refused because the transport's command queue was full has no DRAINED of its own */
         for (int m = 0; m < s->M && st == DLC_OK; m++)
             if (s->learners[m].ob_head && now - s->learners[m].ob_tried >= SRT_OWED_RETRY_S) st = owed_flush(s, m);
+        if (s->rq_head && now - s->rq_tried >= SRT_OWED_RETRY_S) rq_flush(s);
         if (exp <= now) {
             st = dlc_syncer_handle_expiry(s->s, now);
             if (st == DLC_OK) st = drain(s);
@@ -771,7 +1137,13 @@ static void *srt_thread(void *arg) {
             fail_thread(s, st);
             break;
         }
+        if (st == DLC_OK && s->standby && s->st.standby == 2) st = standby_turn(s);
+        if (st != DLC_OK) {
+            fail_thread(s, st);
+            break;
+        }
         int tmo = creq > acked ? 0 : 50; /* the inline loop must turn at least every heartbeat; stop is seen within this */
+        if (s->standby && s->st.standby == 2) tmo = tmo < SRT_STANDBY_TURN_MS ? tmo : SRT_STANDBY_TURN_MS; /* its link's replicas, acked soon */
         if (isfinite(exp)) {
             double ms = (exp - srt_now(s)) * 1e3 + 1;
             if (ms < tmo) tmo = ms < 0 ? 0 : (int)ms;
@@ -852,6 +1224,8 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     s->cfg = *cfg;
     s->cfg.syncer.timeout = 0; /* liveness is the transport's */
     s->cfg.endpoints = NULL;  /* borrowed during new only */
+    s->sb_peer = s->rpeer = -1;
+    s->cfg.standby_of = NULL; /* copied below */
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->qcond, NULL);
@@ -892,6 +1266,25 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     s->gate = !cfg->resume && cfg->start_learners > 0;
     s->gate_first = -1;
     if (cfg->resume && read_byes(s, cfg->resume) != DLC_OK) goto fail;
+    if (cfg->standby_of) { /* a standby: caught up from its primary, it serves once that is lost */
+        if (cfg->syncer.dp || !cfg->standby_of[0] || !(cfg->lease >= 0) || !isfinite(cfg->lease)) {
+            dlc_error(DLC_ERR_ARG, "srt_new: a standby of \"%.200s\"%s with a lease of %g s: expected an address, "
+                      "not in data parallel, and a finite lease >= 0 s (0: the net's timeout)", cfg->standby_of,
+                      cfg->syncer.dp ? " in data parallel" : "", cfg->lease);
+            goto fail;
+        }
+        s->cfg.lease = cfg->lease > 0 ? cfg->lease : s->cfg.net.timeout_s;
+        int64_t maxn = 0;
+        for (int p = 0; p < s->P; p++) maxn = s->numel[p] > maxn ? s->numel[p] : maxn;
+        if (!(s->standby_of = strdup(cfg->standby_of)) || !(s->caught = calloc((size_t)s->P, 1)) ||
+            !(s->rscratch = dlc_big_alloc((size_t)maxn * 2 * sizeof(float))) ||
+            !(s->rcontribs = calloc((size_t)s->M, sizeof *s->rcontribs)))
+            goto nomem;
+        s->standby = 1;
+        s->st.standby = 2;
+        s->gate = 0; /* its learners come from a run under way */
+        s->primary_seen = srt_now(s);
+    }
     s->cfg.resume = NULL; /* borrowed during new only */
     if (rt_hello(&s->hello, cfg->plan, s->cfg.run, RT_SERVER, s->cfg.syncer.codec_params.block, s->cfg.syncer.dp,
                  cfg->run_params) != DLC_OK)
@@ -909,10 +1302,24 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
         }
         for (int p = 0; p < s->P; p++) s->hello.owner[p] = (uint16_t)s->owner[p];
     }
+    if (!cfg->syncer.dp) s->hello.caps |= DLC_CAP_STANDBY; /* it takes a standby */
+    if (s->standby) { /* its link's HELLO: a standby's, no learner id */
+        if (rt_hello(&s->rhello, cfg->plan, s->cfg.run, -1, s->cfg.syncer.codec_params.block, 0, cfg->run_params) !=
+            DLC_OK)
+            goto fail;
+        s->rhello.caps |= DLC_CAP_STANDBY;
+        if (rnet_start(s) != DLC_OK) goto fail;
+    }
     s->cfg.net.hello = &s->hello;
     s->cfg.net.layout = &s->layout;
     s->cfg.net.inline_io = 1;
     if (!(s->net = dlc_net_new(&s->cfg.net))) goto fail;
+    if (s->standby) {
+        char why[DLC_RT_TEXT_MAX];
+        snprintf(why, sizeof why, "a standby of the syncer at %.300s: it serves learners once it takes over",
+                 s->standby_of);
+        if (dlc_net_set_refusing(s->net, why) != DLC_OK) goto fail;
+    }
     int port = dlc_net_listen(s->net, cfg->listen);
     if (port < 0) goto fail;
     s->port = port;
@@ -936,7 +1343,20 @@ void dlc_srt_free(dlc_srt *s) {
         atomic_store(&s->stop, 1);
         pthread_join(s->thread, NULL);
     }
+    if (s->sb_peer >= 0) { /* the run is over here: the standby ends too (it does not take over) */
+        dlc_frame f;
+        dlc_frame_init(&f, DLC_FRAME_BYE);
+        f.msg.learner = 0; /* (a standby has no id: the field is not read) */
+        snprintf(f.text, sizeof f.text, "the primary ended: the run is over");
+        (void)dlc_net_send(s->net, s->sb_peer, &f, NULL, NULL);
+    }
     dlc_net_free(s->net); /* its queues release their references to the shared payloads */
+    dlc_net_free(s->rnet);
+    rq_clear(s);
+    free(s->standby_of);
+    free(s->caught);
+    dlc_big_free(s->rscratch);
+    free(s->rcontribs);
     for (int m = 0; s->learners && m < s->M; m++) owed_clear(s, m);
     for (int p = 0; s->cur && p < s->P; p++) sbuf_unref(NULL, s->cur[p]);
     free(s->cur);

@@ -125,6 +125,21 @@ typedef struct dlc_srt_config {
      * every fragment.  Not with dp. */
     int shard, shards;
     const char *const *endpoints;
+    /* Standbys (docs/shards.md, "Standbys").  Every syncer (not dp) takes one standby: a
+     * process that connects with the "standby" capability gets, before anything else, a
+     * whole replica of each fragment it owns, then the replica of every merge; a merge
+     * goes to no learner before the standby acknowledged it (dlc_syncer_set_replicated).
+     * A second standby while one is attached is refused; a standby lost releases what
+     * waited for it, and the syncer goes on alone.
+     * standby_of ("HOST:PORT", or alternates "A|B"): this syncer is the standby of the
+     * primary there (made with the same recipe, plan and shard).  It listens at `listen`
+     * but refuses learners (ERROR shutdown, which learners retry at their next address)
+     * until it takes over: once it has caught up (a whole replica of each of its
+     * fragments) and then not reached its primary for `lease` seconds, it stamps the
+     * primary's epoch + 1, takes what learners stamped with the primary's epoch as its
+     * own (their contributions in flight merge here), and serves.  NULL: a primary. */
+    const char *standby_of;
+    double lease;               /* seconds (> 0; 0: the net's timeout_s) */
 } dlc_srt_config;
 
 /* Defaults: dlc_syncer_default_params, dlc_net_default_config, listen "127.0.0.1:0", run "",
@@ -162,6 +177,9 @@ typedef enum dlc_srt_event_kind {
                        * of this learner, interval: over how long; at most one per learner
                        * per refusals_every), or so many other sends waited that it was cut
                        * off to rejoin (text says which) */
+    DLC_SRT_STANDBY,  /* replication (text says which): a primary's standby attached, was
+                       * refused or lost; a standby reached or lost its primary, refused a
+                       * replica, or took over (count: the epoch it stamps from then on) */
     DLC_SRT_EVENT_COUNT
 } dlc_srt_event_kind;
 DLC_API const char *dlc_srt_event_name(dlc_srt_event_kind k); /* "merged", "joined", ... */
@@ -268,6 +286,11 @@ typedef struct dlc_srt_stats {
     double useful_tokens;     /* Σ over merges of dlc_merge_info.useful_tokens */
     uint64_t bytes_in, bytes_out; /* wire bytes, all peers, all frame types */
     uint64_t bytes_in_type[DLC_FRAME_TYPE_COUNT], bytes_out_type[DLC_FRAME_TYPE_COUNT];
+    /* replication: a primary: standby 1 while one is attached, replicas sent (whole ones
+     * included) and acks taken; a standby (standby_of): standby 2 while it waits, 3 once
+     * it took over, replicas it applied */
+    int standby;
+    int64_t replicas, acks;
 } dlc_srt_stats;
 DLC_API dlc_status dlc_srt_get_stats(dlc_srt *s, dlc_srt_stats *out);
 
