@@ -156,6 +156,14 @@ static int l_syncer(lua_State *L) {
     c.listen = optstr(L, 1, WHO, "listen", "127.0.0.1:0");
     c.run = optstr(L, 1, WHO, "run", "");
     c.resume = optstr(L, 1, WHO, "resume", NULL);
+    /* a standby of the primary at standby_of (rt.h): it takes over after `lease` s without it */
+    c.standby_of = optstr(L, 1, WHO, "standby_of", NULL);
+    if (lua_getfield(L, 1, "lease") != LUA_TNIL) {
+        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) > 0) || !isfinite(lua_tonumber(L, -1)))
+            return luaL_error(L, "%s: lease must be a finite number of seconds > 0", WHO);
+        c.lease = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
     c.plan = o.plan;
     c.theta0 = dlc_params_data(o.params);
     dlcL_check_plan_model(L, WHO, o.params, o.plan);
@@ -206,6 +214,8 @@ static int s_poll(lua_State *L) {
     } else if (ev.kind == DLC_SRT_REFUSALS) {
         dlcL_setint(L, "count", ev.count);
         dlcL_setnum(L, "interval", ev.interval);
+    } else if (ev.kind == DLC_SRT_STANDBY && ev.count > 0) { /* a standby took over: its epoch */
+        dlcL_setint(L, "epoch", ev.count);
     } else if (ev.kind == DLC_SRT_BEHIND && ev.count > 0) { /* a fragment replaced while it waited */
         dlcL_setint(L, "fragment", ev.fragment + 1);
         dlcL_setint(L, "count", ev.count);
@@ -319,7 +329,7 @@ static int s_stats(lua_State *L) {
     static const dlcL_field srt_stats_fields2[] = {
         DLCL_INT(S, events_dropped), DLCL_INT(S, sends_dropped), DLCL_INT(S, sends_held),
         DLCL_INT(S, sends_superseded), DLCL_NUM(S, useful_tokens), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
-        {NULL}};
+        DLCL_INT(S, standby), DLCL_INT(S, replicas), DLCL_INT(S, acks), {NULL}};
     dlc_srt *s = checksrt(L, 1);
     dlc_srt_stats st;
     if (dlc_srt_get_stats(s, &st) != DLC_OK) return dlcL_error(L);
@@ -414,18 +424,20 @@ static int l_learner(lua_State *L) {
     }
     lua_pop(L, 1);
     /* "HOST:PORT" or @FILE (the syncer's address file, waited for within the join's
-     * time), or one of them per syncer shard joined by commas (docs/shards.md) */
-    char addr[DLC_PROTO_ENDPOINTS_MAX * 256 + 16], one[512], file_run[DLC_PROTO_RUN_MAX + 1];
+     * time), or one of them per syncer shard joined by commas (docs/shards.md), each with
+     * its standbys' after '|' (alternates, tried in turn) */
+    char addr[DLC_PROTO_ENDPOINTS_MAX * 1024 + 16], one[512], file_run[DLC_PROTO_RUN_MAX + 1];
     size_t used = 0;
     addr[0] = '\0';
     for (const char *at = c.connect; *at;) {
-        size_t len = strcspn(at, ",");
-        if (len == 0 || len >= sizeof one)
+        size_t len = strcspn(at, ",|");
+        char sep = at[len];
+        if (len == 0 || len >= sizeof one || (sep && !at[len + 1]))
             return luaL_error(L, "%s: connect \"%s\": expected HOST:PORT or @FILE, one per syncer shard joined by "
-                              "commas", WHO, c.connect);
+                              "commas, each with its standbys' after '|'", WHO, c.connect);
         memcpy(one, at, len);
         one[len] = '\0';
-        at += len + (at[len] == ',');
+        at += len + (sep != '\0');
         const char *item = one;
         char resolved[512];
         if (one[0] == '@') {
@@ -438,9 +450,10 @@ static int l_learner(lua_State *L) {
         if (used + n + 2 > sizeof addr)
             return luaL_error(L, "%s: connect \"%s\": too long (at most %d shards)", WHO, c.connect,
                               DLC_PROTO_ENDPOINTS_MAX);
-        if (used) addr[used++] = ',';
-        memcpy(addr + used, item, n + 1);
+        memcpy(addr + used, item, n);
         used += n;
+        if (sep) addr[used++] = sep;
+        addr[used] = '\0';
     }
     c.connect = addr;
     b->l = dlc_lrt_new(&c);

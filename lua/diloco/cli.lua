@@ -374,8 +374,28 @@ local function syncer(args, parse)
   if not opts then return pos end
   local file, secret = secret_opts(opts)
   local shard, shards, out = shard_opts(opts, r)
+  local standby_of
+  if opts["standby-of"] then -- (docs/shards.md, "Standbys"): OUT-standby beside the primary's OUT
+    if r.sync.preset == "dp" then usage_error("--standby-of: data parallel has no standby (its rounds are not replicated)") end
+    standby_of = require("diloco.learner").resolve_connect(opts["standby-of"], require("diloco.cluster").runtime(r).join_timeout)
+    -- OUT-standby, or OUT-standby2, 3, ... when that one holds a run already (a primary
+    -- replaced, started again as the standby of the one that took its place)
+    local base = (out or r.out or ("runs/" .. (r.name or "run"))) .. "-standby"
+    out = base
+    for n = 2, 16 do
+      local f = io.open(out .. "/metrics.jsonl", "r")
+      if not f or opts.overwrite or opts.resume then
+        if f then f:close() end
+        break
+      end
+      f:close()
+      out = base .. n
+    end
+  elseif opts.lease then
+    usage_error("--lease: only a standby (--standby-of) has a lease")
+  end
   return train(require("diloco.cluster").serve, r, opts, { metrics = opts.metrics, out = out, shard = shard,
-    shards = shards,
+    shards = shards, standby_of = standby_of, lease = opts.lease,
     overwrite = opts.overwrite, quiet = opts.quiet, listen = opts.listen, advertise = opts.advertise,
     address_file = opts["address-file"], secret_file = file, secret = secret, run_id = opts["run-id"] or r.name,
     resume = opts.resume, tls = tls_opts(opts, "syncer"), recipe_path = pos[1], set = opts.set,

@@ -76,6 +76,7 @@ function M.start_syncer(ctx, listen, resume)
   local o = { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, run_json = ctx.run_json, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
     shard = ctx.opts.shard, shards = ctx.opts.shards, -- (docs/shards.md)
+    standby_of = ctx.opts.standby_of, lease = ctx.opts.lease or (ctx.opts.standby_of and ctx.rt.timeout or nil),
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
     -- later one (a restart, a rollback, the end) serves a run under way
     start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
@@ -511,6 +512,10 @@ local function on_syncer_event(ctx, ev)
     write(ctx, "behind", { learner = ev.learner, fragment = ev.fragment, count = ev.count, interval_s = ev.interval,
       text = ev.text, wall_s = elapsed(ctx) })
     say(ctx, "syncer: learner %d: %s", ev.learner or 0, ev.text or "")
+  elseif ev.type == "standby" then -- replication (docs/shards.md, "Standbys"): attached, lost, took over
+    fault(ctx, { kind = "standby", text = ev.text, epoch = ev.epoch })
+    say(ctx, "syncer: %s", ev.text or "")
+    if ev.epoch then ctx.took_over = elapsed(ctx) end
   elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
     fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")
@@ -556,6 +561,15 @@ local function all_done(ctx)
     if not sup.all_ended(ctx) then return false end
     ctx.absent = {}
     return true
+  end
+  if ctx.opts.standby_of and ctx.syncer then -- a standby: waits while its primary serves, ends with it
+    local sb = ctx.syncer:stats().standby
+    if sb == 4 then
+      ctx.absent = {}
+      return true
+    elseif sb == 2 then
+      return false
+    end
   end
   local away, waiting = {}, false
   ctx.wait_said = ctx.wait_said or {}

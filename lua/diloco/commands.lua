@@ -197,6 +197,12 @@ M.commands = {
       { name = "shard", arg = "I/S", shown = "none: one syncer owns every fragment",
         doc = "serve shard I of S (docs/shards.md): the fragments dealt to it; OUT becomes OUT/shard-I; learners "
           .. "connect to every shard in order (--connect A,B or @FILE1,@FILE2); the secret must be shared" },
+      { name = "standby-of", arg = "HOST:PORT|@FILE", shown = "none: a primary",
+        doc = "serve as the standby of the syncer (or shard, with --shard) there (docs/shards.md, \"Standbys\"): hold "
+          .. "its state from a replica of every merge and take over once it is unreachable for --lease; OUT "
+          .. "becomes OUT-standby (the primary's OUT, suffixed); learners list it after '|' (--connect A|B)" },
+      { name = "lease", arg = "SECONDS", type = "number", min = 0.05, max = 3600, shown = "runtime.timeout",
+        doc = "a standby takes over after its primary has been unreachable this long" },
       { name = "tls-cert", arg = "PEM", shown = "none: plain TCP",
         doc = "TLS on every link: this server's certificate (with --tls-key); learners then need --tls-ca" },
       { name = "tls-key", arg = "PEM", shown = "none", doc = "the private key of --tls-cert" },
@@ -222,7 +228,7 @@ M.commands = {
     options = with_tail {
       { name = "connect", arg = "HOST:PORT|@FILE", shown = "required",
         doc = "the syncer's address, or @FILE: the --address-file of the syncer; a sharded syncer: one per "
-          .. "shard, in shard order, joined by commas" },
+          .. "shard, in shard order, joined by commas; a syncer with a standby: both, joined by '|' (tried in turn)" },
       { name = "id", arg = "N", type = "integer", min = 1, max = 65536, shown = "the launcher's rank + 1",
         doc = "this learner's island, 1..islands.count" },
       { name = "rank-offset", arg = "K", type = "integer", min = 0, max = 65536, default = 0,

@@ -134,7 +134,7 @@ function M.merge_info(mi)
   end
   return { fragment = mi.fragment, version = mi.version, contributors = contributors, grace = mi.grace,
     waited = mi.waited, all_sent = mi.all_sent, flushed = mi.flushed or nil, live = mi.live, quorum = mi.quorum,
-    bytes_in = mi.bytes_in, bytes_out = mi.bytes_out }
+    bytes_in = mi.bytes_in, bytes_out = mi.bytes_out, useful_tokens = mi.useful_tokens, replica = mi.replica or nil }
 end
 
 return M

@@ -87,15 +87,20 @@ end
 -- them per syncer shard joined by commas (docs/shards.md): the addresses joined by
 -- commas, and the run id of the first file that states one.
 function M.resolve_connect(spec, wait)
-  if spec:find(",", 1, true) then
-    local addrs, run = {}, nil
-    for item in (spec .. ","):gmatch("([^,]*),") do
-      if item == "" then fail_code(2, "--connect %s: an empty address (expected one per shard, joined by commas)", spec) end
-      local a, fr = M.resolve_connect(item, wait)
-      addrs[#addrs + 1] = a
-      run = run or fr
+  for _, sep in ipairs({ ",", "|" }) do -- shards joined by commas, each with its standbys after '|'
+    if spec:find(sep, 1, true) then
+      local addrs, run = {}, nil
+      for item in (spec .. sep):gmatch("([^" .. sep .. "]*)" .. (sep == "|" and "%|" or sep)) do
+        if item == "" then
+          fail_code(2, "--connect %s: an empty address (expected one per shard, joined by commas, each with its "
+            .. "standbys' after '|')", spec)
+        end
+        local a, fr = M.resolve_connect(item, wait)
+        addrs[#addrs + 1] = a
+        run = run or fr
+      end
+      return table.concat(addrs, sep), run
     end
-    return table.concat(addrs, ","), run
   end
   if spec:sub(1, 1) ~= "@" then return spec, nil end
   local path = spec:sub(2)
@@ -200,7 +205,9 @@ function M.prepare(r, opts)
   -- gets back-pressure, and the learner holds (then drops the oldest of) what it could not send
   local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
   local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
-    out_max = out_max, tls = opts.tls }
+    out_max = out_max, tls = opts.tls,
+    -- with standbys (A|B) at most 2 s between rounds of reconnects: one takes over in its lease
+    reconnect_max = addr:find("|", 1, true) and 2 or nil }
   -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))
@@ -599,6 +606,16 @@ function M.finish(ctx, err)
     local okb, before = pcall(ctx.lrt.account, ctx.lrt)
     ctx.account_before = okb and before or nil
     pcall(drain_events, ctx)
+    -- a syncer with a standby (--connect A|B) may be taking over right now: its end waits
+    -- for it (up to runtime.drain) before it calls its last steps undelivered
+    local t_wait = diloco.clock()
+    while not err and not ctx.signal and drain > 0 and ctx.addr:find("|", 1, true) and
+        diloco.clock() - t_wait < drain do
+      local okst, st = pcall(ctx.lrt.stats, ctx.lrt)
+      if not okst or st.connected or diloco.signals.pending() then break end
+      pcall(drain_events, ctx)
+      diloco.proc.sleep(0.05)
+    end
     if not err and not ctx.signal then err = undelivered(ctx) end
     -- the drain says what it waits for and until when; the signal that stopped the learner
     -- is ctx.signal's, so another ends the drain at once (dlc_lrt_config.interrupted)

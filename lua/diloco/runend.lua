@@ -126,6 +126,9 @@ function M.finish(ctx, err)
     -- islands.syncers = S shards in this process: their count and each one's epoch
     syncers = type(ctx.syncer) == "table" and ctx.syncer:shards() or nil,
     epochs = type(ctx.syncer) == "table" and ctx.syncer:epochs() or nil,
+    -- a standby (syncer --standby-of): whom of, and when it took over (nil: it never did)
+    standby_of = ctx.opts.standby_of, took_over_s = ctx.took_over,
+    replicas = (st.replicas or 0) > 0 and st.replicas or nil,
   }
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)

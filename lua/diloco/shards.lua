@@ -27,8 +27,22 @@ end
 
 -- The directory of shard k of the run whose shard directory is `out` (".../shard-I").
 function M.dir(out, k)
-  local root = out:match("^(.*)/shard%-%d+$") or out
+  local root = out:match("^(.*)/shard%-%d+$") or out:match("^(.*)/shard%-%d+%-standby%d*$") or out
   return string.format("%s/shard-%d", root, k), root
+end
+
+-- Shard k's summary and directory: its primary's (OUT/shard-K), or that of a standby that
+-- took over (OUT/shard-K-standby, -standby2, ...: docs/shards.md, "Standbys"); nil while
+-- none has one.
+local function shard_summary(dir)
+  local sum = summary_of(dir .. "/metrics.jsonl")
+  if sum then return sum, dir end
+  for n = 1, 16 do
+    local sdir = dir .. "-standby" .. (n > 1 and tostring(n) or "")
+    sum = summary_of(sdir .. "/metrics.jsonl")
+    if sum and sum.took_over_s then return sum, sdir end
+  end
+  return nil
 end
 
 -- Puts the other shards' fragments into ctx.params, which holds this shard's (the global
@@ -45,11 +59,12 @@ function M.assemble(ctx, wait_s, stopped)
   for k = 1, S do
     if k ~= I then
       local dir = M.dir(ctx.out, k)
-      local sum = summary_of(dir .. "/metrics.jsonl")
+      local sum, sdir = shard_summary(dir)
       while not sum and diloco.clock() < deadline and not (stopped and stopped()) do
         diloco.proc.sleep(0.1)
-        sum = summary_of(dir .. "/metrics.jsonl")
+        sum, sdir = shard_summary(dir)
       end
+      dir = sdir or dir
       local t = sum and sum.run_id == ctx.run_id and diloco.load_safetensors(dir .. "/model.safetensors")
       if sum then
         ctx.shard_summaries[#ctx.shard_summaries + 1] = { shard = k, merges = sum.merges, rejects = sum.rejects,

@@ -1,0 +1,133 @@
+-- Standbys (docs/shards.md, "Standbys"): `diloco-lua syncer RECIPE --shard 1/2 --standby-of
+-- @ADDR` holds shard 1's state from a replica of each of its primary's merges, which reach
+-- no learner before the standby acknowledged them.  Its primary killed with SIGKILL in the
+-- middle of a run, the standby takes over after its lease, the learners (given both
+-- addresses, `--connect @A|@A2,@B`) reconnect to it, and the run completes: the standby's
+-- merge tape holds every version of shard 1's fragments once, none missing, the primary's
+-- among them.  Every test kills only the pids it started.
+local H = require "spec.helpers"
+local diloco = require "diloco"
+
+local exe = assert(os.getenv("DILOCO_LUA"), "set DILOCO_LUA to the diloco-lua executable")
+if exe:sub(1, 1) ~= "/" then exe = (H.sh("pwd")):match("[^\n]+") .. "/" .. exe end
+
+local function recipe(S, steps)
+  return H.tiny_recipe(S, "standby", { count = 3, steps = steps,
+    sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
+    runtime = { timeout = "3s", join_timeout = "60s" } })
+end
+
+local function spawn(S, name, args)
+  local log = S.dir .. "/" .. name .. ".log"
+  args.stdout, args.stderr, args.parent_death = log, log, "KILL"
+  args.env = { OMP_NUM_THREADS = "1" }
+  return assert(diloco.proc.spawn(args))
+end
+
+-- Shard i of 2 (extra: more arguments, before the recipe's options).
+local function shard(S, path, i, extra)
+  local args = { exe, "syncer", path, "--shard", i .. "/2", "--listen", "127.0.0.1:0", "--secret-file",
+    S.dir .. "/secret", "--out", S.dir .. "/run", "--quiet" }
+  for _, a in ipairs(extra) do args[#args + 1] = a end
+  return spawn(S, extra.name, args)
+end
+
+local function learner(S, path, m, connect)
+  return spawn(S, "l" .. m, { exe, "learner", path, "--connect", connect, "--id", tostring(m), "--secret-file",
+    S.dir .. "/secret", "--out", S.dir .. "/run/l" .. m, "--overwrite", "--quiet" })
+end
+
+local function wait_all(pids, secs)
+  local codes = {}
+  for i, pid in ipairs(pids) do
+    local ok, err = pcall(H.await_or_kill, pid, secs, "exit of pid " .. pid, function()
+      codes[i] = diloco.proc.wait(pid)
+      return codes[i] ~= nil
+    end)
+    if not ok then
+      for _, p in ipairs(pids) do
+        pcall(diloco.proc.signal, p, "KILL")
+        pcall(diloco.proc.wait, p, true)
+      end
+      error(err, 0)
+    end
+  end
+  return codes
+end
+
+local function log(S, name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
+
+-- The merges of a metrics file: list of {fragment, version, replica, contributors}.
+local function merges(path)
+  local out = {}
+  for _, e in ipairs(H.events(path)) do
+    if e.event == "merge" then out[#out + 1] = e end
+  end
+  return out
+end
+
+describe("a shard with a standby", function()
+  it("loses no merge when its primary is killed with SIGKILL: the standby takes over, the run completes", function()
+    local S = H.scratch()
+    local path = recipe(S, 20000)
+    S.write("secret", "st4ndby\n")
+    local a1, a1s, a2 = S.dir .. "/addr1", S.dir .. "/addr1s", S.dir .. "/addr2"
+    local p1 = shard(S, path, 1, { "--address-file", a1, name = "primary1" })
+    local p2 = shard(S, path, 2, { "--address-file", a2, name = "shard2" })
+    local sb = shard(S, path, 1, { "--address-file", a1s, "--standby-of", "@" .. a1, "--lease", "1", name = "standby1" })
+    local connect = string.format("@%s|@%s,@%s", a1, a1s, a2)
+    local ls = {}
+    for m = 1, 3 do ls[m] = learner(S, path, m, connect) end
+    local mp = S.dir .. "/run/shard-1/metrics.jsonl"
+    local ms = S.dir .. "/run/shard-1-standby/metrics.jsonl"
+    -- the standby attached, and the primary merged with it
+    H.await_or_kill(p1, 60, "merges at shard 1 with its standby attached", function()
+      local ev = H.events(mp)
+      local attached = false
+      for _, e in ipairs(ev) do
+        if e.event == "fault" and e.kind == "standby" and (e.text or ""):find("attached", 1, true) then attached = true end
+      end
+      return attached and #merges(mp) >= 8
+    end)
+    diloco.proc.signal(p1, "KILL")
+    diloco.proc.wait(p1, true)
+    local codes = wait_all({ sb, p2, ls[1], ls[2], ls[3] }, 240)
+    for i, c in ipairs(codes) do
+      local name = ({ "standby1", "shard2", "l1", "l2", "l3" })[i]
+      assert.are.same({ exited = 0 }, c, name .. ":\n" .. log(S, name))
+    end
+    -- the standby's tape: every version of each of shard 1's fragments once, in order,
+    -- from 1; the primary's merges among them (the same contributors), and its own after
+    local tape = merges(ms)
+    local next_v, replicas, own, by = {}, 0, 0, {}
+    for _, e in ipairs(tape) do
+      local want = (next_v[e.fragment] or 0) + 1
+      assert.are.equal(want, e.version, string.format("fragment %d: version %d after %d", e.fragment, e.version,
+        want - 1))
+      next_v[e.fragment] = e.version
+      if e.replica then replicas = replicas + 1 else
+        own = own + 1
+        for _, c in ipairs(e.contributors) do by[c.learner] = true end
+      end
+    end
+    assert.is_true(replicas >= 8, "replicated merges: " .. replicas)
+    assert.is_true(own > 0, "merges after the takeover: " .. own)
+    for m = 1, 3 do assert.is_true(by[m], "learner " .. m .. " merged at the standby after the takeover") end
+    local at = {}
+    for _, e in ipairs(tape) do at[e.fragment .. ":" .. e.version] = e end
+    for _, e in ipairs(merges(mp)) do -- no completed merge lost: the primary's are the standby's
+      local s = at[e.fragment .. ":" .. e.version]
+      assert.is_not_nil(s, string.format("the primary's merge of fragment %d v%d is on the standby's tape",
+        e.fragment, e.version))
+      assert.are.equal(#e.contributors, #s.contributors)
+      for i, c in ipairs(e.contributors) do assert.are.equal(c.learner, s.contributors[i].learner) end
+    end
+    -- it took over with a later epoch, and as shard 1 assembled the run's model
+    local sum = H.summary_of(H.events(ms))
+    assert.is_number(sum.took_over_s)
+    assert.is_true(sum.epoch >= 2)
+    assert.are.equal(S.dir .. "/run/model.safetensors", sum.assembled)
+    assert.is_true(sum.final_eval_loss < 4, "the assembled model learned: " .. tostring(sum.final_eval_loss))
+    S.cleanup()
+  end)
+end)
