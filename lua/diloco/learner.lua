@@ -206,8 +206,8 @@ function M.prepare(r, opts)
   local out_max = math.max(16 << 20, 2 * 4 * ctx.params:numel() + (1 << 20))
   local net = { secret_file = opts.secret_file, secret = opts.secret, timeout = rt.timeout, heartbeat = rt.heartbeat,
     out_max = out_max, tls = opts.tls,
-    -- with standbys (A|B) at most 2 s between rounds of reconnects: one takes over in its lease
-    reconnect_max = addr:find("|", 1, true) and 2 or nil }
+    -- with standbys (A|B) at most 1 s between rounds of reconnects: one takes over in its lease
+    reconnect_max = addr:find("|", 1, true) and 1 or nil }
   -- a process's incarnation: its start in milliseconds, so each restart's is larger and the
   -- syncer never merges what an earlier one of the same learner still had in flight
   local incarnation = math.max(1, math.floor(diloco.wall_time() * 1000))

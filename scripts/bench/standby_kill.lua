@@ -151,7 +151,7 @@ function go_once(name, kill_every, pids)
   -- each (shard, fragment, version) once; a merge is lost when a version of a fragment is
   -- on no record (1 to the highest), or missing from the record of the process that
   -- ended serving the shard after the first version it holds
-  local seen, useful, merges, lost = {}, 0, 0, 0
+  local seen, useful, merges, lost, final_loss = {}, 0, 0, 0, nil
   for k2 = 1, S do
     local base = string.format("%s/run/shard-%d", dir, k2)
     local dirs = { base }
@@ -173,6 +173,7 @@ function go_once(name, kill_every, pids)
       end
       if last and last.event == "summary" and (last.took_over_s or not last.standby_of) and not ended_by then
         ended_by = ev
+        if k2 == 1 then final_loss = last.final_eval_loss end -- (shard 1's: the assembled model's)
       end
     end
     for f, v in pairs(top) do
@@ -196,7 +197,7 @@ function go_once(name, kill_every, pids)
     tokens = tokens + (ls.tokens or 0)
   end
   return { name = name, kills = kills, bad = bad, useful = useful, tokens = tokens, merges = merges, lost = lost,
-    goodput = tokens > 0 and useful / tokens or 0, wall_s = t_end }
+    goodput = tokens > 0 and useful / tokens or 0, wall_s = t_end, final_loss = final_loss }
 end
 
 print(string.format("recipe %s (sync.preset = decoupled), %d learners x %d steps, one thread each; the syncer in %d "
@@ -205,11 +206,13 @@ print(string.format("recipe %s (sync.preset = decoupled), %d learners x %d steps
   every))
 local alone = go("alone", nil)
 local killed = go("killed", every)
-print("\n| run | goodput (useful / computed tokens) | merges | merges lost | primaries killed | wall s | failures |")
-print("|---|---|---|---|---|---|---|")
+print("\n| run | goodput (useful / computed tokens) | merges | merges lost | primaries killed | final eval | wall s "
+  .. "| failures |")
+print("|---|---|---|---|---|---|---|---|")
 for _, s in ipairs { alone, killed } do
-  print(string.format("| %s | %.1f%% | %d | %d | %d | %.1f | %d |", s.name == "alone" and "no syncer fault" or
-    string.format("a primary killed every %g s", every), 100 * s.goodput, s.merges, s.lost, #s.kills, s.wall_s, #s.bad))
+  print(string.format("| %s | %.1f%% | %d | %d | %d | %s | %.1f | %d |", s.name == "alone" and "no syncer fault" or
+    string.format("a primary killed every %g s", every), 100 * s.goodput, s.merges, s.lost, #s.kills,
+    type(s.final_loss) == "number" and string.format("%.4f", s.final_loss) or "-", s.wall_s, #s.bad))
 end
 for _, s in ipairs { alone, killed } do
   for _, b in ipairs(s.bad) do print("  " .. s.name .. ": " .. b) end
