@@ -317,6 +317,47 @@ return diloco.recipe {
         sv.close()
     check(len(merged[0]) == 1 and len(merged[1]) == 1 and merged[0] != merged[1],
           "two shards merged fragments %s: expected one each, not the same" % merged)
+
+    # a syncer and its standby hosted in Python (docs/shards.md, "Standbys"): the standby
+    # attaches, records every merge of the primary, and ends with it
+    sec = "python-server-secret-0123456789"
+    pri = diloco.Server({"a": a0, "b": b0}, learners=1, secret=sec, run=srun, timeout=3.0, heartbeat=0.25)
+    sb = diloco.Server({"a": a0, "b": b0}, learners=1, secret=sec, run=srun, timeout=3.0, heartbeat=0.25,
+                       standby_of="127.0.0.1:%d" % pri.port, lease=0.5)
+
+    def kinds_until(sv, want, secs):
+        seen = []
+        deadline = time.time() + secs
+        while time.time() < deadline:
+            ev = sv.poll(0.2)
+            if ev is not None:
+                seen.append((ev["kind"], ev["text"]))
+                if want(ev):
+                    break
+        return seen
+
+    got = kinds_until(pri, lambda ev: ev["kind"] == "standby", 10)
+    check(got and got[-1][0] == "standby" and "attached" in got[-1][1], "the primary saw its standby attach: %s" % got)
+    a, b = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    with diloco.Learner({"a": a, "b": b}, connect="127.0.0.1:%d|127.0.0.1:%d" % (pri.port, sb.port), secret=sec,
+                        run=srun, heartbeat=0.25, id=1) as ln:
+        for step in range(40):
+            a += 0.01 * (1 - a)
+            ln.step_done(8)
+        ln.finish(10)
+    got = kinds_until(pri, lambda ev: ev["kind"] == "bye", 5)
+    ev = pri.poll(1.0)
+    while ev is not None:  # (merges the learner's last contributions made after its bye came)
+        got.append((ev["kind"], ev["text"]))
+        ev = pri.poll(1.0)
+    primary_merges = [e for e in got if e[0] == "merged"]
+    pri.close()
+    seen = kinds_until(sb, lambda ev: ev["kind"] == "standby" and "ends" in ev["text"], 10)
+    replicas = [e for e in seen if e[0] == "merged"]
+    check(len(primary_merges) > 0 and len(replicas) == len(primary_merges) and seen[-1][0] == "standby",
+          "the standby recorded %d of the primary's %d merges and ended: %s" % (len(replicas), len(primary_merges),
+                                                                              seen[-3:]))
+    sb.close()
 finally:
     for proc in (learner, syncer):
         if proc and proc.poll() is None:

@@ -422,7 +422,8 @@ static size_t client_config_size(int version) {
 }
 static size_t server_config_size(int version) {
     if (version >= DLC_SERVER_CONFIG_V1 && version <= DLC_SERVER_CONFIG_V3) return offsetof(dlc_server_config, shard);
-    return version == DLC_SERVER_CONFIG_V4 ? sizeof(dlc_server_config) : 0;
+    if (version == DLC_SERVER_CONFIG_V4) return offsetof(dlc_server_config, standby_of);
+    return version == DLC_SERVER_CONFIG_V5 ? sizeof(dlc_server_config) : 0;
 }
 
 /* `driver` is not read since version 2: a config that sets it is refused, whatever its
@@ -785,6 +786,10 @@ static dlc_status server_from_tensors(dlc_server *s, const dlc_server_config *cf
     if (cfg->shards > 1 && (cfg->shard < 1 || cfg->shard > cfg->shards))
         return dlc_error(DLC_ERR_ARG, "server: shard %d of %d: expected 1..%d", cfg->shard, cfg->shards, cfg->shards);
     sc.shard = cfg->shards > 1 ? cfg->shard - 1 : 0, sc.shards = cfg->shards;
+    if (cfg->standby_of && !(cfg->lease >= 0 && isfinite(cfg->lease)))
+        return dlc_error(DLC_ERR_ARG, "server: lease %g: expected a finite number of seconds >= 0 (0: the timeout)",
+                         cfg->lease);
+    sc.standby_of = cfg->standby_of, sc.lease = cfg->lease;
     if (!(s->s = dlc_srt_new(&sc))) return dlc_last_status();
     /* Θ0 is the syncer's now: the arena holds nothing until dlc_server_global */
     pages_release(dlc_params_data(s->y.params), (size_t)dlc_params_size(s->y.params));

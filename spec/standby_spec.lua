@@ -135,6 +135,11 @@ describe("a shard with a standby", function()
       assert.are.equal(#e.contributors, #s.contributors)
       for i, c in ipairs(e.contributors) do assert.are.equal(c.learner, s.contributors[i].learner) end
     end
+    -- no learner waited for the syncer (decoupled never blocks), through the takeover too
+    for m = 1, 3 do
+      local ls_sum = H.summary_of(H.events(S.dir .. "/run/l" .. m .. "/metrics.jsonl"))
+      assert.are.equal(0, ls_sum.wait_s, "learner " .. m .. " waited")
+    end
     -- it took over with a later epoch, and as shard 1 assembled the run's model
     local sum = H.summary_of(H.events(ms))
     assert.is_number(sum.took_over_s)

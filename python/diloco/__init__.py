@@ -80,10 +80,11 @@ _StateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctyp
 
 # client.h's config structs as of version 3 (DLC_CLIENT_CONFIG_V3: the fields are version
 # 1's, and learner ids count from 1 as `diloco-lua learner --id` counts them) and 4
-# (DLC_SERVER_CONFIG_V4: version 3's and a shard of a syncer in shards, docs/shards.md):
+# (DLC_SERVER_CONFIG_V4: version 3's and a shard of a syncer in shards, docs/shards.md)
+# and 5 (DLC_SERVER_CONFIG_V5: version 4's and a standby, docs/shards.md "Standbys"):
 # this module passes those versions, so a newer libdiloco reads only these fields.
 _CONFIG_VERSION = 3
-_SERVER_CONFIG_VERSION = 4
+_SERVER_CONFIG_VERSION = 5
 
 
 class _ClientConfig(ctypes.Structure):
@@ -112,7 +113,8 @@ class _ServerConfig(ctypes.Structure):
                 ("timeout", ctypes.c_double), ("heartbeat", ctypes.c_double), ("on_event", _EventFn),
                 ("event_ctx", ctypes.c_void_p), ("event_thread", ctypes.c_int),
                 ("driver", ctypes.c_void_p),  # must be NULL (client.h: driver mode was removed)
-                ("shard", ctypes.c_int), ("shards", ctypes.c_int)]  # version 4
+                ("shard", ctypes.c_int), ("shards", ctypes.c_int),  # version 4
+                ("standby_of", ctypes.c_char_p), ("lease", ctypes.c_double)]  # version 5
 
 
 
@@ -361,7 +363,9 @@ class Server(_Handle):
     """A run's syncer on a thread of the library; params give the layout and the initial
     global model (copied), learners the learner count M; shard (from 1) of shards: one shard
     of a syncer split by fragment (docs/shards.md), whose learners connect to every shard
-    ("HOST:PORT,HOST:PORT").
+    ("HOST:PORT,HOST:PORT"); standby_of ("HOST:PORT"): a standby of the syncer (or shard)
+    there, which takes over once it has not reached it for lease seconds (0: timeout), its
+    learners given both addresses ("A|A2"; docs/shards.md, "Standbys").
 
     Its events (dicts, as poll returns them) come from poll, or go to on_event(event):
     called by dispatch(timeout) in the caller's own loop, or with event_thread=True from a
@@ -371,7 +375,8 @@ class Server(_Handle):
     _free = "dlc_server_free"
 
     def __init__(self, params, learners, secret_file=None, secret=None, run=None, run_id="", listen="127.0.0.1:0",
-                 timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False, shard=1, shards=1):
+                 timeout=5.0, heartbeat=1.0, on_event=None, event_thread=False, shard=1, shards=1,
+                 standby_of=None, lease=0.0):
         lib = _load()
         cfg = _ServerConfig()
         if lib.dlc_server_config_default_versioned(_SERVER_CONFIG_VERSION, ctypes.byref(cfg)) != 0:
@@ -382,6 +387,8 @@ class Server(_Handle):
         cfg.run_id = run_id.encode()
         cfg.timeout, cfg.heartbeat = timeout, heartbeat
         cfg.shard, cfg.shards = int(shard), int(shards)  # shard (from 1) of shards: docs/shards.md
+        self._standby_of = standby_of.encode() if standby_of else None  # (borrowed by the call)
+        cfg.standby_of, cfg.lease = self._standby_of, float(lease)
         self._on_event = None
         if on_event is not None:
             def call(ctx, ev):
@@ -409,7 +416,7 @@ class Server(_Handle):
 
     def poll(self, timeout=1.0):
         """The next event as a dict (kind: merged, joined, lost, rejected, refused, bye,
-        replaced, refusals, behind: rt/include/diloco/rt.h; learner, fragment, version,
+        replaced, refusals, behind, standby: rt/include/diloco/rt.h; learner, fragment, version,
         time, text), or None when none came within timeout s."""
         ev = _ServerEvent()
         got = _lib.dlc_server_poll(self._h, ctypes.byref(ev), int(timeout * 1000))

@@ -139,7 +139,9 @@ typedef struct dlc_client_config {
 #define DLC_SERVER_CONFIG_V3 3
 /* Version 4 (the server only): `shard` and `shards` at the end of dlc_server_config. */
 #define DLC_SERVER_CONFIG_V4 4
-#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V4
+/* Version 5 (the server only): `standby_of` and `lease` after them. */
+#define DLC_SERVER_CONFIG_V5 5
+#define DLC_SERVER_CONFIG_VERSION DLC_SERVER_CONFIG_V5
 /* dlc_KIND_default_config_(): the defaults of config KIND (client, server) for the version
  * of this header, by value, through dlc_KIND_config_default_versioned. */
 #define DLC_DEFAULT_CONFIG_FN_(KIND, VERSION)                              \
@@ -237,6 +239,14 @@ typedef struct dlc_server_config {
      * (from 1) of `shards`, serving the fragments dealt to it; its clients are given every
      * shard's address in order ("HOST:PORT,HOST:PORT").  shards 0 or 1: one syncer. */
     int shard, shards;
+    /* Version 5: a standby of the syncer (or shard) at `standby_of` ("HOST:PORT", or
+     * alternates "A|B"; borrowed during dlc_server_new): it holds that primary's state from
+     * a replica of every merge and takes over once it has not reached it for `lease`
+     * seconds (0: `timeout`); its clients list it after the primary, "A|A2" (rt.h,
+     * dlc_srt_config.standby_of; docs/shards.md, "Standbys").  NULL: a primary, which
+     * takes one standby. */
+    const char *standby_of;
+    double lease;
 } dlc_server_config;
 
 /* As dlc_client_config_default_versioned, for the server's config. */
