@@ -240,12 +240,18 @@ static void post(dlc_srt *s, const dlc_srt_event *ev) {
     pthread_mutex_unlock(&s->qlock);
 }
 
-static void post_simple(dlc_srt *s, dlc_srt_event_kind kind, int learner, const char *text) {
+/* An event of `kind` about learner (-1: none) at driver time `now`, the rest zero. */
+static dlc_srt_event event_at(dlc_srt_event_kind kind, int learner, double now) {
     dlc_srt_event ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = kind;
-    ev.time = srt_now(s);
+    ev.time = now;
     ev.learner = learner;
+    return ev;
+}
+
+static void post_simple(dlc_srt *s, dlc_srt_event_kind kind, int learner, const char *text) {
+    dlc_srt_event ev = event_at(kind, learner, srt_now(s));
     if (text) snprintf(ev.text, sizeof ev.text, "%s", text);
     post(s, &ev);
 }
@@ -283,11 +289,7 @@ static void refuse(dlc_srt *s, int reason, int learner, const char *from, const 
 static void refusals_tick(dlc_srt *s, double now) {
     if (now - s->rf.t0 < s->cfg.refusals_every) return;
     if (s->rf.count > s->rf.posted) {
-        dlc_srt_event ev;
-        memset(&ev, 0, sizeof ev);
-        ev.kind = DLC_SRT_REFUSALS;
-        ev.time = now;
-        ev.learner = -1;
+        dlc_srt_event ev = event_at(DLC_SRT_REFUSALS, -1, now);
         ev.count = s->rf.count;
         ev.interval = now - s->rf.t0;
         size_t n = (size_t)snprintf(ev.text, sizeof ev.text, "%lld refused in %.1f s (%lld reported one by one): by "
@@ -344,11 +346,7 @@ static void behind(dlc_srt *s, int m, const dlc_msg *old, const dlc_msg *now_msg
     L->superseded++;
     double now = srt_now(s);
     if (L->behind_t >= 0 && now - L->behind_t < s->cfg.refusals_every) return;
-    dlc_srt_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = DLC_SRT_BEHIND;
-    ev.time = now;
-    ev.learner = m;
+    dlc_srt_event ev = event_at(DLC_SRT_BEHIND, m, now);
     ev.fragment = now_msg->fragment;
     ev.count = L->superseded;
     ev.interval = L->behind_t >= 0 ? now - L->behind_t : now;
@@ -981,11 +979,7 @@ static dlc_status standby_replica(dlc_srt *s, const dlc_frame *f, double now, in
     s->primary_epoch = m->epoch;
     s->st.replicas++;
     if (!whole) { /* the primary's merge, on this standby's record (its tape goes on from there) */
-        dlc_srt_event ev;
-        memset(&ev, 0, sizeof ev);
-        ev.kind = DLC_SRT_MERGED;
-        ev.time = now;
-        ev.learner = -1;
+        dlc_srt_event ev = event_at(DLC_SRT_MERGED, -1, now);
         ev.fragment = p;
         if (m->steps > 0 && !(ev.owned_ = calloc((size_t)m->steps, sizeof *ev.owned_)))
             return dlc_error(DLC_ERR_NOMEM, "syncer: out of memory for a merge record");
@@ -1057,11 +1051,7 @@ static dlc_status take_over(dlc_srt *s, double now) {
     dlc_net_free(s->rnet); /* no more of the old primary, should it come back */
     s->rnet = NULL;
     if ((st = dlc_net_set_refusing(s->net, NULL)) != DLC_OK) return st;
-    dlc_srt_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = DLC_SRT_STANDBY;
-    ev.time = now;
-    ev.learner = -1;
+    dlc_srt_event ev = event_at(DLC_SRT_STANDBY, -1, now);
     ev.count = e;
     snprintf(ev.text, sizeof ev.text, "took over from its primary at %.300s (unreachable for %.1f s): epoch %lld, "
              "contributions stamped with the primary's epoch %lld taken", s->standby_of, now - s->primary_seen,

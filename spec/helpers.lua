@@ -72,6 +72,26 @@ function H.count_events(path, name)
   return n
 end
 
+-- Waits for every pid (at most secs each, then kills them all, by pid, and raises);
+-- their exit statuses, in order.
+function H.wait_all(pids, secs)
+  local codes = {}
+  for i, pid in ipairs(pids) do
+    local ok, err = pcall(H.await_or_kill, pid, secs, "exit of pid " .. pid, function()
+      codes[i] = require("diloco").proc.wait(pid)
+      return codes[i] ~= nil
+    end)
+    if not ok then
+      for _, p in ipairs(pids) do
+        pcall(require("diloco").proc.signal, p, "KILL")
+        pcall(require("diloco").proc.wait, p, true)
+      end
+      error(err, 0)
+    end
+  end
+  return codes
+end
+
 -- Waits, polling every 0.1 s, until ready() returns true, at most `secs`; if it never does
 -- (or raises), kills the process `pid` (the test's own, by pid), reaps it and raises
 -- "no WHAT within SECS s" (or ready's error).

@@ -33,25 +33,6 @@ local function learner(S, path, m, connect)
     "--overwrite", "--quiet", stdout = log, stderr = log, env = { OMP_NUM_THREADS = "1" }, parent_death = "KILL" })
 end
 
--- Waits for every pid (at most secs each, then kills the rest); their exit statuses.
-local function wait_all(pids, secs)
-  local codes = {}
-  for i, pid in ipairs(pids) do
-    local ok, err = pcall(H.await_or_kill, pid, secs, "exit of pid " .. pid, function()
-      codes[i] = diloco.proc.wait(pid)
-      return codes[i] ~= nil
-    end)
-    if not ok then
-      for _, p in ipairs(pids) do
-        pcall(diloco.proc.signal, p, "KILL")
-        pcall(diloco.proc.wait, p, true)
-      end
-      error(err, 0)
-    end
-  end
-  return codes
-end
-
 -- The fragments merged and the learners that contributed, in a shard's metrics.
 local function merges_of(path)
   local frags, learners, n = {}, {}, 0
@@ -80,7 +61,7 @@ describe("a sharded syncer under a launcher", function()
     local S, path = fresh(200)
     local pids = { shard(S, path, 1), shard(S, path, 2) }
     for m = 1, 3 do pids[#pids + 1] = learner(S, path, m) end
-    local codes = wait_all(pids, 120)
+    local codes = H.wait_all(pids, 120)
     for i, c in ipairs(codes) do
       assert.are.same({ exited = 0 }, c, log(S, i <= 2 and ("shard" .. i) or ("l" .. (i - 2))))
     end
@@ -148,7 +129,7 @@ describe("a sharded syncer under a launcher", function()
     local at = (H.read_lines(S.dir .. "/addr2")[1] or ""):match("^%s*(.-)%s*$")
     os.remove(S.dir .. "/addr2")
     s2 = shard(S, path, 2, { "--resume" }, at)
-    local codes = wait_all({ s1, s2, ls[1], ls[2], ls[3] }, 180)
+    local codes = H.wait_all({ s1, s2, ls[1], ls[2], ls[3] }, 180)
     for i, c in ipairs(codes) do
       assert.are.same({ exited = 0 }, c, log(S, ({ "shard1", "shard2", "l1", "l2", "l3" })[i]))
     end
@@ -197,7 +178,7 @@ describe("a sharded syncer under a launcher", function()
     -- a learner given shard 1's address alone: refused for good, naming the shards
     local s1 = shard(S, path, 1)
     local l = learner(S, path, 1, "@" .. S.dir .. "/addr1")
-    local code = wait_all({ l }, 60)[1]
+    local code = H.wait_all({ l }, 60)[1]
     pcall(diloco.proc.signal, s1, "KILL")
     diloco.proc.wait(s1, true)
     assert.are.same({ exited = 1 }, code)

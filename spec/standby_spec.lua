@@ -39,24 +39,6 @@ local function learner(S, path, m, connect)
     S.dir .. "/secret", "--out", S.dir .. "/run/l" .. m, "--overwrite", "--quiet" })
 end
 
-local function wait_all(pids, secs)
-  local codes = {}
-  for i, pid in ipairs(pids) do
-    local ok, err = pcall(H.await_or_kill, pid, secs, "exit of pid " .. pid, function()
-      codes[i] = diloco.proc.wait(pid)
-      return codes[i] ~= nil
-    end)
-    if not ok then
-      for _, p in ipairs(pids) do
-        pcall(diloco.proc.signal, p, "KILL")
-        pcall(diloco.proc.wait, p, true)
-      end
-      error(err, 0)
-    end
-  end
-  return codes
-end
-
 local function log(S, name) return table.concat(H.read_lines(S.dir .. "/" .. name .. ".log"), "\n") end
 
 -- The merges of a metrics file: list of {fragment, version, replica, contributors}.
@@ -104,7 +86,7 @@ describe("a shard with a standby", function()
       return by[1] and by[2] and by[3]
     end)
     for m = 1, 3 do diloco.proc.signal(ls[m], "TERM") end
-    local codes = wait_all({ sb, p2, ls[1], ls[2], ls[3] }, 180)
+    local codes = H.wait_all({ sb, p2, ls[1], ls[2], ls[3] }, 180)
     for i, c in ipairs(codes) do
       local name = ({ "standby1", "shard2", "l1", "l2", "l3" })[i]
       assert.are.same(i <= 2 and { exited = 0 } or { exited = 128 + 15 }, c, name .. ":\n" .. log(S, name))
