@@ -593,9 +593,22 @@ static dlc_status standby_attach(dlc_srt *s, int peer, const char *from, double 
         dlc_net_close(s->net, peer);
         return DLC_OK;
     }
-    if (s->sb_peer >= 0 || s->cfg.syncer.dp) {
+    /* a replica of each fragment must fit a frame (the largest, with momentum and every
+     * learner's record): else this syncer takes no standby */
+    int64_t too_big = -1;
+    for (int p = 0; p < s->P && too_big < 0; p++)
+        if (dlc_syncer_owns(s->s, p) &&
+            dlc_replica_payload_size(s->numel[p], DLC_MSG_REPLICA_MOMENTUM | DLC_MSG_REPLICA_WHOLE, s->M) < 0)
+            too_big = p;
+    if (s->sb_peer >= 0 || s->cfg.syncer.dp || too_big >= 0) {
+        char why[160];
+        if (too_big >= 0)
+            snprintf(why, sizeof why, "fragment %lld's replica (%lld floats, with momentum) exceeds the largest frame",
+                     (long long)too_big + 1, (long long)s->numel[too_big]);
         snprintf(text, sizeof text, "a standby from %.200s refused: %s", from,
-                 s->cfg.syncer.dp ? "data parallel is not replicated" : "one is attached already");
+                 s->cfg.syncer.dp ? "data parallel is not replicated"
+                 : too_big >= 0   ? why
+                                  : "one is attached already");
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_BYE);
         f.msg.learner = 0; /* (a standby has no id: the field is not read) */
