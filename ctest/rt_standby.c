@@ -32,8 +32,9 @@ static dlc_net_config net_config(void) {
     return c;
 }
 
-static dlc_srt *start_syncer(const fx *x, const char *standby_of) {
+static dlc_srt *start_shard(const fx *x, const char *standby_of, int shard, int shards) {
     dlc_srt_config sc = dlc_srt_default_config();
+    sc.shard = shard, sc.shards = shards;
     sc.syncer.learners = M;
     sc.syncer.tau = 1;
     sc.plan = x->plan;
@@ -44,6 +45,8 @@ static dlc_srt *start_syncer(const fx *x, const char *standby_of) {
     sc.lease = 0.3;
     return dlc_srt_new(&sc);
 }
+
+static dlc_srt *start_syncer(const fx *x, const char *standby_of) { return start_shard(x, standby_of, 0, 0); }
 
 static dlc_lrt *start_learner(const fx *x, int id, const char *connect) {
     dlc_lrt_config lc = dlc_lrt_default_config();
@@ -345,9 +348,39 @@ static void test_hostile_primary(void) {
     fx_free(&xs);
 }
 
+/* A standby started for another shard than its primary's: it ends, naming both, and never
+ * takes over (the primary's WELCOME states its shard). */
+static void test_wrong_shard(void) {
+    fx xs;
+    fx_make(&xs, P, 31);
+    dlc_srt *pri = start_shard(&xs, NULL, 0, 2);
+    CHECK_OK(pri);
+    if (!pri) return;
+    char paddr[32];
+    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", dlc_srt_port(pri));
+    dlc_srt *sb = start_shard(&xs, paddr, 1, 2);
+    CHECK_OK(sb);
+    seen ws;
+    memset(&ws, 0, sizeof ws);
+    dlc_srt_event ev;
+    int named = 0;
+    for (int tries = 0; tries < 200 && !named && sb; tries++)
+        if (dlc_srt_poll(sb, &ev, 50) > 0) {
+            named = strstr(ev.text, "is shard 1 of 2, this standby serves shard 2 of 2") != NULL;
+            dlc_srt_event_release(&ev);
+        }
+    CHECK(named);
+    dlc_srt_stats st;
+    CHECK(sb && dlc_srt_get_stats(sb, &st) == DLC_OK && st.standby == 4);
+    dlc_srt_free(sb);
+    dlc_srt_free(pri);
+    fx_free(&xs);
+}
+
 int main(void) {
     (void)randv; /* check_fx.h's, unused here */
     test_replicated();
     test_hostile_primary();
+    test_wrong_shard();
     return check_done("rt_standby");
 }

@@ -87,6 +87,10 @@ typedef struct owed {
 /* Seconds a standby waits before it makes its link again after a refusal (shutdown: the
  * address held another standby, not serving yet). */
 #define SRT_RELINK_S 0.5
+/* Replicas a standby refuses in a row (catching up again after each) before it ends: its
+ * primary keeps sending what it cannot take (another plan), and the run's records must
+ * not grow with each attempt. */
+#define SRT_REFUSED_MAX 3
 /* The longest dlc_srt_clock_moved waits for the thread to act on the moved clock. */
 #define SRT_CLOCK_WAIT_S 10
 
@@ -167,6 +171,7 @@ struct dlc_srt {
     dlc_net *rnet;
     dlc_hello rhello;
     int rpeer, standby, primary_up;
+    int refused_row;            /* replicas refused in a row (SRT_REFUSED_MAX ends the standby) */
     double primary_seen, relink_at;
     int64_t primary_epoch;
     uint8_t *caught;
@@ -982,12 +987,16 @@ static dlc_status standby_replica(dlc_srt *s, const dlc_frame *f, double now, in
     if (st != DLC_OK) return st;
     if (why[0]) {
         char text[DLC_RT_TEXT_MAX];
-        snprintf(text, sizeof text, "a replica from the primary refused (%.400s): catching up again", why);
+        int last = ++s->refused_row >= SRT_REFUSED_MAX;
+        snprintf(text, sizeof text, "a replica from the primary refused (%.400s): %s", why,
+                 last ? "the third in a row: this standby ends" : "catching up again");
         post_simple(s, DLC_SRT_STANDBY, -1, text);
         memset(s->caught, 0, (size_t)s->P);
+        if (last) s->st.standby = 4;
         *relink = 1;
         return DLC_OK;
     }
+    s->refused_row = 0;
     if (whole) s->caught[p] = 1;
     s->primary_epoch = m->epoch;
     s->st.replicas++;
@@ -1019,12 +1028,27 @@ static dlc_status standby_replica(dlc_srt *s, const dlc_frame *f, double now, in
 static dlc_status standby_event(dlc_srt *s, dlc_net_event *ev, double now, int *relink) {
     char text[DLC_RT_TEXT_MAX];
     switch (ev->kind) {
-    case DLC_NET_READY:
+    case DLC_NET_READY: {
+        /* the primary's WELCOME states its shard: this standby's, or it ends */
+        const dlc_hello *w = &ev->frame.hello;
+        int S = w->endpoints > 1 ? w->endpoints : 1, self = 0, mine = s->cfg.shards > 1 ? s->cfg.shard : 0;
+        for (int e = 0; e < w->endpoints; e++)
+            if (!w->endpoint[e][0]) self = e;
+        if (S != (s->cfg.shards > 1 ? s->cfg.shards : 1) || self != mine) {
+            snprintf(text, sizeof text, "the syncer at %.200s is shard %d of %d, this standby serves shard %d of %d: "
+                     "this standby ends (give it its own shard's primary)", s->standby_of, self + 1, S, mine + 1,
+                     s->cfg.shards > 1 ? s->cfg.shards : 1);
+            s->st.standby = 4;
+            *relink = 1;
+            post_simple(s, DLC_SRT_STANDBY, -1, text);
+            return DLC_OK;
+        }
         s->primary_up = 1;
         s->primary_seen = now;
         snprintf(text, sizeof text, "reached its primary at %.300s: catching up from its whole replicas", s->standby_of);
         post_simple(s, DLC_SRT_STANDBY, -1, text);
         return DLC_OK;
+    }
     case DLC_NET_FRAME:
         s->primary_seen = now;
         if (ev->frame.type == DLC_FRAME_REPLICA) return standby_replica(s, &ev->frame, now, relink);
