@@ -210,7 +210,9 @@ typedef struct fake {
     int peer;
 } fake;
 
-static int fake_start(fake *f, const fx *x) {
+/* The fake's net: a primary's terms (listen) or a standby's HELLO (connect to `addr`).
+ * Returns the port listened on, or the peer connected; negative on failure. */
+static int fake_net(fake *f, const fx *x, const char *addr) {
     memset(f, 0, sizeof *f);
     dlc_frame fr;
     dlc_frame_init(&fr, DLC_FRAME_WELCOME);
@@ -223,7 +225,8 @@ static int fake_start(fake *f, const fx *x) {
     f->hello.block = sp.codec_params.block;
     f->hello.caps = DLC_CAP_ALL | DLC_CAP_STANDBY;
     f->hello.codecs = 0xffffu;
-    f->hello.fragments = P, f->hello.endpoints = 1;
+    f->hello.fragments = addr ? 0 : P, f->hello.endpoints = addr ? 0 : 1;
+    if (addr) f->hello.learner = -1;
     for (int p = 0; p < P; p++) f->numel[p] = dlc_plan_numel(x->plan, p);
     f->layout = (dlc_proto_layout){.fragments = P, .numel = f->numel, .model_numel = dlc_params_numel(x->p),
                                    .codec = sp.codec_params};
@@ -232,8 +235,10 @@ static int fake_start(fake *f, const fx *x) {
     c.layout = &f->layout;
     c.frame_max = 1 << 20;
     if (!(f->net = dlc_net_new(&c))) return -1;
-    return dlc_net_listen(f->net, "127.0.0.1:0");
+    return addr ? (f->peer = dlc_net_connect(f->net, addr)) : dlc_net_listen(f->net, "127.0.0.1:0");
 }
+
+static int fake_start(fake *f, const fx *x) { return fake_net(f, x, NULL); }
 
 static void free_buf(const void *payload, void *arg) {
     (void)payload;
@@ -377,10 +382,65 @@ static void test_wrong_shard(void) {
     fx_free(&xs);
 }
 
+/* A standby that attaches, takes its whole replicas and then never acknowledges a merge
+ * (stuck, or hostile: an ack of a version that does not wait is ignored) holds the
+ * primary's merges back for the transport's timeout at most: then it is let go, named,
+ * and the primary merges on. */
+static void test_silent_standby(void) {
+    fx xs, xl;
+    fx_make(&xs, P, 31);
+    fx_make(&xl, P, 31);
+    dlc_srt *pri = start_syncer(&xs, NULL);
+    CHECK_OK(pri);
+    if (!pri) return;
+    char paddr[32];
+    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", dlc_srt_port(pri));
+    fake f;
+    CHECK(fake_net(&f, &xs, paddr) >= 0);
+    dlc_net_event ev;
+    CHECK(fake_next(&f, DLC_NET_READY, 0, &ev, 10) && (ev.frame.hello.caps & DLC_CAP_STANDBY));
+    dlc_net_event_release(&ev);
+    for (int p = 0; p < P; p++) {
+        CHECK(fake_next(&f, DLC_NET_FRAME, DLC_FRAME_REPLICA, &ev, 10) && (ev.frame.msg.flags & DLC_MSG_REPLICA_WHOLE));
+        dlc_net_event_release(&ev);
+    }
+    dlc_frame ack; /* of a version nothing waits for: ignored */
+    dlc_frame_init(&ack, DLC_FRAME_REPLICA_ACK);
+    ack.msg.fragment = 0, ack.msg.version = 12345;
+    CHECK(dlc_net_send(f.net, f.peer, &ack, NULL, NULL) == DLC_OK);
+    seen wp;
+    memset(&wp, 0, sizeof wp);
+    int let_go = 0;
+    dlc_lrt *l = start_learner(&xl, 0, paddr);
+    CHECK_OK(l);
+    CHECK(dlc_lrt_join(l, 10) == DLC_OK);
+    dlc_srt_event e;
+    for (int t = 0; t < 2000 && wp.merges < 3; t++) { /* (merges wait for the timeout, 2 s, then go on) */
+        fx_step(&xl, 1.0f);
+        CHECK(dlc_lrt_step_done(l, 100, 0.001) == DLC_OK);
+        while (dlc_srt_poll(pri, &e, 5) > 0) {
+            if (e.kind == DLC_SRT_MERGED) wp.merges++;
+            if (e.kind == DLC_SRT_STANDBY && strstr(e.text, "did not acknowledge")) let_go++;
+            dlc_srt_event_release(&e);
+        }
+        while (dlc_net_poll(f.net, &ev, 0) > 0) dlc_net_event_release(&ev); /* (never acked) */
+    }
+    CHECK(let_go == 1 && wp.merges >= 3);
+    dlc_srt_stats st;
+    CHECK(dlc_srt_get_stats(pri, &st) == DLC_OK && st.standby == 0);
+    CHECK(dlc_lrt_finish(l, 5, "done") == DLC_OK);
+    dlc_lrt_free(l);
+    dlc_net_free(f.net);
+    dlc_srt_free(pri);
+    fx_free(&xl);
+    fx_free(&xs);
+}
+
 int main(void) {
     (void)randv; /* check_fx.h's, unused here */
     test_replicated();
     test_hostile_primary();
     test_wrong_shard();
+    test_silent_standby();
     return check_done("rt_standby");
 }

@@ -164,6 +164,7 @@ struct dlc_srt {
     char sb_from[DLC_RT_TEXT_MAX];
     rep_out *rq_head, *rq_tail;
     double rq_tried;
+    double *rep_at;             /* [P] driver time fragment p's merge began to wait for its ack, 0 none */
     /* a standby (cfg.standby_of, copied): its link to the primary (a client net of its
      * own, with its I/O thread), caught[p] once a whole replica of p came, primary_up,
      * when it was last reachable, the epoch it stamps; standby: 1 until it takes over */
@@ -647,6 +648,7 @@ static dlc_status standby_lost(dlc_srt *s, const char *why, double now) {
     s->sb_peer = -1;
     s->st.standby = 0;
     rq_clear(s);
+    memset(s->rep_at, 0, (size_t)s->P * sizeof *s->rep_at);
     post_simple(s, DLC_SRT_STANDBY, -1, text);
     dlc_status st = dlc_syncer_set_replicated(s->s, 0, now);
     return st == DLC_OK ? drain(s) : st;
@@ -658,8 +660,25 @@ static dlc_status standby_frame(dlc_srt *s, const dlc_frame *f, double now) {
     s->st.acks++;
     int p = f->msg.fragment;
     if (p < 0 || p >= s->P || dlc_syncer_awaiting(s->s, p) != f->msg.version) return DLC_OK; /* a whole one's */
+    s->rep_at[p] = 0;
     dlc_status st = dlc_syncer_replica_acked(s->s, p, f->msg.version, now);
     return st == DLC_OK ? drain(s) : st;
+}
+
+/* A standby that leaves a merge unacknowledged for the transport's timeout (connected,
+ * heartbeating, but not acking: stuck or hostile) is let go, so that merges go on: its
+ * connection closed, its LOST releases what waited (standby_lost).  lock held. */
+static void ack_deadline(dlc_srt *s, double now) {
+    for (int p = 0; p < s->P && s->sb_peer >= 0; p++) {
+        if (!(s->rep_at[p] > 0) || now - s->rep_at[p] < s->cfg.net.timeout_s) continue;
+        char text[DLC_RT_TEXT_MAX];
+        snprintf(text, sizeof text, "the standby from %.200s did not acknowledge fragment %d v%lld within %.1f s "
+                 "(the timeout): it is let go, merges go on without it", s->sb_from, p + 1,
+                 (long long)dlc_syncer_awaiting(s->s, p), s->cfg.net.timeout_s);
+        post_simple(s, DLC_SRT_STANDBY, -1, text);
+        memset(s->rep_at, 0, (size_t)s->P * sizeof *s->rep_at);
+        dlc_net_close(s->net, s->sb_peer); /* its LOST follows */
+    }
 }
 
 /* Performs the syncer's queued actions.  lock held. */
@@ -735,6 +754,7 @@ static dlc_status drain(dlc_srt *s) {
             break;
         case DLC_SACT_REPLICATE: { /* the merge waits for the standby: its replica goes */
             dlc_replica r;
+            s->rep_at[a.fragment] = ev.time;
             st = dlc_syncer_replica(s->s, a.fragment, &r);
             if (st == DLC_OK) st = rq_push(s, &r);
             break;
@@ -1153,6 +1173,7 @@ static void *srt_thread(void *arg) {
         for (int m = 0; m < s->M && st == DLC_OK; m++)
             if (s->learners[m].ob_head && now - s->learners[m].ob_tried >= SRT_OWED_RETRY_S) st = owed_flush(s, m);
         if (s->rq_head && now - s->rq_tried >= SRT_OWED_RETRY_S) rq_flush(s);
+        if (s->sb_peer >= 0) ack_deadline(s, now);
         if (exp <= now) {
             st = dlc_syncer_handle_expiry(s->s, now);
             if (st == DLC_OK) st = drain(s);
@@ -1286,7 +1307,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     for (int m = 0; m < s->M; m++)
         s->learners[m].peer = s->learners[m].banked = s->learners[m].held = s->learners[m].waiting = -1,
         s->learners[m].heard = -1, s->learners[m].behind_t = -1;
-    if (!(s->cur = calloc((size_t)s->P, sizeof *s->cur)) || !(s->cur_version = calloc((size_t)s->P, sizeof(int64_t))) ||
+    if (!(s->rep_at = calloc((size_t)s->P, sizeof *s->rep_at)) || !(s->cur = calloc((size_t)s->P, sizeof *s->cur)) || !(s->cur_version = calloc((size_t)s->P, sizeof(int64_t))) ||
         !(s->cur_epoch = calloc((size_t)s->P, sizeof(int64_t))))
         goto nomem;
     /* a resumed run is under way: its learners rejoin as they come */
@@ -1387,6 +1408,7 @@ void dlc_srt_free(dlc_srt *s) {
     for (int m = 0; s->learners && m < s->M; m++) owed_clear(s, m);
     for (int p = 0; s->cur && p < s->P; p++) sbuf_unref(NULL, s->cur[p]);
     free(s->cur);
+    free(s->rep_at);
     free(s->owner);
     free(s->owns);
     free(s->cur_version);
