@@ -130,4 +130,21 @@ describe("a shard with a standby", function()
     assert.is_true(sum.final_eval_loss < 5, "the assembled model learned: " .. tostring(sum.final_eval_loss)) -- (ln 256 = 5.5)
     S.cleanup()
   end)
+  it("refuses bad standby options, named", function()
+    local S = H.scratch()
+    local path = recipe(S, 200)
+    for _, case in ipairs {
+      { { "--lease", "1" }, "--lease: only a standby (--standby-of) has a lease" },
+      { { "--standby-of", "127.0.0.1:1", "--set", "sync.preset=dp", "--set", "sync.fragments=1" },
+        "--standby-of: data parallel has no standby" },
+      { { "--standby-of", "nonsense" }, 'address "nonsense": expected HOST:PORT' },
+      { { "--standby-of", "127.0.0.1:1", "--lease", "0" }, "--lease" },
+    } do
+      local out, status = H.sh(table.concat({ exe, "syncer", path, "--out", S.dir .. "/bad", "--quiet",
+        table.unpack(case[1]) }, " ") .. " 2>&1")
+      assert.are.equal(2, status, out)
+      assert.matches(case[2], out, 1, true)
+    end
+    S.cleanup()
+  end)
 end)
