@@ -76,7 +76,7 @@ function M.start_syncer(ctx, listen, resume)
   local o = { params = ctx.params, plan = ctx.plan, learners = r.islands.count,
     learner = ctx.lopts, syncer = ctx.sopts, run_json = ctx.run_json, listen = listen, run = ctx.run_id, resume = resume, epoch = epoch,
     shard = ctx.opts.shard, shards = ctx.opts.shards, -- (docs/shards.md)
-    standby_of = ctx.opts.standby_of, lease = ctx.opts.lease or (ctx.opts.standby_of and ctx.rt.timeout or nil),
+    standby_of = ctx.opts.standby_of, lease = ctx.opts.lease, -- (none: the net's timeout, runtime.timeout)
     -- the run's first syncer lets its learners start together (rt.h, the start gate); a
     -- later one (a restart, a rollback, the end) serves a run under way
     start_learners = not ctx.syncer_started and ctx.rt.start_timeout > 0 and r.islands.count or 0,
