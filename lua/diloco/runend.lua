@@ -130,6 +130,8 @@ function M.finish(ctx, err)
     standby_of = ctx.opts.standby_of, took_over_s = ctx.took_over,
     replicas = (st.replicas or 0) > 0 and st.replicas or nil,
   }
+  -- shard 1 under a launcher: the run's counts over every shard (lua/diloco/shards.lua)
+  summary.run = ctx.shard_summaries and require("diloco.shards").run_totals(summary, ctx.shard_summaries) or nil
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)
   local absent_error = ctx.absent and #ctx.absent > 0 and string.format("learner%s %s did not join or come back "

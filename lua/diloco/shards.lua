@@ -69,7 +69,7 @@ function M.assemble(ctx, wait_s, stopped)
       if sum then
         ctx.shard_summaries[#ctx.shard_summaries + 1] = { shard = k, merges = sum.merges, rejects = sum.rejects,
           epoch = sum.epoch, bytes_up = sum.bytes_up, bytes_down = sum.bytes_down, goodput = sum.goodput,
-          error = sum.error }
+          useful_tokens = sum.useful_tokens, merges_lost = sum.merges_lost, error = sum.error }
       end
       if not sum then
         problems[#problems + 1] = string.format("shard %d: no summary in %s/metrics.jsonl within %g s", k, dir, wait_s)
@@ -105,6 +105,22 @@ function M.assemble(ctx, wait_s, stopped)
     end
   end
   return root, #problems > 0 and problems or nil
+end
+
+-- The run's totals under a launcher, in shard 1's summary (`run`): its own summary's counts
+-- and those of the other shards it assembled from (ctx.shard_summaries), added up.  Each
+-- shard's goodput is its fragments' useful tokens over the learners' capacity as that shard
+-- measured it (the same learners over nearly the same window), so the run's is their sum.
+-- `shards`: how many summaries are in it (fewer than S: a shard that left none).
+function M.run_totals(own, others)
+  local run = { shards = 1 }
+  local keys = { "merges", "rejects", "merges_lost", "bytes_up", "bytes_down", "useful_tokens", "goodput" }
+  for _, key in ipairs(keys) do run[key] = tonumber(own[key]) or 0 end
+  for _, sum in ipairs(others) do
+    run.shards = run.shards + 1
+    for _, key in ipairs(keys) do run[key] = run[key] + (tonumber(sum[key]) or 0) end
+  end
+  return run
 end
 
 -- ---- the shards of one process: a syncer in S shards behind one syncer's methods ----
