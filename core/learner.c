@@ -371,16 +371,10 @@ static dlc_status apply(dlc_learner *l, int p) {
     DLC_ASSERT(f->pending);
     int resync = f->pend_resync;
     if (resync_of_base(l, f)) { /* the base it holds: its own steps on p stay, to be sent */
-        /* a send of p since that base that no merge answered went to a syncer that may have
-         * lost it with its open round (a primary killed, its standby taking over): p is
-         * sent again at the next step_done, holding every step since the base (a syncer
-         * that still holds the first counts their steps once, syncer.h) */
-        int retry = f->sent_step >= 0 && l->p.H > 0;
         dlc_learner_action a = {.type = DLC_LACT_APPLIED, .fragment = p, .version = f->pend_version, .lag = -1,
-                                .resync = 1, .retry = retry};
+                                .resync = 1};
         f->lent_v = NULL, f->lent_b = NULL;
-        if (retry) f->skipped = 1;
-        f->sent_step = -1;
+        f->sent_step = -1; /* (what was in flight may be lost with the syncer it went to) */
         f->pending = f->pend_resync = f->pend_fresh = 0;
         return push(l, &a);
     }

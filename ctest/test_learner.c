@@ -2590,71 +2590,6 @@ static void test_send_room(void) {
  * model, nothing is counted overwritten, and its next contribution carries them all.  A
  * resync of other values, or of the same values at another version, is taken whole as
  * before.  P = 2, H = 8, τ = 1, α = 0. */
-/* A round in flight lost with its syncer (a primary killed, its standby taking over with
- * the base the learner holds): the resync of that base makes the learner send the
- * fragment again at once, every step since the base in it, not at its next due step. */
-static void test_retry_in_flight(void) {
-    fx x;
-    fx_make(&x, 2, 160);
-    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
-    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
-    CHECK_OK(l);
-    if (!l) return;
-    int64_t n = dlc_params_numel(x.p);
-    float base[NMAX], target[NMAX], v[NMAX];
-    memcpy(base, dlc_params_data(x.p), (size_t)n * sizeof(float));
-    randv(target, n, 161, 1.0f);
-    resync(&x, l, base, 3, 0.0);
-    const dlc_learner_action *sent = NULL;
-    lrec r;
-    for (int t = 1; t <= 5; t++) { /* fragment 1 is due at step 4 (H/P in), sent then */
-        inner_step(x.p, target);
-        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
-        r = drain(l);
-        if (t == 4) {
-            sent = find(&r, DLC_LACT_SEND, 1);
-            CHECK(sent && sent->msg.steps == 4 && sent->msg.version == 3);
-        }
-    }
-    /* the standby's resync of fragment 1: the base, bit for bit; no merge answered the send */
-    gather(&x, 1, base, v);
-    dlc_msg same = fragment_msg(1, 1, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
-    CHECK(dlc_learner_receive(l, &same, 0.55) == DLC_OK);
-    drain(l);
-    inner_step(x.p, target);
-    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.6) == DLC_OK);
-    r = drain(l);
-    const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 1);
-    CHECK(ap && ap->resync == 1 && ap->retry == 1 && ap->version == 3);
-    CHECK(find(&r, DLC_LACT_SEND, 1) == NULL);
-    CHECK(dlc_learner_get_account(l).overwritten_steps == 0);
-    inner_step(x.p, target);
-    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.7) == DLC_OK); /* step 7: sent again, not at step 12 */
-    r = drain(l);
-    sent = find(&r, DLC_LACT_SEND, 1);
-    CHECK(sent && sent->msg.type == DLC_MSG_CONTRIBUTION && sent->msg.version == 3 && sent->msg.steps == 7 &&
-          sent->msg.tokens == 70);
-    /* its payload is Θ̂ − θ of every step since the base */
-    float theta[NMAX], got[NMAX];
-    gather(&x, 1, dlc_params_data(x.p), theta);
-    int64_t n1 = dlc_plan_numel(x.plan, 1);
-    CHECK(sent && sent->msg.len == (size_t)n1 * sizeof(float));
-    if (sent && sent->msg.len == (size_t)n1 * sizeof(float)) {
-        memcpy(got, sent->msg.payload, sent->msg.len);
-        for (int64_t i = 0; i < n1; i++) CHECK(got[i] == v[i] - theta[i]);
-    }
-    /* the retry is in flight in turn: another resync of the base, another retry */
-    CHECK(dlc_learner_receive(l, &same, 0.75) == DLC_OK);
-    drain(l);
-    inner_step(x.p, target);
-    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.8) == DLC_OK);
-    r = drain(l);
-    ap = find(&r, DLC_LACT_APPLIED, 1);
-    CHECK(ap && ap->retry == 1);
-    dlc_learner_free(l);
-    fx_free(&x);
-}
-
 static void test_resync_of_base(void) {
     fx x;
     fx_make(&x, 2, 150);
@@ -2687,7 +2622,7 @@ static void test_resync_of_base(void) {
     CHECK(dlc_learner_step_done(l, 10, 0.1, 0.3) == DLC_OK);
     lrec r = drain(l);
     const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 0);
-    CHECK(ap && ap->resync == 1 && ap->version == 3 && ap->lag == -1 && ap->retry == 0); /* nothing sent since */
+    CHECK(ap && ap->resync == 1 && ap->version == 3 && ap->lag == -1);
     CHECK(memcmp(before, dlc_params_data(x.p), (size_t)n * sizeof(float)) == 0); /* nothing overwritten */
     CHECK(dlc_learner_get_account(l).overwritten_steps == 0);
     /* its contribution of fragment 0 (at its offset, H/P = 4 steps in) holds every step */
@@ -2729,7 +2664,6 @@ static void test_resync_of_base(void) {
 
 int main(void) {
     test_resync_of_base();
-    test_retry_in_flight();
     test_schedule();
     test_apply();
     test_blocking();

@@ -673,10 +673,6 @@ static int lr_poll(lua_State *L) {
         dlcL_setint(L, "boundary", ev.boundary);
         lua_pushboolean(L, ev.resync);
         lua_setfield(L, -2, "resync");
-        if (ev.retry) {
-            lua_pushboolean(L, 1);
-            lua_setfield(L, -2, "retry");
-        }
     } else if (ev.kind == DLC_LRT_PHASE) {
         if (ev.fragment >= 0) dlcL_setint(L, "fragment", ev.fragment + 1);
         dlcL_setint(L, "lag", ev.lag);
@@ -696,7 +692,7 @@ static int lr_stats(lua_State *L) {
         DLCL_NUM(S, now), DLCL_NUM(S, wait_s), DLCL_NUM(S, call_s), DLCL_NUM(S, encode_wait_s), DLCL_INT(S, encoded),
         DLCL_INT(S, decoded), DLCL_BOOL(S, connected), DLCL_INT(S, sent), DLCL_INT(S, held),
         DLCL_INT(S, held_dropped), DLCL_INT(S, held_superseded), DLCL_INT(S, deferred), DLCL_INT(S, reused),
-        DLCL_INT(S, applied), DLCL_INT(S, retried), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        DLCL_INT(S, applied), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
         DLCL_INT(S, rollbacks), DLCL_INT(S, replayed), DLCL_INT(S, unreplayed), {NULL}};
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;

@@ -516,10 +516,8 @@ static dlc_status actions(dlc_lrt *l) {
             dlc_lrt_event e = action_event(l, DLC_LRT_APPLIED, &a);
             e.version = a.version;
             e.resync = a.resync;
-            e.retry = a.retry;
             push_event(l, &e);
             l->st.applied++;
-            l->st.retried += a.retry;
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
             if (dlc_learner_replaying(l->l))
                 l->replay_ready = 1;

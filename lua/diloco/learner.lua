@@ -311,7 +311,7 @@ local function drain_events(ctx)
         if ev.resync then ctx.ranks_whole = true else ctx.ranks_frags[ev.fragment] = true end
       end
       write(ctx, "apply", { learner = ctx.id, fragment = ev.fragment, version = ev.version, step = ctx.lrt:schedule_step(),
-        boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil, retry = ev.retry })
+        boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil })
     elseif ev.type == "phase" then -- its schedule moved (a catch-up, a whole resync): on the merge tape
       write(ctx, "phase", { learner = ctx.id, fragment = ev.fragment, lag = ev.lag, boundary = ev.boundary,
         step = ev.schedule, unreplayed = ev.unreplayed })
@@ -652,7 +652,7 @@ function M.finish(ctx, err)
     tokens_per_s = ctx.tokens / math.max(ctx.train_time + ctx.wait_time, 1e-9), bytes_up = st.bytes_out,
     bytes_down = st.bytes_in, sent = st.sent, held = st.held, held_dropped = st.held_dropped,
     held_superseded = st.held_superseded, deferred = st.deferred, applied = st.applied, reconnects = st.reconnects,
-    rollbacks = ctx.rollbacks, retried = st.retried > 0 and st.retried or nil, replayed = ctx.dp and st.replayed or nil,
+    rollbacks = ctx.rollbacks, replayed = ctx.dp and st.replayed or nil,
     unreplayed = ctx.dp and st.unreplayed or nil, replay_s = ctx.replay_s, account = okacc and account or nil,
     save_error = ctx.save_error, checkpoint = ctx.checkpoint, undelivered_steps = ctx.undelivered_steps,
     ranks = ctx.ranks, ranks_same = ctx.ranks_same, ranks_sync_s = ctx.ranks_sync_s,

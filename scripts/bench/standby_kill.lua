@@ -190,14 +190,13 @@ function go_once(name, kill_every, pids)
     end
     if not ended_by then bad[#bad + 1] = "shard " .. k2 .. ": no process ended serving it" end
   end
-  local tokens, retried = 0, 0
+  local tokens = 0
   for m = 1, M do
     local lev = events(string.format("%s/run/learner-%d/metrics.jsonl", dir, m))
     local ls = lev[#lev] or {}
-    tokens, retried = tokens + (ls.tokens or 0), retried + (ls.retried or 0)
+    tokens = tokens + (ls.tokens or 0)
   end
   return { name = name, kills = kills, bad = bad, useful = useful, tokens = tokens, merges = merges, lost = lost,
-    retried = retried,
     goodput = tokens > 0 and useful / tokens or 0, wall_s = t_end, final_loss = final_loss }
 end
 
@@ -207,12 +206,12 @@ print(string.format("recipe %s (sync.preset = decoupled), %d learners x %d steps
   every))
 local alone = go("alone", nil)
 local killed = go("killed", every)
-print("\n| run | goodput (useful / computed tokens) | merges | merges lost | primaries killed | fragments sent again "
-  .. "| final eval | wall s | failures |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("\n| run | goodput (useful / computed tokens) | merges | merges lost | primaries killed | final eval | wall s "
+  .. "| failures |")
+print("|---|---|---|---|---|---|---|---|")
 for _, s in ipairs { alone, killed } do
-  print(string.format("| %s | %.1f%% | %d | %d | %d | %d | %s | %.1f | %d |", s.name == "alone" and "no syncer fault" or
-    string.format("a primary killed every %g s", every), 100 * s.goodput, s.merges, s.lost, #s.kills, s.retried,
+  print(string.format("| %s | %.1f%% | %d | %d | %d | %s | %.1f | %d |", s.name == "alone" and "no syncer fault" or
+    string.format("a primary killed every %g s", every), 100 * s.goodput, s.merges, s.lost, #s.kills,
     type(s.final_loss) == "number" and string.format("%.4f", s.final_loss) or "-", s.wall_s, #s.bad))
 end
 for _, s in ipairs { alone, killed } do

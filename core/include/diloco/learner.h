@@ -100,10 +100,7 @@
  * that brings, bit for bit and at the same version, the values the learner holds as its
  * base of that fragment (a reconnect to a syncer that holds them: a cut, a standby that
  * took over) replaces nothing: what it trained on the fragment since stays, to be sent
- * (APPLIED, resync = 1, lag -1; nothing counted overwritten).  When it had sent the
- * fragment since that base and no merge answered (a round in flight that the syncer it
- * went to may have lost with a kill), it sends the fragment again at the next
- * dlc_learner_step_done, every step since the base in it (APPLIED retry = 1; H > 0).  With
+ * (APPLIED, resync = 1, lag -1; nothing counted overwritten).  With
  * `blocking`, the learner stops stepping (state WAITING) while a fragment sent τ or
  * more steps ago has not come back; the receive that stashes it makes the learner
  * TRAINING again, and the driver, seeing the state, calls dlc_learner_step_begin, which
@@ -452,10 +449,6 @@ typedef struct dlc_learner_action {
     int64_t lag;          /* APPLIED: inner steps since the fragment was last sent (-1 if
                            * it was not) */
     int resync;           /* APPLIED: 1 for a resync (taken whole) */
-    int retry;            /* APPLIED, resync: 1 when it brought the base the learner holds
-                           * while a send of the fragment since had no answer (its syncer
-                           * may have lost it): the fragment is sent again, whole since the
-                           * base, at the next dlc_learner_step_done ("Step boundaries") */
     int64_t schedule;     /* PHASE: the schedule step from now on (lag: the move) */
     int64_t unreplayed;   /* PHASE, dp: steps skipped whose averages the syncer no longer
                            * held (the learner's model is no longer the others'), else 0 */

@@ -435,8 +435,6 @@ typedef struct dlc_lrt_event {
     dlc_lrt_event_kind kind;
     double time;
     int fragment, resync;
-    int retry;                /* APPLIED, resync: it brought the learner's base while a send of
-                               * the fragment had no answer: sent again (dlc_learner_action) */
     int64_t version, lag;
     int64_t boundary;         /* APPLIED, PHASE: the step boundary, the inner steps the learner
                                * had run since it joined (0: applied while joining) */
@@ -457,8 +455,6 @@ typedef struct dlc_lrt_stats {
     int64_t decoded;          /* fragments the I/O thread decoded */
     int connected;
     int64_t sent, held, held_dropped, applied, reconnects;
-    int64_t retried;          /* fragments sent again after a resync of their base (a round in
-                               * flight its syncer may have lost: learner.h, "Step boundaries") */
     int64_t held_superseded;  /* held contributions that a newer one of the same fragment
                                * and base replaced before they left (nothing lost) */
     uint64_t bytes_in, bytes_out;
