@@ -2590,6 +2590,65 @@ static void test_send_room(void) {
  * model, nothing is counted overwritten, and its next contribution carries them all.  A
  * resync of other values, or of the same values at another version, is taken whole as
  * before.  P = 2, H = 8, τ = 1, α = 0. */
+/* A round in flight lost with its syncer (a primary killed, its standby taking over with
+ * the base the learner holds): its steps are not lost.  The resync of that base changes
+ * nothing, and the learner's next contribution of the fragment, measured from the base it
+ * kept, holds every step since it, those of the lost one included. */
+static void test_lost_round_steps(void) {
+    fx x;
+    fx_make(&x, 2, 160);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t n = dlc_params_numel(x.p);
+    float base[NMAX], target[NMAX], v[NMAX];
+    memcpy(base, dlc_params_data(x.p), (size_t)n * sizeof(float));
+    randv(target, n, 161, 1.0f);
+    resync(&x, l, base, 3, 0.0);
+    const dlc_learner_action *sent = NULL;
+    lrec r;
+    for (int t = 1; t <= 5; t++) { /* fragment 1 is due at step 4 (H/P in), sent then: lost */
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
+        r = drain(l);
+        if (t == 4) {
+            sent = find(&r, DLC_LACT_SEND, 1);
+            CHECK(sent && sent->msg.steps == 4 && sent->msg.version == 3);
+        }
+    }
+    gather(&x, 1, base, v); /* the standby's resync of fragment 1: the base, bit for bit */
+    dlc_msg same = fragment_msg(1, 1, 3, DLC_MSG_RESYNC, v, dlc_plan_numel(x.plan, 1));
+    CHECK(dlc_learner_receive(l, &same, 0.55) == DLC_OK);
+    drain(l);
+    sent = NULL;
+    for (int t = 6; t <= 12; t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
+        r = drain(l);
+        const dlc_learner_action *a = find(&r, DLC_LACT_SEND, 1);
+        if (a && a->msg.type == DLC_MSG_CONTRIBUTION) {
+            CHECK(t == 12); /* at its schedule, not before */
+            sent = a;
+            break;
+        }
+    }
+    CHECK(dlc_learner_get_account(l).overwritten_steps == 0);
+    int64_t n1 = dlc_plan_numel(x.plan, 1);
+    CHECK(sent && sent->msg.version == 3 && sent->msg.steps == 12 && sent->msg.tokens == 120 &&
+          sent->msg.len == (size_t)n1 * sizeof(float));
+    if (sent && sent->msg.len == (size_t)n1 * sizeof(float)) { /* Θ̂ − θ over all 12 steps */
+        float theta[NMAX], got[NMAX];
+        gather(&x, 1, dlc_params_data(x.p), theta);
+        memcpy(got, sent->msg.payload, sent->msg.len);
+        int same_delta = 1;
+        for (int64_t i = 0; i < n1; i++) same_delta &= got[i] == v[i] - theta[i];
+        CHECK(same_delta);
+    }
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 static void test_resync_of_base(void) {
     fx x;
     fx_make(&x, 2, 150);
@@ -2664,6 +2723,7 @@ static void test_resync_of_base(void) {
 
 int main(void) {
     test_resync_of_base();
+    test_lost_round_steps();
     test_schedule();
     test_apply();
     test_blocking();
