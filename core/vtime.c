@@ -29,6 +29,7 @@ typedef struct qmsg {
     dlc_msg m;          /* payload points at bytes */
     uint8_t *bytes;
     int to_syncer;
+    int shard;          /* to_syncer: the syncer shard it goes to (0: the only one) */
     uint64_t gen;       /* the learner's incarnation when sent: a message from or to an
                          * earlier one is lost with it */
 } qmsg;
@@ -76,7 +77,12 @@ struct dlc_vtime {
     const dlc_plan *plan;
     dlc_params *const *models;
     int M, P;
-    dlc_syncer *s;
+    int S;                      /* syncer shards (1: one syncer): shard k owns the fragments
+                                 * p with owner[p] = k (dlc_plan_deal) */
+    dlc_syncer *s[DLC_LEARNER_SHARDS_MAX];
+    int *owner;                 /* [P], S > 1 */
+    int down[DLC_LEARNER_SHARDS_MAX]; /* SYNCER faults under way that hold shard k down (of it
+                                 * or of the whole syncer) */
     vlearner *L;
     dlc_vtime_island *islands;
     tev *heap;
@@ -89,7 +95,7 @@ struct dlc_vtime {
     dlc_chaos_cursor chaos;     /* the schedule as it comes due (chaos.h): its next event
                                  * waits in the heap (EV_CHAOS), one at a time */
     double now;
-    int syncer_down, flushed, done, mc_reset;
+    int flushed, done, mc_reset;
     int end_check;              /* steps > 0: a learner stopped or died: has the run ended? */
     int ended;                  /* steps > 0: every live learner stopped; p.end moved here */
     int direct;                 /* construction: SENDs to learners are handed over at once */
@@ -172,7 +178,7 @@ static void free_msg(qmsg *q) {
 
 /* Copies m and schedules its delivery over learner `lm`'s uplink (to_syncer) or
  * downlink. */
-static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_syncer) {
+static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_syncer, int shard) {
     vlearner *v = &vt->L[lm];
     int64_t bytes = dlc_msg_wire_bytes(m);
     if (to_syncer) {
@@ -184,7 +190,7 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
         vt->st.bytes_down += bytes;
         vt->st.bytes_down_type[m->type] += bytes;
     }
-    if ((to_syncer && vt->syncer_down) || (!to_syncer && !v->alive)) {
+    if ((to_syncer && vt->down[shard]) || (!to_syncer && !v->alive)) {
         vt->st.dropped++;
         return DLC_OK;
     }
@@ -203,6 +209,7 @@ static dlc_status transmit(dlc_vtime *vt, int lm, const dlc_msg *m, int to_synce
     if (!q) return dlc_error(DLC_ERR_NOMEM, "vtime: out of memory for a message");
     q->m = *m;
     q->to_syncer = to_syncer;
+    q->shard = shard;
     q->gen = v->gen;
     if (m->len) {
         if (!(q->bytes = malloc(m->len))) {
@@ -228,18 +235,20 @@ static dlc_status island_enter(dlc_vtime *vt, int m, dlc_island_state state) {
     return dlc_account_enter(vt->acct, m, state, vt->now);
 }
 
-static dlc_status syncer_actions(dlc_vtime *vt) {
+/* Shard sh's actions (0 with one syncer). */
+static dlc_status syncer_actions(dlc_vtime *vt, int sh) {
     dlc_syncer_action a;
     dlc_status st = DLC_OK;
-    while (dlc_syncer_poll(vt->s, &a) && st == DLC_OK) {
-        dlc_vtime_event e = {.time = vt->now, .learner = a.learner, .fragment = a.fragment};
+    while (dlc_syncer_poll(vt->s[sh], &a) && st == DLC_OK) {
+        dlc_vtime_event e = {.time = vt->now, .learner = a.learner, .fragment = a.fragment,
+                             .shard = vt->S > 1 ? sh + 1 : 0};
         switch (a.type) {
         case DLC_SACT_SEND:
             if (vt->direct) {
                 st = dlc_learner_receive(vt->L[a.msg.learner].l, &a.msg, vt->now);
                 if (st == DLC_OK) st = learner_actions(vt, a.msg.learner);
-            } else if (!vt->syncer_down) {
-                st = transmit(vt, a.msg.learner, &a.msg, 0);
+            } else if (!vt->down[sh]) {
+                st = transmit(vt, a.msg.learner, &a.msg, 0, sh);
             }
             break;
         case DLC_SACT_MERGED: {
@@ -291,8 +300,15 @@ static dlc_status learner_actions(dlc_vtime *vt, int m) {
     dlc_status st = DLC_OK;
     vlearner *v = &vt->L[m];
     while (dlc_learner_poll(v->l, &a) && st == DLC_OK) {
-        if (a.type == DLC_LACT_SEND) {
-            st = transmit(vt, m, &a.msg, 1);
+        if (a.type == DLC_LACT_SEND && vt->S > 1 && a.msg.type != DLC_MSG_CONTRIBUTION) {
+            /* to every shard, stamped with the epoch of each (learner.h, dlc_learner_set_shards) */
+            for (int k = 0; k < vt->S && st == DLC_OK; k++) {
+                dlc_msg mk = a.msg;
+                mk.epoch = dlc_learner_shard_epoch(v->l, k);
+                st = transmit(vt, m, &mk, 1, k);
+            }
+        } else if (a.type == DLC_LACT_SEND) {
+            st = transmit(vt, m, &a.msg, 1, vt->S > 1 ? vt->owner[a.msg.fragment] : 0);
         } else if (a.type == DLC_LACT_GRADIENT_READY) {
             dlc_vtime_event e = {.type = DLC_VT_OPTIM, .time = vt->now, .learner = m,
                                  .step = dlc_learner_steps(v->l) + 1, .schedule = dlc_learner_schedule_step(v->l)};
@@ -410,17 +426,20 @@ static dlc_status chaos_event(dlc_vtime *vt) {
             vt->end_check = 1;
             dlc_learner_stop(v->l);
             st = island_enter(vt, f->learner, DLC_ISLAND_DOWN);
-            if (st == DLC_OK) st = dlc_syncer_lost(vt->s, f->learner, vt->now);
-            if (st == DLC_OK) st = syncer_actions(vt);
+            for (int k = 0; k < vt->S && st == DLC_OK; k++) {
+                st = dlc_syncer_lost(vt->s[k], f->learner, vt->now);
+                if (st == DLC_OK) st = syncer_actions(vt, k);
+            }
         } else if (!ce->begin && !v->alive) {
             v->alive = 1;
             v->up_since = vt->now;
             st = island_enter(vt, f->learner, DLC_ISLAND_UP);
             if (st == DLC_OK) st = dlc_learner_restart(v->l, vt->now);
-            if (st == DLC_OK && !vt->syncer_down) {
-                st = dlc_syncer_join(vt->s, f->learner, vt->now);
-                if (st == DLC_OK) st = syncer_actions(vt);
-            }
+            for (int k = 0; k < vt->S && st == DLC_OK; k++) /* the shards up now; the others at their restart */
+                if (!vt->down[k]) {
+                    st = dlc_syncer_join(vt->s[k], f->learner, vt->now);
+                    if (st == DLC_OK) st = syncer_actions(vt, k);
+                }
         }
     } else if (f->kind == DLC_FAULT_PAUSE) {
         /* stopped where it is: a step under way ends that much later, nothing reaches it
@@ -447,17 +466,21 @@ static dlc_status chaos_event(dlc_vtime *vt) {
         st = dlc_chaos_link_at(vt->p.chaos, f->learner, vt->now, &is->bandwidth, &is->latency);
         e.bandwidth = is->bandwidth, e.latency = is->latency;
     } else if (f->kind == DLC_FAULT_SYNCER) {
-        vt->syncer_down = ce->begin;
-        if (!ce->begin) {
-            st = dlc_syncer_restart(vt->s, vt->now);
+        /* the whole syncer (shard 0: every shard) or one shard (1-based) */
+        e.shard = f->shard;
+        for (int k = 0; k < vt->S && st == DLC_OK; k++) {
+            if (f->shard && k != f->shard - 1) continue;
+            vt->down[k] += ce->begin ? 1 : -1; /* (a fault of the whole and one of the shard may overlap) */
+            if (vt->down[k] > 0 || ce->begin) continue;
+            st = dlc_syncer_restart(vt->s[k], vt->now);
             /* what the live learners need the syncer decides from their first messages
              * (syncer.h, "Restarts"); one that restarted while it was down only waits for
              * its model, says nothing, and joins as it connects */
-            if (st == DLC_OK) st = syncer_actions(vt);
+            if (st == DLC_OK) st = syncer_actions(vt, k);
             for (int m = 0; m < vt->M && st == DLC_OK; m++) {
                 if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
-                    st = dlc_syncer_join(vt->s, m, vt->now);
-                    if (st == DLC_OK) st = syncer_actions(vt);
+                    st = dlc_syncer_join(vt->s[k], m, vt->now);
+                    if (st == DLC_OK) st = syncer_actions(vt, k);
                 }
             }
         }
@@ -514,11 +537,18 @@ static dlc_status check_params(const dlc_vtime_params *p) {
     if (p->chaos && dlc_chaos_learners(p->chaos) != p->learners)
         return dlc_error(DLC_ERR_ARG, "vtime: the chaos schedule is for %d learners, the run has %d",
                          dlc_chaos_learners(p->chaos), p->learners);
+    if (p->shards < 0 || p->shards > DLC_LEARNER_SHARDS_MAX)
+        return dlc_error(DLC_ERR_ARG, "vtime: shards = %d: expected 0 or 1 (one syncer) or up to %d shards", p->shards,
+                         DLC_LEARNER_SHARDS_MAX);
+    if (p->shards > 1 && p->learner.dp)
+        return dlc_error(DLC_ERR_ARG, "vtime: shards = %d with dp: expected one syncer (data parallel has one fragment)",
+                         p->shards);
+    int S = p->shards > 1 ? p->shards : 1;
     for (int i = 0; p->chaos && i < dlc_chaos_count(p->chaos); i++) {
         const dlc_fault *f = dlc_chaos_get(p->chaos, i);
-        if (f->kind == DLC_FAULT_SYNCER && f->shard)
-            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of shard %d at %g s: the simulator models one syncer, "
-                             "not its shards (docs/shards.md); `run` takes it", f->shard, f->at);
+        if (f->kind == DLC_FAULT_SYNCER && f->shard > S)
+            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of shard %d at %g s: the run's syncer has %d shard%s",
+                             f->shard, f->at, S, S > 1 ? "s" : "");
     }
     return DLC_OK;
 }
@@ -541,7 +571,30 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     if (!vt->islands || !vt->L || !vt->lst) goto nomem;
     memcpy(vt->islands, vp->islands, (size_t)vt->M * sizeof *vt->islands);
     vt->p.islands = vt->islands;
-    if (!(vt->s = dlc_syncer_new(&vp->syncer, plan, theta0))) goto fail;
+    vt->S = vp->shards > 1 ? vp->shards : 1;
+    if (vt->S > 1) { /* each shard a syncer of its own fragments (docs/shards.md) */
+        uint8_t *owns = malloc((size_t)vt->P);
+        if (!(vt->owner = malloc((size_t)vt->P * sizeof *vt->owner)) || !owns) {
+            free(owns);
+            goto nomem;
+        }
+        if (dlc_plan_deal(plan, vt->S, vt->owner) != DLC_OK) {
+            free(owns);
+            goto fail;
+        }
+        for (int k = 0; k < vt->S; k++) {
+            dlc_syncer_params sp = vp->syncer;
+            for (int p = 0; p < vt->P; p++) owns[p] = vt->owner[p] == k;
+            sp.owns = owns;
+            if (!(vt->s[k] = dlc_syncer_new(&sp, plan, theta0))) {
+                free(owns);
+                goto fail;
+            }
+        }
+        free(owns);
+    } else if (!(vt->s[0] = dlc_syncer_new(&vp->syncer, plan, theta0))) {
+        goto fail;
+    }
     for (int m = 0; m < vt->M; m++) {
         vlearner *v = &vt->L[m];
         dlc_learner_params lp = vp->learner;
@@ -551,6 +604,7 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
             goto fail;
         }
         if (!(v->l = dlc_learner_new(&lp, models[m], plan))) goto fail;
+        if (vt->S > 1 && dlc_learner_set_shards(v->l, vt->S, vt->owner) != DLC_OK) goto fail;
         v->is = vt->islands[m];
         v->alive = 1;
         if (!(v->due = calloc((size_t)vt->P, 1))) goto nomem;
@@ -574,9 +628,9 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     /* Every learner starts from the initial model: handed over at time 0, not sent over
      * a link (a learner that joins later downloads it). */
     vt->direct = 1;
-    for (int m = 0; m < vt->M; m++) {
-        if (dlc_syncer_join(vt->s, m, 0) != DLC_OK || syncer_actions(vt) != DLC_OK) goto fail;
-    }
+    for (int m = 0; m < vt->M; m++)
+        for (int k = 0; k < vt->S; k++)
+            if (dlc_syncer_join(vt->s[k], m, 0) != DLC_OK || syncer_actions(vt, k) != DLC_OK) goto fail;
     vt->direct = 0;
     return vt;
 nomem:
@@ -595,7 +649,8 @@ void dlc_vtime_free(dlc_vtime *vt) {
         free(vt->L[m].due);
     }
     free(vt->L);
-    dlc_syncer_free(vt->s);
+    for (int k = 0; k < DLC_LEARNER_SHARDS_MAX; k++) dlc_syncer_free(vt->s[k]);
+    free(vt->owner);
     free(vt->islands);
     free(vt->hq);
     free(vt->mc);
@@ -644,13 +699,13 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         e->msg = NULL;
         return heap_push(vt, later);
     }
-    if ((q->to_syncer && vt->syncer_down) || !v->alive || q->gen != v->gen) {
+    if ((q->to_syncer && vt->down[q->shard]) || !v->alive || q->gen != v->gen) {
         vt->st.dropped++;
     } else if (q->to_syncer) {
-        st = dlc_syncer_receive(vt->s, &q->m, vt->now);
+        st = dlc_syncer_receive(vt->s[q->shard], &q->m, vt->now);
         /* a refused message is the syncer's business (REJECT events say so): go on */
         if (st == DLC_ERR_FORMAT) st = DLC_OK;
-        if (st == DLC_OK) st = syncer_actions(vt);
+        if (st == DLC_OK) st = syncer_actions(vt, q->shard);
     } else {
         st = dlc_learner_receive(v->l, &q->m, vt->now);
         if (st == DLC_OK) st = learner_actions(vt, e->learner);
@@ -736,14 +791,16 @@ static void check_end(dlc_vtime *vt) {
     }
 }
 
-/* The earliest state-machine timer: *who = -1 for the syncer, else the learner. */
-static double next_timer(const dlc_vtime *vt, int *who) {
+/* The earliest state-machine timer: *who = -1 for a syncer (shard *shard), else the
+ * learner. */
+static double next_timer(const dlc_vtime *vt, int *who, int *shard) {
     double t = INFINITY;
-    *who = -2;
-    if (!vt->syncer_down) {
-        double s = dlc_syncer_expiry(vt->s);
-        if (s < t) t = s, *who = -1;
-    }
+    *who = -2, *shard = 0;
+    for (int k = 0; k < vt->S; k++)
+        if (!vt->down[k]) {
+            double s = dlc_syncer_expiry(vt->s[k]);
+            if (s < t) t = s, *who = -1, *shard = k;
+        }
     if (vt->now < vt->p.end)
         for (int m = 0; m < vt->M; m++) {
             if (!vt->L[m].alive || vt->L[m].paused) continue;
@@ -776,8 +833,8 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             return 1;
         }
         if (vt->end_check) check_end(vt);
-        int who;
-        double tt = next_timer(vt, &who);
+        int who, shard;
+        double tt = next_timer(vt, &who, &shard);
         /* Drained: nothing in flight and the syncer's next timer at or after end: it
          * cannot bring a contribution (the flush below merges what grace windows
          * hold); its liveness timeouts would only declare every learner lost, a
@@ -828,8 +885,8 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
         } else if (who != -2) {
             if (tt > vt->now) vt->now = tt;
             if (who == -1) {
-                st = dlc_syncer_handle_expiry(vt->s, vt->now);
-                if (st == DLC_OK) st = syncer_actions(vt);
+                st = dlc_syncer_handle_expiry(vt->s[shard], vt->now);
+                if (st == DLC_OK) st = syncer_actions(vt, shard);
             } else {
                 st = dlc_learner_handle_expiry(vt->L[who].l, vt->now);
                 if (st == DLC_OK) st = learner_actions(vt, who);
@@ -837,8 +894,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
         } else if (!vt->flushed) {
             vt->flushed = 1;
             if (vt->now < vt->p.end) vt->now = vt->p.end; /* the run lasts until end at least */
-            st = dlc_syncer_flush(vt->s, vt->now);
-            if (st == DLC_OK) st = syncer_actions(vt);
+            for (int k = 0; k < vt->S && st == DLC_OK; k++) {
+                st = dlc_syncer_flush(vt->s[k], vt->now);
+                if (st == DLC_OK) st = syncer_actions(vt, k);
+            }
         } else {
             vt->done = 1;
         }
@@ -905,13 +964,19 @@ dlc_status dlc_vtime_contribute(dlc_vtime *vt, int m, int p) {
 
 dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum) {
     if (!vt) return dlc_error(DLC_ERR_ARG, "vtime_set_quorum: NULL driver");
-    dlc_status st = dlc_syncer_set_quorum(vt->s, quorum, vt->now);
-    return st == DLC_OK ? syncer_actions(vt) : st;
+    dlc_status st = DLC_OK;
+    for (int k = 0; k < vt->S && st == DLC_OK; k++) {
+        st = dlc_syncer_set_quorum(vt->s[k], quorum, vt->now);
+        if (st == DLC_OK) st = syncer_actions(vt, k);
+    }
+    return st;
 }
 
 dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena) {
     if (!vt || !arena) return dlc_error(DLC_ERR_ARG, "vtime_global: NULL argument");
-    if (!vt->p.learner.dp) return dlc_syncer_copy_model(vt->s, arena);
+    dlc_status st = DLC_OK;
+    for (int k = 0; k < vt->S && st == DLC_OK && !vt->p.learner.dp; k++) st = dlc_syncer_copy_model(vt->s[k], arena);
+    if (!vt->p.learner.dp) return st; /* (each shard writes its own fragments) */
     for (int m = 0; m < vt->M; m++)
         if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) != DLC_LEARNER_JOINING) {
             memcpy(arena, dlc_params_data(vt->models[m]), (size_t)dlc_params_size(vt->models[m]) * sizeof(float));
@@ -920,7 +985,11 @@ dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena) {
     return dlc_error(DLC_ERR_STATE, "vtime_global: data parallel with no live learner holds no model");
 }
 
-const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt) { return vt ? vt->s : NULL; }
+const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt) { return vt ? vt->s[0] : NULL; }
+const dlc_syncer *dlc_vtime_shard(const dlc_vtime *vt, int k) {
+    return vt && k >= 0 && k < vt->S ? vt->s[k] : NULL;
+}
+int dlc_vtime_shards(const dlc_vtime *vt) { return vt ? vt->S : 0; }
 const dlc_account *dlc_vtime_account(const dlc_vtime *vt) { return vt ? vt->acct : NULL; }
 const dlc_learner *dlc_vtime_learner(const dlc_vtime *vt, int m) {
     return vt && m >= 0 && m < vt->M ? vt->L[m].l : NULL;
@@ -948,7 +1017,8 @@ dlc_status dlc_vtime_get_stats(dlc_vtime *vt, dlc_vtime_stats *st) {
         dlc_account_work w = {.busy_s = busy, .idle_s = up > busy ? up - busy : 0,
                               .ready_since = ready ? (v->last_end > v->up_since ? v->last_end : v->up_since) : -1,
                               .nominal_tps = o->nominal_tps, .fates = a,
-                              .merged_steps = dlc_syncer_merged_steps(vt->s, m)};
+                              .merged_steps = 0};
+        for (int k = 0; k < vt->S; k++) w.merged_steps += dlc_syncer_merged_steps(vt->s[k], m);
         dlc_account_row r;
         dlc_status rs = dlc_account_set_work(vt->acct, m, &w);
         if (rs == DLC_OK) rs = dlc_account_row_of(vt->acct, m, end, &r);

@@ -32,6 +32,7 @@ typedef struct rec {
     dlc_fault_kind fault;
     int begin;
     double latency;      /* FAULT of kind LINK: the link's latency from then on */
+    int shard;           /* shards > 1: MERGE, REJECT, LOST, JOINED, a SYNCER FAULT */
 } rec;
 
 typedef struct world {
@@ -132,7 +133,7 @@ static void world_run(world *w, double check_global_at) {
             rec *r = &w->log[w->n++];
             *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step, .schedule = ev.schedule,
                        .fragment = ev.type == DLC_VT_MERGE ? ev.merge.fragment : ev.fragment, .fault = ev.fault,
-                       .begin = ev.begin, .latency = ev.latency};
+                       .begin = ev.begin, .latency = ev.latency, .shard = ev.shard};
             if (ev.type == DLC_VT_MERGE) {
                 r->version = ev.merge.version, r->count = ev.merge.count;
                 for (int i = 0; i < ev.merge.count; i++) {
@@ -784,6 +785,61 @@ static void test_stop_at_steps(void) {
     world_free(&w);
 }
 
+/* The syncer in 2 shards (vtime.h, shards): 3 learners, 4 fragments, shard 2 down from
+ * 10.5 to 20.5.  Every merge is made by the owner of its fragment; while shard 2 is down
+ * shard 1 merges on and no learner waits (a step every second each); shard 2 merges again
+ * after its restart; the global model holds each fragment as its owner holds it; a
+ * fault of a shard that the run does not have is refused, named. */
+static void test_shards(void) {
+    world w;
+    world_init(&w, 3, 4, 0, 40);
+    w.vp.learner.H = 4, w.vp.learner.tau = 1, w.vp.learner.heartbeat = 0.5;
+    w.vp.syncer.timeout = 30;
+    w.vp.shards = 2;
+    dlc_fault f = {.at = 10.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2};
+    CHECK(dlc_chaos_add(world_chaos(&w), &f) == DLC_OK);
+    if (!world_start(&w)) return world_free(&w);
+    CHECK(dlc_vtime_shards(w.vt) == 2 && dlc_vtime_shard(w.vt, 1) != NULL && dlc_vtime_shard(w.vt, 2) == NULL);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    int owner[4];
+    CHECK(dlc_plan_deal(w.x[0].plan, 2, owner) == DLC_OK);
+    int merged[4] = {0}, during[2] = {0}, after2 = 0, wrong = 0;
+    for (int i = 0; i < w.n; i++) {
+        const rec *r = &w.log[i];
+        if (r->type != DLC_VT_MERGE) continue;
+        if (r->shard != owner[r->fragment] + 1) wrong++;
+        merged[r->fragment]++;
+        if (r->time > 10.5 && r->time < 20.5) during[r->shard - 1]++;
+        if (r->time > 20.5 && r->shard == 2) after2++;
+    }
+    CHECK(wrong == 0);
+    for (int p = 0; p < 4; p++) CHECK(merged[p] > 0);
+    CHECK(during[0] > 0 && during[1] == 0);
+    CHECK(after2 > 0);
+    const rec *f0 = find(&w, DLC_VT_FAULT, -1, 10.5), *f1 = find(&w, DLC_VT_FAULT, -1, 20.5);
+    CHECK(f0 && f0->fault == DLC_FAULT_SYNCER && f0->begin == 1 && f0->shard == 2 && f1 && f1->begin == 0);
+    for (int m = 0; m < 3; m++) CHECK(count(&w, DLC_VT_STEP, m, 10.0, 21.0) == 10); /* no wait */
+    float g[NMAX], a[NMAX];
+    memset(g, 0, sizeof g);
+    CHECK(dlc_vtime_global(w.vt, g) == DLC_OK);
+    for (int p = 0; p < 4; p++) {
+        gather(&w.x[0], p, g, a);
+        const float *t = dlc_syncer_theta(dlc_vtime_shard(w.vt, owner[p]), p);
+        CHECK(t && memcmp(a, t, (size_t)dlc_plan_numel(w.x[0].plan, p) * sizeof(float)) == 0);
+    }
+    check_stats(&w);
+    world_free(&w);
+    /* shard 3 of 2: refused */
+    world_init(&w, 2, 4, 0, 10);
+    w.vp.shards = 2;
+    dlc_fault bad = {.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 3};
+    CHECK(dlc_chaos_add(world_chaos(&w), &bad) == DLC_OK);
+    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
+    CHECK(w.vt == NULL && strstr(dlc_last_error(), "shard 3") && strstr(dlc_last_error(), "2 shards"));
+    world_free(&w);
+}
+
 int main(void) {
     test_one_instant();
     test_kill_rejoin();
@@ -798,5 +854,6 @@ int main(void) {
     test_shared_cores();
     test_stop_at_steps();
     test_pause();
+    test_shards();
     return check_done("test_vtime");
 }

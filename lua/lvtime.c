@@ -383,6 +383,7 @@ static int l_vtime(lua_State *L) {
     vp.final_flush = optbool(L, 1, "VTime", "final_flush", 0);
     vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
     vp.cores = optint(L, 1, "VTime", "cores", 0);
+    vp.shards = optint(L, 1, "VTime", "shards", 0);
     double steps = optnum(L, 1, "VTime", "steps", 0);
     if (steps != floor(steps) || steps < 0 || steps > 9007199254740992.0) {
         if (steps == floor(steps) && fabs(steps) < 9e18) lua_pushfstring(L, "%I", (lua_Integer)steps);
@@ -477,6 +478,7 @@ static int vt_next(lua_State *L) {
     lua_pushstring(L, dlc_vtime_event_name(ev.type));
     lua_setfield(L, -2, "type");
     setnum(L, "time", ev.time);
+    if (ev.shard > 0) setint(L, "shard", ev.shard); /* (shards > 1: which shard's) */
     switch (ev.type) {
     case DLC_VT_STEP:
     case DLC_VT_OPTIM:

@@ -274,14 +274,39 @@ describe("run with islands.syncers = 2", function()
     local s = H.summary_of(ev)
     assert.are.same({ 1, 2 }, s.epochs)
     assert.are.equal(1, s.syncer_restarts)
-    -- sim models one syncer: it refuses a shard's fault, named; a shard past islands.syncers is refused
-    local t2, c2 = H.sh(string.format("%s sim %s --out %s/sim --quiet", exe, path, S.dir))
-    assert.are_not.equal(0, c2)
-    assert.matches("the simulator models one syncer, not its shards", t2, 1, true)
+    -- a shard past islands.syncers is refused
     local bad = S.write("bad.lua", (text:gsub("shard = 2", "shard = 3")))
     local t3, c3 = H.sh(string.format("%s run %s --out %s/bad --quiet", exe, bad, S.dir))
     assert.are.equal(2, c3, t3)
     assert.matches("chaos[1].shard = 3: expected a shard in [1, 2] (islands.syncers = 2)", t3, 1, true)
+  end)
+
+  it("sim models the shards: a fault of shard 2 stops its fragments' merges alone, no learner waits", function()
+    local path = with_syncers(sharded_recipe(60), '{ { at = "20.5s", syncer = "down", down = "20s", shard = 2 } }',
+      "simchaos.lua")
+    local out = S.dir .. "/sim"
+    local log, code = H.sh(string.format("%s sim %s --out %s --quiet", exe, path, out))
+    assert.are.equal(0, code, log)
+    local ev = H.events(out .. "/metrics.jsonl")
+    local faults = H.of_kind(ev, "fault", "syncer")
+    assert.are.equal(2, #faults)
+    assert.is_true(faults[1].begin and faults[1].shard == 2 and faults[2].begin == false and faults[2].shard == 2)
+    local r = dofile(path)
+    local model = require("diloco.island").build_model(r.model, r.seed)
+    local owner = diloco.Plan(diloco.Params(model:parameters()), { fragments = 4 }):deal(2)
+    local by, after = { 0, 0 }, 0
+    for _, e in ipairs(H.of_kind(ev, "merge")) do
+      assert.are.equal(owner[e.fragment], e.shard, "fragment " .. e.fragment .. " merged by its owner")
+      if e.virtual_s > 20.5 and e.virtual_s < 40.5 then by[e.shard] = by[e.shard] + 1 end
+      if e.virtual_s > 40.5 and e.shard == 2 then after = after + 1 end
+    end
+    assert.is_true(by[1] > 0, "shard 1 merged while shard 2 was down")
+    assert.are.equal(0, by[2])
+    assert.is_true(after > 0, "shard 2 merged again after its restart")
+    local s = H.summary_of(ev)
+    assert.are.equal(2, s.syncers)
+    for m = 1, 3 do assert.are.equal(60, s.per_learner[m].steps, "learner " .. m .. " never waited") end
+    assert.is_true(s.goodput > 0 and s.goodput < 1)
   end)
 
   it("killed with SIGKILL resumes every shard from one checkpoint set", function()

@@ -155,6 +155,7 @@ local function prepare(r, opts)
       steps = isl.stop == "steps" and r.steps or 0,
       eval_every = r.eval.every > 0 and r.eval.every * step_s or 0, islands = isls, chaos = ctx.chaos,
       learner = lopts, syncer = sopts, run_json = run_json, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
+      shards = isl.syncers, -- (islands.syncers > 1: the syncer in shards, docs/shards.md)
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
@@ -249,7 +250,7 @@ end
 
 local function on_merge(ctx, ev)
   local info = islands.merge_info(ev.merge)
-  info.virtual_s = ev.time
+  info.virtual_s, info.shard = ev.time, ev.shard -- (islands.syncers > 1: which shard merged)
   write(ctx, "merge", info)
   if ctx.recipe.hooks.on_merge then call_hook("on_merge", ctx.recipe.hooks.on_merge, info) end
 end
@@ -263,6 +264,7 @@ end
 local function on_fault(ctx, ev)
   local info = { kind = ev.fault or ev.type, learner = ev.learner, begin = ev.begin, duration = ev.duration,
     factor = ev.factor, reason = ev.reason, fragment = ev.fragment, virtual_s = ev.time, latency = ev.latency,
+    shard = ev.shard, -- (islands.syncers > 1: a shard's merge refusals, its timeouts, its faults)
     -- the link from then on, as `run` writes it: bytes/s, 0 for no cap
     bandwidth = ev.bandwidth and (ev.bandwidth == math.huge and 0 or ev.bandwidth) }
   if ev.type == "fault" and ev.fault == "kill" and not ev.begin then
@@ -328,6 +330,7 @@ local function finish(ctx, err)
     tokens_per_s = tokens / math.max(wall, 1e-9), save_error = save_error,
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
+    syncers = r.islands.syncers, -- (the syncer in shards: docs/shards.md)
   }
   if r.islands.stop == "steps" and reached < r.steps and not err and not ctx.signal then
     summary.warnings = summary.warnings or {}

@@ -134,6 +134,13 @@ typedef struct dlc_vtime_params {
                                        * latest it may last; with final_flush a learner
                                        * flushes as it stops.  0 (default): every learner
                                        * trains until `end`, a faster one more steps */
+    int shards;                       /* > 1: the syncer in this many shards (docs/shards.md),
+                                       * each a syncer of the fragments dlc_plan_deal gives
+                                       * it, with its own rounds, versions and restarts; a
+                                       * learner sends each fragment to its owner and its
+                                       * heartbeats to every shard, over its one link.  A
+                                       * SYNCER fault with `shard` k downs shard k only.
+                                       * 0 or 1 (default): one syncer.  Not with dp */
 } dlc_vtime_params;
 
 typedef enum dlc_vtime_event_type {
@@ -168,6 +175,9 @@ typedef struct dlc_vtime_event {
     double duration, factor;     /* FAULT: as scheduled */
     double bandwidth, latency;   /* FAULT of kind LINK: the learner's link from then on (bytes/s,
                                   * one-way s), its own with the LINK faults under way on top */
+    int shard;                   /* with shards > 1: the shard (1-based) of a MERGE, REJECT,
+                                  * LOST or JOINED, and of a SYNCER FAULT (0: the whole
+                                  * syncer); 0 with one syncer */
 } dlc_vtime_event;
 
 typedef struct dlc_vtime dlc_vtime; /* opaque */
@@ -199,7 +209,9 @@ DLC_API dlc_status dlc_vtime_set_quorum(dlc_vtime *vt, int quorum);
  * for dp the model of the first live learner (every learner holds the same one). */
 DLC_API dlc_status dlc_vtime_global(const dlc_vtime *vt, float *arena);
 /* Borrowed state machines, for queries (not for events: vtime drives them). */
-DLC_API const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt);
+DLC_API const dlc_syncer *dlc_vtime_syncer(const dlc_vtime *vt); /* (shard 0 of several) */
+DLC_API const dlc_syncer *dlc_vtime_shard(const dlc_vtime *vt, int k); /* 0-based; NULL out of range */
+DLC_API int dlc_vtime_shards(const dlc_vtime *vt);                    /* S (1: one syncer) */
 DLC_API const dlc_learner *dlc_vtime_learner(const dlc_vtime *vt, int m);
 DLC_API int dlc_vtime_live(const dlc_vtime *vt, int m); /* not killed */
 DLC_API int dlc_vtime_learners(const dlc_vtime *vt);    /* M */
