@@ -59,6 +59,12 @@ dlc_goodput_params dlc_goodput_default_params(void) {
     p.duration = 30 * DAY;
     p.sample = 3600;
     p.seed = 0;
+    p.syncer_shards = 0;        /* not modeled unless asked */
+    p.syncer_mtbf = 30 * DAY;   /* estimate: a CPU host */
+    p.syncer_restart = 300;     /* estimate: a new process, its checkpoint read, learners back */
+    p.syncer_checkpoint = 600;  /* estimate */
+    p.standby = 0;
+    p.lease = 10;               /* estimate: runtime.timeout's default */
     return p;
 }
 
@@ -103,6 +109,23 @@ dlc_status dlc_goodput_params_check(const dlc_goodput_params *p) {
     if (!isfinite(p->sample) || p->sample < 0 || (p->sample > 0 && p->duration / p->sample >= DLC_GOODPUT_MAX_SAMPLES))
         return dlc_error(DLC_ERR_ARG, "goodput: sample = %g, expected 0 (no series) or a duration >= duration / %d (%g s)",
                          p->sample, DLC_GOODPUT_MAX_SAMPLES, p->duration / DLC_GOODPUT_MAX_SAMPLES);
+    if (p->syncer_shards < 0 || p->syncer_shards > DLC_GOODPUT_MAX_SHARDS)
+        return dlc_error(DLC_ERR_ARG, "goodput: syncer_shards = %d, expected 0 (no syncer modeled) .. %d", p->syncer_shards,
+                         DLC_GOODPUT_MAX_SHARDS);
+    if (p->syncer_shards > 0 && p->policy != DLC_GOODPUT_DECOUPLED)
+        return dlc_error(DLC_ERR_ARG, "goodput: syncer_shards = %d with policy %s: the syncer is modeled for decoupled only",
+                         p->syncer_shards, policy_names[p->policy]);
+    if (bad_dur(p->syncer_mtbf, 0, 1))
+        return dlc_error(DLC_ERR_ARG, "goodput: syncer_mtbf = %g, expected a finite duration > 0 (seconds)", p->syncer_mtbf);
+    if (bad_dur(p->syncer_checkpoint, 0, 1))
+        return dlc_error(DLC_ERR_ARG, "goodput: syncer_checkpoint = %g, expected a finite duration > 0 (seconds)",
+                         p->syncer_checkpoint);
+    if (bad_dur(p->syncer_restart, 0, 0) || bad_dur(p->lease, 0, 0))
+        return dlc_error(DLC_ERR_ARG, "goodput: %s = %g, expected a finite duration >= 0 (seconds)",
+                         bad_dur(p->lease, 0, 0) ? "lease" : "syncer_restart",
+                         bad_dur(p->lease, 0, 0) ? p->lease : p->syncer_restart);
+    if (p->standby != 0 && p->standby != 1)
+        return dlc_error(DLC_ERR_ARG, "goodput: standby = %d, expected 0 or 1", p->standby);
     return DLC_OK;
 }
 
@@ -141,6 +164,19 @@ typedef struct learner {
     double pos;       /* useful chip-seconds at run_start (or now, when not running) */
 } learner;
 
+/* A syncer shard (goodput.h, "The syncer"): the times of its next events, INFINITY for none. */
+typedef struct shard {
+    xo rng;
+    double primary_fail;   /* its primary's next failure (INFINITY while the shard is down) */
+    double standby_fail;   /* its standby's next failure (INFINITY: no standby now) */
+    double standby_up;     /* a new standby is ready (INFINITY: none starting) */
+    double back;           /* down: back from its checkpoint set then */
+    double lease_end;      /* a takeover under way ends */
+    double base_time;      /* when it last came back (-1: never went down) */
+    double *from;          /* [M] the learners' progress the loss under way is counted from */
+    double *base;          /* [M] their progress when it last came back */
+} shard;
+
 typedef struct sim {
     const dlc_goodput_params *p;
     int dp;
@@ -153,6 +189,16 @@ typedef struct sim {
     int64_t live_total;
     int64_t events, interruptions, rollbacks;
     double first; /* time of the first interruption */
+    /* the syncer (S = 0: not modeled) */
+    int S;
+    shard *sh;
+    int down;          /* shards down now: no checkpoint set is written */
+    double tick;       /* the next checkpoint set */
+    double ck_time;    /* the last one written, and every learner's progress then */
+    double *ck_pos;    /* [M] */
+    double *lost;      /* [M] useful chip-seconds each learner lost to the syncer */
+    double lost_total;
+    int64_t syncer_failures, outages, takeovers;
 } sim;
 
 static int64_t live_chips(const sim *s, const learner *l) {
@@ -266,11 +312,110 @@ static void pause_ends(sim *s, learner *l, double t) {
     s->running++;
 }
 
+/* ---- the syncer's shards (goodput.h, "The syncer") ---- */
+
+enum { SY_TICK, SY_PRIMARY, SY_STANDBY, SY_STANDBY_UP, SY_BACK, SY_LEASE };
+
+static double draw(xo *g, double t, double mean) { return t - log(xo_open01(g)) * mean; }
+
+/* The syncer's earliest event: its time, *kind and the shard *k (INFINITY: none). */
+static double syncer_next(const sim *s, int *kind, int *k) {
+    *kind = -1, *k = -1;
+    if (!s->S) return INFINITY;
+    double t = s->tick;
+    *kind = SY_TICK;
+    for (int j = 0; j < s->S; j++) {
+        const shard *h = &s->sh[j];
+        const double at[] = {h->primary_fail, h->standby_fail, h->standby_up, h->back, h->lease_end};
+        const int kinds[] = {SY_PRIMARY, SY_STANDBY, SY_STANDBY_UP, SY_BACK, SY_LEASE};
+        for (int q = 0; q < 5; q++)
+            if (at[q] < t) t = at[q], *kind = kinds[q], *k = j;
+    }
+    return t;
+}
+
+/* Every learner's progress at t into dst. */
+static void snap(const sim *s, double t, double *dst) {
+    for (int j = 0; j < s->m; j++) dst[j] = progress_at(s, &s->l[j], t);
+}
+
+/* A shard's share (1/S) of every learner's work since `from` is lost. */
+static void lose_since(sim *s, double t, const double *from) {
+    for (int j = 0; j < s->m; j++) {
+        double d = (progress_at(s, &s->l[j], t) - from[j]) / s->S;
+        if (d > 0) s->lost[j] += d, s->lost_total += d;
+    }
+}
+
+static void syncer_event(sim *s, double t, int kind, int k) {
+    const dlc_goodput_params *p = s->p;
+    shard *h = k >= 0 ? &s->sh[k] : NULL;
+    switch (kind) {
+    case SY_TICK:
+        if (s->down == 0) {
+            snap(s, t, s->ck_pos);
+            s->ck_time = t;
+        }
+        s->tick = t + p->syncer_checkpoint;
+        break;
+    case SY_PRIMARY:
+        s->syncer_failures++;
+        if (h->lease_end < INFINITY) { /* the one that took over fails in its lease: that takeover ends here */
+            lose_since(s, t, h->from);
+            h->lease_end = INFINITY;
+        }
+        if (h->standby_fail < INFINITY) { /* its standby takes over, with its own failure clock */
+            s->takeovers++;
+            snap(s, t, h->from);
+            h->lease_end = t + p->lease;
+            h->primary_fail = h->standby_fail;
+            h->standby_fail = INFINITY;
+            h->standby_up = t + p->syncer_restart; /* the replaced primary, back as the standby */
+        } else { /* down: back from its checkpoint set, what it merged since lost */
+            s->outages++;
+            s->down++;
+            memcpy(h->from, s->ck_time >= h->base_time ? s->ck_pos : h->base, sizeof(double) * (size_t)s->m);
+            h->back = t + p->syncer_restart;
+            h->primary_fail = INFINITY;
+            h->standby_up = INFINITY; /* a standby attaches once it is back */
+        }
+        break;
+    case SY_STANDBY:
+        s->syncer_failures++;
+        h->standby_fail = INFINITY;
+        h->standby_up = t + p->syncer_restart;
+        break;
+    case SY_STANDBY_UP:
+        h->standby_up = INFINITY;
+        h->standby_fail = draw(&h->rng, t, p->syncer_mtbf);
+        break;
+    case SY_BACK:
+        lose_since(s, t, h->from);
+        s->down--;
+        h->back = INFINITY;
+        h->primary_fail = draw(&h->rng, t, p->syncer_mtbf);
+        snap(s, t, h->base);
+        h->base_time = t;
+        if (p->standby) h->standby_up = t + p->syncer_restart;
+        break;
+    case SY_LEASE:
+        lose_since(s, t, h->from);
+        h->lease_end = INFINITY;
+        break;
+    default: break;
+    }
+}
+
 static void sim_free(sim *s) {
     if (s->l)
         for (int i = 0; i < s->m; i++) free(s->l[i].rq);
     free(s->l);
     free(s->tree);
+    if (s->sh)
+        for (int k = 0; k < s->S; k++) free(s->sh[k].from), free(s->sh[k].base);
+    free(s->sh);
+    free(s->ck_pos);
+    free(s->lost);
 }
 
 void dlc_goodput_result_free(dlc_goodput_result *r) {
@@ -322,6 +467,25 @@ dlc_status dlc_goodput_run(const dlc_goodput_params *p, dlc_goodput_result *out)
         s.live_total += l->chips;
         redraw_fail(&s, l, 0);
     }
+    s.S = p->syncer_shards;
+    s.lost = calloc((size_t)s.m, sizeof(double));
+    if (!s.lost) goto nomem;
+    if (s.S > 0) {
+        s.sh = calloc((size_t)s.S, sizeof *s.sh);
+        s.ck_pos = calloc((size_t)s.m, sizeof(double));
+        if (!s.sh || !s.ck_pos) goto nomem;
+        s.tick = p->syncer_checkpoint;
+        for (int k = 0; k < s.S; k++) {
+            shard *h = &s.sh[k];
+            if (!(h->from = calloc((size_t)s.m, sizeof(double))) || !(h->base = calloc((size_t)s.m, sizeof(double))))
+                goto nomem;
+            xo_seed(&h->rng, p->seed, ((uint64_t)1 << 32) + (uint64_t)k); /* (learners use streams 0..M-1) */
+            h->primary_fail = draw(&h->rng, 0, p->syncer_mtbf);
+            h->standby_fail = p->standby ? draw(&h->rng, 0, p->syncer_mtbf) : INFINITY;
+            h->standby_up = h->back = h->lease_end = INFINITY;
+            h->base_time = -1;
+        }
+    }
     for (int n = 0; n < 2 * s.leaves; n++) s.tree[n] = -1;
     for (int i = 0; i < s.m; i++) s.tree[s.leaves + i] = i;
     for (int i = 0; i < s.m; i++) tree_update(&s, i);
@@ -329,19 +493,25 @@ dlc_status dlc_goodput_run(const dlc_goodput_params *p, dlc_goodput_result *out)
     double now = 0, up = 0;
     int64_t next_sample = 0;
     for (;;) {
-        int i = s.tree[1];
-        double te = tree_time(&s, 1);
+        int i = s.tree[1], kind, k;
+        double te = tree_time(&s, 1), ts = syncer_next(&s, &kind, &k);
+        int syncer = ts < te; /* (a learner's event first at the same instant) */
+        if (syncer) te = ts;
         double stop = te < p->duration ? te : p->duration;
         for (; next_sample < ns && (double)next_sample * p->sample < te; next_sample++) {
-            double ts = (double)next_sample * p->sample, prog = 0;
-            for (int j = 0; j < s.m; j++) prog += progress_at(&s, &s.l[j], ts);
-            out->t[next_sample] = ts;
+            double tsm = (double)next_sample * p->sample, prog = -s.lost_total;
+            for (int j = 0; j < s.m; j++) prog += progress_at(&s, &s.l[j], tsm);
+            out->t[next_sample] = tsm;
             out->live_chips[next_sample] = (double)s.live_total;
             out->progress[next_sample] = prog / (double)p->chips;
         }
         if (s.running > 0) up += stop - now;
         now = stop;
         if (te > p->duration) break;
+        if (syncer) {
+            syncer_event(&s, te, kind, k);
+            continue;
+        }
         learner *l = &s.l[i];
         s.events++;
         if (l->state == PAUSE && l->pause_end <= l->next_fail && (!l->rq_len || l->pause_end <= l->rq[l->rq_head].t))
@@ -352,9 +522,11 @@ dlc_status dlc_goodput_run(const dlc_goodput_params *p, dlc_goodput_result *out)
             interrupt(&s, l, te);
         tree_update(&s, i);
     }
+    for (int k = 0; k < s.S; k++) /* a shard down or taken over at the end: what it lost so far */
+        if (s.sh[k].back < INFINITY || s.sh[k].lease_end < INFINITY) lose_since(&s, p->duration, s.sh[k].from);
     double useful = 0;
     for (int i = 0; i < s.m; i++) {
-        double u = progress_at(&s, &s.l[i], p->duration);
+        double u = progress_at(&s, &s.l[i], p->duration) - s.lost[i];
         out->learner_goodput[i] = u / ((double)s.l[i].chips * p->duration);
         useful += u;
     }
@@ -364,6 +536,10 @@ dlc_status dlc_goodput_run(const dlc_goodput_params *p, dlc_goodput_result *out)
     out->interruptions = s.interruptions;
     out->rollbacks = s.rollbacks;
     out->first_interruption = s.first;
+    out->syncer_failures = s.syncer_failures;
+    out->syncer_outages = s.outages;
+    out->takeovers = s.takeovers;
+    out->syncer_lost = s.lost_total;
     out->events = s.events;
     out->samples = ns;
     sim_free(&s);

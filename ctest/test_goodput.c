@@ -314,8 +314,52 @@ static void test_names_and_params(void) {
     REFUSED(p.policy = (dlc_goodput_policy)9, "policy = 9");
     REFUSED(p.duration = 0, "duration = 0");
     REFUSED(p.sample = 1, "sample = 1, expected 0 (no series) or a duration >=");
+    REFUSED(p.syncer_shards = 2, "syncer_shards = 2 with policy elastic-dp: the syncer is modeled for decoupled only");
+    REFUSED((p.policy = DLC_GOODPUT_DECOUPLED, p.syncer_shards = 65), "syncer_shards = 65, expected 0");
+    REFUSED(p.syncer_mtbf = 0, "syncer_mtbf = 0, expected a finite duration > 0");
+    REFUSED(p.syncer_checkpoint = -1, "syncer_checkpoint = -1");
+    REFUSED(p.lease = -1, "lease = -1, expected a finite duration >= 0");
+    REFUSED(p.syncer_restart = NAN, "syncer_restart = nan");
+    REFUSED(p.standby = 2, "standby = 2, expected 0 or 1");
     CHECK(dlc_goodput_run(NULL, &r) == DLC_ERR_ARG);
     CHECK(dlc_goodput_run(&d, NULL) == DLC_ERR_ARG);
+}
+
+/* The syncer's shards (goodput.h, "The syncer"): one learner of one chip that never fails,
+ * steps of 1 s, so its progress is the time.  Without a standby each outage loses the work
+ * since the last checkpoint set (uniform in [0, 50 s) at a failure 10^4 s apart on
+ * average) plus the restart (100 s): 125 s a failure on average, and the learners' own
+ * stream is untouched (useful + lost = the same run without a syncer).  With standbys a
+ * takeover loses the lease (10 s) and an outage happens only while a standby restarts. */
+static void test_syncer(void) {
+    dlc_goodput_params p = base(DLC_GOODPUT_DECOUPLED);
+    p.chips = 1, p.slice_chips = 1, p.learners = 1, p.mtbi = 1e15, p.step = 1, p.checkpoint = 1;
+    p.duration = 1e6, p.downscale = p.upscale = 0;
+    dlc_goodput_result plain = run(&p);
+    CHECK(plain.syncer_failures == 0 && plain.syncer_lost == 0 && fabs(plain.useful - 1e6) < 1);
+    p.syncer_shards = 1, p.syncer_mtbf = 1e4, p.syncer_restart = 100, p.syncer_checkpoint = 50;
+    dlc_goodput_result r = run(&p);
+    CHECK(r.syncer_outages > 70 && r.syncer_outages < 130 && r.takeovers == 0 && r.syncer_failures == r.syncer_outages);
+    double per = r.syncer_lost / (double)r.syncer_outages;
+    CHECK(per > 119 && per < 131);
+    CHECK(fabs(r.useful + r.syncer_lost - plain.useful) < 1e-6 * plain.useful);
+    CHECK(fabs(r.goodput - r.useful / 1e6) < 1e-12);
+    /* 4 shards: each outage loses a quarter of the work */
+    p.syncer_shards = 4;
+    dlc_goodput_result r4 = run(&p);
+    double per4 = r4.syncer_lost / (double)r4.syncer_outages;
+    CHECK(r4.syncer_outages > 4 * 70 && per4 > 119 / 4.0 && per4 < 131 / 4.0);
+    /* standbys */
+    p.syncer_shards = 1, p.standby = 1, p.lease = 10;
+    dlc_goodput_result s = run(&p);
+    CHECK(s.takeovers > 70 && s.syncer_outages < s.takeovers / 10 && s.syncer_failures > s.takeovers);
+    CHECK(s.syncer_lost >= 10 * (double)s.takeovers - 1e-6 &&
+          s.syncer_lost <= 10 * (double)s.takeovers + (double)s.syncer_outages * (50 + 100 + 10) + 1e-6);
+    CHECK(s.goodput > r.goodput);
+    dlc_goodput_result_free(&plain);
+    dlc_goodput_result_free(&r);
+    dlc_goodput_result_free(&r4);
+    dlc_goodput_result_free(&s);
 }
 
 int main(void) {
@@ -325,5 +369,6 @@ int main(void) {
     test_learners_independent();
     test_determinism_and_series();
     test_names_and_params();
+    test_syncer();
     return check_done("test_goodput");
 }

@@ -40,7 +40,8 @@ static double parse_duration(const char *s) {
 
 static const char *const OPTIONS[] = {"policy", "chips", "learners", "slice_chips", "mtbi", "repair", "downscale",
                                       "upscale", "step", "checkpoint", "checkpoint_cost", "restart", "pause",
-                                      "duration", "sample", "seed", "series", NULL};
+                                      "duration", "sample", "seed", "series", "syncer_shards", "syncer_mtbf",
+                                      "syncer_restart", "syncer_checkpoint", "standby", "lease", NULL};
 
 /* The duration at field k of table 1, or dflt when absent. */
 static double opt_duration(lua_State *L, const char *k, double dflt) {
@@ -106,6 +107,14 @@ static void pushparams(lua_State *L, const dlc_goodput_params *p) {
     setnum(L, "sample", p->sample);
     lua_pushinteger(L, (lua_Integer)p->seed);
     lua_setfield(L, -2, "seed");
+    lua_pushinteger(L, p->syncer_shards);
+    lua_setfield(L, -2, "syncer_shards");
+    setnum(L, "syncer_mtbf", p->syncer_mtbf);
+    setnum(L, "syncer_restart", p->syncer_restart);
+    setnum(L, "syncer_checkpoint", p->syncer_checkpoint);
+    lua_pushinteger(L, p->standby);
+    lua_setfield(L, -2, "standby");
+    setnum(L, "lease", p->lease);
 }
 
 /* diloco.goodput([opts]) -> result table */
@@ -125,7 +134,7 @@ static int l_goodput(lua_State *L) {
         int known = 0;
         for (int i = 0; k && OPTIONS[i]; i++) known |= !strcmp(k, OPTIONS[i]);
         if (!known)
-            return luaL_error(L, "goodput: unknown option '%s' (known: policy, chips, learners, slice_chips, mtbi, repair, downscale, upscale, step, checkpoint, checkpoint_cost, restart, pause, duration, sample, seed, series)",
+            return luaL_error(L, "goodput: unknown option '%s' (known: policy, chips, learners, slice_chips, mtbi, repair, downscale, upscale, step, checkpoint, checkpoint_cost, restart, pause, duration, sample, seed, series, syncer_shards, syncer_mtbf, syncer_restart, syncer_checkpoint, standby, lease)",
                               k ? k : luaL_typename(L, -1));
     }
     int ty = lua_getfield(L, 1, "policy");
@@ -154,6 +163,14 @@ static int l_goodput(lua_State *L) {
     p.restart = opt_duration(L, "restart", p.restart);
     p.duration = opt_duration(L, "duration", p.duration);
     p.sample = opt_duration(L, "sample", p.sample);
+    lua_Integer ns = opt_int(L, "syncer_shards", p.syncer_shards, 0);
+    p.syncer_shards = ns > DLC_GOODPUT_MAX_SHARDS ? DLC_GOODPUT_MAX_SHARDS + 1 : (int)ns;
+    lua_Integer sb = opt_int(L, "standby", p.standby, 0);
+    p.standby = sb > 1000000 ? 1000000 : (int)sb; /* (checked below, named as given) */
+    p.syncer_mtbf = opt_duration(L, "syncer_mtbf", p.syncer_mtbf);
+    p.syncer_restart = opt_duration(L, "syncer_restart", p.syncer_restart);
+    p.syncer_checkpoint = opt_duration(L, "syncer_checkpoint", p.syncer_checkpoint);
+    p.lease = opt_duration(L, "lease", p.lease);
     if (!series) p.sample = 0;
     if (dlc_goodput_params_check(&p) != DLC_OK) return luaL_error(L, "%s", dlc_last_error());
 
@@ -175,6 +192,13 @@ static int l_goodput(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)r.events);
     lua_setfield(L, -2, "events");
     setnum(L, "first_interruption", r.first_interruption);
+    lua_pushinteger(L, (lua_Integer)r.syncer_failures);
+    lua_setfield(L, -2, "syncer_failures");
+    lua_pushinteger(L, (lua_Integer)r.syncer_outages);
+    lua_setfield(L, -2, "syncer_outages");
+    lua_pushinteger(L, (lua_Integer)r.takeovers);
+    lua_setfield(L, -2, "takeovers");
+    setnum(L, "syncer_lost", r.syncer_lost);
     pusharray(L, r.learner_goodput, r.learners);
     lua_setfield(L, -2, "learner_goodput");
     if (r.samples) {

@@ -60,6 +60,21 @@ describe("diloco-lua goodput", function()
     assert.matches("3 seeds from 0, 2 days", out)
   end)
 
+  it("models the syncer's shards for decoupled, dp and elastic-dp unchanged", function()
+    local plain, code0 = H.sh(q(exe) .. " goodput --chips 3e5 --days 2 --seeds 2 --learners 4")
+    assert.are.equal(0, code0, plain)
+    local out, code = H.sh(q(exe) .. " goodput --chips 3e5 --days 2 --seeds 2 --learners 4 --set syncer_shards=2 "
+      .. "--set syncer_mtbf=6h --set standby=1")
+    assert.are.equal(0, code, out)
+    assert.are.equal(plain:match("(dp%s+1%s+300k[^\n]*)"), out:match("(dp%s+1%s+300k[^\n]*)"))
+    assert.matches("the syncer in 2 shards with standbys, each failing every 0.25d: seed 0 had %d+ failures", out)
+    local r = diloco.goodput { policy = "decoupled", learners = 4, chips = 3e5, duration = "2d", series = false,
+      syncer_shards = 2, syncer_mtbf = "6h" }
+    assert.is_true(r.syncer_outages > 0 and r.syncer_lost > 0 and r.takeovers == 0)
+    assert.are.equal(2, r.params.syncer_shards)
+    assert.matches("standby = 3, expected 0 or 1", H.error_of(diloco.goodput, { policy = "decoupled", standby = 3 }))
+  end)
+
   it("sweeps a parameter", function()
     local out, code = H.sh(q(exe) .. " goodput --policy elastic-dp --sweep chips=1e5,2e5 --days 1 --seeds 2")
     assert.are.equal(0, code, out)

@@ -14,8 +14,13 @@ local M = {}
 local function usage(fmt, ...) error({ usage = string.format(fmt, ...) }, 0) end
 
 local SWEEP_KEYS = { chips = true, learners = true, mtbi = true, repair = true, downscale = true,
-  upscale = true, pause = true, step = true, checkpoint = true, restart = true, slice_chips = true }
-local INTEGER_KEYS = { chips = true, learners = true, slice_chips = true, seed = true }
+  upscale = true, pause = true, step = true, checkpoint = true, restart = true, slice_chips = true,
+  syncer_shards = true, syncer_mtbf = true, syncer_restart = true, syncer_checkpoint = true, standby = true,
+  lease = true }
+local INTEGER_KEYS = { chips = true, learners = true, slice_chips = true, seed = true, syncer_shards = true,
+  standby = true }
+-- the syncer's options: decoupled only (core/goodput.h, "The syncer")
+local SYNCER_KEYS = { "syncer_shards", "syncer_mtbf", "syncer_restart", "syncer_checkpoint", "standby", "lease" }
 
 -- A parameter value from the command line: integers for counts ("1.2e6" is 1200000),
 -- durations as given (the binding parses units), other strings as they are.
@@ -145,7 +150,7 @@ function M.main(args, parse)
   if sweep then
     local k, list = sweep:match("^([%w_]+)=(.+)$")
     if not k or not SWEEP_KEYS[k] then
-      usage("--sweep %s: expected KEY=V1,V2,... with KEY one of chips, learners, mtbi, repair, downscale, upscale, pause, step, checkpoint, restart, slice_chips", sweep)
+      usage("--sweep %s: expected KEY=V1,V2,... with KEY one of chips, learners, mtbi, repair, downscale, upscale, pause, step, checkpoint, restart, slice_chips, syncer_shards, syncer_mtbf, syncer_restart, syncer_checkpoint, standby, lease", sweep)
     end
     sweep_key, sweep_vals = k, {}
     for v in list:gmatch("[^,]+") do
@@ -166,12 +171,23 @@ function M.main(args, parse)
       if sweep_key == "pause" then p.downscale, p.upscale = sv, sv
       elseif sweep_key == "learners" then p.learners = sv
       elseif sweep_key then p[sweep_key] = sv end
+      if pl.policy ~= "decoupled" then -- (dp and elastic-dp model no syncer)
+        for _, key in ipairs(SYNCER_KEYS) do p[key] = nil end
+      end
       local r = over_seeds(p, seed, seeds, opts.series and #rows == 0)
       local pr = r.first.params
       rows[#rows + 1] = { block = bi, chips = pr.chips, goodput = r.goodput, goodput_sd = r.goodput_sd }
       print(string.format("%-14s %4d %9s %-12s %10s  %6.2f ± %-6.2f  %6.2f ± %-6.2f", pr.policy, pr.learners,
         fmt_chips(pr.chips), string.format("%gd", pr.mtbi / 86400), sweep_key and tostring(sv) or "",
         100 * r.goodput, 100 * r.goodput_sd, 100 * r.uptime, 100 * r.uptime_sd))
+      if (pr.syncer_shards or 0) > 0 then
+        local f = r.first
+        print(string.format("  (the syncer in %d shard%s%s, each failing every %gd: seed %d had %d failure%s, %d outage%s, "
+          .. "%d takeover%s, %.3f%% of the chip-time lost to them)", pr.syncer_shards, pr.syncer_shards == 1 and "" or "s",
+          pr.standby == 1 and " with standbys" or "", pr.syncer_mtbf / 86400, seed, f.syncer_failures,
+          f.syncer_failures == 1 and "" or "s", f.syncer_outages, f.syncer_outages == 1 and "" or "s", f.takeovers,
+          f.takeovers == 1 and "" or "s", 100 * f.syncer_lost / (pr.chips * pr.duration)))
+      end
       if opts.series and #rows == 1 then
         local s = r.first.series
         local f, e = io.open(opts.series, "w")

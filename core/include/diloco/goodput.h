@@ -36,9 +36,23 @@
  * default) or restarts it (pause = extend: the pause ends `downscale`/`upscale`/`restart`
  * seconds after the last event); docs/goodput.md compares the two.
  *
+ * The syncer (decoupled, syncer_shards = S > 0; docs/goodput.md, "The syncer"): S shard
+ * processes, each owning 1/S of the fragments, each failing at exponential intervals of
+ * mean syncer_mtbf.  Without a standby a failed shard is back after syncer_restart from its
+ * checkpoint set (one every syncer_checkpoint seconds, none written while a shard is down):
+ * its fragments' merges since that set are lost, and so is the learners' work on them
+ * until it is back (their next contributions are stale and they are resynced): 1/S of
+ * every learner's useful work from the set to the return.  With standby = 1 a shard's
+ * standby takes over after `lease` seconds, the shard's share of the work in the lease
+ * counted lost (an upper bound: the learners' next contributions carry most of it); the
+ * replaced primary comes back as the new standby after syncer_restart; a primary that
+ * fails while its shard has no standby (the standby failed too, or is still starting)
+ * is an outage as above.  A standby fails like a primary and is replaced likewise.
+ *
  * Outputs (§7): goodput = useful chip-seconds / (N x duration), where useful = the steps
  * that survive (for dp: not rolled back; the work after the last checkpoint at the end of
- * the horizon counts); uptime = share of the time in which at least one learner computes.
+ * the horizon counts; for decoupled with a syncer modeled: less what its failures lost);
+ * uptime = share of the time in which at least one learner computes.
  */
 #ifndef DILOCO_GOODPUT_H
 #define DILOCO_GOODPUT_H
@@ -74,6 +88,7 @@ DLC_API dlc_status dlc_goodput_pause_parse(const char *name, dlc_goodput_pause *
 #define DLC_GOODPUT_MAX_CHIPS ((int64_t)1 << 40)
 #define DLC_GOODPUT_MAX_LEARNERS 4096
 #define DLC_GOODPUT_MAX_SAMPLES 1000000 /* time-series points: duration / sample + 1 */
+#define DLC_GOODPUT_MAX_SHARDS 64
 
 /* Every duration in seconds.  Defaults and their sources: docs/goodput.md. */
 typedef struct dlc_goodput_params {
@@ -93,6 +108,13 @@ typedef struct dlc_goodput_params {
     double duration;       /* simulated time, > 0 */
     double sample;         /* time-series interval, 0 = no series, else >= duration / DLC_GOODPUT_MAX_SAMPLES */
     uint64_t seed;         /* same seed, same result; learner m draws from its own stream */
+    /* the syncer (decoupled only; above): */
+    int syncer_shards;     /* S, 0 (default: the syncer is not modeled) .. DLC_GOODPUT_MAX_SHARDS */
+    double syncer_mtbf;    /* mean time between failures of one shard process, > 0 */
+    double syncer_restart; /* a failed shard (or a new standby) is up after this, >= 0 */
+    double syncer_checkpoint; /* between checkpoint sets, > 0 */
+    int standby;           /* 1: each shard has a standby; 0: none */
+    double lease;          /* a standby takes over after this, >= 0 */
 } dlc_goodput_params;
 
 /* elastic-dp on 1.2M chips, MTBI 1 year, 30 days, hourly samples, seed 0; downscale and
@@ -109,6 +131,11 @@ typedef struct dlc_goodput_result {
     int64_t interruptions;   /* chip interruptions over all learners */
     int64_t rollbacks;       /* dp: restarts that lost work since a checkpoint */
     double first_interruption; /* time of the first interruption, -1 if none (to check accounting) */
+    int64_t syncer_failures; /* shard processes (primaries and standbys) that failed */
+    int64_t syncer_outages;  /* primaries that failed without a standby to take over */
+    int64_t takeovers;       /* primaries replaced by their standby */
+    double syncer_lost;      /* useful chip-seconds the syncer's failures took (already left
+                                out of useful and goodput) */
     int64_t events;          /* events processed: interruptions, returns, pause ends (steps and
                                 checkpoints are computed in closed form, not events) */
     int learners;            /* M, the length of learner_goodput */
