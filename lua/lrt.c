@@ -42,6 +42,7 @@ typedef struct srtbox {
     dlc_srt *s;         /* first: the resource (NULL once closed) */
     dlc_params *params; /* the layout of global() (borrowed, kept alive by the user value) */
     int M;
+    int kill;           /* s:kill(): released as a killed process ends (dlc_srt_kill) */
 } srtbox;
 
 typedef struct lrtbox {
@@ -175,7 +176,11 @@ static int l_syncer(lua_State *L) {
     return 1;
 }
 
-static void srt_release(void *box) { dlc_srt_free(((srtbox *)box)->s); }
+static void srt_release(void *box) {
+    srtbox *b = box;
+    if (b->kill) dlc_srt_kill(b->s);
+    else dlc_srt_free(b->s);
+}
 
 static int s_port(lua_State *L) {
     lua_pushinteger(L, dlc_srt_port(checksrt(L, 1)));
@@ -368,10 +373,20 @@ static int l_advertise_address(lua_State *L) {
     return 1;
 }
 
+static const dlcL_type srt_type;
+
+/* s:kill(): closes it as a killed process ends (no BYE to its standby, which takes over). */
+static int s_kill(lua_State *L) {
+    srtbox *b = luaL_checkudata(L, 1, DLCL_SYNCER);
+    b->kill = 1;
+    dlcL_closebox(b, &srt_type);
+    return 0;
+}
+
 static const luaL_Reg srt_methods[] = {
     {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
     {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {"save", s_save},
-    {"epoch", s_epoch}, {"shape", s_shape},     {"cut", s_cut},       {NULL, NULL}};
+    {"epoch", s_epoch}, {"shape", s_shape},     {"cut", s_cut},       {"kill", s_kill}, {NULL, NULL}};
 static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, NULL};
 
 /* ---- diloco.Learner ---- */
@@ -496,6 +511,13 @@ static int lr_join(lua_State *L) {
     lua_pushboolean(L, 1);
     return 1;
 }
+/* l:pump([timeout_s]): takes what arrived, waiting up to timeout_s (0) for it; never steps */
+static int lr_pump(lua_State *L) {
+    dlc_lrt *l = checklrt(L, 1);
+    if (dlc_lrt_pump(l, luaL_optnumber(L, 2, 0)) != DLC_OK) return dlcL_error(L);
+    return 0;
+}
+
 /* l:wait([timeout_s]) -> true, void | nil, message, code (void: dp, resynced instead) */
 static int lr_wait(lua_State *L) {
     dlc_lrt *l = checklrt(L, 1);
@@ -706,7 +728,7 @@ static int lr_stats(lua_State *L) {
 }
 
 static const luaL_Reg lrt_methods[] = {
-    {"join", lr_join},       {"wait", lr_wait},   {"step_done", lr_step_done},
+    {"join", lr_join},       {"wait", lr_wait},   {"pump", lr_pump},     {"step_done", lr_step_done},
     {"gradient", lr_gradient}, {"contribute", lr_contribute}, {"finish", lr_finish},
     {"state", lr_state},     {"id", lr_id},       {"schedule_step", lr_schedule_step},
     {"set_schedule_step", lr_set_schedule_step},

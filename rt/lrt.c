@@ -1034,6 +1034,15 @@ dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s) {
     return st;
 }
 
+dlc_status dlc_lrt_pump(dlc_lrt *l, double timeout_s) {
+    if (!l) return dlc_error(DLC_ERR_ARG, "lrt_pump: NULL learner");
+    if (!(timeout_s >= 0) || !isfinite(timeout_s))
+        return dlc_error(DLC_ERR_ARG, "lrt_pump: timeout_s = %g: expected seconds >= 0", timeout_s);
+    dlc_status st = collect(l, 0);
+    if (st == DLC_OK) st = pump(l, (int)(timeout_s * 1000));
+    return st;
+}
+
 dlc_status dlc_lrt_rollback(dlc_lrt *l) {
     if (!l || !l->l) return dlc_error(DLC_ERR_STATE, "lrt_rollback: the learner has not joined (dlc_lrt_join)");
     dlc_status st = collect(l, 1);

@@ -161,6 +161,7 @@ struct dlc_srt {
      * replica per fragment from its attach, and one per fragment whose merge waits for
      * its ack: dlc_syncer_set_replicated) */
     int sb_peer;
+    int killed;                 /* dlc_srt_kill: ends as a killed process would (no BYE) */
     char sb_from[DLC_RT_TEXT_MAX];
     rep_out *rq_head, *rq_tail;
     double rq_tried;
@@ -1385,13 +1386,19 @@ fail:
     return NULL;
 }
 
+void dlc_srt_kill(dlc_srt *s) {
+    if (!s) return;
+    s->killed = 1;
+    dlc_srt_free(s);
+}
+
 void dlc_srt_free(dlc_srt *s) {
     if (!s) return;
     if (s->started) {
         atomic_store(&s->stop, 1);
         pthread_join(s->thread, NULL);
     }
-    if (s->sb_peer >= 0) { /* the run is over here: the standby ends too (it does not take over) */
+    if (s->sb_peer >= 0 && !s->killed) { /* the run is over here: the standby ends too (it does not take over) */
         dlc_frame f;
         dlc_frame_init(&f, DLC_FRAME_BYE);
         f.msg.learner = 0; /* (a standby has no id: the field is not read) */

@@ -613,8 +613,8 @@ function M.finish(ctx, err)
         diloco.clock() - t_wait < drain do
       local okst, st = pcall(ctx.lrt.stats, ctx.lrt)
       if not okst or st.connected or diloco.signals.pending() then break end
+      pcall(ctx.lrt.pump, ctx.lrt, 0.05) -- (the reconnect happens in here: nothing else takes it now)
       pcall(drain_events, ctx)
-      diloco.proc.sleep(0.05)
     end
     if not err and not ctx.signal then err = undelivered(ctx) end
     -- the drain says what it waits for and until when; the signal that stopped the learner

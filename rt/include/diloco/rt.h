@@ -154,6 +154,10 @@ DLC_API dlc_srt *dlc_srt_new(const dlc_srt_config *cfg);
 /* Stops the thread, closes every connection (flushing up to the net's drain timeout) and
  * frees everything.  NULL is a no-op. */
 DLC_API void dlc_srt_free(dlc_srt *s);
+/* Frees it as a killed process ends (chaos under `run`, docs/shards.md "Standbys"): no BYE
+ * to its standby, which then takes over after its lease; its connections closed.  NULL is a
+ * no-op. */
+DLC_API void dlc_srt_kill(dlc_srt *s);
 DLC_API int dlc_srt_port(const dlc_srt *s); /* the port listened on */
 
 typedef enum dlc_srt_event_kind {
@@ -365,6 +369,11 @@ DLC_API dlc_status dlc_lrt_contribute(dlc_lrt *l, int p);
  * applied, dlc_learner_step_begin, before it returns), DLC_ERR_STATE at the deadline
  * naming what it waited for. */
 DLC_API dlc_status dlc_lrt_wait(dlc_lrt *l, double timeout_s);
+/* Takes what the transport brought (connections made or lost, messages: a merge is stashed
+ * for the next step boundary), waiting up to timeout_s for the first; never steps.  For a
+ * host between steps or after its last one (a learner at its end waiting for a standby to
+ * take over its shard: dlc_lrt_get_stats' connected). */
+DLC_API dlc_status dlc_lrt_pump(dlc_lrt *l, double timeout_s);
 /* A fault on the learner (a non-finite loss or parameter, the host's check, e.g.
  * dlc_lrt_check_finite): instead of dlc_lrt_step_done for the failed step, rolls the
  * model back in place to the last global model (dlc_learner_rollback, learner.h: each
