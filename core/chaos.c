@@ -18,11 +18,15 @@ static const char *const kind_names[] = {"kill", "slow", "cut", "syncer", "link"
 _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
                "one name per dlc_fault_kind");
 
+/* The merge targets (target() below): kill, cut and pause of each learner, the whole
+ * syncer, and each role of each shard. */
+#define TARGETS(c) (3 * (c)->learners + 3 * (DLC_CHAOS_MAX_SHARDS + 1))
+
 struct dlc_chaos {
     int learners;
     int n, cap;
     dlc_fault *f;        /* [cap], n used, sorted by at (stable) */
-    int *last;           /* [3·learners + 1] scratch of the merge sweep: last kept index per target */
+    int *last;           /* [TARGETS] scratch of the merge sweep: last kept index per target */
     dlc_chaos_event *tl; /* cached timeline, ntl events; valid when tl_ok */
     int ntl, tl_ok;
     uint64_t gen;        /* changes so far (a cursor started before one is stale) */
@@ -30,6 +34,18 @@ struct dlc_chaos {
 
 const char *dlc_fault_kind_name(dlc_fault_kind k) {
     return (unsigned)k < DLC_FAULT_KIND_COUNT ? kind_names[k] : "?";
+}
+
+static const char *const role_names[] = {"primary", "standby", "both"};
+_Static_assert(sizeof role_names / sizeof role_names[0] == DLC_ROLE_COUNT, "one name per dlc_fault_role");
+
+const char *dlc_fault_role_name(dlc_fault_role r) { return (unsigned)r < DLC_ROLE_COUNT ? role_names[r] : "?"; }
+
+dlc_status dlc_fault_role_parse(const char *name, dlc_fault_role *out) {
+    if (!name || !out) return dlc_error(DLC_ERR_ARG, "fault_role_parse: %s is NULL", name ? "out" : "name");
+    for (int r = 0; r < DLC_ROLE_COUNT; r++)
+        if (!strcmp(name, role_names[r])) return *out = (dlc_fault_role)r, DLC_OK;
+    return dlc_error(DLC_ERR_ARG, "chaos: role = \"%s\": expected primary, standby or both", name);
 }
 
 dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out) {
@@ -66,7 +82,7 @@ dlc_chaos *dlc_chaos_new(int learners) {
     dlc_chaos *c = calloc(1, sizeof *c);
     if (!c) goto fail;
     c->learners = learners;
-    c->last = malloc(sizeof(int) * (size_t)(3 * learners + 1 + DLC_CHAOS_MAX_SHARDS));
+    c->last = malloc(sizeof(int) * (size_t)TARGETS(c));
     if (!c->last) goto fail;
     return c;
 fail:
@@ -86,13 +102,15 @@ void dlc_chaos_free(dlc_chaos *c) {
 static double end_of(const dlc_fault *f) { return f->at + f->duration; }
 
 /* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M, pause m -> 2M + 1 + m,
- * syncer shard k -> 3M + k; -1 for slow and link. */
-#define TARGETS(c) (3 * (c)->learners + 1 + DLC_CHAOS_MAX_SHARDS)
+ * syncer shard k -> 3M + k; its standby (role r = 1) or both (r = 2): 3M + 17r + k (k = 0:
+ * the whole syncer's); -1 for slow and link. */
 static int target(const dlc_chaos *c, const dlc_fault *f) {
     switch (f->kind) {
     case DLC_FAULT_KILL: return f->learner;
     case DLC_FAULT_CUT: return c->learners + f->learner;
-    case DLC_FAULT_SYNCER: return f->shard ? 3 * c->learners + f->shard : 2 * c->learners;
+    case DLC_FAULT_SYNCER:
+        if (f->role != DLC_ROLE_PRIMARY) return 3 * c->learners + (DLC_CHAOS_MAX_SHARDS + 1) * (int)f->role + f->shard;
+        return f->shard ? 3 * c->learners + f->shard : 2 * c->learners;
     case DLC_FAULT_PAUSE: return 2 * c->learners + 1 + f->learner;
     default: return -1;
     }
@@ -134,6 +152,9 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if (f->kind == DLC_FAULT_SYNCER ? f->shard < 0 || f->shard > DLC_CHAOS_MAX_SHARDS : f->shard != 0)
         return dlc_error(DLC_ERR_ARG, "chaos: shard = %d: expected %s", f->shard, f->kind == DLC_FAULT_SYNCER
                          ? "0 (the whole syncer) or a shard in [1, 16]" : "0 (only a syncer fault names a shard)");
+    if ((unsigned)f->role >= DLC_ROLE_COUNT || (f->kind != DLC_FAULT_SYNCER && f->role != DLC_ROLE_PRIMARY))
+        return dlc_error(DLC_ERR_ARG, "chaos: role = %d: expected %s", (int)f->role, f->kind == DLC_FAULT_SYNCER
+                         ? "0..2 (primary, standby, both)" : "0 (only a syncer fault names a role)");
     if (f->kind == DLC_FAULT_SYNCER) {
         if (f->learner != -1)
             return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected -1 for a syncer fault (it has no learner)",

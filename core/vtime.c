@@ -23,7 +23,7 @@ const char *dlc_vtime_event_name(dlc_vtime_event_type t) {
 }
 
 /* Classes: the order of events at one instant. */
-enum { EV_DELIVER, EV_STEP_END, EV_CHAOS, EV_TIMER, EV_STEP_START, EV_EVAL };
+enum { EV_DELIVER, EV_STEP_END, EV_CHAOS, EV_TAKEOVER, EV_TIMER, EV_STEP_START, EV_EVAL };
 
 typedef struct qmsg {
     dlc_msg m;          /* payload points at bytes */
@@ -82,7 +82,10 @@ struct dlc_vtime {
     dlc_syncer *s[DLC_LEARNER_SHARDS_MAX];
     int *owner;                 /* [P], S > 1 */
     int down[DLC_LEARNER_SHARDS_MAX]; /* SYNCER faults under way that hold shard k down (of it
-                                 * or of the whole syncer) */
+                                 * or of the whole syncer), and a takeover under way */
+    int standby[DLC_LEARNER_SHARDS_MAX]; /* standbys: shard k has one now */
+    int replaced[DLC_LEARNER_SHARDS_MAX]; /* a primary fault under way that its standby took
+                                 * over: its end brings the old primary back as the standby */
     vlearner *L;
     dlc_vtime_island *islands;
     tev *heap;
@@ -398,6 +401,22 @@ static dlc_status chaos_queue_next(dlc_vtime *vt) {
     return t <= vt->p.end ? heap_push(vt, (tev){.t = t, .cls = EV_CHAOS}) : DLC_OK;
 }
 
+/* Shard k serves again (its fault ended, or its standby took over): as it was, its open
+ * rounds dropped (dlc_syncer_restart).  What the live learners need the syncer decides from
+ * their first messages (syncer.h, "Restarts"); one that restarted while it was down only
+ * waits for its model, says nothing, and joins as it connects. */
+static dlc_status shard_back(dlc_vtime *vt, int k) {
+    dlc_status st = dlc_syncer_restart(vt->s[k], vt->now);
+    if (st == DLC_OK) st = syncer_actions(vt, k);
+    for (int m = 0; m < vt->M && st == DLC_OK; m++) {
+        if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
+            st = dlc_syncer_join(vt->s[k], m, vt->now);
+            if (st == DLC_OK) st = syncer_actions(vt, k);
+        }
+    }
+    return st;
+}
+
 static dlc_status chaos_event(dlc_vtime *vt) {
     dlc_chaos_event event;
     const dlc_chaos_event *ce = &event;
@@ -466,23 +485,30 @@ static dlc_status chaos_event(dlc_vtime *vt) {
         st = dlc_chaos_link_at(vt->p.chaos, f->learner, vt->now, &is->bandwidth, &is->latency);
         e.bandwidth = is->bandwidth, e.latency = is->latency;
     } else if (f->kind == DLC_FAULT_SYNCER) {
-        /* the whole syncer (shard 0: every shard) or one shard (1-based) */
-        e.shard = f->shard;
+        /* the whole syncer (shard 0: every shard) or one shard (1-based); with standbys,
+         * which of its processes (vtime.h, standbys) */
+        e.shard = f->shard, e.role = f->role;
         for (int k = 0; k < vt->S && st == DLC_OK; k++) {
             if (f->shard && k != f->shard - 1) continue;
-            vt->down[k] += ce->begin ? 1 : -1; /* (a fault of the whole and one of the shard may overlap) */
-            if (vt->down[k] > 0 || ce->begin) continue;
-            st = dlc_syncer_restart(vt->s[k], vt->now);
-            /* what the live learners need the syncer decides from their first messages
-             * (syncer.h, "Restarts"); one that restarted while it was down only waits for
-             * its model, says nothing, and joins as it connects */
-            if (st == DLC_OK) st = syncer_actions(vt, k);
-            for (int m = 0; m < vt->M && st == DLC_OK; m++) {
-                if (vt->L[m].alive && dlc_learner_state_of(vt->L[m].l) == DLC_LEARNER_JOINING) {
-                    st = dlc_syncer_join(vt->s[k], m, vt->now);
-                    if (st == DLC_OK) st = syncer_actions(vt, k);
-                }
+            if (f->role == DLC_ROLE_STANDBY) { /* learners see nothing */
+                vt->standby[k] = !ce->begin;
+                continue;
             }
+            if (f->role == DLC_ROLE_PRIMARY && ce->begin && vt->standby[k]) {
+                /* its standby takes over after the lease, holding every merge; the old
+                 * primary is back as the standby when the fault ends */
+                vt->standby[k] = 0, vt->replaced[k] = 1;
+                vt->down[k]++;
+                st = heap_push(vt, (tev){.t = vt->now + vt->p.lease, .cls = EV_TAKEOVER, .index = k});
+                continue;
+            }
+            if (f->role == DLC_ROLE_PRIMARY && !ce->begin && vt->replaced[k]) {
+                vt->replaced[k] = 0, vt->standby[k] = 1;
+                continue;
+            }
+            if (f->role == DLC_ROLE_BOTH) vt->standby[k] = !ce->begin;
+            vt->down[k] += ce->begin ? 1 : -1; /* (a fault of the whole and one of the shard may overlap) */
+            if (vt->down[k] == 0 && !ce->begin) st = shard_back(vt, k);
         }
     }
     if (st == DLC_OK) st = host_push(vt, &e);
@@ -544,11 +570,20 @@ static dlc_status check_params(const dlc_vtime_params *p) {
         return dlc_error(DLC_ERR_ARG, "vtime: shards = %d with dp: expected one syncer (data parallel has one fragment)",
                          p->shards);
     int S = p->shards > 1 ? p->shards : 1;
+    if (p->standbys != 0 && p->standbys != 1)
+        return dlc_error(DLC_ERR_ARG, "vtime: standbys = %d: expected 0 or 1", p->standbys);
+    if (p->standbys && p->learner.dp)
+        return dlc_error(DLC_ERR_ARG, "vtime: standbys with dp: expected none (data parallel's syncer takes no standby)");
+    if (!(p->lease >= 0) || !isfinite(p->lease))
+        return dlc_error(DLC_ERR_ARG, "vtime: lease = %g: expected seconds >= 0", p->lease);
     for (int i = 0; p->chaos && i < dlc_chaos_count(p->chaos); i++) {
         const dlc_fault *f = dlc_chaos_get(p->chaos, i);
         if (f->kind == DLC_FAULT_SYNCER && f->shard > S)
             return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of shard %d at %g s: the run's syncer has %d shard%s",
                              f->shard, f->at, S, S > 1 ? "s" : "");
+        if (f->kind == DLC_FAULT_SYNCER && f->role != DLC_ROLE_PRIMARY && !p->standbys)
+            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of role %s at %g s: the run's syncer has no standby "
+                             "(standbys = 0)", dlc_fault_role_name(f->role), f->at);
     }
     return DLC_OK;
 }
@@ -572,6 +607,7 @@ dlc_vtime *dlc_vtime_new(const dlc_vtime_params *vp, const dlc_plan *plan, dlc_p
     memcpy(vt->islands, vp->islands, (size_t)vt->M * sizeof *vt->islands);
     vt->p.islands = vt->islands;
     vt->S = vp->shards > 1 ? vp->shards : 1;
+    for (int k = 0; k < vt->S; k++) vt->standby[k] = vp->standbys;
     if (vt->S > 1) { /* each shard a syncer of its own fragments (docs/shards.md) */
         uint8_t *owns = malloc((size_t)vt->P);
         if (!(vt->owner = malloc((size_t)vt->P * sizeof *vt->owner)) || !owns) {
@@ -851,6 +887,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
             case EV_CHAOS:
                 st = chaos_event(vt);
                 if (st == DLC_OK) st = chaos_queue_next(vt);
+                break;
+            case EV_TAKEOVER: /* shard e.index's standby serves (vtime.h, standbys) */
+                vt->st.takeovers++;
+                if (--vt->down[e.index] == 0) st = shard_back(vt, e.index);
                 break;
             case EV_STEP_START: {
                 vlearner *v = &vt->L[e.learner];

@@ -422,9 +422,55 @@ static void test_shards(void) {
     dlc_chaos_free(c);
 }
 
+/* Roles (docs/shards.md, "Standbys"): a syncer fault of the primary, the standby or both,
+ * each role of each shard its own target (a primary's and its standby's overlapping faults
+ * stay apart, two of one role merge); a role on another kind, or out of range, is refused;
+ * the names parse back. */
+static void test_roles(void) {
+    for (int r = 0; r < DLC_ROLE_COUNT; r++) {
+        dlc_fault_role x;
+        CHECK(dlc_fault_role_parse(dlc_fault_role_name((dlc_fault_role)r), &x) == DLC_OK && (int)x == r);
+    }
+    dlc_fault_role x;
+    CHECK_SFAILS(dlc_fault_role_parse("backup", &x), DLC_ERR_ARG, "role = \"backup\": expected primary, standby or both");
+    CHECK(!strcmp(dlc_fault_role_name(DLC_ROLE_COUNT), "?"));
+    dlc_chaos *c = dlc_chaos_new(2);
+    CHECK_OK(c);
+    if (!c) return;
+    dlc_fault f = F(0, DLC_FAULT_KILL, 0, 5, 0);
+    f.role = DLC_ROLE_STANDBY;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "role = 1: expected 0 (only a syncer fault names a role)");
+    f = F(0, DLC_FAULT_SYNCER, -1, 5, 0);
+    f.role = (dlc_fault_role)3;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "role = 3: expected 0..2 (primary, standby, both)");
+    dlc_fault_role role[5] = {DLC_ROLE_PRIMARY, DLC_ROLE_STANDBY, DLC_ROLE_STANDBY, DLC_ROLE_BOTH, DLC_ROLE_STANDBY};
+    int shard[5] = {1, 1, 1, 1, 0};
+    double at[5] = {0, 1, 3, 2, 0};
+    for (int i = 0; i < 5; i++) {
+        f = F(at[i], DLC_FAULT_SYNCER, -1, 5, 0);
+        f.shard = shard[i], f.role = role[i];
+        CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    }
+    /* shard 1's standby faults (1+5, 3+5) merged into 1..8; its primary's, its both and the
+     * whole syncer's standby apart */
+    CHECK(dlc_chaos_count(c) == 4);
+    int standby1 = 0;
+    for (int i = 0; i < dlc_chaos_count(c); i++) {
+        const dlc_fault *g = dlc_chaos_get(c, i);
+        if (g->role == DLC_ROLE_STANDBY && g->shard == 1) {
+            standby1++;
+            CHECK(g->at == 1 && g->duration == 7);
+        }
+        if (g->role == DLC_ROLE_PRIMARY) CHECK(g->shard == 1 && g->at == 0 && g->duration == 5);
+    }
+    CHECK(standby1 == 1);
+    dlc_chaos_free(c);
+}
+
 int main(void) {
     test_names();
     test_shards();
+    test_roles();
     test_validation();
     test_order_and_timeline();
     test_merge();

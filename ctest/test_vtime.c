@@ -33,6 +33,7 @@ typedef struct rec {
     int begin;
     double latency;      /* FAULT of kind LINK: the link's latency from then on */
     int shard;           /* shards > 1: MERGE, REJECT, LOST, JOINED, a SYNCER FAULT */
+    dlc_fault_role role; /* a SYNCER FAULT */
 } rec;
 
 typedef struct world {
@@ -133,7 +134,8 @@ static void world_run(world *w, double check_global_at) {
             rec *r = &w->log[w->n++];
             *r = (rec){.type = ev.type, .time = ev.time, .learner = ev.learner, .step = ev.step, .schedule = ev.schedule,
                        .fragment = ev.type == DLC_VT_MERGE ? ev.merge.fragment : ev.fragment, .fault = ev.fault,
-                       .begin = ev.begin, .latency = ev.latency, .shard = ev.shard};
+                       .begin = ev.begin, .latency = ev.latency, .shard = ev.shard,
+                       .role = ev.role};
             if (ev.type == DLC_VT_MERGE) {
                 r->version = ev.merge.version, r->count = ev.merge.count;
                 for (int i = 0; i < ev.merge.count; i++) {
@@ -840,6 +842,54 @@ static void test_shards(void) {
     world_free(&w);
 }
 
+/* Standbys (vtime.h, standbys): 2 shards with a standby each, a lease of 2 s.  Shard 2's
+ * primary fails at 10.5 for 10 s: its standby serves from 12.5 (no merge of shard 2 in
+ * between, merges again before the fault ends), one takeover.  Its standby fails at 25.5
+ * for 10 s and its primary at 28.5 for 5 s: with no standby to take over, shard 2 is down
+ * the whole 5 s.  Shard 1 merges throughout.  A fault of role standby without standbys is
+ * refused, named. */
+static void test_standbys(void) {
+    world w;
+    world_init(&w, 3, 4, 0, 40);
+    w.vp.learner.H = 4, w.vp.learner.tau = 1, w.vp.learner.heartbeat = 0.5;
+    w.vp.syncer.timeout = 30;
+    w.vp.shards = 2, w.vp.standbys = 1, w.vp.lease = 2;
+    dlc_fault f1 = {.at = 10.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2};
+    dlc_fault f2 = {.at = 25.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2,
+                    .role = DLC_ROLE_STANDBY};
+    dlc_fault f3 = {.at = 28.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 5, .shard = 2};
+    CHECK(dlc_chaos_add(world_chaos(&w), &f1) == DLC_OK && dlc_chaos_add(world_chaos(&w), &f2) == DLC_OK &&
+          dlc_chaos_add(world_chaos(&w), &f3) == DLC_OK);
+    if (!world_start(&w)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    int in_lease = 0, after_lease = 0, outage = 0, shard1 = 0;
+    for (int i = 0; i < w.n; i++) {
+        const rec *r = &w.log[i];
+        if (r->type != DLC_VT_MERGE) continue;
+        if (r->shard == 2 && r->time > 10.5 && r->time < 12.5) in_lease++;
+        if (r->shard == 2 && r->time > 12.5 && r->time < 20.5) after_lease++;
+        if (r->shard == 2 && r->time > 28.5 && r->time < 33.5) outage++;
+        if (r->shard == 1 && r->time > 28.5 && r->time < 33.5) shard1++;
+    }
+    CHECK(in_lease == 0 && after_lease > 0 && outage == 0 && shard1 > 0);
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK && st.takeovers == 1);
+    const rec *sb = find(&w, DLC_VT_FAULT, -1, 25.5);
+    CHECK(sb && sb->fault == DLC_FAULT_SYNCER && sb->role == DLC_ROLE_STANDBY && sb->shard == 2);
+    for (int m = 0; m < 3; m++) CHECK(count(&w, DLC_VT_STEP, m, 10.0, 36.0) == 25); /* no wait */
+    check_stats(&w);
+    world_free(&w);
+    world_init(&w, 2, 4, 0, 10);
+    w.vp.shards = 2;
+    dlc_fault bad = {.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 1,
+                     .role = DLC_ROLE_STANDBY};
+    CHECK(dlc_chaos_add(world_chaos(&w), &bad) == DLC_OK);
+    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
+    CHECK(w.vt == NULL && strstr(dlc_last_error(), "role standby") && strstr(dlc_last_error(), "no standby"));
+    world_free(&w);
+}
+
 int main(void) {
     test_one_instant();
     test_kill_rejoin();
@@ -855,5 +905,6 @@ int main(void) {
     test_stop_at_steps();
     test_pause();
     test_shards();
+    test_standbys();
     return check_done("test_vtime");
 }

@@ -88,7 +88,7 @@ static void chaos_release(void *box) { dlc_chaos_free(((chaosbox *)box)->c); }
 static int ch_add(lua_State *L) {
     static const char *const who = "Chaos:add";
     static const char *const known[] = {"at", "kind", "learner", "duration", "factor", "bandwidth", "latency", "shard",
-                                        NULL};
+                                        "role", NULL};
     dlc_chaos *c = checkchaos(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     dlcL_check_keys(L, 2, who, known, "field");
@@ -114,7 +114,15 @@ static int ch_add(lua_State *L) {
             f.shard = (int)lua_tointeger(L, -1);
         }
         lua_pop(L, 1);
-    } else if (lua_getfield(L, 2, "shard") != LUA_TNIL) {
+        if (lua_getfield(L, 2, "role") != LUA_TNIL) { /* which process of it (docs/shards.md, "Standbys") */
+            if (lua_type(L, -1) != LUA_TSTRING || dlc_fault_role_parse(lua_tostring(L, -1), &f.role) != DLC_OK)
+                return luaL_error(L, "%s: role = %s: expected \"primary\", \"standby\" or \"both\"", who,
+                                  luaL_tolstring(L, -1, NULL));
+        }
+        lua_pop(L, 1);
+    } else if (lua_getfield(L, 2, "role") != LUA_TNIL) {
+        return luaL_error(L, "%s: role is only for kind = \"syncer\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
+    } else if ((lua_pop(L, 1), lua_getfield(L, 2, "shard")) != LUA_TNIL) {
         return luaL_error(L, "%s: shard is only for kind = \"syncer\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
     } else {
         lua_pop(L, 1);
@@ -207,6 +215,10 @@ static void push_fault(lua_State *L, const dlc_fault *f) {
     if (f->shard > 0) {
         lua_pushinteger(L, f->shard);
         lua_setfield(L, -2, "shard");
+    }
+    if (f->role != DLC_ROLE_PRIMARY) {
+        lua_pushstring(L, dlc_fault_role_name(f->role));
+        lua_setfield(L, -2, "role");
     }
     lua_pushnumber(L, f->duration);
     lua_setfield(L, -2, "duration");

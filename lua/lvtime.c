@@ -384,6 +384,8 @@ static int l_vtime(lua_State *L) {
     vp.seed = (uint64_t)(int64_t)optnum(L, 1, "VTime", "seed", 0);
     vp.cores = optint(L, 1, "VTime", "cores", 0);
     vp.shards = optint(L, 1, "VTime", "shards", 0);
+    vp.standbys = optbool(L, 1, "VTime", "standbys", 0);
+    vp.lease = optnum(L, 1, "VTime", "lease", 0);
     double steps = optnum(L, 1, "VTime", "steps", 0);
     if (steps != floor(steps) || steps < 0 || steps > 9007199254740992.0) {
         if (steps == floor(steps) && fabs(steps) < 9e18) lua_pushfstring(L, "%I", (lua_Integer)steps);
@@ -499,6 +501,10 @@ static int vt_next(lua_State *L) {
         lua_setfield(L, -2, "fault");
         lua_pushboolean(L, ev.begin);
         lua_setfield(L, -2, "begin");
+        if (ev.role != DLC_ROLE_PRIMARY) {
+            lua_pushstring(L, dlc_fault_role_name(ev.role));
+            lua_setfield(L, -2, "role");
+        }
         setnum(L, "duration", ev.duration);
         if (ev.fault == DLC_FAULT_SLOW) setnum(L, "factor", ev.factor);
         if (ev.fault == DLC_FAULT_LINK) setnum(L, "bandwidth", ev.bandwidth), setnum(L, "latency", ev.latency);
@@ -588,7 +594,8 @@ static int vt_stats(lua_State *L) {
     static const dlcL_field vt_stats_fields[] = {
         DLCL_FIELD("virtual_s", 'n', S, now), DLCL_FIELD("horizon", 'n', S, end), DLCL_INT(S, merges),
         DLCL_INT(S, rejects), DLCL_INT(S, faults), DLCL_INT(S, bytes_up), DLCL_INT(S, bytes_down),
-        DLCL_INT(S, dropped), DLCL_NUM(S, useful_tokens), DLCL_NUM(S, goodput), DLCL_NUM(S, uptime), {NULL}};
+        DLCL_INT(S, dropped), DLCL_INT(S, takeovers), DLCL_NUM(S, useful_tokens), DLCL_NUM(S, goodput),
+        DLCL_NUM(S, uptime), {NULL}};
     typedef dlc_vtime_learner_stats LS;
     static const dlcL_field vt_learner_fields[] = {
         DLCL_INT(LS, steps), DLCL_INT(LS, tokens), DLCL_NUM(LS, busy_s), DLCL_NUM(LS, idle_s), DLCL_NUM(LS, down_s),

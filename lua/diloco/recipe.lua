@@ -333,6 +333,9 @@ M.schema = {
     syncers = { kind = "integer", default = nil, check = range(1, 16, true),
       doc = "the syncer in S shards, each owning the fragments dealt to it (run, syncer; docs/shards.md); "
         .. "at most sync.fragments, not with dp (default 1: one syncer)" },
+    standbys = { kind = "boolean", default = false,
+      doc = "each syncer shard with a standby that takes over when it fails (run, sim; docs/shards.md, "
+        .. "\"Standbys\"); not with dp" },
     list = { kind = "table", default = nil, doc = "the island tables (same as the array part of islands)" },
     links = { kind = "table|boolean", default = nil,
       doc = "set by validation: the links the real runtime shapes with runtime.emulate_links, one table {latency, bandwidth} per island with "

@@ -24,10 +24,10 @@ local EVENT_FIELDS = {
   pause = { at = true, pause = true, down = true },
   slow = { at = true, slow = true, factor = true, duration = true },
   cut = { at = true, cut = true, down = true },
-  syncer = { at = true, syncer = true, down = true, shard = true },
+  syncer = { at = true, syncer = true, down = true, shard = true, role = true },
   link = { at = true, link = true, bandwidth = true, latency = true, duration = true },
   normalized = { at = true, kind = true, learner = true, duration = true, factor = true, bandwidth = true,
-    latency = true, rank = true, shard = true },
+    latency = true, rank = true, shard = true, role = true },
 }
 local EVENT_FORM = '{ at = "20s", kill = 2, down = "10s" }, { at = "30s", slow = 1, factor = 3, duration = "15s" }, '
   .. '{ at = "40s", cut = 3, down = "5s" }, { at = "45s", link = 2, bandwidth = "20Mbps", latency = "50ms", '
@@ -103,6 +103,11 @@ local function check_event(ev, name, count, errs)
       if is_int(ev.shard) and ev.shard >= 1 and ev.shard <= 16 then out.shard = math.tointeger(ev.shard)
       else errs[#errs + 1] = string.format("%s.shard = %s: expected a shard in [1, islands.syncers]", name,
         describe(ev.shard)) end
+    end
+    if ev.role ~= nil then -- which process, with standbys (islands.standbys; docs/shards.md, "Standbys")
+      if ev.role == "primary" or ev.role == "standby" or ev.role == "both" then out.role = ev.role
+      else errs[#errs + 1] = string.format("%s.role = %s: expected \"primary\" (its standby takes over), \"standby\" "
+        .. "or \"both\"", name, describe(ev.role)) end
     end
   else
     local l = ev[lkey]

@@ -168,7 +168,8 @@ function M.normalize(r, errs)
     cores = isl.cores, -- (sim; absent: each island its own hardware)
     stop = isl.stop ~= "horizon" and isl.stop or nil, -- (sim; absent: at the horizon, as recipes before it)
     timeout = isl.timeout ~= nil and parse_duration(isl.timeout) + 0.0 or nil, -- (sim; absent: 10 step times)
-    syncers = (isl.syncers or 1) > 1 and isl.syncers or nil } -- (absent when 1, as recipes before it)
+    syncers = (isl.syncers or 1) > 1 and isl.syncers or nil, -- (absent when 1, as recipes before it)
+    standbys = isl.standbys or nil } -- (absent when false)
 end
 
 return M

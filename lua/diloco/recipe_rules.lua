@@ -55,10 +55,18 @@ function M.check(r, errs)
       and "data parallel has one syncer (expected 1)"
       or string.format("expected at most sync.fragments = %d shards (each owns one fragment at least)", r.sync.fragments))
   end
+  local standbys = r.islands and r.islands.standbys
+  if standbys and r.sync.preset == "dp" then
+    errs[#errs + 1] = "islands.standbys = true: data parallel's syncer takes no standby (expected false)"
+  end
   for i, e in ipairs(r.chaos and r.chaos.events or {}) do
     if e.shard and e.shard > (S or 1) then
       errs[#errs + 1] = string.format("chaos[%d].shard = %d: expected a shard in [1, %d] (islands.syncers = %d)", i,
         e.shard, S or 1, S or 1)
+    end
+    if e.role and e.role ~= "primary" and not standbys then
+      errs[#errs + 1] = string.format("chaos[%d].role = %q: the syncer has no standby (expected islands.standbys = true)",
+        i, e.role)
     end
   end
   local rt = r.runtime

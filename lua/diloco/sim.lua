@@ -156,6 +156,8 @@ local function prepare(r, opts)
       eval_every = r.eval.every > 0 and r.eval.every * step_s or 0, islands = isls, chaos = ctx.chaos,
       learner = lopts, syncer = sopts, run_json = run_json, final_flush = sy.final_flush, seed = r.seed, cores = isl.cores,
       shards = isl.syncers, -- (islands.syncers > 1: the syncer in shards, docs/shards.md)
+      -- islands.standbys: each takes over after the syncer's timeout (run's default lease)
+      standbys = isl.standbys or false, lease = isl.timeout or 10 * step_s,
     })
     if not okv then fail_code(2, "%s", plain(vt)) end
     ctx.vt = vt
@@ -264,7 +266,7 @@ end
 local function on_fault(ctx, ev)
   local info = { kind = ev.fault or ev.type, learner = ev.learner, begin = ev.begin, duration = ev.duration,
     factor = ev.factor, reason = ev.reason, fragment = ev.fragment, virtual_s = ev.time, latency = ev.latency,
-    shard = ev.shard, -- (islands.syncers > 1: a shard's merge refusals, its timeouts, its faults)
+    shard = ev.shard, role = ev.role, -- (islands.syncers > 1: a shard's refusals, timeouts, faults; standbys)
     -- the link from then on, as `run` writes it: bytes/s, 0 for no cap
     bandwidth = ev.bandwidth and (ev.bandwidth == math.huge and 0 or ev.bandwidth) }
   if ev.type == "fault" and ev.fault == "kill" and not ev.begin then
@@ -331,6 +333,7 @@ local function finish(ctx, err)
     merges = st.merges, rejects = st.rejects, faults = st.faults, dropped = st.dropped,
     useful_tokens = st.useful_tokens, bytes_by_type = st.bytes_by_type, per_learner = per, account = total,
     syncers = r.islands.syncers, -- (the syncer in shards: docs/shards.md)
+    takeovers = r.islands.standbys and st.takeovers or nil,
   }
   if r.islands.stop == "steps" and reached < r.steps and not err and not ctx.signal then
     summary.warnings = summary.warnings or {}

@@ -74,6 +74,17 @@ DLC_API const char *dlc_fault_kind_name(dlc_fault_kind k);
 /* Parses one of those names into *out: DLC_OK, or DLC_ERR_ARG naming the string. */
 DLC_API dlc_status dlc_fault_kind_parse(const char *name, dlc_fault_kind *out);
 
+typedef enum dlc_fault_role {
+    DLC_ROLE_PRIMARY,    /* the serving syncer process (the default) */
+    DLC_ROLE_STANDBY,    /* its standby */
+    DLC_ROLE_BOTH,       /* both at once */
+    DLC_ROLE_COUNT
+} dlc_fault_role;
+/* "primary", "standby", "both"; "?" outside the enum.  Never NULL. */
+DLC_API const char *dlc_fault_role_name(dlc_fault_role r);
+/* Parses one of those names into *out: DLC_OK, or DLC_ERR_ARG naming the string. */
+DLC_API dlc_status dlc_fault_role_parse(const char *name, dlc_fault_role *out);
+
 typedef struct dlc_fault {
     double at;           /* seconds >= 0, finite */
     dlc_fault_kind kind;
@@ -88,6 +99,10 @@ typedef struct dlc_fault {
     int shard;           /* DLC_FAULT_SYNCER only: 0 the whole syncer, 1..DLC_CHAOS_MAX_SHARDS one
                           * shard of a syncer split by fragment (docs/shards.md), its own target
                           * (merged with that shard's faults only); else 0 */
+    dlc_fault_role role; /* DLC_FAULT_SYNCER only: which process of the shard (or syncer) is down
+                          * when it has a standby (docs/shards.md, "Standbys"): the primary
+                          * (its standby takes over), the standby, or both; each role of each
+                          * shard its own target; else DLC_ROLE_PRIMARY (0) */
 } dlc_fault;
 #define DLC_CHAOS_MAX_SHARDS 16
 

@@ -141,6 +141,18 @@ typedef struct dlc_vtime_params {
                                        * heartbeats to every shard, over its one link.  A
                                        * SYNCER fault with `shard` k downs shard k only.
                                        * 0 or 1 (default): one syncer.  Not with dp */
+    int standbys;                     /* 1: each shard (or the one syncer) has a standby
+                                       * (docs/shards.md, "Standbys"): a SYNCER fault of role
+                                       * primary downs it only for `lease`, then its standby
+                                       * serves holding every merge (the shard restarts as a
+                                       * fault's end restarts it), and the fault's end brings
+                                       * the old primary back as the standby; role standby
+                                       * leaves it without one meanwhile (learners see
+                                       * nothing); role both, or a primary fault while it has
+                                       * no standby, is a fault as without standbys.  0
+                                       * (default): none, and a fault of role standby or both
+                                       * is refused.  Not with dp */
+    double lease;                     /* standbys: seconds before a standby takes over, >= 0 */
 } dlc_vtime_params;
 
 typedef enum dlc_vtime_event_type {
@@ -178,6 +190,7 @@ typedef struct dlc_vtime_event {
     int shard;                   /* with shards > 1: the shard (1-based) of a MERGE, REJECT,
                                   * LOST or JOINED, and of a SYNCER FAULT (0: the whole
                                   * syncer); 0 with one syncer */
+    dlc_fault_role role;         /* SYNCER FAULT: which process of it (standbys) */
 } dlc_vtime_event;
 
 typedef struct dlc_vtime dlc_vtime; /* opaque */
@@ -244,6 +257,7 @@ typedef struct dlc_vtime_stats {
     int64_t bytes_up_type[DLC_MSG_TYPE_COUNT];    /* by message type */
     int64_t bytes_down_type[DLC_MSG_TYPE_COUNT];
     int64_t dropped;                              /* messages lost to faults */
+    int64_t takeovers;                            /* standbys that took over */
     double useful_tokens, goodput, uptime;
     int learners;
     const dlc_vtime_learner_stats *learner;       /* [M], borrowed until the next call */
