@@ -148,3 +148,104 @@ describe("a shard with a standby", function()
     S.cleanup()
   end)
 end)
+
+describe("standbys under run (islands.standbys)", function()
+  it("take over a killed primary, are replaced when lost, and a shard that lost both is restored", function()
+    local S = H.scratch()
+    local base = H.tiny_recipe(S, "sbrun", { count = 3, steps = 10000000,
+      sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
+      runtime = { timeout = "2s", join_timeout = "60s", syncer_every = 4 },
+      chaos = '{ { at = "1s", syncer = "down", down = "1s", shard = 1 }, '
+        .. '{ at = "1s", syncer = "down", down = "0.5s", shard = 2, role = "standby" }, '
+        .. '{ at = "4s", syncer = "down", down = "1s", shard = 2, role = "both" } }' })
+    local text = table.concat(H.read_lines(base), "\n")
+    local path = S.write("sbrun2.lua", (text:gsub("islands = { count = 3 }",
+      "islands = { count = 3, syncers = 2, standbys = true }")))
+    local out = S.dir .. "/run"
+    local pid = spawn(S, "run", { exe, "run", path, "--out", out, "--quiet" })
+    local mp = out .. "/metrics.jsonl"
+    local function faults(ev, role, shard)
+      local t = {}
+      for _, e in ipairs(ev) do
+        if e.event == "fault" and e.kind == "syncer" and e.role == role and e.shard == shard then t[#t + 1] = e end
+      end
+      return t
+    end
+    -- every fault over, and each shard merging again after the last one
+    H.await_or_kill(pid, 180, "merges of both shards after the faults", function()
+      local ev = H.events(mp)
+      local both = faults(ev, "both", 2)
+      if #both < 2 or #faults(ev, "primary", 1) < 2 or #faults(ev, "standby", 2) < 2 then return false end
+      local after = { 0, 0 }
+      for _, e in ipairs(ev) do
+        if e.event == "merge" and e.wall_s > both[2].wall_s then after[e.shard] = after[e.shard] + 1 end
+      end
+      return after[1] >= 8 and after[2] >= 8
+    end)
+    diloco.proc.signal(pid, "TERM")
+    local code = H.wait_all({ pid }, 120)[1]
+    assert.are.same({ exited = 128 + 15 }, code, log(S, "run"))
+    local ev = H.events(mp)
+    -- shard 1's standby took over (epoch 2); no merge of shard 1 lost or repeated
+    local took = {}
+    for _, e in ipairs(ev) do
+      if e.event == "fault" and e.kind == "standby" and e.epoch then took[#took + 1] = e end
+    end
+    assert.are.equal(1, #took)
+    assert.are.same({ 1, 2 }, { took[1].shard, took[1].epoch })
+    local both = faults(ev, "both", 2)
+    assert.is_number(both[2].merges_lost)
+    local next_v, owner = {}, {}
+    for _, e in ipairs(ev) do
+      if e.event == "merge" then
+        owner[e.fragment] = e.shard
+        local want = (next_v[e.fragment] or 0) + 1
+        if e.shard == 2 and e.wall_s > both[2].wall_s and (next_v[e.fragment] or 0) >= e.version then
+          want = e.version -- (shard 2 restored from its checkpoint: its versions go on from there)
+        end
+        assert.are.equal(want, e.version, string.format("fragment %d (shard %d): version %d after %d", e.fragment,
+          e.shard, e.version, next_v[e.fragment] or 0))
+        next_v[e.fragment] = e.version
+      end
+    end
+    assert.is_true(owner[1] ~= nil and owner[2] ~= nil and owner[3] ~= nil and owner[4] ~= nil)
+    local sum = H.summary_of(ev)
+    assert.are.equal(1, sum.takeovers)
+    assert.is_true(sum.epochs[1] == 2 and sum.epochs[2] >= 2)
+    -- every learner reached shard 1 again at the standby that took over
+    for m = 1, 3 do
+      local back = false
+      for _, e in ipairs(H.events(out .. "/learner-" .. m .. "/metrics.jsonl")) do
+        if e.event == "connected" and (e.text or ""):find("shard 1 of 2", 1, true) and e.time > took[1].time then
+          back = true
+        end
+      end
+      assert.is_true(back, "learner " .. m .. " reconnected to shard 1 after the takeover")
+    end
+    S.cleanup()
+  end)
+  it("in sim too, and a fault of a standby without standbys is refused, named", function()
+    local S = H.scratch()
+    local base = H.tiny_recipe(S, "sbsim", { count = 3, steps = 60,
+      sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
+      chaos = '{ { at = "20.5s", syncer = "down", down = "20s", shard = 1 } }' })
+    local text = table.concat(H.read_lines(base), "\n")
+    local path = S.write("sbsim2.lua", (text:gsub("islands = { count = 3 }",
+      "islands = { count = 3, syncers = 2, standbys = true }")))
+    local out, code = H.sh(string.format("%s sim %s --out %s/sim --quiet 2>&1", exe, path, S.dir))
+    assert.are.equal(0, code, out)
+    local ev = H.events(S.dir .. "/sim/metrics.jsonl")
+    assert.are.equal(1, H.summary_of(ev).takeovers)
+    local during = 0 -- the standby serves after its lease (islands.timeout: 10 steps of 1 s here)
+    for _, e in ipairs(ev) do
+      if e.event == "merge" and e.shard == 1 and e.virtual_s > 31 and e.virtual_s < 40.5 then during = during + 1 end
+    end
+    assert.is_true(during > 0, "shard 1 merged at its standby before the fault ended")
+    local bad = S.write("bad.lua", (text:gsub('shard = 1 }', 'shard = 1, role = "standby" }')))
+    out, code = H.sh(string.format("%s sim %s --out %s/bad --quiet 2>&1", exe, bad, S.dir))
+    assert.are.equal(2, code, out)
+    assert.matches('chaos[1].role = "standby": the syncer has no standby (expected islands.standbys = true)', out, 1,
+      true)
+    S.cleanup()
+  end)
+end)

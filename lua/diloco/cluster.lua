@@ -88,7 +88,9 @@ function M.start_syncer(ctx, listen, resume)
   -- islands.syncers = S: S shards in this process (a launcher's --shard serves one)
   local S = not ctx.opts.shards and r.islands.syncers or 1
   local s, serr
-  if S > 1 then s, serr = require("diloco.shards").start(o, S) else s, serr = diloco.Syncer(o) end
+  -- islands.standbys: each shard (or the one syncer) with a standby in this process
+  local standbys = r.islands.standbys and not ctx.opts.shards and not ctx.opts.standby_of
+  if S > 1 or standbys then s, serr = require("diloco.shards").start(o, S, standbys) else s, serr = diloco.Syncer(o) end
   if not s then fail_code(resume and 1 or 2, "syncer: %s", serr) end
   ctx.syncer_started = true
   if not epoch then ctx.srd:write_file("epoch", tostring(s:epoch()) .. "\n") end
@@ -294,7 +296,8 @@ local function prepare(r, opts)
     -- bound one unless it names one; else the listen address, a wildcard host being the
     -- interface that routes off this host (rt.h dlc_rt_advertise)
     local aok, address = pcall(require("diloco.shards").addresses, opts.listen or "127.0.0.1:0",
-      type(ctx.syncer) == "table" and ctx.syncer:ports() or { ctx.port }, opts.advertise)
+      type(ctx.syncer) == "table" and ctx.syncer:ports() or { ctx.port }, opts.advertise,
+      type(ctx.syncer) == "table" and ctx.syncer:standby_ports() or nil)
     if not aok then fail_code(2, "%s", plain(address)) end
     ctx.address = address
     local metrics, merr = diloco.metrics.open(ctx.rd.metrics_path, { append = ctx.rd.append })
@@ -513,9 +516,10 @@ local function on_syncer_event(ctx, ev)
       text = ev.text, wall_s = elapsed(ctx) })
     say(ctx, "syncer: learner %d: %s", ev.learner or 0, ev.text or "")
   elseif ev.type == "standby" then -- replication (docs/shards.md, "Standbys"): attached, lost, took over
-    fault(ctx, { kind = "standby", text = ev.text, epoch = ev.epoch })
+    fault(ctx, { kind = "standby", text = ev.text, epoch = ev.epoch, shard = ev.shard })
     say(ctx, "syncer: %s", ev.text or "")
-    if ev.epoch then ctx.took_over = elapsed(ctx) end
+    if ev.epoch and ctx.opts.standby_of then ctx.took_over = elapsed(ctx) end
+    if ev.epoch and type(ctx.syncer) == "table" then require("diloco.shards").took_over(ctx, ev) end
   elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
     fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")

@@ -102,6 +102,10 @@ local function load_recipe(out, opts)
     refuse("the run's syncer was in %d shards (islands.syncers): each learner took each shard's merges on a link of "
       .. "its own, in an order the tape does not keep, so this version cannot replay it", r.islands.syncers)
   end
+  if r.islands.standbys then -- (docs/shards.md, "Standbys under run and sim")
+    refuse("the run's syncer had standbys (islands.standbys): the merges a standby recorded for its primary carry no "
+      .. "weights or arrival times, so this version cannot replay it")
+  end
   local saved = read_file(out .. "/recipe.json")
   if saved then
     local now = diloco.json_decode(diloco.json_encode(require("diloco.recipe_json").effective(r), { sort_keys = true }))

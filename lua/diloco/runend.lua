@@ -35,6 +35,10 @@ function M.finish(ctx, err)
     for k in pairs(ctx.shard_back_at) do ctx.shard_back_at[k] = 0 end
     require("diloco.shards").fault_ends(ctx, math.huge, function(f) rc.fault(ctx, f) end)
   end
+  if type(ctx.syncer) == "table" and ctx.syncer.standbys then -- a killed primary's standby takes over, to save
+    local deadline = diloco.clock() + 2 * ctx.rt.timeout + 5
+    while ctx.syncer:awaiting_takeover() and diloco.clock() < deadline do pcall(host.pump_syncer, ctx, 0.2) end
+  end
   local flushed = pcall(ctx.syncer.flush, ctx.syncer)
   pcall(host.pump_syncer, ctx, 0.2)
   pcall(host.save_syncer, ctx) -- the end, or a signal: what a --resume continues from
@@ -129,6 +133,8 @@ function M.finish(ctx, err)
     -- a standby (syncer --standby-of): whom of, and when it took over (nil: it never did)
     standby_of = ctx.opts.standby_of, took_over_s = ctx.took_over,
     replicas = (st.replicas or 0) > 0 and st.replicas or nil,
+    -- islands.standbys: the standbys in this process that took over
+    takeovers = type(ctx.syncer) == "table" and ctx.syncer.standbys and (ctx.takeovers or 0) or nil,
   }
   -- shard 1 under a launcher: the run's counts over every shard (lua/diloco/shards.lua)
   summary.run = ctx.shard_summaries and require("diloco.shards").run_totals(summary, ctx.shard_summaries) or nil

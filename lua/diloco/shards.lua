@@ -151,25 +151,38 @@ end
 -- The address learners reach each of the shards (bound to ports) at, joined by commas
 -- (the address file's, `run`'s --connect): diloco.advertise_address of each, a fixed
 -- port in listen or advertise moved on by k - 1 for shard k.  One port: one syncer.
-function M.addresses(listen, ports, advertise)
+-- With standbys (sports: each shard's standby port), each shard's item is its primary's
+-- address and its standby's joined by `|` (alternates a learner tries in turn).
+function M.addresses(listen, ports, advertise, sports)
   local out = {}
   for k, port in ipairs(ports) do
     out[k] = diloco.advertise_address(nth(listen, k), port, advertise and nth(advertise, k) or nil)
+    if sports and sports[k] then
+      local host = advertise and advertise:match("^(.*):%d+$")
+      out[k] = out[k] .. "|" .. diloco.advertise_address(nth(listen, k), sports[k],
+        host and string.format("%s:%d", host, sports[k]) or nil)
+    end
   end
   return table.concat(out, ",")
 end
 
+-- The host part of "HOST:PORT" with another port.
+local function with_port(addr, port) return string.format("%s:%d", addr:match("^(.*):%d+$") or addr, port) end
+
 -- Starts S shards with diloco.Syncer options o (listen: one address per shard joined by
 -- commas, or one address whose port is 0 for every shard; resume: shard 1's checkpoint,
--- the others' beside it).  Returns the set, or nil and the first error.
-function M.start(o, S)
+-- the others' beside it), each with a standby when standbys (islands.standbys).  Returns
+-- the set, or nil and the first error.
+function M.start(o, S, standbys)
   local listens = {}
-  for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
-  local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, useful = {}, epoch_of = {} }, Set)
+  for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a:match("^[^|]*") end -- (a standby's after |)
+  local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, useful = {}, epoch_of = {},
+    standbys = standbys or nil, sb = {}, slot = {}, pslot = {}, reported = {}, reported_by = {}, pending = {},
+    killed = {} }, Set)
   for k = 1, S do
     local ok = {}
     for key, v in pairs(o) do ok[key] = v end
-    ok.shard, ok.shards = k, S
+    ok.shard, ok.shards = S > 1 and k or nil, S > 1 and S or nil -- (one syncer in a set: standbys)
     ok.listen = listens[k] or nth(listens[1], k) -- (one address: a fixed port moved on per shard)
     ok.resume = o.resume and M.side_path(o.resume, k) or nil
     local s, err = diloco.Syncer(ok)
@@ -179,8 +192,84 @@ function M.start(o, S)
     end
     set.list[k] = s
     set.merges[k], set.useful[k] = 0, 0
+    if standbys then -- its two addresses: the primary serves at one, its standby listens at the other
+      set.slot[k], set.pslot[k] = { with_port(ok.listen, s:port()) }, 1
+      local sok, serr = set:start_standby(k, with_port(ok.listen, 0))
+      if not sok then
+        set:close()
+        return nil, serr
+      end
+      set.slot[k][2] = with_port(ok.listen, set.sb[k]:port())
+    end
   end
   return set
+end
+
+-- ---- standbys (islands.standbys: docs/shards.md, "Standbys") ----
+
+-- A standby of shard k's primary, listening at listen (its free slot by default).
+function Set:start_standby(k, listen)
+  local o = {}
+  for key, v in pairs(self.opts) do o[key] = v end
+  local primary = self.slot[k][self.pslot[k]]
+  o.shard, o.shards = self.S > 1 and k or nil, self.S > 1 and self.S or nil
+  o.standby_of = diloco.advertise_address(primary, tonumber(primary:match(":(%d+)$")))
+  o.listen = listen or self.slot[k][3 - self.pslot[k]]
+  o.resume, o.epoch, o.start_learners = nil, nil, 0
+  local s, err = diloco.Syncer(o)
+  if not s then return nil, string.format("shard %d of %d's standby: %s", k, self.S, tostring(err)) end
+  self.sb[k] = s
+  return true
+end
+function Set:has_standby(k) return self.sb[k] and true or false end
+function Set:standby_ports()
+  if not self.standbys then return nil end
+  local t = {}
+  for k = 1, self.S do t[k] = tonumber(self.slot[k][2]:match(":(%d+)$")) end
+  return t
+end
+-- Shard k's primary is killed (no BYE: its standby takes over after its lease); what it had
+-- posted is still reported.
+function Set:kill_primary(k)
+  local s = self.list[k]
+  if not s then return end
+  while true do
+    local ev = s:poll(0)
+    if not ev then break end
+    ev = self:take(k, ev)
+    if ev then self.pending[#self.pending + 1] = ev end
+  end
+  self.epoch_of[k] = s:epoch()
+  s:kill()
+  self.list[k], self.killed[k] = false, true
+end
+function Set:kill_standby(k)
+  if self.sb[k] then self.sb[k]:kill() end
+  self.sb[k] = nil
+end
+-- A killed primary whose standby has not taken over yet.
+function Set:awaiting_takeover()
+  for k = 1, self.S do if self.killed[k] then return true end end
+  return false
+end
+-- Shard k's event ev (tagged shard k): merges counted, and with standbys each version of a
+-- fragment reported once (a standby records its primary's merges; after a kill the ones
+-- the primary made and never posted come from it).  nil: not reported.
+function Set:take(k, ev, from_standby)
+  ev.shard = self.S > 1 and k or nil -- (one syncer with a standby: no shard on its records)
+  if ev.type == "merged" then
+    if self.standbys then
+      local f, v = ev.merge.fragment, ev.merge.version
+      if from_standby and not self.killed[k] then return nil end -- (its primary reports them)
+      if v <= (self.reported[f] or -1) then return nil end
+      self.reported[f], self.reported_by[f] = v, k
+    end
+    self:count(k, ev)
+  elseif from_standby and ev.type == "standby" and ev.epoch then -- it took over: it serves shard k now
+    self.list[k], self.sb[k], self.killed[k] = self.sb[k], nil, nil
+    self.pslot[k] = 3 - self.pslot[k]
+  end
+  return ev
 end
 
 -- The shards serving now, with their index: for k, s in self:each() (a shard a chaos
@@ -209,7 +298,14 @@ end
 function Set:up(k, resume, listen, epoch)
   local o = {}
   for key, v in pairs(self.opts) do o[key] = v end
-  o.shard, o.shards, o.listen, o.epoch, o.start_learners = k, self.S, listen, epoch, 0
+  if self.standbys then -- at its serving address; its versions start again from its checkpoint's
+    listen = self.slot[k][self.pslot[k]]
+    for f, kk in pairs(self.reported_by) do
+      if kk == k then self.reported[f], self.reported_by[f] = nil, nil end
+    end
+  end
+  o.shard, o.shards, o.listen, o.epoch, o.start_learners = self.S > 1 and k or nil, self.S > 1 and self.S or nil,
+    listen, epoch, 0
   o.resume = resume and M.side_path(resume, k) or nil
   local s, err = diloco.Syncer(o)
   if not s then return nil, string.format("shard %d of %d: %s", k, self.S, tostring(err)) end
@@ -228,12 +324,51 @@ end
 
 -- A chaos syncer fault of shard k begins: the shard stops (its driver closed, nothing
 -- saved), back `down` seconds later from the newest checkpoint set; the other shards and
--- the learners go on.  fault(fields) writes the fault event.
-function M.fault_begin(ctx, k, down, now, fault)
-  if not ctx.syncer:is_down(k) then ctx.syncer:down(k) end
-  ctx.shard_back_at = ctx.shard_back_at or {}
-  ctx.shard_back_at[k] = now + (down < math.huge and down or 0)
-  fault { kind = "syncer", shard = k, begin = true, duration = down < math.huge and down or nil }
+-- the learners go on.  fault(fields) writes the fault event.  With standbys (role: of
+-- which process): the primary killed, its standby takes over after its lease and the old
+-- primary is back as the standby `down` later; the standby killed, a new one `down` later;
+-- both (or a primary without a standby now), the shard back from its checkpoint set.
+function M.fault_begin(ctx, k, down, now, fault, role)
+  local set, d = ctx.syncer, down < math.huge and down or 0
+  role = role or "primary"
+  local f = { kind = "syncer", shard = set.S > 1 and k or nil, begin = true, duration = down < math.huge and down or nil,
+    role = set.standbys and role or nil }
+  ctx.standby_back_at = ctx.standby_back_at or {}
+  if set.standbys and (role == "standby" or (role == "primary" and set:has_standby(k))) then
+    if role == "standby" then set:kill_standby(k) else set:kill_primary(k) end
+    ctx.standby_back_at[k] = { at = now + d, role = role }
+    fault(f)
+    return
+  end
+  if set.standbys then set:kill_standby(k) end
+  if not set:is_down(k) then set:down(k) end
+  ctx.shard_back_at, ctx.shard_role = ctx.shard_back_at or {}, ctx.shard_role or {}
+  ctx.shard_back_at[k], ctx.shard_role[k] = now + d, f.role
+  fault(f)
+end
+
+-- A standby of the run's process took over (islands.standbys): counted, and the run's epoch
+-- record moves on to its epoch (a shard restored later stamps a newer one).
+function M.took_over(ctx, ev)
+  ctx.takeovers = (ctx.takeovers or 0) + 1
+  local f = io.open(ctx.srd.out .. "/epoch", "r")
+  local last = f and math.tointeger(tonumber(f:read("l") or "")) or 0
+  if f then f:close() end
+  if ev.epoch > last then ctx.srd:write_file("epoch", tostring(ev.epoch) .. "\n") end
+end
+
+-- Standbys due back by now (fault_begin): started as the standby of the shard's primary
+-- (once one serves it: a killed primary's standby takes over first), and the fault's end.
+function M.standby_ends(ctx, now, fault)
+  local set = ctx.syncer
+  for k, b in pairs(ctx.standby_back_at or {}) do
+    if now >= b.at and set.list[k] and not set:has_standby(k) then
+      ctx.standby_back_at[k] = nil
+      local ok, err = set:start_standby(k)
+      if not ok then error({ diloco_error = "syncer: " .. tostring(err), code = 1 }, 0) end
+      if b.role then fault { kind = "syncer", shard = set.S > 1 and k or nil, role = b.role, begin = false } end
+    end
+  end
 end
 
 -- The shards whose outage ended by now come back from the newest set (its file of
@@ -258,6 +393,10 @@ function M.fault_ends(ctx, now, fault)
       for a in (ctx.address .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a end
       local ok, err = ctx.syncer:up(k, last and last.path or nil, listens[k], ctx.host.next_epoch(ctx, last and last.path))
       if not ok then error({ diloco_error = "syncer: " .. tostring(err), code = 1 }, 0) end
+      if ctx.syncer.standbys then -- a standby of it again, at once
+        ctx.standby_back_at = ctx.standby_back_at or {}
+        ctx.standby_back_at[k] = { at = now }
+      end
       local lost = math.max(0, ctx.syncer.merges[k] - (saved[k] or 0))
       ctx.syncer.merges[k] = saved[k] or 0
       ctx.gm = ctx.gm - lost
@@ -267,7 +406,8 @@ function M.fault_ends(ctx, now, fault)
       ctx.account:set_useful_tokens(math.max(0, ctx.account:useful_tokens() - lost_useful))
       ctx.merges_lost = (ctx.merges_lost or 0) + lost
       ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
-      fault { kind = "syncer", shard = k, begin = false, epoch = ctx.syncer:epochs()[k], merges_lost = lost,
+      fault { kind = "syncer", shard = ctx.syncer.S > 1 and k or nil, begin = false, epoch = ctx.syncer:epochs()[k],
+        merges_lost = lost, role = ctx.shard_role and ctx.shard_role[k] or nil,
         from = last and last.path or nil, load_s = diloco.clock() - t0, fresh = not last or nil }
     end
   end
@@ -292,7 +432,11 @@ function Set:epochs()
   return t
 end
 function Set:close()
-  for _, s in self:each() do s:close() end
+  for _, s in self:each() do s:close() end -- (a primary's end ends its standby)
+  for k = 1, self.S do
+    if self.sb[k] then self.sb[k]:close() end
+    self.sb[k] = nil
+  end
 end
 function Set:flush()
   for _, s in self:each() do s:flush() end
@@ -330,6 +474,18 @@ end
 -- The next event of any shard (tagged `shard`), waiting up to timeout for one.
 function Set:poll(timeout)
   local S = self.S
+  if #self.pending > 0 then return table.remove(self.pending, 1) end
+  for k = 1, self.standbys and S or 0 do -- standbys: attached, took over, a killed primary's merges
+    local sb = self.sb[k]
+    while sb do
+      local ev, err = sb:poll(0)
+      if ev == nil and err then return nil, string.format("shard %d's standby: %s", k, err) end
+      if not ev then break end
+      ev.standby = true
+      ev = self:take(k, ev, true)
+      if ev then return ev end
+    end
+  end
   for i = 0, S - 1 do
     local k = (self.turn + i - 1) % S + 1
     local ev, err
@@ -337,9 +493,8 @@ function Set:poll(timeout)
     if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
     if ev then
       self.turn = k % S + 1
-      ev.shard = k
-      if ev.type == "merged" then self:count(k, ev) end
-      return ev
+      ev = self:take(k, ev)
+      if ev then return ev end
     end
   end
   if not timeout or timeout <= 0 then return nil end
@@ -351,10 +506,7 @@ function Set:poll(timeout)
   end
   local ev, err = self.list[k]:poll(timeout / S)
   if ev == nil and err then return nil, string.format("shard %d: %s", k, err) end
-  if ev then
-    ev.shard = k
-    if ev.type == "merged" then self:count(k, ev) end
-  end
+  if ev then ev = self:take(k, ev) end
   return ev
 end
 

@@ -363,8 +363,11 @@ local function chaos_due(ctx)
     elseif e.kind == "slow" and L then
       ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), true, down)
       act(ctx, { factor = e.factor })
-    elseif e.kind == "syncer" and e.shard and type(ctx.syncer) == "table" then -- one shard (docs/shards.md)
-      require("diloco.shards").fault_begin(ctx, e.shard, down, now, function(f) fault(ctx, f) end)
+    elseif e.kind == "syncer" and (e.shard or ctx.syncer and ctx.syncer.standbys) and type(ctx.syncer) == "table" then
+      -- one shard (docs/shards.md), or with standbys each shard, which of its processes (role)
+      for k = e.shard or 1, e.shard or ctx.syncer.S do
+        require("diloco.shards").fault_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
+      end
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
       local st = ctx.syncer:stats()
@@ -418,6 +421,9 @@ local function chaos_due(ctx)
   end
   if ctx.shard_back_at and type(ctx.syncer) == "table" then
     require("diloco.shards").fault_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
+  end
+  if ctx.standby_back_at and type(ctx.syncer) == "table" then
+    require("diloco.shards").standby_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
