@@ -1132,6 +1132,12 @@ void dlc_learner_set_send_room(dlc_learner *l, int room) {
 
 int64_t dlc_learner_deferred(const dlc_learner *l) { return l ? l->deferred : 0; }
 
+int dlc_learner_sends_due(const dlc_learner *l) {
+    int n = 0;
+    for (int p = 0; l && !l->p.dp && p < l->P; p++) n += due_at(l, p, l->steps + 1) || l->f[p].skipped;
+    return n;
+}
+
 dlc_learner_account dlc_learner_get_account(const dlc_learner *l) {
     dlc_learner_account a;
     memset(&a, 0, sizeof a);

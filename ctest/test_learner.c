@@ -2649,6 +2649,38 @@ static void test_lost_round_steps(void) {
     fx_free(&x);
 }
 
+/* dlc_learner_sends_due: the fragments the next step_done sends given room for all (due at
+ * that step, or waiting); room 0 defers them (counted), and they wait, still due. */
+static void test_sends_due(void) {
+    fx x;
+    fx_make(&x, 2, 170);
+    dlc_learner_params lp = lparams(1, 8, 1, 0, 0);
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    float base[NMAX];
+    memcpy(base, dlc_params_data(x.p), (size_t)dlc_params_numel(x.p) * sizeof(float));
+    resync(&x, l, base, 1, 0.0);
+    for (int t = 1; t <= 3; t++) {
+        CHECK(dlc_learner_sends_due(l) == 0); /* fragment 1 is due at step 4, fragment 0 at 8 */
+        CHECK(dlc_learner_step_done(l, 10, 0.1, 0.1 * t) == DLC_OK);
+        drain(l);
+    }
+    CHECK(dlc_learner_sends_due(l) == 1);
+    dlc_learner_set_send_room(l, 0);
+    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.4) == DLC_OK); /* step 4: no room, it waits */
+    lrec r = drain(l);
+    CHECK(find(&r, DLC_LACT_SEND, 1) == NULL && dlc_learner_deferred(l) == 1);
+    CHECK(dlc_learner_sends_due(l) == 1); /* still waiting */
+    dlc_learner_set_send_room(l, -1);
+    CHECK(dlc_learner_step_done(l, 10, 0.1, 0.5) == DLC_OK);
+    r = drain(l);
+    CHECK(find(&r, DLC_LACT_SEND, 1) != NULL && dlc_learner_sends_due(l) == 0);
+    CHECK(dlc_learner_sends_due(NULL) == 0);
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 static void test_resync_of_base(void) {
     fx x;
     fx_make(&x, 2, 150);
@@ -2723,6 +2755,7 @@ static void test_resync_of_base(void) {
 
 int main(void) {
     test_resync_of_base();
+    test_sends_due();
     test_lost_round_steps();
     test_schedule();
     test_apply();

@@ -270,6 +270,12 @@ static int ml_set_schedule_step(lua_State *L) {
     return 0;
 }
 
+/* l:set_send_room(n): contributions the next step_done may send (-1: any; learner.h) */
+static int ml_set_send_room(lua_State *L) {
+    dlc_learner_set_send_room(checklearner(L, 1), (int)luaL_checkinteger(L, 2));
+    return 0;
+}
+
 static int ml_state(lua_State *L) {
     lua_pushstring(L, dlc_learner_state_name(dlc_learner_state_of(checklearner(L, 1))));
     return 1;
@@ -289,7 +295,7 @@ static const luaL_Reg learner_methods[] = {
     {"step_begin", ml_step_begin}, {"step_done", ml_step_done}, {"contribute", ml_contribute},
     {"gradient", ml_gradient},     {"receive", ml_receive},     {"state", ml_state},
     {"steps", ml_steps},           {"schedule_step", ml_schedule_step},
-    {"set_schedule_step", ml_set_schedule_step}, {NULL, NULL}};
+    {"set_schedule_step", ml_set_schedule_step}, {"set_send_room", ml_set_send_room}, {NULL, NULL}};
 static const dlcL_type learner_type = {DLCL_MLEARNER, mlearner_release, learner_methods, NULL, NULL};
 
 /* ---- diloco.machine.Syncer ---- */

@@ -695,6 +695,9 @@ static int lr_poll(lua_State *L) {
         dlcL_setint(L, "boundary", ev.boundary);
         lua_pushboolean(L, ev.resync);
         lua_setfield(L, -2, "resync");
+    } else if (ev.kind == DLC_LRT_ROOM) {
+        dlcL_setint(L, "boundary", ev.boundary);
+        dlcL_setint(L, "room", ev.room);
     } else if (ev.kind == DLC_LRT_PHASE) {
         if (ev.fragment >= 0) dlcL_setint(L, "fragment", ev.fragment + 1);
         dlcL_setint(L, "lag", ev.lag);

@@ -20,7 +20,7 @@
 #include "diloco/tensor.h"
 #include "rt_internal.h"
 
-static const char *const lrt_event_names[] = {"applied", "connected", "disconnected", "phase"};
+static const char *const lrt_event_names[] = {"applied", "connected", "disconnected", "phase", "room"};
 _Static_assert(sizeof lrt_event_names / sizeof *lrt_event_names == DLC_LRT_EVENT_COUNT, "lrt event names");
 const char *dlc_lrt_event_name(dlc_lrt_event_kind k) {
     return (unsigned)k < DLC_LRT_EVENT_COUNT ? lrt_event_names[k] : NULL;
@@ -938,7 +938,14 @@ dlc_status dlc_lrt_step_done(dlc_lrt *l, int64_t tokens, double seconds) {
      * and one more), not all at once, each with its buffers */
     if (st == DLC_OK) {
         int H = l->cfg.learner.H > 0 ? l->cfg.learner.H : 1;
-        dlc_learner_set_send_room(l->l, !l->ready ? -1 : l->hq_len > 0 ? 0 : (l->P + H - 1) / H + 1);
+        int room = !l->ready ? -1 : l->hq_len > 0 ? 0 : (l->P + H - 1) / H + 1;
+        dlc_learner_set_send_room(l->l, room);
+        if (room >= 0 && dlc_learner_sends_due(l->l) > room) { /* it binds: on the tape (rt.h, ROOM) */
+            dlc_lrt_event e = new_event(l, DLC_LRT_ROOM);
+            e.boundary = dlc_learner_steps(l->l) + 1;
+            e.room = room;
+            push_event(l, &e);
+        }
     }
     if (st == DLC_OK) st = dlc_learner_step_done(l->l, tokens, seconds, lrt_now(l));
     if (st == DLC_OK) st = actions(l);

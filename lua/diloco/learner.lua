@@ -312,9 +312,9 @@ local function drain_events(ctx)
       end
       write(ctx, "apply", { learner = ctx.id, fragment = ev.fragment, version = ev.version, step = ctx.lrt:schedule_step(),
         boundary = ev.boundary, lag = ev.lag, resync = ev.resync or nil })
-    elseif ev.type == "phase" then -- its schedule moved (a catch-up, a whole resync): on the merge tape
-      write(ctx, "phase", { learner = ctx.id, fragment = ev.fragment, lag = ev.lag, boundary = ev.boundary,
-        step = ev.schedule, unreplayed = ev.unreplayed })
+    elseif ev.type == "phase" or ev.type == "room" then -- its schedule moved, or its sends waited: on the tape
+      write(ctx, ev.type, { learner = ctx.id, fragment = ev.fragment, lag = ev.lag, boundary = ev.boundary,
+        step = ev.schedule, unreplayed = ev.unreplayed, room = ev.room })
       if ev.unreplayed and not ctx.opts.quiet then
         ctx:warn("learner %d: the syncer no longer holds the averaged gradients of %d steps before step %d (its "
           .. "history is sync.dp_history steps, and a restarted syncer holds none): skipped, so this learner's model "

@@ -98,10 +98,6 @@ local function load_recipe(out, opts)
   end
   local valid, problems = diloco.recipe.validate(r)
   if not valid then refuse("the run's recipe %s: %s", path, table.concat(problems, "; ")) end
-  if r.islands.syncers then -- (docs/shards.md, "Not built yet")
-    refuse("the run's syncer was in %d shards (islands.syncers): each learner took each shard's merges on a link of "
-      .. "its own, in an order the tape does not keep, so this version cannot replay it", r.islands.syncers)
-  end
   if r.islands.standbys then -- (docs/shards.md, "Standbys under run and sim")
     refuse("the run's syncer had standbys (islands.standbys): the merges a standby recorded for its primary carry no "
       .. "weights or arrival times, so this version cannot replay it")
@@ -136,7 +132,7 @@ local function read_tape(out, r)
     local path = string.format("%s/learner-%d/metrics.jsonl", out, m)
     local lev = read_json_lines(path)
     if not lev then refuse("%s is missing", path) end
-    local L = { id = m, joins = 0, applies = {}, phases = {}, threads = nil }
+    local L = { id = m, joins = 0, applies = {}, phases = {}, rooms = {}, threads = nil }
     for _, e in ipairs(lev) do
       if e.event == "join" then
         L.joins = L.joins + 1
@@ -162,6 +158,8 @@ local function read_tape(out, r)
         -- a catch-up (a merge's fragment told) sends what the steps it skips were due to
         ph.catch_up = ph.catch_up or (e.fragment ~= nil and e.fragment >= 1)
         L.phases[e.boundary] = ph
+      elseif e.event == "room" then -- the transport's room bound at that boundary: sends waited
+        L.rooms[e.boundary] = e.room
       elseif e.event == "summary" then
         L.threads = e.threads
         L.summary = e
@@ -402,7 +400,10 @@ function M.run(out, opts)
     -- the step the tape says, the latest of them
     local ph = c.tape.phases[b - 1]
     if ph then sm:set_schedule_step(ph[#ph], ph.catch_up) end
+    local room = c.tape.rooms[b] -- (the run's transport had room for fewer than were due)
+    if room then sm:set_send_room(room) end
     local res = assert(sm:step_done(c.loaders.tokens_per_batch, 0, tick()))
+    if room then sm:set_send_room(-1) end
     record_sends(c, res)
     for _, x in ipairs(res) do acts[#acts + 1] = x end
     if #later > 0 then
@@ -442,12 +443,37 @@ function M.run(out, opts)
     return list
   end
 
-  local ki = 1
+  -- The tape's merges in the order each shard made them (one syncer: one queue): a shard's
+  -- merges depend on each other, the shards' do not (each owns its fragments), and the tape
+  -- interleaves them as the run's process polled the shards, not as they happened.
+  local queues, order = {}, {}
+  for _, mg in ipairs(merges) do
+    local s = mg.shard or 1
+    if not queues[s] then queues[s] = { at = 1 }; order[#order + 1] = s end
+    local q = queues[s]
+    q[#q + 1] = mg
+  end
+  local ki = 1 -- merges done + 1
+  -- The next merge of a shard whose contributions were all made (any shard's head when
+  -- none is: it names what is missing), and its queue.
+  local function next_merge()
+    local first
+    for _, s in ipairs(order) do
+      local q = queues[s]
+      local mg = q[q.at]
+      if mg then
+        first = first or { mg = mg, q = q }
+        if inputs(mg) then return mg, q end
+      end
+    end
+    if first then return first.mg, first.q end
+  end
   local function merge_next()
-    local mg = merges[ki]
+    local mg, q = next_merge()
     if not mg then return false end
     local list = inputs(mg)
     if not list then return false end
+    q.at = q.at + 1
     local merged
     for i, s in ipairs(list) do
       -- what a learner sent before this one will never be merged: a round takes a learner's
@@ -477,14 +503,15 @@ function M.run(out, opts)
     for m = 1, Mn do
       while advance(L[m]) do
         progress = true
-        if merges[ki] and inputs(merges[ki]) then break end -- let the syncer catch up
+        local mg = next_merge()
+        if mg and inputs(mg) then break end -- let the syncer catch up
       end
     end
     local all_done = ki > #merges
     for m = 1, Mn do all_done = all_done and L[m].done end
     if all_done then break end
     if not progress then
-      local mg = merges[ki]
+      local mg = next_merge()
       local waits = {}
       for m = 1, Mn do
         if not L[m].done then

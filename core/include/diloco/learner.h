@@ -391,6 +391,10 @@ DLC_API int64_t dlc_learner_rollbacks(const dlc_learner *l);
 DLC_API void dlc_learner_set_send_room(dlc_learner *l, int room);
 /* Due contributions that waited for room (counted once per wait). */
 DLC_API int64_t dlc_learner_deferred(const dlc_learner *l);
+/* The contributions the next dlc_learner_step_done would send given room for all: the
+ * fragments due at that step and those that waited (for room, or skipped by a catch-up).
+ * A driver that limits the room records when it bound (a replay sets the same). */
+DLC_API int dlc_learner_sends_due(const dlc_learner *l);
 
 /* dp with `replay` ("Replay" above): starts a replay when the run is past the schedule
  * step (a host that restored a checkpoint and set its schedule step calls it once

@@ -436,6 +436,10 @@ typedef enum dlc_lrt_event_kind {
     DLC_LRT_PHASE,        /* its schedule step moved (learner.h, DLC_LACT_PHASE): schedule,
                            * by lag steps, at boundary; fragment the merge that told, -1 a
                            * resync */
+    DLC_LRT_ROOM,         /* at boundary, the transport had room for `room` contributions
+                           * and fewer than were due: the others waited (learner.h,
+                           * dlc_learner_set_send_room; the merge tape keeps it, so that a
+                           * replay sends when the run did) */
     DLC_LRT_EVENT_COUNT
 } dlc_lrt_event_kind;
 DLC_API const char *dlc_lrt_event_name(dlc_lrt_event_kind k);
@@ -449,6 +453,7 @@ typedef struct dlc_lrt_event {
                                * had run since it joined (0: applied while joining) */
     int64_t schedule;         /* PHASE: the schedule step from then on */
     int64_t unreplayed;       /* PHASE, dp: steps skipped unreplayed (learner.h), else 0 */
+    int room;                 /* ROOM: the contributions the learner could send there */
     char text[DLC_RT_TEXT_MAX];
 } dlc_lrt_event;
 /* The next event (nothing waits: events come from the calls above): 1 or 0. */
