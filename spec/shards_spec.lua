@@ -29,7 +29,7 @@ end
 local function learner(S, path, m, connect)
   local log = S.dir .. "/l" .. m .. ".log"
   return assert(diloco.proc.spawn { exe, "learner", path, "--connect", connect or ("@" .. S.dir .. "/addr1,@" ..
-    S.dir .. "/addr2"), "--id", tostring(m), "--secret-file", S.dir .. "/secret", "--out", S.dir .. "/run/l" .. m,
+    S.dir .. "/addr2"), "--id", tostring(m), "--secret-file", S.dir .. "/secret", "--out", S.dir .. "/run/learner-" .. m,
     "--overwrite", "--quiet", stdout = log, stderr = log, env = { OMP_NUM_THREADS = "1" }, parent_death = "KILL" })
 end
 
@@ -83,6 +83,10 @@ describe("a sharded syncer under a launcher", function()
     assert.are.equal("2/2", s2.shard)
     assert.are.equal(S.dir .. "/run/model.safetensors", s1.assembled)
     assert.is_number(s1.final_eval_loss)
+    -- sim --replay of the run's root: every shard's tape, the assembled model bit for bit
+    local rtext, rcode = H.sh(string.format("%s sim --replay %s/run", exe, S.dir))
+    assert.are.equal(0, rcode, rtext)
+    assert.matches("bit for bit", rtext, 1, true)
     -- shard 1's summary carries shard 2's own
     assert.are.equal(1, #s1.shard_summaries)
     assert.are.equal(2, s1.shard_summaries[1].shard)

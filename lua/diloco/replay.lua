@@ -81,8 +81,28 @@ local function json_diff(a, b, path)
   return nil
 end
 
--- The run's recipe, loaded as the run loaded it, checked against OUT/recipe.json.
+-- A launcher's run of a syncer in shards (`syncer --shard I/S`, docs/shards.md): OUT is the
+-- run's root, each shard's directory OUT/shard-K with its own tape; nil for any other OUT.
+local function shard_dirs(out)
+  if read_file(out .. "/tape.json") then return nil end
+  local dirs = {}
+  for k = 1, 16 do
+    local d = string.format("%s/shard-%d", out, k)
+    if not read_file(d .. "/tape.json") then break end
+    if read_file(d .. "-standby/metrics.jsonl") then
+      refuse("shard %d of this run had a standby (%s-standby): the merges a standby recorded for its primary carry "
+        .. "no weights or arrival times, so this version cannot replay it", k, d)
+    end
+    dirs[k] = d
+  end
+  return #dirs > 0 and dirs or nil
+end
+
+-- The run's recipe, loaded as the run loaded it, checked against OUT/recipe.json (a
+-- launcher's shards: shard 1's).
 local function load_recipe(out, opts)
+  local dirs = shard_dirs(out)
+  out = dirs and dirs[1] or out
   local header = read_file(out .. "/tape.json")
   if not header then
     refuse("%s/tape.json is missing: OUT must be the directory of a finished run of several islands (diloco-lua " ..
@@ -113,11 +133,26 @@ local function load_recipe(out, opts)
   return r, tape
 end
 
--- The tape's two halves, checked for what replay cannot re-execute.
+-- The tape's two halves, checked for what replay cannot re-execute.  A launcher's shards:
+-- every shard's merges, each tagged with its shard, and shard 1's summary once all ended.
 local function read_tape(out, r)
   local Mn = r.islands.count
-  local ev = read_json_lines(out .. "/metrics.jsonl")
-  if not ev then refuse("%s/metrics.jsonl is missing", out) end
+  local dirs = shard_dirs(out)
+  local ev = {}
+  for k, d in ipairs(dirs or { out }) do
+    local list = read_json_lines(d .. "/metrics.jsonl")
+    if not list then refuse("%s/metrics.jsonl is missing", d) end
+    local ended = false
+    for _, e in ipairs(list) do
+      if e.event == "merge" and dirs then e.shard = k end
+      if e.event == "summary" then
+        ended = true
+        if k > 1 then e = nil end
+      end
+      if e then ev[#ev + 1] = e end
+    end
+    if dirs and not ended then refuse("%s/metrics.jsonl has no summary: shard %d did not finish", d, k) end
+  end
   local merges, summary = {}, nil
   for _, e in ipairs(ev) do
     if e.event == "merge" then merges[#merges + 1] = e
