@@ -2584,12 +2584,6 @@ static void test_send_room(void) {
     fx_free(&x);
 }
 
-/* A resync that brings, bit for bit and at the same version, the global values the
- * learner holds as its base (a reconnect to a syncer that holds them: a cut, a standby
- * that took over) overwrites nothing: the steps it trained on that fragment stay in its
- * model, nothing is counted overwritten, and its next contribution carries them all.  A
- * resync of other values, or of the same values at another version, is taken whole as
- * before.  P = 2, H = 8, τ = 1, α = 0. */
 /* A round in flight lost with its syncer (a primary killed, its standby taking over with
  * the base the learner holds): its steps are not lost.  The resync of that base changes
  * nothing, and the learner's next contribution of the fragment, measured from the base it
@@ -2681,6 +2675,12 @@ static void test_sends_due(void) {
     fx_free(&x);
 }
 
+/* A resync that brings, bit for bit and at the same version, the global values the
+ * learner holds as its base (a reconnect to a syncer that holds them: a cut, a standby
+ * that took over) overwrites nothing: the steps it trained on that fragment stay in its
+ * model, nothing is counted overwritten, and its next contribution carries them all.  A
+ * resync of other values, or of the same values at another version, is taken whole as
+ * before.  P = 2, H = 8, τ = 1, α = 0. */
 static void test_resync_of_base(void) {
     fx x;
     fx_make(&x, 2, 150);

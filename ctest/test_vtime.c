@@ -792,15 +792,33 @@ static void test_stop_at_steps(void) {
  * shard 1 merges on and no learner waits (a step every second each); shard 2 merges again
  * after its restart; the global model holds each fragment as its owner holds it; a
  * fault of a shard that the run does not have is refused, named. */
+/* 3 learners, 4 fragments, H = 4, tau = 1, the syncer in 2 shards (with standbys and a
+ * lease of 2 s when standbys), the faults f[0..nf) scheduled; started, or 0. */
+static int shard_world(world *w, const dlc_fault *f, int nf, int standbys) {
+    world_init(w, 3, 4, 0, 40);
+    w->vp.learner.H = 4, w->vp.learner.tau = 1, w->vp.learner.heartbeat = 0.5;
+    w->vp.syncer.timeout = 30;
+    w->vp.shards = 2, w->vp.standbys = standbys, w->vp.lease = standbys ? 2 : 0;
+    for (int i = 0; i < nf; i++) CHECK(dlc_chaos_add(world_chaos(w), &f[i]) == DLC_OK);
+    return world_start(w);
+}
+
+/* A syncer fault that the run of 2 shards (standbys: 0) cannot take: refused, naming
+ * both. */
+static void shard_fault_refused(dlc_fault bad, const char *what, const char *why) {
+    world w;
+    world_init(&w, 2, 4, 0, 10);
+    w.vp.shards = 2;
+    CHECK(dlc_chaos_add(world_chaos(&w), &bad) == DLC_OK);
+    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
+    CHECK(w.vt == NULL && strstr(dlc_last_error(), what) && strstr(dlc_last_error(), why));
+    world_free(&w);
+}
+
 static void test_shards(void) {
     world w;
-    world_init(&w, 3, 4, 0, 40);
-    w.vp.learner.H = 4, w.vp.learner.tau = 1, w.vp.learner.heartbeat = 0.5;
-    w.vp.syncer.timeout = 30;
-    w.vp.shards = 2;
     dlc_fault f = {.at = 10.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2};
-    CHECK(dlc_chaos_add(world_chaos(&w), &f) == DLC_OK);
-    if (!world_start(&w)) return world_free(&w);
+    if (!shard_world(&w, &f, 1, 0)) return world_free(&w);
     CHECK(dlc_vtime_shards(w.vt) == 2 && dlc_vtime_shard(w.vt, 1) != NULL && dlc_vtime_shard(w.vt, 2) == NULL);
     world_run(&w, -1);
     CHECK(!w.failed);
@@ -832,14 +850,8 @@ static void test_shards(void) {
     }
     check_stats(&w);
     world_free(&w);
-    /* shard 3 of 2: refused */
-    world_init(&w, 2, 4, 0, 10);
-    w.vp.shards = 2;
-    dlc_fault bad = {.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 3};
-    CHECK(dlc_chaos_add(world_chaos(&w), &bad) == DLC_OK);
-    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
-    CHECK(w.vt == NULL && strstr(dlc_last_error(), "shard 3") && strstr(dlc_last_error(), "2 shards"));
-    world_free(&w);
+    shard_fault_refused((dlc_fault){.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 3},
+                        "shard 3", "2 shards");
 }
 
 /* Standbys (vtime.h, standbys): 2 shards with a standby each, a lease of 2 s.  Shard 2's
@@ -850,17 +862,11 @@ static void test_shards(void) {
  * refused, named. */
 static void test_standbys(void) {
     world w;
-    world_init(&w, 3, 4, 0, 40);
-    w.vp.learner.H = 4, w.vp.learner.tau = 1, w.vp.learner.heartbeat = 0.5;
-    w.vp.syncer.timeout = 30;
-    w.vp.shards = 2, w.vp.standbys = 1, w.vp.lease = 2;
-    dlc_fault f1 = {.at = 10.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2};
-    dlc_fault f2 = {.at = 25.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2,
-                    .role = DLC_ROLE_STANDBY};
-    dlc_fault f3 = {.at = 28.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 5, .shard = 2};
-    CHECK(dlc_chaos_add(world_chaos(&w), &f1) == DLC_OK && dlc_chaos_add(world_chaos(&w), &f2) == DLC_OK &&
-          dlc_chaos_add(world_chaos(&w), &f3) == DLC_OK);
-    if (!world_start(&w)) return world_free(&w);
+    const dlc_fault f[3] = {
+        {.at = 10.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2},
+        {.at = 25.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 10, .shard = 2, .role = DLC_ROLE_STANDBY},
+        {.at = 28.5, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 5, .shard = 2}};
+    if (!shard_world(&w, f, 3, 1)) return world_free(&w);
     world_run(&w, -1);
     CHECK(!w.failed);
     int in_lease = 0, after_lease = 0, outage = 0, shard1 = 0;
@@ -880,14 +886,9 @@ static void test_standbys(void) {
     for (int m = 0; m < 3; m++) CHECK(count(&w, DLC_VT_STEP, m, 10.0, 36.0) == 25); /* no wait */
     check_stats(&w);
     world_free(&w);
-    world_init(&w, 2, 4, 0, 10);
-    w.vp.shards = 2;
-    dlc_fault bad = {.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 1,
-                     .role = DLC_ROLE_STANDBY};
-    CHECK(dlc_chaos_add(world_chaos(&w), &bad) == DLC_OK);
-    w.vt = dlc_vtime_new(&w.vp, w.x[0].plan, w.models, dlc_params_data(w.x[0].p));
-    CHECK(w.vt == NULL && strstr(dlc_last_error(), "role standby") && strstr(dlc_last_error(), "no standby"));
-    world_free(&w);
+    shard_fault_refused((dlc_fault){.at = 1, .kind = DLC_FAULT_SYNCER, .learner = -1, .duration = 1, .shard = 1,
+                                    .role = DLC_ROLE_STANDBY},
+                        "role standby", "no standby");
 }
 
 int main(void) {

@@ -107,13 +107,11 @@ static void pushparams(lua_State *L, const dlc_goodput_params *p) {
     setnum(L, "sample", p->sample);
     lua_pushinteger(L, (lua_Integer)p->seed);
     lua_setfield(L, -2, "seed");
-    lua_pushinteger(L, p->syncer_shards);
-    lua_setfield(L, -2, "syncer_shards");
+    dlcL_setint(L, "syncer_shards", p->syncer_shards);
     setnum(L, "syncer_mtbf", p->syncer_mtbf);
     setnum(L, "syncer_restart", p->syncer_restart);
     setnum(L, "syncer_checkpoint", p->syncer_checkpoint);
-    lua_pushinteger(L, p->standby);
-    lua_setfield(L, -2, "standby");
+    dlcL_setint(L, "standby", p->standby);
     setnum(L, "lease", p->lease);
 }
 
@@ -185,19 +183,13 @@ static int l_goodput(lua_State *L) {
     setnum(L, "goodput", r.goodput);
     setnum(L, "uptime", r.uptime);
     setnum(L, "useful", r.useful);
-    lua_pushinteger(L, (lua_Integer)r.interruptions);
-    lua_setfield(L, -2, "interruptions");
-    lua_pushinteger(L, (lua_Integer)r.rollbacks);
-    lua_setfield(L, -2, "rollbacks");
-    lua_pushinteger(L, (lua_Integer)r.events);
-    lua_setfield(L, -2, "events");
+    dlcL_setint(L, "interruptions", r.interruptions);
+    dlcL_setint(L, "rollbacks", r.rollbacks);
+    dlcL_setint(L, "events", r.events);
     setnum(L, "first_interruption", r.first_interruption);
-    lua_pushinteger(L, (lua_Integer)r.syncer_failures);
-    lua_setfield(L, -2, "syncer_failures");
-    lua_pushinteger(L, (lua_Integer)r.syncer_outages);
-    lua_setfield(L, -2, "syncer_outages");
-    lua_pushinteger(L, (lua_Integer)r.takeovers);
-    lua_setfield(L, -2, "takeovers");
+    dlcL_setint(L, "syncer_failures", r.syncer_failures);
+    dlcL_setint(L, "syncer_outages", r.syncer_outages);
+    dlcL_setint(L, "takeovers", r.takeovers);
     setnum(L, "syncer_lost", r.syncer_lost);
     pusharray(L, r.learner_goodput, r.learners);
     lua_setfield(L, -2, "learner_goodput");
