@@ -178,7 +178,7 @@ function M.start(o, S, standbys)
   for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a:match("^[^|]*") end -- (a standby's after |)
   local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, useful = {}, epoch_of = {},
     standbys = standbys or nil, sb = {}, slot = {}, pslot = {}, reported = {}, reported_by = {}, pending = {},
-    killed = {} }, Set)
+    killed = {}, rbuf = {} }, Set)
   for k = 1, S do
     local ok = {}
     for key, v in pairs(o) do ok[key] = v end
@@ -242,10 +242,18 @@ function Set:kill_primary(k)
   self.epoch_of[k] = s:epoch()
   s:kill()
   self.list[k], self.killed[k] = false, true
+  -- the merges its standby recorded that it never reported (acknowledged, not yet posted)
+  local held = self.rbuf[k] or {}
+  self.rbuf[k] = nil
+  table.sort(held, function(a, b) return a.merge.version < b.merge.version end)
+  for _, ev in ipairs(held) do
+    ev = self:take(k, ev, true)
+    if ev then self.pending[#self.pending + 1] = ev end
+  end
 end
 function Set:kill_standby(k)
   if self.sb[k] then self.sb[k]:kill() end
-  self.sb[k] = nil
+  self.sb[k], self.rbuf[k] = nil, nil
 end
 -- A killed primary whose standby has not taken over yet.
 function Set:awaiting_takeover()
@@ -260,7 +268,15 @@ function Set:take(k, ev, from_standby)
   if ev.type == "merged" then
     if self.standbys then
       local f, v = ev.merge.fragment, ev.merge.version
-      if from_standby and not self.killed[k] then return nil end -- (its primary reports them)
+      if from_standby and not self.killed[k] then -- its primary reports them; kept until it has
+        local held, kept = self.rbuf[k] or {}, {}
+        held[#held + 1] = ev
+        for _, h in ipairs(held) do -- (bounded: one a version its primary has not reported yet)
+          if h.merge.version > (self.reported[h.merge.fragment] or -1) then kept[#kept + 1] = h end
+        end
+        self.rbuf[k] = kept
+        return nil
+      end
       if v <= (self.reported[f] or -1) then return nil end
       self.reported[f], self.reported_by[f] = v, k
     end
