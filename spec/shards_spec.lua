@@ -83,6 +83,26 @@ describe("a sharded syncer under a launcher", function()
     assert.are.equal("2/2", s2.shard)
     assert.are.equal(S.dir .. "/run/model.safetensors", s1.assembled)
     assert.is_number(s1.final_eval_loss)
+    -- the run's tape in its root: both shards' merges in time order, then the run's summary
+    local root_ev = H.events(S.dir .. "/run/metrics.jsonl")
+    local n_by, last_t = { 0, 0 }, 0
+    for _, e in ipairs(root_ev) do
+      if e.event == "merge" then
+        n_by[e.shard] = n_by[e.shard] + 1
+        assert.is_true(e.time >= last_t, "the run's tape in time order")
+        last_t = e.time
+      end
+    end
+    assert.are.same({ s1.merges, s2.merges }, n_by)
+    local rs = H.summary_of(root_ev)
+    assert.are.equal(s1.merges + s2.merges, rs.merges)
+    assert.are.equal(s1.bytes_up + s2.bytes_up, rs.bytes_up)
+    assert.are.equal(2, rs.shards)
+    assert.are.equal(S.dir .. "/run/model.safetensors", rs.assembled)
+    -- what `compare` shows of the run (its root): those counts
+    local ctext, ccode = H.sh(string.format("%s compare %s/run", exe, S.dir))
+    assert.are.equal(0, ccode, ctext)
+    assert.matches("decoupled%s+3%s+[%d.]+%s+[%d.]+%%%s+[%d.]+%%%s+[%d.%-]+%%?%s+" .. (s1.merges + s2.merges), ctext)
     -- sim --replay of the run's root: every shard's tape, the assembled model bit for bit
     local rtext, rcode = H.sh(string.format("%s sim --replay %s/run", exe, S.dir))
     assert.are.equal(0, rcode, rtext)

@@ -82,10 +82,12 @@ local function is_sim(run, summary)
   return false
 end
 
--- The summary of a run: its last record when that is a summary (a run that was resumed
--- after its summary and did not finish again has records after it: no summary).
+-- The summary of a run: its own last record when that is a summary (a run that was
+-- resumed after its summary and did not finish again has records after it: no summary;
+-- a real run's learners' records, read after its own, do not count).
+local function last_own(run) return run.records[run.own or #run.records] end
 local function summary_of(run)
-  local last = run.records[#run.records]
+  local last = last_own(run)
   if last and last.event == "summary" then return last end
   return nil
 end
@@ -99,7 +101,7 @@ function M.row(run)
   local s = summary_of(run)
   local row = { run = run.label, path = run.path, notes = {} }
   if not s then
-    local last = run.records[#run.records]
+    local last = last_own(run)
     row.status = "no summary"
     row.notes[1] = string.format("%s: no summary: the last record is %s %s (a run still going, or one killed "
       .. "before it could write its summary)", run.label, last.event:match("^[aeiou]") and "an" or "a", last.event)

@@ -57,6 +57,7 @@ function M.finish(ctx, err)
   if (ctx.opts.shards or 1) > 1 and ctx.opts.shard == 1 and saved then
     local root, problems = require("diloco.shards").assemble(ctx, ctx.rt.join_timeout,
       function() return stop_reason(ctx) end)
+    ctx.shard_root = root
     if problems then
       assembly_error = "the global model is not assembled: " .. table.concat(problems, "; ")
       io.stderr:write("diloco-lua: syncer: ", assembly_error, "\n")
@@ -147,6 +148,10 @@ function M.finish(ctx, err)
     also = { ctx.failed_learner or false, absent_error, save_error or false, assembly_error or false } })
   ctx.syncer:close()
   ctx.srd:close()
+  if ctx.shard_root and ctx.shard_summaries then -- shard 1 under a launcher: the run's tape in its root
+    local ok, terr = require("diloco.shards").write_run_tape(ctx, ctx.shard_root, summary)
+    if not ok then io.stderr:write("diloco-lua: syncer: the run's tape in ", ctx.shard_root, ": ", tostring(terr), "\n") end
+  end
   if not ctx.quiet then
     io.stderr:write("where each learner's wall time went (docs/runtime.md, the account):\n" ..
       diloco.account.table_text(accounts, account_total, merged_n) .. "\n")

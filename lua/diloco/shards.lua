@@ -123,6 +123,46 @@ function M.run_totals(own, others)
   return run
 end
 
+-- Shard 1 under a launcher, once its summary is written: the run's tape in the run's root
+-- (OUT/metrics.jsonl, what plot, compare and timeline read of one run): every shard's
+-- merge and fault events in time order, each with its `shard` (a shard whose standby
+-- took over: the standby's tape, which holds every version), then the run's summary:
+-- shard 1's with the shards' totals (`run`) as its counts.  true, or nil and the message.
+function M.write_run_tape(ctx, root, summary)
+  local events = {}
+  for k = 1, ctx.opts.shards do
+    local dir = M.dir(ctx.out, k)
+    local _, sdir = shard_summary(dir)
+    local f = io.open((sdir or dir) .. "/metrics.jsonl", "r")
+    for line in f and f:lines() or function() end do
+      local ok, ev = pcall(diloco.json_decode, line)
+      if ok and type(ev) == "table" and (ev.event == "merge" or ev.event == "fault") and type(ev.time) == "number" then
+        ev.shard = ev.shard or k
+        events[#events + 1] = ev
+      end
+    end
+    if f then f:close() end
+  end
+  for i, ev in ipairs(events) do ev.order_ = i end -- (ties keep each shard's own order)
+  table.sort(events, function(a, b) return a.time < b.time or (a.time == b.time and a.order_ < b.order_) end)
+  local metrics = require("diloco.metrics")
+  local w, err = metrics.open(root .. "/metrics.jsonl")
+  if not w then return nil, err end
+  for _, ev in ipairs(events) do
+    ev.order_ = nil
+    local ok, werr = w:raw(metrics.line(ev.event, ev, ev.time) .. "\n")
+    if not ok then return nil, werr end
+  end
+  -- the run's summary: shard 1's, its counts the run's (each shard's own stays in its dir)
+  local s = {}
+  for key, v in pairs(summary) do s[key] = v end
+  for key, v in pairs(summary.run or {}) do if key ~= "shards" then s[key] = v end end
+  s.shard, s.shards = nil, ctx.opts.shards
+  local ok, werr = w:raw(metrics.line("summary", s, diloco.wall_time()) .. "\n")
+  w:close()
+  return ok, werr
+end
+
 -- ---- the shards of one process: a syncer in S shards behind one syncer's methods ----
 --
 -- `run` (and `syncer` without --shard) with islands.syncers = S serves S shards, each a
