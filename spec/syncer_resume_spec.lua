@@ -246,6 +246,28 @@ describe("the summary of a run with faults", function()
   before_each(function() S = H.scratch() end)
   after_each(function() S.cleanup() end)
 
+  it("counts the restart of a syncer still down when the run ends", function()
+    -- (the run's end brings it back to save the model: that restart was neither counted nor
+    -- on the tape, so the summary's epoch 2 disagreed with syncer_restarts 0)
+    local path = recipe(S, "downend", { steps = 10000000, join_timeout = "30s", chaos = [[{
+    { at = "0.5s", syncer = "down", down = "600s" } }]] })
+    local log = S.dir .. "/run.log"
+    local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", S.dir .. "/run", "--quiet", stdout = log,
+      stderr = log, parent_death = "KILL" })
+    H.await_or_kill(pid, 120, "the syncer fault", function()
+      for _, e in ipairs(events(S.dir .. "/run/metrics.jsonl") or {}) do
+        if e.event == "fault" and e.kind == "syncer" and e.begin then return true end
+      end
+    end)
+    diloco.proc.signal(pid, "TERM")
+    local code = H.wait_all({ pid }, 120)[1]
+    assert.are.same({ exited = 128 + 15 }, code, table.concat(H.read_lines(log), "\n"))
+    local ev = events(S.dir .. "/run/metrics.jsonl")
+    local s = counters_match_events(ev, S.dir .. "/run", true)
+    assert.are.equal(1, s.syncer_restarts)
+    assert.are.equal(2, s.epoch)
+  end)
+
   it("counts exactly the events it counts", function()
     -- a learner killed (restarted after 0.5 s), a syncer fault (its learners' next
     -- messages are rejected: another epoch), a pause

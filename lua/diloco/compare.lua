@@ -85,7 +85,7 @@ end
 -- The summary of a run: its own last record when that is a summary (a run that was
 -- resumed after its summary and did not finish again has records after it: no summary;
 -- a real run's learners' records, read after its own, do not count).
-local function last_own(run) return run.records[run.own or #run.records] end
+local function last_own(run) return run.records[run.own or #run.records] end -- (own: plot.read's count)
 local function summary_of(run)
   local last = last_own(run)
   if last and last.event == "summary" then return last end

@@ -94,7 +94,6 @@ function M.read(arg)
   if #records == 0 then
     bad_input("%s: no metrics records (the file is empty%s)", path, skipped > 0 and " but for lines cut short" or "")
   end
-  -- own: the records of this file (the learners' follow them, M.read_learners)
   local run = { label = run_label(arg, path), path = path, records = records, skipped = skipped, own = #records }
   if path ~= arg then M.read_learners(run, arg) end
   return run

@@ -28,8 +28,15 @@ function M.finish(ctx, err)
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
     local last = list[#list]
     host.restore_counts(ctx, last)
+    local t0 = diloco.clock()
     local ok, e = pcall(host.start_syncer, ctx, ctx.address, last and last.path or nil)
     if not ok then error(e, 0) end
+    -- a restart like the supervisor's at a fault's end (counted, its end event written:
+    -- the summary's syncer_restarts and epoch agree with the events)
+    ctx.syncer_back_at = nil
+    ctx.syncer_restarts = (ctx.syncer_restarts or 0) + 1
+    rc.fault(ctx, { kind = "syncer", begin = false, epoch = ctx.syncer:epoch(), from = last and last.path or nil,
+      load_s = diloco.clock() - t0, fresh = not last or nil, at_end = true })
   end
   if ctx.shard_back_at and type(ctx.syncer) == "table" then -- a shard down at the end: back now, to save
     for k in pairs(ctx.shard_back_at) do ctx.shard_back_at[k] = 0 end
