@@ -84,35 +84,20 @@ static void pusharray(lua_State *L, const double *x, int64_t n) {
 }
 
 static void pushparams(lua_State *L, const dlc_goodput_params *p) {
-    lua_createtable(L, 0, 16);
+    typedef dlc_goodput_params GP;
+    static const dlcL_field fields[] = {
+        DLCL_INT(GP, chips), DLCL_INT(GP, learners), DLCL_INT(GP, slice_chips), DLCL_NUM(GP, mtbi),
+        DLCL_NUM(GP, repair), DLCL_NUM(GP, downscale), DLCL_NUM(GP, upscale), DLCL_NUM(GP, step),
+        DLCL_NUM(GP, checkpoint), DLCL_NUM(GP, checkpoint_cost), DLCL_NUM(GP, restart), DLCL_NUM(GP, duration),
+        DLCL_NUM(GP, sample), DLCL_INT(GP, seed), DLCL_INT(GP, syncer_shards), DLCL_NUM(GP, syncer_mtbf),
+        DLCL_NUM(GP, syncer_restart), DLCL_NUM(GP, syncer_checkpoint), DLCL_INT(GP, standby), DLCL_NUM(GP, lease),
+        {NULL}};
+    lua_createtable(L, 0, 24);
     lua_pushstring(L, dlc_goodput_policy_name(p->policy));
     lua_setfield(L, -2, "policy");
-    lua_pushinteger(L, (lua_Integer)p->chips);
-    lua_setfield(L, -2, "chips");
-    lua_pushinteger(L, p->learners);
-    lua_setfield(L, -2, "learners");
-    lua_pushinteger(L, (lua_Integer)p->slice_chips);
-    lua_setfield(L, -2, "slice_chips");
-    setnum(L, "mtbi", p->mtbi);
-    setnum(L, "repair", p->repair);
-    setnum(L, "downscale", p->downscale);
-    setnum(L, "upscale", p->upscale);
-    setnum(L, "step", p->step);
-    setnum(L, "checkpoint", p->checkpoint);
-    setnum(L, "checkpoint_cost", p->checkpoint_cost);
-    setnum(L, "restart", p->restart);
     lua_pushstring(L, dlc_goodput_pause_name(p->pause));
     lua_setfield(L, -2, "pause");
-    setnum(L, "duration", p->duration);
-    setnum(L, "sample", p->sample);
-    lua_pushinteger(L, (lua_Integer)p->seed);
-    lua_setfield(L, -2, "seed");
-    dlcL_setint(L, "syncer_shards", p->syncer_shards);
-    setnum(L, "syncer_mtbf", p->syncer_mtbf);
-    setnum(L, "syncer_restart", p->syncer_restart);
-    setnum(L, "syncer_checkpoint", p->syncer_checkpoint);
-    dlcL_setint(L, "standby", p->standby);
-    setnum(L, "lease", p->lease);
+    dlcL_setfields(L, p, fields);
 }
 
 /* diloco.goodput([opts]) -> result table */
