@@ -148,6 +148,15 @@ describe("sim --replay of a finished run", function()
     local text, code = replay(two)
     assert.are.equal(2, code, text)
     assert.matches("learner 2 joined 2 times", text)
+    -- a room record that is not one
+    local room = S.dir .. "/room"
+    copy_run(out, room)
+    local fr = assert(io.open(room .. "/learner-1/metrics.jsonl", "a"))
+    fr:write(diloco.json_encode({ event = "room", learner = 1, boundary = 3, room = -3 }), "\n")
+    fr:close()
+    text, code = replay(room)
+    assert.are.equal(2, code, text)
+    assert.matches("a room record with room = %-3 at boundary 3", text)
     -- the recipe file changed since the run
     local changed = S.dir .. "/changed.lua"
     local src = assert(io.open(path)):read("a")

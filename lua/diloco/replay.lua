@@ -194,6 +194,10 @@ local function read_tape(out, r)
         ph.catch_up = ph.catch_up or (e.fragment ~= nil and e.fragment >= 1)
         L.phases[e.boundary] = ph
       elseif e.event == "room" then -- the transport's room bound at that boundary: sends waited
+        if math.type(e.room) ~= "integer" or e.room < 0 or math.type(e.boundary) ~= "integer" or e.boundary < 1 then
+          refuse("%s: a room record with room = %s at boundary %s: expected integers >= 0 and >= 1", path,
+            tostring(e.room), tostring(e.boundary))
+        end
         L.rooms[e.boundary] = e.room
       elseif e.event == "summary" then
         L.threads = e.threads
