@@ -19,8 +19,8 @@ _Static_assert(sizeof kind_names / sizeof kind_names[0] == DLC_FAULT_KIND_COUNT,
                "one name per dlc_fault_kind");
 
 /* The merge targets (target() below): kill, cut and pause of each learner, the whole
- * syncer, and each role of each shard. */
-#define TARGETS(c) (3 * (c)->learners + 3 * (DLC_CHAOS_MAX_SHARDS + 1))
+ * syncer, and each role of each shard, down or paused. */
+#define TARGETS(c) (3 * (c)->learners + 6 * (DLC_CHAOS_MAX_SHARDS + 1))
 
 struct dlc_chaos {
     int learners;
@@ -103,7 +103,8 @@ static double end_of(const dlc_fault *f) { return f->at + f->duration; }
 
 /* The merge target of f: kill m -> m, cut m -> M + m, syncer -> 2M, pause m -> 2M + 1 + m,
  * syncer shard k -> 3M + k; its standby (role r = 1) or both (r = 2): 3M + 17r + k (k = 0:
- * the whole syncer's); -1 for slow and link. */
+ * the whole syncer's); a pause of the syncer's role r of shard k (learner -1): 3M + 51 +
+ * 17r + k; -1 for slow and link. */
 static int target(const dlc_chaos *c, const dlc_fault *f) {
     switch (f->kind) {
     case DLC_FAULT_KILL: return f->learner;
@@ -111,7 +112,9 @@ static int target(const dlc_chaos *c, const dlc_fault *f) {
     case DLC_FAULT_SYNCER:
         if (f->role != DLC_ROLE_PRIMARY) return 3 * c->learners + (DLC_CHAOS_MAX_SHARDS + 1) * (int)f->role + f->shard;
         return f->shard ? 3 * c->learners + f->shard : 2 * c->learners;
-    case DLC_FAULT_PAUSE: return 2 * c->learners + 1 + f->learner;
+    case DLC_FAULT_PAUSE:
+        if (f->learner < 0) return 3 * c->learners + (DLC_CHAOS_MAX_SHARDS + 1) * (3 + (int)f->role) + f->shard;
+        return 2 * c->learners + 1 + f->learner;
     default: return -1;
     }
 }
@@ -149,19 +152,22 @@ static dlc_status check_fault(const dlc_chaos *c, const dlc_fault *f) {
     if ((unsigned)f->kind >= DLC_FAULT_KIND_COUNT)
         return dlc_error(DLC_ERR_ARG, "chaos: kind = %d: expected 0..%d (kill, slow, cut, syncer, link, pause)", (int)f->kind,
                          DLC_FAULT_KIND_COUNT - 1);
-    if (f->kind == DLC_FAULT_SYNCER ? f->shard < 0 || f->shard > DLC_CHAOS_MAX_SHARDS : f->shard != 0)
-        return dlc_error(DLC_ERR_ARG, "chaos: shard = %d: expected %s", f->shard, f->kind == DLC_FAULT_SYNCER
-                         ? "0 (the whole syncer) or a shard in [1, 16]" : "0 (only a syncer fault names a shard)");
-    if ((unsigned)f->role >= DLC_ROLE_COUNT || (f->kind != DLC_FAULT_SYNCER && f->role != DLC_ROLE_PRIMARY))
-        return dlc_error(DLC_ERR_ARG, "chaos: role = %d: expected %s", (int)f->role, f->kind == DLC_FAULT_SYNCER
-                         ? "0..2 (primary, standby, both)" : "0 (only a syncer fault names a role)");
+    /* a syncer fault, or a pause of the syncer (learner -1): the only ones naming a shard or role */
+    int of_syncer = f->kind == DLC_FAULT_SYNCER || (f->kind == DLC_FAULT_PAUSE && f->learner == -1);
+    if (of_syncer ? f->shard < 0 || f->shard > DLC_CHAOS_MAX_SHARDS : f->shard != 0)
+        return dlc_error(DLC_ERR_ARG, "chaos: shard = %d: expected %s", f->shard,
+                         of_syncer ? "0 (the whole syncer) or a shard in [1, 16]"
+                                   : "0 (only a fault of the syncer names a shard)");
+    if ((unsigned)f->role >= DLC_ROLE_COUNT || (!of_syncer && f->role != DLC_ROLE_PRIMARY))
+        return dlc_error(DLC_ERR_ARG, "chaos: role = %d: expected %s", (int)f->role, of_syncer
+                         ? "0..2 (primary, standby, both)" : "0 (only a fault of the syncer names a role)");
     if (f->kind == DLC_FAULT_SYNCER) {
         if (f->learner != -1)
             return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected -1 for a syncer fault (it has no learner)",
                              f->learner);
-    } else if (f->learner < 0 || f->learner >= c->learners) {
-        return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected an index in [0, %d] (%d learners)", f->learner,
-                         c->learners - 1, c->learners);
+    } else if (!of_syncer && (f->learner < 0 || f->learner >= c->learners)) {
+        return dlc_error(DLC_ERR_ARG, "chaos: learner = %d: expected an index in [0, %d] (%d learners)%s", f->learner,
+                         c->learners - 1, c->learners, f->kind == DLC_FAULT_PAUSE ? ", or -1 to pause the syncer" : "");
     }
     if (!(f->duration > 0))
         return dlc_error(DLC_ERR_ARG, "chaos: duration = %g: expected > 0 s (INFINITY = for the rest of the run)",

@@ -32,6 +32,7 @@ typedef struct qmsg {
     int shard;          /* to_syncer: the syncer shard it goes to (0: the only one) */
     uint64_t gen;       /* the learner's incarnation when sent: a message from or to an
                          * earlier one is lost with it */
+    struct qmsg *next;  /* held for a paused shard (dlc_vtime.held), in arrival order */
 } qmsg;
 
 typedef struct tev {
@@ -86,6 +87,13 @@ struct dlc_vtime {
     int standby[DLC_LEARNER_SHARDS_MAX]; /* standbys: shard k has one now */
     int replaced[DLC_LEARNER_SHARDS_MAX]; /* a primary fault under way that its standby took
                                  * over: its end brings the old primary back as the standby */
+    /* A PAUSE of shard k under way (a fault of the syncer, learner -1): it reads nothing
+     * (what reaches it is held, in order), sends nothing and its timers wait, until it goes
+     * on with its state; with a standby, one that outlasts the lease ends in a takeover. */
+    int paused[DLC_LEARNER_SHARDS_MAX];
+    uint64_t pause_gen[DLC_LEARNER_SHARDS_MAX]; /* pauses begun: a takeover names its own */
+    int pause_took[DLC_LEARNER_SHARDS_MAX];     /* its standby took over during it */
+    qmsg *held[DLC_LEARNER_SHARDS_MAX], *held_tail[DLC_LEARNER_SHARDS_MAX];
     vlearner *L;
     dlc_vtime_island *islands;
     tev *heap;
@@ -417,6 +425,60 @@ static dlc_status shard_back(dlc_vtime *vt, int k) {
     return st;
 }
 
+/* Shard k's held messages: taken in order as it goes on (drop: lost with the paused
+ * process, whose standby took over). */
+static dlc_status take_held(dlc_vtime *vt, int k, int drop) {
+    dlc_status st = DLC_OK;
+    while (vt->held[k]) {
+        qmsg *q = vt->held[k];
+        vt->held[k] = q->next;
+        if (!vt->held[k]) vt->held_tail[k] = NULL;
+        const vlearner *v = &vt->L[q->m.learner];
+        if (st != DLC_OK || drop || vt->down[k] || !v->alive || q->gen != v->gen) {
+            vt->st.dropped += st == DLC_OK;
+        } else {
+            st = dlc_syncer_receive(vt->s[k], &q->m, vt->now);
+            if (st == DLC_ERR_FORMAT) st = DLC_OK; /* (the syncer's REJECT says so) */
+            if (st == DLC_OK) st = syncer_actions(vt, k);
+        }
+        free_msg(q);
+    }
+    return st;
+}
+
+/* The lease after shard k's primary stopped (pause `gen`) ran out: if that pause still
+ * lasts, its standby serves, holding every merge (as after a kill); what the stopped
+ * primary had not read is lost with it, and when the pause ends the old primary is the
+ * standby. */
+static dlc_status pause_takeover(dlc_vtime *vt, int k, uint64_t gen) {
+    if (!vt->paused[k] || vt->pause_gen[k] != gen || !vt->standby[k]) return DLC_OK;
+    vt->st.takeovers++;
+    vt->paused[k] = 0, vt->pause_took[k] = 1, vt->standby[k] = 0;
+    dlc_status st = take_held(vt, k, 1);
+    return st == DLC_OK && !vt->down[k] ? shard_back(vt, k) : st;
+}
+
+/* A pause of the syncer (learner -1) begins or ends for shard k (docs/chaos.md). */
+static dlc_status shard_pause(dlc_vtime *vt, int k, const dlc_fault *f, int begin) {
+    if (f->role == DLC_ROLE_STANDBY) return DLC_OK; /* learners see nothing (vtime.h) */
+    if (begin) {
+        if (vt->paused[k]) return DLC_OK; /* (the whole syncer's and one of the shard's may overlap) */
+        vt->paused[k] = 1;
+        vt->pause_gen[k]++;
+        if (f->role == DLC_ROLE_PRIMARY && vt->standby[k])
+            return heap_push(vt, (tev){.t = vt->now + vt->p.lease, .cls = EV_TAKEOVER, .index = k, .learner = -2,
+                                       .gen = vt->pause_gen[k]});
+        return DLC_OK;
+    }
+    if (vt->pause_took[k]) { /* the old primary is back, as the standby */
+        vt->pause_took[k] = 0, vt->standby[k] = 1;
+        return DLC_OK;
+    }
+    if (!vt->paused[k]) return DLC_OK;
+    vt->paused[k] = 0;
+    return take_held(vt, k, 0); /* then its timers, late */
+}
+
 static dlc_status chaos_event(dlc_vtime *vt) {
     dlc_chaos_event event;
     const dlc_chaos_event *ce = &event;
@@ -460,6 +522,11 @@ static dlc_status chaos_event(dlc_vtime *vt) {
                     if (st == DLC_OK) st = syncer_actions(vt, k);
                 }
         }
+    } else if (f->kind == DLC_FAULT_PAUSE && f->learner < 0) {
+        /* the syncer (shard 0: every shard) or one shard stopped where it is */
+        e.shard = f->shard, e.role = f->role;
+        for (int k = 0; k < vt->S && st == DLC_OK; k++)
+            if (!f->shard || k == f->shard - 1) st = shard_pause(vt, k, f, ce->begin);
     } else if (f->kind == DLC_FAULT_PAUSE) {
         /* stopped where it is: a step under way ends that much later, nothing reaches it
          * or leaves it meanwhile (its timers wait), then it goes on with its state */
@@ -578,12 +645,14 @@ static dlc_status check_params(const dlc_vtime_params *p) {
         return dlc_error(DLC_ERR_ARG, "vtime: lease = %g: expected seconds >= 0", p->lease);
     for (int i = 0; p->chaos && i < dlc_chaos_count(p->chaos); i++) {
         const dlc_fault *f = dlc_chaos_get(p->chaos, i);
-        if (f->kind == DLC_FAULT_SYNCER && f->shard > S)
-            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of shard %d at %g s: the run's syncer has %d shard%s",
+        int of_syncer = f->kind == DLC_FAULT_SYNCER || (f->kind == DLC_FAULT_PAUSE && f->learner < 0);
+        const char *what = f->kind == DLC_FAULT_SYNCER ? "syncer fault" : "pause of the syncer";
+        if (of_syncer && f->shard > S)
+            return dlc_error(DLC_ERR_ARG, "vtime: a %s of shard %d at %g s: the run's syncer has %d shard%s", what,
                              f->shard, f->at, S, S > 1 ? "s" : "");
-        if (f->kind == DLC_FAULT_SYNCER && f->role != DLC_ROLE_PRIMARY && !p->standbys)
-            return dlc_error(DLC_ERR_ARG, "vtime: a syncer fault of role %s at %g s: the run's syncer has no standby "
-                             "(standbys = 0)", dlc_fault_role_name(f->role), f->at);
+        if (of_syncer && f->role != DLC_ROLE_PRIMARY && !p->standbys)
+            return dlc_error(DLC_ERR_ARG, "vtime: a %s of role %s at %g s: the run's syncer has no standby "
+                             "(standbys = 0)", what, dlc_fault_role_name(f->role), f->at);
     }
     return DLC_OK;
 }
@@ -680,6 +749,8 @@ void dlc_vtime_free(dlc_vtime *vt) {
     if (!vt) return;
     for (int i = 0; i < vt->hlen; i++) free_msg(vt->heap[i].msg);
     free(vt->heap);
+    for (int k = 0; k < DLC_LEARNER_SHARDS_MAX; k++)
+        for (qmsg *q = vt->held[k], *next; q; q = next) next = q->next, free_msg(q);
     for (int m = 0; vt->L && m < vt->M; m++) {
         dlc_learner_free(vt->L[m].l);
         free(vt->L[m].due);
@@ -734,6 +805,15 @@ static dlc_status deliver(dlc_vtime *vt, tev *e) {
         tev later = {.t = v->step_end, .cls = EV_STEP_END, .learner = e->learner, .msg = q, .deferred = 1};
         e->msg = NULL;
         return heap_push(vt, later);
+    }
+    if (q->to_syncer && vt->paused[q->shard] && !vt->down[q->shard]) {
+        /* a stopped syncer reads nothing: it takes it, in order, when it goes on */
+        q->next = NULL;
+        if (vt->held_tail[q->shard]) vt->held_tail[q->shard]->next = q;
+        else vt->held[q->shard] = q;
+        vt->held_tail[q->shard] = q;
+        e->msg = NULL;
+        return DLC_OK;
     }
     if ((q->to_syncer && vt->down[q->shard]) || !v->alive || q->gen != v->gen) {
         vt->st.dropped++;
@@ -833,7 +913,7 @@ static double next_timer(const dlc_vtime *vt, int *who, int *shard) {
     double t = INFINITY;
     *who = -2, *shard = 0;
     for (int k = 0; k < vt->S; k++)
-        if (!vt->down[k]) {
+        if (!vt->down[k] && !vt->paused[k]) { /* (a paused shard's timers wait) */
             double s = dlc_syncer_expiry(vt->s[k]);
             if (s < t) t = s, *who = -1, *shard = k;
         }
@@ -889,6 +969,10 @@ int dlc_vtime_next(dlc_vtime *vt, dlc_vtime_event *ev) {
                 if (st == DLC_OK) st = chaos_queue_next(vt);
                 break;
             case EV_TAKEOVER: /* shard e.index's standby serves (vtime.h, standbys) */
+                if (e.learner == -2) { /* after a pause of its primary: if it still lasts */
+                    st = pause_takeover(vt, e.index, e.gen);
+                    break;
+                }
                 vt->st.takeovers++;
                 if (--vt->down[e.index] == 0) st = shard_back(vt, e.index);
                 break;

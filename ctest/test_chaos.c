@@ -399,7 +399,7 @@ static void test_shards(void) {
     CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 17: expected 0 (the whole syncer) or a shard in [1, 16]");
     f = F(0, DLC_FAULT_KILL, 0, 5, 0);
     f.shard = 1;
-    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 1: expected 0 (only a syncer fault names a shard)");
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 1: expected 0 (only a fault of the syncer names a shard)");
     int shard[4] = {2, 2, 1, 0};
     double at[4] = {0, 3, 1, 2};
     for (int i = 0; i < 4; i++) {
@@ -439,7 +439,7 @@ static void test_roles(void) {
     if (!c) return;
     dlc_fault f = F(0, DLC_FAULT_KILL, 0, 5, 0);
     f.role = DLC_ROLE_STANDBY;
-    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "role = 1: expected 0 (only a syncer fault names a role)");
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "role = 1: expected 0 (only a fault of the syncer names a role)");
     f = F(0, DLC_FAULT_SYNCER, -1, 5, 0);
     f.role = (dlc_fault_role)3;
     CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "role = 3: expected 0..2 (primary, standby, both)");
@@ -467,10 +467,53 @@ static void test_roles(void) {
     dlc_chaos_free(c);
 }
 
+/* Pauses of the syncer (kind PAUSE, learner -1): they name a shard and a role as a syncer
+ * fault does; each (shard, role) its own target, apart from the syncer faults of the same
+ * shard and from the learners' pauses; overlapping pauses of one shard and role merge.  A
+ * learner's pause names neither, and learner -2 is refused, naming -1. */
+static void test_syncer_pauses(void) {
+    dlc_chaos *c = dlc_chaos_new(2);
+    CHECK_OK(c);
+    if (!c) return;
+    dlc_fault f = F(0, DLC_FAULT_PAUSE, -2, 5, 0);
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG,
+                 "learner = -2: expected an index in [0, 1] (2 learners), or -1 to pause the syncer");
+    f = F(0, DLC_FAULT_PAUSE, 0, 5, 0);
+    f.shard = 1;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 1: expected 0 (only a fault of the syncer names a shard)");
+    f = F(0, DLC_FAULT_PAUSE, -1, 5, 0);
+    f.shard = 17;
+    CHECK_SFAILS(dlc_chaos_add(c, &f), DLC_ERR_ARG, "shard = 17: expected 0 (the whole syncer) or a shard in [1, 16]");
+    CHECK(dlc_chaos_count(c) == 0);
+    /* shard 1's primary paused at 0 and 3 (merged: 0..8), its standby paused at 1, shard 1
+     * down at 2, the whole syncer paused at 4, learner 1 (index 0) paused at 0 */
+    const struct { double at; dlc_fault_kind kind; int learner, shard; dlc_fault_role role; } add[6] = {
+        {0, DLC_FAULT_PAUSE, -1, 1, DLC_ROLE_PRIMARY}, {3, DLC_FAULT_PAUSE, -1, 1, DLC_ROLE_PRIMARY},
+        {1, DLC_FAULT_PAUSE, -1, 1, DLC_ROLE_STANDBY}, {2, DLC_FAULT_SYNCER, -1, 1, DLC_ROLE_PRIMARY},
+        {4, DLC_FAULT_PAUSE, -1, 0, DLC_ROLE_PRIMARY}, {0, DLC_FAULT_PAUSE, 0, 0, DLC_ROLE_PRIMARY}};
+    for (int i = 0; i < 6; i++) {
+        f = F(add[i].at, add[i].kind, add[i].learner, 5, 0);
+        f.shard = add[i].shard, f.role = add[i].role;
+        CHECK(dlc_chaos_add(c, &f) == DLC_OK);
+    }
+    CHECK(dlc_chaos_count(c) == 5);
+    int merged = 0;
+    for (int i = 0; i < dlc_chaos_count(c); i++) {
+        const dlc_fault *g = dlc_chaos_get(c, i);
+        if (g->kind == DLC_FAULT_PAUSE && g->learner == -1 && g->shard == 1 && g->role == DLC_ROLE_PRIMARY) {
+            merged++;
+            CHECK(g->at == 0 && g->duration == 8);
+        }
+    }
+    CHECK(merged == 1);
+    dlc_chaos_free(c);
+}
+
 int main(void) {
     test_names();
     test_shards();
     test_roles();
+    test_syncer_pauses();
     test_validation();
     test_order_and_timeline();
     test_merge();

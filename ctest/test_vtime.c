@@ -891,6 +891,65 @@ static void test_standbys(void) {
                         "role standby", "no standby");
 }
 
+/* Pauses of the syncer (chaos.h: kind PAUSE, learner -1): 2 shards, 3 learners.  Without
+ * standbys shard 2 stopped from 10.5 to 20.5 merges nothing then and loses nothing: what
+ * reached it is taken, in order, when it goes on (a merge of shard 2 at 20.5 with all
+ * three learners' contributions), no message dropped (a fault of kind SYNCER loses
+ * them), shard 1 merges throughout and no learner waits.  With
+ * standbys (lease 2 s) a pause of shard 2's primary from 10.5 for 10 s ends in a takeover
+ * at 12.5 (merges again before 20.5; what the stopped primary held is lost); one of 1 s
+ * at 25.5, shorter than the lease, takes nothing over and loses nothing. */
+static void test_syncer_pause(void) {
+    world w;
+    dlc_fault f = {.at = 10.5, .kind = DLC_FAULT_PAUSE, .learner = -1, .duration = 10, .shard = 2};
+    if (!shard_world(&w, &f, 1, 0)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    int during[2] = {0}, after = 0;
+    unsigned at_end = 0; /* the learners whose contributions shard 2 merged as it went on */
+    for (int i = 0; i < w.n; i++) {
+        const rec *r = &w.log[i];
+        if (r->type != DLC_VT_MERGE) continue;
+        if (r->time > 10.5 && r->time < 20.5) during[r->shard - 1]++;
+        if (r->shard == 2 && r->time == 20.5) at_end |= r->who;
+        if (r->shard == 2 && r->time > 20.5) after++;
+    }
+    CHECK(during[0] > 0 && during[1] == 0 && at_end == 7u && after > 0);
+    dlc_vtime_stats st;
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK && st.dropped == 0 && st.takeovers == 0);
+    const rec *f0 = find(&w, DLC_VT_FAULT, -1, 10.5);
+    CHECK(f0 && f0->fault == DLC_FAULT_PAUSE && f0->begin == 1 && f0->shard == 2);
+    for (int m = 0; m < 3; m++) CHECK(count(&w, DLC_VT_STEP, m, 10.0, 21.0) == 10); /* no wait */
+    check_stats(&w);
+    world_free(&w);
+
+    const dlc_fault g[2] = {{.at = 10.5, .kind = DLC_FAULT_PAUSE, .learner = -1, .duration = 10, .shard = 2},
+                            {.at = 25.5, .kind = DLC_FAULT_PAUSE, .learner = -1, .duration = 1, .shard = 2}};
+    if (!shard_world(&w, g, 2, 1)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    int in_lease = 0, taken = 0;
+    for (int i = 0; i < w.n; i++) {
+        const rec *r = &w.log[i];
+        if (r->type != DLC_VT_MERGE || r->shard != 2) continue;
+        if (r->time > 10.5 && r->time < 12.5) in_lease++;
+        if (r->time >= 12.5 && r->time < 20.5) taken++;
+    }
+    CHECK(in_lease == 0 && taken > 0);
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK && st.takeovers == 1 && st.dropped > 0);
+    int64_t dropped = st.dropped;
+    world_free(&w);
+    /* the short pause alone: nothing taken over, nothing lost */
+    if (!shard_world(&w, &g[1], 1, 1)) return world_free(&w);
+    world_run(&w, -1);
+    CHECK(!w.failed);
+    CHECK(dlc_vtime_get_stats(w.vt, &st) == DLC_OK && st.takeovers == 0 && st.dropped == 0 && dropped > 0);
+    check_stats(&w);
+    world_free(&w);
+    shard_fault_refused((dlc_fault){.at = 1, .kind = DLC_FAULT_PAUSE, .learner = -1, .duration = 1, .shard = 3},
+                        "pause of the syncer of shard 3", "2 shards");
+}
+
 int main(void) {
     test_one_instant();
     test_kill_rejoin();
@@ -907,5 +966,6 @@ int main(void) {
     test_pause();
     test_shards();
     test_standbys();
+    test_syncer_pause();
     return check_done("test_vtime");
 }

@@ -5,6 +5,7 @@
  *     local ch = diloco.Chaos(4)                                  -- 4 learners, 1..4
  *     ch:add{at = 30, kind = "kill", learner = 2, duration = 60}
  *     ch:add{at = 50, kind = "syncer", duration = math.huge}      -- the syncer: no learner
+ *     ch:add{at = 60, kind = "pause", duration = 5, shard = 2}     -- shard 2 of the syncer stopped
  *     ch:poisson{mtbf = 3600, down = 120, horizon = 86400, seed = 42}   -- every learner
  *     for _, e in ipairs(ch:timeline()) do print(e.t, e.begin, ch:get(e.fault).kind) end
  *     print(ch:down_share(2, 86400))
@@ -101,7 +102,10 @@ static int ch_add(lua_State *L) {
     lua_pop(L, 1);
     f.at = num_field(L, 2, who, "at", 1, 0);
     f.duration = num_field(L, 2, who, "duration", 1, 0);
-    if (f.kind == DLC_FAULT_SYNCER) {
+    /* a fault of the syncer: kind "syncer", or "pause" naming no learner (the syncer paused) */
+    int of_syncer = f.kind == DLC_FAULT_SYNCER;
+    if (f.kind == DLC_FAULT_PAUSE) of_syncer = lua_getfield(L, 2, "learner") == LUA_TNIL, lua_pop(L, 1);
+    if (of_syncer) {
         if (lua_getfield(L, 2, "learner") != LUA_TNIL)
             return luaL_error(L, "%s: a syncer fault has no learner (got learner = %s)", who,
                               luaL_tolstring(L, -1, NULL));
@@ -121,9 +125,11 @@ static int ch_add(lua_State *L) {
         }
         lua_pop(L, 1);
     } else if (lua_getfield(L, 2, "role") != LUA_TNIL) {
-        return luaL_error(L, "%s: role is only for kind = \"syncer\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
+        return luaL_error(L, "%s: role is only for a fault of the syncer (kind = \"%s\" with a learner)", who,
+                          dlc_fault_kind_name(f.kind));
     } else if ((lua_pop(L, 1), lua_getfield(L, 2, "shard")) != LUA_TNIL) {
-        return luaL_error(L, "%s: shard is only for kind = \"syncer\" (kind = \"%s\")", who, dlc_fault_kind_name(f.kind));
+        return luaL_error(L, "%s: shard is only for a fault of the syncer (kind = \"%s\" with a learner)", who,
+                          dlc_fault_kind_name(f.kind));
     } else {
         lua_pop(L, 1);
         f.learner = learner_field(L, 2, who, dlc_chaos_learners(c), 0);

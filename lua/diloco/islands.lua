@@ -98,8 +98,8 @@ function M.chaos(r, horizon)
   for _, e in ipairs(c.events or {}) do -- (sim's: run executes its scripted events itself, cluster.lua)
     ch:add { at = e.at, kind = e.kind, learner = e.learner, duration = e.duration or math.huge,
       factor = e.kind == "slow" and e.factor or nil, bandwidth = e.kind == "link" and e.bandwidth or nil,
-      latency = e.kind == "link" and e.latency or nil, shard = e.kind == "syncer" and e.shard or nil,
-      role = e.kind == "syncer" and e.role ~= "primary" and e.role or nil }
+      latency = e.kind == "link" and e.latency or nil, shard = e.learner == nil and e.shard or nil,
+      role = e.learner == nil and e.role ~= "primary" and e.role or nil }
   end
   if c.random then
     for _, l in ipairs(c.random.learners) do

@@ -65,7 +65,10 @@ typedef enum dlc_fault_kind {
                        * sends nothing */
     DLC_FAULT_LINK,   /* the learner's link to the syncer takes `bandwidth` and/or `latency` for `duration` */
     DLC_FAULT_PAUSE,  /* learner is stopped (SIGSTOP) for `duration`: it neither computes nor says anything,
-                       * keeps its state, and goes on where it was (the syncer sees silence) */
+                       * keeps its state, and goes on where it was (the syncer sees silence).  With
+                       * learner -1, the syncer (or one shard of it: `shard`; with standbys, which
+                       * process: `role`) is stopped so: what reaches it waits, unread, and its
+                       * timers with it (docs/chaos.md) */
     DLC_FAULT_KIND_COUNT
 } dlc_fault_kind;
 
@@ -88,7 +91,7 @@ DLC_API dlc_status dlc_fault_role_parse(const char *name, dlc_fault_role *out);
 typedef struct dlc_fault {
     double at;           /* seconds >= 0, finite */
     dlc_fault_kind kind;
-    int learner;         /* 0-based learner index, -1 for DLC_FAULT_SYNCER */
+    int learner;         /* 0-based learner index, -1 for DLC_FAULT_SYNCER and a pause of the syncer */
     double duration;     /* > 0, INFINITY = for the rest of the run */
     double factor;       /* DLC_FAULT_SLOW only: finite > 0; else ignored (stored as 0) */
     double bandwidth;    /* DLC_FAULT_LINK only: bytes/s > 0 (INFINITY: no cap), or 0 to keep the
@@ -96,10 +99,11 @@ typedef struct dlc_fault {
     double latency;      /* DLC_FAULT_LINK only: one-way seconds, finite >= 0, or < 0 to keep the
                           * link's (set it to -1 when only the bandwidth changes); a LINK fault
                           * sets at least one of the two; else ignored (stored as 0) */
-    int shard;           /* DLC_FAULT_SYNCER only: 0 the whole syncer, 1..DLC_CHAOS_MAX_SHARDS one
-                          * shard of a syncer split by fragment (docs/shards.md), its own target
-                          * (merged with that shard's faults only); else 0 */
-    dlc_fault_role role; /* DLC_FAULT_SYNCER only: which process of the shard (or syncer) is down
+    int shard;           /* a fault of the syncer only (DLC_FAULT_SYNCER, DLC_FAULT_PAUSE with learner
+                          * -1): 0 the whole syncer, 1..DLC_CHAOS_MAX_SHARDS one shard of a syncer
+                          * split by fragment (docs/shards.md), its own target (merged with that
+                          * shard's faults of the same kind only); else 0 */
+    dlc_fault_role role; /* a fault of the syncer only: which process of the shard (or syncer) is down
                           * when it has a standby (docs/shards.md, "Standbys"): the primary
                           * (its standby takes over), the standby, or both; each role of each
                           * shard its own target; else DLC_ROLE_PRIMARY (0) */

@@ -151,7 +151,15 @@ typedef struct dlc_vtime_params {
                                        * nothing); role both, or a primary fault while it has
                                        * no standby, is a fault as without standbys.  0
                                        * (default): none, and a fault of role standby or both
-                                       * is refused.  Not with dp */
+                                       * is refused.  Not with dp.
+                                       * A PAUSE of the syncer (learner -1; shard, role) stops
+                                       * the shard's state machine: what reaches it is held,
+                                       * in order, its timers wait, and it takes what waited
+                                       * when the pause ends (nothing lost).  With a standby,
+                                       * a primary's pause still under way after `lease` ends
+                                       * in a takeover then (what it held is lost, counted
+                                       * in `dropped`; it is the standby when its pause
+                                       * ends); a standby's pause changes nothing */
     double lease;                     /* standbys: seconds before a standby takes over, >= 0 */
 } dlc_vtime_params;
 
@@ -188,9 +196,9 @@ typedef struct dlc_vtime_event {
     double bandwidth, latency;   /* FAULT of kind LINK: the learner's link from then on (bytes/s,
                                   * one-way s), its own with the LINK faults under way on top */
     int shard;                   /* with shards > 1: the shard (1-based) of a MERGE, REJECT,
-                                  * LOST or JOINED, and of a SYNCER FAULT (0: the whole
-                                  * syncer); 0 with one syncer */
-    dlc_fault_role role;         /* SYNCER FAULT: which process of it (standbys) */
+                                  * LOST or JOINED, and of a SYNCER FAULT or a PAUSE of
+                                  * the syncer (0: the whole syncer); 0 with one syncer */
+    dlc_fault_role role;         /* a fault of the syncer: which process of it (standbys) */
 } dlc_vtime_event;
 
 typedef struct dlc_vtime dlc_vtime; /* opaque */
