@@ -11,8 +11,12 @@
  * test_hostile_primary: a "primary" made of a bare transport that sends replicas by hand:
  * a replica out of order is refused (an event saying so) and the standby reconnects to be
  * caught up again, still serving; once caught up and its primary gone for the lease, it
- * takes over with the primary's epoch + 1, and a learner joins it and merges there. */
+ * takes over with the primary's epoch + 1, and a learner joins it and merges there.
+ *
+ * test_paused_primary: a primary stopped (dlc_srt_pause) is taken over; once it goes on, a
+ * learner that reaches it leaves it for its next address (below). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,11 +440,89 @@ static void test_silent_standby(void) {
     fx_free(&xs);
 }
 
+/* test_paused_primary: a primary stopped for good (dlc_srt_pause) while two learners train
+ * ("PRIMARY|STANDBY"): the standby, which no longer hears it, takes over after the
+ * transport's timeout and its lease (epoch 2); the learners time the primary out, go on to
+ * the standby and merge there.  Then the stopped primary goes on (pause 0), stamping epoch
+ * 1, which the learners no longer follow.  Learner 1, cut from the standby for longer than
+ * the timeout, goes to it: it refuses what the old primary sends (an older epoch) and
+ * leaves it for its next address (stats.left), joins the standby again once the cut ends
+ * and is merged there. */
+static void test_paused_primary(void) {
+    fx xs, xl[2];
+    fx_make(&xs, P, 37);
+    for (int m = 0; m < 2; m++) fx_make(&xl[m], P, 37);
+    dlc_srt *pri = start_syncer(&xs, NULL);
+    CHECK_OK(pri);
+    if (!pri) return;
+    char paddr[32], saddr[32], connect[80];
+    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", dlc_srt_port(pri));
+    dlc_srt *sb = start_syncer(&xs, paddr);
+    CHECK_OK(sb);
+    if (!sb) return;
+    snprintf(saddr, sizeof saddr, "127.0.0.1:%d", dlc_srt_port(sb));
+    seen wp, ws;
+    memset(&wp, 0, sizeof wp), memset(&ws, 0, sizeof ws);
+    AWAIT(pri, &wp, 10, wp.attached == 1);
+    AWAIT(sb, &ws, 10, ws.reached == 1);
+    snprintf(connect, sizeof connect, "%s|%s", paddr, saddr);
+    dlc_lrt *l[2];
+    for (int m = 0; m < 2; m++) {
+        l[m] = start_learner(&xl[m], m, connect);
+        CHECK_OK(l[m]);
+    }
+    for (int m = 0; m < 2; m++) CHECK(dlc_lrt_join(l[m], 10) == DLC_OK);
+    train(xl, l, 2, pri, &wp, sb, &ws, 20);
+    CHECK(wp.merges > 0 && ws.merges == 0);
+    CHECK(dlc_srt_pause(pri, -1) == DLC_ERR_ARG && strstr(dlc_last_error(), "seconds = -1"));
+    CHECK(dlc_srt_pause(pri, INFINITY) == DLC_OK && dlc_srt_paused(pri) == INFINITY);
+    /* (bounded by time: the takeover comes after the transport's timeout and the lease,
+     * 2.3 s; it came after 5 s more, the drain of the standby's link to the hung primary,
+     * before that link was closed at once) */
+    double t0 = dlc_rt_clock(), took = -1;
+    while (dlc_rt_clock() - t0 < 20 && !(ws.took_over && ws.by[0] > 0 && ws.by[1] > 0)) {
+        train(xl, l, 2, sb, &ws, NULL, NULL, 1);
+        if (ws.took_over && took < 0) took = dlc_rt_clock() - t0;
+    }
+    CHECK(ws.took_over == 1 && ws.epoch == 2 && ws.by[0] > 0 && ws.by[1] > 0);
+    CHECK(took > 2 && took < 4.5);
+    /* the old primary goes on; learner 1 is cut from the standby and tries it */
+    CHECK(dlc_srt_pause(pri, 0) == DLC_OK && dlc_srt_paused(pri) == 0);
+    dlc_srt_learner_info info;
+    CHECK(dlc_srt_learner(sb, 0, &info) == DLC_OK);
+    int64_t joins = info.joins;
+    CHECK(dlc_srt_cut(sb, 0, 3) == DLC_OK);
+    dlc_lrt_stats ls;
+    for (t0 = dlc_rt_clock(); dlc_rt_clock() - t0 < 20 && !(dlc_lrt_get_stats(l[0], &ls) == DLC_OK && ls.left);) {
+        train(xl, l, 2, sb, &ws, NULL, NULL, 1);
+        drain(pri, &wp, 0);
+    }
+    CHECK(dlc_lrt_get_stats(l[0], &ls) == DLC_OK && ls.left == 1);
+    /* back at the standby once the cut ends: joined there again, and merged */
+    for (t0 = dlc_rt_clock(); dlc_rt_clock() - t0 < 20 && dlc_srt_learner(sb, 0, &info) == DLC_OK &&
+                              info.joins == joins;)
+        train(xl, l, 2, sb, &ws, NULL, NULL, 1);
+    CHECK(info.joins > joins);
+    int mine = ws.by[0];
+    for (t0 = dlc_rt_clock(); dlc_rt_clock() - t0 < 20 && ws.by[0] == mine;) train(xl, l, 2, sb, &ws, NULL, NULL, 1);
+    CHECK(ws.by[0] > mine);
+    CHECK(dlc_srt_epoch(pri) == 1 && dlc_srt_epoch(sb) == 2);
+    for (int m = 0; m < 2; m++) {
+        CHECK(dlc_lrt_finish(l[m], 5, "done") == DLC_OK);
+        dlc_lrt_free(l[m]);
+        fx_free(&xl[m]);
+    }
+    dlc_srt_free(pri);
+    dlc_srt_free(sb);
+    fx_free(&xs);
+}
+
 int main(void) {
     (void)randv; /* check_fx.h's, unused here */
     test_replicated();
     test_hostile_primary();
     test_wrong_shard();
     test_silent_standby();
+    test_paused_primary();
     return check_done("rt_standby");
 }

@@ -306,6 +306,18 @@ static int s_cut(lua_State *L) {
     return 0;
 }
 
+/* s:pause(seconds): its thread stands still for seconds (math.huge: for good), as a
+ * stopped process (rt.h, dlc_srt_pause); 0 goes on now.  s:paused() -> seconds left. */
+static int s_pause(lua_State *L) {
+    dlc_srt *s = checksrt(L, 1);
+    if (dlc_srt_pause(s, luaL_checknumber(L, 2)) != DLC_OK) return luaL_error(L, "Syncer:pause: %s", dlc_last_error());
+    return 0;
+}
+static int s_paused(lua_State *L) {
+    lua_pushnumber(L, dlc_srt_paused(checksrt(L, 1)));
+    return 1;
+}
+
 /* s:learner(m) -> {connected, joined, bye, steps, tokens, step_time, best_step_time, heard, merged, joins, bytes_in, bytes_out,
  * rate, latency, cut (seconds it lasts still, 0 not cut), tokens_per_step (0 unknown)} */
 static int s_learner(lua_State *L) {
@@ -386,7 +398,8 @@ static int s_kill(lua_State *L) {
 static const luaL_Reg srt_methods[] = {
     {"port", s_port},   {"poll", s_poll},       {"global", s_global}, {"set_quorum", s_set_quorum},
     {"flush", s_flush}, {"learner", s_learner}, {"stats", s_stats},   {"save", s_save},
-    {"epoch", s_epoch}, {"shape", s_shape},     {"cut", s_cut},       {"kill", s_kill}, {NULL, NULL}};
+    {"epoch", s_epoch}, {"shape", s_shape},     {"cut", s_cut},       {"kill", s_kill},
+    {"pause", s_pause}, {"paused", s_paused},   {NULL, NULL}};
 static const dlcL_type srt_type = {DLCL_SYNCER, srt_release, srt_methods, NULL, NULL};
 
 /* ---- diloco.Learner ---- */
@@ -716,13 +729,13 @@ static int lr_stats(lua_State *L) {
     static const dlcL_field lrt_stats_fields[] = {
         DLCL_NUM(S, now), DLCL_NUM(S, wait_s), DLCL_NUM(S, call_s), DLCL_NUM(S, encode_wait_s), DLCL_INT(S, encoded),
         DLCL_INT(S, decoded), DLCL_BOOL(S, connected), DLCL_INT(S, sent), DLCL_INT(S, held),
-        DLCL_INT(S, held_dropped), DLCL_INT(S, held_superseded), DLCL_INT(S, deferred), DLCL_INT(S, reused),
-        DLCL_INT(S, applied), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
+        DLCL_INT(S, held_dropped), DLCL_INT(S, held_superseded), DLCL_INT(S, deferred), DLCL_INT(S, left),
+        DLCL_INT(S, reused), DLCL_INT(S, applied), DLCL_INT(S, reconnects), DLCL_INT(S, bytes_in), DLCL_INT(S, bytes_out),
         DLCL_INT(S, rollbacks), DLCL_INT(S, replayed), DLCL_INT(S, unreplayed), {NULL}};
     dlc_lrt *l = checklrt(L, 1);
     dlc_lrt_stats st;
     if (dlc_lrt_get_stats(l, &st) != DLC_OK) return dlcL_error(L);
-    lua_createtable(L, 0, 22);
+    lua_createtable(L, 0, 23);
     dlcL_setfields(L, &st, lrt_stats_fields);
     const dlc_learner *lr = dlc_lrt_learner(l);
     dlcL_setnum(L, "step_time", dlc_learner_step_time(lr));

@@ -105,7 +105,7 @@ typedef struct cmd {
     cmd_kind kind;
     int peer;
     struct outframe *frame;
-    double rate, latency;    /* CMD_SHAPE, CMD_SHAPE_IN; CMD_CUT: rate != 0 cuts */
+    double rate, latency;    /* CMD_SHAPE, CMD_SHAPE_IN; CMD_CUT: rate != 0 cuts; CMD_CLOSE: rate != 0 moves on */
 } cmd;
 
 typedef struct outframe {

@@ -144,7 +144,9 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
             }
             break;
         case CMD_CLOSE:
-            if (c) {
+            if (c && k->rate != 0 && c->client) /* dlc_net_move_on: lost as any, it reconnects at its next address */
+                dlcn_conn_drain(c, DLC_PERR_NONE, "left by this side for its next address");
+            else if (c) {
                 c->app_closed = 1;
                 dlcn_conn_drain(c, DLC_PERR_NONE, "closed by this side");
             }
@@ -714,6 +716,12 @@ dlc_status dlc_net_close(dlc_net *net, int peer) {
     if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_close: NULL net");
     if (peer < 0) return dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
     return push_simple(net, CMD_CLOSE, peer, 0, 0);
+}
+
+dlc_status dlc_net_move_on(dlc_net *net, int peer) {
+    if (!net) return dlc_error(DLC_ERR_ARG, "dlc_net_move_on: NULL net");
+    if (peer < 0) return dlc_error(DLC_ERR_STATE, "peer %d is not connected (unknown or gone)", peer);
+    return push_simple(net, CMD_CLOSE, peer, 1, 0);
 }
 
 dlc_status dlc_net_shape(dlc_net *net, int peer, double rate, double latency) {

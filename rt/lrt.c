@@ -91,6 +91,7 @@ struct dlc_lrt {
                                * secret, version; its id held by a live learner): waiting
                                * cannot help, and training on alone would be a run of its own */
     double conflict_t;        /* lrt_now of the first of the CONFLICT refusals in a row (0: none) */
+    uint8_t leaving[DLC_LEARNER_SHARDS_MAX]; /* shard k's connection is being left (older_epoch) */
     dlc_lrt_stats st;
     /* the codec thread (none with cfg.inline_codec or dp) */
     pthread_t coder;
@@ -578,6 +579,29 @@ static dlc_status check_welcome(const dlc_lrt *l, int k, const dlc_hello *w) {
     return DLC_OK;
 }
 
+/* A merged fragment or resync refused for its epoch, older than the one this learner
+ * follows for that shard: the syncer there is an incarnation that another took over from
+ * (a standby, while it was stopped: dlc_srt_pause), which cannot serve this learner (it
+ * fences what the learner stamps, the learner refuses what it sends).  With alternates
+ * the learner leaves it for its next address, once per connection; with one address it
+ * stays (the next incarnation comes back there). */
+static dlc_status older_epoch(dlc_lrt *l, const dlc_net_event *ev) {
+    int k = peer_shard(l, ev->peer);
+    dlc_frame_type t = ev->frame.type;
+    if (k < 0 || l->leaving[k] || (t != DLC_FRAME_FRAGMENT && t != DLC_FRAME_RESYNC) || !ev->frame.msg.epoch ||
+        ev->frame.msg.epoch >= dlc_learner_shard_epoch(l->l, k) || !strchr(l->addr[k], '|'))
+        return DLC_OK;
+    l->leaving[k] = 1;
+    l->st.left++;
+    char text[DLC_RT_TEXT_MAX];
+    snprintf(text, sizeof text, "left the syncer%s: it stamps epoch %lld, this learner follows epoch %lld (a later "
+             "incarnation serves it): trying the next address", l->S > 1 ? " shard" : "",
+             (long long)ev->frame.msg.epoch, (long long)dlc_learner_shard_epoch(l->l, k));
+    snprintf(l->last_refusal, sizeof l->last_refusal, "%s", text);
+    dlc_status st = dlc_net_move_on(l->net, ev->peer);
+    return st == DLC_ERR_STATE ? DLC_OK : st; /* (gone meanwhile: its LOST follows anyway) */
+}
+
 /* One transport event. */
 static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
     switch (ev->kind) {
@@ -620,6 +644,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
                              id + 1);
         }
         if (l->rdy_once[k]) l->st.reconnects++; /* (a LOST cleared `rdy` before this READY) */
+        l->leaving[k] = 0;
         l->conflict_t = 0;
         l->rdy[k] = l->rdy_once[k] = 1;
         l->ready_once = 1;
@@ -649,7 +674,7 @@ static dlc_status on_net_event(dlc_lrt *l, dlc_net_event *ev) {
         if (lend) keep_lent(l, ev);
         if (st == DLC_ERR_FORMAT) { /* refused and unchanged: the syncer will resync it */
             snprintf(l->last_refusal, sizeof l->last_refusal, "%s", dlc_last_error());
-            st = DLC_OK;
+            st = older_epoch(l, ev);
         }
         return st == DLC_OK ? actions(l) : st;
     }

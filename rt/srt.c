@@ -188,6 +188,10 @@ struct dlc_srt {
      * timers, its transport's, and what they caused, under qlock; qcond) */
     _Atomic uint64_t clock_req;
     uint64_t clock_done;
+    /* dlc_srt_pause: the thread stands still until this driver time (0: not paused,
+     * INFINITY: for good) under qlock; pcond wakes it for a change or the stop */
+    double pause_until;
+    pthread_cond_t pcond;
     srt_node *qhead, *qtail;
     int qlen;
     /* the refusals of the current refusals_every interval (rt.h; lock held) */
@@ -968,6 +972,9 @@ static dlc_status rnet_start(dlc_srt *s) {
     c.layout = &s->layout;
     c.inline_io = 0;
     c.decode = NULL;
+    /* closed at once (a takeover, a relink): nothing on this link is worth waiting for, and
+     * a primary that hangs (stopped, not dead) would hold the takeover for the whole drain */
+    c.drain_timeout_s = 0;
     if (c.tls && !c.tls_ca) c.tls_ca = c.tls_cert; /* the run's own certificate, as the learners check it */
     if (!(s->rnet = dlc_net_new(&c))) return dlc_last_status();
     s->rpeer = dlc_net_connect(s->rnet, s->standby_of);
@@ -1155,10 +1162,36 @@ static void fail_thread(dlc_srt *s, dlc_status st) {
     pthread_mutex_unlock(&s->qlock);
 }
 
+/* A pause (dlc_srt_pause): the thread stands still, as a stopped process's would, until
+ * the pause ends or the driver stops: no transport turn (nothing read or written, no
+ * heartbeat), no timer.  A clock move is acknowledged (there is nothing to act on).
+ * Whether it stood still. */
+static int pause_wait(dlc_srt *s, uint64_t *acked) {
+    int stood = 0;
+    pthread_mutex_lock(&s->qlock);
+    while (!atomic_load(&s->stop) && s->pause_until > srt_now(s)) {
+        stood = 1;
+        uint64_t creq = atomic_load(&s->clock_req);
+        if (creq > *acked) {
+            s->clock_done = *acked = creq;
+            pthread_cond_broadcast(&s->qcond);
+        }
+        double left = s->pause_until - srt_now(s), step = left < 0.05 ? left : 0.05; /* (stop, an injected clock) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ns = ts.tv_nsec + (long)(step * 1e9);
+        ts.tv_sec += ns / 1000000000L, ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&s->pcond, &s->qlock, &ts);
+    }
+    pthread_mutex_unlock(&s->qlock);
+    return stood;
+}
+
 static void *srt_thread(void *arg) {
     dlc_srt *s = arg;
     uint64_t acked = 0; /* the clock moves acknowledged (dlc_srt_clock_moved) */
     while (!atomic_load(&s->stop)) {
+        if (pause_wait(s, &acked)) continue;
         /* read before the time: a turn that sees a move reads the moved clock */
         uint64_t creq = atomic_load(&s->clock_req);
         pthread_mutex_lock(&s->lock);
@@ -1278,6 +1311,7 @@ dlc_srt *dlc_srt_new(const dlc_srt_config *cfg) {
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->qcond, NULL);
+    pthread_cond_init(&s->pcond, NULL);
     s->t0 = rt_time(&s->cfg.net);
     s->M = cfg->syncer.learners;
     s->P = dlc_plan_count(cfg->plan);
@@ -1396,6 +1430,9 @@ void dlc_srt_free(dlc_srt *s) {
     if (!s) return;
     if (s->started) {
         atomic_store(&s->stop, 1);
+        pthread_mutex_lock(&s->qlock);
+        pthread_cond_broadcast(&s->pcond); /* (a paused thread sees the stop at once) */
+        pthread_mutex_unlock(&s->qlock);
         pthread_join(s->thread, NULL);
     }
     if (s->sb_peer >= 0 && !s->killed) { /* the run is over here: the standby ends too (it does not take over) */
@@ -1432,6 +1469,7 @@ void dlc_srt_free(dlc_srt *s) {
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->qlock);
     pthread_cond_destroy(&s->qcond);
+    pthread_cond_destroy(&s->pcond);
     free(s);
 }
 
@@ -1647,4 +1685,24 @@ dlc_status dlc_srt_clock_moved(dlc_srt *s) {
     if (st == DLC_OK && s->failed != DLC_OK) st = dlc_error(s->failed, "%s", s->failed_msg);
     pthread_mutex_unlock(&s->qlock);
     return st;
+}
+
+dlc_status dlc_srt_pause(dlc_srt *s, double seconds) {
+    if (!s) return dlc_error(DLC_ERR_ARG, "srt_pause: NULL syncer");
+    if (!(seconds >= 0))
+        return dlc_error(DLC_ERR_ARG, "srt_pause: seconds = %g: expected > 0 (INFINITY: for good), or 0 to go on now",
+                         seconds);
+    pthread_mutex_lock(&s->qlock);
+    s->pause_until = seconds > 0 ? srt_now(s) + seconds : 0;
+    pthread_cond_broadcast(&s->pcond);
+    pthread_mutex_unlock(&s->qlock);
+    return DLC_OK;
+}
+
+double dlc_srt_paused(dlc_srt *s) {
+    if (!s) return 0;
+    pthread_mutex_lock(&s->qlock);
+    double left = s->pause_until - srt_now(s);
+    pthread_mutex_unlock(&s->qlock);
+    return left > 0 ? left : 0;
 }

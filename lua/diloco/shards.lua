@@ -218,7 +218,7 @@ function M.start(o, S, standbys)
   for a in (o.listen .. ","):gmatch("([^,]*),") do listens[#listens + 1] = a:match("^[^|]*") end -- (a standby's after |)
   local set = setmetatable({ list = {}, S = S, turn = 1, opts = o, merges = {}, useful = {}, epoch_of = {},
     standbys = standbys or nil, sb = {}, slot = {}, pslot = {}, reported = {}, reported_by = {}, pending = {},
-    killed = {}, rbuf = {} }, Set)
+    killed = {}, rbuf = {}, zombie = {} }, Set)
   for k = 1, S do
     local ok = {}
     for key, v in pairs(o) do ok[key] = v end
@@ -269,8 +269,9 @@ function Set:standby_ports()
   return t
 end
 -- Shard k's primary is killed (no BYE: its standby takes over after its lease); what it had
--- posted is still reported.
-function Set:kill_primary(k)
+-- posted is still reported.  keep: it is not killed but set aside (self.zombie[k]) as one
+-- its standby took over from while it was stopped (a pause), its events no longer read.
+function Set:kill_primary(k, keep)
   local s = self.list[k]
   if not s then return end
   while true do
@@ -280,7 +281,7 @@ function Set:kill_primary(k)
     if ev then self.pending[#self.pending + 1] = ev end
   end
   self.epoch_of[k] = s:epoch()
-  s:kill()
+  if keep then self.zombie[k] = s else s:kill() end
   self.list[k], self.killed[k] = false, true
   -- the merges its standby recorded that it never reported (acknowledged, not yet posted)
   local held = self.rbuf[k] or {}
@@ -322,8 +323,20 @@ function Set:take(k, ev, from_standby)
     end
     self:count(k, ev)
   elseif from_standby and ev.type == "standby" and ev.epoch then -- it took over: it serves shard k now
+    local paused = self.list[k] and not self.killed[k] -- its primary stopped past the lease (a pause)
+    if paused then
+      self:kill_primary(k, true) -- (what it posted first, then this)
+      if self.zombie[k]:paused() == 0 then -- gone on already: ended now (else when its pause ends)
+        self.zombie[k]:kill()
+        self.zombie[k] = nil
+      end
+    end
     self.list[k], self.sb[k], self.killed[k] = self.sb[k], nil, nil
     self.pslot[k] = 3 - self.pslot[k]
+    if paused then
+      self.pending[#self.pending + 1] = ev
+      return nil
+    end
   end
   return ev
 end
@@ -469,6 +482,54 @@ function M.fault_ends(ctx, now, fault)
   end
 end
 
+-- ---- pauses of the syncer under `run` (chaos kind pause naming no learner) ----
+
+-- Shard k of the run's syncer (a set, or the one syncer for k = 1) is stopped where it is
+-- for `down` seconds (Syncer:pause: as SIGSTOP stops a process), by role with standbys: the
+-- primary (its standby takes over if the pause outlasts the transport's timeout and the
+-- lease; the stopped one, holding its address, is ended when its pause ends and a new
+-- standby starts there, as a killed primary comes back; one stopped for good keeps it),
+-- the standby (its primary lets it go after the timeout and it attaches anew when it goes
+-- on), or both.  A shard down (a syncer fault) has nothing to stop.
+function M.pause_begin(ctx, k, down, now, fault, role)
+  local set = ctx.syncer
+  local sharded = type(set) == "table"
+  role = role or "primary"
+  local procs = {}
+  if not sharded then procs[1] = set
+  else
+    if role ~= "standby" and set.list[k] then procs[#procs + 1] = set.list[k] end
+    if role ~= "primary" and set.sb[k] then procs[#procs + 1] = set.sb[k] end
+  end
+  for _, s in ipairs(procs) do s:pause(down) end
+  if sharded and role == "primary" and set:has_standby(k) and down < math.huge then
+    ctx.standby_back_at = ctx.standby_back_at or {} -- (standby_ends: once a standby took over)
+    ctx.standby_back_at[k] = { at = now + down }
+  end
+  ctx.syncer_paused = ctx.syncer_paused or {}
+  ctx.syncer_paused[k] = { untl = now + down, role = sharded and set.standbys and role or nil }
+  fault { kind = "pause", shard = sharded and set.S > 1 and k or nil, role = ctx.syncer_paused[k].role, begin = true,
+    duration = down < math.huge and down or nil, skipped = #procs == 0 and "the shard is down" or nil }
+end
+
+-- The pauses that ended by now: a primary its standby took over from meanwhile is ended (a
+-- new standby then starts at its address: M.standby_ends); the fault's end says so.
+function M.pause_ends(ctx, now, fault)
+  local set = ctx.syncer
+  for k, p in pairs(ctx.syncer_paused or {}) do
+    if now >= p.untl then
+      ctx.syncer_paused[k] = nil
+      local taken = type(set) == "table" and set.zombie[k]
+      if taken then
+        set.zombie[k] = nil
+        taken:kill()
+      end
+      fault { kind = "pause", shard = type(set) == "table" and set.S > 1 and k or nil, role = p.role, begin = false,
+        taken_over = taken and true or nil }
+    end
+  end
+end
+
 function Set:shards() return self.S end
 function Set:port() return self.list[1]:port() end
 function Set:ports()
@@ -488,6 +549,10 @@ function Set:epochs()
   return t
 end
 function Set:close()
+  for k, z in pairs(self.zombie) do
+    z:kill()
+    self.zombie[k] = nil
+  end
   for _, s in self:each() do s:close() end -- (a primary's end ends its standby)
   for k = 1, self.S do
     if self.sb[k] then self.sb[k]:close() end

@@ -360,6 +360,11 @@ local function chaos_due(ctx)
     elseif e.kind == "pause" and L then
       ctx.sup:pause(e.learner, now, down)
       act(ctx)
+    elseif e.kind == "pause" and e.learner == nil and ctx.syncer then
+      -- the syncer (one shard of it; with standbys, which process) stopped where it is
+      for k = e.shard or 1, e.shard or (type(ctx.syncer) == "table" and ctx.syncer.S or 1) do
+        require("diloco.shards").pause_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
+      end
     elseif e.kind == "slow" and L then
       ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), true, down)
       act(ctx, { factor = e.factor })
@@ -422,6 +427,7 @@ local function chaos_due(ctx)
   if ctx.shard_back_at and type(ctx.syncer) == "table" then
     require("diloco.shards").fault_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end
+  if ctx.syncer_paused then require("diloco.shards").pause_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end) end
   if ctx.standby_back_at and type(ctx.syncer) == "table" then
     require("diloco.shards").standby_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end

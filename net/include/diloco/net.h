@@ -208,6 +208,12 @@ DLC_API dlc_status dlc_net_send(dlc_net *net, int peer, const dlc_frame *f,
 /* Closes peer gracefully: stops reading, flushes what is queued, then closes (a client
  * does not reconnect).  Thread-safe; an unknown peer is DLC_ERR_STATE. */
 DLC_API dlc_status dlc_net_close(dlc_net *net, int peer);
+/* A client's connection closed (what is queued flushed first, as dlc_net_close) as if it
+ * were lost: LOST follows, and with reconnect it connects again, with its backoff, at its
+ * next alternate address (dlc_net_connect "A|B"): a learner leaves a syncer it found to
+ * be an older incarnation than the one it follows (rt/lrt.c).  A server's side or a
+ * client without reconnect is closed as by dlc_net_close. */
+DLC_API dlc_status dlc_net_move_on(dlc_net *net, int peer);
 
 /* WAN emulation of the link to peer, on this side's sending direction: a bandwidth cap
  * in bytes/s (0 = none; a token bucket refilled every 5 ms) and an added one-way latency

@@ -243,6 +243,20 @@ DLC_API dlc_status dlc_srt_shape(dlc_srt *s, int m, double rate_bytes_s, double 
  * resumes, or the held one joins and is sent the whole model. */
 DLC_API dlc_status dlc_srt_cut(dlc_srt *s, int m, double seconds);
 
+/* Stops the driver's thread for `seconds` (> 0; INFINITY: for good), as SIGSTOP stops a
+ * process (chaos `pause` of the syncer under `run`, docs/chaos.md): its transport is not
+ * turned (nothing read or written, no heartbeat: peers see silence and time it out after
+ * the net's timeout_s), no timer runs and no event is posted; then it goes on with its
+ * state, its timers late.  The host's calls (poll of what was posted before, global,
+ * save, learner, stats) still answer.  A pause under way is replaced (0: it goes on
+ * now).  With a standby, a primary paused for longer than timeout_s + the standby's lease
+ * is taken over; it then stamps an epoch its learners no longer follow: they refuse what
+ * it sends and leave it for their next address (fencing, docs/shards.md).  DLC_ERR_ARG
+ * for a negative or NaN duration. */
+DLC_API dlc_status dlc_srt_pause(dlc_srt *s, double seconds);
+/* Seconds the pause under way lasts still (INFINITY: for good), 0 when not paused. */
+DLC_API double dlc_srt_paused(dlc_srt *s);
+
 /* What the driver knows of learner m. */
 typedef struct dlc_srt_learner_info {
     int connected;            /* a READY connection is bound to m */
@@ -479,6 +493,9 @@ typedef struct dlc_lrt_stats {
                                * (one at most) instead of a fresh allocation */
     int64_t deferred;         /* due contributions that trained on because one waited for
                                * the transport (dlc_learner_set_send_room), sent later */
+    int64_t left;             /* connections it left for its next address: the syncer there
+                               * stamped an older epoch than the one it follows (an
+                               * incarnation a standby took over from: dlc_srt_pause) */
 } dlc_lrt_stats;
 DLC_API dlc_status dlc_lrt_get_stats(dlc_lrt *l, dlc_lrt_stats *out);
 
