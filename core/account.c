@@ -263,11 +263,15 @@ dlc_status dlc_account_total(const dlc_account *a, double t_end, dlc_account_row
     return DLC_OK;
 }
 
-double dlc_account_goodput(const dlc_account *a, double t_end) {
-    if (!a || !(t_end > a->t0)) return 0;
+double dlc_account_goodput_of(const dlc_account *a, double t_end, double useful_tokens) {
+    if (!a || !(t_end > a->t0) || !(useful_tokens >= 0) || !isfinite(useful_tokens)) return 0;
     double capacity = 0;
     for (int m = 0; m < a->n; m++) capacity += a->isl[m].work.nominal_tps * (t_end - a->t0);
-    return capacity > 0 ? a->useful_tokens / capacity : 0;
+    return capacity > 0 ? useful_tokens / capacity : 0;
+}
+
+double dlc_account_goodput(const dlc_account *a, double t_end) {
+    return a ? dlc_account_goodput_of(a, t_end, a->useful_tokens) : 0;
 }
 
 double dlc_account_uptime(const dlc_account *a, double t_end, double window) {

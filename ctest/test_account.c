@@ -206,6 +206,9 @@ static void test_total_goodput_uptime(void) {
     CHECK(dlc_account_merges(a) == 4);
     CHECK_NEAR(dlc_account_useful_tokens(a), 8000, 1e-9);
     CHECK_NEAR(dlc_account_goodput(a, 30), 8000.0 / (400 * 20), 1e-12);
+    /* another tally over this capacity (shard 1 of a run in shards: every shard's) */
+    CHECK_NEAR(dlc_account_goodput_of(a, 30, 12000), 12000.0 / (400 * 20), 1e-12);
+    CHECK(dlc_account_goodput_of(a, 30, -1) == 0 && dlc_account_goodput_of(a, 30, NAN) == 0);
     CHECK_NEAR(dlc_account_uptime(a, 30, 5), 2.0 / 4, 1e-12);  /* [10,15) and [25,30) */
     CHECK_NEAR(dlc_account_uptime(a, 31, 5), 3.0 / 5, 1e-12);  /* 30 now inside: [30,35) */
     CHECK_NEAR(dlc_account_uptime(a, 30, 100), 1, 1e-12);     /* one window */

@@ -176,9 +176,13 @@ static int ac_total(lua_State *L) {
     return 2;
 }
 
+/* a:goodput(t_end [, useful]): its useful tokens (or `useful`, tallied elsewhere: every
+ * shard's) over its capacity */
 static int ac_goodput(lua_State *L) {
     dlc_account *a = checkaccount(L, 1);
-    lua_pushnumber(L, dlc_account_goodput(a, time_arg(L, 2, "t_end")));
+    double t_end = time_arg(L, 2, "t_end");
+    if (lua_isnoneornil(L, 3)) lua_pushnumber(L, dlc_account_goodput(a, t_end));
+    else lua_pushnumber(L, dlc_account_goodput_of(a, t_end, luaL_checknumber(L, 3)));
     return 1;
 }
 

@@ -146,6 +146,7 @@ function M.finish(ctx, err)
   }
   -- shard 1 under a launcher: the run's counts over every shard (lua/diloco/shards.lua)
   summary.run = ctx.shard_summaries and require("diloco.shards").run_totals(summary, ctx.shard_summaries) or nil
+  if summary.run and t_end > t0 then summary.run.goodput = ctx.account:goodput(t_end, summary.run.useful_tokens) end
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)
   local absent_error = ctx.absent and #ctx.absent > 0 and string.format("learner%s %s did not join or come back "

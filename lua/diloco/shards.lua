@@ -108,13 +108,12 @@ function M.assemble(ctx, wait_s, stopped)
 end
 
 -- The run's totals under a launcher, in shard 1's summary (`run`): its own summary's counts
--- and those of the other shards it assembled from (ctx.shard_summaries), added up.  Each
--- shard's goodput is its fragments' useful tokens over the learners' capacity as that shard
--- measured it (the same learners over nearly the same window), so the run's is their sum.
--- `shards`: how many summaries are in it (fewer than S: a shard that left none).
+-- and those of the other shards it assembled from (ctx.shard_summaries), added up (the
+-- run's goodput is those useful tokens over the capacity shard 1's account measured:
+-- runend.lua).  `shards`: how many summaries are in it (fewer than S: a shard that left none).
 function M.run_totals(own, others)
   local run = { shards = 1 }
-  local keys = { "merges", "rejects", "merges_lost", "bytes_up", "bytes_down", "useful_tokens", "goodput" }
+  local keys = { "merges", "rejects", "merges_lost", "bytes_up", "bytes_down", "useful_tokens" }
   for _, key in ipairs(keys) do run[key] = tonumber(own[key]) or 0 end
   for _, sum in ipairs(others) do
     run.shards = run.shards + 1

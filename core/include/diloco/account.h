@@ -152,6 +152,11 @@ DLC_API dlc_status dlc_account_row_of(const dlc_account *a, int m, double t_end,
 DLC_API dlc_status dlc_account_total(const dlc_account *a, double t_end, dlc_account_row *out);
 /* Useful tokens over the capacity Σ nominal_tps × (t_end - t0); 0 with no capacity. */
 DLC_API double dlc_account_goodput(const dlc_account *a, double t_end);
+/* The same for `useful_tokens` (>= 0) tallied elsewhere over this account's capacity: a
+ * syncer in shards under a launcher, whose shard 1 adds every shard's useful tokens and
+ * measured the learners' capacity (docs/shards.md).  0 with no capacity or a negative or
+ * non-finite tally. */
+DLC_API double dlc_account_goodput_of(const dlc_account *a, double t_end, double useful_tokens);
 /* The share of windows of `window` seconds from t0 up to t_end (at least one) that hold a
  * merge made before t_end; 0 when window <= 0 or t_end <= t0. */
 DLC_API double dlc_account_uptime(const dlc_account *a, double t_end, double window);
