@@ -16,7 +16,7 @@
 #error "codec.c writes the wire layout in host order: port it to big-endian first"
 #endif
 
-static const char *const codec_names[] = {"f32", "bf16", "fp8", "int8", "int4", "e3m0"};
+static const char *const codec_names[] = {"f32", "bf16", "fp8", "int8", "int4", "e3m0", "sparse2", "sparse4"};
 _Static_assert(sizeof codec_names / sizeof codec_names[0] == DLC_CODEC_COUNT,
                "one name per dlc_codec_kind");
 
@@ -34,6 +34,7 @@ INLINE float u2f(uint32_t u) { fbits b; b.u = u; return b.f; }
 static int is_blocked(dlc_codec_kind k) {
     return k == DLC_CODEC_INT8 || k == DLC_CODEC_INT4 || k == DLC_CODEC_E3M0;
 }
+static int is_sparse(dlc_codec_kind k) { return k == DLC_CODEC_SPARSE2 || k == DLC_CODEC_SPARSE4; }
 /* Largest code magnitude of a blocked codec: a scale above FLT_MAX / qmax overflows. */
 static float qmax_of(dlc_codec_kind k) {
     return k == DLC_CODEC_INT8 ? 127.0f : k == DLC_CODEC_INT4 ? 7.0f : 1.0f;
@@ -227,6 +228,159 @@ INLINE void dec_chunk(dlc_codec_kind kind, const uint8_t *in, const uint8_t *cod
     }
 }
 
+/* ---- sparse codecs (sparse2, sparse4) ----
+ *
+ * Per block of L elements (L = B but for the last): kk = min(k, L) kept values, k =
+ * max(1, B / 64).  Record: u16 bf16 scale, kk u8 indices (strictly increasing, < L), kk
+ * codes of `bits` bits packed from bit 0 of the first code byte.  Every record is
+ * self-contained, so blocks b0..b1 of an encoding are an encoding of their elements. */
+
+INLINE int sp_bits(dlc_codec_kind k) { return k == DLC_CODEC_SPARSE2 ? 2 : 4; }
+INLINE int sp_k(int block) { return block / 64 > 1 ? block / 64 : 1; }
+INLINE int64_t sp_rec(dlc_codec_kind kind, int kk) { return 2 + kk + ((int64_t)kk * sp_bits(kind) + 7) / 8; }
+
+static int64_t sp_size(dlc_codec_kind kind, int block, int64_t n) {
+    int64_t full = n / block, last = n % block;
+    int k = sp_k(block);
+    return full * sp_rec(kind, k) + (last ? sp_rec(kind, last < k ? (int)last : k) : 0);
+}
+
+/* The value of code c (bits wide) under scale s. */
+INLINE float sp_val(dlc_codec_kind kind, uint32_t c, float s) {
+    if (kind == DLC_CODEC_SPARSE2) return u2f(f2u((c & 1u) ? s : 0.5f * s) | ((c & 2u) << 30));
+    return int4_val(c, s);
+}
+
+/* Encodes the block v[0..len) into rec; 0 when it holds a non-finite value.  Keeps the kk
+ * largest |v| (the lower index first among equals), in index order. */
+static int sp_enc_block(dlc_codec_kind kind, int block, const float *v, int len, uint8_t *rec) {
+    if (!chunk_finite(v, len)) return 0;
+    int k = sp_k(block), kk = len < k ? len : k, idx[4], n = 0;
+    float mag[4];
+    for (int i = 0; i < len; i++) { /* a sorted top-kk by magnitude, descending */
+        float a = fabsf(v[i]);
+        if (n == kk && !(a > mag[kk - 1])) continue;
+        int j = n < kk ? n++ : kk - 1;
+        while (j > 0 && a > mag[j - 1]) mag[j] = mag[j - 1], idx[j] = idx[j - 1], j--;
+        mag[j] = a, idx[j] = i;
+    }
+    for (int a = 1; a < kk; a++) /* index order */
+        for (int j = a; j > 0 && idx[j] < idx[j - 1]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = t;
+        }
+    float amax = 0.0f;
+    for (int j = 0; j < kk; j++) amax = fabsf(v[idx[j]]) > amax ? fabsf(v[idx[j]]) : amax;
+    float q = kind == DLC_CODEC_SPARSE2 ? 1.0f : 7.0f;
+    uint16_t sc = bf16_enc(amax / q);
+    if (!(bf16_dec(sc) * q <= FLT_MAX)) sc--; /* rounded up past what q codes can reach */
+    float s = bf16_dec(sc);
+    memcpy(rec, &sc, 2);
+    uint8_t *codes = rec + 2 + kk;
+    memset(codes, 0, (size_t)((kk * sp_bits(kind) + 7) / 8));
+    for (int j = 0; j < kk; j++) {
+        float x = v[idx[j]];
+        uint32_t c;
+        if (kind == DLC_CODEC_SPARSE2) {
+            c = (fabsf(x) >= 0.75f * s ? 1u : 0u) | (x < 0.0f ? 2u : 0u);
+        } else {
+            float r = s > 0.0f ? x / s : 0.0f;
+            c = q_int(r, 7.0f) & 15u; /* (x / s beyond 2^22 is clamped to +-7 first) */
+            if (!(fabsf(r) < 0x1p22f)) c = r > 0.0f ? 7u : 9u;
+        }
+        rec[2 + j] = (uint8_t)idx[j];
+        int bit = j * sp_bits(kind);
+        codes[bit / 8] |= (uint8_t)(c << (bit % 8));
+    }
+    return 1;
+}
+
+/* Decodes record rec of a block of len elements into y[0..len) (zeros but the kept); the
+ * record was checked (sp_check). */
+INLINE void sp_dec_block(dlc_codec_kind kind, int block, const uint8_t *rec, int len, float *y) {
+    int k = sp_k(block), kk = len < k ? len : k, bits = sp_bits(kind);
+    uint16_t sc;
+    memcpy(&sc, rec, 2);
+    float s = bf16_dec(sc);
+    const uint8_t *codes = rec + 2 + kk;
+    memset(y, 0, sizeof(float) * (size_t)len);
+    for (int j = 0; j < kk; j++) {
+        int bit = j * bits;
+        uint32_t c = (uint32_t)(codes[bit / 8] >> (bit % 8)) & ((1u << bits) - 1u);
+        y[rec[2 + j]] = sp_val(kind, c, s);
+    }
+}
+
+/* Checks every record of an n-element sparse encoding: a finite scale >= 0 whose largest
+ * code stays finite, indices strictly increasing and inside their block.  -1 when all
+ * are valid, else the block, with *why. */
+static int64_t sp_check(dlc_codec_kind kind, int block, const uint8_t *in, int64_t n, const char **why) {
+    int k = sp_k(block);
+    float q = kind == DLC_CODEC_SPARSE2 ? 1.0f : 7.0f;
+    int64_t b = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += block, b++) {
+        int len = n - i0 < block ? (int)(n - i0) : block, kk = len < k ? len : k;
+        uint16_t sc;
+        memcpy(&sc, in, 2);
+        float s = bf16_dec(sc);
+        if (!(s >= 0.0f && s * q <= FLT_MAX) || (sc & 0x8000u)) {
+            *why = "its scale is negative or not finite";
+            return b;
+        }
+        for (int j = 0; j < kk; j++)
+            if (in[2 + j] >= len || (j > 0 && in[2 + j] <= in[1 + j])) {
+                *why = "its indices are not strictly increasing inside the block";
+                return b;
+            }
+        in += sp_rec(kind, kk);
+    }
+    return -1;
+}
+
+/* Encodes x (+ ef) into out; -1, or the first element of a block holding a non-finite value. */
+static int64_t sp_encode_run(dlc_codec_kind kind, int block, const float *x, int64_t n, uint8_t *out, float *ef) {
+    float v[DLC_CODEC_BLOCK_MAX], d[DLC_CODEC_BLOCK_MAX];
+    int k = sp_k(block);
+    for (int64_t i0 = 0; i0 < n; i0 += block) {
+        int len = n - i0 < block ? (int)(n - i0) : block;
+        const float *src = x + i0;
+        if (ef) {
+            for (int i = 0; i < len; i++) v[i] = x[i0 + i] + ef[i0 + i];
+            src = v;
+        }
+        if (!sp_enc_block(kind, block, src, len, out)) return i0;
+        if (ef) {
+            sp_dec_block(kind, block, out, len, d);
+            float *e = ef + i0;
+            for (int i = 0; i < len; i++) e[i] = v[i] - d[i];
+        }
+        out += sp_rec(kind, len < k ? len : k);
+    }
+    return -1;
+}
+
+/* mode 0: decode into y; 2: y += w * decoded (only the kept elements are touched). */
+static void sp_decode_run(dlc_codec_kind kind, int block, const uint8_t *in, int64_t n, float *y, int mode, float w) {
+    int k = sp_k(block), bits = sp_bits(kind);
+    for (int64_t i0 = 0; i0 < n; i0 += block) {
+        int len = n - i0 < block ? (int)(n - i0) : block, kk = len < k ? len : k;
+        if (mode == 0) {
+            sp_dec_block(kind, block, in, len, y + i0);
+        } else {
+            uint16_t sc;
+            memcpy(&sc, in, 2);
+            float s = bf16_dec(sc);
+            const uint8_t *codes = in + 2 + kk;
+            for (int j = 0; j < kk; j++) {
+                int bit = j * bits;
+                uint32_t c = (uint32_t)(codes[bit / 8] >> (bit % 8)) & ((1u << bits) - 1u);
+                y[i0 + in[2 + j]] += w * sp_val(kind, c, s);
+            }
+        }
+        in += sp_rec(kind, kk);
+    }
+}
+
 /* ---- whole-buffer loops (one clone per ISA; the chunk kernels inline into each) ---- */
 
 static int64_t n_blocks(dlc_codec_kind kind, int block, int64_t n) {
@@ -236,6 +390,7 @@ static int64_t n_blocks(dlc_codec_kind kind, int block, int64_t n) {
 /* Returns -1, or the first element of the chunk holding a non-finite value. */
 DLC_HOT static int64_t encode_run(dlc_codec_kind kind, int block, const float *x, int64_t n,
                                   uint8_t *out, float *ef) {
+    if (is_sparse(kind)) return sp_encode_run(kind, block, x, n, out, ef);
     int ch = is_blocked(kind) ? block : CHUNK;
     uint8_t *codes = out + 4 * n_blocks(kind, block, n);
     float v[DLC_CODEC_BLOCK_MAX], d[DLC_CODEC_BLOCK_MAX];
@@ -261,6 +416,10 @@ DLC_HOT static int64_t encode_run(dlc_codec_kind kind, int block, const float *x
  * non-finite chunk; 2: acc += w * decoded.  Returns -1 when all is well. */
 DLC_HOT static int64_t decode_run(dlc_codec_kind kind, int block, const uint8_t *in, int64_t n,
                                   float *y, int mode, float w) {
+    if (is_sparse(kind)) { /* (checked whole before: sp_check; its values are finite) */
+        if (mode != 1) sp_decode_run(kind, block, in, n, y, mode, w);
+        return -1;
+    }
     int ch = is_blocked(kind) ? block : CHUNK;
     const uint8_t *codes = in + 4 * n_blocks(kind, block, n);
     int checks = kind == DLC_CODEC_F32 || kind == DLC_CODEC_BF16;
@@ -304,7 +463,7 @@ dlc_status dlc_codec_from_name(const char *name, dlc_codec_kind *kind) {
         *kind = DLC_CODEC_FP8;
         return DLC_OK;
     }
-    return dlc_error(DLC_ERR_ARG, "codec = \"%s\": expected one of f32, bf16, fp8, int8, int4, e3m0",
+    return dlc_error(DLC_ERR_ARG, "codec = \"%s\": expected one of f32, bf16, fp8, int8, int4, e3m0, sparse2, sparse4",
                      name ? name : "(null)");
 }
 
@@ -332,6 +491,8 @@ int64_t dlc_codec_encoded_size(dlc_codec_kind kind, const dlc_codec_params *para
     case DLC_CODEC_BF16: return 2 * n;
     case DLC_CODEC_FP8: return n;
     case DLC_CODEC_INT8: return 4 * nb + n;
+    case DLC_CODEC_SPARSE2:
+    case DLC_CODEC_SPARSE4: return sp_size(kind, block, n);
     default: return 4 * nb + (n + 1) / 2;
     }
 }
@@ -395,6 +556,13 @@ static dlc_status check_input(dlc_codec_kind kind, const dlc_codec_params *param
     if (n > 0 && (!in || !dst))
         return dlc_error(DLC_ERR_ARG, "codec %s %s: a buffer is NULL with n = %lld", codec_names[kind], fn,
                          (long long)n);
+    if (is_sparse(kind)) {
+        const char *why = "";
+        int64_t b = sp_check(kind, params ? params->block : DLC_CODEC_BLOCK_DEFAULT, in, n, &why);
+        if (b >= 0)
+            return dlc_error(DLC_ERR_FORMAT, "codec %s %s: block %lld: %s", codec_names[kind], fn, (long long)b, why);
+        return DLC_OK;
+    }
     int64_t nb = n_blocks(kind, params ? params->block : DLC_CODEC_BLOCK_DEFAULT, n);
     float q = qmax_of(kind);
     for (int64_t b = 0; b < nb; b++) {

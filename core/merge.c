@@ -116,6 +116,7 @@ double dlc_merge_weight_sum(const dlc_merge *m) { return m ? m->wsum : 0.0; }
 static int is_blocked(dlc_codec_kind k) {
     return k == DLC_CODEC_INT8 || k == DLC_CODEC_INT4 || k == DLC_CODEC_E3M0;
 }
+static int is_sparse(dlc_codec_kind k) { return k == DLC_CODEC_SPARSE2 || k == DLC_CODEC_SPARSE4; }
 
 /* Decodes elements [i0, i0 + len) (len <= CH) of the n-float payload `in` and returns a
  * pointer to them (in m->chunk), or NULL with the codec's error.  Blocked codecs: the
@@ -124,6 +125,15 @@ static int is_blocked(dlc_codec_kind k) {
 static float *decode_range(dlc_merge *m, dlc_codec_kind kind, const dlc_codec_params *cp, const uint8_t *in,
                            int64_t i0, int len) {
     dlc_status st;
+    if (is_sparse(kind)) { /* its records are self-contained: blocks b0..b1 decode on their own */
+        int64_t B = cp->block, n = m->n, b0 = i0 / B, b1 = (i0 + len - 1) / B;
+        int64_t e0 = b0 * B, e1 = (b1 + 1) * B < n ? (b1 + 1) * B : n, cnt = e1 - e0;
+        int64_t off = dlc_codec_encoded_size(kind, cp, e0), bytes = dlc_codec_encoded_size(kind, cp, cnt);
+        m->base = e0;
+        if (off < 0 || bytes < 0) return NULL;
+        st = dlc_codec_decode(kind, cp, in + off, (size_t)bytes, m->chunk, cnt);
+        return st == DLC_OK ? m->chunk + (i0 - e0) : NULL;
+    }
     if (!is_blocked(kind)) {
         int esz = kind == DLC_CODEC_F32 ? 4 : kind == DLC_CODEC_BF16 ? 2 : 1;
         m->base = i0;

@@ -126,9 +126,13 @@ static void test_f32_identity(void) {
     free(y);
 }
 
+/* The dense codecs (every element sent): kinds below it.  The sparse ones have their own
+ * tests (test_sparse). */
+#define DENSE_COUNT DLC_CODEC_SPARSE2
+
 static void test_bounds_random(void) {
     int blocks[] = {32, 34, 128, 250, 256};
-    for (int k = 0; k < DLC_CODEC_COUNT; k++)
+    for (int k = 0; k < DENSE_COUNT; k++)
         for (int b = 0; b < 5; b++) {
             int64_t n = 10007;
             float *x = randn(n, 7 + b, 1.0f);
@@ -138,7 +142,7 @@ static void test_bounds_random(void) {
             free(x);
         }
     /* small outer-gradient-like values too (fp8 is unscaled: mostly subnormal there) */
-    for (int k = 0; k < DLC_CODEC_COUNT; k++) {
+    for (int k = 0; k < DENSE_COUNT; k++) {
         float *x = randn(4099, 3, 1e-3f);
         check_bounds((dlc_codec_kind)k, 64, x, 4099);
         free(x);
@@ -160,7 +164,7 @@ static void test_edge_cases(void) {
     x = randn(n, 11, 1.0f);
     x[70] = 1e30f;
     x[300] = -FLT_MAX;
-    for (int k = 0; k < DLC_CODEC_COUNT; k++) {
+    for (int k = 0; k < DENSE_COUNT; k++) {
         if (k == DLC_CODEC_FP8) continue; /* saturates at 448, by design */
         check_bounds((dlc_codec_kind)k, 64, x, n);
         float *y = roundtrip((dlc_codec_kind)k, 64, x, n);
@@ -175,7 +179,7 @@ static void test_edge_cases(void) {
     /* denormal inputs, blocks of them and mixed with zeros */
     x = randn(n, 12, 1.0f);
     for (int64_t i = 0; i < n; i++) x[i] *= (i % 3) ? 1e-39f : 0.0f;
-    for (int k = 0; k < DLC_CODEC_COUNT; k++) check_bounds((dlc_codec_kind)k, 32, x, n);
+    for (int k = 0; k < DENSE_COUNT; k++) check_bounds((dlc_codec_kind)k, 32, x, n);
     free(x);
     /* n = 0 */
     for (int k = 0; k < DLC_CODEC_COUNT; k++) {
@@ -350,7 +354,25 @@ static void test_rejects(void) {
         /* hostile bytes: a NaN or negative scale, a NaN f32 / bf16 value */
         float acc0 = 3.0f;
         for (int64_t i = 0; i < n; i++) y[i] = acc0;
-        if (k >= DLC_CODEC_INT8) {
+        if (k >= DLC_CODEC_SPARSE2) { /* block 2's record: a NaN or negative scale, indices out of order */
+            int64_t rec = dlc_codec_encoded_size((dlc_codec_kind)k, NULL, 128), at = 2 * rec;
+            uint16_t bad_s[3] = {0xffc0u, 0xbf80u, 0};
+            for (int j = 0; j < 3; j++) {
+                uint8_t keep[5];
+                memcpy(keep, buf + at, 5);
+                if (j < 2) memcpy(buf + at, &bad_s[j], 2);
+                else buf[at + 2] = buf[at + 3]; /* the two indices equal */
+                const char *why = j < 2 ? "block 2: its scale is negative or not finite"
+                                        : "block 2: its indices are not strictly increasing";
+                CHECK(dlc_codec_decode((dlc_codec_kind)k, NULL, buf, (size_t)size, y, n) == DLC_ERR_FORMAT &&
+                      strstr(dlc_last_error(), why));
+                for (int64_t i = 0; i < n; i++) y[i] = acc0;
+                CHECK(dlc_codec_decode_axpy((dlc_codec_kind)k, NULL, buf, (size_t)size, n, 1.0f, y) == DLC_ERR_FORMAT);
+                CHECK(dlc_codec_validate((dlc_codec_kind)k, NULL, buf, (size_t)size, n) == DLC_ERR_FORMAT &&
+                      strstr(dlc_last_error(), why));
+                memcpy(buf + at, keep, 5);
+            }
+        } else if (k >= DLC_CODEC_INT8) {
             float bad_s[2] = {NAN, -1.0f};
             for (int j = 0; j < 2; j++) {
                 uint8_t keep[4];
@@ -435,8 +457,12 @@ static void test_error_feedback(void) {
         printf("error feedback %s: |sum - K x| %.3g with, %.3g without (K = %d)\n", dlc_codec_name((dlc_codec_kind)k),
                e_fb, e_no, K);
         /* without feedback the error of a constant input adds up K times; with it, the
-         * sum is off by at most the last round's residual */
-        CHECK(e_fb * 10 < e_no);
+         * sum is off by the last round's residual alone (sum + e = K x), which for the
+         * sparse codecs is what waits to be sent */
+        if (k < DENSE_COUNT) CHECK(e_fb * 10 < e_no);
+        double e_id = 0;
+        for (int64_t i = 0; i < n; i++) e_id = fmax(e_id, fabs(s_fb[i] + ef[i] - (double)K * x[i]));
+        CHECK(e_fb < e_no && e_id < 1e-4);
     }
     free(x);
     free(ef);
@@ -471,6 +497,81 @@ static void test_axpy(void) {
     free(buf);
 }
 
+/* ---- the sparse codecs against an independent reference ---- */
+
+static const float *sp_x; /* (qsort's comparison reads it) */
+static int by_magnitude(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    float fa = fabsf(sp_x[i]), fb = fabsf(sp_x[j]);
+    if (fa != fb) return fa > fb ? -1 : 1;
+    return i < j ? -1 : 1; /* the lower index first among equals */
+}
+
+/* What sparse2 / sparse4 at `block` must decode x[0..n) to, by sorting each block. */
+static void sparse_ref(dlc_codec_kind k, int block, const float *x, int64_t n, float *y) {
+    int keep = block / 64 > 1 ? block / 64 : 1;
+    float q = k == DLC_CODEC_SPARSE2 ? 1.0f : 7.0f;
+    int order[256];
+    for (int64_t i0 = 0; i0 < n; i0 += block) {
+        int len = n - i0 < block ? (int)(n - i0) : block, kk = len < keep ? len : keep;
+        for (int i = 0; i < len; i++) order[i] = i, y[i0 + i] = 0.0f;
+        sp_x = x + i0;
+        qsort(order, (size_t)len, sizeof order[0], by_magnitude);
+        float amax = fabsf(x[i0 + order[0]]), v = amax / q;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        uint32_t sb = (uint32_t)bf16_ref(u) << 16;
+        float s;
+        memcpy(&s, &sb, 4);
+        if (!((double)s * q <= FLT_MAX)) sb -= 1u << 16, memcpy(&s, &sb, 4);
+        for (int j = 0; j < kk; j++) {
+            float xv = x[i0 + order[j]], r;
+            if (k == DLC_CODEC_SPARSE2) {
+                r = fabsf(xv) >= 0.75f * s ? s : 0.5f * s;
+            } else {
+                double qq = s > 0 ? nearbyint((double)fabsf(xv) / s) : 0;
+                r = (float)(qq > 7 ? 7 : qq) * s;
+            }
+            y[i0 + order[j]] = xv < 0 ? -r : r;
+        }
+    }
+}
+
+/* Sizes (the records of docs/codecs.md), and decoding that equals the reference: each
+ * block's k = max(1, block / 64) largest magnitudes kept (ties to the lower index), on a
+ * bf16 scale, every other element 0; blocks of ties, zeros and a short last block. */
+static void test_sparse(void) {
+    dlc_codec_params p = {128};
+    CHECK(dlc_codec_encoded_size(DLC_CODEC_SPARSE2, &p, 1000) == 7 * 5 + 5); /* 2 + 2 + 1 a block */
+    CHECK(dlc_codec_encoded_size(DLC_CODEC_SPARSE4, &p, 1000) == 7 * 5 + 5);
+    p.block = 256;
+    CHECK(dlc_codec_encoded_size(DLC_CODEC_SPARSE2, &p, 1000) == 3 * 7 + 7); /* 2 + 4 + 1: 0.22 bits/element */
+    CHECK(dlc_codec_encoded_size(DLC_CODEC_SPARSE4, &p, 1000) == 3 * 8 + 8);
+    p.block = 32;
+    CHECK(dlc_codec_encoded_size(DLC_CODEC_SPARSE4, &p, 33) == 4 + 4); /* 2 + 1 + 1, and a block of one */
+    int blocks[] = {32, 64, 128, 200, 256};
+    for (int k = DLC_CODEC_SPARSE2; k <= DLC_CODEC_SPARSE4; k++)
+        for (int b = 0; b < 5; b++) {
+            int64_t n = 2021;
+            float *x = randn(n, 50 + (uint64_t)b, 1e-2f);
+            for (int64_t i = 0; i < 64; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * 0.5f; /* ties */
+            for (int64_t i = 300; i < 300 + 256; i++) x[i] = 0.0f;                /* zeros */
+            x[700] = 3e38f;                                                       /* near FLT_MAX */
+            float *y = roundtrip((dlc_codec_kind)k, blocks[b], x, n);
+            float *want = malloc(sizeof(float) * (size_t)n);
+            sparse_ref((dlc_codec_kind)k, blocks[b], x, n, want);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (y[i] != want[i] && bad++ < 3)
+                    fprintf(stderr, "%s block %d: x[%lld] = %g decodes to %g, expected %g\n",
+                            dlc_codec_name((dlc_codec_kind)k), blocks[b], (long long)i, x[i], y[i], want[i]);
+            CHECK(bad == 0);
+            free(x);
+            free(y);
+            free(want);
+        }
+}
+
 int main(void) {
     test_names_sizes();
     test_f32_identity();
@@ -483,5 +584,6 @@ int main(void) {
     test_unwritten_codes();
     test_error_feedback();
     test_axpy();
+    test_sparse();
     return check_done("test_codec");
 }

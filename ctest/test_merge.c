@@ -212,6 +212,40 @@ static void test_codecs(void) {
     free(out);
 }
 
+/* The sparse codecs: merging their bytes is merging what they decode to (in f32), for both
+ * modes, across the merge's decode ranges (segments and lengths not multiples of the
+ * block, so ranges start and end inside blocks). */
+static void test_sparse_codecs(void) {
+    int64_t seg[3] = {5000, 300, 2701}, n = 8001;
+    dlc_codec_params cp = dlc_codec_default_params();
+    float *ref = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)n);
+    float *y = malloc(sizeof(float) * (size_t)n);
+    uint8_t *buf = malloc(4 * (size_t)n);
+    for (int kind = DLC_CODEC_SPARSE2; kind <= DLC_CODEC_SPARSE4; kind++)
+        for (int mode = 0; mode < DLC_MERGE_MODE_COUNT; mode++) {
+            dlc_merge *mf = mk((dlc_merge_mode)mode, 3, seg, NULL), *mq = mk((dlc_merge_mode)mode, 3, seg, NULL);
+            for (int k = 0; k < 3; k++) {
+                float *x = randn(n, 70 + k, 0.01f);
+                int64_t size = dlc_codec_encoded_size((dlc_codec_kind)kind, &cp, n);
+                CHECK(dlc_codec_encode((dlc_codec_kind)kind, &cp, x, n, buf, (size_t)size, NULL) == size);
+                CHECK(dlc_codec_decode((dlc_codec_kind)kind, &cp, buf, (size_t)size, y, n) == DLC_OK);
+                CHECK(dlc_merge_add(mq, (dlc_codec_kind)kind, &cp, buf, (size_t)size, 1.0 + k) == DLC_OK);
+                CHECK(add(mf, DLC_CODEC_F32, y, n, 1.0 + k) == DLC_OK);
+                free(x);
+            }
+            CHECK(dlc_merge_finish(mf, ref) == DLC_OK && dlc_merge_finish(mq, out) == DLC_OK);
+            double d = maxdiff(ref, out, n), amax = 0;
+            for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(ref[i]));
+            CHECK(amax > 0 && d <= 1e-6 * amax);
+            dlc_merge_free(mf);
+            dlc_merge_free(mq);
+        }
+    free(ref);
+    free(out);
+    free(y);
+    free(buf);
+}
+
 static void test_refused_add_unchanged(void) {
     int64_t seg[2] = {3000, 1000}, n = 4000;
     float *x = randn(n, 7, 0.01f), *y = randn(n, 8, 0.01f);
@@ -329,6 +363,7 @@ int main(void) {
     test_embedding_and_zero();
     test_weights();
     test_codecs();
+    test_sparse_codecs();
     test_refused_add_unchanged();
     test_anchored();
     test_params();

@@ -269,7 +269,7 @@ static void read_frame(lua_State *L, int t, dlc_frame *f, const char **payload, 
         if (lua_getfield(L, t, "codec") != LUA_TNIL) {
             c = lua_tostring(L, -1);
             if (lua_type(L, -1) != LUA_TSTRING || dlc_codec_from_name(c, &m->codec) != DLC_OK)
-                luaL_error(L, "net:send: frame.codec = %s: expected a codec name (f32 bf16 fp8 int8 int4 e3m0)",
+                luaL_error(L, "net:send: frame.codec = %s: expected a codec name (f32 bf16 fp8 int8 int4 e3m0 sparse2 sparse4)",
                            luaL_tolstring(L, -1, NULL));
         } else {
             m->codec = DLC_CODEC_F32;

@@ -6,7 +6,7 @@ local diloco = require "diloco"
 local H = require "spec.helpers"
 local error_of = H.error_of
 
-local CODECS = { "f32", "bf16", "fp8", "int8", "int4", "e3m0" }
+local CODECS = { "f32", "bf16", "fp8", "int8", "int4", "e3m0" } -- (dense: every element sent)
 
 -- The per-element error bound of docs/codecs.md for x (block absmax amax), with a few
 -- ulps of slack for the f32 rounding of the scale.
@@ -40,7 +40,9 @@ end
 
 describe("diloco codecs", function()
   it("lists the codecs in enum order", function()
-    assert.are.same(CODECS, diloco.codecs())
+    local all = { table.unpack(CODECS) }
+    all[#all + 1], all[#all + 2] = "sparse2", "sparse4"
+    assert.are.same(all, diloco.codecs())
   end)
 
   it("has the sizes of docs/codecs.md", function()
@@ -53,6 +55,9 @@ describe("diloco codecs", function()
     assert.are.equal(4 * 8 + 501, diloco.codec_size("int4", n))
     assert.are.equal(4 * 16 + 501, diloco.codec_size("e3m0", n, { block = 64 }))
     assert.are.equal(0, diloco.codec_size("int4", 0))
+    -- sparse: per block, a bf16 scale, block/64 one-byte indices and their 2- or 4-bit codes
+    assert.are.equal(7 * 5 + 5, diloco.codec_size("sparse2", 1000))
+    assert.are.equal(3 * 8 + 8, diloco.codec_size("sparse4", 1000, { block = 256 }))
   end)
 
   for _, name in ipairs(CODECS) do

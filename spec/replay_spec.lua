@@ -12,7 +12,7 @@ local function recipe(S, name, o)
   o = o or {}
   return H.tiny_recipe(S, name, { steps = o.steps or 300, eval = { every = 0, batches = 2 }, chaos = o.chaos,
     sync = { preset = o.preset or "decoupled", H = 16, fragments = o.fragments or 2, tau = o.tau or 1,
-      codec = o.codec or "f32" } })
+      codec = o.codec or "f32", error_feedback = o.error_feedback } })
 end
 
 local function run(S, path, out)
@@ -45,6 +45,26 @@ describe("sim --replay of a finished run", function()
   local S
   before_each(function() S = H.scratch() end)
   after_each(function() S.cleanup() end)
+
+  it("reproduces a run whose uplink is sparse (sparse2, error feedback) bit for bit", function()
+    local out = S.dir .. "/run"
+    run(S, recipe(S, "sparse", { codec = "sparse2", error_feedback = true, steps = 200 }), out)
+    local merges = 0
+    for _, line in ipairs(H.read_lines(out .. "/metrics.jsonl")) do
+      if line:find('"event":"merge"', 1, true) then merges = merges + 1 end
+    end
+    assert.is_true(merges > 0, "merges")
+    -- the contributions a twentieth of what f32 fragments (of 2) would have been, or less
+    local sum = H.summary_of(H.events(out .. "/metrics.jsonl"))
+    local sent = 0
+    for _, l in ipairs(sum.per_learner) do sent = sent + l.merged end
+    assert.is_true(sum.bytes_by_type.contribution.up * 20 < sent * sum.params / 2 * 4,
+      diloco.json_encode(sum.bytes_by_type.contribution))
+    local text, code = replay(out, "--quiet")
+    assert.are.equal(0, code, text)
+    local s = diloco.json_decode(text:match("{.*}"))
+    assert.is_true(s.identical)
+  end)
 
   it("reproduces a 2-learner decoupled run's final parameters bit for bit, and catches a changed float", function()
     local out = S.dir .. "/run"

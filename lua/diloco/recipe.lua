@@ -260,13 +260,15 @@ M.schema = {
       doc = "minimum quorum K: an integer, \"all\" (live learners) or f(live_count, info) -> integer" },
     blocking = { kind = "boolean", preset = true,
       doc = "the learner waits for the merged fragment tau steps after sending it" },
-    codec = { kind = "string", default = "f32", check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0"),
-      doc = "outer-gradient codec, uplink (docs/codecs.md)" },
+    codec = { kind = "string", default = "f32",
+      check = oneof("f32", "bf16", "fp8", "int8", "int4", "e3m0", "sparse2", "sparse4"),
+      doc = "outer-gradient codec, uplink (docs/codecs.md; sparse2/4: the block/64 largest values a block, "
+        .. "with error_feedback)" },
     codec_down = { kind = "string", default = "f32", check = oneof("f32", "bf16"),
       doc = "codec of the merged fragments sent to the learners" },
     block = { kind = "integer", default = 128, check = function(v)
       if v < 32 or v > 256 or v % 2 ~= 0 then return "an even integer in [32, 256]" end
-    end, doc = "block size of the int8/int4/e3m0 scales" },
+    end, doc = "block size of the int8/int4/e3m0 scales and the sparse codecs' blocks" },
     error_feedback = { kind = "boolean", default = false,
       doc = "add each contribution's quantization error to the next" },
     plan = { kind = "string", default = "balanced", check = oneof("balanced", "strided", "sequential"),

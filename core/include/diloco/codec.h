@@ -21,6 +21,9 @@
  *   int8  nb x f32 scale, n x i8           4nb + n bytes
  *   int4  nb x f32 scale, n nibbles        4nb + ceil(n/2) bytes
  *   e3m0  nb x f32 scale, n nibbles        4nb + ceil(n/2) bytes
+ *   sparse2/4  per block of L elements, keeping kk = min(k, L): u16 bf16 scale, kk x u8
+ *         index (strictly increasing), kk codes of 2 / 4 bits packed from bit 0;
+ *         2 + kk + ceil(kk * bits / 8) bytes a block
  * with nb = ceil(n / block).  Nibbles: element 2j in the low nibble of byte j, element
  * 2j+1 in the high nibble; a final unpaired high nibble is 0.  The block size is any EVEN
  * value in 32..256 (even, so every block's codes start on a byte boundary).
@@ -43,6 +46,12 @@ typedef enum dlc_codec_kind {
     DLC_CODEC_INT4, /* q in -7..7 (two's complement nibble), scale = block absmax / 7 */
     DLC_CODEC_E3M0, /* nibble s|c: c = 0 zero, c = 1..7 value (-1)^s * scale * 2^(c-7),
                      * scale = block absmax (docs/codecs.md) */
+    /* Sparse (SparseLoCo-style): per block only its k = max(1, block / 64) largest values
+     * by magnitude (1.6% at block 128), each as a one-byte index in the block and a 2- or
+     * 4-bit code of a bf16 block scale; every other element decodes to 0.  Meant with
+     * error feedback, which carries what was not sent (docs/codecs.md). */
+    DLC_CODEC_SPARSE2, /* code s|m: (-1)^s * scale * (m ? 1 : 1/2), scale = amax of the kept */
+    DLC_CODEC_SPARSE4, /* code q in -7..7 (two's complement nibble), q * scale, scale = amax / 7 */
     DLC_CODEC_COUNT
 } dlc_codec_kind;
 
@@ -57,7 +66,8 @@ typedef struct dlc_codec_params {
 /* {block = 128}. */
 DLC_API dlc_codec_params dlc_codec_default_params(void);
 
-/* "f32", "bf16", "fp8", "int8", "int4", "e3m0"; NULL for an out-of-range kind. */
+/* "f32", "bf16", "fp8", "int8", "int4", "e3m0", "sparse2", "sparse4"; NULL for an
+ * out-of-range kind. */
 DLC_API const char *dlc_codec_name(dlc_codec_kind kind);
 /* The kind named `name` (as above; "e4m3" is accepted for fp8) in *kind, or DLC_ERR_ARG
  * with the list of names.  `name` is borrowed. */

@@ -89,7 +89,7 @@ D["diloco.VTime"] = "diloco.VTime{params = {P1, ...}, plan =, step_time =, horiz
 D["diloco.codec_encode"] = "diloco.codec_encode(name, x[, {block = 128, feedback = ef}]) -> string\nThe bytes of Tensor x in codec name; ef (a Tensor of x.numel floats) takes the quantization error.  docs/codecs.md"
 D["diloco.codec_decode"] = "diloco.codec_decode(name, bytes, n[, {block =}]) -> Tensor\nA 1-D Tensor of n floats decoded from bytes."
 D["diloco.codec_size"] = "diloco.codec_size(name, n[, {block =}]) -> integer\nThe exact encoded size in bytes of n floats."
-D["diloco.codecs"] = "diloco.codecs() -> {\"f32\", \"bf16\", \"fp8\", \"int8\", \"int4\", \"e3m0\"}\nThe codec names."
+D["diloco.codecs"] = "diloco.codecs() -> {\"f32\", \"bf16\", \"fp8\", \"int8\", \"int4\", \"e3m0\", \"sparse2\", \"sparse4\"}\nThe codec names."
 
 -- files and JSON
 D["diloco.save_safetensors"] = "diloco.save_safetensors(path, tensors[, metadata]) -> true | nil, message, code\ntensors: an array of {name, tensor} pairs (order kept) or a map name -> Tensor.  docs/checkpoints.md"
