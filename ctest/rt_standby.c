@@ -52,6 +52,20 @@ static dlc_srt *start_shard(const fx *x, const char *standby_of, int shard, int 
 
 static dlc_srt *start_syncer(const fx *x, const char *standby_of) { return start_shard(x, standby_of, 0, 0); }
 
+/* A primary and its standby, their addresses in paddr and saddr: 1, or 0 (failed, checked). */
+static int start_pair(const fx *x, dlc_srt **pri, dlc_srt **sb, char paddr[32], char saddr[32]) {
+    *sb = NULL;
+    *pri = start_syncer(x, NULL);
+    CHECK_OK(*pri);
+    if (!*pri) return 0;
+    snprintf(paddr, 32, "127.0.0.1:%d", dlc_srt_port(*pri));
+    *sb = start_syncer(x, paddr);
+    CHECK_OK(*sb);
+    if (!*sb) return 0;
+    snprintf(saddr, 32, "127.0.0.1:%d", dlc_srt_port(*sb));
+    return 1;
+}
+
 static dlc_lrt *start_learner(const fx *x, int id, const char *connect) {
     dlc_lrt_config lc = dlc_lrt_default_config();
     lc.learner = dlc_learner_default_params();
@@ -126,15 +140,9 @@ static void test_replicated(void) {
     fx xs, xl[M];
     fx_make(&xs, P, 31);
     for (int m = 0; m < M; m++) fx_make(&xl[m], P, 31);
-    dlc_srt *pri = start_syncer(&xs, NULL);
-    CHECK_OK(pri);
-    if (!pri) return;
+    dlc_srt *pri, *sb;
     char paddr[32], saddr[32], connect[80];
-    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", dlc_srt_port(pri));
-    dlc_srt *sb = start_syncer(&xs, paddr);
-    CHECK_OK(sb);
-    if (!sb) return;
-    snprintf(saddr, sizeof saddr, "127.0.0.1:%d", dlc_srt_port(sb));
+    if (!start_pair(&xs, &pri, &sb, paddr, saddr)) return;
     seen wp, ws, w2;
     memset(&wp, 0, sizeof wp), memset(&ws, 0, sizeof ws), memset(&w2, 0, sizeof w2);
     AWAIT(pri, &wp, 10, wp.attached == 1);
@@ -452,15 +460,9 @@ static void test_paused_primary(void) {
     fx xs, xl[2];
     fx_make(&xs, P, 37);
     for (int m = 0; m < 2; m++) fx_make(&xl[m], P, 37);
-    dlc_srt *pri = start_syncer(&xs, NULL);
-    CHECK_OK(pri);
-    if (!pri) return;
+    dlc_srt *pri, *sb;
     char paddr[32], saddr[32], connect[80];
-    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", dlc_srt_port(pri));
-    dlc_srt *sb = start_syncer(&xs, paddr);
-    CHECK_OK(sb);
-    if (!sb) return;
-    snprintf(saddr, sizeof saddr, "127.0.0.1:%d", dlc_srt_port(sb));
+    if (!start_pair(&xs, &pri, &sb, paddr, saddr)) return;
     seen wp, ws;
     memset(&wp, 0, sizeof wp), memset(&ws, 0, sizeof ws);
     AWAIT(pri, &wp, 10, wp.attached == 1);

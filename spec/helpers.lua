@@ -164,6 +164,25 @@ function H.of_kind(list, event, kind)
   return out
 end
 
+-- A recipe of text `text` that `exe sim` refuses, as name.lua in scratch directory S: its
+-- exit status 2 and every string of `wants` in what it said.
+function H.sim_refuses(exe, S, name, text, wants)
+  local path = S.write(name .. ".lua", text)
+  local out, code = H.sh(string.format("%s sim %s --out %s/%s --quiet 2>&1", exe, path, S.dir, name))
+  assert.are.equal(2, code, out)
+  for _, w in ipairs(wants) do assert.matches(w, out, 1, true) end
+end
+
+-- The takeovers on a run's tape: its standbys' fault records that carry the epoch they took
+-- over with (docs/shards.md, "Standbys"), in order.
+function H.takeovers(list)
+  local out = {}
+  for _, e in ipairs(H.of_kind(list, "fault", "standby")) do
+    if e.epoch then out[#out + 1] = e end
+  end
+  return out
+end
+
 -- The last event of `list`, asserted to be the run's summary.
 function H.summary_of(list)
   local s = list[#list]

@@ -187,10 +187,7 @@ describe("standbys under run (islands.standbys)", function()
     assert.are.same({ exited = 128 + 15 }, code, log(S, "run"))
     local ev = H.events(mp)
     -- shard 1's standby took over (epoch 2); no merge of shard 1 lost or repeated
-    local took = {}
-    for _, e in ipairs(ev) do
-      if e.event == "fault" and e.kind == "standby" and e.epoch then took[#took + 1] = e end
-    end
+    local took = H.takeovers(ev)
     assert.are.equal(1, #took)
     assert.are.same({ 1, 2 }, { took[1].shard, took[1].epoch })
     local both = faults(ev, "both", 2)
@@ -249,14 +246,10 @@ describe("standbys under run (islands.standbys)", function()
     assert.matches('chaos[1].role = "standby": the syncer has no standby (expected islands.standbys = true)', out, 1,
       true)
     -- a role that is none of the three, and standbys that are not a boolean, named
-    local bad2 = S.write("bad2.lua", (text:gsub('shard = 1 }', 'shard = 1, role = "backup" }')))
-    out, code = H.sh(string.format("%s sim %s --out %s/bad2 --quiet 2>&1", exe, bad2, S.dir))
-    assert.are.equal(2, code, out)
-    assert.matches('chaos[1].role = "backup": expected "primary"', out, 1, true)
-    local bad3 = S.write("bad3.lua", (text:gsub("islands = { count = 3 }", 'islands = { count = 3, standbys = "yes" }')))
-    out, code = H.sh(string.format("%s sim %s --out %s/bad3 --quiet 2>&1", exe, bad3, S.dir))
-    assert.are.equal(2, code, out)
-    assert.matches("islands.standbys", out, 1, true)
+    H.sim_refuses(exe, S, "bad2", (text:gsub('shard = 1 }', 'shard = 1, role = "backup" }')),
+      { 'chaos[1].role = "backup": expected "primary"' })
+    H.sim_refuses(exe, S, "bad3", (text:gsub("islands = { count = 3 }", 'islands = { count = 3, standbys = "yes" }')),
+      { "islands.standbys" })
     S.cleanup()
   end)
 end)

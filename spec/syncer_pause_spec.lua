@@ -49,15 +49,10 @@ describe("a pause of the syncer", function()
     local sum = H.summary_of(ev)
     assert.are.equal(0, sum.dropped, "messages lost")
     -- bad forms, named
-    local bad = S.write("bad.lua", (text:gsub('syncer = "pause"', 'syncer = "stop"')))
-    out, code = H.sh(string.format("%s sim %s --out %s/bad --quiet 2>&1", exe, bad, S.dir))
-    assert.are.equal(2, code, out)
-    assert.matches('chaos[1].syncer = "stop": expected "down"', out, 1, true)
-    assert.matches('or "pause"', out, 1, true)
-    local bad2 = S.write("bad2.lua", (text:gsub("shard = 1 }", 'shard = 1, role = "standby" }')))
-    out, code = H.sh(string.format("%s sim %s --out %s/bad2 --quiet 2>&1", exe, bad2, S.dir))
-    assert.are.equal(2, code, out)
-    assert.matches('chaos[1].role = "standby": the syncer has no standby', out, 1, true)
+    H.sim_refuses(exe, S, "bad", (text:gsub('syncer = "pause"', 'syncer = "stop"')),
+      { 'chaos[1].syncer = "stop": expected "down"', 'or "pause"' })
+    H.sim_refuses(exe, S, "bad2", (text:gsub("shard = 1 }", 'shard = 1, role = "standby" }')),
+      { 'chaos[1].role = "standby": the syncer has no standby' })
     S.cleanup()
   end)
 
@@ -100,10 +95,7 @@ describe("a pause of the syncer", function()
     assert.are.same({ exited = 128 + 15 }, code, log(logf))
     local ev = H.events(mp)
     -- shard 1 taken over (epoch 2), shard 2 not; every version of each fragment once, in order
-    local took = {}
-    for _, e in ipairs(ev) do
-      if e.event == "fault" and e.kind == "standby" and e.epoch then took[#took + 1] = e end
-    end
+    local took = H.takeovers(ev)
     assert.are.equal(1, #took)
     assert.are.same({ 1, 2 }, { took[1].shard, took[1].epoch })
     assert.is_true(pause_end(ev, 1).taken_over)
