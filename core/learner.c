@@ -44,6 +44,8 @@ typedef struct lfrag {
     uint8_t *enc;          /* encoded contribution, enc_cap bytes (NULL with defer_encode) */
     int64_t enc_cap;
     int encoding;          /* defer_encode: its ENCODE is out (raw and ef are the driver's) */
+    int ef_stale;          /* a resync replaced it while its ENCODE was out: its error
+                            * feedback is zeroed once the encode is back (ef_reset) */
 } lfrag;
 
 
@@ -364,6 +366,18 @@ static int resync_of_base(const dlc_learner *l, const lfrag *f) {
     return l->pend && memcmp(l->pend + f->off, base, bytes) == 0;
 }
 
+/* Fragment p's error feedback zeroed: a whole resync replaced the trajectory its residual
+ * was measured on (learner.h); one lent to an ENCODE under way is zeroed when it is back. */
+static void ef_reset(dlc_learner *l, lfrag *f) {
+    if (!l->ef) return;
+    if (f->encoding) {
+        f->ef_stale = 1;
+        return;
+    }
+    memset(l->ef + f->off, 0, (size_t)f->n * sizeof(float));
+    f->ef_stale = 0;
+}
+
 /* Applies the waiting merged fragment p (pend) to the arena: the only write of the model
  * arena, made at a step boundary (step_begin, step_done) or while JOINING. */
 static dlc_status apply(dlc_learner *l, int p) {
@@ -399,6 +413,7 @@ static dlc_status apply(dlc_learner *l, int p) {
     f->base_version = f->pend_version;
     f->c_steps = f->c_tokens = 0;
     if (resync) f->skipped = 0; /* taken whole: nothing of its own is left to send */
+    if (resync) ef_reset(l, f);
     f->sent_step = -1;
     f->pending = f->pend_resync = f->pend_fresh = 0;
     return push(l, &a);
@@ -1020,6 +1035,7 @@ void dlc_learner_stop(dlc_learner *l) {
         if (a->type == DLC_LACT_ENCODE) {
             l->f[a->fragment].encoding = 0, l->encoding--;
             raw_give(l, a->fragment);
+            if (l->f[a->fragment].ef_stale) ef_reset(l, &l->f[a->fragment]);
         }
     }
     l->qhead = l->qlen = 0; /* a dead learner sends nothing (learner.h) */
@@ -1041,7 +1057,7 @@ dlc_status dlc_learner_restart(dlc_learner *l, double now) {
         f->base_version = -1;
         f->c_steps = f->c_tokens = 0;
         f->sent_step = -1;
-        f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = f->in_base = 0;
+        f->pending = f->pend_resync = f->pend_fresh = f->received = f->skipped = f->in_base = f->ef_stale = 0;
         f->lent_v = NULL, f->lent_b = NULL; /* the driver's again */
     }
     if (l->ef) memset(l->ef, 0, (size_t)l->n * sizeof(float));
@@ -1119,6 +1135,7 @@ dlc_status dlc_learner_encoded(dlc_learner *l, int p) {
     l->f[p].encoding = 0;
     l->encoding--;
     raw_give(l, p);
+    if (l->f[p].ef_stale) ef_reset(l, &l->f[p]);
     return DLC_OK;
 }
 

@@ -2753,6 +2753,106 @@ static void test_resync_of_base(void) {
     fx_free(&x);
 }
 
+/* Error feedback across resyncs (learner.h, error_feedback): with a sparse codec (what is
+ * not sent waits in the residual), a whole resync that replaces fragment 0 zeroes its
+ * residual, fragment 1's stays; a resync of fragment 1 that brings its own base back
+ * (replacing nothing) keeps its residual; a resync applied while fragment 0's ENCODE is
+ * out zeroes the residual only once that encode is back (the encoder reads it meanwhile). */
+static int all_zero(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] != 0.0f) return 0;
+    return 1;
+}
+
+static void test_ef_resync(void) {
+    fx x;
+    fx_make(&x, 2, 75);
+    dlc_learner_params lp = lparams(0, 2, 1, 0, 0);
+    lp.codec = DLC_CODEC_SPARSE2;
+    lp.codec_params.block = 32;
+    lp.error_feedback = 1;
+    lp.defer_encode = 1;
+    dlc_learner *l = dlc_learner_new(&lp, x.p, x.plan);
+    CHECK_OK(l);
+    if (!l) return;
+    int64_t size = dlc_params_size(x.p), n0 = dlc_plan_numel(x.plan, 0), n1 = dlc_plan_numel(x.plan, 1);
+    float target[NMAX], start[NMAX], v[NMAX];
+    randv(target, size, 76, 1.0f);
+    memcpy(start, dlc_params_data(x.p), (size_t)size * sizeof(float));
+    resync(&x, l, start, 0, 0);
+    float *ef[2] = {NULL, NULL};
+    int t = 1;
+    /* both fragments sent (and encoded) once: their residuals hold what sparse2 left out */
+    for (; t <= 8 && !(ef[0] && ef[1]); t++) {
+        inner_step(x.p, target);
+        CHECK(dlc_learner_step_done(l, 1, 0.1, t) == DLC_OK);
+        lrec r = drain(l);
+        for (int i = 0; i < r.n; i++) {
+            dlc_learner_action *e = &r.a[i];
+            if (e->type != DLC_LACT_ENCODE) continue;
+            uint8_t out[NMAX * 4];
+            CHECK(dlc_learner_encode(e, out, sizeof out, NULL) == DLC_OK);
+            CHECK(dlc_learner_encoded(l, e->fragment) == DLC_OK);
+            ef[e->fragment] = e->ef;
+        }
+    }
+    CHECK(ef[0] && ef[1]);
+    if (!ef[0] || !ef[1]) return;
+    CHECK(!all_zero(ef[0], n0) && !all_zero(ef[1], n1));
+    float keep1[NMAX];
+    memcpy(keep1, ef[1], (size_t)n1 * sizeof(float));
+    /* fragment 1's own base back (version 0, the values it started from): replaces nothing */
+    gather(&x, 1, start, v);
+    dlc_msg m = fragment_msg(0, 1, 0, DLC_MSG_RESYNC, v, n1);
+    CHECK(dlc_learner_receive(l, &m, t) == DLC_OK);
+    CHECK(dlc_learner_step_begin(l, t) == DLC_OK);
+    drain(l);
+    CHECK(memcmp(ef[1], keep1, (size_t)n1 * sizeof(float)) == 0);
+    /* fragment 0 replaced by other values: its residual goes, fragment 1's stays */
+    gather(&x, 0, target, v);
+    m = fragment_msg(0, 0, 7, DLC_MSG_RESYNC, v, n0);
+    CHECK(dlc_learner_receive(l, &m, t) == DLC_OK);
+    CHECK(dlc_learner_step_begin(l, t) == DLC_OK);
+    lrec r = drain(l);
+    const dlc_learner_action *ap = find(&r, DLC_LACT_APPLIED, 0);
+    CHECK(ap && ap->resync == 1 && ap->version == 7);
+    CHECK(all_zero(ef[0], n0));
+    CHECK(memcmp(ef[1], keep1, (size_t)n1 * sizeof(float)) == 0);
+    /* a resync while fragment 0's ENCODE is out: zeroed once the encode is back */
+    const dlc_learner_action *out0 = NULL;
+    for (; t <= 40 && !out0; t++) {
+        inner_step(x.p, start); /* (fragment 0 is at the target now: back towards the start) */
+        CHECK(dlc_learner_step_done(l, 1, 0.1, t) == DLC_OK);
+        r = drain(l);
+        for (int i = 0; i < r.n; i++) {
+            dlc_learner_action *e = &r.a[i];
+            if (e->type != DLC_LACT_ENCODE) continue;
+            if (e->fragment == 0 && !out0) {
+                out0 = e;
+                continue;
+            }
+            uint8_t out[NMAX * 4];
+            CHECK(dlc_learner_encode(e, out, sizeof out, NULL) == DLC_OK);
+            CHECK(dlc_learner_encoded(l, e->fragment) == DLC_OK);
+        }
+    }
+    CHECK(out0 != NULL);
+    if (out0) {
+        dlc_learner_action e0 = *out0;
+        uint8_t out[NMAX * 4];
+        m = fragment_msg(0, 0, 9, DLC_MSG_RESYNC, v, n0);
+        CHECK(dlc_learner_receive(l, &m, t) == DLC_OK);
+        CHECK(dlc_learner_step_begin(l, t) == DLC_OK);
+        drain(l);
+        CHECK(dlc_learner_encode(&e0, out, sizeof out, NULL) == DLC_OK); /* the residual updated by it */
+        CHECK(!all_zero(ef[0], n0));
+        CHECK(dlc_learner_encoded(l, 0) == DLC_OK);
+        CHECK(all_zero(ef[0], n0));
+    }
+    dlc_learner_free(l);
+    fx_free(&x);
+}
+
 int main(void) {
     test_resync_of_base();
     test_sends_due();
@@ -2776,6 +2876,7 @@ int main(void) {
     test_hostile();
     test_int4();
     test_deferred_encode();
+    test_ef_resync();
     test_decoupled_equals_diloco();
     test_dp_world();
     test_dp_restart();

@@ -206,7 +206,16 @@ typedef struct dlc_learner_params {
     int blocking;                 /* 0/1: wait for a fragment sent tau steps ago */
     dlc_codec_kind codec;         /* uplink codec of contributions */
     dlc_codec_params codec_params;
-    int error_feedback;           /* 0/1: carry each contribution's quantization error */
+    int error_feedback;           /* 0/1: carry each contribution's quantization error (per
+                                   * fragment, docs/codecs.md: with a sparse codec, what it
+                                   * did not send) into its next contribution.  A whole
+                                   * resync of a fragment that replaces what the learner
+                                   * trained on it zeroes that fragment's residual: it was
+                                   * measured on the replaced trajectory (a stale
+                                   * contribution's, a lost link's, a restart's), which
+                                   * nothing will send any more; a resync that brings its
+                                   * own base back (it replaces nothing) keeps it.  A
+                                   * restart or rollback zeroes every fragment's */
     int ring;                     /* the syncer's version ring (sync.ring, 1..64): with
                                    * fewer than 3 versions nothing is held ("Step
                                    * boundaries"): a held contribution would come too late
