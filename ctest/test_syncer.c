@@ -674,6 +674,50 @@ static void test_payload_owner(void) {
     }
 }
 
+/* The outer step as a choice (docs/outer.md): SGD with lr 1 and no momentum over a mean
+ * merge is plain averaging, Θ ← Θ − (Θ − mean θ_m) = the mean of the learners' models
+ * (to f32 rounding); Nesterov with the defaults moves Θ past it, along the mean. */
+static void test_plain_averaging(void) {
+    fx x;
+    fx_make(&x, 1, 85);
+    int64_t n = dlc_plan_numel(x.plan, 0);
+    float th0[NMAX], th[3][NMAX], d[3][NMAX], mean[NMAX];
+    gather(&x, 0, dlc_params_data(x.p), th0);
+    for (int m = 0; m < 3; m++) {
+        randv(th[m], n, 850 + (uint64_t)m, 0.1f);
+        for (int64_t i = 0; i < n; i++) th[m][i] += th0[i], d[m][i] = th0[i] - th[m][i];
+    }
+    for (int64_t i = 0; i < n; i++) mean[i] = (th[0][i] + th[1][i] + th[2][i]) / 3;
+    for (int nesterov = 0; nesterov <= 1; nesterov++) {
+        dlc_syncer_params sp = sgd_params(3, DLC_QUORUM_ALL, DLC_GRACE_OFF, 0);
+        if (nesterov) sp.outer = dlc_fragstate_default_params(); /* lr 0.7, momentum 0.9, Nesterov */
+        else sp.outer.lr = 1, sp.outer.momentum = 0, sp.outer.nesterov = 0;
+        dlc_syncer *s = dlc_syncer_new(&sp, x.plan, dlc_params_data(x.p));
+        CHECK_OK(s);
+        if (!s) return;
+        for (int m = 0; m < 3; m++) {
+            CHECK(dlc_syncer_join(s, m, 0) == DLC_OK);
+            drain(s);
+        }
+        for (int m = 0; m < 3; m++) {
+            dlc_msg c = contribution(m, 0, 0, 4, 40, d[m], n);
+            CHECK(dlc_syncer_receive(s, &c, 1) == DLC_OK);
+            drain(s);
+        }
+        const float *g = dlc_syncer_theta(s, 0);
+        double worst = 0, past = 0;
+        for (int64_t i = 0; i < n; i++) {
+            worst = fmax(worst, fabs((double)g[i] - mean[i]));
+            past += ((double)g[i] - th0[i]) * ((double)mean[i] - th0[i]); /* along the mean's direction */
+        }
+        CHECK(dlc_syncer_version(s, 0) == 1);
+        if (!nesterov) CHECK(worst < 1e-6);
+        else CHECK(worst > 1e-3 && past > 0);
+        dlc_syncer_free(s);
+    }
+    fx_free(&x);
+}
+
 /* A lost learner's contribution stays in its round (it counts towards the quorum); the
  * round stops waiting for the lost learner and merges when every live one has sent. */
 static void test_lost(void) {
@@ -1811,6 +1855,7 @@ static void test_fence_epoch(void) {
 
 int main(void) {
     test_payload_owner();
+    test_plain_averaging();
     test_quorum_grace_late();
     test_grace_cut_short();
     test_adaptive_grace();
