@@ -122,6 +122,15 @@ describe("a sharded syncer under a launcher", function()
     local capacity = s1.useful_tokens / s1.goodput
     assert.is_true(math.abs((s1.useful_tokens + s2.useful_tokens) / capacity - s1.run.goodput) < 1e-9)
     assert.is_nil(s2.run)
+    -- per learner: its merged contributions and bytes over both shards (the root tape's rows too)
+    for m = 1, 3 do
+      for _, key in ipairs { "merged", "bytes_up", "bytes_down" } do
+        local want = s1.per_learner[m][key] + s2.per_learner[m][key]
+        assert.are.equal(want, s1.run.per_learner[m][key], key .. " of learner " .. m)
+        assert.are.equal(want, rs.per_learner[m][key], key .. " of learner " .. m .. " on the root tape")
+      end
+      assert.are.equal(s1.per_learner[m].steps, rs.per_learner[m].steps)
+    end
     assert.is_true(s2.final_eval_loss == nil or s2.final_eval_loss == diloco.json_null) -- (part of a model)
     -- the assembled model holds each fragment as its owner saved it, bit for bit
     local function arena(file)

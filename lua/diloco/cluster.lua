@@ -519,7 +519,7 @@ local function on_syncer_event(ctx, ev)
     fault(ctx, { kind = "standby", text = ev.text, epoch = ev.epoch, shard = ev.shard })
     say(ctx, "syncer: %s", ev.text or "")
     if ev.epoch and ctx.opts.standby_of then ctx.took_over = elapsed(ctx) end
-    if ev.epoch and type(ctx.syncer) == "table" then require("diloco.shards").took_over(ctx, ev) end
+    if ev.epoch and type(ctx.syncer) == "table" then require("diloco.shard_faults").took_over(ctx, ev) end
   elseif ev.type == "replaced" then -- a silent connection gave way to a new claim on its id
     fault(ctx, { kind = "replaced", learner = ev.learner, text = ev.text })
     say(ctx, "syncer: learner %d: %s", ev.learner, ev.text or "")

@@ -40,7 +40,7 @@ function M.finish(ctx, err)
   end
   if ctx.shard_back_at and type(ctx.syncer) == "table" then -- a shard down at the end: back now, to save
     for k in pairs(ctx.shard_back_at) do ctx.shard_back_at[k] = 0 end
-    require("diloco.shards").fault_ends(ctx, math.huge, function(f) rc.fault(ctx, f) end)
+    require("diloco.shard_faults").fault_ends(ctx, math.huge, function(f) rc.fault(ctx, f) end)
   end
   if type(ctx.syncer) == "table" and ctx.syncer.standbys then -- a killed primary's standby takes over, to save
     local deadline = diloco.clock() + 2 * ctx.rt.timeout + 5
@@ -145,7 +145,8 @@ function M.finish(ctx, err)
     takeovers = type(ctx.syncer) == "table" and ctx.syncer.standbys and (ctx.takeovers or 0) or nil,
   }
   -- shard 1 under a launcher: the run's counts over every shard (lua/diloco/shards.lua)
-  summary.run = ctx.shard_summaries and require("diloco.shards").run_totals(summary, ctx.shard_summaries) or nil
+  summary.run = ctx.shard_summaries
+    and require("diloco.shards").run_totals(summary, ctx.shard_summaries, ctx.shard_per_learner) or nil
   if summary.run and t_end > t0 then summary.run.goodput = ctx.account:goodput(t_end, summary.run.useful_tokens) end
   -- a syncer that served without some of its learners did not do what it was asked: the
   -- run is saved, and it fails naming them (by hand; `run`'s supervisor has its own rules)

@@ -363,7 +363,7 @@ local function chaos_due(ctx)
     elseif e.kind == "pause" and e.learner == nil and ctx.syncer then
       -- the syncer (one shard of it; with standbys, which process) stopped where it is
       for k = e.shard or 1, e.shard or (type(ctx.syncer) == "table" and ctx.syncer.S or 1) do
-        require("diloco.shards").pause_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
+        require("diloco.shard_faults").pause_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
       end
     elseif e.kind == "slow" and L then
       ctx.sup:slow(e.learner, now, ctx.chaos:slow_factor(e.learner, e.t), true, down)
@@ -371,7 +371,7 @@ local function chaos_due(ctx)
     elseif e.kind == "syncer" and (e.shard or ctx.syncer and ctx.syncer.standbys) and type(ctx.syncer) == "table" then
       -- one shard (docs/shards.md), or with standbys each shard, which of its processes (role)
       for k = e.shard or 1, e.shard or ctx.syncer.S do
-        require("diloco.shards").fault_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
+        require("diloco.shard_faults").fault_begin(ctx, k, down, now, function(f) fault(ctx, f) end, e.role)
       end
     elseif e.kind == "syncer" and ctx.syncer then
       -- the syncer dies (nothing saved at its end) and comes back from its newest checkpoint
@@ -425,11 +425,11 @@ local function chaos_due(ctx)
     end
   end
   if ctx.shard_back_at and type(ctx.syncer) == "table" then
-    require("diloco.shards").fault_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
+    require("diloco.shard_faults").fault_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end
-  if ctx.syncer_paused then require("diloco.shards").pause_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end) end
+  if ctx.syncer_paused then require("diloco.shard_faults").pause_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end) end
   if ctx.standby_back_at and type(ctx.syncer) == "table" then
-    require("diloco.shards").standby_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
+    require("diloco.shard_faults").standby_ends(ctx, elapsed(ctx), function(f) fault(ctx, f) end)
   end
   if not ctx.syncer and ctx.syncer_back_at and elapsed(ctx) >= ctx.syncer_back_at then
     local list = diloco.rundir.checkpoints(ctx.out .. "/syncer")
