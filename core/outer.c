@@ -12,6 +12,7 @@
 #include <string.h>
 #include "diloco/mem.h"
 #include "diloco/outer.h"
+#include "internal.h"
 
 struct dlc_fragstate {
     dlc_fragstate_params p;
@@ -20,6 +21,7 @@ struct dlc_fragstate {
     int64_t reset; /* version of the last new/set: nothing older is kept */
     float **ring;  /* [R] buffers of n floats */
     float *buf;    /* [n] momentum buffer, NULL for plain SGD */
+    int finite;    /* the current version's values are all finite (a step that overflowed: 0) */
 };
 
 dlc_fragstate_params dlc_fragstate_default_params(void) {
@@ -82,6 +84,7 @@ dlc_fragstate *dlc_fragstate_new(const dlc_fragstate_params *p, const float *the
         if (!fs->buf) goto fail;
     }
     memcpy(slot(fs, 0), theta, sizeof(float) * (size_t)n);
+    fs->finite = 1;
     return fs;
 fail:
     dlc_fragstate_free(fs);
@@ -116,21 +119,31 @@ dlc_status dlc_fragstate_step(dlc_fragstate *fs, const float *delta) {
     float *next = slot(fs, fs->cur + 1); /* == old when R == 1: in place */
     const float lr = (float)fs->p.lr, mu = (float)fs->p.momentum;
     const int64_t n = fs->n;
+    float z = 0.0f; /* NaN once a value overflowed: whoever sends Θ need not scan it again */
     if (!fs->buf) {
-        for (int64_t i = 0; i < n; i++) next[i] = old[i] - lr * delta[i];
+        DLC_SIMD_REDUCE(+ : z)
+        for (int64_t i = 0; i < n; i++) {
+            next[i] = old[i] - lr * delta[i];
+            z += next[i] - next[i];
+        }
     } else if (fs->p.nesterov) {
         float *b = fs->buf;
+        DLC_SIMD_REDUCE(+ : z)
         for (int64_t i = 0; i < n; i++) {
             b[i] = mu * b[i] + delta[i];
             next[i] = old[i] - lr * (delta[i] + mu * b[i]);
+            z += next[i] - next[i];
         }
     } else {
         float *b = fs->buf;
+        DLC_SIMD_REDUCE(+ : z)
         for (int64_t i = 0; i < n; i++) {
             b[i] = mu * b[i] + delta[i];
             next[i] = old[i] - lr * b[i];
+            z += next[i] - next[i];
         }
     }
+    fs->finite = z == 0.0f;
     fs->cur++;
     return DLC_OK;
 }
@@ -156,6 +169,7 @@ dlc_status dlc_fragstate_push(dlc_fragstate *fs, const float *theta) {
         return dlc_error(DLC_ERR_RANGE, "fragstate_push: version %lld cannot be incremented", (long long)fs->cur);
     memmove(slot(fs, fs->cur + 1), theta, sizeof(float) * (size_t)fs->n);
     fs->cur++;
+    fs->finite = 1;
     return DLC_OK;
 }
 
@@ -167,6 +181,7 @@ dlc_status dlc_fragstate_set(dlc_fragstate *fs, const float *theta, int64_t vers
     if (st != DLC_OK) return st;
     memmove(slot(fs, version), theta, sizeof(float) * (size_t)fs->n); /* theta may be dlc_fragstate_theta() */
     fs->cur = fs->reset = version;
+    fs->finite = 1;
     return DLC_OK;
 }
 
@@ -187,6 +202,7 @@ dlc_status dlc_fragstate_restore(dlc_fragstate *fs, int64_t lo, int64_t version,
         memcpy(slot(fs, lo + j), thetas + (size_t)j * (size_t)fs->n, sizeof(float) * (size_t)fs->n);
     fs->cur = version;
     fs->reset = lo;
+    fs->finite = 1;
     return DLC_OK;
 }
 
@@ -212,6 +228,7 @@ float *dlc_fragstate_give(dlc_fragstate *fs, int64_t version) {
 int64_t dlc_fragstate_size(const dlc_fragstate *fs) { return fs ? fs->n : 0; }
 const dlc_fragstate_params *dlc_fragstate_get_params(const dlc_fragstate *fs) { return fs ? &fs->p : NULL; }
 const float *dlc_fragstate_theta(const dlc_fragstate *fs) { return fs ? slot(fs, fs->cur) : NULL; }
+int dlc_fragstate_finite(const dlc_fragstate *fs) { return fs ? fs->finite : 0; }
 int64_t dlc_fragstate_version(const dlc_fragstate *fs) { return fs ? fs->cur : 0; }
 int64_t dlc_fragstate_oldest(const dlc_fragstate *fs) { return fs ? oldest(fs) : 0; }
 float *dlc_fragstate_momentum(dlc_fragstate *fs) { return fs ? fs->buf : NULL; }

@@ -476,7 +476,7 @@ static dlc_status wrap_theta(dlc_syncer *s, sfrag *f) {
     if (f->ring_pl[r] && f->ring_v[r] == v) return DLC_OK;
     DLC_ASSERT(!f->ring_pl[r]); /* released before its slot was written (release_slot) */
     const float *th = dlc_fragstate_theta(f->fs);
-    for (int64_t i = 0; i < f->n; i++)
+    for (int64_t i = 0; i < f->n && !dlc_fragstate_finite(f->fs); i++) /* (the step checked it) */
         if (!isfinite(th[i]))
             return dlc_error(DLC_ERR_RANGE, "syncer: fragment %d version %lld: [%lld] = %g: expected finite values to "
                              "send", (int)(f - s->f), (long long)v, (long long)i, (double)th[i]);

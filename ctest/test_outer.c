@@ -6,6 +6,7 @@
  * brings a saved ring back exactly, or refuses and changes nothing; give() hands a slot's
  * buffer away (the caller's bytes stay; the ring goes on in a fresh one); bad params. */
 #include "diloco/mem.h"
+#include <float.h>
 #include <stdint.h>
 #include "check.h"
 #include "diloco/outer.h"
@@ -353,6 +354,31 @@ static void test_give(int R) {
     dlc_fragstate_free(fs);
 }
 
+/* dlc_fragstate_finite: what new, set and push wrote is finite; a step says whether the
+ * values it wrote are (in its own pass: a driver need not scan Θ to send it), for each of
+ * the three outer steps, and an overflow to inf says 0; the next finite step says 1. */
+static void test_finite_flag(void) {
+    float theta[N], d[N];
+    for (int k = 0; k < 3; k++) {
+        fill(theta, N, 31, 1.0f);
+        dlc_fragstate *fs = mk(1.0, k == 0 ? 0.0 : 0.5, k == 2, 3, theta);
+        CHECK_OK(fs);
+        if (!fs) return;
+        CHECK(dlc_fragstate_finite(fs) == 1);
+        fill(d, N, 32, 0.1f);
+        CHECK(dlc_fragstate_step(fs, d) == DLC_OK && dlc_fragstate_finite(fs) == 1);
+        theta[5] = FLT_MAX;
+        CHECK(dlc_fragstate_push(fs, theta) == DLC_OK && dlc_fragstate_finite(fs) == 1);
+        d[5] = -FLT_MAX; /* Θ[5] − 1·d[5] (with momentum: more) overflows */
+        CHECK(dlc_fragstate_step(fs, d) == DLC_OK && dlc_fragstate_finite(fs) == 0);
+        CHECK(isinf(dlc_fragstate_theta(fs)[5]));
+        fill(theta, N, 33, 1.0f);
+        CHECK(dlc_fragstate_set(fs, theta, 9) == DLC_OK && dlc_fragstate_finite(fs) == 1);
+        dlc_fragstate_free(fs);
+    }
+    CHECK(dlc_fragstate_finite(NULL) == 0);
+}
+
 int main(void) {
     test_optimizer(0.7, 0.9, 1); /* Nesterov */
     test_optimizer(0.5, 0.8, 0); /* momentum */
@@ -368,5 +394,6 @@ int main(void) {
     test_give(2);
     test_give(4);
     test_params();
+    test_finite_flag();
     return check_done("test_outer");
 }

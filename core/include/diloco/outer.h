@@ -130,6 +130,11 @@ DLC_API const dlc_fragstate_params *dlc_fragstate_get_params(const dlc_fragstate
 /* Θ^(current): n floats, borrowed, valid until the next step, set, give or free (each
  * step moves the current version to another ring slot). */
 DLC_API const float *dlc_fragstate_theta(const dlc_fragstate *fs);
+/* 1 when every value of the current version is finite (what wrote it checked: new, set,
+ * push and restore refuse non-finite input, a step checks what it writes in the same
+ * pass), 0 when the step that made it overflowed.  A driver that must send only finite
+ * values asks this instead of scanning Θ. */
+DLC_API int dlc_fragstate_finite(const dlc_fragstate *fs);
 /* Θ^(version) if that version is in the ring, else NULL with DLC_ERR_STATE; borrowed,
  * valid until the next step, set, give or free. */
 DLC_API const float *dlc_fragstate_at(const dlc_fragstate *fs, int64_t version);
