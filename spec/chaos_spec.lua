@@ -93,6 +93,20 @@ describe("diloco.Chaos", function()
     assert.are.equal(0, ch:count()) -- nothing was added by a refused call
   end)
 
+  it("pauses the syncer (kind pause naming no learner), with a shard and a role, and refuses them on a learner's", function()
+    local ch = diloco.Chaos(2)
+    ch:add { at = 5, kind = "pause", duration = 3, shard = 2, role = "standby" }
+    local f = ch:get(1)
+    assert.are.same({ "pause", nil, 2, "standby" }, { f.kind, f.learner, f.shard, f.role })
+    assert.matches("shard is only for a fault of the syncer",
+      error_of(ch.add, ch, { at = 0, kind = "pause", learner = 1, duration = 1, shard = 2 }))
+    assert.matches("role is only for a fault of the syncer",
+      error_of(ch.add, ch, { at = 0, kind = "pause", learner = 1, duration = 1, role = "both" }))
+    assert.matches('role = backup: expected "primary"', error_of(ch.add, ch, { at = 0, kind = "pause", duration = 1, role = "backup" }), 1, true)
+    assert.matches("shard = 17", error_of(ch.add, ch, { at = 0, kind = "pause", duration = 1, shard = 17 }))
+    assert.are.equal(1, ch:count())
+  end)
+
   it("closes once, and a closed schedule raises", function()
     local ch = diloco.Chaos(1)
     ch:close()
