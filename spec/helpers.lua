@@ -123,13 +123,14 @@ end
 -- o: count (islands, 2), sync (the sync fields, { preset = "decoupled", H = 8,
 -- fragments = 2, tau = 1 } unless given), steps (200), runtime (fields over heartbeat
 -- 0.5 s, timeout 3 s, drain 10 s), eval (the eval fields, none: the recipe's defaults),
--- chaos (Lua text, nil).
+-- chaos (Lua text, nil), islands (islands fields beside count: { syncers = 2, standbys = true }).
 function H.tiny_recipe(S, name, o)
   o = o or {}
   local rt = { heartbeat = "0.5s", timeout = "3s", drain = "10s" }
   for k, v in pairs(o.runtime or {}) do rt[k] = v end
   local sync = o.sync or { preset = "decoupled", H = 8, fragments = 2, tau = 1 }
   local eval = o.eval and string.format("\n  eval = { %s },", fields_text(o.eval)) or ""
+  local isl = o.islands and ", " .. fields_text(o.islands) or ""
   return S.write(name .. ".lua", string.format([[
 local diloco = require "diloco"
 return diloco.recipe {
@@ -139,12 +140,12 @@ return diloco.recipe {
   inner = diloco.optim.adamw { lr = 3e-3, weight_decay = 0.1 },
   outer = diloco.optim.nesterov { lr = 0.7, momentum = 0.9 },
   sync = { %s },
-  islands = { count = %d },
+  islands = { count = %d%s },
   runtime = { %s },
   steps = %d,%s
   chaos = %s,
 }
-]], name, fields_text(sync), o.count or 2, fields_text(rt), o.steps or 200, eval, o.chaos or "nil"))
+]], name, fields_text(sync), o.count or 2, isl, fields_text(rt), o.steps or 200, eval, o.chaos or "nil"))
 end
 
 -- The JSON objects of a metrics file, one per line, in order.

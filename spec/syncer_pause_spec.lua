@@ -16,11 +16,10 @@ local function log(path) return table.concat(H.read_lines(path), "\n") end
 describe("a pause of the syncer", function()
   it("in sim: the paused shard merges nothing, loses nothing, and merges what waited when it goes on", function()
     local S = H.scratch()
-    local base = H.tiny_recipe(S, "psim", { count = 3, steps = 60,
+    local path = H.tiny_recipe(S, "psim", { count = 3, steps = 60, islands = { syncers = 2 },
       sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
       chaos = '{ { at = "20.5s", syncer = "pause", down = "8s", shard = 1 } }' })
-    local text = table.concat(H.read_lines(base), "\n")
-    local path = S.write("psim2.lua", (text:gsub("islands = { count = 3 }", "islands = { count = 3, syncers = 2 }")))
+    local text = table.concat(H.read_lines(path), "\n")
     local out, code = H.sh(string.format("%s sim %s --out %s/sim --quiet 2>&1", exe, path, S.dir))
     assert.are.equal(0, code, out)
     local ev = H.events(S.dir .. "/sim/metrics.jsonl")
@@ -59,14 +58,11 @@ describe("a pause of the syncer", function()
   it("under run: a primary paused past its lease is taken over and replaced; a short pause takes nothing over",
     function()
     local S = H.scratch()
-    local base = H.tiny_recipe(S, "prun", { count = 3, steps = 10000000,
+    local path = H.tiny_recipe(S, "prun", { count = 3, steps = 10000000, islands = { syncers = 2, standbys = true },
       sync = { preset = "decoupled", H = 8, fragments = 4, tau = 1 },
       runtime = { timeout = "2s", join_timeout = "60s" },
       chaos = '{ { at = "1s", syncer = "pause", down = "8s", shard = 1 }, '
         .. '{ at = "1s", syncer = "pause", down = "0.5s", shard = 2 } }' })
-    local text = table.concat(H.read_lines(base), "\n")
-    local path = S.write("prun2.lua", (text:gsub("islands = { count = 3 }",
-      "islands = { count = 3, syncers = 2, standbys = true }")))
     local out = S.dir .. "/run"
     local logf = S.dir .. "/run.log"
     local pid = assert(diloco.proc.spawn { exe, "run", path, "--out", out, "--quiet", stdout = logf, stderr = logf,
